@@ -1,0 +1,407 @@
+"""HAL 1.3 data types (``types.hal`` of 1.0 to 1.3 and the canonical interface) as Python.
+
+Enum values are the upstream numeric values, so models and packets can be exchanged with
+any other NNAPI component. Structures are plain dataclasses: cheap to build, easy to mutate
+in tests, and validated only by :mod:`nnhal.validation`, never on construction.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Union
+
+import numpy as np
+
+__all__ = [
+    "BYTE_SIZE_OF_CACHE_TOKEN", "MAX_NUMBER_OF_CACHE_FILES", "LOOP_TIMEOUT_DEFAULT_NS",
+    "LOOP_TIMEOUT_MAXIMUM_NS", "NO_TIME", "EXTENSION_TYPE_LOW_BITS", "OperandType",
+    "OperationType", "OperandLifeTime", "ErrorStatus", "DeviceType", "ExecutionPreference",
+    "Priority", "MeasureTiming", "Timing", "OutputShape", "PerformanceInfo",
+    "OperandPerformance", "Capabilities", "DataLocation", "SymmPerChannelQuantParams",
+    "Operand", "Operation", "Subgraph", "Model", "ExtensionNameAndPrefix", "RequestArgument",
+    "MemoryPool", "Request", "BufferDesc", "BufferRole", "Extension", "ExtensionOperandTypeInformation",
+    "is_extension_type", "extension_prefix", "extension_low", "make_extension_type",
+]
+
+#: Constant::BYTE_SIZE_OF_CACHE_TOKEN
+BYTE_SIZE_OF_CACHE_TOKEN = 32
+#: Constant::MAX_NUMBER_OF_CACHE_FILES
+MAX_NUMBER_OF_CACHE_FILES = 32
+#: LoopTimeoutDurationNs::DEFAULT (2 s)
+LOOP_TIMEOUT_DEFAULT_NS = 2_000_000_000
+#: LoopTimeoutDurationNs::MAXIMUM (15 s)
+LOOP_TIMEOUT_MAXIMUM_NS = 15_000_000_000
+#: A Timing field that is not available (UINT64_MAX).
+NO_TIME = 0xFFFF_FFFF_FFFF_FFFF
+#: ExtensionTypeEncoding::LOW_BITS_TYPE: the low 16 bits of an extension type.
+EXTENSION_TYPE_LOW_BITS = 16
+
+
+class OperandType(enum.IntEnum):
+    """OperandType (1.3)."""
+
+    FLOAT32 = 0
+    INT32 = 1
+    UINT32 = 2
+    TENSOR_FLOAT32 = 3
+    TENSOR_INT32 = 4
+    TENSOR_QUANT8_ASYMM = 5
+    BOOL = 6
+    TENSOR_QUANT16_SYMM = 7
+    TENSOR_FLOAT16 = 8
+    TENSOR_BOOL8 = 9
+    FLOAT16 = 10
+    TENSOR_QUANT8_SYMM_PER_CHANNEL = 11
+    TENSOR_QUANT16_ASYMM = 12
+    TENSOR_QUANT8_SYMM = 13
+    TENSOR_QUANT8_ASYMM_SIGNED = 14
+    SUBGRAPH = 15
+    OEM = 10000
+    TENSOR_OEM_BYTE = 10001
+
+    @property
+    def is_scalar(self) -> bool:
+        return self in _SCALAR_TYPES
+
+    @property
+    def is_tensor(self) -> bool:
+        return self not in _SCALAR_TYPES and self is not OperandType.SUBGRAPH
+
+    @property
+    def dtype(self) -> np.dtype:
+        """numpy element type of the operand's stored values."""
+        return _DTYPES[self]
+
+    @property
+    def byte_size(self) -> int:
+        return _DTYPES[self].itemsize
+
+
+_SCALAR_TYPES = frozenset({
+    OperandType.FLOAT32, OperandType.INT32, OperandType.UINT32, OperandType.BOOL,
+    OperandType.FLOAT16, OperandType.OEM,
+})
+
+_DTYPES: dict[OperandType, np.dtype] = {
+    OperandType.FLOAT32: np.dtype(np.float32),
+    OperandType.INT32: np.dtype(np.int32),
+    OperandType.UINT32: np.dtype(np.uint32),
+    OperandType.TENSOR_FLOAT32: np.dtype(np.float32),
+    OperandType.TENSOR_INT32: np.dtype(np.int32),
+    OperandType.TENSOR_QUANT8_ASYMM: np.dtype(np.uint8),
+    OperandType.BOOL: np.dtype(np.bool_),
+    OperandType.TENSOR_QUANT16_SYMM: np.dtype(np.int16),
+    OperandType.TENSOR_FLOAT16: np.dtype(np.float16),
+    OperandType.TENSOR_BOOL8: np.dtype(np.bool_),
+    OperandType.FLOAT16: np.dtype(np.float16),
+    OperandType.TENSOR_QUANT8_SYMM_PER_CHANNEL: np.dtype(np.int8),
+    OperandType.TENSOR_QUANT16_ASYMM: np.dtype(np.uint16),
+    OperandType.TENSOR_QUANT8_SYMM: np.dtype(np.int8),
+    OperandType.TENSOR_QUANT8_ASYMM_SIGNED: np.dtype(np.int8),
+    OperandType.SUBGRAPH: np.dtype(np.uint32),
+    OperandType.OEM: np.dtype(np.uint8),
+    OperandType.TENSOR_OEM_BYTE: np.dtype(np.uint8),
+}
+
+
+def is_extension_type(value: int) -> bool:
+    """Extension operand/operation types have a non-zero 16-bit prefix in the high bits."""
+    return (int(value) >> EXTENSION_TYPE_LOW_BITS) != 0
+
+
+def extension_prefix(value: int) -> int:
+    return (int(value) >> EXTENSION_TYPE_LOW_BITS) & 0xFFFF
+
+
+def extension_low(value: int) -> int:
+    return int(value) & 0xFFFF
+
+
+def make_extension_type(prefix: int, low: int) -> int:
+    return ((prefix & 0xFFFF) << EXTENSION_TYPE_LOW_BITS) | (low & 0xFFFF)
+
+
+# Operation names in their upstream order: the value of each is its index (0..101).
+_OPERATION_NAMES = """
+ADD AVERAGE_POOL_2D CONCATENATION CONV_2D DEPTHWISE_CONV_2D DEPTH_TO_SPACE DEQUANTIZE
+EMBEDDING_LOOKUP FLOOR FULLY_CONNECTED HASHTABLE_LOOKUP L2_NORMALIZATION L2_POOL_2D
+LOCAL_RESPONSE_NORMALIZATION LOGISTIC LSH_PROJECTION LSTM MAX_POOL_2D MUL RELU RELU1 RELU6
+RESHAPE RESIZE_BILINEAR RNN SOFTMAX SPACE_TO_DEPTH SVDF TANH
+BATCH_TO_SPACE_ND DIV MEAN PAD SPACE_TO_BATCH_ND SQUEEZE STRIDED_SLICE SUB TRANSPOSE
+ABS ARGMAX ARGMIN AXIS_ALIGNED_BBOX_TRANSFORM BIDIRECTIONAL_SEQUENCE_LSTM
+BIDIRECTIONAL_SEQUENCE_RNN BOX_WITH_NMS_LIMIT CAST CHANNEL_SHUFFLE DETECTION_POSTPROCESSING
+EQUAL EXP EXPAND_DIMS GATHER GENERATE_PROPOSALS GREATER GREATER_EQUAL GROUPED_CONV_2D
+HEATMAP_MAX_KEYPOINT INSTANCE_NORMALIZATION LESS LESS_EQUAL LOG LOGICAL_AND LOGICAL_NOT
+LOGICAL_OR LOG_SOFTMAX MAXIMUM MINIMUM NEG NOT_EQUAL PAD_V2 POW PRELU QUANTIZE
+QUANTIZED_16BIT_LSTM RANDOM_MULTINOMIAL REDUCE_ALL REDUCE_ANY REDUCE_MAX REDUCE_MIN
+REDUCE_PROD REDUCE_SUM ROI_ALIGN ROI_POOLING RSQRT SELECT SIN SLICE SPLIT SQRT TILE TOPK_V2
+TRANSPOSE_CONV_2D UNIDIRECTIONAL_SEQUENCE_LSTM UNIDIRECTIONAL_SEQUENCE_RNN
+RESIZE_NEAREST_NEIGHBOR QUANTIZED_LSTM IF WHILE ELU HARD_SWISH FILL RANK
+""".split()
+
+#: OperationType (1.3): the 102 fundamental operations plus the deprecated OEM_OPERATION.
+OperationType = enum.IntEnum(  # type: ignore[misc]
+    "OperationType",
+    [(name, value) for value, name in enumerate(_OPERATION_NAMES)] + [("OEM_OPERATION", 10000)],
+)
+OperationType.__doc__ = "OperationType (1.3)."
+OperationType.__module__ = __name__
+
+#: The version of the HAL that introduced each operation (1.0, 1.1, 1.2, 1.3).
+OPERATION_VERSION: dict[int, tuple[int, int]] = {
+    v: ((1, 0) if v <= 28 else (1, 1) if v <= 37 else (1, 2) if v <= 94 else (1, 3))
+    for v in range(len(_OPERATION_NAMES))
+}
+
+
+class OperandLifeTime(enum.IntEnum):
+    """OperandLifeTime (1.3); SUBGRAPH_INPUT/OUTPUT were MODEL_INPUT/OUTPUT before 1.3."""
+
+    TEMPORARY_VARIABLE = 0
+    SUBGRAPH_INPUT = 1
+    SUBGRAPH_OUTPUT = 2
+    CONSTANT_COPY = 3
+    CONSTANT_REFERENCE = 4
+    NO_VALUE = 5
+    SUBGRAPH = 6
+
+
+class ErrorStatus(enum.IntEnum):
+    """ErrorStatus (1.3)."""
+
+    NONE = 0
+    DEVICE_UNAVAILABLE = 1
+    GENERAL_FAILURE = 2
+    OUTPUT_INSUFFICIENT_SIZE = 3
+    INVALID_ARGUMENT = 4
+    MISSED_DEADLINE_TRANSIENT = 5
+    MISSED_DEADLINE_PERSISTENT = 6
+    RESOURCE_EXHAUSTED_TRANSIENT = 7
+    RESOURCE_EXHAUSTED_PERSISTENT = 8
+
+
+class DeviceType(enum.IntEnum):
+    """DeviceType (1.2); 0 is unused, as in the HAL."""
+
+    OTHER = 1
+    CPU = 2
+    GPU = 3
+    ACCELERATOR = 4
+
+
+class ExecutionPreference(enum.IntEnum):
+    """ExecutionPreference (1.1)."""
+
+    LOW_POWER = 0
+    FAST_SINGLE_ANSWER = 1
+    SUSTAINED_SPEED = 2
+
+
+class Priority(enum.IntEnum):
+    """Priority (1.3)."""
+
+    LOW = 0
+    MEDIUM = 1
+    HIGH = 2
+
+
+class MeasureTiming(enum.IntEnum):
+    """MeasureTiming (1.2)."""
+
+    NO = 0
+    YES = 1
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Timing (1.2): microseconds; :data:`NO_TIME` (UINT64_MAX) means not available."""
+
+    time_on_device: int = NO_TIME
+    time_in_driver: int = NO_TIME
+
+    @property
+    def available(self) -> bool:
+        return self.time_on_device != NO_TIME or self.time_in_driver != NO_TIME
+
+
+#: Timing with both fields not available.
+NO_TIMING = Timing()
+
+
+@dataclass
+class OutputShape:
+    """OutputShape (1.2): the real dimensions of an output and whether its buffer sufficed."""
+
+    dimensions: list[int]
+    is_sufficient: bool = True
+
+
+@dataclass(frozen=True)
+class PerformanceInfo:
+    """PerformanceInfo (1.0): relative to the CPU, lower is better."""
+
+    exec_time: float = 1.0
+    power_usage: float = 1.0
+
+
+@dataclass(frozen=True)
+class OperandPerformance:
+    """Capabilities::OperandPerformance (1.3)."""
+
+    type: int
+    info: PerformanceInfo
+
+
+@dataclass
+class Capabilities:
+    """Capabilities (1.3). ``operand_performance`` is kept sorted by operand type."""
+
+    relaxed_float32_to_float16_performance_scalar: PerformanceInfo
+    relaxed_float32_to_float16_performance_tensor: PerformanceInfo
+    operand_performance: list[OperandPerformance]
+    if_performance: PerformanceInfo
+    while_performance: PerformanceInfo
+
+    def performance_of(self, operand_type: int) -> PerformanceInfo | None:
+        for p in self.operand_performance:
+            if p.type == operand_type:
+                return p.info
+        return None
+
+
+@dataclass(frozen=True)
+class DataLocation:
+    """DataLocation (1.0): bytes ``[offset, offset + length)`` of pool ``pool_index``."""
+
+    pool_index: int = 0
+    offset: int = 0
+    length: int = 0
+
+
+@dataclass
+class SymmPerChannelQuantParams:
+    """SymmPerChannelQuantParams (1.2): Operand.ExtraParams.channelQuant."""
+
+    scales: list[float]
+    channel_dim: int
+
+
+@dataclass
+class Operand:
+    """Operand (1.3). ``extra_params`` is channel quantization or extension bytes."""
+
+    type: int
+    dimensions: list[int] = field(default_factory=list)
+    number_of_consumers: int = 0
+    scale: float = 0.0
+    zero_point: int = 0
+    lifetime: OperandLifeTime = OperandLifeTime.TEMPORARY_VARIABLE
+    location: DataLocation = field(default_factory=DataLocation)
+    extra_params: SymmPerChannelQuantParams | bytes | None = None
+
+
+@dataclass
+class Operation:
+    """Operation (1.3)."""
+
+    type: int
+    inputs: list[int]
+    outputs: list[int]
+
+
+@dataclass
+class Subgraph:
+    """Subgraph (1.3): operands, operations in execution order, and its inputs and outputs."""
+
+    operands: list[Operand]
+    operations: list[Operation]
+    input_indexes: list[int]
+    output_indexes: list[int]
+
+
+@dataclass(frozen=True)
+class ExtensionNameAndPrefix:
+    """Model::ExtensionNameAndPrefix (1.2)."""
+
+    name: str
+    prefix: int
+
+
+@dataclass
+class Model:
+    """Model (1.3). ``pools`` are :class:`nnhal.memory.SharedMemory` objects."""
+
+    main: Subgraph
+    referenced: list[Subgraph] = field(default_factory=list)
+    operand_values: bytes = b""
+    pools: list = field(default_factory=list)
+    relax_computation_float32_to_float16: bool = False
+    extension_name_to_prefix: list[ExtensionNameAndPrefix] = field(default_factory=list)
+
+
+@dataclass
+class RequestArgument:
+    """RequestArgument (1.0). ``dimensions`` empty means "as in the model"."""
+
+    has_no_value: bool = False
+    location: DataLocation = field(default_factory=DataLocation)
+    dimensions: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class MemoryPool:
+    """Request::MemoryPool (1.3): a safe union of shared memory or a memory-domain token."""
+
+    hidl_memory: object | None = None
+    token: int | None = None
+
+    @staticmethod
+    def of(memory: object) -> MemoryPool:
+        return MemoryPool(hidl_memory=memory)
+
+    @staticmethod
+    def of_token(token: int) -> MemoryPool:
+        return MemoryPool(token=token)
+
+
+@dataclass
+class Request:
+    """Request (1.3). Each pool is a :class:`MemoryPool`, or a bare shared memory object."""
+
+    inputs: list[RequestArgument]
+    outputs: list[RequestArgument]
+    pools: list[Union[MemoryPool, object]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BufferRole:
+    """BufferRole (1.3): input or output ``io_index`` of prepared model ``model_index``."""
+
+    model_index: int
+    io_index: int
+    frequency: float = 1.0
+
+
+@dataclass
+class BufferDesc:
+    """BufferDesc (1.3): dimensions of a driver-managed buffer; empty or 0 means unknown."""
+
+    dimensions: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ExtensionOperandTypeInformation:
+    """Extension::OperandTypeInformation (1.2)."""
+
+    type: int
+    is_tensor: bool
+    byte_size: int
+
+
+@dataclass
+class Extension:
+    """Extension (1.2): a vendor extension the driver supports."""
+
+    name: str
+    operand_types: list[ExtensionOperandTypeInformation] = field(default_factory=list)

@@ -1,0 +1,118 @@
+"""Broadcasting binary arithmetic: ADD, SUB, MUL, DIV (with fused activations)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.hal.types import OperandType, OperationType
+from nnhal.ops import common as C
+from nnhal.ops.registry import OpContext, OperationDef, register
+
+T = OperandType
+O = OperationType
+
+_TYPES = {
+    O.ADD: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
+            T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_INT32),
+    O.MUL: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
+            T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_INT32),
+    O.SUB: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
+            T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_INT32),
+    O.DIV: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32),
+}
+
+
+class _Binary(OperationDef):
+    def validate(self, ctx: OpContext) -> None:
+        ctx.expect_counts(3, 1)
+        t = ctx.inputs[0].type
+        ctx.require(t in _TYPES[self.op_type], f"unsupported input type {t.name}")
+        ctx.expect_types([t, t, T.INT32], [t])
+        for i in (0, 1):
+            ctx.require(ctx.inputs[i].rank is None or ctx.inputs[i].rank <= 4,
+                        f"input {i} rank must be at most 4")
+        C.check_activation(ctx, 2)
+        if t == T.TENSOR_INT32:
+            act = ctx.const(2)
+            ctx.require(act is None or int(act) == 0, "INT32 tensors take no fused activation")
+        C.broadcast_shapes(ctx.inputs[0].shape, ctx.inputs[1].shape)
+
+    def prepare(self, ctx: OpContext):
+        return [C.broadcast_shapes(ctx.inputs[0].shape, ctx.inputs[1].shape)]
+
+    def kernel(self, ctx: OpContext):
+        a, b, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+        t = a.type
+        op = self.op_type
+        if t in C.FLOAT_TYPES:
+            fn = {O.ADD: np.add, O.SUB: np.subtract, O.MUL: np.multiply, O.DIV: np.divide}[op]
+            dt = t.dtype
+
+            def run(ins, rt):
+                code = C.activation_code(ins[2])
+                with np.errstate(all="ignore"):
+                    r = fn(ins[0].astype(np.float32), ins[1].astype(np.float32))
+                return [C.apply_float_activation(r, code).astype(dt, copy=False)]
+
+            return run
+        if t == T.TENSOR_INT32:
+            def run_int(ins, rt):
+                x = ins[0].astype(np.int64)
+                y = ins[1].astype(np.int64)
+                if op == O.ADD:
+                    r = x + y
+                elif op == O.SUB:
+                    r = x - y
+                elif op == O.MUL:
+                    r = x * y
+                else:
+                    if np.any(y == 0):
+                        raise ctx.fail("integer division by zero")
+                    r = np.floor_divide(x, y)
+                return [r.astype(np.int32)]
+
+            return run_int
+        if op == O.MUL:
+            return self._quant_mul(ctx)
+        return self._quant_add(ctx, subtract=(op == O.SUB))
+
+    @staticmethod
+    def _quant_add(ctx: OpContext, subtract: bool):
+        a, b, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+        left_shift = 20
+        twice_max = 2.0 * max(a.scale, b.scale)
+        m1, s1 = C.quantize_multiplier(a.scale / twice_max)
+        m2, s2 = C.quantize_multiplier(b.scale / twice_max)
+        mo, so = C.quantize_multiplier(twice_max / ((1 << left_shift) * out.scale))
+        if subtract:
+            m2 = -m2
+        za, zb, zo = a.zero_point, b.zero_point, out.zero_point
+
+        def run(ins, rt):
+            lo, hi = C.quant_activation_range(C.activation_code(ins[2]), out.scale, zo, out.type)
+            x = (ins[0].astype(np.int64) - za) << left_shift
+            y = (ins[1].astype(np.int64) - zb) << left_shift
+            sx = C.multiply_by_quantized_multiplier(x, m1, s1)
+            sy = C.multiply_by_quantized_multiplier(y, m2, s2)
+            r = C.multiply_by_quantized_multiplier(sx + sy, mo, so) + zo
+            return [np.clip(r, lo, hi).astype(out.type.dtype)]
+
+        return run
+
+    @staticmethod
+    def _quant_mul(ctx: OpContext):
+        a, b, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+        m, s = C.quantize_multiplier(a.scale * b.scale / out.scale)
+        za, zb, zo = a.zero_point, b.zero_point, out.zero_point
+
+        def run(ins, rt):
+            lo, hi = C.quant_activation_range(C.activation_code(ins[2]), out.scale, zo, out.type)
+            prod = (ins[0].astype(np.int64) - za) * (ins[1].astype(np.int64) - zb)
+            r = C.multiply_by_quantized_multiplier(prod, m, s) + zo
+            return [np.clip(r, lo, hi).astype(out.type.dtype)]
+
+        return run
+
+
+for _op in (O.ADD, O.SUB, O.MUL, O.DIV):
+    register(_op)(type(f"_{_op.name.title()}", (_Binary,), {}))

@@ -1,0 +1,203 @@
+"""Arithmetic shared by operation families: type groups, activations, broadcasting and the
+reference fixed-point requantisation (gemmlowp / TFLite semantics), vectorised with numpy.
+
+The fixed-point helpers take int64 arrays and reproduce the C++ integer arithmetic exactly,
+including truncating division and saturation, so quantized results match upstream.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from nnhal.hal.types import OperandType
+from nnhal.ops.registry import OpContext, OperandInfo, OpError
+
+T = OperandType
+
+FLOAT_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+QUANT8_TYPES = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+#: The scalar type that goes with each tensor type for parameters such as alpha or beta.
+SCALAR_OF = {T.TENSOR_FLOAT32: T.FLOAT32, T.TENSOR_FLOAT16: T.FLOAT16}
+
+INT32_MIN = -(2**31)
+INT32_MAX = 2**31 - 1
+
+# Fused activation function codes (FuseCode).
+ACT_NONE, ACT_RELU, ACT_RELU1, ACT_RELU6 = 0, 1, 2, 3
+
+
+def qrange(t: OperandType) -> tuple[int, int]:
+    """Representable integer range of a quantized (or integer) tensor type."""
+    info = np.iinfo(t.dtype)
+    return int(info.min), int(info.max)
+
+
+# ---- activations --------------------------------------------------------------------------
+
+def check_activation(ctx: OpContext, index: int) -> None:
+    ctx.require(ctx.inputs[index].type == T.INT32, f"input {index} (activation) must be INT32")
+    v = ctx.const(index)
+    if v is not None:
+        ctx.require(int(v) in (0, 1, 2, 3), f"invalid fused activation {int(v)}")
+
+
+def activation_code(value: object) -> int:
+    code = int(np.asarray(value))
+    if code not in (0, 1, 2, 3):
+        raise OpError(f"invalid fused activation {code}")
+    return code
+
+
+def float_activation_bounds(code: int) -> tuple[float, float]:
+    return {ACT_NONE: (-np.inf, np.inf), ACT_RELU: (0.0, np.inf),
+            ACT_RELU1: (-1.0, 1.0), ACT_RELU6: (0.0, 6.0)}[code]
+
+
+def apply_float_activation(x: np.ndarray, code: int) -> np.ndarray:
+    if code == ACT_NONE:
+        return x
+    lo, hi = float_activation_bounds(code)
+    return np.clip(x, lo, hi, out=x if x.flags.writeable else None)
+
+
+def quant_activation_range(code: int, scale: float, zero_point: int,
+                           t: OperandType) -> tuple[int, int]:
+    """CalculateActivationRangeQuantized: the integer clamp of a fused activation."""
+    qmin, qmax = qrange(t)
+
+    def q(v: float) -> int:
+        return zero_point + int(round(v / scale))
+
+    if code == ACT_RELU:
+        return max(qmin, q(0.0)), qmax
+    if code == ACT_RELU6:
+        return max(qmin, q(0.0)), min(qmax, q(6.0))
+    if code == ACT_RELU1:
+        return max(qmin, q(-1.0)), min(qmax, q(1.0))
+    return qmin, qmax
+
+
+# ---- fixed-point requantisation --------------------------------------------------------------
+
+def quantize_multiplier(real: float) -> tuple[int, int]:
+    """QuantizeMultiplier: real = q * 2**(shift - 31), q in [2**30, 2**31). Returns (q, shift)."""
+    if real == 0.0:
+        return 0, 0
+    frac, shift = math.frexp(real)
+    q = int(round(frac * (1 << 31)))
+    if q == (1 << 31):
+        q //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    return q, shift
+
+
+def quantize_multiplier_smaller_than_one(real: float) -> tuple[int, int]:
+    """Returns (multiplier, right_shift) for 0 <= real < 1 (NNAPI's legacy helper)."""
+    q, shift = quantize_multiplier(real)
+    return q, -shift
+
+
+def srdhm(a: np.ndarray, b: int | np.ndarray) -> np.ndarray:
+    """SaturatingRoundingDoublingHighMul on int64 arrays holding int32 values."""
+    a = np.asarray(a, dtype=np.int64)
+    b64 = np.asarray(b, dtype=np.int64)
+    ab = a * b64
+    nudge = np.where(ab >= 0, np.int64(1 << 30), np.int64(1 - (1 << 30)))
+    s = ab + nudge
+    # C++ division truncates toward zero.
+    res = np.where(s >= 0, s >> 31, -((-s) >> 31))
+    overflow = (a == INT32_MIN) & (b64 == INT32_MIN)
+    if np.any(overflow):
+        res = np.where(overflow, INT32_MAX, res)
+    return res
+
+
+def rounding_divide_by_pot(x: np.ndarray, exponent: int | np.ndarray) -> np.ndarray:
+    """RoundingDivideByPOT: divide by 2**exponent rounding half away from zero."""
+    x = np.asarray(x, dtype=np.int64)
+    exponent = np.asarray(exponent, dtype=np.int64)
+    mask = (np.int64(1) << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> exponent) + (remainder > threshold)
+
+
+def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: int | np.ndarray,
+                                     shift: int | np.ndarray) -> np.ndarray:
+    """MultiplyByQuantizedMultiplier (TFLite): x * multiplier * 2**(shift - 31), rounded."""
+    shift = np.asarray(shift, dtype=np.int64)
+    left = np.maximum(shift, 0)
+    right = np.maximum(-shift, 0)
+    x = np.asarray(x, dtype=np.int64) * (np.int64(1) << left)
+    # Shifting can leave the int32 range only for pathological multipliers; saturate as C++
+    # wraps are undefined behaviour anyway.
+    x = np.clip(x, INT32_MIN, INT32_MAX)
+    return rounding_divide_by_pot(srdhm(x, multiplier), right)
+
+
+def requantize(acc: np.ndarray, real_multiplier: float | np.ndarray, zero_point: int,
+               t: OperandType, act_min: int | None = None, act_max: int | None = None) -> np.ndarray:
+    """int32 accumulator -> quantized output through a fixed-point multiplier, then clamp."""
+    if np.ndim(real_multiplier) == 0:
+        m, s = quantize_multiplier(float(real_multiplier))
+    else:
+        pairs = [quantize_multiplier(float(r)) for r in np.ravel(real_multiplier)]
+        m = np.array([p[0] for p in pairs], dtype=np.int64).reshape(np.shape(real_multiplier))
+        s = np.array([p[1] for p in pairs], dtype=np.int64).reshape(np.shape(real_multiplier))
+    out = multiply_by_quantized_multiplier(acc, m, s) + zero_point
+    qmin, qmax = qrange(t)
+    lo = qmin if act_min is None else act_min
+    hi = qmax if act_max is None else act_max
+    return np.clip(out, lo, hi).astype(t.dtype)
+
+
+def dequantize(x: np.ndarray, info: OperandInfo) -> np.ndarray:
+    """Real values of a quantized tensor as float32."""
+    return ((x.astype(np.float32) - np.float32(info.zero_point)) * np.float32(info.scale))
+
+
+def quantize(x: np.ndarray, info: OperandInfo) -> np.ndarray:
+    """Real values -> quantized, rounding half away from zero and saturating."""
+    qmin, qmax = qrange(info.type)
+    q = _round_half_away(x.astype(np.float32) / np.float32(info.scale))
+    return np.clip(q + info.zero_point, qmin, qmax).astype(info.type.dtype)
+
+
+def _round_half_away(x: np.ndarray) -> np.ndarray:
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
+round_half_away = _round_half_away
+
+
+# ---- shapes --------------------------------------------------------------------------------
+
+def broadcast_shapes(a: Sequence[int] | None, b: Sequence[int] | None) -> tuple[int, ...] | None:
+    """NNAPI broadcasting with 0 meaning unknown at prepare time; raises on a mismatch."""
+    if a is None or b is None:
+        return None
+    n = max(len(a), len(b))
+    a = (1,) * (n - len(a)) + tuple(a)
+    b = (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        elif x == 0 or y == 0:
+            out.append(0)
+        else:
+            raise OpError(f"shapes {tuple(a)} and {tuple(b)} are not broadcastable")
+    return tuple(out)
+
+
+def normalize_axis(axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise OpError(f"axis {axis} out of range for rank {rank}")
+    return axis % rank

@@ -1,0 +1,202 @@
+"""The operation registry: each operation registers validate, prepare and a kernel factory.
+
+Modelled on the NNAPI operation resolver and TFLite's Prepare/Eval split:
+
+* ``validate(ctx)`` checks input/output counts, operand types, ranks and constant parameters
+  against ``operations-1.3.hal``. It raises :class:`OpError` (INVALID_ARGUMENT) on a violation.
+  It runs for ``getSupportedOperations`` and for every ``prepareModel``.
+* ``prepare(ctx)`` (optional) infers output shapes from input shapes known at prepare time
+  (``0`` marks an unknown dimension, ``None`` an unknown rank).
+* ``kernel(ctx)`` runs once per operation in ``prepareModel``: it unpacks constants, picks the
+  arithmetic and returns the bound kernel ``run(ins, rt) -> outs`` that every execution calls.
+  ``ins`` are numpy arrays (0-d for scalars, ``None`` for omitted optional inputs) and ``outs``
+  must have the output operands' element types. Execution-time errors are raised as
+  :class:`OpError` (or any exception, reported as GENERAL_FAILURE).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from nnhal.hal.types import ErrorStatus, OperandLifeTime, OperandType, OperationType
+
+Shape = tuple[int, ...] | None
+
+
+class OpError(Exception):
+    """An operation rejected its operands; carries the HAL status to report."""
+
+    def __init__(self, message: str, status: ErrorStatus = ErrorStatus.INVALID_ARGUMENT):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class OperandInfo:
+    """What an operation may know about one operand at prepare time.
+
+    ``shape`` is ``()`` for scalars, ``None`` for a tensor of unknown rank, and may hold 0 for
+    unknown dimensions. ``value`` is the decoded constant (CONSTANT_COPY/REFERENCE), the
+    subgraph index (SUBGRAPH), or ``None``.
+    """
+
+    type: OperandType
+    shape: Shape
+    scale: float = 0.0
+    zero_point: int = 0
+    channel_scales: np.ndarray | None = None
+    channel_dim: int = 0
+    lifetime: OperandLifeTime = OperandLifeTime.TEMPORARY_VARIABLE
+    value: Any = None
+
+    @property
+    def omitted(self) -> bool:
+        return self.lifetime == OperandLifeTime.NO_VALUE
+
+    @property
+    def is_const(self) -> bool:
+        return self.value is not None and self.lifetime in (
+            OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE)
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+    @property
+    def fully_specified(self) -> bool:
+        return self.shape is not None and all(d > 0 for d in self.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.type.dtype
+
+
+class RunContext(Protocol):
+    """Per-execution state a kernel may consult (only control flow needs it)."""
+
+    loop_timeout_ns: int
+
+    def check_deadline(self) -> None: ...
+
+
+SubgraphRunner = Callable[[Sequence[np.ndarray], RunContext], list[np.ndarray]]
+Kernel = Callable[[Sequence[Any], RunContext], list[np.ndarray]]
+
+
+@dataclass
+class OpContext:
+    """An operation's view of its operands during validate, prepare and kernel binding."""
+
+    op_type: OperationType
+    inputs: list[OperandInfo]
+    outputs: list[OperandInfo]
+    relaxed: bool = False
+    #: Subgraph runners by index into Model.referenced (set by the executor; control flow only).
+    subgraphs: Sequence[Any] = field(default_factory=list)
+
+    # ---- helpers for validate -------------------------------------------------------------
+    def fail(self, message: str) -> OpError:
+        return OpError(f"{self.op_type.name}: {message}")
+
+    def require(self, condition: bool, message: str) -> None:
+        if not condition:
+            raise self.fail(message)
+
+    def expect_counts(self, n_in: int | Sequence[int], n_out: int | Sequence[int]) -> None:
+        ins = (n_in,) if isinstance(n_in, int) else tuple(n_in)
+        outs = (n_out,) if isinstance(n_out, int) else tuple(n_out)
+        if len(self.inputs) not in ins:
+            raise self.fail(f"expected {' or '.join(map(str, ins))} inputs, got {len(self.inputs)}")
+        if len(self.outputs) not in outs:
+            raise self.fail(
+                f"expected {' or '.join(map(str, outs))} outputs, got {len(self.outputs)}")
+
+    def expect_types(self, index_types: Sequence[OperandType | Sequence[OperandType]],
+                     outputs: Sequence[OperandType | Sequence[OperandType]] = ()) -> None:
+        """Check each input (then output) against a type or a set of allowed types."""
+        for where, infos, expected in (("input", self.inputs, index_types),
+                                       ("output", self.outputs, outputs)):
+            for i, want in enumerate(expected):
+                allowed = (want,) if isinstance(want, OperandType) else tuple(want)
+                got = infos[i].type
+                if got not in allowed:
+                    raise self.fail(f"{where} {i} has type {got.name}, expected "
+                                    f"{' or '.join(t.name for t in allowed)}")
+
+    def expect_rank(self, index: int, ranks: int | Sequence[int], *, output: bool = False) -> None:
+        info = (self.outputs if output else self.inputs)[index]
+        allowed = (ranks,) if isinstance(ranks, int) else tuple(ranks)
+        if info.rank is not None and info.rank not in allowed:
+            raise self.fail(f"{'output' if output else 'input'} {index} has rank {info.rank}, "
+                            f"expected {' or '.join(map(str, allowed))}")
+
+    def const(self, index: int) -> Any:
+        """The constant value of an input, or ``None`` when it is only known at run time."""
+        info = self.inputs[index]
+        return info.value if info.is_const else None
+
+
+class OperationDef:
+    """Base class of a registered operation. Subclasses override what they need."""
+
+    op_type: OperationType
+
+    def validate(self, ctx: OpContext) -> None:  # pragma: no cover - every op overrides
+        raise NotImplementedError
+
+    def prepare(self, ctx: OpContext) -> list[Shape] | None:
+        """Output shapes inferred at prepare time; ``None`` when the op does not infer."""
+        return None
+
+    def kernel(self, ctx: OpContext) -> Kernel:  # pragma: no cover - every op overrides
+        raise NotImplementedError
+
+
+_REGISTRY: dict[int, OperationDef] = {}
+
+
+def register(op_type: OperationType) -> Callable[[type[OperationDef]], type[OperationDef]]:
+    """Class decorator: instantiate and register an operation definition."""
+
+    def deco(cls: type[OperationDef]) -> type[OperationDef]:
+        inst = cls()
+        inst.op_type = op_type
+        if int(op_type) in _REGISTRY:
+            raise RuntimeError(f"{op_type.name} registered twice")
+        _REGISTRY[int(op_type)] = inst
+        return cls
+
+    return deco
+
+
+def lookup(op_type: int) -> OperationDef | None:
+    _load_all()
+    return _REGISTRY.get(int(op_type))
+
+
+def registered() -> dict[int, OperationDef]:
+    _load_all()
+    return dict(_REGISTRY)
+
+
+_LOADED = False
+
+
+def _load_all() -> None:
+    """Import every family module once so their ``@register`` decorators run."""
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    import importlib
+    import pkgutil
+
+    import nnhal.ops as pkg
+
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        if mod.name not in ("registry", "common", "testing"):
+            importlib.import_module(f"nnhal.ops.{mod.name}")
