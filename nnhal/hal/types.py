@@ -17,7 +17,7 @@ __all__ = [
     "BYTE_SIZE_OF_CACHE_TOKEN", "MAX_NUMBER_OF_CACHE_FILES", "LOOP_TIMEOUT_DEFAULT_NS",
     "LOOP_TIMEOUT_MAXIMUM_NS", "NO_TIME", "EXTENSION_TYPE_LOW_BITS", "OperandType",
     "OperationType", "OperandLifeTime", "ErrorStatus", "DeviceType", "ExecutionPreference",
-    "Priority", "MeasureTiming", "Timing", "OutputShape", "PerformanceInfo",
+    "Priority", "MeasureTiming", "Timing", "NO_TIMING", "OPERATION_VERSION", "OutputShape", "PerformanceInfo",
     "OperandPerformance", "Capabilities", "DataLocation", "SymmPerChannelQuantParams",
     "Operand", "Operation", "Subgraph", "Model", "ExtensionNameAndPrefix", "RequestArgument",
     "MemoryPool", "Request", "BufferDesc", "BufferRole", "Extension", "ExtensionOperandTypeInformation",

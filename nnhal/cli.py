@@ -1,0 +1,77 @@
+"""The ``nnhal`` command: ``demo`` and ``conformance``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _conformance(args: argparse.Namespace) -> int:
+    from nnhal.conformance import MODES, Options, default_specs_dir, iter_cases, run
+    from nnhal.driver import ReferenceDevice
+
+    specs = Path(args.specs) if args.specs else default_specs_dir()
+    if not specs.exists():
+        print(f"conformance data not found at {specs}: suite skipped "
+              f"(name it with --specs DIR or NNHAL_CONFORMANCE)")
+        return 0
+    modes = args.mode or ["general"]
+    for m in modes:
+        if m not in MODES:
+            print(f"unknown mode {m!r}; modes: {', '.join(MODES)}", file=sys.stderr)
+            return 2
+    cases = list(iter_cases(specs, args.filter))
+    opts = Options(loop_timeout_ns=int(args.loop_timeout_ms * 1_000_000))
+    device = ReferenceDevice()
+    try:
+        report = run(device, cases, modes, opts, progress=not args.quiet)
+    finally:
+        device.close()
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_json(), indent=1))
+    if args.show_failures:
+        for c in report.cases:
+            if c["result"] == "failed":
+                print(f"FAIL [{c['mode']}] {c['file']} {c['name']}: {c['message']}")
+    print(report.summary(show_ops=not args.no_ops))
+    failed = sum(c["failed"] for c in report.to_json()["modes"].values())
+    return 1 if failed and args.strict else 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from nnhal.demo import main as demo_main
+
+    return demo_main()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nnhal", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("demo", help="build, prepare and run a small convolutional model")
+    d.set_defaults(func=_demo)
+
+    c = sub.add_parser("conformance", help="run the upstream conformance cases")
+    c.add_argument("--specs", help="folder of cases (default: $NNHAL_CONFORMANCE or "
+                                   "../shared/conformance)")
+    c.add_argument("--mode", action="append",
+                   help="general, dynamic_shape or quantization_coupling (repeatable; "
+                        "default general)")
+    c.add_argument("--filter", help="fnmatch pattern on case names, e.g. 'conv2d*'")
+    c.add_argument("--json", help="write the full report to this file")
+    c.add_argument("--loop-timeout-ms", type=float, default=500.0,
+                   help="WHILE loop timeout passed with each execution (default 500)")
+    c.add_argument("--show-failures", action="store_true", help="print every failed case")
+    c.add_argument("--no-ops", action="store_true", help="omit the per-operation lines")
+    c.add_argument("--strict", action="store_true", help="exit 1 if any case failed")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.set_defaults(func=_conformance)
+
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

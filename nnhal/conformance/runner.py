@@ -1,0 +1,399 @@
+"""The conformance runner: upstream generated cases against any IDevice, mode by mode.
+
+Each mode runs a case the way the upstream driver test suite does (see the conformance
+README); a case passes a mode only if every execution path of that mode passes. A case whose
+operations the device does not support is skipped, not failed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nnhal.conformance.cases import (
+    BuiltRequest,
+    Case,
+    Expected,
+    build_model,
+    build_request,
+    to_signed_quant,
+    with_unknown_output_dims,
+)
+from nnhal.hal.interfaces import ExecutionCallback, IDevice, IPreparedModel, PreparedModelCallback
+from nnhal.hal.types import (
+    ErrorStatus,
+    ExecutionPreference,
+    MeasureTiming,
+    OperandType,
+    Priority,
+)
+
+MODES = ("general", "dynamic_shape", "quantization_coupling")
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+#: How long the runner waits for any callback before calling the case hung.
+CALLBACK_TIMEOUT_S = 60.0
+F16_TOL = 5 * 0.0009765625
+F32_ATOL, F32_RTOL = 1e-5, 5 * 1.1920928955078125e-7
+
+
+class CaseFailure(Exception):
+    """A case failed; the message says where."""
+
+
+class Unsupported(Exception):
+    """The device does not support an operation of the case."""
+
+
+class ExpectedFailureSeen(Exception):
+    """An expectFailure case failed as it should; carries the status."""
+
+
+@dataclass
+class Options:
+    loop_timeout_ns: int | None = 500_000_000
+    #: Also run the async path in general mode.
+    async_path: bool = True
+
+
+# ---- checking ---------------------------------------------------------------------------
+
+def _uses_f16_tolerance(case: Case) -> bool:
+    return bool(case.data["model"].get("isRelaxed")) or case.has_type("TENSOR_FLOAT16") \
+        or case.has_type("FLOAT16")
+
+
+def tolerance(t: OperandType, case: Case) -> tuple[float, float] | None:
+    """(atol, rtol) for an output type; None means exact."""
+    if t in (OperandType.TENSOR_FLOAT16, OperandType.FLOAT16):
+        return F16_TOL, F16_TOL
+    if t in (OperandType.TENSOR_FLOAT32, OperandType.FLOAT32):
+        return (F16_TOL, F16_TOL) if _uses_f16_tolerance(case) else (F32_ATOL, F32_RTOL)
+    if t in (OperandType.TENSOR_QUANT8_ASYMM, OperandType.TENSOR_QUANT8_ASYMM_SIGNED,
+             OperandType.TENSOR_QUANT8_SYMM):
+        return (3.0 if "mobilenet" in case.name else 1.0), 0.0
+    if t in (OperandType.TENSOR_BOOL8, OperandType.BOOL):
+        return None
+    return 1.0, 0.0
+
+
+def compare(case: Case, k: int, exp: Expected, actual: np.ndarray) -> None:
+    if exp.ignored:
+        return
+    if list(actual.shape) != list(exp.dims) and actual.size != exp.values.size:
+        raise CaseFailure(f"output {k}: shape {list(actual.shape)}, expected {exp.dims}")
+    a = actual.reshape(-1)
+    e = exp.values.reshape(-1)
+    if a.size != e.size:
+        raise CaseFailure(f"output {k}: {a.size} values, expected {e.size}")
+    tol = tolerance(exp.type, case)
+    if tol is None:
+        bad = np.nonzero(a != e)[0]
+    else:
+        atol, rtol = tol
+        a64, e64 = a.astype(np.float64), e.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(a64 - e64)
+            bad = np.nonzero(~(diff <= atol + rtol * np.abs(e64)) & ~(np.isnan(a64) &
+                                                                      np.isnan(e64)))[0]
+    if bad.size:
+        i = int(bad[0])
+        raise CaseFailure(f"output {k}: {bad.size} of {a.size} values off; first at {i}: "
+                          f"got {a[i]!r}, expected {e[i]!r}")
+
+
+def check_multinomial(case: Case, built: BuiltRequest, actual: np.ndarray) -> None:
+    """Per batch, each class's draw frequency must be within the tolerance of softmax(input)."""
+    main = case.data["model"]["main"]
+    logits_op = main["operands"][main["inputIndexes"][0]]
+    logits = np.asarray(logits_op["data"], dtype=np.float64).reshape(logits_op["dimensions"])
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    tol = case.multinomial_tolerance
+    for b in range(actual.shape[0]):
+        counts = np.bincount(actual[b].astype(np.int64), minlength=p.shape[1])
+        freq = counts / max(1, actual.shape[1])
+        worst = float(np.max(np.abs(freq[:p.shape[1]] - p[b])))
+        if worst > tol:
+            raise CaseFailure(f"multinomial batch {b}: frequency off by {worst:.4f} > {tol}")
+
+
+def check_outputs(case: Case, built: BuiltRequest, shapes: list[Any]) -> None:
+    for k, exp in enumerate(built.outputs):
+        dims = list(shapes[k].dimensions) if shapes and k < len(shapes) else exp.dims
+        if exp.type.is_tensor and dims != list(exp.dims):
+            if not exp.ignored:
+                raise CaseFailure(f"output {k}: reported shape {dims}, expected {exp.dims}")
+            continue
+        actual = built.read_output(k, dims)
+        if case.multinomial_tolerance > 0:
+            check_multinomial(case, built, actual)
+        else:
+            compare(case, k, exp, actual)
+
+
+# ---- running ------------------------------------------------------------------------------
+
+def prepare(device: IDevice, case: Case, model_json: dict[str, Any]) -> IPreparedModel:
+    model = build_model(model_json)
+    status, supported = device.get_supported_operations(model)
+    if status != ErrorStatus.NONE:
+        raise ExpectedFailureSeen(f"getSupportedOperations: {status.name}") \
+            if case.expect_failure else CaseFailure(f"getSupportedOperations: {status.name}")
+    if not all(supported):
+        raise Unsupported(", ".join(sorted({case.data["model"]["main"]["operations"][i]["type"]
+                                            for i, s in enumerate(supported) if not s})))
+    cb = PreparedModelCallback()
+    launch = device.prepare_model(model, ExecutionPreference.FAST_SINGLE_ANSWER,
+                                  Priority.MEDIUM, None, [], [], b"", cb)
+    status, prepared = cb.wait(CALLBACK_TIMEOUT_S)
+    if cb.calls != 1:
+        raise CaseFailure(f"prepare callback called {cb.calls} times")
+    if launch != ErrorStatus.NONE and launch != status:
+        raise CaseFailure(f"prepare launch status {launch.name} but callback {status.name}")
+    if status != ErrorStatus.NONE or prepared is None:
+        if case.expect_failure:
+            raise ExpectedFailureSeen(f"prepareModel: {status.name}")
+        raise CaseFailure(f"prepareModel failed: {status.name}")
+    return prepared
+
+
+def _execute_sync(pm: IPreparedModel, built: BuiltRequest, opts: Options,
+                  measure: MeasureTiming) -> tuple[ErrorStatus, list[Any]]:
+    status, shapes, _timing = pm.execute_synchronously(built.request, measure, None,
+                                                       opts.loop_timeout_ns)
+    return status, shapes
+
+
+def _execute_async(pm: IPreparedModel, built: BuiltRequest, opts: Options,
+                   measure: MeasureTiming) -> tuple[ErrorStatus, list[Any]]:
+    cb = ExecutionCallback()
+    launch = pm.execute(built.request, measure, None, opts.loop_timeout_ns, cb)
+    status, shapes, _timing = cb.wait(CALLBACK_TIMEOUT_S)
+    if cb.calls != 1:
+        raise CaseFailure(f"execution callback called {cb.calls} times")
+    if launch != ErrorStatus.NONE and launch != status:
+        raise CaseFailure(f"launch status {launch.name} but callback {status.name}")
+    return status, shapes
+
+
+Executor = Callable[[IPreparedModel, BuiltRequest, Options, MeasureTiming],
+                    tuple[ErrorStatus, list[Any]]]
+
+
+def run_paths(case: Case, pm: IPreparedModel, model_json: dict[str, Any],
+              paths: Iterable[tuple[str, Executor, MeasureTiming]], opts: Options) -> None:
+    """Run the case through each execution path and check each result."""
+    for label, fn, measure in paths:
+        built = build_request(model_json)
+        try:
+            status, shapes = fn(pm, built, opts, measure)
+            if case.expect_failure:
+                if status == ErrorStatus.NONE:
+                    raise CaseFailure(f"{label}: expected a failure, execution succeeded")
+                continue
+            if status != ErrorStatus.NONE:
+                raise CaseFailure(f"{label}: execution failed with {status.name}")
+            try:
+                check_outputs(case, built, shapes)
+            except CaseFailure as e:
+                raise CaseFailure(f"{label}: {e}") from None
+        finally:
+            built.close()
+
+
+def general_paths(opts: Options) -> list[tuple[str, Executor, MeasureTiming]]:
+    paths: list[tuple[str, Executor, MeasureTiming]] = [("sync", _execute_sync, MeasureTiming.NO)]
+    if opts.async_path:
+        paths.append(("async", _execute_async, MeasureTiming.YES))
+    return paths
+
+
+def run_general(device: IDevice, case: Case, opts: Options) -> str:
+    m = case.data["model"]
+    pm = prepare(device, case, m)
+    run_paths(case, pm, m, general_paths(opts), opts)
+    return "sync+async" if opts.async_path else "sync"
+
+
+def run_dynamic_shape(device: IDevice, case: Case, opts: Options) -> str:
+    m = case.data["model"]
+    pm = prepare(device, case, with_unknown_output_dims(m))
+    run_paths(case, pm, m, [("sync", _execute_sync, MeasureTiming.NO)], opts)
+    if case.expect_failure:
+        return "failed as expected"
+    # One output buffer one element too small: OUTPUT_INSUFFICIENT_SIZE, full shape reported.
+    main = m["main"]
+    for k, idx in enumerate(main["outputIndexes"]):
+        o = main["operands"][idx]
+        if not o["dimensions"] or 0 in o["dimensions"] or \
+                OperandType[o["type"]].is_scalar:
+            continue
+        built = build_request(m, shrink_output=k)
+        try:
+            status, shapes, _ = pm.execute_synchronously(built.request, MeasureTiming.NO, None,
+                                                         opts.loop_timeout_ns)
+        finally:
+            built.close()
+        if status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
+            raise CaseFailure(f"output {k} one element short: status {status.name}, expected "
+                              f"OUTPUT_INSUFFICIENT_SIZE")
+        if len(shapes) != len(main["outputIndexes"]) or shapes[k].is_sufficient or \
+                list(shapes[k].dimensions) != list(o["dimensions"]):
+            raise CaseFailure(f"output {k} one element short: shapes reported {shapes}")
+        break
+    return "shapes + insufficient size"
+
+
+def run_quantization_coupling(device: IDevice, case: Case, opts: Options) -> str:
+    if not case.has_type("TENSOR_QUANT8_ASYMM"):
+        raise Unsupported("no TENSOR_QUANT8_ASYMM operand")
+    outcomes = []
+    for label, m in (("asymm", case.data["model"]), ("signed", to_signed_quant(case.data["model"]))):
+        try:
+            pm = prepare(device, case, m)
+            run_paths(case, pm, m, [("sync", _execute_sync, MeasureTiming.NO)], opts)
+            outcomes.append((label, PASSED, ""))
+        except (CaseFailure, ExpectedFailureSeen, Unsupported) as e:
+            outcomes.append((label, type(e).__name__, str(e)))
+    kinds = {o[1] for o in outcomes}
+    if len(kinds) != 1:
+        raise CaseFailure("asymm and signed differ: " +
+                          "; ".join(f"{lb}: {k} {msg}" for lb, k, msg in outcomes))
+    kind = kinds.pop()
+    if kind == "Unsupported":
+        raise Unsupported(outcomes[0][2])
+    if kind == "CaseFailure":
+        raise CaseFailure("; ".join(f"{lb}: {msg}" for lb, _, msg in outcomes))
+    return "asymm and signed agree"
+
+
+MODE_RUNNERS: dict[str, Callable[[IDevice, Case, Options], str]] = {
+    "general": run_general,
+    "dynamic_shape": run_dynamic_shape,
+    "quantization_coupling": run_quantization_coupling,
+}
+
+
+def run_case(device: IDevice, case: Case, mode: str, opts: Options) -> tuple[str, str]:
+    """(result, message) of one case in one mode; never raises."""
+    try:
+        msg = MODE_RUNNERS[mode](device, case, opts)
+        return PASSED, msg
+    except Unsupported as e:
+        return SKIPPED, f"unsupported: {e}"
+    except ExpectedFailureSeen as e:
+        return PASSED, f"failed as expected: {e}"
+    except CaseFailure as e:
+        return FAILED, str(e)
+    except Exception as e:  # noqa: BLE001 - a runner or driver crash fails the case
+        return FAILED, f"crash: {type(e).__name__}: {e}"
+
+
+# ---- reporting ----------------------------------------------------------------------------
+
+@dataclass
+class Report:
+    modes: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    folders: dict[tuple[str, str], Counter] = field(default_factory=lambda: defaultdict(Counter))
+    operations: dict[tuple[str, str], Counter] = field(
+        default_factory=lambda: defaultdict(Counter))
+    cases: list[dict[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def add(self, case: Case, mode: str, result: str, message: str, seconds: float) -> None:
+        self.modes[mode][result] += 1
+        self.folders[(mode, case.folder)][result] += 1
+        for op in case.operations:
+            self.operations[(mode, op)][result] += 1
+        self.cases.append({"file": case.file, "name": case.name, "mode": mode,
+                           "result": result, "message": message,
+                           "seconds": round(seconds, 4)})
+
+    def to_json(self) -> dict[str, Any]:
+        def counts(c: Counter) -> dict[str, int]:
+            return {k: int(c.get(k, 0)) for k in (PASSED, FAILED, SKIPPED)}
+
+        return {
+            "modes": {m: counts(c) for m, c in self.modes.items()},
+            "folders": {f"{m}/{f}": counts(c) for (m, f), c in sorted(self.folders.items())},
+            "operations": {f"{m}/{o}": counts(c) for (m, o), c in sorted(self.operations.items())},
+            "seconds": round(self.seconds, 2),
+            "cases": self.cases,
+        }
+
+    def summary(self, show_ops: bool = True) -> str:
+        lines = []
+        for mode, c in self.modes.items():
+            lines.append(f"mode {mode}: {c[PASSED]} passed, {c[FAILED]} failed, "
+                         f"{c[SKIPPED]} skipped")
+            for (m, f), fc in sorted(self.folders.items()):
+                if m == mode:
+                    lines.append(f"  {f:<16} {fc[PASSED]:5d} passed {fc[FAILED]:4d} failed "
+                                 f"{fc[SKIPPED]:4d} skipped")
+            if show_ops:
+                bad = [(o, oc) for (m, o), oc in sorted(self.operations.items())
+                       if m == mode and (oc[FAILED] or oc[SKIPPED])]
+                for o, oc in bad:
+                    lines.append(f"  op {o:<30} {oc[PASSED]:5d} passed {oc[FAILED]:4d} failed "
+                                 f"{oc[SKIPPED]:4d} skipped")
+        lines.append(f"{sum(c[PASSED] for c in self.modes.values())} passed, "
+                     f"{sum(c[FAILED] for c in self.modes.values())} failed, "
+                     f"{sum(c[SKIPPED] for c in self.modes.values())} skipped "
+                     f"in {self.seconds:.1f}s")
+        return "\n".join(lines)
+
+
+class Progress:
+    """A one-line progress bar on a terminal; silent otherwise."""
+
+    def __init__(self, total: int, stream: Any = sys.stderr):
+        self.total = max(total, 1)
+        self.stream = stream
+        self.enabled = hasattr(stream, "isatty") and stream.isatty()
+        self.done = 0
+        self.failed = 0
+
+    def step(self, result: str, label: str) -> None:
+        self.done += 1
+        self.failed += result == FAILED
+        if not self.enabled:
+            return
+        width = 30
+        filled = int(width * self.done / self.total)
+        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total}"
+                          f" failed {self.failed} {label[:40]:<40}")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def run(device: IDevice, cases: list[Case], modes: Iterable[str], opts: Options | None = None,
+        progress: bool = True, on_result: Callable[[Case, str, str, str], None] | None = None
+        ) -> Report:
+    opts = opts or Options()
+    modes = list(modes)
+    report = Report()
+    bar = Progress(len(cases) * len(modes)) if progress else None
+    start = time.monotonic()
+    for mode in modes:
+        for case in cases:
+            t0 = time.monotonic()
+            result, message = run_case(device, case, mode, opts)
+            report.add(case, mode, result, message, time.monotonic() - t0)
+            if bar:
+                bar.step(result, f"{mode} {case.name}")
+            if on_result:
+                on_result(case, mode, result, message)
+    if bar:
+        bar.close()
+    report.seconds = time.monotonic() - start
+    return report

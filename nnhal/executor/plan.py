@@ -1,0 +1,231 @@
+"""Execution plans: everything ``prepareModel`` can settle once, so executions stay lean.
+
+A :class:`SubgraphPlan` holds the decoded constants, the operand descriptions, the statically
+inferred shapes, and one bound kernel per operation in execution order. Running it is a loop over
+those kernels with a slot list of arrays; no validation, decoding or lookup happens per run
+beyond checking each produced array against its operand.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from nnhal.hal.types import (
+    LOOP_TIMEOUT_DEFAULT_NS,
+    ErrorStatus,
+    Model,
+    Operand,
+    OperandLifeTime,
+    OperandType,
+    OperationType,
+    Subgraph,
+    SymmPerChannelQuantParams,
+)
+from nnhal.ops.registry import Kernel, OpContext, OperandInfo, OpError, lookup
+
+L = OperandLifeTime
+
+
+class ExecutionError(Exception):
+    """An execution failed with a HAL status (deadline, bad runtime values, kernel failure)."""
+
+    def __init__(self, status: ErrorStatus, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class RunState:
+    """Per-execution context handed to kernels: deadline and loop timeout (steady clock, ns)."""
+
+    __slots__ = ("deadline_ns", "loop_timeout_ns")
+
+    def __init__(self, deadline_ns: int | None = None,
+                 loop_timeout_ns: int = LOOP_TIMEOUT_DEFAULT_NS):
+        self.deadline_ns = deadline_ns
+        self.loop_timeout_ns = loop_timeout_ns
+
+    def check_deadline(self) -> None:
+        if self.deadline_ns is not None and time.monotonic_ns() > self.deadline_ns:
+            raise ExecutionError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                                 "execution deadline passed")
+
+
+def operand_shape(op: Operand) -> tuple[int, ...] | None:
+    """Model dimensions as an inference shape: ``None`` for a tensor of unknown rank."""
+    t = OperandType(op.type)
+    if t.is_scalar or t == OperandType.SUBGRAPH:
+        return ()
+    if not op.dimensions:
+        return None
+    return tuple(int(d) for d in op.dimensions)
+
+
+def decode_constant(op: Operand, raw: np.ndarray) -> np.ndarray:
+    """Bytes of a constant operand -> a read-only numpy array of its type and shape."""
+    t = OperandType(op.type)
+    if t in (OperandType.BOOL, OperandType.TENSOR_BOOL8):
+        arr = raw != 0
+    else:
+        arr = raw.view(t.dtype).copy()
+    shape = () if t.is_scalar else tuple(op.dimensions)
+    arr = arr.reshape(shape)
+    arr.flags.writeable = False
+    return arr
+
+
+def operand_info(op: Operand, value: object = None) -> OperandInfo:
+    t = OperandType(op.type)
+    cq = op.extra_params if isinstance(op.extra_params, SymmPerChannelQuantParams) else None
+    return OperandInfo(
+        type=t, shape=operand_shape(op), scale=float(op.scale), zero_point=int(op.zero_point),
+        channel_scales=None if cq is None else np.asarray(cq.scales, dtype=np.float32),
+        channel_dim=0 if cq is None else int(cq.channel_dim),
+        lifetime=OperandLifeTime(op.lifetime), value=value)
+
+
+@dataclass
+class Step:
+    """One operation bound for execution."""
+
+    op_type: OperationType
+    kernel: Kernel
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    #: (operand index, numpy dtype, declared shape or None) per output, for the run-time check.
+    out_checks: tuple[tuple[int, np.dtype, tuple[int, ...] | None], ...]
+
+
+class SubgraphPlan:
+    """A prepared subgraph; callable as ``plan.run(inputs, rt) -> outputs``."""
+
+    def __init__(self, index: int, subgraph: Subgraph):
+        self.index = index
+        self.subgraph = subgraph
+        self.infos: list[OperandInfo] = []
+        self.slots_template: list[object] = []
+        self.steps: list[Step] = []
+        self.input_indexes = tuple(subgraph.input_indexes)
+        self.output_indexes = tuple(subgraph.output_indexes)
+        self.inferred: list[tuple[int, ...] | None] = []
+
+    @property
+    def input_infos(self) -> list[OperandInfo]:
+        return [self.infos[i] for i in self.input_indexes]
+
+    @property
+    def output_infos(self) -> list[OperandInfo]:
+        return [self.infos[i] for i in self.output_indexes]
+
+    def run(self, inputs: Sequence[np.ndarray], rt: RunState) -> list[np.ndarray]:
+        slots = list(self.slots_template)
+        for idx, arr in zip(self.input_indexes, inputs):
+            slots[idx] = arr
+        for step in self.steps:
+            ins = [slots[i] for i in step.inputs]
+            try:
+                outs = step.kernel(ins, rt)
+            except (ExecutionError, OpError):
+                raise
+            except Exception as e:  # a kernel bug or a value it cannot handle
+                raise ExecutionError(ErrorStatus.GENERAL_FAILURE,
+                                     f"{step.op_type.name} failed: {type(e).__name__}: {e}") from e
+            if len(outs) != len(step.outputs):
+                raise ExecutionError(ErrorStatus.GENERAL_FAILURE,
+                                     f"{step.op_type.name} produced {len(outs)} outputs")
+            for (idx, dtype, declared), out in zip(step.out_checks, outs):
+                out = np.asarray(out)
+                if out.dtype != dtype:
+                    out = out.astype(dtype)
+                if declared is not None and not _fits(out.shape, declared):
+                    raise ExecutionError(
+                        ErrorStatus.GENERAL_FAILURE,
+                        f"{step.op_type.name}: output operand {idx} has shape {out.shape}, "
+                        f"model declares {declared}")
+                slots[idx] = out
+        return [slots[i] for i in self.output_indexes]
+
+
+def _fits(shape: tuple[int, ...], declared: tuple[int, ...]) -> bool:
+    if len(shape) != len(declared):
+        return False
+    return all(d == 0 or d == s for s, d in zip(shape, declared))
+
+
+class ModelPlan:
+    """Plans for the main subgraph (index -1 internally: ``main``) and every referenced one."""
+
+    def __init__(self, model: Model, pool_arrays: Sequence[np.ndarray]):
+        self.model = model
+        self.relaxed = bool(model.relax_computation_float32_to_float16)
+        values = np.frombuffer(model.operand_values, dtype=np.uint8)
+        self.referenced = [SubgraphPlan(i, sg) for i, sg in enumerate(model.referenced)]
+        self.main = SubgraphPlan(-1, model.main)
+        # Infos first for every subgraph, so control flow can see callee signatures.
+        for plan in [self.main, *self.referenced]:
+            self._decode(plan, values, pool_arrays)
+        for plan in [*self.referenced, self.main]:
+            self._bind(plan)
+
+    def _decode(self, plan: SubgraphPlan, values: np.ndarray,
+                pools: Sequence[np.ndarray]) -> None:
+        for op in plan.subgraph.operands:
+            lt = OperandLifeTime(op.lifetime)
+            value: object = None
+            loc = op.location
+            if lt == L.CONSTANT_COPY:
+                value = decode_constant(op, values[loc.offset:loc.offset + loc.length])
+            elif lt == L.CONSTANT_REFERENCE:
+                pool = pools[loc.pool_index]
+                value = decode_constant(op, pool[loc.offset:loc.offset + loc.length])
+            elif lt == L.SUBGRAPH:
+                value = int(loc.offset)
+            plan.infos.append(operand_info(op, value))
+            plan.slots_template.append(value if lt in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)
+                                       else None)
+        plan.inferred = [info.shape for info in plan.infos]
+
+    def _bind(self, plan: SubgraphPlan) -> None:
+        for operation in plan.subgraph.operations:
+            op_type = OperationType(operation.type)
+            definition = lookup(op_type)
+            if definition is None:
+                raise OpError(f"operation {op_type.name} is not supported",
+                              ErrorStatus.INVALID_ARGUMENT)
+            ins = [_with_shape(plan.infos[i], plan.inferred[i]) for i in operation.inputs]
+            outs = [plan.infos[i] for i in operation.outputs]
+            ctx = OpContext(op_type=op_type, inputs=ins, outputs=outs, relaxed=self.relaxed,
+                            subgraphs=self.referenced)
+            definition.validate(ctx)
+            shapes = definition.prepare(ctx)
+            if shapes:
+                for i, s in zip(operation.outputs, shapes):
+                    plan.inferred[i] = _merge(plan.inferred[i], s)
+            kernel = definition.kernel(ctx)
+            checks = tuple((i, plan.infos[i].type.dtype,
+                            plan.infos[i].shape if plan.infos[i].type.is_tensor else ())
+                           for i in operation.outputs)
+            plan.steps.append(Step(op_type, kernel, tuple(operation.inputs),
+                                   tuple(operation.outputs), checks))
+
+
+def _with_shape(info: OperandInfo, inferred: tuple[int, ...] | None) -> OperandInfo:
+    if inferred == info.shape or inferred is None:
+        return info
+    from dataclasses import replace
+    return replace(info, shape=inferred)
+
+
+def _merge(declared: tuple[int, ...] | None, inferred: object) -> tuple[int, ...] | None:
+    """Combine a declared shape with an inferred one, filling unknown dimensions."""
+    if inferred is None:
+        return declared
+    inferred = tuple(int(d) for d in inferred)  # type: ignore[union-attr]
+    if declared is None:
+        return inferred
+    if len(declared) != len(inferred):
+        return declared
+    return tuple(d if d else s for d, s in zip(declared, inferred))

@@ -1,0 +1,242 @@
+"""Abstract HAL interfaces (IDevice 1.3, IPreparedModel 1.3, canonical IBurst and IExecution,
+IBuffer) and the callbacks, with the seeds' method sets under Pythonic names.
+
+Methods return HAL-style tuples ``(status, ...)`` instead of raising, because that is the
+contract a driver must keep: every failure is a status, never an exception across the boundary.
+Times are steady-clock nanoseconds (``time.monotonic_ns()``); ``None`` means "not provided".
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+from nnhal.hal.types import (
+    NO_TIMING,
+    BufferDesc,
+    BufferRole,
+    Capabilities,
+    DeviceType,
+    ErrorStatus,
+    ExecutionPreference,
+    Extension,
+    MeasureTiming,
+    Model,
+    OutputShape,
+    Priority,
+    Request,
+    Timing,
+)
+
+#: A sync fence handle (see :mod:`nnhal.driver.fence`), or ``None`` for "already signalled".
+SyncFence = Any
+CacheHandle = Any  # a file descriptor (int) or an object with fileno()
+
+
+class IPreparedModelCallback(ABC):
+    """IPreparedModelCallback (1.3): ``notify_1_3``."""
+
+    @abstractmethod
+    def notify(self, status: ErrorStatus, prepared_model: IPreparedModel | None) -> None:
+        """notify_1_3(status, preparedModel)."""
+
+
+class IExecutionCallback(ABC):
+    """IExecutionCallback (1.3): ``notify_1_3``."""
+
+    @abstractmethod
+    def notify(self, status: ErrorStatus, output_shapes: list[OutputShape],
+               timing: Timing) -> None:
+        """notify_1_3(status, outputShapes, timing)."""
+
+
+class IFencedExecutionCallback(ABC):
+    """IFencedExecutionCallback (1.3)."""
+
+    @abstractmethod
+    def get_execution_info(self) -> tuple[ErrorStatus, Timing, Timing]:
+        """getExecutionInfo() -> (status, timingLaunched, timingFenced)."""
+
+
+class IBuffer(ABC):
+    """IBuffer (1.3): a driver-managed buffer of a memory domain."""
+
+    @abstractmethod
+    def copy_to(self, dst: Any) -> ErrorStatus:
+        """copyTo(hidl_memory dst)."""
+
+    @abstractmethod
+    def copy_from(self, src: Any, dimensions: Sequence[int]) -> ErrorStatus:
+        """copyFrom(hidl_memory src, vec<uint32_t> dimensions)."""
+
+
+class IExecution(ABC):
+    """Canonical IExecution: a reusable execution with its request validated once."""
+
+    @abstractmethod
+    def compute(self, deadline: int | None = None
+                ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+        """compute(deadline)."""
+
+    @abstractmethod
+    def compute_fenced(self, wait_for: Sequence[SyncFence], deadline: int | None = None,
+                       timeout_after_fence: int | None = None
+                       ) -> tuple[ErrorStatus, SyncFence, IFencedExecutionCallback | None]:
+        """computeFenced(waitFor, deadline, timeoutDurationAfterFence)."""
+
+
+class IBurst(ABC):
+    """Canonical IBurst: rapid executions of one prepared model, at most one at a time."""
+
+    @abstractmethod
+    def cache_memory(self, memory: Any) -> Any:
+        """cacheMemory(memory): a hold that releases the cached mapping when dropped."""
+
+    @abstractmethod
+    def execute(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                deadline: int | None = None, loop_timeout: int | None = None
+                ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+        """execute(request, measure, deadline, loopTimeoutDuration)."""
+
+    @abstractmethod
+    def create_reusable_execution(self, request: Request,
+                                  measure: MeasureTiming = MeasureTiming.NO,
+                                  loop_timeout: int | None = None
+                                  ) -> tuple[ErrorStatus, IExecution | None]:
+        """createReusableExecution(request, measure, loopTimeoutDuration)."""
+
+
+class IPreparedModel(ABC):
+    """IPreparedModel (1.3)."""
+
+    @abstractmethod
+    def execute(self, request: Request, measure: MeasureTiming, deadline: int | None,
+                loop_timeout: int | None, callback: IExecutionCallback) -> ErrorStatus:
+        """execute_1_3(request, measure, deadline, loopTimeoutDuration, callback)."""
+
+    @abstractmethod
+    def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                              deadline: int | None = None, loop_timeout: int | None = None
+                              ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+        """executeSynchronously_1_3(request, measure, deadline, loopTimeoutDuration)."""
+
+    def execute_fenced(self, request: Request, wait_for: Sequence[SyncFence],
+                       measure: MeasureTiming = MeasureTiming.NO, deadline: int | None = None,
+                       loop_timeout: int | None = None, duration: int | None = None
+                       ) -> tuple[ErrorStatus, SyncFence, IFencedExecutionCallback | None]:
+        """executeFenced(request, waitFor, measure, deadline, loopTimeoutDuration, duration)."""
+        return ErrorStatus.GENERAL_FAILURE, None, None
+
+    def configure_execution_burst(self) -> tuple[ErrorStatus, IBurst | None]:
+        """configureExecutionBurst (canonical: IPreparedModel::configureExecutionBurst)."""
+        return ErrorStatus.GENERAL_FAILURE, None
+
+    def create_reusable_execution(self, request: Request,
+                                  measure: MeasureTiming = MeasureTiming.NO,
+                                  loop_timeout: int | None = None
+                                  ) -> tuple[ErrorStatus, IExecution | None]:
+        """createReusableExecution(request, measure, loopTimeoutDuration) (canonical)."""
+        return ErrorStatus.GENERAL_FAILURE, None
+
+
+class IDevice(ABC):
+    """IDevice (1.3)."""
+
+    @abstractmethod
+    def get_capabilities(self) -> tuple[ErrorStatus, Capabilities | None]:
+        """getCapabilities_1_3()."""
+
+    @abstractmethod
+    def get_supported_operations(self, model: Model) -> tuple[ErrorStatus, list[bool]]:
+        """getSupportedOperations_1_3(model)."""
+
+    @abstractmethod
+    def get_type(self) -> tuple[ErrorStatus, DeviceType]:
+        """getType()."""
+
+    @abstractmethod
+    def get_version_string(self) -> tuple[ErrorStatus, str]:
+        """getVersionString()."""
+
+    @abstractmethod
+    def get_supported_extensions(self) -> tuple[ErrorStatus, list[Extension]]:
+        """getSupportedExtensions()."""
+
+    @abstractmethod
+    def get_number_of_cache_files_needed(self) -> tuple[ErrorStatus, int, int]:
+        """getNumberOfCacheFilesNeeded() -> (status, numModelCache, numDataCache)."""
+
+    @abstractmethod
+    def prepare_model(self, model: Model, preference: ExecutionPreference,
+                      priority: Priority, deadline: int | None,
+                      model_cache: Sequence[CacheHandle], data_cache: Sequence[CacheHandle],
+                      token: bytes, callback: IPreparedModelCallback) -> ErrorStatus:
+        """prepareModel_1_3(model, preference, priority, deadline, modelCache, dataCache,
+        token, callback)."""
+
+    @abstractmethod
+    def prepare_model_from_cache(self, deadline: int | None,
+                                 model_cache: Sequence[CacheHandle],
+                                 data_cache: Sequence[CacheHandle], token: bytes,
+                                 callback: IPreparedModelCallback) -> ErrorStatus:
+        """prepareModelFromCache_1_3(deadline, modelCache, dataCache, token, callback)."""
+
+    @abstractmethod
+    def allocate(self, desc: BufferDesc, prepared_models: Sequence[IPreparedModel],
+                 input_roles: Sequence[BufferRole], output_roles: Sequence[BufferRole]
+                 ) -> tuple[ErrorStatus, IBuffer | None, int]:
+        """allocate(desc, preparedModels, inputRoles, outputRoles) -> (status, buffer, token)."""
+
+
+# ---- ready-made callbacks -------------------------------------------------------------------
+
+class PreparedModelCallback(IPreparedModelCallback):
+    """A waitable IPreparedModelCallback that records how often it was notified."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self.calls = 0
+        self.status = ErrorStatus.GENERAL_FAILURE
+        self.prepared_model: IPreparedModel | None = None
+
+    def notify(self, status: ErrorStatus, prepared_model: IPreparedModel | None) -> None:
+        with self._lock:
+            self.calls += 1
+            if self.calls == 1:
+                self.status, self.prepared_model = ErrorStatus(status), prepared_model
+        self._event.set()
+
+    def wait(self, timeout: float | None = None) -> tuple[ErrorStatus, IPreparedModel | None]:
+        if not self._event.wait(timeout):
+            raise TimeoutError("prepared-model callback was not notified")
+        return self.status, self.prepared_model
+
+
+class ExecutionCallback(IExecutionCallback):
+    """A waitable IExecutionCallback that records how often it was notified."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self.calls = 0
+        self.status = ErrorStatus.GENERAL_FAILURE
+        self.output_shapes: list[OutputShape] = []
+        self.timing: Timing = NO_TIMING
+
+    def notify(self, status: ErrorStatus, output_shapes: list[OutputShape],
+               timing: Timing) -> None:
+        with self._lock:
+            self.calls += 1
+            if self.calls == 1:
+                self.status, self.output_shapes, self.timing = (ErrorStatus(status),
+                                                                list(output_shapes), timing)
+        self._event.set()
+
+    def wait(self, timeout: float | None = None
+             ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+        if not self._event.wait(timeout):
+            raise TimeoutError("execution callback was not notified")
+        return self.status, self.output_shapes, self.timing

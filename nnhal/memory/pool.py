@@ -1,0 +1,165 @@
+"""Shared-memory pools of the kinds the HAL memory guide names.
+
+``ashmem`` and ``hardware_buffer_blob`` are anonymous shared memory (``memfd`` on Linux);
+``mmap_fd`` maps a caller's file descriptor at an offset. Each pool is mapped once, lazily, and
+read and written through numpy views without copies. Every access is bounds-checked, so a bad
+location in a model or request is an error status, never an out-of-range read or write.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+
+import numpy as np
+
+ASHMEM = "ashmem"
+MMAP_FD = "mmap_fd"
+HARDWARE_BUFFER_BLOB = "hardware_buffer_blob"
+#: Memory names a driver must be able to map (the memory guide: ashmem, mmap_fd, and since
+#: 1.3 hardware_buffer_blob).
+SUPPORTED_NAMES = (ASHMEM, MMAP_FD, HARDWARE_BUFFER_BLOB)
+
+
+class MemoryError_(Exception):
+    """A memory could not be mapped, or an access fell outside it."""
+
+
+class SharedMemory:
+    """``hidl_memory``: a named, sized region backed by a file descriptor.
+
+    The descriptor is owned by this object (closed by :meth:`close`); ``offset`` is where the
+    region starts in the file, which need not be page-aligned.
+    """
+
+    def __init__(self, name: str, fd: int, size: int, offset: int = 0, *, owns_fd: bool = True):
+        self.name = name
+        self.fd = fd
+        self.size = int(size)
+        self.offset = int(offset)
+        self._owns_fd = owns_fd
+        self._lock = threading.Lock()
+        self._mmap: mmap.mmap | None = None
+        self._array: np.ndarray | None = None
+        self._closed = False
+
+    # ---- construction ------------------------------------------------------------------
+    @classmethod
+    def ashmem(cls, size: int, name: str = ASHMEM) -> SharedMemory:
+        """Anonymous shared memory of ``size`` bytes (zero-filled)."""
+        if size < 0:
+            raise MemoryError_("negative size")
+        fd = os.memfd_create(f"nnhal-{name}", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+        except OSError:
+            os.close(fd)
+            raise
+        return cls(name, fd, size)
+
+    @classmethod
+    def hardware_buffer_blob(cls, size: int) -> SharedMemory:
+        """An AHardwareBuffer of format BLOB: on a Linux host, shared memory of that name."""
+        return cls.ashmem(size, HARDWARE_BUFFER_BLOB)
+
+    @classmethod
+    def mmap_fd(cls, fd: int, size: int, offset: int = 0, *, dup: bool = True) -> SharedMemory:
+        """Map ``size`` bytes of an open file from ``offset``; the fd is duplicated by default."""
+        if size < 0 or offset < 0:
+            raise MemoryError_("negative size or offset")
+        return cls(MMAP_FD, os.dup(fd) if dup else fd, size, offset)
+
+    @classmethod
+    def from_bytes(cls, data: bytes | bytearray | memoryview, name: str = ASHMEM) -> SharedMemory:
+        mem = cls.ashmem(len(data), name)
+        if len(data):
+            mem.array()[:] = np.frombuffer(data, dtype=np.uint8)
+        return mem
+
+    # ---- mapping -----------------------------------------------------------------------
+    def array(self) -> np.ndarray:
+        """The whole region as a writable uint8 array (mapped on first use)."""
+        arr = self._array
+        if arr is not None:
+            return arr
+        with self._lock:
+            if self._closed:
+                raise MemoryError_("memory is closed")
+            if self._array is None:
+                self._array = self._map()
+            return self._array
+
+    def _map(self) -> np.ndarray:
+        if self.name not in SUPPORTED_NAMES:
+            raise MemoryError_(f"unsupported memory name {self.name!r}")
+        if self.size == 0:
+            return np.zeros(0, dtype=np.uint8)
+        try:
+            file_size = os.fstat(self.fd).st_size
+        except OSError as e:
+            raise MemoryError_(f"bad file descriptor: {e}") from e
+        if self.offset + self.size > file_size:
+            raise MemoryError_(
+                f"region [{self.offset}, {self.offset + self.size}) beyond file size {file_size}")
+        start = self.offset - self.offset % mmap.ALLOCATIONGRANULARITY
+        skip = self.offset - start
+        try:
+            mm = mmap.mmap(self.fd, skip + self.size, offset=start)
+        except (OSError, ValueError) as e:
+            raise MemoryError_(f"cannot map memory: {e}") from e
+        self._mmap = mm
+        return np.frombuffer(mm, dtype=np.uint8, count=self.size, offset=skip)
+
+    def view(self, offset: int, length: int) -> np.ndarray:
+        """Bytes ``[offset, offset + length)`` as a uint8 view, bounds-checked."""
+        if offset < 0 or length < 0 or offset + length > self.size:
+            raise MemoryError_(
+                f"access [{offset}, {offset + length}) outside memory of size {self.size}")
+        return self.array()[offset:offset + length]
+
+    def read(self, offset: int, length: int) -> bytes:
+        return self.view(offset, length).tobytes()
+
+    def write(self, offset: int, data: bytes | np.ndarray) -> None:
+        buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) \
+            else np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        self.view(offset, buf.size)[:] = buf
+
+    def close(self) -> None:
+        """Release the mapping and the descriptor. Views still held keep the pages alive."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._array = None
+            mm, self._mmap = self._mmap, None
+            if mm is not None:
+                try:
+                    mm.close()
+                except BufferError:
+                    pass  # numpy views still reference it; it is freed with them
+            if self._owns_fd:
+                try:
+                    os.close(self.fd)
+                except OSError:
+                    pass
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> SharedMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return f"SharedMemory({self.name!r}, size={self.size}, offset={self.offset})"

@@ -1,0 +1,281 @@
+"""Model validation: every structural rule of the HAL text, before any operation-level check.
+
+Operation-level rules (counts, types, ranks and parameters per operation and version) live with
+each operation in :mod:`nnhal.ops` and run when the plan is built; this module checks what is
+common to all models: operand types and quantization parameters, dimensions, lifetimes and
+locations, graph structure and order, subgraph references and cycles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from nnhal.hal.types import (
+    OPERATION_VERSION,
+    DataLocation,
+    ExecutionPreference,
+    Model,
+    Operand,
+    OperandLifeTime,
+    OperandType,
+    OperationType,
+    Priority,
+    Subgraph,
+    SymmPerChannelQuantParams,
+    extension_prefix,
+    is_extension_type,
+)
+
+L = OperandLifeTime
+T = OperandType
+
+
+class ValidationError(Exception):
+    """The model or request breaks a HAL rule; reported as INVALID_ARGUMENT."""
+
+
+def _fail(msg: str) -> ValidationError:
+    return ValidationError(msg)
+
+
+def operand_byte_size(op: Operand) -> int | None:
+    """Bytes a fully specified operand occupies; ``None`` if its size is not known."""
+    try:
+        t = T(op.type)
+    except ValueError:
+        return None
+    if t.is_scalar:
+        return t.byte_size
+    if t == T.SUBGRAPH:
+        return 0
+    if not op.dimensions or any(d == 0 for d in op.dimensions):
+        return None
+    return int(np.prod(op.dimensions, dtype=np.int64)) * t.byte_size
+
+
+def _extension_prefixes(model: Model) -> set[int]:
+    return {int(e.prefix) for e in model.extension_name_to_prefix}
+
+
+def validate_operand(op: Operand, where: str, prefixes: set[int]) -> None:
+    """Type, dimensions and quantization parameters of one operand."""
+    raw_type = int(op.type)
+    if is_extension_type(raw_type):
+        if extension_prefix(raw_type) not in prefixes:
+            raise _fail(f"{where}: extension type {raw_type:#x} has no declared prefix")
+        return
+    try:
+        t = T(raw_type)
+    except ValueError:
+        raise _fail(f"{where}: invalid operand type {raw_type}") from None
+    if t in (T.OEM, T.TENSOR_OEM_BYTE):
+        raise _fail(f"{where}: OEM operand types are deprecated and not supported")
+    if any((not isinstance(d, (int, np.integer))) or d < 0 or d > 0xFFFFFFFF
+           for d in op.dimensions):
+        raise _fail(f"{where}: invalid dimensions {list(op.dimensions)}")
+    if (t.is_scalar or t == T.SUBGRAPH) and op.dimensions:
+        raise _fail(f"{where}: scalar {t.name} must have no dimensions")
+    scale, zp = float(op.scale), int(op.zero_point)
+    if not np.isfinite(scale) or scale < 0:
+        raise _fail(f"{where}: invalid scale {op.scale}")
+    if t in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM,
+             T.TENSOR_QUANT16_ASYMM, T.TENSOR_QUANT16_SYMM):
+        if scale <= 0:
+            raise _fail(f"{where}: {t.name} needs a positive scale, got {op.scale}")
+        lo, hi = {T.TENSOR_QUANT8_ASYMM: (0, 255), T.TENSOR_QUANT8_ASYMM_SIGNED: (-128, 127),
+                  T.TENSOR_QUANT16_ASYMM: (0, 65535)}.get(t, (0, 0))
+        if not lo <= zp <= hi:
+            raise _fail(f"{where}: {t.name} zeroPoint {zp} outside [{lo}, {hi}]")
+    elif t == T.TENSOR_INT32:
+        if zp != 0:
+            raise _fail(f"{where}: TENSOR_INT32 zeroPoint must be 0")
+    else:
+        if scale != 0 or zp != 0:
+            raise _fail(f"{where}: {t.name} must have scale 0 and zeroPoint 0")
+    if t == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+        cq = op.extra_params
+        if not isinstance(cq, SymmPerChannelQuantParams):
+            raise _fail(f"{where}: per-channel operand needs channel quantization parameters")
+        rank = len(op.dimensions)
+        if not 0 <= int(cq.channel_dim) < max(rank, 1) or rank == 0:
+            raise _fail(f"{where}: channelDim {cq.channel_dim} invalid for rank {rank}")
+        n = op.dimensions[cq.channel_dim]
+        if n == 0:
+            raise _fail(f"{where}: the channel dimension must be known")
+        if len(cq.scales) != n:
+            raise _fail(f"{where}: {len(cq.scales)} channel scales for {n} channels")
+        if any(not (np.isfinite(s) and s > 0) for s in cq.scales):
+            raise _fail(f"{where}: channel scales must be positive")
+    elif op.extra_params is not None:
+        raise _fail(f"{where}: {t.name} takes no extra parameters")
+
+
+def _validate_location(op: Operand, where: str, model: Model, pool_sizes: Sequence[int]) -> None:
+    lt = op.lifetime
+    loc = op.location
+    if not isinstance(loc, DataLocation):
+        raise _fail(f"{where}: invalid location")
+    if min(loc.pool_index, loc.offset, loc.length) < 0:
+        raise _fail(f"{where}: negative location field")
+    if lt == L.CONSTANT_COPY or lt == L.CONSTANT_REFERENCE:
+        if is_extension_type(op.type):
+            size = None
+        else:
+            size = operand_byte_size(op)
+            if size is None:
+                raise _fail(f"{where}: constant operand must have fully specified dimensions")
+            if loc.length != size:
+                raise _fail(f"{where}: location length {loc.length} != operand size {size}")
+        if lt == L.CONSTANT_COPY:
+            if loc.pool_index != 0:
+                raise _fail(f"{where}: CONSTANT_COPY must have poolIndex 0")
+            limit = len(model.operand_values)
+        else:
+            if loc.pool_index >= len(pool_sizes):
+                raise _fail(f"{where}: pool index {loc.pool_index} out of range")
+            limit = pool_sizes[loc.pool_index]
+        if loc.offset + loc.length > limit:
+            raise _fail(f"{where}: location [{loc.offset}, {loc.offset + loc.length}) beyond "
+                        f"{'operandValues' if lt == L.CONSTANT_COPY else 'pool'} of {limit} bytes")
+    elif lt == L.SUBGRAPH:
+        if int(op.type) != T.SUBGRAPH:
+            raise _fail(f"{where}: lifetime SUBGRAPH needs type SUBGRAPH")
+        if loc.pool_index != 0 or loc.length != 0:
+            raise _fail(f"{where}: SUBGRAPH operand has an invalid location")
+        if loc.offset >= len(model.referenced):
+            raise _fail(f"{where}: subgraph reference {loc.offset} out of range")
+    else:
+        if loc != DataLocation(0, 0, 0):
+            raise _fail(f"{where}: lifetime {L(lt).name} must have an empty location")
+    if int(op.type) == T.SUBGRAPH and lt != L.SUBGRAPH:
+        raise _fail(f"{where}: SUBGRAPH operand must have lifetime SUBGRAPH")
+
+
+def validate_subgraph(sg: Subgraph, name: str, model: Model, pool_sizes: Sequence[int],
+                      prefixes: set[int]) -> None:
+    """Operands, operations, order and inputs/outputs of one subgraph."""
+    n = len(sg.operands)
+    for i, op in enumerate(sg.operands):
+        where = f"{name} operand {i}"
+        try:
+            lt = L(op.lifetime)
+        except ValueError:
+            raise _fail(f"{where}: invalid lifetime {op.lifetime}") from None
+        op.lifetime = lt
+        validate_operand(op, where, prefixes)
+        _validate_location(op, where, model, pool_sizes)
+
+    consumers = [0] * n
+    written = [False] * n
+    for i, op in enumerate(sg.operands):
+        if op.lifetime in (L.SUBGRAPH_INPUT, L.CONSTANT_COPY, L.CONSTANT_REFERENCE, L.NO_VALUE,
+                           L.SUBGRAPH):
+            written[i] = True
+    for k, operation in enumerate(sg.operations):
+        where = f"{name} operation {k}"
+        try:
+            op_type = OperationType(operation.type)
+        except ValueError:
+            raise _fail(f"{where}: invalid operation type {operation.type}") from None
+        if op_type == OperationType.OEM_OPERATION or op_type not in OPERATION_VERSION:
+            raise _fail(f"{where}: OEM operations are not supported")
+        where = f"{name} operation {k} ({op_type.name})"
+        for i in operation.inputs:
+            if not 0 <= i < n:
+                raise _fail(f"{where}: input operand index {i} out of range")
+            if not written[i]:
+                raise _fail(f"{where}: input operand {i} is read before it is written")
+            consumers[i] += 1
+        for i in operation.outputs:
+            if not 0 <= i < n:
+                raise _fail(f"{where}: output operand index {i} out of range")
+            if sg.operands[i].lifetime not in (L.TEMPORARY_VARIABLE, L.SUBGRAPH_OUTPUT):
+                raise _fail(f"{where}: output operand {i} has lifetime "
+                            f"{L(sg.operands[i].lifetime).name}")
+            if written[i]:
+                raise _fail(f"{where}: output operand {i} is written twice")
+            written[i] = True
+    for i, op in enumerate(sg.operands):
+        if consumers[i] != op.number_of_consumers:
+            raise _fail(f"{name} operand {i}: numberOfConsumers is {op.number_of_consumers}, "
+                        f"actual {consumers[i]}")
+        if not written[i]:
+            raise _fail(f"{name} operand {i}: no operation writes it")
+
+    for kind, indexes, lifetime in (("input", sg.input_indexes, L.SUBGRAPH_INPUT),
+                                    ("output", sg.output_indexes, L.SUBGRAPH_OUTPUT)):
+        seen: set[int] = set()
+        for i in indexes:
+            if not 0 <= i < n:
+                raise _fail(f"{name}: {kind} index {i} out of range")
+            if i in seen:
+                raise _fail(f"{name}: operand {i} listed twice as an {kind}")
+            seen.add(i)
+            if sg.operands[i].lifetime != lifetime:
+                raise _fail(f"{name}: {kind} operand {i} has lifetime "
+                            f"{L(sg.operands[i].lifetime).name}")
+        expected = {i for i, op in enumerate(sg.operands) if op.lifetime == lifetime}
+        if expected != seen:
+            missing = sorted(expected - seen)
+            raise _fail(f"{name}: operands {missing} have lifetime {lifetime.name} but are not "
+                        f"listed as subgraph {kind}s")
+
+
+def _check_no_cycles(model: Model) -> None:
+    """Subgraph references must form a DAG (no recursion through IF/WHILE)."""
+    refs: list[set[int]] = []
+    for sg in model.referenced:
+        refs.append({int(op.location.offset) for op in sg.operands if op.lifetime == L.SUBGRAPH})
+    state = [0] * len(model.referenced)  # 0 new, 1 on stack, 2 done
+
+    def visit(i: int) -> None:
+        stack = [(i, iter(sorted(refs[i])))]
+        state[i] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+                continue
+            if state[nxt] == 1:
+                raise _fail(f"referenced subgraph {nxt} is part of a reference cycle")
+            if state[nxt] == 0:
+                state[nxt] = 1
+                stack.append((nxt, iter(sorted(refs[nxt]))))
+
+    for i in range(len(model.referenced)):
+        if state[i] == 0:
+            visit(i)
+
+
+def validate_model(model: Model, pool_sizes: Sequence[int]) -> None:
+    """Raise :class:`ValidationError` for the first structural rule the model breaks."""
+    if not isinstance(model.operand_values, (bytes, bytearray, memoryview)):
+        raise _fail("operandValues must be bytes")
+    prefixes = _extension_prefixes(model)
+    seen_names: set[str] = set()
+    for e in model.extension_name_to_prefix:
+        if e.name in seen_names or not 0 <= int(e.prefix) <= 0xFFFF or int(e.prefix) == 0:
+            raise _fail(f"invalid extension name/prefix entry {e}")
+        seen_names.add(e.name)
+    validate_subgraph(model.main, "main", model, pool_sizes, prefixes)
+    for i, sg in enumerate(model.referenced):
+        validate_subgraph(sg, f"subgraph {i}", model, pool_sizes, prefixes)
+    _check_no_cycles(model)
+
+
+def validate_preference(preference: int) -> None:
+    try:
+        ExecutionPreference(preference)
+    except ValueError:
+        raise _fail(f"invalid execution preference {preference}") from None
+
+
+def validate_priority(priority: int) -> None:
+    try:
+        Priority(priority)
+    except ValueError:
+        raise _fail(f"invalid priority {priority}") from None
