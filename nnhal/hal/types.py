@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Union
 
 import numpy as np
 
@@ -371,7 +370,7 @@ class Request:
 
     inputs: list[RequestArgument]
     outputs: list[RequestArgument]
-    pools: list[Union[MemoryPool, object]] = field(default_factory=list)
+    pools: list[MemoryPool | object] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,7 @@ def quant_activation_range(code: int, scale: float, zero_point: int,
     qmin, qmax = qrange(t)
 
     def q(v: float) -> int:
-        return zero_point + int(round(v / scale))
+        return zero_point + round_half_away_scalar(v / scale)
 
     if code == ACT_RELU:
         return max(qmin, q(0.0)), qmax
@@ -80,6 +80,12 @@ def quant_activation_range(code: int, scale: float, zero_point: int,
     return qmin, qmax
 
 
+def round_half_away_scalar(v: float) -> int:
+    """std::round: halves away from zero (Python's round() goes to even)."""
+    r = math.floor(abs(v) + 0.5)
+    return int(-r if v < 0 else r)
+
+
 # ---- fixed-point requantisation --------------------------------------------------------------
 
 def quantize_multiplier(real: float) -> tuple[int, int]:
@@ -87,7 +93,7 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
     if real == 0.0:
         return 0, 0
     frac, shift = math.frexp(real)
-    q = int(round(frac * (1 << 31)))
+    q = round_half_away_scalar(frac * (1 << 31))
     if q == (1 << 31):
         q //= 2
         shift += 1

@@ -184,10 +184,21 @@ def registered() -> dict[int, OperationDef]:
 
 
 _LOADED = False
+_LOAD_ERRORS: dict[str, str] = {}
+
+
+def load_errors() -> dict[str, str]:
+    """Family modules that failed to import (their operations are then unsupported)."""
+    _load_all()
+    return dict(_LOAD_ERRORS)
 
 
 def _load_all() -> None:
-    """Import every family module once so their ``@register`` decorators run."""
+    """Import every family module once so their ``@register`` decorators run.
+
+    A module that fails to import leaves its operations unregistered (reported as unsupported)
+    instead of taking the whole driver down; :func:`load_errors` lists such modules.
+    """
     global _LOADED
     if _LOADED:
         return
@@ -198,5 +209,9 @@ def _load_all() -> None:
     import nnhal.ops as pkg
 
     for mod in pkgutil.iter_modules(pkg.__path__):
-        if mod.name not in ("registry", "common", "testing"):
+        if mod.name in ("registry", "common", "testing"):
+            continue
+        try:
             importlib.import_module(f"nnhal.ops.{mod.name}")
+        except Exception as e:  # noqa: BLE001
+            _LOAD_ERRORS[mod.name] = f"{type(e).__name__}: {e}"

@@ -1,0 +1,57 @@
+"""Broadcasting comparisons: EQUAL, NOT_EQUAL, GREATER, GREATER_EQUAL, LESS, LESS_EQUAL.
+
+Quantized inputs are compared on their real values (each dequantised with its own scale and
+zero point in float32), as the reference driver does since HAL 1.3, so the two inputs may
+carry different quantization parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from nnhal.hal.types import OperandType, OperationType
+from nnhal.ops import common as C
+from nnhal.ops.elementwise import BroadcastBinary, table_lookup
+from nnhal.ops.registry import OpContext, OperandInfo, register
+
+T = OperandType
+O = OperationType
+
+COMPARE_TYPES = (T.TENSOR_BOOL8, T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32,
+                 *C.QUANT8_TYPES)
+
+_FUNCS: dict[OperationType, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    O.EQUAL: np.equal, O.NOT_EQUAL: np.not_equal, O.GREATER: np.greater,
+    O.GREATER_EQUAL: np.greater_equal, O.LESS: np.less, O.LESS_EQUAL: np.less_equal,
+}
+
+
+def real_table(info: OperandInfo) -> np.ndarray:
+    """float32 real value of every stored value of an 8-bit quantized type."""
+    qmin, qmax = C.qrange(info.type)
+    q = np.arange(qmin, qmax + 1, dtype=np.int32)
+    with np.errstate(all="ignore"):
+        return (q - np.int32(info.zero_point)).astype(np.float32) * np.float32(info.scale)
+
+
+class _Compare(BroadcastBinary):
+    types = COMPARE_TYPES
+
+    def output_type(self, t: OperandType) -> OperandType:
+        return T.TENSOR_BOOL8
+
+    def kernel(self, ctx: OpContext):
+        fn = _FUNCS[self.op_type]
+        a, b = ctx.inputs[0], ctx.inputs[1]
+        if a.type in C.QUANT8_TYPES:
+            qmin = C.qrange(a.type)[0]
+            ra, rb = real_table(a), real_table(b)
+            return lambda ins, rt: [fn(table_lookup(ra, ins[0], qmin),
+                                       table_lookup(rb, ins[1], qmin))]
+        return lambda ins, rt: [np.asarray(fn(ins[0], ins[1]), dtype=np.bool_)]
+
+
+for _op in _FUNCS:
+    register(_op)(type(f"_{_op.name.title().replace('_', '')}", (_Compare,), {}))

@@ -1,0 +1,123 @@
+"""Control flow: IF and WHILE run referenced subgraphs by index (HAL 1.3).
+
+Operands flowing through them may have unknown dimensions or rank: the callee plans check what
+they receive at run time. A WHILE that runs past the loop timeout is aborted with
+MISSED_DEADLINE_TRANSIENT, and no partial output is reported.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from nnhal.hal.types import ErrorStatus, OperandType, OperationType
+from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, OpError, register
+
+T = OperandType
+
+
+def _compatible(a: OperandInfo, b: OperandInfo, shapes: bool = True) -> bool:
+    """Same type and quantization; shapes agree wherever both are known."""
+    if a.type != b.type:
+        return False
+    if a.type in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM,
+                  T.TENSOR_QUANT16_ASYMM, T.TENSOR_QUANT16_SYMM) and \
+            (a.scale != b.scale or a.zero_point != b.zero_point):
+        return False
+    if not shapes or a.shape is None or b.shape is None:
+        return True
+    if len(a.shape) != len(b.shape):
+        return False
+    return all(x == 0 or y == 0 or x == y for x, y in zip(a.shape, b.shape))
+
+
+def _subgraph(ctx: OpContext, index: int) -> object:
+    info = ctx.inputs[index]
+    ctx.require(info.type == T.SUBGRAPH, f"input {index} must be a SUBGRAPH reference")
+    ctx.require(info.value is not None and 0 <= int(info.value) < len(ctx.subgraphs),
+                f"input {index} references a missing subgraph")
+    return ctx.subgraphs[int(info.value)]
+
+
+def _check_signature(ctx: OpContext, name: str, infos: list[OperandInfo],
+                     actual: list[OperandInfo], shapes: bool = True) -> None:
+    ctx.require(len(infos) == len(actual),
+                f"{name} has {len(infos)} operands where {len(actual)} are passed")
+    for k, (a, b) in enumerate(zip(infos, actual)):
+        ctx.require(_compatible(a, b, shapes),
+                    f"{name} operand {k} does not match the operation's")
+
+
+def _is_true(value: np.ndarray) -> bool:
+    flat = np.asarray(value).reshape(-1)
+    if flat.size != 1:
+        raise OpError("condition must hold exactly one value")
+    return bool(flat[0])
+
+
+@register(OperationType.IF)
+class If(OperationDef):
+    def validate(self, ctx: OpContext) -> None:
+        ctx.require(len(ctx.inputs) >= 3 and len(ctx.outputs) >= 1,
+                    "needs a condition, two subgraphs and at least one output")
+        cond = ctx.inputs[0]
+        ctx.require(cond.type == T.TENSOR_BOOL8, "condition must be TENSOR_BOOL8")
+        ctx.require(cond.shape is None or int(np.prod(cond.shape or (1,))) in (0, 1)
+                    and len(cond.shape) <= 1, "condition must have shape [1]")
+        for branch in (1, 2):
+            sg = _subgraph(ctx, branch)
+            _check_signature(ctx, f"branch subgraph {branch}", sg.input_infos, ctx.inputs[3:])
+            _check_signature(ctx, f"branch subgraph {branch} outputs", sg.output_infos,
+                             ctx.outputs)
+
+    def kernel(self, ctx: OpContext):
+        then_sg = ctx.subgraphs[int(ctx.inputs[1].value)]
+        else_sg = ctx.subgraphs[int(ctx.inputs[2].value)]
+
+        def run(ins, rt):
+            branch = then_sg if _is_true(ins[0]) else else_sg
+            return branch.run(list(ins[3:]), rt)
+
+        return run
+
+
+@register(OperationType.WHILE)
+class While(OperationDef):
+    def validate(self, ctx: OpContext) -> None:
+        ctx.require(len(ctx.inputs) >= 3 and len(ctx.outputs) >= 1,
+                    "needs condition and body subgraphs, inputs and at least one output")
+        cond = _subgraph(ctx, 0)
+        body = _subgraph(ctx, 1)
+        m = len(ctx.outputs)
+        k = len(body.output_infos) - m
+        n = len(body.input_infos) - m - k
+        ctx.require(k >= 0 and n >= 0, "body subgraph does not fit the operation's operands")
+        outer = ctx.inputs[2:]
+        _check_signature(ctx, "body subgraph", body.input_infos, outer)
+        _check_signature(ctx, "condition subgraph", cond.input_infos, outer)
+        _check_signature(ctx, "body subgraph outputs", body.output_infos, outer[:m + k])
+        # Loop-carried values may change shape across iterations: types must agree, not shapes.
+        _check_signature(ctx, "WHILE outputs", ctx.outputs, outer[:m], shapes=False)
+        ctx.require(len(cond.output_infos) == 1 and cond.output_infos[0].type == T.TENSOR_BOOL8,
+                    "condition subgraph must have one TENSOR_BOOL8 output")
+
+    def kernel(self, ctx: OpContext):
+        cond = ctx.subgraphs[int(ctx.inputs[0].value)]
+        body = ctx.subgraphs[int(ctx.inputs[1].value)]
+        m = len(ctx.outputs)
+        carried = len(body.output_infos)
+
+        def run(ins, rt):
+            values = list(ins[2:])
+            start = time.monotonic_ns()
+            limit = rt.loop_timeout_ns
+            while _is_true(cond.run(values, rt)[0]):
+                if time.monotonic_ns() - start > limit:
+                    raise OpError("WHILE loop exceeded the loop timeout",
+                                  ErrorStatus.MISSED_DEADLINE_TRANSIENT)
+                rt.check_deadline()
+                values[:carried] = body.run(values, rt)
+            return values[:m]
+
+        return run

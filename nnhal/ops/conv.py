@@ -1,0 +1,738 @@
+"""Convolutions and dense layers: CONV_2D, DEPTHWISE_CONV_2D, GROUPED_CONV_2D,
+TRANSPOSE_CONV_2D and FULLY_CONNECTED.
+
+Every forward convolution is run as a grouped convolution over NHWC data: CONV_2D is one
+group, DEPTHWISE_CONV_2D one group per input channel. Sums are accumulated in float64, which is
+exact for the quantized kernels (8-bit products summed far below 2**53) and correctly rounded
+for the float ones, so results do not depend on the summation order the way float32 sums do.
+Quantized results then go through the reference fixed-point requantisation: the multiplier is
+``float32(input_scale * filter_scale) / output_scale`` in double precision, per output channel
+for TENSOR_QUANT8_SYMM_PER_CHANNEL filters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nnhal.hal.types import OperandType, OperationType
+from nnhal.ops import common as C
+from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, OpError, register
+
+T = OperandType
+O = OperationType
+
+PAD_SAME, PAD_VALID = 1, 2
+_PER_CHANNEL = T.TENSOR_QUANT8_SYMM_PER_CHANNEL
+
+
+# ---- padding and output sizes ---------------------------------------------------------------
+
+def explicit_padding(in_size: int, stride: int, dilation: int, filter_size: int, code: int,
+                     transpose: bool = False) -> tuple[int, int]:
+    """(head, tail) padding of an implicit padding scheme.
+
+    For TRANSPOSE_CONV_2D ``in_size`` is the requested output size and the tail is made to
+    fit the last stride exactly, so it may be negative.
+    """
+    head = tail = 0
+    if code == PAD_SAME:
+        effective = (filter_size - 1) * dilation + 1
+        out = (in_size + stride - 1) // stride
+        needed = (out - 1) * stride + effective - in_size
+        if needed > 0:
+            head = needed // 2
+            tail = needed - head
+        if transpose:
+            tail = needed - head
+    return head, tail
+
+
+def _cdiv(a: int, b: int) -> int:
+    """C integer division (truncates toward zero)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def conv_out_size(in_size: int, filter_size: int, stride: int, dilation: int, head: int,
+                  tail: int) -> int:
+    effective = (filter_size - 1) * dilation + 1
+    return _cdiv(in_size - effective + stride + head + tail, stride)
+
+
+def transpose_conv_out_size(in_size: int, filter_size: int, stride: int, head: int,
+                            tail: int) -> int:
+    return in_size * stride + filter_size - stride - head - tail
+
+
+# ---- operand signatures ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Layout:
+    """Input index of every parameter in one signature of a convolution (None: absent)."""
+
+    implicit: bool
+    pad: tuple[int, ...]  # (code,) or (left, right, top, bottom)
+    stride_w: int
+    stride_h: int
+    act: int
+    extra: int | None  # depth multiplier or number of groups
+    nchw: int | None
+    dil_w: int | None
+    dil_h: int | None
+    out_shape: int | None  # TRANSPOSE_CONV_2D output shape tensor
+
+
+def _make_layout(n: int, implicit: bool, has_extra: bool, out_shape: bool = False) -> _Layout:
+    i = 3
+    oshape = None
+    if out_shape:
+        oshape, i = i, i + 1
+    if implicit:
+        pad, i = (i,), i + 1
+    else:
+        pad, i = (i, i + 1, i + 2, i + 3), i + 4
+    sw, sh, i = i, i + 1, i + 2
+    extra = None
+    if has_extra:
+        extra, i = i, i + 1
+    act, i = i, i + 1
+    nchw = i if n > i else None
+    dw, dh = (i + 1, i + 2) if n > i + 2 else (None, None)
+    return _Layout(implicit, pad, sw, sh, act, extra, nchw, dw, dh, oshape)
+
+
+@dataclass
+class _Args:
+    """Scalar parameters of one convolution; None where not known yet (validate time)."""
+
+    code: int | None = None
+    pads: tuple[Any, Any, Any, Any] | None = None  # left, right, top, bottom
+    stride: tuple[Any, Any] = (None, None)  # height, width
+    dilation: tuple[Any, Any] = (1, 1)
+    extra: int | None = None
+    act: int | None = None
+    nchw: bool | None = False
+    out_shape: np.ndarray | None = None
+
+
+def _resolve(layout: _Layout, get: Callable[[int], Any]) -> _Args:
+    def scalar(i: int | None, default: Any = None, cast: Callable = int) -> Any:
+        v = _OMITTED if i is None else get(i)
+        if v is _OMITTED:
+            return default
+        return None if v is None else cast(np.asarray(v).item())
+
+    a = _Args()
+    if layout.implicit:
+        a.code = scalar(layout.pad[0])
+    else:
+        a.pads = tuple(scalar(i) for i in layout.pad)  # type: ignore[assignment]
+    a.stride = (scalar(layout.stride_h), scalar(layout.stride_w))
+    a.dilation = (scalar(layout.dil_h, 1), scalar(layout.dil_w, 1))
+    a.extra = scalar(layout.extra)
+    a.act = scalar(layout.act)
+    a.nchw = scalar(layout.nchw, False, bool)
+    if layout.out_shape is not None:
+        v = get(layout.out_shape)
+        a.out_shape = None if v is None or v is _OMITTED else np.asarray(v)
+    return a
+
+
+def _check_args(a: _Args, transpose: bool = False) -> None:
+    """Range checks of the parameters that are known; raises OpError."""
+    if a.code is not None and a.code not in (0, PAD_SAME, PAD_VALID):
+        raise OpError(f"invalid implicit padding scheme {a.code}")
+    if a.pads is not None:
+        checked = (a.pads[0], a.pads[2]) if transpose else a.pads
+        if any(p is not None and p < 0 for p in checked):
+            raise OpError(f"negative padding {a.pads}")
+    if any(s is not None and s <= 0 for s in a.stride):
+        raise OpError(f"strides must be positive, got {a.stride}")
+    if any(d is not None and d <= 0 for d in a.dilation):
+        raise OpError(f"dilation factors must be positive, got {a.dilation}")
+    if a.extra is not None and a.extra <= 0:
+        raise OpError(f"depth multiplier / group count must be positive, got {a.extra}")
+    if a.act is not None:
+        C.activation_code(a.act)
+    if a.out_shape is not None and a.out_shape.shape != (4,):
+        raise OpError("output shape must be a 1-D tensor of 4 elements")
+
+
+def _known(*values: Any) -> bool:
+    return all(v is not None for v in values)
+
+
+_OMITTED = object()
+
+
+def _getter(ctx: OpContext, ins: Sequence[Any] | None) -> Callable[[int], Any]:
+    """Parameter lookup: constants at validate time (None when not constant), run-time values
+    when ``ins`` is given; omitted optional inputs give ``_OMITTED``."""
+    def get(i: int) -> Any:
+        info = ctx.inputs[i]
+        if info.omitted:
+            return _OMITTED
+        if ins is not None:
+            return ins[i]
+        return ctx.const(i)
+
+    return get
+
+
+# ---- quantization ----------------------------------------------------------------------------
+
+def scale_product(input_scale: float, filter_scale: float) -> float:
+    """input_scale * filter_scale rounded to float32, as the reference computes it."""
+    with np.errstate(over="ignore", under="ignore"):
+        return float(np.float32(input_scale) * np.float32(filter_scale))
+
+
+def conv_multiplier(input_scale: float, filter_scale: float, output_scale: float) -> float:
+    """Real requantisation multiplier: float32 scale product over the output scale, in double."""
+    return scale_product(input_scale, filter_scale) / float(np.float32(output_scale))
+
+
+class _Requant:
+    """int32 accumulator (+ bias) -> quantized output, per tensor or per output channel."""
+
+    def __init__(self, inp: OperandInfo, filt: OperandInfo, out: OperandInfo):
+        if filt.type == _PER_CHANNEL:
+            scales = np.asarray(filt.channel_scales, dtype=np.float32)
+        else:
+            scales = np.asarray([filt.scale], dtype=np.float32)
+        pairs = [C.quantize_multiplier(conv_multiplier(inp.scale, float(s), out.scale))
+                 for s in scales]
+        self.multiplier = np.array([p[0] for p in pairs], dtype=np.int64)
+        self.shift = np.array([p[1] for p in pairs], dtype=np.int64)
+        if len(pairs) == 1:
+            self.multiplier = self.multiplier.reshape(())
+            self.shift = self.shift.reshape(())
+        self.out = out
+
+    def __call__(self, acc: np.ndarray, act: int) -> np.ndarray:
+        out = self.out
+        lo, hi = C.quant_activation_range(act, out.scale, out.zero_point, out.type)
+        r = C.multiply_by_quantized_multiplier(acc, self.multiplier, self.shift)
+        return np.clip(r + out.zero_point, lo, hi).astype(out.type.dtype)
+
+
+def _check_types(ctx: OpContext, channel_dim: int | None) -> None:
+    """Input/filter/bias/output types of a convolution-like operation.
+
+    ``channel_dim`` is where a per-channel filter keeps its output channels (None: per-channel
+    filters are not supported).
+    """
+    t = ctx.inputs[0].type
+    ft = ctx.inputs[1].type
+    if t in C.FLOAT_TYPES:
+        ctx.expect_types([t, t, t], [t])
+        return
+    ctx.require(t in C.QUANT8_TYPES, f"unsupported input type {t.name}")
+    allowed = (t, _PER_CHANNEL) if channel_dim is not None else (t,)
+    ctx.expect_types([t, allowed, T.TENSOR_INT32], [t])
+    inp, filt, bias, out = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[0]
+    ctx.require(inp.scale > 0 and out.scale > 0, "quantized scales must be positive")
+    if ft == _PER_CHANNEL:
+        ctx.require(filt.channel_scales is not None, "per-channel filter without scales")
+        ctx.require(filt.channel_dim == channel_dim,
+                    f"per-channel filter must have channelDim {channel_dim}")
+        scales = np.asarray(filt.channel_scales)
+        ctx.require(bool(np.all(scales > 0)), "per-channel scales must be positive")
+        if filt.shape is not None and len(filt.shape) > channel_dim \
+                and filt.shape[channel_dim] > 0:
+            ctx.require(len(scales) == filt.shape[channel_dim],
+                        "per-channel scale count does not match the filter")
+    else:
+        product = scale_product(inp.scale, filt.scale)
+        ctx.require(product > 0, "filter scale must be positive")
+        ctx.require(abs(product - bias.scale) <= 1e-6 * min(product, bias.scale),
+                    "bias scale must equal input_scale * filter_scale")
+    scales = filt.channel_scales if ft == _PER_CHANNEL else [filt.scale]
+    ctx.require(all(conv_multiplier(inp.scale, float(f), out.scale) < 2.0**31 for f in scales),
+                "requantisation multiplier out of range")
+
+
+def _check_scalar_types(ctx: OpContext, layout: _Layout) -> None:
+    ints = list(layout.pad) + [layout.stride_w, layout.stride_h, layout.act]
+    ints += [i for i in (layout.extra, layout.dil_w, layout.dil_h) if i is not None]
+    for i in ints:
+        ctx.require(ctx.inputs[i].type == T.INT32, f"input {i} must be INT32")
+    if layout.nchw is not None:
+        ctx.require(ctx.inputs[layout.nchw].type == T.BOOL, f"input {layout.nchw} must be BOOL")
+    if layout.out_shape is not None:
+        ctx.require(ctx.inputs[layout.out_shape].type == T.TENSOR_INT32,
+                    f"input {layout.out_shape} must be TENSOR_INT32")
+        ctx.expect_rank(layout.out_shape, 1)
+
+
+# ---- numeric engines (NHWC, float64) ------------------------------------------------------------
+
+def _pad(x: np.ndarray, top: int, bottom: int, left: int, right: int) -> np.ndarray:
+    if top == bottom == left == right == 0:
+        return x
+    return np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
+
+
+@dataclass
+class _Weights:
+    """A filter reshaped for the engine that runs it."""
+
+    groups: int
+    kh: int
+    kw: int
+    cout: int
+    mat: np.ndarray  # see _prepare_weights
+
+
+def _prepare_weights(filt: np.ndarray, groups: int) -> _Weights:
+    """``filt`` is [depth_out, kh, kw, depth_group] float64."""
+    cout, kh, kw, cg = filt.shape
+    og = cout // groups
+    if groups == 1:
+        mat = filt.reshape(cout, kh * kw * cg).T  # [taps*cin, cout]
+    elif cg == 1:
+        mat = filt.reshape(groups, og, kh, kw).transpose(2, 3, 0, 1)  # [kh, kw, g, og]
+    else:
+        mat = filt.reshape(groups, og, kh * kw * cg).transpose(0, 2, 1)  # [g, taps*cg, og]
+    return _Weights(groups, kh, kw, cout, np.ascontiguousarray(mat))
+
+
+def _grouped_conv(x: np.ndarray, w: _Weights, stride: tuple[int, int],
+                  dilation: tuple[int, int], pads: tuple[int, int, int, int],
+                  out_hw: tuple[int, int]) -> np.ndarray:
+    """x: [N, H, W, C] float64, pads (top, bottom, left, right) -> [N, OH, OW, depth_out]."""
+    n = x.shape[0]
+    c = x.shape[3]
+    oh, ow = out_hw
+    sh, sw = stride
+    dh, dw = dilation
+    xp = _pad(x, *pads)
+
+    def tap(i: int, j: int) -> np.ndarray:
+        return xp[:, i * dh: i * dh + (oh - 1) * sh + 1: sh,
+                  j * dw: j * dw + (ow - 1) * sw + 1: sw, :]
+
+    taps = [(i, j) for i in range(w.kh) for j in range(w.kw)]
+    g = w.groups
+    if g > 1 and c == g:  # one input channel per group: multiply-accumulate per tap
+        og = w.cout // g
+        acc = np.zeros((n, oh, ow, g, og))
+        for i, j in taps:
+            acc += tap(i, j)[..., None] * w.mat[i, j]
+        return acc.reshape(n, oh, ow, w.cout)
+    if len(taps) == 1:
+        cols = tap(0, 0).reshape(n * oh * ow, c)
+    else:
+        cols = np.empty((n, oh, ow, len(taps), c))
+        for t, (i, j) in enumerate(taps):
+            cols[:, :, :, t, :] = tap(i, j)
+    m = n * oh * ow
+    if g == 1:
+        return (cols.reshape(m, -1) @ w.mat).reshape(n, oh, ow, w.cout)
+    cg = c // g
+    grouped = cols.reshape(m, len(taps), g, cg).transpose(2, 0, 1, 3).reshape(g, m, -1)
+    out = np.matmul(grouped, w.mat)  # [g, m, og]
+    return out.transpose(1, 0, 2).reshape(n, oh, ow, w.cout)
+
+
+def _transpose_conv(x: np.ndarray, wts: _Weights, stride: tuple[int, int],
+                    pads: tuple[int, int, int, int], out_hw: tuple[int, int]) -> np.ndarray:
+    """x: [N, H, W, C] float64, pads (top, bottom, left, right) -> [N, OH, OW, depth_out].
+
+    Each input pixel scatters ``kh * kw`` filter taps into the output; the taps of every pixel
+    come from one matrix product, then each tap is added with a strided slice.
+    """
+    n, h, w, c = x.shape
+    kh, kw, cout = wts.kh, wts.kw, wts.cout
+    sh, sw = stride
+    top, _, left, _ = pads
+    oh, ow = out_hw
+    y = (x.reshape(-1, c) @ wts.mat).reshape(n, h, w, kh, kw, cout)
+    full_h = max((h - 1) * sh + kh, top + oh)
+    full_w = max((w - 1) * sw + kw, left + ow)
+    full = np.zeros((n, full_h, full_w, cout))
+    for i in range(kh):
+        for j in range(kw):
+            full[:, i: i + (h - 1) * sh + 1: sh, j: j + (w - 1) * sw + 1: sw, :] += y[:, :, :, i, j]
+    return full[:, top: top + oh, left: left + ow, :]
+
+
+# ---- the convolution operations ---------------------------------------------------------------
+
+def _as_real(x: np.ndarray, info: OperandInfo) -> np.ndarray:
+    """Float64 values to accumulate: floats as is, quantized values minus their zero point."""
+    if info.type in C.FLOAT_TYPES:
+        return x.astype(np.float64)
+    zp = 0 if info.type == _PER_CHANNEL else info.zero_point
+    return x.astype(np.float64) - zp
+
+
+def _finish(acc: np.ndarray, bias: np.ndarray, act: int, out: OperandInfo,
+            requant: _Requant | None) -> np.ndarray:
+    """Add the bias, apply the activation and convert to the output type."""
+    if requant is None:
+        r = acc + bias.astype(np.float64)
+        lo, hi = C.float_activation_bounds(act)
+        if act != C.ACT_NONE:
+            np.clip(r, lo, hi, out=r)
+        return r.astype(out.type.dtype)
+    total = np.rint(acc).astype(np.int64) + bias.astype(np.int64)
+    return requant(total, act)
+
+
+class _ConvBase(OperationDef):
+    """Shared validate/prepare/kernel of the four convolutions."""
+
+    #: Per-channel filters keep output channels in this dimension.
+    channel_dim = 0
+    transpose = False
+
+    # -- per-operation hooks --
+    def layout(self, ctx: OpContext) -> _Layout:
+        raise NotImplementedError
+
+    def filter_geometry(self, fshape: Sequence[int]) -> tuple[int, int, int]:
+        """(depth_out, kh, kw) from the filter shape."""
+        return fshape[0], fshape[1], fshape[2]
+
+    def check_channels(self, ctx_fail: Callable[[str], OpError], cin: int,
+                       fshape: Sequence[int], a: _Args) -> None:
+        """Raise when input channels and filter disagree (dims are known and > 0)."""
+        if fshape[3] and cin and fshape[3] != cin:
+            raise ctx_fail(f"filter depth {fshape[3]} does not match input depth {cin}")
+
+    # -- shared logic --
+    def _common_validate(self, ctx: OpContext) -> _Layout:
+        ctx.expect_counts(len(ctx.inputs), 1)
+        layout = self.layout(ctx)
+        optional = {layout.nchw, layout.dil_w, layout.dil_h}
+        for i, info in enumerate(ctx.inputs):
+            ctx.require(i in optional or not info.omitted, f"input {i} is required")
+        _check_types(ctx, self.channel_dim)
+        _check_scalar_types(ctx, layout)
+        for i, r in ((0, 4), (1, 4), (2, 1)):
+            ctx.expect_rank(i, r)
+        ctx.expect_rank(0, 4, output=True)
+        return layout
+
+    def validate(self, ctx: OpContext) -> None:
+        layout = self._common_validate(ctx)
+        a = _resolve(layout, _getter(ctx, None))
+        try:
+            _check_args(a, self.transpose)
+        except OpError as e:
+            raise ctx.fail(str(e)) from None
+        self._infer(ctx, a)
+
+    def _infer(self, ctx: OpContext, a: _Args) -> tuple[int, ...]:
+        """Output shape with 0 for unknown dims; raises OpError on inconsistent shapes."""
+        ishape = ctx.inputs[0].shape
+        fshape = ctx.inputs[1].shape
+        bshape = ctx.inputs[2].shape
+        cout = kh = kw = 0
+        if fshape is not None:
+            cout, kh, kw = self.filter_geometry(fshape)
+            if bshape is not None and bshape[0] and cout:
+                ctx.require(bshape[0] == cout, f"bias has {bshape[0]} elements, expected {cout}")
+        elif bshape is not None:
+            cout = bshape[0]
+        if ishape is None or a.nchw is None:
+            return (0, 0, 0, 0) if a.nchw is None else self._order(0, 0, 0, cout, a.nchw)
+        n, h, w, cin = (ishape[0], ishape[2], ishape[3], ishape[1]) if a.nchw else ishape
+        if fshape is not None:
+            try:
+                self.check_channels(ctx.fail, cin, fshape, a)
+            except OpError as e:
+                raise ctx.fail(str(e)) from None
+        out_hw = [0, 0]
+        for dim, (size, k) in enumerate(((h, kh), (w, kw))):
+            if size and k:
+                try:
+                    r = self.axis(a, dim, size, k)
+                except OpError as e:
+                    raise ctx.fail(str(e)) from None
+                out_hw[dim] = 0 if r is None else r[2]
+        return self._order(n, out_hw[0], out_hw[1], cout, a.nchw)
+
+    @staticmethod
+    def _order(n: int, h: int, w: int, c: int, nchw: bool) -> tuple[int, ...]:
+        return (n, c, h, w) if nchw else (n, h, w, c)
+
+    def geometry(self, a: _Args, h: int, w: int, kh: int, kw: int
+                 ) -> tuple[tuple[int, int, int, int], tuple[int, int]] | None:
+        """((top, bottom, left, right), (out_h, out_w)), or None if parameters are unknown."""
+        rows = self.axis(a, 0, h, kh)
+        cols = self.axis(a, 1, w, kw)
+        if rows is None or cols is None:
+            return None
+        return (rows[0], rows[1], cols[0], cols[1]), (rows[2], cols[2])
+
+    def axis(self, a: _Args, dim: int, size: int, k: int) -> tuple[int, int, int] | None:
+        """(pad head, pad tail, output size) along height (dim 0) or width (dim 1)."""
+        s, d = a.stride[dim], a.dilation[dim]
+        if not _known(s, d):
+            return None
+        if a.pads is not None:
+            head, tail = a.pads[2:] if dim == 0 else a.pads[:2]
+            if not _known(head, tail):
+                return None
+        elif a.code is not None:
+            head, tail = explicit_padding(size, s, d, k, a.code)
+        else:
+            return None
+        effective = (k - 1) * d + 1
+        if not (effective > head and effective > tail):
+            raise OpError("padding must be smaller than the (dilated) filter")
+        out = conv_out_size(size, k, s, d, head, tail)
+        if out <= 0:
+            raise OpError(f"empty output (size {out})")
+        return head, tail, out
+
+    def prepare(self, ctx: OpContext):
+        a = _resolve(self.layout(ctx), _getter(ctx, None))
+        return [self._infer(ctx, a)]
+
+    def weights(self, filt: np.ndarray, info: OperandInfo, a: _Args) -> _Weights:
+        return _prepare_weights(_as_real(filt, info), 1)
+
+    def kernel(self, ctx: OpContext):
+        layout = self.layout(ctx)
+        inp, filt, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+        requant = None if inp.type in C.FLOAT_TYPES else _Requant(inp, filt, out)
+        static = _resolve(layout, _getter(ctx, None))
+        scalar_idx = [i for i in (*layout.pad, layout.stride_w, layout.stride_h, layout.act,
+                                  layout.extra, layout.nchw, layout.dil_w, layout.dil_h,
+                                  layout.out_shape) if i is not None]
+        all_const = all(ctx.inputs[i].is_const or ctx.inputs[i].omitted for i in scalar_idx)
+        # Constant filters are reshaped once, on the first run.
+        cache_weights = all_const and ctx.const(1) is not None
+        cached: dict[str, Any] = {}
+
+        def run(ins, rt):
+            if all_const:
+                a = static
+            else:
+                a = _resolve(layout, _getter(ctx, ins))
+                _check_args(a, self.transpose)
+            x = ins[0]
+            if x.ndim != 4 or ins[1].ndim != 4 or ins[2].ndim != 1:
+                raise OpError(f"{self.op_type.name}: bad input ranks")
+            if a.nchw:
+                x = x.transpose(0, 2, 3, 1)
+            n, h, w, cin = x.shape
+            if h <= 0 or w <= 0 or cin <= 0:
+                raise OpError(f"{self.op_type.name}: input dims must be positive, got "
+                              f"{ins[0].shape}")
+            fshape = ins[1].shape
+            self.check_channels(lambda m: OpError(f"{self.op_type.name}: {m}"), cin, fshape, a)
+            cout, kh, kw = self.filter_geometry(fshape)
+            if min(fshape) <= 0 or ins[2].shape[0] != cout or (
+                    requant is not None and requant.multiplier.size not in (1, cout)):
+                raise OpError(f"{self.op_type.name}: filter/bias shape mismatch")
+            geo = self.geometry(a, h, w, kh, kw)
+            if geo is None:  # pragma: no cover - every parameter is known at run time
+                raise OpError(f"{self.op_type.name}: unknown parameters")
+            pads, (oh, ow) = geo
+            if cache_weights and "w" in cached:
+                wts = cached["w"]
+            else:
+                wts = self.weights(ins[1], filt, a)
+                if cache_weights:
+                    cached["w"] = wts
+            if n == 0:
+                res = np.zeros((0, oh, ow, cout), dtype=out.type.dtype)
+            else:
+                acc = self.compute(_as_real(x, inp), wts, a, pads, (oh, ow))
+                res = _finish(acc, ins[2], a.act, out, requant)
+            if a.nchw:
+                res = res.transpose(0, 3, 1, 2)
+            return [np.ascontiguousarray(res)]
+
+        return run
+
+    def compute(self, x: np.ndarray, wts: Any, a: _Args, pads, out_hw) -> np.ndarray:
+        return _grouped_conv(x, wts, a.stride, a.dilation, pads, out_hw)
+
+
+def _select(ctx: OpContext, implicit_n: int, explicit_n: int, optional: bool,
+            has_extra: bool, out_shape: bool = False) -> _Layout:
+    """Pick the implicit or explicit padding signature from the input count and types."""
+    n = len(ctx.inputs)
+    extra_counts = (1, 3) if optional else ()
+    implicit_counts = (implicit_n, *(implicit_n + k for k in extra_counts))
+    explicit_counts = (explicit_n, *(explicit_n + k for k in extra_counts))
+    if optional:
+        # The first optional input of the implicit form (BOOL) sits where the explicit form
+        # has an INT32: the type disambiguates.
+        disc = implicit_n
+        if n == implicit_n or (n in implicit_counts and ctx.inputs[disc].type == T.BOOL):
+            return _make_layout(n, True, has_extra, out_shape)
+        if n in explicit_counts and ctx.inputs[disc].type == T.INT32:
+            return _make_layout(n, False, has_extra, out_shape)
+    else:
+        if n == implicit_n:
+            return _make_layout(n, True, has_extra, out_shape)
+        if n == explicit_n:
+            return _make_layout(n, False, has_extra, out_shape)
+    raise ctx.fail(f"unsupported number of inputs {n}")
+
+
+@register(O.CONV_2D)
+class Conv2D(_ConvBase):
+    def layout(self, ctx: OpContext) -> _Layout:
+        return _select(ctx, 7, 10, optional=True, has_extra=False)
+
+
+@register(O.GROUPED_CONV_2D)
+class GroupedConv2D(_ConvBase):
+    def layout(self, ctx: OpContext) -> _Layout:
+        return _select(ctx, 9, 12, optional=False, has_extra=True)
+
+    def check_channels(self, ctx_fail, cin, fshape, a) -> None:
+        g = a.extra
+        if g is None:
+            return
+        if fshape[3] and cin and fshape[3] * g != cin:
+            raise ctx_fail(f"input depth {cin} is not {g} groups of {fshape[3]}")
+        if fshape[0] and fshape[0] % g:
+            raise ctx_fail(f"output depth {fshape[0]} is not divisible by {g} groups")
+
+    def weights(self, filt: np.ndarray, info: OperandInfo, a: _Args) -> _Weights:
+        return _prepare_weights(_as_real(filt, info), a.extra)
+
+
+@register(O.DEPTHWISE_CONV_2D)
+class DepthwiseConv2D(_ConvBase):
+    channel_dim = 3
+
+    def layout(self, ctx: OpContext) -> _Layout:
+        return _select(ctx, 8, 11, optional=True, has_extra=True)
+
+    def filter_geometry(self, fshape):
+        return fshape[3], fshape[1], fshape[2]
+
+    def check_channels(self, ctx_fail, cin, fshape, a) -> None:
+        if fshape[0] != 1 and fshape[0] != 0:
+            raise ctx_fail(f"filter must have shape [1, h, w, depth_out], got {tuple(fshape)}")
+        m = a.extra
+        if m is not None and cin and fshape[3] and m * cin != fshape[3]:
+            raise ctx_fail(f"depth_out {fshape[3]} != {m} * depth_in {cin}")
+
+    def weights(self, filt: np.ndarray, info: OperandInfo, a: _Args) -> _Weights:
+        # [1, kh, kw, depth_out] -> [depth_out, kh, kw, 1]: one group per input channel.
+        real = _as_real(filt, info).transpose(3, 1, 2, 0)
+        return _prepare_weights(real, real.shape[0] // a.extra)
+
+
+@register(O.TRANSPOSE_CONV_2D)
+class TransposeConv2D(_ConvBase):
+    transpose = True
+
+    def layout(self, ctx: OpContext) -> _Layout:
+        n = len(ctx.inputs)
+        if n == 9:
+            return _make_layout(n, True, False, out_shape=True)
+        if n == 11:
+            return _make_layout(n, False, False)
+        raise ctx.fail(f"unsupported number of inputs {n}")
+
+    def axis(self, a: _Args, dim: int, size: int, k: int) -> tuple[int, int, int] | None:
+        s = a.stride[dim]
+        if s is None:
+            return None
+        if a.pads is not None:
+            head, tail = a.pads[2:] if dim == 0 else a.pads[:2]
+            if not _known(head, tail):
+                return None
+        else:
+            if a.code is None or a.out_shape is None or a.nchw is None:
+                return None
+            requested = int(a.out_shape[(2 if a.nchw else 1) + dim])
+            head, tail = explicit_padding(requested, s, 1, k, a.code, transpose=True)
+        if head < 0:
+            raise OpError("negative padding")
+        out = transpose_conv_out_size(size, k, s, head, tail)
+        if out <= 0:
+            raise OpError(f"empty output (size {out})")
+        return head, tail, out
+
+    def weights(self, filt: np.ndarray, info: OperandInfo, a: _Args) -> _Weights:
+        real = _as_real(filt, info)
+        cout, kh, kw, cin = real.shape
+        mat = real.transpose(3, 1, 2, 0).reshape(cin, kh * kw * cout)
+        return _Weights(1, kh, kw, cout, np.ascontiguousarray(mat))
+
+    def compute(self, x, wts, a, pads, out_hw):
+        return _transpose_conv(x, wts, a.stride, pads, out_hw)
+
+
+# ---- FULLY_CONNECTED --------------------------------------------------------------------------
+
+@register(O.FULLY_CONNECTED)
+class FullyConnected(OperationDef):
+    def validate(self, ctx: OpContext) -> None:
+        ctx.expect_counts(4, 1)
+        for i, info in enumerate(ctx.inputs):
+            ctx.require(not info.omitted, f"input {i} is required")
+        _check_types(ctx, None)
+        ctx.require(ctx.inputs[3].type == T.INT32, "input 3 (activation) must be INT32")
+        C.check_activation(ctx, 3)
+        ctx.expect_rank(0, (2, 3, 4))
+        ctx.expect_rank(1, 2)
+        ctx.expect_rank(2, 1)
+        ctx.expect_rank(0, 2, output=True)
+        self._infer(ctx)
+
+    def _infer(self, ctx: OpContext) -> tuple[int, int]:
+        ishape, wshape, bshape = (ctx.inputs[i].shape for i in range(3))
+        units = size = 0
+        if wshape is not None:
+            units, size = wshape
+        if bshape is not None and bshape[0]:
+            ctx.require(not units or bshape[0] == units,
+                        f"bias has {bshape[0]} elements, expected {units}")
+            units = units or bshape[0]
+        batch = 0
+        if ishape is not None and all(ishape) and size:
+            total = int(np.prod(ishape))
+            ctx.require(total % size == 0,
+                        f"input of {total} elements is not a multiple of input_size {size}")
+            batch = total // size
+        elif ishape is not None and size and 0 in ishape:
+            # A zero dimension is unknown at prepare time; batch stays unknown.
+            batch = 0
+        return batch, units
+
+    def prepare(self, ctx: OpContext):
+        return [self._infer(ctx)]
+
+    def kernel(self, ctx: OpContext):
+        inp, wt, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+        requant = None if inp.type in C.FLOAT_TYPES else _Requant(inp, wt, out)
+        const_w = ctx.const(1)
+        static_w = None if const_w is None else np.ascontiguousarray(_as_real(const_w, wt).T)
+        const_act = ctx.const(3)
+        name = self.op_type.name
+
+        def run(ins, rt):
+            act = C.activation_code(ins[3] if const_act is None else const_act)
+            x, w, b = ins[0], ins[1], ins[2]
+            if x.ndim < 2 or w.ndim != 2 or b.ndim != 1:
+                raise OpError(f"{name}: bad input ranks")
+            units, size = w.shape
+            if units <= 0 or size <= 0 or b.shape[0] != units:
+                raise OpError(f"{name}: weights {w.shape} and bias {b.shape} do not match")
+            if x.size % size:
+                raise OpError(f"{name}: input of {x.size} elements is not a multiple of {size}")
+            batch = x.size // size
+            if batch == 0:
+                return [np.zeros((0, units), dtype=out.type.dtype)]
+            wm = static_w if static_w is not None else _as_real(w, wt).T
+            acc = _as_real(x.reshape(batch, size), inp) @ wm
+            return [_finish(acc, b, act, out, requant)]
+
+        return run

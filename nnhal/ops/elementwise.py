@@ -1,0 +1,219 @@
+"""Element-wise math: ABS, EXP, LOG, NEG, RSQRT, SIN, SQRT, FLOOR, POW, MAXIMUM, MINIMUM.
+
+Float16 tensors are computed in float32 and rounded once, as the reference driver does.
+Quantized MAXIMUM/MINIMUM requantise each input to the output's scale and zero point first,
+through a 256-entry table built at prepare time (an 8-bit input has only 256 values).
+
+The shape helpers here are shared by the other element-wise families (activations,
+comparisons, logical, casts).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from nnhal.hal.types import OperandType, OperationType
+from nnhal.ops import common as C
+from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, Shape, register
+
+T = OperandType
+O = OperationType
+
+INT_OR_FLOAT = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32)
+
+
+# ---- shared validation and shape helpers ------------------------------------------------------
+
+def shapes_compatible(a: Shape, b: Shape) -> bool:
+    """Whether two shapes may describe the same tensor (0 and None mean unknown)."""
+    if a is None or b is None:
+        return True
+    if len(a) != len(b):
+        return False
+    return all(x == 0 or y == 0 or x == y for x, y in zip(a, b))
+
+
+def check_output_shape(ctx: OpContext, shape: Shape, index: int = 0) -> None:
+    """Reject a model whose declared output shape contradicts the inferred one."""
+    declared = ctx.outputs[index].shape
+    ctx.require(shapes_compatible(declared, shape),
+                f"output {index} shape {declared} does not match the expected {shape}")
+
+
+SCALED_TYPES = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM,
+                T.TENSOR_QUANT16_ASYMM, T.TENSOR_QUANT16_SYMM)
+
+
+def check_quant_scales(ctx: OpContext) -> None:
+    """Quantized operands have a positive finite scale and a representable zero point."""
+    for info in (*ctx.inputs, *ctx.outputs):
+        if info.type in SCALED_TYPES:
+            ctx.require(math.isfinite(info.scale) and info.scale > 0,
+                        f"{info.type.name} operand needs a positive scale")
+            lo, hi = C.qrange(info.type)
+            if info.type in (T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM):
+                lo = hi = 0
+            ctx.require(lo <= info.zero_point <= hi,
+                        f"{info.type.name} operand has zero point {info.zero_point}")
+
+
+def check_tensor(ctx: OpContext, index: int, types: Sequence[OperandType],
+                 max_rank: int | None = None) -> OperandType:
+    """Input ``index`` is a tensor of one of ``types`` and at most ``max_rank`` dimensions.
+
+    Also checks the quantization scales of all operands, which every caller relies on.
+    """
+    info = ctx.inputs[index]
+    ctx.require(info.type in types, f"input {index} has unsupported type {info.type.name}")
+    if max_rank is not None:
+        ctx.require(info.rank is None or info.rank <= max_rank,
+                    f"input {index} rank must be at most {max_rank}")
+    check_quant_scales(ctx)
+    return info.type
+
+
+def check_same_quant(ctx: OpContext, a: OperandInfo, b: OperandInfo, what: str) -> None:
+    ctx.require(np.float32(a.scale) == np.float32(b.scale) and a.zero_point == b.zero_point,
+                f"{what}: scale and zero point must match")
+
+
+def float_unary(fn: Callable[[np.ndarray], np.ndarray], dtype: np.dtype):
+    """A kernel applying ``fn`` in float32 and storing the result as ``dtype``."""
+
+    def run(ins, rt):
+        with np.errstate(all="ignore"):
+            r = fn(np.asarray(ins[0], dtype=np.float32))
+        return [np.asarray(r, dtype=np.float32).astype(dtype, copy=False)]
+
+    return run
+
+
+def requantize_table(src: OperandInfo, dst: OperandInfo) -> np.ndarray:
+    """Requantised value of every stored value of ``src`` in ``dst``'s parameters.
+
+    Matches the reference: the real value is formed in float32, divided in double, clamped
+    and rounded half away from zero. Index the table with ``value - qmin``.
+    """
+    qmin, qmax = C.qrange(src.type)
+    q = np.arange(qmin, qmax + 1, dtype=np.int32)
+    with np.errstate(all="ignore"):
+        real = ((q - np.int32(src.zero_point)).astype(np.float32) * np.float32(src.scale))
+        ret = real.astype(np.float64) / float(np.float32(dst.scale)) + dst.zero_point
+    dmin, dmax = C.qrange(dst.type)
+    out = np.clip(C.round_half_away(np.clip(ret, dmin - 1, dmax + 1)), dmin, dmax)
+    return out.astype(dst.type.dtype)
+
+
+def table_lookup(table: np.ndarray, x: np.ndarray, qmin: int) -> np.ndarray:
+    return table[np.asarray(x).astype(np.intp) - qmin]
+
+
+# ---- unary operations -------------------------------------------------------------------------
+
+def _rsqrt(x: np.ndarray) -> np.ndarray:
+    return np.float32(1.0) / np.sqrt(x)
+
+
+_UNARY_FLOAT: dict[OperationType, Callable[[np.ndarray], np.ndarray]] = {
+    O.EXP: np.exp, O.LOG: np.log, O.RSQRT: _rsqrt, O.SIN: np.sin, O.SQRT: np.sqrt,
+    O.FLOOR: np.floor, O.ABS: np.abs, O.NEG: np.negative,
+}
+
+_UNARY_TYPES: dict[OperationType, tuple[OperandType, ...]] = {
+    O.ABS: INT_OR_FLOAT, O.NEG: INT_OR_FLOAT,
+}
+
+
+class _Unary(OperationDef):
+    max_rank: int | None = None
+
+    def validate(self, ctx: OpContext) -> None:
+        ctx.expect_counts(1, 1)
+        t = check_tensor(ctx, 0, _UNARY_TYPES.get(self.op_type, C.FLOAT_TYPES), self.max_rank)
+        ctx.expect_types([t], [t])
+        check_output_shape(ctx, ctx.inputs[0].shape)
+
+    def prepare(self, ctx: OpContext) -> list[Shape]:
+        return [ctx.inputs[0].shape]
+
+    def kernel(self, ctx: OpContext):
+        t = ctx.inputs[0].type
+        if t == T.TENSOR_INT32:
+            if self.op_type == O.ABS:
+                return lambda ins, rt: [np.abs(ins[0]).astype(np.int32, copy=False)]
+            return lambda ins, rt: [np.negative(ins[0]).astype(np.int32, copy=False)]
+        return float_unary(_UNARY_FLOAT[self.op_type], t.dtype)
+
+
+for _op in (O.ABS, O.EXP, O.LOG, O.NEG, O.RSQRT, O.SIN, O.SQRT):
+    register(_op)(type(f"_{_op.name.title()}", (_Unary,), {}))
+
+
+@register(O.FLOOR)
+class _Floor(_Unary):
+    max_rank = 4
+
+
+# ---- binary operations ------------------------------------------------------------------------
+
+class BroadcastBinary(OperationDef):
+    """Two same-typed broadcastable tensors in, one tensor out."""
+
+    types: tuple[OperandType, ...] = ()
+
+    def output_type(self, t: OperandType) -> OperandType:
+        return t
+
+    def validate(self, ctx: OpContext) -> None:
+        ctx.expect_counts(2, 1)
+        t = check_tensor(ctx, 0, self.types)
+        ctx.expect_types([t, t], [self.output_type(t)])
+        shape = C.broadcast_shapes(ctx.inputs[0].shape, ctx.inputs[1].shape)
+        check_output_shape(ctx, shape)
+
+    def prepare(self, ctx: OpContext) -> list[Shape]:
+        return [C.broadcast_shapes(ctx.inputs[0].shape, ctx.inputs[1].shape)]
+
+
+@register(O.POW)
+class _Pow(BroadcastBinary):
+    types = C.FLOAT_TYPES
+
+    def kernel(self, ctx: OpContext):
+        dt = ctx.outputs[0].type.dtype
+
+        def run(ins, rt):
+            with np.errstate(all="ignore"):
+                r = np.power(np.asarray(ins[0], np.float32), np.asarray(ins[1], np.float32))
+            return [r.astype(dt, copy=False)]
+
+        return run
+
+
+class _MinMax(BroadcastBinary):
+    types = (*INT_OR_FLOAT, *C.QUANT8_TYPES)
+    fn: Callable[[np.ndarray, np.ndarray], np.ndarray] = np.maximum
+
+    def kernel(self, ctx: OpContext):
+        a, b, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+        fn = type(self).fn
+        if a.type in C.QUANT8_TYPES:
+            qmin = C.qrange(a.type)[0]
+            ta, tb = requantize_table(a, out), requantize_table(b, out)
+            return lambda ins, rt: [fn(table_lookup(ta, ins[0], qmin),
+                                       table_lookup(tb, ins[1], qmin))]
+        dt = out.type.dtype
+        return lambda ins, rt: [fn(ins[0], ins[1]).astype(dt, copy=False)]
+
+
+@register(O.MAXIMUM)
+class _Maximum(_MinMax):
+    fn = np.maximum
+
+
+@register(O.MINIMUM)
+class _Minimum(_MinMax):
+    fn = np.minimum

@@ -1,0 +1,318 @@
+"""Indexing operations: STRIDED_SLICE, SLICE, GATHER, EMBEDDING_LOOKUP, HASHTABLE_LOOKUP,
+TOPK_V2.
+
+Index tensors come from runtime values, so every bound is checked in the kernel (raising
+OpError) and, when the parameters are constant, already in ``validate``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from nnhal.hal.types import OperandType, OperationType
+from nnhal.ops import common as C
+from nnhal.ops.registry import OpContext, OperationDef, OpError, register
+from nnhal.ops.shape import (
+    BASIC_TYPES,
+    WITH_INT32,
+    check_int_vector,
+    check_main_tensor,
+    check_type,
+    const_ints,
+    const_scalar,
+    counts,
+    known,
+    scalar,
+)
+
+T = OperandType
+O = OperationType
+
+
+# ---- STRIDED_SLICE --------------------------------------------------------------------------
+
+def _clamped_index(index: int, dim: int, positive_stride: bool) -> int:
+    """Clamp a begin/end index into the range the stride direction can reach (-1 = before
+    the first element when walking backwards)."""
+    if positive_stride:
+        if index >= dim:
+            return dim
+        return min(max(index, -dim), dim) % dim
+    if index < -dim:
+        return -1
+    return min(max(index, -dim), dim - 1) % dim
+
+
+def _strided_plan(shape: Sequence[int], begin: Sequence[int], end: Sequence[int],
+                  strides: Sequence[int], begin_mask: int, end_mask: int,
+                  shrink_mask: int) -> tuple[list[tuple[int, int, int]], tuple[int, ...]]:
+    """Per-dimension (start, count, stride) and the output shape; raises on invalid input."""
+    rank = len(shape)
+    if not (len(begin) == len(end) == len(strides) == rank):
+        raise OpError("STRIDED_SLICE: begin, end and strides must have one value per dimension")
+    plan = []
+    out = []
+    for i, dim in enumerate(shape):
+        stride = strides[i]
+        if stride == 0:
+            raise OpError("STRIDED_SLICE: strides must be non-zero")
+        pos = stride > 0
+        if dim == 0:
+            start, stop = 0, 0
+        else:
+            start = (0 if pos else dim - 1) if begin_mask & (1 << i) else \
+                _clamped_index(begin[i], dim, pos)
+            stop = (dim if pos else -1) if end_mask & (1 << i) else \
+                _clamped_index(end[i], dim, pos)
+        count = max(0, math.ceil((stop - start) / stride))
+        if shrink_mask & (1 << i):
+            if not pos:
+                raise OpError("STRIDED_SLICE: a shrunk dimension needs a positive stride")
+            if count != 1:
+                raise OpError(f"STRIDED_SLICE: shrunk dimension {i} must select one element")
+        else:
+            out.append(count)
+        plan.append((start, count, stride))
+    # Shrinking every dimension leaves a 1-element vector.
+    return plan, tuple(out) or (1,)
+
+
+@register(O.STRIDED_SLICE)
+class StridedSlice(OperationDef):
+    def validate(self, ctx: OpContext) -> None:
+        counts(ctx, 7, 1)
+        check_main_tensor(ctx, BASIC_TYPES, max_rank=4)
+        r = ctx.inputs[0].rank
+        for i, what in ((1, "begin"), (2, "end"), (3, "strides")):
+            check_int_vector(ctx, i, what, r)
+        for i, what in ((4, "begin_mask"), (5, "end_mask"), (6, "shrink_axis_mask")):
+            check_type(ctx, i, T.INT32, what)
+        strides = const_ints(ctx, 3)
+        ctx.require(strides is None or all(s != 0 for s in strides), "strides must be non-zero")
+        self.prepare(ctx)
+
+    def prepare(self, ctx: OpContext):
+        shape = ctx.inputs[0].shape
+        params = [const_ints(ctx, i) for i in (1, 2, 3)]
+        masks = [const_scalar(ctx, i) for i in (4, 5, 6)]
+        if shape is None:
+            return [None]
+        if not known(shape) or any(p is None for p in params) or any(m is None for m in masks):
+            shrink = masks[2]
+            if shrink is None:
+                return [None]
+            n = sum(1 for i in range(len(shape)) if not shrink & (1 << i))
+            return [(0,) * n if n else (1,)]
+        return [_strided_plan(shape, *params, *masks)[1]]
+
+    def kernel(self, ctx: OpContext):
+        def run(ins, rt):
+            x = ins[0]
+            vec = [[int(v) for v in np.ravel(ins[i])] for i in (1, 2, 3)]
+            plan, out_shape = _strided_plan(x.shape, *vec, *(scalar(ins[i]) for i in (4, 5, 6)))
+            index = [start + stride * np.arange(count) for start, count, stride in plan]
+            y = x[np.ix_(*index)] if index else x
+            return [np.ascontiguousarray(y).reshape(out_shape)]
+
+        return run
+
+
+# ---- SLICE ----------------------------------------------------------------------------------
+
+def _slice_sizes(shape: Sequence[int], begin: Sequence[int],
+                 size: Sequence[int]) -> tuple[int, ...]:
+    if len(begin) != len(shape) or len(size) != len(shape):
+        raise OpError("SLICE: begin and size must have one value per dimension")
+    out = []
+    for d, b, s in zip(shape, begin, size):
+        if s == -1:
+            s = d - b
+        if b < 0 or s < 0 or b + s > d:
+            raise OpError(f"SLICE: begin {b} and size {s} exceed dimension {d}")
+        out.append(s)
+    return tuple(out)
+
+
+@register(O.SLICE)
+class Slice(OperationDef):
+    def validate(self, ctx: OpContext) -> None:
+        counts(ctx, 3, 1)
+        check_main_tensor(ctx, WITH_INT32, min_rank=1)
+        r = ctx.inputs[0].rank
+        check_int_vector(ctx, 1, "begin", r)
+        check_int_vector(ctx, 2, "size", r)
+        self.prepare(ctx)
+
+    def prepare(self, ctx: OpContext):
+        shape = ctx.inputs[0].shape
+        begin, size = const_ints(ctx, 1), const_ints(ctx, 2)
+        if shape is None:
+            return [None]
+        if begin is None or size is None:
+            if size is not None and len(size) == len(shape):
+                return [tuple(0 if s == -1 else s for s in size)]
+            return [(0,) * len(shape)]
+        if not known(shape):
+            if any(b < 0 or s < -1 for b, s in zip(begin, size)):
+                raise ctx.fail("begin must be >= 0 and size >= -1")
+            return [tuple(0 if s == -1 else s for s in size)]
+        return [_slice_sizes(shape, begin, size)]
+
+    def kernel(self, ctx: OpContext):
+        def run(ins, rt):
+            x = ins[0]
+            begin = [int(v) for v in np.ravel(ins[1])]
+            sizes = _slice_sizes(x.shape, begin, [int(v) for v in np.ravel(ins[2])])
+            sl = tuple(slice(b, b + s) for b, s in zip(begin, sizes))
+            return [np.ascontiguousarray(x[sl])]
+
+        return run
+
+
+# ---- GATHER ---------------------------------------------------------------------------------
+
+@register(O.GATHER)
+class Gather(OperationDef):
+    def validate(self, ctx: OpContext) -> None:
+        counts(ctx, 3, 1)
+        check_main_tensor(ctx, WITH_INT32, min_rank=1)
+        check_type(ctx, 1, T.INT32, "axis")
+        check_type(ctx, 2, T.TENSOR_INT32, "indices")
+        self.prepare(ctx)
+
+    def prepare(self, ctx: OpContext):
+        shape, ishape = ctx.inputs[0].shape, ctx.inputs[2].shape
+        axis = const_scalar(ctx, 1)
+        if shape is not None and axis is not None:
+            ax = C.normalize_axis(axis, len(shape))
+            idx = const_ints(ctx, 2)
+            if idx is not None and shape[ax]:
+                ctx.require(all(0 <= i < shape[ax] for i in idx), "indices out of range")
+        if shape is None or ishape is None:
+            return [None]
+        if axis is None:
+            return [(0,) * (len(shape) + len(ishape) - 1)]
+        return [tuple(shape[:ax]) + tuple(ishape) + tuple(shape[ax + 1:])]
+
+    def kernel(self, ctx: OpContext):
+        def run(ins, rt):
+            x, idx = ins[0], ins[2]
+            ax = C.normalize_axis(scalar(ins[1]), x.ndim)
+            if idx.size and (idx.min() < 0 or idx.max() >= x.shape[ax]):
+                raise OpError("GATHER: indices out of range")
+            return [np.take(x, idx.astype(np.intp), axis=ax)]
+
+        return run
+
+
+# ---- EMBEDDING_LOOKUP / HASHTABLE_LOOKUP ----------------------------------------------------
+
+@register(O.EMBEDDING_LOOKUP)
+class EmbeddingLookup(OperationDef):
+    def validate(self, ctx: OpContext) -> None:
+        counts(ctx, 2, 1)
+        check_int_vector(ctx, 0, "lookups")
+        check_main_tensor(ctx, WITH_INT32, index=1, min_rank=2)
+
+    def prepare(self, ctx: OpContext):
+        lshape, vshape = ctx.inputs[0].shape, ctx.inputs[1].shape
+        if vshape is None:
+            return [None]
+        n = lshape[0] if lshape is not None and len(lshape) == 1 else 0
+        return [(n,) + tuple(vshape[1:])]
+
+    def kernel(self, ctx: OpContext):
+        def run(ins, rt):
+            lookups, values = ins[0].reshape(-1), ins[1]
+            if lookups.size and (lookups.min() < 0 or lookups.max() >= values.shape[0]):
+                raise OpError("EMBEDDING_LOOKUP: lookup value out of range")
+            return [np.take(values, lookups.astype(np.intp), axis=0)]
+
+        return run
+
+
+@register(O.HASHTABLE_LOOKUP)
+class HashtableLookup(OperationDef):
+    """Misses produce zero-filled rows (zero bytes for quant8) and a hit flag of 0. Hits are
+    TENSOR_QUANT8_ASYMM bytes (scale 1, zero point 0) used as booleans."""
+
+    _VALUE_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
+
+    def validate(self, ctx: OpContext) -> None:
+        counts(ctx, 3, 2)
+        check_int_vector(ctx, 0, "lookups")
+        check_int_vector(ctx, 1, "keys")
+        check_main_tensor(ctx, self._VALUE_TYPES, index=2, min_rank=1)
+        hits = ctx.outputs[1]
+        ctx.require(hits.type == T.TENSOR_QUANT8_ASYMM, "hits must be TENSOR_QUANT8_ASYMM")
+        ctx.require(hits.zero_point == 0 and hits.scale == 1.0,
+                    "hits must have scale 1 and zero point 0")
+        ks, vs = ctx.inputs[1].shape, ctx.inputs[2].shape
+        if ks is not None and vs is not None and len(ks) == 1 and ks[0] and vs[0]:
+            ctx.require(ks[0] == vs[0], "keys and values must have the same number of rows")
+
+    def prepare(self, ctx: OpContext):
+        lshape, vshape = ctx.inputs[0].shape, ctx.inputs[2].shape
+        n = lshape[0] if lshape is not None and len(lshape) == 1 else 0
+        return [None if vshape is None else (n,) + tuple(vshape[1:]), (n,)]
+
+    def kernel(self, ctx: OpContext):
+        def run(ins, rt):
+            lookups = ins[0].reshape(-1).astype(np.int64)
+            keys = ins[1].reshape(-1).astype(np.int64)
+            values = ins[2]
+            if keys.size != values.shape[0]:
+                raise OpError("HASHTABLE_LOOKUP: keys and values must have the same rows")
+            pos = np.searchsorted(keys, lookups)
+            safe = np.minimum(pos, max(keys.size - 1, 0))
+            hit = (pos < keys.size) & (keys[safe] == lookups) if keys.size else \
+                np.zeros(lookups.shape, bool)
+            out = np.zeros((lookups.size,) + values.shape[1:], dtype=values.dtype)
+            if keys.size:
+                out[hit] = values[safe[hit]]
+            return [out, hit.astype(np.uint8)]
+
+        return run
+
+
+# ---- TOPK_V2 --------------------------------------------------------------------------------
+
+@register(O.TOPK_V2)
+class TopKV2(OperationDef):
+    """Values sorted in descending order; equal values list the larger index first."""
+
+    def validate(self, ctx: OpContext) -> None:
+        counts(ctx, 2, 2)
+        check_main_tensor(ctx, WITH_INT32, min_rank=1)
+        check_type(ctx, 1, T.INT32, "k")
+        ctx.require(ctx.outputs[1].type == T.TENSOR_INT32, "indices output must be TENSOR_INT32")
+        self.prepare(ctx)
+
+    def prepare(self, ctx: OpContext):
+        shape = ctx.inputs[0].shape
+        k = const_scalar(ctx, 1)
+        if k is not None:
+            ctx.require(k > 0, "k must be positive")
+            if shape is not None and shape and shape[-1]:
+                ctx.require(k <= shape[-1], "k exceeds the last dimension")
+        if shape is None:
+            return [None, None]
+        out = tuple(shape[:-1]) + (k or 0,)
+        return [out, out]
+
+    def kernel(self, ctx: OpContext):
+        def run(ins, rt):
+            x = ins[0]
+            k = scalar(ins[1])
+            if k <= 0 or k > x.shape[-1]:
+                raise OpError(f"TOPK_V2: k={k} out of range for last dimension {x.shape[-1]}")
+            idx = np.broadcast_to(np.arange(x.shape[-1]), x.shape)
+            keys = x.astype(np.float64) if x.dtype == np.float16 else x
+            order = np.lexsort((idx, keys), axis=-1)[..., ::-1][..., :k]
+            values = np.take_along_axis(x, order, axis=-1)
+            return [np.ascontiguousarray(values), np.ascontiguousarray(order).astype(np.int32)]
+
+        return run

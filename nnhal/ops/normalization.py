@@ -1,0 +1,202 @@
+"""L2_NORMALIZATION, LOCAL_RESPONSE_NORMALIZATION and INSTANCE_NORMALIZATION.
+
+Quantized L2 normalization follows the TFLite integer kernel the upstream driver runs: the
+inverse square root of the sum of squares comes from a fixed-point Newton-Raphson iteration,
+and the output has the fixed scale 1/128, so results match within rounding of one step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.hal.types import OperandType, OperationType
+from nnhal.ops import common as C
+from nnhal.ops.registry import OpContext, OperationDef, OpError, Shape, register
+
+T = OperandType
+O = OperationType
+
+_L2_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
+             T.TENSOR_QUANT8_ASYMM_SIGNED)
+#: Required output zero point of a quantized L2 normalization (the scale is always 1/128).
+_L2_OUT_ZP = {T.TENSOR_QUANT8_ASYMM: 128, T.TENSOR_QUANT8_ASYMM_SIGNED: 0}
+
+
+def _sat_shl(x: np.ndarray, exponent: int) -> np.ndarray:
+    return np.clip(x * np.int64(1 << exponent), C.INT32_MIN, C.INT32_MAX)
+
+
+def _bit_length(v: np.ndarray) -> np.ndarray:
+    return np.frexp(v.astype(np.float64))[1].astype(np.int64)
+
+
+def inv_sqrt_multiplier(sq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """GetInvSqrtQuantizedMultiplierExp: 1/sqrt(sq) as (Q0.31 multiplier, right shift).
+
+    Sums of 0 and 1 give (INT32_MAX, 0), so an all-zero slice normalizes to zero.
+    """
+    sq = np.asarray(sq, dtype=np.int64)
+    tiny = sq <= 1
+    v = np.where(tiny, 4, sq)
+    shift = np.full(v.shape, 11, dtype=np.int64)
+    while True:
+        big = v >= (1 << 29)
+        if not big.any():
+            break
+        v = np.where(big, v // 4, v)
+        shift = shift + big
+    pairs = (32 - _bit_length(v) - 1) // 2 - 1
+    shift = shift - pairs
+    v = v << (2 * pairs)
+    half_input = C.rounding_divide_by_pot(v >> 1, 1)   # Q3.28
+    half_three = np.int64((1 << 28) + (1 << 27))
+    x = np.full(v.shape, 1 << 28, dtype=np.int64)      # 1.0 in Q3.28
+    for _ in range(5):
+        x3 = _sat_shl(C.srdhm(C.srdhm(x, x), x), 6)
+        x = _sat_shl(C.srdhm(half_three, x) - C.srdhm(half_input, x3), 3)
+    x = C.srdhm(x, 1518500250)                          # times sqrt(2)/2
+    neg = shift < 0
+    x = np.where(neg, x << np.where(neg, -shift, 0), x)
+    shift = np.where(neg, 0, shift)
+    return np.where(tiny, C.INT32_MAX, x), np.where(tiny, 0, shift)
+
+
+def _rank_ok(ctx: OpContext) -> None:
+    r = ctx.inputs[0].rank
+    ctx.require(r is None or 1 <= r <= 4, f"input rank must be 1 to 4, got {r}")
+
+
+def _check_axis(ctx: OpContext, index: int) -> None:
+    rank = ctx.inputs[0].rank
+    if len(ctx.inputs) > index and rank is not None:
+        v = ctx.const(index)
+        if v is not None:
+            ctx.require(-rank <= int(v) < rank, f"axis {int(v)} out of range for rank {rank}")
+
+
+def _axis_of(ins, index: int, rank: int) -> int:
+    axis = int(np.asarray(ins[index])) if len(ins) > index and ins[index] is not None else -1
+    return C.normalize_axis(axis, rank)
+
+
+class _SameShape(OperationDef):
+    def prepare(self, ctx: OpContext) -> list[Shape] | None:
+        return [ctx.inputs[0].shape]
+
+
+@register(O.L2_NORMALIZATION)
+class L2Normalization(_SameShape):
+    def validate(self, ctx: OpContext) -> None:
+        ctx.expect_counts((1, 2), 1)
+        t = ctx.inputs[0].type
+        ctx.require(t in _L2_TYPES, f"unsupported input type {t.name}")
+        ctx.expect_types([t] + ([T.INT32] if len(ctx.inputs) == 2 else []), [t])
+        _rank_ok(ctx)
+        _check_axis(ctx, 1)
+        if t in _L2_OUT_ZP:
+            o = ctx.outputs[0]
+            ctx.require(o.scale == np.float32(1.0 / 128) and o.zero_point == _L2_OUT_ZP[t],
+                        "quantized output must have scale 1/128 and the fixed zero point")
+
+    def kernel(self, ctx: OpContext):
+        t = ctx.inputs[0].type
+        dt = t.dtype
+        zp = ctx.inputs[0].zero_point
+        out_zp = _L2_OUT_ZP.get(t, 0)
+
+        def run(ins, rt):
+            x = ins[0]
+            if not 1 <= x.ndim <= 4:
+                raise OpError("input rank must be 1 to 4")
+            axis = _axis_of(ins, 1, x.ndim)
+            if x.size == 0:
+                return [np.zeros(x.shape, dtype=dt)]
+            if t in C.FLOAT_TYPES:
+                xf = x.astype(np.float32)
+                norm = np.sqrt((xf * xf).sum(axis=axis, keepdims=True, dtype=np.float32))
+                r = xf / np.maximum(norm, np.float32(1e-6))
+                return [r.astype(dt)]
+            diff = x.astype(np.int64) - zp
+            mult, shift = inv_sqrt_multiplier((diff * diff).sum(axis=axis, keepdims=True))
+            scaled = C.rounding_divide_by_pot(C.srdhm(diff * 128, mult), shift) + out_zp
+            qmin, qmax = C.qrange(t)
+            return [np.clip(scaled, qmin, qmax).astype(dt)]
+
+        return run
+
+
+@register(O.LOCAL_RESPONSE_NORMALIZATION)
+class LocalResponseNormalization(_SameShape):
+    def validate(self, ctx: OpContext) -> None:
+        ctx.expect_counts((5, 6), 1)
+        t = ctx.inputs[0].type
+        ctx.require(t in C.FLOAT_TYPES, f"unsupported input type {t.name}")
+        s = C.SCALAR_OF[t]
+        ctx.expect_types([t, T.INT32, s, s, s] + ([T.INT32] if len(ctx.inputs) == 6 else []),
+                         [t])
+        _rank_ok(ctx)
+        _check_axis(ctx, 5)
+        radius = ctx.const(1)
+        ctx.require(radius is None or int(radius) >= 0, "radius must not be negative")
+        bias = ctx.const(2)
+        ctx.require(bias is None or float(bias) != 0.0, "bias must not be zero")
+
+    def kernel(self, ctx: OpContext):
+        dt = ctx.inputs[0].type.dtype
+
+        def run(ins, rt):
+            x = ins[0]
+            if not 1 <= x.ndim <= 4:
+                raise OpError("input rank must be 1 to 4")
+            radius = int(np.asarray(ins[1]))
+            if radius < 0:
+                raise OpError("radius must not be negative")
+            bias, alpha, beta = (np.float32(np.asarray(v)) for v in ins[2:5])
+            axis = _axis_of(ins, 5, x.ndim)
+            if x.size == 0:
+                return [np.zeros(x.shape, dtype=dt)]
+            xf = np.moveaxis(x, axis, -1).astype(np.float32)
+            n = xf.shape[-1]
+            sq = (xf * xf).astype(np.float64)
+            cs = np.concatenate([np.zeros(sq.shape[:-1] + (1,)), np.cumsum(sq, axis=-1)], axis=-1)
+            idx = np.arange(n)
+            hi = np.minimum(idx + radius + 1, n)
+            lo = np.maximum(idx - radius, 0)
+            window = (cs[..., hi] - cs[..., lo]).astype(np.float32)
+            with np.errstate(all="ignore"):
+                r = xf * np.power(bias + alpha * window, -beta)
+            return [np.ascontiguousarray(np.moveaxis(r, -1, axis), dtype=dt)]
+
+        return run
+
+
+@register(O.INSTANCE_NORMALIZATION)
+class InstanceNormalization(_SameShape):
+    def validate(self, ctx: OpContext) -> None:
+        ctx.expect_counts(5, 1)
+        t = ctx.inputs[0].type
+        ctx.require(t in C.FLOAT_TYPES, f"unsupported input type {t.name}")
+        s = C.SCALAR_OF[t]
+        ctx.expect_types([t, s, s, s, T.BOOL], [t])
+        ctx.expect_rank(0, 4)
+
+    def kernel(self, ctx: OpContext):
+        dt = ctx.inputs[0].type.dtype
+
+        def run(ins, rt):
+            x = ins[0]
+            if x.ndim != 4:
+                raise OpError("input must be 4-D")
+            gamma, beta, eps = (np.float64(np.asarray(v)) for v in ins[1:4])
+            nchw = bool(np.asarray(ins[4]))
+            if x.size == 0:
+                return [np.zeros(x.shape, dtype=dt)]
+            spatial = (2, 3) if nchw else (1, 2)
+            xf = x.astype(np.float64)
+            mean = xf.mean(axis=spatial, keepdims=True)
+            var = ((xf - mean) ** 2).mean(axis=spatial, keepdims=True)
+            with np.errstate(all="ignore"):
+                r = (xf - mean) * gamma / np.sqrt(var + eps) + beta
+            return [r.astype(dt)]
+
+        return run

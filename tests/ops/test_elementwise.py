@@ -1,0 +1,123 @@
+"""ABS, EXP, LOG, NEG, RSQRT, SIN, SQRT, FLOOR, POW, MAXIMUM, MINIMUM."""
+
+import numpy as np
+import pytest
+
+from nnhal.hal.types import OperandType as T
+from nnhal.hal.types import OperationType as O
+from nnhal.ops.registry import OpError
+from nnhal.ops.testing import output, run_op, tensor
+
+F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
+U8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
+
+
+@pytest.mark.parametrize(("op", "x", "expected"), [
+    (O.ABS, [-2.5, 0.0, 3.0], [2.5, 0.0, 3.0]),
+    (O.EXP, [0.0, 1.0, -1.0], [1.0, 2.7182817, 0.36787945]),
+    (O.LOG, [1.0, 2.7182817, 0.5], [0.0, 1.0, -0.6931472]),
+    (O.NEG, [-2.5, 0.0, 3.0], [2.5, 0.0, -3.0]),
+    (O.RSQRT, [4.0, 0.25, 1.0], [0.5, 2.0, 1.0]),
+    (O.SIN, [0.0, np.pi / 2, -np.pi / 6], [0.0, 1.0, -0.5]),
+    (O.SQRT, [4.0, 0.25, 2.0], [2.0, 0.5, 1.4142135]),
+    (O.FLOOR, [-1.5, 0.5, 2.0], [-2.0, 0.0, 2.0]),
+])
+def test_unary_float(op, x, expected):
+    (out,) = run_op(op, [tensor(F32, x)], [output(F32, [3])])
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_unary_float16_keeps_type():
+    (out,) = run_op(O.SQRT, [tensor(F16, [[4.0, 9.0]])], [output(F16, [1, 2])])
+    assert out.dtype == np.float16 and out.shape == (1, 2)
+    np.testing.assert_array_equal(out, np.array([[2.0, 3.0]], np.float16))
+
+
+def test_abs_and_neg_int32():
+    (a,) = run_op(O.ABS, [tensor(I32, [-7, 0, 5])], [output(I32, [3])])
+    np.testing.assert_array_equal(a, [7, 0, 5])
+    assert a.dtype == np.int32
+    (n,) = run_op(O.NEG, [tensor(I32, [-7, 0, 5])], [output(I32, [3])])
+    np.testing.assert_array_equal(n, [7, 0, -5])
+
+
+def test_exp_rejects_int32():
+    with pytest.raises(OpError):
+        run_op(O.EXP, [tensor(I32, [1])], [output(I32, [1])])
+
+
+def test_floor_rank_limit():
+    with pytest.raises(OpError):
+        run_op(O.FLOOR, [tensor(F32, np.zeros((1, 1, 1, 1, 1)))], [output(F32, [1] * 5)])
+
+
+def test_unary_output_type_must_match():
+    with pytest.raises(OpError):
+        run_op(O.SIN, [tensor(F32, [1.0])], [output(F16, [1])])
+
+
+def test_unary_zero_sized():
+    (out,) = run_op(O.EXP, [tensor(F32, np.zeros((2, 0)))], [output(F32, [2, 0])])
+    assert out.shape == (2, 0)
+
+
+def test_pow_broadcast():
+    base = tensor(F32, [[2.0], [3.0]])         # (2, 1)
+    exponent = tensor(F32, [0.0, 1.0, 2.0])    # (3,)
+    (out,) = run_op(O.POW, [base, exponent], [output(F32, [2, 3])])
+    np.testing.assert_allclose(out, [[1.0, 2.0, 4.0], [1.0, 3.0, 9.0]], rtol=1e-6)
+
+
+def test_pow_mismatched_types_rejected():
+    with pytest.raises(OpError):
+        run_op(O.POW, [tensor(F32, [2.0]), tensor(F16, [2.0])], [output(F32, [1])])
+
+
+def test_maximum_minimum_float_broadcast():
+    a = tensor(F32, [[1.0, 5.0], [-3.0, 0.0]])
+    b = tensor(F32, [0.5, 2.0])
+    (mx,) = run_op(O.MAXIMUM, [a, b], [output(F32, [2, 2])])
+    (mn,) = run_op(O.MINIMUM, [a, b], [output(F32, [2, 2])])
+    np.testing.assert_array_equal(mx, [[1.0, 5.0], [0.5, 2.0]])
+    np.testing.assert_array_equal(mn, [[0.5, 2.0], [-3.0, 0.0]])
+
+
+def test_maximum_int32():
+    (out,) = run_op(O.MAXIMUM, [tensor(I32, [1, -5, 9]), tensor(I32, [3])], [output(I32, [3])])
+    np.testing.assert_array_equal(out, [3, 3, 9])
+    assert out.dtype == np.int32
+
+
+def test_maximum_quant_requantises_each_input():
+    # a: scale 1, zp 0 -> reals 2, 10; b: scale 0.5, zp 10 -> reals 3, 2.
+    # Output scale 2, zp 5: requantised a = 6, 10; b = 6.5 -> 7 (half away), 6.
+    a = tensor(U8, [2, 10], 1.0, 0)
+    b = tensor(U8, [16, 14], 0.5, 10)
+    (mx,) = run_op(O.MAXIMUM, [a, b], [output(U8, [2], 2.0, 5)])
+    np.testing.assert_array_equal(mx, [7, 10])
+    (mn,) = run_op(O.MINIMUM, [a, b], [output(U8, [2], 2.0, 5)])
+    np.testing.assert_array_equal(mn, [6, 6])
+
+
+def test_minimum_quant_signed_saturates():
+    a = tensor(S8, [-128, 127], 1.0, 0)
+    b = tensor(S8, [0, 0], 1.0, 0)
+    (mn,) = run_op(O.MINIMUM, [a, b], [output(S8, [2], 0.5, 0)])
+    np.testing.assert_array_equal(mn, [-128, 0])
+    assert mn.dtype == np.int8
+
+
+def test_binary_not_broadcastable_rejected():
+    with pytest.raises(OpError):
+        run_op(O.MAXIMUM, [tensor(F32, [1.0, 2.0]), tensor(F32, [1.0, 2.0, 3.0])],
+               [output(F32, [3])])
+
+
+def test_binary_unknown_rank_accepted_by_prepare():
+    from nnhal.ops.registry import OpContext, OperandInfo, lookup
+    ctx = OpContext(O.MINIMUM, [OperandInfo(F32, None), OperandInfo(F32, (2,))],
+                    [OperandInfo(F32, None)])
+    definition = lookup(O.MINIMUM)
+    definition.validate(ctx)
+    assert definition.prepare(ctx) == [None]
