@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--specs", help="folder of cases (default: $NNHAL_CONFORMANCE or "
                                    "../shared/conformance)")
     c.add_argument("--mode", action="append",
-                   help="general, dynamic_shape or quantization_coupling (repeatable; "
-                        "default general)")
+                   help="general, dynamic_shape, quantization_coupling, memory_domain, fenced "
+                        "or caching (repeatable; default general)")
     c.add_argument("--filter", help="fnmatch pattern on case names, e.g. 'conv2d*'")
     c.add_argument("--json", help="write the full report to this file")
     c.add_argument("--loop-timeout-ms", type=float, default=500.0,

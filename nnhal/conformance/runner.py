@@ -34,7 +34,8 @@ from nnhal.hal.types import (
     Priority,
 )
 
-MODES = ("general", "dynamic_shape", "quantization_coupling")
+MODES = ("general", "dynamic_shape", "quantization_coupling", "memory_domain", "fenced",
+         "caching")
 PASSED, FAILED, SKIPPED, NOT_APPLICABLE = "passed", "failed", "skipped", "not_applicable"
 #: Operations whose quant8 operands do not carry real values the usual way, so shifting them to
 #: the signed type changes the result (hits flags, hashed bytes, an int32 pad value, a raw type
@@ -275,7 +276,8 @@ def run_quantization_coupling(device: IDevice, case: Case, opts: Options) -> str
     if not is_coupled(case):
         raise NotApplicable("no coupled TENSOR_QUANT8_ASYMM operand")
     outcomes = []
-    for label, m in (("asymm", case.data["model"]), ("signed", to_signed_quant(case.data["model"]))):
+    variants = (("asymm", case.data["model"]), ("signed", to_signed_quant(case.data["model"])))
+    for label, m in variants:
         try:
             pm = prepare(device, case, m)
             run_paths(case, pm, m, [("sync", _execute_sync, MeasureTiming.NO)], opts)
@@ -301,10 +303,24 @@ MODE_RUNNERS: dict[str, Callable[[IDevice, Case, Options], str]] = {
 }
 
 
+def mode_runner(mode: str) -> Callable[[IDevice, Case, Options], str]:
+    """The runner of a mode; modes beyond the basic three live in ``mode_<name>`` modules,
+    each defining ``run(device, case, opts) -> str``."""
+    fn = MODE_RUNNERS.get(mode)
+    if fn is None:
+        import importlib
+
+        if mode not in MODES:
+            raise KeyError(f"unknown mode {mode!r}")
+        fn = importlib.import_module(f"nnhal.conformance.mode_{mode}").run
+        MODE_RUNNERS[mode] = fn
+    return fn
+
+
 def run_case(device: IDevice, case: Case, mode: str, opts: Options) -> tuple[str, str]:
     """(result, message) of one case in one mode; never raises."""
     try:
-        msg = MODE_RUNNERS[mode](device, case, opts)
+        msg = mode_runner(mode)(device, case, opts)
         return PASSED, msg
     except Unsupported as e:
         return SKIPPED, f"unsupported: {e}"

@@ -16,10 +16,11 @@ __all__ = [
     "BYTE_SIZE_OF_CACHE_TOKEN", "MAX_NUMBER_OF_CACHE_FILES", "LOOP_TIMEOUT_DEFAULT_NS",
     "LOOP_TIMEOUT_MAXIMUM_NS", "NO_TIME", "EXTENSION_TYPE_LOW_BITS", "OperandType",
     "OperationType", "OperandLifeTime", "ErrorStatus", "DeviceType", "ExecutionPreference",
-    "Priority", "MeasureTiming", "Timing", "NO_TIMING", "OPERATION_VERSION", "OutputShape", "PerformanceInfo",
-    "OperandPerformance", "Capabilities", "DataLocation", "SymmPerChannelQuantParams",
-    "Operand", "Operation", "Subgraph", "Model", "ExtensionNameAndPrefix", "RequestArgument",
-    "MemoryPool", "Request", "BufferDesc", "BufferRole", "Extension", "ExtensionOperandTypeInformation",
+    "Priority", "MeasureTiming", "Timing", "NO_TIMING", "OPERATION_VERSION", "OutputShape",
+    "PerformanceInfo", "OperandPerformance", "Capabilities", "DataLocation",
+    "SymmPerChannelQuantParams", "Operand", "Operation", "Subgraph", "Model",
+    "ExtensionNameAndPrefix", "RequestArgument", "MemoryPool", "Request", "BufferDesc",
+    "BufferRole", "Extension", "ExtensionOperandTypeInformation",
     "is_extension_type", "extension_prefix", "extension_low", "make_extension_type",
 ]
 

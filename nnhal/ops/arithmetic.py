@@ -41,8 +41,7 @@ class _Binary(OperationDef):
         return [C.broadcast_shapes(ctx.inputs[0].shape, ctx.inputs[1].shape)]
 
     def kernel(self, ctx: OpContext):
-        a, b, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
-        t = a.type
+        t = ctx.inputs[0].type
         op = self.op_type
         if t in C.FLOAT_TYPES:
             fn = {O.ADD: np.add, O.SUB: np.subtract, O.MUL: np.multiply, O.DIV: np.divide}[op]

@@ -69,7 +69,8 @@ def quant_activation_range(code: int, scale: float, zero_point: int,
     qmin, qmax = qrange(t)
 
     def q(v: float) -> int:
-        return zero_point + round_half_away_scalar(v / scale)
+        # Upstream divides in single precision, then rounds halves away from zero.
+        return zero_point + round_half_away_scalar(float(np.float32(v) / np.float32(scale)))
 
     if code == ACT_RELU:
         return max(qmin, q(0.0)), qmax
@@ -147,7 +148,8 @@ def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: int | np.ndarray
 
 
 def requantize(acc: np.ndarray, real_multiplier: float | np.ndarray, zero_point: int,
-               t: OperandType, act_min: int | None = None, act_max: int | None = None) -> np.ndarray:
+               t: OperandType, act_min: int | None = None,
+               act_max: int | None = None) -> np.ndarray:
     """int32 accumulator -> quantized output through a fixed-point multiplier, then clamp."""
     if np.ndim(real_multiplier) == 0:
         m, s = quantize_multiplier(float(real_multiplier))

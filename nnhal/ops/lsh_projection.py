@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
-from nnhal.ops.lstm import check_rank, has_value, known_dim
+from nnhal.ops.lstm import check_rank, has_value, known_dim, require_inputs, with_required
 from nnhal.ops.registry import OpContext, OperationDef, OpError, register
 
 T = OperandType
@@ -179,6 +179,7 @@ def projection_bits(hash_seeds: np.ndarray, x: np.ndarray, weight: np.ndarray | 
 class LshProjection(OperationDef):
     def validate(self, ctx: OpContext) -> None:
         ctx.expect_counts(4, 1)
+        require_inputs(ctx, (0, 1, 3))
         ht = ctx.inputs[0].type
         ctx.require(ht in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16),
                     f"unsupported hash type {ht.name}")
@@ -236,4 +237,4 @@ class LshProjection(OperationDef):
                 sig = sig + np.arange(num_hash, dtype=np.int64) * (np.int64(1) << num_bits)
             return [((sig + 2**31) % 2**32 - 2**31).astype(np.int32)]
 
-        return run
+        return with_required(run, (0, 1, 3))

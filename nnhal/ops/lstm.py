@@ -98,6 +98,25 @@ def check_scalar_const(ctx: OpContext, i: int, allowed: Sequence[int] | None = N
         ctx.require(int(v) in allowed, f"input {i} has invalid value {int(v)}")
 
 
+def require_inputs(ctx: OpContext, indices: Sequence[int]) -> None:
+    """Reject NO_VALUE for inputs that are not optional."""
+    for i in indices:
+        ctx.require(not ctx.inputs[i].omitted, f"required input {i} is omitted")
+
+
+def with_required(run, indices: Sequence[int]):
+    """Wrap a kernel so that required inputs left without a value raise OpError."""
+    idx = tuple(indices)
+
+    def checked(ins, rt):
+        for i in idx:
+            if ins[i] is None:
+                raise OpError(f"required input {i} has no value")
+        return run(ins, rt)
+
+    return checked
+
+
 def norm_rows(x: np.ndarray) -> np.ndarray:
     """MeanStddevNormalization over the last axis (per batch row)."""
     n = x.shape[-1]
@@ -379,6 +398,10 @@ def _clip_types(t: OperandType) -> OperandType:
 
 # ---- LSTM -----------------------------------------------------------------------------------
 
+_LSTM_REQ = (0, 2, 3, 4, 6, 7, 8, 13, 14, 15, 18, 19, 20, 21, 22)
+_UNI_REQ = _LSTM_REQ + (23,)
+_BI_REQ = (0, 2, 3, 4, 6, 7, 8, 13, 14, 15, 19, 20, 21, 23, 24, 25, 30, 31, 32, 35, 36, 37, 38,
+           48, 49, 50, 51, 52)
 _LSTM_IDX = _cell_index(1, None)
 _LSTM_IDX_LN = _cell_index(1, 23)
 
@@ -389,6 +412,7 @@ class Lstm(OperationDef):
 
     def validate(self, ctx: OpContext) -> None:
         ctx.expect_counts((23, 27), 4)
+        require_inputs(ctx, _LSTM_REQ)
         t = ctx.inputs[0].type
         ctx.require(t in C.FLOAT_TYPES, f"unsupported input type {t.name}")
         tensors = list(range(20)) + list(range(23, len(ctx.inputs)))
@@ -442,7 +466,7 @@ class Lstm(OperationDef):
                                           _clip_value(ins[22], "proj_clip"))
             return [scratch.astype(dt), h.astype(dt), c.astype(dt), out[0].astype(dt)]
 
-        return run
+        return with_required(run, _LSTM_REQ)
 
 
 def _states(h0: np.ndarray, c0: np.ndarray, batch: int, cell: LstmCell,
@@ -472,6 +496,7 @@ class UnidirectionalSequenceLstm(OperationDef):
 
     def validate(self, ctx: OpContext) -> None:
         ctx.expect_counts(28, (1, 3))
+        require_inputs(ctx, _UNI_REQ)
         t = ctx.inputs[0].type
         ctx.require(t in C.FLOAT_TYPES, f"unsupported input type {t.name}")
         check_tensor_types(ctx, t, list(range(20)) + list(range(24, 28)))
@@ -527,7 +552,7 @@ class UnidirectionalSequenceLstm(OperationDef):
                 res += [h.astype(dt), c.astype(dt)]
             return res
 
-        return run
+        return with_required(run, _UNI_REQ)
 
 
 def _from_time_major(y: np.ndarray, time_major: bool) -> np.ndarray:
@@ -550,6 +575,7 @@ class BidirectionalSequenceLstm(OperationDef):
 
     def validate(self, ctx: OpContext) -> None:
         ctx.expect_counts(61, (1, 2, 5, 6))
+        require_inputs(ctx, _BI_REQ)
         t = ctx.inputs[0].type
         ctx.require(t in C.FLOAT_TYPES, f"unsupported input type {t.name}")
         check_tensor_types(ctx, t, list(range(48)) + list(range(53, 61)))
@@ -642,4 +668,4 @@ class BidirectionalSequenceLstm(OperationDef):
                 res += [fh.astype(dt), fc.astype(dt), bh.astype(dt), bc.astype(dt)]
             return res
 
-        return run
+        return with_required(run, _BI_REQ)

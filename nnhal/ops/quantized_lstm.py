@@ -15,7 +15,7 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops import recurrent_fixedpoint as FP
-from nnhal.ops.lstm import check_rank, has_value
+from nnhal.ops.lstm import check_rank, has_value, require_inputs, with_required
 from nnhal.ops.registry import OpContext, OperationDef, OpError, register
 
 T = OperandType
@@ -31,6 +31,8 @@ def _qmul(real: float) -> tuple[int, int]:
     """QuantizeMultiplier (C++ std::round: halves away from zero)."""
     if real == 0.0:
         return 0, 0
+    if not math.isfinite(real):
+        raise OpError(f"multiplier {real} cannot be quantized")
     frac, shift = math.frexp(real)
     q = int(math.floor(abs(frac) * (1 << 31) + 0.5))
     if frac < 0:
@@ -75,6 +77,7 @@ class Quantized16BitLstm(OperationDef):
 
     def validate(self, ctx: OpContext) -> None:
         ctx.expect_counts(15, 2)
+        require_inputs(ctx, range(15))
         q8, q16 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT16_SYMM
         ctx.expect_types([q8] * 9 + [T.TENSOR_INT32] * 4 + [q16, q8], [q16, q8])
         ins = ctx.inputs
@@ -144,7 +147,7 @@ class Quantized16BitLstm(OperationDef):
             out8 = np.clip(C.rounding_divide_by_pot(out16, 8), -128, 127) + 128
             return [new_cell.astype(np.int16), out8.astype(np.uint8)]
 
-        return run
+        return with_required(run, range(15))
 
 
 # ---- QUANTIZED_LSTM (HAL 1.3) --------------------------------------------------------------------
@@ -214,6 +217,7 @@ def _trunc_div(x: np.ndarray, d: int) -> np.ndarray:
 
 
 _QLSTM_REQUIRED = (0, 2, 3, 4, 6, 7, 8, 13, 14, 15, 18, 19)
+_QLSTM_REQUIRED_ALL = _QLSTM_REQUIRED + (26, 27, 28, 29, 30, 31)
 
 
 @register(OperationType.QUANTIZED_LSTM)
@@ -223,6 +227,7 @@ class QuantizedLstm(OperationDef):
 
     def validate(self, ctx: OpContext) -> None:
         ctx.expect_counts(32, 3)
+        require_inputs(ctx, _QLSTM_REQUIRED_ALL)
         s8, w8, q16 = T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM
         ctx.expect_types([s8] + [w8] * 8 + [q16] * 3 + [T.TENSOR_INT32] * 4
                          + [w8, T.TENSOR_INT32, s8, q16] + [q16] * 4 + [T.FLOAT32] * 6
@@ -257,7 +262,8 @@ class QuantizedLstm(OperationDef):
         f32 = np.float32
 
         def eff(ws: float, xs: float, inter: float) -> tuple[int, int]:
-            return _qmul(float(f32(ws) * f32(xs) / f32(inter)))
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                return _qmul(float(f32(ws) * f32(xs) / f32(inter)))
 
         def run(ins, rt):
             def get(i):
@@ -306,9 +312,18 @@ class QuantizedLstm(OperationDef):
             if not cifg and bias["i"] is None:
                 raise OpError("input gate bias is required without CIFG")
             proj_w, proj_b = get(16), get(17)
+            for vec in [*peep.values(), *ln.values(), *bias.values()]:
+                if vec is not None and vec.shape != (n_units,):
+                    raise OpError(f"per-unit vectors must have shape {(n_units,)}")
+            if proj_b is not None and proj_b.shape != (n_out,):
+                raise OpError(f"projection bias must have shape {(n_out,)}")
 
             inter = {g: float(ins[26 + gi[g]]) for g in "ifco"}
-            cell_clip, proj_clip = float(ins[24]), float(ins[25])
+            if not all(inter[g] > 0 for g in gates):
+                raise OpError("intermediate scales must be positive")
+            # The clips are optional scalars; no value means no clipping.
+            cell_clip = 0.0 if ins[24] is None else float(ins[24])
+            proj_clip = 0.0 if ins[25] is None else float(ins[25])
             h_zp = int(ins[30])
             h_scale = float(ins[31])
 
@@ -322,8 +337,9 @@ class QuantizedLstm(OperationDef):
                     acc = FP.sat16(_mbqm(_wrap32(part), m, s) + acc)
                 if has_peep and g in peep:
                     state = c_prev if g != "o" else new_cell
-                    m, s = _qmul(float(f32(2.0 ** cell_shift * w_scale[9 + "ifo".index(g)]
-                                           / inter[g])))
+                    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                        m, s = _qmul(float(f32(2.0 ** cell_shift * w_scale[9 + "ifo".index(g)]
+                                               / inter[g])))
                     prod = peep[g].astype(np.int64) * state
                     acc = FP.sat16(_mbqm(prod, m, s) + acc)
                 if use_ln:
@@ -346,6 +362,8 @@ class QuantizedLstm(OperationDef):
                 new_cell = np.clip(new_cell, -q_clip, q_clip)
             o_gate = FP.logistic16(gate("o"), 3)
             c_tanh = FP.tanh16(new_cell, cell_shift + 15)
+            if not h_scale > 0:
+                raise OpError("hidden state scale must be positive")
             hm, hs = _qmul(float(f32(2.0 ** -15 / float(f32(h_scale)) * 2.0 ** -15)))
             hidden = np.clip(_mbqm(o_gate * c_tanh, hm, hs) - h_zp, -128, 127)
             if proj_w is not None:
@@ -370,4 +388,4 @@ class QuantizedLstm(OperationDef):
             out8 = out.astype(np.int8)
             return [out8, new_cell.astype(np.int16), out8.copy()]
 
-        return run
+        return with_required(run, _QLSTM_REQUIRED_ALL)

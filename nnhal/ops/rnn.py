@@ -12,11 +12,21 @@ import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
-from nnhal.ops.lstm import check_rank, check_tensor_types, f32, has_value, known_dim
+from nnhal.ops.lstm import (
+    check_rank,
+    check_tensor_types,
+    f32,
+    has_value,
+    known_dim,
+    require_inputs,
+    with_required,
+)
 from nnhal.ops.registry import OpContext, OperationDef, OpError, register
 
 T = OperandType
 O = OperationType
+
+_BIRNN_REQ = (0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 14)
 
 
 def _check_weights(w: np.ndarray, r: np.ndarray, b: np.ndarray, input_size: int,
@@ -64,6 +74,7 @@ def _validate_common(ctx: OpContext, tensors: list[int], act_index: int) -> Oper
 class Rnn(OperationDef):
     def validate(self, ctx: OpContext) -> None:
         ctx.expect_counts(6, 2)
+        require_inputs(ctx, range(6))
         _validate_common(ctx, [0, 1, 2, 3, 4], 5)
         for i, rank in ((0, 2), (1, 2), (2, 2), (3, 1), (4, 2)):
             check_rank(ctx, i, rank)
@@ -90,13 +101,14 @@ class Rnn(OperationDef):
             h = h.astype(dt)
             return [h, h.copy()]
 
-        return run
+        return with_required(run, range(6))
 
 
 @register(O.UNIDIRECTIONAL_SEQUENCE_RNN)
 class UnidirectionalSequenceRnn(OperationDef):
     def validate(self, ctx: OpContext) -> None:
         ctx.expect_counts(7, (1, 2))
+        require_inputs(ctx, range(7))
         _validate_common(ctx, [0, 1, 2, 3, 4], 5)
         ctx.require(ctx.inputs[6].type == T.INT32, "timeMajor must be INT32")
         tm = ctx.const(6)
@@ -137,7 +149,7 @@ class UnidirectionalSequenceRnn(OperationDef):
                 res.append(h.astype(dt))
             return res
 
-        return run
+        return with_required(run, range(7))
 
 
 @register(O.BIDIRECTIONAL_SEQUENCE_RNN)
@@ -147,6 +159,7 @@ class BidirectionalSequenceRnn(OperationDef):
 
     def validate(self, ctx: OpContext) -> None:
         ctx.expect_counts(15, (1, 2, 3, 4))
+        require_inputs(ctx, _BIRNN_REQ)
         _validate_common(ctx, list(range(12)), 12)
         ctx.require(ctx.inputs[13].type == T.BOOL, "timeMajor must be BOOL")
         ctx.require(ctx.inputs[14].type == T.BOOL, "mergeOutputs must be BOOL")
@@ -225,4 +238,4 @@ class BidirectionalSequenceRnn(OperationDef):
                 res += [fh.astype(dt), bh.astype(dt)]
             return res
 
-        return run
+        return with_required(run, _BIRNN_REQ)

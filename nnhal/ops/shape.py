@@ -64,6 +64,7 @@ def counts(ctx: OpContext, n_in: int | Sequence[int], n_out: int | Sequence[int]
 
 def check_type(ctx: OpContext, index: int, t: OperandType | Sequence[OperandType],
                what: str = "") -> None:
+    """Input ``index`` must have one of the given types."""
     allowed = (t,) if isinstance(t, OperandType) else tuple(t)
     got = ctx.inputs[index].type
     ctx.require(got in allowed, f"input {index}{' (' + what + ')' if what else ''} has type "
@@ -89,6 +90,7 @@ def const_ints(ctx: OpContext, index: int) -> list[int] | None:
 
 
 def const_scalar(ctx: OpContext, index: int) -> int | None:
+    """A constant scalar input as int, or ``None`` when it is only known at run time."""
     v = ctx.const(index)
     return None if v is None else int(np.asarray(v).reshape(-1)[0])
 
@@ -102,10 +104,12 @@ def const_bool(ctx: OpContext, index: int, default: bool = False) -> bool | None
 
 
 def scalar(value: object, default: int = 0) -> int:
+    """A runtime INT32 scalar (0-d array) as int; ``default`` when omitted."""
     return default if value is None else int(np.asarray(value).reshape(-1)[0])
 
 
 def flag(ins: Sequence[object], index: int) -> bool:
+    """A runtime optional BOOL input (e.g. the NCHW layout flag); false when absent."""
     if len(ins) <= index or ins[index] is None:
         return False
     return bool(np.asarray(ins[index]).reshape(-1)[0])
@@ -120,10 +124,6 @@ def known(shape: Shape) -> bool:
     """A shape whose rank and every dimension are known (zero-sized dims are ambiguous with
     unknown ones at prepare time, so they count as unknown here)."""
     return shape is not None and all(d > 0 for d in shape)
-
-
-def out_dims(shape: Sequence[int]) -> tuple[int, ...]:
-    return tuple(int(d) for d in shape)
 
 
 def pad_value(info: OperandInfo) -> float | int:

@@ -11,7 +11,15 @@ import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
-from nnhal.ops.lstm import check_rank, check_tensor_types, f32, has_value, known_dim
+from nnhal.ops.lstm import (
+    check_rank,
+    check_tensor_types,
+    f32,
+    has_value,
+    known_dim,
+    require_inputs,
+    with_required,
+)
 from nnhal.ops.registry import OpContext, OperationDef, OpError, register
 
 T = OperandType
@@ -21,6 +29,7 @@ T = OperandType
 class Svdf(OperationDef):
     def validate(self, ctx: OpContext) -> None:
         ctx.expect_counts(7, 2)
+        require_inputs(ctx, (0, 1, 2, 4, 5, 6))
         t = ctx.inputs[0].type
         ctx.require(t in C.FLOAT_TYPES, f"unsupported input type {t.name}")
         check_tensor_types(ctx, t, [0, 1, 2, 3, 4])
@@ -87,4 +96,4 @@ class Svdf(OperationDef):
             new_state[:, :, :-1] = mem[:, :, 1:]
             return [new_state.reshape(state.shape).astype(dt), out.astype(dt)]
 
-        return run
+        return with_required(run, (0, 1, 2, 4, 5, 6))

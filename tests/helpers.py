@@ -1,0 +1,38 @@
+"""Small models shared by the driver tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnhal.hal.builder import ModelBuilder
+from nnhal.hal.types import Model, OperandType, OperationType
+
+T = OperandType
+
+
+def add_model(dims: tuple[int, ...] = (2, 2), out_dims: tuple[int, ...] | None = None,
+              quant: bool = False) -> Model:
+    """out = a + b (no activation); float32 or quant8 asymm.
+
+    Operands: 0 and 1 the inputs, 2 the activation scalar, 3 the output.
+    """
+    b = ModelBuilder()
+    odims = out_dims if out_dims is not None else dims
+    if quant:
+        x = b.input(T.TENSOR_QUANT8_ASYMM, dims, 0.5, 10)
+        y = b.input(T.TENSOR_QUANT8_ASYMM, dims, 0.5, 10)
+        act = b.scalar(T.INT32, 0)
+        out = b.output(T.TENSOR_QUANT8_ASYMM, odims, 1.0, 0)
+    else:
+        x = b.input(T.TENSOR_FLOAT32, dims)
+        y = b.input(T.TENSOR_FLOAT32, dims)
+        act = b.scalar(T.INT32, 0)
+        out = b.output(T.TENSOR_FLOAT32, odims)
+    b.operation(OperationType.ADD, [x, y, act], [out])
+    return b.build()
+
+
+def float_inputs(seed: int, dims: tuple[int, ...] = (2, 2)) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(dims).astype(np.float32),
+            rng.standard_normal(dims).astype(np.float32))
