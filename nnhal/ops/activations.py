@@ -13,7 +13,7 @@ import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
-from nnhal.ops import fixedpoint_activations as FP
+from nnhal.ops import fixedpoint as FP
 from nnhal.ops.elementwise import (
     check_output_shape,
     check_same_quant,

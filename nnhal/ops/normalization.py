@@ -11,6 +11,7 @@ import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
+from nnhal.ops import fixedpoint as FP
 from nnhal.ops.registry import OpContext, OperationDef, OpError, Shape, register
 
 T = OperandType
@@ -20,14 +21,6 @@ _L2_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
              T.TENSOR_QUANT8_ASYMM_SIGNED)
 #: Required output zero point of a quantized L2 normalization (the scale is always 1/128).
 _L2_OUT_ZP = {T.TENSOR_QUANT8_ASYMM: 128, T.TENSOR_QUANT8_ASYMM_SIGNED: 0}
-
-
-def _sat_shl(x: np.ndarray, exponent: int) -> np.ndarray:
-    return np.clip(x * np.int64(1 << exponent), C.INT32_MIN, C.INT32_MAX)
-
-
-def _bit_length(v: np.ndarray) -> np.ndarray:
-    return np.frexp(v.astype(np.float64))[1].astype(np.int64)
 
 
 def inv_sqrt_multiplier(sq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -45,15 +38,15 @@ def inv_sqrt_multiplier(sq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             break
         v = np.where(big, v // 4, v)
         shift = shift + big
-    pairs = (32 - _bit_length(v) - 1) // 2 - 1
+    pairs = (32 - FP.bit_length(v) - 1) // 2 - 1
     shift = shift - pairs
     v = v << (2 * pairs)
     half_input = C.rounding_divide_by_pot(v >> 1, 1)   # Q3.28
     half_three = np.int64((1 << 28) + (1 << 27))
     x = np.full(v.shape, 1 << 28, dtype=np.int64)      # 1.0 in Q3.28
     for _ in range(5):
-        x3 = _sat_shl(C.srdhm(C.srdhm(x, x), x), 6)
-        x = _sat_shl(C.srdhm(half_three, x) - C.srdhm(half_input, x3), 3)
+        x3 = FP.saturating_shift_left(C.srdhm(C.srdhm(x, x), x), 6)
+        x = FP.saturating_shift_left(C.srdhm(half_three, x) - C.srdhm(half_input, x3), 3)
     x = C.srdhm(x, 1518500250)                          # times sqrt(2)/2
     neg = shift < 0
     x = np.where(neg, x << np.where(neg, -shift, 0), x)

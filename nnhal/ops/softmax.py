@@ -13,6 +13,7 @@ import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
+from nnhal.ops import fixedpoint as FP
 from nnhal.ops.registry import OpContext, OperationDef, OpError, Shape, register
 
 T = OperandType
@@ -23,62 +24,8 @@ _SOFTMAX_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
 #: Required output zero point of a quantized softmax (the scale is always 1/256).
 _SOFTMAX_OUT_ZP = {T.TENSOR_QUANT8_ASYMM: 0, T.TENSOR_QUANT8_ASYMM_SIGNED: -128}
 
-# ---- gemmlowp fixed-point primitives (int64 arrays holding int32 values) ---------------------
-
 _SCALED_DIFF_INT_BITS = 5   # Q5.26 input to exp
 _ACCUM_INT_BITS = 12        # Q12.19 sum of exps
-
-
-def _sat_shl(x: np.ndarray, exponent: int) -> np.ndarray:
-    """SaturatingRoundingMultiplyByPOT for a positive exponent: a saturating left shift."""
-    return np.clip(x * np.int64(1 << exponent), C.INT32_MIN, C.INT32_MAX)
-
-
-def _exp_on_interval(a: np.ndarray) -> np.ndarray:
-    """exp(a) for a in [-1/4, 0) in Q0.31: Taylor series around -1/8."""
-    exp_minus_one_eighth = 1895147668
-    one_third = 715827883
-    x = a + (1 << 28)
-    x2 = C.srdhm(x, x)
-    x3 = C.srdhm(x2, x)
-    x4 = C.srdhm(x2, x2)
-    x4_over_4 = C.rounding_divide_by_pot(x4, 2)
-    poly = C.rounding_divide_by_pot(C.srdhm(x4_over_4 + x3, one_third) + x2, 1)
-    return exp_minus_one_eighth + C.srdhm(np.int64(exp_minus_one_eighth), x + poly)
-
-
-#: exp(-2**k) in Q0.31 for the barrel shifter, k = -2 .. 4.
-_EXP_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308),
-               (2, 39332535), (3, 720401), (4, 242))
-
-
-def exp_on_negative_values(a: np.ndarray, integer_bits: int) -> np.ndarray:
-    """gemmlowp exp_on_negative_values: Q(integer_bits) input <= 0, Q0.31 output."""
-    frac_bits = 31 - integer_bits
-    quarter = np.int64(1 << (frac_bits - 2))
-    a_mod = (a & (quarter - 1)) - quarter
-    result = _exp_on_interval(_sat_shl(a_mod, integer_bits))
-    remainder = a_mod - a
-    for exponent, multiplier in _EXP_BARREL:
-        if integer_bits > exponent:
-            bit = np.int64(1 << (frac_bits + exponent))
-            result = np.where(remainder & bit, C.srdhm(result, multiplier), result)
-    if integer_bits > 5:
-        clamp = -(1 << (36 - integer_bits))
-        result = np.where(a < clamp, 0, result)
-    return np.where(a == 0, C.INT32_MAX, result)
-
-
-def one_over_one_plus_x(a: np.ndarray) -> np.ndarray:
-    """gemmlowp one_over_one_plus_x_for_x_in_0_1: Q0.31 in and out, Newton-Raphson."""
-    s = a + C.INT32_MAX
-    half_den = np.where(s >= 0, (s + 1) // 2, -((-s + 1) // 2))  # RoundingHalfSum
-    x = 1515870810 + C.srdhm(half_den, -1010580540)             # 48/17 - 32/17 * d, in Q2.29
-    one_q2 = np.int64(1 << 29)
-    for _ in range(3):
-        hdx = C.srdhm(half_den, x)
-        x = x + _sat_shl(C.srdhm(x, one_q2 - hdx), 2)
-    return _sat_shl(x, 1)
 
 
 def _quantize_multiplier_gt_one(real: float) -> tuple[int, int]:
@@ -99,10 +46,6 @@ def _input_radius(integer_bits: int, left_shift: int) -> int:
     return int(math.floor(max_rescaled))
 
 
-def _bit_length(v: np.ndarray) -> np.ndarray:
-    return np.frexp(v.astype(np.float64))[1].astype(np.int64)
-
-
 def quant_softmax_last_axis(x: np.ndarray, beta: float, scale: float, t: OperandType) -> np.ndarray:
     """The upstream fixed-point softmax over the last axis of a uint8/int8 array."""
     real = min(1.0 * beta * scale * (1 << (31 - _SCALED_DIFF_INT_BITS)), (1 << 31) - 1.0)
@@ -113,14 +56,14 @@ def quant_softmax_last_axis(x: np.ndarray, beta: float, scale: float, t: Operand
     diff = xi - xi.max(axis=-1, keepdims=True)
     valid = diff >= diff_min
     scaled = C.srdhm(np.where(valid, diff, 0) * np.int64(1 << left_shift), mult)
-    exps = exp_on_negative_values(scaled, _SCALED_DIFF_INT_BITS)
+    exps = FP.exp_on_negative_values(scaled, _SCALED_DIFF_INT_BITS)
     # Rescale<12>: Q0.31 -> Q12.19 before accumulating.
     rescaled = C.rounding_divide_by_pot(exps, _ACCUM_INT_BITS)
     total = np.where(valid, rescaled, 0).sum(axis=-1, keepdims=True)
-    headroom_plus_one = 32 - _bit_length(total)
+    headroom_plus_one = 32 - FP.bit_length(total)
     bits_over_unit = _ACCUM_INT_BITS - headroom_plus_one
     shifted_minus_one = (total << headroom_plus_one) - (1 << 31)
-    shifted_scale = one_over_one_plus_x(shifted_minus_one)
+    shifted_scale = FP.one_over_one_plus_x(shifted_minus_one)
     out = C.rounding_divide_by_pot(C.srdhm(shifted_scale, exps), bits_over_unit + 31 - 8)
     qmin, qmax = C.qrange(t)
     if t == T.TENSOR_QUANT8_ASYMM_SIGNED:

@@ -1,6 +1,7 @@
-"""gemmlowp-style fixed-point transcendental functions, vectorised over int64 arrays.
+"""gemmlowp-style 32-bit fixed-point primitives and transcendental functions, vectorised over
+int64 arrays (the 16-bit variants used by the quantized LSTMs are in ``recurrent_fixedpoint``).
 
-Quantized LOGISTIC and TANH in the reference driver evaluate these functions on int32
+Quantized LOGISTIC, TANH, SOFTMAX and L2_NORMALIZATION evaluate these functions on int32
 fixed-point values; reproducing the arithmetic bit for bit (rather than calling ``np.tanh``)
 keeps results identical to upstream, not merely close. Every array holds int32 values in int64
 so intermediate products never overflow; additions that the C++ code performs in int32 wrap.
@@ -24,6 +25,11 @@ def wrap32(x: np.ndarray) -> np.ndarray:
 def saturating_shift_left(x: np.ndarray, exponent: int) -> np.ndarray:
     """SaturatingRoundingMultiplyByPOT with a positive exponent: a clamped left shift."""
     return np.clip(np.asarray(x, dtype=np.int64) << exponent, INT32_MIN, INT32_MAX)
+
+
+def bit_length(v: np.ndarray) -> np.ndarray:
+    """Number of significant bits of non-negative integers (0 for 0)."""
+    return np.frexp(np.asarray(v).astype(np.float64))[1].astype(np.int64)
 
 
 def rounding_half_sum(a: np.ndarray, b: int | np.ndarray) -> np.ndarray:
