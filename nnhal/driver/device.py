@@ -246,8 +246,10 @@ class ReferenceDevice(IDevice):
 
     def allocate(self, desc: BufferDesc, prepared_models: Sequence[IPreparedModel],
                  input_roles: Sequence[BufferRole], output_roles: Sequence[BufferRole]
-                 ) -> tuple[ErrorStatus, None, int]:
-        return ErrorStatus.GENERAL_FAILURE, None, 0
+                 ) -> tuple[ErrorStatus, object | None, int]:
+        from nnhal.driver.buffer import allocate  # memory domains live in their own module
+
+        return allocate(self, desc, prepared_models, input_roles, output_roles)
 
 
 class _SignatureView:

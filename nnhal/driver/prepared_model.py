@@ -105,15 +105,15 @@ class ReferencePreparedModel(IPreparedModel):
         try:
             rt.check_deadline()
             status, shapes = run_request(self.plan, request, pools, rt)
-        except ExecutionError as e:
+        except ExecutionError as e:  # failures fall through: driver buffers must see them
             self.device.log(f"execution failed: {e}")
-            return e.status, [], NO_TIMING
+            status, shapes = e.status, []
         except OpError as e:
             self.device.log(f"execution failed: {e}")
-            return e.status, [], NO_TIMING
+            status, shapes = e.status, []
         except Exception as e:  # noqa: BLE001 - the driver boundary: never raise
             self.device.log(f"execution failed: {type(e).__name__}: {e}")
-            return ErrorStatus.GENERAL_FAILURE, [], NO_TIMING
+            status, shapes = ErrorStatus.GENERAL_FAILURE, []
         for pool in pools:
             if not isinstance(pool, np.ndarray):
                 pool.after_execution(self, request, status)  # type: ignore[attr-defined]
@@ -154,8 +154,9 @@ class ReferencePreparedModel(IPreparedModel):
             _notify(callback, ErrorStatus.INVALID_ARGUMENT, [], NO_TIMING)
             return ErrorStatus.INVALID_ARGUMENT
         if deadline is not None and started > deadline:
+            # Launched, then refused at once through the callback (as VTS expects).
             _notify(callback, ErrorStatus.MISSED_DEADLINE_PERSISTENT, [], NO_TIMING)
-            return ErrorStatus.MISSED_DEADLINE_PERSISTENT
+            return ErrorStatus.NONE
 
         def task() -> None:
             status, shapes, timing = self.run(request, pools, measure, deadline, loop_timeout,
@@ -168,6 +169,14 @@ class ReferencePreparedModel(IPreparedModel):
             _notify(callback, ErrorStatus.GENERAL_FAILURE, [], NO_TIMING)
             return ErrorStatus.GENERAL_FAILURE
         return ErrorStatus.NONE
+
+    def execute_fenced(self, request: Request, wait_for: Sequence[object],
+                       measure: MeasureTiming = MeasureTiming.NO, deadline: int | None = None,
+                       loop_timeout: int | None = None, duration: int | None = None
+                       ) -> tuple[ErrorStatus, object, object]:
+        from nnhal.driver.fence import execute_fenced  # fenced execution lives in fence.py
+
+        return execute_fenced(self, request, wait_for, measure, deadline, loop_timeout, duration)
 
     def executor(self) -> Executor:
         return self.device.executor_for(self.priority)

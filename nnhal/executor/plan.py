@@ -124,7 +124,10 @@ class SubgraphPlan:
         slots = list(self.slots_template)
         for idx, arr in zip(self.input_indexes, inputs):
             slots[idx] = arr
+        timed = rt.deadline_ns is not None  # no deadline: no clock reads between operations
         for step in self.steps:
+            if timed:
+                rt.check_deadline()
             ins = [slots[i] for i in step.inputs]
             try:
                 outs = step.kernel(ins, rt)
