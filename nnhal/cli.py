@@ -22,13 +22,19 @@ def _conformance(args: argparse.Namespace) -> int:
         if m not in MODES:
             print(f"unknown mode {m!r}; modes: {', '.join(MODES)}", file=sys.stderr)
             return 2
-    cases = list(iter_cases(specs, args.filter))
-    opts = Options(loop_timeout_ns=int(args.loop_timeout_ms * 1_000_000))
-    device = ReferenceDevice()
-    try:
-        report = run(device, cases, modes, opts, progress=not args.quiet)
-    finally:
-        device.close()
+    if args.jobs > 1:
+        from nnhal.conformance.parallel import run_sharded
+
+        report = run_sharded(specs, modes, args.jobs, args.filter, args.loop_timeout_ms)
+    else:
+        k, n = (int(v) for v in args.shard.split("/"))
+        cases = list(iter_cases(specs, args.filter, (k, n)))
+        opts = Options(loop_timeout_ns=int(args.loop_timeout_ms * 1_000_000))
+        device = ReferenceDevice()
+        try:
+            report = run(device, cases, modes, opts, progress=not args.quiet)
+        finally:
+            device.close()
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_json(), indent=1))
     if args.show_failures:
@@ -67,7 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--no-ops", action="store_true", help="omit the per-operation lines")
     c.add_argument("--strict", action="store_true", help="exit 1 if any case failed")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.add_argument("--jobs", type=int, default=1,
+                   help="run in this many processes (reference driver only)")
+    c.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
     c.set_defaults(func=_conformance)
+
+    # `nnhal mutations`: invalid models/requests over the suite (nnhal/conformance/mutations.py)
+    from nnhal.conformance import mutations
+    mu = sub.add_parser("mutations", help="invalid models and requests derived from the cases")
+    mutations.add_arguments(mu)
+    mu.set_defaults(func=mutations.run_cli)
 
     args = parser.parse_args(argv)
     return int(args.func(args))

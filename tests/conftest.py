@@ -13,3 +13,15 @@ def device():
     dev = ReferenceDevice()
     yield dev
     dev.close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the conformance report per mode (collected by test_conformance) before pytest's
+    own closing line."""
+    try:
+        import test_conformance
+    except ImportError:
+        return
+    for summary in test_conformance.SUMMARIES:
+        terminalreporter.section("conformance")
+        terminalreporter.write_line(summary)

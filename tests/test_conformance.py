@@ -1,62 +1,80 @@
-"""The upstream conformance cases, in the modes the runner implements.
+"""The upstream conformance cases in every mode of the runner, run once per session.
 
 The data lives outside the project (``$NNHAL_CONFORMANCE`` or ``../shared/conformance``); when it
-is absent these tests are skipped, saying so.
+is absent these tests are skipped, saying so. The run is sharded over the machine's cores; the
+per-mode report is printed at the end of the pytest session and written to
+``conformance-report.json``.
 """
+
+import json
+import os
+from pathlib import Path
 
 import pytest
 
-from nnhal.conformance import default_specs_dir, iter_cases, run
-from nnhal.conformance.runner import FAILED, PASSED, SKIPPED, Options
-from nnhal.driver import ReferenceDevice
+from nnhal.conformance import default_specs_dir, iter_cases
+from nnhal.conformance.parallel import run_sharded
+from nnhal.conformance.runner import FAILED, MODES, PASSED, SKIPPED
 
 SPECS = default_specs_dir()
 pytestmark = pytest.mark.skipif(not SPECS.exists(),
                                 reason=f"conformance data not found at {SPECS}")
-#: The issue's bar: no more than 0.5% of cases may fail in any mode.
+#: The bar: no more than 0.5% of the cases may fail in any mode.
 MAX_FAILED_FRACTION = 0.005
+REPORT_FILE = Path("conformance-report.json")
+SUMMARIES: list[str] = []
 
 
 @pytest.fixture(scope="module")
-def all_cases():
-    return list(iter_cases(SPECS))
+def report():
+    rep = run_sharded(SPECS, MODES, jobs=max(1, os.cpu_count() or 1), loop_timeout_ms=300)
+    REPORT_FILE.write_text(json.dumps(rep.to_json(), indent=1))
+    SUMMARIES.append(rep.summary(show_ops=False))
+    return rep
 
 
-def _run(cases, modes):
-    dev = ReferenceDevice()
-    try:
-        return run(dev, cases, modes, Options(loop_timeout_ns=300_000_000), progress=False)
-    finally:
-        dev.close()
+def _failed(report, mode, folder=None):
+    return [f"{c['name']}: {c['message']}" for c in report.cases
+            if c["mode"] == mode and c["result"] == FAILED
+            and (folder is None or c["file"].split("/")[-2] == folder)]
 
 
-def test_v1_0_general_and_mobilenets_have_no_failures():
-    cases = list(iter_cases(SPECS / "V1_0"))
-    assert len(cases) > 300
-    mobilenets = list(iter_cases(SPECS, "mobilenet*"))
-    assert {c.name for c in mobilenets} == {"mobilenet_224_gender_basic_fixed",
-                                            "mobilenet_224_gender_basic_fixed_relaxed"}
-    cases += [c for c in mobilenets if c.folder != "V1_0"]
-    report = _run(cases, ["general"])
-    failures = [c for c in report.cases if c["result"] != PASSED]
-    assert failures == []
+def test_v1_0_general_and_mobilenets_have_no_failures(report):
+    v10 = [c for c in report.cases if c["mode"] == "general" and "/V1_0/" in f"/{c['file']}"]
+    assert len(v10) > 300
+    assert all(c["result"] == PASSED for c in v10), [c for c in v10 if c["result"] != PASSED]
+    mobilenets = [c for c in report.cases if c["mode"] == "general"
+                  and c["name"].startswith("mobilenet")]
+    assert {c["name"] for c in mobilenets} == {"mobilenet_224_gender_basic_fixed",
+                                               "mobilenet_224_gender_basic_fixed_relaxed"}
+    assert all(c["result"] == PASSED for c in mobilenets)
 
 
-@pytest.mark.parametrize("mode", ["general", "dynamic_shape", "quantization_coupling"])
-def test_whole_suite(all_cases, mode):
-    report = _run(all_cases, [mode])
+@pytest.mark.parametrize("mode", MODES)
+def test_mode_over_whole_suite(report, mode):
     counts = report.modes[mode]
     ran = counts[PASSED] + counts[FAILED] + counts[SKIPPED]
     assert ran > 500
-    failed = [f"{c['name']}: {c['message']}" for c in report.cases if c["result"] == FAILED]
+    failed = _failed(report, mode)
     assert len(failed) <= MAX_FAILED_FRACTION * ran, failed[:20]
     # Every operation of HAL 1.3 is implemented: nothing may be skipped as unsupported.
-    skipped = [c["name"] for c in report.cases if c["result"] == SKIPPED]
+    skipped = [c["name"] for c in report.cases if c["mode"] == mode and c["result"] == SKIPPED]
     assert skipped == [], skipped[:20]
+
+
+@pytest.mark.parametrize("mode", [m for m in MODES if m not in ("general",
+                                                                "quantization_coupling")])
+def test_mode_passes_what_general_passes(report, mode):
+    general = {(c["file"], c["name"]) for c in report.cases
+               if c["mode"] == "general" and c["result"] == PASSED}
+    here = {(c["file"], c["name"]) for c in report.cases
+            if c["mode"] == mode and c["result"] == PASSED}
+    assert general - here == set(), sorted(general - here)[:20]
 
 
 def test_infinite_loops_end_with_missed_deadline():
     from nnhal.conformance.cases import build_model, build_request
+    from nnhal.driver import ReferenceDevice
     from nnhal.hal.interfaces import PreparedModelCallback
     from nnhal.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 
@@ -77,5 +95,6 @@ def test_infinite_loops_end_with_missed_deadline():
             assert status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT,
                               ErrorStatus.MISSED_DEADLINE_PERSISTENT), case.name
             assert shapes == []
+            built.close()
     finally:
         dev.close()

@@ -77,11 +77,16 @@ class Case:
                    for o in sg["operands"])
 
 
-def iter_cases(specs: Path, pattern: str | None = None) -> Iterator[Case]:
-    """Every case under ``specs`` (a folder of folders, one folder, or one file), sorted."""
+def iter_cases(specs: Path, pattern: str | None = None,
+               shard: tuple[int, int] = (0, 1)) -> Iterator[Case]:
+    """Every case under ``specs`` (a folder of folders, one folder, or one file), sorted.
+
+    ``shard=(k, n)`` keeps every n-th file starting at the k-th, for parallel runs.
+    """
     specs = Path(specs)
     files = [specs] if specs.is_file() else sorted(specs.rglob("*.json.gz"))
-    for f in files:
+    k, n = shard
+    for f in files[k::n]:
         folder = f.parent.name
         with gzip.open(f, "rt") as fh:
             cases = json.load(fh)

@@ -217,18 +217,45 @@ def run_paths(case: Case, pm: IPreparedModel, model_json: dict[str, Any],
             built.close()
 
 
+# -- burst and reusable-execution paths (driver side: nnhal/driver/burst.py, execution.py) --
+def _execute_burst(pm: IPreparedModel, built: BuiltRequest, opts: Options,
+                   measure: MeasureTiming) -> tuple[ErrorStatus, list[Any]]:
+    status, burst = pm.configure_execution_burst()
+    if status != ErrorStatus.NONE or burst is None:
+        raise CaseFailure(f"configureExecutionBurst failed: {status.name}")
+    holds = [burst.cache_memory(p) for p in built.request.pools]  # noqa: F841 - kept alive
+    status, shapes, _timing = burst.execute(built.request, measure, None, opts.loop_timeout_ns)
+    return status, shapes
+
+
+def _execute_reusable(pm: IPreparedModel, built: BuiltRequest, opts: Options,
+                      measure: MeasureTiming) -> tuple[ErrorStatus, list[Any]]:
+    status, execution = pm.create_reusable_execution(built.request, measure,
+                                                     opts.loop_timeout_ns)
+    if status != ErrorStatus.NONE or execution is None:
+        return status, []
+    for _ in range(2):  # computed twice: a reused execution must give the same results
+        status, shapes, _timing = execution.compute(None)
+        if status != ErrorStatus.NONE:
+            break
+    return status, shapes
+
+
 def general_paths(opts: Options) -> list[tuple[str, Executor, MeasureTiming]]:
     paths: list[tuple[str, Executor, MeasureTiming]] = [("sync", _execute_sync, MeasureTiming.NO)]
     if opts.async_path:
         paths.append(("async", _execute_async, MeasureTiming.YES))
+    paths += [("burst", _execute_burst, MeasureTiming.YES),
+              ("reusable", _execute_reusable, MeasureTiming.NO)]
     return paths
 
 
 def run_general(device: IDevice, case: Case, opts: Options) -> str:
     m = case.data["model"]
     pm = prepare(device, case, m)
-    run_paths(case, pm, m, general_paths(opts), opts)
-    return "sync+async" if opts.async_path else "sync"
+    paths = general_paths(opts)
+    run_paths(case, pm, m, paths, opts)
+    return "+".join(label for label, _fn, _measure in paths)
 
 
 def run_dynamic_shape(device: IDevice, case: Case, opts: Options) -> str:

@@ -178,6 +178,18 @@ class ReferencePreparedModel(IPreparedModel):
 
         return execute_fenced(self, request, wait_for, measure, deadline, loop_timeout, duration)
 
+    def configure_execution_burst(self) -> tuple[ErrorStatus, object]:
+        from nnhal.driver.burst import ReferenceBurst  # bursts live in burst.py
+
+        return ErrorStatus.NONE, ReferenceBurst(self)
+
+    def create_reusable_execution(self, request: Request,
+                                  measure: MeasureTiming = MeasureTiming.NO,
+                                  loop_timeout: int | None = None) -> tuple[ErrorStatus, object]:
+        from nnhal.driver.execution import ReferenceExecution  # reusable executions
+
+        return ReferenceExecution.create(self, request, measure, loop_timeout)
+
     def executor(self) -> Executor:
         return self.device.executor_for(self.priority)
 

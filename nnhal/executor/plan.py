@@ -161,7 +161,10 @@ def _fits(shape: tuple[int, ...], declared: tuple[int, ...]) -> bool:
 class ModelPlan:
     """Plans for the main subgraph (index -1 internally: ``main``) and every referenced one."""
 
-    def __init__(self, model: Model, pool_arrays: Sequence[np.ndarray]):
+    def __init__(self, model: Model, pool_arrays: Sequence[np.ndarray], *,
+                 validate: bool = True):
+        # validate=False only for a model this driver already validated (a verified cache).
+        self._validate_ops = validate
         self.model = model
         self.relaxed = bool(model.relax_computation_float32_to_float16)
         values = np.frombuffer(model.operand_values, dtype=np.uint8)
@@ -172,6 +175,8 @@ class ModelPlan:
             self._decode(plan, values, pool_arrays)
         for plan in [*self.referenced, self.main]:
             self._bind(plan)
+        #: Main inputs read where no operation allows an omitted value (see required_inputs).
+        self.required_inputs = required_inputs(model.main)
 
     def _decode(self, plan: SubgraphPlan, values: np.ndarray,
                 pools: Sequence[np.ndarray]) -> None:
@@ -202,7 +207,8 @@ class ModelPlan:
             outs = [plan.infos[i] for i in operation.outputs]
             ctx = OpContext(op_type=op_type, inputs=ins, outputs=outs, relaxed=self.relaxed,
                             subgraphs=self.referenced)
-            definition.validate(ctx)
+            if self._validate_ops:
+                definition.validate(ctx)
             shapes = definition.prepare(ctx)
             if shapes:
                 for i, s in zip(operation.outputs, shapes):
@@ -232,3 +238,21 @@ def _merge(declared: tuple[int, ...] | None, inferred: object) -> tuple[int, ...
     if len(declared) != len(inferred):
         return declared
     return tuple(d if d else s for d, s in zip(declared, inferred))
+
+
+#: Operations none of whose inputs may be omitted (the elementwise binary/ternary ones).
+_NO_OPTIONAL_INPUTS = frozenset({
+    OperationType.ADD, OperationType.MUL, OperationType.SUB, OperationType.DIV,
+    OperationType.MAXIMUM, OperationType.MINIMUM, OperationType.POW, OperationType.EQUAL,
+    OperationType.NOT_EQUAL, OperationType.GREATER, OperationType.GREATER_EQUAL,
+    OperationType.LESS, OperationType.LESS_EQUAL, OperationType.LOGICAL_AND,
+    OperationType.LOGICAL_OR, OperationType.PRELU, OperationType.SELECT})
+
+
+def required_inputs(main: Subgraph) -> frozenset[int]:
+    """Operand indexes of main inputs that a request may not omit: those read as input 0 of
+    any operation (its primary tensor, IF's condition) or by an operation without optional
+    inputs. Kernels are not written to receive "no value" there."""
+    inputs = set(main.input_indexes)
+    return frozenset(i for op in main.operations for k, i in enumerate(op.inputs)
+                     if i in inputs and (k == 0 or op.type in _NO_OPTIONAL_INPUTS))

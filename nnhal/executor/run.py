@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
-from nnhal.executor.plan import ModelPlan, RunState
+from nnhal.executor.plan import ExecutionError, ModelPlan, RunState
 from nnhal.hal.types import ErrorStatus, OperandType, OutputShape, Request
 
 _BOOLS = (OperandType.BOOL, OperandType.TENSOR_BOOL8)
@@ -14,7 +15,7 @@ _BOOLS = (OperandType.BOOL, OperandType.TENSOR_BOOL8)
 
 def read_argument(raw: np.ndarray, t: OperandType, shape: tuple[int, ...]) -> np.ndarray:
     """Decode an input from pool bytes: a read-only view where the layout allows."""
-    count = int(np.prod(shape, dtype=np.int64))
+    count = int(math.prod(shape))  # math.prod: no numpy reduction on the hot path
     nbytes = count * t.byte_size
     data = raw[:nbytes]
     arr = (data != 0) if t in _BOOLS else data.view(t.dtype)
@@ -43,6 +44,9 @@ def run_request(plan: ModelPlan, request: Request, pools: Sequence[object],
     inputs: list[np.ndarray | None] = []
     for arg, idx in zip(request.inputs, main.input_indexes):
         if arg.has_no_value:
+            if idx in plan.required_inputs:
+                raise ExecutionError(ErrorStatus.INVALID_ARGUMENT, f"input operand {idx} "
+                                     "is required but has no value")
             inputs.append(None)
             continue
         info = main.infos[idx]

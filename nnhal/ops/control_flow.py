@@ -50,6 +50,8 @@ def _check_signature(ctx: OpContext, name: str, infos: list[OperandInfo],
 
 
 def _is_true(value: np.ndarray) -> bool:
+    if value is None:  # an omitted condition (request input without a value)
+        raise OpError("condition has no value")
     flat = np.asarray(value).reshape(-1)
     if flat.size != 1:
         raise OpError("condition must hold exactly one value")

@@ -610,8 +610,9 @@ def _squeeze_shape(shape: Sequence[int], axes: Sequence[int] | None, *,
 @register(O.SQUEEZE)
 class Squeeze(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, (1, 2), 1, optional=(1,))
+        counts(ctx, 2, 1, optional=(1,))  # omitted = NO_VALUE, not absent
         check_main_tensor(ctx, BASIC_TYPES, max_rank=4)
+        check_type(ctx, 1, T.TENSOR_INT32, "squeeze dims")  # even when omitted
         if len(ctx.inputs) == 2 and not ctx.inputs[1].omitted:
             check_int_vector(ctx, 1, "squeeze dims")
         self.prepare(ctx)
@@ -686,8 +687,9 @@ class Transpose(OperationDef):
     """An omitted permutation reverses the dimensions."""
 
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, (1, 2), 1, optional=(1,))
+        counts(ctx, 2, 1, optional=(1,))  # omitted = NO_VALUE, not absent
         check_main_tensor(ctx, BASIC_TYPES, max_rank=4)
+        check_type(ctx, 1, T.TENSOR_INT32, "perm")  # even when omitted
         if len(ctx.inputs) == 2 and not ctx.inputs[1].omitted:
             check_int_vector(ctx, 1, "perm", ctx.inputs[0].rank)
         self.prepare(ctx)

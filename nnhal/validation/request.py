@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -93,7 +94,7 @@ def validate_request(request: Request, main: Subgraph, pool_sizes: Sequence[int]
             if kind == "input":
                 if not known:
                     raise _fail(f"{where}: input dimensions {dims} are not fully specified")
-                need = t.byte_size * (int(np.prod(dims, dtype=np.int64)) if dims else 1)
+                need = t.byte_size * int(math.prod(dims))  # math.prod([]) == 1
                 if loc.length < need:
                     raise _fail(f"{where}: location length {loc.length} is smaller than the "
                                 f"{need} bytes of the input")

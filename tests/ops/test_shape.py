@@ -228,13 +228,15 @@ def test_pad_invalid():
 
 def test_squeeze_variants():
     x = np.zeros((1, 3, 1, 2), np.float32)
-    (a,) = run_op(O.SQUEEZE, [tensor(F32, x)], [output(F32, [3, 2])])
-    assert a.shape == (3, 2)
+    # The squeeze dims input is optional only as a NO_VALUE operand: the count is always 2.
+    with pytest.raises(OpError):
+        run_op(O.SQUEEZE, [tensor(F32, x)], [output(F32, [3, 2])])
     (b,) = run_op(O.SQUEEZE, [tensor(F32, x), omitted(I32)], [output(F32, [3, 2])])
     assert b.shape == (3, 2)
     (c,) = run_op(O.SQUEEZE, [tensor(F32, x), vec([-2])], [output(F32, [1, 3, 2])])
     assert c.shape == (1, 3, 2)
-    (d,) = run_op(O.SQUEEZE, [tensor(F32, np.zeros((1, 1, 1), np.float32))], [output(F32, [1])])
+    (d,) = run_op(O.SQUEEZE, [tensor(F32, np.zeros((1, 1, 1), np.float32)), omitted(I32)],
+                  [output(F32, [1])])
     assert d.shape == (1,)
     with pytest.raises(OpError):
         run_op(O.SQUEEZE, [tensor(F32, x), vec([1])], [output(F32)])

@@ -1,0 +1,126 @@
+"""Compilation caching: prepareModel versus prepareModelFromCache on the V1_0 MobileNet case.
+
+Prints, for each path, the median and best wall time from the call to the callback:
+
+* prepare: prepareModel without caching (validation + plan building);
+* prepare+save: prepareModel writing the two cache files;
+* restore (live plan): prepareModelFromCache while the prepared model that wrote the cache is
+  still alive in this process, so its plan is reused after the files are verified;
+* restore (cold): prepareModelFromCache with no live plan: read, verify, decode, rebuild.
+
+and the ratios prepare / restore. Asserts nothing (speed goals live here, not in tests).
+
+    python benchmarks/bench_caching.py [--specs DIR] [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from nnhal.conformance.cases import build_model, build_request, default_specs_dir, iter_cases
+from nnhal.conformance.runner import CaseFailure, check_outputs
+from nnhal.driver import ReferenceDevice
+from nnhal.hal.interfaces import PreparedModelCallback
+from nnhal.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
+
+CASE_FILE = "V1_0/mobilenet_224_gender_basic_fixed.json.gz"
+TOKEN = bytes(range(32))
+
+
+def prepare(device, model, model_cache=(), data_cache=()):
+    cb = PreparedModelCallback()
+    device.prepare_model(model, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None,
+                         list(model_cache), list(data_cache), TOKEN, cb)
+    status, pm = cb.wait(120)
+    assert status == ErrorStatus.NONE, status
+    return pm
+
+
+def restore(device, model_cache, data_cache):
+    cb = PreparedModelCallback()
+    device.prepare_model_from_cache(None, list(model_cache), list(data_cache), TOKEN, cb)
+    status, pm = cb.wait(120)
+    assert status == ErrorStatus.NONE, status
+    return pm
+
+
+def timed(fn, repeat: int) -> tuple[float, float]:
+    """(median, best) in ms; the result of each call is dropped before the next."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times), min(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--specs", type=Path, default=None,
+                    help="conformance directory (default: $NNHAL_CONFORMANCE or "
+                         "../shared/conformance)")
+    ap.add_argument("--repeat", type=int, default=30)
+    args = ap.parse_args(argv)
+    specs = args.specs or default_specs_dir()
+    path = specs / CASE_FILE
+    if not path.is_file():
+        print(f"{CASE_FILE} not found under {specs}: skipped")
+        return 0
+    case = next(iter_cases(path))
+    m = case.data["model"]
+    model = build_model(m)
+    device = ReferenceDevice()
+    with tempfile.TemporaryFile() as mc, tempfile.TemporaryFile() as dc:
+        caches = ([mc], [dc])
+        writer = prepare(device, model, *caches)  # warm-up, and the files to restore from
+        # Results of a restored model are the case's expected results.
+        for live in (True, False):
+            if not live:
+                device._cache.forget_live_plans()
+            pm = restore(device, *caches)
+            built = build_request(m)
+            try:
+                status, shapes, _ = pm.execute_synchronously(built.request, MeasureTiming.NO)
+                if status != ErrorStatus.NONE:
+                    raise CaseFailure(status.name)
+                check_outputs(case, built, shapes)
+            except CaseFailure as e:
+                print(f"restored model gave wrong results: {e}")
+                return 1
+            finally:
+                built.close()
+            del pm
+
+        def cold() -> None:
+            device._cache.forget_live_plans()
+            restore(device, *caches)
+
+        results = {
+            "prepare": timed(lambda: prepare(device, model), args.repeat),
+            "prepare+save": timed(lambda: prepare(device, model, *caches), args.repeat),
+        }
+        # prepare+save rewrote the files; the writer's plan is still the live one for them.
+        writer = prepare(device, model, *caches)
+        results["restore (live plan)"] = timed(lambda: restore(device, *caches), args.repeat)
+        results["restore (cold)"] = timed(cold, args.repeat)
+        del writer
+    device.close()
+    print(f"{case.name}: {len(model.main.operations)} operations, "
+          f"{sum(p.size for p in model.pools)} constant bytes; {args.repeat} runs each")
+    for label, (med, best) in results.items():
+        print(f"  {label:<22} median {med:8.3f} ms   best {best:8.3f} ms")
+    base = results["prepare"]
+    for label in ("restore (live plan)", "restore (cold)"):
+        med, best = results[label]
+        print(f"  ratio prepare / {label:<20} {base[0] / med:6.1f}x (median) "
+              f"{base[1] / best:6.1f}x (best)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

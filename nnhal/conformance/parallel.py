@@ -1,0 +1,79 @@
+"""Running the conformance suite in several processes, one shard of case files each.
+
+The shards are separate ``nnhal conformance --shard K/N`` processes that write JSON reports;
+nothing is pickled between processes. Only the reference driver can be sharded this way (a
+device object cannot cross a process boundary); other devices use :func:`runner.run`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from nnhal.conformance.runner import Report
+
+
+def report_from_json(data: dict) -> Report:
+    rep = Report()
+    for mode, counts in data["modes"].items():
+        rep.modes[mode].update(counts)
+    for key, counts in data["folders"].items():
+        mode, folder = key.split("/", 1)
+        rep.folders[(mode, folder)].update(counts)
+    for key, counts in data["operations"].items():
+        mode, op = key.split("/", 1)
+        rep.operations[(mode, op)].update(counts)
+    rep.cases = list(data["cases"])
+    rep.seconds = float(data.get("seconds", 0.0))
+    return rep
+
+
+def merge(reports: Sequence[Report]) -> Report:
+    out = Report()
+    for r in reports:
+        for m, c in r.modes.items():
+            out.modes[m].update(c)
+        for k, c in r.folders.items():
+            out.folders[k].update(c)
+        for k, c in r.operations.items():
+            out.operations[k].update(c)
+        out.cases.extend(r.cases)
+        out.seconds = max(out.seconds, r.seconds)
+    for d in (out.modes, out.folders, out.operations):
+        for k in list(d):
+            d[k] = Counter({n: v for n, v in d[k].items() if v})
+    return out
+
+
+def run_sharded(specs: Path, modes: Sequence[str], jobs: int, pattern: str | None = None,
+                loop_timeout_ms: float = 500.0) -> Report:
+    """Run the reference driver over ``specs`` in ``jobs`` processes and merge the reports."""
+    jobs = max(1, jobs)
+    with tempfile.TemporaryDirectory(prefix="nnhal-shards-") as tmp:
+        procs = []
+        for k in range(jobs):
+            out = Path(tmp) / f"shard{k}.json"
+            cmd = [sys.executable, "-m", "nnhal.cli", "conformance", "--specs", str(specs),
+                   "--shard", f"{k}/{jobs}", "--json", str(out), "--quiet", "--no-ops",
+                   "--loop-timeout-ms", str(loop_timeout_ms)]
+            for m in modes:
+                cmd += ["--mode", m]
+            if pattern:
+                cmd += ["--filter", pattern]
+            env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+            procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.PIPE, env=env), out))
+        reports = []
+        for proc, out in procs:
+            _, err = proc.communicate()
+            if proc.returncode != 0 or not out.exists():
+                raise RuntimeError(f"conformance shard failed ({proc.returncode}): "
+                                   f"{err.decode(errors='replace')[-2000:]}")
+            reports.append(report_from_json(json.loads(out.read_text())))
+    return merge(reports)

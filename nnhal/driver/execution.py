@@ -1,0 +1,207 @@
+"""Reusable executions (canonical IExecution): a request validated once, computed many times.
+
+Creation copies the request's structure (so later changes by the client cannot bypass the
+validation), validates it and maps its pools once. ``compute`` then only re-checks what can
+change between computations and is cheap to check: that no request memory was closed and that
+every driver-managed buffer may still be used (not freed, inputs initialized with compatible
+dimensions).
+
+At most one computation runs on an execution at a time (IExecution says so): a second caller
+waits for the first to finish, or until its own deadline passes (MISSED_DEADLINE_TRANSIENT).
+An execution made by a burst shares the burst's one-at-a-time rule and, as upstream's
+burst executions do, refuses ``compute_fenced`` with GENERAL_FAILURE.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from nnhal.hal.interfaces import IExecution, IFencedExecutionCallback
+from nnhal.hal.types import (
+    NO_TIMING,
+    ErrorStatus,
+    MeasureTiming,
+    MemoryPool,
+    OutputShape,
+    Request,
+    RequestArgument,
+    Timing,
+)
+from nnhal.memory import SharedMemory
+from nnhal.validation import BUFFER_POOL, ValidationError, validate_request
+
+if TYPE_CHECKING:
+    from nnhal.driver.burst import ReferenceBurst
+    from nnhal.driver.prepared_model import ReferencePreparedModel
+
+Result = tuple[ErrorStatus, list[OutputShape], Timing]
+
+
+def snapshot_request(request: Request) -> Request:
+    """A copy of the request's structure (arguments and pool list; memories are shared)."""
+    if not isinstance(request, Request):
+        raise ValidationError("not a Request")
+
+    def arg(a: object) -> object:
+        if not isinstance(a, RequestArgument):
+            return a  # validation rejects it
+        return RequestArgument(a.has_no_value, a.location, list(a.dimensions))
+
+    return Request([arg(a) for a in request.inputs], [arg(a) for a in request.outputs],
+                   list(request.pools))
+
+
+def run_exclusive(lock: threading.Lock, pm: ReferencePreparedModel, request: Request,
+                  pools: Sequence[object], measure: MeasureTiming, deadline: int | None,
+                  loop_timeout: int | None, started: int) -> Result:
+    """``pm.run`` while holding ``lock``; a caller that cannot get it before its deadline
+    gets MISSED_DEADLINE_TRANSIENT. Never raises."""
+    if not lock.acquire(blocking=False):
+        if deadline is None:
+            lock.acquire()
+        else:
+            wait_s = min(max(0.0, (deadline - time.monotonic_ns()) / 1e9), threading.TIMEOUT_MAX)
+            if not lock.acquire(timeout=wait_s):
+                return ErrorStatus.MISSED_DEADLINE_TRANSIENT, [], NO_TIMING
+    try:
+        return pm.run(request, pools, measure, deadline, loop_timeout, started)
+    finally:
+        lock.release()
+
+
+class _ExclusiveRuns:
+    """The prepared model as a fenced task uses it, each run holding the execution's lock."""
+
+    def __init__(self, pm: ReferencePreparedModel, lock: threading.Lock):
+        self.pm = pm
+        self.device = pm.device
+        self._lock = lock
+
+    def executor(self) -> Any:
+        return self.pm.executor()
+
+    def run(self, *args: Any) -> Result:
+        with self._lock:
+            return self.pm.run(*args)
+
+
+class ReferenceExecution(IExecution):
+    """A reusable execution of one validated request on a reference prepared model."""
+
+    def __init__(self, pm: ReferencePreparedModel, request: Request, pools: list[object],
+                 measure: MeasureTiming, loop_timeout: int | None, *,
+                 burst: ReferenceBurst | None = None, holds: Sequence[object] = ()):
+        self._pm = pm
+        self._request = request
+        self._pools = pools
+        self._measure = MeasureTiming(measure)
+        self._loop_timeout = loop_timeout
+        self._burst = burst
+        # Cache holds of the burst's memories: they stay cached while this execution lives.
+        self._holds = tuple(holds)
+        self._lock = burst.execution_lock if burst is not None else threading.Lock()
+        mems = (p.hidl_memory if isinstance(p, MemoryPool) else p for p in request.pools)
+        self._memories = [m for m in mems if isinstance(m, SharedMemory)]
+        self._buffers = [p for p in pools if not isinstance(p, np.ndarray)]
+        # Fenced computations need fully specified outputs: decided once, here.
+        sizes = [p.size if isinstance(p, np.ndarray) else BUFFER_POOL for p in pools]
+        try:
+            validate_request(request, pm.plan.model.main, sizes, require_output_dims=True)
+            self._fenced_error: str | None = None
+        except ValidationError as e:
+            self._fenced_error = str(e)
+
+    @classmethod
+    def create(cls, pm: ReferencePreparedModel, request: Request, measure: MeasureTiming,
+               loop_timeout: int | None, burst: ReferenceBurst | None = None
+               ) -> tuple[ErrorStatus, ReferenceExecution | None]:
+        """createReusableExecution: validate once; INVALID_ARGUMENT if the request is bad."""
+        try:
+            req = snapshot_request(request)
+            if burst is not None:
+                pools = burst.check_request(req, measure, loop_timeout)
+                holds = burst.holds_for(req)
+            else:
+                pools, holds = pm.check_request(req, measure, loop_timeout), []
+            return ErrorStatus.NONE, cls(pm, req, pools, measure, loop_timeout, burst=burst,
+                                         holds=holds)
+        except Exception as e:  # noqa: BLE001 - every bad argument is INVALID_ARGUMENT
+            pm.device.log(f"invalid reusable execution: {e}")
+            return ErrorStatus.INVALID_ARGUMENT, None
+
+    def _recheck(self) -> str | None:
+        """What may have changed since creation; a reason to refuse, or None."""
+        for mem in self._memories:
+            if mem.closed:
+                return f"{mem!r} was closed"
+        for buf in self._buffers:
+            try:
+                buf.check_request_use(self._pm, self._request)  # type: ignore[attr-defined]
+            except ValidationError as e:
+                return str(e)
+        return None
+
+    def _check_call(self, deadline: object, started: int) -> ErrorStatus:
+        if deadline is not None and (not isinstance(deadline, int) or isinstance(deadline, bool)):
+            self._pm.device.log(f"invalid deadline {deadline!r}")
+            return ErrorStatus.INVALID_ARGUMENT
+        why = self._recheck()
+        if why is not None:
+            self._pm.device.log(f"reusable execution refused: {why}")
+            return ErrorStatus.INVALID_ARGUMENT
+        if deadline is not None and started > deadline:
+            return ErrorStatus.MISSED_DEADLINE_PERSISTENT
+        return ErrorStatus.NONE
+
+    # ---- IExecution -----------------------------------------------------------------------
+    def compute(self, deadline: int | None = None) -> Result:
+        started = time.monotonic_ns()
+        try:
+            status = self._check_call(deadline, started)
+        except Exception as e:  # noqa: BLE001 - the driver boundary: never raise
+            self._pm.device.log(f"reusable execution refused: {type(e).__name__}: {e}")
+            status = ErrorStatus.INVALID_ARGUMENT
+        if status != ErrorStatus.NONE:
+            return status, [], NO_TIMING
+        return run_exclusive(self._lock, self._pm, self._request, self._pools, self._measure,
+                             deadline, self._loop_timeout, started)
+
+    def compute_fenced(self, wait_for: Sequence[object], deadline: int | None = None,
+                       timeout_after_fence: int | None = None
+                       ) -> tuple[ErrorStatus, object, IFencedExecutionCallback | None]:
+        if self._burst is not None:
+            return ErrorStatus.GENERAL_FAILURE, None, None  # as upstream's burst executions
+        started = time.monotonic_ns()
+        try:
+            from nnhal.driver.fence import _check_duration, _FencedTask, check_wait_for
+
+            if self._fenced_error is not None:
+                raise ValidationError(self._fenced_error)
+            fences = check_wait_for(wait_for)
+            _check_duration(timeout_after_fence)
+            status = self._check_call(deadline, started)
+        except Exception as e:  # noqa: BLE001 - every bad argument is INVALID_ARGUMENT
+            self._pm.device.log(f"invalid fenced computation: {e}")
+            return ErrorStatus.INVALID_ARGUMENT, None, None
+        if status != ErrorStatus.NONE:
+            return status, None, None
+        task = _FencedTask(_ExclusiveRuns(self._pm, self._lock),  # type: ignore[arg-type]
+                           self._request, self._pools, self._measure, deadline,
+                           self._loop_timeout, timeout_after_fence, started, fences)
+        if not task.launch():
+            task.fence.close()
+            return ErrorStatus.GENERAL_FAILURE, None, None
+        return ErrorStatus.NONE, task.fence, task.callback
+
+
+def create_reusable_execution(pm: ReferencePreparedModel, request: Request,
+                              measure: MeasureTiming = MeasureTiming.NO,
+                              loop_timeout: int | None = None
+                              ) -> tuple[ErrorStatus, ReferenceExecution | None]:
+    """IPreparedModel::createReusableExecution for the reference prepared model."""
+    return ReferenceExecution.create(pm, request, measure, loop_timeout)
