@@ -254,3 +254,24 @@ def test_constant_beyond_pool_rejected(device):
     assert device.get_supported_operations(model)[0] == ErrorStatus.NONE
     model.pools[0] = SharedMemory.ashmem(128)  # now too small for the constant
     assert device.get_supported_operations(model)[0] == ErrorStatus.INVALID_ARGUMENT
+
+
+def test_declared_extension_is_valid_but_unsupported(device):
+    from nnhal.hal.types import ExtensionNameAndPrefix, make_extension_type
+
+    op_ext = add_model()
+    op_ext.extension_name_to_prefix = [ExtensionNameAndPrefix("com.example.ops", 1)]
+    op_ext.main.operations[0].type = make_extension_type(1, 5)
+    assert device.get_supported_operations(op_ext) == (ErrorStatus.NONE, [False])
+    operand_ext = add_model()
+    operand_ext.extension_name_to_prefix = [ExtensionNameAndPrefix("com.example.types", 7)]
+    operand_ext.main.operands[0].type = make_extension_type(7, 3)
+    assert device.get_supported_operations(operand_ext) == (ErrorStatus.NONE, [False])
+
+
+def test_undeclared_extension_is_invalid(device):
+    from nnhal.hal.types import make_extension_type
+
+    model = add_model()
+    model.main.operations[0].type = make_extension_type(1, 5)
+    assert device.get_supported_operations(model)[0] == ErrorStatus.INVALID_ARGUMENT

@@ -31,6 +31,7 @@ from nnhal.hal.types import (
     PerformanceInfo,
     Priority,
     Subgraph,
+    is_extension_type,
 )
 from nnhal.memory import MemoryError_, SharedMemory
 from nnhal.ops.registry import OpContext, OpError, lookup
@@ -101,9 +102,14 @@ class ReferenceDevice(IDevice):
 
     def _op_support(self, model: Model, sg: Subgraph, visiting: set[int]) -> list[bool]:
         """Validate each operation of ``sg``; False where this driver cannot run it."""
-        infos = [operand_info(op) for op in sg.operands]
+        # Vendor extension operands and operations are valid but not supported by this driver.
+        infos = [None if is_extension_type(op.type) else operand_info(op) for op in sg.operands]
         flags = []
         for operation in sg.operations:
+            if is_extension_type(operation.type) or any(
+                    infos[i] is None for i in (*operation.inputs, *operation.outputs)):
+                flags.append(False)
+                continue
             op_type = OperationType(operation.type)
             definition = lookup(op_type)
             if definition is None:

@@ -175,13 +175,21 @@ def validate_subgraph(sg: Subgraph, name: str, model: Model, pool_sizes: Sequenc
             written[i] = True
     for k, operation in enumerate(sg.operations):
         where = f"{name} operation {k}"
-        try:
-            op_type = OperationType(operation.type)
-        except ValueError:
-            raise _fail(f"{where}: invalid operation type {operation.type}") from None
-        if op_type == OperationType.OEM_OPERATION or op_type not in OPERATION_VERSION:
-            raise _fail(f"{where}: OEM operations are not supported")
-        where = f"{name} operation {k} ({op_type.name})"
+        if is_extension_type(operation.type):
+            # A vendor extension operation: valid when its prefix is declared; whether a
+            # driver supports it is getSupportedOperations' business.
+            if extension_prefix(operation.type) not in prefixes:
+                raise _fail(f"{where}: extension operation {int(operation.type):#x} has no "
+                            f"declared prefix")
+            where = f"{name} operation {k} (extension {int(operation.type):#x})"
+        else:
+            try:
+                op_type = OperationType(operation.type)
+            except ValueError:
+                raise _fail(f"{where}: invalid operation type {operation.type}") from None
+            if op_type == OperationType.OEM_OPERATION or op_type not in OPERATION_VERSION:
+                raise _fail(f"{where}: OEM operations are not supported")
+            where = f"{name} operation {k} ({op_type.name})"
         for i in operation.inputs:
             if not 0 <= i < n:
                 raise _fail(f"{where}: input operand index {i} out of range")
