@@ -246,6 +246,17 @@ def build_request(case_model: dict[str, Any], *, shrink_output: int | None = Non
     return BuiltRequest(req, expected, out_mem, in_mem, [in_mem, out_mem])
 
 
+def outputs_fully_specified(case_model: dict[str, Any]) -> bool:
+    """Whether every main-subgraph output tensor has known dimensions (fenced execution
+    requires it)."""
+    main = case_model["main"]
+    for idx in main["outputIndexes"]:
+        o = main["operands"][idx]
+        if OperandType[o["type"]].is_tensor and (not o["dimensions"] or 0 in o["dimensions"]):
+            return False
+    return True
+
+
 # ---- case transformations for the modes ---------------------------------------------------
 
 def with_unknown_output_dims(case_model: dict[str, Any]) -> dict[str, Any]:

@@ -16,46 +16,21 @@ import os
 import tempfile
 from typing import Any
 
-from nnhal.conformance.cases import Case, build_model
+from nnhal.conformance.cases import Case
 from nnhal.conformance.runner import (
     CALLBACK_TIMEOUT_S,
     CaseFailure,
-    ExpectedFailureSeen,
     Options,
     Unsupported,
     _execute_sync,
     general_paths,
+    prepare,
     run_paths,
 )
 from nnhal.hal.interfaces import IDevice, IPreparedModel, PreparedModelCallback
-from nnhal.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
+from nnhal.hal.types import ErrorStatus, MeasureTiming
 
 STALE = b"stale cache bytes"
-
-
-def _prepare_with_cache(device: IDevice, case: Case, m: dict[str, Any], mc: list[Any],
-                        dc: list[Any], token: bytes) -> IPreparedModel:
-    model = build_model(m)
-    status, supported = device.get_supported_operations(model)
-    if status != ErrorStatus.NONE:
-        raise ExpectedFailureSeen(f"getSupportedOperations: {status.name}") \
-            if case.expect_failure else CaseFailure(f"getSupportedOperations: {status.name}")
-    if not all(supported):
-        raise Unsupported(", ".join(sorted({m["main"]["operations"][i]["type"]
-                                            for i, s in enumerate(supported) if not s})))
-    cb = PreparedModelCallback()
-    launch = device.prepare_model(model, ExecutionPreference.FAST_SINGLE_ANSWER,
-                                  Priority.MEDIUM, None, mc, dc, token, cb)
-    status, prepared = cb.wait(CALLBACK_TIMEOUT_S)
-    if cb.calls != 1:
-        raise CaseFailure(f"prepare callback called {cb.calls} times")
-    if launch != ErrorStatus.NONE and launch != status:
-        raise CaseFailure(f"prepare launch status {launch.name} but callback {status.name}")
-    if status != ErrorStatus.NONE or prepared is None:
-        if case.expect_failure:
-            raise ExpectedFailureSeen(f"prepareModel: {status.name}")
-        raise CaseFailure(f"prepareModel (saving to cache) failed: {status.name}")
-    return prepared
 
 
 def _restore(device: IDevice, mc: list[Any], dc: list[Any], token: bytes, label: str
@@ -121,7 +96,7 @@ def run(device: IDevice, case: Case, opts: Options) -> str:
         for f in files:
             f.write(STALE)
             f.flush()
-        writer = _prepare_with_cache(device, case, m, mc, dc, token)
+        writer = prepare(device, case, m, mc, dc, token)
         for f in mc + dc:
             f.seek(3)
         live = _restore_ok(device, mc, dc, token, "restore (writer alive)")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from nnhal.conformance.cases import BuiltRequest, Case, build_request
+from nnhal.conformance.cases import BuiltRequest, Case, build_request, outputs_fully_specified
 from nnhal.conformance.runner import (
     CALLBACK_TIMEOUT_S,
     CaseFailure,
@@ -29,19 +29,10 @@ from nnhal.conformance.runner import (
 )
 from nnhal.driver.fence import FenceState, SyncFence
 from nnhal.hal.interfaces import IDevice, IPreparedModel
-from nnhal.hal.types import NO_TIME, ErrorStatus, MeasureTiming, OperandType, Timing
+from nnhal.hal.types import NO_TIME, ErrorStatus, MeasureTiming, Timing
 
 #: How long after the launch the timer signals the fences the first execution waits for.
 SIGNAL_DELAY_S = 0.001
-
-
-def outputs_fully_specified(case_model: dict[str, Any]) -> bool:
-    main = case_model["main"]
-    for idx in main["outputIndexes"]:
-        o = main["operands"][idx]
-        if OperandType[o["type"]].is_tensor and (not o["dimensions"] or 0 in o["dimensions"]):
-            return False
-    return True
 
 
 def _launch(pm: IPreparedModel, built: BuiltRequest, fences: list[SyncFence],

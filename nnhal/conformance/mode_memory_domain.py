@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.conformance.cases import Case, Expected, values_array
+from nnhal.conformance.cases import Case, Expected, outputs_fully_specified, values_array
 from nnhal.conformance.runner import (
     CALLBACK_TIMEOUT_S,
     CaseFailure,
@@ -199,15 +199,6 @@ def _has_fenced(pm: IPreparedModel) -> bool:
     return type(pm).execute_fenced is not IPreparedModel.execute_fenced
 
 
-def _outputs_fully_specified(case_model: dict[str, Any]) -> bool:
-    main = case_model["main"]
-    for idx in main["outputIndexes"]:
-        o = main["operands"][idx]
-        if OperandType[o["type"]].is_tensor and (not o["dimensions"] or 0 in o["dimensions"]):
-            return False
-    return True
-
-
 def _check_shapes(shapes: list[Any], req: DomainRequest) -> None:
     if shapes and len(shapes) != len(req.outputs):
         raise CaseFailure(f"{len(shapes)} output shapes for {len(req.outputs)} outputs")
@@ -234,7 +225,7 @@ def run(device: IDevice, case: Case, opts: Options) -> str:
             raise CaseFailure(f"{label}: {e}") from None
         try:
             status, shapes = fn(pm, req.request, opts)
-            if label == "fenced" and not _outputs_fully_specified(m) and \
+            if label == "fenced" and not outputs_fully_specified(m) and \
                     not case.expect_failure:
                 if status != ErrorStatus.INVALID_ARGUMENT:
                     raise CaseFailure(f"fenced: outputs not fully specified, got "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,7 +149,10 @@ def check_outputs(case: Case, built: BuiltRequest, shapes: list[Any]) -> None:
 
 # ---- running ------------------------------------------------------------------------------
 
-def prepare(device: IDevice, case: Case, model_json: dict[str, Any]) -> IPreparedModel:
+def prepare(device: IDevice, case: Case, model_json: dict[str, Any],
+            model_cache: Sequence[Any] = (), data_cache: Sequence[Any] = (),
+            token: bytes = b"") -> IPreparedModel:
+    """Check support, prepare (optionally saving to cache files) and check the callback."""
     model = build_model(model_json)
     status, supported = device.get_supported_operations(model)
     if status != ErrorStatus.NONE:
@@ -160,7 +163,8 @@ def prepare(device: IDevice, case: Case, model_json: dict[str, Any]) -> IPrepare
                                             for i, s in enumerate(supported) if not s})))
     cb = PreparedModelCallback()
     launch = device.prepare_model(model, ExecutionPreference.FAST_SINGLE_ANSWER,
-                                  Priority.MEDIUM, None, [], [], b"", cb)
+                                  Priority.MEDIUM, None, list(model_cache), list(data_cache),
+                                  token, cb)
     status, prepared = cb.wait(CALLBACK_TIMEOUT_S)
     if cb.calls != 1:
         raise CaseFailure(f"prepare callback called {cb.calls} times")
