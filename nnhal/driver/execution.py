@@ -178,19 +178,19 @@ class ReferenceExecution(IExecution):
             return ErrorStatus.GENERAL_FAILURE, None, None  # as upstream's burst executions
         started = time.monotonic_ns()
         try:
-            from nnhal.driver.fence import _check_duration, _FencedTask, check_wait_for
+            from nnhal.driver.fence import FencedTask, check_duration, check_wait_for
 
             if self._fenced_error is not None:
                 raise ValidationError(self._fenced_error)
             fences = check_wait_for(wait_for)
-            _check_duration(timeout_after_fence)
+            check_duration(timeout_after_fence)
             status = self._check_call(deadline, started)
         except Exception as e:  # noqa: BLE001 - every bad argument is INVALID_ARGUMENT
             self._pm.device.log(f"invalid fenced computation: {e}")
             return ErrorStatus.INVALID_ARGUMENT, None, None
         if status != ErrorStatus.NONE:
             return status, None, None
-        task = _FencedTask(_ExclusiveRuns(self._pm, self._lock),  # type: ignore[arg-type]
+        task = FencedTask(_ExclusiveRuns(self._pm, self._lock),  # type: ignore[arg-type]
                            self._request, self._pools, self._measure, deadline,
                            self._loop_timeout, timeout_after_fence, started, fences)
         if not task.launch():

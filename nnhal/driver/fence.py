@@ -216,7 +216,7 @@ def check_wait_for(wait_for: Sequence[object]) -> list[SyncFence]:
     return fences
 
 
-def _check_duration(duration: int | None) -> None:
+def check_duration(duration: int | None) -> None:
     if duration is not None and (not isinstance(duration, int) or isinstance(duration, bool)
                                  or duration < 0):
         raise ValidationError(f"invalid timeout duration {duration!r}")
@@ -231,13 +231,13 @@ def execute_fenced(pm: ReferencePreparedModel, request: Request, wait_for: Seque
     try:
         pools = pm.check_request(request, measure, loop_timeout, fenced=True)
         fences = check_wait_for(wait_for)
-        _check_duration(duration)
+        check_duration(duration)
     except Exception as e:  # noqa: BLE001 - every bad argument is INVALID_ARGUMENT
         pm.device.log(f"invalid fenced execution: {e}")
         return ErrorStatus.INVALID_ARGUMENT, None, None
     if deadline is not None and started > deadline:
         return ErrorStatus.MISSED_DEADLINE_PERSISTENT, None, None
-    task = _FencedTask(pm, request, pools, MeasureTiming(measure), deadline, loop_timeout,
+    task = FencedTask(pm, request, pools, MeasureTiming(measure), deadline, loop_timeout,
                        duration, started, fences)
     if not task.launch():
         task.fence.close()
@@ -245,7 +245,7 @@ def execute_fenced(pm: ReferencePreparedModel, request: Request, wait_for: Seque
     return ErrorStatus.NONE, task.fence, task.callback
 
 
-class _FencedTask:
+class FencedTask:
     """One fenced execution: waits for its fences, runs once, completes fence and callback."""
 
     def __init__(self, pm: ReferencePreparedModel, request: Request, pools: list[object],
