@@ -134,9 +134,7 @@ class ReferencePreparedModel(IPreparedModel):
         started = time.monotonic_ns()
         try:
             pools = self.check_request(request, measure, loop_timeout)
-        except (ValidationError, OpError) as e:
-            return self._invalid(e)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - any malformed request is INVALID_ARGUMENT
             return self._invalid(e)
         if deadline is not None and started > deadline:
             return ErrorStatus.MISSED_DEADLINE_PERSISTENT, [], NO_TIMING
