@@ -275,3 +275,16 @@ def test_undeclared_extension_is_invalid(device):
     model = add_model()
     model.main.operations[0].type = make_extension_type(1, 5)
     assert device.get_supported_operations(model)[0] == ErrorStatus.INVALID_ARGUMENT
+
+
+def test_declared_output_shape_contradicting_inputs_rejected_at_prepare(device):
+    # The fuzzer found a TRANSPOSE_CONV_2D whose stride made a 16M-row output while the model
+    # declared [1, 2, 5, 5]: the conflict must be refused at prepare, not computed first.
+    model = add_model(dims=(2, 2), out_dims=(3, 2))
+    cb = PreparedModelCallback()
+    device.prepare_model(model, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None,
+                         [], [], b"", cb)
+    status, prepared = cb.wait(10)
+    assert status == ErrorStatus.INVALID_ARGUMENT and prepared is None and cb.calls == 1
+    # Unknown declared dimensions are filled in, not contradicted.
+    assert _prepared(device, add_model(dims=(2, 2), out_dims=(0, 2))) is not None

@@ -212,6 +212,7 @@ class ModelPlan:
             shapes = definition.prepare(ctx)
             if shapes:
                 for i, s in zip(operation.outputs, shapes):
+                    _check_declared(op_type, i, plan.infos[i].shape, s)
                     plan.inferred[i] = _merge(plan.inferred[i], s)
             kernel = definition.kernel(ctx)
             checks = tuple((i, plan.infos[i].type.dtype,
@@ -226,6 +227,19 @@ def _with_shape(info: OperandInfo, inferred: tuple[int, ...] | None) -> OperandI
         return info
     from dataclasses import replace
     return replace(info, shape=inferred)
+
+
+def _check_declared(op_type: OperationType, index: int, declared: tuple[int, ...] | None,
+                    inferred: object) -> None:
+    """A declared output shape that the inputs contradict makes the model invalid; caught at
+    prepare instead of after computing a tensor of the wrong (perhaps enormous) size."""
+    if declared is None or inferred is None:
+        return
+    inferred = tuple(int(d) for d in inferred)  # type: ignore[union-attr]
+    if len(inferred) != len(declared) or any(
+            d and s and d != s for d, s in zip(declared, inferred)):
+        raise OpError(f"{op_type.name}: output operand {index} is declared {list(declared)} "
+                      f"but its inputs give {list(inferred)}")
 
 
 def _merge(declared: tuple[int, ...] | None, inferred: object) -> tuple[int, ...] | None:

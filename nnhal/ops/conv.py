@@ -339,12 +339,22 @@ def _grouped_conv(x: np.ndarray, w: _Weights, stride: tuple[int, int],
     return out.transpose(1, 0, 2).reshape(n, oh, ow, w.cout)
 
 
+def _tap_rows(n_in: int, stride: int, offset: int, n_out: int) -> tuple[int, int]:
+    """Input indices ``r`` (first, last) whose output ``r * stride + offset`` lies in
+    ``[0, n_out)``; last < first when there is none."""
+    first = max(0, -(offset // stride))  # ceil(-offset / stride), at least 0
+    last = min(n_in - 1, (n_out - 1 - offset) // stride)
+    return first, last
+
+
 def _transpose_conv(x: np.ndarray, wts: _Weights, stride: tuple[int, int],
                     pads: tuple[int, int, int, int], out_hw: tuple[int, int]) -> np.ndarray:
     """x: [N, H, W, C] float64, pads (top, bottom, left, right) -> [N, OH, OW, depth_out].
 
     Each input pixel scatters ``kh * kw`` filter taps into the output; the taps of every pixel
-    come from one matrix product, then each tap is added with a strided slice.
+    come from one matrix product, then each tap adds the input rows and columns that land
+    inside the output window with a strided slice. Only the output window is ever allocated,
+    so the cost does not grow with the stride or the padding.
     """
     n, h, w, c = x.shape
     kh, kw, cout = wts.kh, wts.kw, wts.cout
@@ -352,13 +362,20 @@ def _transpose_conv(x: np.ndarray, wts: _Weights, stride: tuple[int, int],
     top, _, left, _ = pads
     oh, ow = out_hw
     y = (x.reshape(-1, c) @ wts.mat).reshape(n, h, w, kh, kw, cout)
-    full_h = max((h - 1) * sh + kh, top + oh)
-    full_w = max((w - 1) * sw + kw, left + ow)
-    full = np.zeros((n, full_h, full_w, cout))
+    out = np.zeros((n, oh, ow, cout))
     for i in range(kh):
+        r0, r1 = _tap_rows(h, sh, i - top, oh)
+        if r1 < r0:
+            continue
+        o_r = r0 * sh + i - top
         for j in range(kw):
-            full[:, i: i + (h - 1) * sh + 1: sh, j: j + (w - 1) * sw + 1: sw, :] += y[:, :, :, i, j]
-    return full[:, top: top + oh, left: left + ow, :]
+            c0, c1 = _tap_rows(w, sw, j - left, ow)
+            if c1 < c0:
+                continue
+            o_c = c0 * sw + j - left
+            out[:, o_r: o_r + (r1 - r0) * sh + 1: sh, o_c: o_c + (c1 - c0) * sw + 1: sw, :] += \
+                y[:, r0: r1 + 1, c0: c1 + 1, i, j]
+    return out
 
 
 # ---- the convolution operations ---------------------------------------------------------------

@@ -433,3 +433,38 @@ def test_omitted_optional_layout_defaults_to_nhwc():
                               omitted(T.BOOL))
     (r,) = run_op(O.CONV_2D, ins, outs)
     np.testing.assert_allclose(r.reshape(2, 2), [[12, 16], [24, 28]])
+
+
+def _transpose_conv_reference(x, filt, stride, pads, out_hw):
+    """Direct scatter, one input pixel and tap at a time (small sizes only)."""
+    n, h, w, c = x.shape
+    cout, kh, kw, _ = filt.shape
+    top, _, left, _ = pads
+    out = np.zeros((n, *out_hw, cout))
+    for b in range(n):
+        for r in range(h):
+            for q in range(w):
+                for i in range(kh):
+                    for j in range(kw):
+                        o_r, o_c = r * stride[0] + i - top, q * stride[1] + j - left
+                        if 0 <= o_r < out_hw[0] and 0 <= o_c < out_hw[1]:
+                            out[b, o_r, o_c] += filt[:, i, j, :] @ x[b, r, q]
+    return out
+
+
+@pytest.mark.parametrize("stride, pads, out_hw", [
+    ((1, 1), (0, 0, 0, 0), (4, 5)), ((2, 3), (1, 0, 2, 1), (5, 6)),
+    ((3, 2), (-1, 0, 0, -2), (9, 8)),
+    ((16_777_218, 2), (0, 0, 0, 0), (5, 4)),  # a huge stride: only the output window is built
+])
+def test_transpose_conv_engine_matches_direct_scatter(stride, pads, out_hw):
+    from nnhal.ops.conv import _transpose_conv
+    from nnhal.ops.testing import tensor as make
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 4, 2))
+    filt = rng.standard_normal((3, 2, 3, 2))
+    info, _ = make(OperandType.TENSOR_FLOAT32, filt.astype(np.float32), const=True)
+    wts = lookup(OperationType.TRANSPOSE_CONV_2D).weights(filt, info, None)
+    got = _transpose_conv(x, wts, stride, pads, out_hw)
+    np.testing.assert_allclose(got, _transpose_conv_reference(x, filt, stride, pads, out_hw))
