@@ -209,3 +209,18 @@ def normalize_axis(axis: int, rank: int) -> int:
     if not -rank <= axis < rank:
         raise OpError(f"axis {axis} out of range for rank {rank}")
     return axis % rank
+
+
+def check_optional_axis(ctx: OpContext, index: int) -> None:
+    """An optional trailing axis input (default -1) must fit input 0's rank when constant."""
+    rank = ctx.inputs[0].rank
+    if len(ctx.inputs) > index and rank is not None:
+        v = ctx.const(index)
+        if v is not None:
+            ctx.require(-rank <= int(v) < rank, f"axis {int(v)} out of range for rank {rank}")
+
+
+def optional_axis(ins: Sequence[object], index: int, rank: int) -> int:
+    """The run-time value of an optional trailing axis input (absent or omitted: -1)."""
+    axis = int(np.asarray(ins[index])) if len(ins) > index and ins[index] is not None else -1
+    return normalize_axis(axis, rank)

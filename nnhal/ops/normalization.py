@@ -59,19 +59,6 @@ def _rank_ok(ctx: OpContext) -> None:
     ctx.require(r is None or 1 <= r <= 4, f"input rank must be 1 to 4, got {r}")
 
 
-def _check_axis(ctx: OpContext, index: int) -> None:
-    rank = ctx.inputs[0].rank
-    if len(ctx.inputs) > index and rank is not None:
-        v = ctx.const(index)
-        if v is not None:
-            ctx.require(-rank <= int(v) < rank, f"axis {int(v)} out of range for rank {rank}")
-
-
-def _axis_of(ins, index: int, rank: int) -> int:
-    axis = int(np.asarray(ins[index])) if len(ins) > index and ins[index] is not None else -1
-    return C.normalize_axis(axis, rank)
-
-
 class _SameShape(OperationDef):
     def prepare(self, ctx: OpContext) -> list[Shape] | None:
         return [ctx.inputs[0].shape]
@@ -85,7 +72,7 @@ class L2Normalization(_SameShape):
         ctx.require(t in _L2_TYPES, f"unsupported input type {t.name}")
         ctx.expect_types([t] + ([T.INT32] if len(ctx.inputs) == 2 else []), [t])
         _rank_ok(ctx)
-        _check_axis(ctx, 1)
+        C.check_optional_axis(ctx, 1)
         if t in _L2_OUT_ZP:
             o = ctx.outputs[0]
             ctx.require(o.scale == np.float32(1.0 / 128) and o.zero_point == _L2_OUT_ZP[t],
@@ -101,7 +88,7 @@ class L2Normalization(_SameShape):
             x = ins[0]
             if not 1 <= x.ndim <= 4:
                 raise OpError("input rank must be 1 to 4")
-            axis = _axis_of(ins, 1, x.ndim)
+            axis = C.optional_axis(ins, 1, x.ndim)
             if x.size == 0:
                 return [np.zeros(x.shape, dtype=dt)]
             if t in C.FLOAT_TYPES:
@@ -128,7 +115,7 @@ class LocalResponseNormalization(_SameShape):
         ctx.expect_types([t, T.INT32, s, s, s] + ([T.INT32] if len(ctx.inputs) == 6 else []),
                          [t])
         _rank_ok(ctx)
-        _check_axis(ctx, 5)
+        C.check_optional_axis(ctx, 5)
         radius = ctx.const(1)
         ctx.require(radius is None or int(radius) >= 0, "radius must not be negative")
         bias = ctx.const(2)
@@ -145,7 +132,7 @@ class LocalResponseNormalization(_SameShape):
             if radius < 0:
                 raise OpError("radius must not be negative")
             bias, alpha, beta = (np.float32(np.asarray(v)) for v in ins[2:5])
-            axis = _axis_of(ins, 5, x.ndim)
+            axis = C.optional_axis(ins, 5, x.ndim)
             if x.size == 0:
                 return [np.zeros(x.shape, dtype=dt)]
             xf = np.moveaxis(x, axis, -1).astype(np.float32)

@@ -74,22 +74,9 @@ def quant_softmax_last_axis(x: np.ndarray, beta: float, scale: float, t: Operand
 
 # ---- operations -------------------------------------------------------------------------------
 
-def _axis_of(ins, index: int, rank: int) -> int:
-    axis = int(np.asarray(ins[index])) if len(ins) > index else -1
-    return C.normalize_axis(axis, rank)
-
-
 class _SoftmaxBase(OperationDef):
     def prepare(self, ctx: OpContext) -> list[Shape] | None:
         return [ctx.inputs[0].shape]
-
-    @staticmethod
-    def _check_axis(ctx: OpContext, index: int) -> None:
-        rank = ctx.inputs[0].rank
-        if len(ctx.inputs) > index and rank is not None:
-            v = ctx.const(index)
-            if v is not None:
-                ctx.require(-rank <= int(v) < rank, f"axis {int(v)} out of range for rank {rank}")
 
 
 @register(O.SOFTMAX)
@@ -105,7 +92,7 @@ class Softmax(_SoftmaxBase):
         beta = ctx.const(1)
         if beta is not None:
             ctx.require(float(beta) > 0.0, "beta must be positive")
-        self._check_axis(ctx, 2)
+        C.check_optional_axis(ctx, 2)
         if t in _SOFTMAX_OUT_ZP:
             o = ctx.outputs[0]
             ctx.require(ctx.inputs[0].scale > 0, "input scale must be positive")
@@ -124,7 +111,7 @@ class Softmax(_SoftmaxBase):
                 raise OpError("beta must be positive")
             if x.ndim == 0:
                 raise OpError("input must have rank 1 to 4")
-            axis = _axis_of(ins, 2, x.ndim)
+            axis = C.optional_axis(ins, 2, x.ndim)
             if x.size == 0:
                 return [np.zeros(x.shape, dtype=dt)]
             xm = np.moveaxis(x, axis, -1)
@@ -147,7 +134,7 @@ class LogSoftmax(_SoftmaxBase):
         ctx.require(t in C.FLOAT_TYPES, f"unsupported input type {t.name}")
         ctx.expect_types([t, C.SCALAR_OF[t], T.INT32], [t])
         ctx.require(ctx.inputs[0].rank != 0, "input must have rank at least 1")
-        self._check_axis(ctx, 2)
+        C.check_optional_axis(ctx, 2)
 
     def kernel(self, ctx: OpContext):
         dt = ctx.inputs[0].type.dtype
@@ -156,7 +143,7 @@ class LogSoftmax(_SoftmaxBase):
             x = ins[0]
             if x.ndim == 0:
                 raise OpError("input must have rank at least 1")
-            axis = _axis_of(ins, 2, x.ndim)
+            axis = C.optional_axis(ins, 2, x.ndim)
             if x.size == 0:
                 return [np.zeros(x.shape, dtype=dt)]
             beta = np.float64(np.asarray(ins[1]))
