@@ -158,28 +158,30 @@ class ReduceMin(_MinMax):
     ufunc = np.minimum
 
 
-@register(O.REDUCE_SUM)
-class ReduceSum(_Reduce):
+class _FloatReduce(_Reduce):
+    """Float reductions computed in float32 (float16 inputs included)."""
+
     types = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+    fn = staticmethod(np.sum)
 
     def reducer(self, ctx: OpContext):
+        fn = self.fn
+
         def run(x, axes):
             with np.errstate(all="ignore"):
-                return np.sum(x.astype(np.float32), axis=axes, keepdims=True)
+                return fn(x.astype(np.float32), axis=axes, keepdims=True)
 
         return run
+
+
+@register(O.REDUCE_SUM)
+class ReduceSum(_FloatReduce):
+    fn = staticmethod(np.sum)
 
 
 @register(O.REDUCE_PROD)
-class ReduceProd(_Reduce):
-    types = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
-
-    def reducer(self, ctx: OpContext):
-        def run(x, axes):
-            with np.errstate(all="ignore"):
-                return np.prod(x.astype(np.float32), axis=axes, keepdims=True)
-
-        return run
+class ReduceProd(_FloatReduce):
+    fn = staticmethod(np.prod)
 
 
 @register(O.REDUCE_ALL)
