@@ -323,7 +323,7 @@ def _new_token(device: ReferenceDevice) -> int:
 
 
 def _role_operand(pm: Any, role: BufferRole, kind: str) -> Operand:
-    main = pm.plan.model.main
+    main = pm.plan.signature
     indexes = main.input_indexes if kind == INPUT else main.output_indexes
     io = role.io_index
     if isinstance(io, bool) or not isinstance(io, (int, np.integer)) or \

@@ -197,7 +197,7 @@ class ReferenceBurst(IBurst):
         validate_measure(measure)
         validate_loop_timeout(loop_timeout)
         pools, sizes = self.resolve_pools(request)
-        validate_request(request, self._pm.plan.model.main, sizes)
+        validate_request(request, self._pm.plan.signature, sizes)
         for pool in pools:
             if not isinstance(pool, np.ndarray):
                 pool.check_request_use(self._pm, request)  # type: ignore[attr-defined]

@@ -633,7 +633,7 @@ class CompilationCache:
         if loaded.plan is not None:
             try:
                 pm = ReferencePreparedModel(device, loaded.plan, priority,
-                                            loaded.plan.model.pools)
+                                            [])
             except Exception as e:  # noqa: BLE001
                 device.log(f"prepareModelFromCache failed: {type(e).__name__}: {e}")
                 notify(ErrorStatus.GENERAL_FAILURE)

@@ -111,7 +111,7 @@ class ReferenceExecution(IExecution):
         # Fenced computations need fully specified outputs: decided once, here.
         sizes = [p.size if isinstance(p, np.ndarray) else BUFFER_POOL for p in pools]
         try:
-            validate_request(request, pm.plan.model.main, sizes, require_output_dims=True)
+            validate_request(request, pm.plan.signature, sizes, require_output_dims=True)
             self._fenced_error: str | None = None
         except ValidationError as e:
             self._fenced_error = str(e)

@@ -89,7 +89,7 @@ class ReferencePreparedModel(IPreparedModel):
         validate_measure(measure)
         validate_loop_timeout(loop_timeout)
         pools, sizes = self.resolve_pools(request)
-        validate_request(request, self.plan.model.main, sizes, require_output_dims=fenced)
+        validate_request(request, self.plan.signature, sizes, require_output_dims=fenced)
         for pool in pools:
             if not isinstance(pool, np.ndarray):
                 pool.check_request_use(self, request)  # type: ignore[attr-defined]

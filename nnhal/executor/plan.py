@@ -100,17 +100,26 @@ class Step:
 
 
 class SubgraphPlan:
-    """A prepared subgraph; callable as ``plan.run(inputs, rt) -> outputs``."""
+    """A prepared subgraph; callable as ``plan.run(inputs, rt) -> outputs``.
 
-    def __init__(self, index: int, subgraph: Subgraph):
+    Built either from a validated :class:`Subgraph` or from a verified cache image; in both
+    cases ``infos`` carry the declared operand descriptions (constants decoded) and
+    ``inferred`` the shapes known after shape inference.
+    """
+
+    def __init__(self, index: int, infos: list[OperandInfo],
+                 operations: Sequence[tuple[int, tuple[int, ...], tuple[int, ...]]],
+                 input_indexes: Sequence[int], output_indexes: Sequence[int]):
         self.index = index
-        self.subgraph = subgraph
-        self.infos: list[OperandInfo] = []
-        self.slots_template: list[object] = []
+        self.infos = infos
+        #: (operation type, input operand indexes, output operand indexes) in execution order.
+        self.operations = list(operations)
+        self.slots_template: list[object] = [info.value if info.is_const else None
+                                             for info in infos]
         self.steps: list[Step] = []
-        self.input_indexes = tuple(subgraph.input_indexes)
-        self.output_indexes = tuple(subgraph.output_indexes)
-        self.inferred: list[tuple[int, ...] | None] = []
+        self.input_indexes = tuple(input_indexes)
+        self.output_indexes = tuple(output_indexes)
+        self.inferred: list[tuple[int, ...] | None] = [info.shape for info in infos]
 
     @property
     def input_infos(self) -> list[OperandInfo]:
@@ -158,68 +167,102 @@ def _fits(shape: tuple[int, ...], declared: tuple[int, ...]) -> bool:
     return all(d == 0 or d == s for s, d in zip(shape, declared))
 
 
+def subgraph_infos(subgraph: Subgraph, values: np.ndarray,
+                   pools: Sequence[np.ndarray]) -> list[OperandInfo]:
+    """Operand descriptions of a validated subgraph, constants decoded (copied) once."""
+    infos = []
+    for op in subgraph.operands:
+        lt = OperandLifeTime(op.lifetime)
+        value: object = None
+        loc = op.location
+        if lt == L.CONSTANT_COPY:
+            value = decode_constant(op, values[loc.offset:loc.offset + loc.length])
+        elif lt == L.CONSTANT_REFERENCE:
+            pool = pools[loc.pool_index]
+            value = decode_constant(op, pool[loc.offset:loc.offset + loc.length])
+        elif lt == L.SUBGRAPH:
+            value = int(loc.offset)
+        infos.append(operand_info(op, value))
+    return infos
+
+
+def _operations(subgraph: Subgraph) -> list[tuple[int, tuple[int, ...], tuple[int, ...]]]:
+    return [(int(o.type), tuple(o.inputs), tuple(o.outputs)) for o in subgraph.operations]
+
+
 class ModelPlan:
-    """Plans for the main subgraph (index -1 internally: ``main``) and every referenced one."""
+    """Plans for the main subgraph (index -1 internally: ``main``) and every referenced one.
+
+    ``signature`` is the main subgraph as requests and memory-domain roles see it (its input
+    and output operands); ``keepalive`` holds whatever backs the constants.
+    """
 
     def __init__(self, model: Model, pool_arrays: Sequence[np.ndarray], *,
                  validate: bool = True):
-        # validate=False only for a model this driver already validated (a verified cache).
-        self._validate_ops = validate
-        self.model = model
-        self.relaxed = bool(model.relax_computation_float32_to_float16)
+        # validate=False only for a model this driver already validated.
         values = np.frombuffer(model.operand_values, dtype=np.uint8)
-        self.referenced = [SubgraphPlan(i, sg) for i, sg in enumerate(model.referenced)]
-        self.main = SubgraphPlan(-1, model.main)
-        # Infos first for every subgraph, so control flow can see callee signatures.
-        for plan in [self.main, *self.referenced]:
-            self._decode(plan, values, pool_arrays)
+        subgraphs = [model.main, *model.referenced]
+        plans = [SubgraphPlan(i - 1, subgraph_infos(sg, values, pool_arrays), _operations(sg),
+                              sg.input_indexes, sg.output_indexes)
+                 for i, sg in enumerate(subgraphs)]
+        self._setup(bool(model.relax_computation_float32_to_float16), plans, model.main,
+                    list(model.pools))
         for plan in [*self.referenced, self.main]:
-            self._bind(plan)
+            self._bind(plan, validate=validate, infer=True)
+
+    @classmethod
+    def restore(cls, relaxed: bool, plans: list[SubgraphPlan], signature: Subgraph,
+                keepalive: object) -> ModelPlan:
+        """A plan from a verified cache image: ``plans`` (main first) already carry the
+        inferred shapes this driver computed when it prepared the model, so neither
+        validation nor shape inference runs again; only the kernels are bound."""
+        self = cls.__new__(cls)
+        self._setup(relaxed, plans, signature, keepalive)
+        for plan in [*self.referenced, self.main]:
+            self._bind(plan, validate=False, infer=False)
+        return self
+
+    def _setup(self, relaxed: bool, plans: list[SubgraphPlan], signature: Subgraph,
+               keepalive: object) -> None:
+        self.relaxed = relaxed
+        self.main = plans[0]
+        self.referenced = plans[1:]
+        self.signature = signature
+        self.keepalive = keepalive
         #: Main inputs read where no operation allows an omitted value (see required_inputs).
-        self.required_inputs = required_inputs(model.main)
+        self.required_inputs = required_inputs(self.main)
 
-    def _decode(self, plan: SubgraphPlan, values: np.ndarray,
-                pools: Sequence[np.ndarray]) -> None:
-        for op in plan.subgraph.operands:
-            lt = OperandLifeTime(op.lifetime)
-            value: object = None
-            loc = op.location
-            if lt == L.CONSTANT_COPY:
-                value = decode_constant(op, values[loc.offset:loc.offset + loc.length])
-            elif lt == L.CONSTANT_REFERENCE:
-                pool = pools[loc.pool_index]
-                value = decode_constant(op, pool[loc.offset:loc.offset + loc.length])
-            elif lt == L.SUBGRAPH:
-                value = int(loc.offset)
-            plan.infos.append(operand_info(op, value))
-            plan.slots_template.append(value if lt in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)
-                                       else None)
-        plan.inferred = [info.shape for info in plan.infos]
-
-    def _bind(self, plan: SubgraphPlan) -> None:
-        for operation in plan.subgraph.operations:
-            op_type = OperationType(operation.type)
+    def _bind(self, plan: SubgraphPlan, *, validate: bool, infer: bool) -> None:
+        infos, inferred = plan.infos, plan.inferred
+        views: dict[int, OperandInfo] = {}  # operand index -> info with its inferred shape
+        for type_code, in_idx, out_idx in plan.operations:
+            op_type = OperationType(type_code)
             definition = lookup(op_type)
             if definition is None:
                 raise OpError(f"operation {op_type.name} is not supported",
                               ErrorStatus.INVALID_ARGUMENT)
-            ins = [_with_shape(plan.infos[i], plan.inferred[i]) for i in operation.inputs]
-            outs = [plan.infos[i] for i in operation.outputs]
+            ins = []
+            for i in in_idx:
+                view = views.get(i)
+                if view is None:
+                    view = views[i] = _with_shape(infos[i], inferred[i])
+                ins.append(view)
+            outs = [infos[i] for i in out_idx]
             ctx = OpContext(op_type=op_type, inputs=ins, outputs=outs, relaxed=self.relaxed,
                             subgraphs=self.referenced)
-            if self._validate_ops:
+            if validate:
                 definition.validate(ctx)
-            shapes = definition.prepare(ctx)
-            if shapes:
-                for i, s in zip(operation.outputs, shapes):
-                    _check_declared(op_type, i, plan.infos[i].shape, s)
-                    plan.inferred[i] = _merge(plan.inferred[i], s)
+            if infer:
+                shapes = definition.prepare(ctx)
+                if shapes:
+                    for i, s in zip(out_idx, shapes):
+                        _check_declared(op_type, i, infos[i].shape, s)
+                        inferred[i] = _merge(inferred[i], s)
             kernel = definition.kernel(ctx)
-            checks = tuple((i, plan.infos[i].type.dtype,
-                            plan.infos[i].shape if plan.infos[i].type.is_tensor else ())
-                           for i in operation.outputs)
-            plan.steps.append(Step(op_type, kernel, tuple(operation.inputs),
-                                   tuple(operation.outputs), checks))
+            checks = tuple((i, infos[i].type.dtype,
+                            infos[i].shape if infos[i].type.is_tensor else ())
+                           for i in out_idx)
+            plan.steps.append(Step(op_type, kernel, in_idx, out_idx, checks))
 
 
 def _with_shape(info: OperandInfo, inferred: tuple[int, ...] | None) -> OperandInfo:
@@ -263,10 +306,10 @@ _NO_OPTIONAL_INPUTS = frozenset({
     OperationType.LOGICAL_OR, OperationType.PRELU, OperationType.SELECT})
 
 
-def required_inputs(main: Subgraph) -> frozenset[int]:
+def required_inputs(main: SubgraphPlan) -> frozenset[int]:
     """Operand indexes of main inputs that a request may not omit: those read as input 0 of
     any operation (its primary tensor, IF's condition) or by an operation without optional
     inputs. Kernels are not written to receive "no value" there."""
     inputs = set(main.input_indexes)
-    return frozenset(i for op in main.operations for k, i in enumerate(op.inputs)
-                     if i in inputs and (k == 0 or op.type in _NO_OPTIONAL_INPUTS))
+    return frozenset(i for op_type, ins, _ in main.operations for k, i in enumerate(ins)
+                     if i in inputs and (k == 0 or op_type in _NO_OPTIONAL_INPUTS))

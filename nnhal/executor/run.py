@@ -51,8 +51,7 @@ def run_request(plan: ModelPlan, request: Request, pools: Sequence[object],
             continue
         info = main.infos[idx]
         pool = pools[arg.location.pool_index]
-        shape = input_shape(main.subgraph.operands[idx].dimensions, arg.dimensions) \
-            if info.type.is_tensor else ()
+        shape = input_shape(info.shape or (), arg.dimensions) if info.type.is_tensor else ()
         if isinstance(pool, np.ndarray):
             raw = pool[arg.location.offset:arg.location.offset + arg.location.length]
             inputs.append(read_argument(raw, info.type, shape))
