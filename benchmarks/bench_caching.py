@@ -59,6 +59,17 @@ def timed(fn, repeat: int) -> tuple[float, float]:
     return statistics.median(times), min(times)
 
 
+def timed_interleaved(fns: list, repeat: int) -> list[tuple[float, float]]:
+    """(median, best) in ms of each function, the functions called in turn ``repeat`` times."""
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, ts in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            ts.append((time.perf_counter() - t0) * 1e3)
+    return [(statistics.median(ts), min(ts)) for ts in times]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--specs", type=Path, default=None,
@@ -100,14 +111,16 @@ def main(argv: list[str] | None = None) -> int:
             device._cache.forget_live_plans()
             restore(device, *caches)
 
-        results = {
-            "prepare": timed(lambda: prepare(device, model), args.repeat),
-            "prepare+save": timed(lambda: prepare(device, model, *caches), args.repeat),
-        }
+        def uncached() -> None:
+            prepare(device, model)
+
+        # prepare and cold restore alternate, so both see the same machine conditions.
+        results = dict(zip(("prepare", "restore (cold)"),
+                           timed_interleaved([uncached, cold], args.repeat)))
+        results["prepare+save"] = timed(lambda: prepare(device, model, *caches), args.repeat)
         # prepare+save rewrote the files; the writer's plan is still the live one for them.
         writer = prepare(device, model, *caches)
         results["restore (live plan)"] = timed(lambda: restore(device, *caches), args.repeat)
-        results["restore (cold)"] = timed(cold, args.repeat)
         del writer
     device.close()
     print(f"{case.name}: {len(model.main.operations)} operations, "

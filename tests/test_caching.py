@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-import struct
 import time
 
 import numpy as np
@@ -14,21 +13,19 @@ from nnhal.driver import ReferenceDevice
 from nnhal.driver.cache import (
     CacheError,
     decode_head,
-    decode_structure,
+    decode_image,
     encode_model,
 )
+from nnhal.executor import ModelPlan
 from nnhal.hal.builder import ModelBuilder, RequestBuilder
 from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (
     DataLocation,
     ErrorStatus,
     ExecutionPreference,
-    ExtensionNameAndPrefix,
     Model,
-    Operand,
     OperandLifeTime,
     OperandType,
-    Operation,
     OperationType,
     Priority,
     Subgraph,
@@ -414,62 +411,111 @@ def test_no_descriptors_leak(device, files):
 # ---- the format ------------------------------------------------------------------------------
 
 def structured_model() -> Model:
-    """A model with a referenced subgraph, channel quantization and extension bytes."""
-    def sub(n: int) -> Subgraph:
-        ops = [Operand(T.TENSOR_FLOAT32, [1, n], 1, lifetime=OperandLifeTime.SUBGRAPH_INPUT),
-               Operand(T.TENSOR_FLOAT32, [1, n], 0, lifetime=OperandLifeTime.SUBGRAPH_OUTPUT)]
-        return Subgraph(ops, [Operation(int(OperationType.RELU), [0], [1])], [0], [1])
+    """Every field of the plan image: referenced subgraphs (IF), a per-channel quantized
+    CONV_2D whose filter lives in a pool, scalar and boolean constants, and an operand whose
+    dimensions are only known after shape inference."""
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_QUANT8_ASYMM, (1, 2, 2, 3), 0.5, 100)
+    scales = [0.25 + k / 64 for k in range(48)]
+    w = b.constant(T.TENSOR_QUANT8_SYMM_PER_CHANNEL,
+                   (np.arange(48 * 3) % 17 - 8).astype(np.int8).reshape(48, 1, 1, 3),
+                   channel_quant=SymmPerChannelQuantParams(scales, 0))
+    bias = b.constant(T.TENSOR_INT32, np.arange(48, dtype=np.int32) - 20)
+    one, zero = b.scalar(T.INT32, 1), b.scalar(T.INT32, 0)
+    conv = b.operand(T.TENSOR_QUANT8_ASYMM, (0, 0, 0, 0), 1.0, 10)  # inferred at prepare
+    b.operation(OperationType.CONV_2D, [x, w, bias, one, one, one, zero], [conv])
+    y = b.operand(T.TENSOR_FLOAT32, (1, 2, 2, 48))
+    b.operation(OperationType.DEQUANTIZE, [conv], [y])
+    cond = b.constant(T.TENSOR_BOOL8, [3])  # any nonzero byte is true
+    then_ref, else_ref = b.operand(T.SUBGRAPH), b.operand(T.SUBGRAPH)
+    out = b.output(T.TENSOR_FLOAT32, (1, 2, 2, 48))
+    b.operation(OperationType.IF, [cond, then_ref, else_ref, y], [out])
+    m = b.build()
+    for i, target in ((then_ref, 0), (else_ref, 1)):
+        m.main.operands[i].lifetime = OperandLifeTime.SUBGRAPH
+        m.main.operands[i].location = DataLocation(0, target, 0)
 
-    main = sub(3)
-    main.operands += [
-        Operand(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, [2, 1, 1, 3], 1, 0.0, 0,
-                OperandLifeTime.CONSTANT_REFERENCE, DataLocation(0, 8, 6),
-                SymmPerChannelQuantParams([0.5, 0.25], 0)),
-        Operand(T.INT32, [], 1, 0.0, 0, OperandLifeTime.CONSTANT_COPY, DataLocation(0, 0, 4)),
-        Operand(T.SUBGRAPH, [], 1, 0.0, 0, OperandLifeTime.SUBGRAPH, DataLocation(0, 0, 0)),
-        Operand(0x10001, [2], 0, 0.125, -3, OperandLifeTime.TEMPORARY_VARIABLE,
-                DataLocation(), b"\x01\x02ext"),
-        Operand(T.TENSOR_FLOAT32, [], 0, lifetime=OperandLifeTime.NO_VALUE),
-    ]
-    pool = np.arange(32, dtype=np.uint8)
-    from nnhal.memory import SharedMemory
+    def branch(op: OperationType) -> Subgraph:
+        sb = ModelBuilder()
+        a = sb.input(T.TENSOR_FLOAT32, (1, 2, 2, 48))
+        r = sb.output(T.TENSOR_FLOAT32, (1, 2, 2, 48))
+        sb.operation(op, [a], [r])
+        return sb.build().main
 
-    return Model(main=main, referenced=[sub(3)], operand_values=struct.pack("<i", 7),
-                 pools=[SharedMemory.from_bytes(pool.tobytes())],
-                 relax_computation_float32_to_float16=True,
-                 extension_name_to_prefix=[ExtensionNameAndPrefix("com.example.ext", 1)])
+    m.referenced = [branch(OperationType.RELU), branch(OperationType.RELU6)]
+    return m
 
 
-def test_structure_round_trip():
+STRUCTURED_X = (np.arange(12, dtype=np.uint8) * 21).reshape(1, 2, 2, 3)
+
+
+def run_structured(pm) -> np.ndarray:
+    rb = RequestBuilder([STRUCTURED_X], [4 * 2 * 2 * 48])
+    try:
+        status, shapes, _ = pm.execute_synchronously(rb.request)
+        assert status == ErrorStatus.NONE and shapes[0].dimensions == [1, 2, 2, 48]
+        return rb.output(0, np.float32, (1, 2, 2, 48))
+    finally:
+        rb.close()
+
+
+def test_plan_image_round_trip():
     model = structured_model()
-    body, data = encode_model(model, [p.array() for p in model.pools], Priority.HIGH, "v9")
+    plan = ModelPlan(model, [p.array() for p in model.pools])
+    body, data = encode_model(model, plan, Priority.HIGH, "v9")
     head = decode_head(body)
-    assert head.priority == Priority.HIGH and head.relaxed and head.data_length == len(data)
-    subgraphs, exts = decode_structure(body, head, "v9")
-    assert exts == model.extension_name_to_prefix
-    assert len(subgraphs) == 2
-    for got, want in zip(subgraphs, [model.main, *model.referenced]):
+    assert head.priority == Priority.HIGH and not head.relaxed
+    assert head.data_length == len(data)
+    image = decode_image(body, head, data, "v9")
+    assert len(image.subgraphs) == 3
+    for got, want in zip(image.subgraphs, [plan.main, *plan.referenced]):
         assert got.operations == want.operations
         assert got.input_indexes == want.input_indexes
         assert got.output_indexes == want.output_indexes
-        for g, w in zip(got.operands, want.operands):
-            assert (int(g.type), g.dimensions, g.number_of_consumers, g.scale, g.zero_point,
-                    g.lifetime, g.extra_params) == \
-                (int(w.type), w.dimensions, w.number_of_consumers, w.scale, w.zero_point,
-                 w.lifetime, w.extra_params)
-    # Constants landed in the data cache: pool constants at the pool offset.
-    ref = subgraphs[0].operands[2]
-    start = head.pool_offset + ref.location.offset
-    assert data[start:start + 6] == bytes(range(8, 14))
-    assert data[:4] == struct.pack("<i", 7)
+        assert got.inferred == want.inferred
+        for g, w in zip(got.infos, want.infos, strict=True):
+            assert (g.type, g.shape, g.scale, g.zero_point, g.channel_dim, g.lifetime) == \
+                (w.type, w.shape, w.scale, w.zero_point, w.channel_dim, w.lifetime)
+            if w.channel_scales is None:
+                assert g.channel_scales is None
+            else:
+                np.testing.assert_array_equal(g.channel_scales, w.channel_scales)
+            if isinstance(w.value, np.ndarray):
+                assert g.value.dtype == w.value.dtype and g.value.shape == w.value.shape
+                np.testing.assert_array_equal(g.value, w.value)
+                assert not g.value.flags.writeable
+            else:
+                assert g.value == w.value
+    # Shape inference filled the conv output's unknown dims; the image carries that.
+    assert image.subgraphs[0].inferred[5] == (1, 2, 2, 48)
+    assert image.subgraphs[0].infos[5].shape == (0, 0, 0, 0)
+    # The filter and bias (tensors) are in the data cache; the parameters are not.
+    assert len(data) >= 48 * 3 + 48 * 4
+    sig = image.signature
+    want = [model.main.operands[i] for i in (*model.main.input_indexes,
+                                             *model.main.output_indexes)]
+    assert [sig.operands[i] for i in (*sig.input_indexes, *sig.output_indexes)] == want
     with pytest.raises(CacheError):
-        decode_structure(body, head, "another version")
+        decode_image(body, head, data, "another version")
+
+
+def test_cold_restore_of_a_structured_model(device, files):
+    mc, dc = files
+    writer = prepare(device, structured_model(), mc, dc)
+    expected = run_structured(writer)
+    assert np.any(expected != 0)
+    del writer
+    device._cache.forget_live_plans()
+    status, pm = restore(device, mc, dc)
+    assert status == ErrorStatus.NONE
+    np.testing.assert_array_equal(run_structured(pm), expected)
 
 
 def test_decoder_is_strict_on_damaged_bodies():
     """Without the tag, no damage may escape as anything but CacheError (or a clean decode)."""
     model = structured_model()
-    body, _ = encode_model(model, [p.array() for p in model.pools], Priority.LOW, "")
+    plan = ModelPlan(model, [p.array() for p in model.pools])
+    body, data = encode_model(model, plan, Priority.LOW, "")
     rng = random.Random(1234)
     outcomes = {"ok": 0, "rejected": 0}
     for i in range(3000):
@@ -485,11 +531,11 @@ def test_decoder_is_strict_on_damaged_bodies():
             b[pos:pos + 4] = b"\xff\xff\xff\x7f"  # an absurd count or length somewhere
         try:
             head = decode_head(bytes(b))
-            decode_structure(bytes(b), head, "")
+            decode_image(bytes(b), head, data, "")
             outcomes["ok"] += 1
         except CacheError:
             outcomes["rejected"] += 1
-    assert outcomes["rejected"] > 2000
+    assert outcomes["rejected"] > 1500
 
 
 def test_restore_reuses_the_live_plan(saved):

@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import math
 import operator
 import os
 import secrets
@@ -56,6 +57,7 @@ import numpy as np
 
 from nnhal.driver.prepared_model import ReferencePreparedModel
 from nnhal.executor import ModelPlan
+from nnhal.executor.plan import SubgraphPlan
 from nnhal.hal.interfaces import IPreparedModel, IPreparedModelCallback
 from nnhal.hal.types import (
     BYTE_SIZE_OF_CACHE_TOKEN,
@@ -66,12 +68,11 @@ from nnhal.hal.types import (
     Operand,
     OperandLifeTime,
     OperandType,
-    Operation,
     Priority,
     Subgraph,
     SymmPerChannelQuantParams,
 )
-from nnhal.memory import SharedMemory
+from nnhal.ops.registry import OperandInfo
 
 if TYPE_CHECKING:
     from nnhal.driver.device import ReferenceDevice
@@ -81,8 +82,8 @@ log = logging.getLogger("nnhal.driver.cache")
 #: getNumberOfCacheFilesNeeded: one security-sensitive model cache file, one data cache file.
 NUM_MODEL_CACHE = 1
 NUM_DATA_CACHE = 1
-MAGIC = b"NNHALMC1"
-FORMAT_VERSION = 1
+MAGIC = b"NNHALMC2"
+FORMAT_VERSION = 2
 TAG_SIZE = 32
 #: The largest model cache accepted: it holds structure only, never constant data.
 MAX_MODEL_CACHE_BYTES = 256 << 20
@@ -92,15 +93,30 @@ DATA_ALIGN = 16
 _HMAC_DOMAIN = b"nnhal compilation cache v1\0"
 
 _HEADER = struct.Struct("<8sIIQ")
-_BODY_HEAD = struct.Struct("<BBQ32sQQQ")
-_OPERAND = struct.Struct("<IIdiBIQQBI")
-_OPERATION = struct.Struct("<III")
+_BODY_HEAD = struct.Struct("<BBQ32s")
 _U32 = struct.Struct("<I")
-_U32_FORMATS: dict[int, struct.Struct] = {}
+_U32_DTYPE = np.dtype("<u4")
+_F64_DTYPE = np.dtype("<f8")
+#: One operand of the plan image (packed, little-endian); inferred rank -1: unknown rank.
+_OPERAND_REC = np.dtype([
+    ("type", "<u4"), ("consumers", "<u4"), ("scale", "<f8"), ("zero_point", "<i4"),
+    ("lifetime", "u1"), ("extra", "u1"), ("section", "<u2"), ("rank", "<u4"),
+    ("inferred_rank", "<i4"), ("offset", "<u8"), ("length", "<u8")])
 
 _LIFETIMES = {int(v): v for v in OperandLifeTime}
 _OPERAND_TYPES = {int(v): v for v in OperandType}
 _NO_EXTRA, _CHANNEL_QUANT, _EXTENSION_BYTES = 0, 1, 2
+_CONST_COPY = int(OperandLifeTime.CONSTANT_COPY)
+_CONST_REF = int(OperandLifeTime.CONSTANT_REFERENCE)
+_SUBGRAPH = int(OperandLifeTime.SUBGRAPH)
+#: Per operand type code: (type, scalar-shaped, dtype of stored values, bytes per element).
+_TYPE_KINDS: dict[int, tuple[OperandType, bool, np.dtype, int]] = {
+    int(t): (t, t.is_scalar or t == OperandType.SUBGRAPH, t.dtype, t.byte_size)
+    for t in OperandType}
+#: Boolean types, whose constants the cache stores as 0/1 bytes so they can be viewed in place.
+#: Constants up to this many bytes are kept in the (authenticated) model cache.
+_SMALL_CONSTANT = 128
+_BOOL_CODES = frozenset({int(OperandType.BOOL), int(OperandType.TENSOR_BOOL8)})
 
 
 class CacheError(Exception):
@@ -200,70 +216,108 @@ def _str(s: str) -> bytes:
     return _U32.pack(len(raw)) + raw
 
 
-def encode_model(model: Model, pool_arrays: Sequence[np.ndarray], priority: Priority,
+def _u32s(values: Sequence[int]) -> bytes:
+    return _U32.pack(len(values)) + np.asarray(values, dtype="<u4").tobytes()
+
+
+def encode_model(model: Model, plan: ModelPlan, priority: Priority,
                  driver_version: str = "") -> tuple[bytes, bytes]:
-    """(model cache body, data cache content) of a validated model; raises on anything odd."""
-    values = bytes(model.operand_values)
-    pool = bytearray()
-    regions: dict[tuple[int, int, int], int] = {}
-    out: list[bytes] = []
-    subgraphs = [model.main, *model.referenced]
-    out.append(_str(driver_version))
-    out.append(_U32.pack(len(model.extension_name_to_prefix)))
+    """(model cache body, data cache content) of a model this driver validated and planned.
+
+    The body is the plan image: every operand with its declared and inferred shape, every
+    operation, every subgraph's inputs and outputs. Constants go to the data cache, each
+    region once, aligned, ready to be used in place.
+    """
+    pools = [p.array() for p in model.pools]
+    values = np.frombuffer(model.operand_values, dtype=np.uint8)
+    sections = (bytearray(), bytearray())  # constant copies (model cache), data cache
+    regions: dict[tuple[Any, ...], int] = {}
+    out: list[bytes] = [_str(driver_version),
+                        _U32.pack(len(model.extension_name_to_prefix))]
     for ext in model.extension_name_to_prefix:
         out.append(_U32.pack(int(ext.prefix)) + _str(str(ext.name)))
+    subgraphs = [model.main, *model.referenced]
+    splans = [plan.main, *plan.referenced]
+    if len(splans) != len(subgraphs):
+        raise CacheError("plan does not match the model")
+    values_at = len(out)
+    out.append(b"")  # the constant copies, once every operand has been seen
     out.append(_U32.pack(len(subgraphs)))
-    for sg in subgraphs:
-        out.append(_U32.pack(len(sg.operands)))
-        for op in sg.operands:
-            lt = OperandLifeTime(op.lifetime)
+    for sg, splan in zip(subgraphs, splans):
+        if len(splan.inferred) != len(sg.operands):
+            raise CacheError("plan does not match the model")
+        recs = np.zeros(len(sg.operands), dtype=_OPERAND_REC)
+        dims: list[int] = []
+        inferred: list[int] = []
+        extras: list[bytes] = []
+        for k, op in enumerate(sg.operands):
+            lt = int(op.lifetime)
             loc = op.location
-            pool_index, offset, length = int(loc.pool_index), int(loc.offset), int(loc.length)
-            if lt == OperandLifeTime.CONSTANT_REFERENCE:
-                key = (pool_index, offset, length)
+            offset = length = in_data = 0
+            if lt in (_CONST_COPY, _CONST_REF):
+                src_pool = -1 if lt == _CONST_COPY else int(loc.pool_index)
+                src = values if src_pool < 0 else pools[src_pool]
+                raw = src[int(loc.offset):int(loc.offset) + int(loc.length)]
+                if int(loc.offset) < 0 or raw.size != int(loc.length):
+                    raise CacheError("constant outside its pool")
+                if int(op.type) in _BOOL_CODES:  # stored as 0/1: viewable as np.bool_
+                    raw = (raw != 0).astype(np.uint8)
+                # Small constants (parameters) live in the model cache, deduplicated by
+                # content; tensors in the data cache, each source region once.
+                in_data = int(raw.size > _SMALL_CONSTANT)
+                key = (1, src_pool, int(loc.offset), raw.size) if in_data else \
+                    (0, raw.tobytes())
                 where = regions.get(key)
                 if where is None:
-                    src = pool_arrays[pool_index][offset:offset + length]
-                    if offset < 0 or src.size != length:
-                        raise CacheError("constant outside its pool")
-                    pool.extend(b"\0" * (_align(len(pool)) - len(pool)))
-                    where = len(pool)
-                    pool.extend(memoryview(np.ascontiguousarray(src)).cast("B"))
-                    regions[key] = where
-                pool_index, offset = 0, where
-            elif lt == OperandLifeTime.CONSTANT_COPY:
-                pool_index = 0  # unused by the HAL for operand values
+                    section = sections[in_data]
+                    section.extend(b"\0" * (_align(len(section)) - len(section)))
+                    where = regions[key] = len(section)
+                    section.extend(memoryview(np.ascontiguousarray(raw)).cast("B"))
+                offset, length = where, raw.size
+            elif lt == _SUBGRAPH:
+                offset = int(loc.offset)
             extra = op.extra_params
             if isinstance(extra, SymmPerChannelQuantParams):
                 scales = [float(s) for s in extra.scales]
                 kind = _CHANNEL_QUANT
-                tail = struct.pack(f"<II{len(scales)}d", int(extra.channel_dim), len(scales),
-                                   *scales)
+                extras.append(struct.pack(f"<II{len(scales)}d", int(extra.channel_dim),
+                                          len(scales), *scales))
             elif isinstance(extra, (bytes, bytearray)):
-                kind, tail = _EXTENSION_BYTES, _U32.pack(len(extra)) + bytes(extra)
+                kind = _EXTENSION_BYTES
+                extras.append(_U32.pack(len(extra)) + bytes(extra))
             elif extra is None:
-                kind, tail = _NO_EXTRA, b""
+                kind = _NO_EXTRA
             else:
                 raise CacheError(f"unknown extra params {type(extra).__name__}")
-            dims = [int(d) for d in op.dimensions]
-            out.append(_OPERAND.pack(int(op.type), int(op.number_of_consumers), float(op.scale),
-                                     int(op.zero_point), int(lt), pool_index, offset, length,
-                                     kind, len(dims)))
-            out.append(struct.pack(f"<{len(dims)}I", *dims))
-            out.append(tail)
-        out.append(_U32.pack(len(sg.operations)))
-        for operation in sg.operations:
-            ins, outs = list(operation.inputs), list(operation.outputs)
-            out.append(_OPERATION.pack(int(operation.type), len(ins), len(outs)))
-            out.append(struct.pack(f"<{len(ins) + len(outs)}I", *ins, *outs))
-        for indexes in (sg.input_indexes, sg.output_indexes):
-            out.append(struct.pack(f"<I{len(indexes)}I", len(indexes), *indexes))
-    pool_offset = _align(len(values))
-    data = values + b"\0" * (pool_offset - len(values)) + bytes(pool)
+            d = [int(x) for x in op.dimensions]
+            inf = splan.inferred[k]
+            dims.extend(d)
+            if inf is not None:
+                inferred.extend(int(x) for x in inf)
+            recs[k] = (int(op.type), int(op.number_of_consumers), float(op.scale),
+                       int(op.zero_point), lt, kind, in_data, len(d),
+                       -1 if inf is None else len(inf), offset, length)
+        out.append(_U32.pack(len(recs)))
+        out.append(recs.tobytes())
+        out.append(_u32s(dims))
+        out.append(_u32s(inferred))
+        out.extend(extras)
+        heads: list[int] = []
+        flat: list[int] = []
+        for t, ins, outs in splan.operations:
+            heads += [int(t), len(ins), len(outs)]
+            flat += [*ins, *outs]
+        out.append(_U32.pack(len(splan.operations)))
+        out.append(np.asarray(heads, dtype="<u4").tobytes())
+        out.append(_u32s(flat))
+        out.append(_u32s(sg.input_indexes))
+        out.append(_u32s(sg.output_indexes))
+    out[values_at] = _U32.pack(len(sections[0])) + bytes(sections[0])
+    data_bytes = bytes(sections[1])
     head = _BODY_HEAD.pack(int(Priority(priority)), int(bool(
-        model.relax_computation_float32_to_float16)), len(data), hashlib.sha256(data).digest(),
-        len(values), pool_offset, len(pool))
-    return head + b"".join(out), data
+        model.relax_computation_float32_to_float16)), len(data_bytes),
+        hashlib.sha256(data_bytes).digest())
+    return head + b"".join(out), data_bytes
 
 
 # ---- decoding -------------------------------------------------------------------------------
@@ -295,13 +349,17 @@ class _Reader:
             raise CacheError(f"count {n} exceeds the model cache")
         return n
 
-    def u32s(self, n: int) -> list[int]:
-        s = _U32_FORMATS.get(n)
-        if s is None:
-            s = struct.Struct(f"<{n}I")
-            if n < 64:
-                _U32_FORMATS[n] = s
-        return list(self.take(s))
+    def array(self, dtype: np.dtype, n: int) -> list[Any]:
+        """``n`` items of ``dtype`` (n already checked by :meth:`count`), as Python values."""
+        size = n * dtype.itemsize
+        if self.pos + size > len(self.buf):
+            raise CacheError("model cache ends early")
+        v = np.frombuffer(self.buf, dtype=dtype, count=n, offset=self.pos).tolist()
+        self.pos += size
+        return v
+
+    def u32s(self) -> list[int]:
+        return self.array(_U32_DTYPE, self.count(4))
 
     def raw(self, n: int) -> bytes:
         end = self.pos + n
@@ -324,24 +382,42 @@ class BodyHead:
     relaxed: bool
     data_length: int
     data_digest: bytes
-    values_length: int
-    pool_offset: int
-    pool_length: int
 
 
 def decode_head(body: bytes | memoryview) -> BodyHead:
     r = _Reader(body)
-    prio, relaxed, n, digest, nv, poff, npool = r.take(_BODY_HEAD)
+    prio, relaxed, n, digest = r.take(_BODY_HEAD)
     if prio not in (0, 1, 2) or relaxed not in (0, 1):
         raise CacheError("bad priority or relaxed flag")
-    if not (nv <= poff and poff + npool == n and poff - nv < DATA_ALIGN):
-        raise CacheError("inconsistent data regions")
-    return BodyHead(Priority(prio), bool(relaxed), n, digest, nv, poff, npool)
+    return BodyHead(Priority(prio), bool(relaxed), n, digest)
 
 
-def decode_structure(body: bytes | memoryview, head: BodyHead, driver_version: str = ""
-                     ) -> tuple[list[Subgraph], list[ExtensionNameAndPrefix]]:
-    """Subgraphs (main first) and extension prefixes; every index and location checked."""
+@dataclass
+class PlanImage:
+    """A decoded model cache: subgraph plans (main first) ready for ModelPlan.restore, and
+    the main subgraph's signature (its inputs then its outputs) for request checks."""
+
+    relaxed: bool
+    subgraphs: list[SubgraphPlan]
+    signature: Subgraph
+    extensions: list[ExtensionNameAndPrefix]
+
+
+def decode_image(body: bytes | memoryview, head: BodyHead, data: bytes | memoryview,
+                 driver_version: str = "") -> PlanImage:
+    """The plan image of a model cache body. Constants become read-only views into ``data``
+    (nothing of ``data`` is read here: it may still be being verified). Every count, index,
+    type and location is checked; anything wrong raises CacheError."""
+    try:
+        return _decode_image(body, head, data, driver_version)
+    except CacheError:
+        raise
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError, struct.error) as e:
+        raise CacheError(f"malformed model cache: {type(e).__name__}: {e}") from e
+
+
+def _decode_image(body: bytes | memoryview, head: BodyHead, data: bytes | memoryview,
+                  driver_version: str) -> PlanImage:
     r = _Reader(body, _BODY_HEAD.size)
     if r.str() != driver_version:
         raise CacheError("written by another driver version")
@@ -349,68 +425,136 @@ def decode_structure(body: bytes | memoryview, head: BodyHead, driver_version: s
     for _ in range(r.count(8)):
         prefix = r.u32()
         exts.append(ExtensionNameAndPrefix(r.str(), prefix))
+    values = r.raw(r.count(1))  # constant copies: verified with the model cache
     n_subgraphs = r.count(16)
     if n_subgraphs < 1:
         raise CacheError("no main subgraph")
-    subgraphs = []
-    for _ in range(n_subgraphs):
-        operands = []
-        for _ in range(r.count(_OPERAND.size)):
-            (t, consumers, scale, zp, lt, pool_index, offset, length, kind,
-             rank) = r.take(_OPERAND)
-            dims = r.u32s(_check_rank(r, rank))
+    n_data, n_values = len(data), len(values)
+    plans: list[SubgraphPlan] = []
+    signature: Subgraph | None = None
+    scalars: dict[tuple[Any, ...], OperandInfo] = {}
+    for sg_index in range(n_subgraphs):
+        n_operands = r.count(_OPERAND_REC.itemsize)
+        recs = r.array(_OPERAND_REC, n_operands)
+        dims = r.u32s()
+        inf_dims = r.u32s()
+        infos: list[OperandInfo] = []
+        inferred: list[tuple[int, ...] | None] = []
+        extras: dict[int, SymmPerChannelQuantParams | bytes] = {}
+        dpos = ipos = 0
+        declared_dims: list[list[int]] = []
+        for k, (t, _consumers, scale, zp, lt, kind, in_data, rank, irank, offset,
+                length) in enumerate(recs):
+            key = None
+            if not rank and not kind and not irank and not in_data and (
+                    lt == _CONST_COPY or lt == _CONST_REF):
+                # Scalar constants repeat (strides, paddings, activations): they share one
+                # info. Only an operand equal to one decoded in full below hits the table.
+                key = (t, lt, scale, zp, values[offset:offset + length])
+                shared = scalars.get(key)
+                if shared is not None:
+                    declared_dims.append([])
+                    infos.append(shared)
+                    inferred.append(())
+                    continue
+            kinds = _TYPE_KINDS.get(t)
             lifetime = _LIFETIMES.get(lt)
-            if lifetime is None:
-                raise CacheError(f"bad lifetime {lt}")
-            if lifetime == OperandLifeTime.CONSTANT_COPY:
-                if pool_index != 0 or offset + length > head.values_length:
-                    raise CacheError("constant outside operand values")
-            elif lifetime == OperandLifeTime.CONSTANT_REFERENCE:
-                if pool_index != 0 or offset + length > head.pool_length:
-                    raise CacheError("constant outside the data cache")
-            elif lifetime == OperandLifeTime.SUBGRAPH:
+            if kinds is None or lifetime is None:
+                raise CacheError(f"operand {k}: bad type {t} or lifetime {lt}")
+            otype, scalar, dtype, itemsize = kinds
+            if dpos + rank > len(dims) or (irank >= 0 and ipos + irank > len(inf_dims)) or \
+                    irank < -1:
+                raise CacheError(f"operand {k}: dimensions exceed the model cache")
+            declared = dims[dpos:dpos + rank]
+            declared_dims.append(declared)
+            dpos += rank
+            shape = () if scalar else (tuple(declared) if rank else None)
+            if irank < 0:
+                inf = None
+            else:
+                inf = tuple(inf_dims[ipos:ipos + irank])
+                ipos += irank
+                if inf == shape:
+                    inf = shape
+            value: object = None
+            if in_data > 1:
+                raise CacheError(f"operand {k}: bad section {in_data}")
+            if lt == _CONST_COPY or lt == _CONST_REF:
+                # Views only: ``data`` may still be being read and verified; nothing of it
+                # is looked at here, and kernels are bound only once its digest matched.
+                section, size = (data, n_data) if in_data else (values, n_values)
+                if shape is None or offset + length > size or \
+                        length != itemsize * math.prod(shape):
+                    raise CacheError(f"operand {k}: constant does not fit its section")
+                value = np.frombuffer(section, dtype, length // itemsize, offset)
+                if len(shape) != 1:
+                    value = value.reshape(shape)
+            elif lt == _SUBGRAPH:
                 if offset >= n_subgraphs - 1:
                     raise CacheError("bad subgraph reference")
-            extra: SymmPerChannelQuantParams | bytes | None = None
-            if kind == _CHANNEL_QUANT:
-                channel_dim = r.u32()
-                n = r.count(8)
-                extra = SymmPerChannelQuantParams(
-                    list(r.take(struct.Struct(f"<{n}d"))), channel_dim)
-            elif kind == _EXTENSION_BYTES:
-                extra = r.raw(r.count(1))
-            elif kind != _NO_EXTRA:
-                raise CacheError(f"bad extra params kind {kind}")
-            operands.append(Operand(
-                type=_OPERAND_TYPES.get(t, t), dimensions=dims, number_of_consumers=consumers,
-                scale=scale, zero_point=zp, lifetime=lifetime,
-                location=DataLocation(pool_index, offset, length), extra_params=extra))
-        n_operands = len(operands)
+                value = offset
+            channel_scales = None
+            channel_dim = 0
+            if kind:
+                if kind == _CHANNEL_QUANT:
+                    channel_dim = r.u32()
+                    scales = r.array(_F64_DTYPE, r.count(8))
+                    extras[k] = SymmPerChannelQuantParams(scales, channel_dim)
+                    with np.errstate(over="ignore"):
+                        channel_scales = np.asarray(scales, dtype=np.float32)
+                elif kind == _EXTENSION_BYTES:
+                    extras[k] = r.raw(r.count(1))
+                else:
+                    raise CacheError(f"bad extra params kind {kind}")
+            info = OperandInfo(otype, shape, scale, zp, channel_scales, channel_dim, lifetime,
+                               value)
+            if key is not None and shape == ():
+                scalars[key] = info
+            infos.append(info)
+            inferred.append(inf)
+        if dpos != len(dims) or ipos != len(inf_dims):
+            raise CacheError("dimension arrays do not match the operands")
+        n_ops = r.count(12)
+        heads = r.array(_U32_DTYPE, 3 * n_ops)
+        flat = r.u32s()
+        if flat and max(flat) >= n_operands:
+            raise CacheError("operand index out of range")
         operations = []
-        for _ in range(r.count(_OPERATION.size)):
-            t, n_in, n_out = r.take(_OPERATION)
-            if (n_in + n_out) * 4 > len(r.buf) - r.pos:
+        fpos = 0
+        for j in range(n_ops):
+            t, n_in, n_out = heads[3 * j:3 * j + 3]
+            end = fpos + n_in + n_out
+            if end > len(flat):
                 raise CacheError("operation exceeds the model cache")
-            idx = r.u32s(n_in + n_out)
-            if idx and max(idx) >= n_operands:
-                raise CacheError("operand index out of range")
-            operations.append(Operation(t, idx[:n_in], idx[n_in:]))
-        io = []
-        for _ in range(2):
-            idx = r.u32s(r.count(4))
-            if idx and max(idx) >= n_operands:
-                raise CacheError("subgraph input or output out of range")
-            io.append(idx)
-        subgraphs.append(Subgraph(operands, operations, io[0], io[1]))
+            operations.append((t, tuple(flat[fpos:fpos + n_in]),
+                               tuple(flat[fpos + n_in:end])))
+            fpos = end
+        if fpos != len(flat):
+            raise CacheError("operation indexes do not match the operations")
+        ins, outs = r.u32s(), r.u32s()
+        if any(i >= n_operands for i in (*ins, *outs)):
+            raise CacheError("subgraph input or output out of range")
+        plan = SubgraphPlan(sg_index - 1, infos, operations, ins, outs)
+        plan.inferred = inferred
+        plans.append(plan)
+        if sg_index == 0:
+            io = [*ins, *outs]
+            signature = Subgraph(
+                [_operand(recs[i], declared_dims[i], extras.get(i)) for i in io], [],
+                list(range(len(ins))), list(range(len(ins), len(io))))
     if r.pos != len(body):
         raise CacheError("trailing bytes in the model cache")
-    return subgraphs, exts
+    assert signature is not None
+    return PlanImage(head.relaxed, plans, signature, exts)
 
 
-def _check_rank(r: _Reader, rank: int) -> int:
-    if rank * 4 > len(r.buf) - r.pos:
-        raise CacheError(f"rank {rank} exceeds the model cache")
-    return rank
+def _operand(rec: tuple[Any, ...], dims: list[int],
+             extra: SymmPerChannelQuantParams | bytes | None) -> Operand:
+    """The Operand of a main input or output, for request and memory-domain role checks."""
+    t, consumers, scale, zp, lt, _kind, _pad, rank, _irank, _offset, _length = rec
+    return Operand(type=_OPERAND_TYPES[t], dimensions=list(dims),
+                   number_of_consumers=consumers, scale=scale, zero_point=zp,
+                   lifetime=_LIFETIMES[lt], location=DataLocation(), extra_params=extra)
 
 
 # ---- the driver's cache ---------------------------------------------------------------------
@@ -459,8 +603,12 @@ class _Loaded:
     head: BodyHead
     tag: bytes
     plan: ModelPlan | None = None
-    model: Model | None = None
-    pool_array: np.ndarray | None = None
+    body: bytes | memoryview = b""
+    data: bytes = b""
+
+    def data_matches(self) -> bool:
+        # One call: hashlib releases the GIL for all of it, so another thread can decode.
+        return hmac.compare_digest(hashlib.sha256(self.data).digest(), self.head.data_digest)
 
 
 class CompilationCache:
@@ -533,8 +681,10 @@ class CompilationCache:
         try:
             if prepared is None:
                 return False
-            pools = [p.array() for p in model.pools]
-            body, data = encode_model(model, pools, priority, self.driver_version)
+            plan = getattr(prepared, "plan", None)
+            if not isinstance(plan, ModelPlan):
+                return False
+            body, data = encode_model(model, plan, priority, self.driver_version)
             head = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(body))
             content = head + body
             tag = self._tag(job.token, content)
@@ -542,9 +692,7 @@ class CompilationCache:
             os.ftruncate(job.model_fds[0], 0)
             write_file(job.data_fds[0], data)
             write_file(job.model_fds[0], content + tag)
-            plan = getattr(prepared, "plan", None)
-            if isinstance(plan, ModelPlan):
-                self._remember(tag, plan)
+            self._remember(tag, plan)
             return True
         except Exception as e:  # noqa: BLE001 - saving must never fail the preparation
             log.info("saving to cache failed: %s: %s", type(e).__name__, e)
@@ -559,7 +707,8 @@ class CompilationCache:
 
     # ---- restoring ------------------------------------------------------------------------
     def load(self, model_fd: int, data_fd: int, token: bytes) -> _Loaded:
-        """Read and verify both files; decode them unless a live plan has the same tag."""
+        """Read both files and verify the model cache. The data cache is verified by its
+        digest later, unless a live plan has the same tag: then it is not needed at all."""
         blob = read_file(model_fd, MAX_MODEL_CACHE_BYTES)
         if len(blob) < _HEADER.size + _BODY_HEAD.size + TAG_SIZE:
             raise CacheError("model cache too short")
@@ -587,23 +736,7 @@ class CompilationCache:
         data = read_file(data_fd, head.data_length)
         if len(data) != head.data_length:
             raise CacheError("data cache has the wrong length")
-        if not hmac.compare_digest(hashlib.sha256(data).digest(), head.data_digest):
-            raise CacheError("data cache was modified")
-        subgraphs, exts = decode_structure(body, head, self.driver_version)
-        dv = memoryview(data)
-        pools: list[SharedMemory] = []
-        pool_array = None
-        if any(op.lifetime == OperandLifeTime.CONSTANT_REFERENCE
-               for sg in subgraphs for op in sg.operands):
-            mem = SharedMemory.from_bytes(dv[head.pool_offset:head.pool_offset +
-                                             head.pool_length])
-            pools.append(mem)
-            pool_array = mem.array()
-        model = Model(main=subgraphs[0], referenced=subgraphs[1:],
-                      operand_values=bytes(dv[:head.values_length]), pools=pools,
-                      relax_computation_float32_to_float16=head.relaxed,
-                      extension_name_to_prefix=exts)
-        return _Loaded(head, tag, model=model, pool_array=pool_array)
+        return _Loaded(head, tag, body=body, data=data)
 
     def prepare_from_cache(self, device: ReferenceDevice, deadline: int | None,
                            model_cache: Any, data_cache: Any, token: Any,
@@ -641,19 +774,26 @@ class CompilationCache:
             notify(ErrorStatus.NONE, pm)
             return ErrorStatus.NONE
 
+        # The background task decodes the verified structure while this thread hashes the
+        # data cache (hashlib releases the GIL); the task binds no kernel before the digest
+        # has matched. Both take about as long, so the restore costs about one of them.
+        hashed = threading.Event()
+        data_ok: list[bool] = []
+
         def task() -> None:
             try:
-                model = loaded.model
-                assert model is not None
-                pools = [] if loaded.pool_array is None else [loaded.pool_array]
-                # The tag proves this driver validated exactly this model before saving it.
-                plan = ModelPlan(model, pools, validate=False)
+                image = decode_image(loaded.body, loaded.head, loaded.data,
+                                     self.driver_version)
+                hashed.wait()
+                if data_ok != [True]:
+                    raise CacheError("data cache was modified")
+                # The tag proves this driver validated and planned exactly this model.
+                plan = ModelPlan.restore(image.relaxed, image.subgraphs, image.signature, None)
                 if deadline is not None and time.monotonic_ns() > deadline:
                     notify(ErrorStatus.MISSED_DEADLINE_TRANSIENT)
                     return
                 self._remember(loaded.tag, plan)
-                notify(ErrorStatus.NONE, ReferencePreparedModel(device, plan, priority,
-                                                                model.pools))
+                notify(ErrorStatus.NONE, ReferencePreparedModel(device, plan, priority, []))
             except Exception as e:  # noqa: BLE001
                 device.log(f"prepareModelFromCache failed: {type(e).__name__}: {e}")
                 notify(ErrorStatus.GENERAL_FAILURE)
@@ -663,4 +803,8 @@ class CompilationCache:
         except Exception:  # noqa: BLE001 - e.g. the pool was shut down
             notify(ErrorStatus.GENERAL_FAILURE)
             return ErrorStatus.GENERAL_FAILURE
+        try:
+            data_ok.append(loaded.data_matches())
+        finally:
+            hashed.set()
         return ErrorStatus.NONE

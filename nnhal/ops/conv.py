@@ -12,6 +12,7 @@ for TENSOR_QUANT8_SYMM_PER_CHANNEL filters.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,6 +87,7 @@ class _Layout:
     out_shape: int | None  # TRANSPOSE_CONV_2D output shape tensor
 
 
+@functools.lru_cache(maxsize=64)  # a handful of signatures; layouts are immutable
 def _make_layout(n: int, implicit: bool, has_extra: bool, out_shape: bool = False) -> _Layout:
     i = 3
     oshape = None
@@ -124,7 +126,9 @@ def _resolve(layout: _Layout, get: Callable[[int], Any]) -> _Args:
         v = _OMITTED if i is None else get(i)
         if v is _OMITTED:
             return default
-        return None if v is None else cast(np.asarray(v).item())
+        if v is None:
+            return None
+        return cast(v.item() if isinstance(v, np.ndarray) else np.asarray(v).item())
 
     a = _Args()
     if layout.implicit:

@@ -25,6 +25,9 @@ import numpy as np
 from nnhal.hal.types import ErrorStatus, OperandLifeTime, OperandType, OperationType
 
 Shape = tuple[int, ...] | None
+_NO_VALUE = OperandLifeTime.NO_VALUE
+_CONSTANT_LIFETIMES = frozenset({OperandLifeTime.CONSTANT_COPY,
+                                 OperandLifeTime.CONSTANT_REFERENCE})
 
 
 class OpError(Exception):
@@ -55,12 +58,11 @@ class OperandInfo:
 
     @property
     def omitted(self) -> bool:
-        return self.lifetime == OperandLifeTime.NO_VALUE
+        return self.lifetime == _NO_VALUE
 
     @property
     def is_const(self) -> bool:
-        return self.value is not None and self.lifetime in (
-            OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE)
+        return self.value is not None and self.lifetime in _CONSTANT_LIFETIMES
 
     @property
     def rank(self) -> int | None:
