@@ -97,11 +97,12 @@ _BODY_HEAD = struct.Struct("<BBQ32s")
 _U32 = struct.Struct("<I")
 _U32_DTYPE = np.dtype("<u4")
 _F64_DTYPE = np.dtype("<f8")
-#: One operand of the plan image (packed, little-endian); inferred rank -1: unknown rank.
+#: One operand description of the plan image (packed, little-endian). Section 0: the
+#: model cache's small constants, 1: the data cache. Inferred rank -1: unknown rank.
 _OPERAND_REC = np.dtype([
-    ("type", "<u4"), ("consumers", "<u4"), ("scale", "<f8"), ("zero_point", "<i4"),
-    ("lifetime", "u1"), ("extra", "u1"), ("section", "<u2"), ("rank", "<u4"),
-    ("inferred_rank", "<i4"), ("offset", "<u8"), ("length", "<u8")])
+    ("type", "<u4"), ("scale", "<f8"), ("zero_point", "<i4"), ("lifetime", "u1"),
+    ("extra", "u1"), ("section", "u1"), ("rank", "<u4"), ("inferred_rank", "<i4"),
+    ("offset", "<u8"), ("length", "<u8")])
 
 _LIFETIMES = {int(v): v for v in OperandLifeTime}
 _OPERAND_TYPES = {int(v): v for v in OperandType}
@@ -224,32 +225,30 @@ def encode_model(model: Model, plan: ModelPlan, priority: Priority,
                  driver_version: str = "") -> tuple[bytes, bytes]:
     """(model cache body, data cache content) of a model this driver validated and planned.
 
-    The body is the plan image: every operand with its declared and inferred shape, every
-    operation, every subgraph's inputs and outputs. Constants go to the data cache, each
-    region once, aligned, ready to be used in place.
+    The body is the plan image: a table of distinct operand descriptions (type, quantization,
+    lifetime, declared and inferred shape, where the constant's bytes are), each subgraph as
+    indexes into that table plus its operations, inputs and outputs. Small constants travel in
+    the body, deduplicated by content; tensors go to the data cache, each region once,
+    aligned, ready to be used in place.
     """
     pools = [p.array() for p in model.pools]
     values = np.frombuffer(model.operand_values, dtype=np.uint8)
-    sections = (bytearray(), bytearray())  # constant copies (model cache), data cache
+    sections = (bytearray(), bytearray())  # small constants (model cache), data cache
     regions: dict[tuple[Any, ...], int] = {}
-    out: list[bytes] = [_str(driver_version),
-                        _U32.pack(len(model.extension_name_to_prefix))]
-    for ext in model.extension_name_to_prefix:
-        out.append(_U32.pack(int(ext.prefix)) + _str(str(ext.name)))
+    table: dict[tuple[Any, ...], int] = {}
+    recs: list[tuple[Any, ...]] = []
+    dims: list[int] = []
+    inferred: list[int] = []
+    extras: list[bytes] = []
+    subgraph_parts: list[bytes] = []
     subgraphs = [model.main, *model.referenced]
     splans = [plan.main, *plan.referenced]
     if len(splans) != len(subgraphs):
         raise CacheError("plan does not match the model")
-    values_at = len(out)
-    out.append(b"")  # the constant copies, once every operand has been seen
-    out.append(_U32.pack(len(subgraphs)))
     for sg, splan in zip(subgraphs, splans):
         if len(splan.inferred) != len(sg.operands):
             raise CacheError("plan does not match the model")
-        recs = np.zeros(len(sg.operands), dtype=_OPERAND_REC)
-        dims: list[int] = []
-        inferred: list[int] = []
-        extras: list[bytes] = []
+        indexes: list[int] = []
         for k, op in enumerate(sg.operands):
             lt = int(op.lifetime)
             loc = op.location
@@ -262,16 +261,14 @@ def encode_model(model: Model, plan: ModelPlan, priority: Priority,
                     raise CacheError("constant outside its pool")
                 if int(op.type) in _BOOL_CODES:  # stored as 0/1: viewable as np.bool_
                     raw = (raw != 0).astype(np.uint8)
-                # Small constants (parameters) live in the model cache, deduplicated by
-                # content; tensors in the data cache, each source region once.
                 in_data = int(raw.size > _SMALL_CONSTANT)
-                key = (1, src_pool, int(loc.offset), raw.size) if in_data else \
+                rkey = (1, src_pool, int(loc.offset), raw.size) if in_data else \
                     (0, raw.tobytes())
-                where = regions.get(key)
+                where = regions.get(rkey)
                 if where is None:
                     section = sections[in_data]
                     section.extend(b"\0" * (_align(len(section)) - len(section)))
-                    where = regions[key] = len(section)
+                    where = regions[rkey] = len(section)
                     section.extend(memoryview(np.ascontiguousarray(raw)).cast("B"))
                 offset, length = where, raw.size
             elif lt == _SUBGRAPH:
@@ -280,44 +277,55 @@ def encode_model(model: Model, plan: ModelPlan, priority: Priority,
             if isinstance(extra, SymmPerChannelQuantParams):
                 scales = [float(s) for s in extra.scales]
                 kind = _CHANNEL_QUANT
-                extras.append(struct.pack(f"<II{len(scales)}d", int(extra.channel_dim),
-                                          len(scales), *scales))
+                tail = struct.pack(f"<II{len(scales)}d", int(extra.channel_dim), len(scales),
+                                   *scales)
             elif isinstance(extra, (bytes, bytearray)):
-                kind = _EXTENSION_BYTES
-                extras.append(_U32.pack(len(extra)) + bytes(extra))
+                kind, tail = _EXTENSION_BYTES, _U32.pack(len(extra)) + bytes(extra)
             elif extra is None:
-                kind = _NO_EXTRA
+                kind, tail = _NO_EXTRA, b""
             else:
                 raise CacheError(f"unknown extra params {type(extra).__name__}")
-            d = [int(x) for x in op.dimensions]
+            d = tuple(int(x) for x in op.dimensions)
             inf = splan.inferred[k]
-            dims.extend(d)
-            if inf is not None:
-                inferred.extend(int(x) for x in inf)
-            recs[k] = (int(op.type), int(op.number_of_consumers), float(op.scale),
-                       int(op.zero_point), lt, kind, in_data, len(d),
-                       -1 if inf is None else len(inf), offset, length)
-        out.append(_U32.pack(len(recs)))
-        out.append(recs.tobytes())
-        out.append(_u32s(dims))
-        out.append(_u32s(inferred))
-        out.extend(extras)
+            inf = None if inf is None else tuple(int(x) for x in inf)
+            rec = (int(op.type), float(op.scale), int(op.zero_point), lt, kind, in_data,
+                   len(d), -1 if inf is None else len(inf), offset, length)
+            # Operands with equal descriptions share one entry (and one info on restore).
+            key = (rec, d, inf, tail)
+            j = table.get(key)
+            if j is None:
+                j = table[key] = len(recs)
+                recs.append(rec)
+                dims.extend(d)
+                inferred.extend(inf or ())
+                extras.append(tail)
+            indexes.append(j)
+        part = [_u32s(indexes)]
         heads: list[int] = []
         flat: list[int] = []
         for t, ins, outs in splan.operations:
             heads += [int(t), len(ins), len(outs)]
             flat += [*ins, *outs]
-        out.append(_U32.pack(len(splan.operations)))
-        out.append(np.asarray(heads, dtype="<u4").tobytes())
-        out.append(_u32s(flat))
-        out.append(_u32s(sg.input_indexes))
-        out.append(_u32s(sg.output_indexes))
-    out[values_at] = _U32.pack(len(sections[0])) + bytes(sections[0])
-    data_bytes = bytes(sections[1])
+        part.append(_U32.pack(len(splan.operations)))
+        part.append(np.asarray(heads, dtype="<u4").tobytes())
+        part.append(_u32s(flat))
+        part.append(_u32s(sg.input_indexes))
+        part.append(_u32s(sg.output_indexes))
+        subgraph_parts.append(b"".join(part))
+    io = [*model.main.input_indexes, *model.main.output_indexes]
+    out = [_str(driver_version), _U32.pack(len(model.extension_name_to_prefix))]
+    for ext in model.extension_name_to_prefix:
+        out.append(_U32.pack(int(ext.prefix)) + _str(str(ext.name)))
+    out.append(_U32.pack(len(sections[0])) + bytes(sections[0]))
+    out.append(_U32.pack(len(recs)) + np.array(recs, dtype=_OPERAND_REC).tobytes())
+    out += [_u32s(dims), _u32s(inferred), *extras]
+    out.append(_u32s([int(model.main.operands[i].number_of_consumers) for i in io]))
+    out.append(_U32.pack(len(subgraphs)))
+    out += subgraph_parts
+    data = bytes(sections[1])
     head = _BODY_HEAD.pack(int(Priority(priority)), int(bool(
-        model.relax_computation_float32_to_float16)), len(data_bytes),
-        hashlib.sha256(data_bytes).digest())
-    return head + b"".join(out), data_bytes
+        model.relax_computation_float32_to_float16)), len(data), hashlib.sha256(data).digest())
+    return head + b"".join(out), data
 
 
 # ---- decoding -------------------------------------------------------------------------------
@@ -425,95 +433,82 @@ def _decode_image(body: bytes | memoryview, head: BodyHead, data: bytes | memory
     for _ in range(r.count(8)):
         prefix = r.u32()
         exts.append(ExtensionNameAndPrefix(r.str(), prefix))
-    values = r.raw(r.count(1))  # constant copies: verified with the model cache
+    values = r.raw(r.count(1))  # small constants: verified with the model cache
+    n_desc = r.count(_OPERAND_REC.itemsize)
+    recs = r.array(_OPERAND_REC, n_desc)
+    dims = r.u32s()
+    inf_dims = r.u32s()
+    sizes = {0: len(values), 1: len(data)}
+    infos: list[OperandInfo] = []
+    inferred: list[tuple[int, ...] | None] = []
+    declared_dims: list[list[int]] = []
+    extras: list[SymmPerChannelQuantParams | bytes | None] = []
+    dpos = ipos = 0
+    for k, (t, scale, zp, lt, kind, in_data, rank, irank, offset, length) in enumerate(recs):
+        kinds = _TYPE_KINDS.get(t)
+        lifetime = _LIFETIMES.get(lt)
+        size = sizes.get(in_data)
+        if kinds is None or lifetime is None or size is None:
+            raise CacheError(f"operand {k}: bad type {t}, lifetime {lt} or section {in_data}")
+        otype, scalar, dtype, itemsize = kinds
+        if dpos + rank > len(dims) or irank < -1 or ipos + max(irank, 0) > len(inf_dims):
+            raise CacheError(f"operand {k}: dimensions exceed the model cache")
+        declared = dims[dpos:dpos + rank]
+        declared_dims.append(declared)
+        dpos += rank
+        shape = () if scalar else (tuple(declared) if rank else None)
+        if irank < 0:
+            inf = None
+        else:
+            inf = tuple(inf_dims[ipos:ipos + irank])
+            ipos += irank
+            if inf == shape:
+                inf = shape
+        value: object = None
+        if lt == _CONST_COPY or lt == _CONST_REF:
+            # Views only: ``data`` may still be being verified; nothing of it is looked at
+            # here, and kernels are bound only once its digest has matched.
+            if shape is None or offset + length > size or \
+                    length != itemsize * math.prod(shape):
+                raise CacheError(f"operand {k}: constant does not fit its section")
+            value = np.frombuffer(data if in_data else values, dtype, length // itemsize,
+                                  offset)
+            if len(shape) != 1:
+                value = value.reshape(shape)
+        elif lt == _SUBGRAPH:
+            value = offset  # checked against the subgraph count below
+        channel_scales = None
+        channel_dim = 0
+        extra: SymmPerChannelQuantParams | bytes | None = None
+        if kind == _CHANNEL_QUANT:
+            channel_dim = r.u32()
+            scales = r.array(_F64_DTYPE, r.count(8))
+            extra = SymmPerChannelQuantParams(scales, channel_dim)
+            with np.errstate(over="ignore"):
+                channel_scales = np.asarray(scales, dtype=np.float32)
+        elif kind == _EXTENSION_BYTES:
+            extra = r.raw(r.count(1))
+        elif kind != _NO_EXTRA:
+            raise CacheError(f"bad extra params kind {kind}")
+        extras.append(extra)
+        infos.append(OperandInfo(otype, shape, scale, zp, channel_scales, channel_dim,
+                                 lifetime, value))
+        inferred.append(inf)
+    if dpos != len(dims) or ipos != len(inf_dims):
+        raise CacheError("dimension arrays do not match the operands")
+    io_consumers = r.u32s()
     n_subgraphs = r.count(16)
     if n_subgraphs < 1:
         raise CacheError("no main subgraph")
-    n_data, n_values = len(data), len(values)
+    if any(rec[3] == _SUBGRAPH and rec[8] >= n_subgraphs - 1 for rec in recs):
+        raise CacheError("bad subgraph reference")
     plans: list[SubgraphPlan] = []
     signature: Subgraph | None = None
-    scalars: dict[tuple[Any, ...], OperandInfo] = {}
     for sg_index in range(n_subgraphs):
-        n_operands = r.count(_OPERAND_REC.itemsize)
-        recs = r.array(_OPERAND_REC, n_operands)
-        dims = r.u32s()
-        inf_dims = r.u32s()
-        infos: list[OperandInfo] = []
-        inferred: list[tuple[int, ...] | None] = []
-        extras: dict[int, SymmPerChannelQuantParams | bytes] = {}
-        dpos = ipos = 0
-        declared_dims: list[list[int]] = []
-        for k, (t, _consumers, scale, zp, lt, kind, in_data, rank, irank, offset,
-                length) in enumerate(recs):
-            key = None
-            if not rank and not kind and not irank and not in_data and (
-                    lt == _CONST_COPY or lt == _CONST_REF):
-                # Scalar constants repeat (strides, paddings, activations): they share one
-                # info. Only an operand equal to one decoded in full below hits the table.
-                key = (t, lt, scale, zp, values[offset:offset + length])
-                shared = scalars.get(key)
-                if shared is not None:
-                    declared_dims.append([])
-                    infos.append(shared)
-                    inferred.append(())
-                    continue
-            kinds = _TYPE_KINDS.get(t)
-            lifetime = _LIFETIMES.get(lt)
-            if kinds is None or lifetime is None:
-                raise CacheError(f"operand {k}: bad type {t} or lifetime {lt}")
-            otype, scalar, dtype, itemsize = kinds
-            if dpos + rank > len(dims) or (irank >= 0 and ipos + irank > len(inf_dims)) or \
-                    irank < -1:
-                raise CacheError(f"operand {k}: dimensions exceed the model cache")
-            declared = dims[dpos:dpos + rank]
-            declared_dims.append(declared)
-            dpos += rank
-            shape = () if scalar else (tuple(declared) if rank else None)
-            if irank < 0:
-                inf = None
-            else:
-                inf = tuple(inf_dims[ipos:ipos + irank])
-                ipos += irank
-                if inf == shape:
-                    inf = shape
-            value: object = None
-            if in_data > 1:
-                raise CacheError(f"operand {k}: bad section {in_data}")
-            if lt == _CONST_COPY or lt == _CONST_REF:
-                # Views only: ``data`` may still be being read and verified; nothing of it
-                # is looked at here, and kernels are bound only once its digest matched.
-                section, size = (data, n_data) if in_data else (values, n_values)
-                if shape is None or offset + length > size or \
-                        length != itemsize * math.prod(shape):
-                    raise CacheError(f"operand {k}: constant does not fit its section")
-                value = np.frombuffer(section, dtype, length // itemsize, offset)
-                if len(shape) != 1:
-                    value = value.reshape(shape)
-            elif lt == _SUBGRAPH:
-                if offset >= n_subgraphs - 1:
-                    raise CacheError("bad subgraph reference")
-                value = offset
-            channel_scales = None
-            channel_dim = 0
-            if kind:
-                if kind == _CHANNEL_QUANT:
-                    channel_dim = r.u32()
-                    scales = r.array(_F64_DTYPE, r.count(8))
-                    extras[k] = SymmPerChannelQuantParams(scales, channel_dim)
-                    with np.errstate(over="ignore"):
-                        channel_scales = np.asarray(scales, dtype=np.float32)
-                elif kind == _EXTENSION_BYTES:
-                    extras[k] = r.raw(r.count(1))
-                else:
-                    raise CacheError(f"bad extra params kind {kind}")
-            info = OperandInfo(otype, shape, scale, zp, channel_scales, channel_dim, lifetime,
-                               value)
-            if key is not None and shape == ():
-                scalars[key] = info
-            infos.append(info)
-            inferred.append(inf)
-        if dpos != len(dims) or ipos != len(inf_dims):
-            raise CacheError("dimension arrays do not match the operands")
+        idx = r.u32s()
+        if idx and max(idx) >= n_desc:
+            raise CacheError("operand description index out of range")
+        n_operands = len(idx)
         n_ops = r.count(12)
         heads = r.array(_U32_DTYPE, 3 * n_ops)
         flat = r.u32s()
@@ -534,13 +529,16 @@ def _decode_image(body: bytes | memoryview, head: BodyHead, data: bytes | memory
         ins, outs = r.u32s(), r.u32s()
         if any(i >= n_operands for i in (*ins, *outs)):
             raise CacheError("subgraph input or output out of range")
-        plan = SubgraphPlan(sg_index - 1, infos, operations, ins, outs)
-        plan.inferred = inferred
+        plan = SubgraphPlan(sg_index - 1, [infos[j] for j in idx], operations, ins, outs,
+                            [inferred[j] for j in idx])
         plans.append(plan)
         if sg_index == 0:
-            io = [*ins, *outs]
+            io = [idx[i] for i in (*ins, *outs)]
+            if len(io_consumers) != len(io):
+                raise CacheError("main inputs and outputs do not match")
             signature = Subgraph(
-                [_operand(recs[i], declared_dims[i], extras.get(i)) for i in io], [],
+                [_operand(recs[j], declared_dims[j], extras[j], c)
+                 for j, c in zip(io, io_consumers)], [],
                 list(range(len(ins))), list(range(len(ins), len(io))))
     if r.pos != len(body):
         raise CacheError("trailing bytes in the model cache")
@@ -549,9 +547,9 @@ def _decode_image(body: bytes | memoryview, head: BodyHead, data: bytes | memory
 
 
 def _operand(rec: tuple[Any, ...], dims: list[int],
-             extra: SymmPerChannelQuantParams | bytes | None) -> Operand:
+             extra: SymmPerChannelQuantParams | bytes | None, consumers: int) -> Operand:
     """The Operand of a main input or output, for request and memory-domain role checks."""
-    t, consumers, scale, zp, lt, _kind, _pad, rank, _irank, _offset, _length = rec
+    t, scale, zp, lt = rec[:4]
     return Operand(type=_OPERAND_TYPES[t], dimensions=list(dims),
                    number_of_consumers=consumers, scale=scale, zero_point=zp,
                    lifetime=_LIFETIMES[lt], location=DataLocation(), extra_params=extra)

@@ -28,6 +28,7 @@ from nnhal.hal.types import (
 from nnhal.ops.registry import Kernel, OpContext, OperandInfo, OpError, lookup
 
 L = OperandLifeTime
+_CONSTANT_LIFETIMES = frozenset({L.CONSTANT_COPY, L.CONSTANT_REFERENCE})
 
 
 class ExecutionError(Exception):
@@ -109,17 +110,20 @@ class SubgraphPlan:
 
     def __init__(self, index: int, infos: list[OperandInfo],
                  operations: Sequence[tuple[int, tuple[int, ...], tuple[int, ...]]],
-                 input_indexes: Sequence[int], output_indexes: Sequence[int]):
+                 input_indexes: Sequence[int], output_indexes: Sequence[int],
+                 inferred: list[tuple[int, ...] | None] | None = None):
         self.index = index
         self.infos = infos
         #: (operation type, input operand indexes, output operand indexes) in execution order.
         self.operations = list(operations)
-        self.slots_template: list[object] = [info.value if info.is_const else None
-                                             for info in infos]
+        self.slots_template: list[object] = [
+            info.value if info.lifetime in _CONSTANT_LIFETIMES else None for info in infos]
         self.steps: list[Step] = []
         self.input_indexes = tuple(input_indexes)
         self.output_indexes = tuple(output_indexes)
-        self.inferred: list[tuple[int, ...] | None] = [info.shape for info in infos]
+        #: Shapes after inference (declared shapes until prepare infers them).
+        self.inferred: list[tuple[int, ...] | None] = (
+            [info.shape for info in infos] if inferred is None else inferred)
 
     @property
     def input_infos(self) -> list[OperandInfo]:

@@ -38,7 +38,7 @@ class OpError(Exception):
         self.status = status
 
 
-@dataclass
+@dataclass(slots=True)
 class OperandInfo:
     """What an operation may know about one operand at prepare time.
 
