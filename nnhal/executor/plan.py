@@ -25,7 +25,7 @@ from nnhal.hal.types import (
     Subgraph,
     SymmPerChannelQuantParams,
 )
-from nnhal.ops.registry import Kernel, OpContext, OperandInfo, OpError, lookup
+from nnhal.ops.registry import Kernel, OpContext, OperandInfo, OperationDef, OpError, lookup
 
 L = OperandLifeTime
 _CONSTANT_LIFETIMES = frozenset({L.CONSTANT_COPY, L.CONSTANT_REFERENCE})
@@ -88,7 +88,7 @@ def operand_info(op: Operand, value: object = None) -> OperandInfo:
         lifetime=OperandLifeTime(op.lifetime), value=value)
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     """One operation bound for execution."""
 
@@ -240,11 +240,7 @@ class ModelPlan:
         infos, inferred = plan.infos, plan.inferred
         views: dict[int, OperandInfo] = {}  # operand index -> info with its inferred shape
         for type_code, in_idx, out_idx in plan.operations:
-            op_type = OperationType(type_code)
-            definition = lookup(op_type)
-            if definition is None:
-                raise OpError(f"operation {op_type.name} is not supported",
-                              ErrorStatus.INVALID_ARGUMENT)
+            op_type, definition = _definition(type_code)
             ins = []
             for i in in_idx:
                 view = views.get(i)
@@ -263,10 +259,29 @@ class ModelPlan:
                         _check_declared(op_type, i, infos[i].shape, s)
                         inferred[i] = _merge(inferred[i], s)
             kernel = definition.kernel(ctx)
-            checks = tuple((i, infos[i].type.dtype,
-                            infos[i].shape if infos[i].type.is_tensor else ())
-                           for i in out_idx)
+            checks = tuple(_out_check(i, infos[i]) for i in out_idx)
             plan.steps.append(Step(op_type, kernel, in_idx, out_idx, checks))
+
+
+def _definition(type_code: int) -> tuple[OperationType, OperationDef]:
+    """The operation type and its registered definition; OpError if there is none."""
+    found = _DEFINITIONS.get(type_code)
+    if found is None:
+        op_type = OperationType(type_code)
+        definition = lookup(op_type)
+        if definition is None:
+            raise OpError(f"operation {op_type.name} is not supported",
+                          ErrorStatus.INVALID_ARGUMENT)
+        found = _DEFINITIONS[type_code] = (op_type, definition)
+    return found
+
+
+_DEFINITIONS: dict[int, tuple[OperationType, OperationDef]] = {}
+
+
+def _out_check(index: int, info: OperandInfo) -> tuple[int, np.dtype, tuple[int, ...] | None]:
+    t = info.type
+    return index, t.dtype, (info.shape if t.is_tensor else ())
 
 
 def _with_shape(info: OperandInfo, inferred: tuple[int, ...] | None) -> OperandInfo:

@@ -86,6 +86,13 @@ class _Layout:
     dil_h: int | None
     out_shape: int | None  # TRANSPOSE_CONV_2D output shape tensor
 
+    @functools.cached_property
+    def params(self) -> tuple[int, ...]:
+        """Indexes of every parameter input present (all inputs after the bias)."""
+        return tuple(i for i in (*self.pad, self.stride_w, self.stride_h, self.act, self.extra,
+                                 self.nchw, self.dil_w, self.dil_h, self.out_shape)
+                     if i is not None)
+
 
 @functools.lru_cache(maxsize=64)  # a handful of signatures; layouts are immutable
 def _make_layout(n: int, implicit: bool, has_extra: bool, out_shape: bool = False) -> _Layout:
@@ -525,10 +532,7 @@ class _ConvBase(OperationDef):
         inp, filt, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
         requant = None if inp.type in C.FLOAT_TYPES else _Requant(inp, filt, out)
         static = _resolve(layout, _getter(ctx, None))
-        scalar_idx = [i for i in (*layout.pad, layout.stride_w, layout.stride_h, layout.act,
-                                  layout.extra, layout.nchw, layout.dil_w, layout.dil_h,
-                                  layout.out_shape) if i is not None]
-        all_const = all(ctx.inputs[i].is_const or ctx.inputs[i].omitted for i in scalar_idx)
+        all_const = all(ctx.inputs[i].is_const or ctx.inputs[i].omitted for i in layout.params)
         # Constant filters are reshaped once, on the first run.
         cache_weights = all_const and ctx.const(1) is not None
         cached: dict[str, Any] = {}

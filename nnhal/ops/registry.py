@@ -89,7 +89,7 @@ SubgraphRunner = Callable[[Sequence[np.ndarray], RunContext], list[np.ndarray]]
 Kernel = Callable[[Sequence[Any], RunContext], list[np.ndarray]]
 
 
-@dataclass
+@dataclass(slots=True)
 class OpContext:
     """An operation's view of its operands during validate, prepare and kernel binding."""
 
