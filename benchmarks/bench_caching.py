@@ -6,9 +6,12 @@ Prints, for each path, the median and best wall time from the call to the callba
 * prepare+save: prepareModel writing the two cache files;
 * restore (live plan): prepareModelFromCache while the prepared model that wrote the cache is
   still alive in this process, so its plan is reused after the files are verified;
-* restore (cold): prepareModelFromCache with no live plan: read, verify, decode, rebuild.
+* restore (cold): prepareModelFromCache with no live plan: read, verify, decode, rebind.
 
-and the ratios prepare / restore. Asserts nothing (speed goals live here, not in tests).
+and the ratios prepare / restore. prepare and cold restore take turns in runs of 5 calls; the
+last line repeats them strictly alternating (each call right after one of the other kind,
+which disturbs the caches the other left warm: the less flattering figure). Asserts
+nothing (speed goals live here, not in tests).
 
     python benchmarks/bench_caching.py [--specs DIR] [--repeat N]
 """
@@ -59,14 +62,17 @@ def timed(fn, repeat: int) -> tuple[float, float]:
     return statistics.median(times), min(times)
 
 
-def timed_interleaved(fns: list, repeat: int) -> list[tuple[float, float]]:
-    """(median, best) in ms of each function, the functions called in turn ``repeat`` times."""
+def timed_rounds(fns: list, repeat: int, run: int) -> list[tuple[float, float]]:
+    """(median, best) in ms of each function over ``repeat`` calls, taking turns in runs of
+    ``run`` calls each, so that all of them see the same machine conditions. ``run=1``: each
+    call follows a call of the other function (caches disturbed); larger runs: steady state."""
     times: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeat):
+    for _ in range(max(1, repeat // run)):
         for fn, ts in zip(fns, times):
-            t0 = time.perf_counter()
-            fn()
-            ts.append((time.perf_counter() - t0) * 1e3)
+            for _ in range(run):
+                t0 = time.perf_counter()
+                fn()
+                ts.append((time.perf_counter() - t0) * 1e3)
     return [(statistics.median(ts), min(ts)) for ts in times]
 
 
@@ -114,9 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         def uncached() -> None:
             prepare(device, model)
 
-        # prepare and cold restore alternate, so both see the same machine conditions.
+        # prepare and cold restore take turns, so both see the same machine conditions.
         results = dict(zip(("prepare", "restore (cold)"),
-                           timed_interleaved([uncached, cold], args.repeat)))
+                           timed_rounds([uncached, cold], args.repeat, 5)))
+        alternating = dict(zip(("prepare", "restore (cold)"),
+                               timed_rounds([uncached, cold], args.repeat, 1)))
         results["prepare+save"] = timed(lambda: prepare(device, model, *caches), args.repeat)
         # prepare+save rewrote the files; the writer's plan is still the live one for them.
         writer = prepare(device, model, *caches)
@@ -132,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         med, best = results[label]
         print(f"  ratio prepare / {label:<20} {base[0] / med:6.1f}x (median) "
               f"{base[1] / best:6.1f}x (best)")
+    (pm, pb), (rm, rb) = alternating["prepare"], alternating["restore (cold)"]
+    print(f"  alternating calls: prepare median {pm:.3f} ms, cold restore median {rm:.3f} ms: "
+          f"{pm / rm:.1f}x (median) {pb / rb:.1f}x (best)")
     return 0
 
 
