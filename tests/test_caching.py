@@ -542,3 +542,48 @@ def test_restore_reuses_the_live_plan(saved):
     device, mc, dc, writer = saved
     status, pm = restore(device, mc, dc)
     assert status == ErrorStatus.NONE and pm.plan is writer.plan
+
+
+# ---- a persistent key --------------------------------------------------------------------------
+
+def test_key_file_lets_caches_outlive_the_device(tmp_path, files):
+    """Two devices sharing a key file (two runs of a program) share their caches; a device
+    with another key refuses them."""
+    from nnhal.driver import ReferenceDevice as Device
+
+    mc, dc = files
+    key = tmp_path / "key"
+    first = Device(cache_key_file=key)
+    try:
+        expected = run(prepare(first, const_model(), mc, dc))
+    finally:
+        first.close()
+    assert key.stat().st_mode & 0o777 == 0o600 and key.stat().st_size == 32
+    second = Device(cache_key_file=key)
+    other = Device(cache_key_file=tmp_path / "other-key")
+    try:
+        status, pm = restore(second, mc, dc)
+        assert status == ErrorStatus.NONE
+        assert np.array_equal(run(pm), expected)
+        assert rejected(other, mc, dc) == ErrorStatus.GENERAL_FAILURE
+    finally:
+        second.close()
+        other.close()
+
+
+def test_key_file_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("NNHAL_CACHE_KEY_FILE", str(tmp_path / "env-key"))
+    ReferenceDevice().close()
+    assert (tmp_path / "env-key").stat().st_size == 32
+
+
+@pytest.mark.parametrize("problem", ["readable by others", "wrong size", "directory"])
+def test_unsafe_key_files_are_refused(tmp_path, problem):
+    path = tmp_path / "key"
+    if problem == "directory":
+        path.mkdir()
+    else:
+        path.write_bytes(bytes(32) if problem == "readable by others" else bytes(31))
+        path.chmod(0o644 if problem == "readable by others" else 0o600)
+    with pytest.raises((ValueError, OSError)):
+        ReferenceDevice(cache_key_file=path)

@@ -1,18 +1,22 @@
 """Compilation caching: saving a prepared model to client cache files and restoring it.
 
 The driver asks for one file of each kind. The *model cache* is security-sensitive: it holds
-the model's structure, the prepared model's priority, and the length and SHA-256 digest of the
-data cache, followed by an HMAC-SHA256 tag over the cache token and every byte before the tag,
-keyed with a secret that only this driver instance knows. The *data cache* holds the constants'
-bytes, ready to use (no unpacking on restore).
+the plan image (every operand description with its declared and inferred shape, every
+operation, every subgraph's inputs and outputs, the small constants), the prepared model's
+priority, and the length and SHA-256 digest of the data cache, followed by an HMAC-SHA256 tag
+over the cache token and every byte before the tag, keyed with a secret of this driver (random
+per device object, or kept in a key file: see :func:`load_or_create_key`). The *data cache*
+holds the constant tensors' bytes, ready to be used in place.
 
 Restoring reads each file exactly once into memory, so a client rewriting the files
 concurrently can only make the restore fail, never change what was verified. The tag is checked
-first (a flipped byte anywhere, a wrong token, a truncated or extended file all fail it), then
-the data digest, and only then is anything decoded. Since the tag proves that this driver wrote
-the structure after validating the model, the restored model is not validated again; the
-decoder is nevertheless strict: every count and location is bounds-checked before use, and
-nothing in the files can make it allocate more than the files' own size.
+before anything is decoded (a flipped byte anywhere, a wrong token, a truncated or extended
+file all fail it). Then a background task decodes the image while the calling thread hashes the
+data cache; kernels are bound only once the digest has matched. Since the tag proves that this
+driver wrote the image after validating and planning the model, restoring runs neither
+validation nor shape inference again. The decoder is nevertheless strict: every count, index,
+type and location is checked before use, and nothing in the files can make it allocate more
+than the files' own size.
 
 While a plan built for a given cache is still alive in this process (its prepared model is still
 held by a client), a restore of that exact cache (same tag) reuses the plan instead of
@@ -20,20 +24,22 @@ rebuilding it; plans are immutable and safe to share between prepared models.
 
 Layout, little-endian. Model cache::
 
-    magic "NNHALMC1" | u32 format | u32 reserved | u64 body length | body | tag (32 bytes)
-    body: u8 priority, u8 relaxed, u64 data length, 32-byte data SHA-256,
-          u64 values length, u64 pool offset, u64 pool length, str driver version,
-          u32 extension count {u32 prefix, str name}, u32 subgraph count (main first)
-          {u32 operand count {operand}, u32 operation count {operation}, u32 n {u32 input},
-           u32 n {u32 output}}
-    operand: u32 type, u32 consumers, f64 scale, i32 zero point, u8 lifetime, u32 pool,
-             u64 offset, u64 length, u8 extra kind, u32 rank, rank x u32 dims, extra
-             (kind 1: u32 channel dim, u32 n, n x f64 scales; kind 2: u32 n, n bytes)
-    operation: u32 type, u32 inputs, u32 outputs, then the input and output indexes (u32)
+    magic "NNHALMC2" | u32 format | u32 reserved | u64 body length | body | tag (32 bytes)
+    body: u8 priority, u8 relaxed, u64 data length, 32-byte data SHA-256, str driver version,
+          u32 n {u32 prefix, str extension name},
+          u32 n, n bytes: small constants (each at most 128 bytes, 16-byte aligned),
+          u32 n, n operand descriptions (_OPERAND_REC: type, scale, zero point, lifetime,
+            extra kind, section, rank, inferred rank, offset, length),
+          u32 n, n x u32: declared dims of all descriptions; u32 n, n x u32: inferred dims,
+          per description with extra params: (u32 channel dim, u32 n, n x f64) or (u32 n, bytes),
+          u32 n, n x u32: numberOfConsumers of the main inputs then outputs,
+          u32 subgraph count (main first) {u32 n, n x u32 description per operand,
+            u32 operation count, 3 x u32 (type, #inputs, #outputs) per operation,
+            u32 n, n x u32 operand indexes of all operations, u32 n {input}, u32 n {output}}
     str: u32 length, UTF-8 bytes
 
-Data cache: the model's ``operandValues``, then, at ``pool offset``, every CONSTANT_REFERENCE
-region (deduplicated, 16-byte aligned); restored constants reference that region as pool 0.
+Data cache: every constant larger than 128 bytes, each source region once, 16-byte aligned.
+Boolean constants are stored as 0/1 so they can be viewed in place.
 """
 
 from __future__ import annotations
@@ -45,7 +51,9 @@ import math
 import operator
 import os
 import secrets
+import stat
 import struct
+import tempfile
 import threading
 import time
 import weakref
@@ -553,6 +561,46 @@ def _operand(rec: tuple[Any, ...], dims: list[int],
     return Operand(type=_OPERAND_TYPES[t], dimensions=list(dims),
                    number_of_consumers=consumers, scale=scale, zero_point=zp,
                    lifetime=_LIFETIMES[lt], location=DataLocation(), extra_params=extra)
+
+
+# ---- the driver's secret --------------------------------------------------------------------
+
+KEY_BYTES = 32
+
+
+def load_or_create_key(path: str | os.PathLike[str]) -> bytes:
+    """The cache-authentication secret kept in ``path``, created (mode 0600) if absent.
+
+    The file must be a regular file of exactly KEY_BYTES bytes that only its owner can read or
+    write: a secret others can read would let them forge model caches. Raises ValueError
+    otherwise, or OSError when the file cannot be read or created.
+    """
+    if not os.path.lexists(path):
+        # Written to a private temporary file, then linked into place: a concurrent creator
+        # (another process) either wins the link or reads the complete winner.
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                                   prefix=".nnhal-key-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(secrets.token_bytes(KEY_BYTES))
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+        finally:
+            os.unlink(tmp)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o077:
+            raise ValueError(f"cache key file {os.fspath(path)!r} must be a regular file "
+                             "accessible to its owner only (mode 0600)")
+        key = os.read(fd, KEY_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"cache key file {os.fspath(path)!r} must hold {KEY_BYTES} bytes")
+    return key
 
 
 # ---- the driver's cache ---------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -11,7 +12,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from nnhal.driver.cache import NUM_DATA_CACHE, NUM_MODEL_CACHE, CompilationCache
+from nnhal.driver.cache import (
+    NUM_DATA_CACHE,
+    NUM_MODEL_CACHE,
+    CompilationCache,
+    load_or_create_key,
+)
 from nnhal.executor import ModelPlan
 from nnhal.executor.plan import operand_info
 from nnhal.hal.interfaces import IDevice, IPreparedModel, IPreparedModelCallback
@@ -51,17 +57,24 @@ class ReferenceDevice(IDevice):
     """A CPU device that runs every supported operation with numpy.
 
     ``name`` is the device name a runtime would show; ``workers`` bounds the threads that run
-    asynchronous preparations and executions.
+    asynchronous preparations and executions. ``cache_key_file`` (default: the environment
+    variable ``NNHAL_CACHE_KEY_FILE``, if set) holds the secret that authenticates compilation
+    caches, created on first use, so that caches outlive the process; without one, a fresh
+    secret per device means caches are valid for this device object only.
     """
 
-    def __init__(self, name: str = "nnhal-reference", workers: int = 4):
+    def __init__(self, name: str = "nnhal-reference", workers: int = 4,
+                 cache_key_file: str | os.PathLike[str] | None = None):
         self.name = name
         self._workers = workers
         self._pools: dict[Priority, ThreadPoolExecutor] = {}
         self._pool_lock = threading.Lock()
         self._buffers: dict[int, object] = {}
         self._buffer_lock = threading.Lock()
-        self._cache = CompilationCache(VERSION_STRING)  # compilation caching: cache.py
+        if cache_key_file is None:
+            cache_key_file = os.environ.get("NNHAL_CACHE_KEY_FILE") or None
+        key = None if cache_key_file is None else load_or_create_key(cache_key_file)
+        self._cache = CompilationCache(VERSION_STRING, key)  # compilation caching: cache.py
 
     # ---- plumbing ---------------------------------------------------------------------------
     def log(self, message: str) -> None:
