@@ -156,3 +156,21 @@ def test_raising_callback_does_not_break_driver(device):
     assert pm.execute(rb.request, MeasureTiming.NO, None, None, cb) == ErrorStatus.NONE
     assert cb.wait(5)[0] == ErrorStatus.NONE
     assert pm.execute_synchronously(rb.request)[0] == ErrorStatus.NONE
+
+
+def test_prepared_model_ignores_later_edits_of_the_model(device):
+    """A client may reuse its Model object after prepareModel; the prepared model must not
+    follow (a real driver holds its own copy)."""
+    model = add_model()
+    pm = prepare(device, model)
+    for i in (*model.main.input_indexes, *model.main.output_indexes):
+        model.main.operands[i].dimensions = [7, 7, 7]
+        model.main.operands[i].type = OperandType.TENSOR_INT32
+    a, b = float_inputs(1)
+    rb = RequestBuilder([a, b], [16])
+    try:
+        status, shapes, _ = pm.execute_synchronously(rb.request, MeasureTiming.NO)
+        assert status == ErrorStatus.NONE and shapes[0].dimensions == [2, 2]
+        np.testing.assert_array_equal(rb.output(0, np.float32, (2, 2)), a + b)
+    finally:
+        rb.close()

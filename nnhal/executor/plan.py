@@ -8,6 +8,7 @@ beyond checking each produced array against its operand.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -190,6 +191,15 @@ def subgraph_infos(subgraph: Subgraph, values: np.ndarray,
     return infos
 
 
+def io_signature(main: Subgraph) -> Subgraph:
+    """The main subgraph's inputs then outputs, copied: what requests and memory-domain roles
+    are checked against, immune to a client editing its Model after preparing it."""
+    io = [*main.input_indexes, *main.output_indexes]
+    n_in = len(main.input_indexes)
+    return Subgraph([copy.deepcopy(main.operands[i]) for i in io], [], list(range(n_in)),
+                    list(range(n_in, len(io))))
+
+
 def _operations(subgraph: Subgraph) -> list[tuple[int, tuple[int, ...], tuple[int, ...]]]:
     return [(int(o.type), tuple(o.inputs), tuple(o.outputs)) for o in subgraph.operations]
 
@@ -209,8 +219,8 @@ class ModelPlan:
         plans = [SubgraphPlan(i - 1, subgraph_infos(sg, values, pool_arrays), _operations(sg),
                               sg.input_indexes, sg.output_indexes)
                  for i, sg in enumerate(subgraphs)]
-        self._setup(bool(model.relax_computation_float32_to_float16), plans, model.main,
-                    list(model.pools))
+        self._setup(bool(model.relax_computation_float32_to_float16), plans,
+                    io_signature(model.main), list(model.pools))
         for plan in [*self.referenced, self.main]:
             self._bind(plan, validate=validate, infer=True)
 
