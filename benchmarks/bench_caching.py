@@ -10,8 +10,10 @@ Prints, for each path, the median and best wall time from the call to the callba
 
 and the ratios prepare / restore. prepare and cold restore take turns in runs of 5 calls; the
 last line repeats them strictly alternating (each call right after one of the other kind,
-which disturbs the caches the other left warm: the less flattering figure). Asserts
-nothing (speed goals live here, not in tests).
+which disturbs the caches the other left warm). The last lines time the first call in fresh
+processes sharing a cache key file, as when an app starts again: there start-up costs (thread
+creation, cold code, the collector walking every object start-up made) weigh on both paths.
+Asserts nothing (speed goals live here, not in tests).
 
     python benchmarks/bench_caching.py [--specs DIR] [--repeat N]
 """
@@ -82,12 +84,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="conformance directory (default: $NNHAL_CONFORMANCE or "
                          "../shared/conformance)")
     ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--processes", type=int, default=8,
+                    help="fresh processes per path for the first-call figures (0: none)")
+    ap.add_argument("--child", nargs=3, metavar=("MODE", "CACHE_DIR", "GC"),
+                    help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     specs = args.specs or default_specs_dir()
     path = specs / CASE_FILE
     if not path.is_file():
         print(f"{CASE_FILE} not found under {specs}: skipped")
         return 0
+    if args.child:
+        return child(path, *args.child)
     case = next(iter_cases(path))
     m = case.data["model"]
     model = build_model(m)
@@ -143,7 +151,64 @@ def main(argv: list[str] | None = None) -> int:
     (pm, pb), (rm, rb) = alternating["prepare"], alternating["restore (cold)"]
     print(f"  alternating calls: prepare median {pm:.3f} ms, cold restore median {rm:.3f} ms: "
           f"{pm / rm:.1f}x (median) {pb / rb:.1f}x (best)")
+    if args.processes > 0:
+        fresh_processes(args.specs, args.processes)
     return 0
+
+
+def child(case_path: Path, mode: str, cache_dir: str, gc_mode: str) -> int:
+    """One fresh process (a driver service just started): one prepare or one restore, timed
+    from the call to the callback; prints the milliseconds as JSON."""
+    import gc
+    import json
+
+    from nnhal.ops.registry import registered
+
+    model = build_model(next(iter_cases(case_path)).data["model"])
+    registered()  # part of the service's start-up, as is the key file
+    device = ReferenceDevice(cache_key_file=Path(cache_dir) / "key")
+    if gc_mode == "frozen":
+        gc.collect()
+        gc.freeze()  # start-up objects out of the collector's way, as a service may do
+    with open(Path(cache_dir) / "model", "r+b") as mc, open(Path(cache_dir) / "data", "r+b") as dc:
+        t0 = time.perf_counter()
+        if mode == "save":
+            prepare(device, model, [mc], [dc])
+        elif mode == "prepare":
+            prepare(device, model)
+        else:
+            restore(device, [mc], [dc])
+        ms = (time.perf_counter() - t0) * 1e3
+    device.close()
+    print(json.dumps({"ms": ms}))
+    return 0
+
+
+def fresh_processes(specs: Path | None, n: int) -> None:
+    """First calls in fresh processes, the case a cache is for: an app started again."""
+    import json
+    import subprocess
+
+    def run(mode: str, cache_dir: str, gc_mode: str) -> float:
+        cmd = [sys.executable, __file__, "--child", mode, cache_dir, gc_mode]
+        if specs is not None:
+            cmd += ["--specs", str(specs)]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        return float(json.loads(out.strip().splitlines()[-1])["ms"])
+
+    with tempfile.TemporaryDirectory() as d:
+        for name in ("model", "data"):
+            (Path(d) / name).touch()
+        run("save", d, "collecting")
+        for gc_mode in ("collecting", "frozen"):
+            times: dict[str, list[float]] = {"prepare": [], "restore": []}
+            for _ in range(n):
+                for mode in times:
+                    times[mode].append(run(mode, d, gc_mode))
+            p, r = statistics.median(times["prepare"]), statistics.median(times["restore"])
+            note = "gc.freeze() after start-up" if gc_mode == "frozen" else "default gc"
+            print(f"  first call in a fresh process ({note}, {n} each): prepare {p:.2f} ms, "
+                  f"cold restore {r:.2f} ms: {p / r:.1f}x")
 
 
 if __name__ == "__main__":
