@@ -587,3 +587,36 @@ def test_unsafe_key_files_are_refused(tmp_path, problem):
         path.chmod(0o644 if problem == "readable by others" else 0o600)
     with pytest.raises((ValueError, OSError)):
         ReferenceDevice(cache_key_file=path)
+
+
+def test_concurrent_cold_restores(device, files):
+    """Eight threads restoring the same files at once (each one possibly cold, possibly reusing
+    a plan another just built) all get a working prepared model."""
+    import threading
+
+    mc, dc = files
+    writer = prepare(device, structured_model(), mc, dc)
+    expected = run_structured(writer)
+    del writer
+    device._cache.forget_live_plans()
+    results: list[object] = []
+    barrier = threading.Barrier(8)
+
+    def worker() -> None:
+        barrier.wait()
+        try:
+            status, pm = restore(device, mc, dc)
+            assert status == ErrorStatus.NONE
+            results.append(run_structured(pm))
+        except Exception as e:  # noqa: BLE001 - reported below
+            results.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(results) == 8
+    for r in results:
+        assert isinstance(r, np.ndarray), r
+        np.testing.assert_array_equal(r, expected)

@@ -811,8 +811,7 @@ class CompilationCache:
         priority = loaded.head.priority
         if loaded.plan is not None:
             try:
-                pm = ReferencePreparedModel(device, loaded.plan, priority,
-                                            [])
+                pm = ReferencePreparedModel(device, loaded.plan, priority, [])
             except Exception as e:  # noqa: BLE001
                 device.log(f"prepareModelFromCache failed: {type(e).__name__}: {e}")
                 notify(ErrorStatus.GENERAL_FAILURE)
@@ -849,8 +848,12 @@ class CompilationCache:
         except Exception:  # noqa: BLE001 - e.g. the pool was shut down
             notify(ErrorStatus.GENERAL_FAILURE)
             return ErrorStatus.GENERAL_FAILURE
+        ok = False
         try:
-            data_ok.append(loaded.data_matches())
+            ok = loaded.data_matches()
+        except Exception as e:  # noqa: BLE001 - the task then reports the failure
+            device.log(f"prepareModelFromCache: hashing the data cache failed: {e}")
         finally:
+            data_ok.append(ok)
             hashed.set()
         return ErrorStatus.NONE
