@@ -811,7 +811,7 @@ class CompilationCache:
         priority = loaded.head.priority
         if loaded.plan is not None:
             try:
-                pm = ReferencePreparedModel(device, loaded.plan, priority, [])
+                pm = ReferencePreparedModel(device, loaded.plan, priority)
             except Exception as e:  # noqa: BLE001
                 device.log(f"prepareModelFromCache failed: {type(e).__name__}: {e}")
                 notify(ErrorStatus.GENERAL_FAILURE)
@@ -833,12 +833,12 @@ class CompilationCache:
                 if data_ok != [True]:
                     raise CacheError("data cache was modified")
                 # The tag proves this driver validated and planned exactly this model.
-                plan = ModelPlan.restore(image.relaxed, image.subgraphs, image.signature, None)
+                plan = ModelPlan.restore(image.relaxed, image.subgraphs, image.signature)
                 if deadline is not None and time.monotonic_ns() > deadline:
                     notify(ErrorStatus.MISSED_DEADLINE_TRANSIENT)
                     return
                 self._remember(loaded.tag, plan)
-                notify(ErrorStatus.NONE, ReferencePreparedModel(device, plan, priority, []))
+                notify(ErrorStatus.NONE, ReferencePreparedModel(device, plan, priority))
             except Exception as e:  # noqa: BLE001
                 device.log(f"prepareModelFromCache failed: {type(e).__name__}: {e}")
                 notify(ErrorStatus.GENERAL_FAILURE)

@@ -167,7 +167,8 @@ class ReferenceDevice(IDevice):
             raw = np.frombuffer(model.operand_values, dtype=np.uint8)
         else:
             raw = model.pools[loc.pool_index].array()
-        return decode_constant(op, raw[loc.offset:loc.offset + loc.length])  # type: ignore
+        return decode_constant(op, raw[loc.offset:loc.offset + loc.length],  # type: ignore
+                               copy=False)
 
     def check_model(self, model: Model) -> list[bool]:
         """Full validation; returns per-operation support of the main subgraph."""
@@ -264,7 +265,7 @@ class ReferenceDevice(IDevice):
             return ErrorStatus.GENERAL_FAILURE, None
         if deadline is not None and time.monotonic_ns() > deadline:
             return ErrorStatus.MISSED_DEADLINE_TRANSIENT, None
-        return ErrorStatus.NONE, ReferencePreparedModel(self, plan, priority, model.pools)
+        return ErrorStatus.NONE, ReferencePreparedModel(self, plan, priority)
 
     def prepare_model_from_cache(self, deadline: int | None, model_cache: Sequence[object],
                                  data_cache: Sequence[object], token: bytes,

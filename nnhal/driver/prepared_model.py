@@ -49,13 +49,10 @@ def _us(ns: int) -> int:
 class ReferencePreparedModel(IPreparedModel):
     """IPreparedModel of the reference CPU driver."""
 
-    def __init__(self, device: ReferenceDevice, plan: ModelPlan, priority: Priority,
-                 model_pools: Sequence[SharedMemory]):
+    def __init__(self, device: ReferenceDevice, plan: ModelPlan, priority: Priority):
         self.device = device
         self.plan = plan
         self.priority = priority
-        # Keep the model's pools alive: constants were copied, but a client may reuse them.
-        self._model_pools = list(model_pools)
 
     # ---- request checking (shared by every execution path) --------------------------------
     def resolve_pools(self, request: Request) -> tuple[list[object], list[int]]:

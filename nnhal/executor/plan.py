@@ -66,13 +66,19 @@ def operand_shape(op: Operand) -> tuple[int, ...] | None:
     return tuple(int(d) for d in op.dimensions)
 
 
-def decode_constant(op: Operand, raw: np.ndarray) -> np.ndarray:
-    """Bytes of a constant operand -> a read-only numpy array of its type and shape."""
+def decode_constant(op: Operand, raw: np.ndarray, *, copy: bool = True) -> np.ndarray:
+    """Bytes of a constant operand -> a read-only numpy array of its type and shape.
+
+    A plan copies (the client's memory may change after prepareModel); a check that only reads
+    the value while the model is in hand passes ``copy=False``.
+    """
     t = OperandType(op.type)
     if t in (OperandType.BOOL, OperandType.TENSOR_BOOL8):
         arr = raw != 0
     else:
-        arr = raw.view(t.dtype).copy()
+        arr = raw.view(t.dtype)
+        if copy:
+            arr = arr.copy()
     shape = () if t.is_scalar else tuple(op.dimensions)
     arr = arr.reshape(shape)
     arr.flags.writeable = False
@@ -208,7 +214,8 @@ class ModelPlan:
     """Plans for the main subgraph (index -1 internally: ``main``) and every referenced one.
 
     ``signature`` is the main subgraph as requests and memory-domain roles see it (its input
-    and output operands); ``keepalive`` holds whatever backs the constants.
+    and output operands). Constants are owned by the plan (copies, or views of the restored
+    data cache), so nothing of the client's model is kept.
     """
 
     def __init__(self, model: Model, pool_arrays: Sequence[np.ndarray], *,
@@ -220,29 +227,27 @@ class ModelPlan:
                               sg.input_indexes, sg.output_indexes)
                  for i, sg in enumerate(subgraphs)]
         self._setup(bool(model.relax_computation_float32_to_float16), plans,
-                    io_signature(model.main), list(model.pools))
+                    io_signature(model.main))
         for plan in [*self.referenced, self.main]:
             self._bind(plan, validate=validate, infer=True)
 
     @classmethod
-    def restore(cls, relaxed: bool, plans: list[SubgraphPlan], signature: Subgraph,
-                keepalive: object) -> ModelPlan:
+    def restore(cls, relaxed: bool, plans: list[SubgraphPlan], signature: Subgraph
+                ) -> ModelPlan:
         """A plan from a verified cache image: ``plans`` (main first) already carry the
         inferred shapes this driver computed when it prepared the model, so neither
         validation nor shape inference runs again; only the kernels are bound."""
         self = cls.__new__(cls)
-        self._setup(relaxed, plans, signature, keepalive)
+        self._setup(relaxed, plans, signature)
         for plan in [*self.referenced, self.main]:
             self._bind(plan, validate=False, infer=False)
         return self
 
-    def _setup(self, relaxed: bool, plans: list[SubgraphPlan], signature: Subgraph,
-               keepalive: object) -> None:
+    def _setup(self, relaxed: bool, plans: list[SubgraphPlan], signature: Subgraph) -> None:
         self.relaxed = relaxed
         self.main = plans[0]
         self.referenced = plans[1:]
         self.signature = signature
-        self.keepalive = keepalive
         #: Main inputs read where no operation allows an omitted value (see required_inputs).
         self.required_inputs = required_inputs(self.main)
 
