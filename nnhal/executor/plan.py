@@ -29,7 +29,6 @@ from nnhal.hal.types import (
 from nnhal.ops.registry import Kernel, OpContext, OperandInfo, OperationDef, OpError, lookup
 
 L = OperandLifeTime
-_CONSTANT_LIFETIMES = frozenset({L.CONSTANT_COPY, L.CONSTANT_REFERENCE})
 
 
 class ExecutionError(Exception):
@@ -123,8 +122,8 @@ class SubgraphPlan:
         self.infos = infos
         #: (operation type, input operand indexes, output operand indexes) in execution order.
         self.operations = list(operations)
-        self.slots_template: list[object] = [
-            info.value if info.lifetime in _CONSTANT_LIFETIMES else None for info in infos]
+        self.slots_template: list[object] = [info.value if info.is_const else None
+                                             for info in infos]
         self.steps: list[Step] = []
         self.input_indexes = tuple(input_indexes)
         self.output_indexes = tuple(output_indexes)
