@@ -578,15 +578,25 @@ def load_or_create_key(path: str | os.PathLike[str]) -> bytes:
     if not os.path.lexists(path):
         # Written to a private temporary file, then linked into place: a concurrent creator
         # (another process) either wins the link or reads the complete winner.
+        key = secrets.token_bytes(KEY_BYTES)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
                                    prefix=".nnhal-key-")
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(secrets.token_bytes(KEY_BYTES))
+                f.write(key)
             try:
                 os.link(tmp, path)
             except FileExistsError:
                 pass
+            except OSError:  # no hard links here: create it in place
+                try:
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                                 0o600)
+                except FileExistsError:
+                    pass
+                else:
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(key)
         finally:
             os.unlink(tmp)
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
