@@ -620,3 +620,20 @@ def test_concurrent_cold_restores(device, files):
     for r in results:
         assert isinstance(r, np.ndarray), r
         np.testing.assert_array_equal(r, expected)
+
+
+def test_key_file_without_hard_links(tmp_path, monkeypatch):
+    """Filesystems without hard links still get a key file, the same one every time."""
+    import errno
+
+    from nnhal.driver.cache import load_or_create_key
+
+    def no_links(src, dst):
+        raise OSError(errno.EPERM, "hard links not supported")
+
+    monkeypatch.setattr(os, "link", no_links)
+    path = tmp_path / "key"
+    first = load_or_create_key(path)
+    assert len(first) == 32 and path.stat().st_mode & 0o777 == 0o600
+    assert load_or_create_key(path) == first
+    assert [p.name for p in tmp_path.iterdir()] == ["key"]  # no temporary file left behind
