@@ -128,13 +128,17 @@ class _Args:
     out_shape: np.ndarray | None = None
 
 
-def _resolve(layout: _Layout, get: Callable[[int], Any]) -> _Args:
+def _resolve(layout: _Layout, values: Sequence[Any]) -> _Args:
+    """The parameters from ``values`` (one per input: a value, None when unknown, or
+    ``_OMITTED``; see _static_values and _run_values)."""
     def scalar(i: int | None, default: Any = None, cast: Callable = int) -> Any:
-        v = _OMITTED if i is None else get(i)
-        if v is _OMITTED:
+        if i is None:
             return default
+        v = values[i]
         if v is None:
             return None
+        if v is _OMITTED:
+            return default
         return cast(v.item() if isinstance(v, np.ndarray) else np.asarray(v).item())
 
     a = _Args()
@@ -148,7 +152,7 @@ def _resolve(layout: _Layout, get: Callable[[int], Any]) -> _Args:
     a.act = scalar(layout.act)
     a.nchw = scalar(layout.nchw, False, bool)
     if layout.out_shape is not None:
-        v = get(layout.out_shape)
+        v = values[layout.out_shape]
         a.out_shape = None if v is None or v is _OMITTED else np.asarray(v)
     return a
 
@@ -180,18 +184,15 @@ def _known(*values: Any) -> bool:
 _OMITTED = object()
 
 
-def _getter(ctx: OpContext, ins: Sequence[Any] | None) -> Callable[[int], Any]:
-    """Parameter lookup: constants at validate time (None when not constant), run-time values
-    when ``ins`` is given; omitted optional inputs give ``_OMITTED``."""
-    def get(i: int) -> Any:
-        info = ctx.inputs[i]
-        if info.omitted:
-            return _OMITTED
-        if ins is not None:
-            return ins[i]
-        return ctx.const(i)
+def _static_values(ctx: OpContext) -> list[Any]:
+    """Per input: its constant value, None when only known at run time, or _OMITTED."""
+    return [_OMITTED if info.omitted else (info.value if info.is_const else None)
+            for info in ctx.inputs]
 
-    return get
+
+def _run_values(omitted: Sequence[bool], ins: Sequence[Any]) -> list[Any]:
+    """Per input: its run-time value, or _OMITTED."""
+    return [_OMITTED if o else v for o, v in zip(omitted, ins)]
 
 
 # ---- quantization ----------------------------------------------------------------------------
@@ -449,7 +450,7 @@ class _ConvBase(OperationDef):
 
     def validate(self, ctx: OpContext) -> None:
         layout = self._common_validate(ctx)
-        a = _resolve(layout, _getter(ctx, None))
+        a = _resolve(layout, _static_values(ctx))
         try:
             _check_args(a, self.transpose)
         except OpError as e:
@@ -521,7 +522,7 @@ class _ConvBase(OperationDef):
         return head, tail, out
 
     def prepare(self, ctx: OpContext):
-        a = _resolve(self.layout(ctx), _getter(ctx, None))
+        a = _resolve(self.layout(ctx), _static_values(ctx))
         return [self._infer(ctx, a)]
 
     def weights(self, filt: np.ndarray, info: OperandInfo, a: _Args) -> _Weights:
@@ -531,17 +532,19 @@ class _ConvBase(OperationDef):
         layout = self.layout(ctx)
         inp, filt, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
         requant = None if inp.type in C.FLOAT_TYPES else _Requant(inp, filt, out)
-        static = _resolve(layout, _getter(ctx, None))
-        all_const = all(ctx.inputs[i].is_const or ctx.inputs[i].omitted for i in layout.params)
+        values = _static_values(ctx)
+        static = _resolve(layout, values)
+        all_const = all(values[i] is not None for i in layout.params)
+        omitted = tuple(v is _OMITTED for v in values)
         # Constant filters are reshaped once, on the first run.
-        cache_weights = all_const and ctx.const(1) is not None
+        cache_weights = all_const and values[1] is not None
         cached: dict[str, Any] = {}
 
         def run(ins, rt):
             if all_const:
                 a = static
             else:
-                a = _resolve(layout, _getter(ctx, ins))
+                a = _resolve(layout, _run_values(omitted, ins))
                 _check_args(a, self.transpose)
             x = ins[0]
             if x.ndim != 4 or ins[1].ndim != 4 or ins[2].ndim != 1:
