@@ -13,6 +13,10 @@ last line repeats them strictly alternating (each call right after one of the ot
 which disturbs the caches the other left warm). The last lines time the first call in fresh
 processes sharing a cache key file, as when an app starts again: there start-up costs (thread
 creation, cold code, the collector walking every object start-up made) weigh on both paths.
+
+Two diagnostics say where a cold restore's time goes: each stage run alone in this thread, and
+cold restores in which a ready plan stands in for decoding and binding (the module is patched
+for that measurement only), which bounds what faster decoding and binding could ever give.
 Asserts nothing (speed goals live here, not in tests).
 
     python benchmarks/bench_caching.py [--specs DIR] [--repeat N]
@@ -26,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from nnhal.conformance.cases import build_model, build_request, default_specs_dir, iter_cases
 from nnhal.conformance.runner import CaseFailure, check_outputs
@@ -138,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         writer = prepare(device, model, *caches)
         results["restore (live plan)"] = timed(lambda: restore(device, *caches), args.repeat)
         del writer
+        device._cache.forget_live_plans()
+        parts = stages(device, caches, args.repeat)
+        ceiling = without_decode_and_bind(device, model, caches, uncached, cold, args.repeat)
     device.close()
     print(f"{case.name}: {len(model.main.operations)} operations, "
           f"{sum(p.size for p in model.pools)} constant bytes; {args.repeat} runs each")
@@ -151,9 +159,68 @@ def main(argv: list[str] | None = None) -> int:
     (pm, pb), (rm, rb) = alternating["prepare"], alternating["restore (cold)"]
     print(f"  alternating calls: prepare median {pm:.3f} ms, cold restore median {rm:.3f} ms: "
           f"{pm / rm:.1f}x (median) {pb / rb:.1f}x (best)")
+    print("  where a cold restore's time goes (each stage alone, this thread, medians):")
+    for label, ms in parts.items():
+        print(f"    {label:<48} {ms:6.3f} ms")
+    print(f"  cold restore with decoding and binding skipped (a ready plan stands in): "
+          f"prepare median {ceiling[0]:.3f} ms, restore median {ceiling[1]:.3f} ms: at most "
+          f"{ceiling[0] / ceiling[1]:.1f}x without making decode and bind faster")
     if args.processes > 0:
         fresh_processes(args.specs, args.processes)
     return 0
+
+
+def without_decode_and_bind(device: ReferenceDevice, model, caches, uncached, cold,
+                            repeat: int) -> tuple[float, float]:
+    """(prepare, cold restore) medians with the restore's decode and bind replaced by handing
+    back an already built plan: what everything else in a cold restore costs (reading,
+    verifying, hashing, thread hand-offs, the callback). A diagnostic only: it patches the
+    driver's module for the duration."""
+    from unittest import mock
+
+    import nnhal.driver.cache as cache_module
+
+    ready = prepare(device, model).plan
+    image = SimpleNamespace(relaxed=ready.relaxed, subgraphs=None, signature=None)
+    with mock.patch.object(cache_module, "decode_image", lambda *a, **k: image), \
+            mock.patch.object(cache_module.ModelPlan, "restore", lambda *a, **k: ready):
+        (p, _), (r, _) = timed_rounds([uncached, cold], repeat, 5)
+    return p, r
+
+
+def stages(device: ReferenceDevice, caches: tuple[list, list], repeat: int
+           ) -> dict[str, float]:
+    """Median ms of each stage of a cold restore, run one after another in this thread."""
+    from nnhal.driver.cache import decode_image
+    from nnhal.executor.plan import ModelPlan
+
+    cache = device._cache
+    (mc,), (dc,) = caches
+    loaded = cache.load(mc.fileno(), dc.fileno(), TOKEN)
+    image = None
+
+    def decode() -> None:
+        nonlocal image
+        image = decode_image(loaded.body, loaded.head, loaded.data, cache.driver_version)
+
+    def bind() -> None:
+        # Each restore binds a fresh image: binding records its steps in the image's plans.
+        fresh = decode_image(loaded.body, loaded.head, loaded.data, cache.driver_version)
+        t0 = time.perf_counter()
+        ModelPlan.restore(fresh.relaxed, fresh.subgraphs, fresh.signature)
+        bind_times.append((time.perf_counter() - t0) * 1e3)
+
+    bind_times: list[float] = []
+    for _ in range(repeat):
+        bind()
+    return {
+        "read both files, verify the model cache (HMAC)":
+            timed(lambda: cache.load(mc.fileno(), dc.fileno(), TOKEN), repeat)[0],
+        f"SHA-256 of the data cache ({len(loaded.data) // 1024} KB)":
+            timed(loaded.data_matches, repeat)[0],
+        "decode the plan image": timed(decode, repeat)[0],
+        "bind the kernels": statistics.median(bind_times),
+    }
 
 
 def child(case_path: Path, mode: str, cache_dir: str, gc_mode: str) -> int:
