@@ -197,11 +197,9 @@ def stages(device: ReferenceDevice, caches: tuple[list, list], repeat: int
     cache = device._cache
     (mc,), (dc,) = caches
     loaded = cache.load(mc.fileno(), dc.fileno(), TOKEN)
-    image = None
 
     def decode() -> None:
-        nonlocal image
-        image = decode_image(loaded.body, loaded.head, loaded.data, cache.driver_version)
+        decode_image(loaded.body, loaded.head, loaded.data, cache.driver_version)
 
     def bind() -> None:
         # Each restore binds a fresh image: binding records its steps in the image's plans.

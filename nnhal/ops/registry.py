@@ -26,8 +26,8 @@ from nnhal.hal.types import ErrorStatus, OperandLifeTime, OperandType, Operation
 
 Shape = tuple[int, ...] | None
 _NO_VALUE = OperandLifeTime.NO_VALUE
-_CONSTANT_COPY = OperandLifeTime.CONSTANT_COPY
-_CONSTANT_REFERENCE = OperandLifeTime.CONSTANT_REFERENCE
+_CONSTANT_LIFETIMES = frozenset({OperandLifeTime.CONSTANT_COPY,
+                                 OperandLifeTime.CONSTANT_REFERENCE})
 
 
 class OpError(Exception):
@@ -62,10 +62,7 @@ class OperandInfo:
 
     @property
     def is_const(self) -> bool:
-        # Two equality tests, not a set lookup: hashing an enum member runs Python code, and
-        # kernel binding asks this several times per operand.
-        lt = self.lifetime
-        return self.value is not None and (lt == _CONSTANT_COPY or lt == _CONSTANT_REFERENCE)
+        return self.value is not None and self.lifetime in _CONSTANT_LIFETIMES
 
     @property
     def rank(self) -> int | None:
