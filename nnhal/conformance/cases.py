@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from nnhal.hal.builder import MAX_INLINE
 from nnhal.hal.types import (
     DataLocation,
     Model,
@@ -34,8 +35,6 @@ from nnhal.hal.types import (
 )
 from nnhal.memory import SharedMemory
 
-#: Constants larger than this many bytes go to a pool, as the NNAPI runtime does.
-MAX_INLINE_CONSTANT = 128
 ALIGN = 8
 #: Where the conformance data lives when neither --specs nor NNHAL_CONFORMANCE names it.
 DEFAULT_SPECS = "../shared/conformance"
@@ -147,7 +146,7 @@ def build_model(case_model: dict[str, Any]) -> Model:
             loc = DataLocation()
             if lt in (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE):
                 blob = values_array(t, o["data"], o["dimensions"]).tobytes()
-                if lt == OperandLifeTime.CONSTANT_COPY and len(blob) <= MAX_INLINE_CONSTANT:
+                if lt == OperandLifeTime.CONSTANT_COPY and len(blob) <= MAX_INLINE:
                     off, n = values.add(blob)
                     loc = DataLocation(0, off, n)
                 else:

@@ -26,6 +26,7 @@ from nnhal.hal.types import (
 )
 from nnhal.memory import SharedMemory
 
+#: Constants larger than this many bytes go to a pool, as the NNAPI runtime does.
 MAX_INLINE = 128
 
 
