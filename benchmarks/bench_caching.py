@@ -227,7 +227,7 @@ def child(case_path: Path, mode: str, cache_dir: str, gc_mode: str) -> int:
     import gc
     import json
 
-    from nnhal.ops.registry import registered
+    from nnhal.ops.catalog import registered
 
     model = build_model(next(iter_cases(case_path)).data["model"])
     registered()  # part of the service's start-up, as is the key file

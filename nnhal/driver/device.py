@@ -40,7 +40,8 @@ from nnhal.hal.types import (
     is_extension_type,
 )
 from nnhal.memory import MemoryError_, SharedMemory
-from nnhal.ops.registry import OpContext, OpError, lookup
+from nnhal.ops.catalog import check_operation, lookup
+from nnhal.ops.registry import OpContext, OpError
 from nnhal.validation import (
     ValidationError,
     validate_model,
@@ -147,7 +148,7 @@ class ReferenceDevice(IDevice):
                                                                   operation.outputs],
                             relaxed=model.relax_computation_float32_to_float16,
                             subgraphs=_SignatureView(model))
-            definition.validate(ctx)  # raises OpError: the model is invalid
+            check_operation(definition, ctx)  # raises OpError: the model is invalid
             ok = True
             for info in ins:
                 if info.type == OperandType.SUBGRAPH and info.value is not None:

@@ -26,7 +26,8 @@ from nnhal.hal.types import (
     Subgraph,
     SymmPerChannelQuantParams,
 )
-from nnhal.ops.registry import Kernel, OpContext, OperandInfo, OperationDef, OpError, lookup
+from nnhal.ops.catalog import check_operation, lookup
+from nnhal.ops.registry import Kernel, OpContext, OperandInfo, OperationDef, OpError
 
 L = OperandLifeTime
 
@@ -265,7 +266,7 @@ class ModelPlan:
             ctx = OpContext(op_type=op_type, inputs=ins, outputs=outs, relaxed=self.relaxed,
                             subgraphs=self.referenced)
             if validate:
-                definition.validate(ctx)
+                check_operation(definition, ctx)
             if infer:
                 shapes = definition.prepare(ctx)
                 if shapes:

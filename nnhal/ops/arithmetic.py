@@ -7,27 +7,32 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.registry import OpContext, OperationDef, register
+from nnhal.ops.signature import V1_0, V1_1, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType
 O = OperationType
 
-_TYPES = {
-    O.ADD: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
-            T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_INT32),
-    O.MUL: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
-            T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_INT32),
-    O.SUB: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
-            T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_INT32),
-    O.DIV: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32),
-}
+_INPUTS = [Slot("input0", "T"), Slot("input1", "T", doc="broadcast against input0"),
+           Slot("activation", T.INT32, doc="fused activation (FuseCode)")]
+_OUTPUTS = [Slot("output", "T")]
+_F32, _F16, _I32 = {"T": T.TENSOR_FLOAT32}, {"T": T.TENSOR_FLOAT16}, {"T": T.TENSOR_INT32}
+_Q8, _Q8S = {"T": T.TENSOR_QUANT8_ASYMM}, {"T": T.TENSOR_QUANT8_ASYMM_SIGNED}
+
+SIGNATURES = [
+    sig(O.ADD, _INPUTS, _OUTPUTS, [*variants(V1_0, _F32, _Q8), *variants(V1_2, _F16),
+                                   *variants(V1_3, _Q8S, _I32)]),
+    sig(O.MUL, _INPUTS, _OUTPUTS, [*variants(V1_0, _F32, _Q8), *variants(V1_2, _F16),
+                                   *variants(V1_3, _Q8S, _I32)]),
+    sig(O.SUB, _INPUTS, _OUTPUTS, [*variants(V1_1, _F32), *variants(V1_2, _F16, _Q8),
+                                   *variants(V1_3, _Q8S, _I32)]),
+    sig(O.DIV, _INPUTS, _OUTPUTS, [*variants(V1_1, _F32), *variants(V1_2, _F16),
+                                   *variants(V1_3, _I32)]),
+]
 
 
 class _Binary(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(3, 1)
         t = ctx.inputs[0].type
-        ctx.require(t in _TYPES[self.op_type], f"unsupported input type {t.name}")
-        ctx.expect_types([t, t, T.INT32], [t])
         for i in (0, 1):
             ctx.require(ctx.inputs[i].rank is None or ctx.inputs[i].rank <= 4,
                         f"input {i} rank must be at most 4")

@@ -141,6 +141,36 @@ class OpContext:
         info = self.inputs[index]
         return info.value if info.is_const else None
 
+    def has_value(self, index: int) -> bool:
+        """Whether input ``index`` is present (the operation has it) and not omitted."""
+        return index < len(self.inputs) and not self.inputs[index].omitted
+
+    def dim(self, index: int, axis: int, *, output: bool = False) -> int | None:
+        """A dimension known at prepare time; ``None`` for an unknown rank or dimension."""
+        info = (self.outputs if output else self.inputs)[index]
+        shape = info.shape
+        if shape is None or info.omitted or not -len(shape) <= axis < len(shape) or \
+                shape[axis] == 0:
+            return None
+        return int(shape[axis])
+
+    def const_int(self, index: int) -> int | None:
+        v = self.const(index) if index < len(self.inputs) else None
+        return None if v is None else int(v)
+
+    def const_float(self, index: int) -> float | None:
+        v = self.const(index) if index < len(self.inputs) else None
+        return None if v is None else float(v)
+
+    def const_ints(self, index: int) -> list[int] | None:
+        v = self.const(index) if index < len(self.inputs) else None
+        return None if v is None else [int(x) for x in v.reshape(-1)]
+
+    def require_same(self, a: int | None, b: int | None, what: str) -> None:
+        """Two sizes that must agree when both are known."""
+        if a is not None and b is not None and a != b:
+            raise self.fail(f"{what} mismatch: {a} vs {b}")
+
 
 class OperationDef:
     """Base class of a registered operation. Subclasses override what they need."""
@@ -175,45 +205,6 @@ def register(op_type: OperationType) -> Callable[[type[OperationDef]], type[Oper
     return deco
 
 
-def lookup(op_type: int) -> OperationDef | None:
-    _load_all()
-    return _REGISTRY.get(int(op_type))
-
-
-def registered() -> dict[int, OperationDef]:
-    _load_all()
+def definitions() -> dict[int, OperationDef]:
+    """Every operation registered so far (``nnhal.ops.catalog`` imports them all)."""
     return dict(_REGISTRY)
-
-
-_LOADED = False
-_LOAD_ERRORS: dict[str, str] = {}
-
-
-def load_errors() -> dict[str, str]:
-    """Family modules that failed to import (their operations are then unsupported)."""
-    _load_all()
-    return dict(_LOAD_ERRORS)
-
-
-def _load_all() -> None:
-    """Import every family module once so their ``@register`` decorators run.
-
-    A module that fails to import leaves its operations unregistered (reported as unsupported)
-    instead of taking the whole driver down; :func:`load_errors` lists such modules.
-    """
-    global _LOADED
-    if _LOADED:
-        return
-    _LOADED = True
-    import importlib
-    import pkgutil
-
-    import nnhal.ops as pkg
-
-    for mod in pkgutil.iter_modules(pkg.__path__):
-        if mod.name in ("registry", "common", "testing"):
-            continue
-        try:
-            importlib.import_module(f"nnhal.ops.{mod.name}")
-        except Exception as e:  # noqa: BLE001
-            _LOAD_ERRORS[mod.name] = f"{type(e).__name__}: {e}"

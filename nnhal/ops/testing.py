@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from nnhal.hal.types import LOOP_TIMEOUT_DEFAULT_NS, OperandLifeTime, OperandType, OperationType
-from nnhal.ops.registry import OpContext, OperandInfo, lookup
+from nnhal.ops.catalog import check_operation, lookup
+from nnhal.ops.registry import OpContext, OperandInfo
 
 
 def tensor(t: OperandType, value: Any, scale: float = 0.0, zero_point: int = 0, *,
@@ -54,6 +55,6 @@ def run_op(op: OperationType, inputs: Sequence[tuple[OperandInfo, Any]],
         raise KeyError(f"{op.name} is not registered")
     ctx = OpContext(op_type=op, inputs=[i for i, _ in inputs], outputs=list(outputs),
                     relaxed=relaxed)
-    definition.validate(ctx)
+    check_operation(definition, ctx)
     kernel = definition.kernel(ctx)
     return kernel([v for _, v in inputs], _Rt())

@@ -115,7 +115,8 @@ def test_binary_not_broadcastable_rejected():
 
 
 def test_binary_unknown_rank_accepted_by_prepare():
-    from nnhal.ops.registry import OpContext, OperandInfo, lookup
+    from nnhal.ops.catalog import lookup
+    from nnhal.ops.registry import OpContext, OperandInfo
     ctx = OpContext(O.MINIMUM, [OperandInfo(F32, None), OperandInfo(F32, (2,))],
                     [OperandInfo(F32, None)])
     definition = lookup(O.MINIMUM)

@@ -5,7 +5,8 @@ import pytest
 
 from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
-from nnhal.ops.registry import OpContext, OpError, lookup
+from nnhal.ops.catalog import lookup
+from nnhal.ops.registry import OpContext, OpError
 from nnhal.ops.testing import output, run_op, tensor
 
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32

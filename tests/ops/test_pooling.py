@@ -8,7 +8,8 @@ import pytest
 from nnhal.hal.types import OperandLifeTime
 from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
-from nnhal.ops.registry import OpContext, OperandInfo, OpError, lookup
+from nnhal.ops.catalog import lookup
+from nnhal.ops.registry import OpContext, OperandInfo, OpError
 from nnhal.ops.testing import output, run_op, tensor
 
 U8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED

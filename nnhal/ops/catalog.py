@@ -1,0 +1,69 @@
+"""Every operation of HAL 1.3: its signature (data) and its definition (validate, shape
+inference, reference kernel), looked up by operation type.
+
+This module imports every family module, so it is what the rest of nnhal reads; family
+modules import only ``registry``, ``signature`` and ``common``, never this one.
+"""
+
+from __future__ import annotations
+
+from nnhal.hal.types import OperationType
+from nnhal.ops import (
+    activations,
+    arithmetic,
+    cast,
+    comparison,
+    control_flow,
+    conv,
+    detection,
+    elementwise,
+    indexing,
+    logical,
+    lsh_projection,
+    lstm,
+    normalization,
+    pooling,
+    quantized_lstm,
+    random,
+    reduce,
+    resize,
+    rnn,
+    roi,
+    shape,
+    softmax,
+    svdf,
+)
+from nnhal.ops.registry import OpContext, OperationDef, OpError, definitions
+from nnhal.ops.signature import Signature, SignatureError, check
+
+FAMILIES = (activations, arithmetic, cast, comparison, control_flow, conv, detection,
+            elementwise, indexing, logical, lsh_projection, lstm, normalization, pooling,
+            quantized_lstm, random, reduce, resize, rnn, roi, shape, softmax, svdf)
+
+_DEFINITIONS: dict[int, OperationDef] = definitions()
+SIGNATURES: dict[OperationType, Signature] = {
+    s.op: s for family in FAMILIES for s in getattr(family, "SIGNATURES", ())}
+
+
+def lookup(op_type: int) -> OperationDef | None:
+    """The definition of an operation type, or None when nnhal does not implement it."""
+    return _DEFINITIONS.get(int(op_type))
+
+
+def signature(op_type: int) -> Signature | None:
+    return SIGNATURES.get(OperationType(op_type))
+
+
+def registered() -> dict[int, OperationDef]:
+    return dict(_DEFINITIONS)
+
+
+def check_operation(definition: OperationDef, ctx: OpContext) -> None:
+    """Every rule of one operation: its signature, then its own ``validate``. Raises OpError."""
+    sig = SIGNATURES.get(ctx.op_type)
+    if sig is not None:
+        try:
+            check(sig, ctx.inputs, ctx.outputs)
+        except SignatureError as e:
+            raise OpError(str(e)) from None
+    definition.validate(ctx)

@@ -1,0 +1,310 @@
+"""Operation signatures: what each operation accepts, declared once as data.
+
+Each operation family module exports ``SIGNATURES``, one :class:`Signature` per operation it
+defines. The declaration is read by model validation (counts, types, omitted and constant
+inputs are checked here, before the operation's own ``validate`` sees the operands), by the
+mutation generator, by ``nnhal ops`` and ``docs/operations.md``, and by importers that need to
+know what a slot means. Kernels are not part of it, so any backend can run the same operation.
+
+A signature lists its inputs as one or more *forms* (CONV_2D has an explicit-padding and an
+implicit-padding form) and its outputs. Slot types are either concrete operand types or the
+name of a *type variable*; each :class:`Variant` binds every variable to one operand type and
+says since which HAL version that configuration exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
+
+T = OperandType
+
+
+class Version(Enum):
+    """HAL versions, in order; ``str(v)`` is the HAL's spelling (``1.2``)."""
+
+    V1_0 = (1, 0)
+    V1_1 = (1, 1)
+    V1_2 = (1, 2)
+    V1_3 = (1, 3)
+
+    def __str__(self) -> str:
+        return f"{self.value[0]}.{self.value[1]}"
+
+    def __lt__(self, other: Version) -> bool:
+        return self.value < other.value
+
+
+V1_0, V1_1, V1_2, V1_3 = Version.V1_0, Version.V1_1, Version.V1_2, Version.V1_3
+
+#: A slot's type: a type variable bound by the variant, a concrete type, a set of types, or
+#: ``ANY`` (control flow operands take whatever the referenced subgraph declares).
+SlotType = str | OperandType | tuple[OperandType, ...]
+ANY = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One input or output position.
+
+    ``optional``: a trailing input the operation may be given without (fewer inputs);
+    ``omittable``: may be an operand of lifetime NO_VALUE; ``const``: must be a constant;
+    ``repeated``: this slot stands for ``at_least`` or more consecutive operands;
+    ``since``: the HAL version that added the slot (trailing optional inputs).
+    """
+
+    name: str
+    type: SlotType
+    optional: bool = False
+    omittable: bool = False
+    const: bool = False
+    repeated: bool = False
+    at_least: int = 1
+    since: Version = V1_0
+    doc: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Form:
+    """One accepted input list."""
+
+    name: str
+    inputs: tuple[Slot, ...]
+
+    def counts(self) -> tuple[int, int | None]:
+        """(fewest, most) inputs of this form; most is None when a slot repeats."""
+        fewest = 0
+        most: int | None = 0
+        for s in self.inputs:
+            if s.repeated:
+                fewest += s.at_least
+                most = None
+            elif not s.optional:
+                fewest += 1
+                most = None if most is None else most + 1
+            elif most is not None:
+                most += 1
+        return fewest, most
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """A supported type configuration: every type variable bound, and since when."""
+
+    types: Mapping[str, OperandType]
+    since: Version = V1_0
+
+
+@dataclass(frozen=True)
+class Signature:
+    """Everything an operation accepts, as data (see the module docstring)."""
+
+    op: OperationType
+    forms: tuple[Form, ...]
+    outputs: tuple[Slot, ...]
+    variants: tuple[Variant, ...] = (Variant({}),)
+    doc: str = ""
+
+    @property
+    def since(self) -> Version:
+        return min(v.since for v in self.variants)
+
+
+def sig(op: OperationType, inputs: Sequence[Slot] | Mapping[str, Sequence[Slot]],
+        outputs: Sequence[Slot], variants: Iterable[Variant] = (), doc: str = "") -> Signature:
+    """Shorthand: ``inputs`` is one slot list, or ``{form name: slot list}``."""
+    if isinstance(inputs, Mapping):
+        forms = tuple(Form(name, tuple(slots)) for name, slots in inputs.items())
+    else:
+        forms = (Form("", tuple(inputs)),)
+    return Signature(op, forms, tuple(outputs), tuple(variants) or (Variant({}),), doc)
+
+
+def variants(since: Version, *rows: Mapping[str, OperandType]) -> list[Variant]:
+    """Several variants of one version: ``variants(V1_2, {"T": F16}, {"T": Q8})``."""
+    return [Variant(dict(r), since) for r in rows]
+
+
+def declaration_problems(signature: Signature) -> list[str]:
+    """What is wrong with a declaration itself (a test runs this over every operation)."""
+    problems = []
+    name = signature.op.name
+    for form in (*signature.forms, Form("outputs", signature.outputs)):
+        repeated = [s for s in form.inputs if s.repeated]
+        if len(repeated) > 1 or (repeated and any(s.optional for s in form.inputs)):
+            problems.append(f"{name} {form.name}: one repeated slot at most, and no optional one "
+                            f"beside it")
+        seen_optional = False
+        for s in form.inputs:
+            if s.optional:
+                seen_optional = True
+            elif seen_optional and not s.repeated:
+                problems.append(f"{name} {form.name}: required slot {s.name} after an optional")
+        for s in form.inputs:
+            if isinstance(s.type, str) and s.type != ANY:
+                for v in signature.variants:
+                    if s.type not in v.types:
+                        problems.append(f"{name}: variant {dict(v.types)} leaves {s.type} "
+                                        f"(slot {s.name}) unbound")
+    return problems
+
+
+# ---- checking -----------------------------------------------------------------------------
+
+class SignatureError(Exception):
+    """The operands do not fit any form and variant of the signature."""
+
+
+_CONSTANT = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE)
+
+
+def _spread(form: Form, n: int) -> list[Slot] | None:
+    """The slot of each of ``n`` inputs under ``form``; None if the count does not fit.
+
+    Optional slots are trailing; a repeated slot takes whatever the fixed slots leave.
+    """
+    slots = form.inputs
+    for r, s in enumerate(slots):
+        if s.repeated:
+            before, after = slots[:r], slots[r + 1:]
+            take = n - len(before) - len(after)
+            return None if take < s.at_least else [*before, *[s] * take, *after]
+    required = sum(1 for s in slots if not s.optional)
+    return list(slots[:n]) if required <= n <= len(slots) else None
+
+
+def _spread_outputs(outputs: tuple[Slot, ...], n: int) -> list[Slot] | None:
+    return _spread(Form("", outputs), n)
+
+
+def _allowed(slot: Slot, binding: Mapping[str, OperandType]) -> tuple[OperandType, ...] | None:
+    """Types a slot accepts under a binding; None means any."""
+    t = slot.type
+    if t == ANY:
+        return None
+    if isinstance(t, str):
+        return (binding[t],)
+    if isinstance(t, OperandType):
+        return (t,)
+    return t
+
+
+def _describe(types: tuple[OperandType, ...] | None) -> str:
+    return "any type" if types is None else " or ".join(t.name for t in types)
+
+
+def check(signature: Signature, inputs: Sequence[object], outputs: Sequence[object]) -> None:
+    """Raise :class:`SignatureError` unless the operands fit one form and one variant.
+
+    ``inputs`` and ``outputs`` need ``type`` and ``lifetime`` attributes (operand infos).
+    """
+    name = signature.op.name
+    candidates = [s for f in signature.forms if (s := _spread(f, len(inputs))) is not None]
+    if not candidates:
+        counts = sorted({_count_text(f) for f in signature.forms})
+        raise SignatureError(f"{name}: expected {' or '.join(counts)} inputs, got {len(inputs)}")
+    out_slots = _spread_outputs(signature.outputs, len(outputs))
+    if out_slots is None:
+        raise SignatureError(f"{name}: expected {_count_text(Form('', signature.outputs))} "
+                             f"outputs, got {len(outputs)}")
+    first_error: str | None = None
+    for slots in candidates:
+        problem = _check_presence(name, slots, inputs)
+        if problem is None:
+            problem = _check_types(signature, slots, inputs, out_slots, outputs)
+            if problem is None:
+                return
+        first_error = first_error or problem
+    raise SignatureError(first_error)
+
+
+def _count_text(form: Form) -> str:
+    fewest, most = form.counts()
+    if most is None:
+        return f"at least {fewest}"
+    return str(fewest) if fewest == most else f"{fewest} to {most}"
+
+
+def _check_presence(name: str, slots: Sequence[Slot], inputs: Sequence[object]) -> str | None:
+    for k, (slot, info) in enumerate(zip(slots, inputs)):
+        lifetime = getattr(info, "lifetime", None)
+        if lifetime == OperandLifeTime.NO_VALUE:
+            if not slot.omittable:
+                return f"{name}: input {k} ({slot.name}) cannot be omitted"
+        elif slot.const and lifetime not in _CONSTANT:
+            return f"{name}: input {k} ({slot.name}) must be a constant"
+    return None
+
+
+def _check_types(signature: Signature, slots: Sequence[Slot], inputs: Sequence[object],
+                 out_slots: Sequence[Slot], outputs: Sequence[object]) -> str | None:
+    """None when some variant fits every operand; otherwise the mismatch of the variant that
+    fits the longest prefix (input 0 first), which names the operand most likely wrong."""
+    name = signature.op.name
+    pairs = [("input", k, s, i) for k, (s, i) in enumerate(zip(slots, inputs))] + \
+            [("output", k, s, o) for k, (s, o) in enumerate(zip(out_slots, outputs))]
+    best = (-1, "")
+    for variant in signature.variants:
+        for n, (where, k, slot, info) in enumerate(pairs):
+            allowed = _allowed(slot, variant.types)
+            got = info.type  # type: ignore[attr-defined]
+            if allowed is not None and got not in allowed:
+                if n > best[0]:
+                    best = (n, f"{name}: {where} {k} ({slot.name}) has type {got.name}, "
+                               f"expected {_describe(allowed)}")
+                break
+        else:
+            return None
+    if best[0] == 0 and len(signature.variants) > 1:
+        firsts = slot_types(slots[0], signature) if slots else None
+        got = inputs[0].type.name  # type: ignore[attr-defined]
+        return (f"{name}: input 0 ({slots[0].name}) has type {got}, expected "
+                f"{_describe(tuple(firsts or ()))}")
+    return best[1]
+
+
+# ---- reading ------------------------------------------------------------------------------
+
+def slot_types(slot: Slot, signature: Signature) -> list[OperandType] | None:
+    """Every type a slot takes across the variants; None means any."""
+    seen: dict[OperandType, None] = {}
+    for v in signature.variants:
+        allowed = _allowed(slot, v.types)
+        if allowed is None:
+            return None
+        for t in allowed:
+            seen.setdefault(t)
+    return list(seen)
+
+
+def slot_versions(slot: Slot, signature: Signature) -> dict[OperandType, Version]:
+    """The first HAL version in which the slot takes each of its types."""
+    first: dict[OperandType, Version] = {}
+    for v in signature.variants:
+        for t in _allowed(slot, v.types) or ():
+            since = max(v.since, slot.since, key=lambda x: x.value)
+            if t not in first or since < first[t]:
+                first[t] = since
+    return first
+
+
+def input_slots(signature: Signature, count: int) -> list[Slot] | None:
+    """The slot of each input of an operation given ``count`` inputs (first form that fits)."""
+    for form in signature.forms:
+        slots = _spread(form, count)
+        if slots is not None:
+            return slots
+    return None
+
+
+def omittable_positions(signature: Signature, count: int) -> frozenset[int]:
+    """Input positions that some form of this count lets be omitted."""
+    positions: set[int] = set()
+    for form in signature.forms:
+        slots = _spread(form, count)
+        if slots is not None:
+            positions.update(k for k, s in enumerate(slots) if s.omittable)
+    return frozenset(positions)
