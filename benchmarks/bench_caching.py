@@ -181,9 +181,9 @@ def without_decode_and_bind(device: ReferenceDevice, model, caches, uncached, co
     import nnhal.driver.cache as cache_module
 
     ready = prepare(device, model).plan
-    image = SimpleNamespace(relaxed=ready.relaxed, subgraphs=None, signature=None)
+    image = SimpleNamespace(graph=None)
     with mock.patch.object(cache_module, "decode_image", lambda *a, **k: image), \
-            mock.patch.object(cache_module.ModelPlan, "restore", lambda *a, **k: ready):
+            mock.patch.object(cache_module, "ModelPlan", lambda *a, **k: ready):
         (p, _), (r, _) = timed_rounds([uncached, cold], repeat, 5)
     return p, r
 
@@ -202,10 +202,9 @@ def stages(device: ReferenceDevice, caches: tuple[list, list], repeat: int
         decode_image(loaded.body, loaded.head, loaded.data, cache.driver_version)
 
     def bind() -> None:
-        # Each restore binds a fresh image: binding records its steps in the image's plans.
         fresh = decode_image(loaded.body, loaded.head, loaded.data, cache.driver_version)
         t0 = time.perf_counter()
-        ModelPlan.restore(fresh.relaxed, fresh.subgraphs, fresh.signature)
+        ModelPlan(fresh.graph)
         bind_times.append((time.perf_counter() - t0) * 1e3)
 
     bind_times: list[float] = []

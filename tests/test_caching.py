@@ -16,6 +16,7 @@ from nnhal.driver.cache import (
     decode_image,
     encode_model,
 )
+from nnhal.analysis import analyse
 from nnhal.executor import ModelPlan
 from nnhal.hal.builder import ModelBuilder, RequestBuilder
 from nnhal.hal.interfaces import PreparedModelCallback
@@ -461,19 +462,19 @@ def run_structured(pm) -> np.ndarray:
 
 def test_plan_image_round_trip():
     model = structured_model()
-    plan = ModelPlan(model, [p.array() for p in model.pools])
+    plan = ModelPlan(analyse(model))
     body, data = encode_model(model, plan, Priority.HIGH, "v9")
     head = decode_head(body)
     assert head.priority == Priority.HIGH and not head.relaxed
     assert head.data_length == len(data)
     image = decode_image(body, head, data, "v9")
-    assert len(image.subgraphs) == 3
-    for got, want in zip(image.subgraphs, [plan.main, *plan.referenced]):
+    assert len(image.graph.subgraphs) == 3
+    for got, want in zip(image.graph.subgraphs, plan.graph.subgraphs):
         assert got.operations == want.operations
-        assert got.input_indexes == want.input_indexes
-        assert got.output_indexes == want.output_indexes
-        assert got.inferred == want.inferred
-        for g, w in zip(got.infos, want.infos, strict=True):
+        assert got.inputs == want.inputs
+        assert got.outputs == want.outputs
+        assert got.shapes == want.shapes
+        for g, w in zip(got.operands, want.operands, strict=True):
             assert (g.type, g.shape, g.scale, g.zero_point, g.channel_dim, g.lifetime) == \
                 (w.type, w.shape, w.scale, w.zero_point, w.channel_dim, w.lifetime)
             if w.channel_scales is None:
@@ -487,11 +488,11 @@ def test_plan_image_round_trip():
             else:
                 assert g.value == w.value
     # Shape inference filled the conv output's unknown dims; the image carries that.
-    assert image.subgraphs[0].inferred[5] == (1, 2, 2, 48)
-    assert image.subgraphs[0].infos[5].shape == (0, 0, 0, 0)
+    assert image.graph.main.shapes[5] == (1, 2, 2, 48)
+    assert image.graph.main.operands[5].shape == (0, 0, 0, 0)
     # The filter and bias (tensors) are in the data cache; the parameters are not.
     assert len(data) >= 48 * 3 + 48 * 4
-    sig = image.signature
+    sig = image.graph.signature
     want = [model.main.operands[i] for i in (*model.main.input_indexes,
                                              *model.main.output_indexes)]
     assert [sig.operands[i] for i in (*sig.input_indexes, *sig.output_indexes)] == want
@@ -514,7 +515,7 @@ def test_cold_restore_of_a_structured_model(device, files):
 def test_decoder_is_strict_on_damaged_bodies():
     """Without the tag, no damage may escape as anything but CacheError (or a clean decode)."""
     model = structured_model()
-    plan = ModelPlan(model, [p.array() for p in model.pools])
+    plan = ModelPlan(analyse(model))
     body, data = encode_model(model, plan, Priority.LOW, "")
     rng = random.Random(1234)
     outcomes = {"ok": 0, "rejected": 0}

@@ -63,9 +63,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nnhal.analysis import ModelGraph, SubgraphGraph
+from nnhal.analysis.analyse import required_inputs
 from nnhal.driver.prepared_model import ReferencePreparedModel
 from nnhal.executor import ModelPlan
-from nnhal.executor.plan import SubgraphPlan
 from nnhal.hal.interfaces import IPreparedModel, IPreparedModelCallback
 from nnhal.hal.types import (
     BYTE_SIZE_OF_CACHE_TOKEN,
@@ -410,12 +411,9 @@ def decode_head(body: bytes | memoryview) -> BodyHead:
 
 @dataclass
 class PlanImage:
-    """A decoded model cache: subgraph plans (main first) ready for ModelPlan.restore, and
-    the main subgraph's signature (its inputs then its outputs) for request checks."""
+    """A decoded model cache: the analysed graph this driver wrote, ready to bind kernels."""
 
-    relaxed: bool
-    subgraphs: list[SubgraphPlan]
-    signature: Subgraph
+    graph: ModelGraph
     extensions: list[ExtensionNameAndPrefix]
 
 
@@ -510,7 +508,7 @@ def _decode_image(body: bytes | memoryview, head: BodyHead, data: bytes | memory
         raise CacheError("no main subgraph")
     if any(rec[3] == _SUBGRAPH and rec[8] >= n_subgraphs - 1 for rec in recs):
         raise CacheError("bad subgraph reference")
-    plans: list[SubgraphPlan] = []
+    plans: list[SubgraphGraph] = []
     signature: Subgraph | None = None
     for sg_index in range(n_subgraphs):
         idx = r.u32s()
@@ -529,7 +527,7 @@ def _decode_image(body: bytes | memoryview, head: BodyHead, data: bytes | memory
             end = fpos + n_in + n_out
             if end > len(flat):
                 raise CacheError("operation exceeds the model cache")
-            operations.append((t, tuple(flat[fpos:fpos + n_in]),
+            operations.append((int(t), tuple(flat[fpos:fpos + n_in]),
                                tuple(flat[fpos + n_in:end])))
             fpos = end
         if fpos != len(flat):
@@ -537,9 +535,9 @@ def _decode_image(body: bytes | memoryview, head: BodyHead, data: bytes | memory
         ins, outs = r.u32s(), r.u32s()
         if any(i >= n_operands for i in (*ins, *outs)):
             raise CacheError("subgraph input or output out of range")
-        plan = SubgraphPlan(sg_index - 1, [infos[j] for j in idx], operations, ins, outs,
-                            [inferred[j] for j in idx])
-        plans.append(plan)
+        plans.append(SubgraphGraph(sg_index - 1, tuple(infos[j] for j in idx),
+                                   tuple(inferred[j] for j in idx), tuple(operations),
+                                   tuple(ins), tuple(outs), (True,) * len(operations)))
         if sg_index == 0:
             io = [idx[i] for i in (*ins, *outs)]
             if len(io_consumers) != len(io):
@@ -551,7 +549,9 @@ def _decode_image(body: bytes | memoryview, head: BodyHead, data: bytes | memory
     if r.pos != len(body):
         raise CacheError("trailing bytes in the model cache")
     assert signature is not None
-    return PlanImage(head.relaxed, plans, signature, exts)
+    graph = ModelGraph(plans[0], tuple(plans[1:]), head.relaxed, signature,
+                       required_inputs(plans[0]))
+    return PlanImage(graph, exts)
 
 
 def _operand(rec: tuple[Any, ...], dims: list[int],
@@ -843,7 +843,7 @@ class CompilationCache:
                 if data_ok != [True]:
                     raise CacheError("data cache was modified")
                 # The tag proves this driver validated and planned exactly this model.
-                plan = ModelPlan.restore(image.relaxed, image.subgraphs, image.signature)
+                plan = ModelPlan(image.graph)
                 if deadline is not None and time.monotonic_ns() > deadline:
                     notify(ErrorStatus.MISSED_DEADLINE_TRANSIENT)
                     return

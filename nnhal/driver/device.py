@@ -8,10 +8,8 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 
-import numpy as np
-
+from nnhal.analysis import MAX_TENSOR_BYTES, ModelGraph, analyse
 from nnhal.driver.cache import (
     NUM_DATA_CACHE,
     NUM_MODEL_CACHE,
@@ -19,7 +17,6 @@ from nnhal.driver.cache import (
     load_or_create_key,
 )
 from nnhal.executor import ModelPlan
-from nnhal.executor.plan import operand_info
 from nnhal.hal.interfaces import IDevice, IPreparedModel, IPreparedModelCallback
 from nnhal.hal.types import (
     BufferDesc,
@@ -30,21 +27,14 @@ from nnhal.hal.types import (
     ExecutionPreference,
     Extension,
     Model,
-    OperandLifeTime,
     OperandPerformance,
     OperandType,
-    OperationType,
     PerformanceInfo,
     Priority,
-    Subgraph,
-    is_extension_type,
 )
-from nnhal.memory import MemoryError_, SharedMemory
-from nnhal.ops.catalog import check_operation, lookup
-from nnhal.ops.registry import OpContext, OpError
+from nnhal.ops.registry import OpError
 from nnhal.validation import (
     ValidationError,
-    validate_model,
     validate_preference,
     validate_priority,
 )
@@ -69,8 +59,10 @@ class ReferenceDevice(IDevice):
     """
 
     def __init__(self, name: str = "nnhal-reference", workers: int = 4,
-                 cache_key_file: str | os.PathLike[str] | None = None):
+                 cache_key_file: str | os.PathLike[str] | None = None,
+                 max_tensor_bytes: int = MAX_TENSOR_BYTES):
         self.name = name
+        self.max_tensor_bytes = max_tensor_bytes
         self._workers = workers
         self._pools: dict[Priority, ThreadPoolExecutor] = {}
         self._pool_lock = threading.Lock()
@@ -110,74 +102,10 @@ class ReferenceDevice(IDevice):
             p.shutdown(wait=True)
 
     # ---- model analysis ---------------------------------------------------------------------
-    @staticmethod
-    def _map_pools(model: Model) -> list[np.ndarray]:
-        arrays = []
-        for i, pool in enumerate(model.pools):
-            if not isinstance(pool, SharedMemory):
-                raise ValidationError(f"model pool {i} is not a shared memory")
-            try:
-                arrays.append(pool.array())
-            except MemoryError_ as e:
-                raise ValidationError(f"model pool {i}: {e}") from e
-        return arrays
-
-    def _op_support(self, model: Model, sg: Subgraph, visiting: set[int]) -> list[bool]:
-        """Validate each operation of ``sg``; False where this driver cannot run it."""
-        # Vendor extension operands and operations are valid but not supported by this driver.
-        infos = [None if is_extension_type(op.type) else operand_info(op) for op in sg.operands]
-        flags = []
-        for operation in sg.operations:
-            if is_extension_type(operation.type) or any(
-                    infos[i] is None for i in (*operation.inputs, *operation.outputs)):
-                flags.append(False)
-                continue
-            op_type = OperationType(operation.type)
-            definition = lookup(op_type)
-            if definition is None:
-                flags.append(False)
-                continue
-            ins = [infos[i] for i in operation.inputs]
-            for k, i in enumerate(operation.inputs):
-                lt = sg.operands[i].lifetime
-                if lt in (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE):
-                    ins[k] = replace(ins[k], value=self._constant(model, sg.operands[i]))
-                elif lt == OperandLifeTime.SUBGRAPH:
-                    ins[k] = replace(ins[k], value=int(sg.operands[i].location.offset))
-            ctx = OpContext(op_type=op_type, inputs=ins, outputs=[infos[i] for i in
-                                                                  operation.outputs],
-                            relaxed=model.relax_computation_float32_to_float16,
-                            subgraphs=_SignatureView(model))
-            check_operation(definition, ctx)  # raises OpError: the model is invalid
-            ok = True
-            for info in ins:
-                if info.type == OperandType.SUBGRAPH and info.value is not None:
-                    ref = int(info.value)
-                    if ref in visiting:
-                        ok = False
-                        continue
-                    ok &= all(self._op_support(model, model.referenced[ref], visiting | {ref}))
-            flags.append(ok)
-        return flags
-
-    def _constant(self, model: Model, op: object) -> np.ndarray:
-        from nnhal.executor.plan import decode_constant
-
-        loc = op.location  # type: ignore[attr-defined]
-        if op.lifetime == OperandLifeTime.CONSTANT_COPY:  # type: ignore[attr-defined]
-            raw = np.frombuffer(model.operand_values, dtype=np.uint8)
-        else:
-            raw = model.pools[loc.pool_index].array()
-        return decode_constant(op, raw[loc.offset:loc.offset + loc.length],  # type: ignore
-                               copy=False)
-
-    def check_model(self, model: Model) -> list[bool]:
-        """Full validation; returns per-operation support of the main subgraph."""
-        if not isinstance(model, Model):
-            raise ValidationError("not a Model")
-        pools = self._map_pools(model)
-        validate_model(model, [p.size for p in pools])
-        return self._op_support(model, model.main, set())
+    def analyse(self, model: Model, *, own_constants: bool = True) -> ModelGraph:
+        """The model checked once (raises ValidationError or OpError when it is invalid)."""
+        return analyse(model, own_constants=own_constants,
+                       max_tensor_bytes=self.max_tensor_bytes)
 
     # ---- IDevice ----------------------------------------------------------------------------
     def get_capabilities(self) -> tuple[ErrorStatus, Capabilities]:
@@ -192,7 +120,7 @@ class ReferenceDevice(IDevice):
 
     def get_supported_operations(self, model: Model) -> tuple[ErrorStatus, list[bool]]:
         try:
-            return ErrorStatus.NONE, self.check_model(model)
+            return ErrorStatus.NONE, self.analyse(model, own_constants=False).supported_operations()
         except (ValidationError, OpError) as e:
             self.log(f"invalid model: {e}")
             return ErrorStatus.INVALID_ARGUMENT, []
@@ -223,13 +151,18 @@ class ReferenceDevice(IDevice):
         try:
             validate_preference(preference)
             validate_priority(priority)
-            flags = self.check_model(model)
-            if not all(flags):
-                missing = [OperationType(model.main.operations[i].type).name
-                           for i, f in enumerate(flags) if not f]
-                raise ValidationError(f"unsupported operations: {', '.join(missing)}")
+            graph = self.analyse(model)
         except Exception as e:  # noqa: BLE001 - every failure is a status
             self.log(f"prepareModel rejected: {e}")
+            _notify_prepared(callback, ErrorStatus.INVALID_ARGUMENT, None)
+            return ErrorStatus.INVALID_ARGUMENT
+        if graph.too_large:
+            self.log(f"prepareModel refused: {graph.too_large[0]}")
+            _notify_prepared(callback, ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT, None)
+            return ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT
+        if not all(graph.main.supported):
+            self.log(f"prepareModel rejected: unsupported operations: "
+                     f"{', '.join(graph.unsupported_names())}")
             _notify_prepared(callback, ErrorStatus.INVALID_ARGUMENT, None)
             return ErrorStatus.INVALID_ARGUMENT
         if deadline is not None and time.monotonic_ns() > deadline:
@@ -240,7 +173,7 @@ class ReferenceDevice(IDevice):
         save = self._cache.open_save(model_cache, data_cache, token)  # None: do not save
 
         def task() -> None:
-            status, prepared = self._prepare(model, priority, deadline)
+            status, prepared = self._prepare(graph, priority, deadline)
             if save is not None:  # before notifying: the client may close its fds after
                 self._cache.save(save, model, priority, prepared)
             _notify_prepared(callback, status, prepared)
@@ -252,13 +185,13 @@ class ReferenceDevice(IDevice):
             return ErrorStatus.GENERAL_FAILURE
         return ErrorStatus.NONE
 
-    def _prepare(self, model: Model, priority: Priority, deadline: int | None
+    def _prepare(self, graph: ModelGraph, priority: Priority, deadline: int | None
                  ) -> tuple[ErrorStatus, IPreparedModel | None]:
         from nnhal.driver.prepared_model import ReferencePreparedModel
 
         try:
-            plan = ModelPlan(model, self._map_pools(model))
-        except (ValidationError, OpError) as e:
+            plan = ModelPlan(graph)
+        except OpError as e:
             self.log(f"prepare failed: {e}")
             return ErrorStatus.INVALID_ARGUMENT, None
         except Exception as e:  # noqa: BLE001
@@ -280,25 +213,6 @@ class ReferenceDevice(IDevice):
         from nnhal.driver.buffer import allocate  # memory domains live in their own module
 
         return allocate(self, desc, prepared_models, input_roles, output_roles)
-
-
-class _SignatureView:
-    """Referenced subgraphs as control-flow validation sees them: operand infos only."""
-
-    def __init__(self, model: Model):
-        self._model = model
-
-    def __len__(self) -> int:
-        return len(self._model.referenced)
-
-    def __getitem__(self, i: int) -> object:
-        sg = self._model.referenced[i]
-
-        class _Sig:
-            input_infos = [operand_info(sg.operands[k]) for k in sg.input_indexes]
-            output_infos = [operand_info(sg.operands[k]) for k in sg.output_indexes]
-
-        return _Sig
 
 
 def _notify_prepared(callback: IPreparedModelCallback, status: ErrorStatus,

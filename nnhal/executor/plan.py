@@ -1,35 +1,26 @@
-"""Execution plans: everything ``prepareModel`` can settle once, so executions stay lean.
+"""Execution plans: kernels bound once to an analysed model, so executions stay lean.
 
-A :class:`SubgraphPlan` holds the decoded constants, the operand descriptions, the statically
-inferred shapes, and one bound kernel per operation in execution order. Running it is a loop over
-those kernels with a slot list of arrays; no validation, decoding or lookup happens per run
-beyond checking each produced array against its operand.
+A :class:`ModelPlan` is built from a :class:`~nnhal.analysis.ModelGraph` (the one analysis has
+already validated, decoded and inferred everything) by binding one kernel per operation.
+Running a subgraph is a loop over those kernels with a slot list of arrays. IF and WHILE are
+run by the executor itself on an explicit stack of frames, so control flow nested to any
+depth needs no Python recursion.
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 
 import numpy as np
 
-from nnhal.hal.types import (
-    LOOP_TIMEOUT_DEFAULT_NS,
-    ErrorStatus,
-    Model,
-    Operand,
-    OperandLifeTime,
-    OperandType,
-    OperationType,
-    Subgraph,
-    SymmPerChannelQuantParams,
-)
-from nnhal.ops.catalog import check_operation, lookup
-from nnhal.ops.registry import Kernel, OpContext, OperandInfo, OperationDef, OpError
+from nnhal.analysis import ModelGraph, SubgraphGraph
+from nnhal.hal.types import LOOP_TIMEOUT_DEFAULT_NS, ErrorStatus, OperandType, OperationType
+from nnhal.ops.catalog import lookup
+from nnhal.ops.registry import Kernel, OpContext, OperandInfo, OpError
 
-L = OperandLifeTime
+_IF, _WHILE = int(OperationType.IF), int(OperationType.WHILE)
 
 
 class ExecutionError(Exception):
@@ -56,120 +47,105 @@ class RunState:
                                  "execution deadline passed")
 
 
-def operand_shape(op: Operand) -> tuple[int, ...] | None:
-    """Model dimensions as an inference shape: ``None`` for a tensor of unknown rank."""
-    t = OperandType(op.type)
-    if t.is_scalar or t == OperandType.SUBGRAPH:
-        return ()
-    if not op.dimensions:
-        return None
-    return tuple(int(d) for d in op.dimensions)
+OutCheck = tuple[int, np.dtype, tuple[int, ...] | None]
 
 
-def decode_constant(op: Operand, raw: np.ndarray, *, copy: bool = True) -> np.ndarray:
-    """Bytes of a constant operand -> a read-only numpy array of its type and shape.
-
-    A plan copies (the client's memory may change after prepareModel); a check that only reads
-    the value while the model is in hand passes ``copy=False``.
-    """
-    t = OperandType(op.type)
-    if t in (OperandType.BOOL, OperandType.TENSOR_BOOL8):
-        arr = raw != 0
-    else:
-        arr = raw.view(t.dtype)
-        if copy:
-            arr = arr.copy()
-    shape = () if t.is_scalar else tuple(op.dimensions)
-    arr = arr.reshape(shape)
-    arr.flags.writeable = False
-    return arr
-
-
-def operand_info(op: Operand, value: object = None) -> OperandInfo:
-    t = OperandType(op.type)
-    cq = op.extra_params if isinstance(op.extra_params, SymmPerChannelQuantParams) else None
-    return OperandInfo(
-        type=t, shape=operand_shape(op), scale=float(op.scale), zero_point=int(op.zero_point),
-        channel_scales=None if cq is None else np.asarray(cq.scales, dtype=np.float32),
-        channel_dim=0 if cq is None else int(cq.channel_dim),
-        lifetime=OperandLifeTime(op.lifetime), value=value)
-
-
-@dataclass(slots=True)
 class Step:
-    """One operation bound for execution."""
+    """One operation bound for execution; ``kernel`` is None for IF and WHILE, which the
+    executor runs itself (``callees`` are then the subgraph indexes they reference)."""
 
-    op_type: OperationType
-    kernel: Kernel
-    inputs: tuple[int, ...]
-    outputs: tuple[int, ...]
-    #: (operand index, numpy dtype, declared shape or None) per output, for the run-time check.
-    out_checks: tuple[tuple[int, np.dtype, tuple[int, ...] | None], ...]
+    __slots__ = ("op_type", "kernel", "inputs", "outputs", "out_checks", "callees")
+
+    def __init__(self, op_type: OperationType, kernel: Kernel | None, inputs: tuple[int, ...],
+                 outputs: tuple[int, ...], out_checks: tuple[OutCheck, ...],
+                 callees: tuple[int, ...] = ()):
+        self.op_type = op_type
+        self.kernel = kernel
+        self.inputs = inputs
+        self.outputs = outputs
+        self.out_checks = out_checks
+        self.callees = callees
 
 
 class SubgraphPlan:
-    """A prepared subgraph; callable as ``plan.run(inputs, rt) -> outputs``.
+    """A subgraph's bound steps over its analysed graph."""
 
-    Built either from a validated :class:`Subgraph` or from a verified cache image; in both
-    cases ``infos`` carry the declared operand descriptions (constants decoded) and
-    ``inferred`` the shapes known after shape inference.
-    """
-
-    def __init__(self, index: int, infos: list[OperandInfo],
-                 operations: Sequence[tuple[int, tuple[int, ...], tuple[int, ...]]],
-                 input_indexes: Sequence[int], output_indexes: Sequence[int],
-                 inferred: list[tuple[int, ...] | None] | None = None):
-        self.index = index
-        self.infos = infos
-        #: (operation type, input operand indexes, output operand indexes) in execution order.
-        self.operations = list(operations)
-        self.slots_template: list[object] = [info.value if info.is_const else None
-                                             for info in infos]
+    def __init__(self, graph: SubgraphGraph):
+        self.graph = graph
+        self.index = graph.index
+        self.input_indexes = graph.inputs
+        self.output_indexes = graph.outputs
+        self.slots_template: list[object] = [
+            info.value if info is not None and info.is_const else None
+            for info in graph.operands]
         self.steps: list[Step] = []
-        self.input_indexes = tuple(input_indexes)
-        self.output_indexes = tuple(output_indexes)
-        #: Shapes after inference (declared shapes until prepare infers them).
-        self.inferred: list[tuple[int, ...] | None] = (
-            [info.shape for info in infos] if inferred is None else inferred)
+        self.has_control_flow = False
+
+    # The graph's data under the names the compilation cache reads.
+    @property
+    def infos(self) -> tuple[OperandInfo, ...]:
+        return self.graph.operands
+
+    @property
+    def inferred(self) -> tuple[tuple[int, ...] | None, ...]:
+        return self.graph.shapes
+
+    @property
+    def operations(self) -> tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]:
+        return self.graph.operations
 
     @property
     def input_infos(self) -> list[OperandInfo]:
-        return [self.infos[i] for i in self.input_indexes]
+        return self.graph.input_infos
 
     @property
     def output_infos(self) -> list[OperandInfo]:
-        return [self.infos[i] for i in self.output_indexes]
+        return self.graph.output_infos
 
-    def run(self, inputs: Sequence[np.ndarray], rt: RunState) -> list[np.ndarray]:
+    def run(self, inputs: Sequence[np.ndarray | None], rt: RunState,
+            plans: Sequence[SubgraphPlan] = ()) -> list[np.ndarray]:
+        """Outputs of this subgraph; ``plans`` are the referenced subgraphs' plans."""
         slots = list(self.slots_template)
         for idx, arr in zip(self.input_indexes, inputs):
             slots[idx] = arr
+        if self.has_control_flow:
+            return _run_frames(self, slots, rt, plans)
         timed = rt.deadline_ns is not None  # no deadline: no clock reads between operations
         for step in self.steps:
             if timed:
                 rt.check_deadline()
-            ins = [slots[i] for i in step.inputs]
-            try:
-                outs = step.kernel(ins, rt)
-            except (ExecutionError, OpError):
-                raise
-            except Exception as e:  # a kernel bug or a value it cannot handle
-                raise ExecutionError(ErrorStatus.GENERAL_FAILURE,
-                                     f"{step.op_type.name} failed: {type(e).__name__}: {e}") from e
-            if len(outs) != len(step.outputs):
-                raise ExecutionError(ErrorStatus.GENERAL_FAILURE,
-                                     f"{step.op_type.name} produced {len(outs)} outputs")
-            for (idx, dtype, declared), out in zip(step.out_checks, outs):
-                out = np.asarray(out)
-                if out.dtype != dtype:
-                    out = out.astype(dtype)
-                if declared is not None and not _fits(out.shape, declared):
-                    raise ExecutionError(
-                        ErrorStatus.GENERAL_FAILURE,
-                        f"{step.op_type.name}: output operand {idx} has shape {out.shape}, "
-                        f"model declares {declared}")
-                slots[idx] = out
+            _store(step, _call(step, [slots[i] for i in step.inputs], rt), slots)
         return [slots[i] for i in self.output_indexes]
+
+
+def _call(step: Step, ins: list[object], rt: RunState) -> list[np.ndarray]:
+    try:
+        return step.kernel(ins, rt)  # type: ignore[misc]
+    except (ExecutionError, OpError):
+        raise
+    except MemoryError as e:
+        raise ExecutionError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+                             f"{step.op_type.name}: out of memory: {e}") from e
+    except Exception as e:  # a kernel bug or a value it cannot handle
+        raise ExecutionError(ErrorStatus.GENERAL_FAILURE,
+                             f"{step.op_type.name} failed: {type(e).__name__}: {e}") from e
+
+
+def _store(step: Step, outs: Sequence[object], slots: list[object]) -> None:
+    """Check each produced array against its operand, then put it in its slot."""
+    if len(outs) != len(step.outputs):
+        raise ExecutionError(ErrorStatus.GENERAL_FAILURE,
+                             f"{step.op_type.name} produced {len(outs)} outputs")
+    for (idx, dtype, declared), out in zip(step.out_checks, outs):
+        out = np.asarray(out)
+        if out.dtype != dtype:
+            out = out.astype(dtype)
+        if declared is not None and not _fits(out.shape, declared):
+            raise ExecutionError(
+                ErrorStatus.GENERAL_FAILURE,
+                f"{step.op_type.name}: output operand {idx} has shape {out.shape}, "
+                f"model declares {declared}")
+        slots[idx] = out
 
 
 def _fits(shape: tuple[int, ...], declared: tuple[int, ...]) -> bool:
@@ -178,172 +154,152 @@ def _fits(shape: tuple[int, ...], declared: tuple[int, ...]) -> bool:
     return all(d == 0 or d == s for s, d in zip(shape, declared))
 
 
-def subgraph_infos(subgraph: Subgraph, values: np.ndarray,
-                   pools: Sequence[np.ndarray]) -> list[OperandInfo]:
-    """Operand descriptions of a validated subgraph, constants decoded (copied) once."""
-    infos = []
-    for op in subgraph.operands:
-        lt = OperandLifeTime(op.lifetime)
-        value: object = None
-        loc = op.location
-        if lt == L.CONSTANT_COPY:
-            value = decode_constant(op, values[loc.offset:loc.offset + loc.length])
-        elif lt == L.CONSTANT_REFERENCE:
-            pool = pools[loc.pool_index]
-            value = decode_constant(op, pool[loc.offset:loc.offset + loc.length])
-        elif lt == L.SUBGRAPH:
-            value = int(loc.offset)
-        infos.append(operand_info(op, value))
-    return infos
+def _is_true(value: object) -> bool:
+    if value is None:  # an omitted condition (request input without a value)
+        raise OpError("condition has no value")
+    flat = np.asarray(value).reshape(-1)
+    if flat.size != 1:
+        raise OpError("condition must hold exactly one value")
+    return bool(flat[0])
 
 
-def io_signature(main: Subgraph) -> Subgraph:
-    """The main subgraph's inputs then outputs, copied: what requests and memory-domain roles
-    are checked against, immune to a client editing its Model after preparing it."""
-    io = [*main.input_indexes, *main.output_indexes]
-    n_in = len(main.input_indexes)
-    return Subgraph([copy.deepcopy(main.operands[i]) for i in io], [], list(range(n_in)),
-                    list(range(n_in, len(io))))
+class _Frame:
+    """One subgraph being run: its slots, the next step, and the state of the control-flow
+    operation waiting for a callee (WHILE: loop values, phase and start time)."""
+
+    __slots__ = ("plan", "slots", "pc", "values", "in_body", "started")
+
+    def __init__(self, plan: SubgraphPlan, slots: list[object]):
+        self.plan = plan
+        self.slots = slots
+        self.pc = 0
+        self.values: list[object] = []
+        self.in_body = False
+        self.started = 0
 
 
-def _operations(subgraph: Subgraph) -> list[tuple[int, tuple[int, ...], tuple[int, ...]]]:
-    return [(int(o.type), tuple(o.inputs), tuple(o.outputs)) for o in subgraph.operations]
+def _enter(plan: SubgraphPlan, inputs: Sequence[object]) -> _Frame:
+    slots = list(plan.slots_template)
+    for idx, arr in zip(plan.input_indexes, inputs):
+        slots[idx] = arr
+    return _Frame(plan, slots)
+
+
+def _run_frames(top: SubgraphPlan, slots: list[object], rt: RunState,
+                plans: Sequence[SubgraphPlan]) -> list[np.ndarray]:
+    """Run a subgraph containing IF/WHILE with an explicit stack instead of recursion."""
+    stack = [_Frame(top, slots)]
+    timed = rt.deadline_ns is not None
+    returned: list[object] | None = None  # outputs of the callee frame that just finished
+    while True:
+        frame = stack[-1]
+        steps = frame.plan.steps
+        if returned is None and frame.pc == len(steps):
+            outs = [frame.slots[i] for i in frame.plan.output_indexes]
+            stack.pop()
+            if not stack:
+                return outs  # type: ignore[return-value]
+            returned = outs
+            continue
+        step = steps[frame.pc]
+        if returned is not None:  # resume the control-flow step that called a subgraph
+            outs, returned = returned, None
+            if step.op_type == OperationType.IF:
+                _store(step, outs, frame.slots)
+                frame.pc += 1
+            elif frame.in_body:  # WHILE body done: new loop values, evaluate the condition
+                frame.values[:len(outs)] = outs
+                frame.in_body = False
+                stack.append(_enter(plans[step.callees[0]], frame.values))
+            elif _is_true(outs[0]):  # WHILE condition true: run the body
+                if time.monotonic_ns() - frame.started > rt.loop_timeout_ns:
+                    raise OpError("WHILE loop exceeded the loop timeout",
+                                  ErrorStatus.MISSED_DEADLINE_TRANSIENT)
+                rt.check_deadline()
+                frame.in_body = True
+                stack.append(_enter(plans[step.callees[1]], frame.values))
+            else:  # WHILE condition false: the loop values are the outputs
+                _store(step, frame.values[:len(step.outputs)], frame.slots)
+                frame.pc += 1
+            continue
+        if timed:
+            rt.check_deadline()
+        ins = [frame.slots[i] for i in step.inputs]
+        if step.kernel is not None:
+            _store(step, _call(step, ins, rt), frame.slots)
+            frame.pc += 1
+        elif step.op_type == OperationType.IF:
+            branch = step.callees[0] if _is_true(ins[0]) else step.callees[1]
+            stack.append(_enter(plans[branch], ins[3:]))
+        else:
+            frame.values = list(ins[2:])
+            frame.in_body = False
+            frame.started = time.monotonic_ns()
+            stack.append(_enter(plans[step.callees[0]], frame.values))
 
 
 class ModelPlan:
-    """Plans for the main subgraph (index -1 internally: ``main``) and every referenced one.
+    """Bound kernels for the main subgraph and every referenced one of an analysed model.
 
-    ``signature`` is the main subgraph as requests and memory-domain roles see it (its input
-    and output operands). Constants are owned by the plan (copies, or views of the restored
-    data cache), so nothing of the client's model is kept.
+    Nothing is validated or inferred here: ``graph`` (from the analysis, or decoded from a
+    verified compilation cache) already carries every operand's checked description.
     """
 
-    def __init__(self, model: Model, pool_arrays: Sequence[np.ndarray], *,
-                 validate: bool = True):
-        # validate=False only for a model this driver already validated.
-        values = np.frombuffer(model.operand_values, dtype=np.uint8)
-        subgraphs = [model.main, *model.referenced]
-        plans = [SubgraphPlan(i - 1, subgraph_infos(sg, values, pool_arrays), _operations(sg),
-                              sg.input_indexes, sg.output_indexes)
-                 for i, sg in enumerate(subgraphs)]
-        self._setup(bool(model.relax_computation_float32_to_float16), plans,
-                    io_signature(model.main))
+    def __init__(self, graph: ModelGraph):
+        self.graph = graph
+        self.relaxed = graph.relaxed
+        self.signature = graph.signature
+        self.required_inputs = graph.required_inputs
+        self.main = SubgraphPlan(graph.main)
+        self.referenced = [SubgraphPlan(g) for g in graph.referenced]
         for plan in [*self.referenced, self.main]:
-            self._bind(plan, validate=validate, infer=True)
+            self._bind(plan)
 
-    @classmethod
-    def restore(cls, relaxed: bool, plans: list[SubgraphPlan], signature: Subgraph
-                ) -> ModelPlan:
-        """A plan from a verified cache image: ``plans`` (main first) already carry the
-        inferred shapes this driver computed when it prepared the model, so neither
-        validation nor shape inference runs again; only the kernels are bound."""
-        self = cls.__new__(cls)
-        self._setup(relaxed, plans, signature)
-        for plan in [*self.referenced, self.main]:
-            self._bind(plan, validate=False, infer=False)
-        return self
+    def run(self, inputs: Sequence[np.ndarray | None], rt: RunState) -> list[np.ndarray]:
+        return self.main.run(inputs, rt, self.referenced)
 
-    def _setup(self, relaxed: bool, plans: list[SubgraphPlan], signature: Subgraph) -> None:
-        self.relaxed = relaxed
-        self.main = plans[0]
-        self.referenced = plans[1:]
-        self.signature = signature
-        #: Main inputs read where no operation allows an omitted value (see required_inputs).
-        self.required_inputs = required_inputs(self.main)
-
-    def _bind(self, plan: SubgraphPlan, *, validate: bool, infer: bool) -> None:
-        infos, inferred = plan.infos, plan.inferred
+    def _bind(self, plan: SubgraphPlan) -> None:
+        g = plan.graph
+        infos, shapes = g.operands, g.shapes
         views: dict[int, OperandInfo] = {}  # operand index -> info with its inferred shape
-        for type_code, in_idx, out_idx in plan.operations:
+        for type_code, in_idx, out_idx in g.operations:
+            checks = tuple(_out_check(i, infos[i]) for i in out_idx)
+            if type_code in (_IF, _WHILE):
+                first = 1 if type_code == _IF else 0
+                callees = (int(infos[in_idx[first]].value), int(infos[in_idx[first + 1]].value))
+                plan.steps.append(Step(OperationType(type_code), None, in_idx, out_idx, checks,
+                                       callees))
+                plan.has_control_flow = True
+                continue
             op_type, definition = _definition(type_code)
             ins = []
             for i in in_idx:
                 view = views.get(i)
                 if view is None:
-                    view = views[i] = _with_shape(infos[i], inferred[i])
+                    info = infos[i]
+                    view = views[i] = (info if shapes[i] == info.shape
+                                       else replace(info, shape=shapes[i]))
                 ins.append(view)
-            outs = [infos[i] for i in out_idx]
-            ctx = OpContext(op_type=op_type, inputs=ins, outputs=outs, relaxed=self.relaxed,
-                            subgraphs=self.referenced)
-            if validate:
-                check_operation(definition, ctx)
-            if infer:
-                shapes = definition.prepare(ctx)
-                if shapes:
-                    for i, s in zip(out_idx, shapes):
-                        _check_declared(op_type, i, infos[i].shape, s)
-                        inferred[i] = _merge(inferred[i], s)
-            kernel = definition.kernel(ctx)
-            checks = tuple(_out_check(i, infos[i]) for i in out_idx)
-            plan.steps.append(Step(op_type, kernel, in_idx, out_idx, checks))
+            ctx = OpContext(op_type=op_type, inputs=ins, outputs=[infos[i] for i in out_idx],
+                            relaxed=self.relaxed, subgraphs=self.referenced)
+            plan.steps.append(Step(op_type, definition.kernel(ctx), in_idx, out_idx, checks))
 
 
-def _definition(type_code: int) -> tuple[OperationType, OperationDef]:
+def _definition(type_code: int) -> tuple[OperationType, object]:
     """The operation type and its registered definition; OpError if there is none."""
     found = _DEFINITIONS.get(type_code)
     if found is None:
         op_type = OperationType(type_code)
         definition = lookup(op_type)
         if definition is None:
-            raise OpError(f"operation {op_type.name} is not supported",
-                          ErrorStatus.INVALID_ARGUMENT)
+            raise OpError(f"operation {op_type.name} is not supported")
         found = _DEFINITIONS[type_code] = (op_type, definition)
-    return found
+    return found  # type: ignore[return-value]
 
 
-_DEFINITIONS: dict[int, tuple[OperationType, OperationDef]] = {}
+_DEFINITIONS: dict[int, tuple[OperationType, object]] = {}
 
 
-def _out_check(index: int, info: OperandInfo) -> tuple[int, np.dtype, tuple[int, ...] | None]:
-    t = info.type
+def _out_check(index: int, info: OperandInfo) -> OutCheck:
+    t: OperandType = info.type
     return index, t.dtype, (info.shape if t.is_tensor else ())
-
-
-def _with_shape(info: OperandInfo, inferred: tuple[int, ...] | None) -> OperandInfo:
-    if inferred == info.shape or inferred is None:
-        return info
-    from dataclasses import replace
-    return replace(info, shape=inferred)
-
-
-def _check_declared(op_type: OperationType, index: int, declared: tuple[int, ...] | None,
-                    inferred: object) -> None:
-    """A declared output shape that the inputs contradict makes the model invalid; caught at
-    prepare instead of after computing a tensor of the wrong (perhaps enormous) size."""
-    if declared is None or inferred is None:
-        return
-    inferred = tuple(int(d) for d in inferred)  # type: ignore[union-attr]
-    if len(inferred) != len(declared) or any(
-            d and s and d != s for d, s in zip(declared, inferred)):
-        raise OpError(f"{op_type.name}: output operand {index} is declared {list(declared)} "
-                      f"but its inputs give {list(inferred)}")
-
-
-def _merge(declared: tuple[int, ...] | None, inferred: object) -> tuple[int, ...] | None:
-    """Combine a declared shape with an inferred one, filling unknown dimensions."""
-    if inferred is None:
-        return declared
-    inferred = tuple(int(d) for d in inferred)  # type: ignore[union-attr]
-    if declared is None:
-        return inferred
-    if len(declared) != len(inferred):
-        return declared
-    return tuple(d if d else s for d, s in zip(declared, inferred))
-
-
-#: Operations none of whose inputs may be omitted (the elementwise binary/ternary ones).
-_NO_OPTIONAL_INPUTS = frozenset({
-    OperationType.ADD, OperationType.MUL, OperationType.SUB, OperationType.DIV,
-    OperationType.MAXIMUM, OperationType.MINIMUM, OperationType.POW, OperationType.EQUAL,
-    OperationType.NOT_EQUAL, OperationType.GREATER, OperationType.GREATER_EQUAL,
-    OperationType.LESS, OperationType.LESS_EQUAL, OperationType.LOGICAL_AND,
-    OperationType.LOGICAL_OR, OperationType.PRELU, OperationType.SELECT})
-
-
-def required_inputs(main: SubgraphPlan) -> frozenset[int]:
-    """Operand indexes of main inputs that a request may not omit: those read as input 0 of
-    any operation (its primary tensor, IF's condition) or by an operation without optional
-    inputs. Kernels are not written to receive "no value" there."""
-    inputs = set(main.input_indexes)
-    return frozenset(i for op_type, ins, _ in main.operations for k, i in enumerate(ins)
-                     if i in inputs and (k == 0 or op_type in _NO_OPTIONAL_INPUTS))

@@ -57,7 +57,7 @@ def run_request(plan: ModelPlan, request: Request, pools: Sequence[object],
             inputs.append(read_argument(raw, info.type, shape))
         else:
             inputs.append(pool.read_input(info, shape))  # type: ignore[attr-defined]
-    outs = main.run(inputs, rt)
+    outs = plan.run(inputs, rt)
     shapes: list[OutputShape] = []
     sufficient = True
     for arg, out in zip(request.outputs, outs):

@@ -1,0 +1,15 @@
+"""The one analysis of a HAL Model into a checked, immutable graph (see ``analyse``)."""
+
+from nnhal.analysis.analyse import (
+    MAX_TENSOR_BYTES,
+    analyse,
+    decode_constant,
+    io_signature,
+    map_pools,
+    operand_info,
+    operand_shape,
+)
+from nnhal.analysis.graph import ModelGraph, OperationTuple, SubgraphGraph
+
+__all__ = ["MAX_TENSOR_BYTES", "ModelGraph", "OperationTuple", "SubgraphGraph", "analyse",
+           "decode_constant", "io_signature", "map_pools", "operand_info", "operand_shape"]

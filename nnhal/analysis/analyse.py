@@ -1,0 +1,267 @@
+"""The one analysis of a HAL Model: structure rules, every operation's signature and rules,
+constants decoded, shapes inferred, support decided — once, into a :class:`ModelGraph`.
+
+Subgraphs are analysed callees first (referenced subgraphs form a DAG, checked by the
+structure rules), each exactly once however many IF or WHILE operations reference it, and
+without recursion, so neither depth nor sharing of control flow costs more than its size.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from nnhal.analysis.graph import ModelGraph, OperationTuple, SubgraphGraph
+from nnhal.hal.types import (
+    Model,
+    Operand,
+    OperandLifeTime,
+    OperandType,
+    OperationType,
+    Subgraph,
+    SymmPerChannelQuantParams,
+    is_extension_type,
+)
+from nnhal.memory import MemoryError_, SharedMemory
+from nnhal.ops.catalog import check_operation, lookup, signature
+from nnhal.ops.registry import OpContext, OperandInfo, OpError, Shape
+from nnhal.ops.signature import input_slots
+from nnhal.validation import ValidationError, validate_model
+
+L = OperandLifeTime
+
+#: Default bound on one tensor's bytes: a temporary whose known size exceeds it is refused at
+#: prepare (RESOURCE_EXHAUSTED_PERSISTENT) rather than failing an allocation at execution.
+MAX_TENSOR_BYTES = 1 << 32
+
+
+def operand_shape(op: Operand) -> tuple[int, ...] | None:
+    """Model dimensions as an inference shape: ``None`` for a tensor of unknown rank."""
+    t = OperandType(op.type)
+    if t.is_scalar or t == OperandType.SUBGRAPH:
+        return ()
+    if not op.dimensions:
+        return None
+    return tuple(int(d) for d in op.dimensions)
+
+
+def decode_constant(op: Operand, raw: np.ndarray, *, copy: bool = True) -> np.ndarray:
+    """Bytes of a constant operand -> a read-only array of its type and shape.
+
+    ``copy=False`` gives a view for a caller that holds the model while it reads it.
+    """
+    t = OperandType(op.type)
+    if t in (OperandType.BOOL, OperandType.TENSOR_BOOL8):
+        arr = raw != 0
+    else:
+        arr = raw.view(t.dtype)
+        if copy:
+            arr = arr.copy()
+    arr = arr.reshape(() if t.is_scalar else tuple(op.dimensions))
+    arr.flags.writeable = False
+    return arr
+
+
+def operand_info(op: Operand, value: object = None) -> OperandInfo:
+    t = OperandType(op.type)
+    cq = op.extra_params if isinstance(op.extra_params, SymmPerChannelQuantParams) else None
+    return OperandInfo(
+        type=t, shape=operand_shape(op), scale=float(op.scale), zero_point=int(op.zero_point),
+        channel_scales=None if cq is None else np.asarray(cq.scales, dtype=np.float32),
+        channel_dim=0 if cq is None else int(cq.channel_dim),
+        lifetime=OperandLifeTime(op.lifetime), value=value)
+
+
+def map_pools(model: Model) -> list[np.ndarray]:
+    """The model's constant pools as byte arrays (ValidationError when one cannot be mapped)."""
+    arrays = []
+    for i, pool in enumerate(model.pools):
+        if not isinstance(pool, SharedMemory):
+            raise ValidationError(f"model pool {i} is not a shared memory")
+        try:
+            arrays.append(pool.array())
+        except MemoryError_ as e:
+            raise ValidationError(f"model pool {i}: {e}") from e
+    return arrays
+
+
+def io_signature(main: Subgraph) -> Subgraph:
+    """The main subgraph's inputs then outputs, copied: what requests and memory-domain roles
+    are checked against, immune to a client editing its Model after preparing it."""
+    io = [*main.input_indexes, *main.output_indexes]
+    n_in = len(main.input_indexes)
+    return Subgraph([copy.deepcopy(main.operands[i]) for i in io], [], list(range(n_in)),
+                    list(range(n_in, len(io))))
+
+
+def callees_first(model: Model) -> list[int]:
+    """Referenced subgraph indexes, each after every subgraph it references (iterative)."""
+    refs = [sorted({int(op.location.offset) for op in sg.operands if op.lifetime == L.SUBGRAPH})
+            for sg in model.referenced]
+    order: list[int] = []
+    done = [False] * len(refs)
+    for root in range(len(refs)):
+        if done[root]:
+            continue
+        stack = [(root, iter(refs[root]))]
+        done[root] = True
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                order.append(node)
+                stack.pop()
+            elif not done[nxt]:
+                done[nxt] = True
+                stack.append((nxt, iter(refs[nxt])))
+    return order
+
+
+def analyse(model: Model, *, own_constants: bool = True,
+            max_tensor_bytes: int = MAX_TENSOR_BYTES) -> ModelGraph:
+    """Check ``model`` against every rule once; raise ValidationError or OpError if invalid.
+
+    ``own_constants`` copies each constant once, so the graph keeps nothing of the client's
+    memory (a prepared model); without it constants are views (getSupportedOperations).
+    """
+    if not isinstance(model, Model):
+        raise ValidationError("not a Model")
+    pools = map_pools(model)
+    validate_model(model, [p.size for p in pools])
+    values = np.frombuffer(model.operand_values, dtype=np.uint8)
+    relaxed = bool(model.relax_computation_float32_to_float16)
+    graphs: list[SubgraphGraph | None] = [None] * len(model.referenced)
+    too_large: list[str] = []
+    for i in callees_first(model):
+        graphs[i] = _analyse_subgraph(model.referenced[i], i, values, pools, own_constants,
+                                      relaxed, graphs, max_tensor_bytes, too_large)
+    main = _analyse_subgraph(model.main, -1, values, pools, own_constants, relaxed, graphs,
+                             max_tensor_bytes, too_large)
+    return ModelGraph(main, tuple(graphs), relaxed,  # type: ignore[arg-type]
+                      io_signature(model.main), required_inputs(main), tuple(too_large))
+
+
+def _decode_operands(sg: Subgraph, values: np.ndarray, pools: Sequence[np.ndarray],
+                     own: bool) -> list[OperandInfo | None]:
+    """Operand infos with constants decoded; None for vendor extension operand types."""
+    infos: list[OperandInfo | None] = []
+    for op in sg.operands:
+        if is_extension_type(op.type):
+            infos.append(None)
+            continue
+        lt = op.lifetime
+        loc = op.location
+        value: object = None
+        if lt == L.CONSTANT_COPY:
+            value = decode_constant(op, values[loc.offset:loc.offset + loc.length], copy=own)
+        elif lt == L.CONSTANT_REFERENCE:
+            raw = pools[loc.pool_index][loc.offset:loc.offset + loc.length]
+            value = decode_constant(op, raw, copy=own)
+        elif lt == L.SUBGRAPH:
+            value = int(loc.offset)
+        infos.append(operand_info(op, value))
+    return infos
+
+
+def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
+                      pools: Sequence[np.ndarray], own: bool, relaxed: bool,
+                      callees: Sequence[SubgraphGraph | None], max_bytes: int,
+                      too_large: list[str]) -> SubgraphGraph:
+    infos = _decode_operands(sg, values, pools, own)
+    shapes: list[Shape] = [None if info is None else info.shape for info in infos]
+    shaped: dict[int, OperandInfo] = {}  # operand -> info carrying its inferred shape
+    operations: list[OperationTuple] = []
+    supported: list[bool] = []
+    name = "main" if index < 0 else f"subgraph {index}"
+    for k, operation in enumerate(sg.operations):
+        ins_idx, outs_idx = tuple(operation.inputs), tuple(operation.outputs)
+        operations.append((int(operation.type), ins_idx, outs_idx))
+        definition = None if is_extension_type(operation.type) else lookup(operation.type)
+        if definition is None or any(infos[i] is None for i in (*ins_idx, *outs_idx)):
+            supported.append(False)  # valid, but not something this nnhal can run
+            continue
+        ins = []
+        for i in ins_idx:
+            view = shaped.get(i)
+            if view is None:
+                info = infos[i]
+                view = info if shapes[i] == info.shape else replace(info, shape=shapes[i])
+                shaped[i] = view
+            ins.append(view)
+        ctx = OpContext(op_type=OperationType(operation.type), inputs=ins,
+                        outputs=[infos[i] for i in outs_idx], relaxed=relaxed,
+                        subgraphs=callees)
+        try:
+            check_operation(definition, ctx)
+            inferred = definition.prepare(ctx)
+        except OpError as e:
+            raise OpError(f"{name} operation {k}: {e}", e.status) from None
+        ok = True
+        for i in ins_idx:
+            if infos[i].type == OperandType.SUBGRAPH:
+                ok &= callees[int(infos[i].value)].all_supported  # type: ignore[union-attr]
+        if inferred:
+            for i, s in zip(outs_idx, inferred):
+                _check_declared(ctx.op_type, name, k, i, infos[i].shape, s)
+                shapes[i] = _merge(shapes[i], s)
+        for i in outs_idx:
+            nbytes = _known_bytes(infos[i].type, shapes[i])
+            if nbytes is not None and nbytes > max_bytes:
+                too_large.append(f"{name} operation {k} ({ctx.op_type.name}): output operand "
+                                 f"{i} of shape {list(shapes[i] or ())} needs {nbytes} bytes, "
+                                 f"more than the {max_bytes} this device allows")
+                ok = False
+        supported.append(ok)
+    return SubgraphGraph(index, tuple(infos), tuple(shapes), tuple(operations),  # type: ignore
+                         tuple(sg.input_indexes), tuple(sg.output_indexes), tuple(supported))
+
+
+def _known_bytes(t: OperandType, shape: Shape) -> int | None:
+    if not t.is_tensor or shape is None or 0 in shape:
+        return None
+    return math.prod(shape) * t.byte_size
+
+
+def _check_declared(op_type: OperationType, name: str, k: int, index: int,
+                    declared: Shape, inferred: object) -> None:
+    """A declared output shape that the inputs contradict makes the model invalid; caught at
+    prepare instead of after computing a tensor of the wrong (perhaps enormous) size."""
+    if declared is None or inferred is None:
+        return
+    inferred = tuple(int(d) for d in inferred)  # type: ignore[union-attr]
+    if len(inferred) != len(declared) or any(
+            d and s and d != s for d, s in zip(declared, inferred)):
+        raise OpError(f"{name} operation {k}: {op_type.name}: output operand {index} is "
+                      f"declared {list(declared)} but its inputs give {list(inferred)}")
+
+
+def _merge(declared: Shape, inferred: object) -> Shape:
+    """Combine a declared shape with an inferred one, filling unknown dimensions."""
+    if inferred is None:
+        return declared
+    inferred = tuple(int(d) for d in inferred)  # type: ignore[union-attr]
+    if declared is None:
+        return inferred
+    if len(declared) != len(inferred):
+        return declared
+    return tuple(d if d else s for d, s in zip(declared, inferred))
+
+
+def required_inputs(main: SubgraphGraph) -> frozenset[int]:
+    """Main inputs a request may not omit: those some operation reads at a slot its signature
+    does not let be omitted (input 0 of an operation without a signature)."""
+    inputs = set(main.inputs)
+    required: set[int] = set()
+    for op_type, ins, _ in main.operations:
+        if not inputs.intersection(ins):
+            continue
+        sig = None if is_extension_type(op_type) else signature(op_type)
+        slots = None if sig is None else input_slots(sig, len(ins))
+        for k, i in enumerate(ins):
+            if i in inputs and (not slots[k].omittable if slots else k == 0):
+                required.add(i)
+    return frozenset(required)

@@ -1,0 +1,82 @@
+"""The analysed model: what one check of a HAL Model leaves for everything else to read.
+
+``getSupportedOperations``, the reference plan, the compilation cache and any other backend
+read a :class:`ModelGraph`; none of them validates, decodes constants or infers shapes again.
+Graphs are immutable once built (operand infos are shared, never edited).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nnhal.hal.types import OperationType, Subgraph
+from nnhal.ops.registry import OperandInfo, Shape
+
+#: (operation type, input operand indexes, output operand indexes)
+OperationTuple = tuple[int, tuple[int, ...], tuple[int, ...]]
+
+
+@dataclass(frozen=True, eq=False)
+class SubgraphGraph:
+    """One subgraph after analysis.
+
+    ``operands`` are the declared descriptions with constants decoded (``value``); ``shapes``
+    the shapes after inference (0 for a dimension still unknown, None for an unknown rank);
+    ``supported[k]`` tells whether operation k can run here (every operation it reaches
+    through control flow included).
+    """
+
+    index: int  # -1 for the main subgraph, else the index into Model.referenced
+    operands: tuple[OperandInfo, ...]
+    shapes: tuple[Shape, ...]
+    operations: tuple[OperationTuple, ...]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    supported: tuple[bool, ...] = ()
+
+    @property
+    def input_infos(self) -> list[OperandInfo]:
+        return [self.operands[i] for i in self.inputs]
+
+    @property
+    def output_infos(self) -> list[OperandInfo]:
+        return [self.operands[i] for i in self.outputs]
+
+    @property
+    def all_supported(self) -> bool:
+        return all(self.supported) if self.supported else True
+
+
+@dataclass(frozen=True, eq=False)
+class ModelGraph:
+    """A whole model after analysis: the main subgraph and every referenced one.
+
+    ``signature`` is the main subgraph as requests and memory-domain roles see it (copies of
+    its input and output operands), immune to a client editing its Model later.
+    ``required_inputs`` are the main inputs a request may not omit. ``too_large`` names
+    temporaries whose known size exceeds the device's limit.
+    """
+
+    main: SubgraphGraph
+    referenced: tuple[SubgraphGraph, ...]
+    relaxed: bool
+    signature: Subgraph
+    required_inputs: frozenset[int] = frozenset()
+    too_large: tuple[str, ...] = field(default=())
+
+    @property
+    def subgraphs(self) -> tuple[SubgraphGraph, ...]:
+        return (self.main, *self.referenced)
+
+    def supported_operations(self) -> list[bool]:
+        return list(self.main.supported)
+
+    def unsupported_names(self) -> list[str]:
+        names = []
+        for (t, _, _), ok in zip(self.main.operations, self.main.supported):
+            if not ok:
+                try:
+                    names.append(OperationType(t).name)
+                except ValueError:
+                    names.append(f"extension operation {t:#x}")
+        return names
