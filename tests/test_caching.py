@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+from nnhal.analysis import analyse
 from nnhal.driver import ReferenceDevice
 from nnhal.driver.cache import (
     CacheError,
@@ -16,7 +17,6 @@ from nnhal.driver.cache import (
     decode_image,
     encode_model,
 )
-from nnhal.analysis import analyse
 from nnhal.executor import ModelPlan
 from nnhal.hal.builder import ModelBuilder, RequestBuilder
 from nnhal.hal.interfaces import PreparedModelCallback

@@ -1,6 +1,6 @@
 """The one analysis of a HAL Model into a checked, immutable graph (see ``analyse``)."""
 
-from nnhal.analysis.analyse import (
+from nnhal.analysis.analyser import (
     MAX_TENSOR_BYTES,
     analyse,
     decode_constant,

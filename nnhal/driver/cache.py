@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nnhal.analysis import ModelGraph, SubgraphGraph
-from nnhal.analysis.analyse import required_inputs
+from nnhal.analysis.analyser import required_inputs
 from nnhal.driver.prepared_model import ReferencePreparedModel
 from nnhal.executor import ModelPlan
 from nnhal.hal.interfaces import IPreparedModel, IPreparedModelCallback
@@ -843,7 +843,7 @@ class CompilationCache:
                 if data_ok != [True]:
                     raise CacheError("data cache was modified")
                 # The tag proves this driver validated and planned exactly this model.
-                plan = ModelPlan(image.graph)
+                plan = ModelPlan(image.graph, device.max_tensor_bytes)
                 if deadline is not None and time.monotonic_ns() > deadline:
                     notify(ErrorStatus.MISSED_DEADLINE_TRANSIENT)
                     return

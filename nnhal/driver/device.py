@@ -190,7 +190,7 @@ class ReferenceDevice(IDevice):
         from nnhal.driver.prepared_model import ReferencePreparedModel
 
         try:
-            plan = ModelPlan(graph)
+            plan = ModelPlan(graph, self.max_tensor_bytes)
         except OpError as e:
             self.log(f"prepare failed: {e}")
             return ErrorStatus.INVALID_ARGUMENT, None

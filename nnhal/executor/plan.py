@@ -9,18 +9,26 @@ depth needs no Python recursion.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
 
-from nnhal.analysis import ModelGraph, SubgraphGraph
-from nnhal.hal.types import LOOP_TIMEOUT_DEFAULT_NS, ErrorStatus, OperandType, OperationType
+from nnhal.analysis import MAX_TENSOR_BYTES, ModelGraph, SubgraphGraph
+from nnhal.hal.types import (
+    LOOP_TIMEOUT_DEFAULT_NS,
+    ErrorStatus,
+    OperandLifeTime,
+    OperandType,
+    OperationType,
+)
 from nnhal.ops.catalog import lookup
 from nnhal.ops.registry import Kernel, OpContext, OperandInfo, OpError
 
 _IF, _WHILE = int(OperationType.IF), int(OperationType.WHILE)
+_CONST = OperandLifeTime.CONSTANT_COPY
 
 
 class ExecutionError(Exception):
@@ -54,7 +62,7 @@ class Step:
     """One operation bound for execution; ``kernel`` is None for IF and WHILE, which the
     executor runs itself (``callees`` are then the subgraph indexes they reference)."""
 
-    __slots__ = ("op_type", "kernel", "inputs", "outputs", "out_checks", "callees")
+    __slots__ = ("op_type", "kernel", "inputs", "outputs", "out_checks", "callees", "sizer")
 
     def __init__(self, op_type: OperationType, kernel: Kernel | None, inputs: tuple[int, ...],
                  outputs: tuple[int, ...], out_checks: tuple[OutCheck, ...],
@@ -65,6 +73,40 @@ class Step:
         self.outputs = outputs
         self.out_checks = out_checks
         self.callees = callees
+        #: For an operation whose output size is only known at run time: checks it before the
+        #: kernel allocates (see _Sizer).
+        self.sizer: _Sizer | None = None
+
+
+class _Sizer:
+    """Infers a step's output shapes from the run-time inputs and refuses outputs over the
+    device's limit, so a TILE or FILL to 10**11 elements fails cleanly instead of allocating."""
+
+    __slots__ = ("definition", "ctx", "limit")
+
+    def __init__(self, definition: object, ctx: OpContext, limit: int):
+        self.definition = definition
+        self.ctx = ctx
+        self.limit = limit
+
+    def check(self, ins: Sequence[object]) -> None:
+        ctx = self.ctx
+        infos = [info if arr is None else replace(
+                     info, shape=np.shape(arr), value=arr, lifetime=_CONST)
+                 for info, arr in zip(ctx.inputs, ins)]
+        try:
+            shapes = self.definition.prepare(replace(ctx, inputs=infos))  # type: ignore
+        except Exception:  # noqa: BLE001 - the kernel reports bad values itself
+            return
+        for out, shape in zip(ctx.outputs, shapes or ()):
+            if shape is None or not out.type.is_tensor:
+                continue
+            nbytes = math.prod(int(d) for d in shape) * out.type.byte_size
+            if nbytes > self.limit:
+                raise ExecutionError(
+                    ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+                    f"{ctx.op_type.name}: an output of shape {list(shape)} needs {nbytes} "
+                    f"bytes, more than the {self.limit} this device allows")
 
 
 class SubgraphPlan:
@@ -114,7 +156,10 @@ class SubgraphPlan:
         for step in self.steps:
             if timed:
                 rt.check_deadline()
-            _store(step, _call(step, [slots[i] for i in step.inputs], rt), slots)
+            ins = [slots[i] for i in step.inputs]
+            if step.sizer is not None:
+                step.sizer.check(ins)
+            _store(step, _call(step, ins, rt), slots)
         return [slots[i] for i in self.output_indexes]
 
 
@@ -226,6 +271,8 @@ def _run_frames(top: SubgraphPlan, slots: list[object], rt: RunState,
             rt.check_deadline()
         ins = [frame.slots[i] for i in step.inputs]
         if step.kernel is not None:
+            if step.sizer is not None:
+                step.sizer.check(ins)
             _store(step, _call(step, ins, rt), frame.slots)
             frame.pc += 1
         elif step.op_type == OperationType.IF:
@@ -245,8 +292,9 @@ class ModelPlan:
     verified compilation cache) already carries every operand's checked description.
     """
 
-    def __init__(self, graph: ModelGraph):
+    def __init__(self, graph: ModelGraph, max_tensor_bytes: int = MAX_TENSOR_BYTES):
         self.graph = graph
+        self.max_tensor_bytes = max_tensor_bytes
         self.relaxed = graph.relaxed
         self.signature = graph.signature
         self.required_inputs = graph.required_inputs
@@ -282,7 +330,11 @@ class ModelPlan:
                 ins.append(view)
             ctx = OpContext(op_type=op_type, inputs=ins, outputs=[infos[i] for i in out_idx],
                             relaxed=self.relaxed, subgraphs=self.referenced)
-            plan.steps.append(Step(op_type, definition.kernel(ctx), in_idx, out_idx, checks))
+            step = Step(op_type, definition.kernel(ctx), in_idx, out_idx, checks)
+            if any(infos[i].type.is_tensor and (shapes[i] is None or 0 in shapes[i])
+                   for i in out_idx):
+                step.sizer = _Sizer(definition, ctx, self.max_tensor_bytes)
+            plan.steps.append(step)
 
 
 def _definition(type_code: int) -> tuple[OperationType, object]:

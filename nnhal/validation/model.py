@@ -269,6 +269,8 @@ def validate_model(model: Model, pool_sizes: Sequence[int]) -> None:
         if e.name in seen_names or not 0 <= int(e.prefix) <= 0xFFFF or int(e.prefix) == 0:
             raise _fail(f"invalid extension name/prefix entry {e}")
         seen_names.add(e.name)
+    if not model.main.input_indexes or not model.main.output_indexes:
+        raise _fail("the main subgraph needs at least one input and one output")
     validate_subgraph(model.main, "main", model, pool_sizes, prefixes)
     for i, sg in enumerate(model.referenced):
         validate_subgraph(sg, f"subgraph {i}", model, pool_sizes, prefixes)
