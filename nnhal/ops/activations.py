@@ -16,17 +16,43 @@ from nnhal.ops import common as C
 from nnhal.ops import fixedpoint as FP
 from nnhal.ops.elementwise import (
     check_output_shape,
+    check_quant_scales,
     check_same_quant,
-    check_tensor,
     float_unary,
     table_lookup,
 )
 from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, OpError, Shape, register
+from nnhal.ops.signature import V1_0, V1_2, V1_3, Signature, Slot, Variant, sig, variants
 
 T = OperandType
 O = OperationType
 
-ACT_TYPES = (*C.FLOAT_TYPES, *C.QUANT8_TYPES)
+_F32, _F16 = {"T": T.TENSOR_FLOAT32}, {"T": T.TENSOR_FLOAT16}
+_Q8, _Q8S = {"T": T.TENSOR_QUANT8_ASYMM}, {"T": T.TENSOR_QUANT8_ASYMM_SIGNED}
+_UNARY_1_0 = [*variants(V1_0, _F32, _Q8), *variants(V1_2, _F16), *variants(V1_3, _Q8S)]
+
+
+def _unary(op: OperationType, rows: list[Variant], out_doc: str = "") -> Signature:
+    return sig(op, [Slot("input", "T")], [Slot("output", "T", doc=out_doc)], rows)
+
+
+_SAME_QUANT = "quantized: the input's scale and zero point"
+SIGNATURES = [
+    _unary(O.RELU, _UNARY_1_0, _SAME_QUANT),
+    _unary(O.RELU1, _UNARY_1_0, _SAME_QUANT),
+    _unary(O.RELU6, _UNARY_1_0, _SAME_QUANT),
+    _unary(O.LOGISTIC, _UNARY_1_0, "quantized: scale 1/256, fixed zero point"),
+    _unary(O.TANH, [*variants(V1_0, _F32), *variants(V1_2, _F16, _Q8), *variants(V1_3, _Q8S)],
+           "quantized: scale 1/128, fixed zero point"),
+    _unary(O.HARD_SWISH, variants(V1_3, _F16, _F32, _Q8, _Q8S),
+           "quantized: any scale and zero point"),
+    sig(O.ELU, [Slot("input", "T"), Slot("alpha", "S")], [Slot("output", "T")],
+        variants(V1_3, {"T": T.TENSOR_FLOAT16, "S": T.FLOAT16},
+                 {"T": T.TENSOR_FLOAT32, "S": T.FLOAT32})),
+    sig(O.PRELU, [Slot("input", "T"), Slot("alpha", "T", doc="broadcast against input")],
+        [Slot("output", "T", doc="quantized: any scale and zero point")],
+        [*variants(V1_2, _F16, _F32, _Q8), *variants(V1_3, _Q8S)]),
+]
 
 
 def _round_half_away(v: float) -> int:
@@ -66,14 +92,15 @@ class _Activation(OperationDef):
     """One tensor in, same type and shape out (RELU*, LOGISTIC, TANH)."""
 
     max_rank: int | None = 4
-    types: tuple[OperandType, ...] = ACT_TYPES
 
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(1, 1)
-        t = check_tensor(ctx, 0, self.types, self.max_rank)
-        ctx.expect_types([t], [t])
-        check_output_shape(ctx, ctx.inputs[0].shape)
-        if t in C.QUANT8_TYPES:
+        info = ctx.inputs[0]
+        if self.max_rank is not None:
+            ctx.require(info.rank is None or info.rank <= self.max_rank,
+                        f"input rank must be at most {self.max_rank}")
+        check_quant_scales(ctx)
+        check_output_shape(ctx, info.shape)
+        if info.type in C.QUANT8_TYPES:
             self.check_quant(ctx)
 
     def check_quant(self, ctx: OpContext) -> None:
@@ -268,9 +295,6 @@ class _HardSwish(_Activation):
 @register(O.ELU)
 class _Elu(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(2, 1)
-        t = check_tensor(ctx, 0, C.FLOAT_TYPES)
-        ctx.expect_types([t, C.SCALAR_OF[t]], [t])
         check_output_shape(ctx, ctx.inputs[0].shape)
 
     def prepare(self, ctx: OpContext) -> list[Shape]:
@@ -295,9 +319,7 @@ class _Elu(OperationDef):
 @register(O.PRELU)
 class _Prelu(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(2, 1)
-        t = check_tensor(ctx, 0, ACT_TYPES)
-        ctx.expect_types([t, t], [t])
+        check_quant_scales(ctx)
         check_output_shape(ctx, C.broadcast_shapes(ctx.inputs[0].shape, ctx.inputs[1].shape))
 
     def prepare(self, ctx: OpContext) -> list[Shape]:

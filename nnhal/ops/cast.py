@@ -11,8 +11,9 @@ import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
-from nnhal.ops.elementwise import check_output_shape, check_quant_scales, check_tensor
+from nnhal.ops.elementwise import check_output_shape, check_quant_scales
 from nnhal.ops.registry import OpContext, OperationDef, Shape, register
+from nnhal.ops.signature import V1_0, V1_2, V1_3, Slot, Variant, sig
 
 T = OperandType
 O = OperationType
@@ -23,8 +24,33 @@ CAST_NUMERIC = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUA
 CAST_IDENTITY = (T.TENSOR_BOOL8, T.TENSOR_INT32, T.TENSOR_QUANT16_ASYMM, T.TENSOR_QUANT16_SYMM,
                  T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM)
 
-DEQUANTIZE_INPUTS = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM,
-                     T.TENSOR_QUANT8_SYMM_PER_CHANNEL)
+
+# T: the input type, U: the output type.
+_CAST_VARIANTS = [
+    *(Variant({"T": a, "U": b}, V1_2) for a in CAST_NUMERIC for b in CAST_NUMERIC),
+    *(Variant({"T": a, "U": a}, V1_3) for a in CAST_IDENTITY if a not in CAST_NUMERIC)]
+_F32, _F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
+_QUANTIZE_VARIANTS = [Variant({"T": a, "U": b}, since)
+                      for b, since in ((T.TENSOR_QUANT8_ASYMM, V1_2),
+                                       (T.TENSOR_QUANT8_ASYMM_SIGNED, V1_3))
+                      for a in (_F32, _F16)]
+#: Each input type with the version that added it; a FLOAT16 output exists since HAL 1.2.
+_DEQUANTIZE_INPUTS = ((T.TENSOR_QUANT8_ASYMM, V1_0), (T.TENSOR_QUANT8_SYMM, V1_2),
+                      (T.TENSOR_QUANT8_SYMM_PER_CHANNEL, V1_2),
+                      (T.TENSOR_QUANT8_ASYMM_SIGNED, V1_3))
+_DEQUANTIZE_VARIANTS = [Variant({"T": a, "U": b}, max(since, b_since, key=lambda v: v.value))
+                        for a, since in _DEQUANTIZE_INPUTS
+                        for b, b_since in ((_F32, V1_0), (_F16, V1_2))]
+
+SIGNATURES = [
+    sig(O.CAST, [Slot("input", "T", doc="rank 1 or more")],
+        [Slot("output", "U", doc="the input's shape")], _CAST_VARIANTS,
+        doc="stored values converted, quantization parameters ignored"),
+    sig(O.QUANTIZE, [Slot("input", "T", doc="rank 1 or more")],
+        [Slot("output", "U", doc="the input's shape")], _QUANTIZE_VARIANTS),
+    sig(O.DEQUANTIZE, [Slot("input", "T", doc="rank up to 4")],
+        [Slot("output", "U", doc="the input's shape")], _DEQUANTIZE_VARIANTS),
+]
 
 
 def _float_to_int(x: np.ndarray, lo: int, hi: int, dtype: np.dtype) -> np.ndarray:
@@ -61,22 +87,12 @@ class _SameShape(OperationDef):
         return [ctx.inputs[0].shape]
 
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(1, 1)
-        self.check_types(ctx)
         check_quant_scales(ctx)
         check_output_shape(ctx, ctx.inputs[0].shape)
-
-    def check_types(self, ctx: OpContext) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
 
 
 @register(O.CAST)
 class _Cast(_SameShape):
-    def check_types(self, ctx: OpContext) -> None:
-        src, dst = ctx.inputs[0].type, ctx.outputs[0].type
-        ok = (src in CAST_NUMERIC and dst in CAST_NUMERIC) or (src == dst and src in CAST_IDENTITY)
-        ctx.require(ok, f"cannot cast {src.name} to {dst.name}")
-
     def kernel(self, ctx: OpContext):
         src, dst = ctx.inputs[0].type, ctx.outputs[0].type
         return lambda ins, rt: [cast_values(np.asarray(ins[0]), src, dst)]
@@ -84,11 +100,6 @@ class _Cast(_SameShape):
 
 @register(O.QUANTIZE)
 class _Quantize(_SameShape):
-    def check_types(self, ctx: OpContext) -> None:
-        check_tensor(ctx, 0, C.FLOAT_TYPES)
-        ctx.require(ctx.outputs[0].type in C.QUANT8_TYPES,
-                    f"unsupported output type {ctx.outputs[0].type.name}")
-
     def kernel(self, ctx: OpContext):
         out = ctx.outputs[0]
         scale = np.float32(out.scale)
@@ -106,12 +117,11 @@ class _Quantize(_SameShape):
 
 @register(O.DEQUANTIZE)
 class _Dequantize(_SameShape):
-    def check_types(self, ctx: OpContext) -> None:
-        info = check_tensor(ctx, 0, DEQUANTIZE_INPUTS, max_rank=4)
-        ctx.require(ctx.outputs[0].type in C.FLOAT_TYPES,
-                    f"unsupported output type {ctx.outputs[0].type.name}")
-        if info == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
-            inp = ctx.inputs[0]
+    def validate(self, ctx: OpContext) -> None:
+        super().validate(ctx)
+        inp = ctx.inputs[0]
+        ctx.require(inp.rank is None or inp.rank <= 4, "input rank must be at most 4")
+        if inp.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
             ctx.require(inp.channel_scales is not None, "per-channel scales are missing")
             if inp.rank is not None:
                 ctx.require(0 <= inp.channel_dim < inp.rank, "channel dimension out of range")

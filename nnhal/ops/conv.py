@@ -22,12 +22,88 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, OpError, register
+from nnhal.ops.signature import V1_0, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType
 O = OperationType
 
 PAD_SAME, PAD_VALID = 1, 2
 _PER_CHANNEL = T.TENSOR_QUANT8_SYMM_PER_CHANNEL
+
+
+# ---- signatures ------------------------------------------------------------------------------
+
+_F32, _F16, _I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
+_Q8, _Q8S = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
+# T: input and output, F: filter (or weights), B: bias.
+_FLOAT32 = {"T": _F32, "F": _F32, "B": _F32}
+_FLOAT16 = {"T": _F16, "F": _F16, "B": _F16}
+_QUANT8 = {"T": _Q8, "F": _Q8, "B": _I32}
+_QUANT8_PC = {"T": _Q8, "F": _PER_CHANNEL, "B": _I32}
+_SIGNED = {"T": _Q8S, "F": _Q8S, "B": _I32}
+_SIGNED_PC = {"T": _Q8S, "F": _PER_CHANNEL, "B": _I32}
+#: CONV_2D and DEPTHWISE_CONV_2D (HAL 1.0 operations).
+_CONV_VARIANTS = [*variants(V1_0, _FLOAT32, _QUANT8), *variants(V1_2, _FLOAT16, _QUANT8_PC),
+                  *variants(V1_3, _SIGNED, _SIGNED_PC)]
+#: GROUPED_CONV_2D and TRANSPOSE_CONV_2D (HAL 1.2 operations).
+_CONV_VARIANTS_1_2 = [*variants(V1_2, _FLOAT32, _FLOAT16, _QUANT8, _QUANT8_PC),
+                      *variants(V1_3, _SIGNED, _SIGNED_PC)]
+
+
+def _head(filter_doc: str) -> list[Slot]:
+    return [Slot("input", "T", doc="4-D, [batches, height, width, depth_in]"),
+            Slot("filter", "F", doc=filter_doc),
+            Slot("bias", "B", doc="[depth_out]; INT32 with a quantized input")]
+
+
+_PADS = [Slot("pad_left", T.INT32), Slot("pad_right", T.INT32), Slot("pad_top", T.INT32),
+         Slot("pad_bottom", T.INT32)]
+_SCHEME = [Slot("padding_scheme", T.INT32, doc="0 NONE, 1 SAME, 2 VALID")]
+_STRIDES = [Slot("stride_w", T.INT32), Slot("stride_h", T.INT32)]
+_ACTIVATION = Slot("activation", T.INT32, doc="fused activation (FuseCode)")
+_NCHW = Slot("nchw", T.BOOL, doc="NCHW data layout")
+#: Trailing layout and dilation inputs of CONV_2D and DEPTHWISE_CONV_2D: absent or omitted
+#: means NHWC and no dilation. Dilation factors are given in pairs (checked by validate).
+_LAYOUT_DILATION = [
+    Slot("nchw", T.BOOL, optional=True, omittable=True, since=V1_2, doc="NCHW data layout"),
+    Slot("dilation_w", T.INT32, optional=True, omittable=True, since=V1_2, doc="default 1"),
+    Slot("dilation_h", T.INT32, optional=True, omittable=True, since=V1_2, doc="default 1")]
+_OIHW = "[depth_out, filter_height, filter_width, depth_in]"
+_MULTIPLIER = [Slot("depth_multiplier", T.INT32, doc="depth_out / depth_in")]
+_GROUPS = [Slot("groups", T.INT32)]
+
+SIGNATURES = [
+    sig(O.CONV_2D, {
+        "explicit": [*_head(_OIHW), *_PADS, *_STRIDES, _ACTIVATION, *_LAYOUT_DILATION],
+        "implicit": [*_head(_OIHW), *_SCHEME, *_STRIDES, _ACTIVATION, *_LAYOUT_DILATION],
+    }, [Slot("output", "T")], _CONV_VARIANTS),
+    sig(O.DEPTHWISE_CONV_2D, {
+        "explicit": [*_head("[1, filter_height, filter_width, depth_out]"), *_PADS, *_STRIDES,
+                     *_MULTIPLIER, _ACTIVATION, *_LAYOUT_DILATION],
+        "implicit": [*_head("[1, filter_height, filter_width, depth_out]"), *_SCHEME,
+                     *_STRIDES, *_MULTIPLIER, _ACTIVATION, *_LAYOUT_DILATION],
+    }, [Slot("output", "T")], _CONV_VARIANTS),
+    sig(O.GROUPED_CONV_2D, {
+        "explicit": [*_head("[depth_out, filter_height, filter_width, depth_group]"), *_PADS,
+                     *_STRIDES, *_GROUPS, _ACTIVATION, _NCHW],
+        "implicit": [*_head("[depth_out, filter_height, filter_width, depth_group]"),
+                     *_SCHEME, *_STRIDES, *_GROUPS, _ACTIVATION, _NCHW],
+    }, [Slot("output", "T")], _CONV_VARIANTS_1_2),
+    sig(O.TRANSPOSE_CONV_2D, {
+        "explicit": [*_head(_OIHW), *_PADS, *_STRIDES, _ACTIVATION, _NCHW],
+        "implicit": [*_head(_OIHW),
+                     Slot("output_shape", T.TENSOR_INT32, doc="1-D, 4 elements"),
+                     *_SCHEME, *_STRIDES, _ACTIVATION, _NCHW],
+    }, [Slot("output", "T")], _CONV_VARIANTS_1_2),
+    sig(O.FULLY_CONNECTED, [
+        Slot("input", "T", doc="rank 2 to 4, flattened to [batch_size, input_size]"),
+        Slot("weights", "F", doc="[num_units, input_size]"),
+        Slot("bias", "B", doc="[num_units]; INT32 with a quantized input"),
+        _ACTIVATION,
+    ], [Slot("output", "T", doc="[batch_size, num_units]")],
+        [*variants(V1_0, _FLOAT32, _QUANT8), *variants(V1_2, _FLOAT16),
+         *variants(V1_3, _SIGNED)]),
+]
 
 
 # ---- padding and output sizes ---------------------------------------------------------------
@@ -232,53 +308,34 @@ class _Requant:
         return np.clip(r + out.zero_point, lo, hi).astype(out.type.dtype)
 
 
-def _check_types(ctx: OpContext, channel_dim: int | None) -> None:
-    """Input/filter/bias/output types of a convolution-like operation.
+def _check_quant(ctx: OpContext, channel_dim: int | None) -> None:
+    """Quantization rules of a convolution-like operation (the signature fixed the types).
 
-    ``channel_dim`` is where a per-channel filter keeps its output channels (None: per-channel
-    filters are not supported).
+    ``channel_dim`` is where a per-channel filter keeps its output channels.
     """
-    t = ctx.inputs[0].type
-    ft = ctx.inputs[1].type
-    if t in C.FLOAT_TYPES:
-        ctx.expect_types([t, t, t], [t])
+    if ctx.inputs[0].type in C.FLOAT_TYPES:
         return
-    ctx.require(t in C.QUANT8_TYPES, f"unsupported input type {t.name}")
-    allowed = (t, _PER_CHANNEL) if channel_dim is not None else (t,)
-    ctx.expect_types([t, allowed, T.TENSOR_INT32], [t])
     inp, filt, bias, out = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[0]
+    per_channel = filt.type == _PER_CHANNEL
     ctx.require(inp.scale > 0 and out.scale > 0, "quantized scales must be positive")
-    if ft == _PER_CHANNEL:
+    if per_channel:
         ctx.require(filt.channel_scales is not None, "per-channel filter without scales")
         ctx.require(filt.channel_dim == channel_dim,
                     f"per-channel filter must have channelDim {channel_dim}")
         scales = np.asarray(filt.channel_scales)
         ctx.require(bool(np.all(scales > 0)), "per-channel scales must be positive")
-        if filt.shape is not None and len(filt.shape) > channel_dim \
-                and filt.shape[channel_dim] > 0:
-            ctx.require(len(scales) == filt.shape[channel_dim],
+        channels = ctx.dim(1, channel_dim) if channel_dim is not None else None
+        if channels is not None:
+            ctx.require(len(scales) == channels,
                         "per-channel scale count does not match the filter")
     else:
         product = scale_product(inp.scale, filt.scale)
         ctx.require(product > 0, "filter scale must be positive")
         ctx.require(abs(product - bias.scale) <= 1e-6 * min(product, bias.scale),
                     "bias scale must equal input_scale * filter_scale")
-    scales = filt.channel_scales if ft == _PER_CHANNEL else [filt.scale]
+    scales = filt.channel_scales if per_channel else [filt.scale]
     ctx.require(all(conv_multiplier(inp.scale, float(f), out.scale) < 2.0**31 for f in scales),
                 "requantisation multiplier out of range")
-
-
-def _check_scalar_types(ctx: OpContext, layout: _Layout) -> None:
-    ints = list(layout.pad) + [layout.stride_w, layout.stride_h, layout.act]
-    ints += [i for i in (layout.extra, layout.dil_w, layout.dil_h) if i is not None]
-    for i in ints:
-        ctx.require(ctx.inputs[i].type == T.INT32, f"input {i} must be INT32")
-    if layout.nchw is not None:
-        ctx.require(ctx.inputs[layout.nchw].type == T.BOOL, f"input {layout.nchw} must be BOOL")
-    if layout.out_shape is not None:
-        ctx.require(ctx.inputs[layout.out_shape].type == T.TENSOR_INT32,
-                    f"input {layout.out_shape} must be TENSOR_INT32")
-        ctx.expect_rank(layout.out_shape, 1)
 
 
 # ---- numeric engines (NHWC, float64) ------------------------------------------------------------
@@ -436,16 +493,13 @@ class _ConvBase(OperationDef):
 
     # -- shared logic --
     def _common_validate(self, ctx: OpContext) -> _Layout:
-        ctx.expect_counts(len(ctx.inputs), 1)
         layout = self.layout(ctx)
-        optional = {layout.nchw, layout.dil_w, layout.dil_h}
-        for i, info in enumerate(ctx.inputs):
-            ctx.require(i in optional or not info.omitted, f"input {i} is required")
-        _check_types(ctx, self.channel_dim)
-        _check_scalar_types(ctx, layout)
+        _check_quant(ctx, self.channel_dim)
         for i, r in ((0, 4), (1, 4), (2, 1)):
             ctx.expect_rank(i, r)
         ctx.expect_rank(0, 4, output=True)
+        if layout.out_shape is not None:
+            ctx.expect_rank(layout.out_shape, 1)
         return layout
 
     def validate(self, ctx: OpContext) -> None:
@@ -586,39 +640,34 @@ class _ConvBase(OperationDef):
         return _grouped_conv(x, wts, a.stride, a.dilation, pads, out_hw)
 
 
-def _select(ctx: OpContext, implicit_n: int, explicit_n: int, optional: bool,
-            has_extra: bool, out_shape: bool = False) -> _Layout:
-    """Pick the implicit or explicit padding signature from the input count and types."""
+def _select(ctx: OpContext, implicit_n: int, explicit_n: int, has_extra: bool,
+            out_shape: bool = False) -> _Layout:
+    """The implicit or explicit padding layout of a convolution given ``n`` inputs.
+
+    ``implicit_n`` and ``explicit_n`` count the inputs each form requires. Where trailing
+    optional inputs make the counts overlap (CONV_2D with 10 inputs), the input at
+    ``implicit_n`` decides: the implicit form's BOOL layout flag, the explicit form's INT32.
+    """
     n = len(ctx.inputs)
-    extra_counts = (1, 3) if optional else ()
-    implicit_counts = (implicit_n, *(implicit_n + k for k in extra_counts))
-    explicit_counts = (explicit_n, *(explicit_n + k for k in extra_counts))
-    if optional:
-        # The first optional input of the implicit form (BOOL) sits where the explicit form
-        # has an INT32: the type disambiguates.
-        disc = implicit_n
-        if n == implicit_n or (n in implicit_counts and ctx.inputs[disc].type == T.BOOL):
-            return _make_layout(n, True, has_extra, out_shape)
-        if n in explicit_counts and ctx.inputs[disc].type == T.INT32:
-            return _make_layout(n, False, has_extra, out_shape)
-    else:
-        if n == implicit_n:
-            return _make_layout(n, True, has_extra, out_shape)
-        if n == explicit_n:
-            return _make_layout(n, False, has_extra, out_shape)
-    raise ctx.fail(f"unsupported number of inputs {n}")
+    implicit = n < explicit_n or ctx.inputs[implicit_n].type == T.BOOL
+    extra = n - (implicit_n if implicit else explicit_n)
+    if extra == 2:
+        raise ctx.fail("dilation factors for width and height must be given together")
+    if extra not in (0, 1, 3):
+        raise ctx.fail(f"unsupported number of inputs {n}")
+    return _make_layout(n, implicit, has_extra, out_shape)
 
 
 @register(O.CONV_2D)
 class Conv2D(_ConvBase):
     def layout(self, ctx: OpContext) -> _Layout:
-        return _select(ctx, 7, 10, optional=True, has_extra=False)
+        return _select(ctx, 7, 10, has_extra=False)
 
 
 @register(O.GROUPED_CONV_2D)
 class GroupedConv2D(_ConvBase):
     def layout(self, ctx: OpContext) -> _Layout:
-        return _select(ctx, 9, 12, optional=False, has_extra=True)
+        return _select(ctx, 9, 12, has_extra=True)
 
     def check_channels(self, ctx_fail, cin, fshape, a) -> None:
         g = a.extra
@@ -638,7 +687,7 @@ class DepthwiseConv2D(_ConvBase):
     channel_dim = 3
 
     def layout(self, ctx: OpContext) -> _Layout:
-        return _select(ctx, 8, 11, optional=True, has_extra=True)
+        return _select(ctx, 8, 11, has_extra=True)
 
     def filter_geometry(self, fshape):
         return fshape[3], fshape[1], fshape[2]
@@ -703,11 +752,7 @@ class TransposeConv2D(_ConvBase):
 @register(O.FULLY_CONNECTED)
 class FullyConnected(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(4, 1)
-        for i, info in enumerate(ctx.inputs):
-            ctx.require(not info.omitted, f"input {i} is required")
-        _check_types(ctx, None)
-        ctx.require(ctx.inputs[3].type == T.INT32, "input 3 (activation) must be INT32")
+        _check_quant(ctx, None)
         C.check_activation(ctx, 3)
         ctx.expect_rank(0, (2, 3, 4))
         ctx.expect_rank(1, 2)

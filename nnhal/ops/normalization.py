@@ -13,12 +13,33 @@ from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops import fixedpoint as FP
 from nnhal.ops.registry import OpContext, OperationDef, OpError, Shape, register
+from nnhal.ops.signature import V1_0, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType
 O = OperationType
 
-_L2_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
-             T.TENSOR_QUANT8_ASYMM_SIGNED)
+#: An absent or omitted axis is the last one.
+_AXIS = Slot("axis", T.INT32, optional=True, omittable=True, since=V1_2, doc="default -1")
+_F32, _F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
+# T: the tensors, S: the scalar parameters of a float tensor type.
+_FLOAT32, _FLOAT16 = {"T": _F32, "S": T.FLOAT32}, {"T": _F16, "S": T.FLOAT16}
+
+SIGNATURES = [
+    sig(O.L2_NORMALIZATION, [Slot("input", "T", doc="rank 1 to 4"), _AXIS],
+        [Slot("output", "T", doc="quantized: scale 1/128, fixed zero point")],
+        [*variants(V1_0, {"T": _F32}),
+         *variants(V1_2, {"T": _F16}, {"T": T.TENSOR_QUANT8_ASYMM}),
+         *variants(V1_3, {"T": T.TENSOR_QUANT8_ASYMM_SIGNED})]),
+    sig(O.LOCAL_RESPONSE_NORMALIZATION, [
+        Slot("input", "T", doc="rank 1 to 4"), Slot("radius", T.INT32, doc="window radius"),
+        Slot("bias", "S", doc="not zero"), Slot("alpha", "S"), Slot("beta", "S"), _AXIS,
+    ], [Slot("output", "T")], [*variants(V1_0, _FLOAT32), *variants(V1_2, _FLOAT16)]),
+    sig(O.INSTANCE_NORMALIZATION, [
+        Slot("input", "T", doc="4-D"), Slot("gamma", "S"), Slot("beta", "S"),
+        Slot("epsilon", "S"), Slot("nchw", T.BOOL, doc="NCHW data layout"),
+    ], [Slot("output", "T")], variants(V1_2, _FLOAT32, _FLOAT16)),
+]
+
 #: Required output zero point of a quantized L2 normalization (the scale is always 1/128).
 _L2_OUT_ZP = {T.TENSOR_QUANT8_ASYMM: 128, T.TENSOR_QUANT8_ASYMM_SIGNED: 0}
 
@@ -54,11 +75,6 @@ def inv_sqrt_multiplier(sq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.where(tiny, C.INT32_MAX, x), np.where(tiny, 0, shift)
 
 
-def _rank_ok(ctx: OpContext) -> None:
-    r = ctx.inputs[0].rank
-    ctx.require(r is None or 1 <= r <= 4, f"input rank must be 1 to 4, got {r}")
-
-
 class _SameShape(OperationDef):
     def prepare(self, ctx: OpContext) -> list[Shape] | None:
         return [ctx.inputs[0].shape]
@@ -67,11 +83,8 @@ class _SameShape(OperationDef):
 @register(O.L2_NORMALIZATION)
 class L2Normalization(_SameShape):
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts((1, 2), 1)
         t = ctx.inputs[0].type
-        ctx.require(t in _L2_TYPES, f"unsupported input type {t.name}")
-        ctx.expect_types([t] + ([T.INT32] if len(ctx.inputs) == 2 else []), [t])
-        _rank_ok(ctx)
+        ctx.expect_rank(0, (1, 2, 3, 4))
         C.check_optional_axis(ctx, 1)
         if t in _L2_OUT_ZP:
             o = ctx.outputs[0]
@@ -108,18 +121,12 @@ class L2Normalization(_SameShape):
 @register(O.LOCAL_RESPONSE_NORMALIZATION)
 class LocalResponseNormalization(_SameShape):
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts((5, 6), 1)
-        t = ctx.inputs[0].type
-        ctx.require(t in C.FLOAT_TYPES, f"unsupported input type {t.name}")
-        s = C.SCALAR_OF[t]
-        ctx.expect_types([t, T.INT32, s, s, s] + ([T.INT32] if len(ctx.inputs) == 6 else []),
-                         [t])
-        _rank_ok(ctx)
+        ctx.expect_rank(0, (1, 2, 3, 4))
         C.check_optional_axis(ctx, 5)
-        radius = ctx.const(1)
-        ctx.require(radius is None or int(radius) >= 0, "radius must not be negative")
-        bias = ctx.const(2)
-        ctx.require(bias is None or float(bias) != 0.0, "bias must not be zero")
+        radius = ctx.const_int(1)
+        ctx.require(radius is None or radius >= 0, "radius must not be negative")
+        bias = ctx.const_float(2)
+        ctx.require(bias is None or bias != 0.0, "bias must not be zero")
 
     def kernel(self, ctx: OpContext):
         dt = ctx.inputs[0].type.dtype
@@ -153,11 +160,6 @@ class LocalResponseNormalization(_SameShape):
 @register(O.INSTANCE_NORMALIZATION)
 class InstanceNormalization(_SameShape):
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(5, 1)
-        t = ctx.inputs[0].type
-        ctx.require(t in C.FLOAT_TYPES, f"unsupported input type {t.name}")
-        s = C.SCALAR_OF[t]
-        ctx.expect_types([t, s, s, s, T.BOOL], [t])
         ctx.expect_rank(0, 4)
 
     def kernel(self, ctx: OpContext):

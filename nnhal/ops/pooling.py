@@ -16,19 +16,34 @@ from numpy.lib.stride_tricks import sliding_window_view
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.registry import OpContext, OperationDef, OpError, Shape, register
+from nnhal.ops.signature import V1_0, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType
 O = OperationType
 
 PADDING_NONE, PADDING_SAME, PADDING_VALID = 0, 1, 2
 
-_TYPES = {
-    O.AVERAGE_POOL_2D: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
-                        T.TENSOR_QUANT8_ASYMM_SIGNED),
-    O.MAX_POOL_2D: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
-                    T.TENSOR_QUANT8_ASYMM_SIGNED),
-    O.L2_POOL_2D: (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16),
+_INPUT = Slot("input", "T", doc="4-D, [batches, height, width, depth]")
+_WINDOW = [Slot("stride_w", T.INT32), Slot("stride_h", T.INT32), Slot("filter_w", T.INT32),
+           Slot("filter_h", T.INT32), Slot("activation", T.INT32, doc="fused activation")]
+#: Absent or omitted: NHWC.
+_NCHW = Slot("nchw", T.BOOL, optional=True, omittable=True, since=V1_2, doc="NCHW data layout")
+_FORMS = {
+    "explicit": [_INPUT, Slot("pad_left", T.INT32), Slot("pad_right", T.INT32),
+                 Slot("pad_top", T.INT32), Slot("pad_bottom", T.INT32), *_WINDOW, _NCHW],
+    "implicit": [_INPUT, Slot("padding_scheme", T.INT32, doc="0 NONE, 1 SAME, 2 VALID"),
+                 *_WINDOW, _NCHW],
 }
+_OUTPUTS = [Slot("output", "T", doc="[batches, out_height, out_width, depth]")]
+_F32, _F16 = {"T": T.TENSOR_FLOAT32}, {"T": T.TENSOR_FLOAT16}
+_Q8, _Q8S = {"T": T.TENSOR_QUANT8_ASYMM}, {"T": T.TENSOR_QUANT8_ASYMM_SIGNED}
+_ALL_TYPES = [*variants(V1_0, _F32, _Q8), *variants(V1_2, _F16), *variants(V1_3, _Q8S)]
+
+SIGNATURES = [
+    sig(O.AVERAGE_POOL_2D, _FORMS, _OUTPUTS, _ALL_TYPES),
+    sig(O.MAX_POOL_2D, _FORMS, _OUTPUTS, _ALL_TYPES),
+    sig(O.L2_POOL_2D, _FORMS, _OUTPUTS, [*variants(V1_0, _F32), *variants(V1_2, _F16)]),
+]
 
 
 def explicit_padding(in_size: int, stride: int, filter_size: int, scheme: int) -> tuple[int, int]:
@@ -70,11 +85,11 @@ def resolve_params(values: list, n_inputs: int, height: int, width: int) -> Pool
     if explicit:
         pl, pr, pt, pb, sw, sh, fw, fh, act = (int(np.asarray(v)) for v in values[:9])
         if n_inputs == 11:
-            nchw = bool(np.asarray(values[9]))
+            nchw = _nchw(values[9])
     else:
         scheme, sw, sh, fw, fh, act = (int(np.asarray(v)) for v in values[:6])
         if n_inputs == 8:
-            nchw = bool(np.asarray(values[6]))
+            nchw = _nchw(values[6])
         if scheme not in (PADDING_NONE, PADDING_SAME, PADDING_VALID):
             raise OpError(f"invalid implicit padding scheme {scheme}")
         if sw <= 0 or sh <= 0 or fw <= 0 or fh <= 0:
@@ -84,6 +99,16 @@ def resolve_params(values: list, n_inputs: int, height: int, width: int) -> Pool
     p = PoolParams(pl, pr, pt, pb, sw, sh, fw, fh, act, nchw)
     _check_params(p)
     return p
+
+
+def _layout_index(n_inputs: int) -> int:
+    """Where the optional layout flag is in either form."""
+    return 10 if n_inputs >= 10 else 7
+
+
+def _nchw(value: object) -> bool:
+    """A run-time layout flag; an omitted one (None) means NHWC."""
+    return value is not None and bool(np.asarray(value))
 
 
 def _check_params(p: PoolParams) -> None:
@@ -112,15 +137,9 @@ class _Pool(OperationDef):
     """Shared validation, shape inference and window extraction."""
 
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts((7, 8, 10, 11), 1)
         n = len(ctx.inputs)
         t = ctx.inputs[0].type
-        ctx.require(t in _TYPES[self.op_type], f"unsupported input type {t.name}")
         n_int = 9 if n >= 10 else 6
-        types: list = [t] + [T.INT32] * n_int
-        if n in (8, 11):
-            types.append(T.BOOL)
-        ctx.expect_types(types, [t])
         ctx.expect_rank(0, 4)
         ctx.expect_rank(0, 4, output=True)
         if t in C.QUANT8_TYPES:
@@ -129,8 +148,7 @@ class _Pool(OperationDef):
             ctx.require(o.scale == i.scale and o.zero_point == i.zero_point,
                         "output scale and zero point must equal the input's")
         C.check_activation(ctx, n_int)
-        consts = [ctx.const(i) for i in range(1, n)]
-        ints = [None if v is None else int(np.asarray(v)) for v in consts[:n_int]]
+        ints = [ctx.const_int(i) for i in range(1, n_int + 1)]
         if n >= 10:
             pads, (sw, sh, fw, fh) = ints[0:4], ints[4:8]
             for v in pads:
@@ -157,10 +175,12 @@ class _Pool(OperationDef):
             return [None]
         n = len(ctx.inputs)
         consts = [ctx.const(i) for i in range(1, n)]
-        nchw_idx = 10 if n == 11 else 7 if n == 8 else None
-        if nchw_idx is not None and consts[nchw_idx - 1] is None:
-            return [None]
-        nchw = bool(np.asarray(consts[nchw_idx - 1])) if nchw_idx is not None else False
+        nchw = False
+        if ctx.has_value(_layout_index(n)):
+            flag = ctx.const(_layout_index(n))
+            if flag is None:  # only known at run time
+                return [None]
+            nchw = bool(flag)
         b, h, w, c = (shape[0], shape[2], shape[3], shape[1]) if nchw else shape
         oh = ow = 0
         n_int = 9 if n >= 10 else 6
@@ -187,7 +207,7 @@ class _Pool(OperationDef):
             if x.ndim != 4:
                 raise OpError("input must be 4-D")
             p0 = list(ins[1:])
-            nchw = bool(np.asarray(p0[-1])) if n in (8, 11) else False
+            nchw = _nchw(p0[-1]) if n in (8, 11) else False
             if nchw:
                 x = x.transpose(0, 2, 3, 1)
             b, h, w, c = x.shape

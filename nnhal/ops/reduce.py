@@ -15,22 +15,43 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.registry import OpContext, OperationDef, OpError, register
-from nnhal.ops.shape import (
-    BASIC_TYPES,
-    WITH_INT32,
-    check_int_vector,
-    check_main_tensor,
-    check_type,
-    const_ints,
-    const_scalar,
-    counts,
-    scalar,
-)
+from nnhal.ops.signature import V1_1, V1_2, V1_3, Signature, Slot, Variant, sig, variants
 
 T = OperandType
 O = OperationType
 
 _FLOAT16_MAX = 65504.0
+
+_F32, _F16 = {"T": T.TENSOR_FLOAT32}, {"T": T.TENSOR_FLOAT16}
+_Q8, _Q8S = {"T": T.TENSOR_QUANT8_ASYMM}, {"T": T.TENSOR_QUANT8_ASYMM_SIGNED}
+_AXES = Slot("axes", T.TENSOR_INT32, doc="1-D, the dimensions to reduce")
+
+
+def _reduce_sig(op: OperationType, keep_dims: OperandType, rows: list[Variant]) -> Signature:
+    return sig(op, [Slot("input", "T", doc="rank up to 4"), _AXES,
+                    Slot("keep_dims", keep_dims, doc="keep reduced dimensions as 1")],
+               [Slot("output", "T", doc="[1] when every dimension goes")], rows)
+
+
+def _arg_sig(op: OperationType) -> Signature:
+    return sig(op, [Slot("input", "T", doc="rank 1 or more"),
+                    Slot("axis", T.INT32, doc="in [-rank, rank)")],
+               [Slot("output", T.TENSOR_INT32, doc="input shape without the axis")],
+               [*variants(V1_2, _F16, _F32, {"T": T.TENSOR_INT32}, _Q8), *variants(V1_3, _Q8S)])
+
+
+SIGNATURES = [
+    _reduce_sig(O.MEAN, T.INT32, [*variants(V1_1, _F32, _Q8), *variants(V1_2, _F16),
+                                  *variants(V1_3, _Q8S)]),
+    _reduce_sig(O.REDUCE_MAX, T.BOOL, [*variants(V1_2, _F16, _F32, _Q8), *variants(V1_3, _Q8S)]),
+    _reduce_sig(O.REDUCE_MIN, T.BOOL, [*variants(V1_2, _F16, _F32, _Q8), *variants(V1_3, _Q8S)]),
+    _reduce_sig(O.REDUCE_SUM, T.BOOL, variants(V1_2, _F16, _F32)),
+    _reduce_sig(O.REDUCE_PROD, T.BOOL, variants(V1_2, _F16, _F32)),
+    _reduce_sig(O.REDUCE_ALL, T.BOOL, variants(V1_2, {"T": T.TENSOR_BOOL8})),
+    _reduce_sig(O.REDUCE_ANY, T.BOOL, variants(V1_2, {"T": T.TENSOR_BOOL8})),
+    _arg_sig(O.ARGMAX),
+    _arg_sig(O.ARGMIN),
+]
 
 
 def _resolve_axes(axes: Sequence[int], rank: int, name: str) -> tuple[int, ...]:
@@ -51,14 +72,16 @@ def _reduced_shape(shape: Sequence[int], axes: tuple[int, ...], keep: bool) -> t
 
 
 class _Reduce(OperationDef):
-    types: tuple[OperandType, ...] = ()
     keep_type = T.BOOL
 
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, 3, 1)
-        check_main_tensor(ctx, self.types, max_rank=4)
-        check_int_vector(ctx, 1, "axes")
-        check_type(ctx, 2, self.keep_type, "keep_dims")
+        info, out = ctx.inputs[0], ctx.outputs[0]
+        ctx.require(info.rank is None or info.rank <= 4, f"input rank {info.rank} exceeds 4")
+        if info.type in C.QUANT8_TYPES:
+            ctx.require(np.float32(out.scale) == np.float32(info.scale)
+                        and out.zero_point == info.zero_point,
+                        "output must have the input's scale and zero point")
+        ctx.expect_rank(1, 1)
         self.prepare(ctx)
 
     def _keep(self, value: object) -> bool:
@@ -67,7 +90,7 @@ class _Reduce(OperationDef):
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape
-        axes = const_ints(ctx, 1)
+        axes = ctx.const_ints(1)
         keep_v = ctx.const(2)
         if shape is None:
             return [None]
@@ -98,7 +121,6 @@ class _Reduce(OperationDef):
 
 @register(O.MEAN)
 class Mean(_Reduce):
-    types = BASIC_TYPES
     keep_type = T.INT32
 
     def reducer(self, ctx: OpContext):
@@ -126,7 +148,6 @@ class Mean(_Reduce):
 
 
 class _MinMax(_Reduce):
-    types = BASIC_TYPES
     ufunc = np.maximum
 
     def reducer(self, ctx: OpContext):
@@ -161,7 +182,6 @@ class ReduceMin(_MinMax):
 class _FloatReduce(_Reduce):
     """Float reductions computed in float32 (float16 inputs included)."""
 
-    types = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
     fn = staticmethod(np.sum)
 
     def reducer(self, ctx: OpContext):
@@ -186,16 +206,12 @@ class ReduceProd(_FloatReduce):
 
 @register(O.REDUCE_ALL)
 class ReduceAll(_Reduce):
-    types = (T.TENSOR_BOOL8,)
-
     def reducer(self, ctx: OpContext):
         return lambda x, axes: np.all(x, axis=axes, keepdims=True)
 
 
 @register(O.REDUCE_ANY)
 class ReduceAny(_Reduce):
-    types = (T.TENSOR_BOOL8,)
-
     def reducer(self, ctx: OpContext):
         return lambda x, axes: np.any(x, axis=axes, keepdims=True)
 
@@ -208,15 +224,13 @@ class _ArgMinMax(OperationDef):
     pick = staticmethod(np.argmax)
 
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, 2, 1)
-        check_main_tensor(ctx, WITH_INT32, outputs=(), min_rank=1)
-        check_type(ctx, 1, T.INT32, "axis")
-        ctx.require(ctx.outputs[0].type == T.TENSOR_INT32, "output must be TENSOR_INT32")
+        rank = ctx.inputs[0].rank
+        ctx.require(rank is None or rank >= 1, "input must have rank 1 or more")
         self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape
-        axis = const_scalar(ctx, 1)
+        axis = ctx.const_int(1)
         if shape is None:
             return [None]
         if axis is None:
@@ -230,7 +244,7 @@ class _ArgMinMax(OperationDef):
 
         def run(ins, rt):
             x = ins[0]
-            ax = C.normalize_axis(scalar(ins[1]), x.ndim)
+            ax = C.normalize_axis(int(np.asarray(ins[1])), x.ndim)
             if x.shape[ax] == 0:
                 raise OpError(f"{name}: the reduced dimension must be non-empty")
             out_shape = tuple(d for i, d in enumerate(x.shape) if i != ax) or (1,)

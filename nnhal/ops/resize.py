@@ -16,13 +16,46 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.registry import OpContext, OperationDef, OpError, Shape, register
+from nnhal.ops.signature import V1_0, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType
 O = OperationType
 f32 = np.float32
 
-_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
-          T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+def _forms(nchw: Slot) -> dict[str, list[Slot]]:
+    """Resizing by output size or by scale factors (the scale form exists since HAL 1.2).
+
+    An absent or omitted align_corners / half_pixel_centers is false.
+    """
+    tail = [nchw,
+            Slot("align_corners", T.BOOL, optional=True, omittable=True, since=V1_3),
+            Slot("half_pixel_centers", T.BOOL, optional=True, omittable=True, since=V1_3,
+                 doc="not together with align_corners")]
+    head = Slot("input", "T", doc="4-D, [batches, height, width, depth]")
+    return {
+        "by_size": [head, Slot("output_width", T.INT32), Slot("output_height", T.INT32), *tail],
+        "by_scale": [head, Slot("width_scale", "S", since=V1_2, doc="output = floor(in * s)"),
+                     Slot("height_scale", "S", since=V1_2, doc="output = floor(in * s)"),
+                     *tail],
+    }
+
+
+# T: the tensors, S: the scale factors (FLOAT16 only with TENSOR_FLOAT16).
+_FLOAT32 = {"T": T.TENSOR_FLOAT32, "S": T.FLOAT32}
+_FLOAT16 = {"T": T.TENSOR_FLOAT16, "S": T.FLOAT16}
+_QUANT8 = {"T": T.TENSOR_QUANT8_ASYMM, "S": T.FLOAT32}
+_SIGNED = {"T": T.TENSOR_QUANT8_ASYMM_SIGNED, "S": T.FLOAT32}
+_OUTPUTS = [Slot("output", "T", doc="[batches, new_height, new_width, depth]")]
+
+SIGNATURES = [
+    sig(O.RESIZE_BILINEAR, _forms(Slot("nchw", T.BOOL, optional=True, omittable=True,
+                                       since=V1_2, doc="NCHW data layout; default false")),
+        _OUTPUTS, [*variants(V1_0, _FLOAT32), *variants(V1_2, _FLOAT16, _QUANT8),
+                   *variants(V1_3, _SIGNED)]),
+    sig(O.RESIZE_NEAREST_NEIGHBOR, _forms(Slot("nchw", T.BOOL, doc="NCHW data layout")),
+        _OUTPUTS, [*variants(V1_2, _FLOAT32, _FLOAT16, _QUANT8), *variants(V1_3, _SIGNED)]),
+]
 
 
 def _output_hw(in_h: int, in_w: int, size_type: OperandType, w_param, h_param) -> tuple[int, int]:
@@ -84,42 +117,42 @@ def _bilinear(x: np.ndarray, oh: int, ow: int, align: bool, half: bool, dtype) -
     return r.astype(dtype)
 
 
-class _Resize(OperationDef):
-    min_inputs = 3
+def _const_flag(ctx: OpContext, index: int) -> bool | None:
+    """An optional BOOL input at prepare time: false when absent or omitted, None when only
+    known at run time."""
+    if not ctx.has_value(index):
+        return False
+    v = ctx.const(index)
+    return None if v is None else bool(v)
 
+
+class _Resize(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(tuple(range(self.min_inputs, 7)), 1)
         t = ctx.inputs[0].type
-        ctx.require(t in _TYPES, f"unsupported input type {t.name}")
         st = ctx.inputs[2].type
-        allowed = (T.INT32, T.FLOAT16) if t == T.TENSOR_FLOAT16 else (T.INT32, T.FLOAT32)
-        ctx.require(st in allowed, f"unsupported size/scale type {st.name}")
-        ctx.expect_types([t, st, st] + [T.BOOL] * (len(ctx.inputs) - 3), [t])
         ctx.expect_rank(0, 4)
         ctx.expect_rank(0, 4, output=True)
         if t in C.QUANT8_TYPES:
             i, o = ctx.inputs[0], ctx.outputs[0]
             ctx.require(o.scale == i.scale and o.zero_point == i.zero_point,
                         "output scale and zero point must equal the input's")
-        align = ctx.const(4) if len(ctx.inputs) > 4 else False
-        half = ctx.const(5) if len(ctx.inputs) > 5 else False
+        align, half = _const_flag(ctx, 4), _const_flag(ctx, 5)
         if align is not None and half is not None:
-            ctx.require(not (bool(align) and bool(half)),
+            ctx.require(not (align and half),
                         "align_corners and half_pixel_centers cannot both be set")
         if st == T.INT32:
             for i in (1, 2):
-                v = ctx.const(i)
-                ctx.require(v is None or int(v) > 0, "output size must be positive")
+                v = ctx.const_int(i)
+                ctx.require(v is None or v > 0, "output size must be positive")
         self.prepare(ctx)
 
     def prepare(self, ctx: OpContext) -> list[Shape] | None:
         shape = ctx.inputs[0].shape
         if shape is None or len(shape) != 4:
             return [None]
-        nchw = ctx.const(3) if len(ctx.inputs) > 3 else False
+        nchw = _const_flag(ctx, 3)
         if nchw is None:
             return [None]
-        nchw = bool(nchw)
         b, h, w, c = (shape[0], shape[2], shape[3], shape[1]) if nchw else shape
         wp, hp = ctx.const(1), ctx.const(2)
         oh = ow = 0
@@ -173,9 +206,9 @@ class _Resize(OperationDef):
 
 @register(O.RESIZE_BILINEAR)
 class ResizeBilinear(_Resize):
-    min_inputs = 3
+    pass
 
 
 @register(O.RESIZE_NEAREST_NEIGHBOR)
 class ResizeNearestNeighbor(_Resize):
-    min_inputs = 4
+    pass

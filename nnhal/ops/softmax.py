@@ -15,12 +15,30 @@ from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops import fixedpoint as FP
 from nnhal.ops.registry import OpContext, OperationDef, OpError, Shape, register
+from nnhal.ops.signature import V1_0, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType
 O = OperationType
 
-_SOFTMAX_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
-                  T.TENSOR_QUANT8_ASYMM_SIGNED)
+# T: the tensors, S: beta (FLOAT16 only with TENSOR_FLOAT16).
+_FLOAT32 = {"T": T.TENSOR_FLOAT32, "S": T.FLOAT32}
+_FLOAT16 = {"T": T.TENSOR_FLOAT16, "S": T.FLOAT16}
+
+SIGNATURES = [
+    sig(O.SOFTMAX, [
+        Slot("input", "T", doc="rank 1 to 4"),
+        Slot("beta", "S", doc="positive exponent scale"),
+        Slot("axis", T.INT32, optional=True, omittable=True, since=V1_2, doc="default -1"),
+    ], [Slot("output", "T", doc="quantized: scale 1/256, fixed zero point")], [
+        *variants(V1_0, _FLOAT32, {"T": T.TENSOR_QUANT8_ASYMM, "S": T.FLOAT32}),
+        *variants(V1_2, _FLOAT16),
+        *variants(V1_3, {"T": T.TENSOR_QUANT8_ASYMM_SIGNED, "S": T.FLOAT32})]),
+    sig(O.LOG_SOFTMAX, [
+        Slot("input", "T", doc="rank 1 or more"),
+        Slot("beta", "S", doc="positive exponent scale"),
+        Slot("axis", T.INT32),
+    ], [Slot("output", "T")], variants(V1_2, _FLOAT32, _FLOAT16)),
+]
 #: Required output zero point of a quantized softmax (the scale is always 1/256).
 _SOFTMAX_OUT_ZP = {T.TENSOR_QUANT8_ASYMM: 0, T.TENSOR_QUANT8_ASYMM_SIGNED: -128}
 
@@ -82,16 +100,10 @@ class _SoftmaxBase(OperationDef):
 @register(O.SOFTMAX)
 class Softmax(_SoftmaxBase):
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts((2, 3), 1)
         t = ctx.inputs[0].type
-        ctx.require(t in _SOFTMAX_TYPES, f"unsupported input type {t.name}")
-        beta_t = T.FLOAT16 if t == T.TENSOR_FLOAT16 else T.FLOAT32
-        types: list = [t, beta_t] + ([T.INT32] if len(ctx.inputs) == 3 else [])
-        ctx.expect_types(types, [t])
         ctx.expect_rank(0, (1, 2, 3, 4))
-        beta = ctx.const(1)
-        if beta is not None:
-            ctx.require(float(beta) > 0.0, "beta must be positive")
+        beta = ctx.const_float(1)
+        ctx.require(beta is None or beta > 0.0, "beta must be positive")
         C.check_optional_axis(ctx, 2)
         if t in _SOFTMAX_OUT_ZP:
             o = ctx.outputs[0]
@@ -129,10 +141,6 @@ class Softmax(_SoftmaxBase):
 @register(O.LOG_SOFTMAX)
 class LogSoftmax(_SoftmaxBase):
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(3, 1)
-        t = ctx.inputs[0].type
-        ctx.require(t in C.FLOAT_TYPES, f"unsupported input type {t.name}")
-        ctx.expect_types([t, C.SCALAR_OF[t], T.INT32], [t])
         ctx.require(ctx.inputs[0].rank != 0, "input must have rank at least 1")
         C.check_optional_axis(ctx, 2)
 

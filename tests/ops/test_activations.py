@@ -6,7 +6,7 @@ import pytest
 from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
 from nnhal.ops.registry import OpError
-from nnhal.ops.testing import output, run_op, tensor
+from nnhal.ops.testing import omitted, output, run_op, tensor
 
 U8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
 F32, F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
@@ -178,3 +178,21 @@ def test_activation_wrong_counts_and_types_rejected():
 def test_declared_output_shape_mismatch_rejected():
     with pytest.raises(OpError):
         run_op(O.TANH, [tensor(F32, [1.0, 2.0])], [output(F32, [3])])
+
+
+@pytest.mark.parametrize(("op", "ins"), [
+    (O.RELU, [omitted(F32)]),
+    (O.ELU, [tensor(F32, [1.0]), omitted(T.FLOAT32)]),
+    (O.PRELU, [tensor(F32, [1.0]), omitted(F32)]),
+])
+def test_omitted_input_rejected(op, ins):
+    with pytest.raises(OpError, match="cannot be omitted"):
+        run_op(op, ins, [output(F32)])
+
+
+def test_signature_scalar_type_follows_tensor_type():
+    (out,) = run_op(O.ELU, [tensor(F16, [-1.0, 1.0]), tensor(T.FLOAT16, 1.0)],
+                    [output(F16, [2])])
+    assert out.dtype == np.float16
+    with pytest.raises(OpError, match=r"input 1 \(alpha\) has type FLOAT32"):
+        run_op(O.ELU, [tensor(F16, [-1.0, 1.0]), tensor(T.FLOAT32, 1.0)], [output(F16, [2])])

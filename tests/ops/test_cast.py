@@ -5,8 +5,10 @@ import pytest
 
 from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
+from nnhal.ops.catalog import SIGNATURES
 from nnhal.ops.registry import OpError
-from nnhal.ops.testing import output, run_op, tensor
+from nnhal.ops.signature import V1_0, V1_2, V1_3
+from nnhal.ops.testing import omitted, output, run_op, tensor
 
 F32, F16, I32, B8 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_BOOL8
 U8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
@@ -112,3 +114,20 @@ def test_dequantize_rejects():
         run_op(O.DEQUANTIZE, [tensor(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, [1, 2, 3],
                                      channel_scales=[1.0, 2.0], channel_dim=0)],
                [output(F32, [3])])
+
+
+def test_signature_variants_and_versions():
+    """Every CAST pair of the numeric types (1.2) plus the 1.3 identity casts; DEQUANTIZE's
+    FLOAT16 output is 1.2 even for the 1.0 input type."""
+    cast = {(v.types["T"], v.types["U"]): v.since for v in SIGNATURES[O.CAST].variants}
+    assert len(cast) == 21 and cast[(F16, U8)] == V1_2 and cast[(S8, S8)] == V1_3
+    assert (I32, I32) in cast and cast[(I32, I32)] == V1_2
+    deq = {(v.types["T"], v.types["U"]): v.since for v in SIGNATURES[O.DEQUANTIZE].variants}
+    assert deq[(U8, F32)] == V1_0 and deq[(U8, F16)] == V1_2 and deq[(S8, F32)] == V1_3
+
+
+def test_omitted_input_rejected():
+    for op, out in ((O.CAST, output(F32)), (O.QUANTIZE, output(U8, None, 0.5, 0)),
+                    (O.DEQUANTIZE, output(F32))):
+        with pytest.raises(OpError, match="cannot be omitted"):
+            run_op(op, [omitted(U8 if op == O.DEQUANTIZE else F32)], [out])

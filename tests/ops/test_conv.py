@@ -469,3 +469,62 @@ def test_transpose_conv_engine_matches_direct_scatter(stride, pads, out_hw):
     wts = lookup(OperationType.TRANSPOSE_CONV_2D).weights(filt, info, None)
     got = _transpose_conv(x, wts, stride, pads, out_hw)
     np.testing.assert_allclose(got, _transpose_conv_reference(x, filt, stride, pads, out_hw))
+
+
+# ---- signatures: omitted and optional inputs --------------------------------------------------
+
+def test_omitted_dilation_defaults_to_one():
+    """The layout flag and both dilation factors are omittable (HAL: optional, defaults)."""
+    ins, outs = conv_explicit(X33, np.ones((1, 2, 2, 1)), [0.0], (0, 0, 0, 0), (1, 1), 0,
+                              flag(False), omitted(T.INT32), omitted(T.INT32))
+    (r,) = run_op(O.CONV_2D, ins, outs)
+    np.testing.assert_allclose(r.reshape(2, 2), [[12, 16], [24, 28]])
+    # Implicit padding, DEPTHWISE_CONV_2D: the same three trailing inputs.
+    ins = [tensor(F32, X33), tensor(F32, np.ones((1, 2, 2, 1)), const=True),
+           tensor(F32, [0.0], const=True), i32(2), i32(1), i32(1), i32(1), i32(0),
+           omitted(T.BOOL), omitted(T.INT32), omitted(T.INT32)]
+    (r,) = run_op(O.DEPTHWISE_CONV_2D, ins, [output(F32)])
+    np.testing.assert_allclose(r.reshape(2, 2), [[12, 16], [24, 28]])
+
+
+def test_one_dilation_factor_is_rejected_with_a_reason():
+    ins, outs = conv_explicit(X33, np.ones((1, 2, 2, 1)), [0.0], (0, 0, 0, 0), (1, 1), 0,
+                              flag(False), i32(1))
+    with pytest.raises(OpError, match="given together"):
+        run_op(O.CONV_2D, ins, outs)
+
+
+@pytest.mark.parametrize("op, ins", [
+    # GROUPED_CONV_2D and TRANSPOSE_CONV_2D have a required layout flag.
+    (O.GROUPED_CONV_2D, lambda: [
+        tensor(F32, np.zeros((1, 1, 1, 4))), tensor(F32, np.zeros((4, 1, 1, 2)), const=True),
+        tensor(F32, np.zeros(4), const=True), i32(2), i32(1), i32(1), i32(2), i32(0),
+        omitted(T.BOOL)]),
+    (O.TRANSPOSE_CONV_2D, lambda: tconv_explicit(X22, np.ones((1, 2, 2, 1)), [0.0],
+                                                 (0, 0, 0, 0), (1, 1))[:-1] + [omitted(T.BOOL)]),
+    # An omitted filter, bias or padding is never valid.
+    (O.CONV_2D, lambda: [tensor(F32, X33), omitted(F32), tensor(F32, [0.0], const=True),
+                         i32(2), i32(1), i32(1), i32(0)]),
+    (O.CONV_2D, lambda: conv_explicit(X33, np.ones((1, 2, 2, 1)), [0.0])[0][:3]
+     + [omitted(T.INT32)] + [i32(0)] * 3 + [i32(1), i32(1), i32(0)]),
+    (O.FULLY_CONNECTED, lambda: fc([[1, 2]], [[1, 0], [0, 1]], [0, 0])[0][:2]
+     + [omitted(F32), i32(0)]),
+])
+def test_omitted_required_input_is_rejected(op, ins):
+    with pytest.raises(OpError, match="cannot be omitted"):
+        run_op(op, ins(), [output(F32)])
+
+
+def test_signature_types():
+    # A per-channel filter is one of the configurations of CONV_2D, not of FULLY_CONNECTED.
+    ins, outs = fc([[130, 124]], [[129, 131]], [4], t=U8,
+                   q=((0.5, 128), (0.5, 128), (0.25, 0)), out_q=(1.0, 128))
+    ins[1] = tensor(PC, [[1, 3]], const=True, channel_scales=[0.5])
+    with pytest.raises(OpError, match=r"input 1 \(weights\)"):
+        run_op(O.FULLY_CONNECTED, ins, outs)
+    # A float bias with a quantized input.
+    ins, outs = conv_explicit(np.full((1, 2, 2, 1), 128), np.full((1, 2, 2, 1), 128), [0.0],
+                              t=U8, scales=((0.5, 128), (0.25, 128), (0.125, 0)),
+                              out_q=(1.0, 0), bias_type=F32)
+    with pytest.raises(OpError, match=r"input 2 \(bias\)"):
+        run_op(O.CONV_2D, ins, outs)

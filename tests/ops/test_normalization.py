@@ -7,7 +7,7 @@ from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
 from nnhal.ops.normalization import inv_sqrt_multiplier
 from nnhal.ops.registry import OpError
-from nnhal.ops.testing import output, run_op, tensor
+from nnhal.ops.testing import omitted, output, run_op, tensor
 
 U8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
 F32, F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
@@ -148,3 +148,31 @@ def test_instance_norm_float16_and_invalid():
         run_op(O.INSTANCE_NORMALIZATION,
                [tensor(F32, np.zeros((1, 2, 2, 1))), *inorm_params()[:3], tensor(T.INT32, 0)],
                [output(F32)])
+
+
+# ---- signatures: omitted inputs ------------------------------------------------------------
+
+def test_omitted_axis_is_the_last_one():
+    x = tensor(F32, [[3.0, 4.0], [0.0, -2.0]])
+    (out,) = run_op(O.L2_NORMALIZATION, [x, omitted(T.INT32)], [output(F32, [2, 2])])
+    np.testing.assert_allclose(out, [[0.6, 0.8], [0.0, -1.0]], rtol=1e-6)
+    params = [tensor(T.INT32, 1), tensor(T.FLOAT32, 1.0), tensor(T.FLOAT32, 1.0),
+              tensor(T.FLOAT32, 0.5)]
+    (a,) = run_op(O.LOCAL_RESPONSE_NORMALIZATION, [x, *params, omitted(T.INT32)],
+                  [output(F32, [2, 2])])
+    (b,) = run_op(O.LOCAL_RESPONSE_NORMALIZATION, [x, *params, tensor(T.INT32, -1)],
+                  [output(F32, [2, 2])])
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("op, ins", [
+    (O.LOCAL_RESPONSE_NORMALIZATION, [tensor(F32, [1.0, 2.0]), omitted(T.INT32),
+                                      tensor(T.FLOAT32, 1.0), tensor(T.FLOAT32, 1.0),
+                                      tensor(T.FLOAT32, 0.5)]),
+    (O.INSTANCE_NORMALIZATION, [tensor(F32, np.zeros((1, 2, 2, 1))), tensor(T.FLOAT32, 1.0),
+                                tensor(T.FLOAT32, 0.0), tensor(T.FLOAT32, 1e-3),
+                                omitted(T.BOOL)]),
+])
+def test_omitted_required_input_is_rejected(op, ins):
+    with pytest.raises(OpError, match="cannot be omitted"):
+        run_op(op, ins, [output(F32)])

@@ -10,7 +10,7 @@ from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
 from nnhal.ops.catalog import lookup
 from nnhal.ops.registry import OpContext, OperandInfo, OpError
-from nnhal.ops.testing import output, run_op, tensor
+from nnhal.ops.testing import omitted, output, run_op, tensor
 
 U8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
 F32, F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
@@ -169,3 +169,24 @@ def test_quant_output_params_must_match_input():
     x = tensor(U8, np.zeros((1, 2, 2, 1)), 0.5, 0)
     with pytest.raises(OpError):
         run_op(O.MAX_POOL_2D, [x, *explicit()], [output(U8, [1, 1, 1, 1], 0.25, 0)])
+
+
+def test_omitted_layout_flag_means_nhwc():
+    """The optional layout flag may be omitted (NHWC), at run time and for shape inference."""
+    x = tensor(F32, np.arange(1, 10, dtype=np.float32).reshape(1, 3, 3, 1))
+    for op in (O.AVERAGE_POOL_2D, O.MAX_POOL_2D, O.L2_POOL_2D):
+        (out,) = run_op(op, [x, *explicit(), omitted(T.BOOL)], [output(F32, [1, 2, 2, 1])])
+        assert out.shape == (1, 2, 2, 1)
+    (out,) = run_op(O.MAX_POOL_2D, [x, *implicit(2), omitted(T.BOOL)], [output(F32)])
+    np.testing.assert_array_equal(out.ravel(), [5, 6, 8, 9])
+    ins = [x[0], *(i for i, _ in implicit(2)), omitted(T.BOOL)[0]]
+    ctx = OpContext(op_type=O.MAX_POOL_2D, inputs=ins, outputs=[output(F32)])
+    assert lookup(O.MAX_POOL_2D).prepare(ctx) == [(1, 2, 2, 1)]
+
+
+@pytest.mark.parametrize("k", range(10))
+def test_omitted_parameter_is_rejected(k):
+    ins = [zeros((1, 3, 3, 1)), *explicit()]
+    ins[k] = omitted(ins[k][0].type)
+    with pytest.raises(OpError, match="cannot be omitted"):
+        run_op(O.AVERAGE_POOL_2D, ins, [output(F32)])

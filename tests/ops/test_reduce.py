@@ -7,7 +7,7 @@ from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
 from nnhal.ops.catalog import lookup
 from nnhal.ops.registry import OpContext, OpError
-from nnhal.ops.testing import output, run_op, tensor
+from nnhal.ops.testing import omitted, output, run_op, tensor
 
 F32, F16, I32, B8 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_BOOL8
 U8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
@@ -137,3 +137,23 @@ def test_argmax_invalid():
     with pytest.raises(OpError):  # the reduced dimension must be non-empty
         run_op(O.ARGMAX, [tensor(F32, np.zeros((2, 0), np.float32)), i32(1)],
                [output(I32, [2])])
+
+
+# ---- signatures -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_omitted_axes_or_keep_dims_are_rejected(k):
+    ins = [tensor(F32, np.zeros((2, 2), np.float32)), vec([0]), tensor(T.BOOL, False)]
+    ins[k] = omitted(ins[k][0].type)
+    with pytest.raises(OpError, match="cannot be omitted"):
+        run_op(O.REDUCE_MAX, ins, [output(F32)])
+    with pytest.raises(OpError, match="cannot be omitted"):
+        run_op(O.ARGMAX, [tensor(F32, [1.0, 2.0]), omitted(T.INT32)], [output(I32)])
+
+
+def test_reduce_signature_types():
+    # REDUCE_MAX takes a signed quantized tensor (1.3); REDUCE_ALL only BOOL8.
+    y = reduce(O.REDUCE_MAX, S8, np.array([[-1, 5]], np.int8), [1], False, [1], 0.5, 0)
+    np.testing.assert_array_equal(y, [5])
+    with pytest.raises(OpError, match=r"input 0 \(input\) has type TENSOR_FLOAT32"):
+        reduce(O.REDUCE_ALL, F32, np.zeros((2,), np.float32), [0], False)

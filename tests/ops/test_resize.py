@@ -5,8 +5,9 @@ import pytest
 
 from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
-from nnhal.ops.registry import OpError
-from nnhal.ops.testing import output, run_op, tensor
+from nnhal.ops.catalog import lookup
+from nnhal.ops.registry import OpContext, OpError
+from nnhal.ops.testing import omitted, output, run_op, tensor
 
 U8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
 F32, F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
@@ -124,3 +125,28 @@ def test_invalid(op, ins, out):
     out = out or output(ins[0][0].type)
     with pytest.raises(OpError):
         run_op(op, ins, [out])
+
+
+def test_omitted_optional_flags_are_false():
+    """RESIZE_BILINEAR's layout flag and both 1.3 flags may be omitted; NEAREST_NEIGHBOR's
+    layout flag is required (only its two 1.3 flags are optional)."""
+    ref = run_op(O.RESIZE_BILINEAR, [tensor(F32, IMG), *size(3, 3)], [output(F32)])[0]
+    ins = [tensor(F32, IMG), *size(3, 3), omitted(T.BOOL), omitted(T.BOOL), omitted(T.BOOL)]
+    (out,) = run_op(O.RESIZE_BILINEAR, ins, [output(F32, [1, 3, 3, 1])])
+    np.testing.assert_array_equal(out, ref)
+    ins = [tensor(F32, IMG), tensor(T.FLOAT32, 1.5), tensor(T.FLOAT32, 1.5), *flags(False),
+           omitted(T.BOOL), tensor(T.BOOL, True)]
+    (out,) = run_op(O.RESIZE_NEAREST_NEIGHBOR, ins, [output(F32, [1, 3, 3, 1])])
+    assert out.shape == (1, 3, 3, 1)
+    with pytest.raises(OpError, match="cannot be omitted"):
+        run_op(O.RESIZE_NEAREST_NEIGHBOR, [tensor(F32, IMG), *size(3, 3), omitted(T.BOOL)],
+               [output(F32)])
+    with pytest.raises(OpError, match="cannot be omitted"):
+        run_op(O.RESIZE_BILINEAR, [tensor(F32, IMG), omitted(T.INT32), tensor(T.INT32, 3)],
+               [output(F32)])
+
+
+def test_prepare_with_omitted_layout_infers_the_shape():
+    ins = [tensor(F32, IMG)[0], *(i for i, _ in size(3, 4)), omitted(T.BOOL)[0]]
+    ctx = OpContext(O.RESIZE_BILINEAR, ins, [output(F32)])
+    assert lookup(O.RESIZE_BILINEAR).prepare(ctx) == [(1, 4, 3, 1)]

@@ -7,7 +7,7 @@ from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
 from nnhal.ops.fixedpoint import exp_on_negative_values, one_over_one_plus_x
 from nnhal.ops.registry import OpError
-from nnhal.ops.testing import output, run_op, tensor
+from nnhal.ops.testing import omitted, output, run_op, tensor
 
 U8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
 F32, F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
@@ -108,3 +108,18 @@ def test_log_softmax_invalid():
     with pytest.raises(OpError):  # axis is not optional
         run_op(O.LOG_SOFTMAX, [tensor(F32, [1.0, 2.0]), tensor(T.FLOAT32, 1.0)],
                [output(F32, [2])])
+
+
+def test_omitted_axis():
+    """SOFTMAX's axis is optional (omitted: the last one); LOG_SOFTMAX's is required."""
+    x = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]], np.float32)
+    (out,) = run_op(O.SOFTMAX, [tensor(F32, x), tensor(T.FLOAT32, 1.0), omitted(T.INT32)],
+                    [output(F32, [2, 3])])
+    np.testing.assert_allclose(out, ref_softmax(x), rtol=1e-6)
+    with pytest.raises(OpError, match="cannot be omitted"):
+        run_op(O.LOG_SOFTMAX, [tensor(F32, x), tensor(T.FLOAT32, 1.0), omitted(T.INT32)],
+               [output(F32, [2, 3])])
+    with pytest.raises(OpError, match="cannot be omitted"):
+        run_op(O.SOFTMAX, [tensor(F32, x), omitted(T.FLOAT32)], [output(F32, [2, 3])])
+    with pytest.raises(OpError, match=r"input 1 \(beta\) has type FLOAT32"):
+        run_op(O.SOFTMAX, [tensor(F16, x), tensor(T.FLOAT32, 1.0)], [output(F16, [2, 3])])
