@@ -16,6 +16,7 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, OpError, register
+from nnhal.ops.signature import V1_2, V1_3, Slot, Variant, sig, variants
 
 T = OperandType
 O = OperationType
@@ -24,19 +25,76 @@ ROI_SCALE = 0.125
 F32 = np.float32
 
 
+# ---- signatures ---------------------------------------------------------------------------------
+# "T": the main tensor type; "B": boxes (QUANT16_ASYMM with scale 0.125 for quantized models);
+# "S": float parameters (FLOAT16 with TENSOR_FLOAT16, else FLOAT32, as the reference checks).
+
+_F32 = {"T": T.TENSOR_FLOAT32, "B": T.TENSOR_FLOAT32, "S": T.FLOAT32}
+_F16 = {"T": T.TENSOR_FLOAT16, "B": T.TENSOR_FLOAT16, "S": T.FLOAT16}
+_Q8 = {"T": T.TENSOR_QUANT8_ASYMM, "B": T.TENSOR_QUANT16_ASYMM, "S": T.FLOAT32}
+_Q8S = {"T": T.TENSOR_QUANT8_ASYMM_SIGNED, "B": T.TENSOR_QUANT16_ASYMM, "S": T.FLOAT32}
+#: Float, then quant8 (1.2), then quant8 signed (1.3): detection and ROI operations share it.
+BOX_VARIANTS = [*variants(V1_2, _F32, _F16, _Q8), *variants(V1_3, _Q8S)]
+_BATCHES = Slot("batch_index", T.TENSOR_INT32, doc="[num_rois], grouped by batch")
+
+AXIS_ALIGNED_BBOX_TRANSFORM_SIGNATURE = sig(
+    O.AXIS_ALIGNED_BBOX_TRANSFORM,
+    [Slot("rois", "B", doc="[num_rois, 4] as x1, y1, x2, y2"),
+     Slot("deltas", "D", doc="[num_rois, num_classes * 4] as dx, dy, dw, dh"), _BATCHES,
+     Slot("image_info", "B", doc="[batches, 2] as height, width")],
+    [Slot("output", "B")],
+    [*variants(V1_2, {"B": T.TENSOR_FLOAT32, "D": T.TENSOR_FLOAT32},
+               {"B": T.TENSOR_FLOAT16, "D": T.TENSOR_FLOAT16},
+               {"B": T.TENSOR_QUANT16_ASYMM, "D": T.TENSOR_QUANT8_ASYMM}),
+     *variants(V1_3, {"B": T.TENSOR_QUANT16_ASYMM, "D": T.TENSOR_QUANT8_ASYMM_SIGNED})],
+    doc="refine boxes with per-class deltas, clipped to the image")
+
+BOX_WITH_NMS_LIMIT_SIGNATURE = sig(
+    O.BOX_WITH_NMS_LIMIT,
+    [Slot("scores", "T", doc="[num_rois, num_classes]"),
+     Slot("rois", "B", doc="[num_rois, num_classes * 4]"), _BATCHES,
+     Slot("score_threshold", "S"), Slot("max_detections", T.INT32, doc="negative: unlimited"),
+     Slot("nms_kernel", T.INT32, doc="0 hard, 1 linear, 2 gaussian"),
+     Slot("iou_threshold", "S"), Slot("sigma", "S"), Slot("nms_score_threshold", "S")],
+    [Slot("scores_out", "T"), Slot("rois_out", "B"), Slot("classes_out", T.TENSOR_INT32),
+     Slot("batch_index_out", T.TENSOR_INT32)],
+    BOX_VARIANTS, doc="per-class soft or hard NMS")
+
+GENERATE_PROPOSALS_SIGNATURE = sig(
+    O.GENERATE_PROPOSALS,
+    [Slot("scores", "T", doc="[batches, height, width, num_anchors] (NHWC)"),
+     Slot("deltas", "T", doc="num_anchors * 4 channels"),
+     Slot("anchors", "A", doc="[num_anchors, 4]"), Slot("image_info", "B", doc="[batches, 2]"),
+     Slot("height_stride", "S"), Slot("width_stride", "S"),
+     Slot("pre_nms_top_n", T.INT32, doc="non-positive: unlimited"),
+     Slot("post_nms_top_n", T.INT32, doc="non-positive: unlimited"),
+     Slot("iou_threshold", "S"), Slot("min_size", "S"), Slot("nchw", T.BOOL)],
+    [Slot("scores_out", "T"), Slot("rois_out", "B"), Slot("batch_index_out", T.TENSOR_INT32)],
+    [Variant({**_F32, "A": T.TENSOR_FLOAT32}, V1_2), Variant({**_F16, "A": T.TENSOR_FLOAT16}, V1_2),
+     Variant({**_Q8, "A": T.TENSOR_QUANT16_SYMM}, V1_2),
+     Variant({**_Q8S, "A": T.TENSOR_QUANT16_SYMM}, V1_3)],
+    doc="anchors and deltas to proposals, then hard NMS per image")
+
+DETECTION_POSTPROCESSING_SIGNATURE = sig(
+    O.DETECTION_POSTPROCESSING,
+    [Slot("scores", "T", doc="[batches, num_anchors, num_classes]"),
+     Slot("deltas", "T", doc="[batches, num_anchors, >= 4] as dy, dx, dh, dw"),
+     Slot("anchors", "T", doc="[num_anchors, 4] as ctr_y, ctr_x, h, w"),
+     Slot("y_scale", "S"), Slot("x_scale", "S"), Slot("h_scale", "S"), Slot("w_scale", "S"),
+     Slot("regular_nms", T.BOOL), Slot("max_detections", T.INT32),
+     Slot("max_classes_per_detection", T.INT32, doc="fast NMS"),
+     Slot("max_detections_per_class", T.INT32, doc="regular NMS"),
+     Slot("score_threshold", "S"), Slot("iou_threshold", "S"),
+     Slot("background_in_label", T.BOOL)],
+    [Slot("scores_out", "T"), Slot("rois_out", "T"), Slot("classes_out", T.TENSOR_INT32),
+     Slot("num_detections", T.TENSOR_INT32)],
+    variants(V1_2, _F32, _F16), doc="SSD box decoding and NMS")
+
+SIGNATURES = [AXIS_ALIGNED_BBOX_TRANSFORM_SIGNATURE, BOX_WITH_NMS_LIMIT_SIGNATURE,
+              GENERATE_PROPOSALS_SIGNATURE, DETECTION_POSTPROCESSING_SIGNATURE]
+
+
 # ---- shared helpers -------------------------------------------------------------------------
-
-def known_dim(info: OperandInfo, axis: int) -> int | None:
-    """A dimension known at prepare time (``None`` for an unknown rank or a 0 dimension)."""
-    if info.shape is None or axis >= len(info.shape) or info.shape[axis] == 0:
-        return None
-    return int(info.shape[axis])
-
-
-def require_same(ctx: OpContext, a: int | None, b: int | None, what: str) -> None:
-    if a is not None and b is not None:
-        ctx.require(a == b, f"{what}: {a} != {b}")
-
 
 def require_quant(ctx: OpContext, info: OperandInfo, what: str, scale: float = ROI_SCALE,
                   zero_point: int | None = 0) -> None:
@@ -48,11 +106,6 @@ def require_quant(ctx: OpContext, info: OperandInfo, what: str, scale: float = R
 
 def scalar(v: object) -> float:
     return float(np.asarray(v))
-
-
-def const_scalar(ctx: OpContext, index: int) -> float | None:
-    v = ctx.const(index)
-    return None if v is None else float(np.asarray(v))
 
 
 def to_float(x: np.ndarray, info: OperandInfo) -> np.ndarray:
@@ -191,29 +244,18 @@ class AxisAlignedBboxTransform(OperationDef):
     """Refine boxes with per-class deltas and clip them to the image."""
 
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(4, 1)
-        t = ctx.inputs[0].type
-        if t in C.FLOAT_TYPES:
-            ctx.expect_types([t, t, T.TENSOR_INT32, t], [t])
-        elif t == T.TENSOR_QUANT16_ASYMM:
-            ctx.expect_types([t, C.QUANT8_TYPES, T.TENSOR_INT32, t], [t])
+        if ctx.inputs[0].type == T.TENSOR_QUANT16_ASYMM:
             require_quant(ctx, ctx.inputs[0], "input 0")
             require_quant(ctx, ctx.inputs[3], "input 3")
             require_quant(ctx, ctx.outputs[0], "output 0")
-        else:
-            raise ctx.fail(f"unsupported input type {t.name}")
         for i, r in enumerate((2, 2, 1, 2)):
             ctx.expect_rank(i, r)
-        roi, delta, batches, info = ctx.inputs
-        if known_dim(roi, 1) is not None:
-            ctx.require(known_dim(roi, 1) == 4, "input 0 must have 4 columns")
-        d1 = known_dim(delta, 1)
-        if d1 is not None:
-            ctx.require(d1 % 4 == 0, "input 1 columns must be a multiple of 4")
-        if known_dim(info, 1) is not None:
-            ctx.require(known_dim(info, 1) == 2, "input 3 must have 2 columns")
-        require_same(ctx, known_dim(roi, 0), known_dim(delta, 0), "num_rois")
-        require_same(ctx, known_dim(roi, 0), known_dim(batches, 0), "num_rois")
+        ctx.require_same(ctx.dim(0, 1), 4, "input 0 columns")
+        d1 = ctx.dim(1, 1)
+        ctx.require(d1 is None or d1 % 4 == 0, "input 1 columns must be a multiple of 4")
+        ctx.require_same(ctx.dim(3, 1), 2, "input 3 columns")
+        ctx.require_same(ctx.dim(0, 0), ctx.dim(1, 0), "num_rois")
+        ctx.require_same(ctx.dim(0, 0), ctx.dim(2, 0), "num_rois")
 
     def prepare(self, ctx: OpContext):
         roi, delta = ctx.inputs[0], ctx.inputs[1]
@@ -269,40 +311,24 @@ class BoxWithNmsLimit(OperationDef):
     """Per-class soft/hard NMS over each batch's boxes; outputs grouped by batch and class."""
 
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(9, 4)
-        t = ctx.inputs[0].type
-        if t in C.FLOAT_TYPES:
-            s = C.SCALAR_OF[t]
-            ctx.expect_types([t, t, T.TENSOR_INT32, s, T.INT32, T.INT32, s, s, s],
-                             [t, t, T.TENSOR_INT32, T.TENSOR_INT32])
-        elif t in C.QUANT8_TYPES:
-            s = T.FLOAT32
-            q16 = T.TENSOR_QUANT16_ASYMM
-            ctx.expect_types([t, q16, T.TENSOR_INT32, s, T.INT32, T.INT32, s, s, s],
-                             [t, q16, T.TENSOR_INT32, T.TENSOR_INT32])
+        if ctx.inputs[0].type in C.QUANT8_TYPES:
             require_quant(ctx, ctx.inputs[1], "input 1")
             require_quant(ctx, ctx.outputs[1], "output 1")
             ctx.require(F32(ctx.outputs[0].scale) == F32(ctx.inputs[0].scale)
                         and ctx.outputs[0].zero_point == ctx.inputs[0].zero_point,
                         "output 0 must have the quantization of input 0")
-        else:
-            raise ctx.fail(f"unsupported input type {t.name}")
         for i, r in enumerate((2, 2, 1)):
             ctx.expect_rank(i, r)
         for i, r in enumerate((1, 2, 1, 1)):
             ctx.expect_rank(i, r, output=True)
-        score, roi, batches = ctx.inputs[:3]
-        nc = known_dim(score, 1)
+        nc = ctx.dim(0, 1)
         if nc is not None:
             ctx.require(nc > 1, "input 0 must have at least 2 classes")
-            if known_dim(roi, 1) is not None:
-                ctx.require(known_dim(roi, 1) == 4 * nc,
-                            "input 1 must have 4 * num_classes columns")
-        require_same(ctx, known_dim(score, 0), known_dim(roi, 0), "num_rois")
-        require_same(ctx, known_dim(score, 0), known_dim(batches, 0), "num_rois")
-        method = ctx.const(5)
-        if method is not None:
-            ctx.require(int(method) in (0, 1, 2), f"unsupported NMS kernel {int(method)}")
+            ctx.require_same(ctx.dim(1, 1), 4 * nc, "input 1 columns (4 * num_classes)")
+        ctx.require_same(ctx.dim(0, 0), ctx.dim(1, 0), "num_rois")
+        ctx.require_same(ctx.dim(0, 0), ctx.dim(2, 0), "num_rois")
+        method = ctx.const_int(5)
+        ctx.require(method is None or method in (0, 1, 2), f"unsupported NMS kernel {method}")
 
     def prepare(self, ctx: OpContext):
         return [(0,), (0, 4), (0,), (0,)]
@@ -380,43 +406,29 @@ class GenerateProposals(OperationDef):
     """Anchors + deltas -> proposals, top-k pre-filter, size filter, hard NMS per image."""
 
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(11, 3)
-        t = ctx.inputs[0].type
-        if t in C.FLOAT_TYPES:
-            s = C.SCALAR_OF[t]
-            ctx.expect_types([t, t, t, t, s, s, T.INT32, T.INT32, s, s, T.BOOL],
-                             [t, t, T.TENSOR_INT32])
-        elif t in C.QUANT8_TYPES:
-            s = T.FLOAT32
-            ctx.expect_types([t, t, T.TENSOR_QUANT16_SYMM, T.TENSOR_QUANT16_ASYMM, s, s,
-                              T.INT32, T.INT32, s, s, T.BOOL],
-                             [t, T.TENSOR_QUANT16_ASYMM, T.TENSOR_INT32])
+        if ctx.inputs[0].type in C.QUANT8_TYPES:
             require_quant(ctx, ctx.inputs[2], "input 2", zero_point=None)
             require_quant(ctx, ctx.inputs[3], "input 3")
             require_quant(ctx, ctx.outputs[1], "output 1")
             ctx.require(F32(ctx.outputs[0].scale) == F32(ctx.inputs[0].scale)
                         and ctx.outputs[0].zero_point == ctx.inputs[0].zero_point,
                         "output 0 must have the quantization of input 0")
-        else:
-            raise ctx.fail(f"unsupported input type {t.name}")
         for i, r in enumerate((4, 4, 2, 2)):
             ctx.expect_rank(i, r)
         for i, r in enumerate((1, 2, 1)):
             ctx.expect_rank(i, r, output=True)
         layout = ctx.const(10)
         if layout is not None:
-            nchw = bool(layout)
-            score, delta, anchors, info = ctx.inputs[:4]
-            ha, wa, aa = (2, 3, 1) if nchw else (1, 2, 3)
+            ha, wa, aa = (2, 3, 1) if bool(layout) else (1, 2, 3)
             for ax in (0, ha, wa):
-                require_same(ctx, known_dim(score, ax), known_dim(delta, ax), "input 0/1 shape")
-            na = known_dim(score, aa)
+                ctx.require_same(ctx.dim(0, ax), ctx.dim(1, ax), "input 0/1 shape")
+            na = ctx.dim(0, aa)
             if na is not None:
-                require_same(ctx, known_dim(delta, aa), 4 * na, "input 1 anchor channels")
-                require_same(ctx, known_dim(anchors, 0), na, "num_anchors")
-            require_same(ctx, known_dim(info, 0), known_dim(score, 0), "batches")
-            require_same(ctx, known_dim(anchors, 1), 4, "input 2 columns")
-            require_same(ctx, known_dim(info, 1), 2, "input 3 columns")
+                ctx.require_same(ctx.dim(1, aa), 4 * na, "input 1 anchor channels")
+                ctx.require_same(ctx.dim(2, 0), na, "num_anchors")
+            ctx.require_same(ctx.dim(3, 0), ctx.dim(0, 0), "batches")
+            ctx.require_same(ctx.dim(2, 1), 4, "input 2 columns")
+            ctx.require_same(ctx.dim(3, 1), 2, "input 3 columns")
 
     def prepare(self, ctx: OpContext):
         return [(0,), (0, 4), (0,)]
@@ -489,39 +501,31 @@ class DetectionPostprocessing(OperationDef):
     """SSD-style decoding of anchor deltas followed by regular or fast (single) NMS."""
 
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(14, 4)
-        t = ctx.inputs[0].type
-        ctx.require(t in C.FLOAT_TYPES, f"unsupported input type {t.name}")
-        s = C.SCALAR_OF[t]
-        ctx.expect_types([t, t, t, s, s, s, s, T.BOOL, T.INT32, T.INT32, T.INT32, s, s, T.BOOL],
-                         [t, t, T.TENSOR_INT32, T.TENSOR_INT32])
         for i, r in enumerate((3, 3, 2)):
             ctx.expect_rank(i, r)
         for i, r in enumerate((2, 3, 2, 1)):
             ctx.expect_rank(i, r, output=True)
-        score, delta, anchors = ctx.inputs[:3]
-        nc = known_dim(score, 2)
-        if nc is not None:
-            ctx.require(nc > 1, "input 0 must have at least 2 classes")
-        if known_dim(delta, 2) is not None:
-            ctx.require(known_dim(delta, 2) >= 4, "box encoding length must be at least 4")
-        require_same(ctx, known_dim(score, 0), known_dim(delta, 0), "batches")
-        require_same(ctx, known_dim(score, 1), known_dim(delta, 1), "num_anchors")
-        require_same(ctx, known_dim(score, 1), known_dim(anchors, 0), "num_anchors")
-        require_same(ctx, known_dim(anchors, 1), 4, "input 2 columns")
+        nc = ctx.dim(0, 2)
+        ctx.require(nc is None or nc > 1, "input 0 must have at least 2 classes")
+        box = ctx.dim(1, 2)
+        ctx.require(box is None or box >= 4, "box encoding length must be at least 4")
+        ctx.require_same(ctx.dim(0, 0), ctx.dim(1, 0), "batches")
+        ctx.require_same(ctx.dim(0, 1), ctx.dim(1, 1), "num_anchors")
+        ctx.require_same(ctx.dim(0, 1), ctx.dim(2, 0), "num_anchors")
+        ctx.require_same(ctx.dim(2, 1), 4, "input 2 columns")
         for i in (3, 4, 5, 6):
-            v = const_scalar(ctx, i)
+            v = ctx.const_float(i)
             ctx.require(v is None or v > 0, f"input {i} must be positive")
         for i in (11, 12):
-            v = const_scalar(ctx, i)
+            v = ctx.const_float(i)
             ctx.require(v is None or v >= 0, f"input {i} must be non-negative")
-        max_det = ctx.const(8)
-        ctx.require(max_det is None or int(max_det) > 0, "max_num_detections must be positive")
+        max_det = ctx.const_int(8)
+        ctx.require(max_det is None or max_det > 0, "max_num_detections must be positive")
         regular = ctx.const(7)
         if regular is not None:
             k = 10 if bool(regular) else 9
-            v = ctx.const(k)
-            ctx.require(v is None or int(v) > 0, f"input {k} must be positive")
+            v = ctx.const_int(k)
+            ctx.require(v is None or v > 0, f"input {k} must be positive")
 
     def prepare(self, ctx: OpContext):
         score = ctx.inputs[0]

@@ -13,12 +13,28 @@ import math
 import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
-from nnhal.ops.lstm import check_rank, has_value, known_dim, require_inputs, with_required
+from nnhal.ops.lstm import expect_rank_if_given, value_given, with_required
 from nnhal.ops.registry import OpContext, OperationDef, OpError, register
+from nnhal.ops.signature import V1_0, V1_2, Slot, sig, variants
 
 T = OperandType
 
 SPARSE_DEPRECATED, DENSE, SPARSE = 1, 2, 3
+
+# "H": the hash functions' (and weights') float type; "T": the input, of any supported type.
+_INPUT_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
+LSH_PROJECTION_SIGNATURE = sig(
+    OperationType.LSH_PROJECTION,
+    [Slot("hash_functions", "H", doc="[num_hash, num_bits]"), Slot("input", "T"),
+     Slot("weight", "H", omittable=True, doc="one per input row; 1.0 when omitted"),
+     Slot("type", T.INT32, doc="1 sparse (legacy), 2 dense, 3 sparse")],
+    [Slot("output", T.TENSOR_INT32)],
+    [*variants(V1_0, *({"H": T.TENSOR_FLOAT32, "T": t} for t in _INPUT_TYPES)),
+     *variants(V1_2, {"H": T.TENSOR_FLOAT32, "T": T.TENSOR_FLOAT16},
+               *({"H": T.TENSOR_FLOAT16, "T": t} for t in (T.TENSOR_FLOAT16, *_INPUT_TYPES)))],
+    doc="locality-sensitive hashing of the input rows")
+
+SIGNATURES = [LSH_PROJECTION_SIGNATURE]
 
 _U = np.uint64
 _K0 = _U(0xC3A5C85C97CB3127)
@@ -178,44 +194,32 @@ def projection_bits(hash_seeds: np.ndarray, x: np.ndarray, weight: np.ndarray | 
 @register(OperationType.LSH_PROJECTION)
 class LshProjection(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(4, 1)
-        require_inputs(ctx, (0, 1, 3))
-        ht = ctx.inputs[0].type
-        ctx.require(ht in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16),
-                    f"unsupported hash type {ht.name}")
-        ctx.require(ctx.inputs[1].type in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32,
-                                           T.TENSOR_QUANT8_ASYMM),
-                    f"unsupported input type {ctx.inputs[1].type.name}")
-        ctx.require(ctx.inputs[2].type == ht, "weight must have the hash tensor's type")
-        ctx.require(ctx.inputs[3].type == T.INT32, "type must be INT32")
-        ctx.require(ctx.outputs[0].type == T.TENSOR_INT32, "output must be TENSOR_INT32")
-        check_rank(ctx, 0, 2)
-        check_rank(ctx, 2, 1, optional=True)
+        ctx.expect_rank(0, 2)
+        expect_rank_if_given(ctx, 2, 1)
         x = ctx.inputs[1]
         ctx.require(x.rank is None or x.rank >= 1, "input must have rank >= 1")
-        num_hash, num_bits = known_dim(ctx.inputs[0], 0), known_dim(ctx.inputs[0], 1)
-        ctx.require(num_bits <= 32, "at most 32 bits per hash function")
-        kind = ctx.const(3)
+        num_hash, num_bits = ctx.dim(0, 0), ctx.dim(0, 1)
+        ctx.require(num_bits is None or num_bits <= 32, "at most 32 bits per hash function")
+        kind = ctx.const_int(3)
         if kind is not None:
-            kind = int(kind)
             ctx.require(kind in (SPARSE_DEPRECATED, DENSE, SPARSE), f"invalid type {kind}")
             if kind == SPARSE and num_hash and num_bits:
                 ctx.require(num_bits + math.ceil(math.log2(num_hash)) <= 32,
                             "sparse signatures do not fit in 32 bits")
             if kind == DENSE:
-                ctx.require(not ctx.inputs[2].omitted, "dense projection needs weights")
+                ctx.require(ctx.has_value(2), "dense projection needs weights")
 
     def prepare(self, ctx: OpContext):
-        kind = ctx.const(3)
-        num_hash, num_bits = known_dim(ctx.inputs[0], 0), known_dim(ctx.inputs[0], 1)
+        kind = ctx.const_int(3)
+        num_hash, num_bits = ctx.dim(0, 0) or 0, ctx.dim(0, 1) or 0
         if kind is None:
             return [(0,)]
-        return [(num_hash * num_bits,) if int(kind) == DENSE else (num_hash,)]
+        return [(num_hash * num_bits,) if kind == DENSE else (num_hash,)]
 
     def kernel(self, ctx: OpContext):
         def run(ins, rt):
             seeds, x = ins[0], ins[1]
-            weight = ins[2] if has_value(ins[2]) else None
+            weight = ins[2] if value_given(ins[2]) else None
             kind = int(ins[3])
             if seeds.ndim != 2 or seeds.shape[1] > 32:
                 raise OpError("hash tensor must be 2-D with at most 32 bits per function")
@@ -237,4 +241,4 @@ class LshProjection(OperationDef):
                 sig = sig + np.arange(num_hash, dtype=np.int64) * (np.int64(1) << num_bits)
             return [((sig + 2**31) % 2**32 - 2**31).astype(np.int32)]
 
-        return with_required(run, (0, 1, 3))
+        return with_required(run, LSH_PROJECTION_SIGNATURE, len(ctx.inputs))

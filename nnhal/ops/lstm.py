@@ -14,14 +14,23 @@ time, while validation only checks what is known statically.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
-from nnhal.ops import common as C
 from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, OpError, register
+from nnhal.ops.signature import (
+    V1_0,
+    V1_2,
+    V1_3,
+    Signature,
+    Slot,
+    Variant,
+    Version,
+    omittable_positions,
+    sig,
+)
 
 T = OperandType
 O = OperationType
@@ -31,25 +40,104 @@ _ACT_CODES = (0, 1, 2, 3, 4, 6)
 _LAYER_NORM_EPS = np.float32(1e-8)
 
 
+# ---- signatures ---------------------------------------------------------------------------------
+# "T" is the tensor type, "S" the type of the clip scalars (FLOAT16 goes with TENSOR_FLOAT16).
+
+_F32 = {"T": T.TENSOR_FLOAT32, "S": T.FLOAT32}
+_F16 = {"T": T.TENSOR_FLOAT16, "S": T.FLOAT16}
+
+
+def _opt(name: str, doc: str = "") -> Slot:
+    """A tensor input that may be omitted (NO_VALUE)."""
+    return Slot(name, "T", omittable=True, doc=doc)
+
+
+def _cell_slots(p: str = "") -> list[Slot]:
+    """The 17 weight and bias inputs of one LSTM cell, named with prefix ``p`` (fw_, bw_)."""
+    return [
+        _opt(f"{p}input_to_input", "absent with CIFG"),
+        Slot(f"{p}input_to_forget", "T"), Slot(f"{p}input_to_cell", "T"),
+        Slot(f"{p}input_to_output", "T", doc="[num_units, input_size]"),
+        _opt(f"{p}recurrent_to_input", "absent with CIFG"),
+        Slot(f"{p}recurrent_to_forget", "T"), Slot(f"{p}recurrent_to_cell", "T"),
+        Slot(f"{p}recurrent_to_output", "T", doc="[num_units, output_size]"),
+        _opt(f"{p}cell_to_input", "peephole"), _opt(f"{p}cell_to_forget", "peephole"),
+        _opt(f"{p}cell_to_output", "peephole"),
+        _opt(f"{p}input_gate_bias", "absent with CIFG"),
+        Slot(f"{p}forget_gate_bias", "T"), Slot(f"{p}cell_bias", "T"),
+        Slot(f"{p}output_gate_bias", "T"),
+        _opt(f"{p}projection_weights"), _opt(f"{p}projection_bias"),
+    ]
+
+
+def _layer_norm_slots(p: str = "", since: Version = V1_0) -> list[Slot]:
+    """The four layer normalisation weights (all present or all omitted)."""
+    return [Slot(f"{p}{g}_layer_norm", "T", omittable=True, since=since)
+            for g in ("input", "forget", "cell", "output")]
+
+
+_ACTIVATION = Slot("activation", T.INT32, doc="g: 0 none, 1 relu, 3 relu6, 4 tanh, 6 sigmoid")
+_CLIPS = [Slot("cell_clip", "S", doc="0 disables"), Slot("proj_clip", "S", doc="0 disables")]
+_CELL_INPUTS = [Slot("input", "T"), *_cell_slots(),
+                Slot("output_state_in", "T"), Slot("cell_state_in", "T"), _ACTIVATION, *_CLIPS]
+
+LSTM_SIGNATURE = sig(
+    O.LSTM,
+    {"plain": _CELL_INPUTS, "layer_norm": [*_CELL_INPUTS, *_layer_norm_slots(since=V1_2)]},
+    [Slot("scratch_buffer", "T"), Slot("output_state_out", "T"), Slot("cell_state_out", "T"),
+     Slot("output", "T")],
+    [Variant(_F32, V1_0), Variant(_F16, V1_2)],
+    doc="one LSTM time step")
+
+UNI_LSTM_SIGNATURE = sig(
+    O.UNIDIRECTIONAL_SEQUENCE_LSTM,
+    [*_CELL_INPUTS, Slot("time_major", T.BOOL), *_layer_norm_slots()],
+    [Slot("output", "T"),
+     Slot("output_state_out", "T", optional=True, since=V1_3, doc="with cell_state_out"),
+     Slot("cell_state_out", "T", optional=True, since=V1_3)],
+    [Variant(_F32, V1_2), Variant(_F16, V1_2)],
+    doc="LSTM over a sequence; 1 or 3 outputs")
+
+BI_LSTM_SIGNATURE = sig(
+    O.BIDIRECTIONAL_SEQUENCE_LSTM,
+    [Slot("input", "T"), *_cell_slots("fw_"), *_cell_slots("bw_"),
+     Slot("fw_output_state_in", "T"), Slot("fw_cell_state_in", "T"),
+     Slot("bw_output_state_in", "T"), Slot("bw_cell_state_in", "T"),
+     _opt("aux_input", "cross or parallel linking"),
+     *[_opt(f"{d}_aux_to_{g}") for d in ("fw", "bw") for g in ("input", "forget", "cell",
+                                                                 "output")],
+     _ACTIVATION, *_CLIPS, Slot("merge_outputs", T.BOOL), Slot("time_major", T.BOOL),
+     *_layer_norm_slots("fw_"), *_layer_norm_slots("bw_")],
+    [Slot("fw_output", "T", doc="both directions when merge_outputs"),
+     Slot("bw_output", "T", optional=True, doc="absent when merge_outputs (later outputs move "
+          "up one)"),
+     *[Slot(n, "T", optional=True, since=V1_3) for n in (
+         "fw_output_state_out", "fw_cell_state_out", "bw_output_state_out",
+         "bw_cell_state_out")]],
+    [Variant(_F32, V1_2), Variant(_F16, V1_2)],
+    doc="forward and backward LSTMs; 1, 2, 5 or 6 outputs")
+
+SIGNATURES = [LSTM_SIGNATURE, UNI_LSTM_SIGNATURE, BI_LSTM_SIGNATURE]
+
+
 # ---- shared helpers (also used by the RNN family) ------------------------------------------
 
-def has_value(x: np.ndarray | None) -> bool:
-    """True when an optional operand carries a value (NO_VALUE arrives as None or empty)."""
+def value_given(x: np.ndarray | None) -> bool:
+    """True when an optional operand carries a value at execution time (no value arrives as
+    None, or as an empty tensor when the model gives the operand as a zero-sized input)."""
     return x is not None and x.size > 0
 
 
 def maybe_absent(info: OperandInfo) -> bool:
     """Whether an optional operand may turn out to have no value at execution time."""
-    if info.omitted or info.lifetime == OperandLifeTime.SUBGRAPH_INPUT:
-        return True  # a request may leave any model input without a value
-    return False
+    # A request may leave any model input without a value.
+    return info.omitted or info.lifetime == OperandLifeTime.SUBGRAPH_INPUT
 
 
-def known_dim(info: OperandInfo, k: int) -> int:
-    """Dimension k when known at prepare time, else 0."""
-    if info.shape is None or info.omitted or k >= len(info.shape):
-        return 0
-    return int(info.shape[k])
+def expect_rank_if_given(ctx: OpContext, i: int, rank: int) -> None:
+    """The rank of an omittable input, checked only when it is sure to carry a value."""
+    if not maybe_absent(ctx.inputs[i]):
+        ctx.expect_rank(i, rank)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -78,35 +166,11 @@ def f32(x: np.ndarray | None) -> np.ndarray | None:
     return None if x is None else np.asarray(x, dtype=np.float32)
 
 
-def check_tensor_types(ctx: OpContext, t: OperandType, indices: Sequence[int]) -> None:
-    for i in indices:
-        ctx.require(ctx.inputs[i].type == t,
-                    f"input {i} has type {ctx.inputs[i].type.name}, expected {t.name}")
-
-
-def check_rank(ctx: OpContext, i: int, rank: int, optional: bool = False) -> None:
-    info = ctx.inputs[i]
-    if optional and maybe_absent(info):
-        return
-    if info.rank is not None:
-        ctx.require(info.rank == rank, f"input {i} must have rank {rank}, got {info.rank}")
-
-
-def check_scalar_const(ctx: OpContext, i: int, allowed: Sequence[int] | None = None) -> None:
-    v = ctx.const(i)
-    if v is not None and allowed is not None:
-        ctx.require(int(v) in allowed, f"input {i} has invalid value {int(v)}")
-
-
-def require_inputs(ctx: OpContext, indices: Sequence[int]) -> None:
-    """Reject NO_VALUE for inputs that are not optional."""
-    for i in indices:
-        ctx.require(not ctx.inputs[i].omitted, f"required input {i} is omitted")
-
-
-def with_required(run, indices: Sequence[int]):
-    """Wrap a kernel so that required inputs left without a value raise OpError."""
-    idx = tuple(indices)
+def with_required(run, signature: Signature, count: int):
+    """Wrap a kernel so that an input the signature does not let be omitted, left without a
+    value at execution time (a model input the request omits), raises OpError."""
+    omittable = omittable_positions(signature, count)
+    idx = tuple(k for k in range(count) if k not in omittable)
 
     def checked(ins, rt):
         for i in idx:
@@ -169,7 +233,7 @@ def build_cell(get, idx: dict[str, int | None], input_size: int, aux_size: int |
         if i is None:
             return None
         v = get(i)
-        return v if has_value(v) else None
+        return v if value_given(v) else None
 
     def need(name: str) -> np.ndarray:
         v = g(name)
@@ -353,8 +417,6 @@ def _clip_value(v: object, name: str) -> float:
 
 _WEIGHT_NAMES = ("i2i", "i2f", "i2c", "i2o", "r2i", "r2f", "r2c", "r2o", "c2i", "c2f", "c2o",
                  "bi", "bf", "bc", "bo", "proj", "projb")
-_OPTIONAL_NAMES = {"i2i", "r2i", "c2i", "c2f", "c2o", "bi", "proj", "projb",
-                   "lni", "lnf", "lnc", "lno", "aux2i", "aux2f", "aux2c", "aux2o"}
 
 
 def _cell_index(base: int, ln_base: int | None, aux_base: int | None = None) -> dict[str, int]:
@@ -367,16 +429,24 @@ def _cell_index(base: int, ln_base: int | None, aux_base: int | None = None) -> 
     return idx
 
 
-def _validate_cell_shapes(ctx: OpContext, idx: dict[str, int]) -> None:
-    """Static checks of ranks and mutually known dimensions of one cell's weights."""
+def _validate_cell_shapes(ctx: OpContext, idx: dict[str, int], signature: Signature) -> None:
+    """Static checks of ranks and mutually known dimensions of one cell's weights (omittable
+    ones only when they are sure to have a value)."""
+    omittable = omittable_positions(signature, len(ctx.inputs))
     for name, i in idx.items():
         rank = 2 if name[:2] in ("i2", "r2", "au") or name == "proj" else 1
-        check_rank(ctx, i, rank, optional=name in _OPTIONAL_NAMES)
-    n_cell = known_dim(ctx.inputs[idx["i2o"]], 0)
-    if n_cell:
-        for name in ("i2f", "i2c", "r2f", "r2c", "r2o", "bf", "bc", "bo"):
-            d = known_dim(ctx.inputs[idx[name]], 0)
-            ctx.require(d in (0, n_cell), f"{name} has {d} rows, expected {n_cell}")
+        if i in omittable:
+            expect_rank_if_given(ctx, i, rank)
+        else:
+            ctx.expect_rank(i, rank)
+    n_cell = ctx.dim(idx["i2o"], 0)
+    for name in ("i2f", "i2c", "r2f", "r2c", "r2o", "bf", "bc", "bo"):
+        ctx.require_same(ctx.dim(idx[name], 0), n_cell, f"{name} rows (num_units)")
+
+
+def _check_activation(ctx: OpContext, i: int) -> None:
+    act = ctx.const_int(i)
+    ctx.require(act is None or act in _ACT_CODES, f"input {i} has invalid activation {act}")
 
 
 def _const_cell(ctx: OpContext, idx: dict[str, int], input_size: int,
@@ -392,16 +462,8 @@ def _const_cell(ctx: OpContext, idx: dict[str, int], input_size: int,
         return None  # reported at execution time with the actual shapes
 
 
-def _clip_types(t: OperandType) -> OperandType:
-    return T.FLOAT32 if t == T.TENSOR_FLOAT32 else T.FLOAT16
-
-
 # ---- LSTM -----------------------------------------------------------------------------------
 
-_LSTM_REQ = (0, 2, 3, 4, 6, 7, 8, 13, 14, 15, 18, 19, 20, 21, 22)
-_UNI_REQ = _LSTM_REQ + (23,)
-_BI_REQ = (0, 2, 3, 4, 6, 7, 8, 13, 14, 15, 19, 20, 21, 23, 24, 25, 30, 31, 32, 35, 36, 37, 38,
-           48, 49, 50, 51, 52)
 _LSTM_IDX = _cell_index(1, None)
 _LSTM_IDX_LN = _cell_index(1, 23)
 
@@ -411,33 +473,20 @@ class Lstm(OperationDef):
     """One LSTM time step; 23 inputs (HAL 1.0) or 27 with layer normalisation (HAL 1.2)."""
 
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts((23, 27), 4)
-        require_inputs(ctx, _LSTM_REQ)
-        t = ctx.inputs[0].type
-        ctx.require(t in C.FLOAT_TYPES, f"unsupported input type {t.name}")
-        tensors = list(range(20)) + list(range(23, len(ctx.inputs)))
-        check_tensor_types(ctx, t, tensors)
-        ctx.require(ctx.inputs[20].type == T.INT32, "activation must be INT32")
+        for i, rank in ((0, 2), (18, 2), (19, 2)):
+            ctx.expect_rank(i, rank)
+        _validate_cell_shapes(ctx, _LSTM_IDX_LN if len(ctx.inputs) == 27 else _LSTM_IDX,
+                              LSTM_SIGNATURE)
+        _check_activation(ctx, 20)
         for i in (21, 22):
-            ctx.require(ctx.inputs[i].type == _clip_types(t),
-                        f"input {i} must be {_clip_types(t).name}")
-        for k, out in enumerate(ctx.outputs):
-            ctx.require(out.type == t, f"output {k} must be {t.name}")
-        check_rank(ctx, 0, 2)
-        check_rank(ctx, 18, 2)
-        check_rank(ctx, 19, 2)
-        _validate_cell_shapes(ctx, _LSTM_IDX_LN if len(ctx.inputs) == 27 else _LSTM_IDX)
-        check_scalar_const(ctx, 20, _ACT_CODES)
-        for i in (21, 22):
-            v = ctx.const(i)
-            if v is not None:
-                ctx.require(float(v) >= 0, f"input {i} (clip) must be non-negative")
+            v = ctx.const_float(i)
+            ctx.require(v is None or v >= 0, f"input {i} (clip) must be non-negative")
 
     def prepare(self, ctx: OpContext):
         ins = ctx.inputs
-        batch = known_dim(ins[0], 0)
-        n_cell = known_dim(ins[4], 0)
-        n_out = known_dim(ins[8], 1)
+        batch = ctx.dim(0, 0) or 0
+        n_cell = ctx.dim(4, 0) or 0
+        n_out = ctx.dim(8, 1) or 0
         gates = 0
         if ins[1].omitted:
             gates = 3
@@ -448,7 +497,7 @@ class Lstm(OperationDef):
     def kernel(self, ctx: OpContext):
         idx = _LSTM_IDX_LN if len(ctx.inputs) == 27 else _LSTM_IDX
         dt = ctx.outputs[0].type.dtype
-        input_size = known_dim(ctx.inputs[0], 1)
+        input_size = ctx.dim(0, 1)
         pre = _const_cell(ctx, idx, input_size, None) if input_size else None
 
         def run(ins, rt):
@@ -466,7 +515,7 @@ class Lstm(OperationDef):
                                           _clip_value(ins[22], "proj_clip"))
             return [scratch.astype(dt), h.astype(dt), c.astype(dt), out[0].astype(dt)]
 
-        return with_required(run, _LSTM_REQ)
+        return with_required(run, LSTM_SIGNATURE, len(ctx.inputs))
 
 
 def _states(h0: np.ndarray, c0: np.ndarray, batch: int, cell: LstmCell,
@@ -495,28 +544,17 @@ class UnidirectionalSequenceLstm(OperationDef):
     """LSTM unrolled over a sequence; since HAL 1.3 it may also output the final states."""
 
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(28, (1, 3))
-        require_inputs(ctx, _UNI_REQ)
-        t = ctx.inputs[0].type
-        ctx.require(t in C.FLOAT_TYPES, f"unsupported input type {t.name}")
-        check_tensor_types(ctx, t, list(range(20)) + list(range(24, 28)))
-        ctx.require(ctx.inputs[20].type == T.INT32, "activation must be INT32")
-        for i in (21, 22):
-            ctx.require(ctx.inputs[i].type == _clip_types(t),
-                        f"input {i} must be {_clip_types(t).name}")
-        ctx.require(ctx.inputs[23].type == T.BOOL, "time_major must be BOOL")
-        for k, out in enumerate(ctx.outputs):
-            ctx.require(out.type == t, f"output {k} must be {t.name}")
-        check_rank(ctx, 0, 3)
-        check_rank(ctx, 18, 2)
-        check_rank(ctx, 19, 2)
-        _validate_cell_shapes(ctx, _UNI_IDX)
-        check_scalar_const(ctx, 20, _ACT_CODES)
+        ctx.require(len(ctx.outputs) != 2, "the final output and cell states come together: "
+                    "expected 1 or 3 outputs, got 2")
+        for i, rank in ((0, 3), (18, 2), (19, 2)):
+            ctx.expect_rank(i, rank)
+        _validate_cell_shapes(ctx, _UNI_IDX, UNI_LSTM_SIGNATURE)
+        _check_activation(ctx, 20)
 
     def prepare(self, ctx: OpContext):
         ins = ctx.inputs
-        n_out = known_dim(ins[8], 1)
-        n_cell = known_dim(ins[4], 0)
+        n_out = ctx.dim(8, 1) or 0
+        n_cell = ctx.dim(4, 0) or 0
         tm = ctx.const(23)
         if ins[0].shape is None:
             out0 = None
@@ -532,7 +570,7 @@ class UnidirectionalSequenceLstm(OperationDef):
 
     def kernel(self, ctx: OpContext):
         dt = ctx.outputs[0].type.dtype
-        input_size = known_dim(ctx.inputs[0], 2)
+        input_size = ctx.dim(0, 2)
         pre = _const_cell(ctx, _UNI_IDX, input_size, None) if input_size else None
         n_outputs = len(ctx.outputs)
 
@@ -552,7 +590,7 @@ class UnidirectionalSequenceLstm(OperationDef):
                 res += [h.astype(dt), c.astype(dt)]
             return res
 
-        return with_required(run, _UNI_REQ)
+        return with_required(run, UNI_LSTM_SIGNATURE, len(ctx.inputs))
 
 
 def _from_time_major(y: np.ndarray, time_major: bool) -> np.ndarray:
@@ -574,36 +612,26 @@ class BidirectionalSequenceLstm(OperationDef):
     (cross-linking with aux weights, parallel linking without) and merged outputs."""
 
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(61, (1, 2, 5, 6))
-        require_inputs(ctx, _BI_REQ)
-        t = ctx.inputs[0].type
-        ctx.require(t in C.FLOAT_TYPES, f"unsupported input type {t.name}")
-        check_tensor_types(ctx, t, list(range(48)) + list(range(53, 61)))
-        ctx.require(ctx.inputs[48].type == T.INT32, "activation must be INT32")
-        for i in (49, 50):
-            ctx.require(ctx.inputs[i].type == _clip_types(t),
-                        f"input {i} must be {_clip_types(t).name}")
-        ctx.require(ctx.inputs[51].type == T.BOOL, "merge_outputs must be BOOL")
-        ctx.require(ctx.inputs[52].type == T.BOOL, "time_major must be BOOL")
-        for k, out in enumerate(ctx.outputs):
-            ctx.require(out.type == t, f"output {k} must be {t.name}")
+        # The signature allows 1 to 6 outputs; the four final states come together.
+        ctx.require(len(ctx.outputs) in (1, 2, 5, 6),
+                    f"expected 1, 2, 5 or 6 outputs, got {len(ctx.outputs)}")
         merge = ctx.const(51)
         if merge is not None:
             ctx.require(len(ctx.outputs) in ((1, 5) if bool(merge) else (2, 6)),
                         "output count does not match merge_outputs")
-        check_rank(ctx, 0, 3)
-        check_rank(ctx, _BI_AUX, 3, optional=True)
+        ctx.expect_rank(0, 3)
+        expect_rank_if_given(ctx, _BI_AUX, 3)
         for i in _BI_FW_STATE + _BI_BW_STATE:
-            check_rank(ctx, i, 2)
-        _validate_cell_shapes(ctx, _BI_FW)
-        _validate_cell_shapes(ctx, _BI_BW)
-        check_scalar_const(ctx, 48, _ACT_CODES)
+            ctx.expect_rank(i, 2)
+        _validate_cell_shapes(ctx, _BI_FW, BI_LSTM_SIGNATURE)
+        _validate_cell_shapes(ctx, _BI_BW, BI_LSTM_SIGNATURE)
+        _check_activation(ctx, 48)
 
     def prepare(self, ctx: OpContext):
         ins = ctx.inputs
         merged = len(ctx.outputs) in (1, 5)
-        fw_out, bw_out = known_dim(ins[8], 1), known_dim(ins[25], 1)
-        fw_cell, bw_cell = known_dim(ins[4], 0), known_dim(ins[21], 0)
+        fw_out, bw_out = ctx.dim(8, 1) or 0, ctx.dim(25, 1) or 0
+        fw_cell, bw_cell = ctx.dim(4, 0) or 0, ctx.dim(21, 0) or 0
         seq = None
         if ins[0].shape is not None and len(ins[0].shape) == 3:
             seq = tuple(ins[0].shape[:2])
@@ -629,9 +657,9 @@ class BidirectionalSequenceLstm(OperationDef):
         def run(ins, rt):
             time_major = bool(ins[52])
             x = _to_time_major(f32(ins[0]), time_major)
-            aux = f32(ins[_BI_AUX]) if has_value(ins[_BI_AUX]) else None
-            has_aux_w = {d: has_value(ins[idx["aux2f"]]) for d, idx in (("fw", _BI_FW),
-                                                                          ("bw", _BI_BW))}
+            aux = f32(ins[_BI_AUX]) if value_given(ins[_BI_AUX]) else None
+            has_aux_w = {d: value_given(ins[idx["aux2f"]]) for d, idx in (("fw", _BI_FW),
+                                                                            ("bw", _BI_BW))}
             if has_aux_w["fw"] != has_aux_w["bw"]:
                 raise OpError("forward and backward aux weights must be both present or absent")
             if has_aux_w["fw"] and aux is None:
@@ -668,4 +696,4 @@ class BidirectionalSequenceLstm(OperationDef):
                 res += [fh.astype(dt), fc.astype(dt), bh.astype(dt), bc.astype(dt)]
             return res
 
-        return with_required(run, _BI_REQ)
+        return with_required(run, BI_LSTM_SIGNATURE, len(ctx.inputs))

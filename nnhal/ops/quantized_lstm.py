@@ -15,10 +15,52 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops import recurrent_fixedpoint as FP
-from nnhal.ops.lstm import check_rank, has_value, require_inputs, with_required
+from nnhal.ops.lstm import expect_rank_if_given, value_given, with_required
 from nnhal.ops.registry import OpContext, OperationDef, OpError, register
+from nnhal.ops.signature import V1_2, V1_3, Slot, Variant, sig
 
 T = OperandType
+_Q8, _S8, _W8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM
+_Q16, _I32 = T.TENSOR_QUANT16_SYMM, T.TENSOR_INT32
+_GATES = ("input", "forget", "cell", "output")
+
+QUANTIZED_16BIT_LSTM_SIGNATURE = sig(
+    OperationType.QUANTIZED_16BIT_LSTM,
+    [Slot("input", _Q8, doc="scale 1/128, zero point 128"),
+     *[Slot(f"input_to_{g}", _Q8) for g in _GATES],
+     *[Slot(f"recurrent_to_{g}", _Q8) for g in _GATES],
+     *[Slot(f"{g}_gate_bias" if g != "cell" else "cell_bias", _I32) for g in _GATES],
+     Slot("cell_state_in", _Q16, doc="scale 2^-11"), Slot("output_state_in", _Q8)],
+    [Slot("cell_state_out", _Q16), Slot("output_state_out", _Q8)],
+    [Variant({}, V1_2)], doc="uint8 LSTM step with a 16-bit cell state")
+
+
+def _omittable(name: str, t: OperandType, doc: str = "") -> Slot:
+    return Slot(name, t, omittable=True, doc=doc)
+
+
+QUANTIZED_LSTM_SIGNATURE = sig(
+    OperationType.QUANTIZED_LSTM,
+    [Slot("input", _S8),
+     _omittable("input_to_input", _W8, "absent with CIFG"),
+     *[Slot(f"input_to_{g}", _W8) for g in _GATES[1:]],
+     _omittable("recurrent_to_input", _W8, "absent with CIFG"),
+     *[Slot(f"recurrent_to_{g}", _W8) for g in _GATES[1:]],
+     *[_omittable(f"cell_to_{g}", _Q16, "peephole") for g in ("input", "forget", "output")],
+     _omittable("input_gate_bias", _I32, "absent with CIFG"),
+     Slot("forget_gate_bias", _I32), Slot("cell_bias", _I32), Slot("output_gate_bias", _I32),
+     _omittable("projection_weights", _W8), _omittable("projection_bias", _I32),
+     Slot("output_state_in", _S8), Slot("cell_state_in", _Q16),
+     *[_omittable(f"{g}_layer_norm", _Q16) for g in _GATES],
+     _omittable("cell_clip", T.FLOAT32, "no clipping when omitted"),
+     _omittable("proj_clip", T.FLOAT32, "no clipping when omitted"),
+     *[Slot(f"{g}_intermediate_scale", T.FLOAT32) for g in _GATES],
+     Slot("hidden_state_zero_point", T.INT32), Slot("hidden_state_scale", T.FLOAT32)],
+    [Slot("output_state_out", _S8), Slot("cell_state_out", _Q16), Slot("output", _S8)],
+    [Variant({}, V1_3)], doc="int8 LSTM step with optional CIFG, peephole, projection and "
+    "layer normalisation")
+
+SIGNATURES = [QUANTIZED_16BIT_LSTM_SIGNATURE, QUANTIZED_LSTM_SIGNATURE]
 
 I32_MIN, I32_MAX = C.INT32_MIN, C.INT32_MAX
 
@@ -76,10 +118,6 @@ class Quantized16BitLstm(OperationDef):
     """Single LSTM step with uint8 activations/weights and a 16-bit (Q4.11) cell state."""
 
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(15, 2)
-        require_inputs(ctx, range(15))
-        q8, q16 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT16_SYMM
-        ctx.expect_types([q8] * 9 + [T.TENSOR_INT32] * 4 + [q16, q8], [q16, q8])
         ins = ctx.inputs
         for i in (0, 14):
             ctx.require(_close(ins[i].scale, 1 / 128) and ins[i].zero_point == 128,
@@ -96,9 +134,9 @@ class Quantized16BitLstm(OperationDef):
         ctx.require(_checked_log2(ins[13].scale) == -11,
                     "cell state scale must be 2^-11 (4 integer bits)")
         for i in (0, 1, 2, 3, 4, 5, 6, 7, 8, 13, 14):
-            check_rank(ctx, i, 2)
+            ctx.expect_rank(i, 2)
         for i in range(9, 13):
-            check_rank(ctx, i, 1)
+            ctx.expect_rank(i, 1)
 
     def prepare(self, ctx: OpContext):
         s13, s14 = ctx.inputs[13].shape, ctx.inputs[14].shape
@@ -147,7 +185,7 @@ class Quantized16BitLstm(OperationDef):
             out8 = np.clip(C.rounding_divide_by_pot(out16, 8), -128, 127) + 128
             return [new_cell.astype(np.int16), out8.astype(np.uint8)]
 
-        return with_required(run, range(15))
+        return with_required(run, QUANTIZED_16BIT_LSTM_SIGNATURE, len(ctx.inputs))
 
 
 # ---- QUANTIZED_LSTM (HAL 1.3) --------------------------------------------------------------------
@@ -216,8 +254,8 @@ def _trunc_div(x: np.ndarray, d: int) -> np.ndarray:
     return np.where(x < 0, -q, q)
 
 
+#: Required tensors: a zero-sized value there counts as missing, like an omitted one.
 _QLSTM_REQUIRED = (0, 2, 3, 4, 6, 7, 8, 13, 14, 15, 18, 19)
-_QLSTM_REQUIRED_ALL = _QLSTM_REQUIRED + (26, 27, 28, 29, 30, 31)
 
 
 @register(OperationType.QUANTIZED_LSTM)
@@ -226,22 +264,14 @@ class QuantizedLstm(OperationDef):
     peephole, projection and layer normalisation."""
 
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(32, 3)
-        require_inputs(ctx, _QLSTM_REQUIRED_ALL)
-        s8, w8, q16 = T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM
-        ctx.expect_types([s8] + [w8] * 8 + [q16] * 3 + [T.TENSOR_INT32] * 4
-                         + [w8, T.TENSOR_INT32, s8, q16] + [q16] * 4 + [T.FLOAT32] * 6
-                         + [T.INT32, T.FLOAT32], [s8, q16, s8])
-        for i in _QLSTM_REQUIRED:
-            ctx.require(not ctx.inputs[i].omitted, f"required input {i} is omitted")
         for i in (0, 2, 3, 4, 6, 7, 8, 18, 19):
-            check_rank(ctx, i, 2)
+            ctx.expect_rank(i, 2)
         for i in (13, 14, 15):
-            check_rank(ctx, i, 1)
+            ctx.expect_rank(i, 1)
         for i in (1, 5, 16):
-            check_rank(ctx, i, 2, optional=True)
+            expect_rank_if_given(ctx, i, 2)
         for i in (9, 10, 11, 12, 17, 20, 21, 22, 23):
-            check_rank(ctx, i, 1, optional=True)
+            expect_rank_if_given(ctx, i, 1)
         cell = ctx.inputs[19]
         shift = _checked_log2(cell.scale)
         ctx.require(shift is not None and shift <= -9,
@@ -267,7 +297,7 @@ class QuantizedLstm(OperationDef):
 
         def run(ins, rt):
             def get(i):
-                return ins[i] if has_value(ins[i]) else None
+                return ins[i] if value_given(ins[i]) else None
 
             for i in _QLSTM_REQUIRED:
                 if get(i) is None:
@@ -388,4 +418,4 @@ class QuantizedLstm(OperationDef):
             out8 = out.astype(np.int8)
             return [out8, new_cell.astype(np.int16), out8.copy()]
 
-        return with_required(run, _QLSTM_REQUIRED_ALL)
+        return with_required(run, QUANTIZED_LSTM_SIGNATURE, len(ctx.inputs))

@@ -12,21 +12,49 @@ import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
-from nnhal.ops.lstm import (
-    check_rank,
-    check_tensor_types,
-    f32,
-    has_value,
-    known_dim,
-    require_inputs,
-    with_required,
-)
+from nnhal.ops.lstm import f32, value_given, with_required
 from nnhal.ops.registry import OpContext, OperationDef, OpError, register
+from nnhal.ops.signature import V1_0, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType
 O = OperationType
 
-_BIRNN_REQ = (0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 14)
+_F32, _F16 = {"T": T.TENSOR_FLOAT32}, {"T": T.TENSOR_FLOAT16}
+
+
+def _cell(p: str = "") -> list[Slot]:
+    return [Slot(f"{p}weights", "T", doc="[num_units, input_size]"),
+            Slot(f"{p}recurrent_weights", "T", doc="[num_units, num_units]"),
+            Slot(f"{p}bias", "T"), Slot(f"{p}hidden_state_in", "T")]
+
+
+_ACTIVATION = Slot("activation", T.INT32, doc="fused activation (FuseCode)")
+
+RNN_SIGNATURE = sig(
+    O.RNN, [Slot("input", "T"), *_cell(), _ACTIVATION],
+    [Slot("hidden_state_out", "T"), Slot("output", "T")],
+    [*variants(V1_0, _F32), *variants(V1_2, _F16)], doc="one basic RNN time step")
+
+UNI_RNN_SIGNATURE = sig(
+    O.UNIDIRECTIONAL_SEQUENCE_RNN,
+    [Slot("input", "T"), *_cell(), _ACTIVATION, Slot("time_major", T.INT32, doc="0 or 1")],
+    [Slot("output", "T"), Slot("hidden_state_out", "T", optional=True, since=V1_3)],
+    variants(V1_2, _F32, _F16), doc="basic RNN over a sequence")
+
+BI_RNN_SIGNATURE = sig(
+    O.BIDIRECTIONAL_SEQUENCE_RNN,
+    [Slot("input", "T"), *_cell("fw_"), *_cell("bw_"),
+     Slot("aux_input", "T", omittable=True, doc="cross or parallel linking"),
+     Slot("fw_aux_weights", "T", omittable=True), Slot("bw_aux_weights", "T", omittable=True),
+     _ACTIVATION, Slot("time_major", T.BOOL), Slot("merge_outputs", T.BOOL)],
+    [Slot("fw_output", "T", doc="both directions when merge_outputs"),
+     Slot("bw_output", "T", optional=True, doc="absent when merge_outputs (later outputs move "
+          "up one)"),
+     Slot("fw_hidden_state_out", "T", optional=True, since=V1_3),
+     Slot("bw_hidden_state_out", "T", optional=True, since=V1_3)],
+    variants(V1_2, _F32, _F16), doc="forward and backward basic RNNs")
+
+SIGNATURES = [RNN_SIGNATURE, UNI_RNN_SIGNATURE, BI_RNN_SIGNATURE]
 
 
 def _check_weights(w: np.ndarray, r: np.ndarray, b: np.ndarray, input_size: int,
@@ -60,31 +88,18 @@ def run_rnn(x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray, h0: np.n
     return out, h
 
 
-def _validate_common(ctx: OpContext, tensors: list[int], act_index: int) -> OperandType:
-    t = ctx.inputs[0].type
-    ctx.require(t in C.FLOAT_TYPES, f"unsupported input type {t.name}")
-    check_tensor_types(ctx, t, tensors)
-    C.check_activation(ctx, act_index)
-    for k, out in enumerate(ctx.outputs):
-        ctx.require(out.type == t, f"output {k} must be {t.name}")
-    return t
-
-
 @register(O.RNN)
 class Rnn(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(6, 2)
-        require_inputs(ctx, range(6))
-        _validate_common(ctx, [0, 1, 2, 3, 4], 5)
+        C.check_activation(ctx, 5)
         for i, rank in ((0, 2), (1, 2), (2, 2), (3, 1), (4, 2)):
-            check_rank(ctx, i, rank)
-        units = known_dim(ctx.inputs[1], 0)
+            ctx.expect_rank(i, rank)
+        units = ctx.dim(1, 0)
         for i, k in ((2, 0), (2, 1), (3, 0), (4, 1)):
-            d = known_dim(ctx.inputs[i], k)
-            ctx.require(not units or d in (0, units), f"input {i} dim {k} must be {units}")
+            ctx.require_same(ctx.dim(i, k), units, f"input {i} dim {k} (num_units)")
 
     def prepare(self, ctx: OpContext):
-        shape = (known_dim(ctx.inputs[0], 0), known_dim(ctx.inputs[1], 0))
+        shape = (ctx.dim(0, 0) or 0, ctx.dim(1, 0) or 0)
         return [shape, shape]
 
     def kernel(self, ctx: OpContext):
@@ -101,24 +116,21 @@ class Rnn(OperationDef):
             h = h.astype(dt)
             return [h, h.copy()]
 
-        return with_required(run, range(6))
+        return with_required(run, RNN_SIGNATURE, len(ctx.inputs))
 
 
 @register(O.UNIDIRECTIONAL_SEQUENCE_RNN)
 class UnidirectionalSequenceRnn(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(7, (1, 2))
-        require_inputs(ctx, range(7))
-        _validate_common(ctx, [0, 1, 2, 3, 4], 5)
-        ctx.require(ctx.inputs[6].type == T.INT32, "timeMajor must be INT32")
-        tm = ctx.const(6)
-        ctx.require(tm is None or int(tm) in (0, 1), "timeMajor must be 0 or 1")
+        C.check_activation(ctx, 5)
+        tm = ctx.const_int(6)
+        ctx.require(tm is None or tm in (0, 1), "timeMajor must be 0 or 1")
         for i, rank in ((0, 3), (1, 2), (2, 2), (3, 1), (4, 2)):
-            check_rank(ctx, i, rank)
+            ctx.expect_rank(i, rank)
 
     def prepare(self, ctx: OpContext):
         x = ctx.inputs[0]
-        units = known_dim(ctx.inputs[1], 0)
+        units = ctx.dim(1, 0) or 0
         if x.shape is None or len(x.shape) != 3:
             return [None] * len(ctx.outputs)
         shapes = [tuple(x.shape[:2]) + (units,)]
@@ -149,7 +161,7 @@ class UnidirectionalSequenceRnn(OperationDef):
                 res.append(h.astype(dt))
             return res
 
-        return with_required(run, range(7))
+        return with_required(run, UNI_RNN_SIGNATURE, len(ctx.inputs))
 
 
 @register(O.BIDIRECTIONAL_SEQUENCE_RNN)
@@ -158,22 +170,18 @@ class BidirectionalSequenceRnn(OperationDef):
     it replaces the backward cell's input (parallel linking, HAL 1.3)."""
 
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(15, (1, 2, 3, 4))
-        require_inputs(ctx, _BIRNN_REQ)
-        _validate_common(ctx, list(range(12)), 12)
-        ctx.require(ctx.inputs[13].type == T.BOOL, "timeMajor must be BOOL")
-        ctx.require(ctx.inputs[14].type == T.BOOL, "mergeOutputs must be BOOL")
+        C.check_activation(ctx, 12)
         merge = ctx.const(14)
         if merge is not None:
             ctx.require(len(ctx.outputs) in ((1, 3) if bool(merge) else (2, 4)),
                         "output count does not match mergeOutputs")
         for i, rank in ((0, 3), (1, 2), (2, 2), (3, 1), (4, 2), (5, 2), (6, 2), (7, 1),
                         (8, 2)):
-            check_rank(ctx, i, rank)
+            ctx.expect_rank(i, rank)
 
     def prepare(self, ctx: OpContext):
         x = ctx.inputs[0]
-        fw, bw = known_dim(ctx.inputs[1], 0), known_dim(ctx.inputs[5], 0)
+        fw, bw = ctx.dim(1, 0) or 0, ctx.dim(5, 0) or 0
         merged = len(ctx.outputs) in (1, 3)
         if x.shape is None or len(x.shape) != 3:
             return None
@@ -199,9 +207,9 @@ class BidirectionalSequenceRnn(OperationDef):
             if x.ndim != 3:
                 raise OpError("input must be 3-D")
             xt = x if tm else np.swapaxes(x, 0, 1)
-            aux = f32(ins[9]) if has_value(ins[9]) else None
-            fwa = f32(ins[10]) if has_value(ins[10]) else None
-            bwa = f32(ins[11]) if has_value(ins[11]) else None
+            aux = f32(ins[9]) if value_given(ins[9]) else None
+            fwa = f32(ins[10]) if value_given(ins[10]) else None
+            bwa = f32(ins[11]) if value_given(ins[11]) else None
             if (fwa is None) != (bwa is None):
                 raise OpError("forward and backward aux weights must be both present or absent")
             if fwa is not None and aux is None:
@@ -238,4 +246,4 @@ class BidirectionalSequenceRnn(OperationDef):
                 res += [fh.astype(dt), bh.astype(dt)]
             return res
 
-        return with_required(run, _BIRNN_REQ)
+        return with_required(run, BI_RNN_SIGNATURE, len(ctx.inputs))

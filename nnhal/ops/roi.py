@@ -12,49 +12,63 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.detection import (
+    BOX_VARIANTS,
     F32,
     check_boxes,
-    const_scalar,
     from_float,
-    known_dim,
     require_quant,
-    require_same,
     scalar,
     to_float,
 )
 from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, OpError, register
+from nnhal.ops.signature import Slot, sig
 
 T = OperandType
 O = OperationType
 
+# Type variables as in detection.py: "T" feature map, "B" boxes, "S" float parameters.
+_ROI_HEAD = [Slot("input", "T", doc="feature map, NHWC or NCHW"),
+             Slot("rois", "B", doc="[num_rois, 4] as x1, y1, x2, y2"),
+             Slot("batch_index", T.TENSOR_INT32, doc="[num_rois]"),
+             Slot("output_height", T.INT32), Slot("output_width", T.INT32),
+             Slot("height_ratio", "S", doc="image to feature map"), Slot("width_ratio", "S")]
+_NCHW = Slot("nchw", T.BOOL)
 
-def _validate_roi_op(ctx: OpContext, n_in: int, has_sampling: bool) -> None:
-    """Shared checks of ROI_ALIGN (10 inputs) and ROI_POOLING (8 inputs)."""
-    ctx.expect_counts(n_in, 1)
-    t = ctx.inputs[0].type
-    if t in C.FLOAT_TYPES:
-        roi_t, s = t, C.SCALAR_OF[t]
-    elif t in C.QUANT8_TYPES:
-        roi_t, s = T.TENSOR_QUANT16_ASYMM, T.FLOAT32
+ROI_ALIGN_SIGNATURE = sig(
+    O.ROI_ALIGN,
+    [*_ROI_HEAD, Slot("height_samples", T.INT32, doc="0: adaptive"),
+     Slot("width_samples", T.INT32, doc="0: adaptive"), _NCHW],
+    [Slot("output", "T")], BOX_VARIANTS, doc="bilinear average pooling of each region")
+
+ROI_POOLING_SIGNATURE = sig(
+    O.ROI_POOLING, [*_ROI_HEAD, _NCHW], [Slot("output", "T")], BOX_VARIANTS,
+    doc="max pooling of each region")
+
+HEATMAP_MAX_KEYPOINT_SIGNATURE = sig(
+    O.HEATMAP_MAX_KEYPOINT,
+    [Slot("heatmaps", "T", doc="[num_boxes, size, size, num_keypoints] (NHWC)"),
+     Slot("boxes", "B", doc="[num_boxes, 4]"), _NCHW],
+    [Slot("scores", "T"), Slot("keypoints", "B", doc="[num_boxes, num_keypoints, 2]")],
+    BOX_VARIANTS, doc="sub-pixel heatmap maxima")
+
+SIGNATURES = [ROI_ALIGN_SIGNATURE, ROI_POOLING_SIGNATURE, HEATMAP_MAX_KEYPOINT_SIGNATURE]
+
+
+def _validate_roi_op(ctx: OpContext, has_sampling: bool) -> None:
+    """Shared checks of ROI_ALIGN and ROI_POOLING."""
+    if ctx.inputs[0].type in C.QUANT8_TYPES:
         require_quant(ctx, ctx.inputs[1], "input 1")
-    else:
-        raise ctx.fail(f"unsupported input type {t.name}")
-    types = [t, roi_t, T.TENSOR_INT32, T.INT32, T.INT32, s, s]
-    if has_sampling:
-        types += [T.INT32, T.INT32]
-    ctx.expect_types(types + [T.BOOL], [t])
     for i, r in enumerate((4, 2, 1)):
         ctx.expect_rank(i, r)
     ctx.expect_rank(0, 4, output=True)
-    roi, batches = ctx.inputs[1], ctx.inputs[2]
-    require_same(ctx, known_dim(roi, 1), 4, "input 1 columns")
-    require_same(ctx, known_dim(roi, 0), known_dim(batches, 0), "num_rois")
+    ctx.require_same(ctx.dim(1, 1), 4, "input 1 columns")
+    ctx.require_same(ctx.dim(1, 0), ctx.dim(2, 0), "num_rois")
     for i in (3, 4, 5, 6):
-        v = const_scalar(ctx, i)
+        v = ctx.const_float(i)
         ctx.require(v is None or v > 0, f"input {i} must be positive")
     if has_sampling:
         for i in (7, 8):
-            v = const_scalar(ctx, i)
+            v = ctx.const_float(i)
             ctx.require(v is None or v >= 0, f"input {i} must be non-negative")
 
 
@@ -112,7 +126,7 @@ class RoiAlign(OperationDef):
     """Average of bilinear samples on a regular grid inside each output bin."""
 
     def validate(self, ctx: OpContext) -> None:
-        _validate_roi_op(ctx, 10, has_sampling=True)
+        _validate_roi_op(ctx, has_sampling=True)
 
     def prepare(self, ctx: OpContext):
         return _roi_output_shape(ctx, 9)
@@ -204,7 +218,7 @@ class RoiPooling(OperationDef):
     """Max over integer-aligned bins of each region."""
 
     def validate(self, ctx: OpContext) -> None:
-        _validate_roi_op(ctx, 8, has_sampling=False)
+        _validate_roi_op(ctx, has_sampling=False)
         inp, out = ctx.inputs[0], ctx.outputs[0]
         if inp.type in C.QUANT8_TYPES:
             ctx.require(F32(out.scale) == F32(inp.scale) and out.zero_point == inp.zero_point,
@@ -262,31 +276,21 @@ class HeatmapMaxKeypoint(OperationDef):
     """Sub-pixel heatmap maxima via a quadratic (Taylor) fit around the best cell."""
 
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(3, 2)
-        t = ctx.inputs[0].type
-        if t in C.FLOAT_TYPES:
-            ctx.expect_types([t, t, T.BOOL], [t, t])
-        elif t in C.QUANT8_TYPES:
-            q16 = T.TENSOR_QUANT16_ASYMM
-            ctx.expect_types([t, q16, T.BOOL], [t, q16])
+        if ctx.inputs[0].type in C.QUANT8_TYPES:
             require_quant(ctx, ctx.inputs[1], "input 1")
             require_quant(ctx, ctx.outputs[1], "output 1")
-        else:
-            raise ctx.fail(f"unsupported input type {t.name}")
         ctx.expect_rank(0, 4)
         ctx.expect_rank(1, 2)
         ctx.expect_rank(0, 2, output=True)
         ctx.expect_rank(1, 3, output=True)
-        heat, boxes = ctx.inputs[0], ctx.inputs[1]
-        require_same(ctx, known_dim(heat, 0), known_dim(boxes, 0), "num_boxes")
-        require_same(ctx, known_dim(boxes, 1), 4, "input 1 columns")
-        size = known_dim(heat, 2)
-        if size is not None:
-            ctx.require(size >= 2, "heatmap size must be at least 2")
+        ctx.require_same(ctx.dim(0, 0), ctx.dim(1, 0), "num_boxes")
+        ctx.require_same(ctx.dim(1, 1), 4, "input 1 columns")
+        size = ctx.dim(0, 2)
+        ctx.require(size is None or size >= 2, "heatmap size must be at least 2")
         layout = ctx.const(2)
         if layout is not None:
-            require_same(ctx, known_dim(heat, 3 if bool(layout) else 1), size,
-                         "heatmap must be square")
+            ctx.require_same(ctx.dim(0, 3 if bool(layout) else 1), size,
+                             "heatmap height and width (must be square)")
 
     def prepare(self, ctx: OpContext):
         heat = ctx.inputs[0]

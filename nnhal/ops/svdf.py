@@ -11,53 +11,47 @@ import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
-from nnhal.ops.lstm import (
-    check_rank,
-    check_tensor_types,
-    f32,
-    has_value,
-    known_dim,
-    require_inputs,
-    with_required,
-)
+from nnhal.ops.lstm import expect_rank_if_given, f32, value_given, with_required
 from nnhal.ops.registry import OpContext, OperationDef, OpError, register
+from nnhal.ops.signature import V1_0, V1_2, Slot, sig, variants
 
 T = OperandType
+
+SVDF_SIGNATURE = sig(
+    OperationType.SVDF,
+    [Slot("input", "T"), Slot("weights_feature", "T", doc="[num_filters, input_size]"),
+     Slot("weights_time", "T", doc="[num_filters, memory_size]"),
+     Slot("bias", "T", omittable=True, doc="[num_units]"), Slot("state_in", "T"),
+     Slot("rank", T.INT32, doc="num_filters = num_units * rank"),
+     Slot("activation", T.INT32, doc="fused activation (FuseCode)")],
+    [Slot("state_out", "T"), Slot("output", "T")],
+    [*variants(V1_0, {"T": T.TENSOR_FLOAT32}), *variants(V1_2, {"T": T.TENSOR_FLOAT16})],
+    doc="rank-constrained stateful fully connected layer")
+
+SIGNATURES = [SVDF_SIGNATURE]
 
 
 @register(OperationType.SVDF)
 class Svdf(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(7, 2)
-        require_inputs(ctx, (0, 1, 2, 4, 5, 6))
-        t = ctx.inputs[0].type
-        ctx.require(t in C.FLOAT_TYPES, f"unsupported input type {t.name}")
-        check_tensor_types(ctx, t, [0, 1, 2, 3, 4])
-        ctx.require(ctx.inputs[5].type == T.INT32, "rank must be INT32")
         C.check_activation(ctx, 6)
-        for k, out in enumerate(ctx.outputs):
-            ctx.require(out.type == t, f"output {k} must be {t.name}")
         for i, r in ((0, 2), (1, 2), (2, 2), (4, 2)):
-            check_rank(ctx, i, r)
-        check_rank(ctx, 3, 1, optional=True)
-        rank = ctx.const(5)
+            ctx.expect_rank(i, r)
+        expect_rank_if_given(ctx, 3, 1)
+        filters = ctx.dim(1, 0)
+        rank = ctx.const_int(5)
         if rank is not None:
-            rank = int(rank)
             ctx.require(rank > 0, "rank must be positive")
-            filters = known_dim(ctx.inputs[1], 0)
-            ctx.require(filters % rank == 0, "num_filters must be a multiple of rank")
-        filters = known_dim(ctx.inputs[1], 0)
-        d = known_dim(ctx.inputs[2], 0)
-        ctx.require(not filters or d in (0, filters), "weights_time rows must match filters")
-        a, b = known_dim(ctx.inputs[0], 1), known_dim(ctx.inputs[1], 1)
-        ctx.require(not a or b in (0, a), "weights_feature columns must match input size")
+            ctx.require((filters or 0) % rank == 0, "num_filters must be a multiple of rank")
+        ctx.require_same(ctx.dim(2, 0), filters, "weights_time rows (num_filters)")
+        ctx.require_same(ctx.dim(1, 1), ctx.dim(0, 1), "weights_feature columns (input_size)")
 
     def prepare(self, ctx: OpContext):
-        batch = known_dim(ctx.inputs[0], 0)
-        filters = known_dim(ctx.inputs[1], 0)
-        memory = known_dim(ctx.inputs[2], 1)
-        rank = ctx.const(5)
-        units = filters // int(rank) if rank is not None and int(rank) > 0 else 0
+        batch = ctx.dim(0, 0) or 0
+        filters = ctx.dim(1, 0) or 0
+        memory = ctx.dim(2, 1) or 0
+        rank = ctx.const_int(5)
+        units = filters // rank if rank is not None and rank > 0 else 0
         return [(batch, filters * memory), (batch, units)]
 
     def kernel(self, ctx: OpContext):
@@ -65,7 +59,7 @@ class Svdf(OperationDef):
 
         def run(ins, rt):
             x, wf, wt = f32(ins[0]), f32(ins[1]), f32(ins[2])
-            bias = f32(ins[3]) if has_value(ins[3]) else None
+            bias = f32(ins[3]) if value_given(ins[3]) else None
             state = f32(ins[4])
             rank = int(ins[5])
             act = C.activation_code(ins[6])
@@ -96,4 +90,4 @@ class Svdf(OperationDef):
             new_state[:, :, :-1] = mem[:, :, 1:]
             return [new_state.reshape(state.shape).astype(dt), out.astype(dt)]
 
-        return with_required(run, (0, 1, 2, 4, 5, 6))
+        return with_required(run, SVDF_SIGNATURE, len(ctx.inputs))

@@ -157,6 +157,25 @@ def test_nms_rejects_bad_kernel_and_single_class():
                [output(F32, [0]), output(F32, [0, 4]), output(I32, [0]), output(I32, [0])])
 
 
+
+def test_nms_parameter_types_follow_the_score_type():
+    """Float16 scores take FLOAT16 parameters; quantized scores take QUANT16_ASYMM boxes."""
+    f16 = [tensor(F16, [[0.0, 0.9]]), tensor(F16, [[0, 0, 0, 0, 0, 0, 1, 1]]), tensor(I32, [0]),
+           tensor(T.FLOAT16, 0.1), tensor(T.INT32, -1), tensor(T.INT32, 0),
+           tensor(T.FLOAT16, 0.5), tensor(T.FLOAT16, 0.5), tensor(T.FLOAT16, 0.3)]
+    outs = [output(F16), output(F16), output(I32), output(I32)]
+    scores, _, _, _ = run_op(O.BOX_WITH_NMS_LIMIT, f16, outs)
+    np.testing.assert_allclose(scores.astype(np.float32), [0.9], rtol=1e-3)
+    f16[3] = tensor(T.FLOAT32, 0.1)
+    with pytest.raises(OpError, match=r"input 3 \(score_threshold\) has type FLOAT32"):
+        run_op(O.BOX_WITH_NMS_LIMIT, f16, outs)
+    q = [tensor(U8, [[0, 200]], 0.01, 0), tensor(F32, [[0, 0, 0, 0, 0, 0, 1, 1]]),
+         *f16[2:]]
+    with pytest.raises(OpError, match=r"input 1 \(rois\) has type TENSOR_FLOAT32, expected "
+                                      "TENSOR_QUANT16_ASYMM"):
+        run_op(O.BOX_WITH_NMS_LIMIT, q, outs)
+
+
 # ---- GENERATE_PROPOSALS -------------------------------------------------------------------------
 
 def _proposals(nchw=False, pre_n=-1, t=F32, min_size=1.0):

@@ -546,3 +546,93 @@ def test_quantized_lstm_rejects_omitted_required_input():
     with pytest.raises(OpError):
         run_op(O.QUANTIZED_LSTM, qlstm_inputs(np.zeros((1, 3), np.int16), omit_forget=True),
                [output(S8), output(Q16), output(S8)])
+
+
+# ---- signatures: what may be omitted, counts the signature cannot express ---------------------
+
+def _positions(*groups):
+    return frozenset(k for g in groups for k in ([g] if isinstance(g, int) else g))
+
+
+_CELL_OPTIONAL = (1, 5, 9, 10, 11, 12, 16, 17)  # CIFG, peephole, input gate bias, projection
+
+
+@pytest.mark.parametrize(("op", "count", "expected"), [
+    (O.LSTM, 23, _positions(_CELL_OPTIONAL)),
+    (O.LSTM, 27, _positions(_CELL_OPTIONAL, range(23, 27))),
+    (O.UNIDIRECTIONAL_SEQUENCE_LSTM, 28, _positions(_CELL_OPTIONAL, range(24, 28))),
+    (O.BIDIRECTIONAL_SEQUENCE_LSTM, 61,
+     _positions(_CELL_OPTIONAL, [k + 17 for k in _CELL_OPTIONAL], range(39, 48), range(53, 61))),
+    (O.RNN, 6, frozenset()),
+    (O.UNIDIRECTIONAL_SEQUENCE_RNN, 7, frozenset()),
+    (O.BIDIRECTIONAL_SEQUENCE_RNN, 15, _positions(9, 10, 11)),
+    (O.SVDF, 7, _positions(3)),
+    (O.LSH_PROJECTION, 4, _positions(2)),
+    (O.QUANTIZED_16BIT_LSTM, 15, frozenset()),
+    (O.QUANTIZED_LSTM, 32, _positions(_CELL_OPTIONAL, range(20, 26))),
+])
+def test_omittable_inputs_are_the_hal_optional_ones(op, count, expected):
+    from nnhal.ops.catalog import SIGNATURES
+    from nnhal.ops.signature import omittable_positions
+    assert omittable_positions(SIGNATURES[op], count) == expected
+
+
+def test_lstm_takes_23_or_27_inputs_only():
+    p = make_lstm_weights(2, 3, 3)
+    ins = [tensor(F32, np.zeros((1, 2)))] + lstm_weight_operands(p)
+    ins += [tensor(F32, np.zeros((1, 3))), tensor(F32, np.zeros((1, 3))), tensor(T.INT32, 4),
+            tensor(T.FLOAT32, 0.0), tensor(T.FLOAT32, 0.0)]
+    with pytest.raises(OpError, match="expected 23 or 27 inputs, got 24"):
+        run_op(O.LSTM, ins + [omitted(F32)], [output(F32)] * 4)
+    # All four layer norm weights omitted: the plain LSTM.
+    _, h, _, _ = run_op(O.LSTM, ins + [omitted(F32)] * 4, [output(F32)] * 4)
+    assert h.shape == (1, 3)
+
+
+def test_sequence_lstm_state_outputs_come_together():
+    p = make_lstm_weights(3, 2, 2)
+    xs = np.zeros((2, 1, 3), np.float32)
+    h0 = c0 = np.zeros((1, 2), np.float32)
+    uni = [tensor(F32, xs)] + lstm_weight_operands(p)
+    uni += [tensor(F32, h0), tensor(F32, c0), tensor(T.INT32, 4), tensor(T.FLOAT32, 0.0),
+            tensor(T.FLOAT32, 0.0), tensor(T.BOOL, True)] + ln_operands(p)
+    with pytest.raises(OpError, match="got 2"):
+        run_op(O.UNIDIRECTIONAL_SEQUENCE_LSTM, uni, [output(F32)] * 2)
+    with pytest.raises(OpError, match="got 3"):
+        run_op(O.BIDIRECTIONAL_SEQUENCE_LSTM, bidi_inputs(xs, p, p, [h0] * 4), [output(F32)] * 3)
+
+
+def test_sequence_lstm_rejects_omitted_time_major():
+    p = make_lstm_weights(3, 2, 2)
+    ins = [tensor(F32, np.zeros((2, 1, 3)))] + lstm_weight_operands(p)
+    ins += [tensor(F32, np.zeros((1, 2))), tensor(F32, np.zeros((1, 2))), tensor(T.INT32, 4),
+            tensor(T.FLOAT32, 0.0), tensor(T.FLOAT32, 0.0), omitted(T.BOOL)] + ln_operands(p)
+    with pytest.raises(OpError, match=r"input 23 \(time_major\) cannot be omitted"):
+        run_op(O.UNIDIRECTIONAL_SEQUENCE_LSTM, ins, [output(F32)])
+
+
+def test_quantized_lstm_omitted_clips_mean_no_clipping():
+    prev_cell = np.array([[1000, -1000, 4096]], np.int16)
+    outs = [output(S8, [1, 3], 2**-7, 0), output(Q16, [1, 3], 2**-12, 0),
+            output(S8, [1, 3], 2**-7, 0)]
+    ins = qlstm_inputs(prev_cell)
+    ins[24], ins[25] = omitted(T.FLOAT32), omitted(T.FLOAT32)
+    _, c, _ = run_op(O.QUANTIZED_LSTM, ins, outs)
+    np.testing.assert_array_equal(c, [[500, -500, 2048]])
+
+
+def test_model_input_without_value_at_run_time():
+    """A request may leave a model input without a value: fine where the signature lets the
+    slot be omitted, an OpError where it does not."""
+    def given_later(t, shape):
+        info, _ = tensor(t, np.zeros(shape, t.dtype))
+        return info, None  # a model input the request leaves without a value
+
+    x, wf, wt = [[1.0, 2.0]], [[1.0, 1.0]], [[0.5, 1.0, 2.0]]
+    ins = [tensor(F32, x), tensor(F32, wf), tensor(F32, wt), given_later(F32, (1,)),
+           tensor(F32, [[10.0, 20.0, 99.0]]), tensor(T.INT32, 1), tensor(T.INT32, 0)]
+    _, out = run_op(O.SVDF, ins, [output(F32), output(F32)])
+    np.testing.assert_allclose(out, [[31.0]])  # no bias
+    ins[2] = given_later(F32, (1, 3))
+    with pytest.raises(OpError, match="required input 2 has no value"):
+        run_op(O.SVDF, ins, [output(F32), output(F32)])

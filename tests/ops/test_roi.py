@@ -6,7 +6,7 @@ import pytest
 from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
 from nnhal.ops.registry import OpError
-from nnhal.ops.testing import output, run_op, tensor
+from nnhal.ops.testing import omitted, output, run_op, tensor
 
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
 U8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
@@ -83,6 +83,21 @@ def test_roi_align_rejects_bad_roi_quantization():
     with pytest.raises(OpError):
         _align(RAMP.astype(np.uint8), [[0, 0, 32, 32]], t=U8, roi_t=Q16A, roi_scale=0.25,
                in_q=(0.5, 0), out_q=(0.5, 0))
+
+
+
+def test_roi_align_signature_binds_box_and_parameter_types():
+    feat = RAMP.astype(np.float16)
+    args = [tensor(F16, feat), tensor(F16, [[0, 0, 4, 4]]), tensor(I32, [0]), tensor(T.INT32, 2),
+            tensor(T.INT32, 2), tensor(T.FLOAT32, 1.0), tensor(T.FLOAT16, 1.0),
+            tensor(T.INT32, 2), tensor(T.INT32, 2), tensor(T.BOOL, False)]
+    with pytest.raises(OpError, match=r"input 5 \(height_ratio\) has type FLOAT32, "
+                                      "expected FLOAT16"):
+        run_op(O.ROI_ALIGN, args, [output(F16, [1, 2, 2, 1])])
+    args[5] = tensor(T.FLOAT16, 1.0)
+    args[7] = omitted(T.INT32)
+    with pytest.raises(OpError, match=r"input 7 \(height_samples\) cannot be omitted"):
+        run_op(O.ROI_ALIGN, args, [output(F16, [1, 2, 2, 1])])
 
 
 def _pool(feat=RAMP, rois=((0, 0, 3, 3),), t=F32, nchw=False, q=(0.0, 0), roi_t=None,
