@@ -96,3 +96,30 @@ def test_find_cycle_reports_a_cycle():
 def test_no_import_cycles():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+#: The layers of nnhal, lowest first: a module may import its own layer and those below.
+LAYERS = ["nnhal.memory", "nnhal.hal", "nnhal.validation", "nnhal.ops", "nnhal.analysis",
+          "nnhal.executor", "nnhal.drivers.common", "nnhal.drivers", "nnhal.conformance",
+          "nnhal.demo", "nnhal.cli"]
+
+
+def layer(module: str) -> int:
+    """The index in LAYERS of the longest layer that is ``module`` or contains it."""
+    best = -1
+    for i, name in enumerate(LAYERS):
+        if (module == name or module.startswith(name + ".")) and \
+                (best < 0 or len(name) > len(LAYERS[best])):
+            best = i
+    return best
+
+
+def test_imports_point_one_way():
+    """HAL types know no driver, the shared driver machinery knows no driver, and so on."""
+    wrong = []
+    for module, targets in import_graph().items():
+        if module == "nnhal":
+            continue
+        assert layer(module) >= 0, f"{module} belongs to no layer: add it to LAYERS"
+        wrong += [f"{module} -> {t}" for t in sorted(targets) if layer(t) > layer(module)]
+    assert not wrong, "imports pointing up:\n" + "\n".join(wrong)
