@@ -34,7 +34,7 @@ from types import SimpleNamespace
 
 from nnhal.conformance.cases import build_model, build_request, default_specs_dir, iter_cases
 from nnhal.conformance.runner import CaseFailure, check_outputs
-from nnhal.driver import ReferenceDevice
+from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 
@@ -178,7 +178,7 @@ def without_decode_and_bind(device: ReferenceDevice, model, caches, uncached, co
     driver's module for the duration."""
     from unittest import mock
 
-    import nnhal.driver.cache as cache_module
+    import nnhal.drivers.reference.cache as cache_module
 
     ready = prepare(device, model).plan
     image = SimpleNamespace(graph=None)
@@ -191,7 +191,7 @@ def without_decode_and_bind(device: ReferenceDevice, model, caches, uncached, co
 def stages(device: ReferenceDevice, caches: tuple[list, list], repeat: int
            ) -> dict[str, float]:
     """Median ms of each stage of a cold restore, run one after another in this thread."""
-    from nnhal.driver.cache import decode_image
+    from nnhal.drivers.reference.cache import decode_image
     from nnhal.executor.plan import ModelPlan
 
     cache = device._cache

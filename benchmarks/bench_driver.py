@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from nnhal.conformance.cases import build_model, build_request, default_specs_dir, iter_cases
-from nnhal.driver import ReferenceDevice
+from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.builder import ModelBuilder, RequestBuilder
 from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (

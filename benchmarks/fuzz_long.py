@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import test_fuzz as tf  # noqa: E402
 
-from nnhal.driver import ReferenceDevice  # noqa: E402
+from nnhal.drivers.reference import ReferenceDevice  # noqa: E402
 
 
 def main() -> int:

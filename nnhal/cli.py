@@ -10,7 +10,7 @@ from pathlib import Path
 
 def _conformance(args: argparse.Namespace) -> int:
     from nnhal.conformance import MODES, Options, default_specs_dir, iter_cases, run
-    from nnhal.driver import ReferenceDevice
+    from nnhal.drivers.reference import ReferenceDevice
 
     specs = Path(args.specs) if args.specs else default_specs_dir()
     if not specs.exists():

@@ -5,7 +5,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from nnhal.driver import ReferenceDevice  # noqa: E402
+from nnhal.drivers.reference import ReferenceDevice  # noqa: E402
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from helpers import add_model, float_inputs
 
-from nnhal.driver.burst import CacheHold
-from nnhal.driver.fence import FenceState, SyncFence
+from nnhal.drivers.reference.burst import CacheHold
 from nnhal.hal import fmq
 from nnhal.hal.builder import RequestBuilder
+from nnhal.hal.fence import FenceState, SyncFence
 from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (
     NO_TIME,

@@ -10,13 +10,9 @@ import numpy as np
 import pytest
 
 from nnhal.analysis import analyse
-from nnhal.driver import ReferenceDevice
-from nnhal.driver.cache import (
-    CacheError,
-    decode_head,
-    decode_image,
-    encode_model,
-)
+from nnhal.drivers.common.compilation_cache import CacheError, decode_head
+from nnhal.drivers.reference import ReferenceDevice
+from nnhal.drivers.reference.cache import decode_image, encode_model
 from nnhal.executor import ModelPlan
 from nnhal.hal.builder import ModelBuilder, RequestBuilder
 from nnhal.hal.interfaces import PreparedModelCallback
@@ -550,7 +546,7 @@ def test_restore_reuses_the_live_plan(saved):
 def test_key_file_lets_caches_outlive_the_device(tmp_path, files):
     """Two devices sharing a key file (two runs of a program) share their caches; a device
     with another key refuses them."""
-    from nnhal.driver import ReferenceDevice as Device
+    from nnhal.drivers.reference import ReferenceDevice as Device
 
     mc, dc = files
     key = tmp_path / "key"
@@ -627,7 +623,7 @@ def test_key_file_without_hard_links(tmp_path, monkeypatch):
     """Filesystems without hard links still get a key file, the same one every time."""
     import errno
 
-    from nnhal.driver.cache import load_or_create_key
+    from nnhal.drivers.common.compilation_cache import load_or_create_key
 
     def no_links(src, dst):
         raise OSError(errno.EPERM, "hard links not supported")

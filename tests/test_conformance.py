@@ -74,7 +74,7 @@ def test_mode_passes_what_general_passes(report, mode):
 
 def test_infinite_loops_end_with_missed_deadline():
     from nnhal.conformance.cases import build_model, build_request
-    from nnhal.driver import ReferenceDevice
+    from nnhal.drivers.reference import ReferenceDevice
     from nnhal.hal.interfaces import PreparedModelCallback
     from nnhal.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
 

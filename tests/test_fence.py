@@ -10,8 +10,9 @@ import pytest
 from helpers import add_model, float_inputs
 from test_qos import infinite_loop_model, loop_request, prepare
 
-from nnhal.driver.fence import FencedExecutionCallback, FenceState, SyncFence, signaled_fence
+from nnhal.drivers.common.fenced import FencedExecutionCallback
 from nnhal.hal.builder import RequestBuilder
+from nnhal.hal.fence import FenceState, SyncFence, signaled_fence
 from nnhal.hal.types import NO_TIME, NO_TIMING, ErrorStatus, MeasureTiming, Timing
 
 MISSED = (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
@@ -230,7 +231,7 @@ def test_fenced_duration_aborts_an_endless_loop(device, caplog):
     pm = prepare(device, infinite_loop_model())
     rb = loop_request()
     gate = SyncFence()
-    caplog.set_level("DEBUG", logger="nnhal.driver")
+    caplog.set_level("DEBUG", logger="nnhal.drivers")
     status, fence, cb = pm.execute_fenced(rb.request, [gate], MeasureTiming.YES,
                                           loop_timeout=15_000_000_000, duration=30_000_000)
     assert status == ErrorStatus.NONE

@@ -32,7 +32,7 @@ from nnhal.conformance.mutations import (
     random_request,
     random_typed_model,
 )
-from nnhal.driver import ReferenceDevice
+from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (
     DataLocation,

@@ -19,7 +19,7 @@ import pytest
 from helpers import add_model
 from test_mutations import conv_model
 
-from nnhal.driver import ReferenceDevice
+from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.builder import RequestBuilder
 from nnhal.hal.interfaces import ExecutionCallback, IExecutionCallback, PreparedModelCallback
 from nnhal.hal.types import BufferDesc, BufferRole, ErrorStatus, MeasureTiming

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from helpers import add_model
 
-from nnhal.driver import ReferenceDevice
+from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.builder import ModelBuilder
 from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
 from nnhal.hal.types import (
@@ -207,15 +207,15 @@ def test_tokens_positive_unique_and_released(device, pm):
     tokens = [t for _, t in handles]
     assert all(t > 0 for t in tokens) and len(set(tokens)) == 5
     buf, tok = handles[0]
-    assert device.lookup_buffer(tok) is not None
+    assert device.buffers.lookup(tok) is not None
     buf.close()
-    assert device.lookup_buffer(tok) is None
+    assert device.buffers.lookup(tok) is None
     assert read_back(buf, 16)[0] != E.NONE
     # Dropping the handle frees it too.
     tok2 = handles[1][1]
     del handles[1], buf
     gc.collect()
-    assert device.lookup_buffer(tok2) is None
+    assert device.buffers.lookup(tok2) is None
     live = {t for _, t in handles}
     _, tok3 = ok_alloc(device, [pm], [role(0)])
     assert tok3 not in live
@@ -459,7 +459,7 @@ def test_mode_runs_a_case_through_buffers_and_frees_them(device):
     msg = run(device, _add_case(), Options())
     assert "via driver buffers" in msg and "sync" in msg
     gc.collect()
-    assert device._buffers == {}
+    assert len(device.buffers) == 0
     # A case that should fail but succeeds is a failure of the case.
     with pytest.raises(CaseFailure):
         run(device, _add_case(expect_failure=True), Options())

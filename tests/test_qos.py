@@ -7,7 +7,7 @@ import pytest
 from helpers import add_model, float_inputs
 
 from nnhal.conformance.cases import build_model
-from nnhal.driver import ReferenceDevice
+from nnhal.drivers.reference import ReferenceDevice
 from nnhal.executor import ExecutionError, RunState
 from nnhal.hal.builder import ModelBuilder, RequestBuilder
 from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
@@ -146,7 +146,7 @@ def test_unlimited_deadline_runs_normally(device):
 def test_deadline_expiring_inside_an_endless_loop(device, caplog):
     pm = prepare(device, infinite_loop_model())
     rb = loop_request()
-    caplog.set_level("DEBUG", logger="nnhal.driver")
+    caplog.set_level("DEBUG", logger="nnhal.drivers")
     soon = time.monotonic_ns() + 30 * MS
     status, _, timing = pm.execute_synchronously(rb.request, MeasureTiming.YES, soon,
                                                  LOOP_TIMEOUT_MAXIMUM_NS)

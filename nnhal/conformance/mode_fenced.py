@@ -27,7 +27,7 @@ from nnhal.conformance.runner import (
     check_outputs,
     prepare,
 )
-from nnhal.driver.fence import FenceState, SyncFence
+from nnhal.hal.fence import FenceState, SyncFence
 from nnhal.hal.interfaces import IDevice, IPreparedModel
 from nnhal.hal.types import NO_TIME, ErrorStatus, MeasureTiming, Timing
 

@@ -1535,7 +1535,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_cli(args: argparse.Namespace) -> int:
     from nnhal.conformance.cases import default_specs_dir, iter_cases
-    from nnhal.driver import ReferenceDevice
+    from nnhal.drivers.reference import ReferenceDevice
 
     specs = Path(args.specs) if args.specs else default_specs_dir()
     if not specs.exists():

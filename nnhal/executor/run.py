@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nnhal.executor.plan import ExecutionError, ModelPlan, RunState
+from nnhal.hal.request_pool import RequestPool
 from nnhal.hal.types import ErrorStatus, OperandType, OutputShape, Request
 
 _BOOLS = (OperandType.BOOL, OperandType.TENSOR_BOOL8)
@@ -37,9 +38,9 @@ def input_shape(model_dims: Sequence[int], request_dims: Sequence[int]) -> tuple
     return tuple(int(d) for d in request_dims)
 
 
-def run_request(plan: ModelPlan, request: Request, pools: Sequence[object],
+def run_request(plan: ModelPlan, request: Request, pools: Sequence[RequestPool],
                 rt: RunState) -> tuple[ErrorStatus, list[OutputShape]]:
-    """Execute; ``pools`` are uint8 arrays or driver buffers (anything with ``read_input``)."""
+    """Execute; ``pools`` are uint8 arrays or driver buffers (RequestBuffer)."""
     main = plan.main
     inputs: list[np.ndarray | None] = []
     for arg, idx in zip(request.inputs, main.input_indexes):
@@ -56,7 +57,7 @@ def run_request(plan: ModelPlan, request: Request, pools: Sequence[object],
             raw = pool[arg.location.offset:arg.location.offset + arg.location.length]
             inputs.append(read_argument(raw, info.type, shape))
         else:
-            inputs.append(pool.read_input(info, shape))  # type: ignore[attr-defined]
+            inputs.append(pool.read_input(info, shape))
     outs = plan.run(inputs, rt)
     shapes: list[OutputShape] = []
     sufficient = True
@@ -67,7 +68,7 @@ def run_request(plan: ModelPlan, request: Request, pools: Sequence[object],
         elif pool is None:
             ok = True
         else:
-            ok = pool.can_hold(out)  # type: ignore[attr-defined]
+            ok = pool.can_hold(out)
         sufficient &= ok
         shapes.append(OutputShape(dimensions=list(out.shape), is_sufficient=ok))
     if not sufficient:
@@ -80,5 +81,5 @@ def run_request(plan: ModelPlan, request: Request, pools: Sequence[object],
             data = encode(out)
             pool[arg.location.offset:arg.location.offset + data.size] = data
         else:
-            pool.write_output(out)  # type: ignore[attr-defined]
+            pool.write_output(out)
     return ErrorStatus.NONE, shapes

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
+from nnhal.hal.fence import SyncFence
 from nnhal.hal.types import (
     NO_TIMING,
     BufferDesc,
@@ -30,8 +31,6 @@ from nnhal.hal.types import (
     Timing,
 )
 
-#: A sync fence handle (see :mod:`nnhal.driver.fence`), or ``None`` for "already signalled".
-SyncFence = Any
 CacheHandle = Any  # a file descriptor (int) or an object with fileno()
 
 
@@ -83,7 +82,7 @@ class IExecution(ABC):
     @abstractmethod
     def compute_fenced(self, wait_for: Sequence[SyncFence], deadline: int | None = None,
                        timeout_after_fence: int | None = None
-                       ) -> tuple[ErrorStatus, SyncFence, IFencedExecutionCallback | None]:
+                       ) -> tuple[ErrorStatus, SyncFence | None, IFencedExecutionCallback | None]:
         """computeFenced(waitFor, deadline, timeoutDurationAfterFence)."""
 
 
@@ -125,7 +124,7 @@ class IPreparedModel(ABC):
     def execute_fenced(self, request: Request, wait_for: Sequence[SyncFence],
                        measure: MeasureTiming = MeasureTiming.NO, deadline: int | None = None,
                        loop_timeout: int | None = None, duration: int | None = None
-                       ) -> tuple[ErrorStatus, SyncFence, IFencedExecutionCallback | None]:
+                       ) -> tuple[ErrorStatus, SyncFence | None, IFencedExecutionCallback | None]:
         """executeFenced(request, waitFor, measure, deadline, loopTimeoutDuration, duration)."""
         return ErrorStatus.GENERAL_FAILURE, None, None
 

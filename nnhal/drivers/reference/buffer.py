@@ -6,8 +6,8 @@ A buffer is split in two objects so that the client's handle decides its lifetim
   :meth:`ReferenceBuffer.close`) releases the token, after which a request naming the token is
   rejected.
 * :class:`BufferCore` holds the state (roles, dimensions, data) and is what the device's token
-  table and a running execution refer to, so an execution already under way never sees the
-  data vanish.
+  registry and a running execution refer to, so an execution already under way never sees the
+  data vanish. It is a :class:`~nnhal.hal.request_pool.RequestBuffer`.
 
 The data of an initialized buffer is an immutable numpy snapshot that every write replaces
 (never mutates), so readers take the current snapshot under the lock and use it without
@@ -21,13 +21,16 @@ import math
 import threading
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from nnhal.drivers.common.tokens import MAX_TOKEN, TokenRegistry, TokenRegistryFull
+from nnhal.drivers.reference.prepared_model import ReferencePreparedModel
 from nnhal.executor import ExecutionError
 from nnhal.executor.run import encode, read_argument
 from nnhal.hal.interfaces import IBuffer, IPreparedModel
+from nnhal.hal.request_pool import RequestBuffer
 from nnhal.hal.types import (
     BufferDesc,
     BufferRole,
@@ -40,11 +43,6 @@ from nnhal.hal.types import (
 from nnhal.memory import MemoryError_, SharedMemory
 from nnhal.validation import ValidationError
 
-if TYPE_CHECKING:
-    from nnhal.driver.device import ReferenceDevice
-
-#: Tokens are uint32 on the wire and 0 means "no buffer".
-MAX_TOKEN = 2**32 - 1
 _UNSUPPORTED_TYPES = (OperandType.OEM, OperandType.TENSOR_OEM_BYTE, OperandType.SUBGRAPH)
 
 INPUT, OUTPUT = "input", "output"
@@ -275,10 +273,10 @@ class BufferCore:
 class ReferenceBuffer(IBuffer):
     """The IBuffer handed to the client; its token is released when it is closed or dropped."""
 
-    def __init__(self, core: BufferCore, device: ReferenceDevice):
+    def __init__(self, core: BufferCore, tokens: TokenRegistry[RequestBuffer]):
         self._core = core
         # Holds no reference to self, so dropping the handle runs it.
-        self._release = weakref.finalize(self, _release, device, core.token)
+        self._release = weakref.finalize(self, _release, tokens, core.token)
 
     @property
     def token(self) -> int:
@@ -304,22 +302,16 @@ class ReferenceBuffer(IBuffer):
 
 # ---- allocation ---------------------------------------------------------------------------
 
-def _release(device: ReferenceDevice, token: int) -> None:
-    with device._buffer_lock:
-        core = device._buffers.pop(token, None)
-    if core is not None:
+class AllocatingDevice(Protocol):
+    """The device as allocate sees it."""
+
+    def log(self, message: str) -> None: ...
+
+
+def _release(tokens: TokenRegistry[RequestBuffer], token: int) -> None:
+    core = tokens.release(token)
+    if isinstance(core, BufferCore):
         core.freed = True
-
-
-def _new_token(device: ReferenceDevice) -> int:
-    """The next free positive token after the last one handed out (caller holds the lock)."""
-    last = getattr(device, "_last_buffer_token", 0)
-    for _ in range(len(device._buffers) + 1):
-        last = last % MAX_TOKEN + 1
-        if last not in device._buffers:
-            device._last_buffer_token = last  # type: ignore[attr-defined]
-            return last
-    raise AllocateError(ErrorStatus.GENERAL_FAILURE, "no free buffer token")
 
 
 def _role_operand(pm: Any, role: BufferRole, kind: str) -> Operand:
@@ -333,13 +325,12 @@ def _role_operand(pm: Any, role: BufferRole, kind: str) -> Operand:
     return main.operands[indexes[io]]
 
 
-def check_allocate(device: ReferenceDevice, desc: BufferDesc,
+def check_allocate(device: AllocatingDevice, desc: BufferDesc,
                    prepared_models: Sequence[IPreparedModel], input_roles: Sequence[BufferRole],
                    output_roles: Sequence[BufferRole]
                    ) -> tuple[OperandType, list[int], set[tuple[int, str, int]]]:
     """Every rule of IDevice::allocate; returns (type, deduced dims, roles) or raises
     AllocateError."""
-    from nnhal.driver.prepared_model import ReferencePreparedModel
 
     def bad(msg: str) -> AllocateError:
         return AllocateError(ErrorStatus.INVALID_ARGUMENT, msg)
@@ -407,22 +398,24 @@ def check_allocate(device: ReferenceDevice, desc: BufferDesc,
     return OperandType(first.type), dims, roles
 
 
-def allocate(device: ReferenceDevice, desc: BufferDesc,
+def allocate(device: AllocatingDevice, tokens: TokenRegistry[RequestBuffer], desc: BufferDesc,
              prepared_models: Sequence[IPreparedModel], input_roles: Sequence[BufferRole],
              output_roles: Sequence[BufferRole]
              ) -> tuple[ErrorStatus, IBuffer | None, int]:
-    """IDevice::allocate for ``device``: (NONE, buffer, token) or (status, None, 0)."""
+    """IDevice::allocate for ``device``, whose buffers ``tokens`` names: (NONE, buffer, token)
+    or (status, None, 0)."""
     try:
         t, dims, roles = check_allocate(device, desc, prepared_models, input_roles,
                                         output_roles)
-        with device._buffer_lock:
-            token = _new_token(device)
-            core = BufferCore(token, t, dims, list(prepared_models), roles)
-            device._buffers[token] = core
+        try:
+            token, core = tokens.register(
+                lambda token: BufferCore(token, t, dims, list(prepared_models), roles))
+        except TokenRegistryFull as e:
+            raise AllocateError(ErrorStatus.GENERAL_FAILURE, str(e)) from None
     except AllocateError as e:
         device.log(f"allocate rejected: {e}")
         return e.status, None, 0
     except Exception as e:  # noqa: BLE001 - the driver boundary: never raise
         device.log(f"allocate rejected: {type(e).__name__}: {e}")
         return ErrorStatus.INVALID_ARGUMENT, None, 0
-    return ErrorStatus.NONE, ReferenceBuffer(core, device), token
+    return ErrorStatus.NONE, ReferenceBuffer(core, tokens), token

@@ -9,37 +9,41 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
+from nnhal.drivers.common.callbacks import notify_execution as _notify
+from nnhal.drivers.common.fenced import FencedResult, execute_fenced
+from nnhal.drivers.common.request_checks import Resolver, check_request, resolve_pools
+from nnhal.drivers.common.runs import Result
+from nnhal.drivers.common.tokens import TokenRegistry
+from nnhal.drivers.reference.burst import ReferenceBurst
+from nnhal.drivers.reference.execution import ReferenceExecution
 from nnhal.executor import ExecutionError, ModelPlan, RunState, run_request
 from nnhal.hal.interfaces import IExecutionCallback, IPreparedModel
+from nnhal.hal.request_pool import RequestBuffer, RequestPool
 from nnhal.hal.types import (
     LOOP_TIMEOUT_DEFAULT_NS,
     NO_TIMING,
     ErrorStatus,
     MeasureTiming,
-    MemoryPool,
-    OutputShape,
     Priority,
     Request,
+    Subgraph,
     Timing,
 )
-from nnhal.memory import MemoryError_, SharedMemory
 from nnhal.ops.registry import OpError
-from nnhal.validation import (
-    BUFFER_POOL,
-    ValidationError,
-    validate_loop_timeout,
-    validate_measure,
-    validate_request,
-)
 
-if TYPE_CHECKING:
-    from nnhal.driver.device import ReferenceDevice
 
-Result = tuple[ErrorStatus, list[OutputShape], Timing]
+class PreparingDevice(Protocol):
+    """The device as its prepared models see it."""
+
+    buffers: TokenRegistry[RequestBuffer]
+
+    def log(self, message: str) -> None: ...
+
+    def executor_for(self, priority: Priority) -> Executor: ...
 
 
 def _us(ns: int) -> int:
@@ -49,51 +53,31 @@ def _us(ns: int) -> int:
 class ReferencePreparedModel(IPreparedModel):
     """IPreparedModel of the reference CPU driver."""
 
-    def __init__(self, device: ReferenceDevice, plan: ModelPlan, priority: Priority):
+    def __init__(self, device: PreparingDevice, plan: ModelPlan, priority: Priority):
         self.device = device
         self.plan = plan
         self.priority = priority
 
     # ---- request checking (shared by every execution path) --------------------------------
-    def resolve_pools(self, request: Request) -> tuple[list[object], list[int]]:
+    @property
+    def signature(self) -> Subgraph:
+        """The main inputs and outputs, as requests are checked against them."""
+        return self.plan.signature
+
+    def resolve_pools(self, request: Request) -> tuple[list[RequestPool], list[int]]:
         """Map each request pool once: uint8 arrays for memory, buffers for tokens."""
-        arrays: list[object] = []
-        sizes: list[int] = []
-        for i, pool in enumerate(request.pools):
-            mem = pool.hidl_memory if isinstance(pool, MemoryPool) else pool
-            token = pool.token if isinstance(pool, MemoryPool) else None
-            if token is not None:
-                buf = self.device.lookup_buffer(token)
-                if buf is None:
-                    raise ValidationError(f"request pool {i}: unknown buffer token {token}")
-                arrays.append(buf)
-                sizes.append(BUFFER_POOL)
-                continue
-            if not isinstance(mem, SharedMemory):
-                raise ValidationError(f"request pool {i}: not a shared memory or token")
-            try:
-                arrays.append(mem.array())
-            except MemoryError_ as e:
-                raise ValidationError(f"request pool {i}: {e}") from e
-            sizes.append(mem.size)
-        return arrays, sizes
+        return resolve_pools(request, self.device.buffers)
 
     def check_request(self, request: Request, measure: MeasureTiming,
-                      loop_timeout: int | None, *, fenced: bool = False) -> list[object]:
-        """Validate a request for this model; returns the mapped pools."""
-        if not isinstance(request, Request):
-            raise ValidationError("not a Request")
-        validate_measure(measure)
-        validate_loop_timeout(loop_timeout)
-        pools, sizes = self.resolve_pools(request)
-        validate_request(request, self.plan.signature, sizes, require_output_dims=fenced)
-        for pool in pools:
-            if not isinstance(pool, np.ndarray):
-                pool.check_request_use(self, request)  # type: ignore[attr-defined]
-        return pools
+                      loop_timeout: int | None, *, fenced: bool = False,
+                      resolve: Resolver | None = None) -> list[RequestPool]:
+        """Validate a request for this model; returns the pools ``resolve`` mapped (by
+        default :meth:`resolve_pools`; a burst maps its cached memories itself)."""
+        return check_request(self, self.plan.signature, resolve or self.resolve_pools, request,
+                             measure, loop_timeout, fenced=fenced)
 
     # ---- the run itself -------------------------------------------------------------------
-    def run(self, request: Request, pools: Sequence[object], measure: MeasureTiming,
+    def run(self, request: Request, pools: Sequence[RequestPool], measure: MeasureTiming,
             deadline: int | None, loop_timeout: int | None, started_ns: int) -> Result:
         """Run a validated request; never raises."""
         rt = RunState(deadline, LOOP_TIMEOUT_DEFAULT_NS if loop_timeout is None
@@ -113,7 +97,7 @@ class ReferencePreparedModel(IPreparedModel):
             status, shapes = ErrorStatus.GENERAL_FAILURE, []
         for pool in pools:
             if not isinstance(pool, np.ndarray):
-                pool.after_execution(self, request, status)  # type: ignore[attr-defined]
+                pool.after_execution(self, request, status)
         if status != ErrorStatus.NONE or measure != MeasureTiming.YES:
             return status, shapes, NO_TIMING
         end = time.monotonic_ns()
@@ -168,30 +152,18 @@ class ReferencePreparedModel(IPreparedModel):
     def execute_fenced(self, request: Request, wait_for: Sequence[object],
                        measure: MeasureTiming = MeasureTiming.NO, deadline: int | None = None,
                        loop_timeout: int | None = None, duration: int | None = None
-                       ) -> tuple[ErrorStatus, object, object]:
-        from nnhal.driver.fence import execute_fenced  # fenced execution lives in fence.py
-
+                       ) -> FencedResult:
         return execute_fenced(self, request, wait_for, measure, deadline, loop_timeout, duration)
 
-    def configure_execution_burst(self) -> tuple[ErrorStatus, object]:
-        from nnhal.driver.burst import ReferenceBurst  # bursts live in burst.py
-
+    def configure_execution_burst(self) -> tuple[ErrorStatus, ReferenceBurst]:
         return ErrorStatus.NONE, ReferenceBurst(self)
 
     def create_reusable_execution(self, request: Request,
                                   measure: MeasureTiming = MeasureTiming.NO,
-                                  loop_timeout: int | None = None) -> tuple[ErrorStatus, object]:
-        from nnhal.driver.execution import ReferenceExecution  # reusable executions
-
+                                  loop_timeout: int | None = None
+                                  ) -> tuple[ErrorStatus, ReferenceExecution | None]:
         return ReferenceExecution.create(self, request, measure, loop_timeout)
 
     def executor(self) -> Executor:
         return self.device.executor_for(self.priority)
 
-
-def _notify(callback: IExecutionCallback, status: ErrorStatus, shapes: list[OutputShape],
-            timing: Timing) -> None:
-    try:
-        callback.notify(status, shapes, timing)
-    except Exception:  # noqa: BLE001 - a failing client callback must not kill the driver
-        pass

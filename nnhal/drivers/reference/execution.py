@@ -17,85 +17,44 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from nnhal.drivers.common.fenced import FencedTask, check_duration, check_wait_for
+from nnhal.drivers.common.request_checks import snapshot_request
+from nnhal.drivers.common.runs import ExclusiveRuns, PreparedRunner, Result, run_exclusive
+from nnhal.hal.fence import SyncFence
 from nnhal.hal.interfaces import IExecution, IFencedExecutionCallback
+from nnhal.hal.request_pool import RequestPool
 from nnhal.hal.types import (
     NO_TIMING,
     ErrorStatus,
     MeasureTiming,
     MemoryPool,
-    OutputShape,
     Request,
-    RequestArgument,
-    Timing,
 )
 from nnhal.memory import SharedMemory
 from nnhal.validation import BUFFER_POOL, ValidationError, validate_request
 
-if TYPE_CHECKING:
-    from nnhal.driver.burst import ReferenceBurst
-    from nnhal.driver.prepared_model import ReferencePreparedModel
 
-Result = tuple[ErrorStatus, list[OutputShape], Timing]
+class ExecutionBurst(Protocol):
+    """A burst as the reusable executions it creates see it."""
 
+    #: Held by the one execution running on the burst.
+    execution_lock: threading.Lock
 
-def snapshot_request(request: Request) -> Request:
-    """A copy of the request's structure (arguments and pool list; memories are shared)."""
-    if not isinstance(request, Request):
-        raise ValidationError("not a Request")
+    def resolve_pools(self, request: Request) -> tuple[list[RequestPool], list[int]]: ...
 
-    def arg(a: object) -> object:
-        if not isinstance(a, RequestArgument):
-            return a  # validation rejects it
-        return RequestArgument(a.has_no_value, a.location, list(a.dimensions))
-
-    return Request([arg(a) for a in request.inputs], [arg(a) for a in request.outputs],
-                   list(request.pools))
-
-
-def run_exclusive(lock: threading.Lock, pm: ReferencePreparedModel, request: Request,
-                  pools: Sequence[object], measure: MeasureTiming, deadline: int | None,
-                  loop_timeout: int | None, started: int) -> Result:
-    """``pm.run`` while holding ``lock``; a caller that cannot get it before its deadline
-    gets MISSED_DEADLINE_TRANSIENT. Never raises."""
-    if not lock.acquire(blocking=False):
-        if deadline is None:
-            lock.acquire()
-        else:
-            wait_s = min(max(0.0, (deadline - time.monotonic_ns()) / 1e9), threading.TIMEOUT_MAX)
-            if not lock.acquire(timeout=wait_s):
-                return ErrorStatus.MISSED_DEADLINE_TRANSIENT, [], NO_TIMING
-    try:
-        return pm.run(request, pools, measure, deadline, loop_timeout, started)
-    finally:
-        lock.release()
-
-
-class _ExclusiveRuns:
-    """The prepared model as a fenced task uses it, each run holding the execution's lock."""
-
-    def __init__(self, pm: ReferencePreparedModel, lock: threading.Lock):
-        self.pm = pm
-        self.device = pm.device
-        self._lock = lock
-
-    def executor(self) -> Any:
-        return self.pm.executor()
-
-    def run(self, *args: Any) -> Result:
-        with self._lock:
-            return self.pm.run(*args)
+    def holds_for(self, request: Request) -> list[Any]: ...
 
 
 class ReferenceExecution(IExecution):
     """A reusable execution of one validated request on a reference prepared model."""
 
-    def __init__(self, pm: ReferencePreparedModel, request: Request, pools: list[object],
+    def __init__(self, pm: PreparedRunner, request: Request, pools: list[RequestPool],
                  measure: MeasureTiming, loop_timeout: int | None, *,
-                 burst: ReferenceBurst | None = None, holds: Sequence[object] = ()):
+                 burst: ExecutionBurst | None = None, holds: Sequence[object] = ()):
         self._pm = pm
         self._request = request
         self._pools = pools
@@ -111,20 +70,21 @@ class ReferenceExecution(IExecution):
         # Fenced computations need fully specified outputs: decided once, here.
         sizes = [p.size if isinstance(p, np.ndarray) else BUFFER_POOL for p in pools]
         try:
-            validate_request(request, pm.plan.signature, sizes, require_output_dims=True)
+            validate_request(request, pm.signature, sizes, require_output_dims=True)
             self._fenced_error: str | None = None
         except ValidationError as e:
             self._fenced_error = str(e)
 
     @classmethod
-    def create(cls, pm: ReferencePreparedModel, request: Request, measure: MeasureTiming,
-               loop_timeout: int | None, burst: ReferenceBurst | None = None
+    def create(cls, pm: PreparedRunner, request: Request, measure: MeasureTiming,
+               loop_timeout: int | None, burst: ExecutionBurst | None = None
                ) -> tuple[ErrorStatus, ReferenceExecution | None]:
         """createReusableExecution: validate once; INVALID_ARGUMENT if the request is bad."""
         try:
             req = snapshot_request(request)
             if burst is not None:
-                pools = burst.check_request(req, measure, loop_timeout)
+                pools = pm.check_request(req, measure, loop_timeout,
+                                         resolve=burst.resolve_pools)
                 holds = burst.holds_for(req)
             else:
                 pools, holds = pm.check_request(req, measure, loop_timeout), []
@@ -141,7 +101,7 @@ class ReferenceExecution(IExecution):
                 return f"{mem!r} was closed"
         for buf in self._buffers:
             try:
-                buf.check_request_use(self._pm, self._request)  # type: ignore[attr-defined]
+                buf.check_request_use(self._pm, self._request)
             except ValidationError as e:
                 return str(e)
         return None
@@ -173,13 +133,11 @@ class ReferenceExecution(IExecution):
 
     def compute_fenced(self, wait_for: Sequence[object], deadline: int | None = None,
                        timeout_after_fence: int | None = None
-                       ) -> tuple[ErrorStatus, object, IFencedExecutionCallback | None]:
+                       ) -> tuple[ErrorStatus, SyncFence | None, IFencedExecutionCallback | None]:
         if self._burst is not None:
             return ErrorStatus.GENERAL_FAILURE, None, None  # as upstream's burst executions
         started = time.monotonic_ns()
         try:
-            from nnhal.driver.fence import FencedTask, check_duration, check_wait_for
-
             if self._fenced_error is not None:
                 raise ValidationError(self._fenced_error)
             fences = check_wait_for(wait_for)
@@ -190,7 +148,7 @@ class ReferenceExecution(IExecution):
             return ErrorStatus.INVALID_ARGUMENT, None, None
         if status != ErrorStatus.NONE:
             return status, None, None
-        task = FencedTask(_ExclusiveRuns(self._pm, self._lock),  # type: ignore[arg-type]
+        task = FencedTask(ExclusiveRuns(self._pm, self._lock),
                            self._request, self._pools, self._measure, deadline,
                            self._loop_timeout, timeout_after_fence, started, fences)
         if not task.launch():
@@ -199,7 +157,7 @@ class ReferenceExecution(IExecution):
         return ErrorStatus.NONE, task.fence, task.callback
 
 
-def create_reusable_execution(pm: ReferencePreparedModel, request: Request,
+def create_reusable_execution(pm: PreparedRunner, request: Request,
                               measure: MeasureTiming = MeasureTiming.NO,
                               loop_timeout: int | None = None
                               ) -> tuple[ErrorStatus, ReferenceExecution | None]:

@@ -26,34 +26,22 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from nnhal.driver.execution import ReferenceExecution, run_exclusive
+from nnhal.drivers.common.runs import PreparedRunner, Result, run_exclusive
+from nnhal.drivers.reference.execution import ReferenceExecution
 from nnhal.hal.fmq import FmqDecodeError, pack_result, unpack_request
 from nnhal.hal.interfaces import IBurst, IExecution
+from nnhal.hal.request_pool import RequestPool
 from nnhal.hal.types import (
     NO_TIMING,
     ErrorStatus,
     MeasureTiming,
     MemoryPool,
-    OutputShape,
     Request,
-    Timing,
 )
 from nnhal.memory import SharedMemory
-from nnhal.validation import (
-    ValidationError,
-    validate_loop_timeout,
-    validate_measure,
-    validate_request,
-)
-
-if TYPE_CHECKING:
-    from nnhal.driver.prepared_model import ReferencePreparedModel
-
-Result = tuple[ErrorStatus, list[OutputShape], Timing]
 
 
 class _Entry:
@@ -106,7 +94,7 @@ def _entry_dropped(burst_ref: weakref.ref[ReferenceBurst], entry: _Entry) -> Non
 class ReferenceBurst(IBurst):
     """IBurst of the reference driver for one prepared model."""
 
-    def __init__(self, pm: ReferencePreparedModel):
+    def __init__(self, pm: PreparedRunner):
         self._pm = pm
         self._cache: dict[int, _Entry] = {}
         self._cache_lock = threading.Lock()
@@ -164,10 +152,10 @@ class ReferenceBurst(IBurst):
             return None
         return entry
 
-    def resolve_pools(self, request: Request) -> tuple[list[object], list[int]]:
+    def resolve_pools(self, request: Request) -> tuple[list[RequestPool], list[int]]:
         """Mapped pools and sizes: from the cache when every pool is cached, else resolved by
         the prepared model as for any execution."""
-        arrays: list[object] = []
+        arrays: list[RequestPool] = []
         sizes: list[int] = []
         for pool in request.pools:
             entry = self._cached(pool)
@@ -189,25 +177,12 @@ class ReferenceBurst(IBurst):
         return holds
 
     # ---- execution ----------------------------------------------------------------------------
-    def check_request(self, request: Request, measure: MeasureTiming,
-                      loop_timeout: int | None) -> list[object]:
-        """As ReferencePreparedModel.check_request, with cached pools."""
-        if not isinstance(request, Request):
-            raise ValidationError("not a Request")
-        validate_measure(measure)
-        validate_loop_timeout(loop_timeout)
-        pools, sizes = self.resolve_pools(request)
-        validate_request(request, self._pm.plan.signature, sizes)
-        for pool in pools:
-            if not isinstance(pool, np.ndarray):
-                pool.check_request_use(self._pm, request)  # type: ignore[attr-defined]
-        return pools
-
     def execute(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
                 deadline: int | None = None, loop_timeout: int | None = None) -> Result:
         started = time.monotonic_ns()
         try:
-            pools = self.check_request(request, measure, loop_timeout)
+            pools = self._pm.check_request(request, measure, loop_timeout,
+                                           resolve=self.resolve_pools)
         except Exception as e:  # noqa: BLE001 - every bad argument is INVALID_ARGUMENT
             self._pm.device.log(f"invalid burst request: {e}")
             return ErrorStatus.INVALID_ARGUMENT, [], NO_TIMING

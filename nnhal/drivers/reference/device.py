@@ -4,20 +4,25 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from nnhal.analysis import MAX_TENSOR_BYTES, ModelGraph, analyse
-from nnhal.driver.cache import (
+from nnhal.drivers.common.callbacks import notify_prepared as _notify_prepared
+from nnhal.drivers.common.compilation_cache import (
     NUM_DATA_CACHE,
     NUM_MODEL_CACHE,
-    CompilationCache,
     load_or_create_key,
 )
+from nnhal.drivers.common.tokens import TokenRegistry
+from nnhal.drivers.common.workers import WorkerPools
+from nnhal.drivers.reference.buffer import allocate
+from nnhal.drivers.reference.cache import PlanCache
+from nnhal.drivers.reference.prepared_model import ReferencePreparedModel
 from nnhal.executor import ModelPlan
-from nnhal.hal.interfaces import IDevice, IPreparedModel, IPreparedModelCallback
+from nnhal.hal.interfaces import IBuffer, IDevice, IPreparedModel, IPreparedModelCallback
+from nnhal.hal.request_pool import RequestBuffer
 from nnhal.hal.types import (
     BufferDesc,
     BufferRole,
@@ -39,13 +44,9 @@ from nnhal.validation import (
     validate_priority,
 )
 
-log = logging.getLogger("nnhal.driver")
+log = logging.getLogger("nnhal.drivers.reference")
 
 VERSION_STRING = "nnhal-reference-0.1"
-
-
-def _nothing() -> None:
-    pass
 
 
 class ReferenceDevice(IDevice):
@@ -63,19 +64,17 @@ class ReferenceDevice(IDevice):
                  max_tensor_bytes: int = MAX_TENSOR_BYTES):
         self.name = name
         self.max_tensor_bytes = max_tensor_bytes
-        self._workers = workers
-        self._pools: dict[Priority, ThreadPoolExecutor] = {}
-        self._pool_lock = threading.Lock()
-        self._buffers: dict[int, object] = {}
-        self._buffer_lock = threading.Lock()
+        self.workers = WorkerPools(workers)
+        #: The memory-domain buffers of this device, by token.
+        self.buffers: TokenRegistry[RequestBuffer] = TokenRegistry()
         if cache_key_file is None:
             cache_key_file = os.environ.get("NNHAL_CACHE_KEY_FILE") or None
         key = None if cache_key_file is None else load_or_create_key(cache_key_file)
-        self._cache = CompilationCache(VERSION_STRING, key)  # compilation caching: cache.py
+        # compilation caching: reference/cache.py (the plan image), common/compilation_cache.py
+        self._cache = PlanCache(VERSION_STRING, key, max_tensor_bytes)
         # A service starts its workers with itself: the first preparation or execution of each
         # priority then does not pay for creating a thread (about 0.5 ms here).
-        for priority in Priority:
-            self.executor_for(priority).submit(_nothing)
+        self.workers.start()
 
     # ---- plumbing ---------------------------------------------------------------------------
     def log(self, message: str) -> None:
@@ -83,23 +82,13 @@ class ReferenceDevice(IDevice):
 
     def executor_for(self, priority: Priority) -> ThreadPoolExecutor:
         """One worker pool per priority, so high-priority work never queues behind low."""
-        with self._pool_lock:
-            pool = self._pools.get(priority)
-            if pool is None:
-                pool = ThreadPoolExecutor(self._workers,
-                                          thread_name_prefix=f"nnhal-{priority.name.lower()}")
-                self._pools[priority] = pool
-            return pool
-
-    def lookup_buffer(self, token: int) -> object | None:
-        with self._buffer_lock:
-            return self._buffers.get(int(token))
+        return self.workers.for_priority(priority)
 
     def close(self) -> None:
-        with self._pool_lock:
-            pools, self._pools = list(self._pools.values()), {}
-        for p in pools:
-            p.shutdown(wait=True)
+        self.workers.close()
+
+    def _prepared_model(self, plan: ModelPlan, priority: Priority) -> ReferencePreparedModel:
+        return ReferencePreparedModel(self, plan, priority)
 
     # ---- model analysis ---------------------------------------------------------------------
     def analyse(self, model: Model, *, own_constants: bool = True) -> ModelGraph:
@@ -187,8 +176,6 @@ class ReferenceDevice(IDevice):
 
     def _prepare(self, graph: ModelGraph, priority: Priority, deadline: int | None
                  ) -> tuple[ErrorStatus, IPreparedModel | None]:
-        from nnhal.driver.prepared_model import ReferencePreparedModel
-
         try:
             plan = ModelPlan(graph, self.max_tensor_bytes)
         except OpError as e:
@@ -204,20 +191,11 @@ class ReferenceDevice(IDevice):
     def prepare_model_from_cache(self, deadline: int | None, model_cache: Sequence[object],
                                  data_cache: Sequence[object], token: bytes,
                                  callback: IPreparedModelCallback) -> ErrorStatus:
-        return self._cache.prepare_from_cache(self, deadline, model_cache, data_cache, token,
-                                              callback)
+        return self._cache.prepare_from_cache(deadline, model_cache, data_cache, token,
+                                              callback, make_prepared_model=self._prepared_model,
+                                              workers=self.workers, driver_log=self.log)
 
     def allocate(self, desc: BufferDesc, prepared_models: Sequence[IPreparedModel],
                  input_roles: Sequence[BufferRole], output_roles: Sequence[BufferRole]
-                 ) -> tuple[ErrorStatus, object | None, int]:
-        from nnhal.driver.buffer import allocate  # memory domains live in their own module
-
-        return allocate(self, desc, prepared_models, input_roles, output_roles)
-
-
-def _notify_prepared(callback: IPreparedModelCallback, status: ErrorStatus,
-                     prepared: IPreparedModel | None) -> None:
-    try:
-        callback.notify(status, prepared)
-    except Exception:  # noqa: BLE001 - a failing client callback must not kill the driver
-        pass
+                 ) -> tuple[ErrorStatus, IBuffer | None, int]:
+        return allocate(self, self.buffers, desc, prepared_models, input_roles, output_roles)

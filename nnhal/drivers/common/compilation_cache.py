@@ -1,0 +1,497 @@
+"""The compilation-cache container: what any driver's compilation caching shares.
+
+A driver asks for one file of each kind. The *model cache* is security-sensitive: a header, a
+body and an HMAC-SHA256 tag over the cache token and every byte before the tag, keyed with a
+secret of the driver (random per cache object, or kept in a key file: see
+:func:`load_or_create_key`). The body begins with the prepared model's priority, a flag, and the
+length and SHA-256 digest of the *data cache*; what follows is the driver's own encoding of what
+it prepared (the reference driver's plan image: :mod:`nnhal.drivers.reference.cache`). The data
+cache holds what the driver wants to read back in place (constant tensors' bytes).
+
+Restoring reads each file exactly once into memory, so a client rewriting the files
+concurrently can only make the restore fail, never change what was verified. The tag is checked
+before anything is decoded (a flipped byte anywhere, a wrong token, a truncated or extended
+file all fail it). Then a background task decodes the body (:meth:`CompilationCache.decode`)
+while the calling thread hashes the data cache, and builds what the driver runs
+(:meth:`CompilationCache.bind`) only once the digest has matched.
+
+While what was built for a given cache is still alive in this process (its prepared model is
+still held by a client), a restore of that exact cache (same tag) reuses it instead of building
+it again: the driver's plans must be immutable and safe to share between prepared models.
+
+A driver subclasses :class:`CompilationCache` with its encoding (``encode``, ``decode``,
+``bind``) and passes in, per restore, how to make a prepared model and where to run the work.
+
+Layout, little-endian. Model cache::
+
+    magic "NNHALMC2" | u32 format | u32 reserved | u64 body length | body | tag (32 bytes)
+    body: u8 priority, u8 flag (the reference driver: relaxed float32), u64 data length,
+          32-byte data SHA-256, then the driver's encoding
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import operator
+import os
+import secrets
+import stat
+import struct
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from nnhal.drivers.common.callbacks import NotifyOnce
+from nnhal.drivers.common.workers import WorkerPools
+from nnhal.hal.interfaces import IPreparedModel, IPreparedModelCallback
+from nnhal.hal.types import BYTE_SIZE_OF_CACHE_TOKEN, ErrorStatus, Model, Priority
+
+log = logging.getLogger(__name__)
+
+#: getNumberOfCacheFilesNeeded: one security-sensitive model cache file, one data cache file.
+NUM_MODEL_CACHE = 1
+NUM_DATA_CACHE = 1
+MAGIC = b"NNHALMC2"
+FORMAT_VERSION = 2
+TAG_SIZE = 32
+#: The largest model cache accepted: it holds structure only, never constant data.
+MAX_MODEL_CACHE_BYTES = 256 << 20
+#: The largest data cache accepted (its exact length is also bound by the model cache).
+MAX_DATA_CACHE_BYTES = 1 << 36
+_HMAC_DOMAIN = b"nnhal compilation cache v1\0"
+
+_HEADER = struct.Struct("<8sIIQ")
+_BODY_HEAD = struct.Struct("<BBQ32s")
+#: Where the driver's encoding starts in the body.
+BODY_HEAD_SIZE = _BODY_HEAD.size
+
+
+class CacheError(Exception):
+    """A cache could not be written, or a cache file is not one this driver wrote."""
+
+
+class CacheArgumentError(Exception):
+    """Cache handles or token are malformed (INVALID_ARGUMENT for prepareModelFromCache)."""
+
+
+# ---- handles and token ---------------------------------------------------------------------
+
+def handle_fd(handle: Any) -> int:
+    """The file descriptor of a cache handle: an int, an object with ``fileno()``, or a
+    native-handle-like sequence holding exactly one of those."""
+    if isinstance(handle, (list, tuple)):
+        if len(handle) != 1:
+            raise CacheArgumentError(f"a cache handle must hold exactly one fd, not {len(handle)}")
+        handle = handle[0]
+    if isinstance(handle, bool) or handle is None:
+        raise CacheArgumentError(f"not a file descriptor: {handle!r}")
+    try:
+        fileno = getattr(handle, "fileno", None)
+        fd = operator.index(fileno() if callable(fileno) else handle)
+    except (TypeError, ValueError, OSError) as e:
+        raise CacheArgumentError(f"not a usable file descriptor: {e}") from e
+    if fd < 0:
+        raise CacheArgumentError(f"negative file descriptor {fd}")
+    return fd
+
+
+def token_bytes(token: Any) -> bytes:
+    """The cache token as bytes; it must be exactly BYTE_SIZE_OF_CACHE_TOKEN long."""
+    if token is None or isinstance(token, (str, int, float)):
+        raise CacheArgumentError(f"cache token must be bytes, not {type(token).__name__}")
+    try:
+        raw = bytes(token)
+    except (TypeError, ValueError) as e:
+        raise CacheArgumentError(f"bad cache token: {e}") from e
+    if len(raw) != BYTE_SIZE_OF_CACHE_TOKEN:
+        raise CacheArgumentError(
+            f"cache token has {len(raw)} bytes, expected {BYTE_SIZE_OF_CACHE_TOKEN}")
+    return raw
+
+
+def _handle_fds(handles: Any, needed: int, what: str) -> list[int]:
+    try:
+        items = list(handles) if handles is not None else []
+    except TypeError as e:
+        raise CacheArgumentError(f"{what}: not a sequence of handles") from e
+    if len(items) != needed:
+        raise CacheArgumentError(f"{what}: {len(items)} handles, expected {needed}")
+    return [handle_fd(h) for h in items]
+
+
+# ---- file access ----------------------------------------------------------------------------
+
+def write_file(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """Truncate the file, then write ``data`` from offset 0 whatever the fd's own offset."""
+    os.ftruncate(fd, 0)
+    view = memoryview(data).cast("B")
+    pos = 0
+    while pos < len(view):
+        n = os.pwrite(fd, view[pos:pos + (64 << 20)], pos)
+        if n <= 0:
+            raise CacheError("short write")
+        pos += n
+
+
+def read_file(fd: int, limit: int) -> bytes:
+    """The whole file from offset 0 (never the fd's own offset), at most ``limit`` bytes."""
+    size = os.fstat(fd).st_size
+    if size > limit:
+        raise CacheError(f"cache file of {size} bytes exceeds {limit}")
+    parts = []
+    pos = 0
+    # One byte more than the size: a file that grew meanwhile is detected, not truncated.
+    while pos <= size:
+        chunk = os.pread(fd, size + 1 - pos, pos)
+        if not chunk:
+            break
+        parts.append(chunk)
+        pos += len(chunk)
+    if pos > size:
+        raise CacheError("cache file changed while being read")
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+
+# ---- the body head ---------------------------------------------------------------------------
+
+@dataclass
+class BodyHead:
+    priority: Priority
+    relaxed: bool
+    data_length: int
+    data_digest: bytes
+
+
+def encode_head(priority: Priority, relaxed: bool, data: bytes) -> bytes:
+    """The body head of a cache whose data cache is ``data``."""
+    return _BODY_HEAD.pack(int(Priority(priority)), int(bool(relaxed)), len(data),
+                           hashlib.sha256(data).digest())
+
+
+def decode_head(body: bytes | memoryview) -> BodyHead:
+    if len(body) < _BODY_HEAD.size:
+        raise CacheError("model cache ends early")
+    prio, relaxed, n, digest = _BODY_HEAD.unpack_from(body, 0)
+    if prio not in (0, 1, 2) or relaxed not in (0, 1):
+        raise CacheError("bad priority or relaxed flag")
+    return BodyHead(Priority(prio), bool(relaxed), n, digest)
+
+
+# ---- the driver's secret --------------------------------------------------------------------
+
+KEY_BYTES = 32
+
+
+def load_or_create_key(path: str | os.PathLike[str]) -> bytes:
+    """The cache-authentication secret kept in ``path``, created (mode 0600) if absent.
+
+    The file must be a regular file of exactly KEY_BYTES bytes that only its owner can read or
+    write: a secret others can read would let them forge model caches. Raises ValueError
+    otherwise, or OSError when the file cannot be read or created.
+    """
+    if not os.path.lexists(path):
+        # Written to a private temporary file, then linked into place: a concurrent creator
+        # (another process) either wins the link or reads the complete winner.
+        key = secrets.token_bytes(KEY_BYTES)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                                   prefix=".nnhal-key-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(key)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            except OSError:  # no hard links here: create it in place
+                try:
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                                 0o600)
+                except FileExistsError:
+                    pass
+                else:
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(key)
+        finally:
+            os.unlink(tmp)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o077:
+            raise ValueError(f"cache key file {os.fspath(path)!r} must be a regular file "
+                             "accessible to its owner only (mode 0600)")
+        key = os.read(fd, KEY_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"cache key file {os.fspath(path)!r} must hold {KEY_BYTES} bytes")
+    return key
+
+
+# ---- the cache ------------------------------------------------------------------------------
+
+class SaveJob:
+    """Duplicated descriptors of validated cache handles, owned until :meth:`close`."""
+
+    def __init__(self, model_fds: list[int], data_fds: list[int], token: bytes):
+        self.model_fds = model_fds
+        self.data_fds = data_fds
+        self.token = token
+
+    def close(self) -> None:
+        fds, self.model_fds, self.data_fds = self.model_fds + self.data_fds, [], []
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __del__(self) -> None:
+        self.close()
+
+
+@dataclass
+class Loaded:
+    """Both files of a cache, the model cache verified. ``plan`` is the live plan of the same
+    cache when there is one (then nothing else is needed); else ``body`` (from the body head
+    on) and ``data`` are what the driver decodes."""
+
+    head: BodyHead
+    tag: bytes
+    plan: Any = None
+    body: bytes | memoryview = b""
+    data: bytes = b""
+
+    def data_matches(self) -> bool:
+        # One call: hashlib releases the GIL for all of it, so another thread can decode.
+        return hmac.compare_digest(hashlib.sha256(self.data).digest(), self.head.data_digest)
+
+
+class CompilationCache:
+    """A driver instance's compilation cache: its secret key and its live restorable plans.
+
+    ``key`` defaults to a fresh random secret, so caches are valid for this driver instance
+    only; pass a persistent key (e.g. read from a driver-owned file) for caches that survive
+    restarts. ``driver_version`` is the driver's, for its encoding to bind into every cache.
+
+    A driver subclasses it with its encoding: :meth:`encode` (what to save of a prepared
+    model), :meth:`decode` (the saved body back, before the data cache is verified) and
+    :meth:`bind` (what the driver runs, from a decoded body, once the data cache is verified).
+    """
+
+    def __init__(self, driver_version: str = "", key: bytes | None = None):
+        self._key = bytes(key) if key is not None else secrets.token_bytes(32)
+        if len(self._key) < 16:
+            raise ValueError("cache key too short")
+        self.driver_version = driver_version
+        self._live: weakref.WeakValueDictionary[bytes, Any] = weakref.WeakValueDictionary()
+        self._lock = threading.Lock()
+
+    # ---- the driver's encoding -------------------------------------------------------------
+    def encode(self, model: Model, priority: Priority, prepared: IPreparedModel
+               ) -> tuple[bytes, bytes, Any] | None:
+        """(body, data cache content, plan) of a prepared model, or None when it cannot be
+        saved. The body starts with :func:`encode_head`; the plan is what a restore of this
+        cache may reuse while it lives (weakly referenced)."""
+        raise NotImplementedError
+
+    def decode(self, loaded: Loaded) -> Any:
+        """Decode a verified body; ``loaded.data`` is not verified yet and must not be read."""
+        raise NotImplementedError
+
+    def bind(self, image: Any) -> Any:
+        """The plan of a decoded body, once its data cache has been verified."""
+        raise NotImplementedError
+
+    # ---- keyed integrity ------------------------------------------------------------------
+    def _tag(self, token: bytes, content: bytes | memoryview) -> bytes:
+        mac = hmac.new(self._key, _HMAC_DOMAIN, hashlib.sha256)
+        mac.update(token)
+        mac.update(content)
+        return mac.digest()
+
+    def forget_live_plans(self) -> None:
+        """Drop the table of live plans, so the next restores rebuild (tests, benchmarks)."""
+        with self._lock:
+            self._live.clear()
+
+    def _remember(self, tag: bytes, plan: Any) -> None:
+        try:
+            with self._lock:
+                self._live[tag] = plan
+        except TypeError:  # not weak-referenceable: just do not remember it
+            pass
+
+    # ---- saving ---------------------------------------------------------------------------
+    def open_save(self, model_cache: Any, data_cache: Any, token: Any) -> SaveJob | None:
+        """A SaveJob when the cache arguments of prepareModel are usable, else None.
+
+        Cache arguments never fail prepareModel: with both vectors empty the token is ignored;
+        with wrong counts, a bad token or a bad handle, the model is prepared but not saved.
+        """
+        try:
+            if not model_cache and not data_cache:
+                return None
+            model_fds = _handle_fds(model_cache, NUM_MODEL_CACHE, "model cache")
+            data_fds = _handle_fds(data_cache, NUM_DATA_CACHE, "data cache")
+            tok = token_bytes(token)
+        except Exception as e:  # noqa: BLE001 - CacheArgumentError, or a handle that raised
+            log.debug("not saving to cache: %s: %s", type(e).__name__, e)
+            return None
+        job = SaveJob([], [], tok)
+        try:
+            for fd in model_fds:
+                job.model_fds.append(os.dup(fd))
+            for fd in data_fds:
+                job.data_fds.append(os.dup(fd))
+        except OSError as e:
+            log.debug("not saving to cache: %s", e)
+            job.close()
+            return None
+        return job
+
+    def save(self, job: SaveJob, model: Model, priority: Priority,
+             prepared: IPreparedModel | None) -> bool:
+        """Write the caches of a successfully prepared model; never raises, closes ``job``."""
+        try:
+            if prepared is None:
+                return False
+            encoded = self.encode(model, priority, prepared)
+            if encoded is None:
+                return False
+            body, data, plan = encoded
+            head = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(body))
+            content = head + body
+            tag = self._tag(job.token, content)
+            # The model cache is the commit point: invalidate it first, write it last.
+            os.ftruncate(job.model_fds[0], 0)
+            write_file(job.data_fds[0], data)
+            write_file(job.model_fds[0], content + tag)
+            self._remember(tag, plan)
+            return True
+        except Exception as e:  # noqa: BLE001 - saving must never fail the preparation
+            log.info("saving to cache failed: %s: %s", type(e).__name__, e)
+            for fd in job.model_fds:
+                try:
+                    os.ftruncate(fd, 0)
+                except OSError:
+                    pass
+            return False
+        finally:
+            job.close()
+
+    # ---- restoring ------------------------------------------------------------------------
+    def load(self, model_fd: int, data_fd: int, token: bytes) -> Loaded:
+        """Read both files and verify the model cache. The data cache is verified by its
+        digest later, unless a live plan has the same tag: then it is not needed at all."""
+        blob = read_file(model_fd, MAX_MODEL_CACHE_BYTES)
+        if len(blob) < _HEADER.size + _BODY_HEAD.size + TAG_SIZE:
+            raise CacheError("model cache too short")
+        content = memoryview(blob)[:-TAG_SIZE]
+        tag = self._tag(token, content)
+        if not hmac.compare_digest(tag, blob[-TAG_SIZE:]):
+            raise CacheError("model cache or token does not match (integrity check failed)")
+        magic, version, _reserved, body_len = _HEADER.unpack_from(blob, 0)
+        if magic != MAGIC or version != FORMAT_VERSION or \
+                body_len != len(blob) - _HEADER.size - TAG_SIZE:
+            raise CacheError("unknown model cache format")
+        body = content[_HEADER.size:]
+        head = decode_head(body)
+        if head.data_length > MAX_DATA_CACHE_BYTES:
+            raise CacheError("data cache too large")
+        with self._lock:
+            plan = self._live.get(tag)
+        if plan is not None:
+            # The live plan already holds the constants: the data cache is not needed, so
+            # only its length is checked; whatever it holds cannot change any result.
+            if os.fstat(data_fd).st_size != head.data_length:
+                raise CacheError("data cache has the wrong length")
+            os.pread(data_fd, 1, 0)  # as on the cold path, it must be readable
+            return Loaded(head, tag, plan=plan)
+        data = read_file(data_fd, head.data_length)
+        if len(data) != head.data_length:
+            raise CacheError("data cache has the wrong length")
+        return Loaded(head, tag, body=body, data=data)
+
+    def prepare_from_cache(self, deadline: int | None, model_cache: Any, data_cache: Any,
+                           token: Any, callback: IPreparedModelCallback, *,
+                           make_prepared_model: Callable[[Any, Priority], IPreparedModel],
+                           workers: WorkerPools, driver_log: Callable[[str], None]
+                           ) -> ErrorStatus:
+        """prepareModelFromCache_1_3: the callback is notified exactly once, with
+        ``make_prepared_model(plan, priority)``; the work runs on ``workers``; diagnostics go
+        to ``driver_log``."""
+        if callback is None or not hasattr(callback, "notify"):
+            return ErrorStatus.INVALID_ARGUMENT
+        notify = NotifyOnce(callback)
+        try:
+            model_fds = _handle_fds(model_cache, NUM_MODEL_CACHE, "model cache")
+            data_fds = _handle_fds(data_cache, NUM_DATA_CACHE, "data cache")
+            tok = token_bytes(token)
+        except Exception as e:  # noqa: BLE001 - CacheArgumentError, or a handle that raised
+            driver_log(f"prepareModelFromCache rejected: {type(e).__name__}: {e}")
+            notify(ErrorStatus.INVALID_ARGUMENT)
+            return ErrorStatus.INVALID_ARGUMENT
+        if deadline is not None and time.monotonic_ns() > deadline:
+            notify(ErrorStatus.MISSED_DEADLINE_PERSISTENT)
+            return ErrorStatus.MISSED_DEADLINE_PERSISTENT
+        try:
+            loaded = self.load(model_fds[0], data_fds[0], tok)
+        except Exception as e:  # noqa: BLE001 - OSError, CacheError, anything: a clean failure
+            driver_log(f"prepareModelFromCache failed: {type(e).__name__}: {e}")
+            notify(ErrorStatus.GENERAL_FAILURE)
+            return ErrorStatus.GENERAL_FAILURE
+        priority = loaded.head.priority
+        if loaded.plan is not None:
+            try:
+                pm = make_prepared_model(loaded.plan, priority)
+            except Exception as e:  # noqa: BLE001
+                driver_log(f"prepareModelFromCache failed: {type(e).__name__}: {e}")
+                notify(ErrorStatus.GENERAL_FAILURE)
+                return ErrorStatus.GENERAL_FAILURE
+            notify(ErrorStatus.NONE, pm)
+            return ErrorStatus.NONE
+
+        # The background task decodes the verified structure while this thread hashes the
+        # data cache (hashlib releases the GIL); the task binds no kernel before the digest
+        # has matched. Both take about as long, so the restore costs about one of them.
+        hashed = threading.Event()
+        data_ok: list[bool] = []
+
+        def task() -> None:
+            try:
+                image = self.decode(loaded)
+                hashed.wait()
+                if data_ok != [True]:
+                    raise CacheError("data cache was modified")
+                # The tag proves this driver validated and planned exactly this model.
+                plan = self.bind(image)
+                if deadline is not None and time.monotonic_ns() > deadline:
+                    notify(ErrorStatus.MISSED_DEADLINE_TRANSIENT)
+                    return
+                self._remember(loaded.tag, plan)
+                notify(ErrorStatus.NONE, make_prepared_model(plan, priority))
+            except Exception as e:  # noqa: BLE001
+                driver_log(f"prepareModelFromCache failed: {type(e).__name__}: {e}")
+                notify(ErrorStatus.GENERAL_FAILURE)
+
+        try:
+            workers.for_priority(priority).submit(task)
+        except Exception:  # noqa: BLE001 - e.g. the pool was shut down
+            notify(ErrorStatus.GENERAL_FAILURE)
+            return ErrorStatus.GENERAL_FAILURE
+        ok = False
+        try:
+            ok = loaded.data_matches()
+        except Exception as e:  # noqa: BLE001 - the task then reports the failure
+            driver_log(f"prepareModelFromCache: hashing the data cache failed: {e}")
+        finally:
+            data_ok.append(ok)
+            hashed.set()
+        return ErrorStatus.NONE
