@@ -15,6 +15,7 @@ from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.elementwise import BroadcastBinary, table_lookup
 from nnhal.ops.registry import OpContext, OperandInfo, register
+from nnhal.ops.signature import V1_2, V1_3, Slot, sig, variants
 
 T = OperandType
 O = OperationType
@@ -27,6 +28,15 @@ _FUNCS: dict[OperationType, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     O.GREATER_EQUAL: np.greater_equal, O.LESS: np.less, O.LESS_EQUAL: np.less_equal,
 }
 
+_INPUTS = [Slot("input0", "T"),
+           Slot("input1", "T", doc="broadcast against input0; quantization may differ")]
+_VARIANTS = [*variants(V1_2, *({"T": t} for t in (T.TENSOR_BOOL8, T.TENSOR_FLOAT16,
+                                                 T.TENSOR_FLOAT32, T.TENSOR_INT32,
+                                                 T.TENSOR_QUANT8_ASYMM))),
+             *variants(V1_3, {"T": T.TENSOR_QUANT8_ASYMM_SIGNED})]
+
+SIGNATURES = [sig(op, _INPUTS, [Slot("output", T.TENSOR_BOOL8)], _VARIANTS) for op in _FUNCS]
+
 
 def real_table(info: OperandInfo) -> np.ndarray:
     """float32 real value of every stored value of an 8-bit quantized type."""
@@ -37,11 +47,6 @@ def real_table(info: OperandInfo) -> np.ndarray:
 
 
 class _Compare(BroadcastBinary):
-    types = COMPARE_TYPES
-
-    def output_type(self, t: OperandType) -> OperandType:
-        return T.TENSOR_BOOL8
-
     def kernel(self, ctx: OpContext):
         fn = _FUNCS[self.op_type]
         a, b = ctx.inputs[0], ctx.inputs[1]

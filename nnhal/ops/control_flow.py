@@ -13,8 +13,25 @@ import numpy as np
 
 from nnhal.hal.types import ErrorStatus, OperandType, OperationType
 from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, OpError, register
+from nnhal.ops.signature import ANY, V1_3, Slot, sig, variants
 
 T = OperandType
+O = OperationType
+
+_OUTPUTS = [Slot("outputs", ANY, repeated=True, doc="the subgraph's outputs")]
+
+SIGNATURES = [
+    sig(O.IF, [Slot("condition", T.TENSOR_BOOL8, doc="shape [1]"),
+               Slot("then_branch", T.SUBGRAPH, doc="run when the condition is true"),
+               Slot("else_branch", T.SUBGRAPH, doc="run when the condition is false"),
+               Slot("inputs", ANY, repeated=True, at_least=0, doc="the branch's inputs")],
+        _OUTPUTS, variants(V1_3, {})),
+    sig(O.WHILE, [Slot("condition", T.SUBGRAPH, doc="one TENSOR_BOOL8 [1] output"),
+                  Slot("body", T.SUBGRAPH, doc="input-output and state values out"),
+                  Slot("inputs", ANY, repeated=True,
+                       doc="input-output, then state-only, then input-only values")],
+        _OUTPUTS, variants(V1_3, {})),
+]
 
 
 def _compatible(a: OperandInfo, b: OperandInfo, shapes: bool = True) -> bool:
@@ -34,7 +51,6 @@ def _compatible(a: OperandInfo, b: OperandInfo, shapes: bool = True) -> bool:
 
 def _subgraph(ctx: OpContext, index: int) -> object:
     info = ctx.inputs[index]
-    ctx.require(info.type == T.SUBGRAPH, f"input {index} must be a SUBGRAPH reference")
     ctx.require(info.value is not None and 0 <= int(info.value) < len(ctx.subgraphs),
                 f"input {index} references a missing subgraph")
     return ctx.subgraphs[int(info.value)]
@@ -58,13 +74,10 @@ def _is_true(value: np.ndarray) -> bool:
     return bool(flat[0])
 
 
-@register(OperationType.IF)
+@register(O.IF)
 class If(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        ctx.require(len(ctx.inputs) >= 3 and len(ctx.outputs) >= 1,
-                    "needs a condition, two subgraphs and at least one output")
         cond = ctx.inputs[0]
-        ctx.require(cond.type == T.TENSOR_BOOL8, "condition must be TENSOR_BOOL8")
         ctx.require(cond.shape is None or int(np.prod(cond.shape or (1,))) in (0, 1)
                     and len(cond.shape) <= 1, "condition must have shape [1]")
         for branch in (1, 2):
@@ -84,11 +97,9 @@ class If(OperationDef):
         return run
 
 
-@register(OperationType.WHILE)
+@register(O.WHILE)
 class While(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        ctx.require(len(ctx.inputs) >= 3 and len(ctx.outputs) >= 1,
-                    "needs condition and body subgraphs, inputs and at least one output")
         cond = _subgraph(ctx, 0)
         body = _subgraph(ctx, 1)
         m = len(ctx.outputs)

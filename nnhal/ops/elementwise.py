@@ -18,11 +18,30 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, Shape, register
+from nnhal.ops.signature import V1_0, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType
 O = OperationType
 
 INT_OR_FLOAT = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32)
+
+_F32, _F16, _I32 = {"T": T.TENSOR_FLOAT32}, {"T": T.TENSOR_FLOAT16}, {"T": T.TENSOR_INT32}
+_Q8, _Q8S = {"T": T.TENSOR_QUANT8_ASYMM}, {"T": T.TENSOR_QUANT8_ASYMM_SIGNED}
+_UNARY_IN, _OUT = [Slot("input", "T")], [Slot("output", "T", doc="the input's shape")]
+_FLOATS_1_2 = variants(V1_2, _F16, _F32)
+_BINARY_IN = [Slot("input0", "T"), Slot("input1", "T", doc="broadcast against input0")]
+
+SIGNATURES = [
+    *(sig(op, _UNARY_IN, _OUT, _FLOATS_1_2) for op in (O.EXP, O.LOG, O.RSQRT, O.SIN, O.SQRT)),
+    sig(O.ABS, _UNARY_IN, _OUT, [*_FLOATS_1_2, *variants(V1_3, _I32)]),
+    sig(O.NEG, _UNARY_IN, _OUT, variants(V1_2, _F16, _F32, _I32)),
+    sig(O.FLOOR, _UNARY_IN, _OUT, [*variants(V1_0, _F32), *variants(V1_2, _F16)]),
+    sig(O.POW, [Slot("base", "T"), Slot("exponent", "T", doc="broadcast against base")], _OUT,
+        _FLOATS_1_2),
+    *(sig(op, _BINARY_IN, [Slot("output", "T", doc="scale and zero point may differ")],
+          [*variants(V1_2, _F16, _F32, _I32, _Q8), *variants(V1_3, _Q8S)])
+      for op in (O.MAXIMUM, O.MINIMUM)),
+]
 
 
 # ---- shared validation and shape helpers ------------------------------------------------------
@@ -62,7 +81,8 @@ def check_quant_scales(ctx: OpContext) -> None:
 
 def check_tensor(ctx: OpContext, index: int, types: Sequence[OperandType],
                  max_rank: int | None = None) -> OperandType:
-    """Input ``index`` is a tensor of one of ``types`` and at most ``max_rank`` dimensions.
+    """Deprecated (families with signatures check types there): input ``index`` is a tensor
+    of one of ``types`` and at most ``max_rank`` dimensions.
 
     Also checks the quantization scales of all operands, which every caller relies on.
     """
@@ -122,18 +142,15 @@ _UNARY_FLOAT: dict[OperationType, Callable[[np.ndarray], np.ndarray]] = {
     O.FLOOR: np.floor, O.ABS: np.abs, O.NEG: np.negative,
 }
 
-_UNARY_TYPES: dict[OperationType, tuple[OperandType, ...]] = {
-    O.ABS: INT_OR_FLOAT, O.NEG: INT_OR_FLOAT,
-}
-
 
 class _Unary(OperationDef):
     max_rank: int | None = None
 
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(1, 1)
-        t = check_tensor(ctx, 0, _UNARY_TYPES.get(self.op_type, C.FLOAT_TYPES), self.max_rank)
-        ctx.expect_types([t], [t])
+        r = ctx.inputs[0].rank
+        if self.max_rank is not None:
+            ctx.require(r is None or r <= self.max_rank,
+                        f"input 0 rank must be at most {self.max_rank}")
         check_output_shape(ctx, ctx.inputs[0].shape)
 
     def prepare(self, ctx: OpContext) -> list[Shape]:
@@ -160,17 +177,10 @@ class _Floor(_Unary):
 # ---- binary operations ------------------------------------------------------------------------
 
 class BroadcastBinary(OperationDef):
-    """Two same-typed broadcastable tensors in, one tensor out."""
-
-    types: tuple[OperandType, ...] = ()
-
-    def output_type(self, t: OperandType) -> OperandType:
-        return t
+    """Two same-typed broadcastable tensors in, one tensor out (types: the signature)."""
 
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(2, 1)
-        t = check_tensor(ctx, 0, self.types)
-        ctx.expect_types([t, t], [self.output_type(t)])
+        check_quant_scales(ctx)
         shape = C.broadcast_shapes(ctx.inputs[0].shape, ctx.inputs[1].shape)
         check_output_shape(ctx, shape)
 
@@ -180,8 +190,6 @@ class BroadcastBinary(OperationDef):
 
 @register(O.POW)
 class _Pow(BroadcastBinary):
-    types = C.FLOAT_TYPES
-
     def kernel(self, ctx: OpContext):
         dt = ctx.outputs[0].type.dtype
 
@@ -194,7 +202,6 @@ class _Pow(BroadcastBinary):
 
 
 class _MinMax(BroadcastBinary):
-    types = (*INT_OR_FLOAT, *C.QUANT8_TYPES)
     fn: Callable[[np.ndarray, np.ndarray], np.ndarray] = np.maximum
 
     def kernel(self, ctx: OpContext):

@@ -15,21 +15,54 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.registry import OpContext, OperationDef, OpError, register
-from nnhal.ops.shape import (
-    BASIC_TYPES,
-    WITH_INT32,
-    check_int_vector,
-    check_main_tensor,
-    check_type,
-    const_ints,
-    const_scalar,
-    counts,
-    known,
-    scalar,
-)
+from nnhal.ops.shape import known, quant_unchanged, rank_between, scalar, vector
+from nnhal.ops.signature import V1_0, V1_1, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType
 O = OperationType
+
+_F32, _F16, _I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
+_Q8, _Q8S = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
+
+
+def _t(*types: OperandType) -> list[dict[str, OperandType]]:
+    return [{"T": t} for t in types]
+
+
+#: The operations of 1.2 take these five types (QUANT8_ASYMM_SIGNED from 1.3).
+_INT_1_2 = [*variants(V1_2, *_t(_F16, _F32, _I32, _Q8)), *variants(V1_3, *_t(_Q8S))]
+_IN = Slot("input", "T")
+_OUT = [Slot("output", "T")]
+
+SIGNATURES = [
+    sig(O.STRIDED_SLICE,
+        [_IN, Slot("begin", T.TENSOR_INT32, doc="1-D, one per dimension"),
+         Slot("end", T.TENSOR_INT32, doc="1-D, one per dimension"),
+         Slot("strides", T.TENSOR_INT32, doc="1-D, non-zero"),
+         Slot("begin_mask", T.INT32, doc="bit i set: begin[i] ignored"),
+         Slot("end_mask", T.INT32, doc="bit i set: end[i] ignored"),
+         Slot("shrink_axis_mask", T.INT32, doc="bit i set: dimension i dropped")],
+        _OUT, [*variants(V1_1, *_t(_F32, _Q8)), *variants(V1_2, *_t(_F16)),
+               *variants(V1_3, *_t(_Q8S))]),
+    sig(O.SLICE, [_IN, Slot("begin", T.TENSOR_INT32, doc="1-D, one per dimension"),
+                  Slot("size", T.TENSOR_INT32, doc="1-D; -1: to the end")], _OUT, _INT_1_2),
+    sig(O.GATHER, [_IN, Slot("axis", T.INT32),
+                   Slot("indices", T.TENSOR_INT32, doc="into the axis dimension")],
+        _OUT, _INT_1_2),
+    sig(O.EMBEDDING_LOOKUP,
+        [Slot("lookups", T.TENSOR_INT32, doc="1-D rows of values"),
+         Slot("values", "T", doc="rank >= 2")], _OUT,
+        [*variants(V1_0, *_t(_F32)), *variants(V1_2, *_t(_I32, _Q8)),
+         *variants(V1_3, *_t(_F16, _Q8S))]),
+    sig(O.HASHTABLE_LOOKUP,
+        [Slot("lookups", T.TENSOR_INT32, doc="1-D keys to find"),
+         Slot("keys", T.TENSOR_INT32, doc="1-D, sorted ascending"),
+         Slot("values", "T", doc="one row per key")],
+        [Slot("output", "T"), Slot("hits", T.TENSOR_QUANT8_ASYMM, doc="scale 1, zero point 0")],
+        variants(V1_0, *_t(_F32, _I32, _Q8))),
+    sig(O.TOPK_V2, [_IN, Slot("k", T.INT32, doc="1..last dimension")],
+        [Slot("values", "T"), Slot("indices", T.TENSOR_INT32)], _INT_1_2),
+]
 
 
 # ---- STRIDED_SLICE --------------------------------------------------------------------------
@@ -83,21 +116,19 @@ def _strided_plan(shape: Sequence[int], begin: Sequence[int], end: Sequence[int]
 @register(O.STRIDED_SLICE)
 class StridedSlice(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, 7, 1)
-        check_main_tensor(ctx, BASIC_TYPES, max_rank=4)
+        quant_unchanged(ctx)
+        rank_between(ctx, 0, max_rank=4)
         r = ctx.inputs[0].rank
         for i, what in ((1, "begin"), (2, "end"), (3, "strides")):
-            check_int_vector(ctx, i, what, r)
-        for i, what in ((4, "begin_mask"), (5, "end_mask"), (6, "shrink_axis_mask")):
-            check_type(ctx, i, T.INT32, what)
-        strides = const_ints(ctx, 3)
+            vector(ctx, i, what, r)
+        strides = ctx.const_ints(3)
         ctx.require(strides is None or all(s != 0 for s in strides), "strides must be non-zero")
         self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape
-        params = [const_ints(ctx, i) for i in (1, 2, 3)]
-        masks = [const_scalar(ctx, i) for i in (4, 5, 6)]
+        params = [ctx.const_ints(i) for i in (1, 2, 3)]
+        masks = [ctx.const_int(i) for i in (4, 5, 6)]
         if shape is None:
             return [None]
         if not known(shape) or any(p is None for p in params) or any(m is None for m in masks):
@@ -139,16 +170,16 @@ def _slice_sizes(shape: Sequence[int], begin: Sequence[int],
 @register(O.SLICE)
 class Slice(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, 3, 1)
-        check_main_tensor(ctx, WITH_INT32, min_rank=1)
+        quant_unchanged(ctx)
+        rank_between(ctx, 0, min_rank=1)
         r = ctx.inputs[0].rank
-        check_int_vector(ctx, 1, "begin", r)
-        check_int_vector(ctx, 2, "size", r)
+        vector(ctx, 1, "begin", r)
+        vector(ctx, 2, "size", r)
         self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape
-        begin, size = const_ints(ctx, 1), const_ints(ctx, 2)
+        begin, size = ctx.const_ints(1), ctx.const_ints(2)
         if shape is None:
             return [None]
         if begin is None or size is None:
@@ -177,18 +208,16 @@ class Slice(OperationDef):
 @register(O.GATHER)
 class Gather(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, 3, 1)
-        check_main_tensor(ctx, WITH_INT32, min_rank=1)
-        check_type(ctx, 1, T.INT32, "axis")
-        check_type(ctx, 2, T.TENSOR_INT32, "indices")
+        quant_unchanged(ctx)
+        rank_between(ctx, 0, min_rank=1)
         self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape, ishape = ctx.inputs[0].shape, ctx.inputs[2].shape
-        axis = const_scalar(ctx, 1)
+        axis = ctx.const_int(1)
         if shape is not None and axis is not None:
             ax = C.normalize_axis(axis, len(shape))
-            idx = const_ints(ctx, 2)
+            idx = ctx.const_ints(2)
             if idx is not None and shape[ax]:
                 ctx.require(all(0 <= i < shape[ax] for i in idx), "indices out of range")
         if shape is None or ishape is None:
@@ -213,9 +242,9 @@ class Gather(OperationDef):
 @register(O.EMBEDDING_LOOKUP)
 class EmbeddingLookup(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, 2, 1)
-        check_int_vector(ctx, 0, "lookups")
-        check_main_tensor(ctx, WITH_INT32, index=1, min_rank=2)
+        vector(ctx, 0, "lookups")
+        quant_unchanged(ctx, index=1)
+        rank_between(ctx, 1, min_rank=2)
 
     def prepare(self, ctx: OpContext):
         lshape, vshape = ctx.inputs[0].shape, ctx.inputs[1].shape
@@ -239,20 +268,15 @@ class HashtableLookup(OperationDef):
     """Misses produce zero-filled rows (zero bytes for quant8) and a hit flag of 0. Hits are
     TENSOR_QUANT8_ASYMM bytes (scale 1, zero point 0) used as booleans."""
 
-    _VALUE_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
-
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, 3, 2)
-        check_int_vector(ctx, 0, "lookups")
-        check_int_vector(ctx, 1, "keys")
-        check_main_tensor(ctx, self._VALUE_TYPES, index=2, min_rank=1)
+        vector(ctx, 0, "lookups")
+        vector(ctx, 1, "keys")
+        quant_unchanged(ctx, index=2)
+        rank_between(ctx, 2, min_rank=1)
         hits = ctx.outputs[1]
-        ctx.require(hits.type == T.TENSOR_QUANT8_ASYMM, "hits must be TENSOR_QUANT8_ASYMM")
         ctx.require(hits.zero_point == 0 and hits.scale == 1.0,
                     "hits must have scale 1 and zero point 0")
-        ks, vs = ctx.inputs[1].shape, ctx.inputs[2].shape
-        if ks is not None and vs is not None and len(ks) == 1 and ks[0] and vs[0]:
-            ctx.require(ks[0] == vs[0], "keys and values must have the same number of rows")
+        ctx.require_same(ctx.dim(1, 0), ctx.dim(2, 0), "keys and values rows")
 
     def prepare(self, ctx: OpContext):
         lshape, vshape = ctx.inputs[0].shape, ctx.inputs[2].shape
@@ -285,15 +309,13 @@ class TopKV2(OperationDef):
     """Values sorted in descending order; equal values list the larger index first."""
 
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, 2, 2)
-        check_main_tensor(ctx, WITH_INT32, min_rank=1)
-        check_type(ctx, 1, T.INT32, "k")
-        ctx.require(ctx.outputs[1].type == T.TENSOR_INT32, "indices output must be TENSOR_INT32")
+        quant_unchanged(ctx)
+        rank_between(ctx, 0, min_rank=1)
         self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape
-        k = const_scalar(ctx, 1)
+        k = ctx.const_int(1)
         if k is not None:
             ctx.require(k > 0, "k must be positive")
             if shape is not None and shape and shape[-1]:

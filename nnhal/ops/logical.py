@@ -7,23 +7,37 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.elementwise import (
-    INT_OR_FLOAT,
     BroadcastBinary,
     check_output_shape,
-    check_tensor,
+    check_quant_scales,
     requantize_table,
     shapes_compatible,
     table_lookup,
 )
 from nnhal.ops.registry import OpContext, OperationDef, OpError, Shape, register
+from nnhal.ops.signature import V1_2, V1_3, Slot, sig, variants
 
 T = OperandType
 O = OperationType
 
+_B8 = T.TENSOR_BOOL8
+_LOGICAL = variants(V1_2, {})
+
+SIGNATURES = [
+    *(sig(op, [Slot("input0", _B8), Slot("input1", _B8, doc="broadcast against input0")],
+          [Slot("output", _B8)], _LOGICAL) for op in (O.LOGICAL_AND, O.LOGICAL_OR)),
+    sig(O.LOGICAL_NOT, [Slot("input", _B8)], [Slot("output", _B8)], _LOGICAL),
+    sig(O.SELECT, [Slot("condition", _B8, doc="true: take input1"),
+                   Slot("input1", "T", doc="the condition's shape"),
+                   Slot("input2", "T", doc="the condition's shape; quantization may differ")],
+        [Slot("output", "T", doc="quantization may differ")],
+        [*variants(V1_2, *({"T": t} for t in (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32,
+                                              T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM))),
+         *variants(V1_3, {"T": T.TENSOR_QUANT8_ASYMM_SIGNED})]),
+]
+
 
 class _LogicalBinary(BroadcastBinary):
-    types = (T.TENSOR_BOOL8,)
-
     def kernel(self, ctx: OpContext):
         fn = np.logical_and if self.op_type == O.LOGICAL_AND else np.logical_or
         return lambda ins, rt: [fn(ins[0], ins[1])]
@@ -36,8 +50,6 @@ register(O.LOGICAL_OR)(type("_LogicalOr", (_LogicalBinary,), {}))
 @register(O.LOGICAL_NOT)
 class _LogicalNot(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(1, 1)
-        ctx.expect_types([T.TENSOR_BOOL8], [T.TENSOR_BOOL8])
         check_output_shape(ctx, ctx.inputs[0].shape)
 
     def prepare(self, ctx: OpContext) -> list[Shape]:
@@ -52,9 +64,7 @@ class _Select(OperationDef):
     """out = cond ? x : y over three tensors of one shape (no broadcasting)."""
 
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(3, 1)
-        t = check_tensor(ctx, 1, (*INT_OR_FLOAT, *C.QUANT8_TYPES))
-        ctx.expect_types([T.TENSOR_BOOL8, t, t], [t])
+        check_quant_scales(ctx)
         shapes = [info.shape for info in ctx.inputs]
         for i, j in ((0, 1), (1, 2), (0, 2)):
             ctx.require(shapes_compatible(shapes[i], shapes[j]),

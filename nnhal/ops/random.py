@@ -10,33 +10,37 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
-from nnhal.ops import common as C
 from nnhal.ops.registry import OpContext, OperationDef, OpError, register
+from nnhal.ops.signature import V1_2, Slot, sig, variants
 
 T = OperandType
+
+SIGNATURES = [
+    sig(OperationType.RANDOM_MULTINOMIAL,
+        [Slot("logits", "T", doc="[batches, classes]"),
+         Slot("num_samples", T.INT32, doc="draws per row"),
+         Slot("seeds", T.TENSOR_INT32, doc="[2]; both 0: random")],
+        [Slot("output", T.TENSOR_INT32, doc="[batches, samples] class indices")],
+        variants(V1_2, {"T": T.TENSOR_FLOAT16}, {"T": T.TENSOR_FLOAT32})),
+]
 
 
 @register(OperationType.RANDOM_MULTINOMIAL)
 class RandomMultinomial(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        ctx.expect_counts(3, 1)
-        t = ctx.inputs[0].type
-        ctx.require(t in C.FLOAT_TYPES, f"unsupported input type {t.name}")
-        ctx.expect_types([t, T.INT32, T.TENSOR_INT32], [T.TENSOR_INT32])
         ctx.expect_rank(0, 2)
         ctx.expect_rank(2, 1)
         ctx.expect_rank(0, 2, output=True)
-        seeds = ctx.inputs[2]
-        if seeds.shape is not None and seeds.shape and seeds.shape[0]:
-            ctx.require(seeds.shape[0] == 2, "input 2 must hold 2 seeds")
-        n = ctx.const(1)
-        ctx.require(n is None or int(n) >= 0, "sample count must be non-negative")
+        seeds = ctx.dim(2, 0)
+        ctx.require(seeds is None or seeds == 2, "input 2 must hold 2 seeds")
+        n = ctx.const_int(1)
+        ctx.require(n is None or n >= 0, "sample count must be non-negative")
 
     def prepare(self, ctx: OpContext):
         inp = ctx.inputs[0]
-        n = ctx.const(1)
+        n = ctx.const_int(1)
         batches = 0 if inp.shape is None else inp.shape[0]
-        return [(batches, 0 if n is None else int(n))]
+        return [(batches, 0 if n is None else n)]
 
     def kernel(self, ctx: OpContext):
         def run(ins, rt):

@@ -18,6 +18,7 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, OpError, Shape, register
+from nnhal.ops.signature import V1_0, V1_1, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType
 O = OperationType
@@ -31,32 +32,70 @@ WITH_INT32 = BASIC_TYPES + (T.TENSOR_INT32,)
 
 # ---- helpers shared by the family ------------------------------------------------------------
 
+def quant_unchanged(ctx: OpContext, outputs: Sequence[int] = (0,), index: int = 0) -> None:
+    """Quantized ``outputs`` keep input ``index``'s scale and zero point (the spec requires
+    both to be unchanged by these data movements). Types are the signature's business."""
+    info = ctx.inputs[index]
+    if info.type not in C.QUANT8_TYPES:
+        return
+    for o in outputs:
+        out = ctx.outputs[o]
+        ctx.require(np.float32(out.scale) == np.float32(info.scale)
+                    and out.zero_point == info.zero_point,
+                    f"output {o} must have the input's scale and zero point")
+
+
+def rank_between(ctx: OpContext, index: int, min_rank: int | None = None,
+                 max_rank: int | None = None) -> None:
+    """Input ``index`` has between ``min_rank`` and ``max_rank`` dimensions, when known."""
+    r = ctx.inputs[index].rank
+    if r is None:
+        return
+    if max_rank is not None:
+        ctx.require(r <= max_rank, f"input {index} rank {r} exceeds {max_rank}")
+    if min_rank is not None:
+        ctx.require(r >= min_rank, f"input {index} rank {r} is below {min_rank}")
+
+
+def vector(ctx: OpContext, index: int, what: str, length: int | None = None) -> None:
+    """Input ``index`` is 1-D (of ``length`` elements when both are known)."""
+    r = ctx.inputs[index].rank
+    ctx.require(r is None or r == 1, f"{what} must be 1-D")
+    if length is not None:
+        d = ctx.dim(index, 0)
+        ctx.require(d is None or d == length, f"{what} must have {length} elements")
+
+
+def const_bool(ctx: OpContext, index: int, default: bool = False) -> bool | None:
+    """An optional BOOL scalar: ``default`` when absent or omitted, ``None`` when runtime-only."""
+    if not ctx.has_value(index):
+        return default
+    v = ctx.const(index)
+    return None if v is None else bool(np.asarray(v).reshape(-1)[0])
+
+
+# Deprecated: the signatures (SIGNATURES) now check counts, types and omission. These remain
+# for the families that still call them (reduce); new code uses the OpContext vocabulary.
+
 def check_main_tensor(ctx: OpContext, allowed: Sequence[OperandType], *, index: int = 0,
                       outputs: Sequence[int] = (0,), max_rank: int | None = None,
                       min_rank: int | None = None, same_quant: bool = True) -> OperandType:
-    """Check input ``index`` against ``allowed`` and that ``outputs`` share its type and, for
-    quantized types, its scale and zero point (the spec requires both to be unchanged)."""
-    info = ctx.inputs[index]
-    t = info.type
+    """Deprecated. Input ``index`` has a type in ``allowed``, ``outputs`` share it (and, for
+    quantized types, its scale and zero point), and its rank is within the bounds."""
+    t = ctx.inputs[index].type
     ctx.require(t in allowed, f"unsupported input type {t.name}")
     for o in outputs:
         out = ctx.outputs[o]
         ctx.require(out.type == t, f"output {o} has type {out.type.name}, expected {t.name}")
-        if same_quant and t in C.QUANT8_TYPES:
-            ctx.require(np.float32(out.scale) == np.float32(info.scale)
-                        and out.zero_point == info.zero_point,
-                        f"output {o} must have the input's scale and zero point")
-    if info.rank is not None:
-        if max_rank is not None:
-            ctx.require(info.rank <= max_rank, f"input rank {info.rank} exceeds {max_rank}")
-        if min_rank is not None:
-            ctx.require(info.rank >= min_rank, f"input rank {info.rank} is below {min_rank}")
+    if same_quant:
+        quant_unchanged(ctx, outputs, index)
+    rank_between(ctx, index, min_rank, max_rank)
     return t
 
 
 def counts(ctx: OpContext, n_in: int | Sequence[int], n_out: int | Sequence[int],
            optional: Sequence[int] = ()) -> None:
-    """Check input/output counts and that every input but the ``optional`` ones has a value."""
+    """Deprecated (the signature checks counts and omission)."""
     ctx.expect_counts(n_in, n_out)
     for i, info in enumerate(ctx.inputs):
         ctx.require(i in optional or not info.omitted, f"input {i} is required")
@@ -64,7 +103,7 @@ def counts(ctx: OpContext, n_in: int | Sequence[int], n_out: int | Sequence[int]
 
 def check_type(ctx: OpContext, index: int, t: OperandType | Sequence[OperandType],
                what: str = "") -> None:
-    """Input ``index`` must have one of the given types."""
+    """Deprecated (the signature checks types)."""
     allowed = (t,) if isinstance(t, OperandType) else tuple(t)
     got = ctx.inputs[index].type
     ctx.require(got in allowed, f"input {index}{' (' + what + ')' if what else ''} has type "
@@ -72,35 +111,21 @@ def check_type(ctx: OpContext, index: int, t: OperandType | Sequence[OperandType
 
 
 def check_int_vector(ctx: OpContext, index: int, what: str, length: int | None = None) -> None:
-    """Input ``index`` must be a 1-D TENSOR_INT32 (of ``length`` elements when known)."""
+    """Deprecated: :func:`vector` plus the type check the signature now does."""
     check_type(ctx, index, T.TENSOR_INT32, what)
-    shape = ctx.inputs[index].shape
-    if shape is not None:
-        ctx.require(len(shape) == 1, f"{what} must be 1-D")
-        if length is not None and shape[0]:
-            ctx.require(shape[0] == length, f"{what} must have {length} elements")
+    vector(ctx, index, what, length)
 
 
 def const_ints(ctx: OpContext, index: int) -> list[int] | None:
-    """The flattened values of a constant integer input, or ``None`` if not constant."""
+    """Deprecated (``ctx.const_ints``): a constant input's flattened values, or ``None``."""
     v = ctx.const(index)
-    if v is None:
-        return None
-    return [int(x) for x in np.ravel(np.asarray(v))]
+    return None if v is None else [int(x) for x in np.ravel(np.asarray(v))]
 
 
 def const_scalar(ctx: OpContext, index: int) -> int | None:
-    """A constant scalar input as int, or ``None`` when it is only known at run time."""
+    """Deprecated (``ctx.const_int``): a constant scalar input as int, or ``None``."""
     v = ctx.const(index)
     return None if v is None else int(np.asarray(v).reshape(-1)[0])
-
-
-def const_bool(ctx: OpContext, index: int, default: bool = False) -> bool | None:
-    """An optional BOOL scalar: ``default`` when omitted, ``None`` when runtime-only."""
-    if len(ctx.inputs) <= index or ctx.inputs[index].omitted:
-        return default
-    v = ctx.const(index)
-    return None if v is None else bool(np.asarray(v).reshape(-1)[0])
 
 
 def scalar(value: object, default: int = 0) -> int:
@@ -113,11 +138,6 @@ def flag(ins: Sequence[object], index: int) -> bool:
     if len(ins) <= index or ins[index] is None:
         return False
     return bool(np.asarray(ins[index]).reshape(-1)[0])
-
-
-def check_optional_bool(ctx: OpContext, index: int) -> None:
-    if len(ctx.inputs) > index and not ctx.inputs[index].omitted:
-        check_type(ctx, index, T.BOOL, "layout")
 
 
 def known(shape: Shape) -> bool:
@@ -147,6 +167,77 @@ def to_nhwc_shape(shape: Sequence[int], nchw: bool) -> tuple[int, ...]:
 def from_nhwc_shape(shape: Sequence[int], nchw: bool) -> tuple[int, ...]:
     s = tuple(shape)
     return (s[0], s[3], s[1], s[2]) if nchw else s
+
+
+# ---- signatures ----------------------------------------------------------------------------
+
+def _t(*types: OperandType) -> list[dict[str, OperandType]]:
+    return [{"T": t} for t in types]
+
+
+_F32, _F16, _I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
+_Q8, _Q8S = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
+#: F32 and Q8 from the operation's first version, F16 from 1.2, Q8 signed from 1.3.
+_BASIC_1_0 = [*variants(V1_0, *_t(_F32, _Q8)), *variants(V1_2, *_t(_F16)),
+              *variants(V1_3, *_t(_Q8S))]
+_BASIC_1_1 = [*variants(V1_1, *_t(_F32, _Q8)), *variants(V1_2, *_t(_F16)),
+              *variants(V1_3, *_t(_Q8S))]
+#: Operations of 1.2 without INT32 tensors, and with them.
+_BASIC_1_2 = [*variants(V1_2, *_t(_F16, _F32, _Q8)), *variants(V1_3, *_t(_Q8S))]
+_INT_1_2 = [*variants(V1_2, *_t(_F16, _F32, _I32, _Q8)), *variants(V1_3, *_t(_Q8S))]
+
+_IN = Slot("input", "T")
+_OUT = [Slot("output", "T")]
+_LAYOUT = Slot("layout", T.BOOL, optional=True, omittable=True, since=V1_2,
+               doc="true: NCHW (default false: NHWC)")
+_BLOCK_SIZE = Slot("block_size", T.INT32, doc=">= 1")
+
+SIGNATURES = [
+    sig(O.CONCATENATION, [Slot("inputs", "T", repeated=True, doc="same rank; equal but on axis"),
+                          Slot("axis", T.INT32)], _OUT, _BASIC_1_0),
+    sig(O.DEPTH_TO_SPACE, [Slot("input", "T", doc="4-D"), _BLOCK_SIZE, _LAYOUT], _OUT,
+        _BASIC_1_0),
+    sig(O.SPACE_TO_DEPTH, [Slot("input", "T", doc="4-D"), _BLOCK_SIZE, _LAYOUT], _OUT,
+        _BASIC_1_0),
+    sig(O.RESHAPE, [_IN, Slot("shape", T.TENSOR_INT32, doc="1-D; at most one -1")], _OUT,
+        _BASIC_1_0),
+    sig(O.BATCH_TO_SPACE_ND, [Slot("input", "T", doc="4-D"),
+                              Slot("block_shape", T.TENSOR_INT32, doc="[2], values >= 1"),
+                              _LAYOUT], _OUT, _BASIC_1_1),
+    sig(O.SPACE_TO_BATCH_ND, [Slot("input", "T", doc="4-D"),
+                              Slot("block_shape", T.TENSOR_INT32, doc="[2], values >= 1"),
+                              Slot("paddings", T.TENSOR_INT32, doc="[2, 2], values >= 0"),
+                              _LAYOUT], _OUT, _BASIC_1_1),
+    sig(O.PAD, [_IN, Slot("paddings", T.TENSOR_INT32, doc="[rank, 2]: before, after")], _OUT,
+        _BASIC_1_1),
+    sig(O.PAD_V2, [_IN, Slot("paddings", T.TENSOR_INT32, doc="[rank, 2]: before, after"),
+                   Slot("pad_value", "S", doc="quantized: a stored value")], _OUT,
+        [*variants(V1_2, {"T": _F16, "S": T.FLOAT16}, {"T": _F32, "S": T.FLOAT32},
+                   {"T": _Q8, "S": T.INT32}),
+         *variants(V1_3, {"T": _Q8S, "S": T.INT32})]),
+    sig(O.SQUEEZE, [_IN, Slot("axes", T.TENSOR_INT32, omittable=True,
+                              doc="1-D; omitted: every size-1 dimension")], _OUT, _BASIC_1_1),
+    sig(O.TRANSPOSE, [_IN, Slot("perm", T.TENSOR_INT32, omittable=True,
+                                doc="1-D; omitted: reversed dimensions")], _OUT, _BASIC_1_1),
+    sig(O.EXPAND_DIMS, [_IN, Slot("axis", T.INT32, doc="in [-(n + 1), n + 1)")], _OUT,
+        _INT_1_2),
+    sig(O.TILE, [_IN, Slot("multiples", T.TENSOR_INT32, doc="1-D, one per dimension")], _OUT,
+        _INT_1_2),
+    sig(O.CHANNEL_SHUFFLE, [_IN, Slot("num_groups", T.INT32, doc="divides the channels"),
+                            Slot("axis", T.INT32, doc="the channel dimension")], _OUT,
+        _BASIC_1_2),
+    sig(O.SPLIT, [_IN, Slot("axis", T.INT32),
+                  Slot("num_splits", T.INT32, doc="the number of outputs")],
+        [Slot("outputs", "T", repeated=True)], _INT_1_2),
+    sig(O.FILL, [Slot("dims", T.TENSOR_INT32, doc="1-D: the output shape"),
+                 Slot("value", "S")], _OUT,
+        variants(V1_3, {"T": _F16, "S": T.FLOAT16}, {"T": _F32, "S": T.FLOAT32},
+                 {"T": _I32, "S": T.INT32})),
+    sig(O.RANK, [_IN], [Slot("rank", T.INT32)],
+        variants(V1_3, *_t(_F16, _F32, _I32, _Q8, T.TENSOR_QUANT16_SYMM, T.TENSOR_BOOL8,
+                           T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_QUANT16_ASYMM,
+                           T.TENSOR_QUANT8_SYMM, _Q8S))),
+]
 
 
 # ---- CONCATENATION --------------------------------------------------------------------------
@@ -180,22 +271,15 @@ class Concatenation(OperationDef):
     with the float formula of the reference kernel (round half away from zero)."""
 
     def validate(self, ctx: OpContext) -> None:
-        ctx.require(len(ctx.inputs) >= 2, "expected at least one tensor and the axis")
-        counts(ctx, len(ctx.inputs), 1)
-        n = len(ctx.inputs) - 1
-        t = check_main_tensor(ctx, BASIC_TYPES, max_rank=4, same_quant=False)
-        for i in range(n):
-            check_type(ctx, i, t)
-            r = ctx.inputs[i].rank
-            ctx.require(r is None or r <= 4, f"input {i} rank {r} exceeds 4")
-        check_type(ctx, n, T.INT32, "axis")
+        for i in range(len(ctx.inputs) - 1):
+            rank_between(ctx, i, max_rank=4)
         self._shape(ctx)
 
     @staticmethod
     def _shape(ctx: OpContext) -> Shape:
         n = len(ctx.inputs) - 1
         shapes = [ctx.inputs[i].shape for i in range(n)]
-        axis = const_scalar(ctx, n)
+        axis = ctx.const_int(n)
         if any(s is None for s in shapes):
             return None
         if axis is None:
@@ -284,16 +368,13 @@ class _BlockLayout(OperationDef):
     move = staticmethod(_depth_to_space)
 
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, (2, 3), 1, optional=(2,))
-        check_main_tensor(ctx, BASIC_TYPES)
+        quant_unchanged(ctx)
         ctx.expect_rank(0, 4)
-        check_type(ctx, 1, T.INT32, "block_size")
-        check_optional_bool(ctx, 2)
         self._shape(ctx)
 
     def _shape(self, ctx: OpContext) -> Shape:
         shape = ctx.inputs[0].shape
-        bs = const_scalar(ctx, 1)
+        bs = ctx.const_int(1)
         nchw = const_bool(ctx, 2)
         if bs is not None and bs < 1:
             raise ctx.fail("block_size must be >= 1")
@@ -368,13 +449,13 @@ def _reshape_shape(in_shape: Sequence[int] | None, target: Sequence[int], *,
 @register(O.RESHAPE)
 class Reshape(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, 2, 1)
-        check_main_tensor(ctx, BASIC_TYPES, max_rank=4)
-        check_int_vector(ctx, 1, "shape")
+        quant_unchanged(ctx)
+        rank_between(ctx, 0, max_rank=4)
+        vector(ctx, 1, "shape")
         self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
-        target = const_ints(ctx, 1)
+        target = ctx.const_ints(1)
         if target is None:
             s = ctx.inputs[1].shape
             if s is not None and len(s) == 1 and s[0]:
@@ -421,16 +502,14 @@ def _s2b_shape(nhwc: Sequence[int], block: Sequence[int], pads: Sequence[int], *
 @register(O.BATCH_TO_SPACE_ND)
 class BatchToSpace(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, (2, 3), 1, optional=(2,))
-        check_main_tensor(ctx, BASIC_TYPES)
+        quant_unchanged(ctx)
         ctx.expect_rank(0, 4)
-        check_int_vector(ctx, 1, "block_shape", 2)
-        check_optional_bool(ctx, 2)
+        vector(ctx, 1, "block_shape", 2)
         self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape
-        block = const_ints(ctx, 1)
+        block = ctx.const_ints(1)
         if block is not None and (len(block) != 2 or any(b < 1 for b in block)):
             raise ctx.fail("block sizes must be two values >= 1")
         nchw = const_bool(ctx, 2)
@@ -462,21 +541,18 @@ class SpaceToBatch(OperationDef):
     """Padding uses the logical zero (the zero point for quantized tensors, since 1.2)."""
 
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, (3, 4), 1, optional=(3,))
-        check_main_tensor(ctx, BASIC_TYPES)
+        quant_unchanged(ctx)
         ctx.expect_rank(0, 4)
-        check_int_vector(ctx, 1, "block_shape", 2)
-        check_type(ctx, 2, T.TENSOR_INT32, "paddings")
+        vector(ctx, 1, "block_shape", 2)
         ps = ctx.inputs[2].shape
         ctx.require(ps is None or (len(ps) == 2 and ps[0] in (0, 2) and ps[1] in (0, 2)),
                     "paddings must have shape [2, 2]")
-        check_optional_bool(ctx, 3)
         self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape
-        block = const_ints(ctx, 1)
-        pads = const_ints(ctx, 2)
+        block = ctx.const_ints(1)
+        pads = ctx.const_ints(2)
         if block is not None and (len(block) != 2 or any(b < 1 for b in block)):
             raise ctx.fail("block sizes must be two values >= 1")
         if pads is not None and (len(pads) != 4 or any(p < 0 for p in pads)):
@@ -526,17 +602,15 @@ class _PadBase(OperationDef):
     n_inputs = 2
 
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, self.n_inputs, 1)
-        t = check_main_tensor(ctx, BASIC_TYPES, max_rank=4, min_rank=1)
-        check_type(ctx, 1, T.TENSOR_INT32, "paddings")
+        t = ctx.inputs[0].type
+        quant_unchanged(ctx)
+        rank_between(ctx, 0, 1, 4)
         ps, r = ctx.inputs[1].shape, ctx.inputs[0].rank
         if ps is not None:
             ctx.require(len(ps) == 2 and ps[1] in (0, 2), "paddings must have shape [rank, 2]")
             ctx.require(r is None or ps[0] in (0, r), "paddings must have shape [rank, 2]")
-        if self.n_inputs == 3:
-            want = {T.TENSOR_FLOAT32: T.FLOAT32, T.TENSOR_FLOAT16: T.FLOAT16}.get(t, T.INT32)
-            check_type(ctx, 2, want, "pad value")
-            v = const_scalar(ctx, 2) if want == T.INT32 else None
+        if self.n_inputs == 3 and t in C.QUANT8_TYPES:
+            v = ctx.const_int(2)
             if v is not None:
                 lo, hi = C.qrange(t)
                 ctx.require(lo <= v <= hi, f"pad value {v} is outside the range of {t.name}")
@@ -544,7 +618,7 @@ class _PadBase(OperationDef):
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape
-        pads = const_ints(ctx, 1)
+        pads = ctx.const_ints(1)
         if pads is not None and any(p < 0 for p in pads):
             raise ctx.fail("paddings must be >= 0")
         if shape is None:
@@ -610,18 +684,17 @@ def _squeeze_shape(shape: Sequence[int], axes: Sequence[int] | None, *,
 @register(O.SQUEEZE)
 class Squeeze(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, 2, 1, optional=(1,))  # omitted = NO_VALUE, not absent
-        check_main_tensor(ctx, BASIC_TYPES, max_rank=4)
-        check_type(ctx, 1, T.TENSOR_INT32, "squeeze dims")  # even when omitted
-        if len(ctx.inputs) == 2 and not ctx.inputs[1].omitted:
-            check_int_vector(ctx, 1, "squeeze dims")
+        quant_unchanged(ctx)
+        rank_between(ctx, 0, max_rank=4)
+        if ctx.has_value(1):
+            vector(ctx, 1, "squeeze dims")
         self.prepare(ctx)
 
     @staticmethod
     def _axes_const(ctx: OpContext) -> tuple[bool, list[int] | None]:
-        if len(ctx.inputs) < 2 or ctx.inputs[1].omitted:
+        if not ctx.has_value(1):
             return True, None
-        v = const_ints(ctx, 1)
+        v = ctx.const_ints(1)
         return v is not None, v
 
     def prepare(self, ctx: OpContext):
@@ -647,14 +720,13 @@ class Squeeze(OperationDef):
 @register(O.EXPAND_DIMS)
 class ExpandDims(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, 2, 1)
-        check_main_tensor(ctx, WITH_INT32, min_rank=1)
-        check_type(ctx, 1, T.INT32, "axis")
+        quant_unchanged(ctx)
+        rank_between(ctx, 0, min_rank=1)
         self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape
-        axis = const_scalar(ctx, 1)
+        axis = ctx.const_int(1)
         if shape is None:
             return [None]
         if axis is None:
@@ -687,11 +759,10 @@ class Transpose(OperationDef):
     """An omitted permutation reverses the dimensions."""
 
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, 2, 1, optional=(1,))  # omitted = NO_VALUE, not absent
-        check_main_tensor(ctx, BASIC_TYPES, max_rank=4)
-        check_type(ctx, 1, T.TENSOR_INT32, "perm")  # even when omitted
-        if len(ctx.inputs) == 2 and not ctx.inputs[1].omitted:
-            check_int_vector(ctx, 1, "perm", ctx.inputs[0].rank)
+        quant_unchanged(ctx)
+        rank_between(ctx, 0, max_rank=4)
+        if ctx.has_value(1):
+            vector(ctx, 1, "perm", ctx.inputs[0].rank)
         self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
@@ -699,10 +770,10 @@ class Transpose(OperationDef):
         if shape is None:
             return [None]
         rank = len(shape)
-        if len(ctx.inputs) < 2 or ctx.inputs[1].omitted:
+        if not ctx.has_value(1):
             perm = _check_perm([], rank)
         else:
-            perm = const_ints(ctx, 1)
+            perm = ctx.const_ints(1)
             if perm is None:
                 return [(0,) * rank]
             perm = _check_perm(perm, rank)
@@ -731,14 +802,14 @@ def _tile_shape(shape: Sequence[int], mult: Sequence[int]) -> tuple[int, ...]:
 @register(O.TILE)
 class Tile(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, 2, 1)
-        check_main_tensor(ctx, WITH_INT32, min_rank=1)
-        check_int_vector(ctx, 1, "multiples", ctx.inputs[0].rank)
+        quant_unchanged(ctx)
+        rank_between(ctx, 0, min_rank=1)
+        vector(ctx, 1, "multiples", ctx.inputs[0].rank)
         self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape
-        mult = const_ints(ctx, 1)
+        mult = ctx.const_ints(1)
         if shape is None:
             return [None]
         if mult is None:
@@ -759,14 +830,12 @@ class Tile(OperationDef):
 @register(O.CHANNEL_SHUFFLE)
 class ChannelShuffle(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, 3, 1)
-        check_main_tensor(ctx, BASIC_TYPES, max_rank=4, min_rank=1)
-        check_type(ctx, 1, T.INT32, "num_groups")
-        check_type(ctx, 2, T.INT32, "axis")
-        groups = const_scalar(ctx, 1)
+        quant_unchanged(ctx)
+        rank_between(ctx, 0, 1, 4)
+        groups = ctx.const_int(1)
         ctx.require(groups is None or groups > 0, "num_groups must be positive")
         shape = ctx.inputs[0].shape
-        axis = const_scalar(ctx, 2)
+        axis = ctx.const_int(2)
         if shape is not None and axis is not None:
             ax = C.normalize_axis(axis, len(shape))
             if groups is not None and shape[ax]:
@@ -796,12 +865,9 @@ class ChannelShuffle(OperationDef):
 @register(O.SPLIT)
 class Split(OperationDef):
     def validate(self, ctx: OpContext) -> None:
-        ctx.require(len(ctx.outputs) >= 1, "expected at least one output")
-        counts(ctx, 3, len(ctx.outputs))
-        check_main_tensor(ctx, WITH_INT32, outputs=range(len(ctx.outputs)), min_rank=1)
-        check_type(ctx, 1, T.INT32, "axis")
-        check_type(ctx, 2, T.INT32, "num_splits")
-        n = const_scalar(ctx, 2)
+        quant_unchanged(ctx, range(len(ctx.outputs)))
+        rank_between(ctx, 0, min_rank=1)
+        n = ctx.const_int(2)
         if n is not None:
             ctx.require(n > 0, "num_splits must be positive")
             ctx.require(n == len(ctx.outputs), "num_splits must equal the number of outputs")
@@ -812,7 +878,7 @@ class Split(OperationDef):
         n = len(ctx.outputs)
         if shape is None:
             return [None] * n
-        axis = const_scalar(ctx, 1)
+        axis = ctx.const_int(1)
         if axis is None:
             return [(0,) * len(shape)] * n
         ax = C.normalize_axis(axis, len(shape))
@@ -841,20 +907,13 @@ class Split(OperationDef):
 
 @register(O.FILL)
 class Fill(OperationDef):
-    _SCALAR = {T.TENSOR_FLOAT32: T.FLOAT32, T.TENSOR_FLOAT16: T.FLOAT16,
-               T.TENSOR_INT32: T.INT32}
-
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, 2, 1)
-        t = ctx.outputs[0].type
-        ctx.require(t in self._SCALAR, f"unsupported output type {t.name}")
-        check_int_vector(ctx, 0, "dims")
-        check_type(ctx, 1, self._SCALAR[t], "value")
-        dims = const_ints(ctx, 0)
+        vector(ctx, 0, "dims")
+        dims = ctx.const_ints(0)
         ctx.require(dims is None or all(d >= 0 for d in dims), "dims must be non-negative")
 
     def prepare(self, ctx: OpContext):
-        dims = const_ints(ctx, 0)
+        dims = ctx.const_ints(0)
         if dims is not None:
             return [tuple(dims)]
         s = ctx.inputs[0].shape
@@ -874,16 +933,8 @@ class Fill(OperationDef):
 
 @register(O.RANK)
 class Rank(OperationDef):
-    _TYPES = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM,
-              T.TENSOR_QUANT16_SYMM, T.TENSOR_BOOL8, T.TENSOR_QUANT8_SYMM_PER_CHANNEL,
-              T.TENSOR_QUANT16_ASYMM, T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
-
     def validate(self, ctx: OpContext) -> None:
-        counts(ctx, 1, 1)
-        check_type(ctx, 0, self._TYPES, "input")
-        ctx.require(ctx.outputs[0].type == T.INT32, "output must be an INT32 scalar")
-        r = ctx.inputs[0].rank
-        ctx.require(r is None or r >= 1, "input rank must be at least 1")
+        rank_between(ctx, 0, min_rank=1)
 
     def prepare(self, ctx: OpContext):
         return [()]

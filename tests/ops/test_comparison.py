@@ -6,7 +6,7 @@ import pytest
 from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
 from nnhal.ops.registry import OpError
-from nnhal.ops.testing import output, run_op, tensor
+from nnhal.ops.testing import omitted, output, run_op, tensor
 
 F32, F16, I32, B8 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_BOOL8
 U8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
@@ -105,3 +105,16 @@ def test_select_shape_mismatch_rejected():
     with pytest.raises(OpError):
         run_op(O.SELECT, [tensor(B8, [True]), tensor(F32, [1.0]), tensor(I32, [1])],
                [output(F32, [1])])
+
+
+def test_signatures_name_the_slot():
+    with pytest.raises(OpError, match=r"LESS: output 0 \(output\) has type TENSOR_INT32"):
+        run_op(O.LESS, [tensor(I32, [1]), tensor(I32, [2])], [output(I32, [1])])
+    with pytest.raises(OpError, match=r"SELECT: input 0 \(condition\) has type TENSOR_INT32"):
+        run_op(O.SELECT, [tensor(I32, [1]), tensor(F32, [1.0]), tensor(F32, [2.0])],
+               [output(F32, [1])])
+    with pytest.raises(OpError, match=r"SELECT: input 2 \(input2\) cannot be omitted"):
+        run_op(O.SELECT, [tensor(B8, [True]), tensor(F32, [1.0]), omitted(F32)],
+               [output(F32, [1])])
+    with pytest.raises(OpError, match=r"LOGICAL_OR: input 1 \(input1\) cannot be omitted"):
+        run_op(O.LOGICAL_OR, [tensor(B8, [True]), omitted(B8)], [output(B8, [1])])

@@ -136,3 +136,55 @@ def test_subgraph_cycle_rejected():
     dev = ReferenceDevice()
     assert dev.get_supported_operations(model)[0] == ErrorStatus.INVALID_ARGUMENT
     dev.close()
+
+
+# ---- the signature: counts and types before the subgraph rules ---------------------------------
+
+class _Sg:
+    def __init__(self, inputs, outputs):
+        self.input_infos, self.output_infos = inputs, outputs
+
+
+def _ctx(op, ins, outs, subgraphs):
+    from nnhal.ops.registry import OpContext
+    return OpContext(op_type=op, inputs=ins, outputs=outs, subgraphs=subgraphs)
+
+
+def _info(t, shape=(1,), lifetime=L.TEMPORARY_VARIABLE, value=None):
+    from nnhal.ops.registry import OperandInfo
+    return OperandInfo(type=t, shape=shape, lifetime=lifetime, value=value)
+
+
+def test_if_signature():
+    from nnhal.ops.catalog import check_operation, lookup
+    from nnhal.ops.registry import OpError
+    f32 = _info(T.TENSOR_FLOAT32)
+    ref = [_info(T.SUBGRAPH, (), L.SUBGRAPH, k) for k in (0, 1)]
+    cond = _info(T.TENSOR_BOOL8)
+    # No branch inputs at all (n = 0) is a valid IF.
+    sgs = [_Sg([], [f32]), _Sg([], [f32])]
+    check_operation(lookup(O.IF), _ctx(O.IF, [cond, *ref], [f32], sgs))
+    with pytest.raises(OpError, match=r"IF: input 0 \(condition\) has type TENSOR_INT32"):
+        check_operation(lookup(O.IF), _ctx(O.IF, [_info(T.TENSOR_INT32), *ref], [f32], sgs))
+    with pytest.raises(OpError, match=r"IF: input 2 \(else_branch\) has type TENSOR_FLOAT32"):
+        check_operation(lookup(O.IF), _ctx(O.IF, [cond, ref[0], f32], [f32], sgs))
+    with pytest.raises(OpError, match=r"IF: expected at least 1 outputs, got 0"):
+        check_operation(lookup(O.IF), _ctx(O.IF, [cond, *ref], [], sgs))
+    # A branch input may not be an omitted operand.
+    sgs = [_Sg([f32], [f32]), _Sg([f32], [f32])]
+    gone = _info(T.TENSOR_FLOAT32, None, L.NO_VALUE)
+    with pytest.raises(OpError, match=r"IF: input 3 \(inputs\) cannot be omitted"):
+        check_operation(lookup(O.IF), _ctx(O.IF, [cond, *ref, gone], [f32], sgs))
+
+
+def test_while_signature():
+    from nnhal.ops.catalog import check_operation, lookup
+    from nnhal.ops.registry import OpError
+    f32 = _info(T.TENSOR_FLOAT32)
+    ref = [_info(T.SUBGRAPH, (), L.SUBGRAPH, k) for k in (0, 1)]
+    sgs = [_Sg([f32], [_info(T.TENSOR_BOOL8)]), _Sg([f32], [f32])]
+    check_operation(lookup(O.WHILE), _ctx(O.WHILE, [*ref, f32], [f32], sgs))
+    with pytest.raises(OpError, match=r"WHILE: expected at least 3 inputs, got 2"):
+        check_operation(lookup(O.WHILE), _ctx(O.WHILE, ref, [f32], sgs))
+    with pytest.raises(OpError, match=r"WHILE: input 1 \(body\) has type TENSOR_FLOAT32"):
+        check_operation(lookup(O.WHILE), _ctx(O.WHILE, [ref[0], f32, f32], [f32], sgs))

@@ -6,7 +6,7 @@ import pytest
 from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
 from nnhal.ops.registry import OpError
-from nnhal.ops.testing import output, run_op, tensor
+from nnhal.ops.testing import omitted, output, run_op, tensor
 
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
 U8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
@@ -115,10 +115,25 @@ def test_binary_not_broadcastable_rejected():
 
 
 def test_binary_unknown_rank_accepted_by_prepare():
-    from nnhal.ops.catalog import lookup
+    from nnhal.ops.catalog import check_operation, lookup
     from nnhal.ops.registry import OpContext, OperandInfo
     ctx = OpContext(O.MINIMUM, [OperandInfo(F32, None), OperandInfo(F32, (2,))],
                     [OperandInfo(F32, None)])
     definition = lookup(O.MINIMUM)
-    definition.validate(ctx)
+    check_operation(definition, ctx)
     assert definition.prepare(ctx) == [None]
+
+
+def test_omitted_operand_rejected():
+    # No element-wise input may be omitted (before the signatures, ABS accepted one).
+    with pytest.raises(OpError, match=r"ABS: input 0 \(input\) cannot be omitted"):
+        run_op(O.ABS, [omitted(F32)], [output(F32, [1])])
+    with pytest.raises(OpError, match=r"POW: input 1 \(exponent\) cannot be omitted"):
+        run_op(O.POW, [tensor(F32, [1.0]), omitted(F32)], [output(F32, [1])])
+
+
+def test_binary_input_types_must_agree():
+    with pytest.raises(OpError, match=r"MAXIMUM: input 1 \(input1\) has type TENSOR_FLOAT16"):
+        run_op(O.MAXIMUM, [tensor(F32, [1.0]), tensor(F16, [1.0])], [output(F32, [1])])
+    with pytest.raises(OpError, match=r"ABS: input 0 \(input\) has type TENSOR_QUANT8_ASYMM"):
+        run_op(O.ABS, [tensor(U8, [1], 1.0, 0)], [output(U8, [1], 1.0, 0)])

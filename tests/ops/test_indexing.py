@@ -5,9 +5,9 @@ import pytest
 
 from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
-from nnhal.ops.catalog import lookup
+from nnhal.ops.catalog import check_operation, lookup
 from nnhal.ops.registry import OpContext, OpError
-from nnhal.ops.testing import output, run_op, tensor
+from nnhal.ops.testing import omitted, output, run_op, tensor
 
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
 U8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
@@ -157,5 +157,23 @@ def test_prepare_strided_slice_shrink_with_runtime_begin():
     inputs = [x, vec([0, 0], const=False), vec([1, 3]), vec([1, 1]), i32(0), i32(0), i32(1)]
     ctx = OpContext(op_type=O.STRIDED_SLICE, inputs=[i for i, _ in inputs],
                     outputs=[output(F32)])
-    lookup(O.STRIDED_SLICE).validate(ctx)
+    check_operation(lookup(O.STRIDED_SLICE), ctx)
     assert lookup(O.STRIDED_SLICE).prepare(ctx) == [(0,)]
+
+
+def test_signatures_name_the_slot():
+    x = tensor(F32, np.zeros((2, 3), np.float32))
+    with pytest.raises(OpError, match=r"GATHER: input 2 \(indices\) cannot be omitted"):
+        run_op(O.GATHER, [x, i32(0), omitted(I32)], [output(F32)])
+    with pytest.raises(OpError, match=r"STRIDED_SLICE: input 6 \(shrink_axis_mask\) cannot"):
+        run_op(O.STRIDED_SLICE, [x, vec([0, 0]), vec([2, 3]), vec([1, 1]), i32(0), i32(0),
+                                 omitted(T.INT32)], [output(F32)])
+    with pytest.raises(OpError, match=r"TOPK_V2: output 1 \(indices\) has type TENSOR_FLOAT32"):
+        run_op(O.TOPK_V2, [x, i32(1)], [output(F32), output(F32)])
+    with pytest.raises(OpError, match=r"HASHTABLE_LOOKUP: output 1 \(hits\) has type"):
+        run_op(O.HASHTABLE_LOOKUP, [tensor(I32, [1]), tensor(I32, [1]), tensor(F32, [[1.0]])],
+               [output(F32, [1, 1]), output(T.TENSOR_BOOL8, [1])])
+    # EMBEDDING_LOOKUP takes float16 values since 1.3.
+    (y,) = run_op(O.EMBEDDING_LOOKUP, [tensor(I32, [1]), tensor(F16, [[1.0], [2.0]])],
+                  [output(F16, [1, 1])])
+    assert y.dtype == np.float16 and y.tolist() == [[2.0]]

@@ -7,7 +7,7 @@ import pytest
 
 from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
-from nnhal.ops.catalog import lookup
+from nnhal.ops.catalog import check_operation, lookup
 from nnhal.ops.registry import OpContext, OperandInfo, OpError
 from nnhal.ops.testing import omitted, output, run_op, tensor
 
@@ -27,7 +27,7 @@ def prepared(op, inputs, outputs):
     """Validate then return the shapes ``prepare`` infers."""
     ctx = OpContext(op_type=op, inputs=[i for i, _ in inputs], outputs=list(outputs))
     d = lookup(op)
-    d.validate(ctx)
+    check_operation(d, ctx)
     return d.prepare(ctx)
 
 
@@ -325,3 +325,51 @@ def test_prepare_shapes_with_runtime_parameters():
     runtime_axis = (OperandInfo(type=T.INT32, shape=()), None)
     assert prepared(O.EXPAND_DIMS, [x, runtime_axis], [output(F32)]) == [(0, 0, 0)]
     assert prepared(O.RESHAPE, [x, vec([3, 2], const=False)], [output(F32)]) == [(0, 0)]
+
+
+# ---- signatures: omitted layout flags, named slots --------------------------------------------
+
+def test_omitted_layout_flag_means_nhwc():
+    x = np.arange(8, dtype=np.float32).reshape(1, 1, 2, 4)
+    (ref,) = run_op(O.DEPTH_TO_SPACE, [tensor(F32, x), i32(2)], [output(F32, [1, 2, 4, 1])])
+    (got,) = run_op(O.DEPTH_TO_SPACE, [tensor(F32, x), i32(2), omitted(T.BOOL)],
+                    [output(F32, [1, 2, 4, 1])])
+    np.testing.assert_array_equal(got, ref)
+    y = np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1)
+    (s2b,) = run_op(O.SPACE_TO_BATCH_ND,
+                    [tensor(F32, y), vec([2, 2]), tensor(I32, [[0, 0], [0, 0]]),
+                     omitted(T.BOOL)], [output(F32, [4, 2, 2, 1])])
+    (b2s,) = run_op(O.BATCH_TO_SPACE_ND, [tensor(F32, s2b), vec([2, 2]), omitted(T.BOOL)],
+                    [output(F32, [1, 4, 4, 1])])
+    np.testing.assert_array_equal(b2s, y)
+
+
+def test_omitted_required_input_is_named():
+    x = np.zeros((1, 2, 2, 4), np.float32)
+    with pytest.raises(OpError, match=r"DEPTH_TO_SPACE: input 1 \(block_size\) cannot be omitted"):
+        run_op(O.DEPTH_TO_SPACE, [tensor(F32, x), omitted(T.INT32)], [output(F32)])
+    with pytest.raises(OpError, match=r"RESHAPE: input 1 \(shape\) cannot be omitted"):
+        run_op(O.RESHAPE, [tensor(F32, x), omitted(I32)], [output(F32)])
+    with pytest.raises(OpError, match=r"CONCATENATION: input 1 \(inputs\) cannot be omitted"):
+        run_op(O.CONCATENATION, [tensor(F32, x), omitted(F32), i32(0)], [output(F32)])
+
+
+def test_slot_types_follow_the_variant():
+    x = np.zeros((2, 2), np.float32)
+    pads = tensor(I32, [[1, 1], [0, 0]])
+    with pytest.raises(OpError, match=r"PAD_V2: input 2 \(pad_value\) has type INT32"):
+        run_op(O.PAD_V2, [tensor(F32, x), pads, i32(0)], [output(F32)])
+    (q,) = run_op(O.PAD_V2, [tensor(U8, [[1]], 0.5, 0), tensor(I32, [[1, 0], [0, 0]]), i32(9)],
+                  [output(U8, [2, 1], 0.5, 0)])
+    np.testing.assert_array_equal(q, [[9], [1]])
+    with pytest.raises(OpError, match=r"SPLIT: output 1 \(outputs\) has type TENSOR_FLOAT32"):
+        run_op(O.SPLIT, [tensor(I32, [[1, 2]]), i32(1), i32(2)],
+               [output(I32, [1, 1]), output(F32, [1, 1])])
+    # The value's type picks the variant; the output then disagrees with it.
+    with pytest.raises(OpError, match=r"FILL: output 0 \(output\) has type TENSOR_FLOAT32"):
+        run_op(O.FILL, [vec([2]), i32(1)], [output(F32, [2])])
+    with pytest.raises(OpError, match=r"RANK: output 0 \(rank\) has type TENSOR_INT32"):
+        run_op(O.RANK, [tensor(F32, x)], [output(I32, [1])])
+    with pytest.raises(OpError, match=r"SPACE_TO_DEPTH: input 2 \(layout\) has type INT32"):
+        run_op(O.SPACE_TO_DEPTH, [tensor(F32, np.zeros((1, 2, 2, 1), np.float32)), i32(2),
+                                  i32(0)], [output(F32)])
