@@ -1,18 +1,16 @@
 """Control flow: IF and WHILE run referenced subgraphs by index (HAL 1.3).
 
 Operands flowing through them may have unknown dimensions or rank: the callee plans check what
-they receive at run time. A WHILE that runs past the loop timeout is aborted with
-MISSED_DEADLINE_TRANSIENT, and no partial output is reported.
+they receive at run time. These definitions validate; a backend runs them itself (the reference
+executor on an explicit stack of frames, so nesting depth is not bounded by Python recursion).
 """
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
-from nnhal.hal.types import ErrorStatus, OperandType, OperationType
-from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, OpError, register
+from nnhal.hal.types import OperandType, OperationType
+from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, register
 from nnhal.ops.signature import ANY, V1_3, Slot, sig, variants
 
 T = OperandType
@@ -65,15 +63,6 @@ def _check_signature(ctx: OpContext, name: str, infos: list[OperandInfo],
                     f"{name} operand {k} does not match the operation's")
 
 
-def _is_true(value: np.ndarray) -> bool:
-    if value is None:  # an omitted condition (request input without a value)
-        raise OpError("condition has no value")
-    flat = np.asarray(value).reshape(-1)
-    if flat.size != 1:
-        raise OpError("condition must hold exactly one value")
-    return bool(flat[0])
-
-
 @register(O.IF)
 class If(OperationDef):
     def validate(self, ctx: OpContext) -> None:
@@ -85,16 +74,6 @@ class If(OperationDef):
             _check_signature(ctx, f"branch subgraph {branch}", sg.input_infos, ctx.inputs[3:])
             _check_signature(ctx, f"branch subgraph {branch} outputs", sg.output_infos,
                              ctx.outputs)
-
-    def kernel(self, ctx: OpContext):
-        then_sg = ctx.subgraphs[int(ctx.inputs[1].value)]
-        else_sg = ctx.subgraphs[int(ctx.inputs[2].value)]
-
-        def run(ins, rt):
-            branch = then_sg if _is_true(ins[0]) else else_sg
-            return branch.run(list(ins[3:]), rt)
-
-        return run
 
 
 @register(O.WHILE)
@@ -114,23 +93,3 @@ class While(OperationDef):
         _check_signature(ctx, "WHILE outputs", ctx.outputs, outer[:m], shapes=False)
         ctx.require(len(cond.output_infos) == 1 and cond.output_infos[0].type == T.TENSOR_BOOL8,
                     "condition subgraph must have one TENSOR_BOOL8 output")
-
-    def kernel(self, ctx: OpContext):
-        cond = ctx.subgraphs[int(ctx.inputs[0].value)]
-        body = ctx.subgraphs[int(ctx.inputs[1].value)]
-        m = len(ctx.outputs)
-        carried = len(body.output_infos)
-
-        def run(ins, rt):
-            values = list(ins[2:])
-            start = time.monotonic_ns()
-            limit = rt.loop_timeout_ns
-            while _is_true(cond.run(values, rt)[0]):
-                if time.monotonic_ns() - start > limit:
-                    raise OpError("WHILE loop exceeded the loop timeout",
-                                  ErrorStatus.MISSED_DEADLINE_TRANSIENT)
-                rt.check_deadline()
-                values[:carried] = body.run(values, rt)
-            return values[:m]
-
-        return run

@@ -11,7 +11,7 @@ comparisons, logical, casts).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 
@@ -77,22 +77,6 @@ def check_quant_scales(ctx: OpContext) -> None:
                 lo = hi = 0
             ctx.require(lo <= info.zero_point <= hi,
                         f"{info.type.name} operand has zero point {info.zero_point}")
-
-
-def check_tensor(ctx: OpContext, index: int, types: Sequence[OperandType],
-                 max_rank: int | None = None) -> OperandType:
-    """Deprecated (families with signatures check types there): input ``index`` is a tensor
-    of one of ``types`` and at most ``max_rank`` dimensions.
-
-    Also checks the quantization scales of all operands, which every caller relies on.
-    """
-    info = ctx.inputs[index]
-    ctx.require(info.type in types, f"input {index} has unsupported type {info.type.name}")
-    if max_rank is not None:
-        ctx.require(info.rank is None or info.rank <= max_rank,
-                    f"input {index} rank must be at most {max_rank}")
-    check_quant_scales(ctx)
-    return info.type
 
 
 def check_same_quant(ctx: OpContext, a: OperandInfo, b: OperandInfo, what: str) -> None:

@@ -2,9 +2,11 @@
 
 Modelled on the NNAPI operation resolver and TFLite's Prepare/Eval split:
 
-* ``validate(ctx)`` checks input/output counts, operand types, ranks and constant parameters
-  against ``operations-1.3.hal``. It raises :class:`OpError` (INVALID_ARGUMENT) on a violation.
-  It runs for ``getSupportedOperations`` and for every ``prepareModel``.
+* the operation's signature (``SIGNATURES`` in its module, see :mod:`nnhal.ops.signature`)
+  declares its inputs and outputs: counts, types, omission and constancy are checked from it.
+* ``validate(ctx)`` checks the rest of ``operations-1.3.hal``: ranks, shapes, parameter values
+  and quantization relations. It raises :class:`OpError` (INVALID_ARGUMENT) on a violation.
+  Both run once per model, in the analysis (:mod:`nnhal.analysis`).
 * ``prepare(ctx)`` (optional) infers output shapes from input shapes known at prepare time
   (``0`` marks an unknown dimension, ``None`` an unknown rank).
 * ``kernel(ctx)`` runs once per operation in ``prepareModel``: it unpacks constants, picks the
@@ -107,27 +109,6 @@ class OpContext:
     def require(self, condition: bool, message: str) -> None:
         if not condition:
             raise self.fail(message)
-
-    def expect_counts(self, n_in: int | Sequence[int], n_out: int | Sequence[int]) -> None:
-        ins = (n_in,) if isinstance(n_in, int) else tuple(n_in)
-        outs = (n_out,) if isinstance(n_out, int) else tuple(n_out)
-        if len(self.inputs) not in ins:
-            raise self.fail(f"expected {' or '.join(map(str, ins))} inputs, got {len(self.inputs)}")
-        if len(self.outputs) not in outs:
-            raise self.fail(
-                f"expected {' or '.join(map(str, outs))} outputs, got {len(self.outputs)}")
-
-    def expect_types(self, index_types: Sequence[OperandType | Sequence[OperandType]],
-                     outputs: Sequence[OperandType | Sequence[OperandType]] = ()) -> None:
-        """Check each input (then output) against a type or a set of allowed types."""
-        for where, infos, expected in (("input", self.inputs, index_types),
-                                       ("output", self.outputs, outputs)):
-            for i, want in enumerate(expected):
-                allowed = (want,) if isinstance(want, OperandType) else tuple(want)
-                got = infos[i].type
-                if got not in allowed:
-                    raise self.fail(f"{where} {i} has type {got.name}, expected "
-                                    f"{' or '.join(t.name for t in allowed)}")
 
     def expect_rank(self, index: int, ranks: int | Sequence[int], *, output: bool = False) -> None:
         info = (self.outputs if output else self.inputs)[index]

@@ -74,60 +74,6 @@ def const_bool(ctx: OpContext, index: int, default: bool = False) -> bool | None
     return None if v is None else bool(np.asarray(v).reshape(-1)[0])
 
 
-# Deprecated: the signatures (SIGNATURES) now check counts, types and omission. These remain
-# for the families that still call them (reduce); new code uses the OpContext vocabulary.
-
-def check_main_tensor(ctx: OpContext, allowed: Sequence[OperandType], *, index: int = 0,
-                      outputs: Sequence[int] = (0,), max_rank: int | None = None,
-                      min_rank: int | None = None, same_quant: bool = True) -> OperandType:
-    """Deprecated. Input ``index`` has a type in ``allowed``, ``outputs`` share it (and, for
-    quantized types, its scale and zero point), and its rank is within the bounds."""
-    t = ctx.inputs[index].type
-    ctx.require(t in allowed, f"unsupported input type {t.name}")
-    for o in outputs:
-        out = ctx.outputs[o]
-        ctx.require(out.type == t, f"output {o} has type {out.type.name}, expected {t.name}")
-    if same_quant:
-        quant_unchanged(ctx, outputs, index)
-    rank_between(ctx, index, min_rank, max_rank)
-    return t
-
-
-def counts(ctx: OpContext, n_in: int | Sequence[int], n_out: int | Sequence[int],
-           optional: Sequence[int] = ()) -> None:
-    """Deprecated (the signature checks counts and omission)."""
-    ctx.expect_counts(n_in, n_out)
-    for i, info in enumerate(ctx.inputs):
-        ctx.require(i in optional or not info.omitted, f"input {i} is required")
-
-
-def check_type(ctx: OpContext, index: int, t: OperandType | Sequence[OperandType],
-               what: str = "") -> None:
-    """Deprecated (the signature checks types)."""
-    allowed = (t,) if isinstance(t, OperandType) else tuple(t)
-    got = ctx.inputs[index].type
-    ctx.require(got in allowed, f"input {index}{' (' + what + ')' if what else ''} has type "
-                f"{got.name}, expected {' or '.join(a.name for a in allowed)}")
-
-
-def check_int_vector(ctx: OpContext, index: int, what: str, length: int | None = None) -> None:
-    """Deprecated: :func:`vector` plus the type check the signature now does."""
-    check_type(ctx, index, T.TENSOR_INT32, what)
-    vector(ctx, index, what, length)
-
-
-def const_ints(ctx: OpContext, index: int) -> list[int] | None:
-    """Deprecated (``ctx.const_ints``): a constant input's flattened values, or ``None``."""
-    v = ctx.const(index)
-    return None if v is None else [int(x) for x in np.ravel(np.asarray(v))]
-
-
-def const_scalar(ctx: OpContext, index: int) -> int | None:
-    """Deprecated (``ctx.const_int``): a constant scalar input as int, or ``None``."""
-    v = ctx.const(index)
-    return None if v is None else int(np.asarray(v).reshape(-1)[0])
-
-
 def scalar(value: object, default: int = 0) -> int:
     """A runtime INT32 scalar (0-d array) as int; ``default`` when omitted."""
     return default if value is None else int(np.asarray(value).reshape(-1)[0])
