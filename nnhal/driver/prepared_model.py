@@ -26,7 +26,7 @@ from nnhal.hal.types import (
     Request,
     Timing,
 )
-from nnhal.memory import MemoryError_, SharedMemory
+from nnhal.memory import MemoryError_, SharedMemory, shrunk_memory
 from nnhal.ops.registry import OpError
 from nnhal.validation import (
     BUFFER_POOL,
@@ -72,7 +72,7 @@ class ReferencePreparedModel(IPreparedModel):
             if not isinstance(mem, SharedMemory):
                 raise ValidationError(f"request pool {i}: not a shared memory or token")
             try:
-                arrays.append(mem.array())
+                arrays.append(mem.mapped())  # its size is checked when the run starts
             except MemoryError_ as e:
                 raise ValidationError(f"request pool {i}: {e}") from e
             sizes.append(mem.size)
@@ -101,6 +101,9 @@ class ReferencePreparedModel(IPreparedModel):
         device_start = time.monotonic_ns()
         try:
             rt.check_deadline()
+            why = shrunk_memory(request.pools)  # a client shrank a memory: it would fault
+            if why is not None:
+                raise ExecutionError(ErrorStatus.INVALID_ARGUMENT, why)
             status, shapes = run_request(self.plan, request, pools, rt)
         except ExecutionError as e:  # failures fall through: driver buffers must see them
             self.device.log(f"execution failed: {e}")

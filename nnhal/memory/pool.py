@@ -4,6 +4,17 @@
 ``mmap_fd`` maps a caller's file descriptor at an offset. Each pool is mapped once, lazily, and
 read and written through numpy views without copies. Every access is bounds-checked, so a bad
 location in a model or request is an error status, never an out-of-range read or write.
+
+**A client may shrink its memory** (``os.ftruncate``) after the driver mapped it; touching a
+mapped page beyond the new end of the file then kills the process with SIGBUS, which Python
+cannot catch. So the driver checks that the file still covers the region before it touches a
+mapping: :meth:`SharedMemory.array` checks on every call (every driver path but executions
+uses it), and an execution checks all its request memories at once, right before it runs,
+with :func:`shrunk_memory` (it maps them with the unchecked :meth:`SharedMemory.mapped`). The
+check is one ``pread`` of the region's last byte (empty past the end of the file): it neither
+moves the file offset the client may share nor costs a ``stat`` (about half the time here).
+A shrink *during* the very execution that touches the memory still faults: only sealing the
+memory (which the client then can no longer resize) would close that window.
 """
 
 from __future__ import annotations
@@ -13,6 +24,8 @@ import os
 import threading
 
 import numpy as np
+
+from nnhal.hal.types import MemoryPool
 
 ASHMEM = "ashmem"
 MMAP_FD = "mmap_fd"
@@ -43,6 +56,8 @@ class SharedMemory:
         self._mmap: mmap.mmap | None = None
         self._array: np.ndarray | None = None
         self._closed = False
+        #: The file offset of the region's last byte: the file must reach it.
+        self._last = self.offset + self.size - 1
 
     # ---- construction ------------------------------------------------------------------
     @classmethod
@@ -79,7 +94,21 @@ class SharedMemory:
 
     # ---- mapping -----------------------------------------------------------------------
     def array(self) -> np.ndarray:
-        """The whole region as a writable uint8 array (mapped on first use)."""
+        """The whole region as a writable uint8 array (mapped on first use).
+
+        Raises MemoryError_ when the memory is closed, cannot be mapped, or its file no longer
+        covers the region (it was shrunk after being mapped: touching it would fault).
+        """
+        arr = self._array
+        if arr is None:
+            arr = self.mapped()
+        elif self._mmap is not None:
+            self.check_size()
+        return arr
+
+    def mapped(self) -> np.ndarray:
+        """As :meth:`array`, without checking the file's size once mapped: for callers that
+        call :meth:`check_size` (or :func:`shrunk_memory`) right before touching the bytes."""
         arr = self._array
         if arr is not None:
             return arr
@@ -89,6 +118,26 @@ class SharedMemory:
             if self._array is None:
                 self._array = self._map()
             return self._array
+
+    def check_size(self) -> None:
+        """Raise MemoryError_ if the file no longer covers the mapped region."""
+        why = self._shrunk()
+        if why is not None:
+            raise MemoryError_(why)
+
+    def _shrunk(self) -> str | None:
+        if self._mmap is None or self._closed:
+            # Not mapped: nothing to fault (mapping checks the size). Closed: the descriptor
+            # may already name another file; the mapping keeps its own reference.
+            return None
+        try:
+            if os.pread(self.fd, 1, self._last):
+                return None
+            size = os.fstat(self.fd).st_size
+        except OSError as e:
+            return f"{self!r}: cannot check its size: {e}"
+        return (f"{self!r} was shrunk: its file now ends at {size}, the region at "
+                f"{self._last + 1}")
 
     def _map(self) -> np.ndarray:
         if self.name not in SUPPORTED_NAMES:
@@ -163,3 +212,21 @@ class SharedMemory:
 
     def __repr__(self) -> str:
         return f"SharedMemory({self.name!r}, size={self.size}, offset={self.offset})"
+
+
+def shrunk_memory(pools: list[object] | tuple[object, ...]) -> str | None:
+    """Why one of a request's pools (shared memories, bare or in a MemoryPool; tokens and
+    anything else are skipped) may not be touched: its file was shrunk below its mapped region;
+    None when all may. One ``pread`` per mapped memory."""
+    for pool in pools:
+        mem = pool.hidl_memory if type(pool) is MemoryPool else pool
+        if isinstance(mem, SharedMemory) and mem._mmap is not None:
+            try:
+                if os.pread(mem.fd, 1, mem._last):
+                    continue
+            except OSError:
+                pass
+            why = mem._shrunk()
+            if why is not None:
+                return why
+    return None
