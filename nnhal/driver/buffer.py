@@ -27,6 +27,7 @@ import numpy as np
 
 from nnhal.executor import ExecutionError
 from nnhal.executor.run import encode, read_argument
+from nnhal.hal.checks import InvalidArgument, check_allocate_args, check_dimensions
 from nnhal.hal.interfaces import IBuffer, IPreparedModel
 from nnhal.hal.types import (
     BufferDesc,
@@ -171,6 +172,10 @@ class BufferCore:
 
     def _copy_from(self, src: Any, dimensions: Sequence[int]) -> ErrorStatus:
         if not isinstance(src, SharedMemory):
+            return ErrorStatus.INVALID_ARGUMENT
+        try:
+            check_dimensions(dimensions)
+        except InvalidArgument:
             return ErrorStatus.INVALID_ARGUMENT
         dims = _valid_dims(dimensions)
         if dims is None:
@@ -413,6 +418,7 @@ def allocate(device: ReferenceDevice, desc: BufferDesc,
              ) -> tuple[ErrorStatus, IBuffer | None, int]:
     """IDevice::allocate for ``device``: (NONE, buffer, token) or (status, None, 0)."""
     try:
+        check_allocate_args(desc, prepared_models, input_roles, output_roles)
         t, dims, roles = check_allocate(device, desc, prepared_models, input_roles,
                                         output_roles)
         with device._buffer_lock:

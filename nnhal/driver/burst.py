@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nnhal.driver.execution import ReferenceExecution, run_exclusive
+from nnhal.hal.checks import check_execution_args
 from nnhal.hal.fmq import FmqDecodeError, pack_result, unpack_request
 from nnhal.hal.interfaces import IBurst, IExecution
 from nnhal.hal.types import (
@@ -207,6 +208,7 @@ class ReferenceBurst(IBurst):
                 deadline: int | None = None, loop_timeout: int | None = None) -> Result:
         started = time.monotonic_ns()
         try:
+            check_execution_args(request, measure, deadline, loop_timeout)
             pools = self.check_request(request, measure, loop_timeout)
         except Exception as e:  # noqa: BLE001 - every bad argument is INVALID_ARGUMENT
             self._pm.device.log(f"invalid burst request: {e}")

@@ -20,6 +20,7 @@ from nnhal.driver.cache import (
 )
 from nnhal.executor import ModelPlan
 from nnhal.executor.plan import operand_info
+from nnhal.hal import checks
 from nnhal.hal.interfaces import IDevice, IPreparedModel, IPreparedModelCallback
 from nnhal.hal.types import (
     BufferDesc,
@@ -172,8 +173,7 @@ class ReferenceDevice(IDevice):
 
     def check_model(self, model: Model) -> list[bool]:
         """Full validation; returns per-operation support of the main subgraph."""
-        if not isinstance(model, Model):
-            raise ValidationError("not a Model")
+        checks.check_model_fields(model)  # Python types and ranges of every field
         pools = self._map_pools(model)
         validate_model(model, [p.size for p in pools])
         return self._op_support(model, model.main, set())
@@ -220,6 +220,9 @@ class ReferenceDevice(IDevice):
         if callback is None or not hasattr(callback, "notify"):
             return ErrorStatus.INVALID_ARGUMENT
         try:
+            checks.check_preference(preference)
+            checks.check_priority(priority)
+            checks.check_deadline(deadline)
             validate_preference(preference)
             validate_priority(priority)
             flags = self.check_model(model)

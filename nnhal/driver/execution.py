@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nnhal.hal import checks
 from nnhal.hal.interfaces import IExecution, IFencedExecutionCallback
 from nnhal.hal.types import (
     NO_TIMING,
@@ -122,6 +123,7 @@ class ReferenceExecution(IExecution):
                ) -> tuple[ErrorStatus, ReferenceExecution | None]:
         """createReusableExecution: validate once; INVALID_ARGUMENT if the request is bad."""
         try:
+            checks.check_execution_args(request, measure, None, loop_timeout)
             req = snapshot_request(request)
             if burst is not None:
                 pools = burst.check_request(req, measure, loop_timeout)
@@ -162,6 +164,7 @@ class ReferenceExecution(IExecution):
     def compute(self, deadline: int | None = None) -> Result:
         started = time.monotonic_ns()
         try:
+            checks.check_deadline(deadline)
             status = self._check_call(deadline, started)
         except Exception as e:  # noqa: BLE001 - the driver boundary: never raise
             self._pm.device.log(f"reusable execution refused: {type(e).__name__}: {e}")
@@ -180,6 +183,8 @@ class ReferenceExecution(IExecution):
         try:
             from nnhal.driver.fence import FencedTask, check_duration, check_wait_for
 
+            checks.check_deadline(deadline)
+            checks.check_duration(timeout_after_fence, "timeoutDurationAfterFence")
             if self._fenced_error is not None:
                 raise ValidationError(self._fenced_error)
             fences = check_wait_for(wait_for)

@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from nnhal.hal import checks
 from nnhal.hal.interfaces import IFencedExecutionCallback
 from nnhal.hal.types import NO_TIMING, ErrorStatus, MeasureTiming, Request, Timing
 from nnhal.validation import ValidationError
@@ -229,6 +230,8 @@ def execute_fenced(pm: ReferencePreparedModel, request: Request, wait_for: Seque
     """IPreparedModel::executeFenced for the reference prepared model; never raises."""
     started = time.monotonic_ns()
     try:
+        checks.check_execution_args(request, measure, deadline, loop_timeout)
+        checks.check_duration(duration)
         pools = pm.check_request(request, measure, loop_timeout, fenced=True)
         fences = check_wait_for(wait_for)
         check_duration(duration)

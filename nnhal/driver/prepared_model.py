@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nnhal.executor import ExecutionError, ModelPlan, RunState, run_request
+from nnhal.hal.checks import check_execution_args
 from nnhal.hal.interfaces import IExecutionCallback, IPreparedModel
 from nnhal.hal.types import (
     LOOP_TIMEOUT_DEFAULT_NS,
@@ -133,6 +134,7 @@ class ReferencePreparedModel(IPreparedModel):
                               ) -> Result:
         started = time.monotonic_ns()
         try:
+            check_execution_args(request, measure, deadline, loop_timeout)
             pools = self.check_request(request, measure, loop_timeout)
         except Exception as e:  # noqa: BLE001 - any malformed request is INVALID_ARGUMENT
             return self._invalid(e)
@@ -146,6 +148,7 @@ class ReferencePreparedModel(IPreparedModel):
         if callback is None or not hasattr(callback, "notify"):
             return ErrorStatus.INVALID_ARGUMENT
         try:
+            check_execution_args(request, measure, deadline, loop_timeout)
             pools = self.check_request(request, measure, loop_timeout)
         except Exception as e:  # noqa: BLE001
             self._invalid(e)
