@@ -286,3 +286,28 @@ def test_model_constant_pool_shrunk_before_prepare():
     """A model pool shrunk after getSupportedOperations mapped it: INVALID_ARGUMENT."""
     assert _run_script(_CONSTANT_SCRIPT).split() == ["INVALID_ARGUMENT", "INVALID_ARGUMENT",
                                                      "INVALID_ARGUMENT", "1"]
+
+
+def test_memory_sealed_against_shrinking_is_not_checked():
+    """A memfd its creator sealed with F_SEAL_SHRINK before the driver mapped it cannot
+    shrink: no per-use check (nor syscall) is needed; sealed after mapping, it still is."""
+    import fcntl
+
+    from nnhal.memory import shrunk_memory
+
+    sealed, late = SharedMemory.ashmem(8192), SharedMemory.ashmem(8192)
+    try:
+        fcntl.fcntl(sealed.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+        sealed.array()
+        late.array()
+        fcntl.fcntl(late.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+        assert sealed._fixed and not late._fixed
+        with pytest.raises(PermissionError):
+            os.ftruncate(sealed.fd, 0)
+        assert shrunk_memory([sealed, late]) is None
+        sealed.check_size()
+        os.ftruncate(sealed.fd, 16384)  # growing is still allowed
+        assert sealed.read(8191, 1) == b"\0"
+    finally:
+        sealed.close()
+        late.close()

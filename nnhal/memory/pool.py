@@ -14,11 +14,15 @@ with :func:`shrunk_memory` (it maps them with the unchecked :meth:`SharedMemory.
 check is one ``pread`` of the region's last byte (empty past the end of the file): it neither
 moves the file offset the client may share nor costs a ``stat`` (about half the time here).
 A shrink *during* the very execution that touches the memory still faults: only sealing the
-memory (which the client then can no longer resize) would close that window.
+memory closes that window. A memory whose file was sealed against shrinking
+(``F_SEAL_SHRINK``, e.g. by the client that created it) before it was mapped is never checked:
+its size cannot go below the one verified when mapping. Anonymous memories are created with
+``MFD_ALLOW_SEALING`` so that their creator may seal them.
 """
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import threading
@@ -58,6 +62,8 @@ class SharedMemory:
         self._closed = False
         #: The file offset of the region's last byte: the file must reach it.
         self._last = self.offset + self.size - 1
+        #: The file was sealed against shrinking before it was mapped: no check needed.
+        self._fixed = False
 
     # ---- construction ------------------------------------------------------------------
     @classmethod
@@ -65,7 +71,7 @@ class SharedMemory:
         """Anonymous shared memory of ``size`` bytes (zero-filled)."""
         if size < 0:
             raise MemoryError_("negative size")
-        fd = os.memfd_create(f"nnhal-{name}", os.MFD_CLOEXEC)
+        fd = os.memfd_create(f"nnhal-{name}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, size)
         except OSError:
@@ -126,9 +132,10 @@ class SharedMemory:
             raise MemoryError_(why)
 
     def _shrunk(self) -> str | None:
-        if self._mmap is None or self._closed:
+        if self._mmap is None or self._closed or self._fixed:
             # Not mapped: nothing to fault (mapping checks the size). Closed: the descriptor
-            # may already name another file; the mapping keeps its own reference.
+            # may already name another file; the mapping keeps its own reference. Fixed: its
+            # file cannot shrink.
             return None
         try:
             if os.pread(self.fd, 1, self._last):
@@ -144,6 +151,7 @@ class SharedMemory:
             raise MemoryError_(f"unsupported memory name {self.name!r}")
         if self.size == 0:
             return np.zeros(0, dtype=np.uint8)
+        fixed = _cannot_shrink(self.fd)  # first: a size read after the seal is final
         try:
             file_size = os.fstat(self.fd).st_size
         except OSError as e:
@@ -158,6 +166,7 @@ class SharedMemory:
         except (OSError, ValueError) as e:
             raise MemoryError_(f"cannot map memory: {e}") from e
         self._mmap = mm
+        self._fixed = fixed
         return np.frombuffer(mm, dtype=np.uint8, count=self.size, offset=skip)
 
     def view(self, offset: int, length: int) -> np.ndarray:
@@ -214,13 +223,21 @@ class SharedMemory:
         return f"SharedMemory({self.name!r}, size={self.size}, offset={self.offset})"
 
 
+def _cannot_shrink(fd: int) -> bool:
+    """The file is sealed against shrinking (a memfd with F_SEAL_SHRINK): seals are final."""
+    try:
+        return bool(fcntl.fcntl(fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK)
+    except (OSError, AttributeError, ValueError):  # not a memfd, or no seals on this system
+        return False
+
+
 def shrunk_memory(pools: list[object] | tuple[object, ...]) -> str | None:
     """Why one of a request's pools (shared memories, bare or in a MemoryPool; tokens and
     anything else are skipped) may not be touched: its file was shrunk below its mapped region;
     None when all may. One ``pread`` per mapped memory."""
     for pool in pools:
         mem = pool.hidl_memory if type(pool) is MemoryPool else pool
-        if isinstance(mem, SharedMemory) and mem._mmap is not None:
+        if isinstance(mem, SharedMemory) and mem._mmap is not None and not mem._fixed:
             try:
                 if os.pread(mem.fd, 1, mem._last):
                     continue
