@@ -64,3 +64,250 @@ def test_close_releases_descriptor():
         os.fstat(fd)
     with pytest.raises(MemoryError_):
         mem.array()
+
+
+# ---- a client shrinking its memory after the driver mapped it ----------------------------------
+# Touching a mapped page past the end of its file is SIGBUS, which kills the process: every test
+# that lets the driver touch a shrunk memory runs in a subprocess, so a fault fails the test
+# instead of killing pytest.
+
+def _shrinkable(kind, size, tmp_path):
+    """(memory, fd to truncate, file offset of the region) of each kind a request may use."""
+    if kind == "ashmem":
+        mem = SharedMemory.ashmem(size)
+        return mem, mem.fd, 0
+    if kind == "hardware_buffer_blob":
+        mem = SharedMemory.hardware_buffer_blob(size)
+        return mem, mem.fd, 0
+    offset = 5000  # not page-aligned
+    fd = os.open(tmp_path / "pool", os.O_RDWR | os.O_CREAT) if kind == "mmap_fd_file" else \
+        os.memfd_create("client")
+    os.ftruncate(fd, offset + size)
+    return SharedMemory.mmap_fd(fd, size, offset), fd, offset
+
+
+@pytest.mark.parametrize("kind", ["ashmem", "hardware_buffer_blob", "mmap_fd_file",
+                                  "mmap_fd_memfd"])
+def test_shrunk_memory_is_refused_before_it_is_touched(kind, tmp_path):
+    """In-process: array() and shrunk_memory() check the file size without touching a page."""
+    from nnhal.hal.types import MemoryPool
+    from nnhal.memory import shrunk_memory
+
+    mem, fd, offset = _shrinkable(kind, 3 * 4096, tmp_path)
+    try:
+        mem.array()
+        pos = os.lseek(fd, 123, os.SEEK_SET)
+        assert shrunk_memory([mem, MemoryPool.of(mem), MemoryPool.of_token(1), None]) is None
+        os.ftruncate(fd, offset + 3 * 4096 - 1)  # one byte short is enough to refuse
+        why = shrunk_memory([MemoryPool.of(mem)])
+        assert why is not None and "shrunk" in why
+        assert shrunk_memory([mem]) == why
+        with pytest.raises(MemoryError_, match="shrunk"):
+            mem.array()
+        with pytest.raises(MemoryError_, match="shrunk"):
+            mem.check_size()
+        with pytest.raises(MemoryError_):
+            mem.read(0, 1)
+        mem.mapped()  # the unchecked accessor does not check: its caller does
+        assert os.lseek(fd, 0, os.SEEK_CUR) == pos  # the check never moves the file offset
+        os.ftruncate(fd, offset + 3 * 4096)  # grown back: usable again (zero-filled)
+        assert shrunk_memory([mem]) is None
+        assert mem.read(3 * 4096 - 1, 1) == b"\0"
+    finally:
+        mem.close()
+        if kind.startswith("mmap_fd"):
+            os.close(fd)
+    assert shrunk_memory([mem]) is None  # closed: no longer checked (nor touched)
+
+
+_SHRINK_SCRIPT = r'''
+import json, os, sys, tempfile
+import numpy as np
+from nnhal.drivers.reference import ReferenceDevice
+from nnhal.hal.fence import SyncFence
+from nnhal.hal.builder import ModelBuilder
+from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
+from nnhal.hal.types import (BufferDesc, BufferRole, DataLocation, ErrorStatus, MemoryPool,
+                             OperandType as T, OperationType as O, Request, RequestArgument)
+from nnhal.memory import SharedMemory
+
+kind, which = sys.argv[1], sys.argv[2]
+N = 4096  # elements: each argument spans four pages
+NB = 4 * N
+tmp = tempfile.mkdtemp()
+
+def memory(size):
+    if kind == "ashmem":
+        m = SharedMemory.ashmem(size); return m, m.fd, 0
+    if kind == "hardware_buffer_blob":
+        m = SharedMemory.hardware_buffer_blob(size); return m, m.fd, 0
+    off = 5000
+    fd = os.open(os.path.join(tmp, f"pool{size}"), os.O_RDWR | os.O_CREAT) \
+        if kind == "mmap_fd_file" else os.memfd_create("client")
+    os.ftruncate(fd, off + size)
+    return SharedMemory.mmap_fd(fd, size, off), fd, off
+
+def prepare(dev, model):
+    cb = PreparedModelCallback()
+    dev.prepare_model(model, callback=cb)
+    return cb.wait(30)
+
+b = ModelBuilder()
+x, y = b.input(T.TENSOR_FLOAT32, [N]), b.input(T.TENSOR_FLOAT32, [N])
+act = b.scalar(T.INT32, 0)
+out = b.output(T.TENSOR_FLOAT32, [N])
+b.operation(O.ADD, [x, y, act], [out])
+dev = ReferenceDevice()
+status, pm = prepare(dev, b.build())
+assert status == ErrorStatus.NONE
+
+inp, in_fd, in_off = memory(2 * NB)
+outm, out_fd, out_off = memory(NB)
+inp.write(0, np.ones(2 * N, np.float32))
+req = Request([RequestArgument(False, DataLocation(0, 0, NB)),
+               RequestArgument(False, DataLocation(0, NB, NB))],
+              [RequestArgument(False, DataLocation(1, 0, NB))], [inp, MemoryPool.of(outm)])
+_, burst = pm.configure_execution_burst()
+holds = [burst.cache_memory(inp), burst.cache_memory(MemoryPool.of(outm))]
+_, uncached = pm.configure_execution_burst()
+_, reusable = pm.create_reusable_execution(req)
+_, burst_reusable = burst.create_reusable_execution(req)
+
+def fenced(status, fence, cb):
+    if status != ErrorStatus.NONE:
+        return status
+    fence.wait(30)
+    return cb.get_execution_info(30)[0]
+
+def async_():
+    cb = ExecutionCallback()
+    launch = pm.execute(req, 0, None, None, cb)
+    status = cb.wait(30)[0]
+    assert cb.calls == 1
+    return status if launch == ErrorStatus.NONE else launch
+
+def waiting_fenced():
+    fence = SyncFence()
+    r = pm.execute_fenced(req, [fence])
+    fence.signal()  # the shrink happened before: the run itself must refuse
+    return fenced(*r)
+
+paths = {
+    "sync": lambda: pm.execute_synchronously(req)[0],
+    "async": async_,
+    "fenced": lambda: fenced(*pm.execute_fenced(req, [])),
+    "fenced_waiting": waiting_fenced,
+    "burst_cached": lambda: burst.execute(req)[0],
+    "burst_uncached": lambda: uncached.execute(req)[0],
+    "reusable": lambda: reusable.compute()[0],
+    "reusable_fenced": lambda: fenced(*reusable.compute_fenced([])),
+    "burst_reusable": lambda: burst_reusable.compute()[0],
+}
+# Memory domains copy to and from a memory of the same kind, shrunk with the others.
+_, buf, _ = dev.allocate(BufferDesc([N]), [pm], [BufferRole(0, 0)], [BufferRole(0, 0)])
+cp, cp_fd, cp_off = memory(NB)
+paths["copy_from"] = lambda: buf.copy_from(cp, [N])
+paths["copy_to"] = lambda: buf.copy_to(cp) if buf.copy_from(SharedMemory.ashmem(NB), [N]) == 0 \
+    else ErrorStatus.GENERAL_FAILURE
+fd, off, size = (in_fd, in_off, 2 * NB) if which == "input" else (out_fd, out_off, NB)
+result = {"before": {}, "shrunk": {}, "regrown": {}}
+for name, fn in paths.items():
+    result["before"][name] = ErrorStatus(fn()).name
+os.ftruncate(fd, off + (0 if which == "input" else size // 2))
+os.ftruncate(cp_fd, cp_off + NB // 2)
+for name, fn in paths.items():
+    result["shrunk"][name] = ErrorStatus(fn()).name
+shrunk = inp if which == "input" else outm
+result["shrunk"]["cache_memory"] = repr(pm.configure_execution_burst()[1].cache_memory(shrunk))
+os.ftruncate(fd, off + size)
+os.ftruncate(cp_fd, cp_off + NB)
+for name, fn in paths.items():
+    result["regrown"][name] = ErrorStatus(fn()).name
+print(json.dumps(result))
+'''
+
+
+def _run_script(script, *args):
+    """Run ``script`` in a fresh interpreter on this checkout; its last stdout line."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
+                          text=True, timeout=300, env=env, cwd=root)
+    assert proc.returncode == 0, (f"the driver process died (returncode {proc.returncode}, "
+                                  f"-7 is SIGBUS): {proc.stderr[-2000:]}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("which", ["input", "output"])
+@pytest.mark.parametrize("kind", ["ashmem", "hardware_buffer_blob", "mmap_fd_file",
+                                  "mmap_fd_memfd"])
+def test_request_memory_shrunk_between_executions(kind, which):
+    """A client shrinks an input or output pool between two executions: every execution path
+    answers INVALID_ARGUMENT (the process survives), and works again once the size is back."""
+    import json
+
+    result = json.loads(_run_script(_SHRINK_SCRIPT, kind, which))
+    assert set(result["before"].values()) == {"NONE"}, result["before"]
+    shrunk = dict(result["shrunk"])
+    assert shrunk.pop("cache_memory") == "None"  # the burst does not cache it
+    assert set(shrunk.values()) == {"INVALID_ARGUMENT"}, result["shrunk"]
+    assert set(result["regrown"].values()) == {"NONE"}, result["regrown"]
+
+
+_CONSTANT_SCRIPT = r'''
+import os
+import numpy as np
+from nnhal.drivers.reference import ReferenceDevice
+from nnhal.hal.builder import ModelBuilder
+from nnhal.hal.interfaces import PreparedModelCallback
+from nnhal.hal.types import ErrorStatus, OperandType as T, OperationType as O
+
+b = ModelBuilder()
+x = b.input(T.TENSOR_FLOAT32, [4096])
+c = b.constant(T.TENSOR_FLOAT32, np.ones(4096, np.float32))  # 16 KiB: a pool constant
+act = b.scalar(T.INT32, 0)
+out = b.output(T.TENSOR_FLOAT32, [4096])
+b.operation(O.ADD, [x, c, act], [out])
+model = b.build()
+dev = ReferenceDevice()
+assert dev.get_supported_operations(model)[0] == ErrorStatus.NONE  # maps the pool
+os.ftruncate(model.pools[0].fd, 4096)
+cb = PreparedModelCallback()
+launch = dev.prepare_model(model, callback=cb)
+print(dev.get_supported_operations(model)[0].name, launch.name, cb.wait(30)[0].name, cb.calls)
+'''
+
+
+def test_model_constant_pool_shrunk_before_prepare():
+    """A model pool shrunk after getSupportedOperations mapped it: INVALID_ARGUMENT."""
+    assert _run_script(_CONSTANT_SCRIPT).split() == ["INVALID_ARGUMENT", "INVALID_ARGUMENT",
+                                                     "INVALID_ARGUMENT", "1"]
+
+
+def test_memory_sealed_against_shrinking_is_not_checked():
+    """A memfd its creator sealed with F_SEAL_SHRINK before the driver mapped it cannot
+    shrink: no per-use check (nor syscall) is needed; sealed after mapping, it still is."""
+    import fcntl
+
+    from nnhal.memory import shrunk_memory
+
+    sealed, late = SharedMemory.ashmem(8192), SharedMemory.ashmem(8192)
+    try:
+        fcntl.fcntl(sealed.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+        sealed.array()
+        late.array()
+        fcntl.fcntl(late.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+        assert sealed._fixed and not late._fixed
+        with pytest.raises(PermissionError):
+            os.ftruncate(sealed.fd, 0)
+        assert shrunk_memory([sealed, late]) is None
+        sealed.check_size()
+        os.ftruncate(sealed.fd, 16384)  # growing is still allowed
+        assert sealed.read(8191, 1) == b"\0"
+    finally:
+        sealed.close()
+        late.close()

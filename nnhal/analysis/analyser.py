@@ -16,6 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from nnhal.analysis.graph import ModelGraph, OperationTuple, SubgraphGraph
+from nnhal.hal.checks import InvalidArgument, check_model_fields
 from nnhal.hal.types import (
     Model,
     Operand,
@@ -128,8 +129,10 @@ def analyse(model: Model, *, own_constants: bool = True,
     ``own_constants`` copies each constant once, so the graph keeps nothing of the client's
     memory (a prepared model); without it constants are views (getSupportedOperations).
     """
-    if not isinstance(model, Model):
-        raise ValidationError("not a Model")
+    try:
+        check_model_fields(model)  # Python types and ranges of every field, before any rule
+    except InvalidArgument as e:
+        raise ValidationError(str(e)) from None
     pools = map_pools(model)
     validate_model(model, [p.size for p in pools])
     values = np.frombuffer(model.operand_values, dtype=np.uint8)

@@ -7,7 +7,8 @@ from nnhal.memory.pool import (
     SUPPORTED_NAMES,
     MemoryError_,
     SharedMemory,
+    shrunk_memory,
 )
 
 __all__ = ["ASHMEM", "HARDWARE_BUFFER_BLOB", "MMAP_FD", "SUPPORTED_NAMES", "MemoryError_",
-           "SharedMemory"]
+           "SharedMemory", "shrunk_memory"]

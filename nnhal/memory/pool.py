@@ -4,10 +4,25 @@
 ``mmap_fd`` maps a caller's file descriptor at an offset. Each pool is mapped once, lazily, and
 read and written through numpy views without copies. Every access is bounds-checked, so a bad
 location in a model or request is an error status, never an out-of-range read or write.
+
+**A client may shrink its memory** (``os.ftruncate``) after the driver mapped it; touching a
+mapped page beyond the new end of the file then kills the process with SIGBUS, which Python
+cannot catch. So the driver checks that the file still covers the region before it touches a
+mapping: :meth:`SharedMemory.array` checks on every call (every driver path but executions
+uses it), and an execution checks all its request memories at once, right before it runs,
+with :func:`shrunk_memory` (it maps them with the unchecked :meth:`SharedMemory.mapped`). The
+check is one ``pread`` of the region's last byte (empty past the end of the file): it neither
+moves the file offset the client may share nor costs a ``stat`` (about half the time here).
+A shrink *during* the very execution that touches the memory still faults: only sealing the
+memory closes that window. A memory whose file was sealed against shrinking
+(``F_SEAL_SHRINK``, e.g. by the client that created it) before it was mapped is never checked:
+its size cannot go below the one verified when mapping. Anonymous memories are created with
+``MFD_ALLOW_SEALING`` so that their creator may seal them.
 """
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import threading
@@ -43,6 +58,10 @@ class SharedMemory:
         self._mmap: mmap.mmap | None = None
         self._array: np.ndarray | None = None
         self._closed = False
+        #: The file offset of the region's last byte: the file must reach it.
+        self._last = self.offset + self.size - 1
+        #: The file was sealed against shrinking before it was mapped: no check needed.
+        self._fixed = False
 
     # ---- construction ------------------------------------------------------------------
     @classmethod
@@ -50,7 +69,7 @@ class SharedMemory:
         """Anonymous shared memory of ``size`` bytes (zero-filled)."""
         if size < 0:
             raise MemoryError_("negative size")
-        fd = os.memfd_create(f"nnhal-{name}", os.MFD_CLOEXEC)
+        fd = os.memfd_create(f"nnhal-{name}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, size)
         except OSError:
@@ -79,7 +98,21 @@ class SharedMemory:
 
     # ---- mapping -----------------------------------------------------------------------
     def array(self) -> np.ndarray:
-        """The whole region as a writable uint8 array (mapped on first use)."""
+        """The whole region as a writable uint8 array (mapped on first use).
+
+        Raises MemoryError_ when the memory is closed, cannot be mapped, or its file no longer
+        covers the region (it was shrunk after being mapped: touching it would fault).
+        """
+        arr = self._array
+        if arr is None:
+            arr = self.mapped()
+        elif self._mmap is not None:
+            self.check_size()
+        return arr
+
+    def mapped(self) -> np.ndarray:
+        """As :meth:`array`, without checking the file's size once mapped: for callers that
+        call :meth:`check_size` (or :func:`shrunk_memory`) right before touching the bytes."""
         arr = self._array
         if arr is not None:
             return arr
@@ -90,11 +123,33 @@ class SharedMemory:
                 self._array = self._map()
             return self._array
 
+    def check_size(self) -> None:
+        """Raise MemoryError_ if the file no longer covers the mapped region."""
+        why = self._shrunk()
+        if why is not None:
+            raise MemoryError_(why)
+
+    def _shrunk(self) -> str | None:
+        if self._mmap is None or self._closed or self._fixed:
+            # Not mapped: nothing to fault (mapping checks the size). Closed: the descriptor
+            # may already name another file; the mapping keeps its own reference. Fixed: its
+            # file cannot shrink.
+            return None
+        try:
+            if os.pread(self.fd, 1, self._last):
+                return None
+            size = os.fstat(self.fd).st_size
+        except OSError as e:
+            return f"{self!r}: cannot check its size: {e}"
+        return (f"{self!r} was shrunk: its file now ends at {size}, the region at "
+                f"{self._last + 1}")
+
     def _map(self) -> np.ndarray:
         if self.name not in SUPPORTED_NAMES:
             raise MemoryError_(f"unsupported memory name {self.name!r}")
         if self.size == 0:
             return np.zeros(0, dtype=np.uint8)
+        fixed = _cannot_shrink(self.fd)  # first: a size read after the seal is final
         try:
             file_size = os.fstat(self.fd).st_size
         except OSError as e:
@@ -109,6 +164,7 @@ class SharedMemory:
         except (OSError, ValueError) as e:
             raise MemoryError_(f"cannot map memory: {e}") from e
         self._mmap = mm
+        self._fixed = fixed
         return np.frombuffer(mm, dtype=np.uint8, count=self.size, offset=skip)
 
     def view(self, offset: int, length: int) -> np.ndarray:
@@ -163,3 +219,29 @@ class SharedMemory:
 
     def __repr__(self) -> str:
         return f"SharedMemory({self.name!r}, size={self.size}, offset={self.offset})"
+
+
+def _cannot_shrink(fd: int) -> bool:
+    """The file is sealed against shrinking (a memfd with F_SEAL_SHRINK): seals are final."""
+    try:
+        return bool(fcntl.fcntl(fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK)
+    except (OSError, AttributeError, ValueError):  # not a memfd, or no seals on this system
+        return False
+
+
+def shrunk_memory(pools: list[object] | tuple[object, ...]) -> str | None:
+    """Why one of a request's pools (shared memories, bare or in a MemoryPool; tokens and
+    anything else are skipped) may not be touched: its file was shrunk below its mapped region;
+    None when all may. One ``pread`` per mapped memory."""
+    for pool in pools:
+        mem = pool if type(pool) is SharedMemory else getattr(pool, "hidl_memory", None)
+        if isinstance(mem, SharedMemory) and mem._mmap is not None and not mem._fixed:
+            try:
+                if os.pread(mem.fd, 1, mem._last):
+                    continue
+            except OSError:
+                pass
+            why = mem._shrunk()
+            if why is not None:
+                return why
+    return None

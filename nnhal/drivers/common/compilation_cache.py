@@ -49,8 +49,9 @@ from typing import Any
 
 from nnhal.drivers.common.callbacks import NotifyOnce
 from nnhal.drivers.common.workers import WorkerPools
+from nnhal.hal.checks import InvalidArgument, check_deadline, check_token
 from nnhal.hal.interfaces import IPreparedModel, IPreparedModelCallback
-from nnhal.hal.types import BYTE_SIZE_OF_CACHE_TOKEN, ErrorStatus, Model, Priority
+from nnhal.hal.types import ErrorStatus, Model, Priority
 
 log = logging.getLogger(__name__)
 
@@ -96,23 +97,17 @@ def handle_fd(handle: Any) -> int:
         fd = operator.index(fileno() if callable(fileno) else handle)
     except (TypeError, ValueError, OSError) as e:
         raise CacheArgumentError(f"not a usable file descriptor: {e}") from e
-    if fd < 0:
-        raise CacheArgumentError(f"negative file descriptor {fd}")
+    if not 0 <= fd <= 0x7FFF_FFFF:  # a C int: anything else is no descriptor at all
+        raise CacheArgumentError(f"file descriptor {fd} outside [0, INT_MAX]")
     return fd
 
 
 def token_bytes(token: Any) -> bytes:
     """The cache token as bytes; it must be exactly BYTE_SIZE_OF_CACHE_TOKEN long."""
-    if token is None or isinstance(token, (str, int, float)):
-        raise CacheArgumentError(f"cache token must be bytes, not {type(token).__name__}")
     try:
-        raw = bytes(token)
-    except (TypeError, ValueError) as e:
-        raise CacheArgumentError(f"bad cache token: {e}") from e
-    if len(raw) != BYTE_SIZE_OF_CACHE_TOKEN:
-        raise CacheArgumentError(
-            f"cache token has {len(raw)} bytes, expected {BYTE_SIZE_OF_CACHE_TOKEN}")
-    return raw
+        return check_token(token)
+    except InvalidArgument as e:
+        raise CacheArgumentError(str(e)) from None
 
 
 def _handle_fds(handles: Any, needed: int, what: str) -> list[int]:
@@ -341,6 +336,8 @@ class CompilationCache:
             model_fds = _handle_fds(model_cache, NUM_MODEL_CACHE, "model cache")
             data_fds = _handle_fds(data_cache, NUM_DATA_CACHE, "data cache")
             tok = token_bytes(token)
+            for fd in (*model_fds, *data_fds):  # all open, before a dup takes a closed number
+                os.fstat(fd)
         except Exception as e:  # noqa: BLE001 - CacheArgumentError, or a handle that raised
             log.debug("not saving to cache: %s: %s", type(e).__name__, e)
             return None
@@ -431,6 +428,7 @@ class CompilationCache:
             return ErrorStatus.INVALID_ARGUMENT
         notify = NotifyOnce(callback)
         try:
+            check_deadline(deadline)
             model_fds = _handle_fds(model_cache, NUM_MODEL_CACHE, "model cache")
             data_fds = _handle_fds(data_cache, NUM_DATA_CACHE, "data cache")
             tok = token_bytes(token)

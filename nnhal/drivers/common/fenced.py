@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 
 from nnhal.drivers.common.runs import PreparedRunner, Runner
+from nnhal.hal import checks
 from nnhal.hal.fence import FenceState, SyncFence
 from nnhal.hal.interfaces import IFencedExecutionCallback
 from nnhal.hal.request_pool import RequestPool
@@ -88,6 +89,8 @@ def execute_fenced(pm: PreparedRunner, request: Request, wait_for: Sequence[obje
     """IPreparedModel::executeFenced for prepared model ``pm``; never raises."""
     started = time.monotonic_ns()
     try:
+        checks.check_execution_args(request, measure, deadline, loop_timeout)
+        checks.check_duration(duration)
         pools = pm.check_request(request, measure, loop_timeout, fenced=True)
         fences = check_wait_for(wait_for)
         check_duration(duration)

@@ -48,7 +48,7 @@ def resolve_pools(request: Request, buffers: TokenRegistry[RequestBuffer]
         if not isinstance(mem, SharedMemory):
             raise ValidationError(f"request pool {i}: not a shared memory or token")
         try:
-            arrays.append(mem.array())
+            arrays.append(mem.mapped())  # its size is checked when the run starts
         except MemoryError_ as e:
             raise ValidationError(f"request pool {i}: {e}") from e
         sizes.append(mem.size)

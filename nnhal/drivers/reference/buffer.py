@@ -29,6 +29,7 @@ from nnhal.drivers.common.tokens import MAX_TOKEN, TokenRegistry, TokenRegistryF
 from nnhal.drivers.reference.prepared_model import ReferencePreparedModel
 from nnhal.executor import ExecutionError
 from nnhal.executor.run import encode, read_argument
+from nnhal.hal.checks import InvalidArgument, check_allocate_args, check_dimensions
 from nnhal.hal.interfaces import IBuffer, IPreparedModel
 from nnhal.hal.request_pool import RequestBuffer
 from nnhal.hal.types import (
@@ -169,6 +170,10 @@ class BufferCore:
 
     def _copy_from(self, src: Any, dimensions: Sequence[int]) -> ErrorStatus:
         if not isinstance(src, SharedMemory):
+            return ErrorStatus.INVALID_ARGUMENT
+        try:
+            check_dimensions(dimensions)
+        except InvalidArgument:
             return ErrorStatus.INVALID_ARGUMENT
         dims = _valid_dims(dimensions)
         if dims is None:
@@ -405,6 +410,7 @@ def allocate(device: AllocatingDevice, tokens: TokenRegistry[RequestBuffer], des
     """IDevice::allocate for ``device``, whose buffers ``tokens`` names: (NONE, buffer, token)
     or (status, None, 0)."""
     try:
+        check_allocate_args(desc, prepared_models, input_roles, output_roles)
         t, dims, roles = check_allocate(device, desc, prepared_models, input_roles,
                                         output_roles)
         try:

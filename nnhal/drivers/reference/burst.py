@@ -31,6 +31,7 @@ import numpy as np
 
 from nnhal.drivers.common.runs import PreparedRunner, Result, run_exclusive
 from nnhal.drivers.reference.execution import ReferenceExecution
+from nnhal.hal.checks import check_execution_args
 from nnhal.hal.fmq import FmqDecodeError, pack_result, unpack_request
 from nnhal.hal.interfaces import IBurst, IExecution
 from nnhal.hal.request_pool import RequestPool
@@ -181,6 +182,7 @@ class ReferenceBurst(IBurst):
                 deadline: int | None = None, loop_timeout: int | None = None) -> Result:
         started = time.monotonic_ns()
         try:
+            check_execution_args(request, measure, deadline, loop_timeout)
             pools = self._pm.check_request(request, measure, loop_timeout,
                                            resolve=self.resolve_pools)
         except Exception as e:  # noqa: BLE001 - every bad argument is INVALID_ARGUMENT

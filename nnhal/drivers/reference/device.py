@@ -21,6 +21,7 @@ from nnhal.drivers.reference.buffer import allocate
 from nnhal.drivers.reference.cache import PlanCache
 from nnhal.drivers.reference.prepared_model import ReferencePreparedModel
 from nnhal.executor import ModelPlan
+from nnhal.hal import checks
 from nnhal.hal.interfaces import IBuffer, IDevice, IPreparedModel, IPreparedModelCallback
 from nnhal.hal.request_pool import RequestBuffer
 from nnhal.hal.types import (
@@ -138,6 +139,9 @@ class ReferenceDevice(IDevice):
         if callback is None or not hasattr(callback, "notify"):
             return ErrorStatus.INVALID_ARGUMENT
         try:
+            checks.check_preference(preference)
+            checks.check_priority(priority)
+            checks.check_deadline(deadline)
             validate_preference(preference)
             validate_priority(priority)
             graph = self.analyse(model)

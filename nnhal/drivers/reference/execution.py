@@ -24,6 +24,7 @@ import numpy as np
 from nnhal.drivers.common.fenced import FencedTask, check_duration, check_wait_for
 from nnhal.drivers.common.request_checks import snapshot_request
 from nnhal.drivers.common.runs import ExclusiveRuns, PreparedRunner, Result, run_exclusive
+from nnhal.hal import checks
 from nnhal.hal.fence import SyncFence
 from nnhal.hal.interfaces import IExecution, IFencedExecutionCallback
 from nnhal.hal.request_pool import RequestPool
@@ -81,6 +82,7 @@ class ReferenceExecution(IExecution):
                ) -> tuple[ErrorStatus, ReferenceExecution | None]:
         """createReusableExecution: validate once; INVALID_ARGUMENT if the request is bad."""
         try:
+            checks.check_execution_args(request, measure, None, loop_timeout)
             req = snapshot_request(request)
             if burst is not None:
                 pools = pm.check_request(req, measure, loop_timeout,
@@ -122,6 +124,7 @@ class ReferenceExecution(IExecution):
     def compute(self, deadline: int | None = None) -> Result:
         started = time.monotonic_ns()
         try:
+            checks.check_deadline(deadline)
             status = self._check_call(deadline, started)
         except Exception as e:  # noqa: BLE001 - the driver boundary: never raise
             self._pm.device.log(f"reusable execution refused: {type(e).__name__}: {e}")
@@ -138,6 +141,8 @@ class ReferenceExecution(IExecution):
             return ErrorStatus.GENERAL_FAILURE, None, None  # as upstream's burst executions
         started = time.monotonic_ns()
         try:
+            checks.check_deadline(deadline)
+            checks.check_duration(timeout_after_fence, "timeoutDurationAfterFence")
             if self._fenced_error is not None:
                 raise ValidationError(self._fenced_error)
             fences = check_wait_for(wait_for)

@@ -21,6 +21,7 @@ from nnhal.drivers.common.tokens import TokenRegistry
 from nnhal.drivers.reference.burst import ReferenceBurst
 from nnhal.drivers.reference.execution import ReferenceExecution
 from nnhal.executor import ExecutionError, ModelPlan, RunState, run_request
+from nnhal.hal.checks import check_execution_args
 from nnhal.hal.interfaces import IExecutionCallback, IPreparedModel
 from nnhal.hal.request_pool import RequestBuffer, RequestPool
 from nnhal.hal.types import (
@@ -33,6 +34,7 @@ from nnhal.hal.types import (
     Subgraph,
     Timing,
 )
+from nnhal.memory import shrunk_memory
 from nnhal.ops.registry import OpError
 
 
@@ -85,6 +87,9 @@ class ReferencePreparedModel(IPreparedModel):
         device_start = time.monotonic_ns()
         try:
             rt.check_deadline()
+            why = shrunk_memory(request.pools)  # a client shrank a memory: it would fault
+            if why is not None:
+                raise ExecutionError(ErrorStatus.INVALID_ARGUMENT, why)
             status, shapes = run_request(self.plan, request, pools, rt)
         except ExecutionError as e:  # failures fall through: driver buffers must see them
             self.device.log(f"execution failed: {e}")
@@ -114,6 +119,7 @@ class ReferencePreparedModel(IPreparedModel):
                               ) -> Result:
         started = time.monotonic_ns()
         try:
+            check_execution_args(request, measure, deadline, loop_timeout)
             pools = self.check_request(request, measure, loop_timeout)
         except Exception as e:  # noqa: BLE001 - any malformed request is INVALID_ARGUMENT
             return self._invalid(e)
@@ -127,6 +133,7 @@ class ReferencePreparedModel(IPreparedModel):
         if callback is None or not hasattr(callback, "notify"):
             return ErrorStatus.INVALID_ARGUMENT
         try:
+            check_execution_args(request, measure, deadline, loop_timeout)
             pools = self.check_request(request, measure, loop_timeout)
         except Exception as e:  # noqa: BLE001
             self._invalid(e)
