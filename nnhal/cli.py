@@ -8,40 +8,108 @@ import sys
 from pathlib import Path
 
 
+def error(prog: str, message: str, status: int = 2) -> int:
+    """Print one line on stderr, ``<prog>: <message>``; return the exit status."""
+    print(f"{prog}: {message}", file=sys.stderr)
+    return status
+
+
+def parse_shard(text: str) -> tuple[int, int] | None:
+    """``K/N`` with 0 <= K < N, or None."""
+    try:
+        k, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        return None
+    return (k, n) if 0 <= k < n else None
+
+
+def writable_problem(path: Path) -> str | None:
+    """Why a report cannot be written to ``path``, or None. Tries to open it for appending
+    (and removes the file again if that created it), so it answers for the real user and
+    file system, not from permission bits."""
+    path = Path(path)
+    if path.is_dir():
+        return "it is a folder"
+    folder = path.absolute().parent
+    if not folder.is_dir():
+        existing = folder
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if existing.exists() and not existing.is_dir():
+            return f"{existing} is a file, not a folder"
+        return f"folder {folder} does not exist"
+    existed = path.exists()
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        return e.strerror or str(e)
+    if not existed:
+        path.unlink(missing_ok=True)
+    return None
+
+
 def _conformance(args: argparse.Namespace) -> int:
     from nnhal.conformance import MODES, Options, default_specs_dir, iter_cases, run
+    from nnhal.conformance.cases import no_cases_message, specs_problem
     from nnhal.driver import ReferenceDevice
 
-    specs = Path(args.specs) if args.specs else default_specs_dir()
-    if not specs.exists():
-        print(f"conformance data not found at {specs}: suite skipped "
-              f"(name it with --specs DIR or NNHAL_CONFORMANCE)")
-        return 0
+    prog = "nnhal conformance"
     modes = args.mode or ["general"]
     for m in modes:
         if m not in MODES:
-            print(f"unknown mode {m!r}; modes: {', '.join(MODES)}", file=sys.stderr)
-            return 2
-    if args.jobs > 1:
-        from nnhal.conformance.parallel import run_sharded
+            return error(prog, f"unknown mode {m!r}; modes: {', '.join(MODES)}")
+    if args.jobs < 1:
+        return error(prog, f"--jobs must be at least 1, not {args.jobs}")
+    worker = args.shard is not None  # one shard of a --jobs run (see parallel.py)
+    shard = parse_shard(args.shard or "0/1")
+    if shard is None:
+        return error(prog, f"--shard must be K/N with 0 <= K < N, not {args.shard!r}")
+    if worker and not args.json:
+        return error(prog, "--shard needs --json (the shard's report)")
+    specs = Path(args.specs) if args.specs else default_specs_dir()
+    problem = specs_problem(specs)
+    if problem:
+        return error(prog, problem)
+    if args.json:
+        problem = writable_problem(Path(args.json))
+        if problem:
+            return error(prog, f"cannot write --json {args.json}: {problem}")
+    if args.jobs > 1 and not worker:
+        from nnhal.conformance.parallel import ShardFailed, run_sharded
 
-        report = run_sharded(specs, modes, args.jobs, args.filter, args.loop_timeout_ms)
+        try:
+            report = run_sharded(specs, modes, args.jobs, args.filter, args.loop_timeout_ms)
+        except ShardFailed as e:
+            return error(prog, str(e), 1)
     else:
-        k, n = (int(v) for v in args.shard.split("/"))
-        cases = list(iter_cases(specs, args.filter, (k, n)))
+        cases = list(iter_cases(specs, args.filter, shard))
+        if not cases and not worker:
+            return error(prog, no_cases_message(specs, args.filter))
         opts = Options(loop_timeout_ns=int(args.loop_timeout_ms * 1_000_000))
         device = ReferenceDevice()
         try:
             report = run(device, cases, modes, opts, progress=not args.quiet)
         finally:
             device.close()
-    if args.json:
-        Path(args.json).write_text(json.dumps(report.to_json(), indent=1))
+    if worker:
+        Path(args.json).write_text(json.dumps(report.to_json()))
+        return 0
+    if not report.cases:
+        return error(prog, no_cases_message(specs, args.filter))
     if args.show_failures:
         for c in report.cases:
             if c["result"] == "failed":
                 print(f"FAIL [{c['mode']}] {c['file']} {c['name']}: {c['message']}")
     print(report.summary(show_ops=not args.no_ops))
+    if args.json:
+        try:
+            Path(args.json).write_text(json.dumps(report.to_json(), indent=1))
+        except OSError as e:
+            return error(prog, f"cannot write --json {args.json}: {e.strerror or e}", 1)
+    if report.broken:
+        return error(prog, f"{len(report.broken)} case(s) could not be loaded or built; "
+                           f"they are listed above and counted as failed", 1)
     failed = sum(c["failed"] for c in report.to_json()["modes"].values())
     return 1 if failed and args.strict else 0
 
@@ -75,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--jobs", type=int, default=1,
                    help="run in this many processes (reference driver only)")
-    c.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
+    c.add_argument("--shard", help=argparse.SUPPRESS)
     c.set_defaults(func=_conformance)
 
     # `nnhal mutations`: invalid models/requests over the suite (nnhal/conformance/mutations.py)
