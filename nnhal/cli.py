@@ -7,12 +7,15 @@ import json
 import sys
 from pathlib import Path
 
+#: The modes of ``nnhal conformance`` (nnhal.conformance.runner.MODES, checked by a test),
+#: here so that arguments are checked before numpy and the driver load.
+MODES = ("general", "dynamic_shape", "quantization_coupling", "memory_domain", "fenced",
+         "caching")
+
 
 def _conformance(args: argparse.Namespace) -> int:
-    from nnhal.conformance import MODES, Options, default_specs_dir, iter_cases, run
-    from nnhal.conformance.cases import no_cases_message, specs_problem
     from nnhal.conformance.cliutil import error, parse_shard, writable_problem
-    from nnhal.driver import ReferenceDevice
+    from nnhal.conformance.specs import default_specs_dir, no_cases_message, specs_problem
 
     prog = "nnhal conformance"
     modes = args.mode or ["general"]
@@ -35,6 +38,10 @@ def _conformance(args: argparse.Namespace) -> int:
         problem = writable_problem(Path(args.json))
         if problem:
             return error(prog, f"cannot write --json {args.json}: {problem}")
+
+    from nnhal.conformance import Options, iter_cases, run
+    from nnhal.driver import ReferenceDevice
+
     if args.jobs > 1 and not worker:
         from nnhal.conformance.parallel import ShardFailed, run_sharded
 
@@ -74,6 +81,12 @@ def _conformance(args: argparse.Namespace) -> int:
     return 1 if failed and args.strict else 0
 
 
+def _mutations(args: argparse.Namespace) -> int:
+    from nnhal.conformance.mutations import run_cli
+
+    return run_cli(args)
+
+
 def _demo(args: argparse.Namespace) -> int:
     from nnhal.demo import main as demo_main
 
@@ -107,10 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     c.set_defaults(func=_conformance)
 
     # `nnhal mutations`: invalid models/requests over the suite (nnhal/conformance/mutations/)
-    from nnhal.conformance import mutations
+    from nnhal.conformance.cliutil import add_mutations_arguments
     mu = sub.add_parser("mutations", help="invalid models and requests derived from the cases")
-    mutations.add_arguments(mu)
-    mu.set_defaults(func=mutations.run_cli)
+    add_mutations_arguments(mu)
+    mu.set_defaults(func=_mutations)
 
     args = parser.parse_args(argv)
     return int(args.func(args))

@@ -11,7 +11,6 @@ import copy
 import fnmatch
 import gzip
 import json
-import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from nnhal.conformance.specs import DEFAULT_SPECS as DEFAULT_SPECS
+from nnhal.conformance.specs import SPECS_ENV as SPECS_ENV
+from nnhal.conformance.specs import case_files
+from nnhal.conformance.specs import default_specs_dir as default_specs_dir
 from nnhal.hal.builder import ALIGN, ModelBuilder, SubgraphBuilder
 from nnhal.hal.types import (
     DataLocation,
@@ -32,14 +35,6 @@ from nnhal.hal.types import (
     SymmPerChannelQuantParams,
 )
 from nnhal.memory import SharedMemory
-
-#: Where the conformance data lives when neither --specs nor NNHAL_CONFORMANCE names it.
-DEFAULT_SPECS = "../shared/conformance"
-SPECS_ENV = "NNHAL_CONFORMANCE"
-
-
-def default_specs_dir() -> Path:
-    return Path(os.environ.get(SPECS_ENV) or DEFAULT_SPECS)
 
 
 @dataclass
@@ -91,30 +86,6 @@ class Case:
 
 class MalformedCase(ValueError):
     """A case's model or values cannot be turned into HAL objects."""
-
-
-def case_files(specs: Path) -> list[Path]:
-    """The case files under ``specs`` (a folder of folders, one folder, or one file), sorted."""
-    specs = Path(specs)
-    return [specs] if specs.is_file() else sorted(specs.rglob("*.json.gz"))
-
-
-def specs_problem(specs: Path) -> str | None:
-    """Why ``specs`` holds no case file to run, or None."""
-    specs = Path(specs)
-    if not specs.exists():
-        return (f"no conformance data at {specs} (name the folder with --specs DIR or "
-                f"${SPECS_ENV})")
-    if not case_files(specs):
-        return f"no case files (*.json.gz) in {specs}"
-    return None
-
-
-def no_cases_message(specs: Path, pattern: str | None) -> str:
-    """The complaint when ``iter_cases(specs, pattern)`` yields nothing."""
-    if pattern:
-        return f"no case matches --filter {pattern!r} in {specs}"
-    return f"no cases in {specs} (every case file is an empty list)"
 
 
 def iter_cases(specs: Path, pattern: str | None = None,

@@ -3,6 +3,7 @@ errors, the K/N shard argument, and whether a report file can be written."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -46,3 +47,18 @@ def writable_problem(path: Path) -> str | None:
     if not existed:
         path.unlink(missing_ok=True)
     return None
+
+
+def add_mutations_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``nnhal mutations``."""
+    p.add_argument("--specs", help="conformance folder (default: $NNHAL_CONFORMANCE or "
+                                   "../shared/conformance)")
+    p.add_argument("--filter", help="fnmatch pattern on case names")
+    p.add_argument("--what", choices=("model", "request", "both"), default="both")
+    p.add_argument("--limit", type=int, help="mutants sampled per case (default: all)")
+    p.add_argument("--every", type=int, default=1, help="take every N-th case")
+    p.add_argument("--shard", default="0/1", metavar="K/N",
+                   help="run the K-th of N interleaved shards of the cases (default 0/1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--show-failures", type=int, default=20, metavar="N",
+                   help="print the first N failures of each run (default 20)")

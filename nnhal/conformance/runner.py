@@ -384,8 +384,8 @@ class Report:
     operations: dict[tuple[str, str], Counter] = field(
         default_factory=lambda: defaultdict(Counter))
     cases: list[dict[str, str]] = field(default_factory=list)
-    #: Cases (or whole files) that could not be loaded: file, name, message. Each is also
-    #: counted as failed in every mode.
+    #: Cases (or whole files) that could not be loaded or built: file, name, message. Each is
+    #: also counted as failed in every mode.
     broken: list[dict[str, str]] = field(default_factory=list)
     seconds: float = 0.0
     _broken_seen: set[tuple[str, str, str]] = field(default_factory=set, repr=False)

@@ -16,11 +16,9 @@ from nnhal.conformance.cases import (
     MalformedCase,
     build_model,
     build_request,
-    default_specs_dir,
     iter_cases,
-    no_cases_message,
-    specs_problem,
 )
+from nnhal.conformance.cliutil import add_mutations_arguments as add_arguments
 from nnhal.conformance.cliutil import error, parse_shard
 from nnhal.conformance.mutations.common import (
     ACCEPTED,
@@ -39,6 +37,7 @@ from nnhal.conformance.mutations.model import (
 )
 from nnhal.conformance.mutations.paths import execution_paths
 from nnhal.conformance.mutations.request import check_request_mutant, request_mutations
+from nnhal.conformance.specs import default_specs_dir, no_cases_message, specs_problem
 from nnhal.driver import ReferenceDevice
 from nnhal.hal.interfaces import IDevice, IPreparedModel, PreparedModelCallback
 from nnhal.hal.types import ErrorStatus, ExecutionPreference, Model, Priority
@@ -193,20 +192,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="nnhal mutations", description=main.__doc__)
     add_arguments(p)
     return run_cli(p.parse_args(argv))
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--specs", help="conformance folder (default: $NNHAL_CONFORMANCE or "
-                                   "../shared/conformance)")
-    p.add_argument("--filter", help="fnmatch pattern on case names")
-    p.add_argument("--what", choices=("model", "request", "both"), default="both")
-    p.add_argument("--limit", type=int, help="mutants sampled per case (default: all)")
-    p.add_argument("--every", type=int, default=1, help="take every N-th case")
-    p.add_argument("--shard", default="0/1", metavar="K/N",
-                   help="run the K-th of N interleaved shards of the cases (default 0/1)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--show-failures", type=int, default=20, metavar="N",
-                   help="print the first N failures of each run (default 20)")
 
 
 def run_cli(args: argparse.Namespace) -> int:
