@@ -1,49 +1,105 @@
-"""The ``nnhal`` command: ``demo`` and ``conformance``."""
+"""The ``nnhal`` command: ``demo``, ``ops``, ``conformance`` and ``mutations``."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
+#: The modes of ``nnhal conformance`` (nnhal.conformance.runner.MODES, checked by a test),
+#: here so that arguments are checked before numpy and the driver load.
+MODES = ("general", "dynamic_shape", "quantization_coupling", "memory_domain", "fenced",
+         "caching")
+
 
 def _conformance(args: argparse.Namespace) -> int:
-    from nnhal.conformance import MODES, Options, default_specs_dir, iter_cases, run
-    from nnhal.drivers.reference import ReferenceDevice
+    from nnhal.conformance.cliutil import error, parse_shard, writable_problem
+    from nnhal.conformance.specs import default_specs_dir, no_cases_message, specs_problem
 
-    specs = Path(args.specs) if args.specs else default_specs_dir()
-    if not specs.exists():
-        print(f"conformance data not found at {specs}: suite skipped "
-              f"(name it with --specs DIR or NNHAL_CONFORMANCE)")
-        return 0
+    prog = "nnhal conformance"
     modes = args.mode or ["general"]
     for m in modes:
         if m not in MODES:
-            print(f"unknown mode {m!r}; modes: {', '.join(MODES)}", file=sys.stderr)
-            return 2
-    if args.jobs > 1:
-        from nnhal.conformance.parallel import run_sharded
+            return error(prog, f"unknown mode {m!r}; modes: {', '.join(MODES)}")
+    if args.jobs < 1:
+        return error(prog, f"--jobs must be at least 1, not {args.jobs}")
+    worker = args.shard is not None  # one shard of a --jobs run (see parallel.py)
+    shard = parse_shard(args.shard or "0/1")
+    if shard is None:
+        return error(prog, f"--shard must be K/N with 0 <= K < N, not {args.shard!r}")
+    if worker and not args.json:
+        return error(prog, "--shard needs --json (the shard's report)")
+    specs = Path(args.specs) if args.specs else default_specs_dir()
+    problem = specs_problem(specs)
+    if problem:
+        return error(prog, problem)
+    if args.json:
+        problem = writable_problem(Path(args.json))
+        if problem:
+            return error(prog, f"cannot write --json {args.json}: {problem}")
 
-        report = run_sharded(specs, modes, args.jobs, args.filter, args.loop_timeout_ms)
+    from nnhal.conformance import Options, iter_cases, run
+    from nnhal.drivers.reference import ReferenceDevice
+
+    if args.jobs > 1 and not worker:
+        from nnhal.conformance.parallel import ShardFailed, run_sharded
+
+        try:
+            report = run_sharded(specs, modes, args.jobs, args.filter, args.loop_timeout_ms)
+        except ShardFailed as e:
+            return error(prog, str(e), 1)
     else:
-        k, n = (int(v) for v in args.shard.split("/"))
-        cases = list(iter_cases(specs, args.filter, (k, n)))
+        cases = list(iter_cases(specs, args.filter, shard))
+        if not cases and not worker:
+            return error(prog, no_cases_message(specs, args.filter))
         opts = Options(loop_timeout_ns=int(args.loop_timeout_ms * 1_000_000))
         device = ReferenceDevice()
         try:
             report = run(device, cases, modes, opts, progress=not args.quiet)
         finally:
             device.close()
-    if args.json:
-        Path(args.json).write_text(json.dumps(report.to_json(), indent=1))
+    if worker:
+        Path(args.json).write_text(json.dumps(report.to_json()))
+        return 0
+    if not report.cases:
+        return error(prog, no_cases_message(specs, args.filter))
     if args.show_failures:
         for c in report.cases:
             if c["result"] == "failed":
                 print(f"FAIL [{c['mode']}] {c['file']} {c['name']}: {c['message']}")
     print(report.summary(show_ops=not args.no_ops))
+    if args.json:
+        try:
+            Path(args.json).write_text(json.dumps(report.to_json(), indent=1))
+        except OSError as e:
+            return error(prog, f"cannot write --json {args.json}: {e.strerror or e}", 1)
+    if report.broken:
+        return error(prog, f"{len(report.broken)} case(s) could not be loaded or built; "
+                           f"they are listed above and counted as failed", 1)
     failed = sum(c["failed"] for c in report.to_json()["modes"].values())
     return 1 if failed and args.strict else 0
+
+
+def _mutations(args: argparse.Namespace) -> int:
+    from nnhal.conformance.mutations import run_cli
+
+    return run_cli(args)
+
+
+def _ops(args: argparse.Namespace) -> int:
+    from nnhal.ops import docs
+
+    if args.markdown:
+        sys.stdout.write(docs.markdown())
+        return 0
+    try:
+        print(docs.text(args.names))
+    except KeyError as e:
+        print(f"nnhal ops: {e.args[0]}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -58,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
 
     d = sub.add_parser("demo", help="build, prepare and run a small convolutional model")
     d.set_defaults(func=_demo)
+
+    o = sub.add_parser("ops", help="the operations nnhal runs: inputs, outputs, types, versions")
+    o.add_argument("names", nargs="*", help="operations to show in full (e.g. CONV_2D)")
+    o.add_argument("--markdown", action="store_true",
+                   help="the whole reference as Markdown (docs/operations.md)")
+    o.set_defaults(func=_ops)
 
     c = sub.add_parser("conformance", help="run the upstream conformance cases")
     c.add_argument("--specs", help="folder of cases (default: $NNHAL_CONFORMANCE or "
@@ -75,17 +137,21 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--jobs", type=int, default=1,
                    help="run in this many processes (reference driver only)")
-    c.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
+    c.add_argument("--shard", help=argparse.SUPPRESS)
     c.set_defaults(func=_conformance)
 
-    # `nnhal mutations`: invalid models/requests over the suite (nnhal/conformance/mutations.py)
-    from nnhal.conformance import mutations
+    # `nnhal mutations`: invalid models/requests over the suite (nnhal/conformance/mutations/)
+    from nnhal.conformance.cliutil import add_mutations_arguments
     mu = sub.add_parser("mutations", help="invalid models and requests derived from the cases")
-    mutations.add_arguments(mu)
-    mu.set_defaults(func=mutations.run_cli)
+    add_mutations_arguments(mu)
+    mu.set_defaults(func=_mutations)
 
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:  # the reader went away (`nnhal ops | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

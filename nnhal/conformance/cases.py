@@ -11,7 +11,7 @@ import copy
 import fnmatch
 import gzip
 import json
-import os
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,40 +19,44 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.hal.builder import MAX_INLINE
+from nnhal.conformance.specs import DEFAULT_SPECS as DEFAULT_SPECS
+from nnhal.conformance.specs import SPECS_ENV as SPECS_ENV
+from nnhal.conformance.specs import case_files
+from nnhal.conformance.specs import default_specs_dir as default_specs_dir
+from nnhal.hal.builder import ALIGN, ModelBuilder, SubgraphBuilder
 from nnhal.hal.types import (
     DataLocation,
     Model,
-    Operand,
     OperandLifeTime,
     OperandType,
-    Operation,
     OperationType,
     Request,
     RequestArgument,
-    Subgraph,
     SymmPerChannelQuantParams,
 )
 from nnhal.memory import SharedMemory
 
-ALIGN = 8
-#: Where the conformance data lives when neither --specs nor NNHAL_CONFORMANCE names it.
-DEFAULT_SPECS = "../shared/conformance"
-SPECS_ENV = "NNHAL_CONFORMANCE"
-
-
-def default_specs_dir() -> Path:
-    return Path(os.environ.get(SPECS_ENV) or DEFAULT_SPECS)
-
 
 @dataclass
 class Case:
-    """One conformance case, as read from its JSON, plus where it came from."""
+    """One conformance case, as read from its JSON, plus where it came from.
+
+    A case that could not be read (its file is not gzip JSON, or the case lacks a field the
+    runner needs) is still a Case: ``error`` says what is wrong and ``data`` is empty; the
+    runner reports it as failed in every mode.
+    """
 
     file: str
     folder: str
     name: str
     data: dict[str, Any]
+    error: str = ""
+    #: Position in its file (-1 when the whole file is unreadable).
+    index: int = -1
+
+    @property
+    def broken(self) -> bool:
+        return bool(self.error)
 
     @property
     def expect_failure(self) -> bool:
@@ -64,6 +68,8 @@ class Case:
 
     @property
     def operations(self) -> list[str]:
+        if self.error:
+            return []
         m = self.data["model"]
         names = [op["type"] for op in m["main"]["operations"]]
         for sg in m["referenced"]:
@@ -71,29 +77,146 @@ class Case:
         return sorted(set(names))
 
     def has_type(self, name: str) -> bool:
+        if self.error:
+            return False
         m = self.data["model"]
         return any(o["type"] == name for sg in [m["main"], *m["referenced"]]
                    for o in sg["operands"])
+
+
+class MalformedCase(ValueError):
+    """A case's model or values cannot be turned into HAL objects."""
 
 
 def iter_cases(specs: Path, pattern: str | None = None,
                shard: tuple[int, int] = (0, 1)) -> Iterator[Case]:
     """Every case under ``specs`` (a folder of folders, one folder, or one file), sorted.
 
-    ``shard=(k, n)`` keeps every n-th file starting at the k-th, for parallel runs.
+    ``shard=(k, n)`` keeps every n-th file starting at the k-th, for parallel runs. A file
+    that cannot be read and a case that lacks what the runner needs come out as broken
+    cases (``Case.error`` set), whatever ``pattern`` says unless the case has a name that
+    does not match it.
     """
     specs = Path(specs)
-    files = [specs] if specs.is_file() else sorted(specs.rglob("*.json.gz"))
     k, n = shard
-    for f in files[k::n]:
+    for f in case_files(specs)[k::n]:
         folder = f.parent.name
-        with gzip.open(f, "rt") as fh:
-            cases = json.load(fh)
-        for c in cases:
-            if pattern and not fnmatch.fnmatch(c["name"], pattern):
+        label = str(f.relative_to(specs.parent) if specs.is_dir() else f.name)
+        try:
+            with gzip.open(f, "rt", encoding="utf-8") as fh:
+                cases = json.load(fh)
+        except (OSError, EOFError, ValueError, zlib.error) as e:
+            yield Case(label, folder, "(whole file)", {},
+                       f"not gzip JSON: {type(e).__name__}: {e}")
+            continue
+        if not isinstance(cases, list):
+            yield Case(label, folder, "(whole file)", {},
+                       f"not a JSON list of cases but a JSON {_json_kind(cases)}")
+            continue
+        for index, c in enumerate(cases):
+            name = c.get("name") if isinstance(c, dict) else None
+            where = ""
+            if not isinstance(name, str):
+                name = f"case #{index}"
+            elif pattern and not fnmatch.fnmatch(name, pattern):
                 continue
-            yield Case(file=str(f.relative_to(specs.parent) if specs.is_dir() else f.name),
-                       folder=folder, name=c["name"], data=c)
+            else:
+                where = f"(case #{index}) "
+            problem = case_problem(c)
+            if problem:
+                yield Case(label, folder, name, {}, where + problem, index)
+            else:
+                yield Case(label, folder, name, c, index=index)
+
+
+# ---- checking a case's structure ----------------------------------------------------------
+
+def _json_kind(v: Any) -> str:
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "number"
+    return {dict: "object", list: "array", str: "string", type(None): "null"}.get(
+        type(v), type(v).__name__)
+
+
+def _need(obj: dict[str, Any], key: str, kinds: tuple[type, ...], where: str,
+          what: str) -> Any:
+    if key not in obj:
+        raise MalformedCase(f"{where}: '{key}' missing")
+    v = obj[key]
+    if not isinstance(v, kinds) or (isinstance(v, bool) and bool not in kinds):
+        raise MalformedCase(f"{where}.{key}: {what} expected, got {_json_kind(v)}")
+    return v
+
+
+def _int_list(obj: dict[str, Any], key: str, where: str) -> list[int]:
+    v = _need(obj, key, (list,), where, "a list of integers")
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise MalformedCase(f"{where}.{key}: a list of integers expected")
+    return v
+
+
+def _enum_name(obj: dict[str, Any], key: str, enum: Any, where: str) -> None:
+    v = _need(obj, key, (str,), where, f"an {enum.__name__} name")
+    if v not in enum.__members__:
+        raise MalformedCase(f"{where}.{key}: unknown {enum.__name__} {v!r}")
+
+
+def _check_subgraph(sg: Any, where: str, is_main: bool) -> None:
+    if not isinstance(sg, dict):
+        raise MalformedCase(f"{where}: an object expected, got {_json_kind(sg)}")
+    operands = _need(sg, "operands", (list,), where, "a list")
+    for j, o in enumerate(operands):
+        w = f"{where}.operands[{j}]"
+        if not isinstance(o, dict):
+            raise MalformedCase(f"{w}: an object expected, got {_json_kind(o)}")
+        _enum_name(o, "type", OperandType, w)
+        _enum_name(o, "lifetime", OperandLifeTime, w)
+        _int_list(o, "dimensions", w)
+        _need(o, "scale", (int, float), w, "a number")
+        _need(o, "zeroPoint", (int,), w, "an integer")
+        _need(o, "numberOfConsumers", (int,), w, "an integer")
+        data = _need(o, "data", (list,), w, "a list")
+        if o["lifetime"] == "SUBGRAPH" and not (
+                data and isinstance(data[0], int) and not isinstance(data[0], bool)):
+            raise MalformedCase(f"{w}.data: a SUBGRAPH operand needs its subgraph index")
+        cq = o.get("channelQuant")
+        if cq is not None:
+            if not isinstance(cq, dict):
+                raise MalformedCase(f"{w}.channelQuant: an object or null expected")
+            _need(cq, "scales", (list,), f"{w}.channelQuant", "a list of numbers")
+            _need(cq, "channelDim", (int,), f"{w}.channelQuant", "an integer")
+    operations = _need(sg, "operations", (list,), where, "a list")
+    for j, op in enumerate(operations):
+        w = f"{where}.operations[{j}]"
+        if not isinstance(op, dict):
+            raise MalformedCase(f"{w}: an object expected, got {_json_kind(op)}")
+        _enum_name(op, "type", OperationType, w)
+        _int_list(op, "inputs", w)
+        _int_list(op, "outputs", w)
+    for key in ("inputIndexes", "outputIndexes"):
+        indexes = _int_list(sg, key, where)
+        # The runner lays out the request from the main subgraph's inputs and outputs.
+        if is_main and any(not 0 <= i < len(operands) for i in indexes):
+            raise MalformedCase(f"{where}.{key}: operand index out of range")
+
+
+def case_problem(case: Any) -> str | None:
+    """What keeps a case (a parsed JSON value) from being run, or None: the fields and types
+    the model builder and the runner rely on (values themselves are checked when used)."""
+    try:
+        if not isinstance(case, dict):
+            raise MalformedCase(f"an object expected, got {_json_kind(case)}")
+        _need(case, "name", (str,), "case", "a string")
+        model = _need(case, "model", (dict,), "case", "an object")
+        _check_subgraph(_need(model, "main", (dict,), "model", "an object"), "model.main",
+                        True)
+        for k, sg in enumerate(_need(model, "referenced", (list,), "model", "a list")):
+            _check_subgraph(sg, f"model.referenced[{k}]", False)
+    except MalformedCase as e:
+        return str(e)
+    return None
 
 
 # ---- building HAL objects ----------------------------------------------------------------
@@ -132,43 +255,45 @@ class _Packer:
 
 
 def build_model(case_model: dict[str, Any]) -> Model:
-    values = _Packer()
-    pool = _Packer()
+    """The HAL model of a case's ``model`` JSON, through :class:`ModelBuilder`: operands,
+    lifetimes, numberOfConsumers and index lists exactly as the JSON gives them; constants
+    placed as the builder places them. :class:`MalformedCase` when the JSON cannot be built."""
+    try:
+        b = ModelBuilder(relaxed=bool(case_model.get("isRelaxed")))
+        subgraphs = [b] + [b.subgraph() for _ in case_model["referenced"]]
+        for sb, sg in zip(subgraphs, [case_model["main"], *case_model["referenced"]]):
+            _fill_subgraph(sb, sg)
+        return b.build()
+    except (KeyError, IndexError, TypeError, ValueError, OverflowError) as e:
+        raise MalformedCase(f"cannot build the model: {type(e).__name__}: {e}") from e
 
-    def subgraph(sg: dict[str, Any]) -> Subgraph:
-        operands = []
-        for o in sg["operands"]:
-            t = OperandType[o["type"]]
-            lt = OperandLifeTime[o["lifetime"]]
-            cq = o.get("channelQuant")
-            extra = SymmPerChannelQuantParams(list(cq["scales"]), int(cq["channelDim"])) \
-                if cq else None
-            loc = DataLocation()
-            if lt in (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE):
-                blob = values_array(t, o["data"], o["dimensions"]).tobytes()
-                if lt == OperandLifeTime.CONSTANT_COPY and len(blob) <= MAX_INLINE:
-                    off, n = values.add(blob)
-                    loc = DataLocation(0, off, n)
-                else:
-                    lt = OperandLifeTime.CONSTANT_REFERENCE
-                    off, n = pool.add(blob)
-                    loc = DataLocation(0, off, n)
-            elif lt == OperandLifeTime.SUBGRAPH:
-                loc = DataLocation(0, int(o["data"][0]), 0)
-            operands.append(Operand(
-                type=t, dimensions=list(o["dimensions"]),
-                number_of_consumers=int(o["numberOfConsumers"]), scale=float(o["scale"]),
-                zero_point=int(o["zeroPoint"]), lifetime=lt, location=loc, extra_params=extra))
-        operations = [Operation(int(OperationType[op["type"]]), list(op["inputs"]),
-                                list(op["outputs"])) for op in sg["operations"]]
-        return Subgraph(operands, operations, list(sg["inputIndexes"]),
-                        list(sg["outputIndexes"]))
 
-    main = subgraph(case_model["main"])
-    referenced = [subgraph(sg) for sg in case_model["referenced"]]
-    pools = [SharedMemory.from_bytes(pool.bytes())] if pool.size else []
-    return Model(main=main, referenced=referenced, operand_values=values.bytes(), pools=pools,
-                 relax_computation_float32_to_float16=bool(case_model.get("isRelaxed")))
+def _fill_subgraph(b: SubgraphBuilder, sg: dict[str, Any]) -> None:
+    for o in sg["operands"]:
+        t = OperandType[o["type"]]
+        lt = OperandLifeTime[o["lifetime"]]
+        cq = o.get("channelQuant")
+        extra = SymmPerChannelQuantParams(list(cq["scales"]), int(cq["channelDim"])) \
+            if cq else None
+        dims, scale, zp = list(o["dimensions"]), float(o["scale"]), int(o["zeroPoint"])
+        consumers = int(o["numberOfConsumers"])
+        if lt in (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE):
+            b.constant(t, values_array(t, o["data"], dims), dims, scale, zp, extra,
+                       lifetime=lt, consumers=consumers)
+        elif lt == OperandLifeTime.SUBGRAPH:
+            i = b.reference(int(o["data"][0]), consumers=consumers)
+            # As the JSON has it (a SUBGRAPH operand normally has none of these).
+            op = b.operands[i]
+            op.type, op.dimensions, op.scale, op.zero_point, op.extra_params = \
+                t, dims, scale, zp, extra
+        elif lt == OperandLifeTime.NO_VALUE:
+            b.omitted(t, dims, scale, zp, extra, consumers=consumers)
+        else:
+            b.operand(t, dims, scale, zp, extra, lifetime=lt, consumers=consumers)
+    for op in sg["operations"]:
+        b.operation(OperationType[op["type"]], op["inputs"], op["outputs"])
+    b.inputs = list(sg["inputIndexes"])
+    b.outputs = list(sg["outputIndexes"])
 
 
 @dataclass
@@ -207,7 +332,16 @@ class BuiltRequest:
 def build_request(case_model: dict[str, Any], *, shrink_output: int | None = None,
                   input_dims: bool = True) -> BuiltRequest:
     """Inputs and outputs in two ashmem pools. ``shrink_output`` makes that output's buffer one
-    element too small (the dynamic-shape insufficient-size check)."""
+    element too small (the dynamic-shape insufficient-size check). :class:`MalformedCase`
+    when the case's values cannot be laid out."""
+    try:
+        return _build_request(case_model, shrink_output, input_dims)
+    except (KeyError, IndexError, TypeError, ValueError, OverflowError) as e:
+        raise MalformedCase(f"cannot build the request: {type(e).__name__}: {e}") from e
+
+
+def _build_request(case_model: dict[str, Any], shrink_output: int | None,
+                   input_dims: bool) -> BuiltRequest:
     main = case_model["main"]
     ins = _Packer()
     in_args = []
@@ -275,5 +409,8 @@ def to_signed_quant(case_model: dict[str, Any]) -> dict[str, Any]:
             if o["type"] == "TENSOR_QUANT8_ASYMM":
                 o["type"] = "TENSOR_QUANT8_ASYMM_SIGNED"
                 o["zeroPoint"] = int(o["zeroPoint"]) - 128
-                o["data"] = [int(v) - 128 for v in o["data"]]
+                try:
+                    o["data"] = [int(v) - 128 for v in o["data"]]
+                except (TypeError, ValueError) as e:
+                    raise MalformedCase(f"quant8 values: {type(e).__name__}: {e}") from e
     return m

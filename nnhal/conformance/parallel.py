@@ -30,6 +30,7 @@ def report_from_json(data: dict) -> Report:
         mode, op = key.split("/", 1)
         rep.operations[(mode, op)].update(counts)
     rep.cases = list(data["cases"])
+    rep.broken = list(data.get("broken", []))
     rep.seconds = float(data.get("seconds", 0.0))
     return rep
 
@@ -44,11 +45,20 @@ def merge(reports: Sequence[Report]) -> Report:
         for k, c in r.operations.items():
             out.operations[k].update(c)
         out.cases.extend(r.cases)
+        out.broken.extend(r.broken)
         out.seconds = max(out.seconds, r.seconds)
     for d in (out.modes, out.folders, out.operations):
         for k in list(d):
             d[k] = Counter({n: v for n, v in d[k].items() if v})
     return out
+
+
+#: The folder holding the ``nnhal`` package, so that shards import this same copy.
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+class ShardFailed(RuntimeError):
+    """A shard process died or wrote no report; the message is one line."""
 
 
 def run_sharded(specs: Path, modes: Sequence[str], jobs: int, pattern: str | None = None,
@@ -66,14 +76,21 @@ def run_sharded(specs: Path, modes: Sequence[str], jobs: int, pattern: str | Non
                 cmd += ["--mode", m]
             if pattern:
                 cmd += ["--filter", pattern]
-            env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+            env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
+                       PYTHONPATH=os.pathsep.join(filter(None, [
+                           PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
             procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
                                            stderr=subprocess.PIPE, env=env), out))
         reports = []
-        for proc, out in procs:
+        failure = None
+        for k, (proc, out) in enumerate(procs):
             _, err = proc.communicate()
-            if proc.returncode != 0 or not out.exists():
-                raise RuntimeError(f"conformance shard failed ({proc.returncode}): "
-                                   f"{err.decode(errors='replace')[-2000:]}")
-            reports.append(report_from_json(json.loads(out.read_text())))
+            if failure is None and (proc.returncode != 0 or not out.exists()):
+                lines = err.decode(errors="replace").strip().splitlines()
+                failure = ShardFailed(f"shard {k}/{jobs} failed (exit {proc.returncode}): "
+                                      f"{lines[-1] if lines else 'no message'}")
+            elif failure is None:
+                reports.append(report_from_json(json.loads(out.read_text())))
+    if failure is not None:
+        raise failure
     return merge(reports)

@@ -20,6 +20,7 @@ from nnhal.conformance.cases import (
     BuiltRequest,
     Case,
     Expected,
+    MalformedCase,
     build_model,
     build_request,
     to_signed_quant,
@@ -44,6 +45,11 @@ UNCOUPLED_OPERATIONS = frozenset({"HASHTABLE_LOOKUP", "LSH_PROJECTION", "PAD_V2"
                                   "QUANTIZED_16BIT_LSTM"})
 #: How long the runner waits for any callback before calling the case hung.
 CALLBACK_TIMEOUT_S = 60.0
+#: Messages of cases that could not be loaded, or whose values cannot be built into a model
+#: or request, start with these; the report lists such cases apart (Report.broken).
+LOAD_ERROR, MALFORMED = "could not load: ", "malformed case: "
+#: How many unloadable cases the summary lists (the JSON report has them all).
+MAX_BROKEN_LINES = 20
 F16_TOL = 5 * 0.0009765625
 F32_ATOL, F32_RTOL = 1e-5, 5 * 1.1920928955078125e-7
 
@@ -350,6 +356,8 @@ def mode_runner(mode: str) -> Callable[[IDevice, Case, Options], str]:
 
 def run_case(device: IDevice, case: Case, mode: str, opts: Options) -> tuple[str, str]:
     """(result, message) of one case in one mode; never raises."""
+    if case.error:
+        return FAILED, LOAD_ERROR + case.error
     try:
         msg = mode_runner(mode)(device, case, opts)
         return PASSED, msg
@@ -361,6 +369,8 @@ def run_case(device: IDevice, case: Case, mode: str, opts: Options) -> tuple[str
         return PASSED, f"failed as expected: {e}"
     except CaseFailure as e:
         return FAILED, str(e)
+    except MalformedCase as e:
+        return FAILED, MALFORMED + (f"(case #{case.index}) " if case.index >= 0 else "") + str(e)
     except Exception as e:  # noqa: BLE001 - a runner or driver crash fails the case
         return FAILED, f"crash: {type(e).__name__}: {e}"
 
@@ -374,10 +384,26 @@ class Report:
     operations: dict[tuple[str, str], Counter] = field(
         default_factory=lambda: defaultdict(Counter))
     cases: list[dict[str, str]] = field(default_factory=list)
+    #: Cases (or whole files) that could not be loaded or built: file, name, message. Each is
+    #: also counted as failed in every mode.
+    broken: list[dict[str, str]] = field(default_factory=list)
     seconds: float = 0.0
+    _broken_seen: set[tuple[str, str, str]] = field(default_factory=set, repr=False)
+
+    def _note_broken(self, case: Case, message: str) -> None:
+        for prefix in (LOAD_ERROR, MALFORMED):
+            if message.startswith(prefix):
+                entry = {"file": case.file, "name": case.name,
+                         "message": message[len(prefix):]}
+                key = (case.file, case.name, entry["message"])
+                if key not in self._broken_seen:  # once, not once per mode
+                    self._broken_seen.add(key)
+                    self.broken.append(entry)
 
     def add(self, case: Case, mode: str, result: str, message: str, seconds: float) -> None:
         self.modes[mode][result] += 1
+        if result == FAILED:
+            self._note_broken(case, message)
         self.folders[(mode, case.folder)][result] += 1
         for op in case.operations:
             self.operations[(mode, op)][result] += 1
@@ -394,6 +420,7 @@ class Report:
             "folders": {f"{m}/{f}": counts(c) for (m, f), c in sorted(self.folders.items())},
             "operations": {f"{m}/{o}": counts(c) for (m, o), c in sorted(self.operations.items())},
             "seconds": round(self.seconds, 2),
+            "broken": self.broken,
             "cases": self.cases,
         }
 
@@ -413,6 +440,14 @@ class Report:
                 for o, oc in bad:
                     lines.append(f"  op {o:<30} {oc[PASSED]:5d} passed {oc[FAILED]:4d} failed "
                                  f"{oc[SKIPPED]:4d} skipped")
+        if self.broken:
+            lines.append(f"{len(self.broken)} case(s) could not be loaded or built (counted "
+                         f"as failed):")
+            for b in self.broken[:MAX_BROKEN_LINES]:
+                lines.append(f"  {b['file']} {b['name']}: {b['message']}")
+            if len(self.broken) > MAX_BROKEN_LINES:
+                lines.append(f"  ... and {len(self.broken) - MAX_BROKEN_LINES} more "
+                             f"(all in the --json report)")
         lines.append(f"{sum(c[PASSED] for c in self.modes.values())} passed, "
                      f"{sum(c[FAILED] for c in self.modes.values())} failed, "
                      f"{sum(c[SKIPPED] for c in self.modes.values())} skipped "

@@ -1,7 +1,19 @@
 """Building HAL models and requests by hand, the way the NNAPI runtime lays them out.
 
-Constants up to 128 bytes go into ``operandValues`` (CONSTANT_COPY); larger ones into one
-shared-memory pool (CONSTANT_REFERENCE). Requests put inputs and outputs in shared memory.
+Constants up to 128 bytes go into ``operandValues`` (CONSTANT_COPY); larger ones, and every
+constant asked for as CONSTANT_REFERENCE, into one shared-memory pool that all subgraphs of the
+model share. Values are placed at 8-byte aligned offsets. Requests put inputs and outputs in
+shared memory.
+
+A model with control flow: :meth:`ModelBuilder.subgraph` gives a builder for one referenced
+subgraph (``Model.referenced[k]`` in creation order) and :meth:`SubgraphBuilder.reference`
+adds the SUBGRAPH operand that names it::
+
+    b = ModelBuilder()
+    then_ = b.subgraph()
+    x = then_.input(T.TENSOR_FLOAT32, [2])
+    ...
+    ref = b.reference(then_)
 """
 
 from __future__ import annotations
@@ -28,80 +40,175 @@ from nnhal.memory import SharedMemory
 
 #: Constants larger than this many bytes go to a pool, as the NNAPI runtime does.
 MAX_INLINE = 128
+#: Alignment of every value in operandValues, the constant pool and request pools.
+ALIGN = 8
+
+L = OperandLifeTime
+_CONSTANT = (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)
 
 
-def _align(n: int, a: int = 8) -> int:
+def _align(n: int, a: int = ALIGN) -> int:
     return (n + a - 1) // a * a
 
 
-class ModelBuilder:
-    """Accumulates operands and operations of a main subgraph; :meth:`build` makes the Model."""
+def _append_aligned(buf: bytearray, blob: bytes) -> int:
+    """Pad ``buf`` to the alignment, append ``blob``; the offset where it starts."""
+    off = _align(len(buf))
+    buf.extend(b"\0" * (off - len(buf)))
+    buf.extend(blob)
+    return off
 
-    def __init__(self, relaxed: bool = False):
+
+class _Constants:
+    """The constant storage of one model: operandValues and the single constant pool."""
+
+    def __init__(self) -> None:
+        self.values = bytearray()
+        self.pool = bytearray()
+
+    def place(self, blob: bytes, lifetime: OperandLifeTime | None) -> tuple[OperandLifeTime,
+                                                                           DataLocation]:
+        """Where a constant goes: inline when it is small and not asked for as a reference."""
+        if lifetime != L.CONSTANT_REFERENCE and len(blob) <= MAX_INLINE:
+            return L.CONSTANT_COPY, DataLocation(0, _append_aligned(self.values, blob),
+                                                 len(blob))
+        return L.CONSTANT_REFERENCE, DataLocation(0, _append_aligned(self.pool, blob),
+                                                  len(blob))
+
+
+class SubgraphBuilder:
+    """Operands and operations of one subgraph, with its inputs and outputs.
+
+    Operand indexes are returned in creation order. ``inputs`` and ``outputs`` list the
+    subgraph's inputs and outputs in the order :meth:`input` and :meth:`output` were called;
+    assign them to give another order. Each operation counts one more consumer for each of
+    its inputs, except for operands created with an explicit ``consumers`` count.
+    """
+
+    def __init__(self, constants: _Constants | None = None, index: int = -1) -> None:
         self.operands: list[Operand] = []
         self.operations: list[Operation] = []
         self.inputs: list[int] = []
         self.outputs: list[int] = []
-        self.relaxed = relaxed
-        self._values = bytearray()
-        self._pool = bytearray()
+        #: -1 for the main subgraph, else the position in ``Model.referenced``.
+        self.index = index
+        self._constants = constants if constants is not None else _Constants()
+        self._fixed_consumers: set[int] = set()
 
-    def operand(self, t: OperandType, dims: Sequence[int] = (), scale: float = 0.0,
-                zero_point: int = 0, channel_quant: SymmPerChannelQuantParams | None = None
-                ) -> int:
-        self.operands.append(Operand(type=t, dimensions=list(dims), scale=scale,
-                                     zero_point=zero_point, extra_params=channel_quant))
-        return len(self.operands) - 1
+    # ---- operands --------------------------------------------------------------------------
 
-    def input(self, t: OperandType, dims: Sequence[int] = (), scale: float = 0.0,
-              zero_point: int = 0) -> int:
-        i = self.operand(t, dims, scale, zero_point)
-        self.operands[i].lifetime = OperandLifeTime.SUBGRAPH_INPUT
+    def operand(self, t: OperandType | int, dims: Sequence[int] = (), scale: float = 0.0,
+                zero_point: int = 0, channel_quant: SymmPerChannelQuantParams | None = None,
+                *, lifetime: OperandLifeTime = L.TEMPORARY_VARIABLE,
+                consumers: int | None = None) -> int:
+        """A value-less operand: TEMPORARY_VARIABLE unless ``lifetime`` says otherwise
+        (SUBGRAPH_INPUT / SUBGRAPH_OUTPUT here do not add it to ``inputs`` / ``outputs``;
+        :meth:`input` and :meth:`output` do). Constants, omitted operands and subgraph
+        references have their own methods."""
+        if lifetime in _CONSTANT or lifetime == L.SUBGRAPH:
+            raise ValueError(f"{L(lifetime).name} operands carry a value: use constant() or "
+                             f"reference()")
+        return self._add(Operand(type=t, dimensions=list(dims), scale=scale,
+                                 zero_point=zero_point, lifetime=lifetime,
+                                 extra_params=channel_quant), consumers)
+
+    def _add(self, o: Operand, consumers: int | None) -> int:
+        self.operands.append(o)
+        i = len(self.operands) - 1
+        if consumers is not None:
+            o.number_of_consumers = int(consumers)
+            self._fixed_consumers.add(i)
+        return i
+
+    def input(self, t: OperandType | int, dims: Sequence[int] = (), scale: float = 0.0,
+              zero_point: int = 0, channel_quant: SymmPerChannelQuantParams | None = None,
+              *, consumers: int | None = None) -> int:
+        i = self.operand(t, dims, scale, zero_point, channel_quant,
+                         lifetime=L.SUBGRAPH_INPUT, consumers=consumers)
         self.inputs.append(i)
         return i
 
-    def output(self, t: OperandType, dims: Sequence[int] = (), scale: float = 0.0,
-               zero_point: int = 0) -> int:
-        i = self.operand(t, dims, scale, zero_point)
-        self.operands[i].lifetime = OperandLifeTime.SUBGRAPH_OUTPUT
+    def output(self, t: OperandType | int, dims: Sequence[int] = (), scale: float = 0.0,
+               zero_point: int = 0, channel_quant: SymmPerChannelQuantParams | None = None,
+               *, consumers: int | None = None) -> int:
+        i = self.operand(t, dims, scale, zero_point, channel_quant,
+                         lifetime=L.SUBGRAPH_OUTPUT, consumers=consumers)
         self.outputs.append(i)
         return i
 
     def constant(self, t: OperandType, value: Any, dims: Sequence[int] | None = None,
                  scale: float = 0.0, zero_point: int = 0,
-                 channel_quant: SymmPerChannelQuantParams | None = None) -> int:
+                 channel_quant: SymmPerChannelQuantParams | None = None, *,
+                 lifetime: OperandLifeTime | None = None, consumers: int | None = None) -> int:
+        """A constant holding ``value`` in the operand's type (booleans as bytes).
+
+        ``lifetime`` None or CONSTANT_COPY: inline when at most :data:`MAX_INLINE` bytes,
+        else CONSTANT_REFERENCE in the model's pool; CONSTANT_REFERENCE: always the pool.
+        ``dims`` defaults to the value's shape (none for a scalar type)."""
+        if lifetime is not None and lifetime not in _CONSTANT:
+            raise ValueError(f"a constant cannot be {L(lifetime).name}")
         arr = np.asarray(value, dtype=np.uint8 if t.dtype == np.bool_ else t.dtype)
         if dims is None:
             dims = () if t.is_scalar else arr.shape
-        i = self.operand(t, dims, scale, zero_point, channel_quant)
-        blob = arr.tobytes()
-        op = self.operands[i]
-        if len(blob) <= MAX_INLINE:
-            off = _align(len(self._values))
-            self._values.extend(b"\0" * (off - len(self._values)))
-            self._values.extend(blob)
-            op.lifetime = OperandLifeTime.CONSTANT_COPY
-            op.location = DataLocation(0, off, len(blob))
-        else:
-            off = _align(len(self._pool))
-            self._pool.extend(b"\0" * (off - len(self._pool)))
-            self._pool.extend(blob)
-            op.lifetime = OperandLifeTime.CONSTANT_REFERENCE
-            op.location = DataLocation(0, off, len(blob))
-        return i
+        lt, loc = self._constants.place(arr.tobytes(), lifetime)
+        return self._add(Operand(type=t, dimensions=list(dims), scale=scale,
+                                 zero_point=zero_point, lifetime=lt, location=loc,
+                                 extra_params=channel_quant), consumers)
 
-    def scalar(self, t: OperandType, value: Any) -> int:
-        return self.constant(t, value)
+    def scalar(self, t: OperandType, value: Any, *, consumers: int | None = None) -> int:
+        return self.constant(t, value, consumers=consumers)
 
-    def operation(self, op: OperationType, inputs: Sequence[int], outputs: Sequence[int]) -> None:
+    def omitted(self, t: OperandType | int, dims: Sequence[int] = (), scale: float = 0.0,
+                zero_point: int = 0, channel_quant: SymmPerChannelQuantParams | None = None,
+                *, consumers: int | None = None) -> int:
+        """An operand without a value (NO_VALUE, empty location): an omitted optional input."""
+        return self.operand(t, dims, scale, zero_point, channel_quant, lifetime=L.NO_VALUE,
+                            consumers=consumers)
+
+    def reference(self, target: SubgraphBuilder | int, *, consumers: int | None = None) -> int:
+        """A SUBGRAPH operand naming a referenced subgraph (a builder from
+        :meth:`ModelBuilder.subgraph`, or its index in ``Model.referenced``)."""
+        k = target.index if isinstance(target, SubgraphBuilder) else int(target)
+        if isinstance(target, SubgraphBuilder) and k < 0:
+            raise ValueError("the main subgraph cannot be referenced")
+        return self._add(Operand(type=OperandType.SUBGRAPH, lifetime=L.SUBGRAPH,
+                                 location=DataLocation(0, k, 0)), consumers)
+
+    # ---- operations ------------------------------------------------------------------------
+
+    def operation(self, op: OperationType | int, inputs: Sequence[int],
+                  outputs: Sequence[int]) -> None:
+        """Append an operation (indexes are taken as given, even out of range)."""
         for i in inputs:
-            self.operands[i].number_of_consumers += 1
+            if 0 <= i < len(self.operands) and i not in self._fixed_consumers:
+                self.operands[i].number_of_consumers += 1
         self.operations.append(Operation(int(op), list(inputs), list(outputs)))
 
+    def build_subgraph(self) -> Subgraph:
+        return Subgraph(self.operands, self.operations, list(self.inputs), list(self.outputs))
+
+
+class ModelBuilder(SubgraphBuilder):
+    """Builds a Model: the main subgraph through this builder's own methods, referenced
+    subgraphs through :meth:`subgraph`; :meth:`build` makes the Model."""
+
+    def __init__(self, relaxed: bool = False):
+        super().__init__()
+        self.relaxed = relaxed
+        self.referenced: list[SubgraphBuilder] = []
+
+    def subgraph(self) -> SubgraphBuilder:
+        """A builder for the next referenced subgraph; it shares this model's constants."""
+        sb = SubgraphBuilder(self._constants, len(self.referenced))
+        self.referenced.append(sb)
+        return sb
+
     def build(self) -> Model:
-        pools = [SharedMemory.from_bytes(bytes(self._pool))] if self._pool else []
-        main = Subgraph(self.operands, self.operations, list(self.inputs), list(self.outputs))
-        return Model(main=main, operand_values=bytes(self._values), pools=pools,
+        pool = self._constants.pool
+        pools = [SharedMemory.from_bytes(bytes(pool))] if pool else []
+        return Model(main=self.build_subgraph(),
+                     referenced=[sb.build_subgraph() for sb in self.referenced],
+                     operand_values=bytes(self._constants.values), pools=pools,
                      relax_computation_float32_to_float16=self.relaxed)
 
 

@@ -1,0 +1,212 @@
+"""ModelBuilder: referenced subgraphs, omitted operands, constant placement, explicit
+numberOfConsumers, and the conformance case builder as a thin use of it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nnhal.conformance.cases import MalformedCase, build_model
+from nnhal.hal.builder import MAX_INLINE, ModelBuilder, RequestBuilder
+from nnhal.hal.interfaces import PreparedModelCallback
+from nnhal.hal.types import (
+    DataLocation,
+    ErrorStatus,
+    ExecutionPreference,
+    OperandLifeTime,
+    OperandType,
+    OperationType,
+    Priority,
+    SymmPerChannelQuantParams,
+)
+
+T, L, O = OperandType, OperandLifeTime, OperationType
+
+
+def if_model(relaxed: bool = False):
+    """out = IF(cond, x + 1, x - 1) with both branches built by sub-builders; each branch has
+    its own constants (in the model's shared operandValues)."""
+    b = ModelBuilder(relaxed=relaxed)
+    branches = []
+    for op in (O.ADD, O.SUB):
+        sb = b.subgraph()
+        x = sb.input(T.TENSOR_FLOAT32, [2])
+        out = sb.output(T.TENSOR_FLOAT32, [2])
+        sb.operation(op, [x, sb.constant(T.TENSOR_FLOAT32, [1.0, 1.0]), sb.scalar(T.INT32, 0)],
+                     [out])
+        branches.append(sb)
+    cond = b.input(T.TENSOR_BOOL8, [1])
+    x = b.input(T.TENSOR_FLOAT32, [2])
+    refs = [b.reference(sb) for sb in branches]
+    out = b.output(T.TENSOR_FLOAT32, [2])
+    b.operation(O.IF, [cond, *refs, x], [out])
+    return b.build()
+
+
+def _run(device, model, inputs, out_bytes):
+    cb = PreparedModelCallback()
+    device.prepare_model(model, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None,
+                         [], [], b"", cb)
+    status, pm = cb.wait(10)
+    assert status == ErrorStatus.NONE
+    rb = RequestBuilder(inputs, [out_bytes])
+    try:
+        status, shapes, _ = pm.execute_synchronously(rb.request)
+        assert status == ErrorStatus.NONE
+        return rb.output(0, np.float32, shapes[0].dimensions)
+    finally:
+        rb.close()
+
+
+def test_referenced_subgraphs(device):
+    m = if_model()
+    assert len(m.referenced) == 2
+    refs = [o for o in m.main.operands if o.lifetime == L.SUBGRAPH]
+    assert [(o.type, o.location) for o in refs] == [(T.SUBGRAPH, DataLocation(0, 0, 0)),
+                                                    (T.SUBGRAPH, DataLocation(0, 1, 0))]
+    assert all(o.number_of_consumers == 1 for o in refs)
+    # Branch constants share the one operandValues.
+    locs = [o.location for sg in m.referenced for o in sg.operands
+            if o.lifetime == L.CONSTANT_COPY]
+    assert len(locs) == 4 and len({loc.offset for loc in locs}) == 4
+    assert device.get_supported_operations(m)[0] == ErrorStatus.NONE
+    x = np.array([1.0, 2.0], np.float32)
+    assert _run(device, m, [np.array([1], np.uint8), x], 8).tolist() == [2.0, 3.0]
+    assert _run(device, m, [np.array([0], np.uint8), x], 8).tolist() == [0.0, 1.0]
+
+
+def test_reference_to_main_is_refused():
+    b = ModelBuilder()
+    with pytest.raises(ValueError):
+        b.reference(b)
+    with pytest.raises(ValueError):
+        b.operand(T.INT32, lifetime=L.CONSTANT_COPY)
+    with pytest.raises(ValueError):
+        b.constant(T.INT32, 1, lifetime=L.TEMPORARY_VARIABLE)
+
+
+def test_omitted_operand():
+    b = ModelBuilder()
+    i = b.omitted(T.TENSOR_INT32, [2], consumers=1)
+    o = b.build().main.operands[i]
+    assert o.lifetime == L.NO_VALUE and o.location == DataLocation()
+    assert o.dimensions == [2] and o.number_of_consumers == 1
+
+
+def test_constant_placement_and_alignment():
+    b = ModelBuilder()
+    small = b.scalar(T.INT32, 3)
+    odd = b.constant(T.TENSOR_QUANT8_ASYMM, np.arange(3, dtype=np.uint8), scale=0.5)
+    big = b.constant(T.TENSOR_FLOAT32, np.arange(MAX_INLINE // 4 + 1, dtype=np.float32))
+    forced = b.constant(T.INT32, 7, lifetime=L.CONSTANT_REFERENCE)
+    edge = b.constant(T.TENSOR_FLOAT32, np.zeros(MAX_INLINE // 4, np.float32),
+                      lifetime=L.CONSTANT_COPY)
+    sb = b.subgraph()
+    sub_big = sb.constant(T.TENSOR_FLOAT32, np.ones(64, np.float32))
+    m = b.build()
+    ops = m.main.operands
+    assert [ops[i].lifetime for i in (small, odd, big, forced, edge)] == [
+        L.CONSTANT_COPY, L.CONSTANT_COPY, L.CONSTANT_REFERENCE, L.CONSTANT_REFERENCE,
+        L.CONSTANT_COPY]
+    assert len(m.pools) == 1  # one pool for every subgraph
+    pool = m.pools[0].read(0, m.pools[0].size)
+    sub = m.referenced[0].operands[sub_big]
+    assert sub.lifetime == L.CONSTANT_REFERENCE
+    for o in [*ops, sub]:
+        assert o.location.offset % 8 == 0
+    assert np.frombuffer(pool[sub.location.offset:sub.location.offset + 256],
+                         np.float32).tolist() == [1.0] * 64
+    f = ops[forced].location
+    assert np.frombuffer(pool[f.offset:f.offset + f.length], np.int32).tolist() == [7]
+    s = ops[odd].location
+    assert m.operand_values[s.offset:s.offset + s.length] == bytes([0, 1, 2])
+
+
+def test_consumers_counted_unless_given():
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [2])
+    y = b.input(T.TENSOR_FLOAT32, [2], consumers=5)
+    act = b.scalar(T.INT32, 0)
+    mid = b.operand(T.TENSOR_FLOAT32, [2])
+    out = b.output(T.TENSOR_FLOAT32, [2])
+    b.operation(O.ADD, [x, y, act], [mid])
+    b.operation(O.ADD, [mid, x, act], [out])
+    b.operation(O.ADD, [mid, 99, -1], [out])  # out-of-range indexes are kept, not counted
+    ops = b.build().main.operands
+    assert [ops[i].number_of_consumers for i in (x, y, act, mid, out)] == [2, 5, 2, 2, 0]
+
+
+def test_per_channel_input_and_relaxed():
+    b = ModelBuilder(relaxed=True)
+    cq = SymmPerChannelQuantParams([0.5, 0.25], 0)
+    i = b.input(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, [2, 1], channel_quant=cq)
+    m = b.build()
+    assert m.relax_computation_float32_to_float16
+    assert m.main.operands[i].extra_params == cq and m.main.input_indexes == [i]
+
+
+def _json_operand(t, lifetime, dims, data=None, consumers=0, **kw):
+    o = {"name": "", "type": t, "dimensions": dims, "scale": 0.0, "zeroPoint": 0,
+         "numberOfConsumers": consumers, "lifetime": lifetime, "channelQuant": None,
+         "isIgnored": False, "data": data or []}
+    o.update(kw)
+    return o
+
+
+def test_case_builder_matches_model_builder():
+    """The JSON of if_model(relaxed=True), built by build_model, is the same model."""
+    f = "TENSOR_FLOAT32"
+
+    def branch(op):
+        return {"name": op, "operands": [
+            _json_operand(f, "SUBGRAPH_INPUT", [2], consumers=1),
+            _json_operand(f, "SUBGRAPH_OUTPUT", [2]),
+            _json_operand(f, "CONSTANT_COPY", [2], [1.0, 1.0], 1),
+            _json_operand("INT32", "CONSTANT_COPY", [], [0], 1)],
+            "operations": [{"type": op, "inputs": [0, 2, 3], "outputs": [1]}],
+            "inputIndexes": [0], "outputIndexes": [1]}
+
+    main = {"name": "main", "operands": [
+        _json_operand("TENSOR_BOOL8", "SUBGRAPH_INPUT", [1], consumers=1),
+        _json_operand(f, "SUBGRAPH_INPUT", [2], consumers=1),
+        _json_operand("SUBGRAPH", "SUBGRAPH", [], [0], 1),
+        _json_operand("SUBGRAPH", "SUBGRAPH", [], [1], 1),
+        _json_operand(f, "SUBGRAPH_OUTPUT", [2])],
+        "operations": [{"type": "IF", "inputs": [0, 2, 3, 1], "outputs": [4]}],
+        "inputIndexes": [0, 1], "outputIndexes": [4]}
+    built = build_model({"main": main, "referenced": [branch("ADD"), branch("SUB")],
+                         "isRelaxed": True})
+    expected = if_model(relaxed=True)
+    assert built.main == expected.main and built.referenced == expected.referenced
+    assert built.operand_values == expected.operand_values and built.pools == []
+    assert built.relax_computation_float32_to_float16
+
+
+def test_case_builder_keeps_json_lifetimes_and_omitted_operands():
+    main = {"name": "main", "operands": [
+        _json_operand("TENSOR_FLOAT32", "CONSTANT_REFERENCE", [1], [2.0], 1),
+        _json_operand("TENSOR_INT32", "NO_VALUE", [], consumers=1),
+        _json_operand("TENSOR_FLOAT32", "CONSTANT_COPY", [40], [0.5] * 40, 1),
+        _json_operand("TENSOR_QUANT8_SYMM_PER_CHANNEL", "SUBGRAPH_INPUT", [2, 1],
+                      channelQuant={"scales": [0.5, 0.25], "channelDim": 0}),
+        _json_operand("TENSOR_FLOAT32", "SUBGRAPH_OUTPUT", [1])],
+        "operations": [], "inputIndexes": [3], "outputIndexes": [4]}
+    m = build_model({"main": main, "referenced": []})
+    ops = m.main.operands
+    assert [o.lifetime for o in ops] == [L.CONSTANT_REFERENCE, L.NO_VALUE,
+                                         L.CONSTANT_REFERENCE, L.SUBGRAPH_INPUT,
+                                         L.SUBGRAPH_OUTPUT]
+    assert [o.number_of_consumers for o in ops] == [1, 1, 1, 0, 0]
+    assert ops[1].location == DataLocation()
+    assert ops[3].extra_params == SymmPerChannelQuantParams([0.5, 0.25], 0)
+    assert m.operand_values == b"" and len(m.pools) == 1
+
+
+def test_case_builder_names_what_is_malformed():
+    with pytest.raises(MalformedCase, match="operands"):
+        build_model({"main": {"operations": []}, "referenced": []})
+    bad = {"main": {"operands": [_json_operand("INT32", "CONSTANT_COPY", [], ["x"])],
+                    "operations": [], "inputIndexes": [], "outputIndexes": []},
+           "referenced": []}
+    with pytest.raises(MalformedCase, match="ValueError"):
+        build_model(bad)
