@@ -30,7 +30,7 @@ from nnhal.hal.types import (
 from nnhal.memory import MemoryError_, SharedMemory
 from nnhal.ops.catalog import check_operation, lookup, signature
 from nnhal.ops.registry import OpContext, OperandInfo, OpError, Shape
-from nnhal.ops.signature import input_slots
+from nnhal.ops.signature import input_slots, omittable_positions
 from nnhal.validation import ValidationError, validate_model
 
 L = OperandLifeTime
@@ -263,8 +263,9 @@ def required_inputs(main: SubgraphGraph) -> frozenset[int]:
         if not inputs.intersection(ins):
             continue
         sig = None if is_extension_type(op_type) else signature(op_type)
-        slots = None if sig is None else input_slots(sig, len(ins))
+        fits = sig is not None and input_slots(sig, len(ins)) is not None
+        omittable = omittable_positions(sig, len(ins)) if fits else frozenset()  # type: ignore
         for k, i in enumerate(ins):
-            if i in inputs and (not slots[k].omittable if slots else k == 0):
+            if i in inputs and (k not in omittable if fits else k == 0):
                 required.add(i)
     return frozenset(required)

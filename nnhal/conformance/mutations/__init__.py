@@ -66,7 +66,6 @@ from nnhal.conformance.mutations.request import (
     RequestMutant,
     check_request_mutant,
     copy_request,
-    operation_input_is_required,
     request_mutations,
     required_inputs,
 )
@@ -79,7 +78,7 @@ __all__ = [
     "add_arguments", "byte_size", "call_with_timeout", "check_model_mutant",
     "check_request_mutant", "copy_model", "copy_operand", "copy_request", "copy_subgraph",
     "execution_paths", "main", "model_mutations", "mutate_bytes", "mutate_model_bytes",
-    "operation_input_is_required", "random_model", "random_request", "random_typed_model",
+    "random_model", "random_request", "random_typed_model",
     "relaxed_control", "request_mutations", "required_inputs", "run_cli",
     "run_model_mutations", "run_request_mutations",
 ]

@@ -25,7 +25,10 @@ from nnhal.conformance.mutations.common import (
     REJECTED,
     SCALAR_TYPES,
     WRONG_STATUS,
+    addition_may_be_valid,
     byte_size,
+    input_is_required,
+    removal_may_be_valid,
 )
 from nnhal.hal.interfaces import IDevice, PreparedModelCallback
 from nnhal.hal.types import (
@@ -231,44 +234,8 @@ def _remove_operand_skip(sg: Subgraph, index: int) -> str | None:
         # optional trailing input (layout, axis, align flags, one of CONCATENATION's tensors)
         # leaves a valid model and is skipped like removeOperationInput does.
         for k, i in enumerate(op.inputs):
-            if i == index and _remove_input_skip(op, k) is not None:
+            if i == index and removal_may_be_valid(op, k, sg.operands):
                 return "optional input of an operation"
-    return None
-
-
-def _remove_input_skip(op: Operation, k: int) -> str | None:
-    """Upstream's list of trailing optional inputs (layout, axis, align flags, more tensors)."""
-    n = len(op.inputs)
-    optional = {
-        Op.CONCATENATION: n > 2 and k != n - 1,
-        Op.DEPTHWISE_CONV_2D: (n == 12 and k == 11) or (n == 9 and k == 8),
-        Op.CONV_2D: (n == 11 and k == 10) or (n == 8 and k == 7),
-        Op.AVERAGE_POOL_2D: (n == 11 and k == 10) or (n == 8 and k == 7),
-        Op.MAX_POOL_2D: (n == 11 and k == 10) or (n == 8 and k == 7),
-        Op.L2_POOL_2D: (n == 11 and k == 10) or (n == 8 and k == 7),
-        Op.RESIZE_BILINEAR: n >= 4 and k >= 3,
-        Op.RESIZE_NEAREST_NEIGHBOR: n >= 5 and k >= 3,
-        Op.SPACE_TO_DEPTH: n == 3 and k == 2,
-        Op.DEPTH_TO_SPACE: n == 3 and k == 2,
-        Op.BATCH_TO_SPACE_ND: n == 3 and k == 2,
-        Op.SPACE_TO_BATCH_ND: n == 4 and k == 3,
-        Op.L2_NORMALIZATION: n == 2 and k == 1,
-        Op.LOCAL_RESPONSE_NORMALIZATION: n == 6 and k == 5,
-        Op.SOFTMAX: n == 3 and k == 2,
-    }
-    return "optional trailing input" if optional.get(op.type, False) else None
-
-
-def _add_input_skip(op: Operation) -> str | None:
-    """Upstream: operations that take one more optional INT32/BOOL scalar."""
-    n = len(op.inputs)
-    if (op.type == Op.L2_NORMALIZATION and n == 1) or \
-            (op.type == Op.LOCAL_RESPONSE_NORMALIZATION and n == 5) or \
-            (op.type == Op.SOFTMAX and n == 2) or \
-            (op.type in (Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR) and n < 6):
-        return "operation takes an optional extra scalar"
-    # Ours: CONCATENATION's inputs before the axis are any number of tensors, but a new INT32
-    # scalar is appended after the axis, so it stays invalid; nothing to skip.
     return None
 
 
@@ -476,7 +443,7 @@ def _subgraph_mutations(model: Model, which: int) -> Iterator[tuple[str, str, st
                "the operation's outputs are never written", mut)
     for k, operation in enumerate(sg.operations):
         for j in range(len(operation.inputs)):
-            if _remove_input_skip(operation, j) is not None:
+            if removal_may_be_valid(operation, j, sg.operands):
                 continue
 
             def mut(m: Model, s: Subgraph, k: int = k, j: int = j) -> None:
@@ -484,6 +451,20 @@ def _subgraph_mutations(model: Model, which: int) -> Iterator[tuple[str, str, st
                 del s.operations[k].inputs[j]
             yield ("remove_operation_input", f"{name} operation {k} input {j} removed",
                    "wrong number of inputs for the operation", mut)
+        for j, i in enumerate(operation.inputs):
+            if not input_is_required(operation, j) or ops[i].type == T.SUBGRAPH:
+                continue
+
+            def mut(m: Model, s: Subgraph, k: int = k, j: int = j) -> None:
+                old = s.operands[s.operations[k].inputs[j]]
+                old.number_of_consumers -= 1
+                s.operands.append(Operand(type=old.type, dimensions=list(old.dimensions),
+                                          number_of_consumers=1, scale=old.scale,
+                                          zero_point=old.zero_point, lifetime=L.NO_VALUE,
+                                          extra_params=old.extra_params))
+                s.operations[k].inputs[j] = len(s.operands) - 1
+            yield ("omit_operation_input", f"{name} operation {k} input {j} omitted",
+                   "the operation's signature does not let this input be omitted", mut)
         for j in range(len(operation.outputs)):
             def mut(m: Model, s: Subgraph, k: int = k, j: int = j) -> None:
                 del s.operations[k].outputs[j]
@@ -493,7 +474,8 @@ def _subgraph_mutations(model: Model, which: int) -> Iterator[tuple[str, str, st
     # -- additions (main only: a referenced subgraph's signature is fixed by its callers) -
     if is_main:
         for k, operation in enumerate(sg.operations):
-            if _add_input_skip(operation) is None:
+            extra = Operand(type=T.INT32, lifetime=L.SUBGRAPH_INPUT)
+            if not addition_may_be_valid(operation, extra, sg.operands):
                 def mut(m: Model, s: Subgraph, k: int = k) -> None:
                     i = _new_operand(s, L.SUBGRAPH_INPUT, 1)
                     s.operations[k].inputs.append(i)

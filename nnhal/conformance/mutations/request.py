@@ -16,6 +16,7 @@ from nnhal.conformance.mutations.common import (
     HANG,
     REJECTED,
     WRONG_STATUS,
+    input_is_required,
 )
 from nnhal.conformance.mutations.paths import PathFn, call_with_timeout
 from nnhal.hal.interfaces import IPreparedModel
@@ -26,7 +27,6 @@ from nnhal.hal.types import (
     MeasureTiming,
     MemoryPool,
     OperandType,
-    Operation,
     OperationType,
     Request,
     RequestArgument,
@@ -63,27 +63,10 @@ def _pool_size(pool: object) -> int | None:
     return int(mem.size) if isinstance(mem, SharedMemory) else None
 
 
-# ---- which operation inputs are required -------------------------------------------------
-# The mutation tools' own, conservative idea of it, kept in this one function; it is meant to
-# give way to per-operation signature declarations.
-
-def operation_input_is_required(op: Operation, k: int) -> bool:
-    """Is input ``k`` of ``op`` one the HAL never lets be omitted? Conservatively: input 0 of
-    every operation (the primary tensor, or IF's condition) and every tensor input of the
-    binary and ternary elementwise operations. Other positions may be optional (LSTM/RNN
-    weights, auxiliary inputs, layout flags...), so an omitted value there may be valid and
-    is not generated."""
-    all_required = (
-        Op.ADD, Op.MUL, Op.SUB, Op.DIV, Op.MAXIMUM, Op.MINIMUM, Op.POW, Op.EQUAL, Op.NOT_EQUAL,
-        Op.GREATER, Op.GREATER_EQUAL, Op.LESS, Op.LESS_EQUAL, Op.LOGICAL_AND, Op.LOGICAL_OR,
-        Op.PRELU, Op.SELECT)
-    return k == 0 or op.type in all_required
-
-
 def required_inputs(main: Subgraph) -> list[bool]:
-    """Per request input: does some operation read it where
-    :func:`operation_input_is_required` says it is required?"""
-    return [any(i == idx and operation_input_is_required(op, k)
+    """Per request input: does some operation read it at a slot its signature does not let
+    be omitted?"""
+    return [any(i == idx and input_is_required(op, k)
                 for op in main.operations for k, i in enumerate(op.inputs))
             for idx in main.input_indexes]
 
