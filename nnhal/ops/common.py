@@ -38,7 +38,7 @@ def qrange(t: OperandType) -> tuple[int, int]:
 # ---- activations --------------------------------------------------------------------------
 
 def check_activation(ctx: OpContext, index: int) -> None:
-    ctx.require(ctx.inputs[index].type == T.INT32, f"input {index} (activation) must be INT32")
+    """A constant fused activation must be a FuseCode (the signature checks it is INT32)."""
     v = ctx.const(index)
     if v is not None:
         ctx.require(int(v) in (0, 1, 2, 3), f"invalid fused activation {int(v)}")
