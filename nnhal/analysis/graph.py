@@ -7,7 +7,7 @@ Graphs are immutable once built (operand infos are shared, never edited).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from nnhal.hal.types import OperationType, Subgraph
 from nnhal.ops.registry import OperandInfo, Shape
@@ -41,6 +41,11 @@ class SubgraphGraph:
     @property
     def output_infos(self) -> list[OperandInfo]:
         return [self.operands[i] for i in self.outputs]
+
+    def shaped(self, index: int) -> OperandInfo:
+        """Operand ``index`` as operations see it: its description with its inferred shape."""
+        info, shape = self.operands[index], self.shapes[index]
+        return info if shape == info.shape else replace(info, shape=shape)
 
     @property
     def all_supported(self) -> bool:

@@ -320,14 +320,8 @@ class ModelPlan:
                 plan.has_control_flow = True
                 continue
             op_type, definition = _definition(type_code)
-            ins = []
-            for i in in_idx:
-                view = views.get(i)
-                if view is None:
-                    info = infos[i]
-                    view = views[i] = (info if shapes[i] == info.shape
-                                       else replace(info, shape=shapes[i]))
-                ins.append(view)
+            ins = [views[i] if i in views else views.setdefault(i, g.shaped(i))
+                   for i in in_idx]
             ctx = OpContext(op_type=op_type, inputs=ins, outputs=[infos[i] for i in out_idx],
                             relaxed=self.relaxed, subgraphs=self.referenced)
             step = Step(op_type, definition.kernel(ctx), in_idx, out_idx, checks)
