@@ -1,0 +1,5 @@
+"""TFLite flatbuffers in and out of HAL models (schema binding: the ``tflite`` package)."""
+
+from nnhal.tflite.model import ImportedModel, StateVariable
+
+__all__ = ["ImportedModel", "StateVariable"]
