@@ -1,0 +1,44 @@
+"""Why a driver refused a model, in words: the HAL carries only a status.
+
+Called only after a preparation failed, so a model that prepares pays nothing for it: the
+shared analysis then finds the validation message (naming the operand or operation), or the
+device's getSupportedOperations names the operations it cannot run.
+"""
+
+from __future__ import annotations
+
+from nnhal.analysis import analyse
+from nnhal.hal.interfaces import IDevice
+from nnhal.hal.types import ErrorStatus, Model, OperationType
+from nnhal.ops.registry import OpError
+from nnhal.validation import ValidationError
+
+
+def _op_name(t: int) -> str:
+    try:
+        return OperationType(t).name
+    except ValueError:
+        return f"extension operation {t:#x}"
+
+
+def explain_rejection(model: Model, device: IDevice, status: ErrorStatus) -> str:
+    """One line saying why ``device`` refused ``model`` with ``status``."""
+    try:
+        graph = analyse(model, own_constants=False)
+    except (ValidationError, OpError) as e:
+        return f"invalid model: {e}"
+    except Exception as e:  # noqa: BLE001 - a model too broken to analyse still gets a line
+        return f"invalid model: {type(e).__name__}: {e}"
+    if graph.too_large:
+        return f"model too large: {graph.too_large[0]}"
+    try:
+        got, supported = device.get_supported_operations(model)
+    except Exception:  # noqa: BLE001 - fall back on what the analysis decided
+        got, supported = ErrorStatus.GENERAL_FAILURE, []
+    if got != ErrorStatus.NONE or len(supported) != len(model.main.operations):
+        supported = list(graph.main.supported)
+    missing = [f"operation {k} ({_op_name(model.main.operations[k].type)})"
+               for k, ok in enumerate(supported) if not ok]
+    if missing:
+        return "the device does not support " + ", ".join(missing)
+    return f"the device refused the model ({ErrorStatus(status).name})"

@@ -1,0 +1,95 @@
+"""One Request laid out in shared memory for a given set of input shapes, reused across runs.
+
+Inputs live in pool 0 and outputs in pool 1, each argument at an aligned offset. Inputs are
+written straight into typed views of the mapped pool (one copy) and outputs are read as one
+copy out of it. Output buffers start at their known size (or the size an earlier run needed)
+and grow when the driver reports OUTPUT_INSUFFICIENT_SIZE.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from nnhal.hal.types import DataLocation, OutputShape, Request, RequestArgument
+from nnhal.memory import SharedMemory
+from nnhal.session.info import TensorInfo
+
+ALIGN = 64
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def nbytes(info: TensorInfo, shape: Sequence[int]) -> int:
+    return int(math.prod(shape)) * info.dtype.itemsize
+
+
+class RequestLayout:
+    """Shared memory and a Request for inputs of ``shapes``; ``out_sizes`` bytes per output."""
+
+    def __init__(self, inputs: Sequence[TensorInfo], shapes: Sequence[tuple[int, ...]],
+                 outputs: Sequence[TensorInfo], out_sizes: Sequence[int]):
+        self.key = tuple(shapes)
+        self.outputs = list(outputs)
+        offsets, size = [], 0
+        for info, shape in zip(inputs, shapes):
+            offsets.append(size)
+            size = _align(size + nbytes(info, shape))
+        self.input_memory = SharedMemory.ashmem(max(size, ALIGN))
+        pool = self.input_memory.mapped()
+        self._views = []
+        args = []
+        for info, shape, off in zip(inputs, shapes, offsets):
+            n = nbytes(info, shape)
+            self._views.append(pool[off:off + n].view(info.dtype).reshape(shape))
+            # Dimensions go in the request only where the model leaves some unknown.
+            dims = [] if info.fully_known else list(shape)
+            args.append(RequestArgument(False, DataLocation(0, off, n), dims))
+        self._input_args = args
+        self.output_memory: SharedMemory | None = None
+        self.out_sizes: list[int] = []
+        self.request = Request([], [], [])
+        self._lay_outputs(out_sizes)
+
+    def _lay_outputs(self, sizes: Sequence[int]) -> None:
+        if self.output_memory is not None:
+            self.output_memory.close()
+        offsets, total = [], 0
+        for n in sizes:
+            offsets.append(total)
+            total = _align(total + n)
+        self.output_memory = SharedMemory.ashmem(max(total, ALIGN))
+        self._out_pool = self.output_memory.mapped()
+        self._out_offsets = offsets
+        self.out_sizes = [int(n) for n in sizes]
+        self.request = Request(
+            inputs=self._input_args,
+            outputs=[RequestArgument(False, DataLocation(1, off, n), [])
+                     for off, n in zip(offsets, sizes)],
+            pools=[self.input_memory, self.output_memory])
+
+    def write(self, arrays: Sequence[np.ndarray]) -> None:
+        for view, arr in zip(self._views, arrays):
+            np.copyto(view, arr, casting="no")
+
+    def grow(self, shapes: Sequence[OutputShape]) -> None:
+        """Make every output at least as large as the driver says it needs."""
+        need = [max(have, nbytes(info, s.dimensions))
+                for have, info, s in zip(self.out_sizes, self.outputs, shapes)]
+        self._lay_outputs(need)
+
+    def read(self, k: int, shape: Sequence[int]) -> np.ndarray:
+        info = self.outputs[k]
+        off, n = self._out_offsets[k], nbytes(info, shape)
+        if n > self.out_sizes[k]:
+            raise ValueError(f"output {k} needs {n} bytes, its buffer has {self.out_sizes[k]}")
+        return self._out_pool[off:off + n].view(info.dtype).reshape(tuple(shape)).copy()
+
+    def close(self) -> None:
+        self.input_memory.close()
+        if self.output_memory is not None:
+            self.output_memory.close()

@@ -1,0 +1,292 @@
+"""``Session``: a model prepared once on a device, run with numpy arrays by name.
+
+What TFLite's Interpreter or onnxruntime's InferenceSession give their users, over the HAL:
+feeds are checked against the model before anything runs (see :mod:`nnhal.session.info` for
+the dtype policy), a refused model raises with the validation message instead of a bare
+status, outputs come back with their real shapes, and a streaming model's resource variables
+(:class:`~nnhal.tflite.model.StateVariable`) are carried from one run to the next.
+
+Thread safety: ``run``, ``reset_state`` and ``close`` take one lock, so a Session may be
+shared between threads; runs on one Session are serialised (state and the reused request
+memory belong to the Session). Use one Session per thread to run in parallel.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from nnhal.drivers.registry import open_device
+from nnhal.errors import ExecutionError, InputError, InvalidModelError, NnhalError
+from nnhal.hal.interfaces import IDevice, IPreparedModel, PreparedModelCallback
+from nnhal.hal.types import (
+    ErrorStatus,
+    ExecutionPreference,
+    MeasureTiming,
+    Model,
+    OutputShape,
+    Priority,
+)
+from nnhal.session.explain import explain_rejection
+from nnhal.session.info import TensorInfo, check_feed, tensor_info
+from nnhal.session.layout import RequestLayout, nbytes
+from nnhal.tflite.model import ImportedModel, StateVariable
+
+#: Seconds to wait for a driver to report a preparation before calling it hung.
+PREPARE_TIMEOUT = 600.0
+
+ModelSource = Model | ImportedModel | str | os.PathLike | bytes
+Feeds = Mapping[str, Any] | Sequence[Any]
+
+
+def load_model(source: ModelSource, input_names: Sequence[str] | None = None,
+               output_names: Sequence[str] | None = None) -> ImportedModel:
+    """Any accepted model source as an ImportedModel (a HAL Model gets ``input_0``... names
+    unless given)."""
+    if isinstance(source, ImportedModel):
+        return source
+    if isinstance(source, Model):
+        n_in, n_out = len(source.main.input_indexes), len(source.main.output_indexes)
+        ins = list(input_names) if input_names is not None else \
+            [f"input_{k}" for k in range(n_in)]
+        outs = list(output_names) if output_names is not None else \
+            [f"output_{k}" for k in range(n_out)]
+        if len(ins) != n_in or len(outs) != n_out:
+            raise NnhalError(f"{len(ins)} input and {len(outs)} output names given for a model "
+                             f"with {n_in} inputs and {n_out} outputs")
+        return ImportedModel(source, ins, outs, [], "<model>")
+    if isinstance(source, (str, os.PathLike, bytes, bytearray)):
+        try:
+            from nnhal.tflite import read_tflite  # type: ignore[attr-defined]
+        except ImportError:
+            raise NnhalError("reading .tflite files needs nnhal.tflite.read_tflite, which "
+                             "this build lacks") from None
+        return read_tflite(bytes(source) if isinstance(source, bytearray) else source)
+    raise NnhalError(f"cannot make a Session from a {type(source).__name__}: give a HAL Model, "
+                     f"an ImportedModel, a .tflite path or its bytes")
+
+
+class Session:
+    """A model prepared on ``device`` (a registered name or an IDevice the caller keeps and
+    closes), ready to :meth:`run`.
+
+    ``inputs`` / ``outputs`` describe what :meth:`run` takes and returns (state variables
+    excluded); ``prepare_seconds`` is how long preparation took.
+    """
+
+    def __init__(self, model_or_path: ModelSource, device: str | IDevice = "reference", *,
+                 preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                 priority: Priority = Priority.MEDIUM,
+                 input_names: Sequence[str] | None = None,
+                 output_names: Sequence[str] | None = None):
+        self._lock = threading.Lock()
+        self._closed = True  # until prepared: close() must be safe after a failed __init__
+        self._layout: RequestLayout | None = None
+        self.imported = load_model(model_or_path, input_names, output_names)
+        self.model = self.imported.model
+        self.source = self.imported.source
+        main = self.model.main
+        state_in = {s.input for s in self.imported.state}
+        state_out = {s.output for s in self.imported.state}
+        all_in = [tensor_info(n, main.operands[i])
+                  for n, i in zip(self.imported.input_names, main.input_indexes)]
+        all_out = [tensor_info(n, main.operands[i])
+                   for n, i in zip(self.imported.output_names, main.output_indexes)]
+        self._all_inputs, self._all_outputs = all_in, all_out
+        self._public_in = [k for k in range(len(all_in)) if k not in state_in]
+        self._public_out = [k for k in range(len(all_out)) if k not in state_out]
+        self.inputs: list[TensorInfo] = [all_in[k] for k in self._public_in]
+        self.outputs: list[TensorInfo] = [all_out[k] for k in self._public_out]
+        self._initial = [self._initial_value(s) for s in self.imported.state]
+        self._state = list(self._initial)
+        #: The output sizes the last run needed (grows with OUTPUT_INSUFFICIENT_SIZE).
+        self._out_sizes = [nbytes(o, o.shape) if o.fully_known else 0 for o in all_out]
+
+        self._owns_device = isinstance(device, str)
+        self.device: IDevice = open_device(device) if isinstance(device, str) else device
+        self.device_name = device if isinstance(device, str) else \
+            getattr(device, "name", type(device).__name__)
+        try:
+            started = time.perf_counter()
+            self._prepared = self._prepare(preference, priority)
+            self.prepare_seconds = time.perf_counter() - started
+        except BaseException:
+            self._close_device()
+            raise
+        self._closed = False
+
+    # ---- preparation -----------------------------------------------------------------------
+    def _initial_value(self, s: StateVariable) -> np.ndarray:
+        info = self._all_inputs[s.input]
+        value = np.asarray(s.initial)
+        conv = value.astype(info.dtype)
+        if not np.array_equal(conv, value) or (
+                info.shape is not None and not _fits(info.shape, conv.shape)):
+            raise InvalidModelError(f"state variable '{s.name}': initial value of {value.dtype}"
+                                    f" {value.shape} does not fit its input {info.dtype} "
+                                    f"{info.shape}")
+        return np.ascontiguousarray(conv)
+
+    def _prepare(self, preference: ExecutionPreference, priority: Priority) -> IPreparedModel:
+        cb = PreparedModelCallback()
+        launched = self.device.prepare_model(self.model, preference, priority, None, [], [],
+                                             b"", cb)
+        status, prepared = ErrorStatus(launched), None
+        if launched == ErrorStatus.NONE:
+            try:
+                status, prepared = cb.wait(PREPARE_TIMEOUT)
+            except TimeoutError:
+                raise NnhalError(f"{self._what()}: the device did not finish preparing within "
+                                 f"{PREPARE_TIMEOUT:.0f} s") from None
+        if status == ErrorStatus.NONE and prepared is not None:
+            return prepared
+        raise InvalidModelError(
+            f"{self._what()}: {explain_rejection(self.model, self.device, status)}", status)
+
+    def _what(self) -> str:
+        return f"{self.source or 'model'} on device '{self.device_name}'"
+
+    # ---- running ---------------------------------------------------------------------------
+    def run(self, feeds: Feeds) -> dict[str, np.ndarray]:
+        """Run once: ``feeds`` by input name, or a sequence in :attr:`inputs` order; returns
+        every output by name, in :attr:`outputs` order, each a fresh array of its real shape.
+        InputError before anything runs when a feed does not match; ExecutionError when the
+        driver fails."""
+        with self._lock:
+            if self._closed:
+                raise NnhalError("the session is closed")
+            arrays = self._arrays(feeds)
+            outs = self._execute(arrays)
+            for j, s in enumerate(self.imported.state):
+                self._state[j] = outs[s.output]
+            return {self._all_outputs[k].name: outs[k] for k in self._public_out}
+
+    def _arrays(self, feeds: Feeds) -> list[np.ndarray]:
+        """Every main input in model order: the checked feeds and the state values."""
+        infos = self.inputs
+        if isinstance(feeds, Mapping):
+            names = [i.name for i in infos]
+            unknown = [k for k in feeds if k not in names]
+            if unknown:
+                raise InputError(f"unknown input '{unknown[0]}'; the model's inputs are "
+                                 f"{', '.join(names)}")
+            missing = [n for n in names if n not in feeds]
+            if missing:
+                raise InputError(f"missing input '{missing[0]}' (of {', '.join(names)})")
+            given = [feeds[n] for n in names]
+        elif isinstance(feeds, (str, bytes)) or not isinstance(feeds, Sequence):
+            raise InputError(f"feeds must be a dict of input name to array, or a list of "
+                             f"{len(infos)} arrays, not a {type(feeds).__name__}")
+        else:
+            if len(feeds) != len(infos):
+                raise InputError(f"{len(feeds)} inputs given, the model takes {len(infos)} "
+                                 f"({', '.join(i.name for i in infos)})")
+            given = list(feeds)
+        checked = [check_feed(info, v) for info, v in zip(infos, given)]
+        full: list[np.ndarray] = [None] * len(self._all_inputs)  # type: ignore[list-item]
+        for k, arr in zip(self._public_in, checked):
+            full[k] = arr
+        for s, value in zip(self.imported.state, self._state):
+            full[s.input] = value
+        return full
+
+    def _layout_for(self, arrays: Sequence[np.ndarray]) -> RequestLayout:
+        key = tuple(a.shape for a in arrays)
+        if self._layout is not None and self._layout.key == key:
+            return self._layout
+        if self._layout is not None:
+            self._layout.close()
+        self._layout = RequestLayout(self._all_inputs, key, self._all_outputs, self._out_sizes)
+        return self._layout
+
+    def _execute(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        layout = self._layout_for(arrays)
+        layout.write(arrays)
+        status, shapes, _ = self._call(layout)
+        if status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and \
+                len(shapes) == len(self._all_outputs):
+            layout.grow(shapes)
+            self._out_sizes = list(layout.out_sizes)
+            status, shapes, _ = self._call(layout)
+        if status != ErrorStatus.NONE:
+            raise ExecutionError(f"{self._what()}: execution failed: {ErrorStatus(status).name}"
+                                 f"{_hint(status)}", status)
+        return [layout.read(k, self._real_shape(k, shapes)) for k in range(len(shapes))] \
+            if len(shapes) == len(self._all_outputs) else self._declared_outputs(layout)
+
+    def _call(self, layout: RequestLayout) -> tuple[ErrorStatus, list[OutputShape], object]:
+        try:
+            return self._prepared.execute_synchronously(layout.request, MeasureTiming.NO)
+        except Exception as e:  # noqa: BLE001 - a driver that raises is a failed execution
+            raise ExecutionError(f"{self._what()}: the driver raised {type(e).__name__}: {e}",
+                                 ErrorStatus.GENERAL_FAILURE) from None
+
+    def _real_shape(self, k: int, shapes: Sequence[OutputShape]) -> tuple[int, ...]:
+        dims = tuple(int(d) for d in shapes[k].dimensions)
+        declared = self._all_outputs[k].shape
+        if not dims and declared:  # a driver that reports no dimensions: the declared ones
+            return declared
+        return dims
+
+    def _declared_outputs(self, layout: RequestLayout) -> list[np.ndarray]:
+        """Outputs when the driver returned no shapes: only fully declared ones can be read."""
+        outs = []
+        for k, info in enumerate(self._all_outputs):
+            if not info.fully_known:
+                raise ExecutionError(f"{self._what()}: the driver reported no shape for "
+                                     f"output '{info.name}', whose shape the model leaves "
+                                     f"unknown", ErrorStatus.GENERAL_FAILURE)
+            outs.append(layout.read(k, info.shape))  # type: ignore[arg-type]
+        return outs
+
+    # ---- state and lifetime ----------------------------------------------------------------
+    def reset_state(self) -> None:
+        """Give every state variable its initial value again (a new stream)."""
+        with self._lock:
+            self._state = list(self._initial)
+
+    def close(self) -> None:
+        """Release the request memory and, if the Session opened the device, the device."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._layout is not None:
+                self._layout.close()
+                self._layout = None
+            self._prepared = None  # type: ignore[assignment]
+            self._close_device()
+
+    def _close_device(self) -> None:
+        if self._owns_device:
+            close = getattr(self.device, "close", None)
+            if close is not None:
+                close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{i.name}: {i.dtype}{list(i.shape or [])}" for i in self.inputs)
+        return f"Session({self.source!r} on {self.device_name!r}; {ins})"
+
+
+def _fits(want: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    return len(want) == len(shape) and all(not w or w == s for w, s in zip(want, shape))
+
+
+def _hint(status: ErrorStatus) -> str:
+    if status == ErrorStatus.INVALID_ARGUMENT:
+        return (" (an input value the model cannot run with, e.g. a runtime shape or index "
+                "out of range; the driver logs the detail at DEBUG level)")
+    if status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
+        return " (an output still did not fit after growing its buffer once)"
+    return ""
