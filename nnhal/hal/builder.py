@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from nnhal.errors import InputError
 from nnhal.hal.types import (
     DataLocation,
     Model,
@@ -213,9 +214,27 @@ class ModelBuilder(SubgraphBuilder):
 
 
 class RequestBuilder:
-    """Inputs in one ashmem pool and outputs in another; read outputs back with :meth:`output`."""
+    """Inputs in one ashmem pool and outputs in another; read outputs back with :meth:`output`.
 
-    def __init__(self, inputs: Sequence[np.ndarray], output_nbytes: Sequence[int]):
+    With ``model``, each array is first checked against the model's main inputs (count, dtype,
+    known dimensions; an InputError names the input: never float64 bytes read as float32),
+    inputs whose model dimensions are not all known get their dimensions in the request, and
+    ``output_nbytes`` may be left out: each output gets the size of its known dimensions (0
+    when some are unknown: the execution then reports OUTPUT_INSUFFICIENT_SIZE with the real
+    shape).
+    """
+
+    def __init__(self, inputs: Sequence[np.ndarray], output_nbytes: Sequence[int] | None = None,
+                 *, model: Model | None = None):
+        dims: list[list[int]] = [[] for _ in inputs]
+        if model is not None:
+            dims = _check_inputs(model, inputs)
+            if output_nbytes is None:
+                output_nbytes = [_known_nbytes(model.main.operands[i])
+                                 for i in model.main.output_indexes]
+        if output_nbytes is None:
+            raise TypeError("RequestBuilder needs output_nbytes, or a model to compute them")
+        self.model = model
         blobs = [np.ascontiguousarray(a).tobytes() for a in inputs]
         offs, size = [], 0
         for b in blobs:
@@ -232,13 +251,27 @@ class RequestBuilder:
             osize += n
         self.output_memory = SharedMemory.ashmem(osize)
         self.request = Request(
-            inputs=[RequestArgument(False, DataLocation(0, o, len(b)), [])
-                    for o, b in zip(offs, blobs)],
+            inputs=[RequestArgument(False, DataLocation(0, o, len(b)), d)
+                    for o, b, d in zip(offs, blobs, dims)],
             outputs=[RequestArgument(False, DataLocation(1, o, n), [])
                      for o, n in zip(out_offs, output_nbytes)],
             pools=[self.input_memory, self.output_memory])
 
-    def output(self, k: int, dtype: np.dtype | type, shape: Sequence[int]) -> np.ndarray:
+    @classmethod
+    def for_model(cls, model: Model, inputs: Sequence[np.ndarray]) -> RequestBuilder:
+        """A request for ``model`` with ``inputs`` checked against it."""
+        return cls(inputs, model=model)
+
+    def output(self, k: int, dtype: np.dtype | type | None = None,
+               shape: Sequence[int] | None = None) -> np.ndarray:
+        """Output ``k`` as an array; ``dtype`` and ``shape`` default to the model's (when the
+        builder has one; pass the execution's OutputShape dimensions for unknown ones)."""
+        if dtype is None or shape is None:
+            if self.model is None:
+                raise TypeError("output() needs dtype and shape without a model")
+            op = self.model.main.operands[self.model.main.output_indexes[k]]
+            dtype = OperandType(op.type).dtype if dtype is None else dtype
+            shape = list(op.dimensions) if shape is None else shape
         loc = self.request.outputs[k].location
         count = int(np.prod(shape, dtype=np.int64))
         raw = self.output_memory.view(loc.offset, count * np.dtype(dtype).itemsize)
@@ -247,3 +280,43 @@ class RequestBuilder:
     def close(self) -> None:
         self.input_memory.close()
         self.output_memory.close()
+
+
+def _known_nbytes(op: Operand) -> int:
+    t = OperandType(op.type)
+    if t.is_scalar:
+        return t.byte_size
+    if not op.dimensions or 0 in op.dimensions:
+        return 0
+    return int(np.prod(op.dimensions, dtype=np.int64)) * t.byte_size
+
+
+def _check_inputs(model: Model, inputs: Sequence[np.ndarray]) -> list[list[int]]:
+    """InputError unless ``inputs`` match the model's main inputs; the request dimensions of
+    each (its shape where the model's are not all known)."""
+    main = model.main
+    if len(inputs) != len(main.input_indexes):
+        raise InputError(f"{len(inputs)} inputs given, the model takes "
+                         f"{len(main.input_indexes)}")
+    dims: list[list[int]] = []
+    for k, (arr, idx) in enumerate(zip(inputs, main.input_indexes)):
+        op = main.operands[idx]
+        t = OperandType(op.type)
+        got = np.asarray(arr)
+        if got.dtype != t.dtype:
+            raise InputError(f"input {k} is {got.dtype}, the model expects {t.dtype} "
+                             f"({t.name})")
+        want = [] if t.is_scalar else list(op.dimensions)
+        if t.is_scalar or (want and 0 not in want):
+            if tuple(got.shape) != tuple(want):
+                raise InputError(f"input {k} has shape {tuple(got.shape)}, the model expects "
+                                 f"{tuple(want)}")
+            dims.append([])
+            continue
+        if (want and len(want) != got.ndim) or any(
+                w and w != s for w, s in zip(want, got.shape)) or 0 in got.shape:
+            shown = "any shape" if not want else tuple(want)
+            raise InputError(f"input {k} has shape {tuple(got.shape)}, the model expects "
+                             f"{shown} (0: any size but 0)")
+        dims.append(list(got.shape))
+    return dims

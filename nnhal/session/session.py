@@ -64,6 +64,9 @@ def load_model(source: ModelSource, input_names: Sequence[str] | None = None,
         try:
             from nnhal.tflite import read_tflite  # type: ignore[attr-defined]
         except ImportError:
+            from nnhal.tflite.schema import load
+
+            load(source)  # a missing or broken file is still named as such
             raise NnhalError("reading .tflite files needs nnhal.tflite.read_tflite, which "
                              "this build lacks") from None
         return read_tflite(bytes(source) if isinstance(source, bytearray) else source)

@@ -1,0 +1,107 @@
+"""``nnhal bench MODEL``: prepare time and execution latency of a model on a device.
+
+Inputs are random (seed 0, as ``nnhal run`` makes them) and the same for every run, so the
+figures measure the device, not the data. ``--json`` records them with the machine's load
+(``/proc/loadavg``), because on a shared machine latencies mean little without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from nnhal.errors import InputError, NnhalError
+from nnhal.tools.run import ArgumentProblem, console, fail, open_session, random_feeds
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="a .tflite model file")
+    parser.add_argument("--device", default="reference", help="device name (default: reference)")
+    parser.add_argument("--runs", type=int, default=100, help="timed runs (default: 100)")
+    parser.add_argument("--warmup", type=int, default=10,
+                        help="untimed runs first (default: 10)")
+    parser.add_argument("--json", metavar="FILE", help="write the figures as JSON here")
+
+
+def loadavg() -> list[float] | None:
+    try:
+        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+    except (OSError, ValueError):
+        return None
+
+
+def figures(latencies: list[float]) -> dict[str, float]:
+    """Seconds: min / median / p90 / mean, and executions per second (from the mean)."""
+    ordered = sorted(latencies)
+    mean = statistics.fmean(ordered)
+    return {"min": ordered[0], "median": statistics.median(ordered),
+            "p90": float(np.percentile(ordered, 90)), "mean": mean,
+            "executions_per_second": 1.0 / mean if mean > 0 else float("inf")}
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.runs < 1 or args.warmup < 0:
+        return fail("bench", "--runs must be at least 1 and --warmup at least 0", 2)
+    out = console()
+    try:
+        session = open_session(args.model, args.device)
+    except NnhalError as e:
+        return fail("bench", e, 1)
+    latencies: list[float] = []
+    with session:
+        feeds, notes = random_feeds(session.inputs, 0)
+        for note in notes:
+            out.print(note)
+        try:
+            progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                MofNCompleteColumn(), console=out, transient=True,
+                                disable=not out.is_terminal)
+            with progress:
+                task = progress.add_task("warm-up", total=args.warmup + args.runs)
+                for _ in range(args.warmup):
+                    session.run(feeds)
+                    progress.advance(task)
+                progress.update(task, description="timing")
+                for _ in range(args.runs):
+                    started = time.perf_counter()
+                    session.run(feeds)
+                    latencies.append(time.perf_counter() - started)
+                    progress.advance(task)
+        except (ArgumentProblem, InputError) as e:
+            return fail("bench", e, 2)
+        except NnhalError as e:
+            return fail("bench", e, 1)
+        prepare = session.prepare_seconds
+        device = session.device_name
+    stats = figures(latencies)
+    table = Table(title=f"{args.model} on {device}: {args.runs} runs after {args.warmup} "
+                        f"warm-up", title_justify="left")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_row("prepare", f"{prepare * 1e3:.2f} ms")
+    for key in ("min", "median", "p90", "mean"):
+        table.add_row(f"latency {key}", f"{stats[key] * 1e3:.3f} ms")
+    table.add_row("executions per second", f"{stats['executions_per_second']:.1f}")
+    out.print(table)
+    if args.json:
+        record = {"model": str(args.model), "device": device, "runs": args.runs,
+                  "warmup": args.warmup, "prepare_seconds": prepare,
+                  "latency_seconds": {k: stats[k] for k in ("min", "median", "p90", "mean")},
+                  "executions_per_second": stats["executions_per_second"],
+                  "loadavg": loadavg(), "cpu_count": os.cpu_count(),
+                  "python": platform.python_version()}
+        try:
+            Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
+        except OSError as e:
+            return fail("bench", f"cannot write {args.json}: {e.strerror or e}", 1)
+    return 0
+

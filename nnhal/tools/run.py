@@ -1,0 +1,193 @@
+"""``nnhal run MODEL``: run a model once on a device and summarise its outputs.
+
+Inputs come from an .npz (keys: the input names, or ``arr_0``... in input order; loaded with
+``allow_pickle=False``) or are random, of each input's dtype and shape, and said to be so.
+Errors are one line on stderr, ``nnhal run: <message>``: exit 2 for inputs that do not fit the
+model (missing file, wrong keys, dtype or shape), 1 for a model or device that fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import zipfile
+from collections.abc import Sequence
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from nnhal.errors import InputError, NnhalError
+from nnhal.session import Session, TensorInfo, load_model
+from nnhal.tflite.model import ImportedModel
+
+#: Integer inputs that are not quantized (indices, sizes) get values in [0, SMALL_INT).
+SMALL_INT = 10
+
+
+class ArgumentProblem(Exception):
+    """Something the user gave that does not fit the model (exit status 2)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="a .tflite model file")
+    parser.add_argument("--inputs", metavar="IN.npz",
+                        help="input arrays by input name (or arr_0... in order); "
+                             "random inputs without it")
+    parser.add_argument("--outputs", metavar="OUT.npz", help="write the outputs here")
+    parser.add_argument("--device", default="reference", help="device name (default: reference)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the random inputs (default: 0)")
+
+
+def read_model(path: str) -> ImportedModel:
+    """The model a command was given (a seam for the tests, which hand in HAL models)."""
+    return load_model(path)
+
+
+def open_session(path: str, device: str) -> Session:
+    return Session(read_model(path), device)
+
+
+def fail(command: str, message: object, status: int) -> int:
+    print(f"nnhal {command}: {message}", file=sys.stderr)
+    return status
+
+
+def console() -> Console:
+    """Rich on a terminal; wide plain text otherwise (pipes, files, tests)."""
+    c = Console(highlight=False)
+    return c if c.is_terminal else Console(highlight=False, width=200, no_color=True)
+
+
+# ---- inputs ---------------------------------------------------------------------------------
+
+def concrete_shape(info: TensorInfo) -> tuple[tuple[int, ...], bool]:
+    """The shape random inputs get: unknown dimensions (and an unknown rank) become 1."""
+    if info.shape is None:
+        return (1,), True
+    return tuple(d or 1 for d in info.shape), 0 in info.shape
+
+
+def random_array(info: TensorInfo, shape: tuple[int, ...], rng: np.random.Generator
+                 ) -> np.ndarray:
+    """Quantized integers over their type's whole range, floats standard normal, booleans
+    fair, other integers in [0, SMALL_INT) (they are usually indices or sizes)."""
+    dt = info.dtype
+    if dt.kind == "f":
+        return rng.standard_normal(shape).astype(dt)
+    if dt.kind == "b":
+        return rng.integers(0, 2, shape).astype(np.bool_)
+    if info.scale > 0 or dt.itemsize < 4:
+        ii = np.iinfo(dt)
+        return rng.integers(ii.min, ii.max, shape, dtype=dt, endpoint=True)
+    return rng.integers(0, SMALL_INT, shape).astype(dt)
+
+
+def random_feeds(inputs: Sequence[TensorInfo], seed: int) -> tuple[dict[str, np.ndarray],
+                                                                   list[str]]:
+    """Random feeds and the notes to print about them (the seed, unknown dimensions)."""
+    rng = np.random.default_rng(seed)
+    feeds, notes = {}, [f"inputs are random (seed {seed})"]
+    for info in inputs:
+        shape, guessed = concrete_shape(info)
+        if guessed:
+            notes.append(f"input '{info.name}': unknown dimensions set to 1, shape {shape}")
+        feeds[info.name] = random_array(info, shape, rng)
+    return feeds, notes
+
+
+def load_feeds(path: str, inputs: Sequence[TensorInfo]) -> dict[str, np.ndarray]:
+    """The arrays of an .npz as feeds by input name; ArgumentProblem naming a bad key."""
+    try:
+        npz = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise ArgumentProblem(f"{path}: no such file") from None
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        raise ArgumentProblem(f"{path}: not an .npz file ({e})") from None
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        raise ArgumentProblem(f"{path}: a single array, not an .npz of named inputs")
+    with npz:
+        keys = list(npz.files)
+        names = [i.name for i in inputs]
+        positional = [f"arr_{k}" for k in range(len(keys))]
+        if keys == positional and not set(keys) & set(names):
+            if len(keys) != len(names):
+                raise ArgumentProblem(f"{path}: {len(keys)} arrays, the model takes "
+                                      f"{len(names)} inputs ({', '.join(names)})")
+            mapping = dict(zip(names, keys))
+        else:
+            extra = [k for k in keys if k not in names]
+            if extra:
+                raise ArgumentProblem(f"{path}: key '{extra[0]}' is not an input of the model "
+                                      f"(inputs: {', '.join(names)})")
+            missing = [n for n in names if n not in keys]
+            if missing:
+                raise ArgumentProblem(f"{path}: no array for input '{missing[0]}'")
+            mapping = {n: n for n in names}
+        feeds = {}
+        for name, key in mapping.items():
+            try:
+                feeds[name] = npz[key]
+            except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+                raise ArgumentProblem(f"{path}: array '{key}' cannot be read: {e}") from None
+        return feeds
+
+
+# ---- outputs --------------------------------------------------------------------------------
+
+def _number(v: object) -> str:
+    return f"{v:.6g}" if isinstance(v, (float, np.floating)) else str(v)
+
+
+def summary_table(outputs: dict[str, np.ndarray], title: str = "outputs") -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("name", "shape", "dtype", "min", "max", "mean", "first values"):
+        table.add_column(col, justify="right" if col in ("min", "max", "mean") else "left")
+    for name, arr in outputs.items():
+        if arr.size:
+            flat = arr.reshape(-1)
+            stats = [_number(flat.min()), _number(flat.max()),
+                     _number(float(flat.astype(np.float64).mean()))]
+            first = ", ".join(_number(v) for v in flat[:4].tolist())
+            first += ", ..." if flat.size > 4 else ""
+        else:
+            stats, first = ["-", "-", "-"], "(empty)"
+        table.add_row(name, str(tuple(arr.shape)), str(arr.dtype), *stats, first)
+    return table
+
+
+# ---- the command ----------------------------------------------------------------------------
+
+def main(args: argparse.Namespace) -> int:
+    out = console()
+    try:
+        session = open_session(args.model, args.device)
+    except NnhalError as e:
+        return fail("run", e, 1)
+    with session:
+        try:
+            if args.inputs:
+                feeds = load_feeds(args.inputs, session.inputs)
+            else:
+                feeds, notes = random_feeds(session.inputs, args.seed)
+                for note in notes:
+                    out.print(note)
+            started = time.perf_counter()
+            results = session.run(feeds)
+            execute = time.perf_counter() - started
+        except (ArgumentProblem, InputError) as e:
+            return fail("run", e, 2)
+        except NnhalError as e:
+            return fail("run", e, 1)
+        out.print(summary_table(results))
+        out.print(f"device {session.device_name}: prepare {session.prepare_seconds * 1e3:.2f} "
+                  f"ms, execute {execute * 1e3:.3f} ms")
+        if args.outputs:
+            try:
+                np.savez(args.outputs, **results)
+            except (OSError, ValueError) as e:
+                return fail("run", f"cannot write {args.outputs}: {e}", 1)
+            out.print(f"outputs written to {args.outputs}")
+    return 0
