@@ -184,7 +184,7 @@ class Session:
             given = [feeds[n] for n in names]
         elif isinstance(feeds, (str, bytes)) or not isinstance(feeds, Sequence):
             raise InputError(f"feeds must be a dict of input name to array, or a list of "
-                             f"{len(infos)} arrays, not a {type(feeds).__name__}")
+                             f"{len(infos)} arrays, not {type(feeds).__name__}")
         else:
             if len(feeds) != len(infos):
                 raise InputError(f"{len(feeds)} inputs given, the model takes {len(infos)} "
