@@ -83,8 +83,8 @@ def main(args: argparse.Namespace) -> int:
         prepare = session.prepare_seconds
         device = session.device_name
     stats = figures(latencies)
-    table = Table(title=f"{args.model} on {device}: {args.runs} runs after {args.warmup} "
-                        f"warm-up", title_justify="left")
+    out.print(f"{args.model} on {device}: {args.runs} runs after {args.warmup} warm-up")
+    table = Table()
     table.add_column("figure")
     table.add_column("value", justify="right")
     table.add_row("prepare", f"{prepare * 1e3:.2f} ms")
