@@ -97,6 +97,19 @@ def test_names_can_be_given_for_a_hal_model():
         Session(add_model((2,)), input_names=["a"], output_names=["sum"])
 
 
+def test_names_must_be_distinct_and_match_the_model():
+    with pytest.raises(NnhalError, match="two inputs are named 'a'"):
+        Session(add_model((2,)), input_names=["a", "a"])
+    model = ImportedModel(add_model((2,)), ["a", "b", "c"], ["s"], [], "three.tflite")
+    with pytest.raises(NnhalError, match="three.tflite on device 'reference': 3 input and 1 "
+                                         "output names for 2 inputs"):
+        Session(model)
+    bad_state = ImportedModel(add_model((2,)), ["a", "b"], ["s"],
+                              [StateVariable("v", np.zeros(2, F32), 0, 1)], "state.tflite")
+    with pytest.raises(NnhalError, match="state variable 'v' names input 0 and output 1"):
+        Session(bad_state)
+
+
 def test_session_is_reexported_from_the_package():
     assert nnhal.Session is Session and nnhal.TensorInfo is TensorInfo
 

@@ -93,23 +93,6 @@ class Session:
         self.imported = load_model(model_or_path, input_names, output_names)
         self.model = self.imported.model
         self.source = self.imported.source
-        main = self.model.main
-        state_in = {s.input for s in self.imported.state}
-        state_out = {s.output for s in self.imported.state}
-        all_in = [tensor_info(n, main.operands[i])
-                  for n, i in zip(self.imported.input_names, main.input_indexes)]
-        all_out = [tensor_info(n, main.operands[i])
-                   for n, i in zip(self.imported.output_names, main.output_indexes)]
-        self._all_inputs, self._all_outputs = all_in, all_out
-        self._public_in = [k for k in range(len(all_in)) if k not in state_in]
-        self._public_out = [k for k in range(len(all_out)) if k not in state_out]
-        self.inputs: list[TensorInfo] = [all_in[k] for k in self._public_in]
-        self.outputs: list[TensorInfo] = [all_out[k] for k in self._public_out]
-        self._initial = [self._initial_value(s) for s in self.imported.state]
-        self._state = list(self._initial)
-        #: The output sizes the last run needed (grows with OUTPUT_INSUFFICIENT_SIZE).
-        self._out_sizes = [nbytes(o, o.shape) if o.fully_known else 0 for o in all_out]
-
         self._owns_device = isinstance(device, str)
         self.device: IDevice = open_device(device) if isinstance(device, str) else device
         self.device_name = device if isinstance(device, str) else \
@@ -118,10 +101,46 @@ class Session:
             started = time.perf_counter()
             self._prepared = self._prepare(preference, priority)
             self.prepare_seconds = time.perf_counter() - started
+            # After preparing: the driver has validated the model's operands by now.
+            self._describe()
         except BaseException:
             self._close_device()
             raise
         self._closed = False
+
+    def _describe(self) -> None:
+        """Inputs, outputs and state of the prepared model."""
+        main, imp = self.model.main, self.imported
+        if len(imp.input_names) != len(main.input_indexes) or \
+                len(imp.output_names) != len(main.output_indexes):
+            raise NnhalError(f"{self._what()}: {len(imp.input_names)} input and "
+                             f"{len(imp.output_names)} output names for "
+                             f"{len(main.input_indexes)} inputs and {len(main.output_indexes)} "
+                             f"outputs")
+        for kind, names in (("input", imp.input_names), ("output", imp.output_names)):
+            twice = sorted({n for n in names if list(names).count(n) > 1})
+            if twice:
+                raise NnhalError(f"{self._what()}: two {kind}s are named '{twice[0]}'")
+        for sv in imp.state:
+            if not (0 <= sv.input < len(main.input_indexes)
+                    and 0 <= sv.output < len(main.output_indexes)):
+                raise NnhalError(f"{self._what()}: state variable '{sv.name}' names input "
+                                 f"{sv.input} and output {sv.output}, out of range")
+        state_in = {s.input for s in imp.state}
+        state_out = {s.output for s in imp.state}
+        all_in = [tensor_info(n, main.operands[i])
+                  for n, i in zip(imp.input_names, main.input_indexes)]
+        all_out = [tensor_info(n, main.operands[i])
+                   for n, i in zip(imp.output_names, main.output_indexes)]
+        self._all_inputs, self._all_outputs = all_in, all_out
+        self._public_in = [k for k in range(len(all_in)) if k not in state_in]
+        self._public_out = [k for k in range(len(all_out)) if k not in state_out]
+        self.inputs: list[TensorInfo] = [all_in[k] for k in self._public_in]
+        self.outputs: list[TensorInfo] = [all_out[k] for k in self._public_out]
+        self._initial = [self._initial_value(s) for s in imp.state]
+        self._state = list(self._initial)
+        #: The output sizes the last run needed (grows with OUTPUT_INSUFFICIENT_SIZE).
+        self._out_sizes = [nbytes(o, o.shape) if o.fully_known else 0 for o in all_out]
 
     # ---- preparation -----------------------------------------------------------------------
     def _initial_value(self, s: StateVariable) -> np.ndarray:
