@@ -347,6 +347,28 @@ def test_run_after_close_is_an_error():
         s.run([np.ones(2, F32), np.ones(2, F32)])
 
 
+def test_a_dropped_session_closes_the_device_it_opened():
+    import gc
+
+    before = threading.active_count()
+    for _ in range(3):
+        s = Session(add_model((2,)))
+        assert threading.active_count() > before  # the device's workers
+        del s
+        gc.collect()
+    assert threading.active_count() == before
+    outside = ReferenceDevice()
+    try:
+        s = Session(add_model((2,)), outside)
+        del s
+        gc.collect()
+        # a device the caller passed in stays usable
+        with Session(add_model((2,)), outside) as again:
+            assert again.run([np.ones(2, F32), np.ones(2, F32)])["output_0"].tolist() == [2, 2]
+    finally:
+        outside.close()
+
+
 def test_request_memory_is_reused_while_shapes_stay(add2):
     add2.run([np.ones(2, F32), np.ones(2, F32)])
     layout = add2._layout

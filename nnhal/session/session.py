@@ -290,6 +290,14 @@ class Session:
             if close is not None:
                 close()
 
+    def __del__(self) -> None:
+        # A Session dropped unclosed must not leak its device's worker threads.
+        try:
+            if getattr(self, "_lock", None) is not None:
+                self.close()
+        except Exception:  # noqa: BLE001 - nothing to report to at collection time
+            pass
+
     def __enter__(self) -> Session:
         return self
 
