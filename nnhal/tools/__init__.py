@@ -1,0 +1,1 @@
+"""The model commands: ``nnhal run``, ``bench``, ``info`` and ``view``."""
