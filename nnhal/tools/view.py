@@ -26,7 +26,6 @@ from nnhal.tools.describe import (
     CONSTANT,
     Analysed,
     analysed,
-    element_count,
     op_name,
     open_model,
     quant_text,
@@ -84,6 +83,37 @@ def _clip(text: str, n: int = MAX_DETAIL) -> str:
     return text if len(text) <= n else text[:n - 1] + "…"
 
 
+_FUSED = {"1": "RELU", "2": "RELU1", "3": "RELU6"}
+_PADDING = {"1": "SAME", "2": "VALID"}
+#: Options whose value here is the default, left out of the node text (not the tooltip).
+_DEFAULTS = {("activation", "0"), ("nchw", "False"), ("dilation_w", "1"), ("dilation_h", "1")}
+
+
+def compact_options(options: list[tuple[str, str]]) -> list[str]:
+    """Small constant inputs as short words: ``SAME stride=2x2 RELU6`` rather than five
+    ``name=value`` pairs; defaults are dropped."""
+    values = dict(options)
+    out = []
+    for name, v in options:
+        if (name, v) in _DEFAULTS:
+            continue
+        if name == "activation":
+            out.append(_FUSED.get(v, f"activation={v}"))
+        elif name == "padding_scheme":
+            out.append(_PADDING.get(v, f"padding={v}"))
+        elif name == "nchw":
+            out.append("NCHW")
+        elif name.endswith("_w") and name[:-2] + "_h" in values:
+            h = values[name[:-2] + "_h"]
+            if name[:-2] != "dilation" or (v, h) != ("1", "1"):
+                out.append(f"{name[:-2]}={v}x{h}")
+        elif name.endswith("_h") and name[:-2] + "_w" in values:
+            continue
+        else:
+            out.append(f"{name}={v}")
+    return out
+
+
 def _operand_text(a: Analysed, k: int, index: int) -> tuple[str, str]:
     """(short label, full description) of an operand."""
     o = a.subgraph(k).operands[index]
@@ -124,11 +154,10 @@ def drawing(imported: ImportedModel | Model | Analysed, subgraph: int = -1,
             if o.lifetime in CONSTANT:
                 value = a.value(subgraph, j)
                 shape = a.shape(subgraph, j) or []
-                small = value is not None and element_count(shape) <= 8
-                if small and name == "activation" and value_text(value) == "0":
-                    tip.append(f"{name} = 0 (none)")
-                elif small:
-                    scalars.append(f"{name}={value_text(value, 4)}")
+                small = value is not None and (len(shape) == 0 or
+                                               (len(shape) == 1 and shape[0] <= 4))
+                if small:
+                    scalars.append((name, value_text(value, 4)))
                     tip.append(f"{name} = {value_text(value, 16)} ({full})")
                 else:
                     tensors.append(f"{name} {shape_text(shape)} {short_type(o.type)}")
@@ -148,8 +177,9 @@ def drawing(imported: ImportedModel | Model | Analysed, subgraph: int = -1,
             used.append(device)
         title = f"{op_name(op.type)} #{i}"
         details = [_clip(", ".join(tensors))] if tensors else []
-        if scalars:
-            details.append(_clip(" ".join(scalars)))
+        options = compact_options(scalars)
+        if options:
+            details.append(_clip(" ".join(options)))
         head = title + (f" on {device}" if device else "")
         nodes.append(Node("op", title, details, head + "\n" + "\n".join(tip), i, device))
         op_node.append(len(nodes) - 1)
