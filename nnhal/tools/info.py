@@ -175,7 +175,8 @@ def render(info: dict[str, Any], console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    if console is None:  # a pipe or file gets lines as wide as a terminal's would be
+        console = Console() if sys.stdout.isatty() else Console(width=120)
     title = info["source"] or "model"
     console.print(f"[bold]{title}[/bold]: {info['operation_count']} operations, "
                   f"{info['parameters']:,} parameters, {_size(info['constant_bytes'])} of "
@@ -189,7 +190,8 @@ def render(info: dict[str, Any], console: Any = None) -> None:
             table.add_column(col, overflow="fold")
         for k, r in enumerate(rows):
             name = r["name"] + (" (state)" if r["state"] else "")
-            table.add_row(str(k), name, r["type"], r["shape_text"], r["quantization"])
+            table.add_row(str(k), name, r["type"].removeprefix("TENSOR_"), r["shape_text"],
+                          r["quantization"])
         console.print(table)
     ops = Table(title="operations", title_justify="left", show_edge=False)
     ops.add_column("type")
