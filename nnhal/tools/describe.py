@@ -155,14 +155,25 @@ def slot_names(op: int, types: list[int]) -> list[str]:
     if sig is None:
         return fallback
     first: list[Slot] | None = None
+    chosen: list[Slot] | None = None
     for form in sig.forms:
         slots = input_slots(dataclasses.replace(sig, forms=(form,)), len(types))
         if slots is None:
             continue
         first = first or slots
         if all(_fits(s, t) for s, t in zip(slots, types)):
-            return [s.name for s in slots]
-    return [s.name for s in first] if first else fallback
+            chosen = slots
+            break
+    chosen = chosen or first
+    if chosen is None:
+        return fallback
+    names = [s.name for s in chosen]
+    seen: dict[str, int] = {}
+    for k, s in enumerate(chosen):  # a repeated slot (CONCATENATION's inputs) is numbered
+        if s.repeated:
+            seen[s.name] = seen.get(s.name, -1) + 1
+            names[k] = f"{s.name}[{seen[s.name]}]"
+    return names
 
 
 def _fits(slot: Slot, t: int) -> bool:

@@ -86,6 +86,7 @@ def _clip(text: str, n: int = MAX_DETAIL) -> str:
 _FUSED = {"1": "RELU", "2": "RELU1", "3": "RELU6"}
 _PADDING = {"1": "SAME", "2": "VALID"}
 #: Options whose value here is the default, left out of the node text (not the tooltip).
+_PADS = ("pad_left", "pad_right", "pad_top", "pad_bottom")
 _DEFAULTS = {("activation", "0"), ("nchw", "False"), ("dilation_w", "1"), ("dilation_h", "1")}
 
 
@@ -103,6 +104,10 @@ def compact_options(options: list[tuple[str, str]]) -> list[str]:
             out.append(_PADDING.get(v, f"padding={v}"))
         elif name == "nchw":
             out.append("NCHW")
+        elif name in _PADS:
+            pads = [values.get(p) for p in _PADS]
+            if name == "pad_left" and None not in pads and set(pads) != {"0"}:
+                out.append("pad=" + ",".join(pads))  # type: ignore[arg-type]
         elif name.endswith("_w") and name[:-2] + "_h" in values:
             h = values[name[:-2] + "_h"]
             if name[:-2] != "dilation" or (v, h) != ("1", "1"):

@@ -271,6 +271,23 @@ def test_a_thousand_operations_draw_in_under_a_second():
     assert max(centres) - min(centres) < 0.5  # a chain is drawn straight
 
 
+def test_operation_inputs_are_named_by_the_form_that_fits():
+    from nnhal.tools.describe import slot_names
+
+    explicit = slot_names(O.CONV_2D, [T.TENSOR_FLOAT32] * 3 + [T.INT32] * 7)
+    implicit = slot_names(O.CONV_2D, [T.TENSOR_FLOAT32] * 3 + [T.INT32] * 4 +
+                          [T.BOOL, T.INT32, T.INT32])
+    assert explicit[3:7] == ["pad_left", "pad_right", "pad_top", "pad_bottom"]
+    assert implicit[3:] == ["padding_scheme", "stride_w", "stride_h", "activation", "nchw",
+                            "dilation_w", "dilation_h"]
+    assert slot_names(O.CONCATENATION, [T.TENSOR_FLOAT32] * 2 + [T.INT32]) == \
+        ["inputs[0]", "inputs[1]", "axis"]
+    assert view.compact_options([("pad_left", "1"), ("pad_right", "2"), ("pad_top", "0"),
+                                 ("pad_bottom", "0"), ("stride_w", "1"), ("stride_h", "1"),
+                                 ("activation", "0"), ("nchw", "False")]) == \
+        ["pad=1,2,0,0", "stride=1x1"]
+
+
 # ---- layout -------------------------------------------------------------------------------
 
 def test_layers_longest_path_with_sources_next_to_their_reader():
