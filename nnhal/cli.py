@@ -152,8 +152,9 @@ def _tool_failed(command: str, e: BaseException) -> int:
     return status
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    """The parser, with the arguments of the model command ``argv`` names (only that one is
+    imported)."""
     parser = _Parser(prog="nnhal", description="The Android Neural Networks HAL 1.3 in Python: "
                      "run, inspect, time and draw .tflite models; check a driver against the "
                      "upstream conformance cases.")
@@ -194,12 +195,17 @@ def main(argv: list[str] | None = None) -> int:
     mu = sub.add_parser("mutations", help="invalid models and requests derived from the cases")
     add_mutations_arguments(mu)
     mu.set_defaults(func=_mutations)
+    return parser, sub
 
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        parser, sub = build_parser(argv)
         args, extra = parser.parse_known_args(argv)
         if extra:
             sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
-    except SystemExit as e:  # --help, or a usage error already printed
+    except SystemExit as e:  # --help, or a usage error already printed in one line
         return e.code if isinstance(e.code, int) else 2
     from nnhal.errors import NnhalError
 
