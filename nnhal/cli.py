@@ -1,17 +1,41 @@
-"""The ``nnhal`` command: ``demo``, ``ops``, ``conformance`` and ``mutations``."""
+"""The ``nnhal`` command: ``run``, ``info``, ``bench`` and ``view`` a model file; ``demo``,
+``ops``, ``conformance`` and ``mutations``.
+
+Every subcommand is imported only when it runs, so that ``nnhal --help`` loads no numpy. An
+error a user can act on (any :class:`~nnhal.errors.NnhalError`, a bad argument) is one line
+on stderr, ``nnhal <command>: <message>``, never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 #: The modes of ``nnhal conformance`` (nnhal.conformance.runner.MODES, checked by a test),
 #: here so that arguments are checked before numpy and the driver load.
 MODES = ("general", "dynamic_shape", "quantization_coupling", "memory_domain", "fenced",
          "caching")
+
+#: The model commands, each a module ``nnhal.tools.<name>`` with ``add_arguments(parser)``
+#: and ``main(args) -> int``, imported only when it is the command given.
+TOOLS = {
+    "run": "run a model file on a device, with given or random inputs",
+    "info": "a model's inputs, outputs, operations, parameters and device support",
+    "bench": "time a model on a device: prepare time, latency, executions per second",
+    "view": "draw a model's graph as an HTML page, SVG or Graphviz DOT",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (``nnhal info: ...``), not usage plus error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def _conformance(args: argparse.Namespace) -> int:
@@ -108,9 +132,35 @@ def _demo(args: argparse.Namespace) -> int:
     return demo_main()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="nnhal", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def _add_tool(sub: argparse._SubParsersAction, name: str, selected: bool) -> None:
+    p = sub.add_parser(name, help=TOOLS[name], description=TOOLS[name])
+    if not selected:  # its arguments matter only when it runs
+        return
+    try:
+        module = importlib.import_module(f"nnhal.tools.{name}")
+    except ImportError as e:
+        p.exit(1, f"nnhal {name}: cannot load nnhal.tools.{name}: {e}\n")
+    module.add_arguments(p)
+    p.set_defaults(func=module.main)
+
+
+def _tool_failed(command: str, e: BaseException) -> int:
+    from nnhal.errors import ModelFileError
+
+    status = 2 if isinstance(e, ModelFileError) else 1
+    print(f"nnhal {command}: {e}", file=sys.stderr)
+    return status
+
+
+def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    """The parser, with the arguments of the model command ``argv`` names (only that one is
+    imported)."""
+    parser = _Parser(prog="nnhal", description="The Android Neural Networks HAL 1.3 in Python: "
+                     "run, inspect, time and draw .tflite models; check a driver against the "
+                     "upstream conformance cases.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in TOOLS:
+        _add_tool(sub, name, selected=bool(argv) and argv[0] == name)
 
     d = sub.add_parser("demo", help="build, prepare and run a small convolutional model")
     d.set_defaults(func=_demo)
@@ -145,13 +195,29 @@ def main(argv: list[str] | None = None) -> int:
     mu = sub.add_parser("mutations", help="invalid models and requests derived from the cases")
     add_mutations_arguments(mu)
     mu.set_defaults(func=_mutations)
+    return parser, sub
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        parser, sub = build_parser(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as e:  # --help, or a usage error already printed in one line
+        return e.code if isinstance(e.code, int) else 2
+    from nnhal.errors import NnhalError
+
     try:
         return int(args.func(args))
     except BrokenPipeError:  # the reader went away (`nnhal ops | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        return 130
+    except NnhalError as e:
+        return _tool_failed(args.command, e)
 
 
 if __name__ == "__main__":

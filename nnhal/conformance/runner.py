@@ -456,30 +456,42 @@ class Report:
 
 
 class Progress:
-    """A one-line progress bar on a terminal; silent otherwise."""
+    """A rich progress bar on a terminal (cases done, failures, time left, the current case);
+    silent otherwise, so a pipe or a log gets the report and nothing else."""
 
     def __init__(self, total: int, stream: Any = sys.stderr):
-        self.total = max(total, 1)
-        self.stream = stream
         self.enabled = hasattr(stream, "isatty") and stream.isatty()
         self.done = 0
         self.failed = 0
+        self._bar: Any = None
+        if not self.enabled:
+            return
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+        from rich.progress import Progress as RichProgress
+
+        self._bar = RichProgress(
+            BarColumn(), MofNCompleteColumn(), TextColumn("failed {task.fields[failed]}"),
+            TimeRemainingColumn(), TextColumn("{task.fields[label]}", markup=False),
+            console=Console(file=stream))
+        self._task = self._bar.add_task("cases", total=max(total, 1), failed=0, label="")
+        self._bar.start()
 
     def step(self, result: str, label: str) -> None:
         self.done += 1
         self.failed += result == FAILED
-        if not self.enabled:
-            return
-        width = 30
-        filled = int(width * self.done / self.total)
-        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total}"
-                          f" failed {self.failed} {label[:40]:<40}")
-        self.stream.flush()
+        if self._bar is not None:
+            self._bar.update(self._task, advance=1, failed=self.failed, label=label[:40])
 
     def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
 
 
 def run(device: IDevice, cases: list[Case], modes: Iterable[str], opts: Options | None = None,
@@ -490,16 +502,18 @@ def run(device: IDevice, cases: list[Case], modes: Iterable[str], opts: Options 
     report = Report()
     bar = Progress(len(cases) * len(modes)) if progress else None
     start = time.monotonic()
-    for mode in modes:
-        for case in cases:
-            t0 = time.monotonic()
-            result, message = run_case(device, case, mode, opts)
-            report.add(case, mode, result, message, time.monotonic() - t0)
-            if bar:
-                bar.step(result, f"{mode} {case.name}")
-            if on_result:
-                on_result(case, mode, result, message)
-    if bar:
-        bar.close()
+    try:
+        for mode in modes:
+            for case in cases:
+                t0 = time.monotonic()
+                result, message = run_case(device, case, mode, opts)
+                report.add(case, mode, result, message, time.monotonic() - t0)
+                if bar:
+                    bar.step(result, f"{mode} {case.name}")
+                if on_result:
+                    on_result(case, mode, result, message)
+    finally:  # an interrupted run leaves the terminal clean
+        if bar:
+            bar.close()
     report.seconds = time.monotonic() - start
     return report
