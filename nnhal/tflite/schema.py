@@ -89,8 +89,11 @@ class LoadedFile:
             raise
         except (struct.error, IndexError, ValueError, TypeError, OverflowError,
                 UnicodeDecodeError, RecursionError, MemoryError) as e:
+            what = ("an offset or length points outside the file"
+                    if isinstance(e, (struct.error, IndexError)) else
+                    f"{type(e).__name__} while reading it")
             raise ModelFileError(self.name, f"corrupted or truncated TFLite flatbuffer "
-                                            f"({type(e).__name__} while reading it)") from None
+                                            f"({what})") from None
 
 
 def load(source: str | os.PathLike[str] | bytes, name: str | None = None) -> LoadedFile:
