@@ -1,0 +1,182 @@
+"""A .tflite flatbuffer as a HAL 1.3 Model.
+
+Subgraph 0 becomes the main subgraph. The file is read into records first (every count
+bounded, every buffer checked), constants are folded, then each operator is converted in
+order. Everything that cannot be converted is collected and reported at once, each operator
+with its index, so a user sees the whole list rather than the first failure.
+"""
+
+from __future__ import annotations
+
+import os
+
+from nnhal.analysis import analyse
+from nnhal.errors import ModelFileError, UnsupportedModelError
+from nnhal.hal.builder import ModelBuilder
+from nnhal.hal.types import OperandLifeTime
+from nnhal.ops.registry import OpError
+from nnhal.tflite import schema
+from nnhal.tflite.import_ctx import Context, Refuse, hal_type
+from nnhal.tflite.import_fold import FOLDED_NOTE, FOLDERS, fold
+from nnhal.tflite.import_ops import CONVERTERS, MAPPED, REFUSED
+from nnhal.tflite.import_read import SubgraphInfo, read_model
+from nnhal.tflite.model import ImportedModel, StateVariable
+from nnhal.tflite.variables import VARIABLE_OPS, Variables, initial_values
+from nnhal.validation import ValidationError
+
+L = OperandLifeTime
+
+
+def builtin_support() -> tuple[dict[str, str], dict[str, str]]:
+    """(mapped, refused): every TFLite builtin the importer converts with how, and every one
+    it refuses with why."""
+    mapped = dict(MAPPED)
+    for name in FOLDERS:
+        mapped.setdefault(name, FOLDED_NOTE)
+    mapped["DENSIFY"] = "folded: a sparse constant becomes a dense constant"
+    mapped["SHAPE"] = "folded when the input's shape is static"
+    mapped["RANK"] = "folded when the input's shape is static"
+    for name in ("VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"):
+        mapped[name] = "resource variable: one extra state input and output of the model"
+    mapped["CALL_ONCE"] = "initialisation of resource variables (initial state values)"
+    refused = {}
+    for name in schema.BUILTIN_NAMES.values():
+        if name in mapped or name.startswith("PLACEHOLDER"):
+            continue
+        refused[name] = REFUSED.get(name, "no HAL 1.3 equivalent")
+    return dict(sorted(mapped.items())), dict(sorted(refused.items()))
+
+
+class _Importer:
+    def __init__(self, file: str, subgraphs: list[SubgraphInfo]):
+        self.file = file
+        self.subgraphs = subgraphs
+        self.problems: list[str] = []
+
+    def run(self) -> ImportedModel:
+        main = self.subgraphs[0]
+        initial = {}
+        for op in main.ops:
+            if op.name == "CALL_ONCE" and op.options is not None:
+                k = op.options.InitSubgraphIndex()
+                if not 0 < k < len(self.subgraphs):
+                    raise ModelFileError(self.file, f"CALL_ONCE #{op.index} names subgraph {k}"
+                                                    f" of {len(self.subgraphs)}")
+                try:
+                    initial.update(initial_values(self.subgraphs[k]))
+                except Refuse as e:
+                    self.problems.append(f"{op.describe()}: {e}")
+        mb = ModelBuilder()
+        skip = {op.index for op in main.ops if op.name in VARIABLE_OPS}
+        folded = fold(main, skip)
+        ctx = Context(main, mb, main.outputs)
+        inputs = self._inputs(ctx, main)
+        variables = Variables(ctx, initial)
+        self._convert_ops(ctx, main, folded, variables)
+        outputs = self._outputs(ctx, main)
+        state: list[StateVariable] = []
+        if not self.problems:
+            try:
+                found, _ = variables.finish()
+            except Refuse as e:
+                self.problems.append(f"resource variables: {e}")
+                found = []
+            in_names = [main.tensors[i].name for i in main.inputs]
+            out_names = [main.tensors[i].name for i in main.outputs]
+            for name, vin, vout, init in found:
+                state.append(StateVariable(name, init, len(inputs), len(outputs)))
+                inputs.append(vin)
+                outputs.append(vout)
+                in_names.append(name)
+                out_names.append(name)
+        if self.problems:
+            n = len(self.problems)
+            raise UnsupportedModelError(
+                f"{self.file}: {n} operator(s) have no HAL 1.3 equivalent", self.problems)
+        mb.inputs, mb.outputs = inputs, outputs
+        model = mb.build()
+        try:
+            analyse(model)
+        except (ValidationError, OpError) as e:
+            raise UnsupportedModelError(f"{self.file}: the converted model is not a valid HAL "
+                                        f"model", [str(e)]) from None
+        return ImportedModel(model, in_names, out_names, state, self.file)
+
+    def _inputs(self, ctx: Context, sg: SubgraphInfo) -> list[int]:
+        out = []
+        for i in sg.inputs:
+            t = sg.tensors[i]
+            try:
+                ht, sc, zp, cq = hal_type(t)
+            except Refuse as e:
+                self.problems.append(f"input {e}")
+                ctx.poisoned.add(i)
+                continue
+            k = ctx.sb.operand(ht, list(t.shape), sc, zp, cq, lifetime=L.SUBGRAPH_INPUT)
+            ctx.operands[i] = k
+            out.append(k)
+        return out
+
+    def _convert_ops(self, ctx: Context, sg: SubgraphInfo, folded: set[int],
+                     variables: Variables | None) -> None:
+        for op in sg.ops:
+            if op.index in folded:
+                continue
+            if any(i in ctx.poisoned for i in op.inputs):
+                ctx.poisoned.update(op.outputs)
+                continue
+            ctx.op = op
+            try:
+                if op.name in VARIABLE_OPS:
+                    if variables is None:
+                        raise Refuse("resource variables only in the main subgraph")
+                    variables.convert(op)
+                elif op.custom:
+                    raise Refuse(f"custom operator '{op.name}' has no HAL equivalent")
+                elif op.name in CONVERTERS:
+                    CONVERTERS[op.name](ctx, op)
+                else:
+                    raise Refuse(REFUSED.get(op.name, "no HAL 1.3 equivalent"))
+                ctx.flush()
+            except Refuse as e:
+                ctx.pending.clear()
+                ctx.poisoned.update(op.outputs)
+                self.problems.append(f"{op.describe()}: {e}")
+            ctx.op = None
+
+    def _outputs(self, ctx: Context, sg: SubgraphInfo) -> list[int]:
+        """The subgraph's output operands, each written by an operation: a tensor that is an
+        input, a constant or listed twice is copied exactly into its own output operand."""
+        out = []
+        for i in sg.outputs:
+            if i in ctx.poisoned:
+                continue
+            if i in ctx.output_operands and ctx.output_operands[i] not in out:
+                out.append(ctx.output_operands[i])
+                continue
+            t = sg.tensors[i]
+            try:
+                ht, sc, zp, cq = hal_type(t)
+                src = ctx.x(i)
+                dst = ctx.sb.operand(ht, list(t.shape), sc, zp, cq, lifetime=L.SUBGRAPH_OUTPUT)
+                ctx.copy_into(src, dst)
+            except Refuse as e:
+                self.problems.append(f"output {t.describe()}: {e}")
+                continue
+            out.append(dst)
+        return out
+
+
+def read_tflite(source: str | os.PathLike[str] | bytes, name: str | None = None
+                ) -> ImportedModel:
+    """A .tflite file (or its bytes) as a HAL Model with its tensor names and state.
+
+    Raises ModelFileError for a file that cannot be read, UnsupportedModelError naming every
+    operator (index and name) and tensor that has no HAL 1.3 equivalent."""
+    lf = schema.load(source, name)
+    subgraphs = read_model(lf)
+    with lf.guard():
+        return _Importer(lf.name, subgraphs).run()
+
+
+__all__ = ["builtin_support", "read_tflite"]
