@@ -185,23 +185,20 @@ class Context:
     # ---- fused activations -----------------------------------------------------------------
 
     def fused(self, act: int, out: int) -> tuple[int, int]:
-        """(HAL FuseCode, operand the operation writes) for a TFLite fused activation; TANH
-        has no FuseCode, so the operation writes a temporary that a TANH reads."""
+        """(HAL FuseCode, operand the operation writes) for a TFLite fused activation.
+        TANH and SIGN_BIT have no FuseCode, and TFLite's kernels do not apply them either
+        (their activation range is unbounded), so they are refused rather than guessed."""
         if act in schema.ACTIVATIONS:
             return schema.ACTIVATIONS[act], self.y(out)
-        if act == 4:  # TANH
-            tmp = self.like(out)
-            y = self.y(out)
-            self.emit_after(O.TANH, [tmp], [y])
-            return 0, tmp
-        raise Refuse(f"fused activation {act} has no HAL equivalent")
+        raise Refuse(f"fused activation {act} (TANH / SIGN_BIT) has no HAL FuseCode and "
+                     f"TFLite's kernels do not apply it")
 
     def activated(self, act: int, out: int) -> int:
         """The operand an operation without a fuse input writes, with a separate activation
         operation after it when ``act`` is not NONE."""
         if act == 0:
             return self.y(out)
-        ops = {1: O.RELU, 2: O.RELU1, 3: O.RELU6, 4: O.TANH}
+        ops = {1: O.RELU, 2: O.RELU1, 3: O.RELU6}
         if act not in ops:
             raise Refuse(f"fused activation {act} has no HAL equivalent")
         tmp = self.like(out)

@@ -333,11 +333,14 @@ def _transpose(ctx: Context, op: OpInfo) -> None:
              [ctx.y(op.outputs[0])])
 
 
-@_conv("CONCATENATION", "CONCATENATION (fused activation as a separate operation)")
+@_conv("CONCATENATION", "CONCATENATION (no fused activation)")
 def _concat(ctx: Context, op: OpInfo) -> None:
     o = ctx.options()
+    if o.FusedActivationFunction() != 0:
+        # TFLite's own kernel rejects it and its XNNPACK delegate ignores it: no meaning to keep.
+        raise Refuse("a fused activation on CONCATENATION is rejected by TFLite's kernel")
     ins = [ctx.x(i) for i in op.inputs]
-    out = ctx.activated(o.FusedActivationFunction(), op.outputs[0])
+    out = ctx.y(op.outputs[0])
     ctx.emit(O.CONCATENATION, ins + [ctx.i32(_axis(ctx, o.Axis(), op.outputs[0]))], [out])
 
 
@@ -388,6 +391,17 @@ def _strided_slice(ctx: Context, op: OpInfo) -> None:
             s = np.concatenate([s, np.ones(rank - n, np.int64)])
             full = ((1 << rank) - 1) & ~((1 << n) - 1)
             begin_m, end_m = begin_m | full, end_m | full
+        shape = ctx.t(op.inputs[0]).shape
+        for d in range(rank):
+            if shrink >> d & 1:  # TFLite ignores end here; the HAL wants end = begin + 1
+                k = int(b[d])
+                if k < 0:
+                    if shape[d] <= 0:
+                        raise Refuse("negative shrunk index along a dimension of unknown size")
+                    k += shape[d]
+                b[d], e[d], s[d] = k, k + 1, 1
+                begin_m &= ~(1 << d)
+                end_m &= ~(1 << d)
         ins = [ctx.ints(b), ctx.ints(e), ctx.ints(s)]
     else:
         if offset:

@@ -90,3 +90,29 @@ def tolerance(expected: np.ndarray) -> float:
 def max_error(got: np.ndarray, expected: np.ndarray) -> float:
     return float(np.max(np.abs(got.astype(np.float64) - expected.astype(np.float64)),
                         initial=0.0))
+
+
+def agree(data: bytes, inputs: Sequence[np.ndarray] | None = None, seed: int = 0
+          ) -> list[np.ndarray]:
+    """Import ``data``, run it on the reference driver and on litert with the same (random
+    unless given) inputs, assert agreement within the issue's tolerance; the outputs."""
+    from nnhal.tflite import read_tflite
+
+    imported = read_tflite(data)
+    it = litert(data)
+    rng = np.random.default_rng(seed)
+    if inputs is None:
+        inputs = [random_input(d["dtype"], d["shape"], rng) for d in it.get_input_details()]
+    expected = litert_run(it, inputs)
+    ref = Reference(imported)
+    try:
+        got = ref.run(inputs)
+    finally:
+        ref.close()
+    assert len(got) == len(expected)
+    for k, (g, e) in enumerate(zip(got, expected)):
+        assert g.shape == e.shape, f"output {k}: shape {g.shape}, litert {e.shape}"
+        assert g.dtype == e.dtype, f"output {k}: dtype {g.dtype}, litert {e.dtype}"
+        err, tol = max_error(g, e), tolerance(e)
+        assert err <= tol, f"output {k}: max error {err} > {tol}"
+    return got
