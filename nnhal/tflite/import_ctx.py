@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import flatbuffers
 import numpy as np
+import tflite
 from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.builder import SubgraphBuilder
@@ -228,14 +230,23 @@ class Context:
         else:
             raise Refuse(f"cannot copy a {ht.name} operand exactly")
 
-    def options(self) -> Any:
-        if self.op is None or self.op.options is None:
-            raise Refuse("its options are missing")
-        return self.op.options
+    def options(self, table: str) -> Any:
+        """The operator's options, or the schema's defaults (an empty ``table``) when the file
+        has none, as TFLite's own reader does."""
+        if self.op is not None and self.op.options is not None:
+            return self.op.options
+        return default_options(table)
 
     def extra(self) -> dict[str, Any]:
         return self.sg.extra
 
 
-def options_or(opts: Any, name: str, default: Any) -> Any:
-    return getattr(opts, name)() if opts is not None else default
+def default_options(table: str) -> Any:
+    """An options table with every field at its schema default."""
+    b = flatbuffers.Builder(16)
+    b.StartObject(0)
+    b.Finish(b.EndObject())
+    obj = getattr(tflite, table)()
+    data = bytes(b.Output())
+    obj.Init(data, flatbuffers.encode.Get(flatbuffers.packer.uoffset, data, 0))
+    return obj

@@ -92,7 +92,7 @@ def _simple(name: str, hal: OperationType, note: str | None = None,
 
 @_conv("CONV_2D", "CONV_2D (padding, strides, dilation, fused activation; per-channel int8)")
 def _conv2d(ctx: Context, op: OpInfo) -> None:
-    o = ctx.options()
+    o = ctx.options("Conv2DOptions")
     w = ctx.t(op.inputs[1])
     ins = [ctx.x(op.inputs[0]), ctx.x(op.inputs[1]), _bias(ctx, op, w.shape[0]),
            ctx.i32(_padding(o.Padding())), ctx.i32(o.StrideW()), ctx.i32(o.StrideH())]
@@ -105,7 +105,7 @@ def _conv2d(ctx: Context, op: OpInfo) -> None:
 
 @_conv("DEPTHWISE_CONV_2D", "DEPTHWISE_CONV_2D (depth multiplier, dilation, fused activation)")
 def _depthwise(ctx: Context, op: OpInfo) -> None:
-    o = ctx.options()
+    o = ctx.options("DepthwiseConv2DOptions")
     x, w = ctx.t(op.inputs[0]), ctx.t(op.inputs[1])
     cin, cout = x.shape[-1], w.shape[-1]
     if cin <= 0 or cout % cin:
@@ -122,7 +122,7 @@ def _depthwise(ctx: Context, op: OpInfo) -> None:
 
 @_conv("TRANSPOSE_CONV", "TRANSPOSE_CONV_2D (output_shape input, padding, strides, bias)")
 def _transpose_conv(ctx: Context, op: OpInfo) -> None:
-    o = ctx.options()
+    o = ctx.options("TransposeConvOptions")
     shape_i, w_i, x_i = op.inputs[:3]
     w = ctx.t(w_i)
     fake = OpInfo(op.index, op.name, op.code, [x_i, w_i] + op.inputs[3:4], op.outputs)
@@ -136,7 +136,7 @@ def _transpose_conv(ctx: Context, op: OpInfo) -> None:
 
 def _pool(name: str, hal: OperationType) -> None:
     def convert(ctx: Context, op: OpInfo) -> None:
-        o = ctx.options()
+        o = ctx.options("Pool2DOptions")
         ins = [ctx.x(op.inputs[0]), ctx.i32(_padding(o.Padding())), ctx.i32(o.StrideW()),
                ctx.i32(o.StrideH()), ctx.i32(o.FilterWidth()), ctx.i32(o.FilterHeight())]
         code, out = ctx.fused(o.FusedActivationFunction(), op.outputs[0])
@@ -151,7 +151,7 @@ _pool("L2_POOL_2D", O.L2_POOL_2D)
 
 @_conv("FULLY_CONNECTED", "FULLY_CONNECTED (keep_num_dims as a RESHAPE after it)")
 def _fully_connected(ctx: Context, op: OpInfo) -> None:
-    o = ctx.options()
+    o = ctx.options("FullyConnectedOptions")
     if o.WeightsFormat() != 0:
         raise Refuse("shuffled weights format has no HAL equivalent")
     w = ctx.t(op.inputs[1])
@@ -221,7 +221,7 @@ def _leaky_relu(ctx: Context, op: OpInfo) -> None:
     x = ctx.t(op.inputs[0])
     if x.ttype not in (TT.FLOAT32, TT.FLOAT16):
         raise Refuse("quantized LEAKY_RELU has no exact HAL form")
-    alpha = np.asarray([ctx.options().Alpha()], schema.DTYPES[x.ttype])
+    alpha = np.asarray([ctx.options("LeakyReluOptions").Alpha()], schema.DTYPES[x.ttype])
     ht = hal_type(x)[0]
     ctx.emit(O.PRELU, [ctx.x(op.inputs[0]), ctx.sb.constant(ht, alpha, [1])],
              [ctx.y(op.outputs[0])])
@@ -266,7 +266,7 @@ def _dequantize(ctx: Context, op: OpInfo) -> None:
 
 @_conv("SOFTMAX", "SOFTMAX (beta)")
 def _softmax(ctx: Context, op: OpInfo) -> None:
-    beta = ctx.options().Beta() if op.options is not None else 1.0
+    beta = ctx.options("SoftmaxOptions").Beta()
     ctx.emit(O.SOFTMAX, [ctx.x(op.inputs[0]), ctx.scalar_float(op.inputs[0], beta)],
              [ctx.y(op.outputs[0])])
 
@@ -279,7 +279,7 @@ def _log_softmax(ctx: Context, op: OpInfo) -> None:
 
 @_conv("L2_NORMALIZATION", "L2_NORMALIZATION (last axis)")
 def _l2norm(ctx: Context, op: OpInfo) -> None:
-    act = ctx.options().FusedActivationFunction() if op.options is not None else 0
+    act = ctx.options("L2NormOptions").FusedActivationFunction()
     out = ctx.activated(act, op.outputs[0])
     ctx.emit(O.L2_NORMALIZATION, [ctx.x(op.inputs[0])], [out])
 
@@ -287,7 +287,7 @@ def _l2norm(ctx: Context, op: OpInfo) -> None:
 @_conv("LOCAL_RESPONSE_NORMALIZATION", "LOCAL_RESPONSE_NORMALIZATION (radius, bias, alpha, "
        "beta)")
 def _lrn(ctx: Context, op: OpInfo) -> None:
-    o = ctx.options()
+    o = ctx.options("LocalResponseNormalizationOptions")
     i = op.inputs[0]
     ctx.emit(O.LOCAL_RESPONSE_NORMALIZATION,
              [ctx.x(i), ctx.i32(o.Radius()), ctx.scalar_float(i, o.Bias()),
@@ -335,7 +335,7 @@ def _transpose(ctx: Context, op: OpInfo) -> None:
 
 @_conv("CONCATENATION", "CONCATENATION (no fused activation)")
 def _concat(ctx: Context, op: OpInfo) -> None:
-    o = ctx.options()
+    o = ctx.options("ConcatenationOptions")
     if o.FusedActivationFunction() != 0:
         # TFLite's own kernel rejects it and its XNNPACK delegate ignores it: no meaning to keep.
         raise Refuse("a fused activation on CONCATENATION is rejected by TFLite's kernel")
@@ -373,7 +373,7 @@ def _slice(ctx: Context, op: OpInfo) -> None:
 @_conv("STRIDED_SLICE", "STRIDED_SLICE (begin/end/shrink masks; offset with constants; "
        "ellipsis and new-axis masks refused)")
 def _strided_slice(ctx: Context, op: OpInfo) -> None:
-    o = ctx.options()
+    o = ctx.options("StridedSliceOptions")
     if o.EllipsisMask() or o.NewAxisMask():
         raise Refuse("ellipsis / new-axis masks have no HAL equivalent")
     rank = _rank(ctx, op.inputs[0])
@@ -455,7 +455,7 @@ def _pack(ctx: Context, op: OpInfo) -> None:
     out = ctx.t(op.outputs[0])
     if not out.static:
         raise Refuse("PACK needs a known output shape")
-    axis = _axis(ctx, ctx.options().Axis(), op.outputs[0])
+    axis = _axis(ctx, ctx.options("PackOptions").Axis(), op.outputs[0])
     piece = list(out.shape)
     piece[axis] = 1
     parts = []
@@ -471,7 +471,7 @@ def _unpack(ctx: Context, op: OpInfo) -> None:
     x = ctx.t(op.inputs[0])
     if not x.static:
         raise Refuse("UNPACK needs a known input shape")
-    axis = _axis(ctx, ctx.options().Axis(), op.inputs[0])
+    axis = _axis(ctx, ctx.options("UnpackOptions").Axis(), op.inputs[0])
     piece = list(x.shape)
     piece[axis] = 1
     parts = [ctx.like(op.inputs[0], piece) for _ in op.outputs]
@@ -542,8 +542,8 @@ _resize("RESIZE_NEAREST_NEIGHBOR", O.RESIZE_NEAREST_NEIGHBOR)
 
 def _block(name: str, hal: OperationType) -> None:
     def convert(ctx: Context, op: OpInfo) -> None:
-        ctx.emit(hal, [ctx.x(op.inputs[0]), ctx.i32(ctx.options().BlockSize())],
-                 [ctx.y(op.outputs[0])])
+        block = ctx.options("DepthToSpaceOptions").BlockSize()  # same field in both tables
+        ctx.emit(hal, [ctx.x(op.inputs[0]), ctx.i32(block)], [ctx.y(op.outputs[0])])
     _conv(name, f"{hal.name} (block size)")(convert)
 
 

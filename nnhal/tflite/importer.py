@@ -9,12 +9,16 @@ with its index, so a user sees the whole list rather than the first failure.
 from __future__ import annotations
 
 import os
+import re
+from types import SimpleNamespace
 
 from nnhal.analysis import analyse
 from nnhal.errors import ModelFileError, UnsupportedModelError
 from nnhal.hal.builder import ModelBuilder
-from nnhal.hal.types import OperandLifeTime
+from nnhal.hal.types import OperandLifeTime, OperandType
+from nnhal.ops.catalog import signature
 from nnhal.ops.registry import OpError
+from nnhal.ops.signature import SignatureError, check
 from nnhal.tflite import schema
 from nnhal.tflite.import_ctx import Context, Refuse, hal_type
 from nnhal.tflite.import_fold import FOLDED_NOTE, FOLDERS, fold
@@ -52,6 +56,8 @@ class _Importer:
         self.file = file
         self.subgraphs = subgraphs
         self.problems: list[str] = []
+        #: The TFLite operator each main HAL operation comes from, for messages.
+        self.origin: list[str] = []
 
     def run(self) -> ImportedModel:
         main = self.subgraphs[0]
@@ -90,17 +96,44 @@ class _Importer:
                 in_names.append(name)
                 out_names.append(name)
         if self.problems:
-            n = len(self.problems)
-            raise UnsupportedModelError(
-                f"{self.file}: {n} operator(s) have no HAL 1.3 equivalent", self.problems)
+            raise self._error(self.problems)
         mb.inputs, mb.outputs = inputs, outputs
         model = mb.build()
         try:
             analyse(model)
         except (ValidationError, OpError) as e:
-            raise UnsupportedModelError(f"{self.file}: the converted model is not a valid HAL "
-                                        f"model", [str(e)]) from None
+            # Name the TFLite operator the failing HAL operation comes from.
+            m = re.match(r"main operation (\d+)", str(e))
+            k = int(m.group(1)) if m else -1
+            where = self.origin[k] if 0 <= k < len(self.origin) else "the converted model"
+            raise self._error([f"{where}: the HAL rejects it: {e}"]) from None
         return ImportedModel(model, in_names, out_names, state, self.file)
+
+    def _error(self, items: list[str]) -> UnsupportedModelError:
+        n_ops = sum(1 for i in items if i.startswith("#"))
+        what = f"{self.file}: {n_ops} operator(s) have no HAL 1.3 equivalent"
+        if len(items) > n_ops:
+            what += f" and {len(items) - n_ops} tensor(s) have no HAL operand type"
+        return UnsupportedModelError(what, items)
+
+    def _check_emitted(self, ctx: Context, start: int) -> None:
+        """The operations just emitted fit their HAL signatures (operand types and counts),
+        so a type the HAL does not take is reported against the TFLite operator."""
+        operands = ctx.sb.operands
+
+        def info(i: int) -> SimpleNamespace:
+            o = operands[i]
+            return SimpleNamespace(type=OperandType(o.type), lifetime=o.lifetime)
+
+        for operation in ctx.sb.operations[start:]:
+            sig = signature(operation.type)
+            if sig is None:
+                continue
+            try:
+                check(sig, [info(i) for i in operation.inputs],
+                      [info(i) for i in operation.outputs])
+            except SignatureError as e:
+                raise Refuse(f"the HAL's {e}") from None
 
     def _inputs(self, ctx: Context, sg: SubgraphInfo) -> list[int]:
         out = []
@@ -126,6 +159,7 @@ class _Importer:
                 ctx.poisoned.update(op.outputs)
                 continue
             ctx.op = op
+            start = len(ctx.sb.operations)
             try:
                 if op.name in VARIABLE_OPS:
                     if variables is None:
@@ -138,11 +172,13 @@ class _Importer:
                 else:
                     raise Refuse(REFUSED.get(op.name, "no HAL 1.3 equivalent"))
                 ctx.flush()
+                self._check_emitted(ctx, start)
             except Refuse as e:
                 ctx.pending.clear()
                 ctx.poisoned.update(op.outputs)
                 self.problems.append(f"{op.describe()}: {e}")
             ctx.op = None
+            self.origin += [op.describe()] * (len(ctx.sb.operations) - len(self.origin))
 
     def _outputs(self, ctx: Context, sg: SubgraphInfo) -> list[int]:
         """The subgraph's output operands, each written by an operation: a tensor that is an

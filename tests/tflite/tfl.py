@@ -64,8 +64,10 @@ class Graph:
 
     def tensor(self, shape: Sequence[int], dtype: Any, name: str | None = None,
                quant: Quant | None = None, signature: Sequence[int] | None = None) -> int:
+        """``dtype`` is a numpy dtype or a TensorType code (e.g. TT.RESOURCE)."""
+        ttype = dtype if isinstance(dtype, int) else _TYPES[np.dtype(dtype)]
         self.tensors.append(_Tensor(name or f"t{len(self.tensors)}", list(shape),
-                                    _TYPES[np.dtype(dtype)], None, quant,
+                                    ttype, None, quant,
                                     list(signature) if signature is not None else None))
         return len(self.tensors) - 1
 
@@ -79,13 +81,17 @@ class Graph:
               quant: Quant | None = None, sparsity: tuple | None = None,
               shape: Sequence[int] | None = None) -> int:
         arr = np.asarray(value, dtype=dtype)
-        i = self.tensor(arr.shape if shape is None else shape, arr.dtype, name, quant)
+        ttype = dtype if isinstance(dtype, int) else arr.dtype
+        if isinstance(dtype, int):
+            arr = np.asarray(value)
+        i = self.tensor(arr.shape if shape is None else shape, ttype, name, quant)
         self.tensors[i].value = arr
         self.tensors[i].sparsity = sparsity
         return i
 
     def op(self, name: str, inputs: Sequence[int], outputs: Sequence[int],
            options: tuple[str, dict[str, Any]] | None = None) -> None:
+        """``name`` is a builtin name, or ``CUSTOM:code`` for a custom operator."""
         self.ops.append(_Op(name, list(inputs), list(outputs), options))
 
     def output(self, *indexes: int) -> None:
@@ -213,8 +219,20 @@ def _subgraph(b: flatbuffers.Builder, g: Graph, codes: dict[str, int],
     return sm.SubGraphEnd(b)
 
 
-def build(main: Graph, *extra: Graph, version: int = 3) -> bytes:
-    """The .tflite bytes of a model whose subgraph 0 is ``main``."""
+def build(main: Graph, *extra: Graph, version: int = 3, external: bool = False) -> bytes:
+    """The .tflite bytes of a model whose subgraph 0 is ``main``; ``external`` puts constant
+    data past the flatbuffer (Buffer.offset / size), as large models do."""
+    if not external:
+        return _build(main, extra, version, None)
+    base = 1 << 12
+    while True:
+        data = _build(main, extra, version, base)
+        if data is not None:
+            return data
+        base *= 2
+
+
+def _build(main: Graph, extra: tuple, version: int, base: int | None) -> bytes | None:
     b = flatbuffers.Builder(1024)
     codes: dict[str, int] = {}
     buffers: list[bytes] = [b""]
@@ -222,18 +240,32 @@ def build(main: Graph, *extra: Graph, version: int = 3) -> bytes:
     cm, bm, mm = _mod("OperatorCode"), _mod("Buffer"), _mod("Model")
     code_offsets = []
     for name in sorted(codes, key=codes.get):
-        code = getattr(BuiltinOperator, name)
+        custom = b.CreateString(name[7:]) if name.startswith("CUSTOM:") else None
+        code = BuiltinOperator.CUSTOM if custom is not None else getattr(BuiltinOperator, name)
         cm.OperatorCodeStart(b)
+        if custom is not None:
+            cm.OperatorCodeAddCustomCode(b, custom)
         cm.OperatorCodeAddBuiltinCode(b, code)
         cm.OperatorCodeAddDeprecatedBuiltinCode(b, min(code, 127))
         cm.OperatorCodeAddVersion(b, 1)
         code_offsets.append(cm.OperatorCodeEnd(b))
-    buffer_offsets = []
+    buffer_offsets, tail, places = [], bytearray(), []
     for data in buffers:
-        d = b.CreateNumpyVector(np.frombuffer(data, np.uint8)) if data else None
+        if base is not None and data:
+            while len(tail) % 16:
+                tail.append(0)
+            places.append((base + len(tail), len(data)))
+            tail.extend(data)
+            d = None
+        else:
+            places.append(None)
+            d = b.CreateNumpyVector(np.frombuffer(data, np.uint8)) if data else None
         bm.BufferStart(b)
         if d is not None:
             bm.BufferAddData(b, d)
+        if places[-1] is not None:
+            bm.BufferAddOffset(b, places[-1][0])
+            bm.BufferAddSize(b, places[-1][1])
         buffer_offsets.append(bm.BufferEnd(b))
     sv, cv, bv = (_table_vector(b, subgraphs), _table_vector(b, code_offsets),
                   _table_vector(b, buffer_offsets))
@@ -245,7 +277,12 @@ def build(main: Graph, *extra: Graph, version: int = 3) -> bytes:
     mm.ModelAddDescription(b, desc)
     mm.ModelAddBuffers(b, bv)
     b.Finish(mm.ModelEnd(b), file_identifier=b"TFL3")
-    return bytes(b.Output())
+    out = bytes(b.Output())
+    if base is None:
+        return out
+    if len(out) > base:
+        return None  # the caller retries with a larger base
+    return out + b"\0" * (base - len(out)) + bytes(tail)
 
 
 def one_op(name: str, inputs: Sequence[Any], out_shape: Sequence[int], out_dtype: Any = None,
