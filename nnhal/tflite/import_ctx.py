@@ -70,6 +70,12 @@ def hal_type(t: TensorInfo) -> HalType:
     raise Refuse(f"{t.describe()} has type {t.type_name}, which has no HAL operand type")
 
 
+def hal_dims(t: TensorInfo) -> list[int]:
+    """A tensor's HAL dimensions: a TFLite scalar (rank 0) is [1], since a HAL tensor operand
+    without dimensions means one of unknown rank."""
+    return list(t.shape) or [1]
+
+
 def operand_dtype(t: OperandType) -> np.dtype:
     return np.dtype(np.uint8) if t == T.TENSOR_BOOL8 else np.dtype(t.dtype)
 
@@ -79,7 +85,7 @@ class Context:
     tensor has one (inputs at the start, operator outputs as they are converted)."""
 
     def __init__(self, sg: SubgraphInfo, sb: SubgraphBuilder, outputs: Sequence[int],
-                 subgraph_ref: Callable[[int], int] | None = None):
+                 subgraph_ref: Callable[[int, SubgraphBuilder], int] | None = None):
         self.sg, self.sb = sg, sb
         self.operands: dict[int, int] = {}
         self._consts: dict[tuple, int] = {}
@@ -142,7 +148,7 @@ class Context:
         lifetime = L.TEMPORARY_VARIABLE
         if i in self.wanted_outputs and i not in self.output_operands:
             lifetime = L.SUBGRAPH_OUTPUT
-        k = self.sb.operand(ht, list(t.shape if dims is None else dims), sc, zp, cq,
+        k = self.sb.operand(ht, hal_dims(t) if dims is None else list(dims), sc, zp, cq,
                             lifetime=lifetime)
         if lifetime == L.SUBGRAPH_OUTPUT:
             self.output_operands[i] = k
@@ -152,7 +158,8 @@ class Context:
     def like(self, i: int, dims: Sequence[int] | None = None) -> int:
         """A temporary with tensor ``i``'s type (and its dims unless given)."""
         ht, sc, zp, cq = hal_type(self.t(i))
-        return self.sb.operand(ht, list(self.t(i).shape if dims is None else dims), sc, zp, cq)
+        return self.sb.operand(ht, hal_dims(self.t(i)) if dims is None else list(dims), sc, zp,
+                               cq)
 
     def tmp(self, ht: OperandType, dims: Sequence[int], scale: float = 0.0,
             zero_point: int = 0) -> int:
@@ -237,8 +244,11 @@ class Context:
             return self.op.options
         return default_options(table)
 
-    def extra(self) -> dict[str, Any]:
-        return self.sg.extra
+    def subgraph(self, k: int) -> int:
+        """A SUBGRAPH operand naming TFLite subgraph ``k`` (converted on first use)."""
+        if self.subgraph_ref is None:
+            raise Refuse("control flow is not available here")
+        return self.subgraph_ref(k, self.sb)
 
 
 def default_options(table: str) -> Any:

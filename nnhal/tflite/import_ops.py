@@ -581,6 +581,24 @@ def _hashtable(ctx: Context, op: OpInfo) -> None:
              [ctx.y(o) for o in op.outputs])
 
 
+# ---- control flow ----------------------------------------------------------------------------
+
+@_conv("IF", "IF (then / else subgraphs become referenced subgraphs)")
+def _if(ctx: Context, op: OpInfo) -> None:
+    o = ctx.options("IfOptions")
+    then_, else_ = ctx.subgraph(o.ThenSubgraphIndex()), ctx.subgraph(o.ElseSubgraphIndex())
+    ctx.emit(O.IF, [ctx.x(op.inputs[0]), then_, else_] + [ctx.x(i) for i in op.inputs[1:]],
+             [ctx.y(i) for i in op.outputs])
+
+
+@_conv("WHILE", "WHILE (every loop variable loop-carried)")
+def _while(ctx: Context, op: OpInfo) -> None:
+    o = ctx.options("WhileOptions")
+    cond, body = ctx.subgraph(o.CondSubgraphIndex()), ctx.subgraph(o.BodySubgraphIndex())
+    ctx.emit(O.WHILE, [cond, body] + [ctx.x(i) for i in op.inputs],
+             [ctx.y(i) for i in op.outputs])
+
+
 #: Builtins refused on purpose, with the reason (every other unmapped builtin is refused as
 #: having no HAL 1.3 equivalent).
 REFUSED: dict[str, str] = {

@@ -14,13 +14,13 @@ from types import SimpleNamespace
 
 from nnhal.analysis import analyse
 from nnhal.errors import ModelFileError, UnsupportedModelError
-from nnhal.hal.builder import ModelBuilder
+from nnhal.hal.builder import ModelBuilder, SubgraphBuilder
 from nnhal.hal.types import OperandLifeTime, OperandType
 from nnhal.ops.catalog import signature
 from nnhal.ops.registry import OpError
 from nnhal.ops.signature import SignatureError, check
 from nnhal.tflite import schema
-from nnhal.tflite.import_ctx import Context, Refuse, hal_type
+from nnhal.tflite.import_ctx import Context, Refuse, hal_dims, hal_type
 from nnhal.tflite.import_fold import FOLDED_NOTE, FOLDERS, fold
 from nnhal.tflite.import_ops import CONVERTERS, MAPPED, REFUSED
 from nnhal.tflite.import_read import SubgraphInfo, read_model
@@ -58,6 +58,9 @@ class _Importer:
         self.problems: list[str] = []
         #: The TFLite operator each main HAL operation comes from, for messages.
         self.origin: list[str] = []
+        self.referenced: dict[int, SubgraphBuilder] = {}
+        self.converting: set[int] = set()
+        self.mb = ModelBuilder()
 
     def run(self) -> ImportedModel:
         main = self.subgraphs[0]
@@ -73,9 +76,10 @@ class _Importer:
                 except Refuse as e:
                     self.problems.append(f"{op.describe()}: {e}")
         mb = ModelBuilder()
+        self.mb = mb
         skip = {op.index for op in main.ops if op.name in VARIABLE_OPS}
         folded = fold(main, skip)
-        ctx = Context(main, mb, main.outputs)
+        ctx = Context(main, mb, main.outputs, self._reference)
         inputs = self._inputs(ctx, main)
         variables = Variables(ctx, initial)
         self._convert_ops(ctx, main, folded, variables)
@@ -108,6 +112,25 @@ class _Importer:
             where = self.origin[k] if 0 <= k < len(self.origin) else "the converted model"
             raise self._error([f"{where}: the HAL rejects it: {e}"]) from None
         return ImportedModel(model, in_names, out_names, state, self.file)
+
+    def _reference(self, k: int, sb: SubgraphBuilder) -> int:
+        """A SUBGRAPH operand in ``sb`` naming TFLite subgraph ``k`` converted into a
+        referenced HAL subgraph (once per subgraph)."""
+        if not 0 < k < len(self.subgraphs):
+            raise Refuse(f"names subgraph {k} of {len(self.subgraphs)}")
+        if k not in self.referenced:
+            if k in self.converting:
+                raise Refuse(f"subgraph {k} calls itself")
+            self.converting.add(k)
+            sg = self.subgraphs[k]
+            sub = self.mb.subgraph()
+            ctx = Context(sg, sub, sg.outputs, self._reference)
+            sub.inputs = self._inputs(ctx, sg)
+            self._convert_ops(ctx, sg, fold(sg, set()), None)
+            sub.outputs = self._outputs(ctx, sg)
+            self.converting.discard(k)
+            self.referenced[k] = sub
+        return sb.reference(self.referenced[k])
 
     def _error(self, items: list[str]) -> UnsupportedModelError:
         n_ops = sum(1 for i in items if i.startswith("#"))
@@ -145,7 +168,7 @@ class _Importer:
                 self.problems.append(f"input {e}")
                 ctx.poisoned.add(i)
                 continue
-            k = ctx.sb.operand(ht, list(t.shape), sc, zp, cq, lifetime=L.SUBGRAPH_INPUT)
+            k = ctx.sb.operand(ht, hal_dims(t), sc, zp, cq, lifetime=L.SUBGRAPH_INPUT)
             ctx.operands[i] = k
             out.append(k)
         return out
@@ -176,9 +199,11 @@ class _Importer:
             except Refuse as e:
                 ctx.pending.clear()
                 ctx.poisoned.update(op.outputs)
-                self.problems.append(f"{op.describe()}: {e}")
+                where = op.describe() + (f" (subgraph {sg.index})" if sg.index else "")
+                self.problems.append(f"{where}: {e}")
             ctx.op = None
-            self.origin += [op.describe()] * (len(ctx.sb.operations) - len(self.origin))
+            if sg.index == 0:
+                self.origin += [op.describe()] * (len(ctx.sb.operations) - len(self.origin))
 
     def _outputs(self, ctx: Context, sg: SubgraphInfo) -> list[int]:
         """The subgraph's output operands, each written by an operation: a tensor that is an
@@ -194,7 +219,7 @@ class _Importer:
             try:
                 ht, sc, zp, cq = hal_type(t)
                 src = ctx.x(i)
-                dst = ctx.sb.operand(ht, list(t.shape), sc, zp, cq, lifetime=L.SUBGRAPH_OUTPUT)
+                dst = ctx.sb.operand(ht, hal_dims(t), sc, zp, cq, lifetime=L.SUBGRAPH_OUTPUT)
                 ctx.copy_into(src, dst)
             except Refuse as e:
                 self.problems.append(f"output {t.describe()}: {e}")

@@ -12,7 +12,7 @@ import numpy as np
 
 from nnhal.hal.types import OperandLifeTime
 from nnhal.tflite import schema
-from nnhal.tflite.import_ctx import Context, Refuse, hal_type
+from nnhal.tflite.import_ctx import Context, Refuse, hal_dims, hal_type
 from nnhal.tflite.import_fold import fold
 from nnhal.tflite.import_read import OpInfo, SubgraphInfo, TensorInfo
 
@@ -74,7 +74,7 @@ class Variables:
     def _input(self, v: _Var, t: TensorInfo) -> int:
         ht, sc, zp, cq = hal_type(t)
         v.template = t
-        v.input = self.ctx.sb.operand(ht, list(t.shape), sc, zp, cq,
+        v.input = self.ctx.sb.operand(ht, hal_dims(t), sc, zp, cq,
                                       lifetime=OperandLifeTime.SUBGRAPH_INPUT)
         return v.input
 
@@ -112,7 +112,7 @@ class Variables:
                 dst = cur
             else:
                 ht, sc, zp, cq = hal_type(v.template)
-                dst = ctx.sb.operand(ht, list(v.template.shape), sc, zp, cq,
+                dst = ctx.sb.operand(ht, hal_dims(v.template), sc, zp, cq,
                                      lifetime=OperandLifeTime.SUBGRAPH_OUTPUT)
                 ctx.copy_into(cur, dst)
             used.add(dst)

@@ -445,3 +445,60 @@ def test_truncated_and_corrupted_files_never_raise_anything_else() -> None:
         except UnsupportedModelError:
             outcomes["unsupported"] += 1
     assert outcomes["file"] > len(data) // 7  # every truncation at least
+
+
+# ---- control flow ----------------------------------------------------------------------------
+
+def _branch(op: str, const: float) -> Graph:
+    g = Graph()
+    x = g.input((2,), F)
+    y = g.tensor((2,), F)
+    g.op(op, [x, g.const(np.float32([const, const]))], [y],
+         (f"{op.capitalize()}Options", dict(FusedActivationFunction=0)))
+    g.output(y)
+    return g
+
+
+def test_if_agrees_with_litert_on_both_branches() -> None:
+    pytest.importorskip("ai_edge_litert.interpreter")
+    g = Graph()
+    c = g.input((1,), np.bool_, name="cond")
+    x = g.input((2,), F, name="x")
+    y = g.tensor((2,), F, name="y")
+    g.op("IF", [c, x], [y], ("IfOptions", dict(ThenSubgraphIndex=1, ElseSubgraphIndex=2)))
+    g.output(y)
+    data = build(g, _branch("ADD", 1.0), _branch("MUL", 2.0))
+    imported = read_tflite(data)
+    assert len(imported.model.referenced) == 2
+    x = np.float32([3, -4])
+    np.testing.assert_array_equal(agree(data, [np.array([True]), x])[0], x + 1)
+    np.testing.assert_array_equal(agree(data, [np.array([False]), x])[0], x * 2)
+
+
+@pytest.mark.parametrize("counter", [(), (1,)], ids=["scalar", "vector"])
+def test_while_agrees_with_litert(counter: tuple) -> None:
+    """A TFLite scalar (the usual loop counter) is a HAL [1]."""
+    pytest.importorskip("ai_edge_litert.interpreter")
+    one = np.ones(counter, np.int32)
+    cond = Graph()
+    i, x = cond.input(counter, np.int32), cond.input((2,), F)
+    b = cond.tensor(counter, np.bool_)
+    cond.op("LESS", [i, cond.const(one * 5)], [b])
+    cond.output(b)
+    body = Graph()
+    i, x = body.input(counter, np.int32), body.input((2,), F)
+    i2, x2 = body.tensor(counter, np.int32), body.tensor((2,), F)
+    body.op("ADD", [i, body.const(one)], [i2], ("AddOptions", dict(FusedActivationFunction=0)))
+    body.op("MUL", [x, body.const(np.float32([1.5, -1]))], [x2],
+            ("MulOptions", dict(FusedActivationFunction=0)))
+    body.output(i2, x2)
+    g = Graph()
+    i, x = g.input(counter, np.int32, name="i"), g.input((2,), F, name="x")
+    i_out, x_out = g.tensor(counter, np.int32, name="i_out"), g.tensor((2,), F, name="x_out")
+    g.op("WHILE", [i, x], [i_out, x_out], ("WhileOptions", dict(CondSubgraphIndex=1,
+                                                                 BodySubgraphIndex=2)))
+    g.output(i_out, x_out)
+    data = build(g, cond, body)
+    got = agree(data, [one, np.float32([2, 3])])
+    np.testing.assert_array_equal(got[0].reshape(-1), [5])
+    np.testing.assert_allclose(got[1], [2 * 1.5 ** 4, 3.0])
