@@ -96,6 +96,8 @@ class Context:
         self.op: OpInfo | None = None
         #: Tensors whose producer was refused (their readers are not reported again).
         self.poisoned: set[int] = set()
+        #: The main subgraph's variables (resource variables and variable tensors).
+        self.variables: Any = None
         self.subgraph_ref = subgraph_ref
 
     # ---- tensors ---------------------------------------------------------------------------
@@ -243,6 +245,28 @@ class Context:
         if self.op is not None and self.op.options is not None:
             return self.op.options
         return default_options(table)
+
+    def state_in(self, i: int) -> int:
+        """The operand holding variable tensor ``i`` (recurrent state) before this operator."""
+        if self.variables is None:
+            raise Refuse("recurrent state is only carried in the main subgraph")
+        if not self.t(i).is_variable:
+            return self.x(i)
+        return self.variables.tensor_state(i)
+
+    def state_out(self, i: int) -> int:
+        """A new operand for variable tensor ``i`` after this operator."""
+        k = self.like(i)
+        if self.t(i).is_variable and self.variables is not None:
+            self.variables.set_tensor_state(i, k)
+        return k
+
+    def omitted_like(self, i: int, like: int) -> int:
+        """Tensor ``i``, or an omitted operand of tensor ``like``'s type when ``i`` is -1."""
+        if i >= 0:
+            return self.x(i)
+        ht = hal_type(self.t(like))[0]
+        return self.sb.omitted(ht, [])
 
     def subgraph(self, k: int) -> int:
         """A SUBGRAPH operand naming TFLite subgraph ``k`` (converted on first use)."""

@@ -82,6 +82,7 @@ class _Importer:
         ctx = Context(main, mb, main.outputs, self._reference)
         inputs = self._inputs(ctx, main)
         variables = Variables(ctx, initial)
+        ctx.variables = variables
         self._convert_ops(ctx, main, folded, variables)
         outputs = self._outputs(ctx, main)
         state: list[StateVariable] = []

@@ -97,6 +97,22 @@ class Variables:
                 self._input(v, self.ctx.t(src))
             v.current = self.ctx.x(src)
 
+    def tensor_state(self, i: int) -> int:
+        """The current value of a TFLite variable tensor (the state an RNN, SVDF or LSTM keeps
+        between invocations), carried like a resource variable named after the tensor."""
+        t = self.ctx.t(i)
+        key = f"\0tensor {i}"
+        v = self.vars.get(key)
+        if v is None:
+            v = self.vars[key] = _Var(t.name or f"state{i}")
+            v.current = self._input(v, t)
+            if t.value is not None:
+                self.initial[v.name] = t.value
+        return v.current
+
+    def set_tensor_state(self, i: int, operand: int) -> None:
+        self.vars[f"\0tensor {i}"].current = operand
+
     def finish(self) -> tuple[list[tuple[str, int, int, np.ndarray]], set[int]]:
         """Per variable in first-use order: (name, input operand, output operand, initial
         value); the output operands are produced here (by promotion or an exact copy)."""

@@ -42,6 +42,7 @@ class _Tensor:
     signature: list[int] | None = None
     #: (traversal_order, block_map, [level: ("dense", size) | ("csr", segments, indices)])
     sparsity: tuple | None = None
+    is_variable: bool = False
 
 
 @dataclass
@@ -70,6 +71,13 @@ class Graph:
                                     ttype, None, quant,
                                     list(signature) if signature is not None else None))
         return len(self.tensors) - 1
+
+    def variable(self, shape: Sequence[int], dtype: Any = np.float32, name: str | None = None
+                 ) -> int:
+        """A variable tensor (recurrent state TFLite keeps between invocations, zeros first)."""
+        i = self.tensor(shape, dtype, name)
+        self.tensors[i].is_variable = True
+        return i
 
     def input(self, shape: Sequence[int], dtype: Any = np.float32, name: str | None = None,
               quant: Quant | None = None, signature: Sequence[int] | None = None) -> int:
@@ -196,6 +204,8 @@ def _subgraph(b: flatbuffers.Builder, g: Graph, codes: dict[str, int],
             tm.TensorAddQuantization(b, q)
         if sp is not None:
             tm.TensorAddSparsity(b, sp)
+        if t.is_variable:
+            tm.TensorAddIsVariable(b, True)
         tensors.append(tm.TensorEnd(b))
     ops = []
     for op in g.ops:
