@@ -575,10 +575,30 @@ def _embedding(ctx: Context, op: OpInfo) -> None:
              [ctx.y(op.outputs[0])])
 
 
-@_conv("HASHTABLE_LOOKUP", "HASHTABLE_LOOKUP")
+@_conv("HASHTABLE_LOOKUP", "HASHTABLE_LOOKUP (hits as TENSOR_QUANT8_ASYMM scale 1)")
 def _hashtable(ctx: Context, op: OpInfo) -> None:
+    hits = op.outputs[1]
+    # TFLite's hits tensor is plain uint8; the HAL's is quantized with scale 1, zero point 0.
+    hit_operand = (ctx.y(hits) if ctx.t(hits).quantized
+                   else ctx.y_as(hits, T.TENSOR_QUANT8_ASYMM, 1.0, 0))
     ctx.emit(O.HASHTABLE_LOOKUP, [ctx.x(i) for i in op.inputs[:3]],
-             [ctx.y(o) for o in op.outputs])
+             [ctx.y(op.outputs[0]), hit_operand])
+
+
+#: TFLite LSH projection type -> HAL type: TFLite's SPARSE offsets each hash function's bucket
+#: (the HAL's SPARSE, 3; its 1 is the deprecated form without the offset); DENSE is 2 in both.
+_LSH_TYPES = {1: 3, 2: 2}
+
+
+@_conv("LSH_PROJECTION", "LSH_PROJECTION (sparse / dense)")
+def _lsh(ctx: Context, op: OpInfo) -> None:
+    kind = _LSH_TYPES.get(ctx.options("LSHProjectionOptions").Type())
+    if kind is None:
+        raise Refuse("unknown projection type")
+    h, x = op.inputs[:2]
+    weight = op.inputs[2] if len(op.inputs) > 2 else -1
+    ctx.emit(O.LSH_PROJECTION, [ctx.x(h), ctx.x(x), ctx.omitted_like(weight, h),
+                                ctx.i32(kind)], [ctx.y(op.outputs[0])])
 
 
 # ---- recurrent: TFLite variable tensors become state inputs / outputs --------------------------

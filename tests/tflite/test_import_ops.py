@@ -10,6 +10,9 @@ import pytest
 from runner import agree
 from tfl import Graph, Quant, build, one_op
 
+from nnhal.errors import UnsupportedModelError
+from nnhal.tflite import read_tflite
+
 pytest.importorskip("ai_edge_litert.interpreter")
 
 F = np.float32
@@ -315,6 +318,104 @@ CASES = {
     "embedding_lookup": lambda: one_op("EMBEDDING_LOOKUP", [np.int32([2, 0]), ((3, 4), F)],
                                        (2, 4), F),
 }
+
+def hashtable() -> bytes:
+    g = Graph()
+    lookups = g.input((4,), np.int32, name="lookups")
+    keys = g.const(np.int32([5, 9, 2]))
+    values = g.const(w(3, 2))
+    out, hits = g.tensor((4, 2), F), g.tensor((4,), np.uint8)
+    g.op("HASHTABLE_LOOKUP", [lookups, keys, values], [out, hits])
+    g.output(out, hits)
+    return build(g)
+
+
+def lsh(kind: int) -> bytes:
+    g = Graph()
+    x = g.input((3, 2), name="x")
+    out = g.tensor((4,) if kind == 1 else (8,), np.int32)
+    g.op("LSH_PROJECTION", [g.const(w(4, 2)), x, g.const(np.float32([0.5, 1.0, 2.0]))], [out],
+         ("LSHProjectionOptions", dict(Type=kind)))
+    g.output(out)
+    return build(g)
+
+
+def q(scale: float, zp: int) -> Quant:
+    return Quant([scale], [zp])
+
+
+U8 = np.uint8
+QU = Quant([0.04], [128])
+
+CASES.update({
+    "avg_pool_int8": lambda: one_op("AVERAGE_POOL_2D", [q8((1, 5, 5, 2))], (1, 3, 3, 2),
+                                    options=pool(0, 2, 3), out_quant=QIN),
+    "max_pool_uint8": lambda: one_op("MAX_POOL_2D", [((1, 4, 4, 2), U8, QU)], (1, 2, 2, 2),
+                                     options=pool(1, 2, 2, 1), out_quant=QU),
+    "softmax_int8": lambda: one_op("SOFTMAX", [q8((2, 5))], (2, 5),
+                                   options=("SoftmaxOptions", dict(Beta=1.0)),
+                                   out_quant=q(1 / 256, -128)),
+    "tanh_int8": lambda: one_op("TANH", [q8((2, 5))], (2, 5), out_quant=q(1 / 128, 0)),
+    "hard_swish_int8": lambda: one_op("HARD_SWISH", [q8((2, 5))], (2, 5), out_quant=QOUT),
+    "relu6_uint8": lambda: one_op("RELU6", [((2, 5), U8, QU)], (2, 5), out_quant=QU),
+    "concat_uint8_rescale": lambda: one_op("CONCATENATION", [((2, 3), U8, QU),
+                                                             ((2, 2), U8, q(0.08, 120))],
+                                           (2, 5), options=("ConcatenationOptions",
+                                                            dict(Axis=1)),
+                                           out_quant=q(0.05, 128)),
+    "concat_int8": lambda: one_op("CONCATENATION", [q8((2, 3)), q8((2, 2))], (2, 5),
+                                  options=("ConcatenationOptions", dict(Axis=1)),
+                                  out_quant=QIN),
+    "reshape_int8": lambda: one_op("RESHAPE", [q8((2, 3, 4)), np.int32([6, 4])], (6, 4),
+                                   out_quant=QIN),
+    "transpose_uint8": lambda: one_op("TRANSPOSE", [((2, 3, 4), U8, QU), np.int32([1, 0, 2])],
+                                      (3, 2, 4), out_quant=QU),
+    "strided_slice_int8": lambda: one_op("STRIDED_SLICE", [q8((3, 5)), np.int32([0, 1]),
+                                                           np.int32([3, 5]), np.int32([2, 2])],
+                                         (2, 2), options=("StridedSliceOptions", dict()),
+                                         out_quant=QIN),
+    "gather_int8": lambda: one_op("GATHER", [q8((4, 3)), np.int32([1, 3])], (2, 3),
+                                  options=("GatherOptions", dict(Axis=0)), out_quant=QIN),
+    "mean_int8_keep": lambda: one_op("MEAN", [q8((1, 4, 4, 3)), np.int32([1, 2])],
+                                     (1, 1, 1, 3), options=("ReducerOptions",
+                                                            dict(KeepDims=True)),
+                                     out_quant=QIN),
+    "resize_bilinear_int8": lambda: one_op("RESIZE_BILINEAR", [q8((1, 3, 4, 2)),
+                                                               np.int32([5, 7])],
+                                           (1, 5, 7, 2), options=("ResizeBilinearOptions",
+                                                                  dict(HalfPixelCenters=True)),
+                                           out_quant=QIN),
+    "depth_to_space_uint8": lambda: one_op("DEPTH_TO_SPACE", [((1, 2, 3, 8), U8, QU)],
+                                           (1, 4, 6, 2), out_quant=QU,
+                                           options=("DepthToSpaceOptions",
+                                                    dict(BlockSize=2))),
+    "add_uint8_relu": lambda: one_op("ADD", [((2, 3), U8, QU), ((2, 3), U8, q(0.03, 100))],
+                                     (2, 3), options=("AddOptions",
+                                                      dict(FusedActivationFunction=1)),
+                                     out_quant=q(0.05, 10)),
+    "mul_int8_broadcast": lambda: one_op("MUL", [q8((2, 3)), q8((3,), q(0.02, 0))], (2, 3),
+                                         options=("MulOptions",
+                                                  dict(FusedActivationFunction=0)),
+                                         out_quant=q(0.01, 2)),
+    "sub_int8": lambda: one_op("SUB", [q8((2, 3)), q8((2, 3), q(0.06, -1))], (2, 3),
+                               options=("SubOptions", dict(FusedActivationFunction=0)),
+                               out_quant=QOUT),
+    "quantize_uint8": lambda: one_op("QUANTIZE", [((2, 3), F)], (2, 3), U8, out_quant=QU),
+    "dequantize_uint8": lambda: one_op("DEQUANTIZE", [((2, 3), U8, QU)], (2, 3), F),
+    "arg_min_int8": lambda: one_op("ARG_MIN", [q8((2, 5)), np.int32(-1)], (2,), np.int32,
+                                   options=("ArgMinOptions", dict(OutputType=2))),
+    "hashtable_lookup": hashtable,
+    "lsh_projection_sparse": lambda: lsh(1),
+    "lsh_projection_dense": lambda: lsh(2),
+})
+
+def test_a_mean_the_hal_cannot_requantize_is_refused_by_name() -> None:
+    """The HAL's MEAN keeps its input's quantization; TFLite's may change it."""
+    data = one_op("MEAN", [q8((1, 4, 4, 3)), np.int32([1, 2])], (1, 1, 1, 3),
+                  options=("ReducerOptions", dict(KeepDims=True)), out_quant=QOUT)
+    with pytest.raises(UnsupportedModelError, match="#0 MEAN: the HAL rejects it: .*scale"):
+        read_tflite(data)
+
 
 POSITIVE = {"log": "LOG", "sqrt": "SQRT", "rsqrt": "RSQRT"}
 
