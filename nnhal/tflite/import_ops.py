@@ -646,6 +646,24 @@ def _svdf(ctx: Context, op: OpInfo) -> None:
     ctx.emit(O.SVDF, ins, [ctx.state_out(state), ctx.y(op.outputs[0])])
 
 
+@_conv("BIDIRECTIONAL_SEQUENCE_RNN", "BIDIRECTIONAL_SEQUENCE_RNN (merge_outputs, time_major, "
+       "aux input; both hidden states as model state)")
+def _bi_rnn(ctx: Context, op: OpInfo) -> None:
+    _float_only(ctx, op)
+    o = ctx.options("BidirectionalSequenceRNNOptions")
+    code = _fuse_code(o.FusedActivationFunction())
+    x = op.inputs[0]
+    ins_ = list(op.inputs) + [-1] * (12 - len(op.inputs))
+    fw_h, bw_h = ins_[4], ins_[8]
+    ins = [ctx.x(i) for i in ins_[:4]] + [ctx.state_in(fw_h)]
+    ins += [ctx.x(i) for i in ins_[5:8]] + [ctx.state_in(bw_h)]
+    ins += [ctx.omitted_like(i, x) for i in ins_[9:12]]
+    ins += [ctx.i32(code), ctx.bool_(bool(o.TimeMajor())), ctx.bool_(bool(o.MergeOutputs()))]
+    outs = [ctx.y(i) for i in op.outputs]
+    ctx.emit(O.BIDIRECTIONAL_SEQUENCE_RNN, ins, outs + [ctx.state_out(fw_h),
+                                                        ctx.state_out(bw_h)])
+
+
 _LSTM_ACTIVATIONS = {0, 1, 3, 4, 6}
 
 
@@ -728,6 +746,8 @@ REFUSED: dict[str, str] = {
     "ONE_HOT": "no HAL 1.3 operation",
     "SCATTER_ND": "no HAL 1.3 operation",
     "GATHER_ND": "no HAL 1.3 operation",
+    "BIDIRECTIONAL_SEQUENCE_LSTM": "not mapped: its 48 inputs and two state pairs are not "
+                                   "converted yet (UNIDIRECTIONAL_SEQUENCE_LSTM is)",
     "BROADCAST_TO": "no HAL 1.3 operation",
     "SHAPE": "folded when the input shape is static, else no HAL equivalent",
     "RANK": "folded when the input shape is static, else no HAL equivalent",

@@ -32,7 +32,7 @@ def rnn() -> bytes:
     return build(g)
 
 
-def seq_rnn(time_major: bool) -> bytes:
+def seq_rnn(time_major: bool, act: int) -> bytes:
     g = Graph()
     shape = (5, 2, 3) if time_major else (2, 5, 3)
     x = g.input(shape, name="x")
@@ -40,7 +40,7 @@ def seq_rnn(time_major: bool) -> bytes:
     y = g.tensor(shape[:2] + (4,), F, name="y")
     g.op("UNIDIRECTIONAL_SEQUENCE_RNN", [x, g.const(w(4, 3)), g.const(w(4, 4)),
                                          g.const(w(4)), h], [y],
-         ("SequenceRNNOptions", dict(TimeMajor=time_major, FusedActivationFunction=3)))
+         ("SequenceRNNOptions", dict(TimeMajor=time_major, FusedActivationFunction=act)))
     g.output(y)
     return build(g)
 
@@ -83,10 +83,29 @@ def lstm(name: str, peephole: bool, projection: bool, layer_norm: bool) -> bytes
     return build(g)
 
 
+def bi_rnn(merge: bool) -> bytes:
+    g = Graph()
+    x = g.input((2, 5, 3), name="x")
+    ins = [x]
+    for side in ("fw", "bw"):
+        ins += [g.const(w(4, 3)), g.const(w(4, 4)), g.const(w(4)),
+                g.variable((2, 4), name=f"{side}_hidden")]
+    ins += [-1, -1, -1]  # no auxiliary input
+    outs = ([g.tensor((2, 5, 8), F, name="y")] if merge else
+            [g.tensor((2, 5, 4), F, name="y"), g.tensor((2, 5, 4), F, name="y_bw")])
+    g.op("BIDIRECTIONAL_SEQUENCE_RNN", ins, outs,
+         ("BidirectionalSequenceRNNOptions", dict(TimeMajor=False, MergeOutputs=merge,
+                                                  FusedActivationFunction=1)))
+    g.output(*outs)
+    return build(g)
+
+
 CASES = {
+    "bi_rnn_merged": lambda: bi_rnn(True),
+    "bi_rnn_split": lambda: bi_rnn(False),
     "rnn": rnn,
-    "seq_rnn_batch_major": lambda: seq_rnn(False),
-    "seq_rnn_time_major": lambda: seq_rnn(True),
+    "seq_rnn_batch_major": lambda: seq_rnn(False, 0),
+    "seq_rnn_time_major_relu6": lambda: seq_rnn(True, 3),
     "svdf": svdf,
     "lstm": lambda: lstm("LSTM", False, False, False),
     "lstm_peephole_projection": lambda: lstm("LSTM", True, True, False),
@@ -99,6 +118,8 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_recurrent_builtin_agrees_with_litert_over_three_runs(case: str) -> None:
+    global R
+    R = np.random.default_rng(sorted(CASES).index(case))  # weights independent of test order
     data = CASES[case]()
     imported = read_tflite(data)
     assert imported.state and imported.input_names[0] == "x"
