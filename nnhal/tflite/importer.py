@@ -197,11 +197,15 @@ class _Importer:
                     raise Refuse(REFUSED.get(op.name, "no HAL 1.3 equivalent"))
                 ctx.flush()
                 self._check_emitted(ctx, start)
-            except Refuse as e:
+            except (Refuse, IndexError, ValueError, TypeError, KeyError) as e:
+                # The latter: an operator whose tensors contradict its kind (too few inputs,
+                # shapes of the wrong rank), reported against it rather than as a traceback.
                 ctx.pending.clear()
                 ctx.poisoned.update(op.outputs)
                 where = op.describe() + (f" (subgraph {sg.index})" if sg.index else "")
-                self.problems.append(f"{where}: {e}")
+                reason = str(e) if isinstance(e, Refuse) else (
+                    f"malformed operator ({type(e).__name__}: {e})")
+                self.problems.append(f"{where}: {reason}")
             ctx.op = None
             if sg.index == 0:
                 self.origin += [op.describe()] * (len(ctx.sb.operations) - len(self.origin))

@@ -516,3 +516,13 @@ def test_while_agrees_with_litert(counter: tuple) -> None:
     got = agree(data, [one, np.float32([2, 3])])
     np.testing.assert_array_equal(got[0].reshape(-1), [5])
     np.testing.assert_allclose(got[1], [2 * 1.5 ** 4, 3.0])
+
+
+def test_an_operator_with_too_few_inputs_is_named_not_a_traceback() -> None:
+    g = Graph()
+    x = g.input((1, 4, 4, 2), F)
+    y = g.tensor((1, 4, 4, 2), F)
+    g.op("CONV_2D", [x], [y], ("Conv2DOptions", dict(Padding=0, StrideW=1, StrideH=1)))
+    g.output(y)
+    with pytest.raises(UnsupportedModelError, match=r"#0 CONV_2D: malformed operator"):
+        read_tflite(build(g))
