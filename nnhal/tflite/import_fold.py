@@ -21,6 +21,16 @@ class _NoFold(Exception):
     pass
 
 
+#: The most elements a folded constant may have (a corrupted FILL / TILE / RANGE must not
+#: allocate without bound; real folds are shapes and weights).
+MAX_FOLD_ELEMENTS = 1 << 24
+
+
+def _bounded(count: float) -> None:
+    if not 0 <= count <= MAX_FOLD_ELEMENTS:
+        raise _NoFold
+
+
 def _vals(sg: SubgraphInfo, op: OpInfo) -> list[np.ndarray | None]:
     return [None if i < 0 else sg.tensors[i].value for i in op.inputs]
 
@@ -146,6 +156,7 @@ def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable:
     def fold(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
         _arith_ok(sg, op)
         a, b = v
+        _bounded(float(np.prod(np.broadcast_shapes(a.shape, b.shape), dtype=np.float64)))
         if a.dtype.kind == "f" and fn is np.floor_divide:
             raise _NoFold
         return fn(a, b)
@@ -188,14 +199,18 @@ def _expand_dims(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
 
 
 def _fill(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    _bounded(float(np.prod(v[0].astype(np.float64))) if np.all(v[0] >= 0) else -1)
     return np.full([int(d) for d in v[0]], v[1].reshape(()))
 
 
 def _range(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    start, limit, delta = (float(a.reshape(())) for a in v[:3])
+    _bounded((limit - start) / delta if delta else -1)
     return np.arange(v[0].reshape(()), v[1].reshape(()), v[2].reshape(()))
 
 
 def _tile(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    _bounded(v[0].size * float(np.prod(v[1].astype(np.float64))) if np.all(v[1] >= 0) else -1)
     return np.tile(v[0], [int(m) for m in v[1]])
 
 

@@ -18,6 +18,10 @@ from tflite.SparseIndexVector import SparseIndexVector
 
 from nnhal.errors import ModelFileError
 
+#: The most elements a densified tensor (or one level of its walk) may have: a corrupted
+#: shape must not make the reader allocate without bound.
+MAX_DENSE_ELEMENTS = 1 << 24
+
 _VECTORS = {SparseIndexVector.Int32Vector: tflite.Int32Vector,
             SparseIndexVector.Uint16Vector: tflite.Uint16Vector,
             SparseIndexVector.Uint8Vector: tflite.Uint8Vector}
@@ -43,6 +47,10 @@ def densify(values: np.ndarray, shape: tuple[int, ...], sparsity: tflite.Sparsit
     block_map = ([int(v) for v in sparsity.BlockMapAsNumpy()]
                  if sparsity.BlockMapLength() else [])
     levels = len(order)
+    total = int(np.prod(shape, dtype=np.float64)) if shape else 1
+    if total > MAX_DENSE_ELEMENTS or any(d <= 0 for d in shape):
+        raise ModelFileError(file, f"{where}: sparse tensor of shape {list(shape)} is out of "
+                                   f"range")
     if (levels != n + len(block_map) or sorted(order) != list(range(levels))
             or sparsity.DimMetadataLength() != levels
             or any(not 0 <= d < n for d in block_map)):
@@ -61,7 +69,7 @@ def densify(values: np.ndarray, shape: tuple[int, ...], sparsity: tflite.Sparsit
     for meta in metas:
         if meta.Format() == DimensionType.DENSE:
             size = int(meta.DenseSize())
-            if size < 0 or pos.size * max(size, 1) > 1 << 28:
+            if size < 0 or pos.size * max(size, 1) > MAX_DENSE_ELEMENTS:
                 raise ModelFileError(file, f"{where}: dense size {size} out of range")
             coords = [np.repeat(c, size) for c in coords]
             coords.append(np.tile(np.arange(size, dtype=np.int64), pos.size))

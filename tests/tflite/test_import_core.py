@@ -526,3 +526,17 @@ def test_an_operator_with_too_few_inputs_is_named_not_a_traceback() -> None:
     g.output(y)
     with pytest.raises(UnsupportedModelError, match=r"#0 CONV_2D: malformed operator"):
         read_tflite(build(g))
+
+
+def test_a_sparse_tensor_of_absurd_shape_is_refused_not_allocated() -> None:
+    g = Graph()
+    x = g.input((2,), F)
+    s = g.const(np.float32([1.0]), shape=(1 << 20, 1 << 20),
+                sparsity=([0, 1], [], [("dense", 1 << 20), ("csr", [0, 1], [0])]))
+    d = g.tensor((1 << 20, 1 << 20), F)
+    g.op("DENSIFY", [s], [d])
+    y = g.tensor((2,), F)
+    g.op("RELU", [x], [y])
+    g.output(y)
+    with pytest.raises(ModelFileError, match="out of range"):
+        read_tflite(build(g))
