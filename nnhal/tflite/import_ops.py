@@ -204,6 +204,28 @@ for _n in ("ABS", "EXP", "LOG", "NEG", "SQRT", "RSQRT", "SIN", "FLOOR", "LOGICAL
 _simple("RELU_N1_TO_1", O.RELU1)
 
 
+@_conv("ADD_N", "a chain of ADDs, in TFLite's summation order")
+def _add_n(ctx: Context, op: OpInfo) -> None:
+    if ctx.t(op.inputs[0]).ttype not in (TT.FLOAT32, TT.FLOAT16, TT.INT32):
+        raise Refuse("quantized ADD_N has no exact HAL form")
+    acc = ctx.x(op.inputs[0])
+    for k, i in enumerate(op.inputs[1:], start=2):
+        out = ctx.y(op.outputs[0]) if k == len(op.inputs) else ctx.like(op.outputs[0])
+        ctx.emit(O.ADD, [acc, ctx.x(i), ctx.i32(0)], [out])
+        acc = out
+    if len(op.inputs) == 1:
+        ctx.copy_into(acc, ctx.y(op.outputs[0]))
+
+
+@_conv("SQUARED_DIFFERENCE", "SUB then MUL by itself (float only)")
+def _squared_difference(ctx: Context, op: OpInfo) -> None:
+    if ctx.t(op.inputs[0]).ttype not in (TT.FLOAT32, TT.FLOAT16):
+        raise Refuse("quantized SQUARED_DIFFERENCE has no exact HAL form")
+    d = ctx.like(op.outputs[0])
+    ctx.emit(O.SUB, [ctx.x(op.inputs[0]), ctx.x(op.inputs[1]), ctx.i32(0)], [d])
+    ctx.emit(O.MUL, [d, d, ctx.i32(0)], [ctx.y(op.outputs[0])])
+
+
 @_conv("ELU", "ELU (alpha 1)")
 def _elu(ctx: Context, op: OpInfo) -> None:
     ctx.emit(O.ELU, [ctx.x(op.inputs[0]), ctx.scalar_float(op.inputs[0], 1.0)],
@@ -741,7 +763,6 @@ REFUSED: dict[str, str] = {
     "CUSTOM": "custom operators have no HAL equivalent",
     "FLEX": "TensorFlow (Flex) operators have no HAL equivalent",
     "GELU": "no HAL 1.3 operation",
-    "SQUARED_DIFFERENCE": "no exact HAL form for quantized inputs",
     "CUMSUM": "no HAL 1.3 operation",
     "ONE_HOT": "no HAL 1.3 operation",
     "SCATTER_ND": "no HAL 1.3 operation",

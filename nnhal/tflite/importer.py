@@ -193,6 +193,9 @@ class _Importer:
                     raise Refuse(f"custom operator '{op.name}' has no HAL equivalent")
                 elif op.name in CONVERTERS:
                     CONVERTERS[op.name](ctx, op)
+                elif op.name in FOLDERS or op.name in ("SHAPE", "RANK", "DENSIFY"):
+                    raise Refuse("no HAL 1.3 equivalent (folded only when its inputs are "
+                                 "constants or, for SHAPE / RANK, its input shape is static)")
                 else:
                     raise Refuse(REFUSED.get(op.name, "no HAL 1.3 equivalent"))
                 ctx.flush()

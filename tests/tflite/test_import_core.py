@@ -385,6 +385,16 @@ def test_every_unsupported_operator_and_tensor_is_named_at_once() -> None:
     assert "reflect" in items[0] and "custom" in items[1] and "INT64" in items[3]
 
 
+def test_a_fold_only_operator_on_run_time_values_says_so() -> None:
+    g = Graph()
+    x = g.input((2, 3), np.int32)
+    y = g.tensor((2, 3), np.int32)
+    g.op("FLOOR_DIV", [x, g.const(np.int32([2]))], [y])
+    g.output(y)
+    with pytest.raises(UnsupportedModelError, match="#0 FLOOR_DIV: .*folded only when"):
+        read_tflite(build(g))
+
+
 def test_unsupported_tensor_types_are_named() -> None:
     g = Graph()
     x = g.input((2,), np.int64, name="ids")

@@ -405,6 +405,8 @@ CASES.update({
     "arg_min_int8": lambda: one_op("ARG_MIN", [q8((2, 5)), np.int32(-1)], (2,), np.int32,
                                    options=("ArgMinOptions", dict(OutputType=2))),
     "hashtable_lookup": hashtable,
+    "add_n": lambda: one_op("ADD_N", [((2, 3), F), ((2, 3), F), w(2, 3)], (2, 3)),
+    "squared_difference": lambda: one_op("SQUARED_DIFFERENCE", [((2, 3), F), w(3)], (2, 3)),
     "lsh_projection_sparse": lambda: lsh(1),
     "lsh_projection_dense": lambda: lsh(2),
 })
