@@ -131,7 +131,7 @@ class Context:
         shape = tuple(dims) if dims is not None else tuple(np.shape(v))
         if not shape:
             shape = (1,)
-        key = (i, int(ht), sc, zp, shape, id(value) if value is not None else None)
+        key = (i, int(ht), sc, zp, shape, None if value is None else np.asarray(value).tobytes())
         if key not in self._consts:
             arr = np.asarray(v).astype(operand_dtype(ht), copy=False).reshape(shape)
             self._consts[key] = self.sb.constant(ht, arr, list(shape), sc, zp, cq)
