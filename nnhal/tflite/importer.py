@@ -19,7 +19,10 @@ from nnhal.hal.types import OperandLifeTime, OperandType
 from nnhal.ops.catalog import signature
 from nnhal.ops.registry import OpError
 from nnhal.ops.signature import SignatureError, check
-from nnhal.tflite import schema
+from nnhal.tflite import (
+    import_recurrent,  # noqa: F401  (registers its converters)
+    schema,
+)
 from nnhal.tflite.import_ctx import Context, Refuse, hal_dims, hal_type
 from nnhal.tflite.import_fold import FOLDED_NOTE, FOLDERS, fold
 from nnhal.tflite.import_ops import CONVERTERS, MAPPED, REFUSED
