@@ -1,5 +1,6 @@
 """TFLite flatbuffers in and out of HAL models (schema binding: the ``tflite`` package)."""
 
+from nnhal.tflite.importer import builtin_support, read_tflite
 from nnhal.tflite.model import ImportedModel, StateVariable
 
-__all__ = ["ImportedModel", "StateVariable"]
+__all__ = ["ImportedModel", "StateVariable", "builtin_support", "read_tflite"]

@@ -1,0 +1,286 @@
+"""The state of converting one TFLite subgraph into one HAL subgraph: which HAL operand holds
+each tensor, how a tensor's type becomes an operand type, and the small helpers converters
+use to add scalars, temporaries and operations."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import flatbuffers
+import numpy as np
+import tflite
+from tflite.TensorType import TensorType as TT
+
+from nnhal.hal.builder import SubgraphBuilder
+from nnhal.hal.types import (
+    OperandLifeTime,
+    OperandType,
+    OperationType,
+    SymmPerChannelQuantParams,
+)
+from nnhal.tflite import schema
+from nnhal.tflite.import_read import OpInfo, SubgraphInfo, TensorInfo
+
+T = OperandType
+O = OperationType
+L = OperandLifeTime
+
+
+class Refuse(Exception):
+    """An operator (or tensor) with no exact HAL equivalent; the message says why."""
+
+
+#: (HAL type, scale, zero point, channel quantization) of a tensor.
+HalType = tuple[OperandType, float, int, SymmPerChannelQuantParams | None]
+
+
+def hal_type(t: TensorInfo) -> HalType:
+    """The HAL operand type of a tensor, from its TFLite type and quantization."""
+    tt = t.ttype
+    if tt == TT.FLOAT32:
+        return T.TENSOR_FLOAT32, 0.0, 0, None
+    if tt == TT.FLOAT16:
+        return T.TENSOR_FLOAT16, 0.0, 0, None
+    if tt == TT.BOOL:
+        return T.TENSOR_BOOL8, 0.0, 0, None
+    if tt == TT.INT32:
+        scale = float(t.scales[0]) if t.quantized and t.scales.size == 1 else 0.0
+        return T.TENSOR_INT32, scale, 0, None
+    if tt in (TT.UINT8, TT.INT8, TT.INT16):
+        if not t.quantized:
+            raise Refuse(f"{t.describe()} is {t.type_name} without quantization parameters")
+        if np.any(t.scales <= 0) or not np.all(np.isfinite(t.scales)):
+            raise Refuse(f"{t.describe()} has a non-positive quantization scale")
+        if t.scales.size > 1:
+            if tt != TT.INT8 or np.any(t.zero_points != 0):
+                raise Refuse(f"{t.describe()}: per-channel quantization is only for int8 "
+                             f"with zero points 0 in the HAL")
+            return (T.TENSOR_QUANT8_SYMM_PER_CHANNEL, 0.0, 0,
+                    SymmPerChannelQuantParams([float(s) for s in t.scales], t.qdim))
+        scale, zp = float(t.scales[0]), int(t.zero_points[0])
+        if tt == TT.UINT8:
+            return T.TENSOR_QUANT8_ASYMM, scale, zp, None
+        if tt == TT.INT8:
+            return T.TENSOR_QUANT8_ASYMM_SIGNED, scale, zp, None
+        if zp != 0:
+            raise Refuse(f"{t.describe()} is int16 with zero point {zp} (the HAL's "
+                         f"TENSOR_QUANT16_SYMM has zero point 0)")
+        return T.TENSOR_QUANT16_SYMM, scale, 0, None
+    raise Refuse(f"{t.describe()} has type {t.type_name}, which has no HAL operand type")
+
+
+def hal_dims(t: TensorInfo) -> list[int]:
+    """A tensor's HAL dimensions: a TFLite scalar (rank 0) is [1], since a HAL tensor operand
+    without dimensions means one of unknown rank."""
+    return list(t.shape) or [1]
+
+
+def operand_dtype(t: OperandType) -> np.dtype:
+    return np.dtype(np.uint8) if t == T.TENSOR_BOOL8 else np.dtype(t.dtype)
+
+
+class Context:
+    """Converts one subgraph. ``operands`` maps tensor index -> HAL operand index once the
+    tensor has one (inputs at the start, operator outputs as they are converted)."""
+
+    def __init__(self, sg: SubgraphInfo, sb: SubgraphBuilder, outputs: Sequence[int],
+                 subgraph_ref: Callable[[int, SubgraphBuilder], int] | None = None):
+        self.sg, self.sb = sg, sb
+        self.operands: dict[int, int] = {}
+        self._consts: dict[tuple, int] = {}
+        #: Tensor indexes that are outputs of this HAL subgraph (first producer wins).
+        self.wanted_outputs = set(outputs)
+        self.output_operands: dict[int, int] = {}
+        self.pending: list[tuple[int, list[int], list[int]]] = []
+        self.op: OpInfo | None = None
+        #: Tensors whose producer was refused (their readers are not reported again).
+        self.poisoned: set[int] = set()
+        #: The main subgraph's variables (resource variables and variable tensors).
+        self.variables: Any = None
+        self.subgraph_ref = subgraph_ref
+
+    # ---- tensors ---------------------------------------------------------------------------
+
+    def t(self, i: int) -> TensorInfo:
+        return self.sg.tensors[i]
+
+    def value(self, i: int) -> np.ndarray | None:
+        return None if i < 0 else self.sg.tensors[i].value
+
+    def need_value(self, i: int, what: str) -> np.ndarray:
+        v = self.value(i)
+        if v is None:
+            raise Refuse(f"{what} must be a constant")
+        return v
+
+    def x(self, i: int, *, type_: OperandType | None = None, scale: float | None = None,
+          zero_point: int | None = None, dims: Sequence[int] | None = None,
+          value: np.ndarray | None = None) -> int:
+        """The HAL operand holding tensor ``i`` as an input of an operation; constants are
+        made here (one operand per distinct override)."""
+        t = self.t(i)
+        if value is None and t.value is None and i in self.operands:
+            return self.operands[i]
+        v = value if value is not None else t.value
+        if v is None:
+            raise Refuse(f"{t.describe()} is read before any operator writes it")
+        ht, sc, zp, cq = hal_type(t) if type_ is None else (type_, 0.0, 0, None)
+        sc = sc if scale is None else scale
+        zp = zp if zero_point is None else zero_point
+        shape = tuple(dims) if dims is not None else tuple(np.shape(v))
+        if not shape:
+            shape = (1,)
+        key = (i, int(ht), sc, zp, shape, None if value is None else np.asarray(value).tobytes())
+        if key not in self._consts:
+            arr = np.asarray(v).astype(operand_dtype(ht), copy=False).reshape(shape)
+            self._consts[key] = self.sb.constant(ht, arr, list(shape), sc, zp, cq)
+        return self._consts[key]
+
+    def y(self, i: int) -> int:
+        """A new HAL operand for tensor ``i`` written by the operation being converted."""
+        t = self.t(i)
+        ht, sc, zp, cq = hal_type(t)
+        return self.y_as(i, ht, sc, zp, cq)
+
+    def y_as(self, i: int, ht: OperandType, sc: float = 0.0, zp: int = 0,
+             cq: SymmPerChannelQuantParams | None = None, dims: Sequence[int] | None = None
+             ) -> int:
+        t = self.t(i)
+        lifetime = L.TEMPORARY_VARIABLE
+        if i in self.wanted_outputs and i not in self.output_operands:
+            lifetime = L.SUBGRAPH_OUTPUT
+        k = self.sb.operand(ht, hal_dims(t) if dims is None else list(dims), sc, zp, cq,
+                            lifetime=lifetime)
+        if lifetime == L.SUBGRAPH_OUTPUT:
+            self.output_operands[i] = k
+        self.operands[i] = k
+        return k
+
+    def like(self, i: int, dims: Sequence[int] | None = None) -> int:
+        """A temporary with tensor ``i``'s type (and its dims unless given)."""
+        ht, sc, zp, cq = hal_type(self.t(i))
+        return self.sb.operand(ht, hal_dims(self.t(i)) if dims is None else list(dims), sc, zp,
+                               cq)
+
+    def tmp(self, ht: OperandType, dims: Sequence[int], scale: float = 0.0,
+            zero_point: int = 0) -> int:
+        return self.sb.operand(ht, list(dims), scale, zero_point)
+
+    # ---- scalars and small constants -------------------------------------------------------
+
+    def i32(self, v: int) -> int:
+        return self.sb.scalar(T.INT32, int(v))
+
+    def f32(self, v: float) -> int:
+        return self.sb.scalar(T.FLOAT32, float(v))
+
+    def f16(self, v: float) -> int:
+        return self.sb.scalar(T.FLOAT16, float(v))
+
+    def scalar_float(self, like: int, v: float) -> int:
+        """A FLOAT16 scalar for a FLOAT16 tensor input, else FLOAT32."""
+        return self.f16(v) if self.t(like).ttype == TT.FLOAT16 else self.f32(v)
+
+    def bool_(self, v: bool) -> int:
+        return self.sb.scalar(T.BOOL, bool(v))
+
+    def ints(self, values: Sequence[int] | np.ndarray, dims: Sequence[int] | None = None
+             ) -> int:
+        arr = np.asarray(values, np.int32)
+        return self.sb.constant(T.TENSOR_INT32, arr, list(arr.shape if dims is None else dims))
+
+    def emit(self, op: OperationType, inputs: Sequence[int], outputs: Sequence[int]) -> None:
+        self.sb.operation(op, list(inputs), list(outputs))
+
+    # ---- fused activations -----------------------------------------------------------------
+
+    def fused(self, act: int, out: int) -> tuple[int, int]:
+        """(HAL FuseCode, operand the operation writes) for a TFLite fused activation.
+        TANH and SIGN_BIT have no FuseCode, and TFLite's kernels do not apply them either
+        (their activation range is unbounded), so they are refused rather than guessed."""
+        if act in schema.ACTIVATIONS:
+            return schema.ACTIVATIONS[act], self.y(out)
+        raise Refuse(f"fused activation {act} (TANH / SIGN_BIT) has no HAL FuseCode and "
+                     f"TFLite's kernels do not apply it")
+
+    def activated(self, act: int, out: int) -> int:
+        """The operand an operation without a fuse input writes, with a separate activation
+        operation after it when ``act`` is not NONE."""
+        if act == 0:
+            return self.y(out)
+        ops = {1: O.RELU, 2: O.RELU1, 3: O.RELU6}
+        if act not in ops:
+            raise Refuse(f"fused activation {act} has no HAL equivalent")
+        tmp = self.like(out)
+        self.emit_after(ops[act], [tmp], [self.y(out)])
+        return tmp
+
+    def emit_after(self, op: OperationType, inputs: list[int], outputs: list[int]) -> None:
+        self.pending.append((int(op), inputs, outputs))
+
+    def flush(self) -> None:
+        for op, ins, outs in self.pending:
+            self.sb.operation(op, ins, outs)
+        self.pending.clear()
+
+    # ---- copies ----------------------------------------------------------------------------
+
+    def copy_into(self, src: int, dst: int) -> None:
+        """An exact operation writing operand ``src``'s value into ``dst`` (same type)."""
+        ht = OperandType(self.sb.operands[src].type)
+        if ht == T.TENSOR_INT32:
+            self.emit(O.ADD, [src, self.ints([0]), self.i32(0)], [dst])
+        elif ht == T.TENSOR_BOOL8:
+            self.emit(O.LOGICAL_OR, [src, src], [dst])
+        elif ht in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
+                    T.TENSOR_QUANT8_ASYMM_SIGNED):
+            self.emit(O.CONCATENATION, [src, self.i32(0)], [dst])
+        else:
+            raise Refuse(f"cannot copy a {ht.name} operand exactly")
+
+    def options(self, table: str) -> Any:
+        """The operator's options, or the schema's defaults (an empty ``table``) when the file
+        has none, as TFLite's own reader does."""
+        if self.op is not None and self.op.options is not None:
+            return self.op.options
+        return default_options(table)
+
+    def state_in(self, i: int) -> int:
+        """The operand holding variable tensor ``i`` (recurrent state) before this operator."""
+        if self.variables is None:
+            raise Refuse("recurrent state is only carried in the main subgraph")
+        if not self.t(i).is_variable:
+            return self.x(i)
+        return self.variables.tensor_state(i)
+
+    def state_out(self, i: int) -> int:
+        """A new operand for variable tensor ``i`` after this operator."""
+        k = self.like(i)
+        if self.t(i).is_variable and self.variables is not None:
+            self.variables.set_tensor_state(i, k)
+        return k
+
+    def omitted_like(self, i: int, like: int) -> int:
+        """Tensor ``i``, or an omitted operand of tensor ``like``'s type when ``i`` is -1."""
+        if i >= 0:
+            return self.x(i)
+        ht = hal_type(self.t(like))[0]
+        return self.sb.omitted(ht, [])
+
+    def subgraph(self, k: int) -> int:
+        """A SUBGRAPH operand naming TFLite subgraph ``k`` (converted on first use)."""
+        if self.subgraph_ref is None:
+            raise Refuse("control flow is not available here")
+        return self.subgraph_ref(k, self.sb)
+
+
+def default_options(table: str) -> Any:
+    """An options table with every field at its schema default."""
+    b = flatbuffers.Builder(16)
+    b.StartObject(0)
+    b.Finish(b.EndObject())
+    obj = getattr(tflite, table)()
+    data = bytes(b.Output())
+    obj.Init(data, flatbuffers.encode.Get(flatbuffers.packer.uoffset, data, 0))
+    return obj

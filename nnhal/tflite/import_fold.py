@@ -1,0 +1,303 @@
+"""Constant folding at import: what converters leave for the runtime (float16 weights behind
+DEQUANTIZE, sparse weights behind DENSIFY, SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE chains)
+becomes constants, so the HAL model holds plain weights and static shapes.
+
+Only operators whose numpy evaluation is exact are folded: data movement, integer
+arithmetic, casts, and dequantization (float32 products, as TFLite's kernel computes them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from tflite.TensorType import TensorType as TT
+
+from nnhal.tflite import schema
+from nnhal.tflite.import_read import OpInfo, SubgraphInfo, TensorInfo
+
+
+class _NoFold(Exception):
+    pass
+
+
+#: The most elements a folded constant may have (a corrupted FILL / TILE / RANGE must not
+#: allocate without bound; real folds are shapes and weights).
+MAX_FOLD_ELEMENTS = 1 << 24
+
+
+def _bounded(count: float) -> None:
+    if not 0 <= count <= MAX_FOLD_ELEMENTS:
+        raise _NoFold
+
+
+def _vals(sg: SubgraphInfo, op: OpInfo) -> list[np.ndarray | None]:
+    return [None if i < 0 else sg.tensors[i].value for i in op.inputs]
+
+
+def _same_quant(a: TensorInfo, b: TensorInfo) -> bool:
+    if a.quantized != b.quantized:
+        return False
+    if not a.quantized:
+        return True
+    return (np.array_equal(a.scales, b.scales) and np.array_equal(a.zero_points, b.zero_points))
+
+
+def _moves(sg: SubgraphInfo, op: OpInfo) -> None:
+    """Data movement keeps values as they are only when quantization does not change."""
+    src = [sg.tensors[i] for i in op.inputs[:1] if i >= 0]
+    for o in op.outputs:
+        if src and not _same_quant(src[0], sg.tensors[o]):
+            raise _NoFold
+
+
+def _arith_ok(sg: SubgraphInfo, op: OpInfo) -> None:
+    for i in list(op.inputs) + list(op.outputs):
+        if i >= 0 and sg.tensors[i].quantized and sg.tensors[i].ttype != TT.INT32:
+            raise _NoFold
+    if op.options is not None and hasattr(op.options, "FusedActivationFunction"):
+        if op.options.FusedActivationFunction() != 0:
+            raise _NoFold
+
+
+def strided_slice_index(shape: tuple[int, ...], begin: np.ndarray, end: np.ndarray,
+                        strides: np.ndarray, begin_mask: int, end_mask: int,
+                        shrink_mask: int, offset: bool = False) -> tuple[tuple, list[int]]:
+    """(numpy index, axes removed) of TFLite's STRIDED_SLICE without ellipsis / new axes."""
+    index: list[object] = []
+    shrunk = []
+    for d in range(len(shape)):
+        if d >= len(begin):
+            index.append(slice(None))
+            continue
+        b, e, s = int(begin[d]), int(end[d]), int(strides[d])
+        if s == 0:
+            raise ValueError("stride 0")
+        if offset:
+            e = b + e
+        if shrink_mask >> d & 1:
+            k = b + shape[d] if b < 0 else b
+            if not 0 <= k < shape[d]:
+                raise ValueError("shrunk index out of range")
+            index.append(slice(k, k + 1))
+            shrunk.append(d)
+            continue
+        index.append(slice(None if begin_mask >> d & 1 else b,
+                           None if end_mask >> d & 1 else e, s))
+    return tuple(index), shrunk
+
+
+def _strided_slice(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    x, b, e, s = v[:4]
+    o = op.options
+    if o is None or o.EllipsisMask() or o.NewAxisMask():
+        raise _NoFold
+    offset = bool(o.Offset()) if hasattr(o, "Offset") else False
+    idx, shrunk = strided_slice_index(x.shape, b, e, s, o.BeginMask(), o.EndMask(),
+                                      o.ShrinkAxisMask(), offset)
+    r = x[idx]
+    return r.reshape([n for d, n in enumerate(r.shape) if d not in shrunk])
+
+
+def _dequantize(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    t = sg.tensors[op.inputs[0]]
+    x = v[0]
+    if x.dtype == np.float16:
+        return x.astype(np.float32)
+    if not t.quantized:
+        raise _NoFold
+    scales, zps = t.scales.astype(np.float32), t.zero_points
+    if scales.size > 1:
+        shape = [1] * x.ndim
+        shape[t.qdim] = scales.size
+        scales, zps = scales.reshape(shape), zps.reshape(shape)
+    return ((x.astype(np.int32) - zps.astype(np.int32)).astype(np.float32) * scales[()]
+            ).astype(np.float32)
+
+
+def _reshape_to(sg: SubgraphInfo, op: OpInfo, x: np.ndarray, shape: list[int]) -> np.ndarray:
+    return x.reshape(shape)
+
+
+def _reshape(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    out = sg.tensors[op.outputs[0]]
+    if len(v) > 1 and v[1] is not None:
+        return v[0].reshape([int(d) for d in np.asarray(v[1]).reshape(-1)])
+    if out.static:
+        return v[0].reshape(out.shape)
+    if op.options is not None and op.options.NewShapeLength():
+        return v[0].reshape([int(d) for d in op.options.NewShapeAsNumpy()])
+    raise _NoFold
+
+
+def _concat(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    return np.concatenate(v, axis=op.options.Axis())
+
+
+def _pack(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    return np.stack(v, axis=op.options.Axis())
+
+
+def _gather(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    axis = op.options.Axis() if op.options is not None else 0
+    if op.options is not None and op.options.BatchDims():
+        raise _NoFold
+    return np.take(v[0], v[1].astype(np.int64), axis=axis)
+
+
+def _slice(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    x, b, s = v
+    idx = tuple(slice(int(bb), None if int(ss) == -1 else int(bb) + int(ss))
+                for bb, ss in zip(b, s))
+    return x[idx]
+
+
+def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable:
+    def fold(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+        _arith_ok(sg, op)
+        a, b = v
+        _bounded(float(np.prod(np.broadcast_shapes(a.shape, b.shape), dtype=np.float64)))
+        if a.dtype.kind == "f" and fn is np.floor_divide:
+            raise _NoFold
+        return fn(a, b)
+    return fold
+
+
+def _reduce(fn: Callable) -> Callable:
+    def fold(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+        _arith_ok(sg, op)
+        if v[0].dtype.kind == "f":
+            raise _NoFold  # float sums depend on the order of accumulation
+        axes = tuple(int(a) % max(v[0].ndim, 1) for a in np.asarray(v[1]).reshape(-1))
+        keep = bool(op.options.KeepDims()) if op.options is not None else False
+        return fn(v[0], axis=axes, keepdims=keep)
+    return fold
+
+
+def _cast(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    src, dst = sg.tensors[op.inputs[0]], sg.tensors[op.outputs[0]]
+    if src.quantized and src.ttype != TT.INT32 or dst.quantized and dst.ttype != TT.INT32:
+        raise _NoFold
+    dtype = schema.DTYPES.get(dst.ttype)
+    if dtype is None:
+        raise _NoFold
+    return v[0].astype(dtype)
+
+
+def _transpose(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    return np.transpose(v[0], [int(p) for p in v[1]])
+
+
+def _squeeze(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    dims = list(op.options.SqueezeDimsAsNumpy()) if (op.options is not None and
+                                                     op.options.SqueezeDimsLength()) else None
+    return np.squeeze(v[0], axis=tuple(int(d) for d in dims) if dims else None)
+
+
+def _expand_dims(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    return np.expand_dims(v[0], int(np.asarray(v[1]).reshape(-1)[0]))
+
+
+def _fill(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    _bounded(float(np.prod(v[0].astype(np.float64))) if np.all(v[0] >= 0) else -1)
+    return np.full([int(d) for d in v[0]], v[1].reshape(()))
+
+
+def _range(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    start, limit, delta = (float(a.reshape(())) for a in v[:3])
+    _bounded((limit - start) / delta if delta else -1)
+    return np.arange(v[0].reshape(()), v[1].reshape(()), v[2].reshape(()))
+
+
+def _tile(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    _bounded(v[0].size * float(np.prod(v[1].astype(np.float64))) if np.all(v[1] >= 0) else -1)
+    return np.tile(v[0], [int(m) for m in v[1]])
+
+
+def _unpack(sg: SubgraphInfo, op: OpInfo, v: list) -> list[np.ndarray]:
+    axis = op.options.Axis()
+    return [np.take(v[0], k, axis=axis) for k in range(v[0].shape[axis])]
+
+
+#: Operators folded when all their inputs are constants: name -> (fold, moves data only).
+FOLDERS: dict[str, tuple[Callable, bool]] = {
+    "DEQUANTIZE": (_dequantize, False),
+    "STRIDED_SLICE": (_strided_slice, True),
+    "SLICE": (_slice, True),
+    "RESHAPE": (_reshape, True),
+    "SQUEEZE": (_squeeze, True),
+    "EXPAND_DIMS": (_expand_dims, True),
+    "TRANSPOSE": (_transpose, True),
+    "CONCATENATION": (_concat, True),
+    "PACK": (_pack, True),
+    "UNPACK": (_unpack, True),
+    "GATHER": (_gather, True),
+    "TILE": (_tile, True),
+    "CAST": (_cast, False),
+    "ADD": (_binary(np.add), False),
+    "SUB": (_binary(np.subtract), False),
+    "MUL": (_binary(np.multiply), False),
+    "FLOOR_DIV": (_binary(np.floor_divide), False),
+    "MAXIMUM": (_binary(np.maximum), False),
+    "MINIMUM": (_binary(np.minimum), False),
+    "REDUCE_PROD": (_reduce(np.prod), False),
+    "SUM": (_reduce(np.sum), False),
+    "REDUCE_MAX": (_reduce(np.max), False),
+    "REDUCE_MIN": (_reduce(np.min), False),
+    "FILL": (_fill, False),
+    "RANGE": (_range, False),
+}
+
+#: What folding understood, for the support table.
+FOLDED_NOTE = "folded to a constant when its inputs are constants"
+
+
+def _set(t: TensorInfo, value: np.ndarray) -> None:
+    dtype = schema.DTYPES.get(t.ttype)
+    if dtype is None:
+        raise _NoFold
+    t.value = np.asarray(value).astype(dtype)
+    t.shape = tuple(t.value.shape)
+
+
+def fold(sg: SubgraphInfo, skip: set[int]) -> set[int]:
+    """Fold what can be folded, in operator order; the indexes of the folded operators.
+    Operators in ``skip`` (resource variables) are left alone."""
+    folded: set[int] = set()
+    for op in sg.ops:
+        if op.index in skip or op.custom or not op.outputs:
+            continue
+        outs = [sg.tensors[o] for o in op.outputs if o >= 0]
+        try:
+            if op.name == "DENSIFY":
+                src = sg.tensors[op.inputs[0]]
+                if src.sparse_value is None:
+                    continue
+                _set(outs[0], src.sparse_value)
+            elif op.name in ("SHAPE", "RANK"):
+                src = sg.tensors[op.inputs[0]]
+                if not src.static:
+                    continue
+                _set(outs[0], np.asarray(src.shape if op.name == "SHAPE" else len(src.shape)))
+            elif op.name in FOLDERS:
+                values = _vals(sg, op)
+                if not values or any(v is None for v, i in zip(values, op.inputs) if i >= 0):
+                    continue
+                fn, moves = FOLDERS[op.name]
+                if moves:
+                    _moves(sg, op)
+                result = fn(sg, op, values)
+                results = result if isinstance(result, list) else [result]
+                if len(results) != len(outs):
+                    continue
+                for t, r in zip(outs, results):
+                    _set(t, r)
+            else:
+                continue
+        except (_NoFold, ValueError, IndexError, TypeError, AttributeError):
+            for t in outs:
+                if op.name not in ("DENSIFY",):
+                    t.value = None
+            continue
+        folded.add(op.index)
+    return folded

@@ -1,0 +1,661 @@
+"""One converter per TFLite builtin with a HAL 1.3 equivalent: the operator's options become
+HAL scalar operands, and what the HAL spells differently (FULLY_CONNECTED's keep_num_dims,
+SPLIT_V, PACK, SQUARE, LEAKY_RELU...) becomes a short exact HAL subgraph."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from tflite.TensorType import TensorType as TT
+
+from nnhal.hal.types import OperandType, OperationType
+from nnhal.ops.conv import scale_product
+from nnhal.tflite import schema
+from nnhal.tflite.import_ctx import Context, Refuse, hal_type
+from nnhal.tflite.import_read import OpInfo
+
+T = OperandType
+O = OperationType
+Converter = Callable[[Context, OpInfo], None]
+
+CONVERTERS: dict[str, Converter] = {}
+#: Builtin name -> how it maps (the table `builtin_support` returns).
+MAPPED: dict[str, str] = {}
+
+
+def _conv(name: str, note: str) -> Callable[[Converter], Converter]:
+    def register(fn: Converter) -> Converter:
+        CONVERTERS[name] = fn
+        MAPPED[name] = note
+        return fn
+    return register
+
+
+def _padding(p: int) -> int:
+    if p not in schema.PADDINGS:
+        raise Refuse(f"padding {p} is not SAME or VALID")
+    return schema.PADDINGS[p]
+
+
+def _rank(ctx: Context, i: int) -> int:
+    return len(ctx.t(i).shape)
+
+
+def _axis(ctx: Context, axis: int, i: int) -> int:
+    r = _rank(ctx, i)
+    return axis + r if axis < 0 else axis
+
+
+def _ints_input(ctx: Context, i: int, what: str) -> int:
+    """A TENSOR_INT32 operand for an index tensor (int64 constants are narrowed)."""
+    t = ctx.t(i)
+    if t.value is not None:
+        v = t.value.astype(np.int64)
+        if np.any(v != v.astype(np.int32)):
+            raise Refuse(f"{what} does not fit in int32")
+        return ctx.x(i, type_=T.TENSOR_INT32, value=v.astype(np.int32))
+    if t.ttype != TT.INT32:
+        raise Refuse(f"{what} is {t.type_name} and not constant")
+    return ctx.x(i)
+
+
+def _bias(ctx: Context, op: OpInfo, units: int) -> int:
+    """The HAL bias operand: the tensor (with the scale the HAL requires of quantized ones)
+    or zeros when the operator has none."""
+    x, w = ctx.t(op.inputs[0]), ctx.t(op.inputs[1])
+    b = op.inputs[2] if len(op.inputs) > 2 else -1
+    quant = x.ttype in (TT.UINT8, TT.INT8)
+    if quant:
+        wt = hal_type(w)
+        scale = 0.0 if wt[3] is not None else scale_product(float(x.scales[0]), wt[1])
+        if b < 0:
+            return ctx.sb.constant(T.TENSOR_INT32, np.zeros(units, np.int32), [units], scale)
+        if ctx.t(b).ttype != TT.INT32:
+            raise Refuse(f"{ctx.t(b).describe()}: bias of a quantized operator must be int32")
+        return ctx.x(b, type_=T.TENSOR_INT32, scale=scale, zero_point=0)
+    if b < 0:
+        ht = hal_type(x)[0]
+        return ctx.sb.constant(ht, np.zeros(units, ht.dtype), [units])
+    return ctx.x(b)
+
+
+def _simple(name: str, hal: OperationType, note: str | None = None,
+            n_inputs: int = 1) -> None:
+    def convert(ctx: Context, op: OpInfo) -> None:
+        ins = [ctx.x(i) for i in op.inputs[:n_inputs]]
+        ctx.emit(hal, ins, [ctx.y(op.outputs[0])])
+    _conv(name, note or hal.name)(convert)
+
+
+# ---- convolutions and pools ------------------------------------------------------------------
+
+@_conv("CONV_2D", "CONV_2D (padding, strides, dilation, fused activation; per-channel int8)")
+def _conv2d(ctx: Context, op: OpInfo) -> None:
+    o = ctx.options("Conv2DOptions")
+    w = ctx.t(op.inputs[1])
+    ins = [ctx.x(op.inputs[0]), ctx.x(op.inputs[1]), _bias(ctx, op, w.shape[0]),
+           ctx.i32(_padding(o.Padding())), ctx.i32(o.StrideW()), ctx.i32(o.StrideH())]
+    code, out = ctx.fused(o.FusedActivationFunction(), op.outputs[0])
+    ins.append(ctx.i32(code))
+    if o.DilationWFactor() != 1 or o.DilationHFactor() != 1:
+        ins += [ctx.bool_(False), ctx.i32(o.DilationWFactor()), ctx.i32(o.DilationHFactor())]
+    ctx.emit(O.CONV_2D, ins, [out])
+
+
+@_conv("DEPTHWISE_CONV_2D", "DEPTHWISE_CONV_2D (depth multiplier, dilation, fused activation)")
+def _depthwise(ctx: Context, op: OpInfo) -> None:
+    o = ctx.options("DepthwiseConv2DOptions")
+    x, w = ctx.t(op.inputs[0]), ctx.t(op.inputs[1])
+    cin, cout = x.shape[-1], w.shape[-1]
+    if cin <= 0 or cout % cin:
+        raise Refuse("depth multiplier needs a known input depth dividing the filter depth")
+    ins = [ctx.x(op.inputs[0]), ctx.x(op.inputs[1]), _bias(ctx, op, cout),
+           ctx.i32(_padding(o.Padding())), ctx.i32(o.StrideW()), ctx.i32(o.StrideH()),
+           ctx.i32(cout // cin)]
+    code, out = ctx.fused(o.FusedActivationFunction(), op.outputs[0])
+    ins.append(ctx.i32(code))
+    if o.DilationWFactor() != 1 or o.DilationHFactor() != 1:
+        ins += [ctx.bool_(False), ctx.i32(o.DilationWFactor()), ctx.i32(o.DilationHFactor())]
+    ctx.emit(O.DEPTHWISE_CONV_2D, ins, [out])
+
+
+@_conv("TRANSPOSE_CONV", "TRANSPOSE_CONV_2D (output_shape input, padding, strides, bias)")
+def _transpose_conv(ctx: Context, op: OpInfo) -> None:
+    o = ctx.options("TransposeConvOptions")
+    shape_i, w_i, x_i = op.inputs[:3]
+    w = ctx.t(w_i)
+    fake = OpInfo(op.index, op.name, op.code, [x_i, w_i] + op.inputs[3:4], op.outputs)
+    act = o.FusedActivationFunction() if hasattr(o, "FusedActivationFunction") else 0
+    ins = [ctx.x(x_i), ctx.x(w_i), _bias(ctx, fake, w.shape[0]),
+           _ints_input(ctx, shape_i, "output_shape"), ctx.i32(_padding(o.Padding())),
+           ctx.i32(o.StrideW()), ctx.i32(o.StrideH())]
+    code, out = ctx.fused(act, op.outputs[0])
+    ctx.emit(O.TRANSPOSE_CONV_2D, ins + [ctx.i32(code), ctx.bool_(False)], [out])
+
+
+def _pool(name: str, hal: OperationType) -> None:
+    def convert(ctx: Context, op: OpInfo) -> None:
+        o = ctx.options("Pool2DOptions")
+        ins = [ctx.x(op.inputs[0]), ctx.i32(_padding(o.Padding())), ctx.i32(o.StrideW()),
+               ctx.i32(o.StrideH()), ctx.i32(o.FilterWidth()), ctx.i32(o.FilterHeight())]
+        code, out = ctx.fused(o.FusedActivationFunction(), op.outputs[0])
+        ctx.emit(hal, ins + [ctx.i32(code)], [out])
+    _conv(name, f"{hal.name} (padding, strides, filter, fused activation)")(convert)
+
+
+_pool("AVERAGE_POOL_2D", O.AVERAGE_POOL_2D)
+_pool("MAX_POOL_2D", O.MAX_POOL_2D)
+_pool("L2_POOL_2D", O.L2_POOL_2D)
+
+
+@_conv("FULLY_CONNECTED", "FULLY_CONNECTED (keep_num_dims as a RESHAPE after it)")
+def _fully_connected(ctx: Context, op: OpInfo) -> None:
+    o = ctx.options("FullyConnectedOptions")
+    if o.WeightsFormat() != 0:
+        raise Refuse("shuffled weights format has no HAL equivalent")
+    w = ctx.t(op.inputs[1])
+    if w.quantized and w.scales.size > 1:
+        raise Refuse("per-channel weights (the HAL's FULLY_CONNECTED is per-tensor)")
+    x = ctx.t(op.inputs[0])
+    if w.ttype in (TT.INT8, TT.UINT8) and x.ttype == TT.FLOAT32:
+        raise Refuse("hybrid (float input, quantized weights) has no HAL equivalent")
+    units = w.shape[0]
+    ins = [ctx.x(op.inputs[0]), ctx.x(op.inputs[1]), _bias(ctx, op, units)]
+    out_t = ctx.t(op.outputs[0])
+    if len(out_t.shape) == 2 or not o.KeepNumDims():
+        code, out = ctx.fused(o.FusedActivationFunction(), op.outputs[0])
+        ctx.emit(O.FULLY_CONNECTED, ins + [ctx.i32(code)], [out])
+        return
+    if not out_t.static:
+        raise Refuse("keep_num_dims with an unknown output shape")
+    batch = int(np.prod(out_t.shape[:-1]))
+    flat = ctx.like(op.outputs[0], [batch, units])
+    code = schema.ACTIVATIONS.get(o.FusedActivationFunction())
+    if code is None:
+        raise Refuse("fused activation has no HAL FuseCode")
+    ctx.emit(O.FULLY_CONNECTED, ins + [ctx.i32(code)], [flat])
+    ctx.emit(O.RESHAPE, [flat, ctx.ints(out_t.shape)], [ctx.y(op.outputs[0])])
+
+
+# ---- elementwise -----------------------------------------------------------------------------
+
+def _binary_fused(name: str, hal: OperationType) -> None:
+    def convert(ctx: Context, op: OpInfo) -> None:
+        o = op.options
+        act = o.FusedActivationFunction() if o is not None else 0
+        a, b = ctx.x(op.inputs[0]), ctx.x(op.inputs[1])
+        code, out = ctx.fused(act, op.outputs[0])
+        ctx.emit(hal, [a, b, ctx.i32(code)], [out])
+    _conv(name, f"{hal.name} (broadcast, fused activation)")(convert)
+
+
+_binary_fused("ADD", O.ADD)
+_binary_fused("SUB", O.SUB)
+_binary_fused("MUL", O.MUL)
+_binary_fused("DIV", O.DIV)
+
+for _n in ("MAXIMUM", "MINIMUM", "POW", "LOGICAL_AND", "LOGICAL_OR", "EQUAL", "NOT_EQUAL",
+           "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "PRELU"):
+    _simple(_n, getattr(O, _n), n_inputs=2)
+for _n in ("ABS", "EXP", "LOG", "NEG", "SQRT", "RSQRT", "SIN", "FLOOR", "LOGICAL_NOT",
+           "RELU", "RELU6", "LOGISTIC", "TANH", "HARD_SWISH"):
+    _simple(_n, getattr(O, _n))
+_simple("RELU_N1_TO_1", O.RELU1)
+
+
+@_conv("ADD_N", "a chain of ADDs, in TFLite's summation order")
+def _add_n(ctx: Context, op: OpInfo) -> None:
+    if ctx.t(op.inputs[0]).ttype not in (TT.FLOAT32, TT.FLOAT16, TT.INT32):
+        raise Refuse("quantized ADD_N has no exact HAL form")
+    acc = ctx.x(op.inputs[0])
+    for k, i in enumerate(op.inputs[1:], start=2):
+        out = ctx.y(op.outputs[0]) if k == len(op.inputs) else ctx.like(op.outputs[0])
+        ctx.emit(O.ADD, [acc, ctx.x(i), ctx.i32(0)], [out])
+        acc = out
+    if len(op.inputs) == 1:
+        ctx.copy_into(acc, ctx.y(op.outputs[0]))
+
+
+@_conv("SQUARED_DIFFERENCE", "SUB then MUL by itself (float only)")
+def _squared_difference(ctx: Context, op: OpInfo) -> None:
+    if ctx.t(op.inputs[0]).ttype not in (TT.FLOAT32, TT.FLOAT16):
+        raise Refuse("quantized SQUARED_DIFFERENCE has no exact HAL form")
+    d = ctx.like(op.outputs[0])
+    ctx.emit(O.SUB, [ctx.x(op.inputs[0]), ctx.x(op.inputs[1]), ctx.i32(0)], [d])
+    ctx.emit(O.MUL, [d, d, ctx.i32(0)], [ctx.y(op.outputs[0])])
+
+
+@_conv("ELU", "ELU (alpha 1)")
+def _elu(ctx: Context, op: OpInfo) -> None:
+    ctx.emit(O.ELU, [ctx.x(op.inputs[0]), ctx.scalar_float(op.inputs[0], 1.0)],
+             [ctx.y(op.outputs[0])])
+
+
+@_conv("SQUARE", "MUL x x")
+def _square(ctx: Context, op: OpInfo) -> None:
+    x = ctx.x(op.inputs[0])
+    ctx.emit(O.MUL, [x, x, ctx.i32(0)], [ctx.y(op.outputs[0])])
+
+
+@_conv("LEAKY_RELU", "PRELU with a constant alpha (float only)")
+def _leaky_relu(ctx: Context, op: OpInfo) -> None:
+    x = ctx.t(op.inputs[0])
+    if x.ttype not in (TT.FLOAT32, TT.FLOAT16):
+        raise Refuse("quantized LEAKY_RELU has no exact HAL form")
+    alpha = np.asarray([ctx.options("LeakyReluOptions").Alpha()], schema.DTYPES[x.ttype])
+    ht = hal_type(x)[0]
+    ctx.emit(O.PRELU, [ctx.x(op.inputs[0]), ctx.sb.constant(ht, alpha, [1])],
+             [ctx.y(op.outputs[0])])
+
+
+@_conv("SELECT", "SELECT (same shapes)")
+def _select(ctx: Context, op: OpInfo) -> None:
+    shapes = {ctx.t(i).shape for i in op.inputs}
+    if len(shapes) != 1 and op.name == "SELECT_V2":
+        raise Refuse("SELECT_V2 broadcasting has no HAL equivalent")
+    ctx.emit(O.SELECT, [ctx.x(i) for i in op.inputs[:3]], [ctx.y(op.outputs[0])])
+
+
+CONVERTERS["SELECT_V2"] = _select
+MAPPED["SELECT_V2"] = "SELECT (operands of equal shapes only)"
+
+
+@_conv("CAST", "CAST")
+def _cast(ctx: Context, op: OpInfo) -> None:
+    ctx.emit(O.CAST, [ctx.x(op.inputs[0])], [ctx.y(op.outputs[0])])
+
+
+@_conv("QUANTIZE", "QUANTIZE (requantization as DEQUANTIZE + QUANTIZE)")
+def _quantize(ctx: Context, op: OpInfo) -> None:
+    x = ctx.t(op.inputs[0])
+    if x.ttype in (TT.FLOAT32, TT.FLOAT16):
+        ctx.emit(O.QUANTIZE, [ctx.x(op.inputs[0])], [ctx.y(op.outputs[0])])
+        return
+    real = ctx.tmp(T.TENSOR_FLOAT32, x.shape)
+    ctx.emit(O.DEQUANTIZE, [ctx.x(op.inputs[0])], [real])
+    ctx.emit(O.QUANTIZE, [real], [ctx.y(op.outputs[0])])
+
+
+@_conv("DEQUANTIZE", "DEQUANTIZE (float16 -> float32 as CAST; constants folded)")
+def _dequantize(ctx: Context, op: OpInfo) -> None:
+    x = ctx.t(op.inputs[0])
+    hal = O.CAST if x.ttype == TT.FLOAT16 else O.DEQUANTIZE
+    ctx.emit(hal, [ctx.x(op.inputs[0])], [ctx.y(op.outputs[0])])
+
+
+# ---- activations with parameters -------------------------------------------------------------
+
+@_conv("SOFTMAX", "SOFTMAX (beta)")
+def _softmax(ctx: Context, op: OpInfo) -> None:
+    beta = ctx.options("SoftmaxOptions").Beta()
+    ctx.emit(O.SOFTMAX, [ctx.x(op.inputs[0]), ctx.scalar_float(op.inputs[0], beta)],
+             [ctx.y(op.outputs[0])])
+
+
+@_conv("LOG_SOFTMAX", "LOG_SOFTMAX (beta 1, last axis)")
+def _log_softmax(ctx: Context, op: OpInfo) -> None:
+    ctx.emit(O.LOG_SOFTMAX, [ctx.x(op.inputs[0]), ctx.scalar_float(op.inputs[0], 1.0),
+                             ctx.i32(-1)], [ctx.y(op.outputs[0])])
+
+
+@_conv("L2_NORMALIZATION", "L2_NORMALIZATION (last axis)")
+def _l2norm(ctx: Context, op: OpInfo) -> None:
+    act = ctx.options("L2NormOptions").FusedActivationFunction()
+    out = ctx.activated(act, op.outputs[0])
+    ctx.emit(O.L2_NORMALIZATION, [ctx.x(op.inputs[0])], [out])
+
+
+@_conv("LOCAL_RESPONSE_NORMALIZATION", "LOCAL_RESPONSE_NORMALIZATION (radius, bias, alpha, "
+       "beta)")
+def _lrn(ctx: Context, op: OpInfo) -> None:
+    o = ctx.options("LocalResponseNormalizationOptions")
+    i = op.inputs[0]
+    ctx.emit(O.LOCAL_RESPONSE_NORMALIZATION,
+             [ctx.x(i), ctx.i32(o.Radius()), ctx.scalar_float(i, o.Bias()),
+              ctx.scalar_float(i, o.Alpha()), ctx.scalar_float(i, o.Beta())],
+             [ctx.y(op.outputs[0])])
+
+
+# ---- shapes and data movement ----------------------------------------------------------------
+
+@_conv("RESHAPE", "RESHAPE (new shape from the output, the shape input or the options)")
+def _reshape(ctx: Context, op: OpInfo) -> None:
+    out = ctx.t(op.outputs[0])
+    if out.static:
+        shape = ctx.ints(out.shape)
+    elif len(op.inputs) > 1 and op.inputs[1] >= 0:
+        shape = _ints_input(ctx, op.inputs[1], "new shape")
+    elif op.options is not None and op.options.NewShapeLength():
+        shape = ctx.ints([int(d) for d in op.options.NewShapeAsNumpy()])
+    else:
+        raise Refuse("no new shape")
+    ctx.emit(O.RESHAPE, [ctx.x(op.inputs[0]), shape], [ctx.y(op.outputs[0])])
+
+
+@_conv("SQUEEZE", "SQUEEZE (squeeze_dims)")
+def _squeeze(ctx: Context, op: OpInfo) -> None:
+    o = op.options
+    ins = [ctx.x(op.inputs[0])]
+    if o is not None and o.SqueezeDimsLength():
+        ins.append(ctx.ints([_axis(ctx, int(d), op.inputs[0]) for d in
+                             o.SqueezeDimsAsNumpy()]))
+    ctx.emit(O.SQUEEZE, ins, [ctx.y(op.outputs[0])])
+
+
+@_conv("EXPAND_DIMS", "EXPAND_DIMS (constant axis)")
+def _expand_dims(ctx: Context, op: OpInfo) -> None:
+    axis = int(ctx.need_value(op.inputs[1], "axis").reshape(-1)[0])
+    ctx.emit(O.EXPAND_DIMS, [ctx.x(op.inputs[0]), ctx.i32(axis)], [ctx.y(op.outputs[0])])
+
+
+@_conv("TRANSPOSE", "TRANSPOSE")
+def _transpose(ctx: Context, op: OpInfo) -> None:
+    ctx.emit(O.TRANSPOSE, [ctx.x(op.inputs[0]), _ints_input(ctx, op.inputs[1], "perm")],
+             [ctx.y(op.outputs[0])])
+
+
+@_conv("CONCATENATION", "CONCATENATION (no fused activation)")
+def _concat(ctx: Context, op: OpInfo) -> None:
+    o = ctx.options("ConcatenationOptions")
+    if o.FusedActivationFunction() != 0:
+        # TFLite's own kernel rejects it and its XNNPACK delegate ignores it: no meaning to keep.
+        raise Refuse("a fused activation on CONCATENATION is rejected by TFLite's kernel")
+    ins = [ctx.x(i) for i in op.inputs]
+    out = ctx.y(op.outputs[0])
+    ctx.emit(O.CONCATENATION, ins + [ctx.i32(_axis(ctx, o.Axis(), op.outputs[0]))], [out])
+
+
+@_conv("PAD", "PAD")
+def _pad(ctx: Context, op: OpInfo) -> None:
+    ctx.emit(O.PAD, [ctx.x(op.inputs[0]), _ints_input(ctx, op.inputs[1], "paddings")],
+             [ctx.y(op.outputs[0])])
+
+
+@_conv("PADV2", "PAD_V2 (constant pad value)")
+def _padv2(ctx: Context, op: OpInfo) -> None:
+    x = ctx.t(op.inputs[0])
+    v = ctx.need_value(op.inputs[2], "pad value").reshape(-1)[0]
+    if x.ttype == TT.FLOAT32:
+        pad = ctx.f32(float(v))
+    elif x.ttype == TT.FLOAT16:
+        pad = ctx.f16(float(v))
+    else:
+        pad = ctx.i32(int(v))
+    ctx.emit(O.PAD_V2, [ctx.x(op.inputs[0]), _ints_input(ctx, op.inputs[1], "paddings"), pad],
+             [ctx.y(op.outputs[0])])
+
+
+@_conv("SLICE", "SLICE")
+def _slice(ctx: Context, op: OpInfo) -> None:
+    ctx.emit(O.SLICE, [ctx.x(op.inputs[0]), _ints_input(ctx, op.inputs[1], "begin"),
+                       _ints_input(ctx, op.inputs[2], "size")], [ctx.y(op.outputs[0])])
+
+
+@_conv("STRIDED_SLICE", "STRIDED_SLICE (begin/end/shrink masks; offset with constants; "
+       "ellipsis and new-axis masks refused)")
+def _strided_slice(ctx: Context, op: OpInfo) -> None:
+    o = ctx.options("StridedSliceOptions")
+    if o.EllipsisMask() or o.NewAxisMask():
+        raise Refuse("ellipsis / new-axis masks have no HAL equivalent")
+    rank = _rank(ctx, op.inputs[0])
+    begin_m, end_m, shrink = o.BeginMask(), o.EndMask(), o.ShrinkAxisMask()
+    values = [ctx.value(i) for i in op.inputs[1:4]]
+    offset = bool(o.Offset()) if hasattr(o, "Offset") else False
+    if all(v is not None for v in values):
+        b, e, s = (np.asarray(v, np.int64).reshape(-1) for v in values)
+        if offset:
+            e = b + e
+        n = len(b)
+        if n < rank:  # the HAL wants one entry per dimension
+            b = np.concatenate([b, np.zeros(rank - n, np.int64)])
+            e = np.concatenate([e, np.zeros(rank - n, np.int64)])
+            s = np.concatenate([s, np.ones(rank - n, np.int64)])
+            full = ((1 << rank) - 1) & ~((1 << n) - 1)
+            begin_m, end_m = begin_m | full, end_m | full
+        shape = ctx.t(op.inputs[0]).shape
+        for d in range(rank):
+            if shrink >> d & 1:  # TFLite ignores end here; the HAL wants end = begin + 1
+                k = int(b[d])
+                if k < 0:
+                    if shape[d] <= 0:
+                        raise Refuse("negative shrunk index along a dimension of unknown size")
+                    k += shape[d]
+                b[d], e[d], s[d] = k, k + 1, 1
+                begin_m &= ~(1 << d)
+                end_m &= ~(1 << d)
+        ins = [ctx.ints(b), ctx.ints(e), ctx.ints(s)]
+    else:
+        if offset:
+            raise Refuse("offset with non-constant begin/end")
+        ins = [_ints_input(ctx, i, "begin/end/strides") for i in op.inputs[1:4]]
+    ctx.emit(O.STRIDED_SLICE, [ctx.x(op.inputs[0])] + ins +
+             [ctx.i32(begin_m), ctx.i32(end_m), ctx.i32(shrink)], [ctx.y(op.outputs[0])])
+
+
+@_conv("GATHER", "GATHER (axis; batch_dims 0)")
+def _gather(ctx: Context, op: OpInfo) -> None:
+    o = op.options
+    if o is not None and o.BatchDims():
+        raise Refuse("batch_dims has no HAL equivalent")
+    axis = _axis(ctx, o.Axis() if o is not None else 0, op.inputs[0])
+    ctx.emit(O.GATHER, [ctx.x(op.inputs[0]), ctx.i32(axis),
+                        _ints_input(ctx, op.inputs[1], "indices")], [ctx.y(op.outputs[0])])
+
+
+@_conv("SPLIT", "SPLIT (constant axis)")
+def _split(ctx: Context, op: OpInfo) -> None:
+    axis = int(ctx.need_value(op.inputs[0], "axis").reshape(-1)[0])
+    axis = _axis(ctx, axis, op.inputs[1])
+    ctx.emit(O.SPLIT, [ctx.x(op.inputs[1]), ctx.i32(axis), ctx.i32(len(op.outputs))],
+             [ctx.y(o) for o in op.outputs])
+
+
+@_conv("SPLIT_V", "one SLICE per output (constant sizes and axis)")
+def _split_v(ctx: Context, op: OpInfo) -> None:
+    x = ctx.t(op.inputs[0])
+    sizes = [int(s) for s in ctx.need_value(op.inputs[1], "size_splits").reshape(-1)]
+    axis = _axis(ctx, int(ctx.need_value(op.inputs[2], "axis").reshape(-1)[0]), op.inputs[0])
+    if -1 in sizes:
+        if x.shape[axis] <= 0:
+            raise Refuse("size -1 along a dimension of unknown size")
+        k = sizes.index(-1)
+        sizes[k] = x.shape[axis] - (sum(sizes) + 1)
+    src = ctx.x(op.inputs[0])
+    start = 0
+    for out, size in zip(op.outputs, sizes):
+        begin = [0] * len(x.shape)
+        begin[axis] = start
+        extent = [-1] * len(x.shape)
+        extent[axis] = size
+        ctx.emit(O.SLICE, [src, ctx.ints(begin), ctx.ints(extent)], [ctx.y(out)])
+        start += size
+
+
+@_conv("PACK", "RESHAPE of each input + CONCATENATION")
+def _pack(ctx: Context, op: OpInfo) -> None:
+    out = ctx.t(op.outputs[0])
+    if not out.static:
+        raise Refuse("PACK needs a known output shape")
+    axis = _axis(ctx, ctx.options("PackOptions").Axis(), op.outputs[0])
+    piece = list(out.shape)
+    piece[axis] = 1
+    parts = []
+    for i in op.inputs:
+        p = ctx.like(op.outputs[0], piece)
+        ctx.emit(O.RESHAPE, [ctx.x(i), ctx.ints(piece)], [p])
+        parts.append(p)
+    ctx.emit(O.CONCATENATION, parts + [ctx.i32(axis)], [ctx.y(op.outputs[0])])
+
+
+@_conv("UNPACK", "SPLIT + RESHAPE of each output")
+def _unpack(ctx: Context, op: OpInfo) -> None:
+    x = ctx.t(op.inputs[0])
+    if not x.static:
+        raise Refuse("UNPACK needs a known input shape")
+    axis = _axis(ctx, ctx.options("UnpackOptions").Axis(), op.inputs[0])
+    piece = list(x.shape)
+    piece[axis] = 1
+    parts = [ctx.like(op.inputs[0], piece) for _ in op.outputs]
+    ctx.emit(O.SPLIT, [ctx.x(op.inputs[0]), ctx.i32(axis), ctx.i32(len(op.outputs))], parts)
+    for p, o in zip(parts, op.outputs):
+        ctx.emit(O.RESHAPE, [p, ctx.ints(ctx.t(o).shape or [1])], [ctx.y(o)])
+
+
+@_conv("TILE", "TILE")
+def _tile(ctx: Context, op: OpInfo) -> None:
+    ctx.emit(O.TILE, [ctx.x(op.inputs[0]), _ints_input(ctx, op.inputs[1], "multiples")],
+             [ctx.y(op.outputs[0])])
+
+
+def _reduce(name: str, hal: OperationType) -> None:
+    def convert(ctx: Context, op: OpInfo) -> None:
+        keep = bool(op.options.KeepDims()) if op.options is not None else False
+        flag = ctx.i32(int(keep)) if hal == O.MEAN else ctx.bool_(keep)
+        ctx.emit(hal, [ctx.x(op.inputs[0]), _ints_input(ctx, op.inputs[1], "axes"), flag],
+                 [ctx.y(op.outputs[0])])
+    _conv(name, f"{hal.name} (keep_dims)")(convert)
+
+
+_reduce("MEAN", O.MEAN)
+_reduce("SUM", O.REDUCE_SUM)
+_reduce("REDUCE_PROD", O.REDUCE_PROD)
+_reduce("REDUCE_MAX", O.REDUCE_MAX)
+_reduce("REDUCE_MIN", O.REDUCE_MIN)
+_reduce("REDUCE_ANY", O.REDUCE_ANY)
+_reduce("REDUCE_ALL", O.REDUCE_ALL)
+
+
+def _arg(name: str, hal: OperationType) -> None:
+    def convert(ctx: Context, op: OpInfo) -> None:
+        if ctx.t(op.outputs[0]).ttype != TT.INT32:
+            raise Refuse("int64 output (the HAL's is int32)")
+        axis = int(ctx.need_value(op.inputs[1], "axis").reshape(-1)[0])
+        ctx.emit(hal, [ctx.x(op.inputs[0]), ctx.i32(_axis(ctx, axis, op.inputs[0]))],
+                 [ctx.y(op.outputs[0])])
+    _conv(name, f"{hal.name} (int32 output)")(convert)
+
+
+_arg("ARG_MAX", O.ARGMAX)
+_arg("ARG_MIN", O.ARGMIN)
+
+
+@_conv("TOPK_V2", "TOPK_V2 (constant k)")
+def _topk(ctx: Context, op: OpInfo) -> None:
+    k = int(ctx.need_value(op.inputs[1], "k").reshape(-1)[0])
+    ctx.emit(O.TOPK_V2, [ctx.x(op.inputs[0]), ctx.i32(k)], [ctx.y(o) for o in op.outputs])
+
+
+def _resize(name: str, hal: OperationType) -> None:
+    def convert(ctx: Context, op: OpInfo) -> None:
+        o = op.options
+        size = ctx.need_value(op.inputs[1], "size").reshape(-1)
+        align = bool(o.AlignCorners()) if o is not None else False
+        half = bool(o.HalfPixelCenters()) if o is not None else False
+        ctx.emit(hal, [ctx.x(op.inputs[0]), ctx.i32(size[1]), ctx.i32(size[0]),
+                       ctx.bool_(False), ctx.bool_(align), ctx.bool_(half)],
+                 [ctx.y(op.outputs[0])])
+    _conv(name, f"{hal.name} (constant size, align_corners, half_pixel_centers)")(convert)
+
+
+_resize("RESIZE_BILINEAR", O.RESIZE_BILINEAR)
+_resize("RESIZE_NEAREST_NEIGHBOR", O.RESIZE_NEAREST_NEIGHBOR)
+
+
+def _block(name: str, hal: OperationType) -> None:
+    def convert(ctx: Context, op: OpInfo) -> None:
+        block = ctx.options("DepthToSpaceOptions").BlockSize()  # same field in both tables
+        ctx.emit(hal, [ctx.x(op.inputs[0]), ctx.i32(block)], [ctx.y(op.outputs[0])])
+    _conv(name, f"{hal.name} (block size)")(convert)
+
+
+_block("DEPTH_TO_SPACE", O.DEPTH_TO_SPACE)
+_block("SPACE_TO_DEPTH", O.SPACE_TO_DEPTH)
+
+
+@_conv("BATCH_TO_SPACE_ND", "BATCH_TO_SPACE_ND (zero crops only)")
+def _batch_to_space(ctx: Context, op: OpInfo) -> None:
+    crops = ctx.need_value(op.inputs[2], "crops")
+    if np.any(crops != 0):
+        raise Refuse("non-zero crops have no HAL equivalent")
+    ctx.emit(O.BATCH_TO_SPACE_ND, [ctx.x(op.inputs[0]),
+                                   _ints_input(ctx, op.inputs[1], "block shape")],
+             [ctx.y(op.outputs[0])])
+
+
+@_conv("SPACE_TO_BATCH_ND", "SPACE_TO_BATCH_ND")
+def _space_to_batch(ctx: Context, op: OpInfo) -> None:
+    ctx.emit(O.SPACE_TO_BATCH_ND, [ctx.x(op.inputs[0]),
+                                   _ints_input(ctx, op.inputs[1], "block shape"),
+                                   _ints_input(ctx, op.inputs[2], "paddings")],
+             [ctx.y(op.outputs[0])])
+
+
+@_conv("EMBEDDING_LOOKUP", "EMBEDDING_LOOKUP")
+def _embedding(ctx: Context, op: OpInfo) -> None:
+    ctx.emit(O.EMBEDDING_LOOKUP, [ctx.x(op.inputs[0]), ctx.x(op.inputs[1])],
+             [ctx.y(op.outputs[0])])
+
+
+@_conv("HASHTABLE_LOOKUP", "HASHTABLE_LOOKUP (hits as TENSOR_QUANT8_ASYMM scale 1)")
+def _hashtable(ctx: Context, op: OpInfo) -> None:
+    hits = op.outputs[1]
+    # TFLite's hits tensor is plain uint8; the HAL's is quantized with scale 1, zero point 0.
+    hit_operand = (ctx.y(hits) if ctx.t(hits).quantized
+                   else ctx.y_as(hits, T.TENSOR_QUANT8_ASYMM, 1.0, 0))
+    ctx.emit(O.HASHTABLE_LOOKUP, [ctx.x(i) for i in op.inputs[:3]],
+             [ctx.y(op.outputs[0]), hit_operand])
+
+
+#: TFLite LSH projection type -> HAL type: TFLite's SPARSE offsets each hash function's bucket
+#: (the HAL's SPARSE, 3; its 1 is the deprecated form without the offset); DENSE is 2 in both.
+_LSH_TYPES = {1: 3, 2: 2}
+
+
+@_conv("LSH_PROJECTION", "LSH_PROJECTION (sparse / dense)")
+def _lsh(ctx: Context, op: OpInfo) -> None:
+    kind = _LSH_TYPES.get(ctx.options("LSHProjectionOptions").Type())
+    if kind is None:
+        raise Refuse("unknown projection type")
+    h, x = op.inputs[:2]
+    weight = op.inputs[2] if len(op.inputs) > 2 else -1
+    ctx.emit(O.LSH_PROJECTION, [ctx.x(h), ctx.x(x), ctx.omitted_like(weight, h),
+                                ctx.i32(kind)], [ctx.y(op.outputs[0])])
+
+
+# ---- control flow ----------------------------------------------------------------------------
+
+@_conv("IF", "IF (then / else subgraphs become referenced subgraphs)")
+def _if(ctx: Context, op: OpInfo) -> None:
+    o = ctx.options("IfOptions")
+    then_, else_ = ctx.subgraph(o.ThenSubgraphIndex()), ctx.subgraph(o.ElseSubgraphIndex())
+    ctx.emit(O.IF, [ctx.x(op.inputs[0]), then_, else_] + [ctx.x(i) for i in op.inputs[1:]],
+             [ctx.y(i) for i in op.outputs])
+
+
+@_conv("WHILE", "WHILE (every loop variable loop-carried)")
+def _while(ctx: Context, op: OpInfo) -> None:
+    o = ctx.options("WhileOptions")
+    cond, body = ctx.subgraph(o.CondSubgraphIndex()), ctx.subgraph(o.BodySubgraphIndex())
+    ctx.emit(O.WHILE, [cond, body] + [ctx.x(i) for i in op.inputs],
+             [ctx.y(i) for i in op.outputs])
+
+
+#: Builtins refused on purpose, with the reason (every other unmapped builtin is refused as
+#: having no HAL 1.3 equivalent).
+REFUSED: dict[str, str] = {
+    "MIRROR_PAD": "the HAL has no reflect / symmetric padding",
+    "CUSTOM": "custom operators have no HAL equivalent",
+    "FLEX": "TensorFlow (Flex) operators have no HAL equivalent",
+    "GELU": "no HAL 1.3 operation",
+    "CUMSUM": "no HAL 1.3 operation",
+    "ONE_HOT": "no HAL 1.3 operation",
+    "SCATTER_ND": "no HAL 1.3 operation",
+    "GATHER_ND": "no HAL 1.3 operation",
+    "BIDIRECTIONAL_SEQUENCE_LSTM": "not mapped: its 48 inputs and two state pairs are not "
+                                   "converted yet (UNIDIRECTIONAL_SEQUENCE_LSTM is)",
+    "BROADCAST_TO": "no HAL 1.3 operation",
+    "SHAPE": "folded when the input shape is static, else no HAL equivalent",
+    "RANK": "folded when the input shape is static, else no HAL equivalent",
+    "DENSIFY": "folded when its input is a sparse constant, else no HAL equivalent",
+}

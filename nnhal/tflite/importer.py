@@ -1,0 +1,254 @@
+"""A .tflite flatbuffer as a HAL 1.3 Model.
+
+Subgraph 0 becomes the main subgraph. The file is read into records first (every count
+bounded, every buffer checked), constants are folded, then each operator is converted in
+order. Everything that cannot be converted is collected and reported at once, each operator
+with its index, so a user sees the whole list rather than the first failure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from types import SimpleNamespace
+
+from nnhal.analysis import analyse
+from nnhal.errors import ModelFileError, UnsupportedModelError
+from nnhal.hal.builder import ModelBuilder, SubgraphBuilder
+from nnhal.hal.types import OperandLifeTime, OperandType
+from nnhal.ops.catalog import signature
+from nnhal.ops.registry import OpError
+from nnhal.ops.signature import SignatureError, check
+from nnhal.tflite import (
+    import_recurrent,  # noqa: F401  (registers its converters)
+    schema,
+)
+from nnhal.tflite.import_ctx import Context, Refuse, hal_dims, hal_type
+from nnhal.tflite.import_fold import FOLDED_NOTE, FOLDERS, fold
+from nnhal.tflite.import_ops import CONVERTERS, MAPPED, REFUSED
+from nnhal.tflite.import_read import SubgraphInfo, read_model
+from nnhal.tflite.model import ImportedModel, StateVariable
+from nnhal.tflite.variables import VARIABLE_OPS, Variables, initial_values
+from nnhal.validation import ValidationError
+
+L = OperandLifeTime
+
+
+def builtin_support() -> tuple[dict[str, str], dict[str, str]]:
+    """(mapped, refused): every TFLite builtin the importer converts with how, and every one
+    it refuses with why."""
+    mapped = dict(MAPPED)
+    for name in FOLDERS:
+        mapped.setdefault(name, FOLDED_NOTE)
+    mapped["DENSIFY"] = "folded: a sparse constant becomes a dense constant"
+    mapped["SHAPE"] = "folded when the input's shape is static"
+    mapped["RANK"] = "folded when the input's shape is static"
+    for name in ("VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"):
+        mapped[name] = "resource variable: one extra state input and output of the model"
+    mapped["CALL_ONCE"] = "initialisation of resource variables (initial state values)"
+    refused = {}
+    for name in schema.BUILTIN_NAMES.values():
+        if name in mapped or name.startswith("PLACEHOLDER"):
+            continue
+        refused[name] = REFUSED.get(name, "no HAL 1.3 equivalent")
+    return dict(sorted(mapped.items())), dict(sorted(refused.items()))
+
+
+class _Importer:
+    def __init__(self, file: str, subgraphs: list[SubgraphInfo]):
+        self.file = file
+        self.subgraphs = subgraphs
+        self.problems: list[str] = []
+        #: The TFLite operator each main HAL operation comes from, for messages.
+        self.origin: list[str] = []
+        self.referenced: dict[int, SubgraphBuilder] = {}
+        self.converting: set[int] = set()
+        self.mb = ModelBuilder()
+
+    def run(self) -> ImportedModel:
+        main = self.subgraphs[0]
+        initial = {}
+        for op in main.ops:
+            if op.name == "CALL_ONCE" and op.options is not None:
+                k = op.options.InitSubgraphIndex()
+                if not 0 < k < len(self.subgraphs):
+                    raise ModelFileError(self.file, f"CALL_ONCE #{op.index} names subgraph {k}"
+                                                    f" of {len(self.subgraphs)}")
+                try:
+                    initial.update(initial_values(self.subgraphs[k]))
+                except Refuse as e:
+                    self.problems.append(f"{op.describe()}: {e}")
+        mb = ModelBuilder()
+        self.mb = mb
+        skip = {op.index for op in main.ops if op.name in VARIABLE_OPS}
+        folded = fold(main, skip)
+        ctx = Context(main, mb, main.outputs, self._reference)
+        inputs = self._inputs(ctx, main)
+        variables = Variables(ctx, initial)
+        ctx.variables = variables
+        self._convert_ops(ctx, main, folded, variables)
+        outputs = self._outputs(ctx, main)
+        state: list[StateVariable] = []
+        if not self.problems:
+            try:
+                found, _ = variables.finish()
+            except Refuse as e:
+                self.problems.append(f"resource variables: {e}")
+                found = []
+            in_names = [main.tensors[i].name for i in main.inputs]
+            out_names = [main.tensors[i].name for i in main.outputs]
+            for name, vin, vout, init in found:
+                state.append(StateVariable(name, init, len(inputs), len(outputs)))
+                inputs.append(vin)
+                outputs.append(vout)
+                in_names.append(name)
+                out_names.append(name)
+        if self.problems:
+            raise self._error(self.problems)
+        mb.inputs, mb.outputs = inputs, outputs
+        model = mb.build()
+        try:
+            analyse(model)
+        except (ValidationError, OpError) as e:
+            # Name the TFLite operator the failing HAL operation comes from.
+            m = re.match(r"main operation (\d+)", str(e))
+            k = int(m.group(1)) if m else -1
+            where = self.origin[k] if 0 <= k < len(self.origin) else "the converted model"
+            raise self._error([f"{where}: the HAL rejects it: {e}"]) from None
+        return ImportedModel(model, in_names, out_names, state, self.file)
+
+    def _reference(self, k: int, sb: SubgraphBuilder) -> int:
+        """A SUBGRAPH operand in ``sb`` naming TFLite subgraph ``k`` converted into a
+        referenced HAL subgraph (once per subgraph)."""
+        if not 0 < k < len(self.subgraphs):
+            raise Refuse(f"names subgraph {k} of {len(self.subgraphs)}")
+        if k not in self.referenced:
+            if k in self.converting:
+                raise Refuse(f"subgraph {k} calls itself")
+            self.converting.add(k)
+            sg = self.subgraphs[k]
+            sub = self.mb.subgraph()
+            ctx = Context(sg, sub, sg.outputs, self._reference)
+            sub.inputs = self._inputs(ctx, sg)
+            self._convert_ops(ctx, sg, fold(sg, set()), None)
+            sub.outputs = self._outputs(ctx, sg)
+            self.converting.discard(k)
+            self.referenced[k] = sub
+        return sb.reference(self.referenced[k])
+
+    def _error(self, items: list[str]) -> UnsupportedModelError:
+        n_ops = sum(1 for i in items if i.startswith("#"))
+        what = f"{self.file}: {n_ops} operator(s) have no HAL 1.3 equivalent"
+        if len(items) > n_ops:
+            what += f" and {len(items) - n_ops} tensor(s) have no HAL operand type"
+        return UnsupportedModelError(what, items)
+
+    def _check_emitted(self, ctx: Context, start: int) -> None:
+        """The operations just emitted fit their HAL signatures (operand types and counts),
+        so a type the HAL does not take is reported against the TFLite operator."""
+        operands = ctx.sb.operands
+
+        def info(i: int) -> SimpleNamespace:
+            o = operands[i]
+            return SimpleNamespace(type=OperandType(o.type), lifetime=o.lifetime)
+
+        for operation in ctx.sb.operations[start:]:
+            sig = signature(operation.type)
+            if sig is None:
+                continue
+            try:
+                check(sig, [info(i) for i in operation.inputs],
+                      [info(i) for i in operation.outputs])
+            except SignatureError as e:
+                raise Refuse(f"the HAL's {e}") from None
+
+    def _inputs(self, ctx: Context, sg: SubgraphInfo) -> list[int]:
+        out = []
+        for i in sg.inputs:
+            t = sg.tensors[i]
+            try:
+                ht, sc, zp, cq = hal_type(t)
+            except Refuse as e:
+                self.problems.append(f"input {e}")
+                ctx.poisoned.add(i)
+                continue
+            k = ctx.sb.operand(ht, hal_dims(t), sc, zp, cq, lifetime=L.SUBGRAPH_INPUT)
+            ctx.operands[i] = k
+            out.append(k)
+        return out
+
+    def _convert_ops(self, ctx: Context, sg: SubgraphInfo, folded: set[int],
+                     variables: Variables | None) -> None:
+        for op in sg.ops:
+            if op.index in folded:
+                continue
+            if any(i in ctx.poisoned for i in op.inputs):
+                ctx.poisoned.update(op.outputs)
+                continue
+            ctx.op = op
+            start = len(ctx.sb.operations)
+            try:
+                if op.name in VARIABLE_OPS:
+                    if variables is None:
+                        raise Refuse("resource variables only in the main subgraph")
+                    variables.convert(op)
+                elif op.custom:
+                    raise Refuse(f"custom operator '{op.name}' has no HAL equivalent")
+                elif op.name in CONVERTERS:
+                    CONVERTERS[op.name](ctx, op)
+                elif op.name in FOLDERS or op.name in ("SHAPE", "RANK", "DENSIFY"):
+                    raise Refuse("no HAL 1.3 equivalent (folded only when its inputs are "
+                                 "constants or, for SHAPE / RANK, its input shape is static)")
+                else:
+                    raise Refuse(REFUSED.get(op.name, "no HAL 1.3 equivalent"))
+                ctx.flush()
+                self._check_emitted(ctx, start)
+            except (Refuse, IndexError, ValueError, TypeError, KeyError) as e:
+                # The latter: an operator whose tensors contradict its kind (too few inputs,
+                # shapes of the wrong rank), reported against it rather than as a traceback.
+                ctx.pending.clear()
+                ctx.poisoned.update(op.outputs)
+                where = op.describe() + (f" (subgraph {sg.index})" if sg.index else "")
+                reason = str(e) if isinstance(e, Refuse) else (
+                    f"malformed operator ({type(e).__name__}: {e})")
+                self.problems.append(f"{where}: {reason}")
+            ctx.op = None
+            if sg.index == 0:
+                self.origin += [op.describe()] * (len(ctx.sb.operations) - len(self.origin))
+
+    def _outputs(self, ctx: Context, sg: SubgraphInfo) -> list[int]:
+        """The subgraph's output operands, each written by an operation: a tensor that is an
+        input, a constant or listed twice is copied exactly into its own output operand."""
+        out = []
+        for i in sg.outputs:
+            if i in ctx.poisoned:
+                continue
+            if i in ctx.output_operands and ctx.output_operands[i] not in out:
+                out.append(ctx.output_operands[i])
+                continue
+            t = sg.tensors[i]
+            try:
+                ht, sc, zp, cq = hal_type(t)
+                src = ctx.x(i)
+                dst = ctx.sb.operand(ht, hal_dims(t), sc, zp, cq, lifetime=L.SUBGRAPH_OUTPUT)
+                ctx.copy_into(src, dst)
+            except Refuse as e:
+                self.problems.append(f"output {t.describe()}: {e}")
+                continue
+            out.append(dst)
+        return out
+
+
+def read_tflite(source: str | os.PathLike[str] | bytes, name: str | None = None
+                ) -> ImportedModel:
+    """A .tflite file (or its bytes) as a HAL Model with its tensor names and state.
+
+    Raises ModelFileError for a file that cannot be read, UnsupportedModelError naming every
+    operator (index and name) and tensor that has no HAL 1.3 equivalent."""
+    lf = schema.load(source, name)
+    subgraphs = read_model(lf)
+    with lf.guard():
+        return _Importer(lf.name, subgraphs).run()
+
+
+__all__ = ["builtin_support", "read_tflite"]
