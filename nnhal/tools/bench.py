@@ -19,7 +19,7 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from nnhal.errors import InputError, NnhalError
+from nnhal.errors import InputError, ModelFileError, NnhalError
 from nnhal.tools.run import ArgumentProblem, console, fail, open_session, random_feeds
 
 
@@ -54,8 +54,8 @@ def main(args: argparse.Namespace) -> int:
     out = console()
     try:
         session = open_session(args.model, args.device)
-    except NnhalError as e:
-        return fail("bench", e, 1)
+    except NnhalError as e:  # a file that cannot be read is a usage error, as for info/view
+        return fail("bench", e, 2 if isinstance(e, ModelFileError) else 1)
     latencies: list[float] = []
     with session:
         feeds, notes = random_feeds(session.inputs, 0)

@@ -18,7 +18,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from nnhal.errors import InputError, NnhalError
+from nnhal.errors import InputError, ModelFileError, NnhalError
 from nnhal.session import Session, TensorInfo, load_model
 from nnhal.tflite.model import ImportedModel
 
@@ -164,8 +164,8 @@ def main(args: argparse.Namespace) -> int:
     out = console()
     try:
         session = open_session(args.model, args.device)
-    except NnhalError as e:
-        return fail("run", e, 1)
+    except NnhalError as e:  # a file that cannot be read is a usage error, as for info/view
+        return fail("run", e, 2 if isinstance(e, ModelFileError) else 1)
     with session:
         try:
             if args.inputs:

@@ -174,14 +174,14 @@ def test_run_with_a_missing_or_broken_inputs_file(tmp_path, capsys):
 def test_run_with_a_missing_model_file(tmp_path, capsys):
     missing = tmp_path / "none.tflite"
     status, out, err = call(run, capsys, missing)
-    assert status == 1 and err == f"nnhal run: {missing}: no such file\n" and out == ""
+    assert status == 2 and err == f"nnhal run: {missing}: no such file\n" and out == ""
 
 
 def test_run_with_a_file_that_is_not_a_model(tmp_path, capsys):
     junk = tmp_path / "junk.tflite"
     junk.write_bytes(b"\0" * 64)
     status, _, err = call(run, capsys, junk)
-    assert status == 1 and "junk.tflite: not a TFLite flatbuffer" in err
+    assert status == 2 and "junk.tflite: not a TFLite flatbuffer" in err
 
 
 def test_run_with_an_invalid_model_names_the_operation(capsys):
