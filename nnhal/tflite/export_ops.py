@@ -1,0 +1,465 @@
+"""One converter per HAL operation: its operands become TFLite tensors, its scalar parameters
+builtin options. A converter raises :class:`Refuse` (with the reason) for any variant TFLite
+cannot compute exactly as the HAL defines it; the exporter names each such operation.
+
+Operand positions follow the HAL 1.3 signatures (``nnhal ops NAME``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import tflite
+from tflite.Padding import Padding
+from tflite.TensorType import TensorType as TT
+
+from nnhal.hal.types import OperandType
+from nnhal.tflite.exporter import OpContext, Refuse
+from nnhal.tflite.schema import ACTIVATIONS_BACK, PADDINGS_BACK
+
+T = OperandType
+BO = tflite.BuiltinOperator
+Converter = Callable[[OpContext], None]
+CONVERTERS: dict[str, Converter] = {}
+
+_TO_NHWC, _TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
+
+
+def _act(cx: OpContext, j: int) -> int:
+    v = cx.scalar(j, 0)
+    if v not in ACTIVATIONS_BACK:
+        raise Refuse(f"fused activation {v} is not a HAL FuseCode")
+    return ACTIVATIONS_BACK[v]
+
+
+def _simple(code: int, options: str | None = None) -> Converter:
+    def convert(cx: OpContext) -> None:
+        cx.emit(code, [cx.t(j) for j in range(cx.n)], [cx.o(k) for k in range(len(cx.outs))],
+                options)
+    return convert
+
+
+for _name, _code in {
+        "ABS": BO.ABS, "EXP": BO.EXP, "LOG": BO.LOG, "NEG": BO.NEG, "SQRT": BO.SQRT,
+        "RSQRT": BO.RSQRT, "SIN": BO.SIN, "FLOOR": BO.FLOOR, "LOGISTIC": BO.LOGISTIC,
+        "TANH": BO.TANH, "RELU": BO.RELU, "RELU1": BO.RELU_N1_TO_1, "RELU6": BO.RELU6,
+        "HARD_SWISH": BO.HARD_SWISH, "LOGICAL_NOT": BO.LOGICAL_NOT,
+        "DEQUANTIZE": BO.DEQUANTIZE, "QUANTIZE": BO.QUANTIZE, "CAST": BO.CAST,
+        "MAXIMUM": BO.MAXIMUM, "MINIMUM": BO.MINIMUM, "POW": BO.POW, "EQUAL": BO.EQUAL,
+        "NOT_EQUAL": BO.NOT_EQUAL, "GREATER": BO.GREATER, "GREATER_EQUAL": BO.GREATER_EQUAL,
+        "LESS": BO.LESS, "LESS_EQUAL": BO.LESS_EQUAL, "LOGICAL_AND": BO.LOGICAL_AND,
+        "LOGICAL_OR": BO.LOGICAL_OR, "PRELU": BO.PRELU, "SELECT": BO.SELECT,
+        "TILE": BO.TILE, "SLICE": BO.SLICE, "PAD": BO.PAD, "RANK": BO.RANK,
+        "EMBEDDING_LOOKUP": BO.EMBEDDING_LOOKUP, "HASHTABLE_LOOKUP": BO.HASHTABLE_LOOKUP,
+        "FILL": BO.FILL}.items():
+    CONVERTERS[_name] = _simple(_code)
+
+
+def _arith(code: int, options: str) -> Converter:
+    def convert(cx: OpContext) -> None:
+        cx.emit(code, [cx.t(0), cx.t(1)], [cx.o()], options,
+                FusedActivationFunction=_act(cx, 2))
+    return convert
+
+
+CONVERTERS.update(ADD=_arith(BO.ADD, "AddOptions"), SUB=_arith(BO.SUB, "SubOptions"),
+                  MUL=_arith(BO.MUL, "MulOptions"), DIV=_arith(BO.DIV, "DivOptions"))
+
+
+# ---- layout and padding ---------------------------------------------------------------------
+
+class _Io:
+    """Input 0 and output 0 in NHWC: for an NCHW operation, TRANSPOSEs around it."""
+
+    def __init__(self, cx: OpContext, layout_input: int) -> None:
+        self.cx = cx
+        self.nchw = bool(cx.scalar(layout_input, False))
+        self.x, self.y = cx.t(0), cx.o()
+        self.in_shape, self.out_shape = cx.shape(0), cx.out_shape()
+        if self.nchw:
+            self.in_shape = [self.in_shape[k] for k in _TO_NHWC]
+            self.out_shape = [self.out_shape[k] for k in _TO_NHWC]
+            xt = cx.temp(self.in_shape, self.x)
+            cx.emit(BO.TRANSPOSE, [self.x, cx.ints(_TO_NHWC)], [xt])
+            self.x = xt
+            self.final, self.y = self.y, cx.temp(self.out_shape, self.y)
+
+    def finish(self) -> None:
+        if self.nchw:
+            self.cx.emit(BO.TRANSPOSE, [self.y, self.cx.ints(_TO_NCHW)], [self.final])
+
+
+def _same_pads(size: int, k: int, s: int, d: int) -> tuple[int, int]:
+    out = -(-size // s)
+    total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+    return total // 2, total - total // 2
+
+
+def _padding(cx: OpContext, io: _Io, pads: list[int] | None, scheme: int | None,
+             k_hw: tuple[int, int], s_hw: tuple[int, int], d_hw: tuple[int, int],
+             pad_op: bool) -> int:
+    """The TFLite padding for explicit ``pads`` (left, right, top, bottom) or a HAL scheme.
+    Explicit padding that is neither SAME nor VALID becomes a PAD (when ``pad_op``)."""
+    if pads is None:
+        if scheme not in PADDINGS_BACK:
+            raise Refuse(f"padding scheme {scheme} is not a HAL padding scheme")
+        return PADDINGS_BACK[scheme]
+    left, right, top, bottom = pads
+    if not any(pads):
+        return Padding.VALID
+    h, w = io.in_shape[1], io.in_shape[2]
+    if _same_pads(h, k_hw[0], s_hw[0], d_hw[0]) == (top, bottom) and \
+            _same_pads(w, k_hw[1], s_hw[1], d_hw[1]) == (left, right):
+        return Padding.SAME
+    if not pad_op:
+        raise Refuse(f"explicit padding {pads} is neither SAME nor VALID, and TFLite's "
+                     f"pooling would count or compare the padded values")
+    if min(pads) < 0:
+        raise Refuse(f"negative padding {pads}")
+    shape = [io.in_shape[0], h + top + bottom, w + left + right, io.in_shape[3]]
+    padded = cx.temp(shape, io.x)
+    cx.emit(BO.PAD, [io.x, cx.ints([[0, 0], [top, bottom], [left, right], [0, 0]])],
+            [padded])
+    io.x = padded
+    return Padding.VALID
+
+
+def _bias(cx: OpContext, j: int, filter_j: int) -> int:
+    """The bias tensor; with a per-channel filter, TFLite wants the bias's per-channel scales
+    (input scale x filter scale) that the HAL leaves implicit."""
+    f = cx.info(filter_j)
+    if not cx.present(j) or f.channel_scales is None:
+        return cx.t(j)
+    t = cx.t(j)
+    tensor = cx.w.sg.tensors[t]
+    tensor.scales = [float(cx.info(0).scale * s) for s in f.channel_scales]
+    tensor.zero_points = [0] * len(tensor.scales)
+    tensor.quantized_dimension = 0
+    return t
+
+
+def _check_filter(cx: OpContext, filter_j: int) -> None:
+    if cx.info(filter_j).channel_scales is not None and cx.info(0).type == T.TENSOR_QUANT8_ASYMM:
+        raise Refuse("TFLite's uint8 kernels need a uint8 filter, not a per-channel int8 one")
+
+
+# ---- convolutions and pools ---------------------------------------------------------------
+
+def _conv_2d(cx: OpContext) -> None:
+    explicit = cx.n >= 10 and cx.info(7).type == T.INT32
+    if explicit:
+        pads, scheme = [cx.scalar(k) for k in (3, 4, 5, 6)], None
+        sw, sh, act, layout, dil = cx.scalar(7), cx.scalar(8), 9, 10, 11
+    else:
+        pads, scheme = None, cx.scalar(3)
+        sw, sh, act, layout, dil = cx.scalar(4), cx.scalar(5), 6, 7, 8
+    _check_filter(cx, 1)
+    dw, dh = cx.scalar(dil, 1), cx.scalar(dil + 1, 1)
+    io = _Io(cx, layout)
+    kh, kw = cx.shape(1)[1:3]
+    padding = _padding(cx, io, pads, scheme, (kh, kw), (sh, sw), (dh, dw), True)
+    cx.emit(BO.CONV_2D, [io.x, cx.t(1), _bias(cx, 2, 1)], [io.y], "Conv2DOptions",
+            Padding=padding, StrideW=sw, StrideH=sh, FusedActivationFunction=_act(cx, act),
+            DilationWFactor=dw, DilationHFactor=dh)
+    io.finish()
+
+
+def _depthwise(cx: OpContext) -> None:
+    explicit = cx.n >= 11 and cx.info(8).type == T.INT32
+    if explicit:
+        pads, scheme = [cx.scalar(k) for k in (3, 4, 5, 6)], None
+        sw, sh, mult, act, layout, dil = cx.scalar(7), cx.scalar(8), cx.scalar(9), 10, 11, 12
+    else:
+        pads, scheme = None, cx.scalar(3)
+        sw, sh, mult, act, layout, dil = cx.scalar(4), cx.scalar(5), cx.scalar(6), 7, 8, 9
+    _check_filter(cx, 1)
+    dw, dh = cx.scalar(dil, 1), cx.scalar(dil + 1, 1)
+    io = _Io(cx, layout)
+    kh, kw = cx.shape(1)[1:3]
+    padding = _padding(cx, io, pads, scheme, (kh, kw), (sh, sw), (dh, dw), True)
+    cx.emit(BO.DEPTHWISE_CONV_2D, [io.x, cx.t(1), _bias(cx, 2, 1)], [io.y],
+            "DepthwiseConv2DOptions", Padding=padding, StrideW=sw, StrideH=sh,
+            DepthMultiplier=mult, FusedActivationFunction=_act(cx, act),
+            DilationWFactor=dw, DilationHFactor=dh)
+    io.finish()
+
+
+def _pool(code: int) -> Converter:
+    def convert(cx: OpContext) -> None:
+        if cx.n >= 10:
+            pads, scheme = [cx.scalar(k) for k in (1, 2, 3, 4)], None
+            sw, sh, fw, fh, act, layout = (*(cx.scalar(k) for k in (5, 6, 7, 8)), 9, 10)
+        else:
+            pads, scheme = None, cx.scalar(1)
+            sw, sh, fw, fh, act, layout = (*(cx.scalar(k) for k in (2, 3, 4, 5)), 6, 7)
+        io = _Io(cx, layout)
+        padding = _padding(cx, io, pads, scheme, (fh, fw), (sh, sw), (1, 1), False)
+        cx.emit(code, [io.x], [io.y], "Pool2DOptions", Padding=padding, StrideW=sw,
+                StrideH=sh, FilterWidth=fw, FilterHeight=fh,
+                FusedActivationFunction=_act(cx, act))
+        io.finish()
+    return convert
+
+
+def _transpose_conv(cx: OpContext) -> None:
+    _check_filter(cx, 1)
+    if cx.n >= 11:
+        left, right, top, bottom = (cx.scalar(k) for k in (3, 4, 5, 6))
+        sw, sh, act, layout = cx.scalar(7), cx.scalar(8), 9, 10
+        paddings = []
+        for head, tail in ((top, bottom), (left, right)):
+            if head == 0:
+                paddings.append(Padding.VALID)
+            elif head == (head + tail) // 2 and tail >= head:
+                paddings.append(Padding.SAME)
+            else:
+                raise Refuse(f"explicit padding {[left, right, top, bottom]} is not one "
+                             f"TFLite's SAME or VALID gives")
+        padding = paddings[0] if len(set(paddings)) == 1 else None
+        if padding is None:
+            raise Refuse("height and width need different TFLite paddings")
+    else:
+        padding = PADDINGS_BACK.get(cx.scalar(4))
+        if padding is None:
+            raise Refuse(f"padding scheme {cx.scalar(4)} is not a HAL padding scheme")
+        sw, sh, act, layout = cx.scalar(5), cx.scalar(6), 7, 8
+    io = _Io(cx, layout)
+    cx.emit(BO.TRANSPOSE_CONV, [cx.ints(io.out_shape), cx.t(1), io.x, _bias(cx, 2, 1)],
+            [io.y], "TransposeConvOptions", Padding=padding, StrideW=sw, StrideH=sh,
+            FusedActivationFunction=_act(cx, act))
+    io.finish()
+
+
+def _fully_connected(cx: OpContext) -> None:
+    cx.emit(BO.FULLY_CONNECTED, [cx.t(0), cx.t(1), cx.t(2)], [cx.o()],
+            "FullyConnectedOptions", FusedActivationFunction=_act(cx, 3), KeepNumDims=False)
+
+
+CONVERTERS.update(
+    CONV_2D=_conv_2d, DEPTHWISE_CONV_2D=_depthwise, TRANSPOSE_CONV_2D=_transpose_conv,
+    AVERAGE_POOL_2D=_pool(BO.AVERAGE_POOL_2D), MAX_POOL_2D=_pool(BO.MAX_POOL_2D),
+    L2_POOL_2D=_pool(BO.L2_POOL_2D), FULLY_CONNECTED=_fully_connected)
+
+
+# ---- along one axis -------------------------------------------------------------------------
+
+def _along_last(cx: OpContext, axis: int, emit: Callable[[int, int], None]) -> None:
+    """Runs ``emit(x, y)`` with ``axis`` moved last (a TRANSPOSE swapping it with the last
+    axis before and after), for operations TFLite only has along the last axis."""
+    shape = cx.shape(0)
+    rank = len(shape)
+    axis = axis + rank if axis < 0 else axis
+    x, y = cx.t(0), cx.o()
+    if axis == rank - 1:
+        emit(x, y)
+        return
+    perm = list(range(rank))
+    perm[axis], perm[-1] = perm[-1], perm[axis]
+    swapped = [shape[p] for p in perm]
+    xt, yt = cx.temp(swapped, x), cx.temp(swapped, y)
+    cx.emit(BO.TRANSPOSE, [x, cx.ints(perm)], [xt])
+    emit(xt, yt)
+    cx.emit(BO.TRANSPOSE, [yt, cx.ints(perm)], [y])
+
+
+def _softmax(cx: OpContext) -> None:
+    beta = float(cx.scalar(1))
+    _along_last(cx, cx.scalar(2, -1), lambda x, y: cx.emit(BO.SOFTMAX, [x], [y],
+                                                            "SoftmaxOptions", Beta=beta))
+
+
+def _log_softmax(cx: OpContext) -> None:
+    beta = float(cx.scalar(1))
+    if beta != 1.0:
+        raise Refuse(f"beta {beta}: TFLite's LOG_SOFTMAX has no beta")
+    _along_last(cx, cx.scalar(2, -1), lambda x, y: cx.emit(BO.LOG_SOFTMAX, [x], [y]))
+
+
+def _l2_norm(cx: OpContext) -> None:
+    _along_last(cx, cx.scalar(1, -1), lambda x, y: cx.emit(
+        BO.L2_NORMALIZATION, [x], [y], "L2NormOptions", FusedActivationFunction=0))
+
+
+def _lrn(cx: OpContext) -> None:
+    opts = dict(Radius=int(cx.scalar(1)), Bias=float(cx.scalar(2)),
+                Alpha=float(cx.scalar(3)), Beta=float(cx.scalar(4)))
+
+    def emit(x: int, y: int) -> None:
+        shape = cx.w.sg.tensors[x].shape
+        if len(shape) == 4:
+            cx.emit(BO.LOCAL_RESPONSE_NORMALIZATION, [x], [y],
+                    "LocalResponseNormalizationOptions", **opts)
+            return
+        # TFLite's kernel is 4-D only; it normalises along the last axis, so any rank folds.
+        flat = [1, 1, int(np.prod(shape[:-1])), shape[-1]]
+        xt, yt = cx.temp(flat, x), cx.temp(flat, y)
+        cx.emit(BO.RESHAPE, [x, cx.ints(flat)], [xt], "ReshapeOptions", NewShape=flat)
+        cx.emit(BO.LOCAL_RESPONSE_NORMALIZATION, [xt], [yt],
+                "LocalResponseNormalizationOptions", **opts)
+        cx.emit(BO.RESHAPE, [yt, cx.ints(shape)], [y], "ReshapeOptions", NewShape=shape)
+
+    _along_last(cx, cx.scalar(5, -1), emit)
+
+
+CONVERTERS.update(SOFTMAX=_softmax, LOG_SOFTMAX=_log_softmax, L2_NORMALIZATION=_l2_norm,
+                  LOCAL_RESPONSE_NORMALIZATION=_lrn)
+
+
+# ---- shapes and indexing -------------------------------------------------------------------
+
+def _reshape(cx: OpContext) -> None:
+    shape = cx.out_shape()
+    cx.emit(BO.RESHAPE, [cx.t(0), cx.ints(shape)], [cx.o()], "ReshapeOptions", NewShape=shape)
+
+
+def _squeeze(cx: OpContext) -> None:
+    dims = cx.scalar(1, [])
+    cx.emit(BO.SQUEEZE, [cx.t(0)], [cx.o()], "SqueezeOptions", SqueezeDims=list(dims))
+
+
+def _expand_dims(cx: OpContext) -> None:
+    cx.emit(BO.EXPAND_DIMS, [cx.t(0), cx.ints(cx.scalar(1))], [cx.o()])
+
+
+def _transpose(cx: OpContext) -> None:
+    perm = cx.scalar(1) if cx.present(1) else list(range(len(cx.shape(0))))[::-1]
+    cx.emit(BO.TRANSPOSE, [cx.t(0), cx.ints(perm)], [cx.o()])
+
+
+def _pad_v2(cx: OpContext) -> None:
+    value = cx.w.constant(np.asarray(cx.scalar(2)), cx.info(0), f"pad{len(cx.w.sg.tensors)}")
+    cx.emit(BO.PADV2, [cx.t(0), cx.t(1), value], [cx.o()])
+
+
+def _strided_slice(cx: OpContext) -> None:
+    cx.emit(BO.STRIDED_SLICE, [cx.t(k) for k in range(4)], [cx.o()], "StridedSliceOptions",
+            BeginMask=cx.scalar(4), EndMask=cx.scalar(5), ShrinkAxisMask=cx.scalar(6))
+
+
+def _gather(cx: OpContext) -> None:
+    cx.emit(BO.GATHER, [cx.t(0), cx.t(2)], [cx.o()], "GatherOptions", Axis=cx.scalar(1))
+
+
+def _split(cx: OpContext) -> None:
+    cx.emit(BO.SPLIT, [cx.ints(cx.scalar(1)), cx.t(0)], [cx.o(k) for k in range(len(cx.outs))],
+            "SplitOptions", NumSplits=cx.scalar(2))
+
+
+def _reduce(code: int) -> Converter:
+    def convert(cx: OpContext) -> None:
+        cx.emit(code, [cx.t(0), cx.t(1)], [cx.o()], "ReducerOptions",
+                KeepDims=bool(cx.scalar(2)))
+    return convert
+
+
+def _arg(code: int, options: str) -> Converter:
+    def convert(cx: OpContext) -> None:
+        cx.emit(code, [cx.t(0), cx.ints([cx.scalar(1)])], [cx.o()], options,
+                OutputType=TT.INT32)
+    return convert
+
+
+def _topk(cx: OpContext) -> None:
+    cx.emit(BO.TOPK_V2, [cx.t(0), cx.ints(cx.scalar(1))], [cx.o(0), cx.o(1)])
+
+
+CONVERTERS.update(
+    RESHAPE=_reshape, SQUEEZE=_squeeze, EXPAND_DIMS=_expand_dims, TRANSPOSE=_transpose,
+    PAD_V2=_pad_v2, STRIDED_SLICE=_strided_slice, GATHER=_gather, SPLIT=_split,
+    MEAN=_reduce(BO.MEAN), REDUCE_SUM=_reduce(BO.SUM), REDUCE_PROD=_reduce(BO.REDUCE_PROD),
+    REDUCE_MAX=_reduce(BO.REDUCE_MAX), REDUCE_MIN=_reduce(BO.REDUCE_MIN),
+    REDUCE_ANY=_reduce(BO.REDUCE_ANY), REDUCE_ALL=_reduce(BO.REDUCE_ALL),
+    ARGMAX=_arg(BO.ARG_MAX, "ArgMaxOptions"), ARGMIN=_arg(BO.ARG_MIN, "ArgMinOptions"),
+    TOPK_V2=_topk)
+
+
+# ---- space and resizing -----------------------------------------------------------------------
+
+def _block(code: int, options: str) -> Converter:
+    def convert(cx: OpContext) -> None:
+        io = _Io(cx, 2)
+        cx.emit(code, [io.x], [io.y], options, BlockSize=cx.scalar(1))
+        io.finish()
+    return convert
+
+
+def _batch_to_space(cx: OpContext) -> None:
+    io = _Io(cx, 2)
+    cx.emit(BO.BATCH_TO_SPACE_ND, [io.x, cx.t(1), cx.ints([[0, 0], [0, 0]])], [io.y])
+    io.finish()
+
+
+def _space_to_batch(cx: OpContext) -> None:
+    io = _Io(cx, 3)
+    cx.emit(BO.SPACE_TO_BATCH_ND, [io.x, cx.t(1), cx.t(2)], [io.y])
+    io.finish()
+
+
+def _resize(code: int, options: str) -> Converter:
+    def convert(cx: OpContext) -> None:
+        io = _Io(cx, 3)
+        cx.emit(code, [io.x, cx.ints(io.out_shape[1:3])], [io.y], options,
+                AlignCorners=bool(cx.scalar(4, False)),
+                HalfPixelCenters=bool(cx.scalar(5, False)))
+        io.finish()
+    return convert
+
+
+CONVERTERS.update(
+    DEPTH_TO_SPACE=_block(BO.DEPTH_TO_SPACE, "DepthToSpaceOptions"),
+    SPACE_TO_DEPTH=_block(BO.SPACE_TO_DEPTH, "SpaceToDepthOptions"),
+    BATCH_TO_SPACE_ND=_batch_to_space, SPACE_TO_BATCH_ND=_space_to_batch,
+    RESIZE_BILINEAR=_resize(BO.RESIZE_BILINEAR, "ResizeBilinearOptions"),
+    RESIZE_NEAREST_NEIGHBOR=_resize(BO.RESIZE_NEAREST_NEIGHBOR,
+                                    "ResizeNearestNeighborOptions"))
+
+
+# ---- the rest ------------------------------------------------------------------------------------
+
+def _elu(cx: OpContext) -> None:
+    alpha = float(cx.scalar(1))
+    if alpha != 1.0:
+        raise Refuse(f"alpha {alpha}: TFLite's ELU has alpha 1 only")
+    cx.emit(BO.ELU, [cx.t(0)], [cx.o()])
+
+
+#: HAL LSH_PROJECTION type -> TFLite LSHProjectionType (1 is the deprecated sparse hashing).
+_LSH = {2: tflite.LSHProjectionType.DENSE, 3: tflite.LSHProjectionType.SPARSE}
+
+
+def _lsh(cx: OpContext) -> None:
+    kind = cx.scalar(3)
+    if kind not in _LSH:
+        raise Refuse(f"projection type {kind} has no TFLite equivalent")
+    inputs = [cx.t(0), cx.t(1)] + ([cx.t(2)] if cx.present(2) else [])
+    cx.emit(BO.LSH_PROJECTION, inputs, [cx.o()], "LSHProjectionOptions", Type=_LSH[kind])
+
+
+def _if(cx: OpContext) -> None:
+    then_, else_ = cx.subgraph(1), cx.subgraph(2)
+    cx.emit(BO.IF, [cx.t(0)] + [cx.t(j) for j in range(3, cx.n)],
+            [cx.o(k) for k in range(len(cx.outs))], "IfOptions",
+            ThenSubgraphIndex=then_, ElseSubgraphIndex=else_)
+
+
+def _while(cx: OpContext) -> None:
+    carried = len(cx.outs)
+    extra = cx.n - 2 - carried  # input-only operands: TFLite's WHILE carries them too
+    cond, body = cx.subgraph(0), cx.subgraph(1, extra)
+    outs = [cx.o(k) for k in range(carried)]
+    outs += [cx.temp(cx.shape(j), cx.t(j)) for j in range(2 + carried, cx.n)]
+    cx.emit(BO.WHILE, [cx.t(j) for j in range(2, cx.n)], outs, "WhileOptions",
+            CondSubgraphIndex=cond, BodySubgraphIndex=body)
+
+
+def _stateful(cx: OpContext) -> None:
+    raise Refuse("TFLite keeps this operation's state in variable tensors, while the HAL "
+                 "passes it in and out as operands")
+
+
+CONVERTERS.update(ELU=_elu, LSH_PROJECTION=_lsh, IF=_if, WHILE=_while)
+for _name in ("SVDF", "RNN", "LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM",
+              "UNIDIRECTIONAL_SEQUENCE_RNN", "BIDIRECTIONAL_SEQUENCE_LSTM",
+              "BIDIRECTIONAL_SEQUENCE_RNN"):
+    CONVERTERS[_name] = _stateful
