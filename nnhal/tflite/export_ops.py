@@ -23,6 +23,8 @@ BO = tflite.BuiltinOperator
 Converter = Callable[[OpContext], None]
 CONVERTERS: dict[str, Converter] = {}
 
+_QUANTIZED = {T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM,
+              T.TENSOR_QUANT16_SYMM, T.TENSOR_QUANT16_ASYMM}
 _TO_NHWC, _TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 
 
@@ -46,14 +48,53 @@ for _name, _code in {
         "TANH": BO.TANH, "RELU": BO.RELU, "RELU1": BO.RELU_N1_TO_1, "RELU6": BO.RELU6,
         "HARD_SWISH": BO.HARD_SWISH, "LOGICAL_NOT": BO.LOGICAL_NOT,
         "DEQUANTIZE": BO.DEQUANTIZE, "QUANTIZE": BO.QUANTIZE, "CAST": BO.CAST,
-        "MAXIMUM": BO.MAXIMUM, "MINIMUM": BO.MINIMUM, "POW": BO.POW, "EQUAL": BO.EQUAL,
-        "NOT_EQUAL": BO.NOT_EQUAL, "GREATER": BO.GREATER, "GREATER_EQUAL": BO.GREATER_EQUAL,
-        "LESS": BO.LESS, "LESS_EQUAL": BO.LESS_EQUAL, "LOGICAL_AND": BO.LOGICAL_AND,
-        "LOGICAL_OR": BO.LOGICAL_OR, "PRELU": BO.PRELU, "SELECT": BO.SELECT,
+        "POW": BO.POW, "LOGICAL_AND": BO.LOGICAL_AND, "LOGICAL_OR": BO.LOGICAL_OR,
+        "PRELU": BO.PRELU,
         "TILE": BO.TILE, "SLICE": BO.SLICE, "PAD": BO.PAD, "RANK": BO.RANK,
         "EMBEDDING_LOOKUP": BO.EMBEDDING_LOOKUP, "HASHTABLE_LOOKUP": BO.HASHTABLE_LOOKUP,
         "FILL": BO.FILL}.items():
     CONVERTERS[_name] = _simple(_code)
+
+
+def _same_quant(cx: OpContext, inputs: list[int], with_output: bool) -> None:
+    """TFLite's quantized MAXIMUM, MINIMUM, SELECT and comparisons read the integers as they
+    are (or requantize otherwise than the HAL), so all operands must share one quantization."""
+    infos = [cx.info(j) for j in inputs] + ([cx.out_info()] if with_output else [])
+    if infos[0].type in _QUANTIZED and len({(i.scale, i.zero_point) for i in infos}) > 1:
+        raise Refuse("quantized operands with different scales or zero points: TFLite "
+                     "computes on the integers as stored")
+
+
+def _compare(code: int) -> Converter:
+    def convert(cx: OpContext) -> None:
+        _same_quant(cx, [0, 1], False)
+        a, b = cx.t(0), cx.t(1)
+        if cx.info(0).type == T.TENSOR_BOOL8 and code not in (BO.EQUAL, BO.NOT_EQUAL):
+            # TFLite orders numbers only: compare the booleans as 0 / 1.
+            a, b = (_cast(cx, x, TT.INT32) for x in (a, b))
+        cx.emit(code, [a, b], [cx.o()])
+    return convert
+
+
+def _cast(cx: OpContext, x: int, tt: int) -> int:
+    src = cx.w.sg.tensors[x]
+    y = cx.w.new(f"x{len(cx.w.sg.tensors)}", src.shape, tt)
+    cx.emit(BO.CAST, [x], [y])
+    return y
+
+
+def _same_quant_op(code: int, inputs: list[int]) -> Converter:
+    def convert(cx: OpContext) -> None:
+        _same_quant(cx, inputs, True)
+        cx.emit(code, [cx.t(j) for j in range(cx.n)], [cx.o()])
+    return convert
+
+
+CONVERTERS.update(
+    EQUAL=_compare(BO.EQUAL), NOT_EQUAL=_compare(BO.NOT_EQUAL), GREATER=_compare(BO.GREATER),
+    GREATER_EQUAL=_compare(BO.GREATER_EQUAL), LESS=_compare(BO.LESS),
+    LESS_EQUAL=_compare(BO.LESS_EQUAL), MAXIMUM=_same_quant_op(BO.MAXIMUM, [0, 1]),
+    MINIMUM=_same_quant_op(BO.MINIMUM, [0, 1]), SELECT=_same_quant_op(BO.SELECT, [1, 2]))
 
 
 def _arith(code: int, options: str) -> Converter:
@@ -83,11 +124,35 @@ class _Io:
             xt = cx.temp(self.in_shape, self.x)
             cx.emit(BO.TRANSPOSE, [self.x, cx.ints(_TO_NHWC)], [xt])
             self.x = xt
-            self.final, self.y = self.y, cx.temp(self.out_shape, self.y)
+            y = cx.temp(self.out_shape, self.y)
+            self.after: list[tuple[int, list[int], int]] = [(BO.TRANSPOSE, _TO_NCHW, self.y)]
+            self.y = y
+        else:
+            self.after = []
+
+    def as_int8(self) -> None:
+        """Computes on int8 instead of uint8 (a QUANTIZE each side: the same scale, zero point
+        minus 128, so exact), for kernels that take per-channel int8 filters only with int8."""
+        cx = self.cx
+        xt = self._retyped(self.x)
+        cx.emit(BO.QUANTIZE, [self.x], [xt])
+        self.x = xt
+        yt = self._retyped(self.y)
+        self.after.insert(0, (BO.QUANTIZE, [], self.y))
+        self.y = yt
+
+    def _retyped(self, t: int) -> int:
+        src = self.cx.w.sg.tensors[t]
+        new = self.cx.temp(src.shape, t)
+        tensor = self.cx.w.sg.tensors[new]
+        tensor.type, tensor.zero_points = TT.INT8, [z - 128 for z in src.zero_points or [128]]
+        return new
 
     def finish(self) -> None:
-        if self.nchw:
-            self.cx.emit(BO.TRANSPOSE, [self.y, self.cx.ints(_TO_NCHW)], [self.final])
+        y = self.y
+        for code, perm, out in self.after:
+            self.cx.emit(code, [y, self.cx.ints(perm)] if perm else [y], [out])
+            y = out
 
 
 def _same_pads(size: int, k: int, s: int, d: int) -> tuple[int, int]:
@@ -139,9 +204,28 @@ def _bias(cx: OpContext, j: int, filter_j: int) -> int:
     return t
 
 
-def _check_filter(cx: OpContext, filter_j: int) -> None:
-    if cx.info(filter_j).channel_scales is not None and cx.info(0).type == T.TENSOR_QUANT8_ASYMM:
-        raise Refuse("TFLite's uint8 kernels need a uint8 filter, not a per-channel int8 one")
+def _filter(cx: OpContext, j: int, io: _Io | None = None) -> int:
+    """The filter tensor. An int8 filter with a zero point (QUANT8_ASYMM_SIGNED) is stored
+    again without one when the values allow (TFLite's int8 kernels take symmetric filters
+    only); a uint8 input with a per-channel filter is computed on int8 (see _Io.as_int8)."""
+    f = cx.info(j)
+    if f.channel_scales is not None and cx.info(0).type == T.TENSOR_QUANT8_ASYMM:
+        if io is None:
+            raise Refuse("TFLite takes per-channel int8 weights with int8 inputs only")
+        io.as_int8()
+    if f.type != T.TENSOR_QUANT8_ASYMM_SIGNED or f.zero_point == 0:
+        return cx.t(j)
+    if not f.is_const:
+        raise Refuse(f"int8 weights with zero point {f.zero_point} that are not constant: "
+                     f"TFLite's int8 kernels take symmetric weights only")
+    w = np.asarray(f.value, dtype=np.int32) - f.zero_point
+    if w.min() < -128 or w.max() > 127:
+        raise Refuse(f"int8 weights with zero point {f.zero_point} do not fit int8 once made "
+                     f"symmetric, as TFLite's int8 kernels need")
+    t = cx.w.constant(w, None, f"w{len(cx.w.sg.tensors)}", TT.INT8)
+    tensor = cx.w.sg.tensors[t]
+    tensor.scales, tensor.zero_points = [float(f.scale)], [0]
+    return t
 
 
 # ---- convolutions and pools ---------------------------------------------------------------
@@ -154,12 +238,12 @@ def _conv_2d(cx: OpContext) -> None:
     else:
         pads, scheme = None, cx.scalar(3)
         sw, sh, act, layout, dil = cx.scalar(4), cx.scalar(5), 6, 7, 8
-    _check_filter(cx, 1)
     dw, dh = cx.scalar(dil, 1), cx.scalar(dil + 1, 1)
     io = _Io(cx, layout)
+    w = _filter(cx, 1, io)
     kh, kw = cx.shape(1)[1:3]
     padding = _padding(cx, io, pads, scheme, (kh, kw), (sh, sw), (dh, dw), True)
-    cx.emit(BO.CONV_2D, [io.x, cx.t(1), _bias(cx, 2, 1)], [io.y], "Conv2DOptions",
+    cx.emit(BO.CONV_2D, [io.x, w, _bias(cx, 2, 1)], [io.y], "Conv2DOptions",
             Padding=padding, StrideW=sw, StrideH=sh, FusedActivationFunction=_act(cx, act),
             DilationWFactor=dw, DilationHFactor=dh)
     io.finish()
@@ -173,12 +257,12 @@ def _depthwise(cx: OpContext) -> None:
     else:
         pads, scheme = None, cx.scalar(3)
         sw, sh, mult, act, layout, dil = cx.scalar(4), cx.scalar(5), cx.scalar(6), 7, 8, 9
-    _check_filter(cx, 1)
     dw, dh = cx.scalar(dil, 1), cx.scalar(dil + 1, 1)
     io = _Io(cx, layout)
+    w = _filter(cx, 1, io)
     kh, kw = cx.shape(1)[1:3]
     padding = _padding(cx, io, pads, scheme, (kh, kw), (sh, sw), (dh, dw), True)
-    cx.emit(BO.DEPTHWISE_CONV_2D, [io.x, cx.t(1), _bias(cx, 2, 1)], [io.y],
+    cx.emit(BO.DEPTHWISE_CONV_2D, [io.x, w, _bias(cx, 2, 1)], [io.y],
             "DepthwiseConv2DOptions", Padding=padding, StrideW=sw, StrideH=sh,
             DepthMultiplier=mult, FusedActivationFunction=_act(cx, act),
             DilationWFactor=dw, DilationHFactor=dh)
@@ -203,7 +287,6 @@ def _pool(code: int) -> Converter:
 
 
 def _transpose_conv(cx: OpContext) -> None:
-    _check_filter(cx, 1)
     if cx.n >= 11:
         left, right, top, bottom = (cx.scalar(k) for k in (3, 4, 5, 6))
         sw, sh, act, layout = cx.scalar(7), cx.scalar(8), 9, 10
@@ -225,14 +308,15 @@ def _transpose_conv(cx: OpContext) -> None:
             raise Refuse(f"padding scheme {cx.scalar(4)} is not a HAL padding scheme")
         sw, sh, act, layout = cx.scalar(5), cx.scalar(6), 7, 8
     io = _Io(cx, layout)
-    cx.emit(BO.TRANSPOSE_CONV, [cx.ints(io.out_shape), cx.t(1), io.x, _bias(cx, 2, 1)],
+    w = _filter(cx, 1, io)
+    cx.emit(BO.TRANSPOSE_CONV, [cx.ints(io.out_shape), w, io.x, _bias(cx, 2, 1)],
             [io.y], "TransposeConvOptions", Padding=padding, StrideW=sw, StrideH=sh,
             FusedActivationFunction=_act(cx, act))
     io.finish()
 
 
 def _fully_connected(cx: OpContext) -> None:
-    cx.emit(BO.FULLY_CONNECTED, [cx.t(0), cx.t(1), cx.t(2)], [cx.o()],
+    cx.emit(BO.FULLY_CONNECTED, [cx.t(0), _filter(cx, 1), cx.t(2)], [cx.o()],
             "FullyConnectedOptions", FusedActivationFunction=_act(cx, 3), KeepNumDims=False)
 
 
@@ -314,8 +398,27 @@ def _reshape(cx: OpContext) -> None:
 
 
 def _squeeze(cx: OpContext) -> None:
+    if cx.present(1) and not cx.info(1).is_const:
+        _reshape(cx)  # the dimensions are a runtime tensor, but the output shape is known
+        return
     dims = cx.scalar(1, [])
     cx.emit(BO.SQUEEZE, [cx.t(0)], [cx.o()], "SqueezeOptions", SqueezeDims=list(dims))
+
+
+def _concatenation(cx: OpContext) -> None:
+    out = cx.out_info()
+    inputs = []
+    for j in range(cx.n - 1):
+        x, info = cx.t(j), cx.info(j)
+        if info.type == T.TENSOR_QUANT8_ASYMM_SIGNED and \
+                (info.scale, info.zero_point) != (out.scale, out.zero_point):
+            # XNNPACK refuses int8 inputs quantized unlike the output: requantize first.
+            xt = cx.temp(cx.shape(j), cx.o())
+            cx.emit(BO.QUANTIZE, [x], [xt])
+            x = xt
+        inputs.append(x)
+    cx.emit(BO.CONCATENATION, inputs, [cx.o()],
+            "ConcatenationOptions", Axis=cx.scalar(cx.n - 1), FusedActivationFunction=0)
 
 
 def _expand_dims(cx: OpContext) -> None:
@@ -323,8 +426,8 @@ def _expand_dims(cx: OpContext) -> None:
 
 
 def _transpose(cx: OpContext) -> None:
-    perm = cx.scalar(1) if cx.present(1) else list(range(len(cx.shape(0))))[::-1]
-    cx.emit(BO.TRANSPOSE, [cx.t(0), cx.ints(perm)], [cx.o()])
+    perm = cx.t(1) if cx.present(1) else cx.ints(list(range(len(cx.shape(0))))[::-1])
+    cx.emit(BO.TRANSPOSE, [cx.t(0), perm], [cx.o()])
 
 
 def _pad_v2(cx: OpContext) -> None:
@@ -365,7 +468,8 @@ def _topk(cx: OpContext) -> None:
 
 
 CONVERTERS.update(
-    RESHAPE=_reshape, SQUEEZE=_squeeze, EXPAND_DIMS=_expand_dims, TRANSPOSE=_transpose,
+    CONCATENATION=_concatenation, RESHAPE=_reshape, SQUEEZE=_squeeze,
+    EXPAND_DIMS=_expand_dims, TRANSPOSE=_transpose,
     PAD_V2=_pad_v2, STRIDED_SLICE=_strided_slice, GATHER=_gather, SPLIT=_split,
     MEAN=_reduce(BO.MEAN), REDUCE_SUM=_reduce(BO.SUM), REDUCE_PROD=_reduce(BO.REDUCE_PROD),
     REDUCE_MAX=_reduce(BO.REDUCE_MAX), REDUCE_MIN=_reduce(BO.REDUCE_MIN),
@@ -444,11 +548,13 @@ def _if(cx: OpContext) -> None:
 
 
 def _while(cx: OpContext) -> None:
-    carried = len(cx.outs)
+    # The HAL body outputs the m outputs and k state-only values; input-only operands follow.
+    body_ref = int(np.asarray(cx.info(1).value).reshape(-1)[0])
+    carried = len(cx.w.ex.referenced[body_ref].outputs)
     extra = cx.n - 2 - carried  # input-only operands: TFLite's WHILE carries them too
     cond, body = cx.subgraph(0), cx.subgraph(1, extra)
-    outs = [cx.o(k) for k in range(carried)]
-    outs += [cx.temp(cx.shape(j), cx.t(j)) for j in range(2 + carried, cx.n)]
+    outs = [cx.o(k) for k in range(len(cx.outs))]
+    outs += [cx.temp(cx.shape(j), cx.t(j)) for j in range(2 + len(cx.outs), cx.n)]
     cx.emit(BO.WHILE, [cx.t(j) for j in range(2, cx.n)], outs, "WhileOptions",
             CondSubgraphIndex=cond, BodySubgraphIndex=body)
 

@@ -198,6 +198,7 @@ class _SubgraphWriter:
         except Refuse as e:
             self.ex.refused.append(f"{self.where()}inputs: {e}")
             return
+        refused = len(self.ex.refused)
         for k, (t, ins, outs) in enumerate(g.operations):
             try:
                 name = OperationType(t).name
@@ -210,6 +211,8 @@ class _SubgraphWriter:
                 conv(OpContext(self, list(ins), list(outs)))
             except Refuse as e:
                 self.ex.refused.append(f"{self.where()}#{k} {name}: {e}")
+        if len(self.ex.refused) > refused:
+            return  # outputs of refused operations were never made
         try:
             outputs = [self.edge_output(k, i) for k, i in enumerate(g.outputs)]
             outputs += self.sg.inputs[len(self.sg.inputs) - self.passthrough:] \
