@@ -15,7 +15,7 @@ from tflite.Padding import Padding
 from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.types import OperandType
-from nnhal.tflite.exporter import OpContext, Refuse
+from nnhal.tflite.export_context import OpContext, Refuse
 from nnhal.tflite.schema import ACTIVATIONS_BACK, PADDINGS_BACK
 
 T = OperandType

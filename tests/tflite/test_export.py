@@ -1,0 +1,283 @@
+"""write_tflite: exported models run in ai-edge-litert (the oracle for anything TFLite) and
+agree with the upstream conformance cases and with the reference driver; models it cannot
+express are refused naming each operation, and invalid ones with the validation message."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from nnhal.conformance.cases import Expected, build_model, iter_cases, values_array
+from nnhal.conformance.runner import CaseFailure, compare
+from nnhal.conformance.specs import default_specs_dir
+from nnhal.drivers.reference import ReferenceDevice
+from nnhal.errors import InvalidModelError, UnsupportedModelError
+from nnhal.hal.builder import ModelBuilder, RequestBuilder
+from nnhal.hal.interfaces import PreparedModelCallback
+from nnhal.hal.types import (
+    ErrorStatus,
+    ExecutionPreference,
+    MeasureTiming,
+    Model,
+    OperandType,
+    OperationType,
+    Priority,
+    SymmPerChannelQuantParams,
+)
+from nnhal.tflite.exporter import write_tflite
+
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+T, O = OperandType, OperationType
+
+#: Exported cases whose litert result may differ from the case's expectation, and why.
+ALLOW_DISAGREE: dict[str, str] = {
+    # The divisor is an input: nothing to refuse up front. TFLite fails the invocation on an
+    # int32 division by zero, where the HAL defines a result.
+    "div_int32_by_zero": "litert fails DIV int32 by zero at invoke; the HAL defines a result",
+}
+def _run_litert(data: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    it = litert.Interpreter(model_content=data)
+    details = it.get_input_details()
+    for d, x in zip(details, inputs):
+        if tuple(d["shape"]) != x.shape:
+            it.resize_tensor_input(d["index"], list(x.shape))
+    it.allocate_tensors()
+    for d, x in zip(details, inputs):
+        it.set_tensor(d["index"], x.astype(d["dtype"]))
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+def _runnable_cases(specs: Path) -> Iterator[Any]:
+    """Every case of the general mode with a result to compare (all of them: about 18 s)."""
+    for case in iter_cases(specs):
+        if case.broken or case.expect_failure or case.multinomial_tolerance:
+            continue
+        main = case.data["model"]["main"]
+        if any(not main["operands"][i]["data"] for i in main["inputIndexes"]):
+            continue  # an omitted request input: TFLite has no omitted inputs
+        yield case
+
+
+def _check_case(case: Any, data: bytes) -> None:
+    main = case.data["model"]["main"]
+    inputs = []
+    for i in main["inputIndexes"]:
+        o = main["operands"][i]
+        inputs.append(values_array(T[o["type"]], o["data"], o["dimensions"])
+                      .reshape(o["dimensions"]))
+    try:
+        outputs = _run_litert(data, inputs)
+    except RuntimeError as e:
+        raise CaseFailure(f"litert: {e}") from None
+    for k, (actual, i) in enumerate(zip(outputs, main["outputIndexes"])):
+        o = main["operands"][i]
+        t = T[o["type"]]
+        vals = values_array(t, o["data"], o["dimensions"])
+        compare(case, k, Expected(t, list(o["dimensions"]), vals.view(np.bool_) if
+                                  t == T.TENSOR_BOOL8 else vals, bool(o.get("isIgnored"))),
+                actual)
+
+
+def test_conformance_cases_agree_with_litert() -> None:
+    specs = default_specs_dir()
+    if not specs.exists():
+        pytest.skip(f"no conformance data at {specs}: the exported-case check is skipped")
+    counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    failures = []
+    for case in _runnable_cases(specs):
+        try:
+            data = write_tflite(build_model(case.data["model"]))
+        except UnsupportedModelError as e:
+            assert "#" in str(e) or "inputs" in str(e), str(e)
+            outcome = "refused"
+        else:
+            try:
+                _check_case(case, data)
+                outcome = "agreed"
+            except CaseFailure as e:
+                outcome = "disagreed"
+                if case.name not in ALLOW_DISAGREE:
+                    failures.append(f"{case.file} {case.name}: {e}")
+        for op in case.operations:
+            counts[op][outcome] += 1
+    print("\nper operation: agreed / disagreed / refused")
+    for op in sorted(counts):
+        c = counts[op]
+        print(f"  {op}: {c['agreed']} / {c['disagreed']} / {c['refused']}")
+    assert not failures, "\n".join(failures[:20])
+    # Every operation with a TFLite builtin was exported and agreed at least once.
+    never = sorted(op for op, c in counts.items() if not c["agreed"])
+    assert set(never) <= NEVER_EXPORTED, never
+
+
+#: Operations refused in every case (HAL-only, or state TFLite keeps in variable tensors).
+NEVER_EXPORTED = {
+    "AXIS_ALIGNED_BBOX_TRANSFORM", "BIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_RNN",
+    "BOX_WITH_NMS_LIMIT", "CHANNEL_SHUFFLE", "DETECTION_POSTPROCESSING", "GENERATE_PROPOSALS",
+    "GROUPED_CONV_2D", "HEATMAP_MAX_KEYPOINT", "INSTANCE_NORMALIZATION", "LSTM",
+    "QUANTIZED_16BIT_LSTM", "QUANTIZED_LSTM", "RANDOM_MULTINOMIAL", "RNN", "ROI_ALIGN",
+    "ROI_POOLING", "SVDF", "UNIDIRECTIONAL_SEQUENCE_LSTM", "UNIDIRECTIONAL_SEQUENCE_RNN",
+}
+
+
+# ---- refusals ------------------------------------------------------------------------------
+
+def test_unsupported_operation_is_named_with_its_index() -> None:
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [1, 2, 2, 4])
+    y = b.operand(T.TENSOR_FLOAT32, [1, 2, 2, 4])
+    b.operation(O.RELU, [x], [y])
+    z = b.output(T.TENSOR_FLOAT32, [1, 2, 2, 4])
+    b.operation(O.CHANNEL_SHUFFLE, [y, b.scalar(T.INT32, 2), b.scalar(T.INT32, 3)], [z])
+    with pytest.raises(UnsupportedModelError) as e:
+        write_tflite(b.build())
+    assert e.value.items == [
+        "#1 CHANNEL_SHUFFLE: no TFLite builtin equivalent (a HAL-only operation)"]
+    assert "RELU" not in str(e.value)
+
+
+def test_every_refused_operation_is_listed() -> None:
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [1, 3])
+    y = b.operand(T.TENSOR_FLOAT32, [1, 3])
+    b.operation(O.ELU, [x, b.scalar(T.FLOAT32, 0.5)], [y])
+    z = b.output(T.TENSOR_FLOAT32, [1, 3])
+    b.operation(O.LOG_SOFTMAX, [y, b.scalar(T.FLOAT32, 2.0), b.scalar(T.INT32, -1)], [z])
+    with pytest.raises(UnsupportedModelError) as e:
+        write_tflite(b.build())
+    assert [item.split(":")[0] for item in e.value.items] == ["#0 ELU", "#1 LOG_SOFTMAX"]
+    assert "alpha 0.5" in str(e.value) and "beta 2.0" in str(e.value)
+
+
+def test_non_constant_parameter_is_refused() -> None:
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [2, 3])
+    axis = b.input(T.INT32)
+    y = b.output(T.TENSOR_FLOAT32, [2, 3])
+    b.operation(O.SOFTMAX, [x, b.scalar(T.FLOAT32, 1.0), axis], [y])
+    with pytest.raises(UnsupportedModelError, match=r"#0 SOFTMAX: input 2 .* not a constant"):
+        write_tflite(b.build())
+
+
+def test_invalid_model_raises_with_the_validation_message() -> None:
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [2])
+    y = b.output(T.TENSOR_FLOAT32, [2])
+    b.operation(O.ADD, [x, x, b.scalar(T.INT32, 9)], [y])  # 9 is no FuseCode
+    with pytest.raises(InvalidModelError) as e:
+        write_tflite(b.build())
+    assert "ADD" in str(e.value) and str(e.value).count("\n") == 0
+
+
+# ---- hand-built models against the reference driver ---------------------------------------
+
+def _reference(model: Model, inputs: list[np.ndarray], out_dtypes: list[Any],
+               out_shapes: list[list[int]]) -> list[np.ndarray]:
+    device = ReferenceDevice()
+    try:
+        cb = PreparedModelCallback()
+        device.prepare_model(model, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM,
+                             None, [], [], b"", cb)
+        status, prepared = cb.wait(30)
+        assert status == ErrorStatus.NONE
+        sizes = [int(np.prod(s)) * np.dtype(d).itemsize for d, s in zip(out_dtypes, out_shapes)]
+        req = RequestBuilder(inputs, sizes)
+        status, shapes, _ = prepared.execute_synchronously(req.request, MeasureTiming.NO)
+        assert status == ErrorStatus.NONE
+        outs = [req.output(k, d, s) for k, (d, s) in enumerate(zip(out_dtypes, out_shapes))]
+        req.close()
+        return outs
+    finally:
+        device.close()
+
+
+def _conv_model(in_t: T, in_zp: int, per_channel: bool) -> Model:
+    rng = np.random.default_rng(1)
+    b = ModelBuilder()
+    x = b.input(in_t, [1, 5, 5, 3], 0.05, in_zp)
+    if per_channel:
+        scales = [0.02, 0.04, 0.01, 0.03]
+        w = b.constant(T.TENSOR_QUANT8_SYMM_PER_CHANNEL,
+                       rng.integers(-100, 100, (4, 3, 3, 3)).astype(np.int8), None, 0.0, 0,
+                       SymmPerChannelQuantParams(scales, 0))
+        bias = b.constant(T.TENSOR_INT32, rng.integers(-200, 200, 4).astype(np.int32))
+    else:
+        w_dtype = np.uint8 if in_t == T.TENSOR_QUANT8_ASYMM else np.int8
+        w_zp = 120 if in_t == T.TENSOR_QUANT8_ASYMM else 0
+        lo, hi = (60, 200) if w_dtype == np.uint8 else (-100, 100)
+        w = b.constant(in_t, rng.integers(lo, hi, (4, 3, 3, 3)).astype(w_dtype), None,
+                       0.02, w_zp)
+        bias = b.constant(T.TENSOR_INT32, rng.integers(-200, 200, 4).astype(np.int32), None,
+                          0.05 * 0.02, 0)
+    conv = b.operand(in_t, [1, 4, 4, 4], 0.1, in_zp)
+    # Explicit padding 1/0/1/0: neither SAME nor VALID, so a PAD goes first.
+    b.operation(O.CONV_2D, [x, w, bias] + [b.scalar(T.INT32, v) for v in
+                                           (1, 0, 1, 0, 1, 1, 1)], [conv])
+    out = b.output(in_t, [1, 2, 2, 4], 0.1, in_zp)
+    b.operation(O.MAX_POOL_2D, [conv] + [b.scalar(T.INT32, v) for v in (2, 2, 2, 2, 2, 0)],
+                [out])
+    return b.build()
+
+
+@pytest.mark.parametrize(("in_t", "zp", "per_channel"), [
+    (T.TENSOR_QUANT8_ASYMM, 128, False), (T.TENSOR_QUANT8_ASYMM, 100, True),
+    (T.TENSOR_QUANT8_ASYMM_SIGNED, -3, False), (T.TENSOR_QUANT8_ASYMM_SIGNED, 5, True)])
+def test_quantized_conv_agrees_with_reference(in_t: T, zp: int, per_channel: bool) -> None:
+    model = _conv_model(in_t, zp, per_channel)
+    dtype = in_t.dtype
+    x = np.random.default_rng(2).integers(np.iinfo(dtype).min, np.iinfo(dtype).max,
+                                          (1, 5, 5, 3)).astype(dtype)
+    want = _reference(model, [x], [dtype], [[1, 2, 2, 4]])[0]
+    got = _run_litert(write_tflite(model), [x])[0]
+    assert got.dtype == dtype and got.shape == (1, 2, 2, 4)
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+    assert len(np.unique(want)) > 2  # the model computes something, not a constant
+
+
+def test_float16_constants_and_io_agree_with_reference() -> None:
+    rng = np.random.default_rng(3)
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT16, [2, 6])
+    w = b.constant(T.TENSOR_FLOAT16, rng.normal(0, 0.5, (3, 6)).astype(np.float16))
+    bias = b.constant(T.TENSOR_FLOAT16, rng.normal(0, 0.5, 3).astype(np.float16))
+    fc = b.operand(T.TENSOR_FLOAT16, [2, 3])
+    b.operation(O.FULLY_CONNECTED, [x, w, bias, b.scalar(T.INT32, 1)], [fc])
+    y = b.output(T.TENSOR_FLOAT16, [2, 3])
+    b.operation(O.SOFTMAX, [fc, b.scalar(T.FLOAT16, 1.5)], [y])
+    model = b.build()
+    data = write_tflite(model, ["features"], ["probs"])
+    xs = rng.normal(0, 1, (2, 6)).astype(np.float16)
+    want = _reference(model, [xs], [np.float16], [[2, 3]])[0]
+    it = litert.Interpreter(model_content=data)
+    assert [d["name"] for d in it.get_input_details()] == ["features"]
+    assert it.get_input_details()[0]["dtype"] == np.float16
+    assert it.get_signature_list()["serving_default"]["outputs"] == ["probs"]
+    got = _run_litert(data, [xs])[0]
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), atol=5e-3)
+    # The weights stay float16 in the file: 18 + 3 values of 2 bytes, not 4.
+    import tflite
+    m = tflite.Model.GetRootAsModel(data, 0)
+    sizes = sorted(m.Buffers(k).DataLength() for k in range(m.BuffersLength()))
+    assert 36 in sizes and 6 in sizes
+
+
+def test_nchw_and_default_names() -> None:
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [1, 2, 4, 4])  # NCHW
+    y = b.output(T.TENSOR_FLOAT32, [1, 8, 2, 2])
+    b.operation(O.SPACE_TO_DEPTH, [x, b.scalar(T.INT32, 2), b.scalar(T.BOOL, True)], [y])
+    model = b.build()
+    data = write_tflite(model)
+    xs = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)
+    want = _reference(model, [xs], [np.float32], [[1, 8, 2, 2]])[0]
+    it = litert.Interpreter(model_content=data)
+    assert [d["name"] for d in it.get_input_details()] == ["input_0"]
+    assert [d["name"] for d in it.get_output_details()] == ["output_0"]
+    np.testing.assert_array_equal(_run_litert(data, [xs])[0], want)
