@@ -15,6 +15,7 @@ from tflite.Padding import Padding
 from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.types import OperandType
+from nnhal.ops.registry import OperandInfo
 from nnhal.tflite.export_context import OpContext, Refuse
 from nnhal.tflite.schema import ACTIVATIONS_BACK, PADDINGS_BACK
 
@@ -56,20 +57,34 @@ for _name, _code in {
     CONVERTERS[_name] = _simple(_code)
 
 
-def _same_quant(cx: OpContext, inputs: list[int], with_output: bool) -> None:
-    """TFLite's quantized MAXIMUM, MINIMUM, SELECT and comparisons read the integers as they
-    are (or requantize otherwise than the HAL), so all operands must share one quantization."""
+def _quant_differs(cx: OpContext, inputs: list[int], with_output: bool) -> bool:
     infos = [cx.info(j) for j in inputs] + ([cx.out_info()] if with_output else [])
-    if infos[0].type in _QUANTIZED and len({(i.scale, i.zero_point) for i in infos}) > 1:
-        raise Refuse("quantized operands with different scales or zero points: TFLite "
-                     "computes on the integers as stored")
+    return infos[0].type in _QUANTIZED and len({(i.scale, i.zero_point) for i in infos}) > 1
+
+
+def _dequantized(cx: OpContext, j: int) -> int:
+    y = cx.w.new(f"x{len(cx.w.sg.tensors)}", cx.shape(j), TT.FLOAT32)
+    cx.emit(BO.DEQUANTIZE, [cx.t(j)], [y])
+    return y
+
+
+def _requantized(cx: OpContext, j: int) -> int:
+    """Input ``j`` in the output's quantization (TFLite's QUANTIZE requantizes integers)."""
+    info, out = cx.info(j), cx.out_info()
+    if (info.scale, info.zero_point) == (out.scale, out.zero_point):
+        return cx.t(j)
+    y = cx.temp(cx.shape(j), cx.o())
+    cx.emit(BO.QUANTIZE, [cx.t(j)], [y])
+    return y
 
 
 def _compare(code: int) -> Converter:
     def convert(cx: OpContext) -> None:
-        _same_quant(cx, [0, 1], False)
         a, b = cx.t(0), cx.t(1)
-        if cx.info(0).type == T.TENSOR_BOOL8 and code not in (BO.EQUAL, BO.NOT_EQUAL):
+        if _quant_differs(cx, [0, 1], False):
+            # The HAL compares real values; TFLite would compare the stored integers.
+            a, b = _dequantized(cx, 0), _dequantized(cx, 1)
+        elif cx.info(0).type == T.TENSOR_BOOL8 and code not in (BO.EQUAL, BO.NOT_EQUAL):
             # TFLite orders numbers only: compare the booleans as 0 / 1.
             a, b = (_cast(cx, x, TT.INT32) for x in (a, b))
         cx.emit(code, [a, b], [cx.o()])
@@ -84,9 +99,11 @@ def _cast(cx: OpContext, x: int, tt: int) -> int:
 
 
 def _same_quant_op(code: int, inputs: list[int]) -> Converter:
+    """MAXIMUM, MINIMUM, SELECT: TFLite reads the stored integers, the HAL requantizes each
+    input to the output's scale first; so do that with QUANTIZE (within one step)."""
     def convert(cx: OpContext) -> None:
-        _same_quant(cx, inputs, True)
-        cx.emit(code, [cx.t(j) for j in range(cx.n)], [cx.o()])
+        cx.emit(code, [_requantized(cx, j) if j in inputs else cx.t(j) for j in range(cx.n)],
+                [cx.o()])
     return convert
 
 
@@ -286,6 +303,115 @@ def _pool(code: int) -> Converter:
     return convert
 
 
+def _weights(cx: OpContext, f: OperandInfo, value: np.ndarray,
+             scales: np.ndarray | None) -> int:
+    """A constant filter slice as TFLite takes it (see _filter)."""
+    name = f"w{len(cx.w.sg.tensors)}"
+    if f.type not in _QUANTIZED and f.type != T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+        return cx.w.constant(value, f, name)
+    if f.type == T.TENSOR_QUANT8_ASYMM:
+        t = cx.w.constant(value, f, name)  # uint8 keeps its zero point
+        return t
+    zp = f.zero_point if f.type == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
+    w = np.asarray(value, dtype=np.int32) - zp
+    if w.min() < -128 or w.max() > 127:
+        raise Refuse(f"int8 weights with zero point {zp} do not fit int8 once made symmetric, "
+                     f"as TFLite's int8 kernels need")
+    t = cx.w.constant(w, None, name, TT.INT8)
+    tensor = cx.w.sg.tensors[t]
+    tensor.scales = [float(v) for v in scales] if scales is not None else [float(f.scale)]
+    tensor.zero_points = [0] * len(tensor.scales)
+    return t
+
+
+def _group_slices(cx: OpContext, j: int, groups: int, per: int,
+                  scales: np.ndarray | None) -> list[int]:
+    """Input ``j`` (filter or bias) cut into ``groups`` slices along axis 0: constants sliced
+    here, a runtime tensor by a SPLIT (each slice with its channels' scales)."""
+    info = cx.info(j)
+    if info.is_const:
+        value = np.asarray(info.value)
+        if j == 1:
+            return [_weights(cx, info, value[k * per:(k + 1) * per],
+                             None if scales is None else scales[k * per:(k + 1) * per])
+                    for k in range(groups)]
+        out = []
+        for k in range(groups):
+            t = cx.w.constant(value[k * per:(k + 1) * per], info, f"b{len(cx.w.sg.tensors)}")
+            if scales is not None:
+                _set_scales(cx, t, scales[k * per:(k + 1) * per])
+            out.append(t)
+        return out
+    if j == 1 and info.type == T.TENSOR_QUANT8_ASYMM_SIGNED and info.zero_point != 0:
+        raise Refuse(f"int8 weights with zero point {info.zero_point} that are not constant: "
+                     f"TFLite's int8 kernels take symmetric weights only")
+    x = cx.t(j)
+    shape = cx.shape(j)
+    parts = [cx.temp([per] + shape[1:], x) for _ in range(groups)]
+    for k, t in enumerate(parts):
+        if scales is not None:
+            _set_scales(cx, t, scales[k * per:(k + 1) * per])
+    cx.emit(BO.SPLIT, [cx.ints(0), x], parts, "SplitOptions", NumSplits=groups)
+    return parts
+
+
+def _set_scales(cx: OpContext, t: int, scales: np.ndarray) -> None:
+    tensor = cx.w.sg.tensors[t]
+    tensor.scales = [float(v) for v in scales]
+    tensor.zero_points = [0] * len(tensor.scales)
+    tensor.quantized_dimension = 0
+
+
+def _grouped_conv(cx: OpContext) -> None:
+    """One CONV_2D per group on a SPLIT of the input, CONCATENATION of their outputs: what
+    a grouped convolution is, with each group's slice of the constant filter and bias."""
+    if cx.n >= 12:
+        pads, scheme = [cx.scalar(k) for k in (3, 4, 5, 6)], None
+        sw, sh, groups, act, layout = cx.scalar(7), cx.scalar(8), cx.scalar(9), 10, 11
+    else:
+        pads, scheme = None, cx.scalar(3)
+        sw, sh, groups, act, layout = cx.scalar(4), cx.scalar(5), cx.scalar(6), 7, 8
+    f = cx.info(1)
+    io = _Io(cx, layout)
+    if f.channel_scales is not None and cx.info(0).type == T.TENSOR_QUANT8_ASYMM:
+        io.as_int8()
+    fshape = cx.shape(1)
+    kh, kw = fshape[1:3]
+    padding = _padding(cx, io, pads, scheme, (kh, kw), (sh, sw), (1, 1), True)
+    n, h, w, c = cx.w.sg.tensors[io.x].shape
+    parts = [cx.temp([n, h, w, c // groups], io.x) for _ in range(groups)]
+    cx.emit(BO.SPLIT, [cx.ints(3), io.x], parts, "SplitOptions", NumSplits=groups)
+    per = fshape[0] // groups
+    weights = _group_slices(cx, 1, groups, per, f.channel_scales)
+    b_scales = None if f.channel_scales is None else f.channel_scales * cx.info(0).scale
+    biases = _group_slices(cx, 2, groups, per, b_scales)
+    outs = []
+    for k in range(groups):
+        shape = cx.w.sg.tensors[io.y].shape
+        y = cx.temp(shape[:3] + [per], io.y)
+        cx.emit(BO.CONV_2D, [parts[k], weights[k], biases[k]], [y], "Conv2DOptions",
+                Padding=padding, StrideW=sw, StrideH=sh, FusedActivationFunction=_act(cx, act))
+        outs.append(y)
+    cx.emit(BO.CONCATENATION, outs, [io.y], "ConcatenationOptions", Axis=3,
+            FusedActivationFunction=0)
+    io.finish()
+
+
+def _channel_shuffle(cx: OpContext) -> None:
+    """RESHAPE the axis into (groups, size / groups), TRANSPOSE those two, RESHAPE back."""
+    shape, groups, axis = cx.shape(0), cx.scalar(1), cx.scalar(2)
+    axis = axis + len(shape) if axis < 0 else axis
+    split = shape[:axis] + [groups, shape[axis] // groups] + shape[axis + 1:]
+    perm = list(range(len(split)))
+    perm[axis], perm[axis + 1] = axis + 1, axis
+    swapped = [split[p] for p in perm]
+    x = cx.t(0)
+    a, b = cx.temp(split, x), cx.temp(swapped, x)
+    cx.emit(BO.RESHAPE, [x, cx.ints(split)], [a], "ReshapeOptions", NewShape=split)
+    cx.emit(BO.TRANSPOSE, [a, cx.ints(perm)], [b])
+    cx.emit(BO.RESHAPE, [b, cx.ints(shape)], [cx.o()], "ReshapeOptions", NewShape=shape)
+
+
 def _transpose_conv(cx: OpContext) -> None:
     if cx.n >= 11:
         left, right, top, bottom = (cx.scalar(k) for k in (3, 4, 5, 6))
@@ -321,7 +447,8 @@ def _fully_connected(cx: OpContext) -> None:
 
 
 CONVERTERS.update(
-    CONV_2D=_conv_2d, DEPTHWISE_CONV_2D=_depthwise, TRANSPOSE_CONV_2D=_transpose_conv,
+    CONV_2D=_conv_2d, GROUPED_CONV_2D=_grouped_conv, CHANNEL_SHUFFLE=_channel_shuffle,
+    DEPTHWISE_CONV_2D=_depthwise, TRANSPOSE_CONV_2D=_transpose_conv,
     AVERAGE_POOL_2D=_pool(BO.AVERAGE_POOL_2D), MAX_POOL_2D=_pool(BO.MAX_POOL_2D),
     L2_POOL_2D=_pool(BO.L2_POOL_2D), FULLY_CONNECTED=_fully_connected)
 

@@ -119,8 +119,8 @@ def test_conformance_cases_agree_with_litert() -> None:
 #: Operations refused in every case (HAL-only, or state TFLite keeps in variable tensors).
 NEVER_EXPORTED = {
     "AXIS_ALIGNED_BBOX_TRANSFORM", "BIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_RNN",
-    "BOX_WITH_NMS_LIMIT", "CHANNEL_SHUFFLE", "DETECTION_POSTPROCESSING", "GENERATE_PROPOSALS",
-    "GROUPED_CONV_2D", "HEATMAP_MAX_KEYPOINT", "INSTANCE_NORMALIZATION", "LSTM",
+    "BOX_WITH_NMS_LIMIT", "DETECTION_POSTPROCESSING", "GENERATE_PROPOSALS",
+    "HEATMAP_MAX_KEYPOINT", "INSTANCE_NORMALIZATION", "LSTM",
     "QUANTIZED_16BIT_LSTM", "QUANTIZED_LSTM", "RANDOM_MULTINOMIAL", "RNN", "ROI_ALIGN",
     "ROI_POOLING", "SVDF", "UNIDIRECTIONAL_SEQUENCE_LSTM", "UNIDIRECTIONAL_SEQUENCE_RNN",
 }
@@ -134,11 +134,13 @@ def test_unsupported_operation_is_named_with_its_index() -> None:
     y = b.operand(T.TENSOR_FLOAT32, [1, 2, 2, 4])
     b.operation(O.RELU, [x], [y])
     z = b.output(T.TENSOR_FLOAT32, [1, 2, 2, 4])
-    b.operation(O.CHANNEL_SHUFFLE, [y, b.scalar(T.INT32, 2), b.scalar(T.INT32, 3)], [z])
+    b.operation(O.INSTANCE_NORMALIZATION, [y, b.scalar(T.FLOAT32, 1.0), b.scalar(T.FLOAT32, 0.0),
+                                           b.scalar(T.FLOAT32, 1e-5), b.scalar(T.BOOL, False)],
+                [z])
     with pytest.raises(UnsupportedModelError) as e:
         write_tflite(b.build())
     assert e.value.items == [
-        "#1 CHANNEL_SHUFFLE: no TFLite builtin equivalent (a HAL-only operation)"]
+        "#1 INSTANCE_NORMALIZATION: no TFLite builtin equivalent (a HAL-only operation)"]
     assert "RELU" not in str(e.value)
 
 
