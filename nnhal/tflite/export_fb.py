@@ -34,6 +34,8 @@ class TensorDef:
     quantized_dimension: int = 0
     #: -1 where a dimension is unknown (``shape`` then holds 1 there).
     shape_signature: list[int] | None = None
+    #: State a stateful kernel (RNN, SVDF...) updates in place.
+    is_variable: bool = False
 
 
 @dataclass
@@ -123,7 +125,8 @@ def _tensor(b: flatbuffers.Builder, t: TensorDef) -> int:
             "Scale": scale, "ZeroPoint": zp, "QuantizedDimension": t.quantized_dimension})
     return _table(b, "Tensor", {"Shape": shape, "Type": t.type, "Buffer": t.buffer,
                                 "Name": name, "Quantization": quant,
-                                "ShapeSignature": signature})
+                                "ShapeSignature": signature,
+                                "IsVariable": True if t.is_variable else None})
 
 
 def _operator(b: flatbuffers.Builder, op: OperatorDef, opcode_index: int) -> int:

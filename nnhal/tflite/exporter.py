@@ -15,7 +15,7 @@ exports as float32: TFLite has no such flag, and float32 is what relaxation allo
 from __future__ import annotations
 
 from nnhal.analysis import SubgraphGraph, analyse
-from nnhal.errors import InvalidModelError, UnsupportedModelError
+from nnhal.errors import InvalidModelError, NnhalError, UnsupportedModelError
 from nnhal.hal.types import ErrorStatus, Model
 from nnhal.ops.registry import OpError
 from nnhal.ops.signature import SignatureError
@@ -60,9 +60,9 @@ def _names(names: list[str] | None, n: int, prefix: str) -> list[str]:
         return [f"{prefix}_{k}" for k in range(n)]
     names = [str(x) for x in names]
     if len(names) != n:
-        raise ValueError(f"{len(names)} {prefix} names for {n} model {prefix}s")
+        raise NnhalError(f"{len(names)} {prefix} names given for {n} model {prefix}s")
     if len(set(names)) != n:
-        raise ValueError(f"{prefix} names are not unique: {names}")
+        raise NnhalError(f"{prefix} names are not unique: {names}")
     return names
 
 

@@ -283,3 +283,40 @@ def test_nchw_and_default_names() -> None:
     assert [d["name"] for d in it.get_input_details()] == ["input_0"]
     assert [d["name"] for d in it.get_output_details()] == ["output_0"]
     np.testing.assert_array_equal(_run_litert(data, [xs])[0], want)
+
+
+@pytest.mark.parametrize("sequence", [False, True])
+def test_lstm_state_agrees_with_reference(sequence: bool) -> None:
+    """HAL LSTM passes its states in and out; the export keeps them in TFLite's variable
+    tensors (set as inputs, copied out after the operator)."""
+    rng = np.random.default_rng(4)
+    b = ModelBuilder()
+    f32 = T.TENSOR_FLOAT32
+    x_shape = [1, 3, 2] if sequence else [1, 2]
+    x = b.input(f32, x_shape)
+    weights = [b.constant(f32, rng.normal(0, 0.5, (4, 2)).astype(np.float32)) for _ in range(4)]
+    weights += [b.constant(f32, rng.normal(0, 0.5, (4, 4)).astype(np.float32))
+                for _ in range(4)]
+    peepholes = [b.omitted(f32, [0]) for _ in range(3)]
+    biases = [b.constant(f32, rng.normal(0, 0.1, 4).astype(np.float32)) for _ in range(4)]
+    projection = [b.omitted(f32, [0]), b.omitted(f32, [0])]
+    h, c = b.input(f32, [1, 4]), b.input(f32, [1, 4])
+    params = [b.scalar(T.INT32, 4), b.scalar(T.FLOAT32, 0.0), b.scalar(T.FLOAT32, 0.0)]
+    if sequence:
+        params.append(b.scalar(T.BOOL, False))  # batch-major
+        params += [b.omitted(f32, [0]) for _ in range(4)]  # no layer normalisation
+        shapes = [[1, 3, 4], [1, 4], [1, 4]]
+        checked, cell = (0, 1, 2), 2
+    else:
+        shapes = [[1, 16], [1, 4], [1, 4], [1, 4]]
+        checked, cell = (1, 2, 3), 2  # output 0 is the scratch buffer: the driver's own
+    outs = [b.output(f32, s) for s in shapes]
+    op = O.UNIDIRECTIONAL_SEQUENCE_LSTM if sequence else O.LSTM
+    b.operation(op, [x, *weights, *peepholes, *biases, *projection, h, c, *params], outs)
+    model = b.build()
+    feeds = [rng.normal(0, 1, s).astype(np.float32) for s in (x_shape, [1, 4], [1, 4])]
+    want = _reference(model, feeds, [np.float32] * len(shapes), shapes)
+    got = _run_litert(write_tflite(model), feeds)
+    for k in checked:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
+    assert not np.allclose(want[cell], feeds[2])  # the cell state moved
