@@ -413,21 +413,17 @@ def _channel_shuffle(cx: OpContext) -> None:
 
 
 def _transpose_conv(cx: OpContext) -> None:
+    crop = None
     if cx.n >= 11:
         left, right, top, bottom = (cx.scalar(k) for k in (3, 4, 5, 6))
         sw, sh, act, layout = cx.scalar(7), cx.scalar(8), 9, 10
-        paddings = []
-        for head, tail in ((top, bottom), (left, right)):
-            if head == 0:
-                paddings.append(Padding.VALID)
-            elif head == (head + tail) // 2 and tail >= head:
-                paddings.append(Padding.SAME)
-            else:
-                raise Refuse(f"explicit padding {[left, right, top, bottom]} is not one "
-                             f"TFLite's SAME or VALID gives")
-        padding = paddings[0] if len(set(paddings)) == 1 else None
-        if padding is None:
-            raise Refuse("height and width need different TFLite paddings")
+        paddings = {Padding.VALID if head == 0 else
+                    Padding.SAME if head == (head + tail) // 2 and tail >= head else -1
+                    for head, tail in ((top, bottom), (left, right))}
+        padding = paddings.pop() if len(paddings) == 1 else -1
+        if padding == -1:
+            # No TFLite padding gives these: compute the whole (VALID) output, then cut.
+            padding, crop = Padding.VALID, (top, left)
     else:
         padding = PADDINGS_BACK.get(cx.scalar(4))
         if padding is None:
@@ -435,9 +431,17 @@ def _transpose_conv(cx: OpContext) -> None:
         sw, sh, act, layout = cx.scalar(5), cx.scalar(6), 7, 8
     io = _Io(cx, layout)
     w = _filter(cx, 1, io)
-    cx.emit(BO.TRANSPOSE_CONV, [cx.ints(io.out_shape), w, io.x, _bias(cx, 2, 1)],
-            [io.y], "TransposeConvOptions", Padding=padding, StrideW=sw, StrideH=sh,
+    shape, y = io.out_shape, io.y
+    if crop is not None:
+        (n, h, wd, _), (kh, kw) = io.in_shape, cx.shape(1)[1:3]
+        shape = [n, (h - 1) * sh + kh, (wd - 1) * sw + kw, io.out_shape[3]]
+        y = cx.temp(shape, io.y)
+    cx.emit(BO.TRANSPOSE_CONV, [cx.ints(shape), w, io.x, _bias(cx, 2, 1)],
+            [y], "TransposeConvOptions", Padding=padding, StrideW=sw, StrideH=sh,
             FusedActivationFunction=_act(cx, act))
+    if crop is not None:
+        cx.emit(BO.SLICE, [y, cx.ints([0, crop[0], crop[1], 0]), cx.ints(io.out_shape)],
+                [io.y])
     io.finish()
 
 
@@ -482,9 +486,17 @@ def _softmax(cx: OpContext) -> None:
 
 def _log_softmax(cx: OpContext) -> None:
     beta = float(cx.scalar(1))
-    if beta != 1.0:
-        raise Refuse(f"beta {beta}: TFLite's LOG_SOFTMAX has no beta")
-    _along_last(cx, cx.scalar(2, -1), lambda x, y: cx.emit(BO.LOG_SOFTMAX, [x], [y]))
+
+    def emit(x: int, y: int) -> None:
+        if beta != 1.0:  # TFLite's LOG_SOFTMAX has no beta: scale the logits first
+            scaled = cx.temp(cx.w.sg.tensors[x].shape, x)
+            b = cx.w.constant(np.float32(beta), None, f"beta{len(cx.w.sg.tensors)}",
+                              TT.FLOAT32)
+            cx.emit(BO.MUL, [x, b], [scaled], "MulOptions", FusedActivationFunction=0)
+            x = scaled
+        cx.emit(BO.LOG_SOFTMAX, [x], [y])
+
+    _along_last(cx, cx.scalar(2, -1), emit)
 
 
 def _l2_norm(cx: OpContext) -> None:
@@ -650,9 +662,20 @@ CONVERTERS.update(
 
 def _elu(cx: OpContext) -> None:
     alpha = float(cx.scalar(1))
-    if alpha != 1.0:
-        raise Refuse(f"alpha {alpha}: TFLite's ELU has alpha 1 only")
-    cx.emit(BO.ELU, [cx.t(0)], [cx.o()])
+    if alpha == 1.0:
+        cx.emit(BO.ELU, [cx.t(0)], [cx.o()])
+        return
+    # TFLite's ELU has alpha 1: max(x, 0) + alpha * min(ELU(x), 0) is the HAL's formula.
+    x, shape = cx.t(0), cx.shape(0)
+    elu, neg, scaled, pos = (cx.temp(shape, x) for _ in range(4))
+    zero = cx.w.constant(np.float32(0), None, f"z{len(cx.w.sg.tensors)}", TT.FLOAT32)
+    cx.emit(BO.ELU, [x], [elu])
+    cx.emit(BO.MINIMUM, [elu, zero], [neg])
+    cx.emit(BO.MUL, [neg, cx.w.constant(np.float32(alpha), None, f"a{len(cx.w.sg.tensors)}",
+                                        TT.FLOAT32)], [scaled], "MulOptions",
+            FusedActivationFunction=0)
+    cx.emit(BO.RELU, [x], [pos])
+    cx.emit(BO.ADD, [pos, scaled], [cx.o()], "AddOptions", FusedActivationFunction=0)
 
 
 #: HAL LSH_PROJECTION type -> TFLite LSHProjectionType (1 is the deprecated sparse hashing).

@@ -146,15 +146,20 @@ def test_unsupported_operation_is_named_with_its_index() -> None:
 
 def test_every_refused_operation_is_listed() -> None:
     b = ModelBuilder()
-    x = b.input(T.TENSOR_FLOAT32, [1, 3])
-    y = b.operand(T.TENSOR_FLOAT32, [1, 3])
-    b.operation(O.ELU, [x, b.scalar(T.FLOAT32, 0.5)], [y])
-    z = b.output(T.TENSOR_FLOAT32, [1, 3])
-    b.operation(O.LOG_SOFTMAX, [y, b.scalar(T.FLOAT32, 2.0), b.scalar(T.INT32, -1)], [z])
+    x = b.input(T.TENSOR_FLOAT32, [1, 4, 4, 1])
+    axis = b.input(T.INT32)
+    pooled = b.operand(T.TENSOR_FLOAT32, [1, 7, 7, 1])
+    # Padding 3 on each side of a 4x4 window: TFLite's pooling has no such padding.
+    b.operation(O.AVERAGE_POOL_2D, [x] + [b.scalar(T.INT32, v) for v in
+                                          (3, 3, 3, 3, 1, 1, 4, 4, 0)], [pooled])
+    relu = b.operand(T.TENSOR_FLOAT32, [1, 7, 7, 1])
+    b.operation(O.RELU, [pooled], [relu])
+    y = b.output(T.TENSOR_INT32, [1, 7, 1])
+    b.operation(O.ARGMAX, [relu, axis], [y])
     with pytest.raises(UnsupportedModelError) as e:
         write_tflite(b.build())
-    assert [item.split(":")[0] for item in e.value.items] == ["#0 ELU", "#1 LOG_SOFTMAX"]
-    assert "alpha 0.5" in str(e.value) and "beta 2.0" in str(e.value)
+    assert [item.split(":")[0] for item in e.value.items] == ["#0 AVERAGE_POOL_2D", "#2 ARGMAX"]
+    assert "[3, 3, 3, 3]" in str(e.value) and "not a constant" in str(e.value)
 
 
 def test_non_constant_parameter_is_refused() -> None:
