@@ -192,7 +192,7 @@ def _set_quant(t: TensorDef, info: OperandInfo) -> None:
 _NO_EQUIVALENT = {
     name: "no TFLite builtin equivalent (a HAL-only operation)" for name in (
         "ROI_ALIGN", "ROI_POOLING", "GENERATE_PROPOSALS", "BOX_WITH_NMS_LIMIT",
-        "AXIS_ALIGNED_BBOX_TRANSFORM", "HEATMAP_MAX_KEYPOINT", "INSTANCE_NORMALIZATION",
+        "AXIS_ALIGNED_BBOX_TRANSFORM", "HEATMAP_MAX_KEYPOINT",
         "QUANTIZED_16BIT_LSTM", "QUANTIZED_LSTM")
 }
 _NO_EQUIVALENT["DETECTION_POSTPROCESSING"] = "TFLite has it only as a custom operator"

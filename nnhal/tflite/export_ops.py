@@ -397,6 +397,37 @@ def _grouped_conv(cx: OpContext) -> None:
     io.finish()
 
 
+def _instance_norm(cx: OpContext) -> None:
+    """gamma * (x - mean) / sqrt(var + epsilon) + beta over each image's height and width,
+    the HAL's formula, from MEAN, SQUARED_DIFFERENCE, RSQRT and elementwise builtins."""
+    gamma, beta, eps = (float(cx.scalar(j)) for j in (1, 2, 3))
+    io = _Io(cx, 4)
+    n, h, w, c = io.in_shape
+    stat = [n, 1, 1, c]
+    f32 = TT.FLOAT32
+
+    def tensor(shape: list[int]) -> int:
+        return cx.w.new(f"x{len(cx.w.sg.tensors)}", shape, f32)
+
+    def scalar(v: float) -> int:
+        return cx.w.constant(np.float32(v), None, f"s{len(cx.w.sg.tensors)}", f32)
+
+    mean, sq, var, var_eps, inv = tensor(stat), tensor(io.in_shape), tensor(stat), \
+        tensor(stat), tensor(stat)
+    centred, normed, scaled = tensor(io.in_shape), tensor(io.in_shape), tensor(io.in_shape)
+    axes = cx.ints([1, 2])
+    cx.emit(BO.MEAN, [io.x, axes], [mean], "ReducerOptions", KeepDims=True)
+    cx.emit(BO.SQUARED_DIFFERENCE, [io.x, mean], [sq])
+    cx.emit(BO.MEAN, [sq, axes], [var], "ReducerOptions", KeepDims=True)
+    cx.emit(BO.ADD, [var, scalar(eps)], [var_eps], "AddOptions", FusedActivationFunction=0)
+    cx.emit(BO.RSQRT, [var_eps], [inv])
+    cx.emit(BO.SUB, [io.x, mean], [centred], "SubOptions", FusedActivationFunction=0)
+    cx.emit(BO.MUL, [centred, inv], [normed], "MulOptions", FusedActivationFunction=0)
+    cx.emit(BO.MUL, [normed, scalar(gamma)], [scaled], "MulOptions", FusedActivationFunction=0)
+    cx.emit(BO.ADD, [scaled, scalar(beta)], [io.y], "AddOptions", FusedActivationFunction=0)
+    io.finish()
+
+
 def _channel_shuffle(cx: OpContext) -> None:
     """RESHAPE the axis into (groups, size / groups), TRANSPOSE those two, RESHAPE back."""
     shape, groups, axis = cx.shape(0), cx.scalar(1), cx.scalar(2)
@@ -451,7 +482,8 @@ def _fully_connected(cx: OpContext) -> None:
 
 
 CONVERTERS.update(
-    CONV_2D=_conv_2d, GROUPED_CONV_2D=_grouped_conv, CHANNEL_SHUFFLE=_channel_shuffle,
+    INSTANCE_NORMALIZATION=_instance_norm, CONV_2D=_conv_2d, GROUPED_CONV_2D=_grouped_conv,
+    CHANNEL_SHUFFLE=_channel_shuffle,
     DEPTHWISE_CONV_2D=_depthwise, TRANSPOSE_CONV_2D=_transpose_conv,
     AVERAGE_POOL_2D=_pool(BO.AVERAGE_POOL_2D), MAX_POOL_2D=_pool(BO.MAX_POOL_2D),
     L2_POOL_2D=_pool(BO.L2_POOL_2D), FULLY_CONNECTED=_fully_connected)

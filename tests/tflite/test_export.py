@@ -16,7 +16,7 @@ from nnhal.conformance.cases import Expected, build_model, iter_cases, values_ar
 from nnhal.conformance.runner import CaseFailure, compare
 from nnhal.conformance.specs import default_specs_dir
 from nnhal.drivers.reference import ReferenceDevice
-from nnhal.errors import InvalidModelError, UnsupportedModelError
+from nnhal.errors import InvalidModelError, NnhalError, UnsupportedModelError
 from nnhal.hal.builder import ModelBuilder, RequestBuilder
 from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (
@@ -30,6 +30,7 @@ from nnhal.hal.types import (
     SymmPerChannelQuantParams,
 )
 from nnhal.tflite.exporter import write_tflite
+from nnhal.tflite.model import ImportedModel
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 T, O = OperandType, OperationType
@@ -130,17 +131,16 @@ NEVER_EXPORTED = {
 
 def test_unsupported_operation_is_named_with_its_index() -> None:
     b = ModelBuilder()
-    x = b.input(T.TENSOR_FLOAT32, [1, 2, 2, 4])
-    y = b.operand(T.TENSOR_FLOAT32, [1, 2, 2, 4])
+    x = b.input(T.TENSOR_FLOAT32, [1, 4, 4, 2])
+    y = b.operand(T.TENSOR_FLOAT32, [1, 4, 4, 2])
     b.operation(O.RELU, [x], [y])
-    z = b.output(T.TENSOR_FLOAT32, [1, 2, 2, 4])
-    b.operation(O.INSTANCE_NORMALIZATION, [y, b.scalar(T.FLOAT32, 1.0), b.scalar(T.FLOAT32, 0.0),
-                                           b.scalar(T.FLOAT32, 1e-5), b.scalar(T.BOOL, False)],
-                [z])
+    boxes = b.input(T.TENSOR_FLOAT32, [1, 4])
+    scores, points = b.output(T.TENSOR_FLOAT32, [1, 2]), b.output(T.TENSOR_FLOAT32, [1, 2, 2])
+    b.operation(O.HEATMAP_MAX_KEYPOINT, [y, boxes, b.scalar(T.BOOL, False)], [scores, points])
     with pytest.raises(UnsupportedModelError) as e:
         write_tflite(b.build())
     assert e.value.items == [
-        "#1 INSTANCE_NORMALIZATION: no TFLite builtin equivalent (a HAL-only operation)"]
+        "#1 HEATMAP_MAX_KEYPOINT: no TFLite builtin equivalent (a HAL-only operation)"]
     assert "RELU" not in str(e.value)
 
 
@@ -273,6 +273,22 @@ def test_float16_constants_and_io_agree_with_reference() -> None:
     m = tflite.Model.GetRootAsModel(data, 0)
     sizes = sorted(m.Buffers(k).DataLength() for k in range(m.BuffersLength()))
     assert 36 in sizes and 6 in sizes
+
+
+def test_imported_model_names_and_bad_names() -> None:
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [3])
+    y = b.output(T.TENSOR_FLOAT32, [3])
+    b.operation(O.RELU6, [x], [y])
+    imported = ImportedModel(b.build(), ["pixels"], ["clipped"], source="<test>")
+    data = write_tflite(imported)
+    it = litert.Interpreter(model_content=data)
+    assert it.get_signature_list() == {
+        "serving_default": {"inputs": ["pixels"], "outputs": ["clipped"]}}
+    np.testing.assert_array_equal(
+        _run_litert(data, [np.array([-1, 3, 9], np.float32)])[0], [0, 3, 6])
+    with pytest.raises(NnhalError, match="2 input names given for 1 model inputs"):
+        write_tflite(imported, input_names=["a", "b"])
 
 
 def test_nchw_and_default_names() -> None:
