@@ -742,8 +742,8 @@ def _while(cx: OpContext) -> None:
 
 
 def _stateful(cx: OpContext) -> None:
-    raise Refuse("TFLite's bidirectional kernels keep four states in variable tensors and "
-                 "take the HAL's auxiliary inputs otherwise; not exported")
+    raise Refuse("not exported yet: its 61 operands (four states, auxiliary inputs) are "
+                 "not mapped onto TFLite's 48")
 
 
 def _states(cx: OpContext, inputs: list[int]) -> list[int]:
@@ -782,6 +782,19 @@ def _sequence_rnn(cx: OpContext) -> None:
             [cx.o(0)], "SequenceRNNOptions", FusedActivationFunction=_act(cx, 5),
             TimeMajor=bool(cx.scalar(6)))
     _state_out(cx, state, 1)
+
+
+def _bidirectional_rnn(cx: OpContext) -> None:
+    fw, bw = _states(cx, [4, 8])
+    merged = bool(cx.scalar(14))
+    outputs = 1 if merged else 2
+    ins = [cx.t(j) for j in range(4)] + [fw] + [cx.t(j) for j in range(5, 8)] + [bw]
+    ins += [cx.t(j) for j in range(9, 12)]
+    cx.emit(BO.BIDIRECTIONAL_SEQUENCE_RNN, ins, [cx.o(k) for k in range(outputs)],
+            "BidirectionalSequenceRNNOptions", TimeMajor=bool(cx.scalar(13)),
+            FusedActivationFunction=_act(cx, 12), MergeOutputs=merged)
+    _state_out(cx, fw, outputs)
+    _state_out(cx, bw, outputs + 1)
 
 
 def _svdf(cx: OpContext) -> None:
@@ -830,7 +843,8 @@ def _sequence_lstm(cx: OpContext) -> None:
 
 
 CONVERTERS.update(RNN=_rnn, UNIDIRECTIONAL_SEQUENCE_RNN=_sequence_rnn, SVDF=_svdf,
+                  BIDIRECTIONAL_SEQUENCE_RNN=_bidirectional_rnn,
                   LSTM=_lstm, UNIDIRECTIONAL_SEQUENCE_LSTM=_sequence_lstm, ELU=_elu,
                   LSH_PROJECTION=_lsh, IF=_if, WHILE=_while)
-for _name in ("BIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_RNN"):
+for _name in ("BIDIRECTIONAL_SEQUENCE_LSTM",):
     CONVERTERS[_name] = _stateful
