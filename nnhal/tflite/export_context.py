@@ -14,6 +14,7 @@ from nnhal.analysis import SubgraphGraph
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops.registry import OperandInfo
 from nnhal.tflite.export_fb import ModelDef, OperatorDef, SubgraphDef, TensorDef
+from nnhal.tflite.schema import ACTIVATIONS_BACK
 
 T = OperandType
 BO = tflite.BuiltinOperator
@@ -38,13 +39,28 @@ class Refuse(Exception):
     """An operation this exporter cannot express exactly; the message says why."""
 
 
+#: Quantized HAL tensor types whose TFLite kernels read scale and zero point.
+QUANTIZED = frozenset(_QUANT)
+
+
+def fused_act(cx: OpContext, j: int) -> int:
+    """The TFLite fused activation of HAL FuseCode input ``j`` (NONE when absent)."""
+    v = cx.scalar(j, 0)
+    if v not in ACTIVATIONS_BACK:
+        raise Refuse(f"fused activation {v} is not a HAL FuseCode")
+    return ACTIVATIONS_BACK[v]
+
+
+Converter = Callable[["OpContext"], None]
+
+
 class ExportState(Protocol):
     """What a subgraph writer needs of the whole export (``exporter._Exporter``)."""
 
     model: ModelDef
     referenced: tuple[SubgraphGraph, ...]
     refused: list[str]
-    converters: dict[str, Callable[[OpContext], None]]
+    converters: dict[str, Converter]
 
     def subgraph(self, ref: int, passthrough: int = 0) -> int: ...
 
