@@ -10,8 +10,7 @@ from tflite.Padding import Padding
 from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.types import OperandType
-from nnhal.ops.registry import OperandInfo
-from nnhal.tflite.export_context import QUANTIZED, Converter, OpContext, Refuse, fused_act
+from nnhal.tflite.export_context import Converter, OpContext, Refuse, fused_act
 from nnhal.tflite.schema import PADDINGS_BACK
 
 T = OperandType
@@ -25,9 +24,9 @@ NN_CONVERTERS: dict[str, Converter] = {}
 class _Io:
     """Input 0 and output 0 in NHWC: for an NCHW operation, TRANSPOSEs around it."""
 
-    def __init__(self, cx: OpContext, layout_input: int) -> None:
+    def __init__(self, cx: OpContext, layout_input: int | None) -> None:
         self.cx = cx
-        self.nchw = bool(cx.scalar(layout_input, False))
+        self.nchw = layout_input is not None and bool(cx.scalar(layout_input, False))
         self.x, self.y = cx.t(0), cx.o()
         self.in_shape, self.out_shape = cx.shape(0), cx.out_shape()
         if self.nchw:
@@ -42,29 +41,34 @@ class _Io:
         else:
             self.after = []
 
-    def as_int8(self) -> None:
-        """Computes on int8 instead of uint8 (a QUANTIZE each side: the same scale, zero point
-        minus 128, so exact), for kernels that take per-channel int8 filters only with int8."""
+    def retype(self, tt: int) -> None:
+        """Computes on int8 instead of uint8 or the other way (a QUANTIZE each side: the same
+        scale, zero point moved by 128, so exact): TFLite's int8 kernels take symmetric
+        filters only, and per-channel ones only with int8 inputs."""
         cx = self.cx
-        xt = self._retyped(self.x)
+        xt = retyped(cx, self.x, tt)
         cx.emit(BO.QUANTIZE, [self.x], [xt])
         self.x = xt
-        yt = self._retyped(self.y)
+        yt = retyped(cx, self.y, tt)
         self.after.insert(0, (BO.QUANTIZE, [], self.y))
         self.y = yt
-
-    def _retyped(self, t: int) -> int:
-        src = self.cx.w.sg.tensors[t]
-        new = self.cx.temp(src.shape, t)
-        tensor = self.cx.w.sg.tensors[new]
-        tensor.type, tensor.zero_points = TT.INT8, [z - 128 for z in src.zero_points or [128]]
-        return new
 
     def finish(self) -> None:
         y = self.y
         for code, perm, out in self.after:
             self.cx.emit(code, [y, self.cx.ints(perm)] if perm else [y], [out])
             y = out
+
+
+def retyped(cx: OpContext, t: int, tt: int) -> int:
+    """A new tensor like ``t`` in int8 or uint8 with the same scale (zero point moved)."""
+    src = cx.w.sg.tensors[t]
+    shift = 128 if tt == TT.UINT8 else -128
+    new = cx.temp(src.shape, t)
+    tensor = cx.w.sg.tensors[new]
+    tensor.type = tt
+    tensor.zero_points = [z + shift for z in src.zero_points or [-shift]]
+    return new
 
 
 def _same_pads(size: int, k: int, s: int, d: int) -> tuple[int, int]:
@@ -116,28 +120,26 @@ def _bias(cx: OpContext, j: int, filter_j: int) -> int:
     return t
 
 
-def _filter(cx: OpContext, j: int, io: _Io | None = None) -> int:
-    """The filter tensor. An int8 filter with a zero point (QUANT8_ASYMM_SIGNED) is stored
-    again without one when the values allow (TFLite's int8 kernels take symmetric filters
-    only); a uint8 input with a per-channel filter is computed on int8 (see _Io.as_int8)."""
+def _filter(cx: OpContext, j: int, io: _Io) -> int:
+    """The filter tensor. A per-channel filter with a uint8 input computes on int8; an int8
+    filter with a zero point (QUANT8_ASYMM_SIGNED) is stored again without one when its
+    values allow, else the operation computes on uint8, whose kernels take zero points."""
     f = cx.info(j)
     if f.channel_scales is not None and cx.info(0).type == T.TENSOR_QUANT8_ASYMM:
-        if io is None:
-            raise Refuse("TFLite takes per-channel int8 weights with int8 inputs only")
-        io.as_int8()
+        io.retype(TT.INT8)
     if f.type != T.TENSOR_QUANT8_ASYMM_SIGNED or f.zero_point == 0:
         return cx.t(j)
-    if not f.is_const:
-        raise Refuse(f"int8 weights with zero point {f.zero_point} that are not constant: "
-                     f"TFLite's int8 kernels take symmetric weights only")
-    w = np.asarray(f.value, dtype=np.int32) - f.zero_point
-    if w.min() < -128 or w.max() > 127:
-        raise Refuse(f"int8 weights with zero point {f.zero_point} do not fit int8 once made "
-                     f"symmetric, as TFLite's int8 kernels need")
-    t = cx.w.constant(w, None, f"w{len(cx.w.sg.tensors)}", TT.INT8)
-    tensor = cx.w.sg.tensors[t]
-    tensor.scales, tensor.zero_points = [float(f.scale)], [0]
-    return t
+    if f.is_const:
+        w = np.asarray(f.value, dtype=np.int32) - f.zero_point
+        if w.min() >= -128 and w.max() <= 127:
+            t = cx.w.constant(w, None, f"w{len(cx.w.sg.tensors)}", TT.INT8)
+            tensor = cx.w.sg.tensors[t]
+            tensor.scales, tensor.zero_points = [float(f.scale)], [0]
+            return t
+    io.retype(TT.UINT8)
+    w8 = retyped(cx, cx.t(j), TT.UINT8)
+    cx.emit(BO.QUANTIZE, [cx.t(j)], [w8])
+    return w8
 
 
 # ---- convolutions and pools ---------------------------------------------------------------
@@ -198,55 +200,16 @@ def _pool(code: int) -> Converter:
     return convert
 
 
-def _weights(cx: OpContext, f: OperandInfo, value: np.ndarray,
-             scales: np.ndarray | None) -> int:
-    """A constant filter slice as TFLite takes it (see _filter)."""
-    name = f"w{len(cx.w.sg.tensors)}"
-    if f.type not in QUANTIZED and f.type != T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
-        return cx.w.constant(value, f, name)
-    if f.type == T.TENSOR_QUANT8_ASYMM:
-        t = cx.w.constant(value, f, name)  # uint8 keeps its zero point
-        return t
-    zp = f.zero_point if f.type == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
-    w = np.asarray(value, dtype=np.int32) - zp
-    if w.min() < -128 or w.max() > 127:
-        raise Refuse(f"int8 weights with zero point {zp} do not fit int8 once made symmetric, "
-                     f"as TFLite's int8 kernels need")
-    t = cx.w.constant(w, None, name, TT.INT8)
-    tensor = cx.w.sg.tensors[t]
-    tensor.scales = [float(v) for v in scales] if scales is not None else [float(f.scale)]
-    tensor.zero_points = [0] * len(tensor.scales)
-    return t
-
-
-def _group_slices(cx: OpContext, j: int, groups: int, per: int,
-                  scales: np.ndarray | None) -> list[int]:
-    """Input ``j`` (filter or bias) cut into ``groups`` slices along axis 0: constants sliced
-    here, a runtime tensor by a SPLIT (each slice with its channels' scales)."""
-    info = cx.info(j)
-    if info.is_const:
-        value = np.asarray(info.value)
-        if j == 1:
-            return [_weights(cx, info, value[k * per:(k + 1) * per],
-                             None if scales is None else scales[k * per:(k + 1) * per])
-                    for k in range(groups)]
-        out = []
-        for k in range(groups):
-            t = cx.w.constant(value[k * per:(k + 1) * per], info, f"b{len(cx.w.sg.tensors)}")
-            if scales is not None:
-                _set_scales(cx, t, scales[k * per:(k + 1) * per])
-            out.append(t)
-        return out
-    if j == 1 and info.type == T.TENSOR_QUANT8_ASYMM_SIGNED and info.zero_point != 0:
-        raise Refuse(f"int8 weights with zero point {info.zero_point} that are not constant: "
-                     f"TFLite's int8 kernels take symmetric weights only")
-    x = cx.t(j)
-    shape = cx.shape(j)
-    parts = [cx.temp([per] + shape[1:], x) for _ in range(groups)]
-    for k, t in enumerate(parts):
-        if scales is not None:
-            _set_scales(cx, t, scales[k * per:(k + 1) * per])
-    cx.emit(BO.SPLIT, [cx.ints(0), x], parts, "SplitOptions", NumSplits=groups)
+def _split0(cx: OpContext, t: int, groups: int, scales: np.ndarray | None) -> list[int]:
+    """Tensor ``t`` (a filter or bias) cut into ``groups`` slices along axis 0 by a SPLIT,
+    each slice with its channels' scales."""
+    shape = cx.w.sg.tensors[t].shape
+    per = shape[0] // groups
+    parts = [cx.temp([per] + shape[1:], t) for _ in range(groups)]
+    if scales is not None:
+        for k, part in enumerate(parts):
+            _set_scales(cx, part, scales[k * per:(k + 1) * per])
+    cx.emit(BO.SPLIT, [cx.ints(0), t], parts, "SplitOptions", NumSplits=groups)
     return parts
 
 
@@ -259,7 +222,7 @@ def _set_scales(cx: OpContext, t: int, scales: np.ndarray) -> None:
 
 def _grouped_conv(cx: OpContext) -> None:
     """One CONV_2D per group on a SPLIT of the input, CONCATENATION of their outputs: what
-    a grouped convolution is, with each group's slice of the constant filter and bias."""
+    a grouped convolution is, with each group's slice of the filter and bias."""
     if cx.n >= 12:
         pads, scheme = [cx.scalar(k) for k in (3, 4, 5, 6)], None
         sw, sh, groups, act, layout = cx.scalar(7), cx.scalar(8), cx.scalar(9), 10, 11
@@ -268,8 +231,7 @@ def _grouped_conv(cx: OpContext) -> None:
         sw, sh, groups, act, layout = cx.scalar(4), cx.scalar(5), cx.scalar(6), 7, 8
     f = cx.info(1)
     io = _Io(cx, layout)
-    if f.channel_scales is not None and cx.info(0).type == T.TENSOR_QUANT8_ASYMM:
-        io.as_int8()
+    weights = _filter(cx, 1, io)
     fshape = cx.shape(1)
     kh, kw = fshape[1:3]
     padding = _padding(cx, io, pads, scheme, (kh, kw), (sh, sw), (1, 1), True)
@@ -277,9 +239,9 @@ def _grouped_conv(cx: OpContext) -> None:
     parts = [cx.temp([n, h, w, c // groups], io.x) for _ in range(groups)]
     cx.emit(BO.SPLIT, [cx.ints(3), io.x], parts, "SplitOptions", NumSplits=groups)
     per = fshape[0] // groups
-    weights = _group_slices(cx, 1, groups, per, f.channel_scales)
     b_scales = None if f.channel_scales is None else f.channel_scales * cx.info(0).scale
-    biases = _group_slices(cx, 2, groups, per, b_scales)
+    biases = _split0(cx, _bias(cx, 2, 1), groups, b_scales)
+    weights = _split0(cx, weights, groups, f.channel_scales)
     outs = []
     for k in range(groups):
         shape = cx.w.sg.tensors[io.y].shape
@@ -372,8 +334,11 @@ def _transpose_conv(cx: OpContext) -> None:
 
 
 def _fully_connected(cx: OpContext) -> None:
-    cx.emit(BO.FULLY_CONNECTED, [cx.t(0), _filter(cx, 1), cx.t(2)], [cx.o()],
-            "FullyConnectedOptions", FusedActivationFunction=fused_act(cx, 3), KeepNumDims=False)
+    io = _Io(cx, None)
+    w = _filter(cx, 1, io)
+    cx.emit(BO.FULLY_CONNECTED, [io.x, w, cx.t(2)], [io.y], "FullyConnectedOptions",
+            FusedActivationFunction=fused_act(cx, 3), KeepNumDims=False)
+    io.finish()
 
 
 NN_CONVERTERS.update(
