@@ -192,12 +192,54 @@ def _pool(code: int) -> Converter:
             pads, scheme = None, cx.scalar(1)
             sw, sh, fw, fh, act, layout = (*(cx.scalar(k) for k in (2, 3, 4, 5)), 6, 7)
         io = _Io(cx, layout)
-        padding = _padding(cx, io, pads, scheme, (fh, fw), (sh, sw), (1, 1), False)
-        cx.emit(code, [io.x], [io.y], "Pool2DOptions", Padding=padding, StrideW=sw,
-                StrideH=sh, FilterWidth=fw, FilterHeight=fh,
-                FusedActivationFunction=fused_act(cx, act))
+        try:
+            padding = _padding(cx, io, pads, scheme, (fh, fw), (sh, sw), (1, 1), False)
+        except Refuse:
+            if code != BO.AVERAGE_POOL_2D or pads is None:
+                raise
+            _padded_average(cx, io, pads, (fh, fw), (sh, sw), fused_act(cx, act))
+        else:
+            cx.emit(code, [io.x], [io.y], "Pool2DOptions", Padding=padding, StrideW=sw,
+                    StrideH=sh, FilterWidth=fw, FilterHeight=fh,
+                    FusedActivationFunction=fused_act(cx, act))
         io.finish()
     return convert
+
+
+def _padded_average(cx: OpContext, io: _Io, pads: list[int], k: tuple[int, int],
+                    s: tuple[int, int], activation: int) -> None:
+    """An average pool whose explicit padding TFLite has not: the HAL averages only the real
+    values under each window. So: PAD with zeros, VALID average, times (window size / real
+    values in that window), a constant per output position; in float (quantized operands
+    are dequantized before and quantized after, so within one step)."""
+    left, right, top, bottom = pads
+    n, h, w, c = io.in_shape
+    oh, ow = io.out_shape[1:3]
+    f32 = TT.FLOAT32
+    x = io.x
+    quantized = cx.w.sg.tensors[x].type != f32
+    if quantized:
+        x = cx.w.new(f"x{len(cx.w.sg.tensors)}", io.in_shape, f32)
+        cx.emit(BO.DEQUANTIZE, [io.x], [x])
+    padded = cx.w.new(f"x{len(cx.w.sg.tensors)}", [n, h + top + bottom, w + left + right, c],
+                      f32)
+    cx.emit(BO.PAD, [x, cx.ints([[0, 0], [top, bottom], [left, right], [0, 0]])], [padded])
+    pooled = cx.w.new(f"x{len(cx.w.sg.tensors)}", [n, oh, ow, c], f32)
+    cx.emit(BO.AVERAGE_POOL_2D, [padded], [pooled], "Pool2DOptions", Padding=Padding.VALID,
+            StrideW=s[1], StrideH=s[0], FilterWidth=k[1], FilterHeight=k[0],
+            FusedActivationFunction=0)
+
+    def real(out: int, size: int, head: int, stride: int, window: int) -> np.ndarray:
+        start = np.arange(out) * stride - head
+        return np.minimum(start + window, size) - np.maximum(start, 0)
+
+    counts = np.outer(real(oh, h, top, s[0], k[0]), real(ow, w, left, s[1], k[1]))
+    scale = (k[0] * k[1] / np.maximum(counts, 1)).astype(np.float32).reshape(1, oh, ow, 1)
+    y = io.y if not quantized else cx.w.new(f"x{len(cx.w.sg.tensors)}", [n, oh, ow, c], f32)
+    cx.emit(BO.MUL, [pooled, cx.w.constant(scale, None, f"s{len(cx.w.sg.tensors)}", f32)],
+            [y], "MulOptions", FusedActivationFunction=activation)
+    if quantized:
+        cx.emit(BO.QUANTIZE, [y], [io.y])
 
 
 def _split0(cx: OpContext, t: int, groups: int, scales: np.ndarray | None) -> list[int]:

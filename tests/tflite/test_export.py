@@ -151,7 +151,7 @@ def test_every_refused_operation_is_listed() -> None:
     axis = b.input(T.INT32)
     pooled = b.operand(T.TENSOR_FLOAT32, [1, 7, 7, 1])
     # Padding 3 on each side of a 4x4 window: TFLite's pooling has no such padding.
-    b.operation(O.AVERAGE_POOL_2D, [x] + [b.scalar(T.INT32, v) for v in
+    b.operation(O.L2_POOL_2D, [x] + [b.scalar(T.INT32, v) for v in
                                           (3, 3, 3, 3, 1, 1, 4, 4, 0)], [pooled])
     relu = b.operand(T.TENSOR_FLOAT32, [1, 7, 7, 1])
     b.operation(O.RELU, [pooled], [relu])
@@ -159,7 +159,7 @@ def test_every_refused_operation_is_listed() -> None:
     b.operation(O.ARGMAX, [relu, axis], [y])
     with pytest.raises(UnsupportedModelError) as e:
         write_tflite(b.build())
-    assert [item.split(":")[0] for item in e.value.items] == ["#0 AVERAGE_POOL_2D", "#2 ARGMAX"]
+    assert [item.split(":")[0] for item in e.value.items] == ["#0 L2_POOL_2D", "#2 ARGMAX"]
     assert "[3, 3, 3, 3]" in str(e.value) and "not a constant" in str(e.value)
 
 
@@ -290,6 +290,24 @@ def test_imported_model_names_and_bad_names() -> None:
         _run_litert(data, [np.array([-1, 3, 9], np.float32)])[0], [0, 3, 6])
     with pytest.raises(NnhalError, match="2 input names given for 1 model inputs"):
         write_tflite(imported, input_names=["a", "b"])
+
+
+@pytest.mark.parametrize("t", [T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM])
+def test_average_pool_with_padding_tflite_lacks(t: T) -> None:
+    """The HAL averages the real values under each window; TFLite has no such padding, so
+    the export rescales a zero-padded VALID average per output position."""
+    b = ModelBuilder()
+    quant = (0.5, 10) if t == T.TENSOR_QUANT8_ASYMM else (0.0, 0)
+    x = b.input(t, [1, 5, 4, 2], *quant)
+    y = b.output(t, [1, 3, 3, 2], *quant)
+    b.operation(O.AVERAGE_POOL_2D, [x] + [b.scalar(T.INT32, v) for v in
+                                          (2, 1, 0, 2, 2, 2, 3, 3, 0)], [y])
+    model = b.build()
+    xs = (np.random.default_rng(5).uniform(0, 100, (1, 5, 4, 2))).astype(t.dtype)
+    want = _reference(model, [xs], [t.dtype], [[1, 3, 3, 2]])[0]
+    got = _run_litert(write_tflite(model), [xs])[0]
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                               atol=1 if t != T.TENSOR_FLOAT32 else 1e-4, rtol=1e-5)
 
 
 def test_nchw_and_default_names() -> None:
