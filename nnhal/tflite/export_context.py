@@ -66,6 +66,9 @@ class ExportState(Protocol):
 
 
 class SubgraphWriter:
+    """One HAL subgraph into one TFLite subgraph: tensors made as operations first need them,
+    each operation through its converter, refusals collected rather than raised."""
+
     def __init__(self, ex: ExportState, sgg: SubgraphGraph, sg: SubgraphDef,
                  input_names: list[str] | None, output_names: list[str] | None,
                  passthrough: int) -> None:
