@@ -1,0 +1,287 @@
+"""The exporter's state while it walks one HAL subgraph: HAL operands to TFLite tensors,
+and the :class:`OpContext` each operation's converter works through."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+import tflite
+from tflite.TensorType import TensorType as TT
+
+from nnhal.analysis import SubgraphGraph
+from nnhal.hal.types import OperandType, OperationType
+from nnhal.ops.registry import OperandInfo
+from nnhal.tflite.export_fb import ModelDef, OperatorDef, SubgraphDef, TensorDef
+from nnhal.tflite.schema import ACTIVATIONS_BACK
+
+T = OperandType
+BO = tflite.BuiltinOperator
+
+#: HAL operand type -> TFLite tensor type inside the graph (float16 computes as float32).
+TENSOR_TYPES: dict[OperandType, int] = {
+    T.FLOAT32: TT.FLOAT32, T.TENSOR_FLOAT32: TT.FLOAT32, T.FLOAT16: TT.FLOAT32,
+    T.TENSOR_FLOAT16: TT.FLOAT32, T.INT32: TT.INT32, T.TENSOR_INT32: TT.INT32,
+    T.UINT32: TT.UINT32, T.BOOL: TT.BOOL, T.TENSOR_BOOL8: TT.BOOL,
+    T.TENSOR_QUANT8_ASYMM: TT.UINT8, T.TENSOR_QUANT8_ASYMM_SIGNED: TT.INT8,
+    T.TENSOR_QUANT8_SYMM: TT.INT8, T.TENSOR_QUANT8_SYMM_PER_CHANNEL: TT.INT8,
+    T.TENSOR_QUANT16_SYMM: TT.INT16, T.TENSOR_QUANT16_ASYMM: TT.UINT16,
+}
+_QUANT = {T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM,
+          T.TENSOR_QUANT16_SYMM, T.TENSOR_QUANT16_ASYMM}
+_FLOAT16 = {T.TENSOR_FLOAT16, T.FLOAT16}
+_NUMPY = {TT.FLOAT32: "<f4", TT.FLOAT16: "<f2", TT.INT32: "<i4", TT.UINT32: "<u4",
+          TT.BOOL: "u1", TT.UINT8: "u1", TT.INT8: "i1", TT.INT16: "<i2", TT.UINT16: "<u2"}
+
+
+class Refuse(Exception):
+    """An operation this exporter cannot express exactly; the message says why."""
+
+
+#: Quantized HAL tensor types whose TFLite kernels read scale and zero point.
+QUANTIZED = frozenset(_QUANT)
+
+
+def fused_act(cx: OpContext, j: int) -> int:
+    """The TFLite fused activation of HAL FuseCode input ``j`` (NONE when absent)."""
+    v = cx.scalar(j, 0)
+    if v not in ACTIVATIONS_BACK:
+        raise Refuse(f"fused activation {v} is not a HAL FuseCode")
+    return ACTIVATIONS_BACK[v]
+
+
+Converter = Callable[["OpContext"], None]
+
+
+class ExportState(Protocol):
+    """What a subgraph writer needs of the whole export (``exporter._Exporter``)."""
+
+    model: ModelDef
+    referenced: tuple[SubgraphGraph, ...]
+    refused: list[str]
+    converters: dict[str, Converter]
+
+    def subgraph(self, ref: int, passthrough: int = 0) -> int: ...
+
+
+class SubgraphWriter:
+    """One HAL subgraph into one TFLite subgraph: tensors made as operations first need them,
+    each operation through its converter, refusals collected rather than raised."""
+
+    def __init__(self, ex: ExportState, sgg: SubgraphGraph, sg: SubgraphDef,
+                 input_names: list[str] | None, output_names: list[str] | None,
+                 passthrough: int) -> None:
+        self.ex, self.g, self.sg = ex, sgg, sg
+        self.is_main = sgg.index == -1
+        self.input_names, self.output_names = input_names, output_names
+        self.passthrough = passthrough
+        self.tensors: dict[int, int] = {}
+
+    # ---- tensors ---------------------------------------------------------------------------
+
+    def shape(self, i: int) -> tuple[list[int], list[int] | None]:
+        shape = self.g.shapes[i]
+        if shape is None:
+            raise Refuse(f"operand #{i} has an unknown rank")
+        dims = [int(d) for d in shape]
+        if 0 in dims:
+            return [d or 1 for d in dims], [d or -1 for d in dims]
+        return dims, None
+
+    def new(self, name: str, shape: list[int], tt: int, like: OperandInfo | None = None,
+            buffer: int = 0, signature: list[int] | None = None) -> int:
+        t = TensorDef(name, list(shape), tt, buffer, shape_signature=signature)
+        if like is not None:
+            _set_quant(t, like)
+        return self.sg.add_tensor(t)
+
+    def tensor(self, i: int) -> int:
+        """The TFLite tensor of HAL operand ``i`` (-1 when omitted), created on first use."""
+        if i in self.tensors:
+            return self.tensors[i]
+        info = self.g.shaped(i)
+        if info.omitted:
+            return -1
+        if info.type not in TENSOR_TYPES:
+            raise Refuse(f"operand #{i} of type {info.type.name} has no TFLite type")
+        if info.is_const:
+            self.tensors[i] = self.constant(info.value, info, f"c{i}")
+        else:
+            shape, sig = self.shape(i)
+            self.tensors[i] = self.new(f"t{i}", shape, TENSOR_TYPES[info.type], info,
+                                       signature=sig)
+        return self.tensors[i]
+
+    def constant(self, value: Any, info: OperandInfo | None, name: str,
+                 tt: int | None = None) -> int:
+        """A constant tensor; float16 ones stored as float16 behind a DEQUANTIZE."""
+        arr = np.asarray(value)
+        if info is not None and info.type in _FLOAT16:
+            data = arr.astype("<f2")
+            buf = self.ex.model.add_buffer(data.tobytes())
+            t16 = self.new(name + "_f16", list(arr.shape), TT.FLOAT16, buffer=buf)
+            t32 = self.new(name, list(arr.shape), TT.FLOAT32)
+            self.emit(BO.DEQUANTIZE, [t16], [t32])
+            return t32
+        if tt is None:
+            tt = TENSOR_TYPES[info.type] if info is not None else TT.INT32
+        data = arr.astype(_NUMPY[tt])
+        buf = self.ex.model.add_buffer(data.tobytes())
+        return self.new(name, list(arr.shape), tt, info, buffer=buf)
+
+    def emit(self, code: int, inputs: list[int], outputs: list[int],
+             options_name: str | None = None, **options: Any) -> None:
+        self.sg.operators.append(OperatorDef(code, list(inputs), list(outputs), options_name,
+                                             options))
+
+    # ---- the walk --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        g = self.g
+        try:
+            self.sg.inputs = [self.edge_input(k, i) for k, i in enumerate(g.inputs)]
+        except Refuse as e:
+            self.ex.refused.append(f"{self.where()}inputs: {e}")
+            return
+        refused = len(self.ex.refused)
+        for k, (t, ins, outs) in enumerate(g.operations):
+            try:
+                name = OperationType(t).name
+            except ValueError:
+                name = f"extension operation {t:#x}"
+            conv = self.ex.converters.get(name)
+            try:
+                if conv is None:
+                    raise Refuse(_NO_EQUIVALENT.get(name, "no TFLite builtin equivalent"))
+                conv(OpContext(self, list(ins), list(outs)))
+            except Refuse as e:
+                self.ex.refused.append(f"{self.where()}#{k} {name}: {e}")
+        if len(self.ex.refused) > refused:
+            return  # outputs of refused operations were never made
+        try:
+            outputs = [self.edge_output(k, i) for k, i in enumerate(g.outputs)]
+            outputs += self.sg.inputs[len(self.sg.inputs) - self.passthrough:] \
+                if self.passthrough else []
+            self.sg.outputs = outputs
+        except Refuse as e:
+            self.ex.refused.append(f"{self.where()}outputs: {e}")
+
+    def where(self) -> str:
+        return "" if self.is_main else f"subgraph {self.g.index} "
+
+    def edge_input(self, k: int, i: int) -> int:
+        info = self.g.shaped(i)
+        if self.is_main and info.type in _FLOAT16:
+            shape, sig = self.shape(i)
+            t16 = self.new(self.input_names[k], shape, TT.FLOAT16, signature=sig)
+            t32 = self.tensor(i)
+            self.emit(BO.DEQUANTIZE, [t16], [t32])
+            return t16
+        t = self.tensor(i)
+        if self.is_main:
+            self.sg.tensors[t].name = self.input_names[k]
+        return t
+
+    def edge_output(self, k: int, i: int) -> int:
+        if i not in self.tensors or i in self.g.inputs:
+            raise Refuse(f"output operand #{i} is not computed by an operation")
+        t = self.tensors[i]
+        info = self.g.shaped(i)
+        if self.is_main and info.type in _FLOAT16:
+            shape, sig = self.shape(i)
+            t16 = self.new(self.output_names[k], shape, TT.FLOAT16, signature=sig)
+            self.emit(BO.CAST, [t], [t16])
+            return t16
+        if self.is_main:
+            self.sg.tensors[t].name = self.output_names[k]
+        return t
+
+
+def _set_quant(t: TensorDef, info: OperandInfo) -> None:
+    if info.channel_scales is not None:
+        t.scales = [float(s) for s in info.channel_scales]
+        t.zero_points = [0] * len(t.scales)
+        t.quantized_dimension = int(info.channel_dim)
+    elif info.type in _QUANT or (info.type == T.TENSOR_INT32 and info.scale > 0):
+        t.scales, t.zero_points = [float(info.scale)], [int(info.zero_point)]
+
+
+#: Why each HAL-only operation has no TFLite builtin.
+_NO_EQUIVALENT = {
+    name: "no TFLite builtin equivalent (a HAL-only operation)" for name in (
+        "ROI_ALIGN", "ROI_POOLING", "GENERATE_PROPOSALS", "BOX_WITH_NMS_LIMIT",
+        "AXIS_ALIGNED_BBOX_TRANSFORM", "HEATMAP_MAX_KEYPOINT",
+        "QUANTIZED_16BIT_LSTM", "QUANTIZED_LSTM")
+}
+_NO_EQUIVALENT["DETECTION_POSTPROCESSING"] = "TFLite has it only as a custom operator"
+_NO_EQUIVALENT["RANDOM_MULTINOMIAL"] = ("TFLite's MULTINOMIAL draws other random numbers, so "
+                                        "the results cannot agree")
+_NO_EQUIVALENT["OEM_OPERATION"] = "a vendor operation"
+
+
+class OpContext:
+    """What a converter sees of one operation: its operands, and ways to add tensors and
+    operators to the subgraph."""
+
+    def __init__(self, w: SubgraphWriter, ins: list[int], outs: list[int]) -> None:
+        self.w, self.ins, self.outs = w, ins, outs
+        self.n = len(ins)
+
+    def info(self, j: int) -> OperandInfo:
+        return self.w.g.shaped(self.ins[j])
+
+    def out_info(self, j: int = 0) -> OperandInfo:
+        return self.w.g.shaped(self.outs[j])
+
+    def present(self, j: int) -> bool:
+        return j < self.n and not self.info(j).omitted
+
+    def scalar(self, j: int, default: Any = None) -> Any:
+        """The constant value of input ``j`` as a Python scalar (``default`` when absent)."""
+        if not self.present(j):
+            return default
+        info = self.info(j)
+        if not info.is_const:
+            raise Refuse(f"input {j} (operand #{self.ins[j]}) is not a constant; TFLite takes "
+                         f"it as an operator option")
+        v = np.asarray(info.value)
+        return v.item() if v.ndim == 0 else v.reshape(-1).tolist()
+
+    def const(self, j: int) -> np.ndarray:
+        info = self.info(j)
+        if not info.is_const:
+            raise Refuse(f"input {j} (operand #{self.ins[j]}) is not a constant")
+        return np.asarray(info.value)
+
+    def t(self, j: int) -> int:
+        return self.w.tensor(self.ins[j])
+
+    def o(self, j: int = 0) -> int:
+        return self.w.tensor(self.outs[j])
+
+    def shape(self, j: int) -> list[int]:
+        return self.w.shape(self.ins[j])[0]
+
+    def out_shape(self, j: int = 0) -> list[int]:
+        return self.w.shape(self.outs[j])[0]
+
+    def ints(self, values: Any, name: str = "p") -> int:
+        return self.w.constant(np.asarray(values, dtype=np.int32), None,
+                               f"{name}{len(self.w.sg.tensors)}", TT.INT32)
+
+    def temp(self, shape: list[int], like_tensor: int) -> int:
+        """A new tensor shaped ``shape`` with the type and quantization of ``like_tensor``."""
+        src = self.w.sg.tensors[like_tensor]
+        t = TensorDef(f"x{len(self.w.sg.tensors)}", list(shape), src.type, 0,
+                      src.scales, src.zero_points, src.quantized_dimension)
+        return self.w.sg.add_tensor(t)
+
+    def emit(self, code: int, inputs: list[int], outputs: list[int],
+             options_name: str | None = None, **options: Any) -> None:
+        self.w.emit(code, inputs, outputs, options_name, **options)
+
+    def subgraph(self, j: int, passthrough: int = 0) -> int:
+        """The exported TFLite subgraph index of the HAL subgraph operand at input ``j``."""
+        return self.w.ex.subgraph(int(np.asarray(self.info(j).value).reshape(-1)[0]),
+                                  passthrough)

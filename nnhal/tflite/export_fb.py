@@ -1,0 +1,191 @@
+"""The exporter's flat description of a .tflite, and its serialisation with flatbuffers.Builder
+through the ``tflite`` package's generated builder functions (no hand-written encoding).
+
+Converters fill plain lists (tensors, operators, buffers); only :func:`serialise` touches the
+builder, which must create every child (string, vector, table) before its parent.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import flatbuffers
+import numpy as np
+import tflite
+
+from nnhal.tflite.schema import FILE_IDENTIFIER, SCHEMA_VERSION
+
+#: Builtin codes above this go in the 32-bit field; the 8-bit one holds this placeholder.
+_PLACEHOLDER_FOR_GREATER_OP_CODES = 127
+#: Constant buffers start on this boundary (what TFLite's own writer does for SIMD loads).
+_BUFFER_ALIGN = 16
+
+
+@dataclass
+class TensorDef:
+    name: str
+    shape: list[int]
+    type: int  # tflite TensorType
+    buffer: int = 0  # 0: no data (buffer 0 is the empty sentinel)
+    scales: list[float] | None = None
+    zero_points: list[int] | None = None
+    quantized_dimension: int = 0
+    #: -1 where a dimension is unknown (``shape`` then holds 1 there).
+    shape_signature: list[int] | None = None
+    #: State a stateful kernel (RNN, SVDF...) updates in place.
+    is_variable: bool = False
+
+
+@dataclass
+class OperatorDef:
+    code: int  # BuiltinOperator
+    inputs: list[int]
+    outputs: list[int]
+    options_name: str | None = None  # e.g. "Conv2DOptions"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SubgraphDef:
+    name: str
+    tensors: list[TensorDef] = field(default_factory=list)
+    operators: list[OperatorDef] = field(default_factory=list)
+    inputs: list[int] = field(default_factory=list)
+    outputs: list[int] = field(default_factory=list)
+
+    def add_tensor(self, t: TensorDef) -> int:
+        self.tensors.append(t)
+        return len(self.tensors) - 1
+
+
+@dataclass
+class ModelDef:
+    subgraphs: list[SubgraphDef] = field(default_factory=list)
+    buffers: list[bytes] = field(default_factory=lambda: [b""])
+    description: str = "nnhal"
+    #: (signature key, [(name, tensor index)] inputs, outputs) of subgraph 0.
+    signature: tuple[str, list[tuple[str, int]], list[tuple[str, int]]] | None = None
+
+    def add_buffer(self, data: bytes) -> int:
+        self.buffers.append(bytes(data))
+        return len(self.buffers) - 1
+
+
+def _fn(module: str, name: str) -> Any:
+    return getattr(importlib.import_module(f"tflite.{module}"), f"{module}{name}")
+
+
+def _offsets(b: flatbuffers.Builder, module: str, vec: str, items: list[int]) -> int:
+    _fn(module, f"Start{vec}Vector")(b, len(items))
+    for off in reversed(items):
+        b.PrependUOffsetTRelative(off)
+    return b.EndVector()
+
+
+def _numbers(b: flatbuffers.Builder, values: Any, dtype: str) -> int:
+    return b.CreateNumpyVector(np.asarray(values, dtype=dtype).reshape(-1))
+
+
+def _table(b: flatbuffers.Builder, module: str, fields: dict[str, Any]) -> int:
+    """A table whose children are already built: ``fields`` maps a field to its value."""
+    _fn(module, "Start")(b)
+    for key, value in fields.items():
+        if value is not None:
+            _fn(module, f"Add{key}")(b, value)
+    return _fn(module, "End")(b)
+
+
+def _options(b: flatbuffers.Builder, name: str, options: dict[str, Any]) -> int:
+    """An options table: list values become int32 vectors first (ReshapeOptions.NewShape,
+    SqueezeOptions.SqueezeDims...), the rest are scalars."""
+    fields = {k: (_numbers(b, v, "<i4") if isinstance(v, (list, tuple)) else v)
+              for k, v in options.items()}
+    return _table(b, name, fields)
+
+
+def _buffer(b: flatbuffers.Builder, data: bytes) -> int:
+    if not data:
+        return _table(b, "Buffer", {})
+    b.Prep(_BUFFER_ALIGN, len(data))  # the vector's first byte lands on the boundary
+    vec = b.CreateNumpyVector(np.frombuffer(data, dtype=np.uint8))
+    return _table(b, "Buffer", {"Data": vec})
+
+
+def _tensor(b: flatbuffers.Builder, t: TensorDef) -> int:
+    name = b.CreateString(t.name)
+    shape = _numbers(b, t.shape, "<i4")
+    signature = _numbers(b, t.shape_signature, "<i4") if t.shape_signature else None
+    quant = None
+    if t.scales is not None:
+        scale = _numbers(b, t.scales, "<f4")
+        zp = _numbers(b, t.zero_points or [0] * len(t.scales), "<i8")
+        quant = _table(b, "QuantizationParameters", {
+            "Scale": scale, "ZeroPoint": zp, "QuantizedDimension": t.quantized_dimension})
+    return _table(b, "Tensor", {"Shape": shape, "Type": t.type, "Buffer": t.buffer,
+                                "Name": name, "Quantization": quant,
+                                "ShapeSignature": signature,
+                                "IsVariable": True if t.is_variable else None})
+
+
+def _operator(b: flatbuffers.Builder, op: OperatorDef, opcode_index: int) -> int:
+    inputs = _numbers(b, op.inputs, "<i4")
+    outputs = _numbers(b, op.outputs, "<i4")
+    options = options_type = None
+    if op.options_name:
+        options = _options(b, op.options_name, op.options)
+        options_type = getattr(tflite.BuiltinOptions, op.options_name)
+    return _table(b, "Operator", {"OpcodeIndex": opcode_index, "Inputs": inputs,
+                                  "Outputs": outputs, "BuiltinOptionsType": options_type,
+                                  "BuiltinOptions": options})
+
+
+def _subgraph(b: flatbuffers.Builder, sg: SubgraphDef, opcodes: dict[int, int]) -> int:
+    tensors = [_tensor(b, t) for t in sg.tensors]
+    operators = [_operator(b, op, opcodes[op.code]) for op in sg.operators]
+    name = b.CreateString(sg.name)
+    return _table(b, "SubGraph", {
+        "Tensors": _offsets(b, "SubGraph", "Tensors", tensors),
+        "Inputs": _numbers(b, sg.inputs, "<i4"), "Outputs": _numbers(b, sg.outputs, "<i4"),
+        "Operators": _offsets(b, "SubGraph", "Operators", operators), "Name": name})
+
+
+def _signature(b: flatbuffers.Builder, key: str, inputs: list[tuple[str, int]],
+               outputs: list[tuple[str, int]]) -> int:
+    def maps(items: list[tuple[str, int]], vec: str) -> int:
+        tables = [_table(b, "TensorMap", {"Name": b.CreateString(n), "TensorIndex": i})
+                  for n, i in items]
+        return _offsets(b, "SignatureDef", vec, tables)
+
+    ins, outs = maps(inputs, "Inputs"), maps(outputs, "Outputs")
+    return _table(b, "SignatureDef", {"Inputs": ins, "Outputs": outs,
+                                      "SignatureKey": b.CreateString(key),
+                                      "SubgraphIndex": 0})
+
+
+def serialise(model: ModelDef) -> bytes:
+    """The .tflite bytes (schema version 3, identifier TFL3) of ``model``."""
+    codes = sorted({op.code for sg in model.subgraphs for op in sg.operators})
+    opcodes = {code: k for k, code in enumerate(codes)}
+    size = sum(len(d) + _BUFFER_ALIGN for d in model.buffers) + 4096
+    b = flatbuffers.Builder(size)
+    # Buffers first: the largest children, at the end of the file.
+    buffers = [_buffer(b, data) for data in model.buffers]
+    subgraphs = [_subgraph(b, sg, opcodes) for sg in model.subgraphs]
+    codes_tables = [_table(b, "OperatorCode", {
+        "DeprecatedBuiltinCode": min(code, _PLACEHOLDER_FOR_GREATER_OP_CODES),
+        "BuiltinCode": code, "Version": 1}) for code in codes]
+    signatures = None
+    if model.signature is not None:
+        signatures = _offsets(b, "Model", "SignatureDefs", [_signature(b, *model.signature)])
+    description = b.CreateString(model.description)
+    root = _table(b, "Model", {
+        "Version": SCHEMA_VERSION,
+        "OperatorCodes": _offsets(b, "Model", "OperatorCodes", codes_tables),
+        "Subgraphs": _offsets(b, "Model", "Subgraphs", subgraphs),
+        "Description": description,
+        "Buffers": _offsets(b, "Model", "Buffers", buffers),
+        "SignatureDefs": signatures})
+    b.Finish(root, file_identifier=FILE_IDENTIFIER)
+    return bytes(b.Output())

@@ -1,0 +1,329 @@
+"""One converter per HAL operation: its operands become TFLite tensors, its scalar parameters
+builtin options. A converter raises :class:`Refuse` (with the reason) for any variant TFLite
+cannot compute exactly as the HAL defines it; the exporter names each such operation.
+
+This module has the elementwise, shape, indexing and control-flow operations and gathers the
+image (:mod:`export_nn`) and recurrent (:mod:`export_rnn`) ones into :data:`CONVERTERS`.
+Operand positions follow the HAL 1.3 signatures (``nnhal ops NAME``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import tflite
+from tflite.TensorType import TensorType as TT
+
+from nnhal.hal.types import OperandType
+from nnhal.tflite.export_context import QUANTIZED, Converter, OpContext, Refuse, fused_act
+from nnhal.tflite.export_nn import NN_CONVERTERS
+from nnhal.tflite.export_rnn import RNN_CONVERTERS
+
+T = OperandType
+BO = tflite.BuiltinOperator
+CONVERTERS: dict[str, Converter] = {}
+
+
+def _simple(code: int) -> Converter:
+    def convert(cx: OpContext) -> None:
+        cx.emit(code, [cx.t(j) for j in range(cx.n)], [cx.o(k) for k in range(len(cx.outs))])
+    return convert
+
+
+for _name, _code in {
+        "ABS": BO.ABS, "EXP": BO.EXP, "LOG": BO.LOG, "NEG": BO.NEG, "SQRT": BO.SQRT,
+        "RSQRT": BO.RSQRT, "SIN": BO.SIN, "FLOOR": BO.FLOOR, "LOGISTIC": BO.LOGISTIC,
+        "TANH": BO.TANH, "RELU": BO.RELU, "RELU1": BO.RELU_N1_TO_1, "RELU6": BO.RELU6,
+        "HARD_SWISH": BO.HARD_SWISH, "LOGICAL_NOT": BO.LOGICAL_NOT,
+        "DEQUANTIZE": BO.DEQUANTIZE, "QUANTIZE": BO.QUANTIZE, "CAST": BO.CAST,
+        "POW": BO.POW, "LOGICAL_AND": BO.LOGICAL_AND, "LOGICAL_OR": BO.LOGICAL_OR,
+        "PRELU": BO.PRELU,
+        "TILE": BO.TILE, "SLICE": BO.SLICE, "PAD": BO.PAD, "RANK": BO.RANK,
+        "EMBEDDING_LOOKUP": BO.EMBEDDING_LOOKUP, "HASHTABLE_LOOKUP": BO.HASHTABLE_LOOKUP,
+        "FILL": BO.FILL}.items():
+    CONVERTERS[_name] = _simple(_code)
+
+
+def _quant_differs(cx: OpContext, inputs: list[int], with_output: bool) -> bool:
+    infos = [cx.info(j) for j in inputs] + ([cx.out_info()] if with_output else [])
+    return infos[0].type in QUANTIZED and len({(i.scale, i.zero_point) for i in infos}) > 1
+
+
+def _dequantized(cx: OpContext, j: int) -> int:
+    y = cx.w.new(f"x{len(cx.w.sg.tensors)}", cx.shape(j), TT.FLOAT32)
+    cx.emit(BO.DEQUANTIZE, [cx.t(j)], [y])
+    return y
+
+
+def _requantized(cx: OpContext, j: int) -> int:
+    """Input ``j`` in the output's quantization (TFLite's QUANTIZE requantizes integers)."""
+    info, out = cx.info(j), cx.out_info()
+    if (info.scale, info.zero_point) == (out.scale, out.zero_point):
+        return cx.t(j)
+    y = cx.temp(cx.shape(j), cx.o())
+    cx.emit(BO.QUANTIZE, [cx.t(j)], [y])
+    return y
+
+
+def _compare(code: int) -> Converter:
+    def convert(cx: OpContext) -> None:
+        a, b = cx.t(0), cx.t(1)
+        if _quant_differs(cx, [0, 1], False):
+            # The HAL compares real values; TFLite would compare the stored integers.
+            a, b = _dequantized(cx, 0), _dequantized(cx, 1)
+        elif cx.info(0).type == T.TENSOR_BOOL8 and code not in (BO.EQUAL, BO.NOT_EQUAL):
+            # TFLite orders numbers only: compare the booleans as 0 / 1.
+            a, b = (_cast(cx, x, TT.INT32) for x in (a, b))
+        cx.emit(code, [a, b], [cx.o()])
+    return convert
+
+
+def _cast(cx: OpContext, x: int, tt: int) -> int:
+    src = cx.w.sg.tensors[x]
+    y = cx.w.new(f"x{len(cx.w.sg.tensors)}", src.shape, tt)
+    cx.emit(BO.CAST, [x], [y])
+    return y
+
+
+def _same_quant_op(code: int, inputs: list[int]) -> Converter:
+    """MAXIMUM, MINIMUM, SELECT: TFLite reads the stored integers, the HAL requantizes each
+    input to the output's scale first; so do that with QUANTIZE (within one step)."""
+    def convert(cx: OpContext) -> None:
+        cx.emit(code, [_requantized(cx, j) if j in inputs else cx.t(j) for j in range(cx.n)],
+                [cx.o()])
+    return convert
+
+
+CONVERTERS.update(
+    EQUAL=_compare(BO.EQUAL), NOT_EQUAL=_compare(BO.NOT_EQUAL), GREATER=_compare(BO.GREATER),
+    GREATER_EQUAL=_compare(BO.GREATER_EQUAL), LESS=_compare(BO.LESS),
+    LESS_EQUAL=_compare(BO.LESS_EQUAL), MAXIMUM=_same_quant_op(BO.MAXIMUM, [0, 1]),
+    MINIMUM=_same_quant_op(BO.MINIMUM, [0, 1]), SELECT=_same_quant_op(BO.SELECT, [1, 2]))
+
+
+def _arith(code: int, options: str) -> Converter:
+    def convert(cx: OpContext) -> None:
+        cx.emit(code, [cx.t(0), cx.t(1)], [cx.o()], options,
+                FusedActivationFunction=fused_act(cx, 2))
+    return convert
+
+
+CONVERTERS.update(ADD=_arith(BO.ADD, "AddOptions"), SUB=_arith(BO.SUB, "SubOptions"),
+                  MUL=_arith(BO.MUL, "MulOptions"), DIV=_arith(BO.DIV, "DivOptions"))
+
+
+# ---- along one axis -------------------------------------------------------------------------
+
+def _along_last(cx: OpContext, axis: int, emit: Callable[[int, int], None]) -> None:
+    """Runs ``emit(x, y)`` with ``axis`` moved last (a TRANSPOSE swapping it with the last
+    axis before and after), for operations TFLite only has along the last axis."""
+    shape = cx.shape(0)
+    rank = len(shape)
+    axis = axis + rank if axis < 0 else axis
+    x, y = cx.t(0), cx.o()
+    if axis == rank - 1:
+        emit(x, y)
+        return
+    perm = list(range(rank))
+    perm[axis], perm[-1] = perm[-1], perm[axis]
+    swapped = [shape[p] for p in perm]
+    xt, yt = cx.temp(swapped, x), cx.temp(swapped, y)
+    cx.emit(BO.TRANSPOSE, [x, cx.ints(perm)], [xt])
+    emit(xt, yt)
+    cx.emit(BO.TRANSPOSE, [yt, cx.ints(perm)], [y])
+
+
+def _softmax(cx: OpContext) -> None:
+    beta = float(cx.scalar(1))
+    _along_last(cx, cx.scalar(2, -1), lambda x, y: cx.emit(BO.SOFTMAX, [x], [y],
+                                                            "SoftmaxOptions", Beta=beta))
+
+
+def _log_softmax(cx: OpContext) -> None:
+    beta = float(cx.scalar(1))
+
+    def emit(x: int, y: int) -> None:
+        if beta != 1.0:  # TFLite's LOG_SOFTMAX has no beta: scale the logits first
+            scaled = cx.temp(cx.w.sg.tensors[x].shape, x)
+            b = cx.w.constant(np.float32(beta), None, f"beta{len(cx.w.sg.tensors)}",
+                              TT.FLOAT32)
+            cx.emit(BO.MUL, [x, b], [scaled], "MulOptions", FusedActivationFunction=0)
+            x = scaled
+        cx.emit(BO.LOG_SOFTMAX, [x], [y])
+
+    _along_last(cx, cx.scalar(2, -1), emit)
+
+
+def _l2_norm(cx: OpContext) -> None:
+    _along_last(cx, cx.scalar(1, -1), lambda x, y: cx.emit(
+        BO.L2_NORMALIZATION, [x], [y], "L2NormOptions", FusedActivationFunction=0))
+
+
+def _lrn(cx: OpContext) -> None:
+    opts = dict(Radius=int(cx.scalar(1)), Bias=float(cx.scalar(2)),
+                Alpha=float(cx.scalar(3)), Beta=float(cx.scalar(4)))
+
+    def emit(x: int, y: int) -> None:
+        shape = cx.w.sg.tensors[x].shape
+        if len(shape) == 4:
+            cx.emit(BO.LOCAL_RESPONSE_NORMALIZATION, [x], [y],
+                    "LocalResponseNormalizationOptions", **opts)
+            return
+        # TFLite's kernel is 4-D only; it normalises along the last axis, so any rank folds.
+        flat = [1, 1, int(np.prod(shape[:-1])), shape[-1]]
+        xt, yt = cx.temp(flat, x), cx.temp(flat, y)
+        cx.emit(BO.RESHAPE, [x, cx.ints(flat)], [xt], "ReshapeOptions", NewShape=flat)
+        cx.emit(BO.LOCAL_RESPONSE_NORMALIZATION, [xt], [yt],
+                "LocalResponseNormalizationOptions", **opts)
+        cx.emit(BO.RESHAPE, [yt, cx.ints(shape)], [y], "ReshapeOptions", NewShape=shape)
+
+    _along_last(cx, cx.scalar(5, -1), emit)
+
+
+CONVERTERS.update(SOFTMAX=_softmax, LOG_SOFTMAX=_log_softmax, L2_NORMALIZATION=_l2_norm,
+                  LOCAL_RESPONSE_NORMALIZATION=_lrn)
+
+
+# ---- shapes and indexing -------------------------------------------------------------------
+
+def _reshape(cx: OpContext) -> None:
+    shape = cx.out_shape()
+    cx.emit(BO.RESHAPE, [cx.t(0), cx.ints(shape)], [cx.o()], "ReshapeOptions", NewShape=shape)
+
+
+def _squeeze(cx: OpContext) -> None:
+    if cx.present(1) and not cx.info(1).is_const:
+        _reshape(cx)  # the dimensions are a runtime tensor, but the output shape is known
+        return
+    dims = cx.scalar(1, [])
+    cx.emit(BO.SQUEEZE, [cx.t(0)], [cx.o()], "SqueezeOptions", SqueezeDims=list(dims))
+
+
+def _concatenation(cx: OpContext) -> None:
+    out = cx.out_info()
+    inputs = []
+    for j in range(cx.n - 1):
+        x, info = cx.t(j), cx.info(j)
+        if info.type == T.TENSOR_QUANT8_ASYMM_SIGNED and \
+                (info.scale, info.zero_point) != (out.scale, out.zero_point):
+            # XNNPACK refuses int8 inputs quantized unlike the output: requantize first.
+            xt = cx.temp(cx.shape(j), cx.o())
+            cx.emit(BO.QUANTIZE, [x], [xt])
+            x = xt
+        inputs.append(x)
+    cx.emit(BO.CONCATENATION, inputs, [cx.o()],
+            "ConcatenationOptions", Axis=cx.scalar(cx.n - 1), FusedActivationFunction=0)
+
+
+def _expand_dims(cx: OpContext) -> None:
+    cx.emit(BO.EXPAND_DIMS, [cx.t(0), cx.ints(cx.scalar(1))], [cx.o()])
+
+
+def _transpose(cx: OpContext) -> None:
+    perm = cx.t(1) if cx.present(1) else cx.ints(list(range(len(cx.shape(0))))[::-1])
+    cx.emit(BO.TRANSPOSE, [cx.t(0), perm], [cx.o()])
+
+
+def _pad_v2(cx: OpContext) -> None:
+    value = cx.w.constant(np.asarray(cx.scalar(2)), cx.info(0), f"pad{len(cx.w.sg.tensors)}")
+    cx.emit(BO.PADV2, [cx.t(0), cx.t(1), value], [cx.o()])
+
+
+def _strided_slice(cx: OpContext) -> None:
+    cx.emit(BO.STRIDED_SLICE, [cx.t(k) for k in range(4)], [cx.o()], "StridedSliceOptions",
+            BeginMask=cx.scalar(4), EndMask=cx.scalar(5), ShrinkAxisMask=cx.scalar(6))
+
+
+def _gather(cx: OpContext) -> None:
+    cx.emit(BO.GATHER, [cx.t(0), cx.t(2)], [cx.o()], "GatherOptions", Axis=cx.scalar(1))
+
+
+def _split(cx: OpContext) -> None:
+    cx.emit(BO.SPLIT, [cx.ints(cx.scalar(1)), cx.t(0)], [cx.o(k) for k in range(len(cx.outs))],
+            "SplitOptions", NumSplits=cx.scalar(2))
+
+
+def _reduce(code: int) -> Converter:
+    def convert(cx: OpContext) -> None:
+        cx.emit(code, [cx.t(0), cx.t(1)], [cx.o()], "ReducerOptions",
+                KeepDims=bool(cx.scalar(2)))
+    return convert
+
+
+def _arg(code: int, options: str) -> Converter:
+    def convert(cx: OpContext) -> None:
+        cx.emit(code, [cx.t(0), cx.ints([cx.scalar(1)])], [cx.o()], options,
+                OutputType=TT.INT32)
+    return convert
+
+
+def _topk(cx: OpContext) -> None:
+    cx.emit(BO.TOPK_V2, [cx.t(0), cx.ints(cx.scalar(1))], [cx.o(0), cx.o(1)])
+
+
+CONVERTERS.update(
+    CONCATENATION=_concatenation, RESHAPE=_reshape, SQUEEZE=_squeeze,
+    EXPAND_DIMS=_expand_dims, TRANSPOSE=_transpose,
+    PAD_V2=_pad_v2, STRIDED_SLICE=_strided_slice, GATHER=_gather, SPLIT=_split,
+    MEAN=_reduce(BO.MEAN), REDUCE_SUM=_reduce(BO.SUM), REDUCE_PROD=_reduce(BO.REDUCE_PROD),
+    REDUCE_MAX=_reduce(BO.REDUCE_MAX), REDUCE_MIN=_reduce(BO.REDUCE_MIN),
+    REDUCE_ANY=_reduce(BO.REDUCE_ANY), REDUCE_ALL=_reduce(BO.REDUCE_ALL),
+    ARGMAX=_arg(BO.ARG_MAX, "ArgMaxOptions"), ARGMIN=_arg(BO.ARG_MIN, "ArgMinOptions"),
+    TOPK_V2=_topk)
+
+
+# ---- the rest ------------------------------------------------------------------------------------
+
+def _elu(cx: OpContext) -> None:
+    alpha = float(cx.scalar(1))
+    if alpha == 1.0:
+        cx.emit(BO.ELU, [cx.t(0)], [cx.o()])
+        return
+    # TFLite's ELU has alpha 1: max(x, 0) + alpha * min(ELU(x), 0) is the HAL's formula.
+    x, shape = cx.t(0), cx.shape(0)
+    elu, neg, scaled, pos = (cx.temp(shape, x) for _ in range(4))
+    zero = cx.w.constant(np.float32(0), None, f"z{len(cx.w.sg.tensors)}", TT.FLOAT32)
+    cx.emit(BO.ELU, [x], [elu])
+    cx.emit(BO.MINIMUM, [elu, zero], [neg])
+    cx.emit(BO.MUL, [neg, cx.w.constant(np.float32(alpha), None, f"a{len(cx.w.sg.tensors)}",
+                                        TT.FLOAT32)], [scaled], "MulOptions",
+            FusedActivationFunction=0)
+    cx.emit(BO.RELU, [x], [pos])
+    cx.emit(BO.ADD, [pos, scaled], [cx.o()], "AddOptions", FusedActivationFunction=0)
+
+
+#: HAL LSH_PROJECTION type -> TFLite LSHProjectionType (1 is the deprecated sparse hashing).
+_LSH = {2: tflite.LSHProjectionType.DENSE, 3: tflite.LSHProjectionType.SPARSE}
+
+
+def _lsh(cx: OpContext) -> None:
+    kind = cx.scalar(3)
+    if kind not in _LSH:
+        raise Refuse(f"projection type {kind} has no TFLite equivalent")
+    inputs = [cx.t(0), cx.t(1)] + ([cx.t(2)] if cx.present(2) else [])
+    cx.emit(BO.LSH_PROJECTION, inputs, [cx.o()], "LSHProjectionOptions", Type=_LSH[kind])
+
+
+def _if(cx: OpContext) -> None:
+    then_, else_ = cx.subgraph(1), cx.subgraph(2)
+    cx.emit(BO.IF, [cx.t(0)] + [cx.t(j) for j in range(3, cx.n)],
+            [cx.o(k) for k in range(len(cx.outs))], "IfOptions",
+            ThenSubgraphIndex=then_, ElseSubgraphIndex=else_)
+
+
+def _while(cx: OpContext) -> None:
+    # The HAL body outputs the m outputs and k state-only values; input-only operands follow.
+    body_ref = int(np.asarray(cx.info(1).value).reshape(-1)[0])
+    carried = len(cx.w.ex.referenced[body_ref].outputs)
+    extra = cx.n - 2 - carried  # input-only operands: TFLite's WHILE carries them too
+    cond, body = cx.subgraph(0), cx.subgraph(1, extra)
+    outs = [cx.o(k) for k in range(len(cx.outs))]
+    outs += [cx.temp(cx.shape(j), cx.t(j)) for j in range(2 + len(cx.outs), cx.n)]
+    cx.emit(BO.WHILE, [cx.t(j) for j in range(2, cx.n)], outs, "WhileOptions",
+            CondSubgraphIndex=cond, BodySubgraphIndex=body)
+
+
+CONVERTERS.update(ELU=_elu, LSH_PROJECTION=_lsh, IF=_if, WHILE=_while)
+CONVERTERS.update(NN_CONVERTERS)
+CONVERTERS.update(RNN_CONVERTERS)

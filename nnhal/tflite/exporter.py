@@ -1,0 +1,97 @@
+"""HAL 1.3 Model -> .tflite (schema version 3), for ai-edge-litert and any TFLite runtime.
+
+The model is analysed first (so an invalid model fails with the validation message and every
+temporary has its inferred shape), then each operation becomes one or more TFLite builtin
+operators (see :mod:`nnhal.tflite.export_ops`). Every operation that cannot be expressed
+exactly is collected, and the export fails once naming each of them.
+
+Float16 (``TENSOR_FLOAT16``) is kept at the edges: constants are stored as float16 buffers
+behind DEQUANTIZE (as converters store float16 weights) and float16 model inputs and outputs
+stay float16 (DEQUANTIZE in, CAST out), but TFLite kernels compute in float32, so the inside
+of the graph is float32. A model relaxed to float16 (``relax_computation_float32_to_float16``)
+exports as float32: TFLite has no such flag, and float32 is what relaxation allows anyway.
+"""
+
+from __future__ import annotations
+
+from nnhal.analysis import SubgraphGraph, analyse
+from nnhal.errors import InvalidModelError, NnhalError, UnsupportedModelError
+from nnhal.hal.types import ErrorStatus, Model
+from nnhal.ops.registry import OpError
+from nnhal.ops.signature import SignatureError
+from nnhal.tflite.export_context import SubgraphWriter
+from nnhal.tflite.export_fb import ModelDef, SubgraphDef, serialise
+from nnhal.tflite.export_ops import CONVERTERS
+from nnhal.tflite.model import ImportedModel
+from nnhal.validation.model import ValidationError
+
+
+def write_tflite(model: Model | ImportedModel, input_names: list[str] | None = None,
+                 output_names: list[str] | None = None) -> bytes:
+    """The .tflite bytes of ``model``, with a "serving_default" signature.
+
+    Raises InvalidModelError (the validation message) for an invalid model, and
+    UnsupportedModelError naming each operation ("#index TYPE: reason") without an exact
+    TFLite equivalent. Names default to the ImportedModel's, else input_0... / output_0...
+    """
+    if isinstance(model, ImportedModel):
+        input_names = input_names or model.input_names
+        output_names = output_names or model.output_names
+        model = model.model
+    try:
+        graph = analyse(model, own_constants=False)
+    except (ValidationError, OpError, SignatureError) as e:
+        raise InvalidModelError(f"invalid model: {e}", ErrorStatus.INVALID_ARGUMENT) from None
+    main = graph.main
+    input_names = _names(input_names, len(main.inputs), "input")
+    output_names = _names(output_names, len(main.outputs), "output")
+    ex = _Exporter(graph.referenced)
+    ex.convert(main, "main", input_names, output_names)
+    if ex.refused:
+        raise UnsupportedModelError("cannot export to TFLite", ex.refused)
+    sg = ex.model.subgraphs[0]
+    ex.model.signature = ("serving_default", list(zip(input_names, sg.inputs)),
+                          list(zip(output_names, sg.outputs)))
+    return serialise(ex.model)
+
+
+def _names(names: list[str] | None, n: int, prefix: str) -> list[str]:
+    if names is None:
+        return [f"{prefix}_{k}" for k in range(n)]
+    names = [str(x) for x in names]
+    if len(names) != n:
+        raise NnhalError(f"{len(names)} {prefix} names given for {n} model {prefix}s")
+    if len(set(names)) != n:
+        raise NnhalError(f"{prefix} names are not unique: {names}")
+    return names
+
+
+class _Exporter:
+    """The whole model: main subgraph first, referenced ones as IF / WHILE need them."""
+
+    def __init__(self, referenced: tuple[SubgraphGraph, ...]) -> None:
+        self.model = ModelDef()
+        self.referenced = referenced
+        self.refused: list[str] = []
+        self.converters = CONVERTERS
+        self._cache: dict[tuple[int, int], int] = {}
+
+    def convert(self, sgg: SubgraphGraph, name: str, input_names: list[str] | None = None,
+                output_names: list[str] | None = None, passthrough: int = 0) -> int:
+        """Adds one subgraph; ``passthrough`` appends its last so many inputs as outputs
+        (a WHILE body must give back what TFLite carries but the HAL only reads)."""
+        sg = SubgraphDef(name)
+        self.model.subgraphs.append(sg)
+        index = len(self.model.subgraphs) - 1
+        SubgraphWriter(self, sgg, sg, input_names, output_names, passthrough).run()
+        return index
+
+    def subgraph(self, ref: int, passthrough: int = 0) -> int:
+        key = (ref, passthrough)
+        if key not in self._cache:
+            self._cache[key] = -1  # a recursive reference is refused by validation already
+            self._cache[key] = self.convert(self.referenced[ref], f"subgraph_{ref}",
+                                            passthrough=passthrough)
+        return self._cache[key]
+
+
