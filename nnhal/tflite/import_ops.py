@@ -12,7 +12,7 @@ from tflite.TensorType import TensorType as TT
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops.conv import scale_product
 from nnhal.tflite import schema
-from nnhal.tflite.import_ctx import Context, Refuse, hal_type
+from nnhal.tflite.import_ctx import Context, Refuse, hal_dims, hal_type
 from nnhal.tflite.import_read import OpInfo
 
 T = OperandType
@@ -149,17 +149,19 @@ _pool("MAX_POOL_2D", O.MAX_POOL_2D)
 _pool("L2_POOL_2D", O.L2_POOL_2D)
 
 
-@_conv("FULLY_CONNECTED", "FULLY_CONNECTED (keep_num_dims as a RESHAPE after it)")
+@_conv("FULLY_CONNECTED", "FULLY_CONNECTED (keep_num_dims as a RESHAPE after it; per-channel "
+                         "int8 weights as RESHAPE + 1x1 CONV_2D + RESHAPE)")
 def _fully_connected(ctx: Context, op: OpInfo) -> None:
     o = ctx.options("FullyConnectedOptions")
     if o.WeightsFormat() != 0:
         raise Refuse("shuffled weights format has no HAL equivalent")
     w = ctx.t(op.inputs[1])
-    if w.quantized and w.scales.size > 1:
-        raise Refuse("per-channel weights (the HAL's FULLY_CONNECTED is per-tensor)")
     x = ctx.t(op.inputs[0])
     if w.ttype in (TT.INT8, TT.UINT8) and x.ttype == TT.FLOAT32:
         raise Refuse("hybrid (float input, quantized weights) has no HAL equivalent")
+    if w.quantized and w.scales.size > 1:
+        _fully_connected_per_channel(ctx, op, o.FusedActivationFunction())
+        return
     units = w.shape[0]
     ins = [ctx.x(op.inputs[0]), ctx.x(op.inputs[1]), _bias(ctx, op, units)]
     out_t = ctx.t(op.outputs[0])
@@ -176,6 +178,37 @@ def _fully_connected(ctx: Context, op: OpInfo) -> None:
         raise Refuse("fused activation has no HAL FuseCode")
     ctx.emit(O.FULLY_CONNECTED, ins + [ctx.i32(code)], [flat])
     ctx.emit(O.RESHAPE, [flat, ctx.ints(out_t.shape)], [ctx.y(op.outputs[0])])
+
+
+def _fully_connected_per_channel(ctx: Context, op: OpInfo, act: int) -> None:
+    """Per-channel weights, which the HAL's FULLY_CONNECTED (per-tensor) cannot hold: the rows
+    [N, K] as a 1x1 image [N, 1, 1, K], a 1x1 CONV_2D with the [O, 1, 1, K] filter quantized
+    per output channel, and the result [N, 1, 1, O] reshaped to the output. The convolution
+    requantizes each channel by input_scale * filter_scale[c] / output_scale, as TFLite's
+    per-channel fully connected kernel does, so the integers are the same."""
+    x, w, out_t = ctx.t(op.inputs[0]), ctx.t(op.inputs[1]), ctx.t(op.outputs[0])
+    if w.qdim != 0 or len(w.shape) != 2:
+        raise Refuse("per-channel weights quantized along a dimension other than the "
+                     "output channels")
+    units, depth = w.shape
+    if not x.static or not out_t.static or depth <= 0 or units <= 0:
+        raise Refuse("per-channel weights with an unknown input or output shape")
+    size = int(np.prod(x.shape))
+    if size % depth:
+        raise Refuse(f"input of {size} values is not rows of the weights' depth {depth}")
+    rows = size // depth
+    if int(np.prod(out_t.shape)) != rows * units:
+        raise Refuse(f"output shape {list(out_t.shape)} is not {rows} rows of {units}")
+    image = ctx.like(op.inputs[0], [rows, 1, 1, depth])
+    ctx.emit(O.RESHAPE, [ctx.x(op.inputs[0]), ctx.ints([rows, 1, 1, depth])], [image])
+    code = schema.ACTIVATIONS.get(act)
+    if code is None:
+        raise Refuse("fused activation has no HAL FuseCode")
+    conv = ctx.like(op.outputs[0], [rows, 1, 1, units])
+    ins = [image, ctx.x(op.inputs[1], dims=[units, 1, 1, depth]), _bias(ctx, op, units)]
+    ins += [ctx.i32(schema.PADDING_VALID), ctx.i32(1), ctx.i32(1), ctx.i32(code)]
+    ctx.emit(O.CONV_2D, ins, [conv])
+    ctx.emit(O.RESHAPE, [conv, ctx.ints(out_t.shape)], [ctx.y(op.outputs[0])])
 
 
 # ---- elementwise -----------------------------------------------------------------------------
@@ -286,9 +319,24 @@ def _dequantize(ctx: Context, op: OpInfo) -> None:
 
 # ---- activations with parameters -------------------------------------------------------------
 
-@_conv("SOFTMAX", "SOFTMAX (beta)")
+@_conv("SOFTMAX", "SOFTMAX (beta; a quantized input too finely scaled for the HAL's integer "
+                 "kernel through float32)")
 def _softmax(ctx: Context, op: OpInfo) -> None:
     beta = ctx.options("SoftmaxOptions").Beta()
+    x = ctx.t(op.inputs[0])
+    if x.quantized and x.ttype in (TT.INT8, TT.UINT8) and \
+            beta * float(x.scales[0]) * (1 << 26) <= 1.0:
+        # The HAL's integer softmax (like TFLite's own reference kernel) scales input
+        # differences by a multiplier that must exceed one, so it cannot run an input whose
+        # whole range spans under ~4e-6 (a calibration of near-constant logits). TFLite's
+        # int8 kernel computes exp in float; so does this: DEQUANTIZE, SOFTMAX, QUANTIZE.
+        shape = hal_dims(x)
+        real = ctx.tmp(T.TENSOR_FLOAT32, shape)
+        prob = ctx.tmp(T.TENSOR_FLOAT32, shape)
+        ctx.emit(O.DEQUANTIZE, [ctx.x(op.inputs[0])], [real])
+        ctx.emit(O.SOFTMAX, [real, ctx.f32(beta)], [prob])
+        ctx.emit(O.QUANTIZE, [prob], [ctx.y(op.outputs[0])])
+        return
     ctx.emit(O.SOFTMAX, [ctx.x(op.inputs[0]), ctx.scalar_float(op.inputs[0], beta)],
              [ctx.y(op.outputs[0])])
 
@@ -517,7 +565,46 @@ def _reduce(name: str, hal: OperationType) -> None:
     _conv(name, f"{hal.name} (keep_dims)")(convert)
 
 
-_reduce("MEAN", O.MEAN)
+@_conv("MEAN", "MEAN (keep_dims; a quantized spatial mean that changes the quantization as "
+              "a DEPTHWISE_CONV_2D of ones)")
+def _mean(ctx: Context, op: OpInfo) -> None:
+    x, y = ctx.t(op.inputs[0]), ctx.t(op.outputs[0])
+    keep = bool(op.options.KeepDims()) if op.options is not None else False
+    requantizes = (x.ttype in (TT.INT8, TT.UINT8) and x.quantized and y.quantized
+                   and (x.scales[0] != y.scales[0] or x.zero_points[0] != y.zero_points[0]))
+    axes = ctx.value(op.inputs[1])
+    if requantizes and axes is not None and len(x.shape) == 4 and x.static and \
+            sorted({int(a) % 4 for a in np.ravel(axes)}) == [1, 2]:
+        _spatial_mean(ctx, op, keep)
+        return
+    ctx.emit(O.MEAN, [ctx.x(op.inputs[0]), _ints_input(ctx, op.inputs[1], "axes"),
+                      ctx.i32(int(keep))], [ctx.y(op.outputs[0])])
+
+
+def _spatial_mean(ctx: Context, op: OpInfo, keep: bool) -> None:
+    """The global average pool Keras writes (MEAN over height and width) with an output
+    quantization other than the input's, which the HAL's MEAN must keep: a depthwise
+    convolution whose filter is all ones at scale 1/(H*W) sums each channel and requantizes
+    by input_scale / (H*W * output_scale) with one rounding, as TFLite's quantized mean
+    does (its multiplier input_scale / output_scale with the count divided in)."""
+    x = ctx.t(op.inputs[0])
+    n, h, w, c = x.shape
+    ht, scale, _, _ = hal_type(x)
+    f_scale = 1.0 / (h * w)
+    filt = ctx.sb.constant(ht, np.ones((1, h, w, c), ht.dtype), [1, h, w, c], f_scale, 0)
+    bias = ctx.sb.constant(T.TENSOR_INT32, np.zeros(c, np.int32), [c],
+                           scale_product(scale, f_scale))
+    ins = [ctx.x(op.inputs[0]), filt, bias, ctx.i32(schema.PADDING_VALID), ctx.i32(1),
+           ctx.i32(1), ctx.i32(1), ctx.i32(schema.FUSED_NONE)]
+    if keep:
+        ctx.emit(O.DEPTHWISE_CONV_2D, ins, [ctx.y(op.outputs[0])])
+        return
+    pooled = ctx.like(op.outputs[0], [n, 1, 1, c])
+    ctx.emit(O.DEPTHWISE_CONV_2D, ins, [pooled])
+    ctx.emit(O.RESHAPE, [pooled, ctx.ints(ctx.t(op.outputs[0]).shape)],
+             [ctx.y(op.outputs[0])])
+
+
 _reduce("SUM", O.REDUCE_SUM)
 _reduce("REDUCE_PROD", O.REDUCE_PROD)
 _reduce("REDUCE_MAX", O.REDUCE_MAX)
