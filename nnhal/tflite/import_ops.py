@@ -367,9 +367,39 @@ def _lrn(ctx: Context, op: OpInfo) -> None:
 
 # ---- shapes and data movement ----------------------------------------------------------------
 
-@_conv("RESHAPE", "RESHAPE (new shape from the output, the shape input or the options)")
+#: Operand types the HAL's RESHAPE takes.
+_RESHAPABLE = {T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
+               T.TENSOR_QUANT8_ASYMM_SIGNED}
+
+
+def _reshape_exact(ctx: Context, src: int, dst: int) -> None:
+    """Operand ``src`` written into ``dst`` (same type and element count, static ``dst``
+    dimensions) by RESHAPE, or for the types the HAL's RESHAPE does not take (the int32
+    counters a Keras loop reshapes between a scalar and [1]) by an exact copy when the HAL
+    dimensions are equal or a GATHER of every element when ``src`` is one-dimensional."""
+    src_o, dst_o = ctx.sb.operands[src], ctx.sb.operands[dst]
+    ht = T(src_o.type)
+    dims = list(dst_o.dimensions)
+    if ht in _RESHAPABLE:
+        ctx.emit(O.RESHAPE, [src, ctx.ints(dims)], [dst])
+    elif list(src_o.dimensions) == dims:
+        ctx.copy_into(src, dst)
+    elif len(src_o.dimensions) == 1 and dims and all(d > 0 for d in dims) and \
+            int(np.prod(dims)) == src_o.dimensions[0]:
+        ctx.emit(O.GATHER, [src, ctx.i32(0), ctx.ints(np.arange(int(np.prod(dims))), dims)],
+                 [dst])
+    else:
+        raise Refuse(f"the HAL's RESHAPE does not take {ht.name} and no exact copy or GATHER "
+                     f"gives {list(src_o.dimensions)} -> {dims}")
+
+
+@_conv("RESHAPE", "RESHAPE (new shape from the output, the shape input or the options; "
+                  "int32 between equal HAL shapes as a copy, from one dimension as GATHER)")
 def _reshape(ctx: Context, op: OpInfo) -> None:
     out = ctx.t(op.outputs[0])
+    if hal_type(ctx.t(op.inputs[0]))[0] not in _RESHAPABLE and out.static:
+        _reshape_exact(ctx, ctx.x(op.inputs[0]), ctx.y(op.outputs[0]))
+        return
     if out.static:
         shape = ctx.ints(out.shape)
     elif len(op.inputs) > 1 and op.inputs[1] >= 0:
@@ -481,14 +511,24 @@ def _strided_slice(ctx: Context, op: OpInfo) -> None:
              [ctx.i32(begin_m), ctx.i32(end_m), ctx.i32(shrink)], [ctx.y(op.outputs[0])])
 
 
-@_conv("GATHER", "GATHER (axis; batch_dims 0)")
+@_conv("GATHER", "GATHER (axis; batch_dims 0; a scalar index as [1] then a reshape)")
 def _gather(ctx: Context, op: OpInfo) -> None:
     o = op.options
     if o is not None and o.BatchDims():
         raise Refuse("batch_dims has no HAL equivalent")
     axis = _axis(ctx, o.Axis() if o is not None else 0, op.inputs[0])
-    ctx.emit(O.GATHER, [ctx.x(op.inputs[0]), ctx.i32(axis),
-                        _ints_input(ctx, op.inputs[1], "indices")], [ctx.y(op.outputs[0])])
+    ins = [ctx.x(op.inputs[0]), ctx.i32(axis), _ints_input(ctx, op.inputs[1], "indices")]
+    if ctx.t(op.inputs[1]).shape:
+        ctx.emit(O.GATHER, ins, [ctx.y(op.outputs[0])])
+        return
+    # A scalar index drops the axis; the HAL has no scalar tensors (a TFLite scalar is a
+    # HAL [1]), so its GATHER keeps a dimension of 1 there, which a reshape removes.
+    params, out = ctx.t(op.inputs[0]), ctx.t(op.outputs[0])
+    if not out.static:
+        raise Refuse("a scalar index with an unknown output shape")
+    kept = ctx.like(op.outputs[0], [*params.shape[:axis], 1, *params.shape[axis + 1:]])
+    ctx.emit(O.GATHER, ins, [kept])
+    _reshape_exact(ctx, kept, ctx.y(op.outputs[0]))
 
 
 @_conv("SPLIT", "SPLIT (constant axis)")
@@ -585,8 +625,10 @@ def _spatial_mean(ctx: Context, op: OpInfo, keep: bool) -> None:
     """The global average pool Keras writes (MEAN over height and width) with an output
     quantization other than the input's, which the HAL's MEAN must keep: a depthwise
     convolution whose filter is all ones at scale 1/(H*W) sums each channel and requantizes
-    by input_scale / (H*W * output_scale) with one rounding, as TFLite's quantized mean
-    does (its multiplier input_scale / output_scale with the count divided in)."""
+    it once by input_scale / (H*W * output_scale), TFLite's real multiplier. TFLite divides
+    the count into its integer multiplier (sometimes leaving it with one bit less) where the
+    HAL quantizes the float32 product, so an output can differ by one step (measured: none
+    in Keras MobileNet V1/V2, up to 15% of a layer's values in EfficientNet-B0)."""
     x = ctx.t(op.inputs[0])
     n, h, w, c = x.shape
     ht, scale, _, _ = hal_type(x)

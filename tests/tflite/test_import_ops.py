@@ -480,6 +480,36 @@ def test_a_softmax_of_near_constant_logits_goes_through_float(dtype: type) -> No
     agree(data)
 
 
+@pytest.mark.parametrize("case", ["int32_scalar_to_1", "int32_1d_to_2d", "gather_scalar_const",
+                                  "gather_scalar_input", "gather_scalar_int32"])
+def test_what_keras_loops_reshape_and_gather(case: str) -> None:
+    """A Keras RNN's WHILE body reshapes int32 counters and gathers a time step by a scalar
+    index: the HAL's RESHAPE takes no int32 and its GATHER no scalar (a TFLite scalar is a
+    HAL [1])."""
+    i32 = np.int32
+    data = {
+        "int32_scalar_to_1": lambda: one_op("RESHAPE", [((), i32), i32([1])], (1,)),
+        "int32_1d_to_2d": lambda: one_op("RESHAPE", [((6,), i32), i32([2, 3])], (2, 3)),
+        "gather_scalar_const": lambda: one_op("GATHER", [((4, 3), F), i32(2)], (4,),
+                                              options=("GatherOptions", dict(Axis=1))),
+        "gather_scalar_input": lambda: one_op("GATHER", [((5, 1, 3), F), ((), i32)], (1, 3)),
+        "gather_scalar_int32": lambda: one_op("GATHER", [((5,), i32), ((), i32)], ()),
+    }[case]()
+    if case == "gather_scalar_input" or case == "gather_scalar_int32":
+        params = np.arange(15, dtype=F).reshape(5, 1, 3) if case == "gather_scalar_input" \
+            else np.arange(5, dtype=i32) * 7
+        agree(data, [params, np.array(3, i32)])
+    else:
+        agree(data)
+
+
+def test_an_int32_reshape_the_hal_cannot_express_is_refused_by_name() -> None:
+    data = one_op("RESHAPE", [((2, 3), np.int32), np.int32([6])], (6,))
+    with pytest.raises(UnsupportedModelError, match=r"#0 RESHAPE: the HAL's RESHAPE does not "
+                                                    r"take TENSOR_INT32"):
+        read_tflite(data)
+
+
 POSITIVE = {"log": "LOG", "sqrt": "SQRT", "rsqrt": "RSQRT"}
 
 
