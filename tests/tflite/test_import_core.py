@@ -61,12 +61,12 @@ def test_tensor_types_become_hal_operand_types(dtype, quant, expected) -> None:
 def test_a_type_the_hal_operation_does_not_take_names_the_operator() -> None:
     g = Graph()
     x = g.input((2, 3), np.int32)
-    y = g.tensor((6,), np.int32)
-    g.op("RESHAPE", [x, g.const(np.int32([6]))], [y])
+    y = g.tensor((2, 3), np.int32)
+    g.op("FLOOR", [x], [y])
     g.output(y)
     with pytest.raises(UnsupportedModelError) as e:
         read_tflite(build(g))
-    assert e.value.items[0].startswith("#0 RESHAPE: the HAL's RESHAPE: input 0 (input) has "
+    assert e.value.items[0].startswith("#0 FLOOR: the HAL's FLOOR: input 0 (input) has "
                                        "type TENSOR_INT32")
 
 
