@@ -12,7 +12,7 @@ from tflite.TensorType import TensorType as TT
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops.conv import scale_product
 from nnhal.tflite import schema
-from nnhal.tflite.import_ctx import Context, Refuse, hal_type
+from nnhal.tflite.import_ctx import Context, Refuse, hal_dims, hal_type
 from nnhal.tflite.import_read import OpInfo
 
 T = OperandType
@@ -149,17 +149,19 @@ _pool("MAX_POOL_2D", O.MAX_POOL_2D)
 _pool("L2_POOL_2D", O.L2_POOL_2D)
 
 
-@_conv("FULLY_CONNECTED", "FULLY_CONNECTED (keep_num_dims as a RESHAPE after it)")
+@_conv("FULLY_CONNECTED", "FULLY_CONNECTED (keep_num_dims as a RESHAPE after it; per-channel "
+                         "int8 weights as RESHAPE + 1x1 CONV_2D + RESHAPE)")
 def _fully_connected(ctx: Context, op: OpInfo) -> None:
     o = ctx.options("FullyConnectedOptions")
     if o.WeightsFormat() != 0:
         raise Refuse("shuffled weights format has no HAL equivalent")
     w = ctx.t(op.inputs[1])
-    if w.quantized and w.scales.size > 1:
-        raise Refuse("per-channel weights (the HAL's FULLY_CONNECTED is per-tensor)")
     x = ctx.t(op.inputs[0])
     if w.ttype in (TT.INT8, TT.UINT8) and x.ttype == TT.FLOAT32:
         raise Refuse("hybrid (float input, quantized weights) has no HAL equivalent")
+    if w.quantized and w.scales.size > 1:
+        _fully_connected_per_channel(ctx, op, o.FusedActivationFunction())
+        return
     units = w.shape[0]
     ins = [ctx.x(op.inputs[0]), ctx.x(op.inputs[1]), _bias(ctx, op, units)]
     out_t = ctx.t(op.outputs[0])
@@ -176,6 +178,37 @@ def _fully_connected(ctx: Context, op: OpInfo) -> None:
         raise Refuse("fused activation has no HAL FuseCode")
     ctx.emit(O.FULLY_CONNECTED, ins + [ctx.i32(code)], [flat])
     ctx.emit(O.RESHAPE, [flat, ctx.ints(out_t.shape)], [ctx.y(op.outputs[0])])
+
+
+def _fully_connected_per_channel(ctx: Context, op: OpInfo, act: int) -> None:
+    """Per-channel weights, which the HAL's FULLY_CONNECTED (per-tensor) cannot hold: the rows
+    [N, K] as a 1x1 image [N, 1, 1, K], a 1x1 CONV_2D with the [O, 1, 1, K] filter quantized
+    per output channel, and the result [N, 1, 1, O] reshaped to the output. The convolution
+    requantizes each channel by input_scale * filter_scale[c] / output_scale, as TFLite's
+    per-channel fully connected kernel does, so the integers are the same."""
+    x, w, out_t = ctx.t(op.inputs[0]), ctx.t(op.inputs[1]), ctx.t(op.outputs[0])
+    if w.qdim != 0 or len(w.shape) != 2:
+        raise Refuse("per-channel weights quantized along a dimension other than the "
+                     "output channels")
+    units, depth = w.shape
+    if not x.static or not out_t.static or depth <= 0 or units <= 0:
+        raise Refuse("per-channel weights with an unknown input or output shape")
+    size = int(np.prod(x.shape))
+    if size % depth:
+        raise Refuse(f"input of {size} values is not rows of the weights' depth {depth}")
+    rows = size // depth
+    if int(np.prod(out_t.shape)) != rows * units:
+        raise Refuse(f"output shape {list(out_t.shape)} is not {rows} rows of {units}")
+    image = ctx.like(op.inputs[0], [rows, 1, 1, depth])
+    ctx.emit(O.RESHAPE, [ctx.x(op.inputs[0]), ctx.ints([rows, 1, 1, depth])], [image])
+    code = schema.ACTIVATIONS.get(act)
+    if code is None:
+        raise Refuse("fused activation has no HAL FuseCode")
+    conv = ctx.like(op.outputs[0], [rows, 1, 1, units])
+    ins = [image, ctx.x(op.inputs[1], dims=[units, 1, 1, depth]), _bias(ctx, op, units)]
+    ins += [ctx.i32(schema.PADDING_VALID), ctx.i32(1), ctx.i32(1), ctx.i32(code)]
+    ctx.emit(O.CONV_2D, ins, [conv])
+    ctx.emit(O.RESHAPE, [conv, ctx.ints(out_t.shape)], [ctx.y(op.outputs[0])])
 
 
 # ---- elementwise -----------------------------------------------------------------------------
@@ -286,9 +319,24 @@ def _dequantize(ctx: Context, op: OpInfo) -> None:
 
 # ---- activations with parameters -------------------------------------------------------------
 
-@_conv("SOFTMAX", "SOFTMAX (beta)")
+@_conv("SOFTMAX", "SOFTMAX (beta; a quantized input too finely scaled for the HAL's integer "
+                 "kernel through float32)")
 def _softmax(ctx: Context, op: OpInfo) -> None:
     beta = ctx.options("SoftmaxOptions").Beta()
+    x = ctx.t(op.inputs[0])
+    if x.quantized and x.ttype in (TT.INT8, TT.UINT8) and \
+            beta * float(x.scales[0]) * (1 << 26) <= 1.0:
+        # The HAL's integer softmax (like TFLite's own reference kernel) scales input
+        # differences by a multiplier that must exceed one, so it cannot run an input whose
+        # whole range spans under ~4e-6 (a calibration of near-constant logits). TFLite's
+        # int8 kernel computes exp in float; so does this: DEQUANTIZE, SOFTMAX, QUANTIZE.
+        shape = hal_dims(x)
+        real = ctx.tmp(T.TENSOR_FLOAT32, shape)
+        prob = ctx.tmp(T.TENSOR_FLOAT32, shape)
+        ctx.emit(O.DEQUANTIZE, [ctx.x(op.inputs[0])], [real])
+        ctx.emit(O.SOFTMAX, [real, ctx.f32(beta)], [prob])
+        ctx.emit(O.QUANTIZE, [prob], [ctx.y(op.outputs[0])])
+        return
     ctx.emit(O.SOFTMAX, [ctx.x(op.inputs[0]), ctx.scalar_float(op.inputs[0], beta)],
              [ctx.y(op.outputs[0])])
 
@@ -319,9 +367,39 @@ def _lrn(ctx: Context, op: OpInfo) -> None:
 
 # ---- shapes and data movement ----------------------------------------------------------------
 
-@_conv("RESHAPE", "RESHAPE (new shape from the output, the shape input or the options)")
+#: Operand types the HAL's RESHAPE takes.
+_RESHAPABLE = {T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
+               T.TENSOR_QUANT8_ASYMM_SIGNED}
+
+
+def _reshape_exact(ctx: Context, src: int, dst: int) -> None:
+    """Operand ``src`` written into ``dst`` (same type and element count, static ``dst``
+    dimensions) by RESHAPE, or for the types the HAL's RESHAPE does not take (the int32
+    counters a Keras loop reshapes between a scalar and [1]) by an exact copy when the HAL
+    dimensions are equal or a GATHER of every element when ``src`` is one-dimensional."""
+    src_o, dst_o = ctx.sb.operands[src], ctx.sb.operands[dst]
+    ht = T(src_o.type)
+    dims = list(dst_o.dimensions)
+    if ht in _RESHAPABLE:
+        ctx.emit(O.RESHAPE, [src, ctx.ints(dims)], [dst])
+    elif list(src_o.dimensions) == dims:
+        ctx.copy_into(src, dst)
+    elif len(src_o.dimensions) == 1 and dims and all(d > 0 for d in dims) and \
+            int(np.prod(dims)) == src_o.dimensions[0]:
+        ctx.emit(O.GATHER, [src, ctx.i32(0), ctx.ints(np.arange(int(np.prod(dims))), dims)],
+                 [dst])
+    else:
+        raise Refuse(f"the HAL's RESHAPE does not take {ht.name} and no exact copy or GATHER "
+                     f"gives {list(src_o.dimensions)} -> {dims}")
+
+
+@_conv("RESHAPE", "RESHAPE (new shape from the output, the shape input or the options; "
+                  "int32 between equal HAL shapes as a copy, from one dimension as GATHER)")
 def _reshape(ctx: Context, op: OpInfo) -> None:
     out = ctx.t(op.outputs[0])
+    if hal_type(ctx.t(op.inputs[0]))[0] not in _RESHAPABLE and out.static:
+        _reshape_exact(ctx, ctx.x(op.inputs[0]), ctx.y(op.outputs[0]))
+        return
     if out.static:
         shape = ctx.ints(out.shape)
     elif len(op.inputs) > 1 and op.inputs[1] >= 0:
@@ -433,14 +511,24 @@ def _strided_slice(ctx: Context, op: OpInfo) -> None:
              [ctx.i32(begin_m), ctx.i32(end_m), ctx.i32(shrink)], [ctx.y(op.outputs[0])])
 
 
-@_conv("GATHER", "GATHER (axis; batch_dims 0)")
+@_conv("GATHER", "GATHER (axis; batch_dims 0; a scalar index as [1] then a reshape)")
 def _gather(ctx: Context, op: OpInfo) -> None:
     o = op.options
     if o is not None and o.BatchDims():
         raise Refuse("batch_dims has no HAL equivalent")
     axis = _axis(ctx, o.Axis() if o is not None else 0, op.inputs[0])
-    ctx.emit(O.GATHER, [ctx.x(op.inputs[0]), ctx.i32(axis),
-                        _ints_input(ctx, op.inputs[1], "indices")], [ctx.y(op.outputs[0])])
+    ins = [ctx.x(op.inputs[0]), ctx.i32(axis), _ints_input(ctx, op.inputs[1], "indices")]
+    if ctx.t(op.inputs[1]).shape:
+        ctx.emit(O.GATHER, ins, [ctx.y(op.outputs[0])])
+        return
+    # A scalar index drops the axis; the HAL has no scalar tensors (a TFLite scalar is a
+    # HAL [1]), so its GATHER keeps a dimension of 1 there, which a reshape removes.
+    params, out = ctx.t(op.inputs[0]), ctx.t(op.outputs[0])
+    if not out.static:
+        raise Refuse("a scalar index with an unknown output shape")
+    kept = ctx.like(op.outputs[0], [*params.shape[:axis], 1, *params.shape[axis + 1:]])
+    ctx.emit(O.GATHER, ins, [kept])
+    _reshape_exact(ctx, kept, ctx.y(op.outputs[0]))
 
 
 @_conv("SPLIT", "SPLIT (constant axis)")
@@ -517,7 +605,48 @@ def _reduce(name: str, hal: OperationType) -> None:
     _conv(name, f"{hal.name} (keep_dims)")(convert)
 
 
-_reduce("MEAN", O.MEAN)
+@_conv("MEAN", "MEAN (keep_dims; a quantized spatial mean that changes the quantization as "
+              "a DEPTHWISE_CONV_2D of ones)")
+def _mean(ctx: Context, op: OpInfo) -> None:
+    x, y = ctx.t(op.inputs[0]), ctx.t(op.outputs[0])
+    keep = bool(op.options.KeepDims()) if op.options is not None else False
+    requantizes = (x.ttype in (TT.INT8, TT.UINT8) and x.quantized and y.quantized
+                   and (x.scales[0] != y.scales[0] or x.zero_points[0] != y.zero_points[0]))
+    axes = ctx.value(op.inputs[1])
+    if requantizes and axes is not None and len(x.shape) == 4 and x.static and \
+            sorted({int(a) % 4 for a in np.ravel(axes)}) == [1, 2]:
+        _spatial_mean(ctx, op, keep)
+        return
+    ctx.emit(O.MEAN, [ctx.x(op.inputs[0]), _ints_input(ctx, op.inputs[1], "axes"),
+                      ctx.i32(int(keep))], [ctx.y(op.outputs[0])])
+
+
+def _spatial_mean(ctx: Context, op: OpInfo, keep: bool) -> None:
+    """The global average pool Keras writes (MEAN over height and width) with an output
+    quantization other than the input's, which the HAL's MEAN must keep: a depthwise
+    convolution whose filter is all ones at scale 1/(H*W) sums each channel and requantizes
+    it once by input_scale / (H*W * output_scale), TFLite's real multiplier. TFLite divides
+    the count into its integer multiplier (sometimes leaving it with one bit less) where the
+    HAL quantizes the float32 product, so an output can differ by one step (measured: none
+    in Keras MobileNet V1/V2, up to 15% of a layer's values in EfficientNet-B0)."""
+    x = ctx.t(op.inputs[0])
+    n, h, w, c = x.shape
+    ht, scale, _, _ = hal_type(x)
+    f_scale = 1.0 / (h * w)
+    filt = ctx.sb.constant(ht, np.ones((1, h, w, c), ht.dtype), [1, h, w, c], f_scale, 0)
+    bias = ctx.sb.constant(T.TENSOR_INT32, np.zeros(c, np.int32), [c],
+                           scale_product(scale, f_scale))
+    ins = [ctx.x(op.inputs[0]), filt, bias, ctx.i32(schema.PADDING_VALID), ctx.i32(1),
+           ctx.i32(1), ctx.i32(1), ctx.i32(schema.FUSED_NONE)]
+    if keep:
+        ctx.emit(O.DEPTHWISE_CONV_2D, ins, [ctx.y(op.outputs[0])])
+        return
+    pooled = ctx.like(op.outputs[0], [n, 1, 1, c])
+    ctx.emit(O.DEPTHWISE_CONV_2D, ins, [pooled])
+    ctx.emit(O.RESHAPE, [pooled, ctx.ints(ctx.t(op.outputs[0]).shape)],
+             [ctx.y(op.outputs[0])])
+
+
 _reduce("SUM", O.REDUCE_SUM)
 _reduce("REDUCE_PROD", O.REDUCE_PROD)
 _reduce("REDUCE_MAX", O.REDUCE_MAX)

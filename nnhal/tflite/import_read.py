@@ -116,12 +116,13 @@ def _buffer_bytes(lf: schema.LoadedFile, k: int) -> bytes | None:
     return buf.DataAsNumpy().tobytes()
 
 
-def _tensor(lf: schema.LoadedFile, sg: tflite.SubGraph, i: int, where: str) -> TensorInfo:
+def _tensor(lf: schema.LoadedFile, sg: tflite.SubGraph, i: int, where: str,
+            dynamic_shapes: bool = False) -> TensorInfo:
     t = sg.Tensors(i)
     name = (t.Name() or b"").decode("utf-8", "replace")
     has_rank = True
     shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
-    if t.ShapeSignatureLength() == len(shape) and shape:
+    if dynamic_shapes and t.ShapeSignatureLength() == len(shape) and shape:
         sig = tuple(int(d) for d in t.ShapeSignatureAsNumpy())
         shape = tuple(0 if s < 0 else d for d, s in zip(shape, sig))
     if any(d < 0 for d in shape):
@@ -169,13 +170,14 @@ def _options(op: tflite.Operator) -> Any:
     return opts
 
 
-def read_subgraph(lf: schema.LoadedFile, s: int) -> SubgraphInfo:
-    """One subgraph as records; called inside ``lf.guard()``."""
+def read_subgraph(lf: schema.LoadedFile, s: int, dynamic_shapes: bool = False) -> SubgraphInfo:
+    """One subgraph as records; called inside ``lf.guard()``. ``dynamic_shapes``: see
+    :func:`read_model`."""
     model, limit = lf.model, len(lf.data)
     sg = model.Subgraphs(s)
     where = f"subgraph {s}"
     n_t = _bounded(sg.TensorsLength(), limit, "tensors", lf.name)
-    tensors = [_tensor(lf, sg, i, where) for i in range(n_t)]
+    tensors = [_tensor(lf, sg, i, where, dynamic_shapes) for i in range(n_t)]
     n_codes = model.OperatorCodesLength()
     ops = []
     for k in range(_bounded(sg.OperatorsLength(), limit, "operators", lf.name)):
@@ -203,12 +205,15 @@ def read_subgraph(lf: schema.LoadedFile, s: int) -> SubgraphInfo:
                         ins, outs)
 
 
-def read_model(lf: schema.LoadedFile) -> list[SubgraphInfo]:
+def read_model(lf: schema.LoadedFile, dynamic_shapes: bool = False) -> list[SubgraphInfo]:
+    """Every subgraph as records. Each tensor's shape is its ``shape`` field (the shape TFLite
+    allocates when nobody resizes an input), or with ``dynamic_shapes`` its
+    ``shape_signature`` where that marks a dimension -1, which becomes 0 (unknown)."""
     with lf.guard():
         n = _bounded(lf.model.SubgraphsLength(), len(lf.data), "subgraphs", lf.name)
         _bounded(lf.model.BuffersLength(), len(lf.data), "buffers", lf.name)
         _bounded(lf.model.OperatorCodesLength(), len(lf.data), "operator codes", lf.name)
-        return [read_subgraph(lf, s) for s in range(n)]
+        return [read_subgraph(lf, s, dynamic_shapes) for s in range(n)]
 
 
 #: TFLite tensor types that have no HAL operand type at all.

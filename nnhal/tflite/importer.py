@@ -239,14 +239,22 @@ class _Importer:
         return out
 
 
-def read_tflite(source: str | os.PathLike[str] | bytes, name: str | None = None
-                ) -> ImportedModel:
+def read_tflite(source: str | os.PathLike[str] | bytes, name: str | None = None, *,
+                dynamic_shapes: bool = False) -> ImportedModel:
     """A .tflite file (or its bytes) as a HAL Model with its tensor names and state.
+
+    Shapes: by default every tensor has its ``shape`` field, the shape TFLite's interpreter
+    allocates without ``resize_tensor_input`` and the one its NNAPI delegate hands a driver,
+    so shapes are static and run-time shape arithmetic (SHAPE -> STRIDED_SLICE -> PACK ->
+    RESHAPE, as Keras leaves for a dynamic batch) folds into constants. With
+    ``dynamic_shapes=True`` a dimension the ``shape_signature`` marks -1 becomes 0 (unknown
+    to the HAL), for a model meant to run at other sizes; such chains then stay and are
+    refused.
 
     Raises ModelFileError for a file that cannot be read, UnsupportedModelError naming every
     operator (index and name) and tensor that has no HAL 1.3 equivalent."""
     lf = schema.load(source, name)
-    subgraphs = read_model(lf)
+    subgraphs = read_model(lf, dynamic_shapes)
     with lf.guard():
         return _Importer(lf.name, subgraphs).run()
 

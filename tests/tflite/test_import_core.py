@@ -61,12 +61,12 @@ def test_tensor_types_become_hal_operand_types(dtype, quant, expected) -> None:
 def test_a_type_the_hal_operation_does_not_take_names_the_operator() -> None:
     g = Graph()
     x = g.input((2, 3), np.int32)
-    y = g.tensor((6,), np.int32)
-    g.op("RESHAPE", [x, g.const(np.int32([6]))], [y])
+    y = g.tensor((2, 3), np.int32)
+    g.op("FLOOR", [x], [y])
     g.output(y)
     with pytest.raises(UnsupportedModelError) as e:
         read_tflite(build(g))
-    assert e.value.items[0].startswith("#0 RESHAPE: the HAL's RESHAPE: input 0 (input) has "
+    assert e.value.items[0].startswith("#0 FLOOR: the HAL's FLOOR: input 0 (input) has "
                                        "type TENSOR_INT32")
 
 
@@ -100,18 +100,32 @@ def test_quantized_bias_scale_is_the_product_the_hal_requires() -> None:
     assert bias.scale == pytest.approx(float(np.float32(0.3) * np.float32(0.07)), rel=1e-7)
 
 
-def test_names_and_unknown_dimensions() -> None:
+def _dynamic_batch_relu() -> bytes:
     g = Graph()
     x = g.input((1, 3), F, name="audio:0", signature=(-1, 3))
     y = g.tensor((1, 3), F, name="score/Identity", signature=(-1, 3))
     g.op("RELU", [x], [y])
     g.output(y)
-    imported = read_tflite(build(g))
+    return build(g)
+
+
+def test_names_and_unknown_dimensions_with_dynamic_shapes() -> None:
+    imported = read_tflite(_dynamic_batch_relu(), dynamic_shapes=True)
     assert imported.input_names == ["audio:0"]
     assert imported.output_names == ["score/Identity"]
     main = imported.model.main
     assert main.operands[main.input_indexes[0]].dimensions == [0, 3]
     assert main.operands[main.output_indexes[0]].dimensions == [0, 3]
+
+
+def test_shapes_are_the_allocated_ones_by_default() -> None:
+    """As TFLite allocates (and its NNAPI delegate delegates) without a resize: the `shape`
+    field, whatever the signature marks dynamic."""
+    imported = read_tflite(_dynamic_batch_relu())
+    assert imported.input_names == ["audio:0"]
+    main = imported.model.main
+    assert main.operands[main.input_indexes[0]].dimensions == [1, 3]
+    assert main.operands[main.output_indexes[0]].dimensions == [1, 3]
 
 
 def test_outputs_that_are_inputs_constants_or_repeated_are_copied_exactly() -> None:
@@ -180,11 +194,10 @@ def test_float16_and_int8_weights_behind_dequantize_are_folded() -> None:
     agree(data)
 
 
-def test_shape_strided_slice_pack_reshape_chain_folds_to_a_constant_reshape() -> None:
+def _keras_flatten(batch_signature: int = 1) -> bytes:
     """The Keras flatten pattern: the batch size read from SHAPE at run time."""
-    pytest.importorskip("ai_edge_litert.interpreter")
     g = Graph()
-    x = g.input((1, 4, 4, 2), F)
+    x = g.input((1, 4, 4, 2), F, signature=(batch_signature, 4, 4, 2))
     shape = g.tensor((4,), np.int32)
     g.op("SHAPE", [x], [shape], ("ShapeOptions", dict(OutType=TT.INT32)))
     batch = g.tensor((), np.int32)
@@ -194,15 +207,29 @@ def test_shape_strided_slice_pack_reshape_chain_folds_to_a_constant_reshape() ->
     new_shape = g.tensor((2,), np.int32)
     g.op("PACK", [batch, g.const(np.int32(-1))], [new_shape],
          ("PackOptions", dict(ValuesCount=2, Axis=0)))
-    y = g.tensor((1, 32), F)
+    y = g.tensor((1, 32), F, signature=(batch_signature, 32))
     g.op("RESHAPE", [x, new_shape], [y])
     g.output(y)
-    data = build(g)
+    return build(g)
+
+
+@pytest.mark.parametrize("batch_signature", [1, -1])
+def test_shape_strided_slice_pack_reshape_chain_folds_to_a_constant_reshape(
+        batch_signature: int) -> None:
+    """Folded with a static batch, and by default with a dynamic one too (the allocated
+    shape), as Keras MobileNet V1 needs."""
+    pytest.importorskip("ai_edge_litert.interpreter")
+    data = _keras_flatten(batch_signature)
     assert _ops(data) == ["RESHAPE"]
     main = read_tflite(data).model.main
     assert OperandLifeTime(main.operands[main.operations[0].inputs[1]].lifetime) in (
         OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE)
     agree(data)
+
+
+def test_shape_chain_with_dynamic_shapes_is_refused_naming_shape() -> None:
+    with pytest.raises(UnsupportedModelError, match=r"#0 SHAPE"):
+        read_tflite(_keras_flatten(-1), dynamic_shapes=True)
 
 
 def _csr(dense: np.ndarray) -> tuple[list, list, list]:

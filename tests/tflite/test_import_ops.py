@@ -100,6 +100,22 @@ def fc_int8() -> bytes:
     return build(g)
 
 
+def fc_int8_per_channel(in_shape: tuple = (2, 8), out_shape: tuple = (2, 5),
+                        keep: bool = False, act: int = 0) -> bytes:
+    """Per-channel weights, as TensorFlow's full-integer converter writes them."""
+    g = Graph()
+    x = g.input(in_shape, I8, quant=QIN)
+    scales = [0.02, 0.005, 0.03, 0.011, 0.047]
+    wt = g.const(R.integers(-127, 128, (5, 8)).astype(I8), quant=Quant(scales, [0] * 5, 0))
+    b = g.const(R.integers(-3000, 3000, 5).astype(np.int32),
+                quant=Quant([0.05 * s for s in scales], [0] * 5, 0))
+    y = g.tensor(out_shape, I8, quant=QOUT)
+    g.op("FULLY_CONNECTED", [x, wt, b], [y],
+         ("FullyConnectedOptions", dict(FusedActivationFunction=act, KeepNumDims=keep)))
+    g.output(y)
+    return build(g)
+
+
 def binary(name: str, opts: str, act: int, a: tuple, b: tuple | np.ndarray,
            out: tuple) -> bytes:
     return one_op(name, [(a, F), b if isinstance(b, np.ndarray) else (b, F)], out,
@@ -216,6 +232,10 @@ CASES = {
                                       (2, 5), options=("FullyConnectedOptions",
                                                        dict(FusedActivationFunction=1))),
     "fc_int8": fc_int8,
+    "fc_int8_per_channel": fc_int8_per_channel,
+    "fc_int8_per_channel_relu6_rows": lambda: fc_int8_per_channel((2, 3, 8), (6, 5), act=3),
+    "fc_int8_per_channel_keep_num_dims": lambda: fc_int8_per_channel((2, 3, 8), (2, 3, 5),
+                                                                     keep=True),
     "add_broadcast_relu": lambda: binary("ADD", "AddOptions", 1, (2, 3, 4), w(4), (2, 3, 4)),
     "sub_broadcast": lambda: binary("SUB", "SubOptions", 0, (2, 1, 4), (3, 1), (2, 3, 4)),
     "mul_relu_n1": lambda: binary("MUL", "MulOptions", 2, (2, 3), (2, 3), (2, 3)),
@@ -411,11 +431,82 @@ CASES.update({
     "lsh_projection_dense": lambda: lsh(2),
 })
 
-def test_a_mean_the_hal_cannot_requantize_is_refused_by_name() -> None:
-    """The HAL's MEAN keeps its input's quantization; TFLite's may change it."""
-    data = one_op("MEAN", [q8((1, 4, 4, 3)), np.int32([1, 2])], (1, 1, 1, 3),
+def spatial_mean(dtype: type, keep: bool, axes: list[int], shape: tuple = (2, 5, 3, 4)
+                 ) -> bytes:
+    """Keras's global average pool, with an output quantization of its own."""
+    qin, qout = (QIN, QOUT) if dtype == I8 else (Quant([0.05], [130]), Quant([0.02], [120]))
+    out = (shape[0], 1, 1, shape[3]) if keep else (shape[0], shape[3])
+    return one_op("MEAN", [(shape, dtype, qin), np.int32(axes)], out,
+                  options=("ReducerOptions", dict(KeepDims=keep)), out_quant=qout)
+
+
+@pytest.mark.parametrize("dtype,keep,axes", [(I8, True, [1, 2]), (I8, False, [2, 1]),
+                                             (np.uint8, False, [-3, -2])])
+def test_a_requantizing_spatial_mean_is_a_depthwise_convolution(dtype: type, keep: bool,
+                                                                axes: list[int]) -> None:
+    """The HAL's MEAN keeps its input's quantization; TFLite's may change it. Over height and
+    width (as Keras writes it) a depthwise convolution of ones requantizes with one rounding."""
+    from nnhal.hal.types import OperationType
+
+    data = spatial_mean(dtype, keep, axes)
+    main = read_tflite(data).model.main
+    assert OperationType(main.operations[0].type) == OperationType.DEPTHWISE_CONV_2D
+    x = np.random.default_rng(9).integers(np.iinfo(dtype).min, np.iinfo(dtype).max + 1,
+                                          (2, 5, 3, 4)).astype(dtype)
+    agree(data, [x])
+
+
+def test_a_requantizing_mean_over_other_axes_is_refused_by_name() -> None:
+    data = one_op("MEAN", [q8((1, 4, 4, 3)), np.int32([3])], (1, 4, 4, 1),
                   options=("ReducerOptions", dict(KeepDims=True)), out_quant=QOUT)
     with pytest.raises(UnsupportedModelError, match="#0 MEAN: the HAL rejects it: .*scale"):
+        read_tflite(data)
+
+
+@pytest.mark.parametrize("dtype", [I8, np.uint8])
+def test_a_softmax_of_near_constant_logits_goes_through_float(dtype: type) -> None:
+    """An input scale so small (as calibrating an untrained Keras model gives) that the HAL's
+    integer softmax cannot scale it: DEQUANTIZE, float SOFTMAX, QUANTIZE, as TFLite's int8
+    kernel computes exp in float."""
+    from nnhal.hal.types import OperationType
+
+    zp = 0 if dtype == I8 else 128
+    out_q = Quant([1 / 256], [-128 if dtype == I8 else 0])
+    data = one_op("SOFTMAX", [((3, 4), dtype, Quant([7.8e-9], [zp]))], (3, 4),
+                  options=("SoftmaxOptions", dict(Beta=1.0)), out_quant=out_q)
+    main = read_tflite(data).model.main
+    assert [OperationType(o.type).name for o in main.operations] == [
+        "DEQUANTIZE", "SOFTMAX", "QUANTIZE"]
+    agree(data)
+
+
+@pytest.mark.parametrize("case", ["int32_scalar_to_1", "int32_1d_to_2d", "gather_scalar_const",
+                                  "gather_scalar_input", "gather_scalar_int32"])
+def test_what_keras_loops_reshape_and_gather(case: str) -> None:
+    """A Keras RNN's WHILE body reshapes int32 counters and gathers a time step by a scalar
+    index: the HAL's RESHAPE takes no int32 and its GATHER no scalar (a TFLite scalar is a
+    HAL [1])."""
+    i32 = np.int32
+    data = {
+        "int32_scalar_to_1": lambda: one_op("RESHAPE", [((), i32), i32([1])], (1,)),
+        "int32_1d_to_2d": lambda: one_op("RESHAPE", [((6,), i32), i32([2, 3])], (2, 3)),
+        "gather_scalar_const": lambda: one_op("GATHER", [((4, 3), F), i32(2)], (4,),
+                                              options=("GatherOptions", dict(Axis=1))),
+        "gather_scalar_input": lambda: one_op("GATHER", [((5, 1, 3), F), ((), i32)], (1, 3)),
+        "gather_scalar_int32": lambda: one_op("GATHER", [((5,), i32), ((), i32)], ()),
+    }[case]()
+    if case == "gather_scalar_input" or case == "gather_scalar_int32":
+        params = np.arange(15, dtype=F).reshape(5, 1, 3) if case == "gather_scalar_input" \
+            else np.arange(5, dtype=i32) * 7
+        agree(data, [params, np.array(3, i32)])
+    else:
+        agree(data)
+
+
+def test_an_int32_reshape_the_hal_cannot_express_is_refused_by_name() -> None:
+    data = one_op("RESHAPE", [((2, 3), np.int32), np.int32([6])], (6,))
+    with pytest.raises(UnsupportedModelError, match=r"#0 RESHAPE: the HAL's RESHAPE does not "
+                                                    r"take TENSOR_INT32"):
         read_tflite(data)
 
 
