@@ -89,6 +89,10 @@ class RunContext(Protocol):
 
 SubgraphRunner = Callable[[Sequence[np.ndarray], RunContext], list[np.ndarray]]
 Kernel = Callable[[Sequence[Any], RunContext], list[np.ndarray]]
+#: A kernel that writes its outputs into the arrays it is given: C-contiguous, of the output
+#: operands' dtypes and fully known shapes, planned at prepare (arena slots) and never aliasing
+#: an input of the same call. It returns nothing; what it does not write is undefined.
+IntoKernel = Callable[[Sequence[Any], Sequence[np.ndarray], RunContext], None]
 
 
 @dataclass(slots=True)
@@ -167,6 +171,11 @@ class OperationDef:
 
     def kernel(self, ctx: OpContext) -> Kernel:  # pragma: no cover - every op overrides
         raise NotImplementedError
+
+    def kernel_into(self, ctx: OpContext) -> IntoKernel | None:
+        """A kernel writing into planned output memory, for outputs of known shape; None when
+        the operation has none for this context (the executor then calls :meth:`kernel`)."""
+        return None
 
 
 _REGISTRY: dict[int, OperationDef] = {}
