@@ -313,3 +313,24 @@ def test_quant_fully_connected_bit_exact(size):
     np.testing.assert_array_equal(out, ref)
     acc = (x.astype(np.float64) - zx) @ (w.astype(np.float64) - zw).T
     np.testing.assert_array_equal(out, oracle_requant(acc, b, sx, sw, so, zo, t, C.ACT_NONE))
+
+
+@pytest.mark.parametrize("size", [64, 4096])
+def test_quant_fully_connected_large_sums_stay_exact(size):
+    """Sums of odd products beyond 2**24 (where float32 spacing exceeds 1): the bias cancels
+    the exact sum and the output scale equals the accumulator's, so any rounding of the sum
+    shows up in the output."""
+    t = T.TENSOR_QUANT8_ASYMM
+    x = np.where(rng.random((1, size)) < 0.9, 255, 0).astype(np.uint8)
+    w = np.where(rng.random((4, size)) < 0.9, 0, 254).astype(np.uint8)
+    zx, zw, sx, sw = 128, 127, 0.5, 0.25
+    exact = (x.astype(np.int64) - zx) @ (w.astype(np.int64) - zw).T  # [1, 4]
+    offsets = np.array([-40, -3, 0, 57])
+    b = (offsets - exact[0]).astype(np.int32)
+    so = float(np.float32(sx) * np.float32(sw))
+    infos = [tensor(t, x.shape, scale=sx, zp=zx), tensor(t, w.shape, w, scale=sw, zp=zw),
+             tensor(T.TENSOR_INT32, (4,), b, scale=so), scalar(T.INT32, C.ACT_NONE)]
+    ctx = make_ctx(O.FULLY_CONNECTED, infos, [tensor(t, (0, 0), scale=so, zp=128)])
+    ref, out = run_both(O.FULLY_CONNECTED, ctx, values(infos, x))
+    np.testing.assert_array_equal(out, ref)
+    np.testing.assert_array_equal(out[0].astype(np.int64), 128 + offsets)
