@@ -334,3 +334,33 @@ def test_quant_fully_connected_large_sums_stay_exact(size):
     ref, out = run_both(O.FULLY_CONNECTED, ctx, values(infos, x))
     np.testing.assert_array_equal(out, ref)
     np.testing.assert_array_equal(out[0].astype(np.int64), 128 + offsets)
+
+
+# ---- element-wise float32 ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", [O.ADD, O.SUB, O.MUL, O.DIV])
+@pytest.mark.parametrize("act", [C.ACT_NONE, C.ACT_RELU, C.ACT_RELU6])
+def test_binary_float32(op, act):
+    a = rng.standard_normal((2, 3, 4)).astype(np.float32) * 4
+    b = rng.standard_normal((3, 1)).astype(np.float32) * 4
+    infos = [tensor(T.TENSOR_FLOAT32, a.shape), tensor(T.TENSOR_FLOAT32, b.shape),
+             scalar(T.INT32, act)]
+    ctx = make_ctx(op, infos, [tensor(T.TENSOR_FLOAT32, (2, 3, 4))])
+    ref, out = run_both(op, ctx, [a, b, infos[2].value])
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_binary_into_only_for_float32():
+    infos = [tensor(T.TENSOR_INT32, (2,)), tensor(T.TENSOR_INT32, (2,)), scalar(T.INT32, 0)]
+    ctx = make_ctx(O.ADD, infos, [tensor(T.TENSOR_INT32, (2,))])
+    assert definitions()[int(O.ADD)].kernel_into(ctx) is None
+
+
+@pytest.mark.parametrize("op", [O.RELU, O.RELU1, O.RELU6])
+def test_relu_float32(op):
+    x = (rng.standard_normal((2, 5, 3)) * 5).astype(np.float32)
+    x[0, 0, 0] = np.nan
+    infos = [tensor(T.TENSOR_FLOAT32, x.shape)]
+    ctx = make_ctx(op, infos, [tensor(T.TENSOR_FLOAT32, x.shape)])
+    ref, out = run_both(op, ctx, [x])
+    np.testing.assert_array_equal(out, ref)
