@@ -2,9 +2,12 @@
 TRANSPOSE_CONV_2D and FULLY_CONNECTED.
 
 Every forward convolution is run as a grouped convolution over NHWC data: CONV_2D is one
-group, DEPTHWISE_CONV_2D one group per input channel. Sums are accumulated in float64, which is
-exact for the quantized kernels (8-bit products summed far below 2**53) and correctly rounded
-for the float ones, so results do not depend on the summation order the way float32 sums do.
+group, DEPTHWISE_CONV_2D one group per input channel (engines in :mod:`nnhal.ops.conv_engine`,
+writing into the output or a per-thread scratch accumulator). Float models accumulate in
+float32, as TFLite and the NNAPI CPU executor do. Quantized models sum exact integers: in
+float32 when the bound ``terms * max|input - zp| * max|filter - zp|`` stays below 2**24 (every
+partial sum is then an exact float32 integer, in any BLAS order), else in float64 (exact below
+2**53). TRANSPOSE_CONV_2D still accumulates in float64 into a fresh array.
 Quantized results then go through the reference fixed-point requantisation: the multiplier is
 ``float32(input_scale * filter_scale) / output_scale`` in double precision, per output channel
 for TENSOR_QUANT8_SYMM_PER_CHANNEL filters.
