@@ -122,6 +122,18 @@ class _Relu(_Activation):
         lo_f, hi_f = C.float_activation_bounds(self.code)
         return float_unary(lambda x: np.clip(x, np.float32(lo_f), np.float32(hi_f)), dt)
 
+    def kernel_into(self, ctx: OpContext):
+        """float32 only: one clamp into the output."""
+        if ctx.inputs[0].type != T.TENSOR_FLOAT32:
+            return None
+        code = self.code
+
+        def run_into(ins, outs, rt) -> None:
+            np.copyto(outs[0], ins[0])
+            C.activation_into(outs[0], code)
+
+        return run_into
+
 
 @register(O.RELU)
 class _Relu0(_Relu):

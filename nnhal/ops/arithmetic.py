@@ -80,6 +80,22 @@ class _Binary(OperationDef):
             return self._quant_mul(ctx)
         return self._quant_add(ctx, subtract=(op == O.SUB))
 
+    def kernel_into(self, ctx: OpContext):
+        """float32 only: the operation and its fused activation in place in the output."""
+        if ctx.inputs[0].type != T.TENSOR_FLOAT32:
+            return None
+        fn = {O.ADD: np.add, O.SUB: np.subtract, O.MUL: np.multiply,
+              O.DIV: np.divide}[self.op_type]
+
+        def run_into(ins, outs, rt) -> None:
+            code = C.activation_code(ins[2])
+            out = outs[0]
+            with np.errstate(all="ignore"):
+                fn(ins[0], ins[1], out=out)
+            C.activation_into(out, code)
+
+        return run_into
+
     @staticmethod
     def _quant_add(ctx: OpContext, subtract: bool):
         a, b, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]

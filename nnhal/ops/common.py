@@ -56,6 +56,23 @@ def float_activation_bounds(code: int) -> tuple[float, float]:
             ACT_RELU1: (-1.0, 1.0), ACT_RELU6: (0.0, 6.0)}[code]
 
 
+def activation_into(x: np.ndarray, code: int) -> None:
+    """Apply a fused activation to a float array in place (NaN stays NaN, as np.clip)."""
+    if code == ACT_RELU:
+        np.maximum(x, x.dtype.type(0.0), out=x)
+    elif code != ACT_NONE:
+        lo, hi = float_activation_bounds(code)
+        np.clip(x, x.dtype.type(lo), x.dtype.type(hi), out=x)
+
+
+def bias_activation_into(x: np.ndarray, bias: np.ndarray | None, code: int) -> None:
+    """The float epilogue of a convolution or dense layer, in place on its output: add the
+    bias (broadcast over the last axis), then clamp for the fused activation."""
+    if bias is not None:
+        np.add(x, bias, out=x, casting="unsafe")
+    activation_into(x, code)
+
+
 def apply_float_activation(x: np.ndarray, code: int) -> np.ndarray:
     if code == ACT_NONE:
         return x

@@ -2,9 +2,12 @@
 TRANSPOSE_CONV_2D and FULLY_CONNECTED.
 
 Every forward convolution is run as a grouped convolution over NHWC data: CONV_2D is one
-group, DEPTHWISE_CONV_2D one group per input channel. Sums are accumulated in float64, which is
-exact for the quantized kernels (8-bit products summed far below 2**53) and correctly rounded
-for the float ones, so results do not depend on the summation order the way float32 sums do.
+group, DEPTHWISE_CONV_2D one group per input channel (engines in :mod:`nnhal.ops.conv_engine`,
+writing into the output or a per-thread scratch accumulator). Float models accumulate in
+float32, as TFLite and the NNAPI CPU executor do. Quantized models sum exact integers: in
+float32 when the bound ``terms * max|input - zp| * max|filter - zp|`` stays below 2**24 (every
+partial sum is then an exact float32 integer, in any BLAS order), else in float64 (exact below
+2**53). TRANSPOSE_CONV_2D still accumulates in float64 into a fresh array.
 Quantized results then go through the reference fixed-point requantisation: the multiplier is
 ``float32(input_scale * filter_scale) / output_scale`` in double precision, per output channel
 for TENSOR_QUANT8_SYMM_PER_CHANNEL filters.
@@ -21,6 +24,14 @@ import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
+from nnhal.ops.conv_engine import (
+    ConvWeights,
+    conv_into,
+    conv_weights,
+    exact_dtype,
+    padded_input,
+    scratch,
+)
 from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, OpError, register
 from nnhal.ops.signature import V1_0, V1_2, V1_3, Slot, sig, variants
 
@@ -301,6 +312,18 @@ class _Requant:
             self.shift = self.shift.reshape(())
         self.out = out
 
+    def into(self, acc: np.ndarray, bias: np.ndarray, act: int, dst: np.ndarray) -> None:
+        """Requantise an exact integer-valued accumulator (float32 or float64) plus the int32
+        bias into ``dst`` (any layout of the output's shape)."""
+        out = self.out
+        lo, hi = C.quant_activation_range(act, out.scale, out.zero_point, out.type)
+        total = acc.astype(np.int64)
+        total += bias.astype(np.int64)
+        r = C.multiply_by_quantized_multiplier(total, self.multiplier, self.shift)
+        r += out.zero_point
+        np.clip(r, lo, hi, out=r)
+        np.copyto(dst, r, casting="unsafe")
+
     def __call__(self, acc: np.ndarray, act: int) -> np.ndarray:
         out = self.out
         lo, hi = C.quant_activation_range(act, out.scale, out.zero_point, out.type)
@@ -340,12 +363,6 @@ def _check_quant(ctx: OpContext, channel_dim: int | None) -> None:
 
 # ---- numeric engines (NHWC, float64) ------------------------------------------------------------
 
-def _pad(x: np.ndarray, top: int, bottom: int, left: int, right: int) -> np.ndarray:
-    if top == bottom == left == right == 0:
-        return x
-    return np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
-
-
 @dataclass
 class _Weights:
     """A filter reshaped for the engine that runs it."""
@@ -355,57 +372,6 @@ class _Weights:
     kw: int
     cout: int
     mat: np.ndarray  # see _prepare_weights
-
-
-def _prepare_weights(filt: np.ndarray, groups: int) -> _Weights:
-    """``filt`` is [depth_out, kh, kw, depth_group] float64."""
-    cout, kh, kw, cg = filt.shape
-    og = cout // groups
-    if groups == 1:
-        mat = filt.reshape(cout, kh * kw * cg).T  # [taps*cin, cout]
-    elif cg == 1:
-        mat = filt.reshape(groups, og, kh, kw).transpose(2, 3, 0, 1)  # [kh, kw, g, og]
-    else:
-        mat = filt.reshape(groups, og, kh * kw * cg).transpose(0, 2, 1)  # [g, taps*cg, og]
-    return _Weights(groups, kh, kw, cout, np.ascontiguousarray(mat))
-
-
-def _grouped_conv(x: np.ndarray, w: _Weights, stride: tuple[int, int],
-                  dilation: tuple[int, int], pads: tuple[int, int, int, int],
-                  out_hw: tuple[int, int]) -> np.ndarray:
-    """x: [N, H, W, C] float64, pads (top, bottom, left, right) -> [N, OH, OW, depth_out]."""
-    n = x.shape[0]
-    c = x.shape[3]
-    oh, ow = out_hw
-    sh, sw = stride
-    dh, dw = dilation
-    xp = _pad(x, *pads)
-
-    def tap(i: int, j: int) -> np.ndarray:
-        return xp[:, i * dh: i * dh + (oh - 1) * sh + 1: sh,
-                  j * dw: j * dw + (ow - 1) * sw + 1: sw, :]
-
-    taps = [(i, j) for i in range(w.kh) for j in range(w.kw)]
-    g = w.groups
-    if g > 1 and c == g:  # one input channel per group: multiply-accumulate per tap
-        og = w.cout // g
-        acc = np.zeros((n, oh, ow, g, og))
-        for i, j in taps:
-            acc += tap(i, j)[..., None] * w.mat[i, j]
-        return acc.reshape(n, oh, ow, w.cout)
-    if len(taps) == 1:
-        cols = tap(0, 0).reshape(n * oh * ow, c)
-    else:
-        cols = np.empty((n, oh, ow, len(taps), c))
-        for t, (i, j) in enumerate(taps):
-            cols[:, :, :, t, :] = tap(i, j)
-    m = n * oh * ow
-    if g == 1:
-        return (cols.reshape(m, -1) @ w.mat).reshape(n, oh, ow, w.cout)
-    cg = c // g
-    grouped = cols.reshape(m, len(taps), g, cg).transpose(2, 0, 1, 3).reshape(g, m, -1)
-    out = np.matmul(grouped, w.mat)  # [g, m, og]
-    return out.transpose(1, 0, 2).reshape(n, oh, ow, w.cout)
 
 
 def _tap_rows(n_in: int, stride: int, offset: int, n_out: int) -> tuple[int, int]:
@@ -448,6 +414,21 @@ def _transpose_conv(x: np.ndarray, wts: _Weights, stride: tuple[int, int],
 
 
 # ---- the convolution operations ---------------------------------------------------------------
+
+def _centred_filter(filt: np.ndarray, info: OperandInfo) -> np.ndarray:
+    """A filter's values to multiply: floats as float32, quantized values minus their zero
+    point as exact integers (int32)."""
+    if info.type in C.FLOAT_TYPES:
+        return np.asarray(filt, dtype=np.float32)
+    zp = 0 if info.type == _PER_CHANNEL else info.zero_point
+    return np.asarray(filt, dtype=np.int32) - np.int32(zp)
+
+
+def _input_bound(info: OperandInfo) -> int:
+    """Largest magnitude of a quantized input's stored value minus its zero point."""
+    lo, hi = C.qrange(info.type)
+    return max(info.zero_point - lo, hi - info.zero_point)
+
 
 def _as_real(x: np.ndarray, info: OperandInfo) -> np.ndarray:
     """Float64 values to accumulate: floats as is, quantized values minus their zero point."""
@@ -579,8 +560,228 @@ class _ConvBase(OperationDef):
         a = _resolve(self.layout(ctx), _static_values(ctx))
         return [self._infer(ctx, a)]
 
-    def weights(self, filt: np.ndarray, info: OperandInfo, a: _Args) -> _Weights:
-        return _prepare_weights(_as_real(filt, info), 1)
+    # -- kernels --
+    def terms(self, fshape: Sequence[int]) -> int:
+        """Products summed per output value (bounds the exactness of float32 sums)."""
+        return int(fshape[1] * fshape[2] * fshape[3])
+
+    def groups(self, a: _Args, fshape: Sequence[int]) -> int:
+        return 1
+
+    def layout_filter(self, filt: np.ndarray) -> np.ndarray:
+        """The filter as [depth_out, kh, kw, depth_group]."""
+        return filt
+
+    def weights(self, filt: np.ndarray, info: OperandInfo, a: _Args,
+                inp: OperandInfo) -> ConvWeights:
+        """The filter laid out for :func:`conv_into` in the compute dtype it decides."""
+        centred = _centred_filter(filt, info)
+        if info.type in C.FLOAT_TYPES:
+            dtype: type = np.float32
+        else:
+            dtype = exact_dtype(self.terms(filt.shape), _input_bound(inp),
+                                int(np.abs(centred).max(initial=0)))
+        return conv_weights(self.layout_filter(centred), self.groups(a, filt.shape), dtype)
+
+    def kernel(self, ctx: OpContext):
+        core = self._core(ctx)
+        return lambda ins, rt: [core(ins, None)]
+
+    def kernel_into(self, ctx: OpContext):
+        core = self._core(ctx)
+
+        def run_into(ins, outs, rt) -> None:
+            core(ins, outs[0])
+
+        return run_into
+
+    def _core(self, ctx: OpContext) -> Callable[[Sequence[Any], np.ndarray | None], np.ndarray]:
+        """The bound convolution: ``core(ins, dst)`` writes into ``dst`` (or a new array when
+        None) and returns it."""
+        layout = self.layout(ctx)
+        inp, filt, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+        quant = inp.type not in C.FLOAT_TYPES
+        requant = _Requant(inp, filt, out) if quant else None
+        zp_in = inp.zero_point if quant else 0
+        odt = out.type.dtype
+        values = _static_values(ctx)
+        static = _resolve(layout, values)
+        all_const = all(values[i] is not None for i in layout.params)
+        omitted = tuple(v is _OMITTED for v in values)
+        cache_weights = all_const and values[1] is not None
+        cached: dict[str, Any] = {}
+        if cache_weights:  # laid out once, at binding; a bad filter is reported at run time
+            try:
+                _check_args(static, self.transpose)
+                cached["w"] = self.weights(np.asarray(values[1]), filt, static, inp)
+            except (OpError, ValueError, ZeroDivisionError, TypeError):
+                pass
+        name = self.op_type.name
+
+        def core(ins: Sequence[Any], dst: np.ndarray | None) -> np.ndarray:
+            if all_const:
+                a = static
+            else:
+                a = _resolve(layout, _run_values(omitted, ins))
+                _check_args(a, self.transpose)
+            x = ins[0]
+            if x.ndim != 4 or ins[1].ndim != 4 or ins[2].ndim != 1:
+                raise OpError(f"{name}: bad input ranks")
+            if a.nchw:
+                x = x.transpose(0, 2, 3, 1)
+            n, h, w, cin = x.shape
+            if h <= 0 or w <= 0 or cin <= 0:
+                raise OpError(f"{name}: input dims must be positive, got {ins[0].shape}")
+            fshape = ins[1].shape
+            self.check_channels(lambda m: OpError(f"{name}: {m}"), cin, fshape, a)
+            cout, kh, kw = self.filter_geometry(fshape)
+            if min(fshape) <= 0 or ins[2].shape[0] != cout or (
+                    requant is not None and requant.multiplier.size not in (1, cout)):
+                raise OpError(f"{name}: filter/bias shape mismatch")
+            geo = self.geometry(a, h, w, kh, kw)
+            if geo is None:  # pragma: no cover - every parameter is known at run time
+                raise OpError(f"{name}: unknown parameters")
+            pads, (oh, ow) = geo
+            shape = self._order(n, oh, ow, cout, bool(a.nchw))
+            if dst is None:
+                dst = np.empty(shape, odt)
+            elif dst.shape != shape:
+                raise OpError(f"{name}: output shape {dst.shape}, computed {shape}")
+            if n == 0:
+                return dst
+            wts = cached.get("w")
+            if wts is None:
+                wts = self.weights(ins[1], filt, a, inp)
+                if cache_weights:
+                    cached["w"] = wts
+            y = dst.transpose(0, 2, 3, 1) if a.nchw else dst
+            direct = requant is None and y.dtype == wts.dtype and y.flags.c_contiguous
+            acc = y if direct else scratch("acc", (n, oh, ow, cout), wts.dtype)
+            conv_into(padded_input(x, pads, wts.dtype, zp_in), wts, a.stride, a.dilation, acc)
+            if requant is not None:
+                requant.into(acc, ins[2], a.act, y)
+            else:
+                C.bias_activation_into(acc, ins[2], a.act)
+                if acc is not y:
+                    np.copyto(y, acc, casting="unsafe")
+            return dst
+
+        return core
+
+def _select(ctx: OpContext, implicit_n: int, explicit_n: int, has_extra: bool,
+            out_shape: bool = False) -> _Layout:
+    """The implicit or explicit padding layout of a convolution given ``n`` inputs.
+
+    ``implicit_n`` and ``explicit_n`` count the inputs each form requires. Where trailing
+    optional inputs make the counts overlap (CONV_2D with 10 inputs), the input at
+    ``implicit_n`` decides: the implicit form's BOOL layout flag, the explicit form's INT32.
+    """
+    n = len(ctx.inputs)
+    implicit = n < explicit_n or ctx.inputs[implicit_n].type == T.BOOL
+    extra = n - (implicit_n if implicit else explicit_n)
+    if extra == 2:
+        raise ctx.fail("dilation factors for width and height must be given together")
+    if extra not in (0, 1, 3):
+        raise ctx.fail(f"unsupported number of inputs {n}")
+    return _make_layout(n, implicit, has_extra, out_shape)
+
+
+@register(O.CONV_2D)
+class Conv2D(_ConvBase):
+    def layout(self, ctx: OpContext) -> _Layout:
+        return _select(ctx, 7, 10, has_extra=False)
+
+
+@register(O.GROUPED_CONV_2D)
+class GroupedConv2D(_ConvBase):
+    def layout(self, ctx: OpContext) -> _Layout:
+        return _select(ctx, 9, 12, has_extra=True)
+
+    def check_channels(self, ctx_fail, cin, fshape, a) -> None:
+        g = a.extra
+        if g is None:
+            return
+        if fshape[3] and cin and fshape[3] * g != cin:
+            raise ctx_fail(f"input depth {cin} is not {g} groups of {fshape[3]}")
+        if fshape[0] and fshape[0] % g:
+            raise ctx_fail(f"output depth {fshape[0]} is not divisible by {g} groups")
+
+    def groups(self, a: _Args, fshape: Sequence[int]) -> int:
+        return int(a.extra)
+
+
+@register(O.DEPTHWISE_CONV_2D)
+class DepthwiseConv2D(_ConvBase):
+    channel_dim = 3
+
+    def layout(self, ctx: OpContext) -> _Layout:
+        return _select(ctx, 8, 11, has_extra=True)
+
+    def filter_geometry(self, fshape):
+        return fshape[3], fshape[1], fshape[2]
+
+    def check_channels(self, ctx_fail, cin, fshape, a) -> None:
+        if fshape[0] != 1 and fshape[0] != 0:
+            raise ctx_fail(f"filter must have shape [1, h, w, depth_out], got {tuple(fshape)}")
+        m = a.extra
+        if m is not None and cin and fshape[3] and m * cin != fshape[3]:
+            raise ctx_fail(f"depth_out {fshape[3]} != {m} * depth_in {cin}")
+
+    def terms(self, fshape: Sequence[int]) -> int:
+        return int(fshape[1] * fshape[2])
+
+    def groups(self, a: _Args, fshape: Sequence[int]) -> int:
+        return int(fshape[3]) // int(a.extra)
+
+    def layout_filter(self, filt: np.ndarray) -> np.ndarray:
+        # [1, kh, kw, depth_out] -> [depth_out, kh, kw, 1]: one group per input channel.
+        return filt.transpose(3, 1, 2, 0)
+
+
+@register(O.TRANSPOSE_CONV_2D)
+class TransposeConv2D(_ConvBase):
+    transpose = True
+
+    def layout(self, ctx: OpContext) -> _Layout:
+        n = len(ctx.inputs)
+        if n == 9:
+            return _make_layout(n, True, False, out_shape=True)
+        if n == 11:
+            return _make_layout(n, False, False)
+        raise ctx.fail(f"unsupported number of inputs {n}")
+
+    def axis(self, a: _Args, dim: int, size: int, k: int) -> tuple[int, int, int] | None:
+        s = a.stride[dim]
+        if s is None:
+            return None
+        if a.pads is not None:
+            head, tail = a.pads[2:] if dim == 0 else a.pads[:2]
+            if not _known(head, tail):
+                return None
+        else:
+            if a.code is None or a.out_shape is None or a.nchw is None:
+                return None
+            requested = int(a.out_shape[(2 if a.nchw else 1) + dim])
+            head, tail = explicit_padding(requested, s, 1, k, a.code, transpose=True)
+        if head < 0:
+            raise OpError("negative padding")
+        out = transpose_conv_out_size(size, k, s, head, tail)
+        if out <= 0:
+            raise OpError(f"empty output (size {out})")
+        return head, tail, out
+
+    def weights(self, filt: np.ndarray, info: OperandInfo, a: _Args,  # type: ignore[override]
+                inp: OperandInfo | None = None) -> _Weights:
+        real = _as_real(filt, info)
+        cout, kh, kw, cin = real.shape
+        mat = real.transpose(3, 1, 2, 0).reshape(cin, kh * kw * cout)
+        return _Weights(1, kh, kw, cout, np.ascontiguousarray(mat))
+
+    def compute(self, x, wts, a, pads, out_hw):
+        return _transpose_conv(x, wts, a.stride, pads, out_hw)
+
+    def kernel_into(self, ctx: OpContext):
+        return None  # float64 scatter-add into a fresh output (see kernel)
 
     def kernel(self, ctx: OpContext):
         layout = self.layout(ctx)
@@ -636,116 +837,6 @@ class _ConvBase(OperationDef):
 
         return run
 
-    def compute(self, x: np.ndarray, wts: Any, a: _Args, pads, out_hw) -> np.ndarray:
-        return _grouped_conv(x, wts, a.stride, a.dilation, pads, out_hw)
-
-
-def _select(ctx: OpContext, implicit_n: int, explicit_n: int, has_extra: bool,
-            out_shape: bool = False) -> _Layout:
-    """The implicit or explicit padding layout of a convolution given ``n`` inputs.
-
-    ``implicit_n`` and ``explicit_n`` count the inputs each form requires. Where trailing
-    optional inputs make the counts overlap (CONV_2D with 10 inputs), the input at
-    ``implicit_n`` decides: the implicit form's BOOL layout flag, the explicit form's INT32.
-    """
-    n = len(ctx.inputs)
-    implicit = n < explicit_n or ctx.inputs[implicit_n].type == T.BOOL
-    extra = n - (implicit_n if implicit else explicit_n)
-    if extra == 2:
-        raise ctx.fail("dilation factors for width and height must be given together")
-    if extra not in (0, 1, 3):
-        raise ctx.fail(f"unsupported number of inputs {n}")
-    return _make_layout(n, implicit, has_extra, out_shape)
-
-
-@register(O.CONV_2D)
-class Conv2D(_ConvBase):
-    def layout(self, ctx: OpContext) -> _Layout:
-        return _select(ctx, 7, 10, has_extra=False)
-
-
-@register(O.GROUPED_CONV_2D)
-class GroupedConv2D(_ConvBase):
-    def layout(self, ctx: OpContext) -> _Layout:
-        return _select(ctx, 9, 12, has_extra=True)
-
-    def check_channels(self, ctx_fail, cin, fshape, a) -> None:
-        g = a.extra
-        if g is None:
-            return
-        if fshape[3] and cin and fshape[3] * g != cin:
-            raise ctx_fail(f"input depth {cin} is not {g} groups of {fshape[3]}")
-        if fshape[0] and fshape[0] % g:
-            raise ctx_fail(f"output depth {fshape[0]} is not divisible by {g} groups")
-
-    def weights(self, filt: np.ndarray, info: OperandInfo, a: _Args) -> _Weights:
-        return _prepare_weights(_as_real(filt, info), a.extra)
-
-
-@register(O.DEPTHWISE_CONV_2D)
-class DepthwiseConv2D(_ConvBase):
-    channel_dim = 3
-
-    def layout(self, ctx: OpContext) -> _Layout:
-        return _select(ctx, 8, 11, has_extra=True)
-
-    def filter_geometry(self, fshape):
-        return fshape[3], fshape[1], fshape[2]
-
-    def check_channels(self, ctx_fail, cin, fshape, a) -> None:
-        if fshape[0] != 1 and fshape[0] != 0:
-            raise ctx_fail(f"filter must have shape [1, h, w, depth_out], got {tuple(fshape)}")
-        m = a.extra
-        if m is not None and cin and fshape[3] and m * cin != fshape[3]:
-            raise ctx_fail(f"depth_out {fshape[3]} != {m} * depth_in {cin}")
-
-    def weights(self, filt: np.ndarray, info: OperandInfo, a: _Args) -> _Weights:
-        # [1, kh, kw, depth_out] -> [depth_out, kh, kw, 1]: one group per input channel.
-        real = _as_real(filt, info).transpose(3, 1, 2, 0)
-        return _prepare_weights(real, real.shape[0] // a.extra)
-
-
-@register(O.TRANSPOSE_CONV_2D)
-class TransposeConv2D(_ConvBase):
-    transpose = True
-
-    def layout(self, ctx: OpContext) -> _Layout:
-        n = len(ctx.inputs)
-        if n == 9:
-            return _make_layout(n, True, False, out_shape=True)
-        if n == 11:
-            return _make_layout(n, False, False)
-        raise ctx.fail(f"unsupported number of inputs {n}")
-
-    def axis(self, a: _Args, dim: int, size: int, k: int) -> tuple[int, int, int] | None:
-        s = a.stride[dim]
-        if s is None:
-            return None
-        if a.pads is not None:
-            head, tail = a.pads[2:] if dim == 0 else a.pads[:2]
-            if not _known(head, tail):
-                return None
-        else:
-            if a.code is None or a.out_shape is None or a.nchw is None:
-                return None
-            requested = int(a.out_shape[(2 if a.nchw else 1) + dim])
-            head, tail = explicit_padding(requested, s, 1, k, a.code, transpose=True)
-        if head < 0:
-            raise OpError("negative padding")
-        out = transpose_conv_out_size(size, k, s, head, tail)
-        if out <= 0:
-            raise OpError(f"empty output (size {out})")
-        return head, tail, out
-
-    def weights(self, filt: np.ndarray, info: OperandInfo, a: _Args) -> _Weights:
-        real = _as_real(filt, info)
-        cout, kh, kw, cin = real.shape
-        mat = real.transpose(3, 1, 2, 0).reshape(cin, kh * kw * cout)
-        return _Weights(1, kh, kw, cout, np.ascontiguousarray(mat))
-
-    def compute(self, x, wts, a, pads, out_hw):
-        return _transpose_conv(x, wts, a.stride, pads, out_hw)
-
 
 # ---- FULLY_CONNECTED --------------------------------------------------------------------------
 
@@ -784,14 +875,38 @@ class FullyConnected(OperationDef):
         return [self._infer(ctx)]
 
     def kernel(self, ctx: OpContext):
+        core = self._core(ctx)
+        return lambda ins, rt: [core(ins, None)]
+
+    def kernel_into(self, ctx: OpContext):
+        core = self._core(ctx)
+
+        def run_into(ins, outs, rt) -> None:
+            core(ins, outs[0])
+
+        return run_into
+
+    def _core(self, ctx: OpContext) -> Callable[[Sequence[Any], np.ndarray | None], np.ndarray]:
         inp, wt, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
         requant = None if inp.type in C.FLOAT_TYPES else _Requant(inp, wt, out)
+        zp_in = 0 if requant is None else inp.zero_point
+        odt = out.type.dtype
+
+        def layout(w: np.ndarray) -> tuple[np.ndarray, type]:
+            """[input_size, units] in the compute dtype, and that dtype."""
+            centred = _centred_filter(w, wt)
+            if requant is None:
+                return np.ascontiguousarray(centred.T), np.float32
+            dtype = exact_dtype(w.shape[1], _input_bound(inp),
+                                int(np.abs(centred).max(initial=0)))
+            return np.ascontiguousarray(centred.T.astype(dtype)), dtype
+
         const_w = ctx.const(1)
-        static_w = None if const_w is None else np.ascontiguousarray(_as_real(const_w, wt).T)
+        static = None if const_w is None or np.ndim(const_w) != 2 else layout(const_w)
         const_act = ctx.const(3)
         name = self.op_type.name
 
-        def run(ins, rt):
+        def core(ins: Sequence[Any], dst: np.ndarray | None) -> np.ndarray:
             act = C.activation_code(ins[3] if const_act is None else const_act)
             x, w, b = ins[0], ins[1], ins[2]
             if x.ndim < 2 or w.ndim != 2 or b.ndim != 1:
@@ -802,10 +917,27 @@ class FullyConnected(OperationDef):
             if x.size % size:
                 raise OpError(f"{name}: input of {x.size} elements is not a multiple of {size}")
             batch = x.size // size
+            if dst is None:
+                dst = np.empty((batch, units), odt)
+            elif dst.shape != (batch, units):
+                raise OpError(f"{name}: output shape {dst.shape}, computed {(batch, units)}")
             if batch == 0:
-                return [np.zeros((0, units), dtype=out.type.dtype)]
-            wm = static_w if static_w is not None else _as_real(w, wt).T
-            acc = _as_real(x.reshape(batch, size), inp) @ wm
-            return [_finish(acc, b, act, out, requant)]
+                return dst
+            wm, dtype = static if static is not None else layout(w)
+            x2 = x.reshape(batch, size)
+            if zp_in or x2.dtype != dtype:
+                xc = scratch("pad", (batch, size), dtype)
+                np.subtract(x2, dtype(zp_in), out=xc, casting="unsafe")
+                x2 = xc
+            direct = requant is None and dst.dtype == dtype and dst.flags.c_contiguous
+            acc = dst if direct else scratch("acc", (batch, units), dtype)
+            np.matmul(x2, wm, out=acc)
+            if requant is not None:
+                requant.into(acc, b, act, dst)
+            else:
+                C.bias_activation_into(acc, b, act)
+                if acc is not dst:
+                    np.copyto(dst, acc, casting="unsafe")
+            return dst
 
-        return run
+        return core

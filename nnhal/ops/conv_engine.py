@@ -1,0 +1,177 @@
+"""Numeric engines of the forward convolutions, writing into a given accumulator.
+
+Everything here works on NHWC data in one compute dtype (float32 for float models and for
+quantized models whose integer sums stay exact in float32; float64 otherwise, see
+:func:`exact_dtype`). The engines only accumulate ``sum(input * filter)``: bias, activation
+and requantisation are the caller's epilogue.
+
+Temporaries (the zero-padded input, the patch matrix of a GEMM, the per-tap product of a
+depthwise convolution) live in per-thread scratch buffers that grow to the largest size any
+kernel asked for and are then reused by every kernel on that thread. Two executions running
+at once on different threads therefore never share scratch memory, and steady-state
+executions allocate none.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Largest integer below which every float32 integer (and sum of them) is exact.
+FLOAT32_EXACT = 1 << 24
+
+
+class _Scratch(threading.local):
+    def __init__(self) -> None:
+        self.flat: dict[tuple[str, str], np.ndarray] = {}
+
+
+_SCRATCH = _Scratch()
+
+
+def scratch(slot: str, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
+    """A C-contiguous array of ``shape`` carved from this thread's buffer ``slot`` (contents
+    undefined). Different slots never overlap; a slot is only valid until its next use."""
+    dt = np.dtype(dtype)
+    size = 1
+    for d in shape:
+        size *= d
+    key = (slot, dt.str)
+    buf = _SCRATCH.flat.get(key)
+    if buf is None or buf.size < size:
+        buf = np.empty(max(size, 1), dt)
+        _SCRATCH.flat[key] = buf
+    return buf[:size].reshape(shape)
+
+
+def exact_dtype(terms: int, max_input: int, max_filter: int) -> type:
+    """float32 when a sum of ``terms`` products of integers bounded by ``max_input`` and
+    ``max_filter`` in magnitude stays below 2**24 (then every partial sum, in any order, is
+    an exactly representable integer), else float64 (exact below 2**53, which 8-bit products
+    never approach)."""
+    return np.float32 if terms * max_input * max_filter < FLOAT32_EXACT else np.float64
+
+
+def padded_input(x: np.ndarray, pads: tuple[int, int, int, int], dtype: type,
+                 zero_point: int = 0) -> np.ndarray:
+    """``x - zero_point`` in ``dtype``, zero-padded by (top, bottom, left, right).
+
+    Returns ``x`` itself when nothing is to change; otherwise a scratch array whose border
+    strips are zeroed and whose interior is written in one pass.
+    """
+    top, bottom, left, right = pads
+    if top == bottom == left == right == 0 and zero_point == 0 and x.dtype == dtype:
+        return x
+    n, h, w, c = x.shape
+    xp = scratch("pad", (n, h + top + bottom, w + left + right, c), dtype)
+    if top:
+        xp[:, :top] = 0
+    if bottom:
+        xp[:, top + h:] = 0
+    if left:
+        xp[:, top: top + h, :left] = 0
+    if right:
+        xp[:, top: top + h, left + w:] = 0
+    inner = xp[:, top: top + h, left: left + w]
+    if zero_point:
+        np.subtract(x, dtype(zero_point), out=inner, casting="unsafe")
+    else:
+        np.copyto(inner, x, casting="unsafe")
+    return xp
+
+
+@dataclass
+class ConvWeights:
+    """A filter laid out for its engine, in the compute dtype.
+
+    ``mat`` is [taps * cin, cout] for one group, [kh, kw, groups, out_per_group] when each
+    group has one input channel (depthwise), else [groups, taps * cin_group, out_per_group].
+    """
+
+    groups: int
+    kh: int
+    kw: int
+    cout: int
+    mat: np.ndarray
+    dtype: type
+
+
+def conv_weights(filt: np.ndarray, groups: int, dtype: type) -> ConvWeights:
+    """``filt`` is [depth_out, kh, kw, depth_group] (zero point already removed)."""
+    cout, kh, kw, cg = filt.shape
+    og = cout // groups
+    f = filt.astype(dtype, copy=False)
+    if groups == 1:
+        mat = f.reshape(cout, kh * kw * cg).T
+    elif cg == 1:
+        mat = f.reshape(groups, og, kh, kw).transpose(2, 3, 0, 1)
+    else:
+        mat = f.reshape(groups, og, kh * kw * cg).transpose(0, 2, 1)
+    return ConvWeights(groups, kh, kw, cout, np.ascontiguousarray(mat), dtype)
+
+
+def conv_into(xp: np.ndarray, w: ConvWeights, stride: tuple[int, int],
+              dilation: tuple[int, int], out: np.ndarray) -> None:
+    """Accumulate the convolution of the padded input ``xp`` [N, Hp, Wp, C] into ``out``
+    [N, OH, OW, depth_out] (C-contiguous, ``w.dtype``), overwriting it."""
+    n, oh, ow, cout = out.shape
+    c = xp.shape[3]
+    sh, sw = stride
+    dh, dw = dilation
+
+    def tap(i: int, j: int) -> np.ndarray:
+        return xp[:, i * dh: i * dh + (oh - 1) * sh + 1: sh,
+                  j * dw: j * dw + (ow - 1) * sw + 1: sw, :]
+
+    taps = [(i, j) for i in range(w.kh) for j in range(w.kw)]
+    g = w.groups
+    if g > 1 and c == g:
+        _depthwise_into(tap, taps, w, out)
+        return
+    m = n * oh * ow
+    if len(taps) == 1 and xp.shape[1:3] == (oh, ow) and xp.flags.c_contiguous:
+        cols = xp.reshape(m, c)  # a 1x1 stride-1 convolution: the input is the patch matrix
+    else:
+        cols = scratch("cols", (m, len(taps) * c), w.dtype)
+        view = cols.reshape(n, oh, ow, len(taps), c)
+        for t, (i, j) in enumerate(taps):
+            np.copyto(view[:, :, :, t, :], tap(i, j))
+    out2 = out.reshape(m, cout)
+    if g == 1:
+        np.matmul(cols, w.mat, out=out2)
+        return
+    cg, og = c // g, cout // g
+    grouped = cols.reshape(m, len(taps), g, cg)
+    part = scratch("group", (m, len(taps), cg), w.dtype)
+    for k in range(g):
+        np.copyto(part, grouped[:, :, k, :])
+        np.matmul(part.reshape(m, -1), w.mat[k], out=out2[:, k * og:(k + 1) * og])
+
+
+def _depthwise_into(tap, taps, w: ConvWeights, out: np.ndarray) -> None:
+    """One input channel per group: a multiply-accumulate per filter tap, in place.
+
+    Measured on MobileNet's layers this beats a strided-window einsum and a block-diagonal
+    GEMM everywhere but the smallest (14x14 and below) layers, where all are within 20%.
+    """
+    n, oh, ow, cout = out.shape
+    g = w.groups
+    og = cout // g
+    acc = out.reshape(n, oh, ow, g, og) if og > 1 else out
+    tmp = scratch("tap", acc.shape, w.dtype)
+    first = True
+    for i, j in taps:
+        src = tap(i, j)
+        if og > 1:
+            src = src[..., None]
+            wt = w.mat[i, j]
+        else:
+            wt = w.mat[i, j, :, 0]
+        if first:
+            np.multiply(src, wt, out=acc)
+            first = False
+        else:
+            np.multiply(src, wt, out=tmp)
+            np.add(acc, tmp, out=acc)

@@ -1,0 +1,366 @@
+"""kernel_into: writes into the given array what kernel() returns, leaves inputs alone, and
+(quantized) matches a float64 reference written here as an oracle, bit for bit."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
+from nnhal.ops import catalog  # noqa: F401 - registers every operation
+from nnhal.ops import common as C
+from nnhal.ops.registry import OpContext, OperandInfo, definitions
+
+T = OperandType
+O = OperationType
+CONST = OperandLifeTime.CONSTANT_COPY
+rng = np.random.default_rng(12)
+
+
+def scalar(t: OperandType, v) -> OperandInfo:
+    return OperandInfo(t, (), lifetime=CONST, value=np.asarray(v, t.dtype))
+
+
+def tensor(t: OperandType, shape, value=None, scale=0.0, zp=0, **kw) -> OperandInfo:
+    lt = CONST if value is not None else OperandLifeTime.TEMPORARY_VARIABLE
+    return OperandInfo(t, tuple(shape), scale=scale, zero_point=zp, lifetime=lt, value=value,
+                       **kw)
+
+
+def make_ctx(op: OperationType, inputs, outputs) -> OpContext:
+    ctx = OpContext(op, inputs, outputs)
+    definitions()[int(op)].validate(ctx)
+    return ctx
+
+
+def run_both(op, ctx, ins):
+    """kernel() output, and kernel_into() writing into a NaN/garbage-filled array."""
+    d = definitions()[int(op)]
+    copies = [None if a is None else np.array(a, copy=True) for a in ins]
+    ref = d.kernel(ctx)(ins, None)[0]
+    into = d.kernel_into(ctx)
+    assert into is not None
+    out = np.full(ref.shape, 7, ref.dtype) if ref.dtype.kind in "iu" else \
+        np.full(ref.shape, np.nan, ref.dtype)
+    target = out
+    assert into(ins, [out], None) is None
+    assert out is target
+    for a, b in zip(ins, copies):
+        if a is not None:
+            np.testing.assert_array_equal(a, b)  # inputs untouched
+    assert out.dtype == ref.dtype and out.shape == ref.shape
+    return ref, out
+
+
+# ---- oracle: a plain float64 grouped convolution over NHWC ----------------------------------
+
+def oracle_conv(x, f, stride, pads, groups, dilation=(1, 1)):
+    """x [N,H,W,C] float64, f [cout, kh, kw, C/groups]; pads (top, bottom, left, right)."""
+    n, h, w, c = x.shape
+    cout, kh, kw, cg = f.shape
+    top, bottom, left, right = pads
+    xp = np.zeros((n, h + top + bottom, w + left + right, c))
+    xp[:, top:top + h, left:left + w] = x
+    sh, sw = stride
+    dh, dw = dilation
+    oh = (h + top + bottom - (kh - 1) * dh - 1) // sh + 1
+    ow = (w + left + right - (kw - 1) * dw - 1) // sw + 1
+    og = cout // groups
+    y = np.zeros((n, oh, ow, cout))
+    for o in range(cout):
+        g = o // og
+        for i in range(kh):
+            for j in range(kw):
+                win = xp[:, i * dh: i * dh + (oh - 1) * sh + 1: sh,
+                         j * dw: j * dw + (ow - 1) * sw + 1: sw, g * cg:(g + 1) * cg]
+                y[..., o] += win @ f[o, i, j]
+    return y
+
+
+def oracle_requant(acc, bias, inp_scale, filt_scales, out_scale, out_zp, t, act):
+    """Integer accumulator (exact) + bias -> quantized, per-tensor or per-channel."""
+    total = np.rint(acc).astype(np.int64) + bias.astype(np.int64)
+    mults, shifts = [], []
+    for fs in np.atleast_1d(filt_scales):
+        prod = float(np.float32(inp_scale) * np.float32(fs))
+        m, s = C.quantize_multiplier(prod / float(np.float32(out_scale)))
+        mults.append(m)
+        shifts.append(s)
+    m = np.array(mults, np.int64) if len(mults) > 1 else np.int64(mults[0])
+    s = np.array(shifts, np.int64) if len(shifts) > 1 else np.int64(shifts[0])
+    r = C.multiply_by_quantized_multiplier(total, m, s) + out_zp
+    lo, hi = C.quant_activation_range(act, out_scale, out_zp, t)
+    return np.clip(r, lo, hi).astype(t.dtype)
+
+
+def conv_inputs(x_info, f_info, b_info, code, stride, act, extra=None):
+    ins = [x_info, f_info, b_info, scalar(T.INT32, code), scalar(T.INT32, stride[1]),
+           scalar(T.INT32, stride[0])]
+    if extra is not None:
+        ins.append(scalar(T.INT32, extra))
+    ins.append(scalar(T.INT32, act))
+    return ins
+
+
+def values(infos, x):
+    return [x] + [i.value for i in infos[1:]]
+
+
+def same_pads(h, w, k, s):
+    def one(size):
+        out = (size + s - 1) // s
+        need = max(0, (out - 1) * s + k - size)
+        return need // 2, need - need // 2
+    (t, b), (lft, r) = one(h), one(w)
+    return t, b, lft, r
+
+
+# ---- float32 --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("hw,cin,cout,k,s,code,act", [
+    (9, 3, 8, 3, 2, 1, C.ACT_RELU6),   # patch matrix, padding
+    (6, 8, 16, 1, 1, 2, C.ACT_NONE),   # 1x1 stride 1: input is the patch matrix
+    (7, 4, 5, 3, 1, 2, C.ACT_RELU),    # valid padding
+    (5, 4, 6, 1, 2, 1, C.ACT_RELU1),   # 1x1 stride 2
+])
+def test_conv2d_float32(hw, cin, cout, k, s, code, act):
+    x = rng.standard_normal((2, hw, hw, cin)).astype(np.float32)
+    f = rng.standard_normal((cout, k, k, cin)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    infos = conv_inputs(tensor(T.TENSOR_FLOAT32, x.shape), tensor(T.TENSOR_FLOAT32, f.shape, f),
+                        tensor(T.TENSOR_FLOAT32, b.shape, b), code, (s, s), act)
+    ctx = make_ctx(O.CONV_2D, infos, [tensor(T.TENSOR_FLOAT32, (0, 0, 0, 0))])
+    ref, out = run_both(O.CONV_2D, ctx, values(infos, x))
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, ref)
+    pads = same_pads(hw, hw, k, s) if code == 1 else (0, 0, 0, 0)
+    lo, hi = C.float_activation_bounds(act)
+    expect = np.clip(oracle_conv(x.astype(np.float64), f.astype(np.float64), (s, s), pads, 1)
+                     + b, lo, hi)
+    np.testing.assert_allclose(out, expect, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mult,s", [(1, 1), (1, 2), (2, 1)])
+def test_depthwise_float32(mult, s):
+    c = 6
+    x = rng.standard_normal((1, 10, 9, c)).astype(np.float32)
+    f = rng.standard_normal((1, 3, 3, c * mult)).astype(np.float32)
+    b = rng.standard_normal(c * mult).astype(np.float32)
+    infos = conv_inputs(tensor(T.TENSOR_FLOAT32, x.shape), tensor(T.TENSOR_FLOAT32, f.shape, f),
+                        tensor(T.TENSOR_FLOAT32, b.shape, b), 1, (s, s), C.ACT_RELU6, mult)
+    ctx = make_ctx(O.DEPTHWISE_CONV_2D, infos, [tensor(T.TENSOR_FLOAT32, (0, 0, 0, 0))])
+    ref, out = run_both(O.DEPTHWISE_CONV_2D, ctx, values(infos, x))
+    np.testing.assert_array_equal(out, ref)
+    # depthwise = grouped with one input channel per group: filter [c*mult, 3, 3, 1]
+    fo = f.reshape(3, 3, c * mult).transpose(2, 0, 1)[..., None].astype(np.float64)
+    expect = np.clip(oracle_conv(x.astype(np.float64), fo, (s, s),
+                                 same_pads(10, 9, 3, s), c) + b, 0, 6)
+    np.testing.assert_allclose(out, expect, rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_conv_float32_and_nchw():
+    g, cg, og = 3, 2, 4
+    x = rng.standard_normal((1, 6, 7, g * cg)).astype(np.float32)
+    f = rng.standard_normal((g * og, 3, 3, cg)).astype(np.float32)
+    b = rng.standard_normal(g * og).astype(np.float32)
+    for nchw in (False, True):
+        xin = x.transpose(0, 3, 1, 2).copy() if nchw else x
+        infos = conv_inputs(tensor(T.TENSOR_FLOAT32, xin.shape),
+                            tensor(T.TENSOR_FLOAT32, f.shape, f),
+                            tensor(T.TENSOR_FLOAT32, b.shape, b), 1, (1, 2), C.ACT_NONE, g)
+        infos.append(scalar(T.BOOL, nchw))
+        ctx = make_ctx(O.GROUPED_CONV_2D, infos, [tensor(T.TENSOR_FLOAT32, (0, 0, 0, 0))])
+        ref, out = run_both(O.GROUPED_CONV_2D, ctx, values(infos, xin))
+        np.testing.assert_array_equal(out, ref)
+        top, bottom = same_pads(6, 7, 3, 1)[:2]
+        left, right = same_pads(6, 7, 3, 2)[2:]
+        expect = oracle_conv(x.astype(np.float64), f.astype(np.float64), (1, 2),
+                             (top, bottom, left, right), g) + b
+        if nchw:
+            expect = expect.transpose(0, 3, 1, 2)
+        np.testing.assert_allclose(out, expect, rtol=1e-5, atol=1e-5)
+
+
+def test_conv2d_float16_rounds_once():
+    x = rng.standard_normal((1, 5, 5, 3)).astype(np.float16)
+    f = rng.standard_normal((4, 3, 3, 3)).astype(np.float16)
+    b = rng.standard_normal(4).astype(np.float16)
+    infos = conv_inputs(tensor(T.TENSOR_FLOAT16, x.shape), tensor(T.TENSOR_FLOAT16, f.shape, f),
+                        tensor(T.TENSOR_FLOAT16, b.shape, b), 1, (1, 1), C.ACT_NONE)
+    ctx = make_ctx(O.CONV_2D, infos, [tensor(T.TENSOR_FLOAT16, (0, 0, 0, 0))])
+    ref, out = run_both(O.CONV_2D, ctx, values(infos, x))
+    assert out.dtype == np.float16
+    np.testing.assert_array_equal(out, ref)
+    expect = oracle_conv(x.astype(np.float64), f.astype(np.float64), (1, 1), (1, 1, 1, 1), 1)
+    np.testing.assert_allclose(out, (expect + b).astype(np.float16), rtol=2e-3, atol=2e-3)
+
+
+def test_fully_connected_float32():
+    x = rng.standard_normal((3, 2, 5)).astype(np.float32)
+    w = rng.standard_normal((7, 10)).astype(np.float32)
+    b = rng.standard_normal(7).astype(np.float32)
+    infos = [tensor(T.TENSOR_FLOAT32, x.shape), tensor(T.TENSOR_FLOAT32, w.shape, w),
+             tensor(T.TENSOR_FLOAT32, b.shape, b), scalar(T.INT32, C.ACT_RELU)]
+    ctx = make_ctx(O.FULLY_CONNECTED, infos, [tensor(T.TENSOR_FLOAT32, (0, 0))])
+    ref, out = run_both(O.FULLY_CONNECTED, ctx, values(infos, x))
+    np.testing.assert_array_equal(out, ref)
+    expect = np.maximum(x.reshape(3, 10).astype(np.float64) @ w.T.astype(np.float64) + b, 0)
+    np.testing.assert_allclose(out, expect, rtol=1e-5, atol=1e-5)
+
+
+def test_into_rejects_a_wrong_output_shape():
+    x = rng.standard_normal((1, 4, 4, 2)).astype(np.float32)
+    f = rng.standard_normal((3, 1, 1, 2)).astype(np.float32)
+    b = np.zeros(3, np.float32)
+    infos = conv_inputs(tensor(T.TENSOR_FLOAT32, x.shape), tensor(T.TENSOR_FLOAT32, f.shape, f),
+                        tensor(T.TENSOR_FLOAT32, b.shape, b), 2, (1, 1), 0)
+    ctx = make_ctx(O.CONV_2D, infos, [tensor(T.TENSOR_FLOAT32, (1, 4, 4, 3))])
+    into = definitions()[int(O.CONV_2D)].kernel_into(ctx)
+    from nnhal.ops.registry import OpError
+    with pytest.raises(OpError):
+        into(values(infos, x), [np.empty((1, 4, 4, 2), np.float32)], None)
+
+
+def test_concurrent_threads_do_not_share_scratch():
+    x = [rng.standard_normal((1, 12, 12, 4)).astype(np.float32) for _ in range(2)]
+    f = rng.standard_normal((1, 3, 3, 4)).astype(np.float32)
+    b = np.zeros(4, np.float32)
+    infos = conv_inputs(tensor(T.TENSOR_FLOAT32, x[0].shape),
+                        tensor(T.TENSOR_FLOAT32, f.shape, f),
+                        tensor(T.TENSOR_FLOAT32, b.shape, b), 1, (1, 1), 0, 1)
+    ctx = make_ctx(O.DEPTHWISE_CONV_2D, infos, [tensor(T.TENSOR_FLOAT32, (0, 0, 0, 0))])
+    kern = definitions()[int(O.DEPTHWISE_CONV_2D)].kernel(ctx)
+    expect = [kern(values(infos, xi), None)[0] for xi in x]
+    bad = []
+
+    def worker(k):
+        for _ in range(200):
+            r = kern(values(infos, x[k]), None)[0]
+            if not np.array_equal(r, expect[k]):
+                bad.append(k)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad
+
+
+# ---- quantized: bit-exact against the oracle ------------------------------------------------
+
+def _q(t, shape, lo=None, hi=None):
+    info = np.iinfo(t.dtype)
+    return rng.integers(info.min if lo is None else lo, (info.max if hi is None else hi) + 1,
+                        shape).astype(t.dtype)
+
+
+@pytest.mark.parametrize("t,per_channel", [(T.TENSOR_QUANT8_ASYMM, False),
+                                           (T.TENSOR_QUANT8_ASYMM_SIGNED, True),
+                                           (T.TENSOR_QUANT8_ASYMM, True)])
+@pytest.mark.parametrize("op", [O.CONV_2D, O.DEPTHWISE_CONV_2D])
+def test_quant_conv_bit_exact(t, per_channel, op):
+    cin, k, s = 5, 3, 2
+    cout = cin if op == O.DEPTHWISE_CONV_2D else 6
+    x = _q(t, (2, 9, 8, cin))
+    zx = 3 if t == T.TENSOR_QUANT8_ASYMM_SIGNED else 131
+    sx, so, zo = 0.05, 0.3, (5 if t == T.TENSOR_QUANT8_ASYMM_SIGNED else 120)
+    fshape = (1, k, k, cout) if op == O.DEPTHWISE_CONV_2D else (cout, k, k, cin)
+    cdim = 3 if op == O.DEPTHWISE_CONV_2D else 0
+    if per_channel:
+        f = _q(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, fshape, -127, 127)
+        fscales = rng.uniform(0.01, 0.04, cout).astype(np.float32)
+        f_info = tensor(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, fshape, f, channel_scales=fscales,
+                        channel_dim=cdim)
+        fz, fsc = 0, fscales
+        bscale = 0.0
+    else:
+        f = _q(t, fshape)
+        fz, fsc = 100, 0.02
+        f_info = tensor(t, fshape, f, scale=fsc, zp=fz)
+        bscale = float(np.float32(sx) * np.float32(fsc))
+    b = rng.integers(-3000, 3000, cout).astype(np.int32)
+    infos = conv_inputs(tensor(t, x.shape, scale=sx, zp=zx), f_info,
+                        tensor(T.TENSOR_INT32, (cout,), b, scale=bscale), 1, (s, s),
+                        C.ACT_RELU6, 1 if op == O.DEPTHWISE_CONV_2D else None)
+    ctx = make_ctx(op, infos, [tensor(t, (0, 0, 0, 0), scale=so, zp=zo)])
+    ref, out = run_both(op, ctx, values(infos, x))
+    np.testing.assert_array_equal(out, ref)
+    fr = f.astype(np.float64) - fz
+    if op == O.DEPTHWISE_CONV_2D:
+        fr = fr.reshape(k, k, cout).transpose(2, 0, 1)[..., None]
+    acc = oracle_conv(x.astype(np.float64) - zx, fr, (s, s), same_pads(9, 8, k, s),
+                      cin if op == O.DEPTHWISE_CONV_2D else 1)
+    np.testing.assert_array_equal(out, oracle_requant(acc, b, sx, fsc, so, zo, t,
+                                                      C.ACT_RELU6))
+
+
+@pytest.mark.parametrize("size", [16, 4096])  # 4096 terms of 255*255 need float64 sums
+def test_quant_fully_connected_bit_exact(size):
+    t = T.TENSOR_QUANT8_ASYMM
+    x = _q(t, (3, size))
+    w = np.where(rng.random((4, size)) < 0.5, 0, 255).astype(np.uint8)
+    x[:] = np.where(rng.random(x.shape) < 0.5, 0, 255)
+    zx, zw, sx, sw, so, zo = 128, 127, 0.5, 0.5, 4000.0, 128
+    b = rng.integers(-1000, 1000, 4).astype(np.int32)
+    bscale = float(np.float32(sx) * np.float32(sw))
+    infos = [tensor(t, x.shape, scale=sx, zp=zx), tensor(t, w.shape, w, scale=sw, zp=zw),
+             tensor(T.TENSOR_INT32, (4,), b, scale=bscale), scalar(T.INT32, C.ACT_NONE)]
+    ctx = make_ctx(O.FULLY_CONNECTED, infos, [tensor(t, (0, 0), scale=so, zp=zo)])
+    ref, out = run_both(O.FULLY_CONNECTED, ctx, values(infos, x))
+    np.testing.assert_array_equal(out, ref)
+    acc = (x.astype(np.float64) - zx) @ (w.astype(np.float64) - zw).T
+    np.testing.assert_array_equal(out, oracle_requant(acc, b, sx, sw, so, zo, t, C.ACT_NONE))
+
+
+@pytest.mark.parametrize("size", [64, 4096])
+def test_quant_fully_connected_large_sums_stay_exact(size):
+    """Sums of odd products beyond 2**24 (where float32 spacing exceeds 1): the bias cancels
+    the exact sum and the output scale equals the accumulator's, so any rounding of the sum
+    shows up in the output."""
+    t = T.TENSOR_QUANT8_ASYMM
+    x = np.where(rng.random((1, size)) < 0.9, 255, 0).astype(np.uint8)
+    w = np.where(rng.random((4, size)) < 0.9, 0, 254).astype(np.uint8)
+    zx, zw, sx, sw = 128, 127, 0.5, 0.25
+    exact = (x.astype(np.int64) - zx) @ (w.astype(np.int64) - zw).T  # [1, 4]
+    offsets = np.array([-40, -3, 0, 57])
+    b = (offsets - exact[0]).astype(np.int32)
+    so = float(np.float32(sx) * np.float32(sw))
+    infos = [tensor(t, x.shape, scale=sx, zp=zx), tensor(t, w.shape, w, scale=sw, zp=zw),
+             tensor(T.TENSOR_INT32, (4,), b, scale=so), scalar(T.INT32, C.ACT_NONE)]
+    ctx = make_ctx(O.FULLY_CONNECTED, infos, [tensor(t, (0, 0), scale=so, zp=128)])
+    ref, out = run_both(O.FULLY_CONNECTED, ctx, values(infos, x))
+    np.testing.assert_array_equal(out, ref)
+    np.testing.assert_array_equal(out[0].astype(np.int64), 128 + offsets)
+
+
+# ---- element-wise float32 ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", [O.ADD, O.SUB, O.MUL, O.DIV])
+@pytest.mark.parametrize("act", [C.ACT_NONE, C.ACT_RELU, C.ACT_RELU6])
+def test_binary_float32(op, act):
+    a = rng.standard_normal((2, 3, 4)).astype(np.float32) * 4
+    b = rng.standard_normal((3, 1)).astype(np.float32) * 4
+    infos = [tensor(T.TENSOR_FLOAT32, a.shape), tensor(T.TENSOR_FLOAT32, b.shape),
+             scalar(T.INT32, act)]
+    ctx = make_ctx(op, infos, [tensor(T.TENSOR_FLOAT32, (2, 3, 4))])
+    ref, out = run_both(op, ctx, [a, b, infos[2].value])
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_binary_into_only_for_float32():
+    infos = [tensor(T.TENSOR_INT32, (2,)), tensor(T.TENSOR_INT32, (2,)), scalar(T.INT32, 0)]
+    ctx = make_ctx(O.ADD, infos, [tensor(T.TENSOR_INT32, (2,))])
+    assert definitions()[int(O.ADD)].kernel_into(ctx) is None
+
+
+@pytest.mark.parametrize("op", [O.RELU, O.RELU1, O.RELU6])
+def test_relu_float32(op):
+    x = (rng.standard_normal((2, 5, 3)) * 5).astype(np.float32)
+    x[0, 0, 0] = np.nan
+    infos = [tensor(T.TENSOR_FLOAT32, x.shape)]
+    ctx = make_ctx(op, infos, [tensor(T.TENSOR_FLOAT32, x.shape)])
+    ref, out = run_both(op, ctx, [x])
+    np.testing.assert_array_equal(out, ref)
