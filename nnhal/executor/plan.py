@@ -255,7 +255,7 @@ def _store(step: Step, outs: Sequence[object], slots: list[object]) -> None:
         out = np.asarray(out)
         if out.dtype != dtype:
             out = out.astype(dtype)
-        if declared is not None and not _fits(out.shape, declared):
+        if declared is not None and out.shape != declared and not _fits(out.shape, declared):
             raise ExecutionError(
                 ErrorStatus.GENERAL_FAILURE,
                 f"{step.op_type.name}: output operand {idx} has shape {out.shape}, "

@@ -21,6 +21,7 @@ from nnhal.drivers.common.tokens import TokenRegistry
 from nnhal.drivers.reference.burst import ReferenceBurst
 from nnhal.drivers.reference.execution import ReferenceExecution
 from nnhal.executor import ExecutionError, ModelPlan, RunState, run_request
+from nnhal.executor.run import RequestPlan
 from nnhal.hal.checks import check_execution_args
 from nnhal.hal.interfaces import IExecutionCallback, IPreparedModel
 from nnhal.hal.request_pool import RequestBuffer, RequestPool
@@ -29,12 +30,13 @@ from nnhal.hal.types import (
     NO_TIMING,
     ErrorStatus,
     MeasureTiming,
+    MemoryPool,
     Priority,
     Request,
     Subgraph,
     Timing,
 )
-from nnhal.memory import shrunk_memory
+from nnhal.memory import SharedMemory, shrunk_memory
 from nnhal.ops.registry import OpError
 
 
@@ -79,18 +81,30 @@ class ReferencePreparedModel(IPreparedModel):
                              measure, loop_timeout, fenced=fenced)
 
     # ---- the run itself -------------------------------------------------------------------
+    def request_plan(self, request: Request, pools: Sequence[RequestPool]) -> RequestPlan:
+        """A validated request bound to this model's plan, for runs of it again and again."""
+        mems = (p.hidl_memory if isinstance(p, MemoryPool) else p for p in request.pools)
+        return RequestPlan(self.plan, request, pools,
+                           [m for m in mems if isinstance(m, SharedMemory)])
+
     def run(self, request: Request, pools: Sequence[RequestPool], measure: MeasureTiming,
-            deadline: int | None, loop_timeout: int | None, started_ns: int) -> Result:
-        """Run a validated request; never raises."""
+            deadline: int | None, loop_timeout: int | None, started_ns: int,
+            prepared: RequestPlan | None = None) -> Result:
+        """Run a validated request (bound in ``prepared`` when given); never raises."""
         rt = RunState(deadline, LOOP_TIMEOUT_DEFAULT_NS if loop_timeout is None
                       else loop_timeout)
         device_start = time.monotonic_ns()
         try:
-            rt.check_deadline()
-            why = shrunk_memory(request.pools)  # a client shrank a memory: it would fault
+            if deadline is not None:
+                rt.check_deadline()
+            # A client shrank a memory: touching it would fault.
+            why = shrunk_memory(request.pools if prepared is None else prepared.memories)
             if why is not None:
                 raise ExecutionError(ErrorStatus.INVALID_ARGUMENT, why)
-            status, shapes = run_request(self.plan, request, pools, rt)
+            if prepared is None:
+                status, shapes = run_request(self.plan, request, pools, rt)
+            else:
+                status, shapes = prepared.run(rt)
         except ExecutionError as e:  # failures fall through: driver buffers must see them
             self.device.log(f"execution failed: {e}")
             status, shapes = e.status, []
@@ -100,9 +114,10 @@ class ReferencePreparedModel(IPreparedModel):
         except Exception as e:  # noqa: BLE001 - the driver boundary: never raise
             self.device.log(f"execution failed: {type(e).__name__}: {e}")
             status, shapes = ErrorStatus.GENERAL_FAILURE, []
-        for pool in pools:
-            if not isinstance(pool, np.ndarray):
-                pool.after_execution(self, request, status)
+        if prepared is None or prepared.buffers:
+            for pool in pools:
+                if not isinstance(pool, np.ndarray):
+                    pool.after_execution(self, request, status)
         if status != ErrorStatus.NONE or measure != MeasureTiming.YES:
             return status, shapes, NO_TIMING
         end = time.monotonic_ns()
