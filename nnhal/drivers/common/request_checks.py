@@ -86,3 +86,48 @@ def snapshot_request(request: Request) -> Request:
 
     return Request([arg(a) for a in request.inputs], [arg(a) for a in request.outputs],
                    list(request.pools))
+
+
+def request_key(request: Request) -> tuple[object, ...]:
+    """The values of a request's arguments (hasNoValue, location, dimensions) as a hashable
+    tuple: two requests with equal keys and the same pools validate alike. Call it only on a
+    request whose fields have passed :func:`~nnhal.hal.checks.check_execution_args`."""
+    return (tuple((a.has_no_value, a.location.pool_index, a.location.offset, a.location.length,
+                   tuple(a.dimensions)) for a in request.inputs),
+            tuple((a.has_no_value, a.location.pool_index, a.location.offset, a.location.length,
+                   tuple(a.dimensions)) for a in request.outputs))
+
+
+class BoundRequests:
+    """A few requests recently bound for running (whatever the caller binds), found again by
+    the values of their arguments and the identity of their resolved pools.
+
+    An entry keeps its resolved pools (the mapped arrays) referenced, so the identity compared
+    is never that of a recycled object; at most ``cap`` entries live (the oldest go first).
+    Safe from several threads: an entry is never changed once stored.
+    """
+
+    def __init__(self, cap: int = 4):
+        self._entries: dict[tuple[object, ...], tuple[list[RequestPool], object]] = {}
+        self._cap = cap
+
+    def get(self, key: tuple[object, ...], pools: list[RequestPool]) -> object | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        held, bound = entry
+        if len(held) != len(pools):
+            return None
+        for a, b in zip(held, pools):
+            if a is not b:
+                return None
+        return bound
+
+    def put(self, key: tuple[object, ...], pools: list[RequestPool], bound: object) -> None:
+        entries = self._entries
+        while len(entries) >= self._cap:
+            try:
+                del entries[next(iter(entries))]
+            except (StopIteration, KeyError, RuntimeError):  # another thread got there first
+                break
+        entries[key] = (list(pools), bound)

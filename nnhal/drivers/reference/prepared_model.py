@@ -15,7 +15,14 @@ import numpy as np
 
 from nnhal.drivers.common.callbacks import notify_execution as _notify
 from nnhal.drivers.common.fenced import FencedResult, execute_fenced
-from nnhal.drivers.common.request_checks import Resolver, check_request, resolve_pools
+from nnhal.drivers.common.request_checks import (
+    BoundRequests,
+    Resolver,
+    check_request,
+    request_key,
+    resolve_pools,
+    snapshot_request,
+)
 from nnhal.drivers.common.runs import Result
 from nnhal.drivers.common.tokens import TokenRegistry
 from nnhal.drivers.reference.burst import ReferenceBurst
@@ -61,6 +68,8 @@ class ReferencePreparedModel(IPreparedModel):
         self.device = device
         self.plan = plan
         self.priority = priority
+        #: Requests recently bound to the plan (see :meth:`bind`).
+        self._bound = BoundRequests()
 
     # ---- request checking (shared by every execution path) --------------------------------
     @property
@@ -82,10 +91,32 @@ class ReferencePreparedModel(IPreparedModel):
 
     # ---- the run itself -------------------------------------------------------------------
     def request_plan(self, request: Request, pools: Sequence[RequestPool]) -> RequestPlan:
-        """A validated request bound to this model's plan, for runs of it again and again."""
+        """A validated request bound to this model's plan, for runs of it again and again
+        (``request`` must not change afterwards: pass a snapshot)."""
         mems = (p.hidl_memory if isinstance(p, MemoryPool) else p for p in request.pools)
         return RequestPlan(self.plan, request, pools,
                            [m for m in mems if isinstance(m, SharedMemory)])
+
+    def bound(self, key: tuple[object, ...], pools: list[RequestPool]) -> RequestPlan | None:
+        """The request validated and bound earlier with argument values ``key`` (see
+        :func:`request_key`) and these very pools; None if there is none."""
+        return self._bound.get(key, pools)  # type: ignore[return-value]
+
+    def bind(self, request: Request, pools: list[RequestPool],
+             key: tuple[object, ...] | None = None) -> RequestPlan | None:
+        """A *validated* request bound to the plan, found again or made (from a snapshot of
+        the request) and kept for the next identical request; None when a pool is a driver
+        buffer (such requests take the generic way)."""
+        for pool in pools:
+            if not isinstance(pool, np.ndarray):
+                return None
+        if key is None:
+            key = request_key(request)
+        found = self._bound.get(key, pools)
+        if found is None:
+            found = self.request_plan(snapshot_request(request), pools)
+            self._bound.put(key, pools, found)
+        return found  # type: ignore[return-value]
 
     def run(self, request: Request, pools: Sequence[RequestPool], measure: MeasureTiming,
             deadline: int | None, loop_timeout: int | None, started_ns: int,
@@ -136,11 +167,12 @@ class ReferencePreparedModel(IPreparedModel):
         try:
             check_execution_args(request, measure, deadline, loop_timeout)
             pools = self.check_request(request, measure, loop_timeout)
+            prepared = self.bind(request, pools)
         except Exception as e:  # noqa: BLE001 - any malformed request is INVALID_ARGUMENT
             return self._invalid(e)
         if deadline is not None and started > deadline:
             return ErrorStatus.MISSED_DEADLINE_PERSISTENT, [], NO_TIMING
-        return self.run(request, pools, measure, deadline, loop_timeout, started)
+        return self.run(request, pools, measure, deadline, loop_timeout, started, prepared)
 
     def execute(self, request: Request, measure: MeasureTiming, deadline: int | None,
                 loop_timeout: int | None, callback: IExecutionCallback) -> ErrorStatus:
