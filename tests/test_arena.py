@@ -365,3 +365,142 @@ def test_concurrent_driver_executions(into_log):
         assert not into_log.violations
     finally:
         device.close()
+
+
+# ---- request plans: direct outputs, cached validation ----------------------------------------
+
+@pytest.fixture
+def device():
+    from nnhal.drivers.reference import ReferenceDevice
+
+    dev = ReferenceDevice()
+    yield dev
+    dev.close()
+
+
+def _prepare(device, model):
+    from nnhal.hal.interfaces import PreparedModelCallback
+    from nnhal.hal.types import ExecutionPreference, Priority
+
+    cb = PreparedModelCallback()
+    device.prepare_model(model, ExecutionPreference.SUSTAINED_SPEED, Priority.MEDIUM, None,
+                         [], [], b"", cb)
+    status, pm = cb.wait(60)
+    assert status == ErrorStatus.NONE
+    return pm
+
+
+def test_reusable_execution_writes_outputs_straight_into_the_pool(into_log, device):
+    pm = _prepare(device, _chain_model(4))
+    x, y = _inputs(30)
+    rb = RequestBuilder([x, y], [x.nbytes])
+    try:
+        status, execution = pm.create_reusable_execution(rb.request)
+        assert status == ErrorStatus.NONE
+        assert execution._prepared.given  # the last ADD writes into the output pool
+        for seed in (31, 32):
+            x, y = _inputs(seed)
+            loc0, loc1 = rb.request.inputs[0].location, rb.request.inputs[1].location
+            rb.input_memory.write(loc0.offset, x.tobytes())
+            rb.input_memory.write(loc1.offset, y.tobytes())
+            status, shapes, _ = execution.compute()
+            assert status == ErrorStatus.NONE and shapes[0].dimensions == list(DIMS)
+            np.testing.assert_allclose(rb.output(0, np.float32, DIMS),
+                                       _chain_expected(x, y, 4), rtol=1e-6)
+        assert not into_log.violations
+    finally:
+        rb.close()
+
+
+def test_an_output_overlapping_an_input_is_not_written_directly(into_log, device):
+    from nnhal.hal.types import DataLocation, Request, RequestArgument
+    from nnhal.memory import SharedMemory
+
+    pm = _prepare(device, _chain_model(4))
+    x, y = _inputs(40)
+    mem = SharedMemory.ashmem(128)
+    other = SharedMemory.mmap_fd(mem.fd, 128)  # the same bytes through a second memory
+    try:
+        mem.write(0, x.tobytes())
+        mem.write(64, y.tobytes())
+        for pools, out_pool in (([mem], 0), ([mem, other], 1)):
+            request = Request(inputs=[RequestArgument(False, DataLocation(0, 0, 24), []),
+                                      RequestArgument(False, DataLocation(0, 64, 24), [])],
+                              outputs=[RequestArgument(False, DataLocation(out_pool, 64, 24),
+                                                       [])],
+                              pools=pools)
+            mem.write(64, y.tobytes())
+            status, execution = pm.create_reusable_execution(request)
+            assert status == ErrorStatus.NONE
+            assert not execution._prepared.given  # y's bytes: written after the run only
+            assert execution.compute()[0] == ErrorStatus.NONE
+            got = np.frombuffer(mem.read(64, 24), np.float32).reshape(DIMS)
+            np.testing.assert_allclose(got, _chain_expected(x, y, 4), rtol=1e-6)
+        assert not into_log.violations
+    finally:
+        other.close()
+        mem.close()
+
+
+def test_burst_cached_validation_sees_changed_values(device):
+    from nnhal.hal.types import DataLocation
+
+    pm = _prepare(device, _chain_model(2))
+    x, y = _inputs(50)
+    rb = RequestBuilder([x, y], [x.nbytes])
+    try:
+        _, burst = pm.configure_execution_burst()
+        holds = [burst.cache_memory(m) for m in rb.request.pools]
+        req = rb.request
+        assert burst.execute(req)[0] == ErrorStatus.NONE
+        assert burst.execute(req)[0] == ErrorStatus.NONE  # validated once, then found again
+        good = req.outputs[0].location
+        req.outputs[0].location = DataLocation(1, 0, 10_000)  # beyond the pool now
+        assert burst.execute(req)[0] == ErrorStatus.INVALID_ARGUMENT
+        req.outputs[0].location = good
+        req.inputs[0].dimensions = [3, 2]  # disagrees with the model
+        assert burst.execute(req)[0] == ErrorStatus.INVALID_ARGUMENT
+        req.inputs[0].dimensions = []
+        assert burst.execute(req, loop_timeout=10**18)[0] == ErrorStatus.INVALID_ARGUMENT
+        small = RequestBuilder([x], [4])  # the same argument values over other memories
+        try:
+            req.pools = [rb.input_memory, small.output_memory]
+            assert burst.execute(req)[0] == ErrorStatus.INVALID_ARGUMENT
+        finally:
+            req.pools = [rb.input_memory, rb.output_memory]
+            small.close()
+        assert burst.execute(req)[0] == ErrorStatus.NONE
+        np.testing.assert_allclose(rb.output(0, np.float32, DIMS), _chain_expected(x, y, 2),
+                                   rtol=1e-6)
+        del holds
+    finally:
+        rb.close()
+
+
+def test_arena_memory_is_touched_once_and_reused(into_log):
+    import resource
+
+    b = ModelBuilder()  # 64 KiB temporaries: fresh allocations would fault each time
+    dims = (128, 128)
+    xi = b.input(T.TENSOR_FLOAT32, dims)
+    yi = b.input(T.TENSOR_FLOAT32, dims)
+    act = b.scalar(T.INT32, 0)
+    cur = xi
+    for k in range(4):
+        nxt = b.output(T.TENSOR_FLOAT32, dims) if k == 3 else b.operand(T.TENSOR_FLOAT32, dims)
+        b.operation(O.ADD, [cur, yi, act], [nxt])
+        cur = nxt
+    plan = ModelPlan(analyse(b.build()))
+    assert plan.main.arena_pool is not None
+    assert len(plan.main.arena_pool.layout.slots) == 3
+    x, y = _inputs(60)[0].reshape(-1)[0], np.float32(0.5)
+    for _ in range(5):
+        plan.run([np.full(dims, x, np.float32), np.full(dims, y, np.float32)], RunState())
+    assert plan.main.arena_pool.created == 1
+    arena = plan.main.arena_pool.take()
+    plan.main.arena_pool.give(arena)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    views = list(arena.views.values())
+    for v in views:  # the arena's pages are all there already
+        v[...] = 1.0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 4

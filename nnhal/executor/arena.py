@@ -75,7 +75,8 @@ class Arena:
     __slots__ = ("buffer", "views", "step_outs")
 
     def __init__(self, layout: ArenaLayout):
-        raw = np.zeros(layout.total + ALIGNMENT, dtype=np.uint8)  # zeros: pages touched now
+        raw = np.empty(layout.total + ALIGNMENT, dtype=np.uint8)
+        raw.fill(0)  # every page touched now, not at each execution's first write
         skip = (-raw.ctypes.data) % ALIGNMENT
         self.buffer = raw[skip:skip + layout.total]
         self.views: dict[int, np.ndarray] = {}
