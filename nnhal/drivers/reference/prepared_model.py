@@ -90,12 +90,17 @@ class ReferencePreparedModel(IPreparedModel):
                              measure, loop_timeout, fenced=fenced)
 
     # ---- the run itself -------------------------------------------------------------------
-    def request_plan(self, request: Request, pools: Sequence[RequestPool]) -> RequestPlan:
+    def request_plan(self, request: Request, pools: Sequence[RequestPool]
+                     ) -> RequestPlan | None:
         """A validated request bound to this model's plan, for runs of it again and again
         (``request`` must not change afterwards: pass a snapshot)."""
         mems = (p.hidl_memory if isinstance(p, MemoryPool) else p for p in request.pools)
-        return RequestPlan(self.plan, request, pools,
-                           [m for m in mems if isinstance(m, SharedMemory)])
+        try:
+            return RequestPlan(self.plan, request, pools,
+                               [m for m in mems if isinstance(m, SharedMemory)])
+        except Exception as e:  # noqa: BLE001 - runs of it take the generic way, which reports
+            self.device.log(f"request not bound: {type(e).__name__}: {e}")
+            return None
 
     def bound(self, key: tuple[object, ...], pools: list[RequestPool]) -> RequestPlan | None:
         """The request validated and bound earlier with argument values ``key`` (see
@@ -115,7 +120,8 @@ class ReferencePreparedModel(IPreparedModel):
         found = self._bound.get(key, pools)
         if found is None:
             found = self.request_plan(snapshot_request(request), pools)
-            self._bound.put(key, pools, found)
+            if found is not None:
+                self._bound.put(key, pools, found)
         return found  # type: ignore[return-value]
 
     def run(self, request: Request, pools: Sequence[RequestPool], measure: MeasureTiming,
@@ -182,6 +188,7 @@ class ReferencePreparedModel(IPreparedModel):
         try:
             check_execution_args(request, measure, deadline, loop_timeout)
             pools = self.check_request(request, measure, loop_timeout)
+            prepared = self.bind(request, pools)
         except Exception as e:  # noqa: BLE001
             self._invalid(e)
             _notify(callback, ErrorStatus.INVALID_ARGUMENT, [], NO_TIMING)
@@ -193,7 +200,7 @@ class ReferencePreparedModel(IPreparedModel):
 
         def task() -> None:
             status, shapes, timing = self.run(request, pools, measure, deadline, loop_timeout,
-                                              started)
+                                              started, prepared)
             _notify(callback, status, shapes, timing)
 
         try:
