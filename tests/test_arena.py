@@ -504,3 +504,46 @@ def test_arena_memory_is_touched_once_and_reused(into_log):
     for v in views:  # the arena's pages are all there already
         v[...] = 1.0
     assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 4
+
+
+@st.composite
+def _requests(draw):
+    """A valid request for the model below with up to three fields changed."""
+    from nnhal.hal.types import DataLocation, Request, RequestArgument
+
+    fields = [[False, 0, 0, 24, []], [False, 0, 32, 24, []], [False, 1, 0, 24, []]]
+    sizes = [128, 128]
+    for _ in range(draw(st.integers(0, 3))):
+        k = draw(st.integers(0, 3))
+        if k == 3:
+            sizes[draw(st.integers(0, 1))] = draw(st.sampled_from([-1, 0, 24, 40, 56]))
+            continue
+        f = draw(st.integers(0, 4))
+        fields[k][f] = draw([st.booleans(), st.integers(0, 2), st.sampled_from([0, 8, 100, 110]),
+                             st.sampled_from([0, 4, 23, 64]),
+                             st.sampled_from([list(DIMS), [3, 2], [2, 3, 1], [2, 0], [0, 3]])][f])
+    args = [RequestArgument(h, DataLocation(p, o, n), d) for h, p, o, n, d in fields]
+    return Request(args[:2], args[2:], []), sizes
+
+
+@given(_requests(), st.sampled_from([(2, 3), (2, 0)]))
+@settings(max_examples=400, deadline=None)
+def test_the_quick_request_check_accepts_only_what_validation_accepts(case, out_dims):
+    from nnhal.drivers.common.request_checks import _plainly_valid, _spec_of
+    from nnhal.validation import ValidationError, validate_request
+
+    request, sizes = case
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, DIMS)
+    y = b.input(T.TENSOR_FLOAT32, DIMS)
+    act = b.scalar(T.INT32, 0)
+    out = b.output(T.TENSOR_FLOAT32, out_dims)
+    b.operation(O.ADD, [x, y, act], [out])
+    signature = b.build().main
+    if _plainly_valid(request, _spec_of(signature), sizes):
+        validate_request(request, signature, sizes)  # must not raise
+    else:
+        try:
+            validate_request(request, signature, sizes)
+        except ValidationError:
+            pass
