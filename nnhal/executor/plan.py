@@ -17,6 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from nnhal.analysis import MAX_TENSOR_BYTES, ModelGraph, SubgraphGraph
+from nnhal.executor.arena import Arena, ArenaLayout, ArenaPool, plan_offsets
 from nnhal.hal.types import (
     LOOP_TIMEOUT_DEFAULT_NS,
     ErrorStatus,
@@ -25,10 +26,11 @@ from nnhal.hal.types import (
     OperationType,
 )
 from nnhal.ops.catalog import lookup
-from nnhal.ops.registry import Kernel, OpContext, OperandInfo, OpError
+from nnhal.ops.registry import IntoKernel, Kernel, OpContext, OperandInfo, OpError
 
 _IF, _WHILE = int(OperationType.IF), int(OperationType.WHILE)
 _CONST = OperandLifeTime.CONSTANT_COPY
+_TEMP = OperandLifeTime.TEMPORARY_VARIABLE
 
 
 class ExecutionError(Exception):
@@ -60,9 +62,16 @@ OutCheck = tuple[int, np.dtype, tuple[int, ...] | None]
 
 class Step:
     """One operation bound for execution; ``kernel`` is None for IF and WHILE, which the
-    executor runs itself (``callees`` are then the subgraph indexes they reference)."""
+    executor runs itself (``callees`` are then the subgraph indexes they reference).
 
-    __slots__ = ("op_type", "kernel", "inputs", "outputs", "out_checks", "callees", "sizer")
+    A step whose operation has a kernel writing into given memory (``into``, every output of
+    fully known shape) has no ``kernel``: it is called with its output arrays, arena views for
+    planned temporaries, the request's pool views for model outputs where a request plan
+    gives them, fresh arrays otherwise (``out_specs``: dtype and shape of each output).
+    """
+
+    __slots__ = ("op_type", "kernel", "inputs", "outputs", "out_checks", "callees", "sizer",
+                 "into", "out_specs")
 
     def __init__(self, op_type: OperationType, kernel: Kernel | None, inputs: tuple[int, ...],
                  outputs: tuple[int, ...], out_checks: tuple[OutCheck, ...],
@@ -76,6 +85,19 @@ class Step:
         #: For an operation whose output size is only known at run time: checks it before the
         #: kernel allocates (see _Sizer).
         self.sizer: _Sizer | None = None
+        self.into: IntoKernel | None = None
+        self.out_specs: tuple[tuple[np.dtype, tuple[int, ...]], ...] = ()
+
+    def fresh_outs(self, views: dict[int, np.ndarray] | None,
+                   given: dict[int, np.ndarray] | None) -> list[np.ndarray]:
+        """Output arrays for an ``into`` call: arena views, given views, else new arrays."""
+        outs = []
+        for idx, (dtype, shape) in zip(self.outputs, self.out_specs):
+            arr = views.get(idx) if views else None
+            if arr is None and given:
+                arr = given.get(idx)
+            outs.append(np.empty(shape, dtype) if arr is None else arr)
+        return outs
 
 
 class _Sizer:
@@ -122,6 +144,14 @@ class SubgraphPlan:
             for info in graph.operands]
         self.steps: list[Step] = []
         self.has_control_flow = False
+        #: Arenas of this subgraph's planned temporaries (None: nothing planned).
+        self.arena_pool: ArenaPool | None = None
+        #: Per step: no prebuilt output arrays (the run without an arena).
+        self.no_outs: list[list[np.ndarray] | None] = []
+        #: Output positions whose array may refer to arena memory: copied at the end of a run.
+        self.copy_out: tuple[int, ...] = ()
+        #: Output operands an ``into`` step writes: a run may be given arrays for them.
+        self.direct_outputs: frozenset[int] = frozenset()
 
     # The graph's data under the names the compilation cache reads.
     @property
@@ -145,22 +175,62 @@ class SubgraphPlan:
         return self.graph.output_infos
 
     def run(self, inputs: Sequence[np.ndarray | None], rt: RunState,
-            plans: Sequence[SubgraphPlan] = ()) -> list[np.ndarray]:
-        """Outputs of this subgraph; ``plans`` are the referenced subgraphs' plans."""
+            plans: Sequence[SubgraphPlan] = (),
+            given: dict[int, np.ndarray] | None = None) -> list[np.ndarray]:
+        """Outputs of this subgraph; ``plans`` are the referenced subgraphs' plans. ``given``
+        maps output operands (in :attr:`direct_outputs`) to arrays their producing step
+        writes into (the request's pool views); the run returns those very arrays."""
         slots = list(self.slots_template)
         for idx, arr in zip(self.input_indexes, inputs):
             slots[idx] = arr
         if self.has_control_flow:
             return _run_frames(self, slots, rt, plans)
+        pool = self.arena_pool
+        arena = pool.take() if pool is not None else None
+        try:
+            return self._run_steps(slots, rt, arena, given)
+        finally:
+            if arena is not None:
+                pool.give(arena)  # type: ignore[union-attr]
+
+    def _run_steps(self, slots: list[object], rt: RunState, arena: Arena | None,
+                   given: dict[int, np.ndarray] | None) -> list[np.ndarray]:
         timed = rt.deadline_ns is not None  # no deadline: no clock reads between operations
-        for step in self.steps:
+        if arena is not None:
+            views, step_outs = arena.views, arena.step_outs
+        else:
+            views, step_outs = None, self.no_outs
+        for step, outs in zip(self.steps, step_outs):
             if timed:
                 rt.check_deadline()
             ins = [slots[i] for i in step.inputs]
+            if step.into is not None:
+                if outs is None:
+                    outs = step.fresh_outs(views, given)
+                _call_into(step, ins, outs, rt)
+                for idx, out in zip(step.outputs, outs):
+                    slots[idx] = out
+                continue
             if step.sizer is not None:
                 step.sizer.check(ins)
             _store(step, _call(step, ins, rt), slots)
-        return [slots[i] for i in self.output_indexes]
+        results = [slots[i] for i in self.output_indexes]
+        for k in self.copy_out:  # may refer to arena memory the next run will reuse
+            results[k] = np.array(results[k], copy=True)
+        return results  # type: ignore[return-value]
+
+
+def _call_into(step: Step, ins: list[object], outs: list[np.ndarray], rt: RunState) -> None:
+    try:
+        step.into(ins, outs, rt)  # type: ignore[misc]
+    except (ExecutionError, OpError):
+        raise
+    except MemoryError as e:
+        raise ExecutionError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+                             f"{step.op_type.name}: out of memory: {e}") from e
+    except Exception as e:  # a kernel bug or a value it cannot handle
+        raise ExecutionError(ErrorStatus.GENERAL_FAILURE,
+                             f"{step.op_type.name} failed: {type(e).__name__}: {e}") from e
 
 
 def _call(step: Step, ins: list[object], rt: RunState) -> list[np.ndarray]:
@@ -185,7 +255,7 @@ def _store(step: Step, outs: Sequence[object], slots: list[object]) -> None:
         out = np.asarray(out)
         if out.dtype != dtype:
             out = out.astype(dtype)
-        if declared is not None and not _fits(out.shape, declared):
+        if declared is not None and out.shape != declared and not _fits(out.shape, declared):
             raise ExecutionError(
                 ErrorStatus.GENERAL_FAILURE,
                 f"{step.op_type.name}: output operand {idx} has shape {out.shape}, "
@@ -270,7 +340,13 @@ def _run_frames(top: SubgraphPlan, slots: list[object], rt: RunState,
         if timed:
             rt.check_deadline()
         ins = [frame.slots[i] for i in step.inputs]
-        if step.kernel is not None:
+        if step.into is not None:  # no arena under control flow: fresh outputs
+            outs = step.fresh_outs(None, None)
+            _call_into(step, ins, outs, rt)
+            for idx, out in zip(step.outputs, outs):
+                frame.slots[idx] = out
+            frame.pc += 1
+        elif step.kernel is not None:
             if step.sizer is not None:
                 step.sizer.check(ins)
             _store(step, _call(step, ins, rt), frame.slots)
@@ -324,11 +400,21 @@ class ModelPlan:
                    for i in in_idx]
             ctx = OpContext(op_type=op_type, inputs=ins, outputs=[infos[i] for i in out_idx],
                             relaxed=self.relaxed, subgraphs=self.referenced)
-            step = Step(op_type, definition.kernel(ctx), in_idx, out_idx, checks)
-            if any(infos[i].type.is_tensor and (shapes[i] is None or 0 in shapes[i])
-                   for i in out_idx):
+            into = None
+            if all(_known(infos[i], shapes[i]) for i in out_idx):
+                into = definition.kernel_into(ctx)  # type: ignore[attr-defined]
+            step = Step(op_type, None if into is not None else definition.kernel(ctx),
+                        in_idx, out_idx, checks)
+            if into is not None:
+                step.into = into
+                step.out_specs = tuple((infos[i].type.dtype, tuple(shapes[i])) for i in out_idx)
+            elif any(infos[i].type.is_tensor and (shapes[i] is None or 0 in shapes[i])
+                     for i in out_idx):
                 step.sizer = _Sizer(definition, ctx, self.max_tensor_bytes)
             plan.steps.append(step)
+        plan.no_outs = [None] * len(plan.steps)
+        if not plan.has_control_flow:
+            _plan_arena(plan)
 
 
 def _definition(type_code: int) -> tuple[OperationType, object]:
@@ -344,6 +430,65 @@ def _definition(type_code: int) -> tuple[OperationType, object]:
 
 
 _DEFINITIONS: dict[int, tuple[OperationType, object]] = {}
+
+
+def _known(info: OperandInfo, shape: tuple[int, ...] | None) -> bool:
+    """A tensor whose every dimension is known (and non-zero) at prepare time."""
+    return info.type.is_tensor and shape is not None and len(shape) > 0 and \
+        all(d > 0 for d in shape)
+
+
+def _plan_arena(plan: SubgraphPlan) -> None:
+    """Place the subgraph's planned temporaries (outputs of ``into`` steps that are
+    TEMPORARY_VARIABLEs) in one arena layout; set the plan's arena pool, copy-out positions
+    and direct outputs.
+
+    A step without ``into`` may return views of its inputs, so an operand it produces may refer
+    to the memory of any planned operand its inputs refer to: a planned operand's lifetime
+    extends to the last use of every operand that may refer to it, and to the end of the run
+    (then copied out) when one of those is an output of the subgraph.
+    """
+    g = plan.graph
+    infos, steps = g.operands, plan.steps
+    end = len(steps)
+    last_use: dict[int, int] = {}
+    for pos, step in enumerate(steps):
+        for i in step.inputs:
+            last_use[i] = pos
+    outputs = set(g.outputs)
+    planned: dict[int, int] = {}  # operand -> producing step
+    refers: dict[int, frozenset[int]] = {}  # operand -> planned operands it may refer to
+    for pos, step in enumerate(steps):
+        if step.into is not None:
+            for idx in step.outputs:
+                if infos[idx].lifetime == _TEMP and idx not in outputs:
+                    planned[idx] = pos
+                    refers[idx] = frozenset((idx,))
+            continue
+        via = frozenset().union(*(refers.get(i, frozenset()) for i in step.inputs))
+        for idx in step.outputs:
+            if via:
+                refers[idx] = via
+    plan.direct_outputs = frozenset(
+        idx for step in steps if step.into is not None for idx in step.outputs
+        if idx in outputs and list(g.outputs).count(idx) == 1 and idx not in g.inputs)
+    if not planned:
+        return
+    lifetimes = {idx: [pos, pos] for idx, pos in planned.items()}
+    for idx, roots in refers.items():
+        last = end if idx in outputs else last_use.get(idx, 0)
+        for root in roots:
+            span = lifetimes[root]
+            span[1] = max(span[1], last)
+    plan.copy_out = tuple(k for k, idx in enumerate(g.outputs) if refers.get(idx))
+    order = list(planned)
+    sizes = [infos[i].type.dtype.itemsize * math.prod(g.shapes[i]) for i in order]
+    offsets, total = plan_offsets(sizes, [tuple(lifetimes[i]) for i in order])
+    slots = [(idx, off, infos[idx].type.dtype, tuple(g.shapes[idx]))
+             for idx, off in zip(order, offsets)]
+    full = [tuple(step.outputs) if step.into is not None and
+            all(i in planned for i in step.outputs) else None for step in steps]
+    plan.arena_pool = ArenaPool(ArenaLayout(slots, total, full))
 
 
 def _out_check(index: int, info: OperandInfo) -> OutCheck:

@@ -9,6 +9,7 @@ inputs and outputs, and asks every driver buffer whether the request may use it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -16,7 +17,14 @@ import numpy as np
 from nnhal.drivers.common.tokens import TokenRegistry
 from nnhal.hal.interfaces import IPreparedModel
 from nnhal.hal.request_pool import RequestBuffer, RequestPool
-from nnhal.hal.types import MeasureTiming, MemoryPool, Request, RequestArgument, Subgraph
+from nnhal.hal.types import (
+    MeasureTiming,
+    MemoryPool,
+    OperandType,
+    Request,
+    RequestArgument,
+    Subgraph,
+)
 from nnhal.memory import MemoryError_, SharedMemory
 from nnhal.validation import (
     BUFFER_POOL,
@@ -67,11 +75,77 @@ def check_request(prepared_model: IPreparedModel, signature: Subgraph, resolve: 
     validate_measure(measure)
     validate_loop_timeout(loop_timeout)
     pools, sizes = resolve(request)
-    validate_request(request, signature, sizes, require_output_dims=fenced)
+    if fenced or not _plainly_valid(request, _spec_of(signature), sizes):
+        validate_request(request, signature, sizes, require_output_dims=fenced)
     for pool in pools:
         if not isinstance(pool, np.ndarray):
             pool.check_request_use(prepared_model, request)
     return pools
+
+
+#: Per signature (by identity, the signature kept referenced): each input's dimensions,
+#: whether it is a tensor and the bytes it needs (-1: not fully known); each output's
+#: dimensions.
+_Spec = tuple[tuple[tuple[list[int], int], ...], tuple[list[int], ...]]
+_SPECS: dict[int, tuple[Subgraph, _Spec]] = {}
+_SPECS_CAP = 64
+
+
+def _spec_of(signature: Subgraph) -> _Spec:
+    found = _SPECS.get(id(signature))
+    if found is not None and found[0] is signature:
+        return found[1]
+    ins = []
+    for idx in signature.input_indexes:
+        op = signature.operands[idx]
+        t = OperandType(op.type)
+        dims = [int(d) for d in op.dimensions]
+        known = t.is_scalar or (t.is_tensor and bool(dims) and 0 not in dims)
+        ins.append((dims, t.byte_size * math.prod(dims) if known and not t.is_scalar
+                    else t.byte_size if known else -1))
+    outs = tuple([int(d) for d in signature.operands[idx].dimensions]
+                 for idx in signature.output_indexes)
+    spec = (tuple(ins), outs)
+    while len(_SPECS) >= _SPECS_CAP:
+        try:
+            del _SPECS[next(iter(_SPECS))]
+        except (StopIteration, KeyError, RuntimeError):
+            break
+    _SPECS[id(signature)] = (signature, spec)
+    return spec
+
+
+def _plainly_valid(request: Request, spec: _Spec, sizes: list[int]) -> bool:
+    """The common case of :func:`validate_request` (not fenced), checked quickly: every
+    argument present, with no dimensions or exactly the model's, in a shared-memory pool,
+    inside it, and every input of known size with the bytes it needs. True only if
+    validate_request would accept the request; False means "validate it fully"."""
+    ins, outs = spec
+    args = request.inputs
+    if len(args) != len(ins) or len(request.outputs) != len(outs):
+        return False
+    npools = len(sizes)
+    for arg, (dims, need) in zip(args, ins):
+        if type(arg) is not RequestArgument or arg.has_no_value is not False or need < 0:
+            return False
+        d = arg.dimensions
+        if d and d != dims:
+            return False
+        loc = arg.location
+        p, off, n = loc.pool_index, loc.offset, loc.length
+        if not 0 <= p < npools or off < 0 or n < need or off + n > sizes[p]:
+            return False  # sizes[p] is -1 for a driver buffer: refused here too
+    for arg, dims in zip(request.outputs, outs):
+        if type(arg) is not RequestArgument or arg.has_no_value is not False:
+            return False
+        d = arg.dimensions
+        if d and d != dims:
+            return False
+        loc = arg.location
+        p, off, n = loc.pool_index, loc.offset, loc.length
+        if not 0 <= p < npools or off < 0 or n < 0 or off + n > sizes[p]:
+            return False
+    return True
 
 
 def snapshot_request(request: Request) -> Request:
@@ -86,3 +160,48 @@ def snapshot_request(request: Request) -> Request:
 
     return Request([arg(a) for a in request.inputs], [arg(a) for a in request.outputs],
                    list(request.pools))
+
+
+def request_key(request: Request) -> tuple[object, ...]:
+    """The values of a request's arguments (hasNoValue, location, dimensions) as a hashable
+    tuple: two requests with equal keys and the same pools validate alike. Call it only on a
+    request whose fields have passed :func:`~nnhal.hal.checks.check_execution_args`."""
+    return (tuple((a.has_no_value, a.location.pool_index, a.location.offset, a.location.length,
+                   tuple(a.dimensions)) for a in request.inputs),
+            tuple((a.has_no_value, a.location.pool_index, a.location.offset, a.location.length,
+                   tuple(a.dimensions)) for a in request.outputs))
+
+
+class BoundRequests:
+    """A few requests recently bound for running (whatever the caller binds), found again by
+    the values of their arguments and the identity of their resolved pools.
+
+    An entry keeps its resolved pools (the mapped arrays) referenced, so the identity compared
+    is never that of a recycled object; at most ``cap`` entries live (the oldest go first).
+    Safe from several threads: an entry is never changed once stored.
+    """
+
+    def __init__(self, cap: int = 4):
+        self._entries: dict[tuple[object, ...], tuple[list[RequestPool], object]] = {}
+        self._cap = cap
+
+    def get(self, key: tuple[object, ...], pools: list[RequestPool]) -> object | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        held, bound = entry
+        if len(held) != len(pools):
+            return None
+        for a, b in zip(held, pools):
+            if a is not b:
+                return None
+        return bound
+
+    def put(self, key: tuple[object, ...], pools: list[RequestPool], bound: object) -> None:
+        entries = self._entries
+        while len(entries) >= self._cap:
+            try:
+                del entries[next(iter(entries))]
+            except (StopIteration, KeyError, RuntimeError):  # another thread got there first
+                break
+        entries[key] = (list(pools), bound)

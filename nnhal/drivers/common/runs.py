@@ -76,9 +76,10 @@ class PreparedRunner(Runner, Protocol):
 
 def run_exclusive(lock: threading.Lock, pm: Runner, request: Request,
                   pools: Sequence[RequestPool], measure: MeasureTiming, deadline: int | None,
-                  loop_timeout: int | None, started: int) -> Result:
+                  loop_timeout: int | None, started: int, prepared: object = None) -> Result:
     """``pm.run`` while holding ``lock``; a caller that cannot get it before its deadline
-    gets MISSED_DEADLINE_TRANSIENT. Never raises."""
+    gets MISSED_DEADLINE_TRANSIENT. ``prepared`` (the request bound by the prepared model,
+    when it binds requests) is passed on. Never raises."""
     if not lock.acquire(blocking=False):
         if deadline is None:
             lock.acquire()
@@ -87,7 +88,10 @@ def run_exclusive(lock: threading.Lock, pm: Runner, request: Request,
             if not lock.acquire(timeout=wait_s):
                 return ErrorStatus.MISSED_DEADLINE_TRANSIENT, [], NO_TIMING
     try:
-        return pm.run(request, pools, measure, deadline, loop_timeout, started)
+        if prepared is None:
+            return pm.run(request, pools, measure, deadline, loop_timeout, started)
+        return pm.run(request, pools, measure, deadline, loop_timeout, started,
+                      prepared)  # type: ignore[call-arg]
     finally:
         lock.release()
 

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from nnhal.drivers.common.request_checks import request_key
 from nnhal.drivers.common.runs import PreparedRunner, Result, run_exclusive
 from nnhal.drivers.reference.execution import ReferenceExecution
 from nnhal.hal.checks import check_execution_args
@@ -43,6 +44,7 @@ from nnhal.hal.types import (
     Request,
 )
 from nnhal.memory import SharedMemory
+from nnhal.validation import validate_loop_timeout, validate_measure
 
 
 class _Entry:
@@ -180,18 +182,34 @@ class ReferenceBurst(IBurst):
     # ---- execution ----------------------------------------------------------------------------
     def execute(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
                 deadline: int | None = None, loop_timeout: int | None = None) -> Result:
+        """Each request is validated, but a request whose argument values and resolved
+        pools equal those of one validated before (kept by the prepared model, see
+        :meth:`~nnhal.drivers.reference.prepared_model.ReferencePreparedModel.bind`) is not
+        validated again: the validation depends on nothing else (the pools' sizes are those of
+        the same mapped memories; measure and loop timeout are still checked)."""
         started = time.monotonic_ns()
+        pm = self._pm
         try:
             check_execution_args(request, measure, deadline, loop_timeout)
-            pools = self._pm.check_request(request, measure, loop_timeout,
-                                           resolve=self.resolve_pools)
+            pools, sizes = self.resolve_pools(request)
+            key = request_key(request)
+            bound = getattr(pm, "bound", None)
+            prepared = bound(key, pools) if bound is not None else None
+            if prepared is not None:
+                validate_measure(measure)
+                validate_loop_timeout(loop_timeout)
+            else:
+                pools = pm.check_request(request, measure, loop_timeout,
+                                         resolve=lambda _: (pools, sizes))
+                bind = getattr(pm, "bind", None)
+                prepared = bind(request, pools, key) if bind is not None else None
         except Exception as e:  # noqa: BLE001 - every bad argument is INVALID_ARGUMENT
-            self._pm.device.log(f"invalid burst request: {e}")
+            pm.device.log(f"invalid burst request: {e}")
             return ErrorStatus.INVALID_ARGUMENT, [], NO_TIMING
         if deadline is not None and started > deadline:
             return ErrorStatus.MISSED_DEADLINE_PERSISTENT, [], NO_TIMING
-        return run_exclusive(self.execution_lock, self._pm, request, pools,
-                             MeasureTiming(measure), deadline, loop_timeout, started)
+        return run_exclusive(self.execution_lock, pm, request, pools,
+                             MeasureTiming(measure), deadline, loop_timeout, started, prepared)
 
     def create_reusable_execution(self, request: Request,
                                   measure: MeasureTiming = MeasureTiming.NO,

@@ -15,12 +15,20 @@ import numpy as np
 
 from nnhal.drivers.common.callbacks import notify_execution as _notify
 from nnhal.drivers.common.fenced import FencedResult, execute_fenced
-from nnhal.drivers.common.request_checks import Resolver, check_request, resolve_pools
+from nnhal.drivers.common.request_checks import (
+    BoundRequests,
+    Resolver,
+    check_request,
+    request_key,
+    resolve_pools,
+    snapshot_request,
+)
 from nnhal.drivers.common.runs import Result
 from nnhal.drivers.common.tokens import TokenRegistry
 from nnhal.drivers.reference.burst import ReferenceBurst
 from nnhal.drivers.reference.execution import ReferenceExecution
 from nnhal.executor import ExecutionError, ModelPlan, RunState, run_request
+from nnhal.executor.run import RequestPlan
 from nnhal.hal.checks import check_execution_args
 from nnhal.hal.interfaces import IExecutionCallback, IPreparedModel
 from nnhal.hal.request_pool import RequestBuffer, RequestPool
@@ -29,12 +37,13 @@ from nnhal.hal.types import (
     NO_TIMING,
     ErrorStatus,
     MeasureTiming,
+    MemoryPool,
     Priority,
     Request,
     Subgraph,
     Timing,
 )
-from nnhal.memory import shrunk_memory
+from nnhal.memory import SharedMemory, shrunk_memory
 from nnhal.ops.registry import OpError
 
 
@@ -59,6 +68,8 @@ class ReferencePreparedModel(IPreparedModel):
         self.device = device
         self.plan = plan
         self.priority = priority
+        #: Requests recently bound to the plan (see :meth:`bind`).
+        self._bound = BoundRequests()
 
     # ---- request checking (shared by every execution path) --------------------------------
     @property
@@ -79,18 +90,58 @@ class ReferencePreparedModel(IPreparedModel):
                              measure, loop_timeout, fenced=fenced)
 
     # ---- the run itself -------------------------------------------------------------------
+    def request_plan(self, request: Request, pools: Sequence[RequestPool]
+                     ) -> RequestPlan | None:
+        """A validated request bound to this model's plan, for runs of it again and again
+        (``request`` must not change afterwards: pass a snapshot)."""
+        mems = (p.hidl_memory if isinstance(p, MemoryPool) else p for p in request.pools)
+        try:
+            return RequestPlan(self.plan, request, pools,
+                               [m for m in mems if isinstance(m, SharedMemory)])
+        except Exception as e:  # noqa: BLE001 - runs of it take the generic way, which reports
+            self.device.log(f"request not bound: {type(e).__name__}: {e}")
+            return None
+
+    def bound(self, key: tuple[object, ...], pools: list[RequestPool]) -> RequestPlan | None:
+        """The request validated and bound earlier with argument values ``key`` (see
+        :func:`request_key`) and these very pools; None if there is none."""
+        return self._bound.get(key, pools)  # type: ignore[return-value]
+
+    def bind(self, request: Request, pools: list[RequestPool],
+             key: tuple[object, ...] | None = None) -> RequestPlan | None:
+        """A *validated* request bound to the plan, found again or made (from a snapshot of
+        the request) and kept for the next identical request; None when a pool is a driver
+        buffer (such requests take the generic way)."""
+        for pool in pools:
+            if not isinstance(pool, np.ndarray):
+                return None
+        if key is None:
+            key = request_key(request)
+        found = self._bound.get(key, pools)
+        if found is None:
+            found = self.request_plan(snapshot_request(request), pools)
+            if found is not None:
+                self._bound.put(key, pools, found)
+        return found  # type: ignore[return-value]
+
     def run(self, request: Request, pools: Sequence[RequestPool], measure: MeasureTiming,
-            deadline: int | None, loop_timeout: int | None, started_ns: int) -> Result:
-        """Run a validated request; never raises."""
+            deadline: int | None, loop_timeout: int | None, started_ns: int,
+            prepared: RequestPlan | None = None) -> Result:
+        """Run a validated request (bound in ``prepared`` when given); never raises."""
         rt = RunState(deadline, LOOP_TIMEOUT_DEFAULT_NS if loop_timeout is None
                       else loop_timeout)
         device_start = time.monotonic_ns()
         try:
-            rt.check_deadline()
-            why = shrunk_memory(request.pools)  # a client shrank a memory: it would fault
+            if deadline is not None:
+                rt.check_deadline()
+            # A client shrank a memory: touching it would fault.
+            why = shrunk_memory(request.pools if prepared is None else prepared.memories)
             if why is not None:
                 raise ExecutionError(ErrorStatus.INVALID_ARGUMENT, why)
-            status, shapes = run_request(self.plan, request, pools, rt)
+            if prepared is None:
+                status, shapes = run_request(self.plan, request, pools, rt)
+            else:
+                status, shapes = prepared.run(rt)
         except ExecutionError as e:  # failures fall through: driver buffers must see them
             self.device.log(f"execution failed: {e}")
             status, shapes = e.status, []
@@ -100,9 +151,10 @@ class ReferencePreparedModel(IPreparedModel):
         except Exception as e:  # noqa: BLE001 - the driver boundary: never raise
             self.device.log(f"execution failed: {type(e).__name__}: {e}")
             status, shapes = ErrorStatus.GENERAL_FAILURE, []
-        for pool in pools:
-            if not isinstance(pool, np.ndarray):
-                pool.after_execution(self, request, status)
+        if prepared is None or prepared.buffers:
+            for pool in pools:
+                if not isinstance(pool, np.ndarray):
+                    pool.after_execution(self, request, status)
         if status != ErrorStatus.NONE or measure != MeasureTiming.YES:
             return status, shapes, NO_TIMING
         end = time.monotonic_ns()
@@ -121,11 +173,12 @@ class ReferencePreparedModel(IPreparedModel):
         try:
             check_execution_args(request, measure, deadline, loop_timeout)
             pools = self.check_request(request, measure, loop_timeout)
+            prepared = self.bind(request, pools)
         except Exception as e:  # noqa: BLE001 - any malformed request is INVALID_ARGUMENT
             return self._invalid(e)
         if deadline is not None and started > deadline:
             return ErrorStatus.MISSED_DEADLINE_PERSISTENT, [], NO_TIMING
-        return self.run(request, pools, measure, deadline, loop_timeout, started)
+        return self.run(request, pools, measure, deadline, loop_timeout, started, prepared)
 
     def execute(self, request: Request, measure: MeasureTiming, deadline: int | None,
                 loop_timeout: int | None, callback: IExecutionCallback) -> ErrorStatus:
@@ -135,6 +188,7 @@ class ReferencePreparedModel(IPreparedModel):
         try:
             check_execution_args(request, measure, deadline, loop_timeout)
             pools = self.check_request(request, measure, loop_timeout)
+            prepared = self.bind(request, pools)
         except Exception as e:  # noqa: BLE001
             self._invalid(e)
             _notify(callback, ErrorStatus.INVALID_ARGUMENT, [], NO_TIMING)
@@ -146,7 +200,7 @@ class ReferencePreparedModel(IPreparedModel):
 
         def task() -> None:
             status, shapes, timing = self.run(request, pools, measure, deadline, loop_timeout,
-                                              started)
+                                              started, prepared)
             _notify(callback, status, shapes, timing)
 
         try:
