@@ -175,3 +175,52 @@ def _depthwise_into(tap, taps, w: ConvWeights, out: np.ndarray) -> None:
         else:
             np.multiply(src, wt, out=tmp)
             np.add(acc, tmp, out=acc)
+
+
+def requantize_into(acc: np.ndarray, bias: np.ndarray, multiplier: np.ndarray,
+                    shift: np.ndarray, zero_point: int, lo: int, hi: int,
+                    dst: np.ndarray) -> bool:
+    """The reference fixed-point requantisation of ``acc + bias`` into ``dst`` in few passes.
+
+    ``acc`` holds exact integers below 2**24 in magnitude (a float32 accumulator of an exact
+    sum), ``bias`` is int32 broadcast over the last axis, ``multiplier``/``shift`` are scalar
+    or per-last-axis (see :func:`nnhal.ops.common.quantize_multiplier`). Returns False, having
+    written nothing, where the fast form does not apply (a left shift, a sum that may leave
+    int32, shifts too large for int64): the caller then runs the step-by-step reference.
+
+    Why it is exact: with ``x = acc + bias`` in int32 and ``M`` the positive multiplier,
+    SaturatingRoundingDoublingHighMul is ``floor((x*M + 2**30) / 2**31)`` for either sign of
+    ``x*M`` (the reference's negative nudge ``1 - 2**30`` followed by truncation toward zero
+    equals that floor), and RoundingDivideByPOT by ``e`` is ``floor((y + 2**(e-1) - [y<0]) /
+    2**e)`` where ``y < 0`` exactly when ``x*M + 2**30 < 0``. Nested floors of divisions by
+    powers of two compose, so the whole is one arithmetic shift by ``31 + e`` of
+    ``x*M + 2**30 + 2**(30+e) - [negative] * 2**31`` (the ``2**(30+e)`` term absent when
+    ``e == 0``); the output zero point is added as ``zp * 2**(31+e)`` before the shift.
+    """
+    mult = np.asarray(multiplier, dtype=np.int64)
+    sh = np.asarray(shift, dtype=np.int64)
+    if acc.dtype != np.float32 or np.any(sh > 0) or np.any(mult < 0):
+        return False
+    b = np.asarray(bias, dtype=np.int64)
+    if b.size and int(np.abs(b).max()) + FLOAT32_EXACT > (1 << 31) - 1:
+        return False
+    right = -sh
+    total = 31 + right
+    if int(total.max(initial=31)) + 9 > 62:  # room for the zero point term and the sum
+        return False
+    one = np.int64(1)
+    half = np.where(right > 0, one << np.maximum(right + 30, 0), 0)
+    # z = x*M + 2**30 + half + zp * 2**(31+e); x*M + 2**30 < 0 exactly when z < `limit`.
+    limit = half + np.int64(zero_point) * (one << total)
+    offset = b * mult + (one << 30) + limit
+    correction = np.where(right > 0, one << 31, 0)
+    z = scratch("requant", acc.shape, np.int64)
+    np.copyto(z, acc, casting="unsafe")
+    np.multiply(z, mult, out=z)
+    np.add(z, offset, out=z)
+    neg = scratch("requant_neg", acc.shape, np.bool_)
+    np.less(z, limit, out=neg)
+    np.subtract(z, correction, out=z, where=neg)
+    np.right_shift(z, total, out=z)
+    np.clip(z, lo, hi, out=dst, casting="unsafe")
+    return True
