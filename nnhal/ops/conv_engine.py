@@ -205,22 +205,30 @@ def requantize_into(acc: np.ndarray, bias: np.ndarray, multiplier: np.ndarray,
     if b.size and int(np.abs(b).max()) + FLOAT32_EXACT > (1 << 31) - 1:
         return False
     right = -sh
-    total = 31 + right
-    if int(total.max(initial=31)) + 9 > 62:  # room for the zero point term and the sum
+    if int(right.max(initial=0)) + 31 + 9 > 62:  # room for the zero point term and the sum
         return False
     one = np.int64(1)
-    half = np.where(right > 0, one << np.maximum(right + 30, 0), 0)
-    # z = x*M + 2**30 + half + zp * 2**(31+e); x*M + 2**30 < 0 exactly when z < `limit`.
-    limit = half + np.int64(zero_point) * (one << total)
-    offset = b * mult + (one << 30) + limit
-    correction = np.where(right > 0, one << 31, 0)
+    # y = floor((x*M + 2**30) / 2**31) + [e > 0] * 2**(e-1) + zp * 2**e, all in one int64 pass
+    # chain; the divisions by 2**31 and 2**e are arithmetic shifts (floors).
+    half = np.where(right > 0, one << np.maximum(right - 1, 0), 0)
+    offset = b * mult + (one << 30) + ((half + np.int64(zero_point) * (one << right)) << 31)
+    # x*M + 2**30 < 0 exactly when x < t: t = 0 for M > 2**30, -1 for M == 2**30 and never
+    # for M == 0; compared on the float32 accumulator as acc < t - bias (exact: every value
+    # involved is an integer below 2**25 in magnitude once clipped, and |acc| < 2**24).
+    t = np.where(mult > (one << 30), 0, np.where(mult == (one << 30), -1, -(one << 40)))
+    t = np.where(right > 0, t, -(one << 40))  # no correction without a rounding shift
+    thr = np.clip(t - b, -(1 << 25), 1 << 25).astype(np.float32)
     z = scratch("requant", acc.shape, np.int64)
     np.copyto(z, acc, casting="unsafe")
     np.multiply(z, mult, out=z)
     np.add(z, offset, out=z)
+    np.right_shift(z, 31, out=z)
     neg = scratch("requant_neg", acc.shape, np.bool_)
-    np.less(z, limit, out=neg)
-    np.subtract(z, correction, out=z, where=neg)
-    np.right_shift(z, total, out=z)
+    np.less(acc, thr, out=neg)
+    np.subtract(z, neg.view(np.uint8), out=z)
+    if right.ndim == 0 or bool(np.all(right == right.flat[0])):
+        np.right_shift(z, int(right.flat[0]), out=z)
+    else:
+        np.right_shift(z, right, out=z)
     np.clip(z, lo, hi, out=dst, casting="unsafe")
     return True
