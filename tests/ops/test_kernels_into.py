@@ -460,3 +460,22 @@ def test_blas_helpers_are_no_ops_without_a_library(monkeypatch):
     assert blas.get_threads() is None and blas.set_threads(1) is None
     with blas.blas_threads(1) as previous:
         assert previous is None
+
+
+@pytest.mark.parametrize("const_alpha", [True, False])
+def test_prelu_float32(const_alpha):
+    x = (rng.standard_normal((1, 4, 5, 3)) * 3).astype(np.float32)
+    x[0, 0, 0] = [np.nan, np.inf, -np.inf]
+    alpha = np.array([[[0.25, 1.5, 0.0]]], np.float32)
+    infos = [tensor(T.TENSOR_FLOAT32, x.shape),
+             tensor(T.TENSOR_FLOAT32, alpha.shape, alpha if const_alpha else None)]
+    ctx = make_ctx(O.PRELU, infos, [tensor(T.TENSOR_FLOAT32, x.shape)])
+    ref, out = run_both(O.PRELU, ctx, [x, alpha])
+    np.testing.assert_array_equal(out, ref)
+    # alpha larger than x: the output takes the broadcast shape
+    small = x[:, :1, :1, :]
+    infos = [tensor(T.TENSOR_FLOAT32, small.shape), tensor(T.TENSOR_FLOAT32, (1, 4, 5, 3),
+                                                           x if const_alpha else None)]
+    ctx = make_ctx(O.PRELU, infos, [tensor(T.TENSOR_FLOAT32, (1, 4, 5, 3))])
+    ref, out = run_both(O.PRELU, ctx, [small, np.nan_to_num(x)])
+    np.testing.assert_array_equal(out, ref)
