@@ -189,13 +189,12 @@ def requantize_into(acc: np.ndarray, bias: np.ndarray, multiplier: np.ndarray,
     int32, shifts too large for int64): the caller then runs the step-by-step reference.
 
     Why it is exact: with ``x = acc + bias`` in int32 and ``M`` the positive multiplier,
-    SaturatingRoundingDoublingHighMul is ``floor((x*M + 2**30) / 2**31)`` for either sign of
-    ``x*M`` (the reference's negative nudge ``1 - 2**30`` followed by truncation toward zero
-    equals that floor), and RoundingDivideByPOT by ``e`` is ``floor((y + 2**(e-1) - [y<0]) /
-    2**e)`` where ``y < 0`` exactly when ``x*M + 2**30 < 0``. Nested floors of divisions by
-    powers of two compose, so the whole is one arithmetic shift by ``31 + e`` of
-    ``x*M + 2**30 + 2**(30+e) - [negative] * 2**31`` (the ``2**(30+e)`` term absent when
-    ``e == 0``); the output zero point is added as ``zp * 2**(31+e)`` before the shift.
+    SaturatingRoundingDoublingHighMul is ``y = floor((x*M + 2**30) / 2**31)`` for either sign
+    of ``x*M`` (the reference's negative nudge ``1 - 2**30`` followed by truncation toward zero
+    equals that floor), and RoundingDivideByPOT by ``e > 0`` is ``floor((y + 2**(e-1) -
+    [y<0]) / 2**e)``. The rounding term and the output zero point (``zp * 2**e``) are added
+    before the first shift as multiples of ``2**31``; ``y < 0`` exactly when ``x*M < -2**30``,
+    i.e. ``x < 0`` (``x < -1`` when ``M == 2**30``), tested on the float32 accumulator.
     """
     mult = np.asarray(multiplier, dtype=np.int64)
     sh = np.asarray(shift, dtype=np.int64)
