@@ -14,6 +14,7 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops import fixedpoint as FP
+from nnhal.ops.conv_engine import scratch
 from nnhal.ops.elementwise import (
     check_output_shape,
     check_quant_scales,
@@ -336,6 +337,29 @@ class _Prelu(OperationDef):
 
     def prepare(self, ctx: OpContext) -> list[Shape]:
         return [C.broadcast_shapes(ctx.inputs[0].shape, ctx.inputs[1].shape)]
+
+    def kernel_into(self, ctx: OpContext):
+        """float32: ``min(x, 0) * alpha + max(x, 0)`` in the output and one scratch buffer,
+        which is ``where(x >= 0, x, x * alpha)`` (up to the sign of a zero) when alpha is
+        finite; a run-time or non-finite alpha takes the ``where`` form."""
+        if ctx.inputs[0].type != T.TENSOR_FLOAT32:
+            return None
+        const_alpha = ctx.const(1)
+        finite = const_alpha is not None and bool(np.all(np.isfinite(const_alpha)))
+        zero = np.float32(0.0)
+
+        def run_into(ins, outs, rt) -> None:
+            v, a, out = ins[0], ins[1], outs[0]
+            if not finite:
+                np.copyto(out, np.where(v >= zero, v, v * a))
+                return
+            np.minimum(v, zero, out=out)
+            np.multiply(out, a, out=out)
+            pos = scratch("prelu", out.shape, np.float32)
+            np.maximum(v, zero, out=pos)
+            np.add(out, pos, out=out)
+
+        return run_into
 
     def kernel(self, ctx: OpContext):
         x, alpha, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]

@@ -6,6 +6,7 @@ import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
+from nnhal.ops.conv_engine import scratch
 from nnhal.ops.registry import OpContext, OperationDef, register
 from nnhal.ops.signature import V1_0, V1_1, V1_2, V1_3, Slot, sig, variants
 
@@ -81,8 +82,12 @@ class _Binary(OperationDef):
         return self._quant_add(ctx, subtract=(op == O.SUB))
 
     def kernel_into(self, ctx: OpContext):
-        """float32 only: the operation and its fused activation in place in the output."""
-        if ctx.inputs[0].type != T.TENSOR_FLOAT32:
+        """float32: the operation and its fused activation in place in the output; 8-bit
+        quantized ADD, SUB and MUL: one lookup in a table of every pair of input values."""
+        t = ctx.inputs[0].type
+        if t in C.QUANT8_TYPES and self.op_type != O.DIV:
+            return self._quant_table_into(ctx)
+        if t != T.TENSOR_FLOAT32:
             return None
         fn = {O.ADD: np.add, O.SUB: np.subtract, O.MUL: np.multiply,
               O.DIV: np.divide}[self.op_type]
@@ -93,6 +98,32 @@ class _Binary(OperationDef):
             with np.errstate(all="ignore"):
                 fn(ins[0], ins[1], out=out)
             C.activation_into(out, code)
+
+        return run_into
+
+    def _quant_table_into(self, ctx: OpContext):
+        """The quantized result depends only on the pair of 8-bit inputs: the reference
+        arithmetic (see :meth:`_quant_add` / :meth:`_quant_mul`) is run once on all 65536
+        pairs per fused activation, then each execution is an index build and a take."""
+        op = self.op_type
+        ref = self._quant_mul(ctx) if op == O.MUL else self._quant_add(ctx, op == O.SUB)
+        a, b = ctx.inputs[0], ctx.inputs[1]
+        grid = np.arange(256, dtype=np.uint8)
+        va = grid.view(a.type.dtype)[:, None]
+        vb = grid.view(b.type.dtype)[None, :]
+        tables: dict[int, np.ndarray] = {}
+
+        def run_into(ins, outs, rt) -> None:
+            code = C.activation_code(ins[2])
+            table = tables.get(code)
+            if table is None:
+                table = ref([va, vb, np.int32(code)], rt)[0].reshape(-1)
+                tables[code] = table
+            out = outs[0]
+            idx = scratch("qtable", out.shape, np.uint16)
+            np.left_shift(ins[0].view(np.uint8), np.uint16(8), out=idx)
+            np.bitwise_or(idx, ins[1].view(np.uint8), out=idx)
+            np.take(table, idx, out=out, mode="clip")
 
         return run_into
 

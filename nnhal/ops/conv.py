@@ -30,6 +30,7 @@ from nnhal.ops.conv_engine import (
     conv_weights,
     exact_dtype,
     padded_input,
+    requantize_into,
     scratch,
 )
 from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, OpError, register
@@ -317,6 +318,8 @@ class _Requant:
         bias into ``dst`` (any layout of the output's shape)."""
         out = self.out
         lo, hi = C.quant_activation_range(act, out.scale, out.zero_point, out.type)
+        if requantize_into(acc, bias, self.multiplier, self.shift, out.zero_point, lo, hi, dst):
+            return
         total = acc.astype(np.int64)
         total += bias.astype(np.int64)
         r = C.multiply_by_quantized_multiplier(total, self.multiplier, self.shift)

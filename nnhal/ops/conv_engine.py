@@ -175,3 +175,59 @@ def _depthwise_into(tap, taps, w: ConvWeights, out: np.ndarray) -> None:
         else:
             np.multiply(src, wt, out=tmp)
             np.add(acc, tmp, out=acc)
+
+
+def requantize_into(acc: np.ndarray, bias: np.ndarray, multiplier: np.ndarray,
+                    shift: np.ndarray, zero_point: int, lo: int, hi: int,
+                    dst: np.ndarray) -> bool:
+    """The reference fixed-point requantisation of ``acc + bias`` into ``dst`` in few passes.
+
+    ``acc`` holds exact integers below 2**24 in magnitude (a float32 accumulator of an exact
+    sum), ``bias`` is int32 broadcast over the last axis, ``multiplier``/``shift`` are scalar
+    or per-last-axis (see :func:`nnhal.ops.common.quantize_multiplier`). Returns False, having
+    written nothing, where the fast form does not apply (a left shift, a sum that may leave
+    int32, shifts too large for int64): the caller then runs the step-by-step reference.
+
+    Why it is exact: with ``x = acc + bias`` in int32 and ``M`` the positive multiplier,
+    SaturatingRoundingDoublingHighMul is ``y = floor((x*M + 2**30) / 2**31)`` for either sign
+    of ``x*M`` (the reference's negative nudge ``1 - 2**30`` followed by truncation toward zero
+    equals that floor), and RoundingDivideByPOT by ``e > 0`` is ``floor((y + 2**(e-1) -
+    [y<0]) / 2**e)``. The rounding term and the output zero point (``zp * 2**e``) are added
+    before the first shift as multiples of ``2**31``; ``y < 0`` exactly when ``x*M < -2**30``,
+    i.e. ``x < 0`` (``x < -1`` when ``M == 2**30``), tested on the float32 accumulator.
+    """
+    mult = np.asarray(multiplier, dtype=np.int64)
+    sh = np.asarray(shift, dtype=np.int64)
+    if acc.dtype != np.float32 or np.any(sh > 0) or np.any(mult < 0):
+        return False
+    b = np.asarray(bias, dtype=np.int64)
+    if b.size and int(np.abs(b).max()) + FLOAT32_EXACT > (1 << 31) - 1:
+        return False
+    right = -sh
+    if int(right.max(initial=0)) + 31 + 9 > 62:  # room for the zero point term and the sum
+        return False
+    one = np.int64(1)
+    # y = floor((x*M + 2**30) / 2**31) + [e > 0] * 2**(e-1) + zp * 2**e, all in one int64 pass
+    # chain; the divisions by 2**31 and 2**e are arithmetic shifts (floors).
+    half = np.where(right > 0, one << np.maximum(right - 1, 0), 0)
+    offset = b * mult + (one << 30) + ((half + np.int64(zero_point) * (one << right)) << 31)
+    # x*M + 2**30 < 0 exactly when x < t: t = 0 for M > 2**30, -1 for M == 2**30 and never
+    # for M == 0; compared on the float32 accumulator as acc < t - bias (exact: every value
+    # involved is an integer below 2**25 in magnitude once clipped, and |acc| < 2**24).
+    t = np.where(mult > (one << 30), 0, np.where(mult == (one << 30), -1, -(one << 40)))
+    t = np.where(right > 0, t, -(one << 40))  # no correction without a rounding shift
+    thr = np.clip(t - b, -(1 << 25), 1 << 25).astype(np.float32)
+    z = scratch("requant", acc.shape, np.int64)
+    np.copyto(z, acc, casting="unsafe")
+    np.multiply(z, mult, out=z)
+    np.add(z, offset, out=z)
+    np.right_shift(z, 31, out=z)
+    neg = scratch("requant_neg", acc.shape, np.bool_)
+    np.less(acc, thr, out=neg)
+    np.subtract(z, neg.view(np.uint8), out=z)
+    if right.ndim == 0 or bool(np.all(right == right.flat[0])):
+        np.right_shift(z, int(right.flat[0]), out=z)
+    else:
+        np.right_shift(z, right, out=z)
+    np.clip(z, lo, hi, out=dst, casting="unsafe")
+    return True

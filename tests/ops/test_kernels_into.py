@@ -364,3 +364,118 @@ def test_relu_float32(op):
     ctx = make_ctx(op, infos, [tensor(T.TENSOR_FLOAT32, x.shape)])
     ref, out = run_both(op, ctx, [x])
     np.testing.assert_array_equal(out, ref)
+
+
+# ---- quantized ADD / SUB / MUL through a table --------------------------------------------------
+
+@pytest.mark.parametrize("op", [O.ADD, O.SUB, O.MUL])
+@pytest.mark.parametrize("t", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+@pytest.mark.parametrize("act", [C.ACT_NONE, C.ACT_RELU, C.ACT_RELU1, C.ACT_RELU6])
+def test_quant_binary_table_matches_kernel(op, t, act):
+    if op == O.SUB and t == T.TENSOR_QUANT8_ASYMM and act == C.ACT_RELU1:
+        act = C.ACT_NONE
+    lo, hi = C.qrange(t)
+    a = rng.integers(lo, hi + 1, (2, 3, 5)).astype(t.dtype)
+    b = rng.integers(lo, hi + 1, (3, 1)).astype(t.dtype)
+    a.flat[:2] = lo, hi
+    infos = [tensor(t, a.shape, scale=0.07, zp=int(lo) + 100),
+             tensor(t, b.shape, scale=0.013, zp=int(lo) + 7), scalar(T.INT32, act)]
+    ctx = make_ctx(op, infos, [tensor(t, (2, 3, 5), scale=0.05, zp=int(lo) + 120)])
+    ref, out = run_both(op, ctx, [a, b, infos[2].value])
+    np.testing.assert_array_equal(out, ref)
+    # every pair of input values at once, against the reference arithmetic
+    grid = np.arange(256, dtype=np.uint8).view(t.dtype)
+    ga, gb = np.repeat(grid, 256).reshape(256, 256), np.tile(grid, 256).reshape(256, 256)
+    ref, out = run_both(op, make_ctx(op, [tensor(t, (256, 256), scale=0.07, zp=3),
+                                          tensor(t, (256, 256), scale=0.011, zp=-2 - lo),
+                                          infos[2]],
+                                     [tensor(t, (256, 256), scale=0.09, zp=lo + 9)]),
+                        [ga, gb, infos[2].value])
+    np.testing.assert_array_equal(out, ref)
+
+
+# ---- the lean requantisation of the convolutions ---------------------------------------------
+
+def _reference_requant(acc, bias, m, s, zp, lo, hi):
+    x = acc.astype(np.int64) + bias.astype(np.int64)
+    return np.clip(C.multiply_by_quantized_multiplier(x, m, s) + zp, lo, hi)
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_requantize_into_is_bit_exact(per_channel):
+    from nnhal.ops.conv_engine import requantize_into
+    local = np.random.default_rng(5)
+    for _ in range(60):
+        cout = int(local.integers(1, 24))
+        k = cout if per_channel else 1
+        reals = np.exp(local.uniform(np.log(1e-6), np.log(0.99), k))
+        reals[: k // 3] = 2.0 ** -local.integers(1, 20, k // 3)  # multiplier exactly 2**30
+        pairs = [C.quantize_multiplier(float(r)) for r in reals]
+        m = np.array([p[0] for p in pairs]).reshape(-1 if per_channel else ())
+        s = np.array([p[1] for p in pairs]).reshape(-1 if per_channel else ())
+        shape = (int(local.integers(1, 3)), int(local.integers(1, 9)), cout)
+        acc = local.integers(-(1 << 24) + 1, 1 << 24, shape)
+        acc = (acc >> int(local.integers(0, 24))).astype(np.float32)  # small sums too: ties
+        bias = local.integers(-(1 << 22), 1 << 22, cout).astype(np.int32)
+        zp = int(local.integers(-128, 128))
+        lo, hi = sorted(int(v) for v in local.integers(-128, 128, 2))
+        dst = np.full(shape, 99, np.int8)
+        assert requantize_into(acc, bias, m, s, zp, lo, hi, dst)
+        np.testing.assert_array_equal(dst, _reference_requant(acc, bias, m, s, zp, lo, hi))
+
+
+def test_requantize_into_declines_what_it_cannot_do_exactly():
+    from nnhal.ops.conv_engine import requantize_into
+    acc = np.ones((1, 2, 3), np.float32)
+    bias = np.zeros(3, np.int32)
+    dst = np.zeros((1, 2, 3), np.int8)
+    m, s = C.quantize_multiplier(3.0)  # a left shift
+    assert not requantize_into(acc, bias, np.int64(m), np.int64(s), 0, -128, 127, dst)
+    m, s = C.quantize_multiplier(0.25)
+    assert not requantize_into(acc.astype(np.float64), bias, np.int64(m), np.int64(s), 0,
+                               -128, 127, dst)
+    big = np.full(3, 2**31 - 2**20, np.int32)  # acc + bias could leave int32
+    assert not requantize_into(acc, big, np.int64(m), np.int64(s), 0, -128, 127, dst)
+    assert not dst.any()
+
+
+# ---- BLAS thread control ----------------------------------------------------------------------
+
+def test_blas_threads_context_restores_the_count():
+    from nnhal.ops import blas
+    before = blas.get_threads()
+    with blas.blas_threads(1) as previous:
+        assert previous == before
+        if blas.available():
+            assert blas.get_threads() == 1
+    assert blas.get_threads() == before
+    np.testing.assert_allclose(np.ones((8, 8)) @ np.ones((8, 8)), 8.0)
+
+
+def test_blas_helpers_are_no_ops_without_a_library(monkeypatch):
+    from nnhal.ops import blas
+    monkeypatch.setattr(blas, "_searched", True)
+    monkeypatch.setattr(blas, "_found", None)
+    assert not blas.available()
+    assert blas.get_threads() is None and blas.set_threads(1) is None
+    with blas.blas_threads(1) as previous:
+        assert previous is None
+
+
+@pytest.mark.parametrize("const_alpha", [True, False])
+def test_prelu_float32(const_alpha):
+    x = (rng.standard_normal((1, 4, 5, 3)) * 3).astype(np.float32)
+    x[0, 0, 0] = [np.nan, np.inf, -np.inf]
+    alpha = np.array([[[0.25, 1.5, 0.0]]], np.float32)
+    infos = [tensor(T.TENSOR_FLOAT32, x.shape),
+             tensor(T.TENSOR_FLOAT32, alpha.shape, alpha if const_alpha else None)]
+    ctx = make_ctx(O.PRELU, infos, [tensor(T.TENSOR_FLOAT32, x.shape)])
+    ref, out = run_both(O.PRELU, ctx, [x, alpha])
+    np.testing.assert_array_equal(out, ref)
+    # alpha larger than x: the output takes the broadcast shape
+    small = x[:, :1, :1, :]
+    infos = [tensor(T.TENSOR_FLOAT32, small.shape), tensor(T.TENSOR_FLOAT32, (1, 4, 5, 3),
+                                                           x if const_alpha else None)]
+    ctx = make_ctx(O.PRELU, infos, [tensor(T.TENSOR_FLOAT32, (1, 4, 5, 3))])
+    ref, out = run_both(O.PRELU, ctx, [small, np.nan_to_num(x)])
+    np.testing.assert_array_equal(out, ref)
