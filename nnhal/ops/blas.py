@@ -123,3 +123,28 @@ def blas_threads(count: int) -> Iterator[int | None]:
     finally:
         if previous is not None:
             set_threads(previous)
+
+
+_limit_lock = threading.Lock()  # not _lock: set_threads may take _lock on its first search
+_depth = 0
+_saved: int | None = None
+
+
+def limit_enter(count: int) -> None:
+    """Start a limit shared by every execution running at once: the first to enter sets the
+    count, the last to leave (:func:`limit_exit`) restores what was there before. Executions
+    on several threads thus never restore a count under one another."""
+    global _depth, _saved
+    with _limit_lock:
+        if _depth == 0:
+            _saved = set_threads(count)
+        _depth += 1
+
+
+def limit_exit() -> None:
+    global _depth, _saved
+    with _limit_lock:
+        _depth -= 1
+        if _depth == 0 and _saved is not None:
+            set_threads(_saved)
+            _saved = None
