@@ -15,7 +15,7 @@ executions allocate none.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -96,6 +96,8 @@ class ConvWeights:
     cout: int
     mat: np.ndarray
     dtype: type
+    #: depthwise filters tiled over an output width, by width (see _depthwise_flat_weights)
+    tiled: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
 
 def conv_weights(filt: np.ndarray, groups: int, dtype: type) -> ConvWeights:
@@ -128,7 +130,10 @@ def conv_into(xp: np.ndarray, w: ConvWeights, stride: tuple[int, int],
     taps = [(i, j) for i in range(w.kh) for j in range(w.kw)]
     g = w.groups
     if g > 1 and c == g:
-        _depthwise_into(tap, taps, w, out)
+        if cout == g:
+            _depthwise_contract(xp, w, stride, dilation, out)
+        else:
+            _depthwise_into(tap, taps, w, out)
         return
     m = n * oh * ow
     if len(taps) == 1 and xp.shape[1:3] == (oh, ow) and xp.flags.c_contiguous:
@@ -148,6 +153,43 @@ def conv_into(xp: np.ndarray, w: ConvWeights, stride: tuple[int, int],
     for k in range(g):
         np.copyto(part, grouped[:, :, k, :])
         np.matmul(part.reshape(m, -1), w.mat[k], out=out2[:, k * og:(k + 1) * og])
+
+
+def _depthwise_flat_weights(w: ConvWeights, ow: int) -> np.ndarray:
+    """The depthwise filter [kh, kw, C] tiled ``ow`` times along the last axis (cached)."""
+    t = w.tiled.get(ow)
+    if t is None:
+        t = np.ascontiguousarray(np.tile(w.mat[:, :, :, 0], (1, 1, ow)))
+        w.tiled[ow] = t
+    return t
+
+
+def _depthwise_contract(xp: np.ndarray, w: ConvWeights, stride: tuple[int, int],
+                        dilation: tuple[int, int], out: np.ndarray) -> None:
+    """A depthwise convolution with one output channel per input channel as one strided-window
+    contraction (every tap summed in a single pass, no temporaries).
+
+    With a unit column stride the taps of one kernel position read ``ow * C`` consecutive
+    input values of a row, so the window is viewed as [N, OH, kh, kw, OW*C] against the filter
+    tiled over the output columns: the innermost loop then runs over a whole output row. Other
+    strides use the [N, OH, OW, kh, kw, C] window. Both are views of ``xp`` (no copy).
+    """
+    n, oh, ow, c = out.shape
+    sh, sw = stride
+    dh, dw = dilation
+    s0, s1, s2, s3 = xp.strides
+    item = xp.itemsize
+    if sw == 1 and s3 == item and s2 == c * item:
+        win = np.lib.stride_tricks.as_strided(
+            xp, shape=(n, oh, w.kh, w.kw, ow * c),
+            strides=(s0, s1 * sh, s1 * dh, s2 * dw, s3), writeable=False)
+        np.einsum("nhijx,ijx->nhx", win, _depthwise_flat_weights(w, ow),
+                  out=out.reshape(n, oh, ow * c), optimize=False)
+        return
+    win = np.lib.stride_tricks.as_strided(
+        xp, shape=(n, oh, ow, w.kh, w.kw, c),
+        strides=(s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3), writeable=False)
+    np.einsum("nhwijc,ijc->nhwc", win, w.mat[:, :, :, 0], out=out, optimize=False)
 
 
 def _depthwise_into(tap, taps, w: ConvWeights, out: np.ndarray) -> None:

@@ -528,3 +528,34 @@ def test_signature_types():
                               out_q=(1.0, 0), bias_type=F32)
     with pytest.raises(OpError, match=r"input 2 \(bias\)"):
         run_op(O.CONV_2D, ins, outs)
+
+
+@pytest.mark.parametrize("stride,dilation,pads,contiguous", [
+    ((1, 1), (1, 1), (1, 1, 1, 1), True),
+    ((2, 2), (1, 1), (0, 1, 0, 1), True),
+    ((1, 2), (2, 1), (2, 2, 1, 1), True),
+    ((1, 1), (2, 3), (0, 0, 0, 0), False),
+])
+def test_depthwise_contraction_matches_bruteforce(stride, dilation, pads, contiguous):
+    from nnhal.ops.conv_engine import conv_into, conv_weights, padded_input
+
+    rng = np.random.default_rng(7)
+    c = 5
+    x = rng.integers(-20, 20, (2, 9, 11, c)).astype(np.float32)
+    if not contiguous:  # an NCHW input seen as NHWC: rows are not (w, c)-contiguous
+        x = np.ascontiguousarray(x.transpose(0, 3, 1, 2)).transpose(0, 2, 3, 1)
+    f = rng.integers(-9, 9, (c, 3, 2, 1)).astype(np.float32)
+    w = conv_weights(f, c, np.float32)
+    xp = padded_input(x, pads, np.float32)
+    sh, sw = stride
+    dh, dw = dilation
+    oh = (xp.shape[1] - (3 - 1) * dh - 1) // sh + 1
+    ow = (xp.shape[2] - (2 - 1) * dw - 1) // sw + 1
+    out = np.empty((2, oh, ow, c), np.float32)
+    conv_into(xp, w, stride, dilation, out)
+    want = np.zeros(out.shape, np.float64)
+    for i in range(3):
+        for j in range(2):
+            want += xp[:, i * dh: i * dh + (oh - 1) * sh + 1: sh,
+                       j * dw: j * dw + (ow - 1) * sw + 1: sw, :] * f[:, i, j, 0]
+    np.testing.assert_array_equal(out, want)  # small integers: exact in float32
