@@ -176,38 +176,62 @@ class SubgraphPlan:
 
     def run(self, inputs: Sequence[np.ndarray | None], rt: RunState,
             plans: Sequence[SubgraphPlan] = (),
-            given: dict[int, np.ndarray] | None = None) -> list[np.ndarray]:
+            given: dict[int, np.ndarray] | None = None,
+            given_outs: Sequence[list[np.ndarray] | None] | None = None) -> list[np.ndarray]:
         """Outputs of this subgraph; ``plans`` are the referenced subgraphs' plans. ``given``
         maps output operands (in :attr:`direct_outputs`) to arrays their producing step
-        writes into (the request's pool views); the run returns those very arrays."""
-        slots = list(self.slots_template)
+        writes into (the request's pool views); the run returns those very arrays.
+        ``given_outs`` is :meth:`outs_given` of the same ``given``, when the caller keeps it."""
+        slots = self.slots_template.copy()
         for idx, arr in zip(self.input_indexes, inputs):
             slots[idx] = arr
         if self.has_control_flow:
             return _run_frames(self, slots, rt, plans)
         pool = self.arena_pool
-        arena = pool.take() if pool is not None else None
+        if pool is None:
+            return self._run_steps(slots, rt, None, given, given_outs)
+        arena = pool.take()
         try:
-            return self._run_steps(slots, rt, arena, given)
+            return self._run_steps(slots, rt, arena, given, given_outs)
         finally:
-            if arena is not None:
-                pool.give(arena)  # type: ignore[union-attr]
+            pool.give(arena)
+
+    def outs_given(self, given: dict[int, np.ndarray] | None
+                   ) -> list[list[np.ndarray] | None] | None:
+        """Per step: its output arrays when ``given`` has every one of them (an ``into``
+        step writing model outputs straight into the request's memory), else None."""
+        if not given:
+            return None
+        return [[given[i] for i in step.outputs]
+                if step.into is not None and all(i in given for i in step.outputs) else None
+                for step in self.steps]
 
     def _run_steps(self, slots: list[object], rt: RunState, arena: Arena | None,
-                   given: dict[int, np.ndarray] | None) -> list[np.ndarray]:
+                   given: dict[int, np.ndarray] | None,
+                   given_outs: Sequence[list[np.ndarray] | None] | None = None
+                   ) -> list[np.ndarray]:
         timed = rt.deadline_ns is not None  # no deadline: no clock reads between operations
         if arena is not None:
             views, step_outs = arena.views, arena.step_outs
         else:
             views, step_outs = None, self.no_outs
-        for step, outs in zip(self.steps, step_outs):
+        if given_outs is None:
+            given_outs = self.no_outs
+        for step, outs, mine in zip(self.steps, step_outs, given_outs):
             if timed:
                 rt.check_deadline()
             ins = [slots[i] for i in step.inputs]
-            if step.into is not None:
+            into = step.into
+            if into is not None:
                 if outs is None:
-                    outs = step.fresh_outs(views, given)
-                _call_into(step, ins, outs, rt)
+                    outs = mine if mine is not None else step.fresh_outs(views, given)
+                try:
+                    into(ins, outs, rt)
+                except Exception as e:
+                    err = _failure(step, e)
+                    if err is e:
+                        raise
+                    raise err from e
                 for idx, out in zip(step.outputs, outs):
                     slots[idx] = out
                 continue
@@ -218,6 +242,19 @@ class SubgraphPlan:
         for k in self.copy_out:  # may refer to arena memory the next run will reuse
             results[k] = np.array(results[k], copy=True)
         return results  # type: ignore[return-value]
+
+
+def _failure(step: Step, e: Exception) -> Exception:
+    """The error a kernel's exception becomes: HAL errors as they are, running out of memory
+    RESOURCE_EXHAUSTED_TRANSIENT, anything else (a kernel bug, a value it cannot handle)
+    GENERAL_FAILURE."""
+    if isinstance(e, (ExecutionError, OpError)):
+        return e
+    if isinstance(e, MemoryError):
+        return ExecutionError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+                              f"{step.op_type.name}: out of memory: {e}")
+    return ExecutionError(ErrorStatus.GENERAL_FAILURE,
+                          f"{step.op_type.name} failed: {type(e).__name__}: {e}")
 
 
 def _call_into(step: Step, ins: list[object], outs: list[np.ndarray], rt: RunState) -> None:
