@@ -10,6 +10,7 @@ depth needs no Python recursion.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -451,7 +452,7 @@ class ModelPlan:
             plan.steps.append(step)
         plan.no_outs = [None] * len(plan.steps)
         if not plan.has_control_flow:
-            _plan_arena(plan)
+            _plan_arena(plan, arena=not arena_disabled())
 
 
 def _definition(type_code: int) -> tuple[OperationType, object]:
@@ -475,7 +476,17 @@ def _known(info: OperandInfo, shape: tuple[int, ...] | None) -> bool:
         all(d > 0 for d in shape)
 
 
-def _plan_arena(plan: SubgraphPlan) -> None:
+#: Set to 1 to prepare models without an arena (for measuring what the arena is worth): every
+#: temporary is then a new array at each run, as before the arena. Read at each preparation.
+NO_ARENA_ENV = "NNHAL_NO_ARENA"
+
+
+def arena_disabled() -> bool:
+    """Whether :data:`NO_ARENA_ENV` asks for plans without an arena."""
+    return os.environ.get(NO_ARENA_ENV, "") not in ("", "0")
+
+
+def _plan_arena(plan: SubgraphPlan, arena: bool = True) -> None:
     """Place the subgraph's planned temporaries (outputs of ``into`` steps that are
     TEMPORARY_VARIABLEs) in one arena layout; set the plan's arena pool, copy-out positions
     and direct outputs.
@@ -483,7 +494,8 @@ def _plan_arena(plan: SubgraphPlan) -> None:
     A step without ``into`` may return views of its inputs, so an operand it produces may refer
     to the memory of any planned operand its inputs refer to: a planned operand's lifetime
     extends to the last use of every operand that may refer to it, and to the end of the run
-    (then copied out) when one of those is an output of the subgraph.
+    (then copied out) when one of those is an output of the subgraph. With ``arena`` False
+    only the direct outputs are set: every temporary is then a new array at each run.
     """
     g = plan.graph
     infos, steps = g.operands, plan.steps
@@ -509,7 +521,7 @@ def _plan_arena(plan: SubgraphPlan) -> None:
     plan.direct_outputs = frozenset(
         idx for step in steps if step.into is not None for idx in step.outputs
         if idx in outputs and list(g.outputs).count(idx) == 1 and idx not in g.inputs)
-    if not planned:
+    if not planned or not arena:
         return
     lifetimes = {idx: [pos, pos] for idx, pos in planned.items()}
     for idx, roots in refers.items():

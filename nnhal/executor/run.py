@@ -11,6 +11,7 @@ import numpy as np
 from nnhal.executor.plan import ExecutionError, ModelPlan, RunState
 from nnhal.hal.request_pool import RequestPool
 from nnhal.hal.types import ErrorStatus, OperandType, OutputShape, Request
+from nnhal.memory.pool import watch_of
 
 _BOOLS = (OperandType.BOOL, OperandType.TENSOR_BOOL8)
 
@@ -117,7 +118,8 @@ class RequestPlan:
     """
 
     __slots__ = ("plan", "inputs", "dynamic", "missing", "given", "direct", "shapes",
-                 "request", "pools", "memories", "buffers", "views", "given_outs", "all_direct")
+                 "request", "pools", "memories", "buffers", "views", "given_outs", "all_direct",
+                 "watch")
 
     def __init__(self, plan: ModelPlan, request: Request, pools: Sequence[RequestPool],
                  memories: Sequence[object] = ()):
@@ -127,6 +129,8 @@ class RequestPlan:
         self.pools = list(pools)
         #: Shared memories to check for shrinking before each run.
         self.memories = list(memories)
+        #: Those that may shrink (see :func:`~nnhal.memory.pool.shrunk_watched`).
+        self.watch = watch_of(self.memories)
         #: Whether a pool is a driver buffer (told how each run ended).
         self.buffers = any(not isinstance(p, np.ndarray) for p in pools)
         self.inputs: list[np.ndarray | None] = []

@@ -47,6 +47,7 @@ from nnhal.hal.types import (
     Timing,
 )
 from nnhal.memory import SharedMemory, shrunk_memory
+from nnhal.memory.pool import shrunk_watched
 from nnhal.ops.registry import OpError
 
 
@@ -165,7 +166,8 @@ class ReferencePreparedModel(IPreparedModel):
             if deadline is not None:
                 rt.check_deadline()
             # A client shrank a memory: touching it would fault.
-            why = shrunk_memory(request.pools if prepared is None else prepared.memories)
+            why = shrunk_memory(request.pools) if prepared is None else \
+                shrunk_watched(prepared.watch)
             if why is not None:
                 raise ExecutionError(ErrorStatus.INVALID_ARGUMENT, why)
             if prepared is None:
