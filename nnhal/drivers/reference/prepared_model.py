@@ -166,8 +166,10 @@ class ReferencePreparedModel(IPreparedModel):
             if deadline is not None:
                 rt.check_deadline()
             # A client shrank a memory: touching it would fault.
-            why = shrunk_memory(request.pools) if prepared is None else \
-                shrunk_watched(prepared.watch)
+            if prepared is None:
+                why = shrunk_memory(request.pools)
+            else:
+                why = shrunk_watched(prepared.watch) if prepared.watch else None
             if why is not None:
                 raise ExecutionError(ErrorStatus.INVALID_ARGUMENT, why)
             if prepared is None:
