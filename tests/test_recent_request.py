@@ -137,7 +137,8 @@ def test_recognised_request_sees_new_inputs_and_valid_changes(pm, rb, path):
     np.testing.assert_array_equal(_output(rb), rb.expected)
     # New input values in the same memory are read.
     a, b = float_inputs(6, DIMS)
-    rb.input_memory.write(0, np.concatenate([a.reshape(-1), b.reshape(-1)]))
+    for arg, arr in zip(rb.request.inputs, (a, b)):
+        rb.input_memory.write(arg.location.offset, arr)
     assert run(rb.request) == E.NONE
     np.testing.assert_array_equal(_output(rb), a + b)
     # A valid change (the dimensions spelled out, a new output memory) is followed.

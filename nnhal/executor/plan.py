@@ -207,6 +207,32 @@ class SubgraphPlan:
                 if step.into is not None and all(i in given for i in step.outputs) else None
                 for step in self.steps]
 
+    def fixed_steps(self, inputs: Sequence[np.ndarray | None],
+                    given: dict[int, np.ndarray] | None) -> list[FixedStep] | None:
+        """The whole run with these very input arrays and ``given`` output arrays, decided
+        once, when it can be: every step writes into given arrays (so no temporary, no arena)
+        and reads only constants, inputs and given arrays; no control flow. Then a run is
+        :func:`run_fixed` of it, which fills ``given``. None otherwise."""
+        outs_given = self.outs_given(given)
+        if self.has_control_flow or outs_given is None or self.arena_pool is not None or \
+                self.copy_out:
+            return None
+        made = {i for step in self.steps for i in step.outputs}
+        src = self.slots_template.copy()
+        for idx, arr in zip(self.input_indexes, inputs):
+            src[idx] = arr
+        fixed: list[FixedStep] = []
+        for step, outs in zip(self.steps, outs_given):
+            if step.into is None or outs is None or \
+                    any(i in made and i not in given for i in step.inputs):  # type: ignore
+                return None
+            fixed.append((step, step.into, [src[i] for i in step.inputs], outs))
+            for idx, out in zip(step.outputs, outs):
+                src[idx] = out
+        if any(i not in given for i in self.output_indexes):  # type: ignore[operator]
+            return None
+        return fixed
+
     def _run_steps(self, slots: list[object], rt: RunState, arena: Arena | None,
                    given: dict[int, np.ndarray] | None,
                    given_outs: Sequence[list[np.ndarray] | None] | None = None
@@ -243,6 +269,23 @@ class SubgraphPlan:
         for k in self.copy_out:  # may refer to arena memory the next run will reuse
             results[k] = np.array(results[k], copy=True)
         return results  # type: ignore[return-value]
+
+
+#: A step of a run decided once: (step, its kernel, its input arrays, its output arrays).
+FixedStep = tuple[Step, IntoKernel, list[object], list[np.ndarray]]
+
+
+def run_fixed(fixed: Sequence[FixedStep], rt: RunState) -> None:
+    """Run :meth:`SubgraphPlan.fixed_steps` (no deadline checks between steps: for runs
+    without a deadline)."""
+    for step, into, ins, outs in fixed:
+        try:
+            into(ins.copy(), outs, rt)  # a copy: the kernel may do what it likes with its list
+        except Exception as e:
+            err = _failure(step, e)
+            if err is e:
+                raise
+            raise err from e
 
 
 def _failure(step: Step, e: Exception) -> Exception:

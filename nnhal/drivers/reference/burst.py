@@ -197,8 +197,17 @@ class ReferenceBurst(IBurst):
         except Exception:  # noqa: BLE001 - checked the usual way below
             found = None
         if found is not None:
-            if deadline is not None and started > deadline:
-                return ErrorStatus.MISSED_DEADLINE_PERSISTENT, [], NO_TIMING
+            if deadline is not None:
+                if started > deadline:
+                    return ErrorStatus.MISSED_DEADLINE_PERSISTENT, [], NO_TIMING
+            else:
+                lock = self.execution_lock
+                if lock.acquire(blocking=False):  # no one running: no deadline to wait to
+                    try:
+                        return pm.run(request, found.pools, measure,  # type: ignore[call-arg]
+                                      None, loop_timeout, started, found.bound)
+                    finally:
+                        lock.release()
             return run_exclusive(self.execution_lock, pm, request, found.pools, measure,
                                  deadline, loop_timeout, started, found.bound)
         try:
