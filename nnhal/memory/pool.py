@@ -65,13 +65,18 @@ class SharedMemory:
 
     # ---- construction ------------------------------------------------------------------
     @classmethod
-    def ashmem(cls, size: int, name: str = ASHMEM) -> SharedMemory:
-        """Anonymous shared memory of ``size`` bytes (zero-filled)."""
+    def ashmem(cls, size: int, name: str = ASHMEM, *, sealed: bool = False) -> SharedMemory:
+        """Anonymous shared memory of ``size`` bytes (zero-filled). ``sealed``: sealed against
+        shrinking at once (``F_SEAL_SHRINK``; growing stays allowed), so that no one can ever
+        shrink it and executions skip their size check of it (one syscall per memory and
+        execution): for creators that never shrink their memories."""
         if size < 0:
             raise MemoryError_("negative size")
         fd = os.memfd_create(f"nnhal-{name}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, size)
+            if sealed:
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
         except OSError:
             os.close(fd)
             raise
