@@ -7,7 +7,7 @@ import pytest
 from helpers import add_model, float_inputs
 
 from nnhal.hal.builder import RequestBuilder
-from nnhal.hal.interfaces import PreparedModelCallback
+from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
 from nnhal.hal.types import (
     DataLocation,
     ErrorStatus,
@@ -41,8 +41,18 @@ def rb():
 
 def _paths(pm):
     _, burst = pm.configure_execution_burst()
+
+    def run_async(req, **kw):
+        cb = ExecutionCallback()
+        launched = pm.execute(req, kw.pop("measure", MeasureTiming.NO), kw.pop("deadline", None),
+                              kw.pop("loop_timeout", None), cb)
+        status = cb.wait(30)[0]
+        assert launched == E.NONE or launched == status
+        return status
+
     return {"sync": lambda req, **kw: pm.execute_synchronously(req, **kw)[0],
-            "burst": lambda req, **kw: burst.execute(req, **kw)[0]}
+            "burst": lambda req, **kw: burst.execute(req, **kw)[0],
+            "async": run_async}
 
 
 def _output(rb):
@@ -103,7 +113,7 @@ def _mutations():
     return [(name, change, E.INVALID_ARGUMENT) for name, change in invalid] + other
 
 
-@pytest.mark.parametrize("path", ["sync", "burst"])
+@pytest.mark.parametrize("path", ["sync", "burst", "async"])
 @pytest.mark.parametrize("name,change,expected", _mutations(), ids=[m[0] for m in _mutations()])
 def test_request_changed_after_a_run_is_checked_again(device, pm, rb, path, name, change,
                                                       expected):
@@ -118,7 +128,7 @@ def test_request_changed_after_a_run_is_checked_again(device, pm, rb, path, name
     assert _paths(cb.wait(30)[1])[path](rb.request) == expected
 
 
-@pytest.mark.parametrize("path", ["sync", "burst"])
+@pytest.mark.parametrize("path", ["sync", "burst", "async"])
 @pytest.mark.parametrize("kw", [dict(measure=2), dict(measure=-1), dict(measure="YES"),
                                 dict(loop_timeout=15_000_000_001), dict(loop_timeout=-1),
                                 dict(loop_timeout=1.5), dict(deadline=-1),
@@ -130,7 +140,7 @@ def test_plain_arguments_still_checked(pm, rb, path, kw):
     assert run(rb.request, **kw) == E.INVALID_ARGUMENT
 
 
-@pytest.mark.parametrize("path", ["sync", "burst"])
+@pytest.mark.parametrize("path", ["sync", "burst", "async"])
 def test_recognised_request_sees_new_inputs_and_valid_changes(pm, rb, path):
     run = _paths(pm)[path]
     assert run(rb.request) == E.NONE
@@ -154,7 +164,7 @@ def test_recognised_request_sees_new_inputs_and_valid_changes(pm, rb, path):
         out.close()
 
 
-@pytest.mark.parametrize("path", ["sync", "burst"])
+@pytest.mark.parametrize("path", ["sync", "burst", "async"])
 def test_closed_memory_refused(pm, rb, path):
     run = _paths(pm)[path]
     assert run(rb.request) == E.NONE

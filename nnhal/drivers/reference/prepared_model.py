@@ -224,9 +224,13 @@ class ReferencePreparedModel(IPreparedModel):
         if callback is None or not hasattr(callback, "notify"):
             return ErrorStatus.INVALID_ARGUMENT
         try:
-            check_execution_args(request, measure, deadline, loop_timeout)
-            pools = self.check_request(request, measure, loop_timeout)
-            prepared = self.bind(request, pools)
+            recent = self.recent(request, measure, deadline, loop_timeout)
+            if recent is not None:  # the request run last, already checked and bound
+                pools, prepared = recent.pools, recent.bound
+            else:
+                check_execution_args(request, measure, deadline, loop_timeout)
+                pools = self.check_request(request, measure, loop_timeout)
+                prepared = self.bind(request, pools)
         except Exception as e:  # noqa: BLE001
             self._invalid(e)
             _notify(callback, ErrorStatus.INVALID_ARGUMENT, [], NO_TIMING)
