@@ -174,6 +174,23 @@ def test_chain_is_planned_and_runs_twice_alike(into_log):
     assert pool.created == 1  # the second run reused the first one's arena
 
 
+def test_no_arena_env_prepares_without_an_arena(into_log, monkeypatch):
+    """NNHAL_NO_ARENA=1 (for measuring the arena's worth): no arena, same results."""
+    from nnhal.executor.plan import NO_ARENA_ENV
+
+    x, y = _inputs(3)
+    with_arena = ModelPlan(analyse(_chain_model(6)))
+    monkeypatch.setenv(NO_ARENA_ENV, "1")
+    without = ModelPlan(analyse(_chain_model(6)))
+    monkeypatch.setenv(NO_ARENA_ENV, "0")
+    assert ModelPlan(analyse(_chain_model(6))).main.arena_pool is not None
+    assert with_arena.main.arena_pool is not None and without.main.arena_pool is None
+    assert without.main.direct_outputs == with_arena.main.direct_outputs
+    np.testing.assert_array_equal(without.run([x, y], RunState())[0],
+                                  with_arena.run([x, y], RunState())[0])
+    assert not into_log.violations
+
+
 def test_outputs_are_not_arena_memory(into_log):
     for reshape_out in (False, True):
         plan = ModelPlan(analyse(_chain_model(4, reshape_out=reshape_out)))

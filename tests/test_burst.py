@@ -187,8 +187,16 @@ def test_cached_pools_skip_resolving(pm, burst, rb, monkeypatch):
     assert burst.execute(rb.request)[0] == E.NONE
     assert calls == []
     holds[0].release()
+    # The request run last, with the same memories: the prepared model recognises it and
+    # maps nothing again, cached or not.
+    assert burst.execute(rb.request)[0] == E.NONE
+    assert calls == []
+    # A request it has not run last (the model's dimensions spelled out), one memory no
+    # longer cached: its pools are resolved by the prepared model.
+    rb.request.inputs[0].dimensions = list(DIMS)
     assert burst.execute(rb.request)[0] == E.NONE
     assert calls == [1]
+    np.testing.assert_array_equal(result_of(rb), rb.expected)
 
 
 def test_cache_does_not_keep_memory_or_burst_alive(pm, rb):

@@ -311,3 +311,22 @@ def test_memory_sealed_against_shrinking_is_not_checked():
     finally:
         sealed.close()
         late.close()
+
+
+def test_ashmem_created_sealed_is_never_checked():
+    """SharedMemory.ashmem(sealed=True): sealed against shrinking from the start, so a
+    bound request's size-check list leaves it out; an unsealed one stays in it."""
+    from nnhal.memory.pool import shrunk_watched, watch_of
+
+    sealed, plain = SharedMemory.ashmem(4096, sealed=True), SharedMemory.ashmem(4096)
+    try:
+        sealed.array()
+        plain.array()
+        with pytest.raises(PermissionError):
+            os.ftruncate(sealed.fd, 0)
+        assert [m for _, _, m in watch_of([sealed, plain])] == [plain]
+        os.ftruncate(plain.fd, 0)
+        assert "shrunk" in (shrunk_watched(watch_of([sealed, plain])) or "")
+    finally:
+        sealed.close()
+        plain.close()

@@ -10,6 +10,7 @@ depth needs no Python recursion.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -176,38 +177,88 @@ class SubgraphPlan:
 
     def run(self, inputs: Sequence[np.ndarray | None], rt: RunState,
             plans: Sequence[SubgraphPlan] = (),
-            given: dict[int, np.ndarray] | None = None) -> list[np.ndarray]:
+            given: dict[int, np.ndarray] | None = None,
+            given_outs: Sequence[list[np.ndarray] | None] | None = None) -> list[np.ndarray]:
         """Outputs of this subgraph; ``plans`` are the referenced subgraphs' plans. ``given``
         maps output operands (in :attr:`direct_outputs`) to arrays their producing step
-        writes into (the request's pool views); the run returns those very arrays."""
-        slots = list(self.slots_template)
+        writes into (the request's pool views); the run returns those very arrays.
+        ``given_outs`` is :meth:`outs_given` of the same ``given``, when the caller keeps it."""
+        slots = self.slots_template.copy()
         for idx, arr in zip(self.input_indexes, inputs):
             slots[idx] = arr
         if self.has_control_flow:
             return _run_frames(self, slots, rt, plans)
         pool = self.arena_pool
-        arena = pool.take() if pool is not None else None
+        if pool is None:
+            return self._run_steps(slots, rt, None, given, given_outs)
+        arena = pool.take()
         try:
-            return self._run_steps(slots, rt, arena, given)
+            return self._run_steps(slots, rt, arena, given, given_outs)
         finally:
-            if arena is not None:
-                pool.give(arena)  # type: ignore[union-attr]
+            pool.give(arena)
+
+    def outs_given(self, given: dict[int, np.ndarray] | None
+                   ) -> list[list[np.ndarray] | None] | None:
+        """Per step: its output arrays when ``given`` has every one of them (an ``into``
+        step writing model outputs straight into the request's memory), else None."""
+        if not given:
+            return None
+        return [[given[i] for i in step.outputs]
+                if step.into is not None and all(i in given for i in step.outputs) else None
+                for step in self.steps]
+
+    def fixed_steps(self, inputs: Sequence[np.ndarray | None],
+                    given: dict[int, np.ndarray] | None) -> list[FixedStep] | None:
+        """The whole run with these very input arrays and ``given`` output arrays, decided
+        once, when it can be: every step writes into given arrays (so no temporary, no arena)
+        and reads only constants, inputs and given arrays; no control flow. Then a run is
+        :func:`run_fixed` of it, which fills ``given``. None otherwise."""
+        outs_given = self.outs_given(given)
+        if self.has_control_flow or outs_given is None or self.arena_pool is not None or \
+                self.copy_out:
+            return None
+        made = {i for step in self.steps for i in step.outputs}
+        src = self.slots_template.copy()
+        for idx, arr in zip(self.input_indexes, inputs):
+            src[idx] = arr
+        fixed: list[FixedStep] = []
+        for step, outs in zip(self.steps, outs_given):
+            if step.into is None or outs is None or \
+                    any(i in made and i not in given for i in step.inputs):  # type: ignore
+                return None
+            fixed.append((step, step.into, [src[i] for i in step.inputs], outs))
+            for idx, out in zip(step.outputs, outs):
+                src[idx] = out
+        if any(i not in given for i in self.output_indexes):  # type: ignore[operator]
+            return None
+        return fixed
 
     def _run_steps(self, slots: list[object], rt: RunState, arena: Arena | None,
-                   given: dict[int, np.ndarray] | None) -> list[np.ndarray]:
+                   given: dict[int, np.ndarray] | None,
+                   given_outs: Sequence[list[np.ndarray] | None] | None = None
+                   ) -> list[np.ndarray]:
         timed = rt.deadline_ns is not None  # no deadline: no clock reads between operations
         if arena is not None:
             views, step_outs = arena.views, arena.step_outs
         else:
             views, step_outs = None, self.no_outs
-        for step, outs in zip(self.steps, step_outs):
+        if given_outs is None:
+            given_outs = self.no_outs
+        for step, outs, mine in zip(self.steps, step_outs, given_outs):
             if timed:
                 rt.check_deadline()
             ins = [slots[i] for i in step.inputs]
-            if step.into is not None:
+            into = step.into
+            if into is not None:
                 if outs is None:
-                    outs = step.fresh_outs(views, given)
-                _call_into(step, ins, outs, rt)
+                    outs = mine if mine is not None else step.fresh_outs(views, given)
+                try:
+                    into(ins, outs, rt)
+                except Exception as e:
+                    err = _failure(step, e)
+                    if err is e:
+                        raise
+                    raise err from e
                 for idx, out in zip(step.outputs, outs):
                     slots[idx] = out
                 continue
@@ -218,6 +269,36 @@ class SubgraphPlan:
         for k in self.copy_out:  # may refer to arena memory the next run will reuse
             results[k] = np.array(results[k], copy=True)
         return results  # type: ignore[return-value]
+
+
+#: A step of a run decided once: (step, its kernel, its input arrays, its output arrays).
+FixedStep = tuple[Step, IntoKernel, list[object], list[np.ndarray]]
+
+
+def run_fixed(fixed: Sequence[FixedStep], rt: RunState) -> None:
+    """Run :meth:`SubgraphPlan.fixed_steps` (no deadline checks between steps: for runs
+    without a deadline)."""
+    for step, into, ins, outs in fixed:
+        try:
+            into(ins.copy(), outs, rt)  # a copy: the kernel may do what it likes with its list
+        except Exception as e:
+            err = _failure(step, e)
+            if err is e:
+                raise
+            raise err from e
+
+
+def _failure(step: Step, e: Exception) -> Exception:
+    """The error a kernel's exception becomes: HAL errors as they are, running out of memory
+    RESOURCE_EXHAUSTED_TRANSIENT, anything else (a kernel bug, a value it cannot handle)
+    GENERAL_FAILURE."""
+    if isinstance(e, (ExecutionError, OpError)):
+        return e
+    if isinstance(e, MemoryError):
+        return ExecutionError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+                              f"{step.op_type.name}: out of memory: {e}")
+    return ExecutionError(ErrorStatus.GENERAL_FAILURE,
+                          f"{step.op_type.name} failed: {type(e).__name__}: {e}")
 
 
 def _call_into(step: Step, ins: list[object], outs: list[np.ndarray], rt: RunState) -> None:
@@ -414,7 +495,7 @@ class ModelPlan:
             plan.steps.append(step)
         plan.no_outs = [None] * len(plan.steps)
         if not plan.has_control_flow:
-            _plan_arena(plan)
+            _plan_arena(plan, arena=not arena_disabled())
 
 
 def _definition(type_code: int) -> tuple[OperationType, object]:
@@ -438,7 +519,17 @@ def _known(info: OperandInfo, shape: tuple[int, ...] | None) -> bool:
         all(d > 0 for d in shape)
 
 
-def _plan_arena(plan: SubgraphPlan) -> None:
+#: Set to 1 to prepare models without an arena (for measuring what the arena is worth): every
+#: temporary is then a new array at each run, as before the arena. Read at each preparation.
+NO_ARENA_ENV = "NNHAL_NO_ARENA"
+
+
+def arena_disabled() -> bool:
+    """Whether :data:`NO_ARENA_ENV` asks for plans without an arena."""
+    return os.environ.get(NO_ARENA_ENV, "") not in ("", "0")
+
+
+def _plan_arena(plan: SubgraphPlan, arena: bool = True) -> None:
     """Place the subgraph's planned temporaries (outputs of ``into`` steps that are
     TEMPORARY_VARIABLEs) in one arena layout; set the plan's arena pool, copy-out positions
     and direct outputs.
@@ -446,7 +537,8 @@ def _plan_arena(plan: SubgraphPlan) -> None:
     A step without ``into`` may return views of its inputs, so an operand it produces may refer
     to the memory of any planned operand its inputs refer to: a planned operand's lifetime
     extends to the last use of every operand that may refer to it, and to the end of the run
-    (then copied out) when one of those is an output of the subgraph.
+    (then copied out) when one of those is an output of the subgraph. With ``arena`` False
+    only the direct outputs are set: every temporary is then a new array at each run.
     """
     g = plan.graph
     infos, steps = g.operands, plan.steps
@@ -472,7 +564,7 @@ def _plan_arena(plan: SubgraphPlan) -> None:
     plan.direct_outputs = frozenset(
         idx for step in steps if step.into is not None for idx in step.outputs
         if idx in outputs and list(g.outputs).count(idx) == 1 and idx not in g.inputs)
-    if not planned:
+    if not planned or not arena:
         return
     lifetimes = {idx: [pos, pos] for idx, pos in planned.items()}
     for idx, roots in refers.items():

@@ -8,9 +8,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nnhal.executor.plan import ExecutionError, ModelPlan, RunState
+from nnhal.executor.plan import ExecutionError, ModelPlan, RunState, run_fixed
 from nnhal.hal.request_pool import RequestPool
 from nnhal.hal.types import ErrorStatus, OperandType, OutputShape, Request
+from nnhal.memory.pool import watch_of
 
 _BOOLS = (OperandType.BOOL, OperandType.TENSOR_BOOL8)
 
@@ -117,7 +118,8 @@ class RequestPlan:
     """
 
     __slots__ = ("plan", "inputs", "dynamic", "missing", "given", "direct", "shapes",
-                 "request", "pools", "memories", "buffers", "views")
+                 "request", "pools", "memories", "buffers", "views", "given_outs", "all_direct",
+                 "watch", "fixed")
 
     def __init__(self, plan: ModelPlan, request: Request, pools: Sequence[RequestPool],
                  memories: Sequence[object] = ()):
@@ -127,6 +129,8 @@ class RequestPlan:
         self.pools = list(pools)
         #: Shared memories to check for shrinking before each run.
         self.memories = list(memories)
+        #: Those that may shrink (see :func:`~nnhal.memory.pool.shrunk_watched`).
+        self.watch = watch_of(self.memories)
         #: Whether a pool is a driver buffer (told how each run ended).
         self.buffers = any(not isinstance(p, np.ndarray) for p in pools)
         self.inputs: list[np.ndarray | None] = []
@@ -184,6 +188,13 @@ class RequestPlan:
             if view is None:
                 self.shapes.append(list(main.inferred[idx] or ()))
             self.direct.append(view)
+        #: Per step of the main subgraph: its output arrays when all are given.
+        self.given_outs = main.outs_given(self.given)
+        #: Every output is written straight into its pool.
+        self.all_direct = all(d is not None for d in self.direct)
+        #: The whole run decided once, when it can be (see SubgraphPlan.fixed_steps).
+        self.fixed = main.fixed_steps(self.inputs, self.given) \
+            if self.all_direct and not self.dynamic and self.missing is None else None
         #: Per output: where it goes in its pool as a typed view (None: the generic way).
         self.views: list[np.ndarray | None] = [
             d if d is not None else _typed_view(arg, pools, main.infos[idx], shape)
@@ -191,6 +202,10 @@ class RequestPlan:
                                           self.shapes)]
 
     def run(self, rt: RunState) -> tuple[ErrorStatus, list[OutputShape]]:
+        fixed = self.fixed
+        if fixed is not None and rt.deadline_ns is None:
+            run_fixed(fixed, rt)
+            return ErrorStatus.NONE, [OutputShape(list(s), True) for s in self.shapes]
         if self.missing is not None:
             raise ExecutionError(ErrorStatus.INVALID_ARGUMENT, f"input operand {self.missing} "
                                  "is required but has no value")
@@ -203,7 +218,13 @@ class RequestPlan:
                                            shape) if isinstance(pool, np.ndarray)
                              else pool.read_input(info, shape))  # type: ignore[union-attr]
         plan = self.plan
-        outs = plan.main.run(inputs, rt, plan.referenced, self.given or None)
+        outs = plan.main.run(inputs, rt, plan.referenced, self.given or None, self.given_outs)
+        if self.all_direct:
+            for out, view in zip(outs, self.direct):
+                if out is not view:
+                    break
+            else:  # every output written in place: their shapes are the known ones
+                return ErrorStatus.NONE, [OutputShape(list(s), True) for s in self.shapes]
         views = self.views
         for out, view in zip(outs, views):
             if view is None or (out is not view and out.shape != view.shape):

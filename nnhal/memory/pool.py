@@ -65,13 +65,18 @@ class SharedMemory:
 
     # ---- construction ------------------------------------------------------------------
     @classmethod
-    def ashmem(cls, size: int, name: str = ASHMEM) -> SharedMemory:
-        """Anonymous shared memory of ``size`` bytes (zero-filled)."""
+    def ashmem(cls, size: int, name: str = ASHMEM, *, sealed: bool = False) -> SharedMemory:
+        """Anonymous shared memory of ``size`` bytes (zero-filled). ``sealed``: sealed against
+        shrinking at once (``F_SEAL_SHRINK``; growing stays allowed), so that no one can ever
+        shrink it and executions skip their size check of it (one syscall per memory and
+        execution): for creators that never shrink their memories."""
         if size < 0:
             raise MemoryError_("negative size")
         fd = os.memfd_create(f"nnhal-{name}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, size)
+            if sealed:
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
         except OSError:
             os.close(fd)
             raise
@@ -244,4 +249,36 @@ def shrunk_memory(pools: list[object] | tuple[object, ...]) -> str | None:
             why = mem._shrunk()
             if why is not None:
                 return why
+    return None
+
+
+#: What :func:`shrunk_watched` checks: (descriptor, file offset of the region's last byte,
+#: memory) per memory.
+Watch = tuple[tuple[int, int, SharedMemory], ...]
+
+
+def watch_of(memories: list[object] | tuple[object, ...]) -> Watch:
+    """The memories among ``memories`` (shared memories, bare or in a MemoryPool) that are
+    mapped and may shrink, for :func:`shrunk_watched`: a request bound once and run many times
+    decides this once (a memory sealed against shrinking before it was mapped never needs a
+    check; one not mapped yet is checked when mapped)."""
+    found = []
+    for pool in memories:
+        mem = pool if type(pool) is SharedMemory else getattr(pool, "hidl_memory", None)
+        if isinstance(mem, SharedMemory) and mem._mmap is not None and not mem._fixed:
+            found.append((mem.fd, mem._last, mem))
+    return tuple(found)
+
+
+def shrunk_watched(watch: Watch, _pread: object = os.pread) -> str | None:
+    """As :func:`shrunk_memory`, for a :func:`watch_of` list: one ``pread`` per memory."""
+    for fd, last, mem in watch:
+        try:
+            if _pread(fd, 1, last):  # type: ignore[operator]
+                continue
+        except OSError:
+            pass
+        why = mem._shrunk()  # closed meanwhile (nothing to check) or shrunk
+        if why is not None:
+            return why
     return None

@@ -18,6 +18,7 @@ from nnhal.drivers.common.tokens import TokenRegistry
 from nnhal.hal.interfaces import IPreparedModel
 from nnhal.hal.request_pool import RequestBuffer, RequestPool
 from nnhal.hal.types import (
+    DataLocation,
     MeasureTiming,
     MemoryPool,
     OperandType,
@@ -205,3 +206,92 @@ class BoundRequests:
             except (StopIteration, KeyError, RuntimeError):  # another thread got there first
                 break
         entries[key] = (list(pools), bound)
+
+
+class Recent:
+    """A request validated and bound for one prepared model, kept to recognise the next
+    identical request cheaply (:func:`same_request`): its snapshot, the memories of its pools
+    (referenced here, so their identity is never that of a recycled object), their mapped
+    arrays and the bound request (whatever the prepared model binds). Never changed once
+    made: safe to share between threads."""
+
+    __slots__ = ("request", "memories", "pools", "bound")
+
+    def __init__(self, request: Request, memories: list[SharedMemory],
+                 pools: list[RequestPool], bound: object):
+        self.request = request
+        self.memories = memories
+        self.pools = pools
+        self.bound = bound
+
+    @staticmethod
+    def of(snapshot: Request, pools: list[RequestPool], bound: object) -> Recent | None:
+        """The entry for a validated ``snapshot`` whose every pool is a shared memory mapped
+        to ``pools``; None when one is not (a token, say)."""
+        mems = []
+        for pool, arr in zip(snapshot.pools, pools):
+            mem = pool.hidl_memory if type(pool) is MemoryPool else pool
+            if type(pool) is MemoryPool and pool.token is not None:
+                return None
+            if type(mem) is not SharedMemory or not isinstance(arr, np.ndarray):
+                return None
+            mems.append(mem)
+        return Recent(snapshot, mems, list(pools), bound)
+
+
+def same_request(request: object, recent: Recent, _R: type = Request,
+                 _RA: type = RequestArgument, _DL: type = DataLocation, _MP: type = MemoryPool,
+                 _type: type = type, _int: type = int, _list: type = list,
+                 _len: object = len) -> bool:
+    """Whether ``request`` has exactly the field types the fast check of
+    :func:`~nnhal.hal.checks.check_execution_args` accepts and the very argument values and
+    pool memories (none of them closed) of ``recent``'s validated request: then it is valid for
+    the same prepared model (validation depends on nothing else; the memories' sizes never
+    change) and maps to the same arrays. False means "check it the usual way". One flat
+    function, builtins bound as defaults: the type checks and the comparison in one pass."""
+    if _type(request) is not _R:
+        return False
+    snap = recent.request
+    ins = request.inputs  # type: ignore[attr-defined]
+    outs = request.outputs  # type: ignore[attr-defined]
+    pools = request.pools  # type: ignore[attr-defined]
+    if _type(ins) is not _list or _type(outs) is not _list or _type(pools) is not _list:
+        return False
+    mems = recent.memories
+    if _len(ins) != _len(snap.inputs) or _len(outs) != _len(snap.outputs) or \
+            _len(pools) != _len(mems):  # type: ignore[operator]
+        return False
+    for args, known in ((ins, snap.inputs), (outs, snap.outputs)):
+        for a, s in zip(args, known):
+            if _type(a) is not _RA:
+                return False
+            loc = a.location
+            dims = a.dimensions
+            if _type(loc) is not _DL or _type(dims) is not _list or \
+                    _type(a.has_no_value) is not bool or a.has_no_value is not s.has_no_value:
+                return False
+            p = loc.pool_index
+            o = loc.offset
+            n = loc.length
+            if not _type(p) is _type(o) is _type(n) is _int:
+                return False
+            k = s.location
+            if p != k.pool_index or o != k.offset or n != k.length:
+                return False
+            if dims:
+                for d in dims:
+                    if _type(d) is not _int:
+                        return False
+                if dims != s.dimensions:
+                    return False
+            elif s.dimensions:
+                return False
+    for pool, mem in zip(pools, mems):
+        if _type(pool) is _MP:
+            if pool.hidl_memory is not mem or pool.token is not None:
+                return False
+        elif pool is not mem:
+            return False
+        if mem._closed:
+            return False
+    return True

@@ -17,10 +17,12 @@ from nnhal.drivers.common.callbacks import notify_execution as _notify
 from nnhal.drivers.common.fenced import FencedResult, execute_fenced
 from nnhal.drivers.common.request_checks import (
     BoundRequests,
+    Recent,
     Resolver,
     check_request,
     request_key,
     resolve_pools,
+    same_request,
     snapshot_request,
 )
 from nnhal.drivers.common.runs import Result
@@ -29,11 +31,12 @@ from nnhal.drivers.reference.burst import ReferenceBurst
 from nnhal.drivers.reference.execution import ReferenceExecution
 from nnhal.executor import ExecutionError, ModelPlan, RunState, run_request
 from nnhal.executor.run import RequestPlan
-from nnhal.hal.checks import check_execution_args
+from nnhal.hal.checks import UINT64_MAX, check_execution_args
 from nnhal.hal.interfaces import IExecutionCallback, IPreparedModel
 from nnhal.hal.request_pool import RequestBuffer, RequestPool
 from nnhal.hal.types import (
     LOOP_TIMEOUT_DEFAULT_NS,
+    LOOP_TIMEOUT_MAXIMUM_NS,
     NO_TIMING,
     ErrorStatus,
     MeasureTiming,
@@ -44,6 +47,7 @@ from nnhal.hal.types import (
     Timing,
 )
 from nnhal.memory import SharedMemory, shrunk_memory
+from nnhal.memory.pool import shrunk_watched
 from nnhal.ops.registry import OpError
 
 
@@ -61,6 +65,11 @@ def _us(ns: int) -> int:
     return max(0, ns // 1000)
 
 
+#: The run state of every execution without deadline or loop timeout (nothing changes it).
+_PLAIN_RUN = RunState(None, LOOP_TIMEOUT_DEFAULT_NS)
+_NO, _YES = MeasureTiming.NO, MeasureTiming.YES
+
+
 class ReferencePreparedModel(IPreparedModel):
     """IPreparedModel of the reference CPU driver."""
 
@@ -70,6 +79,8 @@ class ReferencePreparedModel(IPreparedModel):
         self.priority = priority
         #: Requests recently bound to the plan (see :meth:`bind`).
         self._bound = BoundRequests()
+        #: The request bound last, recognised without validating it again (see :meth:`recent`).
+        self._recent: Recent | None = None
 
     # ---- request checking (shared by every execution path) --------------------------------
     @property
@@ -122,20 +133,43 @@ class ReferencePreparedModel(IPreparedModel):
             found = self.request_plan(snapshot_request(request), pools)
             if found is not None:
                 self._bound.put(key, pools, found)
+        if found is not None:
+            self._recent = Recent.of(found.request, pools, found)  # type: ignore[attr-defined]
         return found  # type: ignore[return-value]
+
+    def recent(self, request: object, measure: object, deadline: object,
+               loop_timeout: object) -> Recent | None:
+        """The request bound last, when ``request`` has its very argument values and
+        memories (see :func:`same_request`) and the other arguments are plainly valid (measure
+        a MeasureTiming, deadline and loop timeout None or ints in range): such a request needs
+        neither checking nor mapping again. None means "check it the usual way"."""
+        found = self._recent
+        if found is None or (measure is not _NO and measure is not _YES):
+            return None
+        if deadline is not None and not (type(deadline) is int and
+                                         0 <= deadline <= UINT64_MAX):  # type: ignore[operator]
+            return None
+        if loop_timeout is not None and not (type(loop_timeout) is int and
+                                             0 <= loop_timeout <=  # type: ignore[operator]
+                                             LOOP_TIMEOUT_MAXIMUM_NS):
+            return None
+        return found if same_request(request, found) else None
 
     def run(self, request: Request, pools: Sequence[RequestPool], measure: MeasureTiming,
             deadline: int | None, loop_timeout: int | None, started_ns: int,
             prepared: RequestPlan | None = None) -> Result:
         """Run a validated request (bound in ``prepared`` when given); never raises."""
-        rt = RunState(deadline, LOOP_TIMEOUT_DEFAULT_NS if loop_timeout is None
-                      else loop_timeout)
+        rt = _PLAIN_RUN if deadline is None and loop_timeout is None else RunState(
+            deadline, LOOP_TIMEOUT_DEFAULT_NS if loop_timeout is None else loop_timeout)
         device_start = time.monotonic_ns()
         try:
             if deadline is not None:
                 rt.check_deadline()
             # A client shrank a memory: touching it would fault.
-            why = shrunk_memory(request.pools if prepared is None else prepared.memories)
+            if prepared is None:
+                why = shrunk_memory(request.pools)
+            else:
+                why = shrunk_watched(prepared.watch) if prepared.watch else None
             if why is not None:
                 raise ExecutionError(ErrorStatus.INVALID_ARGUMENT, why)
             if prepared is None:
@@ -171,9 +205,13 @@ class ReferencePreparedModel(IPreparedModel):
                               ) -> Result:
         started = time.monotonic_ns()
         try:
-            check_execution_args(request, measure, deadline, loop_timeout)
-            pools = self.check_request(request, measure, loop_timeout)
-            prepared = self.bind(request, pools)
+            recent = self.recent(request, measure, deadline, loop_timeout)
+            if recent is not None:  # the request run last, already checked and bound
+                pools, prepared = recent.pools, recent.bound
+            else:
+                check_execution_args(request, measure, deadline, loop_timeout)
+                pools = self.check_request(request, measure, loop_timeout)
+                prepared = self.bind(request, pools)
         except Exception as e:  # noqa: BLE001 - any malformed request is INVALID_ARGUMENT
             return self._invalid(e)
         if deadline is not None and started > deadline:
@@ -186,9 +224,13 @@ class ReferencePreparedModel(IPreparedModel):
         if callback is None or not hasattr(callback, "notify"):
             return ErrorStatus.INVALID_ARGUMENT
         try:
-            check_execution_args(request, measure, deadline, loop_timeout)
-            pools = self.check_request(request, measure, loop_timeout)
-            prepared = self.bind(request, pools)
+            recent = self.recent(request, measure, deadline, loop_timeout)
+            if recent is not None:  # the request run last, already checked and bound
+                pools, prepared = recent.pools, recent.bound
+            else:
+                check_execution_args(request, measure, deadline, loop_timeout)
+                pools = self.check_request(request, measure, loop_timeout)
+                prepared = self.bind(request, pools)
         except Exception as e:  # noqa: BLE001
             self._invalid(e)
             _notify(callback, ErrorStatus.INVALID_ARGUMENT, [], NO_TIMING)
