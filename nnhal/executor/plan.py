@@ -30,6 +30,13 @@ from nnhal.ops.catalog import lookup
 from nnhal.ops.registry import IntoKernel, Kernel, OpContext, OperandInfo, OpError
 
 _IF, _WHILE = int(OperationType.IF), int(OperationType.WHILE)
+#: Operations whose kernels run GEMMs through numpy's BLAS.
+_BLAS_OPS = frozenset({OperationType.CONV_2D, OperationType.GROUPED_CONV_2D,
+                       OperationType.FULLY_CONNECTED, OperationType.TRANSPOSE_CONV_2D,
+                       OperationType.LSTM, OperationType.UNIDIRECTIONAL_SEQUENCE_LSTM,
+                       OperationType.BIDIRECTIONAL_SEQUENCE_LSTM, OperationType.RNN,
+                       OperationType.UNIDIRECTIONAL_SEQUENCE_RNN,
+                       OperationType.BIDIRECTIONAL_SEQUENCE_RNN, OperationType.SVDF})
 _CONST = OperandLifeTime.CONSTANT_COPY
 _TEMP = OperandLifeTime.TEMPORARY_VARIABLE
 
@@ -459,6 +466,10 @@ class ModelPlan:
         self.referenced = [SubgraphPlan(g) for g in graph.referenced]
         for plan in [*self.referenced, self.main]:
             self._bind(plan)
+        #: Whether a step multiplies matrices through BLAS (a driver may then limit BLAS's
+        #: threads around executions: see nnhal.ops.blas).
+        self.uses_blas = any(step.op_type in _BLAS_OPS
+                             for plan in [*self.referenced, self.main] for step in plan.steps)
 
     def run(self, inputs: Sequence[np.ndarray | None], rt: RunState) -> list[np.ndarray]:
         return self.main.run(inputs, rt, self.referenced)

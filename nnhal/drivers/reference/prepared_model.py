@@ -48,6 +48,7 @@ from nnhal.hal.types import (
 )
 from nnhal.memory import SharedMemory, shrunk_memory
 from nnhal.memory.pool import shrunk_watched
+from nnhal.ops import blas
 from nnhal.ops.registry import OpError
 
 
@@ -81,6 +82,8 @@ class ReferencePreparedModel(IPreparedModel):
         self._bound = BoundRequests()
         #: The request bound last, recognised without validating it again (see :meth:`recent`).
         self._recent: Recent | None = None
+        #: BLAS threads while this model runs (0: leave BLAS alone); only for plans with GEMMs.
+        self._blas_threads = getattr(device, "blas_threads", 0) if plan.uses_blas else 0
 
     # ---- request checking (shared by every execution path) --------------------------------
     @property
@@ -162,6 +165,9 @@ class ReferencePreparedModel(IPreparedModel):
         rt = _PLAIN_RUN if deadline is None and loop_timeout is None else RunState(
             deadline, LOOP_TIMEOUT_DEFAULT_NS if loop_timeout is None else loop_timeout)
         device_start = time.monotonic_ns()
+        limit = self._blas_threads
+        if limit:
+            blas.limit_enter(limit)
         try:
             if deadline is not None:
                 rt.check_deadline()
@@ -185,6 +191,9 @@ class ReferencePreparedModel(IPreparedModel):
         except Exception as e:  # noqa: BLE001 - the driver boundary: never raise
             self.device.log(f"execution failed: {type(e).__name__}: {e}")
             status, shapes = ErrorStatus.GENERAL_FAILURE, []
+        finally:
+            if limit:
+                blas.limit_exit()
         if prepared is None or prepared.buffers:
             for pool in pools:
                 if not isinstance(pool, np.ndarray):
