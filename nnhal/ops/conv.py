@@ -26,11 +26,11 @@ from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.conv_engine import (
     ConvWeights,
+    Requantizer,
     conv_into,
     conv_weights,
     exact_dtype,
     padded_input,
-    requantize_into,
     scratch,
 )
 from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, OpError, register
@@ -312,13 +312,14 @@ class _Requant:
             self.multiplier = self.multiplier.reshape(())
             self.shift = self.shift.reshape(())
         self.out = out
+        self.fast = Requantizer(self.multiplier, self.shift, out.zero_point)
 
     def into(self, acc: np.ndarray, bias: np.ndarray, act: int, dst: np.ndarray) -> None:
         """Requantise an exact integer-valued accumulator (float32 or float64) plus the int32
         bias into ``dst`` (any layout of the output's shape)."""
         out = self.out
         lo, hi = C.quant_activation_range(act, out.scale, out.zero_point, out.type)
-        if requantize_into(acc, bias, self.multiplier, self.shift, out.zero_point, lo, hi, dst):
+        if self.fast.into(acc, bias, lo, hi, dst):
             return
         total = acc.astype(np.int64)
         total += bias.astype(np.int64)

@@ -219,6 +219,175 @@ def _depthwise_into(tap, taps, w: ConvWeights, out: np.ndarray) -> None:
             np.add(acc, tmp, out=acc)
 
 
+#: Magnitude below which every multiple of 2**-31 is an exact float64 (2**22 * 2**31 = 2**53).
+_U_EXACT = 1 << 22
+#: Length range of the inner loop of a tiled epilogue pass (elements).
+_TILE_MIN, _TILE_MAX = 2048, 16384
+
+
+def _tile_factor(rows: int, cout: int) -> int:
+    """How many rows of an [rows, cout] array one pass of the epilogue treats as a single row
+    against per-channel tables tiled that many times (a divisor ``k`` of ``rows``).
+
+    Long inner loops (``k * cout`` of a few thousand elements) instead of one short loop per
+    row; among those, lengths that are not a multiple of 256 elements: measured here, rows
+    whose byte length is a multiple of 2 KiB keep the table and the data at one fixed offset
+    modulo 4 KiB, and some offsets run 4-8x slower (store/load address aliasing).
+    """
+    best, best_score = 1, (-1, 0)
+    for k in range(1, min(rows, _TILE_MAX // max(cout, 1)) + 1):
+        if rows % k:
+            continue
+        n = k * cout
+        score = (int(n >= _TILE_MIN) + int(n % 256 != 0), n)
+        if score > best_score:
+            best, best_score = k, score
+    return best
+
+
+@dataclass
+class _FloatRoute:
+    """Per-channel tables of the float64 requantisation for one bias and one clamp."""
+
+    scale: np.ndarray  # float64: acc -> w
+    offset: np.ndarray  # float64: added to w
+    threshold: np.ndarray | None  # acc < threshold: the reference's y < 0 (sign route only)
+    post: np.ndarray | None  # float64 2**-e applied after the sign correction (sign route only)
+    lo: float  # clamp of w, in the shifted units (0 <= lo <= hi <= 255)
+    hi: float
+    off: int  # added back (mod 256) after the cast: min(lo, 0)
+    tiles: dict = field(default_factory=dict, repr=False)
+
+    def tiled(self, k: int, acc_dtype: np.dtype) -> tuple:
+        key = (k, acc_dtype.str)
+        t = self.tiles.get(key)
+        if t is None:
+            t = (np.tile(self.scale, k), np.tile(self.offset, k),
+                 None if self.threshold is None else np.tile(self.threshold, k).astype(acc_dtype),
+                 None if self.post is None else np.tile(self.post, k))
+            self.tiles[key] = t
+        return t
+
+
+def _float_route(mult: np.ndarray, right: np.ndarray, bias: np.ndarray, zero_point: int,
+                 lo: int, hi: int) -> _FloatRoute | None:
+    """The tables of :class:`Requantizer`'s float64 route, or None where it is not exact.
+
+    ``mult``, ``right`` (the right shift ``e = -shift >= 0``) and ``bias`` are int64 per
+    output channel. See :class:`Requantizer` for the derivation and the bound checked here.
+    """
+    if (right < 0).any() or (mult < 0).any() or (mult >= 1 << 31).any() or not lo <= hi:
+        return None
+    if (right > 12).any() or (np.abs(bias) + (np.int64(1) << (right + 10)) + 2 >= _U_EXACT).any():
+        return None
+    off = min(lo, 0)
+    one = np.int64(1)
+    half = np.where(right > 0, one << np.maximum(right - 1, 0), 0)
+    pot = (one << right).astype(np.float64)
+    # w = (acc * M + bias * M + 2**30) / 2**31 + h + (zp - off) * 2**e: every term a multiple
+    # of 2**-31 below 2**22 in magnitude (bias * M < 2**52 converts exactly).
+    offset = ((bias * mult + (one << 30)).astype(np.float64) / float(1 << 31)
+              + half.astype(np.float64) + float(zero_point - off) * pot)
+    scale = mult.astype(np.float64) / float(1 << 31)
+    sign = lo < zero_point and bool((right > 0).any())
+    if sign:
+        # y < 0 exactly when x * M + 2**30 < 0, i.e. x < T with T = -floor(2**30 / M); only
+        # channels that round (e > 0) correct it. Compared on acc: acc < T - bias.
+        t = np.where(mult > 0, -((one << 30) // np.maximum(mult, 1)), -(one << 40))
+        t = np.where(right > 0, t, -(one << 40))
+        threshold = np.clip(t - bias, -(1 << 25), 1 << 25).astype(np.float64)
+        return _FloatRoute(scale, offset, threshold, 1.0 / pot, float(lo - off),
+                           float(hi - off), off)
+    return _FloatRoute(scale / pot, offset / pot, None, None, float(lo - off), float(hi - off),
+                       off)
+
+
+class Requantizer:
+    """The reference fixed-point requantisation (MultiplyByQuantizedMultiplier with a right
+    shift, plus the output zero point, then the activation clamp) of an exact integer
+    accumulator plus an int32 bias into an 8-bit output, mostly in float64 passes.
+
+    With ``x = acc + bias``, ``M`` the multiplier and ``e`` the right shift, the reference is
+    ``y = floor((x*M + 2**30) / 2**31)`` (SaturatingRoundingDoublingHighMul, see
+    :func:`requantize_into`) then ``z = floor((y + h - [y < 0]) / 2**e)`` with ``h = 2**(e-1)``
+    (``h = 0`` and no correction when ``e = 0``), and ``clamp(z + zp, lo, hi)``. The two floors
+    nest into one: ``z = floor(w / 2**e)`` with ``w = (x*M + 2**30) / 2**31 + h - [y < 0]``.
+
+    float64 route: ``w`` is a multiple of ``2**-31``, so it is exact in float64 while below
+    ``2**22`` in magnitude. Only accumulators whose result lands within a step of the clamp
+    range need that: the computed ``w`` is a non-decreasing function of ``acc`` (a product by
+    a positive constant, a sum and a subtraction of the non-increasing ``[y < 0]`` are all
+    monotone under rounding), so every accumulator beyond the last exact one below the range
+    (or the first above it) clamps the same way. Those have ``|w| <= 2**(e+9)``; requiring
+    ``|bias| + 2**(e+10) + 2 < 2**22`` bounds every term of ``w`` below ``2**22``. The value is
+    shifted by ``-min(lo, 0)`` so the clamped result is non-negative, where the float -> uint8
+    cast (truncation) is the floor; the shift is added back modulo 256 in the output's bytes.
+    The correction ``[y < 0]`` only matters for results below the zero point: when the clamp
+    starts at ``zp`` or above (a fused RELU), it is dropped and the ``2**-e`` is folded into
+    the multiplier, leaving a multiply, an add, the clamp and the cast.
+
+    Cases the bound excludes (a left shift, ``e > 12``, a bias beyond about 2**21) fall back to
+    :func:`requantize_into`'s int64 passes; :meth:`into` returns False when neither applies.
+    Tables are cached per bias values and clamp; safe to share between threads (scratch is
+    per thread, caches are replaced whole).
+    """
+
+    def __init__(self, multiplier: np.ndarray, shift: np.ndarray, zero_point: int):
+        self.multiplier = np.asarray(multiplier, dtype=np.int64)
+        self.shift = np.asarray(shift, dtype=np.int64)
+        self.zero_point = int(zero_point)
+        self._cache: tuple[np.ndarray, dict] | None = None
+
+    def _route(self, bias: np.ndarray, cout: int, lo: int, hi: int) -> _FloatRoute | None:
+        cache = self._cache
+        if cache is None or cache[0].shape != bias.shape or not np.array_equal(cache[0], bias):
+            cache = (np.array(bias, copy=True), {})
+            self._cache = cache
+        key = (lo, hi, cout)
+        if key in cache[1]:
+            return cache[1][key]
+        mult = np.broadcast_to(self.multiplier, (cout,))
+        right = np.broadcast_to(-self.shift, (cout,))
+        b = np.broadcast_to(np.asarray(bias, dtype=np.int64), (cout,))
+        route = _float_route(mult, right, b, self.zero_point, lo, hi)
+        cache[1][key] = route
+        return route
+
+    def into(self, acc: np.ndarray, bias: np.ndarray, lo: int, hi: int,
+             dst: np.ndarray) -> bool:
+        """Requantise ``acc + bias`` into ``dst`` (an 8-bit array of ``acc``'s shape, any
+        layout); False, having written nothing, when neither fast route is exact."""
+        if dst.dtype.itemsize != 1 or acc.dtype not in (np.float32, np.float64) or acc.ndim < 1:
+            return False
+        cout = acc.shape[-1]
+        route = None
+        if acc.flags.c_contiguous and cout > 0 and self.multiplier.size in (1, cout):
+            route = self._route(bias, cout, lo, hi)
+        if route is None:
+            return requantize_into(acc, bias, self.multiplier, self.shift, self.zero_point,
+                                   lo, hi, dst)
+        rows = acc.size // cout
+        k = _tile_factor(rows, cout)
+        scale, offset, threshold, post = route.tiled(k, acc.dtype)
+        accT = acc.reshape(rows // k, k * cout)
+        w = scratch("requant_f64", acc.shape, np.float64)
+        wT = w.reshape(accT.shape)
+        np.copyto(wT, accT)
+        np.multiply(wT, scale, out=wT)
+        np.add(wT, offset, out=wT)
+        if threshold is not None:
+            neg = scratch("requant_neg", accT.shape, np.float64)
+            np.less(accT, threshold, out=neg, casting="unsafe")  # 1.0 where y < 0
+            np.subtract(wT, neg, out=wT)
+            np.multiply(wT, post, out=wT)
+        np.clip(w, route.lo, route.hi, out=w)
+        out = dst.view(np.uint8)
+        np.copyto(out, w, casting="unsafe")
+        if route.off:
+            np.add(out, np.uint8(route.off % 256), out=out)
+        return True
+
+
 def requantize_into(acc: np.ndarray, bias: np.ndarray, multiplier: np.ndarray,
                     shift: np.ndarray, zero_point: int, lo: int, hi: int,
                     dst: np.ndarray) -> bool:

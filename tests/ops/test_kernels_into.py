@@ -439,6 +439,122 @@ def test_requantize_into_declines_what_it_cannot_do_exactly():
     assert not dst.any()
 
 
+def _tie_accumulators(local, m, e, bias, zp, lo, hi):
+    """Per channel, accumulators at every rounding tie and step edge around the clamp range
+    (both signs of the doubled high product), one either side of each, and extremes."""
+    cols = []
+    for c in range(len(m)):
+        mc, ec = int(m[c]), int(e[c])
+        h = (1 << (ec - 1)) if ec else 0
+        xs = set()
+        if mc:
+            # z values just outside/inside the clamp, and around zero (the sign correction)
+            for z in [*range(lo - zp - 3, lo - zp + 4), *range(hi - zp - 3, hi - zp + 4),
+                      *range(-4, 5)]:
+                for y in (z * (1 << ec) - h, z * (1 << ec) - h + 1, z * (1 << ec) + h - 1):
+                    # the smallest x with floor((x*M + 2**30) / 2**31) == y, and neighbours
+                    x0 = -((-(y * (1 << 31) - (1 << 30))) // mc)
+                    xs.update((x0 - 1, x0, x0 + 1))
+        xs.update((-1, 0, 1, -2, 2))
+        acc = np.array(sorted(xs), np.int64) - int(bias[c])
+        acc = acc[np.abs(acc) < (1 << 24)]
+        extra = local.integers(-(1 << 24) + 1, 1 << 24, 40)
+        extra[:4] = (-(1 << 24) + 1, (1 << 24) - 1, 0, -1)
+        cols.append(np.concatenate([acc, extra]))
+    n = max(len(a) for a in cols)
+    out = np.empty((n, len(m)), np.float32)
+    for c, a in enumerate(cols):
+        out[:, c] = np.resize(a, n)  # repeat to fill: every value stays in its channel
+    return out
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("signed", [True, False])
+def test_requantizer_float_route_is_bit_exact_at_ties_and_extremes(per_channel, signed):
+    from nnhal.ops.conv_engine import Requantizer
+    local = np.random.default_rng(17 + per_channel + 2 * signed)
+    qmin, qmax = (-128, 127) if signed else (0, 255)
+    used = 0
+    for trial in range(40):
+        cout = int(local.integers(1, 12)) if per_channel else 1
+        reals = np.exp(local.uniform(np.log(3e-4), np.log(0.999), cout))
+        reals[: cout // 3] = 2.0 ** -local.integers(1, 12, cout // 3)  # multiplier 2**30
+        if trial % 5 == 0:
+            reals[-1] = float(local.uniform(0.5, 0.999))  # no rounding shift (e = 0)
+        pairs = [C.quantize_multiplier(float(r)) for r in reals]
+        m = np.array([p[0] for p in pairs])
+        s = np.array([p[1] for p in pairs])
+        bias = local.integers(-(1 << 20), 1 << 20, cout).astype(np.int32)
+        zp = int(local.integers(qmin, qmax + 1))
+        act = trial % 3
+        lo, hi = [(qmin, qmax), (max(zp, qmin), qmax),
+                  sorted(int(v) for v in local.integers(qmin, qmax + 1, 2))][act]
+        acc = _tie_accumulators(local, m, -s, bias, zp, lo, hi)
+        mm, ss = (m, s) if per_channel else (m.reshape(()), s.reshape(()))
+        rq = Requantizer(mm, ss, zp)
+        want = _reference_requant(acc, bias, mm, ss, zp, lo, hi)
+        for dt in (np.float32, np.float64):
+            a = acc.astype(dt)
+            dst = np.full(acc.shape, 99, np.int8 if signed else np.uint8)
+            assert rq.into(a, bias, lo, hi, dst)
+            np.testing.assert_array_equal(dst, want, err_msg=f"trial {trial} {dt}")
+        used += rq._route(bias, acc.shape[-1], lo, hi) is not None
+        # an NCHW output seen as NHWC: any destination layout
+        a4 = acc.reshape(1, 1, -1, acc.shape[-1])
+        back = np.zeros((1, acc.shape[-1], 1, acc.shape[0]), dst.dtype)
+        assert rq.into(a4, bias, lo, hi, back.transpose(0, 2, 3, 1))
+        np.testing.assert_array_equal(back.transpose(0, 2, 3, 1)[0, 0], want)
+    assert used >= 35  # the float route took (nearly) every case
+
+
+def test_requantizer_first_rounding_boundary_exactly():
+    """Multipliers picked so that x*M + 2**30 lands exactly on, and one below, a multiple of
+    2**31 (the doubling high product's rounding boundary); with no shift (e = 0) every such
+    step shows in the output."""
+    from nnhal.ops.conv_engine import Requantizer
+    ms, xs = [], []
+    for x in range(-151, 152, 2):  # odd x: invertible modulo 2**31
+        inv = pow(x % (1 << 31), -1, 1 << 31)
+        for target in ((1 << 30), (1 << 30) - 1):  # x*M == target (mod 2**31)
+            m = (target * inv) % (1 << 31)
+            if m >= 1 << 30:
+                ms.append(m)
+                xs.append(x)
+    assert len(ms) > 50
+    m = np.array(ms, np.int64)
+    shift = np.zeros(len(ms), np.int64)
+    bias = np.arange(len(ms), dtype=np.int32) % 7 - 3
+    acc = (np.array(xs) - bias).astype(np.float32)[None, :]
+    acc = np.concatenate([acc, acc - 1, acc + 1])
+    for zp, lo, hi, dt in ((3, -128, 127, np.int8), (100, 0, 255, np.uint8)):
+        rq = Requantizer(m, shift, zp)
+        assert rq._route(bias, len(ms), lo, hi) is not None
+        dst = np.zeros(acc.shape, dt)
+        assert rq.into(acc, bias, lo, hi, dst)
+        np.testing.assert_array_equal(dst, _reference_requant(acc, bias, m, shift, zp, lo, hi))
+
+
+def test_requantizer_outside_the_float_bound_still_exact():
+    from nnhal.ops.conv_engine import Requantizer
+    local = np.random.default_rng(3)
+    acc = local.integers(-(1 << 23), 1 << 23, (50, 3))
+    acc[:10] >>= 12
+    acc = acc.astype(np.float32)
+    for real, bias in ((2.0 ** -16 * 1.3, 5), (0.01, 1 << 22), (0.3, -(1 << 23))):
+        m, s = C.quantize_multiplier(real)
+        b = np.array([bias, -bias, 7], np.int32)
+        rq = Requantizer(np.int64(m), np.int64(s), -3)
+        assert rq._route(b, 3, -128, 127) is None
+        dst = np.zeros(acc.shape, np.int8)
+        assert rq.into(acc, b, -128, 127, dst)  # the int64 passes
+        np.testing.assert_array_equal(dst, _reference_requant(acc, b, m, s, -3, -128, 127))
+    m, s = C.quantize_multiplier(3.0)  # a left shift: neither route
+    rq = Requantizer(np.int64(m), np.int64(s), 0)
+    dst = np.zeros(acc.shape, np.int8)
+    assert not rq.into(acc, np.zeros(3, np.int32), -128, 127, dst)
+    assert not dst.any()
+
+
 # ---- BLAS thread control ----------------------------------------------------------------------
 
 def test_blas_threads_context_restores_the_count():
