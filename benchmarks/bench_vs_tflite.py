@@ -57,6 +57,7 @@ from nnhal.hal.types import (  # noqa: E402
     OperandType,
     Priority,
 )
+from nnhal.ops import blas  # noqa: E402
 from nnhal.tflite import write_tflite  # noqa: E402
 
 V1_CASE = "mobilenet_224_gender_basic_fixed"
@@ -93,39 +94,17 @@ class Summary:
 # ---- BLAS threads ----------------------------------------------------------------------------
 
 class Blas:
-    """numpy's OpenBLAS thread count, set through the library's own entry points (numpy's
-    bundled scipy-openblas, found with ctypes); ``available`` is False where it is not found."""
+    """numpy's OpenBLAS thread count for the whole process (through nnhal.ops.blas)."""
 
-    def __init__(self) -> None:
-        self._set: Callable[[int], object] | None = None
-        self._get: Callable[[], int] | None = None
-        try:
-            import ctypes
-            import glob
+    available = blas.available()
 
-            libs = glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs",
-                                          "libscipy_openblas*"))
-            if libs:
-                lib = ctypes.CDLL(libs[0])
-                for suffix in ("64_", ""):
-                    setter = getattr(lib, f"scipy_openblas_set_num_threads{suffix}", None)
-                    getter = getattr(lib, f"scipy_openblas_get_num_threads{suffix}", None)
-                    if setter is not None and getter is not None:
-                        self._set, self._get = setter, getter
-                        break
-        except OSError:
-            pass
+    @staticmethod
+    def get() -> int | None:
+        return blas.get_threads()
 
-    @property
-    def available(self) -> bool:
-        return self._set is not None
-
-    def get(self) -> int | None:
-        return int(self._get()) if self._get is not None else None
-
-    def set(self, n: int) -> None:
-        if self._set is not None:
-            self._set(int(n))
+    @staticmethod
+    def set(n: int) -> None:
+        blas.set_threads(n)
 
 
 BLAS = Blas()
@@ -223,7 +202,7 @@ def v1_case() -> tuple[Model, list[np.ndarray]] | None:
 
 def compare_models(name: str, device: ReferenceDevice, model: Model,
                    inputs: Sequence[np.ndarray], rounds: int, summary: Summary, goal: float,
-                   exact: bool = False) -> None:
+                   exact: bool = False, free_device: ReferenceDevice | None = None) -> None:
     from ai_edge_litert.interpreter import OpResolverType
 
     t0 = time.perf_counter()
@@ -232,6 +211,8 @@ def compare_models(name: str, device: ReferenceDevice, model: Model,
     t0 = time.perf_counter()
     ours = NnhalRunner(device, model, inputs)
     prepare_s = time.perf_counter() - t0
+    # The same model on a device that leaves BLAS's threads alone, for comparison.
+    free = NnhalRunner(free_device, model, inputs) if free_device is not None else None
     lite2 = LitertRunner(blob, inputs, 2)
     lite1 = LitertRunner(blob, inputs, 1)
     print(f"\n== {name}: {len(model.main.operations)} operations, .tflite {len(blob) / 1e6:.2f} MB"
@@ -258,16 +239,9 @@ def compare_models(name: str, device: ReferenceDevice, model: Model,
                       f"({n} of {a.size} values differ)")
             summary.add(f"{name}: outputs vs TFLite reference kernels", "<= 1 step",
                         f"{worst} steps", worst <= 1)
-        threads = BLAS.get()
-        engines = [(f"nnhal (BLAS {threads or 'default'} threads)", ours.run)]
-        if BLAS.available and threads != 1:
-            def one_thread() -> None:
-                BLAS.set(1)
-                try:
-                    ours.run()
-                finally:
-                    BLAS.set(threads)  # type: ignore[arg-type]
-            engines.append(("nnhal (BLAS 1 thread)", one_thread))
+        engines = [(f"nnhal (driver: BLAS {device.blas_threads or 'free'})", ours.run)]
+        if free is not None:
+            engines.append((f"nnhal (BLAS left at {BLAS.get()})", free.run))
         engines += [("litert 2 threads", lite2.run), ("litert 1 thread", lite1.run)]
         times = interleaved([fn for _, fn in engines], rounds)
         t_l2, t_l1 = times[-2], times[-1]
@@ -287,6 +261,8 @@ def compare_models(name: str, device: ReferenceDevice, model: Model,
                         f"{ratio:.2f}x (load {load()})", ratio <= goal)
     finally:
         ours.close()
+        if free is not None:
+            free.close()
 
 
 def first_divergence(layers: Sequence[hal_models.Layer], quant: hal_models.Quant,
@@ -510,6 +486,7 @@ def main() -> None:
           f"{threads or 'no *_NUM_THREADS'}; cores {os.cpu_count()}; load {load()}")
     summary = Summary()
     device = ReferenceDevice()
+    free_device = ReferenceDevice(blas_threads=0)
     v1 = v1_case() if {"v1", "profile"} & only else None
     v2 = hal_models.mobilenet_v2_float() if {"v2", "profile"} & only else None
     x = hal_models.float_input()
@@ -523,12 +500,14 @@ def main() -> None:
     try:
         if "v1" in only and v1 is not None:
             compare_models("MobileNet V1_0 (conformance case)", device, v1[0], v1[1], rounds,
-                           summary, 3.0)
+                           summary, 3.0, free_device=free_device)
         if "v2" in only and v2 is not None:
-            compare_models("MobileNetV2 224 float32", device, v2, [x], rounds, summary, 3.0)
+            compare_models("MobileNetV2 224 float32", device, v2, [x], rounds, summary, 3.0,
+                           free_device=free_device)
         if "int8" in only and int8 is not None:
             compare_models("MobileNetV2 224 int8 (outputs: softmax, logits)", device, int8[0],
-                           [int8[1]], rounds, summary, 4.0, exact=True)
+                           [int8[1]], rounds, summary, 4.0, exact=True,
+                           free_device=free_device)
             first_divergence(int8[2], int8[3], int8[1])
         if "add" in only:
             bench_add(device, 200 if args.quick else 1000, max(rounds // 2, 3), summary)
@@ -544,6 +523,7 @@ def main() -> None:
                 profile("MobileNetV2 int8", device, int8[0], [int8[1]], runs)
     finally:
         device.close()
+        free_device.close()
     summary.print()
 
 
