@@ -138,6 +138,17 @@ def conv_into(xp: np.ndarray, w: ConvWeights, stride: tuple[int, int],
     m = n * oh * ow
     if len(taps) == 1 and xp.shape[1:3] == (oh, ow) and xp.flags.c_contiguous:
         cols = xp.reshape(m, c)  # a 1x1 stride-1 convolution: the input is the patch matrix
+    elif g == 1 and c < _COLS_T_MAX_C:
+        # Few input channels (an image): gather the patch matrix transposed, [taps * C, M],
+        # one row of OH*OW values per (tap, channel): each copy's inner loop runs along an
+        # output row instead of over C values; the GEMM reads the transpose in place.
+        cols_t = scratch("cols_t", (len(taps), c, n, oh, ow), w.dtype)
+        xt = xp.transpose(3, 0, 1, 2)
+        for t, (i, j) in enumerate(taps):
+            np.copyto(cols_t[t], xt[:, :, i * dh: i * dh + (oh - 1) * sh + 1: sh,
+                                     j * dw: j * dw + (ow - 1) * sw + 1: sw])
+        np.matmul(cols_t.reshape(len(taps) * c, m).T, w.mat, out=out.reshape(m, cout))
+        return
     else:
         cols = scratch("cols", (m, len(taps) * c), w.dtype)
         view = cols.reshape(n, oh, ow, len(taps), c)
@@ -155,13 +166,33 @@ def conv_into(xp: np.ndarray, w: ConvWeights, stride: tuple[int, int],
         np.matmul(part.reshape(m, -1), w.mat[k], out=out2[:, k * og:(k + 1) * og])
 
 
-def _depthwise_flat_weights(w: ConvWeights, ow: int) -> np.ndarray:
-    """The depthwise filter [kh, kw, C] tiled ``ow`` times along the last axis (cached)."""
-    t = w.tiled.get(ow)
+#: Below this many input channels a convolution's patch matrix is gathered transposed.
+_COLS_T_MAX_C = 8
+#: Up to this many channels a strided depthwise convolution splits its input into column
+#: phases (the per-position window einsum's inner loop over C channels is too short).
+_PHASE_MAX_C = 32
+
+
+def _depthwise_flat_weights(w: ConvWeights, ow: int, phase: int = 0,
+                            step: int = 1) -> np.ndarray:
+    """The depthwise filter columns ``phase::step`` [kh, kw', C] tiled ``ow`` times along the
+    last axis (cached)."""
+    key = (ow, phase, step)
+    t = w.tiled.get(key)
     if t is None:
-        t = np.ascontiguousarray(np.tile(w.mat[:, :, :, 0], (1, 1, ow)))
-        w.tiled[ow] = t
+        t = np.ascontiguousarray(np.tile(w.mat[:, phase::step, :, 0], (1, 1, ow)))
+        w.tiled[key] = t
     return t
+
+
+def _flat_window(src: np.ndarray, oh: int, kh: int, kw: int, ow: int, sh: int,
+                 dh: int) -> np.ndarray:
+    """[N, OH, kh, kw, OW*C] view of a C-contiguous-rows ``src`` [N, H, W, C]: taps of one
+    kernel position at unit column stride read ``ow * C`` consecutive values of a row."""
+    s0, s1, s2, s3 = src.strides
+    return np.lib.stride_tricks.as_strided(
+        src, shape=(src.shape[0], oh, kh, kw, ow * src.shape[3]),
+        strides=(s0, s1 * sh, s1 * dh, s2, s3), writeable=False)
 
 
 def _depthwise_contract(xp: np.ndarray, w: ConvWeights, stride: tuple[int, int],
@@ -185,6 +216,24 @@ def _depthwise_contract(xp: np.ndarray, w: ConvWeights, stride: tuple[int, int],
             strides=(s0, s1 * sh, s1 * dh, s2 * dw, s3), writeable=False)
         np.einsum("nhijx,ijx->nhx", win, _depthwise_flat_weights(w, ow),
                   out=out.reshape(n, oh, ow * c), optimize=False)
+        return
+    if sw > 1 and dw == 1 and c <= _PHASE_MAX_C and out.flags.c_contiguous:
+        # Column phases: tap j at output column x reads input column j + sw*x, i.e. column
+        # j // sw + x of phase j % sw (the input's columns p::sw, copied contiguous). Each
+        # phase is then a unit-stride window contraction over whole output rows.
+        first = True
+        flat = out.reshape(n, oh, ow * c)
+        for p in range(min(sw, w.kw)):
+            kq = len(range(p, w.kw, sw))
+            ph = scratch(f"phase{p}", (n, xp.shape[1], len(range(p, xp.shape[2], sw)), c),
+                         w.dtype)
+            np.copyto(ph, xp[:, :, p::sw])
+            dst = flat if first else scratch("phase_acc", flat.shape, w.dtype)
+            np.einsum("nhijx,ijx->nhx", _flat_window(ph, oh, w.kh, kq, ow, sh, dh),
+                      _depthwise_flat_weights(w, ow, p, sw), out=dst, optimize=False)
+            if not first:
+                np.add(flat, dst, out=flat)
+            first = False
         return
     win = np.lib.stride_tricks.as_strided(
         xp, shape=(n, oh, ow, w.kh, w.kw, c),
