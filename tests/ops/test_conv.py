@@ -559,3 +559,42 @@ def test_depthwise_contraction_matches_bruteforce(stride, dilation, pads, contig
             want += xp[:, i * dh: i * dh + (oh - 1) * sh + 1: sh,
                        j * dw: j * dw + (ow - 1) * sw + 1: sw, :] * f[:, i, j, 0]
     np.testing.assert_array_equal(out, want)  # small integers: exact in float32
+
+
+@pytest.mark.parametrize("c,groups,stride,dilation", [
+    (3, 1, (2, 2), (1, 1)),      # few input channels: the transposed patch matrix
+    (7, 1, (1, 2), (2, 1)),
+    (12, 1, (2, 2), (1, 1)),     # the general patch path
+    (16, 16, (2, 2), (1, 1)),    # strided depthwise, split into column phases
+    (32, 32, (1, 3), (1, 1)),
+    (64, 64, (2, 2), (1, 1)),    # wider depthwise keeps the general einsum
+    (24, 24, (2, 2), (1, 2)),    # width dilation: no phase split
+])
+def test_conv_engine_paths_match_bruteforce(c, groups, stride, dilation):
+    """Each engine path against a direct sum over taps, on small integers (exact in
+    float32), with odd sizes so phases and patches have ragged edges."""
+    from nnhal.ops.conv_engine import conv_into, conv_weights
+
+    rng = np.random.default_rng(c * 31 + stride[1])
+    cout = c if groups > 1 else 5
+    cg = c // groups
+    kh, kw = 3, 3
+    xp = rng.integers(-9, 9, (2, 13, 15, c)).astype(np.float32)
+    f = rng.integers(-5, 5, (cout, kh, kw, cg)).astype(np.float32)
+    w = conv_weights(f, groups, np.float32)
+    sh, sw = stride
+    dh, dw = dilation
+    oh = (xp.shape[1] - (kh - 1) * dh - 1) // sh + 1
+    ow = (xp.shape[2] - (kw - 1) * dw - 1) // sw + 1
+    out = np.full((2, oh, ow, cout), np.nan, np.float32)
+    conv_into(xp, w, stride, dilation, out)
+    want = np.zeros(out.shape, np.float64)
+    og = cout // groups
+    for o in range(cout):
+        g = o // og
+        for i in range(kh):
+            for j in range(kw):
+                win = xp[:, i * dh: i * dh + (oh - 1) * sh + 1: sh,
+                         j * dw: j * dw + (ow - 1) * sw + 1: sw, g * cg:(g + 1) * cg]
+                want[..., o] += (win * f[o, i, j]).sum(axis=-1)
+    np.testing.assert_array_equal(out, want)
