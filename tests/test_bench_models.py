@@ -3,15 +3,20 @@ TFLite exporter writes; no timing here."""
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from benchmarks import hal_models as H
-from nnhal.analysis import analyse
-from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
-from nnhal.tflite import read_tflite, write_tflite
+# The benchmarks folder is not part of the installed package: found from the checkout, after
+# everything installed (so an installed nnhal still wins over the checkout's).
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+from benchmarks import hal_models as H  # noqa: E402
+from nnhal.analysis import analyse  # noqa: E402
+from nnhal.hal.types import OperandLifeTime, OperandType, OperationType  # noqa: E402
+from nnhal.tflite import read_tflite, write_tflite  # noqa: E402
 
 
 def _op_counts(model) -> Counter:
