@@ -9,6 +9,7 @@ stored integers (input and output share scale and zero point) with integer round
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -253,9 +254,27 @@ def _windows(x: np.ndarray, p: PoolParams, oh: int, ow: int, fill) -> np.ndarray
 
 def _counts(x: np.ndarray, p: PoolParams, oh: int, ow: int) -> np.ndarray:
     _, h, w, _ = x.shape
-    ch = _window_counts(h, oh, p.stride_h, p.pad_top, p.filter_h)
-    cw = _window_counts(w, ow, p.stride_w, p.pad_left, p.filter_w)
-    return (ch[:, None] * cw[None, :])[None, :, :, None]
+    return _counts_for(h, w, oh, ow, p.stride_h, p.stride_w, p.pad_top, p.pad_left,
+                       p.filter_h, p.filter_w)
+
+
+@lru_cache(maxsize=256)
+def _counts_for(h: int, w: int, oh: int, ow: int, sh: int, sw: int, top: int, left: int,
+                fh: int, fw: int) -> np.ndarray:
+    """[1, OH, OW, 1] int64 window sizes (cached: the same every execution; read-only)."""
+    ch = _window_counts(h, oh, sh, top, fh)
+    cw = _window_counts(w, ow, sw, left, fw)
+    r = (ch[:, None] * cw[None, :])[None, :, :, None]
+    r.flags.writeable = False
+    return r
+
+
+@lru_cache(maxsize=256)
+def _float_counts(h: int, w: int, oh: int, ow: int, sh: int, sw: int, top: int, left: int,
+                  fh: int, fw: int) -> np.ndarray:
+    r = _counts_for(h, w, oh, ow, sh, sw, top, left, fh, fw).astype(np.float32)
+    r.flags.writeable = False
+    return r
 
 
 @register(O.AVERAGE_POOL_2D)
@@ -264,11 +283,20 @@ class AveragePool2D(_Pool):
         t = ctx.inputs[0].type
         if t in C.FLOAT_TYPES:
             def avg_float(x, p, oh, ow, out):
-                xs = x.astype(np.float32)
+                b, h, w, c = x.shape
+                xs = x.astype(np.float32, copy=False)
+                if (h, w) == (p.filter_h, p.filter_w) and not (
+                        p.pad_top or p.pad_bottom or p.pad_left or p.pad_right):
+                    # One window over the whole input (a global average): a plain sum over
+                    # the H*W rows of C values, without a window view or per-position counts.
+                    s = np.add.reduce(xs.reshape(b, h * w, c), axis=1, dtype=np.float32)
+                    r = np.divide(s, np.float32(h * w), out=s).reshape(b, 1, 1, c)
+                    return C.apply_float_activation(r, p.activation)
                 # Window axes ahead of the channels: the sum's inner loop runs over C.
                 win = _windows(xs, p, oh, ow, 0.0).transpose(0, 1, 2, 4, 5, 3)
                 s = win.sum(axis=(3, 4), dtype=np.float32)
-                r = s / _counts(x, p, oh, ow).astype(np.float32)
+                r = np.divide(s, _float_counts(h, w, oh, ow, p.stride_h, p.stride_w, p.pad_top,
+                                               p.pad_left, p.filter_h, p.filter_w), out=s)
                 return C.apply_float_activation(r, p.activation)
 
             return avg_float

@@ -63,6 +63,33 @@ def test_average_pool_nchw_matches_nhwc():
     np.testing.assert_allclose(a[0, 0, 0], [3.0, 4.0])  # mean of channel 0: 0,2,4,6
 
 
+@pytest.mark.parametrize("nchw", [False, True])
+def test_average_pool_global_window_is_the_mean_with_activation(nchw):
+    # A window over the whole input (MobileNet's last pool): per batch and channel mean,
+    # then the fused RELU6 clamp; two batches, so no mixing across batches or channels.
+    rng = np.random.default_rng(3)
+    shift = np.array([-9.0, -1.0, 0.5, 2.0, 5.0, 12.0])  # means below, inside and above [0, 6]
+    x = (rng.standard_normal((2, 5, 4, 6)) + shift).astype(np.float32)
+    arg = x.transpose(0, 3, 1, 2) if nchw else x
+    out_shape = [2, 6, 1, 1] if nchw else [2, 1, 1, 6]
+    (out,) = run_op(O.AVERAGE_POOL_2D, [tensor(F32, arg), *explicit(filt=(4, 5), act=3,
+                                                                    nchw=nchw)],
+                    [output(F32, out_shape)])
+    want = np.clip(x.astype(np.float64).mean(axis=(1, 2)), 0.0, 6.0)
+    got = out.reshape(2, 6)
+    assert out.dtype == np.float32 and tuple(out.shape) == tuple(out_shape)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert (got > 0).any() and (got < 6).any() and (got == 6).any()
+
+
+def test_average_pool_padded_counts_stay_the_same_across_runs():
+    # The per-position window sizes are cached: a second run must see the same divisors.
+    x = tensor(F32, [1.0, 2.0, 3.0, 4.0], shape=(1, 2, 2, 1))
+    for _ in range(2):
+        (out,) = run_op(O.AVERAGE_POOL_2D, [x, *implicit(1)], [output(F32, [1, 2, 2, 1])])
+        np.testing.assert_allclose(out.ravel(), [2.5, 3.0, 3.5, 4.0])
+
+
 def test_average_pool_float16_keeps_type():
     x = tensor(F16, [1.0, 2.0, 3.0, 5.0], shape=(1, 2, 2, 1))
     (out,) = run_op(O.AVERAGE_POOL_2D, [x, *explicit()], [output(F16, [1, 1, 1, 1])])
