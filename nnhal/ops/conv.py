@@ -30,6 +30,7 @@ from nnhal.ops.conv_engine import (
     conv_into,
     conv_weights,
     exact_dtype,
+    float_epilogue_into,
     padded_input,
     scratch,
 )
@@ -620,6 +621,7 @@ class _ConvBase(OperationDef):
                 cached["w"] = self.weights(np.asarray(values[1]), filt, static, inp)
             except (OpError, ValueError, ZeroDivisionError, TypeError):
                 pass
+        bias_tiles: dict | None = {} if ctx.const(2) is not None else None
         name = self.op_type.name
 
         def core(ins: Sequence[Any], dst: np.ndarray | None) -> np.ndarray:
@@ -665,7 +667,7 @@ class _ConvBase(OperationDef):
             if requant is not None:
                 requant.into(acc, ins[2], a.act, y)
             else:
-                C.bias_activation_into(acc, ins[2], a.act)
+                float_epilogue_into(acc, ins[2], a.act, bias_tiles)
                 if acc is not y:
                     np.copyto(y, acc, casting="unsafe")
             return dst
@@ -908,6 +910,7 @@ class FullyConnected(OperationDef):
         const_w = ctx.const(1)
         static = None if const_w is None or np.ndim(const_w) != 2 else layout(const_w)
         const_act = ctx.const(3)
+        bias_tiles: dict | None = {} if ctx.const(2) is not None else None
         name = self.op_type.name
 
         def core(ins: Sequence[Any], dst: np.ndarray | None) -> np.ndarray:
@@ -939,7 +942,7 @@ class FullyConnected(OperationDef):
             if requant is not None:
                 requant.into(acc, b, act, dst)
             else:
-                C.bias_activation_into(acc, b, act)
+                float_epilogue_into(acc, b, act, bias_tiles)
                 if acc is not dst:
                     np.copyto(dst, acc, casting="unsafe")
             return dst

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from nnhal.ops.common import activation_into, bias_activation_into
+
 #: Largest integer below which every float32 integer (and sum of them) is exact.
 FLOAT32_EXACT = 1 << 24
 
@@ -292,6 +294,34 @@ def _tile_factor(rows: int, cout: int) -> int:
         if score > best_score:
             best, best_score = k, score
     return best
+
+
+def float_epilogue_into(acc: np.ndarray, bias: np.ndarray | None, code: int,
+                        tiles: dict | None = None) -> None:
+    """Add ``bias`` (per last-axis channel) and clamp for the fused activation ``code``, in
+    place on the float accumulator ``acc``.
+
+    A C-contiguous ``acc`` with few channels is treated as rows of ``k * C`` values against
+    the bias tiled ``k`` times (see :func:`_tile_factor`): one long inner loop per pass instead
+    of one of C values per output position (measured on a 112x112x16 depthwise output: add +
+    RELU6 140 -> 75 us). ``tiles`` caches the tiled bias by ``k`` when the bias is constant.
+    """
+    c = acc.shape[-1] if acc.ndim else 1
+    if bias is None or acc.ndim < 2 or c == 0 or not acc.flags.c_contiguous \
+            or c >= _TILE_MIN or bias.shape != (c,):
+        bias_activation_into(acc, bias, code)
+        return
+    rows = acc.size // c
+    k = _tile_factor(rows, c)
+    key = (k, acc.dtype.str)
+    bt = tiles.get(key) if tiles is not None else None
+    if bt is None:
+        bt = np.tile(bias.astype(acc.dtype, copy=False), k)
+        if tiles is not None:
+            tiles[key] = bt
+    flat = acc.reshape(rows // k, k * c)
+    np.add(flat, bt, out=flat)
+    activation_into(flat, code)
 
 
 @dataclass

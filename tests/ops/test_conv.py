@@ -598,3 +598,26 @@ def test_conv_engine_paths_match_bruteforce(c, groups, stride, dilation):
                          j * dw: j * dw + (ow - 1) * sw + 1: sw, g * cg:(g + 1) * cg]
                 want[..., o] += (win * f[o, i, j]).sum(axis=-1)
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("code", [0, 1, 2, 3])
+@pytest.mark.parametrize("shape", [(1, 112, 112, 16), (2, 5, 7, 3), (1, 1, 1, 1000), (4, 10)])
+def test_float_epilogue_into_matches_plain_bias_activation(shape, code):
+    from nnhal.ops import common as C
+    from nnhal.ops.conv_engine import float_epilogue_into
+
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(shape) * 4).astype(np.float32)
+    bias = rng.standard_normal(shape[-1]).astype(np.float32)
+    want = x.copy()
+    C.bias_activation_into(want, bias, code)
+    tiles: dict = {}
+    for _ in range(2):  # the second run uses the cached tiled bias
+        got = x.copy()
+        float_epilogue_into(got, bias, code, tiles)
+        np.testing.assert_array_equal(got, want)
+    strided = x.copy()[..., ::-1]  # not C-contiguous: the plain route
+    want_s = strided.copy()
+    C.bias_activation_into(want_s, bias, code)
+    float_epilogue_into(strided, bias, code)
+    np.testing.assert_array_equal(strided, want_s)
