@@ -114,6 +114,34 @@ class _Quantize(_SameShape):
 
         return run
 
+    def kernel_into(self, ctx: OpContext):
+        """The same arithmetic as :meth:`kernel` in one float32 scratch array, in place:
+        ``|x / scale| + 0.5`` floored, given the sign of ``x / scale`` back, plus the zero
+        point, clamped; NaN becomes 0 as there."""
+        out = ctx.outputs[0]
+        scale = np.float32(out.scale)
+        zp = np.float32(out.zero_point)
+        qmin, qmax = C.qrange(out.type)
+        half = np.float32(0.5)
+        f32 = np.float32
+
+        def run_into(ins, outs, rt) -> None:
+            y = outs[0]
+            with np.errstate(all="ignore"):
+                q = np.divide(ins[0], scale, dtype=f32)
+                a = np.abs(q)
+                a += half
+                np.floor(a, out=a)
+                np.copysign(a, q, out=a)
+                a += zp
+            np.clip(a, qmin, qmax, out=a)
+            nan = a != a
+            if nan.any():
+                a[nan] = 0
+            np.copyto(y, a, casting="unsafe")
+
+        return run_into
+
 
 @register(O.DEQUANTIZE)
 class _Dequantize(_SameShape):
@@ -146,3 +174,20 @@ class _Dequantize(_SameShape):
             return run_per_channel
         scale = np.float32(inp.scale)
         return lambda ins, rt: [_scaled(scale, np.asarray(ins[0]), zp, dt)]
+
+    def kernel_into(self, ctx: OpContext):
+        """Per-tensor scale into a float32 output: ``scale * float32(x - zero point)``."""
+        inp, out = ctx.inputs[0], ctx.outputs[0]
+        if inp.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL or out.type != T.TENSOR_FLOAT32:
+            return None
+        zp = np.int32(inp.zero_point)
+        scale = np.float32(inp.scale)
+        i32 = np.int32
+
+        def run_into(ins, outs, rt) -> None:
+            y = outs[0]
+            np.copyto(y, np.subtract(ins[0], zp, dtype=i32), casting="unsafe")
+            with np.errstate(over="ignore"):
+                np.multiply(y, scale, out=y)
+
+        return run_into

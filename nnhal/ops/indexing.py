@@ -113,6 +113,19 @@ def _strided_plan(shape: Sequence[int], begin: Sequence[int], end: Sequence[int]
     return plan, tuple(out) or (1,)
 
 
+def _basic_index(plan: Sequence[tuple[int, int, int]]) -> tuple[slice, ...]:
+    """Basic slices selecting what a (start, count, stride) plan selects, as a view."""
+    index = []
+    for start, count, stride in plan:
+        if count == 0:
+            index.append(slice(0, 0))
+            continue
+        last = start + stride * (count - 1)
+        stop = last + (1 if stride > 0 else -1)
+        index.append(slice(start, None if stop < 0 else stop, stride))
+    return tuple(index)
+
+
 @register(O.STRIDED_SLICE)
 class StridedSlice(OperationDef):
     def validate(self, ctx: OpContext) -> None:
@@ -139,9 +152,49 @@ class StridedSlice(OperationDef):
             return [(0,) * n if n else (1,)]
         return [_strided_plan(shape, *params, *masks)[1]]
 
+    @staticmethod
+    def _bound(ctx: OpContext) -> tuple[tuple[int, ...], tuple, tuple[int, ...]] | None:
+        """(input shape, basic-slice index, shape of the sliced view) when the input shape and
+        every parameter are known at prepare, else None."""
+        shape = ctx.inputs[0].shape
+        params = [ctx.const_ints(i) for i in (1, 2, 3)]
+        masks = [ctx.const_int(i) for i in (4, 5, 6)]
+        if shape is None or not known(shape) or any(p is None for p in params) or \
+                any(m is None for m in masks):
+            return None
+        try:
+            plan, _ = _strided_plan(shape, *params, *masks)
+        except OpError:
+            return None
+        return tuple(shape), _basic_index(plan), tuple(c for _, c, _ in plan)
+
+    def kernel_into(self, ctx: OpContext):
+        """Everything known at prepare: one basic-slice copy into the output."""
+        bound = self._bound(ctx)
+        if bound is None:
+            return None
+        shape, index, view = bound
+        general = self.kernel(ctx)
+
+        def run_into(ins, outs, rt) -> None:
+            x = ins[0]
+            if x.shape != shape:  # not expected: the shape was known at prepare
+                np.copyto(outs[0], general(ins, rt)[0])
+                return
+            np.copyto(outs[0].reshape(view), x[index])
+
+        return run_into
+
     def kernel(self, ctx: OpContext):
+        bound = self._bound(ctx)
+        bound_shape = None if bound is None else \
+            _strided_plan(bound[0], *(ctx.const_ints(i) for i in (1, 2, 3)),
+                          *(ctx.const_int(i) for i in (4, 5, 6)))[1]
+
         def run(ins, rt):
             x = ins[0]
+            if bound is not None and x.shape == bound[0]:
+                return [np.ascontiguousarray(x[bound[1]]).reshape(bound_shape)]
             vec = [[int(v) for v in np.ravel(ins[i])] for i in (1, 2, 3)]
             plan, out_shape = _strided_plan(x.shape, *vec, *(scalar(ins[i]) for i in (4, 5, 6)))
             index = [start + stride * np.arange(count) for start, count, stride in plan]
@@ -192,9 +245,43 @@ class Slice(OperationDef):
             return [tuple(0 if s == -1 else s for s in size)]
         return [_slice_sizes(shape, begin, size)]
 
+    @staticmethod
+    def _bound(ctx: OpContext) -> tuple[tuple[int, ...], tuple[slice, ...]] | None:
+        """(input shape, slice index) when the input shape, begin and size are known."""
+        shape = ctx.inputs[0].shape
+        begin, size = ctx.const_ints(1), ctx.const_ints(2)
+        if shape is None or not known(shape) or begin is None or size is None:
+            return None
+        try:
+            sizes = _slice_sizes(shape, begin, size)
+        except OpError:
+            return None
+        return tuple(shape), tuple(slice(b, b + n) for b, n in zip(begin, sizes))
+
+    def kernel_into(self, ctx: OpContext):
+        """Everything known at prepare: one slice copy into the output."""
+        bound = self._bound(ctx)
+        if bound is None:
+            return None
+        shape, index = bound
+        general = self.kernel(ctx)
+
+        def run_into(ins, outs, rt) -> None:
+            x = ins[0]
+            if x.shape != shape:  # not expected: the shape was known at prepare
+                np.copyto(outs[0], general(ins, rt)[0])
+                return
+            np.copyto(outs[0], x[index])
+
+        return run_into
+
     def kernel(self, ctx: OpContext):
+        bound = self._bound(ctx)
+
         def run(ins, rt):
             x = ins[0]
+            if bound is not None and x.shape == bound[0]:
+                return [np.ascontiguousarray(x[bound[1]])]
             begin = [int(v) for v in np.ravel(ins[1])]
             sizes = _slice_sizes(x.shape, begin, [int(v) for v in np.ravel(ins[2])])
             sl = tuple(slice(b, b + s) for b, s in zip(begin, sizes))

@@ -256,8 +256,15 @@ class Concatenation(OperationDef):
                 plans.append((np.float32(scale), np.float32(-info.zero_point * scale)))
         qmin, qmax = C.qrange(t) if t in C.QUANT8_TYPES else (0, 0)
         zo = out.zero_point
+        axis_const = ctx.const_int(n)
+        copies_only = all(p is None for p in plans)
 
         def run(ins, rt):
+            if copies_only and axis_const is not None:
+                try:
+                    return [np.concatenate(ins[:n], axis=axis_const).astype(t.dtype, copy=False)]
+                except (ValueError, np.exceptions.AxisError):
+                    pass  # the checks below say why
             axis = scalar(ins[n])
             arrays = []
             for i in range(n):
@@ -272,6 +279,57 @@ class Concatenation(OperationDef):
             return [np.concatenate(arrays, axis=ax).astype(t.dtype, copy=False)]
 
         return run
+
+
+    def kernel_into(self, ctx: OpContext):
+        """Inputs' shapes and the axis known at prepare: each input copied (or requantised)
+        into its own slice of the output."""
+        n = len(ctx.inputs) - 1
+        shapes = [ctx.inputs[i].shape for i in range(n)]
+        axis = ctx.const_int(n)
+        if axis is None or any(s is None or not known(s) for s in shapes) or not shapes[0]:
+            return None
+        try:
+            out_shape = _concat_shape(shapes, axis, strict=True)
+        except OpError:
+            return None
+        ax = C.normalize_axis(axis, len(out_shape))
+        general = self.kernel(ctx)
+        out = ctx.outputs[0]
+        t = out.type
+        qmin, qmax = C.qrange(t) if t in C.QUANT8_TYPES else (0, 0)
+        zo = out.zero_point
+        parts = []  # per input: (index of its slice in the output, requantisation or None)
+        at = 0
+        for i in range(n):
+            info = ctx.inputs[i]
+            width = shapes[i][ax]
+            index = (slice(None),) * ax + (slice(at, at + width),)
+            at += width
+            if t not in C.QUANT8_TYPES or (np.float32(info.scale) == np.float32(out.scale)
+                                           and info.zero_point == out.zero_point):
+                parts.append((index, None))
+            else:
+                scale = np.float32(np.float32(info.scale) * (np.float32(1.0) /
+                                                             np.float32(out.scale)))
+                parts.append((index, (scale, np.float32(-info.zero_point * scale))))
+        fixed = [tuple(s) for s in shapes]
+
+        def run_into(ins, outs, rt) -> None:
+            y = outs[0]
+            for i in range(n):
+                if ins[i].shape != fixed[i]:  # not expected: shapes were known at prepare
+                    np.copyto(y, general(ins, rt)[0])
+                    return
+            for x, (index, requant) in zip(ins, parts):
+                if requant is None:
+                    y[index] = x
+                else:
+                    s, b = requant
+                    v = C.round_half_away(x.astype(np.float32) * s + b) + zo
+                    y[index] = np.clip(v, qmin, qmax).astype(t.dtype)
+
+        return run_into
 
 
 # ---- DEPTH_TO_SPACE / SPACE_TO_DEPTH -------------------------------------------------------
@@ -412,7 +470,20 @@ class Reshape(OperationDef):
         return [_reshape_shape(shape if known(shape) else None, target)]
 
     def kernel(self, ctx: OpContext):
+        target_const = ctx.const_ints(1)
+        in_shape = ctx.inputs[0].shape
+        bound = None  # (input shape, output shape) when both are known at prepare
+        if target_const is not None and in_shape is not None and known(in_shape):
+            try:
+                bound = (tuple(in_shape),
+                         _reshape_shape(in_shape, target_const, strict=True))
+            except OpError:
+                bound = None
+
         def run(ins, rt):
+            x = ins[0]
+            if bound is not None and x.shape == bound[0]:
+                return [x.reshape(bound[1])]
             target = [int(v) for v in np.ravel(ins[1])]
             return [ins[0].reshape(_reshape_shape(ins[0].shape, target, strict=True))]
 
