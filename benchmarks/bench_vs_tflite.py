@@ -38,6 +38,7 @@ if __package__ in (None, ""):  # run as a script: make the worktree importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import bench_execution, hal_models  # noqa: E402
+from benchmarks.step_clock import clock_steps  # noqa: E402
 from nnhal.analysis import analyse  # noqa: E402
 from nnhal.conformance.cases import (  # noqa: E402
     build_model,
@@ -415,29 +416,7 @@ def profile(name: str, device: ReferenceDevice, model: Model, inputs: Sequence[n
     in this process only; the rest of an execution is the executor's and the driver's."""
     runner = NnhalRunner(device, model, inputs)
     plan = runner.pm.plan.main
-    spent: dict[str, float] = {}
-    counts: dict[str, int] = {}
-
-    def timed(label: str, fn: Callable) -> Callable:
-        clock = time.perf_counter
-
-        def wrapper(*args):
-            t0 = clock()
-            try:
-                return fn(*args)
-            finally:
-                spent[label] = spent.get(label, 0.0) + clock() - t0
-        return wrapper
-
-    into_steps = 0
-    for step in plan.steps:
-        label = step.op_type.name
-        counts[label] = counts.get(label, 0) + 1
-        if step.into is not None:
-            step.into = timed(label, step.into)
-            into_steps += 1
-        elif step.kernel is not None:
-            step.kernel = timed(label, step.kernel)
+    spent, counts, into_steps = clock_steps(plan)
     runner.run()
     spent.clear()
     t0 = time.perf_counter()

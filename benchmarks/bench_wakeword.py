@@ -4,7 +4,7 @@ ai-edge-litert when installed.
 Each step's kernel (or ``into`` kernel) of the prepared plan is wrapped with a clock; the
 figures are per execution (Session.run), with the machine's load printed beside them.
 
-    python benchmarks/bench_wakeword.py [runs]
+    python -m benchmarks.bench_wakeword [runs]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 import nnhal
+from benchmarks.step_clock import clock_steps
 
 
 def load() -> str:
@@ -42,27 +43,7 @@ def profile(path: str, runs: int) -> None:
     rng = np.random.default_rng(0)
     x = feeds(session, rng)
     plan = session._prepared.plan.main
-    spent: dict[str, float] = {}
-    counts: dict[str, int] = {}
-
-    def timed(label: str, fn: Callable) -> Callable:
-        clock = time.perf_counter
-
-        def wrapper(*args):
-            t0 = clock()
-            try:
-                return fn(*args)
-            finally:
-                spent[label] = spent.get(label, 0.0) + clock() - t0
-        return wrapper
-
-    for step in plan.steps:
-        label = step.op_type.name
-        counts[label] = counts.get(label, 0) + 1
-        if step.into is not None:
-            step.into = timed(label, step.into)
-        elif step.kernel is not None:
-            step.kernel = timed(label, step.kernel)
+    spent, counts, _ = clock_steps(plan)
     session.run(x)
     spent.clear()
     t0 = time.perf_counter()

@@ -311,27 +311,21 @@ def _failure(step: Step, e: Exception) -> Exception:
 def _call_into(step: Step, ins: list[object], outs: list[np.ndarray], rt: RunState) -> None:
     try:
         step.into(ins, outs, rt)  # type: ignore[misc]
-    except (ExecutionError, OpError):
-        raise
-    except MemoryError as e:
-        raise ExecutionError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
-                             f"{step.op_type.name}: out of memory: {e}") from e
-    except Exception as e:  # a kernel bug or a value it cannot handle
-        raise ExecutionError(ErrorStatus.GENERAL_FAILURE,
-                             f"{step.op_type.name} failed: {type(e).__name__}: {e}") from e
+    except Exception as e:
+        err = _failure(step, e)
+        if err is e:
+            raise
+        raise err from e
 
 
 def _call(step: Step, ins: list[object], rt: RunState) -> list[np.ndarray]:
     try:
         return step.kernel(ins, rt)  # type: ignore[misc]
-    except (ExecutionError, OpError):
-        raise
-    except MemoryError as e:
-        raise ExecutionError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
-                             f"{step.op_type.name}: out of memory: {e}") from e
-    except Exception as e:  # a kernel bug or a value it cannot handle
-        raise ExecutionError(ErrorStatus.GENERAL_FAILURE,
-                             f"{step.op_type.name} failed: {type(e).__name__}: {e}") from e
+    except Exception as e:
+        err = _failure(step, e)
+        if err is e:
+            raise
+        raise err from e
 
 
 def _store(step: Step, outs: Sequence[object], slots: list[object]) -> None:

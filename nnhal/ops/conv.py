@@ -456,7 +456,28 @@ def _finish(acc: np.ndarray, bias: np.ndarray, act: int, out: OperandInfo,
     return requant(total, act)
 
 
-class _ConvBase(OperationDef):
+class _CoreKernels(OperationDef):
+    """Both kernels from one bound core: ``_core(ctx)(ins, dst)`` writes into ``dst`` (a new
+    array when None) and returns it."""
+
+    def _core(self, ctx: OpContext) -> Callable[[Sequence[Any], np.ndarray | None],
+                                                np.ndarray]:  # pragma: no cover
+        raise NotImplementedError
+
+    def kernel(self, ctx: OpContext):
+        core = self._core(ctx)
+        return lambda ins, rt: [core(ins, None)]
+
+    def kernel_into(self, ctx: OpContext):
+        core = self._core(ctx)
+
+        def run_into(ins, outs, rt) -> None:
+            core(ins, outs[0])
+
+        return run_into
+
+
+class _ConvBase(_CoreKernels):
     """Shared validate/prepare/kernel of the four convolutions."""
 
     #: Per-channel filters keep output channels in this dimension.
@@ -587,18 +608,6 @@ class _ConvBase(OperationDef):
             dtype = exact_dtype(self.terms(filt.shape), _input_bound(inp),
                                 int(np.abs(centred).max(initial=0)))
         return conv_weights(self.layout_filter(centred), self.groups(a, filt.shape), dtype)
-
-    def kernel(self, ctx: OpContext):
-        core = self._core(ctx)
-        return lambda ins, rt: [core(ins, None)]
-
-    def kernel_into(self, ctx: OpContext):
-        core = self._core(ctx)
-
-        def run_into(ins, outs, rt) -> None:
-            core(ins, outs[0])
-
-        return run_into
 
     def _core(self, ctx: OpContext) -> Callable[[Sequence[Any], np.ndarray | None], np.ndarray]:
         """The bound convolution: ``core(ins, dst)`` writes into ``dst`` (or a new array when
@@ -847,7 +856,7 @@ class TransposeConv2D(_ConvBase):
 # ---- FULLY_CONNECTED --------------------------------------------------------------------------
 
 @register(O.FULLY_CONNECTED)
-class FullyConnected(OperationDef):
+class FullyConnected(_CoreKernels):
     def validate(self, ctx: OpContext) -> None:
         _check_quant(ctx, None)
         C.check_activation(ctx, 3)
@@ -879,18 +888,6 @@ class FullyConnected(OperationDef):
 
     def prepare(self, ctx: OpContext):
         return [self._infer(ctx)]
-
-    def kernel(self, ctx: OpContext):
-        core = self._core(ctx)
-        return lambda ins, rt: [core(ins, None)]
-
-    def kernel_into(self, ctx: OpContext):
-        core = self._core(ctx)
-
-        def run_into(ins, outs, rt) -> None:
-            core(ins, outs[0])
-
-        return run_into
 
     def _core(self, ctx: OpContext) -> Callable[[Sequence[Any], np.ndarray | None], np.ndarray]:
         inp, wt, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]

@@ -8,7 +8,7 @@ OpError) and, when the parameters are constant, already in ``validate``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -174,16 +174,8 @@ class StridedSlice(OperationDef):
         if bound is None:
             return None
         shape, index, view = bound
-        general = self.kernel(ctx)
-
-        def run_into(ins, outs, rt) -> None:
-            x = ins[0]
-            if x.shape != shape:  # not expected: the shape was known at prepare
-                np.copyto(outs[0], general(ins, rt)[0])
-                return
-            np.copyto(outs[0].reshape(view), x[index])
-
-        return run_into
+        return _slice_into(shape, self.kernel(ctx),
+                           lambda x, out: np.copyto(out.reshape(view), x[index]))
 
     def kernel(self, ctx: OpContext):
         bound = self._bound(ctx)
@@ -264,16 +256,7 @@ class Slice(OperationDef):
         if bound is None:
             return None
         shape, index = bound
-        general = self.kernel(ctx)
-
-        def run_into(ins, outs, rt) -> None:
-            x = ins[0]
-            if x.shape != shape:  # not expected: the shape was known at prepare
-                np.copyto(outs[0], general(ins, rt)[0])
-                return
-            np.copyto(outs[0], x[index])
-
-        return run_into
+        return _slice_into(shape, self.kernel(ctx), lambda x, out: np.copyto(out, x[index]))
 
     def kernel(self, ctx: OpContext):
         bound = self._bound(ctx)
@@ -425,3 +408,17 @@ class TopKV2(OperationDef):
             return [np.ascontiguousarray(values), np.ascontiguousarray(order).astype(np.int32)]
 
         return run
+
+
+def _slice_into(shape: tuple[int, ...], general: Callable, copy: Callable) -> Callable:
+    """An into-kernel for a slice bound at prepare: ``copy(x, out)`` when the input has the
+    prepared shape; the general kernel's result copied in otherwise (not expected)."""
+
+    def run_into(ins, outs, rt) -> None:
+        x = ins[0]
+        if x.shape != shape:
+            np.copyto(outs[0], general(ins, rt)[0])
+            return
+        copy(x, outs[0])
+
+    return run_into

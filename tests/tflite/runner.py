@@ -109,12 +109,18 @@ def agree(data: bytes, inputs: Sequence[np.ndarray] | None = None, seed: int = 0
         got = ref.run(inputs)
     finally:
         ref.close()
-    assert len(got) == len(expected)
+    assert_agree(got, expected)
+    return got
+
+
+def assert_agree(got: Sequence[np.ndarray], expected: Sequence[np.ndarray],
+                 what: str = "") -> None:
+    """Every output of ours has litert's shape and dtype and is within :func:`tolerance`."""
+    assert len(got) == len(expected), f"{what}: {len(got)} outputs, litert {len(expected)}"
     for k, (g, e) in enumerate(zip(got, expected)):
         if e.shape == () and g.shape == (1,):  # a TFLite scalar is a HAL [1]
             g = g.reshape(())
-        assert g.shape == e.shape, f"output {k}: shape {g.shape}, litert {e.shape}"
-        assert g.dtype == e.dtype, f"output {k}: dtype {g.dtype}, litert {e.dtype}"
+        assert g.shape == e.shape, f"{what} output {k}: shape {g.shape}, litert {e.shape}"
+        assert g.dtype == e.dtype, f"{what} output {k}: dtype {g.dtype}, litert {e.dtype}"
         err, tol = max_error(g, e), tolerance(e)
-        assert err <= tol, f"output {k}: max error {err} > {tol}"
-    return got
+        assert err <= tol, f"{what} output {k}: max error {err} > {tol}"

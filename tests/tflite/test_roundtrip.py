@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from runner import Reference, litert, litert_run, max_error, random_input, tolerance
+from runner import Reference, assert_agree, litert, litert_run, random_input
 from test_import_models import FACE, WAKE
 
 from nnhal.hal.types import Model, OperandLifeTime
@@ -72,8 +72,4 @@ def test_import_export_import_is_stable_and_agrees(path) -> None:
         got = ref.run(inputs)
     finally:
         ref.close()
-    assert len(got) == len(expected)
-    for k, (g, e) in enumerate(zip(got, expected)):
-        assert g.shape == e.shape and g.dtype == e.dtype, f"output {k}"
-        err, tol = max_error(g, e), tolerance(e)
-        assert err <= tol, f"output {k}: max error {err} > {tol}"
+    assert_agree(got, expected, path.name)

@@ -208,19 +208,24 @@ class ReferencePreparedModel(IPreparedModel):
         self.device.log(f"invalid request: {e}")
         return ErrorStatus.INVALID_ARGUMENT, [], NO_TIMING
 
+    def _checked(self, request: Request, measure: MeasureTiming, deadline: int | None,
+                 loop_timeout: int | None) -> tuple[list[RequestPool], RequestPlan]:
+        """The request's pools and its plan: the ones of the request run last when it is that
+        request again, else checked and bound now (raises on an invalid request)."""
+        recent = self.recent(request, measure, deadline, loop_timeout)
+        if recent is not None:
+            return recent.pools, recent.bound
+        check_execution_args(request, measure, deadline, loop_timeout)
+        pools = self.check_request(request, measure, loop_timeout)
+        return pools, self.bind(request, pools)
+
     # ---- IPreparedModel -------------------------------------------------------------------
     def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
                               deadline: int | None = None, loop_timeout: int | None = None
                               ) -> Result:
         started = time.monotonic_ns()
         try:
-            recent = self.recent(request, measure, deadline, loop_timeout)
-            if recent is not None:  # the request run last, already checked and bound
-                pools, prepared = recent.pools, recent.bound
-            else:
-                check_execution_args(request, measure, deadline, loop_timeout)
-                pools = self.check_request(request, measure, loop_timeout)
-                prepared = self.bind(request, pools)
+            pools, prepared = self._checked(request, measure, deadline, loop_timeout)
         except Exception as e:  # noqa: BLE001 - any malformed request is INVALID_ARGUMENT
             return self._invalid(e)
         if deadline is not None and started > deadline:
@@ -233,13 +238,7 @@ class ReferencePreparedModel(IPreparedModel):
         if callback is None or not hasattr(callback, "notify"):
             return ErrorStatus.INVALID_ARGUMENT
         try:
-            recent = self.recent(request, measure, deadline, loop_timeout)
-            if recent is not None:  # the request run last, already checked and bound
-                pools, prepared = recent.pools, recent.bound
-            else:
-                check_execution_args(request, measure, deadline, loop_timeout)
-                pools = self.check_request(request, measure, loop_timeout)
-                prepared = self.bind(request, pools)
+            pools, prepared = self._checked(request, measure, deadline, loop_timeout)
         except Exception as e:  # noqa: BLE001
             self._invalid(e)
             _notify(callback, ErrorStatus.INVALID_ARGUMENT, [], NO_TIMING)
