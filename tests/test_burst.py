@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from helpers import add_model, float_inputs
 
-from nnhal.drivers.reference.burst import CacheHold
+from nnhal.drivers.common.burst import CacheHold
 from nnhal.hal import fmq
 from nnhal.hal.builder import RequestBuilder
 from nnhal.hal.fence import FenceState, SyncFence

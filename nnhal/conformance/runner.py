@@ -227,7 +227,7 @@ def run_paths(case: Case, pm: IPreparedModel, model_json: dict[str, Any],
             built.close()
 
 
-# -- burst and reusable-execution paths (driver: nnhal/drivers/reference/burst.py, execution.py)
+# -- burst and reusable-execution paths (driver: nnhal/drivers/common/burst.py, execution.py)
 def _execute_burst(pm: IPreparedModel, built: BuiltRequest, opts: Options,
                    measure: MeasureTiming) -> tuple[ErrorStatus, list[Any]]:
     status, burst = pm.configure_execution_burst()

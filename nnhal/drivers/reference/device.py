@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from nnhal.analysis import MAX_TENSOR_BYTES, ModelGraph, analyse
+from nnhal.drivers.common.buffer import allocate
 from nnhal.drivers.common.callbacks import notify_prepared as _notify_prepared
 from nnhal.drivers.common.compilation_cache import (
     NUM_DATA_CACHE,
@@ -17,7 +18,6 @@ from nnhal.drivers.common.compilation_cache import (
 )
 from nnhal.drivers.common.tokens import TokenRegistry
 from nnhal.drivers.common.workers import WorkerPools
-from nnhal.drivers.reference.buffer import allocate
 from nnhal.drivers.reference.cache import PlanCache
 from nnhal.drivers.reference.prepared_model import ReferencePreparedModel
 from nnhal.executor import ModelPlan

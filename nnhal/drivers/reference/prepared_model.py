@@ -1,4 +1,5 @@
-"""The reference driver's IPreparedModel: an immutable plan plus the execution paths.
+"""The reference driver's IPreparedModel: an immutable plan run by the shared execution paths
+(:mod:`nnhal.drivers.common.prepared_model`).
 
 A prepared model is never mutated after preparation; every execution gets its own slot list,
 so any number of executions may run concurrently on one prepared model.
@@ -6,104 +7,33 @@ so any number of executions may run concurrently on one prepared model.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from concurrent.futures import Executor
-from typing import Protocol
 
-import numpy as np
-
-from nnhal.drivers.common.callbacks import notify_execution as _notify
-from nnhal.drivers.common.fenced import FencedResult, execute_fenced
-from nnhal.drivers.common.request_checks import (
-    BoundRequests,
-    Recent,
-    Resolver,
-    check_request,
-    request_key,
-    resolve_pools,
-    same_request,
-    snapshot_request,
-)
-from nnhal.drivers.common.runs import Result
-from nnhal.drivers.common.tokens import TokenRegistry
-from nnhal.drivers.reference.burst import ReferenceBurst
-from nnhal.drivers.reference.execution import ReferenceExecution
-from nnhal.executor import ExecutionError, ModelPlan, RunState, run_request
+from nnhal.drivers.common.prepared_model import PreparedModelBase, PreparingDevice
+from nnhal.executor import ModelPlan, RunState, run_request
 from nnhal.executor.run import RequestPlan
-from nnhal.hal.checks import UINT64_MAX, check_execution_args
-from nnhal.hal.interfaces import IExecutionCallback, IPreparedModel
-from nnhal.hal.request_pool import RequestBuffer, RequestPool
-from nnhal.hal.types import (
-    LOOP_TIMEOUT_DEFAULT_NS,
-    LOOP_TIMEOUT_MAXIMUM_NS,
-    NO_TIMING,
-    ErrorStatus,
-    MeasureTiming,
-    MemoryPool,
-    Priority,
-    Request,
-    Subgraph,
-    Timing,
-)
-from nnhal.memory import SharedMemory, shrunk_memory
-from nnhal.memory.pool import shrunk_watched
+from nnhal.hal.request_pool import RequestPool
+from nnhal.hal.types import ErrorStatus, MemoryPool, OutputShape, Priority, Request, Subgraph
+from nnhal.memory import SharedMemory
 from nnhal.ops import blas
-from nnhal.ops.registry import OpError
+
+__all__ = ["PreparingDevice", "ReferencePreparedModel"]
 
 
-class PreparingDevice(Protocol):
-    """The device as its prepared models see it."""
-
-    buffers: TokenRegistry[RequestBuffer]
-
-    def log(self, message: str) -> None: ...
-
-    def executor_for(self, priority: Priority) -> Executor: ...
-
-
-def _us(ns: int) -> int:
-    return max(0, ns // 1000)
-
-
-#: The run state of every execution without deadline or loop timeout (nothing changes it).
-_PLAIN_RUN = RunState(None, LOOP_TIMEOUT_DEFAULT_NS)
-_NO, _YES = MeasureTiming.NO, MeasureTiming.YES
-
-
-class ReferencePreparedModel(IPreparedModel):
+class ReferencePreparedModel(PreparedModelBase):
     """IPreparedModel of the reference CPU driver."""
 
     def __init__(self, device: PreparingDevice, plan: ModelPlan, priority: Priority):
-        self.device = device
+        super().__init__(device, priority)
         self.plan = plan
-        self.priority = priority
-        #: Requests recently bound to the plan (see :meth:`bind`).
-        self._bound = BoundRequests()
-        #: The request bound last, recognised without validating it again (see :meth:`recent`).
-        self._recent: Recent | None = None
         #: BLAS threads while this model runs (0: leave BLAS alone); only for plans with GEMMs.
         self._blas_threads = getattr(device, "blas_threads", 0) if plan.uses_blas else 0
 
-    # ---- request checking (shared by every execution path) --------------------------------
     @property
     def signature(self) -> Subgraph:
         """The main inputs and outputs, as requests are checked against them."""
         return self.plan.signature
 
-    def resolve_pools(self, request: Request) -> tuple[list[RequestPool], list[int]]:
-        """Map each request pool once: uint8 arrays for memory, buffers for tokens."""
-        return resolve_pools(request, self.device.buffers)
-
-    def check_request(self, request: Request, measure: MeasureTiming,
-                      loop_timeout: int | None, *, fenced: bool = False,
-                      resolve: Resolver | None = None) -> list[RequestPool]:
-        """Validate a request for this model; returns the pools ``resolve`` mapped (by
-        default :meth:`resolve_pools`; a burst maps its cached memories itself)."""
-        return check_request(self, self.plan.signature, resolve or self.resolve_pools, request,
-                             measure, loop_timeout, fenced=fenced)
-
-    # ---- the run itself -------------------------------------------------------------------
     def request_plan(self, request: Request, pools: Sequence[RequestPool]
                      ) -> RequestPlan | None:
         """A validated request bound to this model's plan, for runs of it again and again
@@ -116,165 +46,15 @@ class ReferencePreparedModel(IPreparedModel):
             self.device.log(f"request not bound: {type(e).__name__}: {e}")
             return None
 
-    def bound(self, key: tuple[object, ...], pools: list[RequestPool]) -> RequestPlan | None:
-        """The request validated and bound earlier with argument values ``key`` (see
-        :func:`request_key`) and these very pools; None if there is none."""
-        return self._bound.get(key, pools)  # type: ignore[return-value]
-
-    def bind(self, request: Request, pools: list[RequestPool],
-             key: tuple[object, ...] | None = None) -> RequestPlan | None:
-        """A *validated* request bound to the plan, found again or made (from a snapshot of
-        the request) and kept for the next identical request; None when a pool is a driver
-        buffer (such requests take the generic way)."""
-        for pool in pools:
-            if not isinstance(pool, np.ndarray):
-                return None
-        if key is None:
-            key = request_key(request)
-        found = self._bound.get(key, pools)
-        if found is None:
-            found = self.request_plan(snapshot_request(request), pools)
-            if found is not None:
-                self._bound.put(key, pools, found)
-        if found is not None:
-            self._recent = Recent.of(found.request, pools, found)  # type: ignore[attr-defined]
-        return found  # type: ignore[return-value]
-
-    def recent(self, request: object, measure: object, deadline: object,
-               loop_timeout: object) -> Recent | None:
-        """The request bound last, when ``request`` has its very argument values and
-        memories (see :func:`same_request`) and the other arguments are plainly valid (measure
-        a MeasureTiming, deadline and loop timeout None or ints in range): such a request needs
-        neither checking nor mapping again. None means "check it the usual way"."""
-        found = self._recent
-        if found is None or (measure is not _NO and measure is not _YES):
-            return None
-        if deadline is not None and not (type(deadline) is int and
-                                         0 <= deadline <= UINT64_MAX):  # type: ignore[operator]
-            return None
-        if loop_timeout is not None and not (type(loop_timeout) is int and
-                                             0 <= loop_timeout <=  # type: ignore[operator]
-                                             LOOP_TIMEOUT_MAXIMUM_NS):
-            return None
-        return found if same_request(request, found) else None
-
-    def run(self, request: Request, pools: Sequence[RequestPool], measure: MeasureTiming,
-            deadline: int | None, loop_timeout: int | None, started_ns: int,
-            prepared: RequestPlan | None = None) -> Result:
-        """Run a validated request (bound in ``prepared`` when given); never raises."""
-        rt = _PLAIN_RUN if deadline is None and loop_timeout is None else RunState(
-            deadline, LOOP_TIMEOUT_DEFAULT_NS if loop_timeout is None else loop_timeout)
-        device_start = time.monotonic_ns()
+    def execute_checked(self, request: Request, pools: Sequence[RequestPool], rt: RunState,
+                        prepared: RequestPlan | None) -> tuple[ErrorStatus, list[OutputShape]]:
         limit = self._blas_threads
         if limit:
             blas.limit_enter(limit)
         try:
-            if deadline is not None:
-                rt.check_deadline()
-            # A client shrank a memory: touching it would fault.
             if prepared is None:
-                why = shrunk_memory(request.pools)
-            else:
-                why = shrunk_watched(prepared.watch) if prepared.watch else None
-            if why is not None:
-                raise ExecutionError(ErrorStatus.INVALID_ARGUMENT, why)
-            if prepared is None:
-                status, shapes = run_request(self.plan, request, pools, rt)
-            else:
-                status, shapes = prepared.run(rt)
-        except ExecutionError as e:  # failures fall through: driver buffers must see them
-            self.device.log(f"execution failed: {e}")
-            status, shapes = e.status, []
-        except OpError as e:
-            self.device.log(f"execution failed: {e}")
-            status, shapes = e.status, []
-        except Exception as e:  # noqa: BLE001 - the driver boundary: never raise
-            self.device.log(f"execution failed: {type(e).__name__}: {e}")
-            status, shapes = ErrorStatus.GENERAL_FAILURE, []
+                return run_request(self.plan, request, pools, rt)
+            return prepared.run(rt)
         finally:
             if limit:
                 blas.limit_exit()
-        if prepared is None or prepared.buffers:
-            for pool in pools:
-                if not isinstance(pool, np.ndarray):
-                    pool.after_execution(self, request, status)
-        if status != ErrorStatus.NONE or measure != MeasureTiming.YES:
-            return status, shapes, NO_TIMING
-        end = time.monotonic_ns()
-        return status, shapes, Timing(time_on_device=_us(end - device_start),
-                                      time_in_driver=_us(end - started_ns))
-
-    def _invalid(self, e: Exception) -> Result:
-        self.device.log(f"invalid request: {e}")
-        return ErrorStatus.INVALID_ARGUMENT, [], NO_TIMING
-
-    def _checked(self, request: Request, measure: MeasureTiming, deadline: int | None,
-                 loop_timeout: int | None) -> tuple[list[RequestPool], RequestPlan]:
-        """The request's pools and its plan: the ones of the request run last when it is that
-        request again, else checked and bound now (raises on an invalid request)."""
-        recent = self.recent(request, measure, deadline, loop_timeout)
-        if recent is not None:
-            return recent.pools, recent.bound
-        check_execution_args(request, measure, deadline, loop_timeout)
-        pools = self.check_request(request, measure, loop_timeout)
-        return pools, self.bind(request, pools)
-
-    # ---- IPreparedModel -------------------------------------------------------------------
-    def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
-                              deadline: int | None = None, loop_timeout: int | None = None
-                              ) -> Result:
-        started = time.monotonic_ns()
-        try:
-            pools, prepared = self._checked(request, measure, deadline, loop_timeout)
-        except Exception as e:  # noqa: BLE001 - any malformed request is INVALID_ARGUMENT
-            return self._invalid(e)
-        if deadline is not None and started > deadline:
-            return ErrorStatus.MISSED_DEADLINE_PERSISTENT, [], NO_TIMING
-        return self.run(request, pools, measure, deadline, loop_timeout, started, prepared)
-
-    def execute(self, request: Request, measure: MeasureTiming, deadline: int | None,
-                loop_timeout: int | None, callback: IExecutionCallback) -> ErrorStatus:
-        started = time.monotonic_ns()
-        if callback is None or not hasattr(callback, "notify"):
-            return ErrorStatus.INVALID_ARGUMENT
-        try:
-            pools, prepared = self._checked(request, measure, deadline, loop_timeout)
-        except Exception as e:  # noqa: BLE001
-            self._invalid(e)
-            _notify(callback, ErrorStatus.INVALID_ARGUMENT, [], NO_TIMING)
-            return ErrorStatus.INVALID_ARGUMENT
-        if deadline is not None and started > deadline:
-            # Launched, then refused at once through the callback (as VTS expects).
-            _notify(callback, ErrorStatus.MISSED_DEADLINE_PERSISTENT, [], NO_TIMING)
-            return ErrorStatus.NONE
-
-        def task() -> None:
-            status, shapes, timing = self.run(request, pools, measure, deadline, loop_timeout,
-                                              started, prepared)
-            _notify(callback, status, shapes, timing)
-
-        try:
-            self.executor().submit(task)
-        except Exception:  # noqa: BLE001 - e.g. the pool was shut down
-            _notify(callback, ErrorStatus.GENERAL_FAILURE, [], NO_TIMING)
-            return ErrorStatus.GENERAL_FAILURE
-        return ErrorStatus.NONE
-
-    def execute_fenced(self, request: Request, wait_for: Sequence[object],
-                       measure: MeasureTiming = MeasureTiming.NO, deadline: int | None = None,
-                       loop_timeout: int | None = None, duration: int | None = None
-                       ) -> FencedResult:
-        return execute_fenced(self, request, wait_for, measure, deadline, loop_timeout, duration)
-
-    def configure_execution_burst(self) -> tuple[ErrorStatus, ReferenceBurst]:
-        return ErrorStatus.NONE, ReferenceBurst(self)
-
-    def create_reusable_execution(self, request: Request,
-                                  measure: MeasureTiming = MeasureTiming.NO,
-                                  loop_timeout: int | None = None
-                                  ) -> tuple[ErrorStatus, ReferenceExecution | None]:
-        return ReferenceExecution.create(self, request, measure, loop_timeout)
-
-    def executor(self) -> Executor:
-        return self.device.executor_for(self.priority)
-

@@ -50,8 +50,8 @@ class ExecutionBurst(Protocol):
     def holds_for(self, request: Request) -> list[Any]: ...
 
 
-class ReferenceExecution(IExecution):
-    """A reusable execution of one validated request on a reference prepared model."""
+class ReusableExecution(IExecution):
+    """A reusable execution of one validated request on a prepared model."""
 
     def __init__(self, pm: PreparedRunner, request: Request, pools: list[RequestPool],
                  measure: MeasureTiming, loop_timeout: int | None, *,
@@ -84,7 +84,7 @@ class ReferenceExecution(IExecution):
     @classmethod
     def create(cls, pm: PreparedRunner, request: Request, measure: MeasureTiming,
                loop_timeout: int | None, burst: ExecutionBurst | None = None
-               ) -> tuple[ErrorStatus, ReferenceExecution | None]:
+               ) -> tuple[ErrorStatus, ReusableExecution | None]:
         """createReusableExecution: validate once; INVALID_ARGUMENT if the request is bad."""
         try:
             checks.check_execution_args(request, measure, None, loop_timeout)
@@ -190,6 +190,6 @@ class ReferenceExecution(IExecution):
 def create_reusable_execution(pm: PreparedRunner, request: Request,
                               measure: MeasureTiming = MeasureTiming.NO,
                               loop_timeout: int | None = None
-                              ) -> tuple[ErrorStatus, ReferenceExecution | None]:
-    """IPreparedModel::createReusableExecution for the reference prepared model."""
-    return ReferenceExecution.create(pm, request, measure, loop_timeout)
+                              ) -> tuple[ErrorStatus, ReusableExecution | None]:
+    """IPreparedModel::createReusableExecution for a prepared model."""
+    return ReusableExecution.create(pm, request, measure, loop_timeout)

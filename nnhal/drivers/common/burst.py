@@ -1,4 +1,4 @@
-"""The reference driver's burst (canonical IBurst): executions in rapid succession.
+"""A driver's burst (canonical IBurst): executions in rapid succession.
 
 **Memory cache.** ``cache_memory(memory)`` maps the memory now and returns a :class:`CacheHold`.
 While any reference to the hold lives, the burst keeps the mapping, keyed by the identity of the
@@ -15,7 +15,7 @@ INVALID_ARGUMENT immediately), then waits for the running one to finish, or unti
 deadline passes, in which case it returns MISSED_DEADLINE_TRANSIENT. No call ever sees another
 call's state half-done.
 
-:meth:`ReferenceBurst.execute_packet` runs a request carried in a 1.2 FMQ packet
+:meth:`Burst.execute_packet` runs a request carried in a 1.2 FMQ packet
 (:mod:`nnhal.hal.fmq`) and answers with a result packet.
 """
 
@@ -29,9 +29,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from nnhal.drivers.common.execution import ReusableExecution
 from nnhal.drivers.common.request_checks import request_key
 from nnhal.drivers.common.runs import PreparedRunner, Result, run_exclusive
-from nnhal.drivers.reference.execution import ReferenceExecution
 from nnhal.hal.checks import check_execution_args
 from nnhal.hal.fmq import FmqDecodeError, pack_result, unpack_request
 from nnhal.hal.interfaces import IBurst, IExecution
@@ -65,7 +65,7 @@ class CacheHold:
 
     __slots__ = ("_finalizer", "__weakref__")
 
-    def __init__(self, burst: ReferenceBurst, entry: _Entry):
+    def __init__(self, burst: Burst, entry: _Entry):
         # The finalizer refers to the burst weakly: a hold never keeps a burst alive.
         self._finalizer = weakref.finalize(self, _entry_dropped, weakref.ref(burst), entry)
 
@@ -78,7 +78,7 @@ class CacheHold:
         return not self._finalizer.alive
 
 
-def _entry_dropped(burst_ref: weakref.ref[ReferenceBurst], entry: _Entry) -> None:
+def _entry_dropped(burst_ref: weakref.ref[Burst], entry: _Entry) -> None:
     # May run from the garbage collector inside any code, even a burst method holding the
     # cache lock on this thread: never block here, defer the table update if the lock is busy.
     entry.memory = None
@@ -94,8 +94,8 @@ def _entry_dropped(burst_ref: weakref.ref[ReferenceBurst], entry: _Entry) -> Non
             burst._cache_lock.release()
 
 
-class ReferenceBurst(IBurst):
-    """IBurst of the reference driver for one prepared model."""
+class Burst(IBurst):
+    """IBurst of a driver, for one prepared model."""
 
     def __init__(self, pm: PreparedRunner):
         self._pm = pm
@@ -184,7 +184,7 @@ class ReferenceBurst(IBurst):
                 deadline: int | None = None, loop_timeout: int | None = None) -> Result:
         """Each request is validated, but a request whose argument values and resolved
         pools equal those of one validated before (kept by the prepared model, see
-        :meth:`~nnhal.drivers.reference.prepared_model.ReferencePreparedModel.bind`) is not
+        :meth:`~nnhal.drivers.common.prepared_model.PreparedModelBase.bind`) is not
         validated again: the validation depends on nothing else (the pools' sizes are those of
         the same mapped memories; measure and loop timeout are still checked)."""
         started = time.monotonic_ns()
@@ -236,7 +236,7 @@ class ReferenceBurst(IBurst):
                                   measure: MeasureTiming = MeasureTiming.NO,
                                   loop_timeout: int | None = None
                                   ) -> tuple[ErrorStatus, IExecution | None]:
-        return ReferenceExecution.create(self._pm, request, measure, loop_timeout, burst=self)
+        return ReusableExecution.create(self._pm, request, measure, loop_timeout, burst=self)
 
     def execute_packet(self, packet: bytes, memories: Mapping[int, object]) -> bytes:
         """Run the request of a 1.2 FMQ request packet; ``memories`` maps each pool

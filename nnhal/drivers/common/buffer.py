@@ -2,8 +2,8 @@
 
 A buffer is split in two objects so that the client's handle decides its lifetime:
 
-* :class:`ReferenceBuffer` is the IBuffer the client holds. Dropping it (or calling
-  :meth:`ReferenceBuffer.close`) releases the token, after which a request naming the token is
+* :class:`DriverBuffer` is the IBuffer the client holds. Dropping it (or calling
+  :meth:`DriverBuffer.close`) releases the token, after which a request naming the token is
   rejected.
 * :class:`BufferCore` holds the state (roles, dimensions, data) and is what the device's token
   registry and a running execution refer to, so an execution already under way never sees the
@@ -25,8 +25,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from nnhal.drivers.common.prepared_model import PreparedModelBase
 from nnhal.drivers.common.tokens import MAX_TOKEN, TokenRegistry, TokenRegistryFull
-from nnhal.drivers.reference.prepared_model import ReferencePreparedModel
 from nnhal.executor import ExecutionError
 from nnhal.executor.run import encode, read_argument
 from nnhal.hal.checks import InvalidArgument, check_allocate_args, check_dimensions
@@ -275,7 +275,7 @@ class BufferCore:
             self._store(None)
 
 
-class ReferenceBuffer(IBuffer):
+class DriverBuffer(IBuffer):
     """The IBuffer handed to the client; its token is released when it is closed or dropped."""
 
     def __init__(self, core: BufferCore, tokens: TokenRegistry[RequestBuffer]):
@@ -320,7 +320,7 @@ def _release(tokens: TokenRegistry[RequestBuffer], token: int) -> None:
 
 
 def _role_operand(pm: Any, role: BufferRole, kind: str) -> Operand:
-    main = pm.plan.signature
+    main = pm.signature
     indexes = main.input_indexes if kind == INPUT else main.output_indexes
     io = role.io_index
     if isinstance(io, bool) or not isinstance(io, (int, np.integer)) or \
@@ -352,7 +352,7 @@ def check_allocate(device: AllocatingDevice, desc: BufferDesc,
     if not ins and not outs:
         raise bad("no roles")
     for i, pm in enumerate(models):
-        if not isinstance(pm, ReferencePreparedModel) or pm.device is not device:
+        if not isinstance(pm, PreparedModelBase) or pm.device is not device:
             raise bad(f"prepared model {i} is not one of this device")
     roles: set[tuple[int, str, int]] = set()
     first: Operand | None = None
@@ -424,4 +424,4 @@ def allocate(device: AllocatingDevice, tokens: TokenRegistry[RequestBuffer], des
     except Exception as e:  # noqa: BLE001 - the driver boundary: never raise
         device.log(f"allocate rejected: {type(e).__name__}: {e}")
         return ErrorStatus.INVALID_ARGUMENT, None, 0
-    return ErrorStatus.NONE, ReferenceBuffer(core, tokens), token
+    return ErrorStatus.NONE, DriverBuffer(core, tokens), token
