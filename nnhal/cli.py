@@ -65,8 +65,12 @@ def _conformance(args: argparse.Namespace) -> int:
             return error(prog, f"cannot write --json {args.json}: {problem}")
 
     from nnhal.conformance import Options, iter_cases, run
-    from nnhal.drivers.reference import ReferenceDevice
+    from nnhal.drivers.registry import open_device
+    from nnhal.errors import NnhalError
 
+    if args.jobs > 1 and not worker and args.device != "reference":
+        return error(prog, "--jobs runs the reference driver only; use --jobs 1 with "
+                           f"--device {args.device}")
     if args.jobs > 1 and not worker:
         from nnhal.conformance.parallel import ShardFailed, run_sharded
 
@@ -79,7 +83,10 @@ def _conformance(args: argparse.Namespace) -> int:
         if not cases and not worker:
             return error(prog, no_cases_message(specs, args.filter))
         opts = Options(loop_timeout_ns=int(args.loop_timeout_ms * 1_000_000))
-        device = ReferenceDevice()
+        try:
+            device = open_device(args.device)
+        except NnhalError as e:
+            return error(prog, str(e))
         try:
             report = run(device, cases, modes, opts, progress=not args.quiet)
         finally:
@@ -187,6 +194,8 @@ def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse._Su
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--jobs", type=int, default=1,
                    help="run in this many processes (reference driver only)")
+    c.add_argument("--device", default="reference",
+                   help="device to check (a registered name, e.g. litert; default: reference)")
     c.add_argument("--shard", help=argparse.SUPPRESS)
     c.set_defaults(func=_conformance)
 

@@ -60,5 +60,7 @@ def add_mutations_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shard", default="0/1", metavar="K/N",
                    help="run the K-th of N interleaved shards of the cases (default 0/1)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="reference",
+                   help="device to check (a registered name; default: reference)")
     p.add_argument("--show-failures", type=int, default=20, metavar="N",
                    help="print the first N failures of each run (default 20)")

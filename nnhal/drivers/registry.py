@@ -74,3 +74,18 @@ def _reference() -> IDevice:
 
 
 register("reference", _reference)
+
+
+def _litert() -> IDevice:
+    from nnhal.drivers.litert import LiteRTDevice
+
+    return LiteRTDevice()
+
+
+def _litert_unavailable() -> str | None:
+    from nnhal.drivers.litert import unavailable
+
+    return unavailable()
+
+
+register("litert", _litert, _litert_unavailable)

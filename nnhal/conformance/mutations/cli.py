@@ -38,7 +38,8 @@ from nnhal.conformance.mutations.model import (
 from nnhal.conformance.mutations.paths import execution_paths
 from nnhal.conformance.mutations.request import check_request_mutant, request_mutations
 from nnhal.conformance.specs import default_specs_dir, no_cases_message, specs_problem
-from nnhal.drivers.reference import ReferenceDevice
+from nnhal.drivers.registry import open_device
+from nnhal.errors import NnhalError
 from nnhal.hal.interfaces import IDevice, IPreparedModel, PreparedModelCallback
 from nnhal.hal.types import ErrorStatus, ExecutionPreference, Model, Priority
 from nnhal.memory import SharedMemory
@@ -209,7 +210,10 @@ def run_cli(args: argparse.Namespace) -> int:
     broken = [c for c in loaded if c.error]
     k, n = shard
     cases = [c for c in loaded if not c.error][::max(1, args.every)][k::n]
-    device = ReferenceDevice()
+    try:
+        device = open_device(getattr(args, "device", "reference"))
+    except NnhalError as e:
+        return error(prog, str(e))
     bad = 0
     unbuildable: set[str] = set()
     try:

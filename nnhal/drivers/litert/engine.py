@@ -1,0 +1,93 @@
+"""LiteRT interpreters for one prepared model: a pool, one interpreter per concurrent
+execution, created on demand and reused, never used by two threads at once.
+
+``ai_edge_litert`` is imported here only when an interpreter is built, so that importing the
+driver never needs it (see :func:`unavailable`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+def unavailable() -> str | None:
+    """None when ai-edge-litert can be loaded, else why not (one line)."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - any failure to load means "not available"
+        return (f"ai-edge-litert is not importable ({type(e).__name__}: {e}); "
+                "install it with pip install 'nnhal[litert]'")
+    return None
+
+
+class Engine:
+    """One interpreter and what a run needs to know of it: its input and output tensor
+    indexes (in the model's input / output order) and the input shapes it is allocated for."""
+
+    __slots__ = ("interpreter", "inputs", "outputs", "shapes", "prepared_shapes")
+
+    def __init__(self, flatbuffer: bytes, threads: int):
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+        # AUTO: the builtin kernels with XNNPACK applied as the default delegate.
+        self.interpreter: Any = Interpreter(model_content=flatbuffer, num_threads=threads,
+                                            experimental_op_resolver_type=OpResolverType.AUTO)
+        self.interpreter.allocate_tensors()
+        self.inputs = [d["index"] for d in self.interpreter.get_input_details()]
+        self.outputs = [d["index"] for d in self.interpreter.get_output_details()]
+        #: The shape each input is allocated for now.
+        self.shapes: list[tuple[int, ...]] = [
+            tuple(int(x) for x in d["shape"]) for d in self.interpreter.get_input_details()]
+        self.prepared_shapes = list(self.shapes)
+
+    def fit(self, shapes: Sequence[tuple[int, ...] | None]) -> None:
+        """Resize the inputs whose shape differs from ``shapes`` (None: leave it) and
+        allocate again; nothing when every shape is the current one."""
+        changed = False
+        for k, shape in enumerate(shapes):
+            if shape is not None and shape != self.shapes[k]:
+                self.interpreter.resize_tensor_input(self.inputs[k], list(shape), strict=False)
+                self.shapes[k] = shape
+                changed = True
+        if changed:
+            self.interpreter.allocate_tensors()
+
+    def invoke(self, inputs: Sequence[np.ndarray | None]) -> None:
+        interp = self.interpreter
+        for idx, arr in zip(self.inputs, inputs):
+            if arr is not None:
+                interp.set_tensor(idx, arr)
+        interp.invoke()
+
+    def output_views(self) -> list[np.ndarray]:
+        """The outputs as views of the interpreter's memory (drop them before the next
+        resize: the interpreter refuses to reallocate while they live)."""
+        return [self.interpreter.tensor(i)() for i in self.outputs]
+
+
+class EnginePool:
+    """Interpreters for one flatbuffer: :meth:`take` lends one no other thread uses (made
+    when none is free), :meth:`give` returns it for the next execution."""
+
+    def __init__(self, flatbuffer: bytes, threads: int, first: Engine | None = None):
+        self.flatbuffer = flatbuffer
+        self.threads = threads
+        self._free: list[Engine] = [first] if first is not None else []
+        self._lock = threading.Lock()
+        #: How many interpreters were made (for tests and diagnostics).
+        self.created = 1 if first is not None else 0
+
+    def take(self) -> Engine:
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+            self.created += 1
+        return Engine(self.flatbuffer, self.threads)
+
+    def give(self, engine: Engine) -> None:
+        with self._lock:
+            self._free.append(engine)

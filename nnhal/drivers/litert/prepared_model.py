@@ -1,0 +1,189 @@
+"""The LiteRT driver's IPreparedModel: the shared execution paths
+(:class:`~nnhal.drivers.common.prepared_model.PreparedModelBase`) over a pool of LiteRT
+interpreters of one flatbuffer.
+
+Inputs go from the request's pools into the interpreter's input tensors (one copy, by
+``set_tensor``, from a view of the pool bytes); outputs go from views of the interpreter's
+output tensors into the request's pools (one copy). An input whose dimensions differ from the
+ones its interpreter is allocated for is resized first; output shapes are the interpreter's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from nnhal.analysis import ModelGraph
+from nnhal.drivers.common.prepared_model import PreparedModelBase, PreparingDevice
+from nnhal.drivers.litert.engine import EnginePool
+from nnhal.executor import ExecutionError, RunState
+from nnhal.executor.run import input_shape, read_argument, write_outputs
+from nnhal.hal.request_pool import RequestPool
+from nnhal.hal.types import (
+    ErrorStatus,
+    MemoryPool,
+    OperandType,
+    OutputShape,
+    Priority,
+    Request,
+    Subgraph,
+)
+from nnhal.memory import SharedMemory
+from nnhal.memory.pool import watch_of
+
+_BOOLS = (OperandType.BOOL, OperandType.TENSOR_BOOL8)
+
+
+class LiteRTRequest:
+    """A validated request bound once (a reusable execution, a burst's repeated request):
+    views of its inputs in shared memory and of its outputs' places, decided here."""
+
+    __slots__ = ("request", "pools", "watch", "buffers", "inputs", "shapes", "outputs")
+
+    def __init__(self, pm: LiteRTPreparedModel, request: Request,
+                 pools: Sequence[RequestPool]):
+        self.request = request
+        self.pools = list(pools)
+        mems = (p.hidl_memory if isinstance(p, MemoryPool) else p for p in request.pools)
+        self.watch = watch_of([m for m in mems if isinstance(m, SharedMemory)])
+        self.buffers = any(not isinstance(p, np.ndarray) for p in pools)
+        #: Per input: its array (a view of the pool) or None (read at each run).
+        self.inputs: list[np.ndarray | None] = []
+        self.shapes = pm.input_shapes(request)
+        main = pm.graph.main
+        for arg, idx, shape in zip(request.inputs, main.inputs, self.shapes):
+            pool = None if arg.has_no_value else pools[arg.location.pool_index]
+            info = main.operands[idx]
+            if isinstance(pool, np.ndarray) and info.type not in _BOOLS and shape is not None:
+                loc = arg.location
+                self.inputs.append(read_argument(pool[loc.offset:loc.offset + loc.length],
+                                                 info.type, shape))
+            else:
+                self.inputs.append(None)
+        #: Per output: its place in its pool as a typed array of the inferred shape, or None.
+        self.outputs: list[np.ndarray | None] = []
+        for arg, idx in zip(request.outputs, main.outputs):
+            self.outputs.append(_place(arg, pools, main.operands[idx].type, main.shapes[idx]))
+
+
+def _place(arg: object, pools: Sequence[RequestPool], t: OperandType,
+           shape: object) -> np.ndarray | None:
+    if arg.has_no_value or not t.is_tensor or t in _BOOLS:  # type: ignore[attr-defined]
+        return None
+    if not shape or 0 in shape:  # type: ignore[operator]
+        return None
+    loc = arg.location  # type: ignore[attr-defined]
+    pool = pools[loc.pool_index]
+    if not isinstance(pool, np.ndarray):
+        return None
+    nbytes = t.byte_size * int(math.prod(shape))  # type: ignore[arg-type]
+    if nbytes > loc.length or loc.offset + nbytes > pool.size:
+        return None
+    raw = pool[loc.offset:loc.offset + nbytes]
+    if raw.ctypes.data % t.dtype.itemsize:
+        return None
+    return raw.view(t.dtype).reshape(tuple(shape))  # type: ignore[arg-type]
+
+
+class LiteRTPreparedModel(PreparedModelBase):
+    """IPreparedModel of the LiteRT driver: a flatbuffer and its interpreters."""
+
+    def __init__(self, device: PreparingDevice, graph: ModelGraph, engines: EnginePool,
+                 priority: Priority):
+        super().__init__(device, priority)
+        self.graph = graph
+        self.engines = engines
+
+    @property
+    def flatbuffer(self) -> bytes:
+        return self.engines.flatbuffer
+
+    @property
+    def signature(self) -> Subgraph:
+        return self.graph.signature
+
+    def input_shapes(self, request: Request) -> list[tuple[int, ...] | None]:
+        """Per input, the shape the request gives it (None: omitted)."""
+        main = self.graph.main
+        shapes: list[tuple[int, ...] | None] = []
+        for arg, idx in zip(request.inputs, main.inputs):
+            if arg.has_no_value:
+                shapes.append(None)
+                continue
+            info = main.operands[idx]
+            shapes.append(input_shape(info.shape or (), arg.dimensions)
+                          if info.type.is_tensor else ())
+        return shapes
+
+    def request_plan(self, request: Request, pools: Sequence[RequestPool]
+                     ) -> LiteRTRequest | None:
+        try:
+            return LiteRTRequest(self, request, pools)
+        except Exception as e:  # noqa: BLE001 - runs of it take the generic way, which reports
+            self.device.log(f"request not bound: {type(e).__name__}: {e}")
+            return None
+
+    def _inputs(self, request: Request, pools: Sequence[RequestPool],
+                shapes: Sequence[tuple[int, ...] | None],
+                given: Sequence[np.ndarray | None] | None) -> list[np.ndarray | None]:
+        main = self.graph.main
+        arrays: list[np.ndarray | None] = []
+        for k, (arg, idx, shape) in enumerate(zip(request.inputs, main.inputs, shapes)):
+            if given is not None and given[k] is not None:
+                arrays.append(given[k])
+                continue
+            if shape is None:
+                if idx in self.graph.required_inputs:
+                    raise ExecutionError(ErrorStatus.INVALID_ARGUMENT, f"input operand {idx} "
+                                         "is required but has no value")
+                raise ExecutionError(ErrorStatus.GENERAL_FAILURE, f"input operand {idx} "
+                                     "omitted: LiteRT has no omitted inputs")
+            info = main.operands[idx]
+            pool = pools[arg.location.pool_index]
+            if isinstance(pool, np.ndarray):
+                loc = arg.location
+                arrays.append(read_argument(pool[loc.offset:loc.offset + loc.length],
+                                            info.type, shape))
+            else:
+                arrays.append(pool.read_input(info, shape))
+        return arrays
+
+    def execute_checked(self, request: Request, pools: Sequence[RequestPool], rt: RunState,
+                        prepared: LiteRTRequest | None) -> tuple[ErrorStatus, list[OutputShape]]:
+        if prepared is None:
+            shapes = self.input_shapes(request)
+            inputs = self._inputs(request, pools, shapes, None)
+        else:
+            shapes = prepared.shapes
+            inputs = self._inputs(request, pools, shapes, prepared.inputs)
+        if rt.deadline_ns is not None:
+            rt.check_deadline()
+        engines = self.engines
+        # Taken by this run alone; given back only after a clean run: an interpreter that
+        # failed half-way is not trusted again (the next run makes a fresh one).
+        engine = engines.take()
+        engine.fit(shapes)
+        engine.invoke(inputs)
+        outs = engine.output_views()
+        try:
+            result = self._store(request, pools, outs, prepared)
+        finally:
+            del outs  # the views must be gone before this interpreter resizes again
+        engines.give(engine)
+        return result
+
+    @staticmethod
+    def _store(request: Request, pools: Sequence[RequestPool], outs: list[np.ndarray],
+               prepared: LiteRTRequest | None) -> tuple[ErrorStatus, list[OutputShape]]:
+        if prepared is not None:
+            places = prepared.outputs
+            for out, place in zip(outs, places):
+                if place is None or place.shape != out.shape or place.dtype != out.dtype:
+                    break
+            else:
+                for out, place in zip(outs, places):
+                    np.copyto(place, out)  # type: ignore[arg-type]
+                return ErrorStatus.NONE, [OutputShape(list(o.shape), True) for o in outs]
+        return write_outputs(request, pools, outs)
