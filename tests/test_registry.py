@@ -26,7 +26,7 @@ def test_reference_is_registered_and_available():
 
 
 def test_unknown_name_lists_the_devices():
-    with pytest.raises(NnhalError, match="^unknown device 'x'; devices: reference$"):
+    with pytest.raises(NnhalError, match="^unknown device 'x'; devices: reference, litert$"):
         registry.open_device("x")
 
 

@@ -45,9 +45,9 @@ from nnhal.tflite import write_tflite
 from nnhal.validation import validate_preference, validate_priority
 
 try:
-    from nnhal.drivers.litert import support
+    import nnhal.drivers.litert.support as support
 except ImportError:  # the rules are written separately; until then, a stand-in
-    from nnhal.drivers.litert import support_stub as support  # type: ignore[no-redef]
+    import nnhal.drivers.litert.support_stub as support  # type: ignore[no-redef]
 
 log = logging.getLogger("nnhal.drivers.litert")
 
