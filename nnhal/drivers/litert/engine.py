@@ -47,6 +47,8 @@ class Engine:
     def fit(self, shapes: Sequence[tuple[int, ...] | None]) -> None:
         """Resize the inputs whose shape differs from ``shapes`` (None: leave it) and
         allocate again; nothing when every shape is the current one."""
+        if shapes == self.shapes:
+            return
         changed = False
         for k, shape in enumerate(shapes):
             if shape is not None and shape != self.shapes[k]:

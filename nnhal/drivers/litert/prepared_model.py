@@ -40,7 +40,8 @@ class LiteRTRequest:
     """A validated request bound once (a reusable execution, a burst's repeated request):
     views of its inputs in shared memory and of its outputs' places, decided here."""
 
-    __slots__ = ("request", "pools", "watch", "buffers", "inputs", "shapes", "outputs")
+    __slots__ = ("request", "pools", "watch", "buffers", "inputs", "shapes", "outputs",
+                 "all_inputs")
 
     def __init__(self, pm: LiteRTPreparedModel, request: Request,
                  pools: Sequence[RequestPool]):
@@ -62,6 +63,8 @@ class LiteRTRequest:
                                                  info.type, shape))
             else:
                 self.inputs.append(None)
+        #: Every input is a view already: nothing to read at run time.
+        self.all_inputs = all(x is not None for x in self.inputs)
         #: Per output: its place in its pool as a typed array of the inferred shape, or None.
         self.outputs: list[np.ndarray | None] = []
         for arg, idx in zip(request.outputs, main.outputs):
@@ -157,7 +160,8 @@ class LiteRTPreparedModel(PreparedModelBase):
             inputs = self._inputs(request, pools, shapes, None)
         else:
             shapes = prepared.shapes
-            inputs = self._inputs(request, pools, shapes, prepared.inputs)
+            inputs = prepared.inputs if prepared.all_inputs else \
+                self._inputs(request, pools, shapes, prepared.inputs)
         if rt.deadline_ns is not None:
             rt.check_deadline()
         engines = self.engines
