@@ -307,12 +307,6 @@ def test_while_is_refused_since_its_loop_timeout_cannot_be_honoured(device):
     assert device.get_supported_operations(add_model(DIMS)) == (E.NONE, [True])
 
 
-def test_no_compilation_cache_yet(device):
-    assert device.get_number_of_cache_files_needed() == (E.NONE, 0, 0)
-    cb = PreparedModelCallback()
-    assert device.prepare_model_from_cache(None, [], [], b"\0" * 32, cb) == E.GENERAL_FAILURE
-    assert cb.wait(5)[0] == E.GENERAL_FAILURE
-
 
 def test_capabilities_prefer_litert_for_float_tensors(device):
     status, caps = device.get_capabilities()

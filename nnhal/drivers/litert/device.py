@@ -19,8 +19,14 @@ from concurrent.futures import ThreadPoolExecutor
 from nnhal.analysis import MAX_TENSOR_BYTES, ModelGraph, analyse
 from nnhal.drivers.common.buffer import allocate
 from nnhal.drivers.common.callbacks import notify_prepared as _notify_prepared
+from nnhal.drivers.common.compilation_cache import (
+    NUM_DATA_CACHE,
+    NUM_MODEL_CACHE,
+    load_or_create_key,
+)
 from nnhal.drivers.common.tokens import TokenRegistry
 from nnhal.drivers.common.workers import WorkerPools
+from nnhal.drivers.litert.cache import LiteRTCache, LiteRTPlan
 from nnhal.drivers.litert.engine import Engine, EnginePool
 from nnhal.drivers.litert.prepared_model import LiteRTPreparedModel
 from nnhal.hal import checks
@@ -110,17 +116,25 @@ class LiteRTDevice(IDevice):
     """A CPU device that runs whole models with ai-edge-litert (TFLite kernels, XNNPACK).
 
     ``threads`` is each interpreter's thread count (default: every core); ``workers`` bounds
-    the threads that run asynchronous preparations and executions.
+    the threads that run asynchronous preparations and executions. ``cache_key_file`` (default:
+    ``NNHAL_CACHE_KEY_FILE``, if set) holds the secret that authenticates compilation caches,
+    as for the reference driver.
     """
 
     def __init__(self, name: str = "nnhal-litert", threads: int | None = None,
-                 workers: int = 4, max_tensor_bytes: int = MAX_TENSOR_BYTES):
+                 workers: int = 4, max_tensor_bytes: int = MAX_TENSOR_BYTES,
+                 cache_key_file: str | os.PathLike[str] | None = None):
         self.name = name
         self.threads = max(1, int(threads if threads is not None else (os.cpu_count() or 1)))
         self.max_tensor_bytes = max_tensor_bytes
         self.workers = WorkerPools(workers)
         #: The memory-domain buffers of this device, by token.
         self.buffers: TokenRegistry[RequestBuffer] = TokenRegistry()
+        if cache_key_file is None:
+            cache_key_file = os.environ.get("NNHAL_CACHE_KEY_FILE") or None
+        key = None if cache_key_file is None else load_or_create_key(cache_key_file)
+        #: The model cache authenticates inputs/outputs; the data cache is the flatbuffer.
+        self._cache = LiteRTCache(VERSION_STRING, key, self.threads)
         self.workers.start()
 
     # ---- plumbing ---------------------------------------------------------------------------
@@ -171,7 +185,7 @@ class LiteRTDevice(IDevice):
         return ErrorStatus.NONE, []
 
     def get_number_of_cache_files_needed(self) -> tuple[ErrorStatus, int, int]:
-        return ErrorStatus.NONE, 0, 0  # no compilation caching yet
+        return ErrorStatus.NONE, NUM_MODEL_CACHE, NUM_DATA_CACHE
 
     def prepare_model(self, model: Model, preference: ExecutionPreference = (
                           ExecutionPreference.FAST_SINGLE_ANSWER),
@@ -208,9 +222,12 @@ class LiteRTDevice(IDevice):
             _notify_prepared(callback, ErrorStatus.MISSED_DEADLINE_PERSISTENT, None)
             return ErrorStatus.NONE
         priority = Priority(priority)
+        save = self._cache.open_save(model_cache, data_cache, token)  # None: do not save
 
         def task() -> None:
             status, prepared = self._prepare(graph, flatbuffer, priority, deadline)
+            if save is not None:  # before notifying: the client may close its fds after
+                self._cache.save(save, model, priority, prepared)
             _notify_prepared(callback, status, prepared)
 
         try:
@@ -236,15 +253,17 @@ class LiteRTDevice(IDevice):
         if deadline is not None and time.monotonic_ns() > deadline:
             return ErrorStatus.MISSED_DEADLINE_TRANSIENT, None
         return ErrorStatus.NONE, LiteRTPreparedModel(
-            self, graph, EnginePool(flatbuffer, self.threads, first), priority)
+            self, LiteRTPlan(graph, EnginePool(flatbuffer, self.threads, first)), priority)
 
     def prepare_model_from_cache(self, deadline: int | None, model_cache: Sequence[object],
                                  data_cache: Sequence[object], token: bytes,
                                  callback: IPreparedModelCallback) -> ErrorStatus:
-        # No compilation caching yet (getNumberOfCacheFilesNeeded says 0, 0).
-        self.log("prepareModelFromCache: this device does not cache compilations")
-        _notify_prepared(callback, ErrorStatus.GENERAL_FAILURE, None)
-        return ErrorStatus.GENERAL_FAILURE
+        return self._cache.prepare_from_cache(deadline, model_cache, data_cache, token,
+                                              callback, make_prepared_model=self._restored,
+                                              workers=self.workers, driver_log=self.log)
+
+    def _restored(self, plan: LiteRTPlan, priority: Priority) -> LiteRTPreparedModel:
+        return LiteRTPreparedModel(self, plan, priority)
 
     def allocate(self, desc: BufferDesc, prepared_models: Sequence[IPreparedModel],
                  input_roles: Sequence[BufferRole], output_roles: Sequence[BufferRole]

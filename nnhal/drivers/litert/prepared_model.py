@@ -17,6 +17,7 @@ import numpy as np
 
 from nnhal.analysis import ModelGraph
 from nnhal.drivers.common.prepared_model import PreparedModelBase, PreparingDevice
+from nnhal.drivers.litert.cache import LiteRTPlan
 from nnhal.drivers.litert.engine import EnginePool
 from nnhal.executor import ExecutionError, RunState
 from nnhal.executor.run import input_shape, read_argument, write_outputs
@@ -93,11 +94,12 @@ def _place(arg: object, pools: Sequence[RequestPool], t: OperandType,
 class LiteRTPreparedModel(PreparedModelBase):
     """IPreparedModel of the LiteRT driver: a flatbuffer and its interpreters."""
 
-    def __init__(self, device: PreparingDevice, graph: ModelGraph, engines: EnginePool,
-                 priority: Priority):
+    def __init__(self, device: PreparingDevice, plan: LiteRTPlan, priority: Priority):
         super().__init__(device, priority)
-        self.graph = graph
-        self.engines = engines
+        #: Inputs, outputs and interpreters (shared with models restored from one cache).
+        self.plan = plan
+        self.graph: ModelGraph = plan.graph
+        self.engines: EnginePool = plan.engines
 
     @property
     def flatbuffer(self) -> bytes:

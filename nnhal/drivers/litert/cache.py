@@ -1,0 +1,137 @@
+"""The LiteRT driver's compilation cache, in the common authenticated container
+(:mod:`nnhal.drivers.common.compilation_cache`).
+
+The *data cache* is the flatbuffer (verified by its SHA-256 digest, bound into the model
+cache); the *model cache* body holds this driver's version and the main inputs and outputs
+(JSON: types, dimensions, quantization, which inputs are required, the outputs' inferred
+shapes). Restoring builds an interpreter from the flatbuffer: nothing is analysed or exported
+again. The tag proves this driver validated and exported exactly this model.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from nnhal.analysis import ModelGraph
+from nnhal.analysis.analyser import operand_info
+from nnhal.analysis.graph import SubgraphGraph
+from nnhal.drivers.common.compilation_cache import (
+    BODY_HEAD_SIZE,
+    CacheError,
+    CompilationCache,
+    Loaded,
+    encode_head,
+)
+from nnhal.drivers.litert.engine import Engine, EnginePool
+from nnhal.hal.interfaces import IPreparedModel
+from nnhal.hal.types import (
+    DataLocation,
+    Model,
+    Operand,
+    OperandLifeTime,
+    OperandType,
+    Priority,
+    Subgraph,
+    SymmPerChannelQuantParams,
+)
+
+
+class LiteRTPlan:
+    """What a LiteRT prepared model runs: the main inputs and outputs (as a graph without
+    operations) and its interpreters. Shared by the prepared models restored from one cache
+    while any of them lives."""
+
+    def __init__(self, graph: ModelGraph, engines: EnginePool):
+        self.graph = graph
+        self.engines = engines
+
+
+def _operand_json(op: Operand) -> dict[str, Any]:
+    extra = op.extra_params
+    if extra is not None and not isinstance(extra, SymmPerChannelQuantParams):
+        raise CacheError("extension operand parameters are not cached")
+    return {"type": int(op.type), "dims": [int(d) for d in op.dimensions],
+            "scale": float(op.scale), "zp": int(op.zero_point),
+            "channel": None if extra is None else
+            {"scales": [float(s) for s in extra.scales], "dim": int(extra.channel_dim)}}
+
+
+def encode_io(graph: ModelGraph, driver_version: str) -> bytes:
+    """The driver's part of the body: version, inputs and outputs."""
+    sig, main = graph.signature, graph.main
+    return json.dumps({
+        "driver": driver_version,
+        "relaxed": graph.relaxed,
+        "inputs": [_operand_json(sig.operands[i]) for i in sig.input_indexes],
+        "outputs": [_operand_json(sig.operands[i]) for i in sig.output_indexes],
+        "required": [k for k, i in enumerate(main.inputs) if i in graph.required_inputs],
+        "shapes": [None if main.shapes[i] is None else list(main.shapes[i])
+                   for i in main.outputs],
+    }, separators=(",", ":")).encode()
+
+
+def _operand(rec: Any, lifetime: OperandLifeTime) -> Operand:
+    t = OperandType(int(rec["type"]))  # ValueError for an unknown type
+    dims = [int(d) for d in rec["dims"]]
+    if any(d < 0 for d in dims):
+        raise CacheError("negative dimension")
+    ch = rec["channel"]
+    extra = None if ch is None else SymmPerChannelQuantParams(
+        [float(s) for s in ch["scales"]], int(ch["dim"]))
+    return Operand(int(t), dims, 0, float(rec["scale"]), int(rec["zp"]), lifetime,
+                   DataLocation(), extra)
+
+
+def decode_io(body: bytes | memoryview, driver_version: str) -> ModelGraph:
+    """The graph of a model cache body (inputs and outputs only); CacheError when malformed."""
+    try:
+        rec = json.loads(bytes(body[BODY_HEAD_SIZE:]))
+        if rec["driver"] != driver_version:
+            raise CacheError("model cache of another driver version")
+        ins = [_operand(r, OperandLifeTime.SUBGRAPH_INPUT) for r in rec["inputs"]]
+        outs = [_operand(r, OperandLifeTime.SUBGRAPH_OUTPUT) for r in rec["outputs"]]
+        n_in = len(ins)
+        operands = [*ins, *outs]
+        signature = Subgraph(operands, [], list(range(n_in)), list(range(n_in, len(operands))))
+        infos = tuple(operand_info(op) for op in operands)
+        shapes = [info.shape for info in infos]
+        for k, shape in enumerate(rec["shapes"]):
+            shapes[n_in + k] = None if shape is None else tuple(int(d) for d in shape)
+        required = frozenset(int(k) for k in rec["required"] if 0 <= int(k) < n_in)
+        main = SubgraphGraph(-1, infos, tuple(shapes), (), tuple(range(n_in)),
+                             tuple(range(n_in, len(operands))), ())
+        return ModelGraph(main, (), bool(rec["relaxed"]), signature, required)
+    except CacheError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError) as e:
+        raise CacheError(f"malformed model cache: {type(e).__name__}: {e}") from e
+
+
+class LiteRTCache(CompilationCache):
+    """Flatbuffers in the common container (see the module's text)."""
+
+    def __init__(self, driver_version: str, key: bytes | None, threads: int):
+        super().__init__(driver_version, key)
+        self.threads = threads
+
+    def encode(self, model: Model, priority: Priority, prepared: IPreparedModel
+               ) -> tuple[bytes, bytes, LiteRTPlan] | None:
+        plan = getattr(prepared, "plan", None)
+        if not isinstance(plan, LiteRTPlan):
+            return None
+        data = plan.engines.flatbuffer
+        body = encode_head(priority, plan.graph.relaxed, data) + \
+            encode_io(plan.graph, self.driver_version)
+        return body, data, plan
+
+    def decode(self, loaded: Loaded) -> tuple[ModelGraph, bytes]:
+        return decode_io(loaded.body, self.driver_version), loaded.data
+
+    def bind(self, image: tuple[ModelGraph, bytes]) -> LiteRTPlan:
+        graph, flatbuffer = image
+        first = Engine(flatbuffer, self.threads)
+        if len(first.inputs) != len(graph.main.inputs) or \
+                len(first.outputs) != len(graph.main.outputs):
+            raise CacheError("flatbuffer does not match the model cache")
+        return LiteRTPlan(graph, EnginePool(flatbuffer, self.threads, first))
