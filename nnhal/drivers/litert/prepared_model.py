@@ -100,6 +100,13 @@ class LiteRTPreparedModel(PreparedModelBase):
         self.plan = plan
         self.graph: ModelGraph = plan.graph
         self.engines: EnginePool = plan.engines
+        main = plan.graph.main
+        #: Per output: its shape when the analysis knows it fully, else None. TFLite may give
+        #: the same elements another shape (a reduction to one element is [] there, [1] in
+        #: the HAL, which has no rank-0 tensors): outputs are reported in the model's shape.
+        self._known: list[tuple[int, ...] | None] = [
+            tuple(main.shapes[i]) if main.shapes[i] and 0 not in main.shapes[i] else None
+            for i in main.outputs]
 
     @property
     def flatbuffer(self) -> bytes:
@@ -173,6 +180,9 @@ class LiteRTPreparedModel(PreparedModelBase):
         engine.fit(shapes)
         engine.invoke(inputs)
         outs = engine.output_views()
+        for k, known in enumerate(self._known):
+            if known is not None and outs[k].shape != known and outs[k].size == math.prod(known):
+                outs[k] = outs[k].reshape(known)
         try:
             result = self._store(request, pools, outs, prepared)
         finally:
