@@ -324,3 +324,22 @@ def test_session_on_litert():
         got = s.run([a, b])
     res = got[0] if isinstance(got, (list, tuple)) else next(iter(got.values()))
     np.testing.assert_allclose(res, a + b, rtol=1e-6)
+
+
+def test_an_output_reduced_to_one_element_is_reported_in_the_models_shape(device):
+    """TFLite reduces [1] over axis 0 to a rank-0 tensor; the HAL model says [1]."""
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, (1,))
+    axes = b.constant(T.TENSOR_INT32, np.array([0], np.int32))
+    keep = b.scalar(T.INT32, 0)
+    o = b.output(T.TENSOR_FLOAT32, (1,))
+    b.operation(OperationType.MEAN, [x, axes, keep], [o])
+    model = b.build()
+    pm = prepare(device, model)
+    rb = RequestBuilder([np.array([3.5], np.float32)], model=model)
+    try:
+        status, shapes, _ = pm.execute_synchronously(rb.request)
+        assert status == E.NONE and shapes[0].dimensions == [1]
+        assert rb.output(0).tolist() == [3.5]
+    finally:
+        rb.close()
