@@ -65,17 +65,22 @@ def _conformance(args: argparse.Namespace) -> int:
             return error(prog, f"cannot write --json {args.json}: {problem}")
 
     from nnhal.conformance import Options, iter_cases, run
+    from nnhal.drivers import registry
     from nnhal.drivers.registry import open_device
     from nnhal.errors import NnhalError
 
-    if args.jobs > 1 and not worker and args.device != "reference":
-        return error(prog, "--jobs runs the reference driver only; use --jobs 1 with "
-                           f"--device {args.device}")
+    if args.device not in registry.device_names():
+        return error(prog, f"unknown device '{args.device}'; devices: "
+                           f"{', '.join(registry.device_names())}")
+    why = registry.available()[args.device]
+    if why is not None:
+        return error(prog, f"device '{args.device}' is not available: {why}")
     if args.jobs > 1 and not worker:
         from nnhal.conformance.parallel import ShardFailed, run_sharded
 
         try:
-            report = run_sharded(specs, modes, args.jobs, args.filter, args.loop_timeout_ms)
+            report = run_sharded(specs, modes, args.jobs, args.filter, args.loop_timeout_ms,
+                                 args.device)
         except ShardFailed as e:
             return error(prog, str(e), 1)
     else:
@@ -193,7 +198,7 @@ def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse._Su
     c.add_argument("--strict", action="store_true", help="exit 1 if any case failed")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--jobs", type=int, default=1,
-                   help="run in this many processes (reference driver only)")
+                   help="run in this many processes (each opens the device)")
     c.add_argument("--device", default="reference",
                    help="device to check (a registered name, e.g. litert; default: reference)")
     c.add_argument("--shard", help=argparse.SUPPRESS)

@@ -1,8 +1,8 @@
 """Running the conformance suite in several processes, one shard of case files each.
 
 The shards are separate ``nnhal conformance --shard K/N`` processes that write JSON reports;
-nothing is pickled between processes. Only the reference driver can be sharded this way (a
-device object cannot cross a process boundary); other devices use :func:`runner.run`.
+nothing is pickled between processes. Each shard opens the registered device by name (a device
+object cannot cross a process boundary).
 """
 
 from __future__ import annotations
@@ -62,8 +62,9 @@ class ShardFailed(RuntimeError):
 
 
 def run_sharded(specs: Path, modes: Sequence[str], jobs: int, pattern: str | None = None,
-                loop_timeout_ms: float = 500.0) -> Report:
-    """Run the reference driver over ``specs`` in ``jobs`` processes and merge the reports."""
+                loop_timeout_ms: float = 500.0, device: str = "reference") -> Report:
+    """Run the registered ``device`` over ``specs`` in ``jobs`` processes (each opens its own:
+    a device object cannot cross a process boundary) and merge the reports."""
     jobs = max(1, jobs)
     with tempfile.TemporaryDirectory(prefix="nnhal-shards-") as tmp:
         procs = []
@@ -71,7 +72,7 @@ def run_sharded(specs: Path, modes: Sequence[str], jobs: int, pattern: str | Non
             out = Path(tmp) / f"shard{k}.json"
             cmd = [sys.executable, "-m", "nnhal.cli", "conformance", "--specs", str(specs),
                    "--shard", f"{k}/{jobs}", "--json", str(out), "--quiet", "--no-ops",
-                   "--loop-timeout-ms", str(loop_timeout_ms)]
+                   "--loop-timeout-ms", str(loop_timeout_ms), "--device", device]
             for m in modes:
                 cmd += ["--mode", m]
             if pattern:
