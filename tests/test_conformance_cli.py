@@ -267,3 +267,32 @@ def test_mutations_report_broken_cases(capsys, tmp_path):
     rc, out, err = run_cli(capsys, "mutations", "--specs", str(specs), "--limit", "3")
     assert_one_line(rc, err, "nnhal mutations", "could not be loaded")
     assert "model mutations" in out and "b_not_gzip.json.gz (whole file)" in out
+
+
+# ---- --device -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["conformance", "mutations"])
+def test_unknown_device_is_one_line(capsys, good_specs, command):
+    rc, out, err = run_cli(capsys, command, "--specs", str(good_specs), "--device", "nope")
+    assert_one_line(rc, err, f"nnhal {command}", "unknown device 'nope'", "reference")
+    assert out == ""
+
+
+@pytest.mark.parametrize("command", ["conformance", "mutations"])
+def test_unavailable_device_says_why(capsys, good_specs, command, monkeypatch):
+    from nnhal.drivers import registry
+
+    monkeypatch.setattr(registry, "_DEVICES", dict(registry._DEVICES))
+    registry.register("litert", lambda: None, lambda: "ai-edge-litert is not importable")
+    rc, out, err = run_cli(capsys, command, "--specs", str(good_specs), "--device", "litert")
+    assert_one_line(rc, err, "not available", "ai-edge-litert is not importable")
+
+
+def test_conformance_on_litert(capsys, good_specs):
+    from nnhal.drivers.litert import unavailable
+
+    if unavailable() is not None:
+        pytest.skip(f"LiteRT driver unavailable: {unavailable()}")
+    rc, out, err = run_cli(capsys, "conformance", "--specs", str(good_specs), "--device",
+                           "litert", "--quiet")
+    assert rc == 0 and "2 passed, 0 failed" in out
