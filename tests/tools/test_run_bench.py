@@ -191,7 +191,7 @@ def test_run_with_an_invalid_model_names_the_operation(capsys):
 
 def test_run_with_an_unknown_device(capsys):
     status, _, err = call(run, capsys, "add.tflite", "--device", "gpu")
-    assert status == 1 and err == "nnhal run: unknown device 'gpu'; devices: reference\n"
+    assert status == 1 and err == "nnhal run: unknown device 'gpu'; devices: reference, litert\n"
 
 
 def test_run_cannot_write_outputs(tmp_path, capsys):
