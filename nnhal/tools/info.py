@@ -218,7 +218,7 @@ def render(info: dict[str, Any], console: Any = None) -> None:
         console.print(st)
     console.print("[bold]devices[/bold]", highlight=False)
     for d in info.get("devices", []):
-        console.print("  " + device_line(d), highlight=False)
+        console.print("  " + device_line(d), highlight=False, markup=False)
 
 
 def device_line(d: dict[str, Any]) -> str:

@@ -98,6 +98,19 @@ def test_unavailable_when_the_import_fails(monkeypatch):
         registry.open_device("litert")
 
 
+def test_info_prints_the_reason_whole(monkeypatch, capsys, tmp_path):
+    from nnhal.cli import main
+    from nnhal.tflite import write_tflite
+
+    path = tmp_path / "add.tflite"
+    path.write_bytes(write_tflite(add_model(DIMS)))
+    monkeypatch.setitem(sys.modules, "ai_edge_litert", None)
+    monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)
+    assert main(["info", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "litert: not available" in out and "nnhal[litert]" in out
+
+
 def test_synchronous_execution_and_timing(pm, rb):
     status, shapes, timing = pm.execute_synchronously(rb.request, MeasureTiming.YES)
     assert status == E.NONE and shapes[0].dimensions == list(DIMS)
