@@ -88,9 +88,8 @@ def _max_error(exp: Expected, actual: np.ndarray) -> float:
 def _claim(model: Any) -> str | None:
     """support.refusal of the analysed model; '' when the module is absent."""
     try:
-        from nnhal.drivers.litert import support
-
         from nnhal.analysis import analyse
+        from nnhal.drivers.litert import support
     except ImportError:
         return "(support module absent)"
     try:
