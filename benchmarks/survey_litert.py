@@ -111,7 +111,6 @@ def run_one(case: Case, variant: str) -> dict[str, Any]:
     model_json = with_unknown_output_dims(m) if variant == "dynamic" else m
     res: dict[str, Any] = {}
     model = build_model(model_json)
-    res["claim"] = _claim(model)
     try:
         blob = write_tflite(model)
     except UnsupportedModelError as e:
@@ -196,7 +195,15 @@ def worker(specs: Path, jobs: list[list[Any]]) -> None:
             f = specs.parent / file
             by_file[file] = {c.index: c for c in iter_cases(f)}
         case = by_file[file][index]
-        out.write(json.dumps({"start": jid}) + "\n")
+        try:
+            m = case.data["model"]
+            m = to_signed_quant(m) if variant == "signed" else m
+            claim = _claim(build_model(with_unknown_output_dims(m) if variant == "dynamic"
+                                       else m))
+        except Exception as e:  # noqa: BLE001
+            claim = f"(claim failed: {type(e).__name__}: {e})"
+        # The claim first: a case that then takes the worker down keeps it.
+        out.write(json.dumps({"start": jid, "claim": claim}) + "\n")
         out.flush()
         try:
             r = run_one(case, variant)
@@ -267,6 +274,7 @@ def survey(specs: Path, pattern: str | None, n_jobs: int, timeout: float) -> lis
                         msg = json.loads(line)
                         if "start" in msg:
                             s.current, s.since = msg["start"], time.monotonic()
+                            records[s.current]["claim"] = msg["claim"]
                             continue
                         records[msg["done"]].update(msg["result"])
                         s.jobs = [j for j in s.jobs if j[3] != msg["done"]]
