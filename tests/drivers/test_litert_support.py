@@ -95,6 +95,16 @@ def _reshape(shape_as_input: bool, out_dims: list[int]) -> Model:
     return b.build()
 
 
+def _add_then_div_int32() -> Model:
+    b = ModelBuilder()
+    x, y = b.input(T.TENSOR_INT32, [4]), b.input(T.TENSOR_INT32, [4])
+    s = b.operand(T.TENSOR_INT32, [4])
+    b.operation(O.ADD, [x, y, b.scalar(T.INT32, 0)], [s])
+    out = b.output(T.TENSOR_INT32, [4])
+    b.operation(O.DIV, [s, y, b.scalar(T.INT32, 0)], [out])
+    return b.build()
+
+
 def _add_then_argmax_rank1() -> Model:
     b = ModelBuilder()
     x, y = b.input(T.TENSOR_FLOAT32, [4]), b.input(T.TENSOR_FLOAT32, [4])
@@ -113,17 +123,18 @@ def _add_then_argmax_rank1() -> Model:
     (_transpose("omitted"), [True]),       # known at prepare: the exporter reverses the axes
     (_transpose("input"), [False]),        # the request may omit it
     (_argmax([2, 3], [3]), [True]),
-    (_argmax([3], [1]), [False]),          # TFLite's result has rank 0
+    (_argmax([3], [1]), [True]),           # rank 0 in TFLite, reshaped to [1] on export
     (_mean(1), [True]),
-    (_mean(0), [False]),                   # TFLite's result has rank 0
+    (_mean(0), [True]),                    # rank 0 in TFLite, reshaped to [1] on export
     (_reshape(False, [0, 0]), [True]),
     (_reshape(True, [3, 2]), [True]),
     (_reshape(True, [0, 0]), [False]),     # XNNPACK cannot reshape at allocation
-    (_add_then_argmax_rank1(), [True, False]),
+    (_add_then_argmax_rank1(), [True, True]),
+    (_add_then_div_int32(), [True, False]),
 ], ids=["add", "div-int32-const", "div-int32-input",
         "transpose-const", "transpose-omitted", "transpose-input", "argmax-rank2",
         "argmax-rank1", "mean-keep", "mean-all", "reshape-const-dynamic",
-        "reshape-input-known", "reshape-input-dynamic", "add+argmax-rank1"])
+        "reshape-input-known", "reshape-input-dynamic", "add+argmax-rank1", "add+div-int32"])
 def test_supported_operations_per_kind(model: Model, expected: list[bool]) -> None:
     g = _graph(model)
     assert supported_operations(g) == expected
@@ -207,7 +218,10 @@ def _reference(model: Model, inputs: list[np.ndarray], out_nbytes: list[int]
     (lambda: _transpose("const"), lambda r: [r.standard_normal((2, 3)).astype(np.float32)]),
     (lambda: _transpose("omitted"), lambda r: [r.standard_normal((2, 3)).astype(np.float32)]),
     (lambda: _mean(1), lambda r: [r.standard_normal((2, 3)).astype(np.float32)]),
-], ids=["add", "transpose-const", "transpose-omitted", "mean-keep"])
+    (lambda: _mean(0), lambda r: [r.standard_normal((2, 3)).astype(np.float32)]),
+    (lambda: _argmax([3], [1]), lambda r: [np.array([0.5, 2.0, -1.0], np.float32)]),
+], ids=["add", "transpose-const", "transpose-omitted", "mean-keep", "mean-all-axes",
+        "argmax-rank1"])
 def test_supported_models_run_in_litert_as_on_the_reference(make, inputs) -> None:
     litert = pytest.importorskip("ai_edge_litert.interpreter",
                                  reason="ai-edge-litert not installed")
@@ -230,9 +244,9 @@ def test_supported_models_run_in_litert_as_on_the_reference(make, inputs) -> Non
 
 # ---- the cross-check over a handful of families ------------------------------------------
 
-FAMILIES = ["transpose*", "reshape*", "squeeze*", "div*", "mean*", "argmax*", "lsh_projection*",
-            "svdf*", "if_*", "bidirectional_sequence_rnn*", "depthwise_conv2d_v1_2*",
-            "resize_bilinear_v1_3*"]
+FAMILIES = ["transpose_v1_2*", "reshape*", "squeeze*", "div*", "mean*", "argmax*",
+            "lsh_projection*", "svdf*", "if_*", "bidirectional_sequence_rnn*",
+            "depthwise_conv2d_v1_2*", "resize_bilinear_v1_3*"]
 
 
 @pytest.mark.skipif(not SPECS.exists(), reason=f"conformance data not found at {SPECS}")

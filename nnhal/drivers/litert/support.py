@@ -55,8 +55,9 @@ REFUSED: dict[str, list[tuple[str, str]]] = {
            "time (TRANSPOSE then fails, LSH_PROJECTION gives wrong results, LSTM fails)"),
           ("an operand of unknown rank", "TFLite tensors need a rank"),
           ("an ARGMAX / ARGMIN / MEAN / REDUCE_* / SQUEEZE / STRIDED_SLICE whose TFLite "
-           "result has rank 0", "TFLite gives shape [] where the HAL gives [1] (exporter "
-           "defect: a RESHAPE to [1] would fix it)")],
+           "result may have rank 0 and whose output shape is unknown at prepare",
+           "TFLite gives shape [] where the HAL gives [1]; the exporter reshapes to [1] only "
+           "when it knows the output is [1]")],
     # Exporter refusals (nnhal.tflite), as seen in the survey:
     "ROI_ALIGN": [("every", "no TFLite builtin equivalent (a HAL-only operation)")],
     "ROI_POOLING": [("every", "no TFLite builtin equivalent (a HAL-only operation)")],
@@ -248,9 +249,11 @@ def _rule(graph: ModelGraph, g: SubgraphGraph, name: str, ins: list[int],
         if not g.operands[ins[1]].is_const and not g.operands[ins[1]].omitted and \
                 (shape is None or 0 in shape):
             return REFUSED[name][0][1]
-    if name in _RANK0 and _rank0(g, name, ins, outs):
-        return ("TFLite gives a rank-0 result where the HAL gives shape [1] (exporter: a "
-                "RESHAPE to [1] would fix it)")
+    if name in _RANK0 and tuple(g.shapes[outs[0]] or ()) != (1,) and \
+            _rank0(g, name, ins, outs):
+        # With the output known to be [1] the exporter reshapes TFLite's rank-0 result.
+        return ("TFLite may give a rank-0 result where the HAL gives shape [1], and the "
+                "output shape is not known at prepare to reshape it")
     return None
 
 
