@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,10 @@ from nnhal.conformance.runner import (  # noqa: E402
 )
 from nnhal.hal.types import OperandType  # noqa: E402
 
-VARIANTS = ("general", "dynamic", "signed")
+VARIANTS = ("general", "dynamic", "signed", "random")
+#: Operations whose int32 tensor inputs are values (not indices, axes or shapes): the random
+#: variant draws those too.
+_INT_VALUE_OPS = {"ADD", "SUB", "MUL", "DIV", "ABS", "NEG", "MAXIMUM", "MINIMUM"}
 
 
 # ---- one run (in a worker) ----------------------------------------------------------------
@@ -98,6 +102,77 @@ def _claim(model: Any) -> str | None:
         return f"(support raised {type(e).__name__}: {e})"
 
 
+def _random_inputs(case: Case, seed: int) -> list[np.ndarray] | None:
+    """The case's inputs redrawn at random (negative values included): floats and quantized
+    values always, int32 only where an arithmetic operation reads them. None when an input
+    is omitted."""
+    main = case.data["model"]["main"]
+    int_values = {i for op in main["operations"] if op["type"] in _INT_VALUE_OPS
+                  for i in op["inputs"]}
+    rng = np.random.default_rng(seed)
+    out = []
+    for idx in main["inputIndexes"]:
+        o = main["operands"][idx]
+        if not o["data"]:
+            return None
+        t = OperandType[o["type"]]
+        v = values_array(t, o["data"], o["dimensions"]).reshape(o["dimensions"])
+        if t.dtype.kind == "f":
+            a = 1.5 * max(1.0, float(np.max(np.abs(v.astype(np.float64)))) if v.size else 1.0)
+            v = rng.uniform(-a, a, v.shape).astype(v.dtype)
+        elif t in (OperandType.TENSOR_QUANT8_ASYMM, OperandType.TENSOR_QUANT8_ASYMM_SIGNED,
+                   OperandType.TENSOR_QUANT8_SYMM, OperandType.TENSOR_QUANT16_ASYMM,
+                   OperandType.TENSOR_QUANT16_SYMM):
+            info = np.iinfo(v.dtype)
+            v = rng.integers(info.min, int(info.max) + 1, v.shape).astype(v.dtype)
+        elif t == OperandType.TENSOR_INT32 and idx in int_values:
+            a = 2 * max(4, int(np.max(np.abs(v))) if v.size else 4)
+            v = rng.integers(-a, a + 1, v.shape).astype(v.dtype)
+        elif t == OperandType.TENSOR_BOOL8:
+            v = rng.integers(0, 2, v.shape).astype(v.dtype)
+        out.append(v)
+    return out
+
+
+_REFERENCE: list[Any] = []
+
+
+def _reference_outputs(case: Case, inputs: list[np.ndarray]) -> list[Expected] | str:
+    """The reference driver's outputs for these inputs, as Expected; a string when it fails."""
+    from nnhal.drivers.reference import ReferenceDevice
+    from nnhal.hal.builder import RequestBuilder
+    from nnhal.hal.interfaces import PreparedModelCallback
+    from nnhal.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
+
+    if not _REFERENCE:
+        _REFERENCE.append(ReferenceDevice())
+    m = case.data["model"]
+    cb = PreparedModelCallback()
+    _REFERENCE[0].prepare_model(build_model(m), ExecutionPreference.FAST_SINGLE_ANSWER,
+                                Priority.MEDIUM, None, [], [], b"", cb)
+    status, pm = cb.wait(60)
+    if status != ErrorStatus.NONE:
+        return f"reference prepare: {status.name}"
+    expected = _expected(m["main"])
+    req = RequestBuilder(inputs, [max(1, e.values.nbytes) for e in expected])
+    try:
+        status, shapes, _ = pm.execute_synchronously(req.request, MeasureTiming.NO, None,
+                                                     500_000_000)
+        if status != ErrorStatus.NONE:
+            return f"reference execute: {status.name}"
+        out = []
+        for k, e in enumerate(expected):
+            dims = list(shapes[k].dimensions) if e.type.is_tensor else []
+            dt = np.dtype(np.uint8) if e.type == OperandType.TENSOR_BOOL8 else e.type.dtype
+            vals = req.output(k, dt, dims)
+            out.append(Expected(e.type, dims, vals.view(np.bool_) if dt == np.uint8 and
+                                e.type == OperandType.TENSOR_BOOL8 else vals, e.ignored,
+                                e.scale, e.zero_point))
+        return out
+    finally:
+        req.close()
+
+
 def run_one(case: Case, variant: str) -> dict[str, Any]:
     """Export, run and check one case in one variant; a dict saying what happened."""
     from ai_edge_litert.interpreter import Interpreter
@@ -117,6 +192,16 @@ def run_one(case: Case, variant: str) -> dict[str, Any]:
         return {**res, "status": "export_refused", "reason": "; ".join(e.items)}
     except InvalidModelError as e:
         return {**res, "status": "invalid", "reason": str(e)}
+    expected: list[Expected] | None = None
+    feeds_override: list[np.ndarray] | None = None
+    if variant == "random":
+        feeds_override = _random_inputs(case, zlib.crc32(case.name.encode()))
+        if feeds_override is None:
+            return {**res, "status": "not_drawn", "reason": "an input is omitted"}
+        ref = _reference_outputs(case, feeds_override)
+        if isinstance(ref, str):
+            return {**res, "status": "not_drawn", "reason": ref}
+        expected = ref
     stage = "litert_build"
     try:
         interp = Interpreter(model_content=blob, num_threads=2)
@@ -132,7 +217,9 @@ def run_one(case: Case, variant: str) -> dict[str, Any]:
             if d is None:
                 raise RuntimeError(f"input_{k} not among the interpreter's inputs")
             t = OperandType[o["type"]]
-            if not o["data"]:
+            if feeds_override is not None:
+                arr = feeds_override[k].astype(d["dtype"])
+            elif not o["data"]:
                 res["omitted_input"] = True
                 arr = np.zeros(o["dimensions"], dtype=d["dtype"])
             else:
@@ -154,8 +241,9 @@ def run_one(case: Case, variant: str) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - litert raises ValueError / RuntimeError
         return {**res, "status": stage, "reason": f"{type(e).__name__}: {e}".splitlines()[0]}
     errs = []
+    expected = expected if expected is not None else _expected(main)
     try:
-        for k, exp in enumerate(_expected(main)):
+        for k, exp in enumerate(expected):
             actual = actuals[k]
             if exp.ignored:
                 continue
@@ -167,7 +255,7 @@ def run_one(case: Case, variant: str) -> dict[str, Any]:
             else:
                 compare(case, k, exp, actual)
     except CaseFailure as e:
-        tol = [tolerance(x.type, case) for x in _expected(main)]
+        tol = [tolerance(x.type, case) for x in expected]
         return {**res, "status": "wrong", "reason": str(e), "max_error": errs,
                 "tolerance": tol}
     return {**res, "status": "passed", "max_error": errs}
@@ -241,7 +329,8 @@ class _Slot:
             self.current, self.since, self.buf = None, time.monotonic(), ""
 
 
-def survey(specs: Path, pattern: str | None, n_jobs: int, timeout: float) -> list[dict[str, Any]]:
+def survey(specs: Path, pattern: str | None, n_jobs: int, timeout: float,
+           with_random: bool = False) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     jobs: list[list[Any]] = []
     for case in iter_cases(specs, pattern):
@@ -251,6 +340,8 @@ def survey(specs: Path, pattern: str | None, n_jobs: int, timeout: float) -> lis
                 **_describe(case)}
         for variant in VARIANTS:
             if variant == "signed" and not is_coupled(case):
+                continue
+            if variant == "random" and (not with_random or case.multinomial_tolerance):
                 continue
             jid = len(records)
             records.append({**base, "variant": variant})
@@ -368,6 +459,9 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=30.0)
     ap.add_argument("--out", default="/tmp/litert_survey.json")
+    ap.add_argument("--random", action="store_true",
+                    help="also run each case on random inputs (negatives included) against "
+                    "the reference driver")
     ap.add_argument("--report-only", action="store_true", help="print the report of --out")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -380,7 +474,7 @@ def main() -> int:
         return 0
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     t0 = time.monotonic()
-    records = survey(Path(specs), a.filter, a.jobs, a.timeout)
+    records = survey(Path(specs), a.filter, a.jobs, a.timeout, a.random)
     Path(a.out).write_text(json.dumps(records, default=float))
     print(f"{len(records)} runs in {time.monotonic() - t0:.0f} s; raw results in {a.out}")
     report(records)
