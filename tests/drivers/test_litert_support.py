@@ -4,6 +4,7 @@ ai-edge-litert; over a handful of conformance families, every model the rule cla
 
 from __future__ import annotations
 
+import fnmatch
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from nnhal.analysis import ModelGraph, analyse
-from nnhal.conformance.cases import iter_cases
+from nnhal.conformance.cases import Case, iter_cases
 from nnhal.conformance.runner import is_coupled
 from nnhal.conformance.specs import default_specs_dir
 from nnhal.drivers.litert.support import refusal, refused_reasons, supported_operations
@@ -244,14 +245,30 @@ def test_supported_models_run_in_litert_as_on_the_reference(make, inputs) -> Non
 
 # ---- the cross-check over a handful of families ------------------------------------------
 
-FAMILIES = ["transpose_v1_2*", "reshape*", "squeeze*", "div*", "mean*", "argmax*",
-            "lsh_projection*", "svdf*", "if_*", "bidirectional_sequence_rnn*",
+FAMILIES = ["transpose_v1_2*", "transpose_float*", "reshape*", "squeeze*", "div*", "mean*",
+            "argmax*", "lsh_projection*", "svdf*", "if_*", "bidirectional_sequence_rnn*",
             "depthwise_conv2d_v1_2*", "resize_bilinear_v1_3*"]
 
 
-@pytest.mark.skipif(not SPECS.exists(), reason=f"conformance data not found at {SPECS}")
+@pytest.fixture(scope="module")
+def cases_by_family() -> dict[str, list[Case]]:
+    """The cases of FAMILIES and of the whole-kind test, read in one pass over the data."""
+    if not SPECS.exists():
+        pytest.skip(f"conformance data not found at {SPECS}")
+    patterns = FAMILIES + [p for _op, p, _s in WHOLE_KINDS]
+    found: dict[str, list[Case]] = {p: [] for p in patterns}
+    for case in iter_cases(SPECS):
+        if case.broken or case.expect_failure:
+            continue
+        for p in patterns:
+            if fnmatch.fnmatch(case.name, p):
+                found[p].append(case)
+    return found
+
+
 @pytest.mark.parametrize("family", FAMILIES)
-def test_every_claimed_case_passes(family: str) -> None:
+def test_every_claimed_case_passes(family: str, cases_by_family: dict[str, list[Case]]
+                                   ) -> None:
     """As the survey's full cross-check does: every case the rule claims (general, output
     dims unknown, signed variant) exports, runs and agrees within the runner's tolerances.
     Rule-claimed kinds never include one that aborts litert, so running them in-process is
@@ -263,9 +280,7 @@ def test_every_claimed_case_passes(family: str) -> None:
 
     claimed = refused = 0
     bad = []
-    for case in iter_cases(SPECS, family):
-        if case.broken or case.expect_failure:
-            continue
+    for case in cases_by_family[family]:
         for variant in ("general", "dynamic", "signed"):
             if variant == "signed" and not is_coupled(case):
                 continue
@@ -281,5 +296,33 @@ def test_every_claimed_case_passes(family: str) -> None:
                 bad.append(f"{case.name} [{variant}]: {r['status']} {r.get('reason')}")
     assert not bad, "\n".join(bad)
     assert claimed + refused > 0
-    if family not in ("bidirectional_sequence_rnn*", "svdf*"):
+    # Every case of these three is refused (perm fed by a model input, a whole kind refused).
+    if family not in ("bidirectional_sequence_rnn*", "svdf*", "transpose_v1_2*"):
         assert claimed > 0, f"no {family} case claimed"
+
+
+WHOLE_KINDS = [
+    ("WHILE", "while_*", False), ("BIDIRECTIONAL_SEQUENCE_RNN", "bidirectional_sequence_rnn*",
+                                  False),
+    ("LSTM", "lstm*", False), ("SVDF", "svdf*", False), ("IF", "if_simple*", True),
+    ("CONV_2D", "conv2d_v1_2*", True)]
+
+
+@pytest.mark.parametrize("op, pattern, supported", WHOLE_KINDS)
+def test_whole_operation_kinds(op: str, pattern: str, supported: bool,
+                               cases_by_family: dict[str, list[Case]]) -> None:
+    """WHILE (loop timeout), BIDIRECTIONAL_SEQUENCE_RNN (aborts litert), LSTM and SVDF are
+    refused in every case; IF with supported branches and CONV_2D are claimed in some."""
+    from nnhal.conformance.cases import build_model
+
+    answers = []
+    for case in cases_by_family[pattern]:
+        if op not in case.operations:
+            continue
+        g = _graph(build_model(case.data["model"]))
+        main_ops = [OperationType(t).name for t, _i, _o in g.main.operations]
+        answers += [s for name, s in zip(main_ops, supported_operations(g)) if name == op]
+        if len(answers) >= 40:
+            break
+    assert answers, f"no {op} case under {pattern}"
+    assert any(answers) if supported else not any(answers)

@@ -39,9 +39,9 @@ REFUSED: dict[str, list[tuple[str, str]]] = {
     "SVDF": [("every SVDF", "a non-zero state input gives wrong results (TFLite's SVDF keeps "
               "its own state); only all-zero states agree, which prepare cannot know")],
     "BIDIRECTIONAL_SEQUENCE_RNN": [
-        ("aux_input, fw_aux_weights, bw_aux_weights not all three given as values",
-         "TFLite's kernel aborts the whole process (a failed check) on an absent auxiliary "
-         "input or absent auxiliary weights")],
+        ("every BIDIRECTIONAL_SEQUENCE_RNN", "crash-prone: TFLite's kernel aborts the whole "
+         "process (a failed check) when the auxiliary input or weights are absent; the only "
+         "cases that pass feed them as model inputs, which a request may omit")],
     "DIV": [("TENSOR_INT32", "TFLite's integer division truncates toward zero where the HAL "
              "rounds toward negative infinity (-22 / 7: -3, not -4), and it fails the "
              "invocation on a division by zero, where the HAL defines the result")],
@@ -71,16 +71,15 @@ REFUSED: dict[str, list[tuple[str, str]]] = {
     "RANDOM_MULTINOMIAL": [("every", "TFLite's MULTINOMIAL draws other random numbers")],
     "BIDIRECTIONAL_SEQUENCE_LSTM": [("every", "not exported: its 61 operands are not mapped "
                                      "onto TFLite's 48")],
-    "LSH_PROJECTION#": [("projection type 1 (SPARSE_DEPRECATED)", "no TFLite equivalent")],
-    "RNN#": [("state input not a model input", "TFLite keeps the state in a variable "
-              "tensor")],
+    "LSH_PROJECTION": [("projection type 1 (SPARSE_DEPRECATED)", "exporter: no TFLite "
+                        "equivalent")],
 }
-for _name in ("UNIDIRECTIONAL_SEQUENCE_RNN", "BIDIRECTIONAL_SEQUENCE_RNN", "SVDF", "LSTM",
-              "UNIDIRECTIONAL_SEQUENCE_LSTM"):
+for _name in ("RNN", "UNIDIRECTIONAL_SEQUENCE_RNN", "BIDIRECTIONAL_SEQUENCE_RNN", "SVDF",
+              "LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM"):
     REFUSED.setdefault(_name, []).append(("state input not a model input", "exporter: TFLite "
                                           "keeps the state in a variable tensor"))
 
-_ALWAYS = {"WHILE", "LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM", "SVDF"}
+_ALWAYS = {"WHILE", "LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM", "SVDF", "BIDIRECTIONAL_SEQUENCE_RNN"}
 _RANK0 = {"ARGMAX", "ARGMIN", "MEAN", "REDUCE_ALL", "REDUCE_ANY", "REDUCE_MAX", "REDUCE_MIN",
           "REDUCE_PROD", "REDUCE_SUM", "SQUEEZE", "STRIDED_SLICE"}
 _INPUT = OperandLifeTime.SUBGRAPH_INPUT
@@ -238,10 +237,6 @@ def _rule(graph: ModelGraph, g: SubgraphGraph, name: str, ins: list[int],
         if g.operands[ins[j]].lifetime == _INPUT:
             return (f"input {j} may be omitted by the request (it is a model input), and "
                     f"a TFLite model cannot leave an input out")
-    if name == "BIDIRECTIONAL_SEQUENCE_RNN":
-        aux = _omittable_positions(op, len(ins))
-        if len(aux) != 3 or any(g.operands[ins[j]].omitted for j in aux):
-            return REFUSED[name][0][1]
     if name == "DIV" and g.operands[ins[0]].type == T.TENSOR_INT32:
         return REFUSED[name][0][1]
     if name in ("RESHAPE", "SQUEEZE") and len(ins) > 1:
