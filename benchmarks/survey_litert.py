@@ -89,6 +89,32 @@ def _max_error(exp: Expected, actual: np.ndarray) -> float:
     return float(np.nanmax(d)) if not np.all(np.isnan(d)) else float("nan")
 
 
+#: Largest relative difference the random variant still calls float noise (summation order).
+NOISE_RTOL = 1e-4
+
+
+def _float_noise(expected: list[Expected], actuals: list[np.ndarray]) -> bool:
+    """Whether every float output agrees up to NOISE_RTOL (equal infinities agree) and every
+    other output agrees exactly as the runner would have it."""
+    for exp, act in zip(expected, actuals):
+        if exp.ignored:
+            continue
+        a = act.reshape(-1).astype(np.float64)
+        e = exp.values.reshape(-1).astype(np.float64)
+        if a.size != e.size:
+            return False
+        if exp.type.dtype.kind != "f":
+            if np.any(np.abs(a - e) > 1):
+                return False
+            continue
+        same = (a == e) | (np.isnan(a) & np.isnan(e))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rel = np.abs(a - e) / np.maximum(np.abs(e), 1e-3)
+        if np.any(~same & ~(rel <= NOISE_RTOL)):
+            return False
+    return True
+
+
 def _claim(model: Any) -> str | None:
     """support.refusal of the analysed model; '' when the module is absent."""
     try:
@@ -256,7 +282,12 @@ def run_one(case: Case, variant: str) -> dict[str, Any]:
                 compare(case, k, exp, actual)
     except CaseFailure as e:
         tol = [tolerance(x.type, case) for x in expected]
-        return {**res, "status": "wrong", "reason": str(e), "max_error": errs,
+        status = "wrong"
+        if variant == "random" and _float_noise(expected, actuals):
+            # Random inputs reach magnitudes the cases never do: float32 results then differ
+            # from the reference in summation order only (and inf - inf is not "off").
+            status = "float_noise"
+        return {**res, "status": status, "reason": str(e), "max_error": errs,
                 "tolerance": tol}
     return {**res, "status": "passed", "max_error": errs}
 
@@ -442,11 +473,18 @@ def report(records: list[dict[str, Any]]) -> None:
     claimed = [r for r in records if r.get("claim") is None]
     if any("claim" in r and not str(r.get("claim")).startswith("(support module")
            for r in records):
-        bad = [r for r in claimed if r.get("status") != "passed"]
+        bad = [r for r in claimed if r.get("status") not in ("passed", "float_noise",
+                                                               "not_drawn")]
+        noise = [r for r in claimed if r.get("status") == "float_noise"]
         lost = [r for r in records if r.get("claim") is not None
                 and r.get("status") == "passed"]
         print(f"\n== cross-check of support.refusal: {len(claimed)} runs claimed, "
-              f"{len(bad)} of them did not pass; {len(lost)} passing runs refused")
+              f"{len(bad)} of them did not pass; {len(lost)} passing runs refused; "
+              f"{len(noise)} random runs claimed off by float noise only (rel <= "
+              f"{NOISE_RTOL}: summation order, equal infinities)")
+        lost_by = Counter(str(r.get("claim")).split(":", 1)[0].split(" ", 1)[-1]
+                          for r in lost)
+        print(f"   passing runs refused, by refused operation: {_fmt(lost_by)}")
         for r in bad[:60]:
             print(f"   CLAIMED BUT {r.get('status')}: {r['folder']}/{r['name']} "
                   f"[{r['variant']}] {str(r.get('reason'))[:120]}")

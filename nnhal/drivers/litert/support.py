@@ -244,9 +244,11 @@ def _rule(graph: ModelGraph, g: SubgraphGraph, name: str, ins: list[int],
         if not g.operands[ins[1]].is_const and not g.operands[ins[1]].omitted and \
                 (shape is None or 0 in shape):
             return REFUSED[name][0][1]
-    if name in _RANK0 and tuple(g.shapes[outs[0]] or ()) != (1,) and \
+    out_shape = g.shapes[outs[0]]
+    if name in _RANK0 and (out_shape is None or 0 in out_shape) and \
             _rank0(g, name, ins, outs):
-        # With the output known to be [1] the exporter reshapes TFLite's rank-0 result.
+        # A known output shape is safe: TFLite's result has rank 0 only when the HAL's is [1],
+        # and for that the exporter reshapes to [1].
         return ("TFLite may give a rank-0 result where the HAL gives shape [1], and the "
                 "output shape is not known at prepare to reshape it")
     return None
