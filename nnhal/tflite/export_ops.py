@@ -10,6 +10,7 @@ Operand positions follow the HAL 1.3 signatures (``nnhal ops NAME``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tflite
@@ -192,12 +193,26 @@ def _reshape(cx: OpContext) -> None:
     cx.emit(BO.RESHAPE, [cx.t(0), cx.ints(shape)], [cx.o()], "ReshapeOptions", NewShape=shape)
 
 
+def _emit_rank_kept(cx: OpContext, code: int, inputs: list[int],
+                    options_name: str | None = None, **options: Any) -> None:
+    """Emits an operation that may drop every axis: where the HAL gives shape [1], TFLite's
+    result can have rank 0 (all axes reduced or squeezed), so it goes through a temporary
+    and a RESHAPE to [1] (a no-op when TFLite kept the axis). An output whose shape is
+    not known at export time is left as TFLite gives it."""
+    if tuple(cx.w.g.shapes[cx.outs[0]] or ()) != (1,):
+        cx.emit(code, inputs, [cx.o()], options_name, **options)
+        return
+    t = cx.temp([], cx.o())
+    cx.emit(code, inputs, [t], options_name, **options)
+    cx.emit(BO.RESHAPE, [t, cx.ints([1])], [cx.o()], "ReshapeOptions", NewShape=[1])
+
+
 def _squeeze(cx: OpContext) -> None:
     if cx.present(1) and not cx.info(1).is_const:
         _reshape(cx)  # the dimensions are a runtime tensor, but the output shape is known
         return
     dims = cx.scalar(1, [])
-    cx.emit(BO.SQUEEZE, [cx.t(0)], [cx.o()], "SqueezeOptions", SqueezeDims=list(dims))
+    _emit_rank_kept(cx, BO.SQUEEZE, [cx.t(0)], "SqueezeOptions", SqueezeDims=list(dims))
 
 
 def _concatenation(cx: OpContext) -> None:
@@ -231,8 +246,8 @@ def _pad_v2(cx: OpContext) -> None:
 
 
 def _strided_slice(cx: OpContext) -> None:
-    cx.emit(BO.STRIDED_SLICE, [cx.t(k) for k in range(4)], [cx.o()], "StridedSliceOptions",
-            BeginMask=cx.scalar(4), EndMask=cx.scalar(5), ShrinkAxisMask=cx.scalar(6))
+    _emit_rank_kept(cx, BO.STRIDED_SLICE, [cx.t(k) for k in range(4)], "StridedSliceOptions",
+                    BeginMask=cx.scalar(4), EndMask=cx.scalar(5), ShrinkAxisMask=cx.scalar(6))
 
 
 def _gather(cx: OpContext) -> None:
@@ -246,15 +261,15 @@ def _split(cx: OpContext) -> None:
 
 def _reduce(code: int) -> Converter:
     def convert(cx: OpContext) -> None:
-        cx.emit(code, [cx.t(0), cx.t(1)], [cx.o()], "ReducerOptions",
-                KeepDims=bool(cx.scalar(2)))
+        _emit_rank_kept(cx, code, [cx.t(0), cx.t(1)], "ReducerOptions",
+                        KeepDims=bool(cx.scalar(2)))
     return convert
 
 
 def _arg(code: int, options: str) -> Converter:
     def convert(cx: OpContext) -> None:
-        cx.emit(code, [cx.t(0), cx.ints([cx.scalar(1)])], [cx.o()], options,
-                OutputType=TT.INT32)
+        _emit_rank_kept(cx, code, [cx.t(0), cx.ints([cx.scalar(1)])], options,
+                        OutputType=TT.INT32)
     return convert
 
 

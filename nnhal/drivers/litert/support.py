@@ -1,0 +1,296 @@
+"""Which operations the LiteRT driver supports: exactly those that export to .tflite and run
+right in ai-edge-litert (XNNPACK), per operation, from the analysed graph.
+
+An operation is supported when the exporter (nnhal.tflite) converts it and none of the rules
+below refuses it. Every rule comes from ``benchmarks/survey_litert.py``, which runs every
+conformance case through write_tflite and ai-edge-litert and classifies what fails; a rule
+is decided from the operation's own operand types, shapes, lifetimes and parameter values,
+never from a case name. When the survey could not show an operation kind right, it is refused.
+:data:`REFUSED` lists, per operation type, each refused kind with its reason (for the
+driver's docs and the issue note).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from nnhal.analysis import ModelGraph, SubgraphGraph
+from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
+from nnhal.ops.catalog import SIGNATURES
+from nnhal.tflite.export_context import SubgraphWriter
+from nnhal.tflite.export_fb import ModelDef, SubgraphDef
+from nnhal.tflite.export_ops import CONVERTERS
+
+O = OperationType
+T = OperandType
+
+#: Per operation type: (kind of case refused, why). Exporter refusals are listed as the
+#: exporter words them; the rest are what ai-edge-litert does with the exported model.
+REFUSED: dict[str, list[tuple[str, str]]] = {
+    "WHILE": [("every WHILE", "the HAL loop timeout cannot be enforced: a loop inside litert "
+               "cannot be interrupted")],
+    "LSTM": [("every LSTM", "no conformance case of it runs right exported (omitted optional "
+              "operands reach TFLite's kernel as empty tensors and it fails at allocation); "
+              "unverified, so refused")],
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": [("every UNIDIRECTIONAL_SEQUENCE_LSTM", "as LSTM: no case "
+                                      "runs right exported; refused")],
+    "SVDF": [("every SVDF", "a non-zero state input gives wrong results (TFLite's SVDF keeps "
+              "its own state); only all-zero states agree, which prepare cannot know")],
+    "BIDIRECTIONAL_SEQUENCE_RNN": [
+        ("every BIDIRECTIONAL_SEQUENCE_RNN", "crash-prone: TFLite's kernel aborts the whole "
+         "process (a failed check) when the auxiliary input or weights are absent; the only "
+         "cases that pass feed them as model inputs, which a request may omit")],
+    "DIV": [("TENSOR_INT32", "TFLite's integer division truncates toward zero where the HAL "
+             "rounds toward negative infinity (-22 / 7: -3, not -4), and it fails the "
+             "invocation on a division by zero, where the HAL defines the result")],
+    "RESHAPE": [("shape given at run time with the output shape unknown at prepare",
+                 "XNNPACK fails to reshape its runtime at allocation")],
+    "SQUEEZE": [("axes given at run time with the output shape unknown at prepare",
+                 "XNNPACK fails to reshape its runtime at allocation")],
+    "*": [("an omittable input (TRANSPOSE perm, LSH_PROJECTION weight, SVDF bias, LSTM and "
+           "RNN optional operands...) fed by a model input",
+           "the request may omit it, and a TFLite model cannot leave an input out at run "
+           "time (TRANSPOSE then fails, LSH_PROJECTION gives wrong results, LSTM fails)"),
+          ("an operand of unknown rank", "TFLite tensors need a rank"),
+          ("an ARGMAX / ARGMIN / MEAN / REDUCE_* / SQUEEZE / STRIDED_SLICE whose TFLite "
+           "result may have rank 0 and whose output shape is unknown at prepare",
+           "TFLite gives shape [] where the HAL gives [1]; the exporter reshapes to [1] only "
+           "when it knows the output is [1]")],
+    # Exporter refusals (nnhal.tflite), as seen in the survey:
+    "ROI_ALIGN": [("every", "no TFLite builtin equivalent (a HAL-only operation)")],
+    "ROI_POOLING": [("every", "no TFLite builtin equivalent (a HAL-only operation)")],
+    "GENERATE_PROPOSALS": [("every", "no TFLite builtin equivalent (a HAL-only operation)")],
+    "BOX_WITH_NMS_LIMIT": [("every", "no TFLite builtin equivalent (a HAL-only operation)")],
+    "AXIS_ALIGNED_BBOX_TRANSFORM": [("every", "no TFLite builtin equivalent (HAL-only)")],
+    "HEATMAP_MAX_KEYPOINT": [("every", "no TFLite builtin equivalent (a HAL-only operation)")],
+    "QUANTIZED_16BIT_LSTM": [("every", "no TFLite builtin equivalent (a HAL-only operation)")],
+    "QUANTIZED_LSTM": [("every", "no TFLite builtin equivalent (a HAL-only operation)")],
+    "DETECTION_POSTPROCESSING": [("every", "TFLite has it only as a custom operator")],
+    "RANDOM_MULTINOMIAL": [("every", "TFLite's MULTINOMIAL draws other random numbers")],
+    "BIDIRECTIONAL_SEQUENCE_LSTM": [("every", "not exported: its 61 operands are not mapped "
+                                     "onto TFLite's 48")],
+    "LSH_PROJECTION": [("projection type 1 (SPARSE_DEPRECATED)", "exporter: no TFLite "
+                        "equivalent")],
+}
+for _name in ("RNN", "UNIDIRECTIONAL_SEQUENCE_RNN", "BIDIRECTIONAL_SEQUENCE_RNN", "SVDF",
+              "LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM"):
+    REFUSED.setdefault(_name, []).append(("state input not a model input", "exporter: TFLite "
+                                          "keeps the state in a variable tensor"))
+
+_ALWAYS = {"WHILE", "LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM", "SVDF", "BIDIRECTIONAL_SEQUENCE_RNN"}
+_RANK0 = {"ARGMAX", "ARGMIN", "MEAN", "REDUCE_ALL", "REDUCE_ANY", "REDUCE_MAX", "REDUCE_MIN",
+          "REDUCE_PROD", "REDUCE_SUM", "SQUEEZE", "STRIDED_SLICE"}
+_INPUT = OperandLifeTime.SUBGRAPH_INPUT
+
+
+def refused_reasons() -> dict[str, list[tuple[str, str]]]:
+    """Per operation type, every refused kind and its reason ("*": rules for every type)."""
+    return {k: list(v) for k, v in REFUSED.items()}
+
+
+def supported_operations(graph: ModelGraph) -> list[bool]:
+    """Per operation of the main subgraph: whether the LiteRT driver runs it right (an IF is
+    supported only when every operation of the subgraphs it reaches is)."""
+    return [why is None for why in _main_reasons(graph)]
+
+
+def refusal(graph: ModelGraph) -> str | None:
+    """None when every operation of every subgraph is supported, else one line naming the
+    first refused operation and why."""
+    for why in _main_reasons(graph):
+        if why is not None:
+            return why
+    return None
+
+
+# ---- the rules ----------------------------------------------------------------------------
+
+def _main_reasons(graph: ModelGraph) -> list[str | None]:
+    export = _export_refusals(graph)
+    sub_reason: dict[int, str | None] = {}
+
+    def subgraph_reason(ref: int, seen: frozenset[int]) -> str | None:
+        if ref in seen:
+            return f"subgraph {ref} is recursive"
+        if ref not in sub_reason:
+            sgg = graph.referenced[ref]
+            found = None
+            for why in _reasons(graph, sgg, export.get(ref, {}),
+                                lambda r: subgraph_reason(r, seen | {ref})):
+                if why is not None:
+                    found = f"subgraph {ref} {why}"
+                    break
+            sub_reason[ref] = found
+        return sub_reason[ref]
+
+    return _reasons(graph, graph.main, export.get(-1, {}),
+                    lambda r: subgraph_reason(r, frozenset()))
+
+
+def _reasons(graph: ModelGraph, g: SubgraphGraph, exported: dict[int, str],
+             sub: object) -> list[str | None]:
+    out: list[str | None] = []
+    for k, (t, ins, outs) in enumerate(g.operations):
+        try:
+            name = OperationType(t).name
+        except ValueError:
+            out.append(f"#{k} extension operation {t:#x}: not exportable")
+            continue
+        why = _rule(graph, g, name, list(ins), list(outs))
+        if why is None and k in exported:
+            why = exported[k]
+        if why is None and name in ("IF", "WHILE"):
+            for i in ins:
+                info = g.operands[i]
+                if info.type == T.SUBGRAPH and info.value is not None:
+                    r = sub(int(info.value))  # type: ignore[operator]
+                    if r is not None:
+                        why = f"reaches {r}"
+                        break
+        out.append(None if why is None else f"#{k} {name}: {why}")
+    return out
+
+
+def _export_refusals(graph: ModelGraph) -> dict[int, dict[int, str]]:
+    """Per subgraph (-1 main), per operation index: the exporter's refusal. A refusal not tied
+    to one operation (inputs / outputs) marks every operation of that subgraph."""
+    state = _ExportProbe(graph)
+    result: dict[int, dict[int, str]] = {}
+    for sgg in graph.subgraphs:
+        state.refused = []
+        names = [f"x{k}" for k in range(len(sgg.inputs))]
+        onames = [f"y{k}" for k in range(len(sgg.outputs))]
+        try:
+            SubgraphWriter(state, sgg, SubgraphDef("probe"), names, onames, 0).run()
+        except Exception as e:  # noqa: BLE001 - an exporter bug must read as a refusal
+            state.refused.append(f"inputs: exporter failed: {type(e).__name__}: {e}")
+        per: dict[int, str] = {}
+        prefix = "" if sgg.index == -1 else f"subgraph {sgg.index} "
+        for item in state.refused:
+            if not item.startswith(prefix):
+                continue  # a referenced subgraph's refusal: judged with that subgraph
+            rest = item[len(prefix):]
+            if rest.startswith("#"):
+                head, _, why = rest.partition(" ")
+                per.setdefault(int(head[1:]), "exporter: " + why.partition(": ")[2])
+            else:
+                for k in range(len(sgg.operations)):
+                    per.setdefault(k, "exporter: " + rest)
+        result[sgg.index] = per
+    return result
+
+
+class _ExportProbe:
+    """Just enough of the exporter's state for a SubgraphWriter (ExportState protocol): the
+    referenced subgraphs an IF / WHILE converter asks for are written once each."""
+
+    def __init__(self, graph: ModelGraph) -> None:
+        self.model = ModelDef()
+        self.referenced = graph.referenced
+        self.refused: list[str] = []
+        self.converters = CONVERTERS
+        self._done: dict[tuple[int, int], int] = {}
+
+    def subgraph(self, ref: int, passthrough: int = 0) -> int:
+        key = (ref, passthrough)
+        if key not in self._done:
+            self._done[key] = -1
+            sg = SubgraphDef(f"subgraph_{ref}")
+            self.model.subgraphs.append(sg)
+            self._done[key] = len(self.model.subgraphs) - 1
+            saved, self.refused = self.refused, []
+            SubgraphWriter(self, self.referenced[ref], sg, None, None, passthrough).run()
+            self.refused = saved
+        return self._done[key]
+
+
+def _omittable_positions(op: OperationType, n: int) -> list[int]:
+    s = SIGNATURES.get(op)
+    if s is None:
+        return []
+    found: set[int] = set()
+    for form in s.forms:
+        if any(slot.repeated for slot in form.inputs):
+            continue
+        found |= {j for j, slot in enumerate(form.inputs[:n]) if slot.omittable}
+    return sorted(found)
+
+
+def _const(g: SubgraphGraph, i: int) -> np.ndarray | None:
+    info = g.operands[i]
+    return np.asarray(info.value) if info.is_const else None
+
+
+def _rule(graph: ModelGraph, g: SubgraphGraph, name: str, ins: list[int],
+          outs: list[int]) -> str | None:
+    """Why the survey-derived rules refuse this operation, or None."""
+    if name in _ALWAYS:
+        return REFUSED[name][0][1]
+    for i in (*ins, *outs):
+        info = g.operands[i]
+        if info.type.is_tensor and not info.omitted and g.shapes[i] is None:
+            return f"operand #{i} has an unknown rank; TFLite tensors need a rank"
+    op = OperationType[name]
+    for j in _omittable_positions(op, len(ins)):
+        if g.operands[ins[j]].lifetime == _INPUT:
+            return (f"input {j} may be omitted by the request (it is a model input), and "
+                    f"a TFLite model cannot leave an input out")
+    if name == "DIV" and g.operands[ins[0]].type == T.TENSOR_INT32:
+        return REFUSED[name][0][1]
+    if name in ("RESHAPE", "SQUEEZE") and len(ins) > 1:
+        shape = g.shapes[outs[0]]
+        if not g.operands[ins[1]].is_const and not g.operands[ins[1]].omitted and \
+                (shape is None or 0 in shape):
+            return REFUSED[name][0][1]
+    out_shape = g.shapes[outs[0]]
+    if name in _RANK0 and (out_shape is None or 0 in out_shape) and \
+            _rank0(g, name, ins, outs):
+        # A known output shape is safe: TFLite's result has rank 0 only when the HAL's is [1],
+        # and for that the exporter reshapes to [1].
+        return ("TFLite may give a rank-0 result where the HAL gives shape [1], and the "
+                "output shape is not known at prepare to reshape it")
+    return None
+
+
+def _scalar(g: SubgraphGraph, i: int) -> int | None:
+    v = _const(g, i)
+    return None if v is None or v.size != 1 else int(v.reshape(-1)[0])
+
+
+def _rank0(g: SubgraphGraph, name: str, ins: list[int], outs: list[int]) -> bool:
+    """Whether TFLite's result of this operation may have rank 0 (unsure: True when the HAL
+    output is [1])."""
+    in_shape = g.shapes[ins[0]]
+    out_shape = g.shapes[outs[0]]
+    unsure = out_shape is None or len(out_shape) == 1
+    if in_shape is None:
+        return unsure
+    rank = len(in_shape)
+    if name in ("ARGMAX", "ARGMIN"):
+        return rank == 1
+    if name == "STRIDED_SLICE":
+        mask = _scalar(g, ins[6]) if len(ins) > 6 else 0
+        if mask is None:
+            return unsure
+        return all(mask >> d & 1 for d in range(rank))
+    if name == "SQUEEZE":
+        if len(ins) < 2 or g.operands[ins[1]].omitted:
+            if 0 in in_shape:
+                return unsure
+            return all(d == 1 for d in in_shape)
+        axes = _const(g, ins[1])
+        if axes is None:
+            return unsure
+        return _covers(axes.reshape(-1), rank)
+    # MEAN and REDUCE_*: (input, axes, keep_dims)
+    keep = _scalar(g, ins[2]) if len(ins) > 2 else 0
+    axes = _const(g, ins[1])
+    if keep is None or axes is None:
+        return unsure
+    return not keep and _covers(axes.reshape(-1), rank)
+
+
+def _covers(axes: Iterable[int], rank: int) -> bool:
+    return len({int(a) % rank for a in axes} if rank else set()) == rank
