@@ -2,10 +2,8 @@
 (:func:`nnhal.tflite.write_tflite`) and run by ai-edge-litert interpreters with XNNPACK.
 
 Validation is the reference driver's (the shared analysis, the same statuses for invalid
-models); which operations run is :mod:`nnhal.drivers.litert.support`'s rule, plus two of this
-driver's own: a WHILE is refused (LiteRT cannot stop a loop, so a loop timeout could not be
-honoured), and so is a main input that a request may omit (a TFLite graph has no omitted
-inputs).
+models); which operations run is :mod:`nnhal.drivers.litert.support`'s rule (a WHILE, for
+one, is refused: LiteRT cannot stop a loop, so a loop timeout could not be honoured).
 """
 
 from __future__ import annotations
@@ -16,6 +14,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+import nnhal.drivers.litert.support as support
 from nnhal.analysis import MAX_TENSOR_BYTES, ModelGraph, analyse
 from nnhal.drivers.common.buffer import allocate
 from nnhal.drivers.common.callbacks import notify_prepared as _notify_prepared
@@ -43,17 +42,11 @@ from nnhal.hal.types import (
     Model,
     OperandPerformance,
     OperandType,
-    OperationType,
     PerformanceInfo,
     Priority,
 )
 from nnhal.tflite import write_tflite
 from nnhal.validation import validate_preference, validate_priority
-
-try:
-    import nnhal.drivers.litert.support as support
-except ImportError:  # the rules are written separately; until then, a stand-in
-    import nnhal.drivers.litert.support_stub as support  # type: ignore[no-redef]
 
 log = logging.getLogger("nnhal.drivers.litert")
 
@@ -86,30 +79,6 @@ def _perf(t: OperandType) -> float:
     if t.is_scalar:
         return SCALAR_PERF
     return OTHER_PERF
-
-
-def own_refusal(graph: ModelGraph) -> str | None:
-    """This driver's own rules (beyond :mod:`support`): None, or why the model is refused."""
-    for sg in graph.subgraphs:
-        for k, (t, _, _) in enumerate(sg.operations):
-            if t == OperationType.WHILE:
-                return (f"operation #{k} WHILE: LiteRT cannot interrupt a loop, so its loop "
-                        f"timeout could not be honoured")
-    main = graph.main
-    read = {i for _, ins, _ in main.operations for i in ins}
-    for i in main.inputs:
-        if i in read and i not in graph.required_inputs:
-            return f"input operand {i} may be omitted: a TFLite graph has no omitted inputs"
-    return None
-
-
-def _own_supported(graph: ModelGraph) -> list[bool]:
-    ok = [t != OperationType.WHILE for t, _, _ in graph.main.operations]
-    optional = set(graph.main.inputs) - graph.required_inputs
-    if optional:
-        ok = [k and not optional.intersection(ins)
-              for k, (_, ins, _) in zip(ok, graph.main.operations)]
-    return ok
 
 
 class LiteRTDevice(IDevice):
@@ -173,7 +142,7 @@ class LiteRTDevice(IDevice):
         except Exception as e:  # noqa: BLE001 - any failure of analysis: an invalid model
             self.log(f"invalid model: {type(e).__name__}: {e}")
             return ErrorStatus.INVALID_ARGUMENT, []
-        return ErrorStatus.NONE, [a and b for a, b in zip(theirs, _own_supported(graph))]
+        return ErrorStatus.NONE, theirs
 
     def get_type(self) -> tuple[ErrorStatus, DeviceType]:
         return ErrorStatus.NONE, DeviceType.CPU
@@ -208,7 +177,7 @@ class LiteRTDevice(IDevice):
             return self._refuse(callback, ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
                                 f"refused: {graph.too_large[0]}")
         try:
-            why = support.refusal(graph) or own_refusal(graph)
+            why = support.refusal(graph)
         except Exception as e:  # noqa: BLE001
             why = f"{type(e).__name__}: {e}"
         if why is not None:

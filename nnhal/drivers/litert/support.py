@@ -125,8 +125,17 @@ def _main_reasons(graph: ModelGraph) -> list[str | None]:
             sub_reason[ref] = found
         return sub_reason[ref]
 
-    return _reasons(graph, graph.main, export.get(-1, {}),
-                    lambda r: subgraph_reason(r, frozenset()))
+    reasons = _reasons(graph, graph.main, export.get(-1, {}),
+                       lambda r: subgraph_reason(r, frozenset()))
+    # Whatever the operation: a main input a request may omit has no TFLite counterpart.
+    optional = set(graph.main.inputs) - graph.required_inputs
+    if optional:
+        for k, (t, ins, _) in enumerate(graph.main.operations):
+            hit = optional.intersection(ins)
+            if hit and reasons[k] is None:
+                reasons[k] = (f"#{k} {OperationType(t).name}: input operand {min(hit)} may be "
+                              f"omitted by a request; a TFLite graph has no omitted inputs")
+    return reasons
 
 
 def _reasons(graph: ModelGraph, g: SubgraphGraph, exported: dict[int, str],
