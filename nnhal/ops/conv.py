@@ -24,6 +24,7 @@ import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
+from nnhal.ops import native as _native
 from nnhal.ops.conv_engine import (
     ConvWeights,
     Requantizer,
@@ -609,6 +610,17 @@ class _ConvBase(_CoreKernels):
                                 int(np.abs(centred).max(initial=0)))
         return conv_weights(self.layout_filter(centred), self.groups(a, filt.shape), dtype)
 
+    def native_kernel(self, ctx: OpContext, cached: dict, a: _Args) -> Any:
+        """The native float32 kernel of this operation with its constant filter (see
+        :mod:`nnhal.ops.native`), or None where it does not apply or is not loaded."""
+        return None
+
+    def _native_ok(self, ctx: OpContext, a: _Args) -> bool:
+        f32 = OperandType.TENSOR_FLOAT32
+        return (ctx.inputs[0].type == f32 and ctx.outputs[0].type == f32
+                and ctx.inputs[1].type == f32 and not a.nchw and a.act is not None
+                and _native.library() is not None)
+
     def _core(self, ctx: OpContext) -> Callable[[Sequence[Any], np.ndarray | None], np.ndarray]:
         """The bound convolution: ``core(ins, dst)`` writes into ``dst`` (or a new array when
         None) and returns it."""
@@ -632,6 +644,7 @@ class _ConvBase(_CoreKernels):
                 pass
         bias_tiles: dict | None = {} if ctx.const(2) is not None else None
         name = self.op_type.name
+        nat = self.native_kernel(ctx, cached, static) if "w" in cached else None
 
         def core(ins: Sequence[Any], dst: np.ndarray | None) -> np.ndarray:
             if all_const:
@@ -663,6 +676,12 @@ class _ConvBase(_CoreKernels):
             elif dst.shape != shape:
                 raise OpError(f"{name}: output shape {dst.shape}, computed {shape}")
             if n == 0:
+                return dst
+            if nat is not None and not a.nchw and x.dtype == np.float32 \
+                    and dst.dtype == np.float32 and x.flags.c_contiguous \
+                    and dst.flags.c_contiguous and ins[2].dtype == np.float32 \
+                    and ins[2].flags.c_contiguous:
+                nat(x, ins[2], dst, a.stride, a.dilation, pads)
                 return dst
             wts = cached.get("w")
             if wts is None:
@@ -701,10 +720,23 @@ def _select(ctx: OpContext, implicit_n: int, explicit_n: int, has_extra: bool,
     return _make_layout(n, implicit, has_extra, out_shape)
 
 
+#: Up to this many input channels a float32 CONV_2D runs the native direct kernel instead of
+#: a patch matrix and a GEMM (MobileNet's first layer, 3 channels: 920 -> ... us).
+NATIVE_DIRECT_MAX_C = 8
+
+
 @register(O.CONV_2D)
 class Conv2D(_ConvBase):
     def layout(self, ctx: OpContext) -> _Layout:
         return _select(ctx, 7, 10, has_extra=False)
+
+    def native_kernel(self, ctx: OpContext, cached: dict, a: _Args) -> Any:
+        filt = ctx.const(1)
+        if filt is None or filt.ndim != 4 or filt.shape[3] > NATIVE_DIRECT_MAX_C \
+                or not self._native_ok(ctx, a):
+            return None
+        lo, hi = C.float_activation_bounds(a.act)
+        return _native.ConvDirectF32(_native.library(), filt, lo, hi)
 
 
 @register(O.GROUPED_CONV_2D)
@@ -747,6 +779,13 @@ class DepthwiseConv2D(_ConvBase):
 
     def groups(self, a: _Args, fshape: Sequence[int]) -> int:
         return int(fshape[3]) // int(a.extra)
+
+    def native_kernel(self, ctx: OpContext, cached: dict, a: _Args) -> Any:
+        filt = ctx.const(1)
+        if filt is None or filt.ndim != 4 or filt.shape[0] != 1 or not self._native_ok(ctx, a):
+            return None
+        lo, hi = C.float_activation_bounds(a.act)
+        return _native.DepthwiseF32(_native.library(), filt, lo, hi)
 
     def layout_filter(self, filt: np.ndarray) -> np.ndarray:
         # [1, kh, kw, depth_out] -> [depth_out, kh, kw, 1]: one group per input channel.

@@ -1,0 +1,147 @@
+"""Native float32 convolution kernels (C, compiled at first use, called through ctypes).
+
+:func:`library` compiles and loads ``kernels.c`` once per process (see :mod:`.build`); when
+that is impossible (no compiler, a cache directory that is not private, ``NNHAL_NATIVE=0``)
+it returns None and :func:`status` says why, and the callers keep their numpy paths.
+
+:class:`DepthwiseF32` and :class:`ConvDirectF32` are bound once per operation at prepare:
+the constant filter laid out for the kernel and kept alive, ctypes argument types set once;
+a call passes the data pointers and an int64 geometry array cached per input shape.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+
+import numpy as np
+
+from nnhal.ops.native import build as _build
+
+log = logging.getLogger("nnhal.ops.native")
+
+_ABI = 1
+#: Indices of the geometry array (kernels.c's P_* enum).
+_P_COUNT = 16
+
+_lock = threading.Lock()
+_state: dict[str, object] = {}
+
+
+def _load() -> tuple[ctypes.CDLL | None, str]:
+    if os.environ.get("NNHAL_NATIVE", "1").strip().lower() in ("0", "off", "false", "no"):
+        return None, "disabled by NNHAL_NATIVE=0"
+    try:
+        lib, why = _build.build_best()
+        if lib is None:
+            return None, why
+        lib.nnhal_abi_version.restype = ctypes.c_int64
+        lib.nnhal_abi_version.argtypes = []
+        if lib.nnhal_abi_version() != _ABI:
+            return None, f"kernel ABI {lib.nnhal_abi_version()} != {_ABI}"
+        sig = [ctypes.c_void_p] * 5 + [ctypes.c_float, ctypes.c_float]
+        for name in ("nnhal_dwconv_f32", "nnhal_conv_direct_f32"):
+            fn = getattr(lib, name)
+            fn.argtypes = sig
+            fn.restype = None
+        return lib, why
+    except Exception as e:  # never let a build problem reach a user
+        return None, f"native kernels unavailable: {type(e).__name__}: {e}"
+
+
+def library() -> ctypes.CDLL | None:
+    """The loaded kernels, or None (see :func:`status`); built on first call."""
+    if "lib" not in _state:
+        with _lock:
+            if "lib" not in _state:
+                lib, why = _load()
+                _state["why"] = why
+                _state["lib"] = lib
+                (log.info if lib is not None else log.warning)("native kernels: %s", why)
+    return _state["lib"]  # type: ignore[return-value]
+
+
+def status() -> str:
+    """"loaded from PATH", or why the native kernels are not used."""
+    library()
+    return str(_state["why"])
+
+
+def reset() -> None:
+    """Forget the loaded state (tests: the next :func:`library` call loads again)."""
+    with _lock:
+        _state.clear()
+
+
+class _Bound:
+    """A native kernel bound to one operation's constant filter and clamp."""
+
+    fn_name = ""
+
+    def __init__(self, lib: ctypes.CDLL, filt: np.ndarray, lo: float, hi: float) -> None:
+        self._fn = getattr(lib, self.fn_name)
+        self.filt = self.pack(np.asarray(filt, dtype=np.float32))
+        self._fptr = self.filt.ctypes.data
+        self.lo, self.hi = float(lo), float(hi)
+        self._geo: dict[tuple, np.ndarray] = {}
+
+    def pack(self, filt: np.ndarray) -> np.ndarray:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def cout(self) -> int:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def mult(self, c: int) -> int:
+        return 1
+
+    def __call__(self, x: np.ndarray, bias: np.ndarray, out: np.ndarray,
+                 stride: tuple[int, int], dilation: tuple[int, int],
+                 pads: tuple[int, int, int, int]) -> None:
+        """``x`` [N, H, W, C] and ``out`` [N, OH, OW, COUT]: C-contiguous float32;
+        ``bias`` [COUT] float32 C-contiguous; ``pads`` (top, bottom, left, right)."""
+        key = (x.shape, out.shape, stride, dilation, pads)
+        geo = self._geo.get(key)
+        if geo is None:
+            n, h, w, c = x.shape
+            _, oh, ow, cout = out.shape
+            kh, kw = self.filt_hw
+            geo = np.array([n, h, w, c, oh, ow, cout, kh, kw, stride[0], stride[1],
+                            dilation[0], dilation[1], pads[0], pads[2], self.mult(c)],
+                           dtype=np.int64)
+            assert geo.size == _P_COUNT
+            if len(self._geo) > 16:
+                self._geo.clear()
+            self._geo[key] = geo
+        self._fn(x.ctypes.data, out.ctypes.data, geo.ctypes.data, self._fptr,
+                 bias.ctypes.data, self.lo, self.hi)
+
+
+class DepthwiseF32(_Bound):
+    """DEPTHWISE_CONV_2D; ``filt`` is the NNAPI filter [1, KH, KW, COUT]."""
+
+    fn_name = "nnhal_dwconv_f32"
+
+    def pack(self, filt: np.ndarray) -> np.ndarray:
+        self.filt_hw = (filt.shape[1], filt.shape[2])
+        self._cout = filt.shape[3]
+        return np.ascontiguousarray(filt.reshape(filt.shape[1:]))
+
+    def mult(self, c: int) -> int:
+        return self._cout // c
+
+
+class ConvDirectF32(_Bound):
+    """CONV_2D with one group; ``filt`` is the NNAPI filter [COUT, KH, KW, C], packed as
+    [ceil(COUT/8), KH, KW, C, 8] (zero-padded)."""
+
+    fn_name = "nnhal_conv_direct_f32"
+
+    def pack(self, filt: np.ndarray) -> np.ndarray:
+        cout, kh, kw, c = filt.shape
+        self.filt_hw = (kh, kw)
+        nb = (cout + 7) // 8
+        padded = np.zeros((nb * 8, kh, kw, c), np.float32)
+        padded[:cout] = filt
+        return np.ascontiguousarray(padded.reshape(nb, 8, kh, kw, c).transpose(0, 2, 3, 4, 1))
