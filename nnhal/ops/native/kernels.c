@@ -47,57 +47,204 @@ static inline void store8_clamped(float *p, v8f v, float lo, float hi)
 /* Version of the parameter layout; the loader checks it. */
 int64_t nnhal_abi_version(void) { return 1; }
 
+/* The taps [k0, k1) of a filter axis of size k that land inside [0, size) from position i0
+ * (= output position * stride - padding) with dilation d. */
+static inline void tap_range(int64_t i0, int64_t k, int64_t d, int64_t size,
+                             int64_t *k0, int64_t *k1)
+{
+    int64_t a = 0, b = k;
+    while (a < k && i0 + a * d < 0) a++;
+    while (b > a && i0 + (b - 1) * d >= size) b--;
+    *k0 = a;
+    *k1 = b;
+}
+
+/* First and one-past-last output position whose taps all land inside the input. */
+static inline void interior(int64_t o, int64_t s, int64_t pad, int64_t k, int64_t d,
+                            int64_t size, int64_t *lo_out, int64_t *hi_out)
+{
+    int64_t lo = (pad + s - 1) / s;               /* o*s - pad >= 0 */
+    int64_t last = size - 1 + pad - (k - 1) * d;  /* o*s <= last */
+    int64_t hi = last < 0 ? 0 : last / s + 1;
+    if (hi > o) hi = o;
+    if (lo > hi) lo = hi;
+    *lo_out = lo;
+    *hi_out = hi;
+}
+
+/* One output pixel of a depthwise convolution, every channel, taps clipped to the input. */
+static void dw_pixel(const float *ib, float *op, const int64_t *p, const float *filt,
+                     const float *bias, float lo, float hi, int64_t iy0, int64_t ix0)
+{
+    const int64_t w = p[P_W], c = p[P_C], cout = p[P_COUT], kw = p[P_KW];
+    const int64_t dh = p[P_DH], dw = p[P_DW], m = p[P_MULT];
+    const int64_t cv = (m == 1) ? (cout / 8) * 8 : 0; /* channels done 8 at a time */
+    int64_t ky0, ky1, kx0, kx1;
+    tap_range(iy0, p[P_KH], dh, p[P_H], &ky0, &ky1);
+    tap_range(ix0, kw, dw, w, &kx0, &kx1);
+    for (int64_t co = 0; co < cv; co += 8) {
+        v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int64_t ky = ky0; ky < ky1; ky++) {
+            const float *irow = ib + (iy0 + ky * dh) * w * c + co;
+            const float *frow = filt + ky * kw * cout + co;
+            for (int64_t kx = kx0; kx < kx1; kx++)
+                acc += load8(irow + (ix0 + kx * dw) * c) * load8(frow + kx * cout);
+        }
+        acc += load8(bias + co);
+        store8_clamped(op + co, acc, lo, hi);
+    }
+    for (int64_t co = cv; co < cout; co++) {
+        const int64_t ci = co / m;
+        float acc = 0.0f;
+        for (int64_t ky = ky0; ky < ky1; ky++) {
+            const float *irow = ib + (iy0 + ky * dh) * w * c + ci;
+            const float *frow = filt + ky * kw * cout + co;
+            for (int64_t kx = kx0; kx < kx1; kx++)
+                acc += irow[(ix0 + kx * dw) * c] * frow[kx * cout];
+        }
+        op[co] = clampf(acc + bias[co], lo, hi);
+    }
+}
+
 /* Depthwise convolution. filt is [KH][KW][COUT] (the NNAPI filter [1, KH, KW, COUT] as is),
- * output channel co reads input channel co / MULT. */
+ * output channel co reads input channel co / MULT.
+ *
+ * Fast path (3x3, unit dilation, multiplier 1, channels a multiple of 8): for each output row
+ * whose taps are all inside the input, one 8-channel block at a time, the nine filter vectors
+ * and the bias stay in registers across the interior of the row. Other pixels: dw_pixel. */
 void nnhal_dwconv_f32(const float *in, float *out, const int64_t *p, const float *filt,
                       const float *bias, float lo, float hi)
 {
     const int64_t n = p[P_N], h = p[P_H], w = p[P_W], c = p[P_C];
     const int64_t oh = p[P_OH], ow = p[P_OW], cout = p[P_COUT];
     const int64_t kh = p[P_KH], kw = p[P_KW], sh = p[P_SH], sw = p[P_SW];
-    const int64_t dh = p[P_DH], dw = p[P_DW], pt = p[P_PT], pl = p[P_PL], m = p[P_MULT];
-    const int64_t cv = (m == 1) ? (cout / 8) * 8 : 0; /* channels done 8 at a time */
+    const int64_t dh = p[P_DH], dw = p[P_DW], pt = p[P_PT], pl = p[P_PL];
+    const int fast = kh == 3 && kw == 3 && dh == 1 && dw == 1 && p[P_MULT] == 1 && c % 8 == 0;
+    int64_t xl, xr, yl, yr;
+    interior(ow, sw, pl, kw, dw, w, &xl, &xr);
+    interior(oh, sh, pt, kh, dh, h, &yl, &yr);
 
     for (int64_t b = 0; b < n; b++) {
         const float *ib = in + b * h * w * c;
         for (int64_t oy = 0; oy < oh; oy++) {
             const int64_t iy0 = oy * sh - pt;
-            /* taps ky with 0 <= iy0 + ky*dh < h */
-            int64_t ky0 = 0, ky1 = kh;
-            while (ky0 < kh && iy0 + ky0 * dh < 0) ky0++;
-            while (ky1 > ky0 && iy0 + (ky1 - 1) * dh >= h) ky1--;
             float *orow = out + ((b * oh + oy) * ow) * cout;
-            for (int64_t ox = 0; ox < ow; ox++) {
-                const int64_t ix0 = ox * sw - pl;
-                int64_t kx0 = 0, kx1 = kw;
-                while (kx0 < kw && ix0 + kx0 * dw < 0) kx0++;
-                while (kx1 > kx0 && ix0 + (kx1 - 1) * dw >= w) kx1--;
-                float *op = orow + ox * cout;
-                for (int64_t co = 0; co < cv; co += 8) {
-                    v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
-                    for (int64_t ky = ky0; ky < ky1; ky++) {
-                        const float *irow = ib + (iy0 + ky * dh) * w * c + co;
-                        const float *frow = filt + ky * kw * cout + co;
-                        for (int64_t kx = kx0; kx < kx1; kx++)
-                            acc += load8(irow + (ix0 + kx * dw) * c) * load8(frow + kx * cout);
-                    }
-                    acc += load8(bias + co);
-                    store8_clamped(op + co, acc, lo, hi);
-                }
-                for (int64_t co = cv; co < cout; co++) {
-                    const int64_t ci = co / m;
-                    float acc = 0.0f;
-                    for (int64_t ky = ky0; ky < ky1; ky++) {
-                        const float *irow = ib + (iy0 + ky * dh) * w * c + ci;
-                        const float *frow = filt + ky * kw * cout + co;
-                        for (int64_t kx = kx0; kx < kx1; kx++)
-                            acc += irow[(ix0 + kx * dw) * c] * frow[kx * cout];
-                    }
-                    op[co] = clampf(acc + bias[co], lo, hi);
+            if (!fast || oy < yl || oy >= yr) {
+                for (int64_t ox = 0; ox < ow; ox++)
+                    dw_pixel(ib, orow + ox * cout, p, filt, bias, lo, hi, iy0, ox * sw - pl);
+                continue;
+            }
+            for (int64_t ox = 0; ox < xl; ox++)
+                dw_pixel(ib, orow + ox * cout, p, filt, bias, lo, hi, iy0, ox * sw - pl);
+            for (int64_t ox = xr; ox < ow; ox++)
+                dw_pixel(ib, orow + ox * cout, p, filt, bias, lo, hi, iy0, ox * sw - pl);
+            const float *r0 = ib + iy0 * w * c, *r1 = r0 + w * c, *r2 = r1 + w * c;
+            for (int64_t co = 0; co < c; co += 8) {
+                const v8f f00 = load8(filt + 0 * cout + co), f01 = load8(filt + 1 * cout + co),
+                          f02 = load8(filt + 2 * cout + co), f10 = load8(filt + 3 * cout + co),
+                          f11 = load8(filt + 4 * cout + co), f12 = load8(filt + 5 * cout + co),
+                          f20 = load8(filt + 6 * cout + co), f21 = load8(filt + 7 * cout + co),
+                          f22 = load8(filt + 8 * cout + co), bv = load8(bias + co);
+                for (int64_t ox = xl; ox < xr; ox++) {
+                    const int64_t o = (ox * sw - pl) * c + co;
+                    v8f acc = load8(r0 + o) * f00;
+                    acc += load8(r0 + o + c) * f01;
+                    acc += load8(r0 + o + 2 * c) * f02;
+                    acc += load8(r1 + o) * f10;
+                    acc += load8(r1 + o + c) * f11;
+                    acc += load8(r1 + o + 2 * c) * f12;
+                    acc += load8(r2 + o) * f20;
+                    acc += load8(r2 + o + c) * f21;
+                    acc += load8(r2 + o + 2 * c) * f22;
+                    acc += bv;
+                    store8_clamped(orow + ox * cout + co, acc, lo, hi);
                 }
             }
         }
     }
+}
+
+/* One output pixel of a direct convolution: NB blocks of 8 output channels accumulated at
+ * once, so each input value is loaded and broadcast once per tap. */
+static inline __attribute__((always_inline)) void
+direct_pixel(const float *ib, float *op, const int64_t *p, const float *fb, int64_t blk,
+             const float *bias, float lo, float hi, int64_t iy0, int64_t ix0, const int nb,
+             int64_t cb0)
+{
+    const int64_t w = p[P_W], c = p[P_C], cout = p[P_COUT], kw = p[P_KW];
+    const int64_t dh = p[P_DH], dw = p[P_DW];
+    int64_t ky0, ky1, kx0, kx1;
+    tap_range(iy0, p[P_KH], dh, p[P_H], &ky0, &ky1);
+    tap_range(ix0, kw, dw, w, &kx0, &kx1);
+    v8f acc[4] = {{0}};
+    for (int64_t ky = ky0; ky < ky1; ky++) {
+        const float *irow = ib + (iy0 + ky * dh) * w * c;
+        for (int64_t kx = kx0; kx < kx1; kx++) {
+            const float *ip = irow + (ix0 + kx * dw) * c;
+            const float *fp = fb + ((ky * kw + kx) * c) * 8;
+            for (int64_t ci = 0; ci < c; ci++) {
+                const float v = ip[ci];
+                for (int j = 0; j < nb; j++)
+                    acc[j] += v * load8(fp + j * blk + ci * 8);
+            }
+        }
+    }
+    for (int j = 0; j < nb; j++) {
+        const int64_t cb = (cb0 + j) * 8;
+        if (cb + 8 <= cout) {
+            store8_clamped(op + cb, acc[j] + load8(bias + cb), lo, hi);
+        } else {
+            float t[8];
+            memcpy(t, &acc[j], sizeof t);
+            for (int64_t k = 0; cb + k < cout; k++)
+                op[cb + k] = clampf(t[k] + bias[cb + k], lo, hi);
+        }
+    }
+}
+
+/* PX horizontally adjacent interior output pixels (every tap inside the input) times NB
+ * blocks of 8 output channels: PX * NB independent accumulators hide the add latency. */
+static inline __attribute__((always_inline)) void
+direct_multi(const float *ib, float *op, const int64_t *p, const float *fb, int64_t blk,
+             const float *bias, float lo, float hi, int64_t iy0, int64_t ix0, const int px,
+             const int nb)
+{
+    const int64_t w = p[P_W], c = p[P_C], cout = p[P_COUT], kh = p[P_KH], kw = p[P_KW];
+    const int64_t dh = p[P_DH], dw = p[P_DW], sw = p[P_SW];
+    v8f acc[4][2];
+    for (int i = 0; i < px; i++)
+        for (int j = 0; j < nb; j++)
+            acc[i][j] = (v8f){0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t ky = 0; ky < kh; ky++) {
+        const float *irow = ib + (iy0 + ky * dh) * w * c;
+        for (int64_t kx = 0; kx < kw; kx++) {
+            const float *ip = irow + (ix0 + kx * dw) * c;
+            const float *fp = fb + ((ky * kw + kx) * c) * 8;
+            for (int64_t ci = 0; ci < c; ci++) {
+                v8f f[2];
+                for (int j = 0; j < nb; j++)
+                    f[j] = load8(fp + j * blk + ci * 8);
+                for (int i = 0; i < px; i++) {
+                    const float v = ip[i * sw * c + ci];
+                    for (int j = 0; j < nb; j++)
+                        acc[i][j] += v * f[j];
+                }
+            }
+        }
+    }
+    for (int i = 0; i < px; i++)
+        for (int j = 0; j < nb; j++) {
+            const int64_t cb = j * 8;
+            float *o = op + i * cout;
+            if (cb + 8 <= cout) {
+                store8_clamped(o + cb, acc[i][j] + load8(bias + cb), lo, hi);
+            } else {
+                float t[8];
+                memcpy(t, &acc[i][j], sizeof t);
+                for (int64_t k = 0; cb + k < cout; k++)
+                    o[cb + k] = clampf(t[k] + bias[cb + k], lo, hi);
+            }
+        }
 }
 
 /* Direct convolution for few input channels. filt is packed by the caller as
@@ -108,46 +255,50 @@ void nnhal_conv_direct_f32(const float *in, float *out, const int64_t *p, const 
     const int64_t n = p[P_N], h = p[P_H], w = p[P_W], c = p[P_C];
     const int64_t oh = p[P_OH], ow = p[P_OW], cout = p[P_COUT];
     const int64_t kh = p[P_KH], kw = p[P_KW], sh = p[P_SH], sw = p[P_SW];
-    const int64_t dh = p[P_DH], dw = p[P_DW], pt = p[P_PT], pl = p[P_PL];
+    const int64_t pt = p[P_PT], pl = p[P_PL], dh = p[P_DH], dw = p[P_DW];
     const int64_t nb = (cout + 7) / 8;
     const int64_t blk = kh * kw * c * 8; /* floats of one packed output-channel block */
+    int64_t xl, xr, yl, yr;
+    interior(ow, sw, pl, kw, dw, w, &xl, &xr);
+    interior(oh, sh, pt, kh, dh, h, &yl, &yr);
 
     for (int64_t b = 0; b < n; b++) {
         const float *ib = in + b * h * w * c;
         for (int64_t oy = 0; oy < oh; oy++) {
             const int64_t iy0 = oy * sh - pt;
-            int64_t ky0 = 0, ky1 = kh;
-            while (ky0 < kh && iy0 + ky0 * dh < 0) ky0++;
-            while (ky1 > ky0 && iy0 + (ky1 - 1) * dh >= h) ky1--;
             float *orow = out + ((b * oh + oy) * ow) * cout;
+            int64_t fast_end = 0;
+            if (nb <= 2 && oy >= yl && oy < yr) {
+                /* interior pixels 4 at a time; the rest below, one at a time */
+                for (int64_t ox = xl; ox + 4 <= xr; ox += 4) {
+                    if (nb == 1)
+                        direct_multi(ib, orow + ox * cout, p, filt, blk, bias, lo, hi, iy0,
+                                     ox * sw - pl, 4, 1);
+                    else
+                        direct_multi(ib, orow + ox * cout, p, filt, blk, bias, lo, hi, iy0,
+                                     ox * sw - pl, 4, 2);
+                    fast_end = ox + 4;
+                }
+            }
             for (int64_t ox = 0; ox < ow; ox++) {
+                if (ox == xl && fast_end > xl)
+                    ox = fast_end;
+                if (ox >= ow)
+                    break;
                 const int64_t ix0 = ox * sw - pl;
-                int64_t kx0 = 0, kx1 = kw;
-                while (kx0 < kw && ix0 + kx0 * dw < 0) kx0++;
-                while (kx1 > kx0 && ix0 + (kx1 - 1) * dw >= w) kx1--;
                 float *op = orow + ox * cout;
-                for (int64_t cb = 0; cb < nb; cb++) {
-                    const float *fb = filt + cb * blk;
-                    v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
-                    for (int64_t ky = ky0; ky < ky1; ky++) {
-                        const float *irow = ib + (iy0 + ky * dh) * w * c;
-                        const float *frow = fb + ky * kw * c * 8;
-                        for (int64_t kx = kx0; kx < kx1; kx++) {
-                            const float *ip = irow + (ix0 + kx * dw) * c;
-                            const float *fp = frow + kx * c * 8;
-                            for (int64_t ci = 0; ci < c; ci++)
-                                acc += ip[ci] * load8(fp + ci * 8);
-                        }
-                    }
-                    if (cb * 8 + 8 <= cout) {
-                        acc += load8(bias + cb * 8);
-                        store8_clamped(op + cb * 8, acc, lo, hi);
-                    } else {
-                        float t[8];
-                        memcpy(t, &acc, sizeof t);
-                        for (int64_t k = 0; cb * 8 + k < cout; k++)
-                            op[cb * 8 + k] = clampf(t[k] + bias[cb * 8 + k], lo, hi);
-                    }
+                int64_t cb = 0;
+                for (; cb + 4 <= nb; cb += 4)
+                    direct_pixel(ib, op, p, filt + cb * blk, blk, bias, lo, hi, iy0, ix0, 4, cb);
+                switch (nb - cb) {
+                case 3: direct_pixel(ib, op, p, filt + cb * blk, blk, bias, lo, hi, iy0, ix0, 3, cb);
+                    break;
+                case 2: direct_pixel(ib, op, p, filt + cb * blk, blk, bias, lo, hi, iy0, ix0, 2, cb);
+                    break;
+                case 1: direct_pixel(ib, op, p, filt + cb * blk, blk, bias, lo, hi, iy0, ix0, 1, cb);
+                    break;
+                default:
+                    break;
                 }
             }
         }
