@@ -69,6 +69,11 @@ def status() -> str:
     return str(_state["why"])
 
 
+def status_if_tried() -> str | None:
+    """:func:`status` when loading has been attempted in this process, else None (no build)."""
+    return _state.get("why")  # type: ignore[return-value]
+
+
 def reset() -> None:
     """Forget the loaded state (tests: the next :func:`library` call loads again)."""
     with _lock:
