@@ -11,10 +11,12 @@ a call passes the data pointers and an int64 geometry array cached per input sha
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
 import threading
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -59,7 +61,8 @@ def library() -> ctypes.CDLL | None:
                 lib, why = _load()
                 _state["why"] = why
                 _state["lib"] = lib
-                (log.info if lib is not None else log.warning)("native kernels: %s", why)
+                quiet = lib is not None or why.startswith("disabled")
+                (log.info if quiet else log.warning)("native kernels: %s", why)
     return _state["lib"]  # type: ignore[return-value]
 
 
@@ -72,6 +75,21 @@ def status() -> str:
 def status_if_tried() -> str | None:
     """:func:`status` when loading has been attempted in this process, else None (no build)."""
     return _state.get("why")  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def disabled(reason: str = "disabled by the caller") -> Iterator[None]:
+    """Operations bound inside the block use the numpy paths (process-wide; for tests and
+    benchmarks that need the numpy results, e.g. to build a model from them)."""
+    with _lock:
+        saved = dict(_state)
+        _state.update(lib=None, why=reason)
+    try:
+        yield
+    finally:
+        with _lock:
+            _state.clear()
+            _state.update(saved)
 
 
 def reset() -> None:
