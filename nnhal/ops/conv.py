@@ -644,7 +644,12 @@ class _ConvBase(_CoreKernels):
                 pass
         bias_tiles: dict | None = {} if ctx.const(2) is not None else None
         name = self.op_type.name
-        nat = self.native_kernel(ctx, cached, static) if "w" in cached else None
+        nat = None
+        if "w" in cached:  # the filter and every parameter are valid constants
+            try:
+                nat = self.native_kernel(ctx, cached, static)
+            except (OpError, ValueError, TypeError, ZeroDivisionError, OverflowError):
+                nat = None
 
         def core(ins: Sequence[Any], dst: np.ndarray | None) -> np.ndarray:
             if all_const:
@@ -677,10 +682,7 @@ class _ConvBase(_CoreKernels):
                 raise OpError(f"{name}: output shape {dst.shape}, computed {shape}")
             if n == 0:
                 return dst
-            if nat is not None and not a.nchw and x.dtype == np.float32 \
-                    and dst.dtype == np.float32 and x.flags.c_contiguous \
-                    and dst.flags.c_contiguous and ins[2].dtype == np.float32 \
-                    and ins[2].flags.c_contiguous:
+            if nat is not None and not a.nchw and nat.accepts(x, ins[2], dst):
                 nat(x, ins[2], dst, a.stride, a.dilation, pads)
                 return dst
             wts = cached.get("w")
@@ -782,10 +784,23 @@ class DepthwiseConv2D(_ConvBase):
 
     def native_kernel(self, ctx: OpContext, cached: dict, a: _Args) -> Any:
         filt = ctx.const(1)
-        if filt is None or filt.ndim != 4 or filt.shape[0] != 1 or not self._native_ok(ctx, a):
+        if filt is None or filt.ndim != 4 or filt.shape[0] != 1:
             return None
-        lo, hi = C.float_activation_bounds(a.act)
-        return _native.DepthwiseF32(_native.library(), filt, lo, hi)
+        if self._native_ok(ctx, a):
+            lo, hi = C.float_activation_bounds(a.act)
+            return _native.DepthwiseF32(_native.library(), filt, lo, hi)
+        inp, fi, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+        q8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+        if inp.type not in q8 or out.type != inp.type or fi.type not in (*q8, _PER_CHANNEL) \
+                or ctx.inputs[2].type != T.TENSOR_INT32 or a.nchw or a.act is None \
+                or filt.shape[1] * filt.shape[2] * 255 * 255 >= 1 << 31 \
+                or _native.library() is None:
+            return None
+        rq = _Requant(inp, fi, out)
+        lo, hi = C.quant_activation_range(a.act, out.scale, out.zero_point, out.type)
+        return _native.DepthwiseQ8(_native.library(), _centred_filter(filt, fi), rq.multiplier,
+                                   rq.shift, inp.zero_point, out.zero_point, lo, hi,
+                                   inp.type.dtype, out.type.dtype)
 
     def layout_filter(self, filt: np.ndarray) -> np.ndarray:
         # [1, kh, kw, depth_out] -> [depth_out, kh, kw, 1]: one group per input channel.

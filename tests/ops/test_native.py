@@ -298,3 +298,80 @@ def test_concurrent_first_use(tmp_path):
         assert so.decode().startswith("loaded from")
     assert len(list((tmp_path / "native").glob("kernels-*.so"))) == 1
     assert not list((tmp_path / "native").glob(".build-*"))
+
+
+# ---- 8-bit depthwise: identical integers to the numpy path ----------------------------------
+
+U8 = OperandType.TENSOR_QUANT8_ASYMM
+S8 = OperandType.TENSOR_QUANT8_ASYMM_SIGNED
+PC = OperandType.TENSOR_QUANT8_SYMM_PER_CHANNEL
+
+
+@st.composite
+def q8_cases(draw):
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    stride, dil, pads, h, w = _geometry(draw, kh, kw)
+    n, c, m = draw(st.integers(1, 2)), draw(st.integers(1, 20)), draw(st.integers(1, 3))
+    t = draw(st.sampled_from([U8, S8]))
+    ftype = draw(st.sampled_from([t, PC]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    lo_q, hi_q = (0, 255) if t == U8 else (-128, 127)
+    x = rng.integers(lo_q, hi_q + 1, (n, h, w, c)).astype(t.dtype)
+    cout = c * m
+    if ftype == PC:
+        f = rng.integers(-127, 128, (1, kh, kw, cout)).astype(np.int8)
+        fq = (0.0, 0)
+        cscales = list(rng.uniform(0.001, 0.05, cout).astype(np.float32))
+    else:
+        f = rng.integers(lo_q, hi_q + 1, (1, kh, kw, cout)).astype(t.dtype)
+        fq = (float(rng.uniform(0.001, 0.05)), int(rng.integers(lo_q, hi_q + 1)))
+        cscales = None
+    in_q = (float(rng.uniform(0.005, 0.1)), int(rng.integers(lo_q, hi_q + 1)))
+    out_q = (float(rng.uniform(0.0005, 0.5)), int(rng.integers(lo_q, hi_q + 1)))  # some > 1
+    bias = rng.integers(-20000, 20000, cout).astype(np.int32)
+    act = draw(st.integers(0, 3))
+    return x, f, bias, stride, dil, pads, m, act, t, ftype, fq, cscales, in_q, out_q
+
+
+def _run_q8(case):
+    x, f, b, (sh, sw), (dh, dw), pads, m, act, t, ftype, fq, cscales, in_q, out_q = case
+    if ftype == PC:  # the bias scales are implied per channel (given as 0)
+        ins = [tensor(t, x, *in_q),
+               tensor(PC, f, const=True, channel_scales=cscales, channel_dim=3),
+               tensor(OperandType.TENSOR_INT32, b, 0.0, 0, const=True)]
+    else:
+        ins = [tensor(t, x, *in_q), tensor(t, f, *fq, const=True),
+               tensor(OperandType.TENSOR_INT32, b, in_q[0] * fq[0], 0, const=True)]
+    ins += [i32(pads[2]), i32(pads[3]), i32(pads[0]), i32(pads[1]), i32(sw), i32(sh), i32(m)]
+    ins += [i32(act), tensor(OperandType.BOOL, False), i32(dw), i32(dh)]
+    (r,) = run_op(O.DEPTHWISE_CONV_2D, ins, [output(t, None, *out_q)])
+    return r
+
+
+@needs_native
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(case=q8_cases())
+def test_depthwise_q8_native_identical_to_numpy(monkeypatch, case):
+    native_r = _run_q8(case)
+    with monkeypatch.context() as mp:
+        mp.setitem(native._state, "lib", None)
+        numpy_r = _run_q8(case)
+    assert native_r.dtype == numpy_r.dtype == case[8].dtype
+    np.testing.assert_array_equal(native_r, numpy_r)
+
+
+@needs_native
+def test_depthwise_q8_runs_native(monkeypatch):
+    """The 8-bit case above does take the native kernel (not only the numpy path twice)."""
+    calls = []
+    real = native.DepthwiseQ8.__call__
+    monkeypatch.setattr(native.DepthwiseQ8, "__call__",
+                        lambda self, *a: calls.append(1) or real(self, *a))
+    rng = np.random.default_rng(5)
+    case = (rng.integers(0, 256, (1, 9, 8, 16)).astype(np.uint8),
+            rng.integers(0, 256, (1, 3, 3, 16)).astype(np.uint8),
+            rng.integers(-500, 500, 16).astype(np.int32), (1, 1), (1, 1), (1, 1, 1, 1), 1, 3,
+            U8, U8, (0.02, 120), None, (0.05, 128), (0.1, 3))
+    r = _run_q8(case)
+    assert calls and r.dtype == np.uint8

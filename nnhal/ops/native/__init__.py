@@ -24,7 +24,7 @@ from nnhal.ops.native import build as _build
 
 log = logging.getLogger("nnhal.ops.native")
 
-_ABI = 1
+_ABI = 2
 #: Indices of the geometry array (kernels.c's P_* enum).
 _P_COUNT = 16
 
@@ -48,6 +48,8 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
             fn = getattr(lib, name)
             fn.argtypes = sig
             fn.restype = None
+        lib.nnhal_dwconv_q8.argtypes = [ctypes.c_void_p] * 9
+        lib.nnhal_dwconv_q8.restype = None
         return lib, why
     except Exception as e:  # never let a build problem reach a user
         return None, f"native kernels unavailable: {type(e).__name__}: {e}"
@@ -102,6 +104,14 @@ class _Bound:
     """A native kernel bound to one operation's constant filter and clamp."""
 
     fn_name = ""
+    in_dtype = out_dtype = np.dtype(np.float32)
+    bias_dtype = np.dtype(np.float32)
+
+    def accepts(self, x: np.ndarray, bias: np.ndarray, out: np.ndarray) -> bool:
+        """Whether the arrays of this call have the kernel's dtypes and C-contiguous layout."""
+        return (x.dtype == self.in_dtype and out.dtype == self.out_dtype
+                and bias.dtype == self.bias_dtype and x.flags.c_contiguous
+                and out.flags.c_contiguous and bias.flags.c_contiguous)
 
     def __init__(self, lib: ctypes.CDLL, filt: np.ndarray, lo: float, hi: float) -> None:
         self._fn = getattr(lib, self.fn_name)
@@ -122,8 +132,14 @@ class _Bound:
     def __call__(self, x: np.ndarray, bias: np.ndarray, out: np.ndarray,
                  stride: tuple[int, int], dilation: tuple[int, int],
                  pads: tuple[int, int, int, int]) -> None:
-        """``x`` [N, H, W, C] and ``out`` [N, OH, OW, COUT]: C-contiguous float32;
-        ``bias`` [COUT] float32 C-contiguous; ``pads`` (top, bottom, left, right)."""
+        """``x`` [N, H, W, C] and ``out`` [N, OH, OW, COUT], ``bias`` [COUT] as
+        :meth:`accepts` requires; ``pads`` (top, bottom, left, right)."""
+        self._fn(x.ctypes.data, out.ctypes.data, self.geometry(x, out, stride, dilation, pads),
+                 self._fptr, bias.ctypes.data, self.lo, self.hi)
+
+    def geometry(self, x: np.ndarray, out: np.ndarray, stride: tuple[int, int],
+                 dilation: tuple[int, int], pads: tuple[int, int, int, int]) -> int:
+        """The address of the int64 geometry array of this call (cached per shapes)."""
         key = (x.shape, out.shape, stride, dilation, pads)
         geo = self._geo.get(key)
         if geo is None:
@@ -136,9 +152,9 @@ class _Bound:
             assert geo.size == _P_COUNT
             if len(self._geo) > 16:
                 self._geo.clear()
-            self._geo[key] = geo
-        self._fn(x.ctypes.data, out.ctypes.data, geo.ctypes.data, self._fptr,
-                 bias.ctypes.data, self.lo, self.hi)
+            self._geo[key] = (geo, geo.ctypes.data)
+            return geo.ctypes.data
+        return geo[1]
 
 
 class DepthwiseF32(_Bound):
@@ -168,3 +184,37 @@ class ConvDirectF32(_Bound):
         padded = np.zeros((nb * 8, kh, kw, c), np.float32)
         padded[:cout] = filt
         return np.ascontiguousarray(padded.reshape(nb, 8, kh, kw, c).transpose(0, 2, 3, 4, 1))
+
+
+class DepthwiseQ8(DepthwiseF32):
+    """8-bit DEPTHWISE_CONV_2D (uint8 or int8 data, per-tensor or per-channel filter): int32
+    sums and the reference requantisation in C, bit-exact with nnhal.ops.common's int64 form.
+
+    ``centred`` is the filter minus its zero point [1, KH, KW, COUT] (int32), ``multiplier``
+    and ``shift`` scalar or per output channel, ``lo``/``hi`` the integer clamp."""
+
+    fn_name = "nnhal_dwconv_q8"
+    bias_dtype = np.dtype(np.int32)
+
+    def __init__(self, lib: ctypes.CDLL, centred: np.ndarray, multiplier: np.ndarray,
+                 shift: np.ndarray, in_zero_point: int, out_zero_point: int, lo: int, hi: int,
+                 in_dtype: np.dtype, out_dtype: np.dtype) -> None:
+        self._fn = getattr(lib, self.fn_name)
+        self.filt = np.ascontiguousarray(np.asarray(centred, np.int32).reshape(centred.shape[1:]))
+        self.filt_hw = (centred.shape[1], centred.shape[2])
+        self._cout = cout = centred.shape[3]
+        self._fptr = self.filt.ctypes.data
+        self.mult_arr = np.ascontiguousarray(np.broadcast_to(
+            np.asarray(multiplier, np.int64), (cout,)).astype(np.int32))
+        self.shift_arr = np.ascontiguousarray(np.broadcast_to(
+            np.asarray(shift, np.int64), (cout,)).astype(np.int32))
+        self.in_dtype, self.out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
+        self.q = np.array([in_zero_point, out_zero_point, lo, hi, self.in_dtype == np.int8,
+                           self.out_dtype == np.int8], np.int64)
+        self._tail = (self.mult_arr.ctypes.data, self.shift_arr.ctypes.data, self.q.ctypes.data)
+        self._geo = {}
+
+    def __call__(self, x, bias, out, stride, dilation, pads) -> None:
+        acc = np.empty(self._cout, np.int32)
+        self._fn(x.ctypes.data, out.ctypes.data, self.geometry(x, out, stride, dilation, pads),
+                 self._fptr, bias.ctypes.data, *self._tail, acc.ctypes.data)

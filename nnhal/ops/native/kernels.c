@@ -1,4 +1,4 @@
-/* Native float32 convolution kernels of the nnhal reference driver.
+/* Native convolution kernels (float32, and 8-bit depthwise) of the nnhal reference driver.
  *
  * Compiled at first use by nnhal/ops/native/build.py and called through ctypes. All data is
  * NHWC float32, C-contiguous; accumulation in float32; the bias and the clamp of the fused
@@ -45,7 +45,7 @@ static inline void store8_clamped(float *p, v8f v, float lo, float hi)
 }
 
 /* Version of the parameter layout; the loader checks it. */
-int64_t nnhal_abi_version(void) { return 1; }
+int64_t nnhal_abi_version(void) { return 2; }
 
 /* The taps [k0, k1) of a filter axis of size k that land inside [0, size) from position i0
  * (= output position * stride - padding) with dilation d. */
@@ -299,6 +299,96 @@ void nnhal_conv_direct_f32(const float *in, float *out, const int64_t *p, const 
                     break;
                 default:
                     break;
+                }
+            }
+        }
+    }
+}
+
+/* ---- 8-bit depthwise convolution ---------------------------------------------------------
+ * int32 accumulation of (x - input zero point) * (centred filter), then the reference
+ * requantisation (MultiplyByQuantizedMultiplier: a saturating rounding doubling high multiply
+ * and a rounding divide by a power of two, as nnhal.ops.common does in int64), plus the output
+ * zero point and the activation clamp. q = {input zp, output zp, lo, hi, input signed,
+ * output signed}; mult and shift are per output channel (the caller broadcasts them). */
+
+static inline int64_t srdhm64(int64_t a, int64_t b)
+{
+    if (a == INT32_MIN && b == INT32_MIN)
+        return INT32_MAX;
+    const int64_t ab = a * b;
+    const int64_t s = ab + (ab >= 0 ? (INT64_C(1) << 30) : (1 - (INT64_C(1) << 30)));
+    return s >= 0 ? (s >> 31) : -((-s) >> 31);
+}
+
+static inline int64_t rdbp64(int64_t x, int64_t e)
+{
+    const int64_t mask = (INT64_C(1) << e) - 1;
+    const int64_t rem = x & mask;
+    const int64_t thr = (mask >> 1) + (x < 0);
+    return (x >> e) + (rem > thr);
+}
+
+static inline int64_t requant(int64_t x, int64_t m, int64_t shift)
+{
+    const int64_t left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
+    x *= INT64_C(1) << left;
+    if (x > INT32_MAX) x = INT32_MAX;
+    if (x < INT32_MIN) x = INT32_MIN;
+    return rdbp64(srdhm64(x, m), right);
+}
+
+void nnhal_dwconv_q8(const void *in_, void *out_, const int64_t *p, const int32_t *filt,
+                     const int32_t *bias, const int32_t *mult, const int32_t *shift,
+                     const int64_t *q, int32_t *acc)
+{
+    const int64_t n = p[P_N], h = p[P_H], w = p[P_W], c = p[P_C];
+    const int64_t oh = p[P_OH], ow = p[P_OW], cout = p[P_COUT];
+    const int64_t kh = p[P_KH], kw = p[P_KW], sh = p[P_SH], sw = p[P_SW];
+    const int64_t dh = p[P_DH], dw = p[P_DW], pt = p[P_PT], pl = p[P_PL], m = p[P_MULT];
+    const int32_t zin = (int32_t)q[0];
+    const int64_t zout = q[1], lo = q[2], hi = q[3];
+    const int sin = (int)q[4], sout = (int)q[5];
+    const uint8_t *in_u = in_;
+    const int8_t *in_s = in_;
+
+    for (int64_t b = 0; b < n; b++) {
+        for (int64_t oy = 0; oy < oh; oy++) {
+            const int64_t iy0 = oy * sh - pt;
+            int64_t ky0, ky1;
+            tap_range(iy0, kh, dh, h, &ky0, &ky1);
+            for (int64_t ox = 0; ox < ow; ox++) {
+                const int64_t ix0 = ox * sw - pl;
+                int64_t kx0, kx1;
+                tap_range(ix0, kw, dw, w, &kx0, &kx1);
+                memset(acc, 0, (size_t)cout * sizeof *acc);
+                for (int64_t ky = ky0; ky < ky1; ky++)
+                    for (int64_t kx = kx0; kx < kx1; kx++) {
+                        const int64_t off = ((b * h + iy0 + ky * dh) * w + ix0 + kx * dw) * c;
+                        const int32_t *f = filt + (ky * kw + kx) * cout;
+                        if (m == 1 && sin) {
+                            const int8_t *x = in_s + off;
+                            for (int64_t co = 0; co < cout; co++)
+                                acc[co] += ((int32_t)x[co] - zin) * f[co];
+                        } else if (m == 1) {
+                            const uint8_t *x = in_u + off;
+                            for (int64_t co = 0; co < cout; co++)
+                                acc[co] += ((int32_t)x[co] - zin) * f[co];
+                        } else {
+                            for (int64_t co = 0; co < cout; co++) {
+                                const int32_t v = sin ? in_s[off + co / m] : in_u[off + co / m];
+                                acc[co] += (v - zin) * f[co];
+                            }
+                        }
+                    }
+                const int64_t o = ((b * oh + oy) * ow + ox) * cout;
+                for (int64_t co = 0; co < cout; co++) {
+                    int64_t r = requant((int64_t)acc[co] + bias[co], mult[co], shift[co]) + zout;
+                    r = r < lo ? lo : (r > hi ? hi : r);
+                    if (sout)
+                        ((int8_t *)out_)[o + co] = (int8_t)r;
+                    else
+                        ((uint8_t *)out_)[o + co] = (uint8_t)r;
                 }
             }
         }
