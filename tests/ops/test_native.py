@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nnhal.hal.types import OperandType, OperationType
-from nnhal.ops import native
+from nnhal.ops import conv, native
 from nnhal.ops.native import build
 from nnhal.ops.testing import output, run_op, tensor
 
@@ -277,7 +277,7 @@ def test_concurrent_first_use(tmp_path):
     """Two processes compiling into one empty cache at once both load a working library."""
     script = textwrap.dedent("""
         import numpy as np, sys
-        from nnhal.ops import native
+        from nnhal.ops import conv, native
         lib = native.library()
         assert lib is not None, native.status()
         x = np.ones((1, 5, 5, 8), np.float32)
@@ -353,6 +353,7 @@ def _run_q8(case):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(case=q8_cases())
 def test_depthwise_q8_native_identical_to_numpy(monkeypatch, case):
+    monkeypatch.setattr(conv, "NATIVE_Q8_DEPTHWISE", True)  # not selected by default
     native_r = _run_q8(case)
     with monkeypatch.context() as mp:
         mp.setitem(native._state, "lib", None)
@@ -364,6 +365,7 @@ def test_depthwise_q8_native_identical_to_numpy(monkeypatch, case):
 @needs_native
 def test_depthwise_q8_runs_native(monkeypatch):
     """The 8-bit case above does take the native kernel (not only the numpy path twice)."""
+    monkeypatch.setattr(conv, "NATIVE_Q8_DEPTHWISE", True)
     calls = []
     real = native.DepthwiseQ8.__call__
     monkeypatch.setattr(native.DepthwiseQ8, "__call__",

@@ -312,15 +312,17 @@ void nnhal_conv_direct_f32(const float *in, float *out, const int64_t *p, const 
  * zero point and the activation clamp. q = {input zp, output zp, lo, hi, input signed,
  * output signed}; mult and shift are per output channel (the caller broadcasts them). */
 
+/* SaturatingRoundingDoublingHighMul for a >= 0 multiplier b: the reference's nudge by
+ * 2**30 (1 - 2**30 for a negative product) and division truncating toward zero equal
+ * floor((a*b + 2**30) / 2**31) for either sign, i.e. an arithmetic shift: branch-free (the
+ * sign of the product is unpredictable; branches on it cost more than the arithmetic). The
+ * saturating case a == b == INT32_MIN cannot occur with b >= 0. */
 static inline int64_t srdhm64(int64_t a, int64_t b)
 {
-    if (a == INT32_MIN && b == INT32_MIN)
-        return INT32_MAX;
-    const int64_t ab = a * b;
-    const int64_t s = ab + (ab >= 0 ? (INT64_C(1) << 30) : (1 - (INT64_C(1) << 30)));
-    return s >= 0 ? (s >> 31) : -((-s) >> 31);
+    return (a * b + (INT64_C(1) << 30)) >> 31;
 }
 
+/* RoundingDivideByPOT: divide by 2**e rounding half away from zero. */
 static inline int64_t rdbp64(int64_t x, int64_t e)
 {
     const int64_t mask = (INT64_C(1) << e) - 1;
@@ -329,12 +331,11 @@ static inline int64_t rdbp64(int64_t x, int64_t e)
     return (x >> e) + (rem > thr);
 }
 
-static inline int64_t requant(int64_t x, int64_t m, int64_t shift)
+static inline int64_t requant(int64_t x, int64_t m, int64_t left, int64_t right)
 {
-    const int64_t left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
     x *= INT64_C(1) << left;
-    if (x > INT32_MAX) x = INT32_MAX;
-    if (x < INT32_MIN) x = INT32_MIN;
+    x = x > INT32_MAX ? INT32_MAX : x;
+    x = x < INT32_MIN ? INT32_MIN : x;
     return rdbp64(srdhm64(x, m), right);
 }
 
@@ -383,13 +384,19 @@ void nnhal_dwconv_q8(const void *in_, void *out_, const int64_t *p, const int32_
                     }
                 const int64_t o = ((b * oh + oy) * ow + ox) * cout;
                 for (int64_t co = 0; co < cout; co++) {
-                    int64_t r = requant((int64_t)acc[co] + bias[co], mult[co], shift[co]) + zout;
-                    r = r < lo ? lo : (r > hi ? hi : r);
-                    if (sout)
-                        ((int8_t *)out_)[o + co] = (int8_t)r;
-                    else
-                        ((uint8_t *)out_)[o + co] = (uint8_t)r;
+                    const int64_t sh_ = shift[co];
+                    const int64_t left = sh_ > 0 ? sh_ : 0, right = sh_ > 0 ? 0 : -sh_;
+                    int64_t r = requant((int64_t)acc[co] + bias[co], mult[co], left, right);
+                    r += zout;
+                    r = r < lo ? lo : r;
+                    acc[co] = (int32_t)(r > hi ? hi : r);
                 }
+                if (sout)
+                    for (int64_t co = 0; co < cout; co++)
+                        ((int8_t *)out_)[o + co] = (int8_t)acc[co];
+                else
+                    for (int64_t co = 0; co < cout; co++)
+                        ((uint8_t *)out_)[o + co] = (uint8_t)acc[co];
             }
         }
     }
