@@ -651,7 +651,17 @@ class _ConvBase(_CoreKernels):
             except (OpError, ValueError, TypeError, ZeroDivisionError, OverflowError):
                 nat = None
 
+        #: shapes (input, filter, bias) already checked on the native path -> (pads, output
+        #: shape): a repeated call skips the Python checks and geometry (constant parameters)
+        seen: dict[tuple, tuple] = {}
+
         def core(ins: Sequence[Any], dst: np.ndarray | None) -> np.ndarray:
+            if seen and dst is not None:
+                x = ins[0]
+                hit = seen.get((x.shape, ins[1].shape, ins[2].shape))
+                if hit is not None and dst.shape == hit[1] and nat.accepts(x, ins[2], dst):
+                    nat(x, ins[2], dst, static.stride, static.dilation, hit[0])
+                    return dst
             if all_const:
                 a = static
             else:
@@ -684,6 +694,8 @@ class _ConvBase(_CoreKernels):
                 return dst
             if nat is not None and not a.nchw and nat.accepts(x, ins[2], dst):
                 nat(x, ins[2], dst, a.stride, a.dilation, pads)
+                if all_const and len(seen) < 8:
+                    seen[(x.shape, fshape, ins[2].shape)] = (pads, shape)
                 return dst
             wts = cached.get("w")
             if wts is None:

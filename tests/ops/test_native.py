@@ -377,3 +377,32 @@ def test_depthwise_q8_runs_native(monkeypatch):
             U8, U8, (0.02, 120), None, (0.05, 128), (0.1, 3))
     r = _run_q8(case)
     assert calls and r.dtype == np.uint8
+
+
+@needs_native
+def test_bound_kernel_into_repeated_calls_and_new_shapes():
+    """The bound kernel's repeat path (shapes already checked) against the brute force, for
+    new data, a new input shape, and a wrong output shape (still refused)."""
+    from nnhal.ops.catalog import check_operation, lookup
+    from nnhal.ops.registry import OpContext, OpError
+
+    rng = np.random.default_rng(11)
+    f = rng.standard_normal((1, 3, 3, 16)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    x0 = rng.standard_normal((1, 10, 9, 16)).astype(np.float32)
+    ins = [tensor(F32, x0), tensor(F32, f, const=True), tensor(F32, b, const=True)]
+    ins += [i32(1), i32(1), i32(1), i32(1), i32(1), i32(1), i32(1), i32(3)]
+    op = O.DEPTHWISE_CONV_2D
+    d = lookup(op)
+    ctx = OpContext(op_type=op, inputs=[i for i, _ in ins], outputs=[output(F32)])
+    check_operation(d, ctx)
+    run = d.kernel_into(ctx)
+    vals = [v for _, v in ins]
+    for shape in [(1, 10, 9, 16), (1, 10, 9, 16), (2, 7, 12, 16), (1, 10, 9, 16)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        out = np.full(shape, np.nan, np.float32)
+        run([x, *vals[1:]], [out], None)
+        c = (x, f, b, (1, 1), (1, 1), (1, 1, 1, 1), 1, 3)
+        _close(out, _brute(op, c))
+    with pytest.raises(OpError):
+        run([x, *vals[1:]], [np.empty((1, 10, 8, 16), np.float32)], None)
