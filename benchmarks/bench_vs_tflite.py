@@ -463,6 +463,8 @@ def main() -> None:
     print(f"bench_vs_tflite: rounds {rounds}; numpy {np.__version__}; OpenBLAS threads "
           f"{BLAS.get() if BLAS.available else 'unknown (no control found)'}; environment "
           f"{threads or 'no *_NUM_THREADS'}; cores {os.cpu_count()}; load {load()}")
+    from nnhal.ops import native
+    print(f"native kernels: {native.status()}")
     summary = Summary()
     device = ReferenceDevice()
     free_device = ReferenceDevice(blas_threads=0)

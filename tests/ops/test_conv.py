@@ -93,7 +93,9 @@ def test_conv_nchw_matches_nhwc():
     ins, outs = conv_explicit(x.transpose(0, 3, 1, 2), f, b, (1, 0, 2, 1), (2, 1), 0, flag(True))
     (nchw,) = run_op(O.CONV_2D, ins, outs)
     assert nchw.shape == (2, 4, 6, 2)
-    np.testing.assert_allclose(nchw.transpose(0, 2, 3, 1), nhwc, rtol=1e-6)
+    # float32 sums in different orders (NHWC may run the native kernel, NCHW numpy's GEMM):
+    # a few ulp of the terms apart, so an absolute tolerance for values near zero.
+    np.testing.assert_allclose(nchw.transpose(0, 2, 3, 1), nhwc, rtol=1e-6, atol=1e-6)
     # Brute force reference for one output element (pads top=2, left=1, stride h=1, w=2).
     xp = np.pad(x, ((0, 0), (2, 1), (1, 0), (0, 0)))
     ref = (xp[1, 2:5, 2:4, :] * f[3]).sum() + b[3]

@@ -38,6 +38,7 @@ from nnhal.hal.types import (
     PerformanceInfo,
     Priority,
 )
+from nnhal.ops import native
 from nnhal.ops.registry import OpError
 from nnhal.validation import (
     ValidationError,
@@ -82,6 +83,7 @@ class ReferenceDevice(IDevice):
         #: than a few percent when idle). ``NNHAL_BLAS_THREADS`` overrides the default.
         self.blas_threads = _blas_threads(blas_threads)
         self.workers = WorkerPools(workers)
+        self._native_logged = False
         #: The memory-domain buffers of this device, by token.
         self.buffers: TokenRegistry[RequestBuffer] = TokenRegistry()
         if cache_key_file is None:
@@ -204,6 +206,10 @@ class ReferenceDevice(IDevice):
         except Exception as e:  # noqa: BLE001
             self.log(f"prepare failed: {type(e).__name__}: {e}")
             return ErrorStatus.GENERAL_FAILURE, None
+        why = native.status_if_tried()  # tried when a bound kernel asked for it
+        if why is not None and not self._native_logged:
+            self._native_logged = True
+            log.info("%s: native kernels: %s", self.name, why)
         if deadline is not None and time.monotonic_ns() > deadline:
             return ErrorStatus.MISSED_DEADLINE_TRANSIENT, None
         return ErrorStatus.NONE, ReferencePreparedModel(self, plan, priority)

@@ -1,0 +1,220 @@
+"""Native float32 convolution kernels (C, compiled at first use, called through ctypes).
+
+:func:`library` compiles and loads ``kernels.c`` once per process (see :mod:`.build`); when
+that is impossible (no compiler, a cache directory that is not private, ``NNHAL_NATIVE=0``)
+it returns None and :func:`status` says why, and the callers keep their numpy paths.
+
+:class:`DepthwiseF32` and :class:`ConvDirectF32` are bound once per operation at prepare:
+the constant filter laid out for the kernel and kept alive, ctypes argument types set once;
+a call passes the data pointers and an int64 geometry array cached per input shape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+
+from nnhal.ops.native import build as _build
+
+log = logging.getLogger("nnhal.ops.native")
+
+_ABI = 2
+#: Indices of the geometry array (kernels.c's P_* enum).
+_P_COUNT = 16
+
+_lock = threading.Lock()
+_state: dict[str, object] = {}
+
+
+def _load() -> tuple[ctypes.CDLL | None, str]:
+    if os.environ.get("NNHAL_NATIVE", "1").strip().lower() in ("0", "off", "false", "no"):
+        return None, "disabled by NNHAL_NATIVE=0"
+    try:
+        lib, why = _build.build_best()
+        if lib is None:
+            return None, why
+        lib.nnhal_abi_version.restype = ctypes.c_int64
+        lib.nnhal_abi_version.argtypes = []
+        if lib.nnhal_abi_version() != _ABI:
+            return None, f"kernel ABI {lib.nnhal_abi_version()} != {_ABI}"
+        sig = [ctypes.c_void_p] * 5 + [ctypes.c_float, ctypes.c_float]
+        for name in ("nnhal_dwconv_f32", "nnhal_conv_direct_f32"):
+            fn = getattr(lib, name)
+            fn.argtypes = sig
+            fn.restype = None
+        lib.nnhal_dwconv_q8.argtypes = [ctypes.c_void_p] * 9
+        lib.nnhal_dwconv_q8.restype = None
+        return lib, why
+    except Exception as e:  # never let a build problem reach a user
+        return None, f"native kernels unavailable: {type(e).__name__}: {e}"
+
+
+def library() -> ctypes.CDLL | None:
+    """The loaded kernels, or None (see :func:`status`); built on first call."""
+    if "lib" not in _state:
+        with _lock:
+            if "lib" not in _state:
+                lib, why = _load()
+                _state["why"] = why
+                _state["lib"] = lib
+                quiet = lib is not None or why.startswith("disabled")
+                (log.info if quiet else log.warning)("native kernels: %s", why)
+    return _state["lib"]  # type: ignore[return-value]
+
+
+def status() -> str:
+    """"loaded from PATH", or why the native kernels are not used."""
+    library()
+    return str(_state["why"])
+
+
+def status_if_tried() -> str | None:
+    """:func:`status` when loading has been attempted in this process, else None (no build)."""
+    return _state.get("why")  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def disabled(reason: str = "disabled by the caller") -> Iterator[None]:
+    """Operations bound inside the block use the numpy paths (process-wide; for tests and
+    benchmarks that need the numpy results, e.g. to build a model from them)."""
+    with _lock:
+        saved = dict(_state)
+        _state.update(lib=None, why=reason)
+    try:
+        yield
+    finally:
+        with _lock:
+            _state.clear()
+            _state.update(saved)
+
+
+def reset() -> None:
+    """Forget the loaded state (tests: the next :func:`library` call loads again)."""
+    with _lock:
+        _state.clear()
+
+
+class _Bound:
+    """A native kernel bound to one operation's constant filter and clamp."""
+
+    fn_name = ""
+    in_dtype = out_dtype = np.dtype(np.float32)
+    bias_dtype = np.dtype(np.float32)
+
+    def accepts(self, x: np.ndarray, bias: np.ndarray, out: np.ndarray) -> bool:
+        """Whether the arrays of this call have the kernel's dtypes and C-contiguous layout."""
+        return (x.dtype == self.in_dtype and out.dtype == self.out_dtype
+                and bias.dtype == self.bias_dtype and x.flags.c_contiguous
+                and out.flags.c_contiguous and bias.flags.c_contiguous)
+
+    def __init__(self, lib: ctypes.CDLL, filt: np.ndarray, lo: float, hi: float) -> None:
+        self._fn = getattr(lib, self.fn_name)
+        self.filt = self.pack(np.asarray(filt, dtype=np.float32))
+        self._fptr = self.filt.ctypes.data
+        self.lo, self.hi = float(lo), float(hi)
+        self._geo: dict[tuple, np.ndarray] = {}
+
+    def pack(self, filt: np.ndarray) -> np.ndarray:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def cout(self) -> int:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def mult(self, c: int) -> int:
+        return 1
+
+    def __call__(self, x: np.ndarray, bias: np.ndarray, out: np.ndarray,
+                 stride: tuple[int, int], dilation: tuple[int, int],
+                 pads: tuple[int, int, int, int]) -> None:
+        """``x`` [N, H, W, C] and ``out`` [N, OH, OW, COUT], ``bias`` [COUT] as
+        :meth:`accepts` requires; ``pads`` (top, bottom, left, right)."""
+        self._fn(x.ctypes.data, out.ctypes.data, self.geometry(x, out, stride, dilation, pads),
+                 self._fptr, bias.ctypes.data, self.lo, self.hi)
+
+    def geometry(self, x: np.ndarray, out: np.ndarray, stride: tuple[int, int],
+                 dilation: tuple[int, int], pads: tuple[int, int, int, int]) -> int:
+        """The address of the int64 geometry array of this call (cached per shapes)."""
+        key = (x.shape, out.shape, stride, dilation, pads)
+        geo = self._geo.get(key)
+        if geo is None:
+            n, h, w, c = x.shape
+            _, oh, ow, cout = out.shape
+            kh, kw = self.filt_hw
+            geo = np.array([n, h, w, c, oh, ow, cout, kh, kw, stride[0], stride[1],
+                            dilation[0], dilation[1], pads[0], pads[2], self.mult(c)],
+                           dtype=np.int64)
+            assert geo.size == _P_COUNT
+            if len(self._geo) > 16:
+                self._geo.clear()
+            self._geo[key] = (geo, geo.ctypes.data)
+            return geo.ctypes.data
+        return geo[1]
+
+
+class DepthwiseF32(_Bound):
+    """DEPTHWISE_CONV_2D; ``filt`` is the NNAPI filter [1, KH, KW, COUT]."""
+
+    fn_name = "nnhal_dwconv_f32"
+
+    def pack(self, filt: np.ndarray) -> np.ndarray:
+        self.filt_hw = (filt.shape[1], filt.shape[2])
+        self._cout = filt.shape[3]
+        return np.ascontiguousarray(filt.reshape(filt.shape[1:]))
+
+    def mult(self, c: int) -> int:
+        return self._cout // c
+
+
+class ConvDirectF32(_Bound):
+    """CONV_2D with one group; ``filt`` is the NNAPI filter [COUT, KH, KW, C], packed as
+    [ceil(COUT/8), KH, KW, C, 8] (zero-padded)."""
+
+    fn_name = "nnhal_conv_direct_f32"
+
+    def pack(self, filt: np.ndarray) -> np.ndarray:
+        cout, kh, kw, c = filt.shape
+        self.filt_hw = (kh, kw)
+        nb = (cout + 7) // 8
+        padded = np.zeros((nb * 8, kh, kw, c), np.float32)
+        padded[:cout] = filt
+        return np.ascontiguousarray(padded.reshape(nb, 8, kh, kw, c).transpose(0, 2, 3, 4, 1))
+
+
+class DepthwiseQ8(DepthwiseF32):
+    """8-bit DEPTHWISE_CONV_2D (uint8 or int8 data, per-tensor or per-channel filter): int32
+    sums and the reference requantisation in C, bit-exact with nnhal.ops.common's int64 form.
+
+    ``centred`` is the filter minus its zero point [1, KH, KW, COUT] (int32), ``multiplier``
+    and ``shift`` scalar or per output channel, ``lo``/``hi`` the integer clamp."""
+
+    fn_name = "nnhal_dwconv_q8"
+    bias_dtype = np.dtype(np.int32)
+
+    def __init__(self, lib: ctypes.CDLL, centred: np.ndarray, multiplier: np.ndarray,
+                 shift: np.ndarray, in_zero_point: int, out_zero_point: int, lo: int, hi: int,
+                 in_dtype: np.dtype, out_dtype: np.dtype) -> None:
+        self._fn = getattr(lib, self.fn_name)
+        self.filt = np.ascontiguousarray(np.asarray(centred, np.int32).reshape(centred.shape[1:]))
+        self.filt_hw = (centred.shape[1], centred.shape[2])
+        self._cout = cout = centred.shape[3]
+        self._fptr = self.filt.ctypes.data
+        self.mult_arr = np.ascontiguousarray(np.broadcast_to(
+            np.asarray(multiplier, np.int64), (cout,)).astype(np.int32))
+        self.shift_arr = np.ascontiguousarray(np.broadcast_to(
+            np.asarray(shift, np.int64), (cout,)).astype(np.int32))
+        self.in_dtype, self.out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
+        self.q = np.array([in_zero_point, out_zero_point, lo, hi, self.in_dtype == np.int8,
+                           self.out_dtype == np.int8], np.int64)
+        self._tail = (self.mult_arr.ctypes.data, self.shift_arr.ctypes.data, self.q.ctypes.data)
+        self._geo = {}
+
+    def __call__(self, x, bias, out, stride, dilation, pads) -> None:
+        acc = np.empty(self._cout, np.int32)
+        self._fn(x.ctypes.data, out.ctypes.data, self.geometry(x, out, stride, dilation, pads),
+                 self._fptr, bias.ctypes.data, *self._tail, acc.ctypes.data)

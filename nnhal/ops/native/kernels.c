@@ -1,0 +1,403 @@
+/* Native convolution kernels (float32, and 8-bit depthwise) of the nnhal reference driver.
+ *
+ * Compiled at first use by nnhal/ops/native/build.py and called through ctypes. All data is
+ * NHWC float32, C-contiguous; accumulation in float32; the bias and the clamp of the fused
+ * activation are applied in the same pass as the store. The clamp keeps NaN (a comparison
+ * with NaN is false, so the value passes through unchanged), as numpy's clip does.
+ *
+ * Geometry is passed as an int64 array (see the P_* indices below, mirrored in __init__.py),
+ * built once per input shape by the caller, so that one ctypes call carries few arguments.
+ */
+#include <stdint.h>
+#include <string.h>
+
+typedef float v8f __attribute__((vector_size(32)));
+
+enum {
+    P_N, P_H, P_W, P_C,        /* input: batch, height, width, channels */
+    P_OH, P_OW, P_COUT,        /* output height, width, channels */
+    P_KH, P_KW,                /* filter height, width */
+    P_SH, P_SW, P_DH, P_DW,    /* strides and dilations */
+    P_PT, P_PL,                /* top and left padding (bottom/right follow from OH/OW) */
+    P_MULT,                    /* depth multiplier (depthwise only) */
+    P_COUNT
+};
+
+static inline float clampf(float v, float lo, float hi)
+{
+    v = v < lo ? lo : v;
+    return v > hi ? hi : v;
+}
+
+static inline v8f load8(const float *p)
+{
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void store8_clamped(float *p, v8f v, float lo, float hi)
+{
+    float t[8];
+    memcpy(t, &v, sizeof t);
+    for (int k = 0; k < 8; k++)
+        p[k] = clampf(t[k], lo, hi);
+}
+
+/* Version of the parameter layout; the loader checks it. */
+int64_t nnhal_abi_version(void) { return 2; }
+
+/* The taps [k0, k1) of a filter axis of size k that land inside [0, size) from position i0
+ * (= output position * stride - padding) with dilation d. */
+static inline void tap_range(int64_t i0, int64_t k, int64_t d, int64_t size,
+                             int64_t *k0, int64_t *k1)
+{
+    int64_t a = 0, b = k;
+    while (a < k && i0 + a * d < 0) a++;
+    while (b > a && i0 + (b - 1) * d >= size) b--;
+    *k0 = a;
+    *k1 = b;
+}
+
+/* First and one-past-last output position whose taps all land inside the input. */
+static inline void interior(int64_t o, int64_t s, int64_t pad, int64_t k, int64_t d,
+                            int64_t size, int64_t *lo_out, int64_t *hi_out)
+{
+    int64_t lo = (pad + s - 1) / s;               /* o*s - pad >= 0 */
+    int64_t last = size - 1 + pad - (k - 1) * d;  /* o*s <= last */
+    int64_t hi = last < 0 ? 0 : last / s + 1;
+    if (hi > o) hi = o;
+    if (lo > hi) lo = hi;
+    *lo_out = lo;
+    *hi_out = hi;
+}
+
+/* One output pixel of a depthwise convolution, every channel, taps clipped to the input. */
+static void dw_pixel(const float *ib, float *op, const int64_t *p, const float *filt,
+                     const float *bias, float lo, float hi, int64_t iy0, int64_t ix0)
+{
+    const int64_t w = p[P_W], c = p[P_C], cout = p[P_COUT], kw = p[P_KW];
+    const int64_t dh = p[P_DH], dw = p[P_DW], m = p[P_MULT];
+    const int64_t cv = (m == 1) ? (cout / 8) * 8 : 0; /* channels done 8 at a time */
+    int64_t ky0, ky1, kx0, kx1;
+    tap_range(iy0, p[P_KH], dh, p[P_H], &ky0, &ky1);
+    tap_range(ix0, kw, dw, w, &kx0, &kx1);
+    for (int64_t co = 0; co < cv; co += 8) {
+        v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int64_t ky = ky0; ky < ky1; ky++) {
+            const float *irow = ib + (iy0 + ky * dh) * w * c + co;
+            const float *frow = filt + ky * kw * cout + co;
+            for (int64_t kx = kx0; kx < kx1; kx++)
+                acc += load8(irow + (ix0 + kx * dw) * c) * load8(frow + kx * cout);
+        }
+        acc += load8(bias + co);
+        store8_clamped(op + co, acc, lo, hi);
+    }
+    for (int64_t co = cv; co < cout; co++) {
+        const int64_t ci = co / m;
+        float acc = 0.0f;
+        for (int64_t ky = ky0; ky < ky1; ky++) {
+            const float *irow = ib + (iy0 + ky * dh) * w * c + ci;
+            const float *frow = filt + ky * kw * cout + co;
+            for (int64_t kx = kx0; kx < kx1; kx++)
+                acc += irow[(ix0 + kx * dw) * c] * frow[kx * cout];
+        }
+        op[co] = clampf(acc + bias[co], lo, hi);
+    }
+}
+
+/* Depthwise convolution. filt is [KH][KW][COUT] (the NNAPI filter [1, KH, KW, COUT] as is),
+ * output channel co reads input channel co / MULT.
+ *
+ * Fast path (3x3, unit dilation, multiplier 1, channels a multiple of 8): for each output row
+ * whose taps are all inside the input, one 8-channel block at a time, the nine filter vectors
+ * and the bias stay in registers across the interior of the row. Other pixels: dw_pixel. */
+void nnhal_dwconv_f32(const float *in, float *out, const int64_t *p, const float *filt,
+                      const float *bias, float lo, float hi)
+{
+    const int64_t n = p[P_N], h = p[P_H], w = p[P_W], c = p[P_C];
+    const int64_t oh = p[P_OH], ow = p[P_OW], cout = p[P_COUT];
+    const int64_t kh = p[P_KH], kw = p[P_KW], sh = p[P_SH], sw = p[P_SW];
+    const int64_t dh = p[P_DH], dw = p[P_DW], pt = p[P_PT], pl = p[P_PL];
+    const int fast = kh == 3 && kw == 3 && dh == 1 && dw == 1 && p[P_MULT] == 1 && c % 8 == 0;
+    int64_t xl, xr, yl, yr;
+    interior(ow, sw, pl, kw, dw, w, &xl, &xr);
+    interior(oh, sh, pt, kh, dh, h, &yl, &yr);
+
+    for (int64_t b = 0; b < n; b++) {
+        const float *ib = in + b * h * w * c;
+        for (int64_t oy = 0; oy < oh; oy++) {
+            const int64_t iy0 = oy * sh - pt;
+            float *orow = out + ((b * oh + oy) * ow) * cout;
+            if (!fast || oy < yl || oy >= yr) {
+                for (int64_t ox = 0; ox < ow; ox++)
+                    dw_pixel(ib, orow + ox * cout, p, filt, bias, lo, hi, iy0, ox * sw - pl);
+                continue;
+            }
+            for (int64_t ox = 0; ox < xl; ox++)
+                dw_pixel(ib, orow + ox * cout, p, filt, bias, lo, hi, iy0, ox * sw - pl);
+            for (int64_t ox = xr; ox < ow; ox++)
+                dw_pixel(ib, orow + ox * cout, p, filt, bias, lo, hi, iy0, ox * sw - pl);
+            const float *r0 = ib + iy0 * w * c, *r1 = r0 + w * c, *r2 = r1 + w * c;
+            for (int64_t co = 0; co < c; co += 8) {
+                const v8f f00 = load8(filt + 0 * cout + co), f01 = load8(filt + 1 * cout + co),
+                          f02 = load8(filt + 2 * cout + co), f10 = load8(filt + 3 * cout + co),
+                          f11 = load8(filt + 4 * cout + co), f12 = load8(filt + 5 * cout + co),
+                          f20 = load8(filt + 6 * cout + co), f21 = load8(filt + 7 * cout + co),
+                          f22 = load8(filt + 8 * cout + co), bv = load8(bias + co);
+                for (int64_t ox = xl; ox < xr; ox++) {
+                    const int64_t o = (ox * sw - pl) * c + co;
+                    v8f acc = load8(r0 + o) * f00;
+                    acc += load8(r0 + o + c) * f01;
+                    acc += load8(r0 + o + 2 * c) * f02;
+                    acc += load8(r1 + o) * f10;
+                    acc += load8(r1 + o + c) * f11;
+                    acc += load8(r1 + o + 2 * c) * f12;
+                    acc += load8(r2 + o) * f20;
+                    acc += load8(r2 + o + c) * f21;
+                    acc += load8(r2 + o + 2 * c) * f22;
+                    acc += bv;
+                    store8_clamped(orow + ox * cout + co, acc, lo, hi);
+                }
+            }
+        }
+    }
+}
+
+/* One output pixel of a direct convolution: NB blocks of 8 output channels accumulated at
+ * once, so each input value is loaded and broadcast once per tap. */
+static inline __attribute__((always_inline)) void
+direct_pixel(const float *ib, float *op, const int64_t *p, const float *fb, int64_t blk,
+             const float *bias, float lo, float hi, int64_t iy0, int64_t ix0, const int nb,
+             int64_t cb0)
+{
+    const int64_t w = p[P_W], c = p[P_C], cout = p[P_COUT], kw = p[P_KW];
+    const int64_t dh = p[P_DH], dw = p[P_DW];
+    int64_t ky0, ky1, kx0, kx1;
+    tap_range(iy0, p[P_KH], dh, p[P_H], &ky0, &ky1);
+    tap_range(ix0, kw, dw, w, &kx0, &kx1);
+    v8f acc[4] = {{0}};
+    for (int64_t ky = ky0; ky < ky1; ky++) {
+        const float *irow = ib + (iy0 + ky * dh) * w * c;
+        for (int64_t kx = kx0; kx < kx1; kx++) {
+            const float *ip = irow + (ix0 + kx * dw) * c;
+            const float *fp = fb + ((ky * kw + kx) * c) * 8;
+            for (int64_t ci = 0; ci < c; ci++) {
+                const float v = ip[ci];
+                for (int j = 0; j < nb; j++)
+                    acc[j] += v * load8(fp + j * blk + ci * 8);
+            }
+        }
+    }
+    for (int j = 0; j < nb; j++) {
+        const int64_t cb = (cb0 + j) * 8;
+        if (cb + 8 <= cout) {
+            store8_clamped(op + cb, acc[j] + load8(bias + cb), lo, hi);
+        } else {
+            float t[8];
+            memcpy(t, &acc[j], sizeof t);
+            for (int64_t k = 0; cb + k < cout; k++)
+                op[cb + k] = clampf(t[k] + bias[cb + k], lo, hi);
+        }
+    }
+}
+
+/* PX horizontally adjacent interior output pixels (every tap inside the input) times NB
+ * blocks of 8 output channels: PX * NB independent accumulators hide the add latency. */
+static inline __attribute__((always_inline)) void
+direct_multi(const float *ib, float *op, const int64_t *p, const float *fb, int64_t blk,
+             const float *bias, float lo, float hi, int64_t iy0, int64_t ix0, const int px,
+             const int nb)
+{
+    const int64_t w = p[P_W], c = p[P_C], cout = p[P_COUT], kh = p[P_KH], kw = p[P_KW];
+    const int64_t dh = p[P_DH], dw = p[P_DW], sw = p[P_SW];
+    v8f acc[4][2];
+    for (int i = 0; i < px; i++)
+        for (int j = 0; j < nb; j++)
+            acc[i][j] = (v8f){0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t ky = 0; ky < kh; ky++) {
+        const float *irow = ib + (iy0 + ky * dh) * w * c;
+        for (int64_t kx = 0; kx < kw; kx++) {
+            const float *ip = irow + (ix0 + kx * dw) * c;
+            const float *fp = fb + ((ky * kw + kx) * c) * 8;
+            for (int64_t ci = 0; ci < c; ci++) {
+                v8f f[2];
+                for (int j = 0; j < nb; j++)
+                    f[j] = load8(fp + j * blk + ci * 8);
+                for (int i = 0; i < px; i++) {
+                    const float v = ip[i * sw * c + ci];
+                    for (int j = 0; j < nb; j++)
+                        acc[i][j] += v * f[j];
+                }
+            }
+        }
+    }
+    for (int i = 0; i < px; i++)
+        for (int j = 0; j < nb; j++) {
+            const int64_t cb = j * 8;
+            float *o = op + i * cout;
+            if (cb + 8 <= cout) {
+                store8_clamped(o + cb, acc[i][j] + load8(bias + cb), lo, hi);
+            } else {
+                float t[8];
+                memcpy(t, &acc[i][j], sizeof t);
+                for (int64_t k = 0; cb + k < cout; k++)
+                    o[cb + k] = clampf(t[k] + bias[cb + k], lo, hi);
+            }
+        }
+}
+
+/* Direct convolution for few input channels. filt is packed by the caller as
+ * [ceil(COUT/8)][KH][KW][C][8] (zero-padded output channels); bias is [COUT]. */
+void nnhal_conv_direct_f32(const float *in, float *out, const int64_t *p, const float *filt,
+                           const float *bias, float lo, float hi)
+{
+    const int64_t n = p[P_N], h = p[P_H], w = p[P_W], c = p[P_C];
+    const int64_t oh = p[P_OH], ow = p[P_OW], cout = p[P_COUT];
+    const int64_t kh = p[P_KH], kw = p[P_KW], sh = p[P_SH], sw = p[P_SW];
+    const int64_t pt = p[P_PT], pl = p[P_PL], dh = p[P_DH], dw = p[P_DW];
+    const int64_t nb = (cout + 7) / 8;
+    const int64_t blk = kh * kw * c * 8; /* floats of one packed output-channel block */
+    int64_t xl, xr, yl, yr;
+    interior(ow, sw, pl, kw, dw, w, &xl, &xr);
+    interior(oh, sh, pt, kh, dh, h, &yl, &yr);
+
+    for (int64_t b = 0; b < n; b++) {
+        const float *ib = in + b * h * w * c;
+        for (int64_t oy = 0; oy < oh; oy++) {
+            const int64_t iy0 = oy * sh - pt;
+            float *orow = out + ((b * oh + oy) * ow) * cout;
+            int64_t fast_end = 0;
+            if (nb <= 2 && oy >= yl && oy < yr) {
+                /* interior pixels 4 at a time; the rest below, one at a time */
+                for (int64_t ox = xl; ox + 4 <= xr; ox += 4) {
+                    if (nb == 1)
+                        direct_multi(ib, orow + ox * cout, p, filt, blk, bias, lo, hi, iy0,
+                                     ox * sw - pl, 4, 1);
+                    else
+                        direct_multi(ib, orow + ox * cout, p, filt, blk, bias, lo, hi, iy0,
+                                     ox * sw - pl, 4, 2);
+                    fast_end = ox + 4;
+                }
+            }
+            for (int64_t ox = 0; ox < ow; ox++) {
+                if (ox == xl && fast_end > xl)
+                    ox = fast_end;
+                if (ox >= ow)
+                    break;
+                const int64_t ix0 = ox * sw - pl;
+                float *op = orow + ox * cout;
+                int64_t cb = 0;
+                for (; cb + 4 <= nb; cb += 4)
+                    direct_pixel(ib, op, p, filt + cb * blk, blk, bias, lo, hi, iy0, ix0, 4, cb);
+                switch (nb - cb) {
+                case 3: direct_pixel(ib, op, p, filt + cb * blk, blk, bias, lo, hi, iy0, ix0, 3, cb);
+                    break;
+                case 2: direct_pixel(ib, op, p, filt + cb * blk, blk, bias, lo, hi, iy0, ix0, 2, cb);
+                    break;
+                case 1: direct_pixel(ib, op, p, filt + cb * blk, blk, bias, lo, hi, iy0, ix0, 1, cb);
+                    break;
+                default:
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/* ---- 8-bit depthwise convolution ---------------------------------------------------------
+ * int32 accumulation of (x - input zero point) * (centred filter), then the reference
+ * requantisation (MultiplyByQuantizedMultiplier: a saturating rounding doubling high multiply
+ * and a rounding divide by a power of two, as nnhal.ops.common does in int64), plus the output
+ * zero point and the activation clamp. q = {input zp, output zp, lo, hi, input signed,
+ * output signed}; mult and shift are per output channel (the caller broadcasts them). */
+
+/* SaturatingRoundingDoublingHighMul for a >= 0 multiplier b: the reference's nudge by
+ * 2**30 (1 - 2**30 for a negative product) and division truncating toward zero equal
+ * floor((a*b + 2**30) / 2**31) for either sign, i.e. an arithmetic shift: branch-free (the
+ * sign of the product is unpredictable; branches on it cost more than the arithmetic). The
+ * saturating case a == b == INT32_MIN cannot occur with b >= 0. */
+static inline int64_t srdhm64(int64_t a, int64_t b)
+{
+    return (a * b + (INT64_C(1) << 30)) >> 31;
+}
+
+/* RoundingDivideByPOT: divide by 2**e rounding half away from zero. */
+static inline int64_t rdbp64(int64_t x, int64_t e)
+{
+    const int64_t mask = (INT64_C(1) << e) - 1;
+    const int64_t rem = x & mask;
+    const int64_t thr = (mask >> 1) + (x < 0);
+    return (x >> e) + (rem > thr);
+}
+
+static inline int64_t requant(int64_t x, int64_t m, int64_t left, int64_t right)
+{
+    x *= INT64_C(1) << left;
+    x = x > INT32_MAX ? INT32_MAX : x;
+    x = x < INT32_MIN ? INT32_MIN : x;
+    return rdbp64(srdhm64(x, m), right);
+}
+
+void nnhal_dwconv_q8(const void *in_, void *out_, const int64_t *p, const int32_t *filt,
+                     const int32_t *bias, const int32_t *mult, const int32_t *shift,
+                     const int64_t *q, int32_t *acc)
+{
+    const int64_t n = p[P_N], h = p[P_H], w = p[P_W], c = p[P_C];
+    const int64_t oh = p[P_OH], ow = p[P_OW], cout = p[P_COUT];
+    const int64_t kh = p[P_KH], kw = p[P_KW], sh = p[P_SH], sw = p[P_SW];
+    const int64_t dh = p[P_DH], dw = p[P_DW], pt = p[P_PT], pl = p[P_PL], m = p[P_MULT];
+    const int32_t zin = (int32_t)q[0];
+    const int64_t zout = q[1], lo = q[2], hi = q[3];
+    const int sin = (int)q[4], sout = (int)q[5];
+    const uint8_t *in_u = in_;
+    const int8_t *in_s = in_;
+
+    for (int64_t b = 0; b < n; b++) {
+        for (int64_t oy = 0; oy < oh; oy++) {
+            const int64_t iy0 = oy * sh - pt;
+            int64_t ky0, ky1;
+            tap_range(iy0, kh, dh, h, &ky0, &ky1);
+            for (int64_t ox = 0; ox < ow; ox++) {
+                const int64_t ix0 = ox * sw - pl;
+                int64_t kx0, kx1;
+                tap_range(ix0, kw, dw, w, &kx0, &kx1);
+                memset(acc, 0, (size_t)cout * sizeof *acc);
+                for (int64_t ky = ky0; ky < ky1; ky++)
+                    for (int64_t kx = kx0; kx < kx1; kx++) {
+                        const int64_t off = ((b * h + iy0 + ky * dh) * w + ix0 + kx * dw) * c;
+                        const int32_t *f = filt + (ky * kw + kx) * cout;
+                        if (m == 1 && sin) {
+                            const int8_t *x = in_s + off;
+                            for (int64_t co = 0; co < cout; co++)
+                                acc[co] += ((int32_t)x[co] - zin) * f[co];
+                        } else if (m == 1) {
+                            const uint8_t *x = in_u + off;
+                            for (int64_t co = 0; co < cout; co++)
+                                acc[co] += ((int32_t)x[co] - zin) * f[co];
+                        } else {
+                            for (int64_t co = 0; co < cout; co++) {
+                                const int32_t v = sin ? in_s[off + co / m] : in_u[off + co / m];
+                                acc[co] += (v - zin) * f[co];
+                            }
+                        }
+                    }
+                const int64_t o = ((b * oh + oy) * ow + ox) * cout;
+                for (int64_t co = 0; co < cout; co++) {
+                    const int64_t sh_ = shift[co];
+                    const int64_t left = sh_ > 0 ? sh_ : 0, right = sh_ > 0 ? 0 : -sh_;
+                    int64_t r = requant((int64_t)acc[co] + bias[co], mult[co], left, right);
+                    r += zout;
+                    r = r < lo ? lo : r;
+                    acc[co] = (int32_t)(r > hi ? hi : r);
+                }
+                if (sout)
+                    for (int64_t co = 0; co < cout; co++)
+                        ((int8_t *)out_)[o + co] = (int8_t)acc[co];
+                else
+                    for (int64_t co = 0; co < cout; co++)
+                        ((uint8_t *)out_)[o + co] = (uint8_t)acc[co];
+            }
+        }
+    }
+}
