@@ -26,7 +26,7 @@ from nnhal.drivers.common.compilation_cache import (
 from nnhal.drivers.common.tokens import TokenRegistry
 from nnhal.drivers.common.workers import WorkerPools
 from nnhal.drivers.litert.cache import LiteRTCache, LiteRTPlan
-from nnhal.drivers.litert.engine import Engine, EnginePool
+from nnhal.drivers.litert.engine import Engine, EnginePool, unavailable
 from nnhal.drivers.litert.prepared_model import LiteRTPreparedModel
 from nnhal.hal import checks
 from nnhal.hal.interfaces import IBuffer, IDevice, IPreparedModel, IPreparedModelCallback
@@ -104,6 +104,10 @@ class LiteRTDevice(IDevice):
         key = None if cache_key_file is None else load_or_create_key(cache_key_file)
         #: The model cache authenticates inputs/outputs; the data cache is the flatbuffer.
         self._cache = LiteRTCache(VERSION_STRING, key, self.threads)
+        #: None, or why ai-edge-litert cannot be loaded. Loading it is part of opening the
+        #: device (tens of ms the first time in a process), as a driver service loads its
+        #: engine at start-up, not inside the first prepareModel or prepareModelFromCache.
+        self.engine_unavailable = unavailable()
         self.workers.start()
 
     # ---- plumbing ---------------------------------------------------------------------------
