@@ -35,6 +35,7 @@ from nnhal.memory import SharedMemory
 from nnhal.memory.pool import watch_of
 
 _BOOLS = (OperandType.BOOL, OperandType.TENSOR_BOOL8)
+_NONE = ErrorStatus.NONE
 
 
 def _input_view(raw: np.ndarray, t: OperandType, shape: tuple[int, ...]) -> np.ndarray:
@@ -52,7 +53,7 @@ class LiteRTRequest:
     views of its inputs in shared memory and of its outputs' places, decided here."""
 
     __slots__ = ("request", "pools", "watch", "buffers", "inputs", "shapes", "outputs",
-                 "all_inputs", "direct", "dims")
+                 "all_inputs", "direct", "dims", "feeds")
 
     def __init__(self, pm: LiteRTPreparedModel, request: Request,
                  pools: Sequence[RequestPool]):
@@ -80,6 +81,10 @@ class LiteRTRequest:
         self.outputs: list[np.ndarray | None] = []
         for arg, idx in zip(request.outputs, main.outputs):
             self.outputs.append(_place(arg, pools, main.operands[idx].type, main.shapes[idx]))
+        #: (tensor index, input view) and (tensor index, output place) pairs, made at the
+        #: first direct run.
+        self.feeds: tuple[tuple[tuple[int, np.ndarray], ...],
+                          tuple[tuple[int, np.ndarray], ...]] | None = None
         #: Per output, its dimensions when known before the run (see ``direct``).
         self.dims: list[list[int]] = [list(p.shape) for p in self.outputs if p is not None]
         #: The direct way applies: every input a view, every output a place of the shape the
@@ -223,23 +228,27 @@ class LiteRTPreparedModel(PreparedModelBase):
             return None
         if engine.shapes != prepared.shapes:
             engine.fit(prepared.shapes)  # before ``w`` is held: resizing counts references
+        feeds = prepared.feeds
+        if feeds is None:  # tensor indexes are the same in every interpreter of one model
+            feeds = prepared.feeds = (tuple(zip(engine.inputs, prepared.inputs)),
+                                      tuple(zip(engine.outputs, prepared.outputs)))
         w = engine.interpreter._interpreter
         set_tensor = w.SetTensor
-        for idx, arr in zip(engine.inputs, prepared.inputs):
+        for idx, arr in feeds[0]:
             set_tensor(idx, arr)
         w.Invoke()  # raises on failure: the engine is not given back (not trusted again)
         tensor = w.tensor
         out = None
-        for idx, place in zip(engine.outputs, prepared.outputs):
+        copyto = np.copyto
+        for idx, place in feeds[1]:
             out = tensor(w, idx)
-            if out.shape != place.shape:  # type: ignore[union-attr]
+            if out.shape != place.shape:
                 break
-            np.copyto(place, out)  # type: ignore[arg-type]
+            copyto(place, out)
         else:
-            del out  # no view may live when the interpreter runs or resizes again
-            del w, tensor, set_tensor
+            del out, w, tensor, set_tensor  # no view may live when the interpreter runs again
             engines.give(engine)
-            return ErrorStatus.NONE, [OutputShape(list(d), True) for d in prepared.dims]
+            return _NONE, [OutputShape(d[:], True) for d in prepared.dims]
         del out, w, tensor, set_tensor
         # An output of another shape (TFLite's [] for the HAL's [1], say): the general way
         # reshapes or reports it. The interpreter holds this run's results: read them again.
