@@ -1,32 +1,47 @@
-"""The LiteRT driver against the reference driver (the capability figures of
-``nnhal/drivers/litert/device.py``) and against ai-edge-litert running the same flatbuffer
-(the driver's own overhead), in interleaved rounds so that all see the same load.
+"""The LiteRT driver against ai-edge-litert running the same model (the driver's own overhead)
+and against the reference driver (the capability figures of ``nnhal/drivers/litert/device.py``),
+in interleaved rounds so that all see the same load. Prints figures; asserts nothing. Every
+figure is printed with /proc/loadavg.
 
-Models: MobileNetV2 224 float32 and full-integer int8 (random weights, benchmarks/hal_models)
-and one ADD [1,16]. Per model it prints the median per-round ratio litert / reference (the
-capability figure: lower is better, the reference is 1.0) and litert driver / bare
-ai-edge-litert (set_tensor + invoke + get_tensor); then prepareModel against
-prepareModelFromCache on MobileNetV2 float32. Prints figures; asserts nothing.
+1. MobileNet V1 and V2 (Keras, random weights, 224x224x3), float32 and full-integer int8 (int8
+   in and out), as the TFLite converter writes them: each .tflite is imported
+   (``read_tflite``), prepared on ``LiteRTDevice`` and run with executeSynchronously, against
+   ai-edge-litert on the *original* .tflite (set_tensor + invoke + get_tensor) with the same
+   threads; the figure is the median of the per-round ratios (goal: 1.05 or less). The
+   models come from ``--models DIR`` (mobilenet_v1.tflite, mobilenet_v1_int8.tflite,
+   mobilenet_v2.tflite, mobilenet_v2_int8.tflite) or, without it, are made with TensorFlow
+   into a temporary directory (skipped, saying so, when TensorFlow is absent).
+2. One ADD [1,16]: executeSynchronously against bare set + invoke + get (goal: within 10 us),
+   with the request in plain shared memory (checked for shrinking at every execution) and in
+   memory sealed against shrinking (nothing to check), and the reference driver.
+3. prepareModel against prepareModelFromCache on MobileNetV2 float32, each in a fresh process
+   (the call alone, and the whole process), goal >= 10x; then in this process with the table
+   of live plans emptied.
+4. With ``--capability``: litert / reference on the HAL-built MobileNetV2 float32 and int8
+   (benchmarks/hal_models), the figures behind the device's capabilities.
 
-    python benchmarks/bench_litert.py [--rounds N] [--threads T]
+    python benchmarks/bench_litert.py [--models DIR] [--rounds N] [--threads T] [--capability]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):  # run as a script: make the worktree importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(ROOT))
 
-from benchmarks import hal_models  # noqa: E402
 from nnhal.drivers.litert import LiteRTDevice  # noqa: E402
 from nnhal.drivers.reference import ReferenceDevice  # noqa: E402
 from nnhal.hal.builder import ModelBuilder, RequestBuilder  # noqa: E402
@@ -39,7 +54,9 @@ from nnhal.hal.types import (  # noqa: E402
     OperationType,
     Priority,
 )
-from nnhal.tflite import write_tflite  # noqa: E402
+
+MODELS = ("mobilenet_v1", "mobilenet_v1_int8", "mobilenet_v2", "mobilenet_v2_int8")
+med = statistics.median
 
 
 def load() -> str:
@@ -54,11 +71,140 @@ def prepare(device: object, model: Model) -> object:
     cb = PreparedModelCallback()
     device.prepare_model(model, ExecutionPreference.FAST_SINGLE_ANSWER,  # type: ignore
                          Priority.MEDIUM, None, [], [], b"", cb)
-    status, pm = cb.wait(300)
+    status, pm = cb.wait(600)
     if status != ErrorStatus.NONE:
         raise SystemExit(f"prepare failed on {device}: {status.name}")
     return pm
 
+
+def timed(fn: Callable[[], object], reps: int) -> float:
+    """Seconds per call: the mean over ``reps`` calls."""
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t0) / reps
+
+
+def interleaved(fns: dict[str, Callable[[], object]], rounds: int, reps: int
+                ) -> dict[str, list[float]]:
+    """Per function, its seconds per call in each round; each round times each in turn."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            times[k].append(timed(fn, reps))
+    return times
+
+
+def ratios(a: list[float], b: list[float]) -> float:
+    """The median of the per-round ratios a / b."""
+    return med([x / y for x, y in zip(a, b)])
+
+
+# ---- 1: converter-made MobileNets --------------------------------------------------------
+
+def make_models(out: Path) -> bool:
+    """Keras MobileNet and MobileNetV2 (weights=None, 224x224x3) converted to .tflite into
+    ``out``: float32, and full-integer int8 (int8 input and output) calibrated on a few
+    random images. False, saying why, when TensorFlow is not importable."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    try:
+        import tensorflow as tf
+    except Exception as e:  # noqa: BLE001 - any failure to load means "skip"
+        print(f"MobileNet benchmarks skipped: TensorFlow is not importable "
+              f"({type(e).__name__}: {e}); pass --models DIR with {', '.join(MODELS)} .tflite")
+        return False
+    rng = np.random.default_rng(0)
+    calibration = [rng.uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32) for _ in range(4)]
+    makers = {"mobilenet_v1": tf.keras.applications.MobileNet,
+              "mobilenet_v2": tf.keras.applications.MobileNetV2}
+    for name, make in makers.items():
+        keras_model = make(weights=None, input_shape=(224, 224, 3))
+        converter = tf.lite.TFLiteConverter.from_keras_model(keras_model)
+        (out / f"{name}.tflite").write_bytes(converter.convert())
+        converter = tf.lite.TFLiteConverter.from_keras_model(keras_model)
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = lambda: ([x] for x in calibration)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.inference_input_type = tf.int8
+        converter.inference_output_type = tf.int8
+        (out / f"{name}_int8.tflite").write_bytes(converter.convert())
+        print(f"made {name}.tflite and {name}_int8.tflite with TensorFlow {tf.__version__}",
+              flush=True)
+    return True
+
+
+def random_input(detail: dict, rng: np.random.Generator) -> np.ndarray:
+    shape, dtype = tuple(int(d) for d in detail["shape"]), np.dtype(detail["dtype"])
+    if dtype.kind == "f":
+        return rng.uniform(-1, 1, shape).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+
+
+def bench_tflite(name: str, path: Path, lit: LiteRTDevice, rounds: int, reps: int
+                 ) -> float | None:
+    """LiteRTDevice on the imported model against ai-edge-litert on the original file."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from nnhal.tflite import read_tflite
+
+    blob = path.read_bytes()
+    try:
+        imported = read_tflite(blob, path.name)
+    except Exception as e:  # noqa: BLE001 - report and go on with the next model
+        print(f"{name}: not imported: {type(e).__name__}: {e}")
+        return None
+    model = imported.model
+    bare = Interpreter(model_content=blob, num_threads=lit.threads)
+    bare.allocate_tensors()
+    by_name = {d["name"]: d for d in bare.get_input_details()}
+    in_dets = [by_name.get(n) for n in imported.input_names]
+    if None in in_dets:
+        in_dets = bare.get_input_details()
+    out_by_name = {d["name"]: d["index"] for d in bare.get_output_details()}
+    outs = [out_by_name.get(n) for n in imported.output_names]
+    if None in outs:
+        outs = [d["index"] for d in bare.get_output_details()]
+    ins = [d["index"] for d in in_dets]
+    rng = np.random.default_rng(1)
+    inputs = [random_input(d, rng) for d in in_dets]
+    pm = prepare(lit, model)
+    rb = RequestBuilder(inputs, model=model)
+    request = rb.request
+
+    def run_bare() -> None:
+        for i, x in zip(ins, inputs):
+            bare.set_tensor(i, x)
+        bare.invoke()
+        for o in outs:
+            bare.get_tensor(o)
+
+    def run_lit() -> None:
+        pm.execute_synchronously(request)  # type: ignore[attr-defined]
+
+    status = pm.execute_synchronously(request)[0]  # type: ignore[attr-defined]
+    run_bare()
+    diff = max(float(np.max(np.abs(rb.output(k).astype(np.float64) -
+                                   bare.get_tensor(o).astype(np.float64))))
+               for k, o in enumerate(outs))
+    t = interleaved({"litert": run_lit, "bare": run_bare}, rounds, reps)
+    rb.close()
+    r = ratios(t["litert"], t["bare"])
+    print(f"{name:20s} LiteRTDevice {med(t['litert']) * 1e3:7.3f} ms  ai-edge-litert "
+          f"{med(t['bare']) * 1e3:7.3f} ms  ratio {r:5.3f} (goal <= 1.05)  "
+          f"[{status.name}, outputs differ by <= {diff:.3g}]  load {load()}", flush=True)
+    return r
+
+
+def runner(pm: object, rb: RequestBuilder) -> Callable[[], object]:
+    """One executeSynchronously of ``rb``'s request on ``pm``."""
+    request = rb.request
+    return lambda: pm.execute_synchronously(request)  # type: ignore[attr-defined]
+
+
+# ---- 2: one ADD ---------------------------------------------------------------------------
 
 def add_model() -> tuple[Model, list[np.ndarray]]:
     b = ModelBuilder()
@@ -71,20 +217,15 @@ def add_model() -> tuple[Model, list[np.ndarray]]:
     return b.build(), [rng.standard_normal((1, 16)).astype(np.float32) for _ in range(2)]
 
 
-def timed(fn: Callable[[], object], reps: int) -> float:
-    """Seconds per call, best of the calls' mean over ``reps`` calls."""
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    return (time.perf_counter() - t0) / reps
-
-
-def bench(name: str, model: Model, inputs: list[np.ndarray], ref: ReferenceDevice,
-          lit: LiteRTDevice, rounds: int, reps: int) -> float:
+def bench_add(lit: LiteRTDevice, ref: ReferenceDevice, rounds: int, reps: int) -> None:
     from ai_edge_litert.interpreter import Interpreter
 
-    pm_ref, pm_lit = prepare(ref, model), prepare(lit, model)
-    rb = RequestBuilder(inputs, model=model)
+    from nnhal.tflite import write_tflite
+
+    model, inputs = add_model()
+    pm_lit, pm_ref = prepare(lit, model), prepare(ref, model)
+    plain = RequestBuilder(inputs, model=model)
+    sealed = RequestBuilder(inputs, model=model, sealed=True)
     bare = Interpreter(model_content=write_tflite(model), num_threads=lit.threads)
     bare.allocate_tensors()
     ins = [d["index"] for d in bare.get_input_details()]
@@ -97,37 +238,95 @@ def bench(name: str, model: Model, inputs: list[np.ndarray], ref: ReferenceDevic
         for o in outs:
             bare.get_tensor(o)
 
-    def run_ref() -> None:
-        pm_ref.execute_synchronously(rb.request)  # type: ignore[attr-defined]
+    t = interleaved({"bare": run_bare, "litert": runner(pm_lit, plain),
+                     "litert sealed": runner(pm_lit, sealed),
+                     "reference": runner(pm_ref, plain)}, rounds, reps)
+    plain.close()
+    sealed.close()
+    b = t["bare"]
 
-    def run_lit() -> None:
-        pm_lit.execute_synchronously(rb.request)  # type: ignore[attr-defined]
+    def over(k: str) -> str:
+        return f"{med([x - y for x, y in zip(t[k], b)]) * 1e6:5.1f}"
 
-    for fn in (run_ref, run_lit, run_bare):
-        fn()
-    vs_ref, vs_bare, t_lit, t_ref, t_bare = [], [], [], [], []
-    for _ in range(rounds):
-        r, li, b = timed(run_ref, reps), timed(run_lit, reps), timed(run_bare, reps)
-        vs_ref.append(li / r)
-        vs_bare.append(li / b)
-        t_lit.append(li)
-        t_ref.append(r)
-        t_bare.append(b)
-    rb.close()
-    med = statistics.median
-    print(f"{name:22s} reference {med(t_ref) * 1e3:8.3f} ms  litert {med(t_lit) * 1e3:8.3f} ms"
-          f"  bare {med(t_bare) * 1e3:8.3f} ms  litert/reference {med(vs_ref):6.3f}"
-          f"  litert/bare {med(vs_bare):5.3f}"
-          f"  (litert-bare {(med(t_lit) - med(t_bare)) * 1e6:.1f} us)"
-          f"  load {load()}", flush=True)
-    return med(vs_ref)
+    print(f"ADD [1,16]: ai-edge-litert set+invoke+get {med(b) * 1e6:5.1f} us; LiteRTDevice "
+          f"{med(t['litert']) * 1e6:5.1f} us (+{over('litert')}), with sealed memory "
+          f"{med(t['litert sealed']) * 1e6:5.1f} us (+{over('litert sealed')}) (goal +10 us); "
+          f"reference driver {med(t['reference']) * 1e6:5.1f} us  load {load()}", flush=True)
+
+
+# ---- 3: prepareModel against prepareModelFromCache, in fresh processes ---------------------
+
+#: One step in a fresh process. argv: mode (save, prepare, restore), .tflite, model cache,
+#: data cache, key file, threads. Prints JSON: the call's seconds and the first execution's.
+_CHILD = r"""
+import json, os, sys, time
+from nnhal.drivers.litert import LiteRTDevice
+from nnhal.hal.builder import RequestBuilder
+from nnhal.hal.interfaces import PreparedModelCallback
+from nnhal.hal.types import ErrorStatus, ExecutionPreference, Priority
+from nnhal.tflite import read_tflite
+import numpy as np
+mode, path, mc, dc, key, threads = sys.argv[1:7]
+device = LiteRTDevice(threads=int(threads), cache_key_file=key)
+model = read_tflite(path).model
+token = bytes(range(32))
+flags = os.O_RDWR | os.O_CREAT
+mfd, dfd = os.open(mc, flags, 0o600), os.open(dc, flags, 0o600)
+cb = PreparedModelCallback()
+caches = ([mfd], [dfd]) if mode != "prepare" else ([], [])
+t0 = time.perf_counter()
+if mode == "restore":
+    device.prepare_model_from_cache(None, [mfd], [dfd], token, cb)
+else:
+    device.prepare_model(model, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None,
+                         *caches, token, cb)
+status, pm = cb.wait(600)
+call = time.perf_counter() - t0
+assert status == ErrorStatus.NONE, status
+x = np.random.default_rng(0).uniform(-1, 1, (1, 224, 224, 3)).astype(np.float32)
+rb = RequestBuilder([x], model=model)
+t0 = time.perf_counter()
+assert pm.execute_synchronously(rb.request)[0] == ErrorStatus.NONE
+first = time.perf_counter() - t0
+print(json.dumps({"call": call, "first": first}))
+"""
+
+
+def child(mode: str, path: Path, tmp: Path, threads: int) -> tuple[float, float, float]:
+    """(call seconds, first execution seconds, whole process seconds) of one fresh process."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path), str(tmp / "model"),
+                           str(tmp / "data"), str(tmp / "key"), str(threads)],
+                          capture_output=True, text=True, env=env, cwd=tmp, timeout=600)
+    whole = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"{mode} process failed:\n{done.stderr[-2000:]}")
+    rec = json.loads(done.stdout.strip().splitlines()[-1])
+    return rec["call"], rec["first"], whole
+
+
+def bench_cache_processes(path: Path, threads: int, rounds: int) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        child("save", path, tmp, threads)  # writes the cache files (and the key)
+        t: dict[str, list[tuple[float, float, float]]] = {"prepare": [], "restore": []}
+        for _ in range(rounds):
+            for mode in t:
+                t[mode].append(child(mode, path, tmp, threads))
+    p, r = t["prepare"], t["restore"]
+    call = ratios([x[0] for x in p], [x[0] for x in r])
+    whole = ratios([x[2] for x in p], [x[2] for x in r])
+    print(f"{path.name} in fresh processes: prepareModel {med(x[0] for x in p) * 1e3:.1f} ms, "
+          f"prepareModelFromCache {med(x[0] for x in r) * 1e3:.1f} ms: {call:.1f}x (goal >= 10x)"
+          f"; whole process {med(x[2] for x in p):.2f} s against {med(x[2] for x in r):.2f} s"
+          f" ({whole:.2f}x); first execution after {med(x[1] for x in p) * 1e3:.1f} ms against"
+          f" {med(x[1] for x in r) * 1e3:.1f} ms  load {load()}", flush=True)
 
 
 def bench_cache(lit: LiteRTDevice, model: Model, rounds: int) -> None:
-    """prepareModel against prepareModelFromCache (the live-plan table emptied first, so
-    every restore verifies, decodes and builds its interpreter), in this process."""
-    import tempfile
-
+    """prepareModel (saving the cache) against prepareModelFromCache in this process, the
+    live-plan table emptied first, so every restore verifies, decodes and builds."""
     prep, rest = [], []
     with tempfile.TemporaryFile() as mf, tempfile.TemporaryFile() as df:
         token = bytes(range(32))
@@ -136,40 +335,80 @@ def bench_cache(lit: LiteRTDevice, model: Model, rounds: int) -> None:
             cb = PreparedModelCallback()
             lit.prepare_model(model, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM,
                               None, [mf], [df], token, cb)
-            assert cb.wait(300)[0] == ErrorStatus.NONE
+            assert cb.wait(600)[0] == ErrorStatus.NONE
             prep.append(time.perf_counter() - t0)
             lit._cache.forget_live_plans()
             t0 = time.perf_counter()
             cb = PreparedModelCallback()
             lit.prepare_model_from_cache(None, [mf], [df], token, cb)
-            assert cb.wait(300)[0] == ErrorStatus.NONE
+            assert cb.wait(600)[0] == ErrorStatus.NONE
             rest.append(time.perf_counter() - t0)
-    med = statistics.median
-    print(f"MobileNetV2 float32 prepare {med(prep) * 1e3:.1f} ms, from cache (cold plan) "
-          f"{med(rest) * 1e3:.1f} ms: {med(prep) / med(rest):.1f}x  load {load()}", flush=True)
+    print(f"in this process: prepareModel + save {med(prep) * 1e3:.1f} ms, from cache (cold "
+          f"plan) {med(rest) * 1e3:.1f} ms: {ratios(prep, rest):.1f}x  load {load()}",
+          flush=True)
+
+
+# ---- 4: capability figures ------------------------------------------------------------------
+
+def bench_capability(lit: LiteRTDevice, ref: ReferenceDevice, rounds: int) -> None:
+    from benchmarks import hal_models
+
+    m8, x8, _ = hal_models.mobilenet_v2_int8()
+    cases = {"ADD [1,16]": (*add_model(), 2000),
+             "MobileNetV2 float32": (hal_models.mobilenet_v2_float(),
+                                     [hal_models.float_input()], 3),
+             "MobileNetV2 int8": (m8, [x8], 3)}
+    for name, (model, inputs, reps) in cases.items():
+        pm_ref, pm_lit = prepare(ref, model), prepare(lit, model)
+        rb = RequestBuilder(inputs, model=model)
+        t = interleaved({"ref": runner(pm_ref, rb), "lit": runner(pm_lit, rb)}, rounds, reps)
+        rb.close()
+        print(f"capability {name:20s} reference {med(t['ref']) * 1e3:8.3f} ms  litert "
+              f"{med(t['lit']) * 1e3:8.3f} ms  litert/reference {ratios(t['lit'], t['ref']):.3f}"
+              f"  load {load()}", flush=True)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--models", type=Path, default=None,
+                   help="directory with the MobileNet .tflite files (default: make them)")
+    p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--threads", type=int, default=None, help="LiteRT threads (default: cores)")
+    p.add_argument("--capability", action="store_true",
+                   help="also litert / reference on the HAL-built MobileNetV2 models")
+    p.add_argument("--skip", default="", help="comma-separated parts to skip: models,add,cache")
     args = p.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
     ref, lit = ReferenceDevice(), LiteRTDevice(threads=args.threads)
-    print(f"LiteRT threads {lit.threads}; load {load()}")
+    print(f"LiteRT threads {lit.threads}; load {load()}", flush=True)
+    made = None
     try:
-        figures = {}
-        model, inputs = add_model()
-        figures["add"] = bench("ADD [1,16]", model, inputs, ref, lit, args.rounds, 2000)
-        figures["float32"] = bench("MobileNetV2 float32", hal_models.mobilenet_v2_float(),
-                                   [hal_models.float_input()], ref, lit, args.rounds, 3)
-        m8, x8, _ = hal_models.mobilenet_v2_int8()
-        figures["int8"] = bench("MobileNetV2 int8", m8, [x8], ref, lit, args.rounds, 3)
-        bench_cache(lit, hal_models.mobilenet_v2_float(), args.rounds)
+        models = args.models
+        if models is None and not skip >= {"models", "cache"}:
+            made = tempfile.TemporaryDirectory()
+            models = Path(made.name) if make_models(Path(made.name)) else None
+        if "add" not in skip:
+            bench_add(lit, ref, args.rounds, 2000)
+        if models is not None and "models" not in skip:
+            for name in MODELS:
+                path = models / f"{name}.tflite"
+                if path.exists():
+                    bench_tflite(name, path, lit, args.rounds, 5)
+                else:
+                    print(f"{name}: {path} not found")
+        if models is not None and "cache" not in skip:
+            path = models / "mobilenet_v2.tflite"
+            if path.exists():
+                bench_cache_processes(path, lit.threads, max(3, args.rounds // 2))
+                from nnhal.tflite import read_tflite
+                bench_cache(lit, read_tflite(path).model, args.rounds)
+        if args.capability:
+            bench_capability(lit, ref, args.rounds)
     finally:
         ref.close()
         lit.close()
-    print("capability figures (litert / reference, lower is better): " +
-          ", ".join(f"{k} {v:.3f}" for k, v in figures.items()))
+        if made is not None:
+            made.cleanup()
     return 0
 
 

@@ -221,11 +221,12 @@ class RequestBuilder:
     inputs whose model dimensions are not all known get their dimensions in the request, and
     ``output_nbytes`` may be left out: each output gets the size of its known dimensions (0
     when some are unknown: the execution then reports OUTPUT_INSUFFICIENT_SIZE with the real
-    shape).
+    shape). ``sealed``: both memories sealed against shrinking (see
+    :meth:`~nnhal.memory.SharedMemory.ashmem`), so executions need not check their size.
     """
 
     def __init__(self, inputs: Sequence[np.ndarray], output_nbytes: Sequence[int] | None = None,
-                 *, model: Model | None = None):
+                 *, model: Model | None = None, sealed: bool = False):
         dims: list[list[int]] = [[] for _ in inputs]
         if model is not None:
             dims = _check_inputs(model, inputs)
@@ -241,7 +242,7 @@ class RequestBuilder:
             size = _align(size)
             offs.append(size)
             size += len(b)
-        self.input_memory = SharedMemory.ashmem(size)
+        self.input_memory = SharedMemory.ashmem(size, sealed=sealed)
         for off, b in zip(offs, blobs):
             self.input_memory.write(off, b)
         out_offs, osize = [], 0
@@ -249,7 +250,7 @@ class RequestBuilder:
             osize = _align(osize)
             out_offs.append(osize)
             osize += n
-        self.output_memory = SharedMemory.ashmem(osize)
+        self.output_memory = SharedMemory.ashmem(osize, sealed=sealed)
         self.request = Request(
             inputs=[RequestArgument(False, DataLocation(0, o, len(b)), d)
                     for o, b, d in zip(offs, blobs, dims)],

@@ -351,8 +351,35 @@ def test_an_output_reduced_to_one_element_is_reported_in_the_models_shape(device
     pm = prepare(device, model)
     rb = RequestBuilder([np.array([3.5], np.float32)], model=model)
     try:
-        status, shapes, _ = pm.execute_synchronously(rb.request)
-        assert status == E.NONE and shapes[0].dimensions == [1]
-        assert rb.output(0).tolist() == [3.5]
+        for value in (3.5, -2.0):  # the second run is the recognised, bound request
+            rb.input_memory.write(0, np.array([value], np.float32).tobytes())
+            status, shapes, _ = pm.execute_synchronously(rb.request)
+            assert status == E.NONE and shapes[0].dimensions == [1]
+            assert rb.output(0).tolist() == [value]
+    finally:
+        rb.close()
+
+
+@pytest.mark.parametrize("sealed", [False, True])
+def test_a_request_run_again_takes_the_direct_way_and_sees_new_inputs(device, sealed):
+    model = add_model(DIMS)
+    pm = prepare(device, model)
+    a, b = float_inputs(7, DIMS)
+    rb = RequestBuilder([a, b], [a.nbytes], sealed=sealed)
+    try:
+        for k in range(3):
+            x, y = a + k, b * k
+            rb.input_memory.write(0, x.tobytes())
+            rb.input_memory.write(a.nbytes, y.tobytes())
+            status, shapes, _ = pm.execute_synchronously(rb.request)
+            assert status == E.NONE and shapes[0].dimensions == list(DIMS)
+            np.testing.assert_allclose(out(rb), x + y, rtol=1e-6)
+        bound = pm._recent.bound
+        assert bound.direct
+        # Memory sealed against shrinking needs no size check at each run.
+        assert (bound.watch == ()) == sealed
+        # The result's shapes are the caller's to keep: a change does not leak into the next.
+        shapes[0].dimensions.append(99)
+        assert pm.execute_synchronously(rb.request)[1][0].dimensions == list(DIMS)
     finally:
         rb.close()

@@ -265,18 +265,25 @@ def same_request(request: object, recent: Recent, _R: type = Request,
         for a, s in zip(args, known):
             if _type(a) is not _RA:
                 return False
+            # ``is``: the snapshot's flags are bools, so anything else (0, None) differs.
+            if a.has_no_value is not s.has_no_value:
+                return False
             loc = a.location
-            dims = a.dimensions
-            if _type(loc) is not _DL or _type(dims) is not _list or \
-                    _type(a.has_no_value) is not bool or a.has_no_value is not s.has_no_value:
-                return False
-            p = loc.pool_index
-            o = loc.offset
-            n = loc.length
-            if not _type(p) is _type(o) is _type(n) is _int:
-                return False
             k = s.location
-            if p != k.pool_index or o != k.offset or n != k.length:
+            # The snapshot shares the request's (frozen) locations: the very object is the
+            # very values, already checked.
+            if loc is not k:
+                if _type(loc) is not _DL:
+                    return False
+                p = loc.pool_index
+                o = loc.offset
+                n = loc.length
+                if not _type(p) is _type(o) is _type(n) is _int:
+                    return False
+                if p != k.pool_index or o != k.offset or n != k.length:
+                    return False
+            dims = a.dimensions
+            if _type(dims) is not _list:
                 return False
             if dims:
                 for d in dims:

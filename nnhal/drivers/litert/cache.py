@@ -1,7 +1,7 @@
 """The LiteRT driver's compilation cache, in the common authenticated container
 (:mod:`nnhal.drivers.common.compilation_cache`).
 
-The *data cache* is the flatbuffer (verified by its SHA-256 digest, bound into the model
+The *data cache* is the flatbuffer (verified by its BLAKE3 digest, bound into the model
 cache); the *model cache* body holds this driver's version and the main inputs and outputs
 (JSON: types, dimensions, quantization, which inputs are required, the outputs' inferred
 shapes). Restoring builds an interpreter from the flatbuffer: nothing is analysed or exported

@@ -28,7 +28,7 @@ class Engine:
     """One interpreter and what a run needs to know of it: its input and output tensor
     indexes (in the model's input / output order) and the input shapes it is allocated for."""
 
-    __slots__ = ("interpreter", "inputs", "outputs", "shapes", "prepared_shapes")
+    __slots__ = ("interpreter", "inputs", "outputs", "shapes", "prepared_shapes", "direct")
 
     def __init__(self, flatbuffer: bytes, threads: int):
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
@@ -43,6 +43,15 @@ class Engine:
         self.shapes: list[tuple[int, ...]] = [
             tuple(int(x) for x in d["shape"]) for d in self.interpreter.get_input_details()]
         self.prepared_shapes = list(self.shapes)
+        #: Whether ai-edge-litert's native wrapper (``interpreter._interpreter``: ``SetTensor``,
+        #: ``Invoke``, ``tensor``) is there to be called directly on the hot path, skipping a
+        #: Python layer per call. Safe as the public methods are, because no view of a tensor
+        #: outlives the run that made it (see :meth:`output_views`). Never kept referenced
+        #: here: ai-edge-litert counts the wrapper's references to see that no view lives.
+        wrapper = getattr(self.interpreter, "_interpreter", None)
+        self.direct = all(callable(getattr(wrapper, n, None))
+                          for n in ("SetTensor", "Invoke", "tensor"))
+        del wrapper
 
     def fit(self, shapes: Sequence[tuple[int, ...] | None]) -> None:
         """Resize the inputs whose shape differs from ``shapes`` (None: leave it) and
@@ -59,16 +68,28 @@ class Engine:
             self.interpreter.allocate_tensors()
 
     def invoke(self, inputs: Sequence[np.ndarray | None]) -> None:
-        interp = self.interpreter
+        if not self.direct:
+            interp = self.interpreter
+            for idx, arr in zip(self.inputs, inputs):
+                if arr is not None:
+                    interp.set_tensor(idx, arr)
+            interp.invoke()
+            return
+        w = self.interpreter._interpreter
+        set_tensor = w.SetTensor
         for idx, arr in zip(self.inputs, inputs):
             if arr is not None:
-                interp.set_tensor(idx, arr)
-        interp.invoke()
+                set_tensor(idx, arr)
+        w.Invoke()
 
     def output_views(self) -> list[np.ndarray]:
         """The outputs as views of the interpreter's memory (drop them before the next
-        resize: the interpreter refuses to reallocate while they live)."""
-        return [self.interpreter.tensor(i)() for i in self.outputs]
+        resize or run: the interpreter refuses to reallocate while they live)."""
+        if not self.direct:
+            return [self.interpreter.tensor(i)() for i in self.outputs]
+        w = self.interpreter._interpreter
+        tensor = w.tensor
+        return [tensor(w, i) for i in self.outputs]
 
 
 class EnginePool:
@@ -84,12 +105,15 @@ class EnginePool:
         self.created = 1 if first is not None else 0
 
     def take(self) -> Engine:
+        # list.pop and list.append are atomic: no two threads get one engine, with no lock
+        # on the way of every run.
+        try:
+            return self._free.pop()
+        except IndexError:
+            pass
         with self._lock:
-            if self._free:
-                return self._free.pop()
             self.created += 1
         return Engine(self.flatbuffer, self.threads)
 
     def give(self, engine: Engine) -> None:
-        with self._lock:
-            self._free.append(engine)
+        self._free.append(engine)

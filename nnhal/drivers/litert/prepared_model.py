@@ -35,6 +35,7 @@ from nnhal.memory import SharedMemory
 from nnhal.memory.pool import watch_of
 
 _BOOLS = (OperandType.BOOL, OperandType.TENSOR_BOOL8)
+_NONE = ErrorStatus.NONE
 
 
 def _input_view(raw: np.ndarray, t: OperandType, shape: tuple[int, ...]) -> np.ndarray:
@@ -52,7 +53,7 @@ class LiteRTRequest:
     views of its inputs in shared memory and of its outputs' places, decided here."""
 
     __slots__ = ("request", "pools", "watch", "buffers", "inputs", "shapes", "outputs",
-                 "all_inputs")
+                 "all_inputs", "direct", "dims", "feeds")
 
     def __init__(self, pm: LiteRTPreparedModel, request: Request,
                  pools: Sequence[RequestPool]):
@@ -80,6 +81,17 @@ class LiteRTRequest:
         self.outputs: list[np.ndarray | None] = []
         for arg, idx in zip(request.outputs, main.outputs):
             self.outputs.append(_place(arg, pools, main.operands[idx].type, main.shapes[idx]))
+        #: (tensor index, input view) and (tensor index, output place) pairs, made at the
+        #: first direct run.
+        self.feeds: tuple[tuple[tuple[int, np.ndarray], ...],
+                          tuple[tuple[int, np.ndarray], ...]] | None = None
+        #: Per output, its dimensions when known before the run (see ``direct``).
+        self.dims: list[list[int]] = [list(p.shape) for p in self.outputs if p is not None]
+        #: The direct way applies: every input a view, every output a place of the shape the
+        #: analysis knows (the interpreter's output is checked against it at each run).
+        self.direct = self.all_inputs and len(self.dims) == len(self.outputs) and all(
+            known is not None and tuple(p.shape) == known  # type: ignore[union-attr]
+            for p, known in zip(self.outputs, pm._known))
 
 
 def _place(arg: object, pools: Sequence[RequestPool], t: OperandType,
@@ -174,6 +186,10 @@ class LiteRTPreparedModel(PreparedModelBase):
 
     def execute_checked(self, request: Request, pools: Sequence[RequestPool], rt: RunState,
                         prepared: LiteRTRequest | None) -> tuple[ErrorStatus, list[OutputShape]]:
+        if prepared is not None and prepared.direct and rt.deadline_ns is None:
+            done = self._direct(prepared)
+            if done is not None:
+                return done
         if prepared is None:
             shapes = self.input_shapes(request)
             inputs = self._inputs(request, pools, shapes, None)
@@ -197,6 +213,54 @@ class LiteRTPreparedModel(PreparedModelBase):
             result = self._store(request, pools, outs, prepared)
         finally:
             del outs  # the views must be gone before this interpreter resizes again
+        engines.give(engine)
+        return result
+
+    def _direct(self, prepared: LiteRTRequest) -> tuple[ErrorStatus, list[OutputShape]] | None:
+        """A bound request on the shortest way: set each input, invoke, copy each output
+        straight from the interpreter into its place. None (nothing written that the general
+        way would not write again): an output's shape is not the one expected, or the engine
+        has no direct access; the caller then takes the general way."""
+        engines = self.engines
+        engine = engines.take()
+        if not engine.direct:
+            engines.give(engine)
+            return None
+        if engine.shapes != prepared.shapes:
+            engine.fit(prepared.shapes)  # before ``w`` is held: resizing counts references
+        feeds = prepared.feeds
+        if feeds is None:  # tensor indexes are the same in every interpreter of one model
+            feeds = prepared.feeds = (tuple(zip(engine.inputs, prepared.inputs)),
+                                      tuple(zip(engine.outputs, prepared.outputs)))
+        w = engine.interpreter._interpreter
+        set_tensor = w.SetTensor
+        for idx, arr in feeds[0]:
+            set_tensor(idx, arr)
+        w.Invoke()  # raises on failure: the engine is not given back (not trusted again)
+        tensor = w.tensor
+        out = None
+        copyto = np.copyto
+        for idx, place in feeds[1]:
+            out = tensor(w, idx)
+            if out.shape != place.shape:
+                break
+            copyto(place, out)
+        else:
+            del out, w, tensor, set_tensor  # no view may live when the interpreter runs again
+            engines.give(engine)
+            return _NONE, [OutputShape(d[:], True) for d in prepared.dims]
+        del out, w, tensor, set_tensor
+        # An output of another shape (TFLite's [] for the HAL's [1], say): the general way
+        # reshapes or reports it. The interpreter holds this run's results: read them again.
+        try:
+            outs = engine.output_views()
+            for k, known in enumerate(self._known):
+                if known is not None and outs[k].shape != known and \
+                        outs[k].size == math.prod(known):
+                    outs[k] = outs[k].reshape(known)
+            result = self._store(prepared.request, prepared.pools, outs, prepared)
+        finally:
+            outs = []
         engines.give(engine)
         return result
 

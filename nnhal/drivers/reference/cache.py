@@ -14,7 +14,7 @@ decoder is nevertheless strict: every count, index, type and location is checked
 and nothing in the files can make it allocate more than the files' own size.
 
 Layout of the model cache body after the container's body head (u8 priority, u8 relaxed,
-u64 data length, 32-byte data SHA-256), little-endian::
+u64 data length, 32-byte data BLAKE3 digest), little-endian::
 
     str driver version,
     u32 n {u32 prefix, str extension name},
