@@ -29,6 +29,7 @@ from nnhal.conformance.mutations import (
     run_model_mutations,
     run_request_mutations,
 )
+from nnhal.drivers.registry import available, open_device
 from nnhal.hal.builder import ModelBuilder, RequestBuilder
 from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (
@@ -306,3 +307,40 @@ def test_cli_prints_totals(capsys):
     assert rc == 0, out
     assert "model mutations" in out and "mutants generated" in out
     assert "path sync" in out and "path async" in out
+
+
+# ---- the same on the LiteRT driver (skipped, saying why, when it is unavailable) ----------
+
+_LITERT_WHY = available().get("litert", "not registered")
+needs_litert = pytest.mark.skipif(_LITERT_WHY is not None,
+                                  reason=f"the LiteRT driver is unavailable: {_LITERT_WHY}")
+
+
+@pytest.fixture(scope="module")
+def litert():
+    dev = open_device("litert")
+    yield dev
+    dev.close()
+
+
+@needs_litert
+@pytest.mark.parametrize("make", [add_model, conv_model])
+def test_litert_rejects_every_model_mutant(litert, make):
+    test_every_model_mutant_is_rejected(litert, make)
+
+
+@needs_litert
+def test_litert_rejects_every_request_mutant_on_every_path(litert):
+    test_every_request_mutant_is_rejected_on_every_path(litert)
+
+
+@needs_litert
+@needs_specs
+def test_litert_suite_sample_mutations(litert):
+    totals = run_model_mutations(litert, _sample(60), limit_per_case=60, seed=1)
+    assert totals.generated > 3000
+    assert totals.outcomes[REJECTED] == totals.generated, totals.failures[:10]
+    per_path = run_request_mutations(litert, _sample(120), limit_per_case=25, seed=1)
+    for name, totals in per_path.items():
+        assert totals.generated > 300, name
+        assert totals.outcomes[REJECTED] == totals.generated, (name, totals.failures[:10])
