@@ -820,7 +820,7 @@ class DepthwiseConv2D(_ConvBase):
         lo, hi = C.quant_activation_range(a.act, out.scale, out.zero_point, out.type)
         return _native.DepthwiseQ8(_native.library(), _centred_filter(filt, fi), rq.multiplier,
                                    rq.shift, inp.zero_point, out.zero_point, lo, hi,
-                                   inp.type.dtype, out.type.dtype)
+                                   inp.type.dtype, out.type.dtype, rq.fast, ctx.const(2))
 
     def layout_filter(self, filt: np.ndarray) -> np.ndarray:
         # [1, kh, kw, depth_out] -> [depth_out, kh, kw, 1]: one group per input channel.

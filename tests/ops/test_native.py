@@ -362,6 +362,65 @@ def test_depthwise_q8_native_identical_to_numpy(monkeypatch, case):
     np.testing.assert_array_equal(native_r, numpy_r)
 
 
+def _q8_case_rng(rng):
+    """A random 8-bit depthwise case (plain generator) spread over both requantisation routes:
+    output scales from 1e-5 to 2 (right shifts past 12, left shifts), biases from a few to
+    past the float route's 2**21 bound, zero points anywhere, RELU / RELU1 / RELU6 / none,
+    filters up to 5x5, channels that leave a vector tail."""
+    kh, kw = (int(v) for v in rng.integers(1, 6, 2))
+    sh, sw, dh, dw = (int(v) for v in rng.integers(1, 3, 4))
+    ph, pw = min(2, dh * (kh - 1)), min(2, dw * (kw - 1))
+    pads = tuple(int(rng.integers(0, m + 1)) for m in (ph, ph, pw, pw))
+    h = int(rng.integers(max(1, dh * (kh - 1) + 1 - pads[0] - pads[1]), 11))
+    w = int(rng.integers(max(1, dw * (kw - 1) + 1 - pads[2] - pads[3]), 11))
+    n, c, m = int(rng.integers(1, 3)), int(rng.integers(1, 41)), int(rng.integers(1, 4))
+    t = [U8, S8][int(rng.integers(0, 2))]
+    ftype = [t, PC][int(rng.integers(0, 2))]
+    lo_q, hi_q = (0, 255) if t == U8 else (-128, 127)
+    x = rng.integers(lo_q, hi_q + 1, (n, h, w, c)).astype(t.dtype)
+    cout = c * m
+    if ftype == PC:
+        f = rng.integers(-127, 128, (1, kh, kw, cout)).astype(np.int8)
+        fq, cscales = (0.0, 0), list(10 ** rng.uniform(-3.5, -1, cout).astype(np.float32))
+    else:
+        f = rng.integers(lo_q, hi_q + 1, (1, kh, kw, cout)).astype(t.dtype)
+        fq, cscales = (float(10 ** rng.uniform(-3.5, -1)), int(rng.integers(lo_q, hi_q + 1))), None
+    in_q = (float(10 ** rng.uniform(-2.5, -0.5)), int(rng.integers(lo_q, hi_q + 1)))
+    out_q = (float(10 ** rng.uniform(-5, 0.3)), int(rng.integers(lo_q, hi_q + 1)))
+    blim = int(2 ** rng.uniform(2, 23))
+    bias = rng.integers(-blim, blim + 1, cout).astype(np.int32)
+    act = int(rng.integers(0, 4))
+    return x, f, bias, (sh, sw), (dh, dw), pads, m, act, t, ftype, fq, cscales, in_q, out_q
+
+
+@needs_native
+def test_depthwise_q8_native_both_routes_identical(monkeypatch):
+    """600 random cases, native kernel against the numpy path byte for byte, counting which
+    requantisation each native call took: the float64 route with the sign correction, the
+    float64 route without it (a clamp at or above the zero point), and the int64 steps; each
+    must have been exercised many times."""
+    monkeypatch.setattr(conv, "NATIVE_Q8_DEPTHWISE", True)
+    taken = {"float_sign": 0, "float_plain": 0, "int64": 0}
+    real = native.DepthwiseQ8._route_args
+
+    def spy(self, bias):
+        args = real(self, bias)
+        taken["int64" if args is None else "float_sign" if args[2] else "float_plain"] += 1
+        return args
+
+    monkeypatch.setattr(native.DepthwiseQ8, "_route_args", spy)
+    rng = np.random.default_rng(20261123)
+    for i in range(600):
+        case = _q8_case_rng(rng)
+        native_r = _run_q8(case)
+        with monkeypatch.context() as mp:
+            mp.setitem(native._state, "lib", None)
+            numpy_r = _run_q8(case)
+        assert native_r.dtype == numpy_r.dtype == case[8].dtype
+        np.testing.assert_array_equal(native_r, numpy_r, err_msg=f"case {i}")
+    assert min(taken.values()) >= 60, taken
+
+
 @needs_native
 def test_depthwise_q8_runs_native(monkeypatch):
     """The 8-bit case above does take the native kernel (not only the numpy path twice)."""

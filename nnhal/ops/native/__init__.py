@@ -24,7 +24,7 @@ from nnhal.ops.native import build as _build
 
 log = logging.getLogger("nnhal.ops.native")
 
-_ABI = 2
+_ABI = 3
 #: Indices of the geometry array (kernels.c's P_* enum).
 _P_COUNT = 16
 
@@ -50,6 +50,8 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
             fn.restype = None
         lib.nnhal_dwconv_q8.argtypes = [ctypes.c_void_p] * 9
         lib.nnhal_dwconv_q8.restype = None
+        lib.nnhal_dwconv_q8f.argtypes = [ctypes.c_void_p] * 11
+        lib.nnhal_dwconv_q8f.restype = None
         return lib, why
     except Exception as e:  # never let a build problem reach a user
         return None, f"native kernels unavailable: {type(e).__name__}: {e}"
@@ -188,18 +190,28 @@ class ConvDirectF32(_Bound):
 
 class DepthwiseQ8(DepthwiseF32):
     """8-bit DEPTHWISE_CONV_2D (uint8 or int8 data, per-tensor or per-channel filter): int32
-    sums and the reference requantisation in C, bit-exact with nnhal.ops.common's int64 form.
+    sums in C, then the requantisation bit-exact with the numpy path of nnhal.ops.conv.
 
     ``centred`` is the filter minus its zero point [1, KH, KW, COUT] (int32), ``multiplier``
-    and ``shift`` scalar or per output channel, ``lo``/``hi`` the integer clamp."""
+    and ``shift`` scalar or per output channel, ``lo``/``hi`` the integer clamp.
+
+    Where ``requantizer`` (the operation's :class:`nnhal.ops.conv_engine.Requantizer`) has its
+    float64 route for the call's bias and this clamp, the C kernel applies that route's
+    per-channel tables (vectorised, the same double operations in the same order as the numpy
+    passes); elsewhere it runs the reference's int64 fixed-point steps. Which one is taken
+    is exactly what the numpy path decides, so both give identical bytes. The route's tables
+    are made once per bias (at the first call for a constant bias) and kept.
+    """
 
     fn_name = "nnhal_dwconv_q8"
     bias_dtype = np.dtype(np.int32)
 
     def __init__(self, lib: ctypes.CDLL, centred: np.ndarray, multiplier: np.ndarray,
                  shift: np.ndarray, in_zero_point: int, out_zero_point: int, lo: int, hi: int,
-                 in_dtype: np.dtype, out_dtype: np.dtype) -> None:
+                 in_dtype: np.dtype, out_dtype: np.dtype, requantizer=None,
+                 const_bias: np.ndarray | None = None) -> None:
         self._fn = getattr(lib, self.fn_name)
+        self._fnf = lib.nnhal_dwconv_q8f
         self.filt = np.ascontiguousarray(np.asarray(centred, np.int32).reshape(centred.shape[1:]))
         self.filt_hw = (centred.shape[1], centred.shape[2])
         self._cout = cout = centred.shape[3]
@@ -213,8 +225,45 @@ class DepthwiseQ8(DepthwiseF32):
                            self.out_dtype == np.int8], np.int64)
         self._tail = (self.mult_arr.ctypes.data, self.shift_arr.ctypes.data, self.q.ctypes.data)
         self._geo = {}
+        self._rq = requantizer
+        self._lohi = (int(lo), int(hi))
+        self._zin_signed = (int(in_zero_point), int(self.in_dtype == np.int8))
+        #: the constant bias object -> its float-route arguments (None: the int64 steps)
+        self._const_bias = const_bias
+        self._const_args: tuple | None | bool = False
+        self._by_route: tuple | None = None
+
+    def _route_args(self, bias: np.ndarray) -> tuple | None:
+        """The float-route arguments of the C kernel for ``bias``, or None (int64 steps)."""
+        if self._rq is None:
+            return None
+        r = self._rq._route(bias, self._cout, *self._lohi)
+        if r is None:
+            return None
+        hit = self._by_route
+        if hit is not None and hit[0] is r:
+            return hit[1]
+        tabs = [None if t is None else np.ascontiguousarray(t, np.float64)
+                for t in (r.scale, r.offset, r.threshold, r.post)]
+        q = np.array([*self._zin_signed, r.off % 256], np.int64)
+        lohi = np.array([r.lo, r.hi], np.float64)
+        ptrs = tuple(0 if t is None else t.ctypes.data for t in tabs)
+        args = (*ptrs, q.ctypes.data, lohi.ctypes.data, (tabs, q, lohi))  # last: keep alive
+        self._by_route = (r, args)
+        return args
 
     def __call__(self, x, bias, out, stride, dilation, pads) -> None:
         acc = np.empty(self._cout, np.int32)
-        self._fn(x.ctypes.data, out.ctypes.data, self.geometry(x, out, stride, dilation, pads),
-                 self._fptr, bias.ctypes.data, *self._tail, acc.ctypes.data)
+        geo = self.geometry(x, out, stride, dilation, pads)
+        if bias is self._const_bias and self._const_args is not False:
+            args = self._const_args
+        else:
+            args = self._route_args(bias)
+            if bias is self._const_bias:
+                self._const_args = args
+        if args is None:
+            self._fn(x.ctypes.data, out.ctypes.data, geo, self._fptr, bias.ctypes.data,
+                     *self._tail, acc.ctypes.data)
+        else:
+            self._fnf(x.ctypes.data, out.ctypes.data, geo, self._fptr, *args[:6],
+                      acc.ctypes.data)

@@ -45,7 +45,7 @@ static inline void store8_clamped(float *p, v8f v, float lo, float hi)
 }
 
 /* Version of the parameter layout; the loader checks it. */
-int64_t nnhal_abi_version(void) { return 2; }
+int64_t nnhal_abi_version(void) { return 3; }
 
 /* The taps [k0, k1) of a filter axis of size k that land inside [0, size) from position i0
  * (= output position * stride - padding) with dilation d. */
@@ -339,49 +339,55 @@ static inline int64_t requant(int64_t x, int64_t m, int64_t left, int64_t right)
     return rdbp64(srdhm64(x, m), right);
 }
 
+/* The int32 sums of one output pixel of an 8-bit depthwise convolution, every channel, taps
+ * clipped to the input: acc[co] = sum over taps of (x - zin) * centred filter. */
+static inline void dw_q8_acc(const void *in_, const int64_t *p, const int32_t *filt,
+                             int32_t zin, int sin, int64_t b, int64_t iy0, int64_t ix0,
+                             int32_t *acc)
+{
+    const int64_t h = p[P_H], w = p[P_W], c = p[P_C], cout = p[P_COUT];
+    const int64_t kh = p[P_KH], kw = p[P_KW], dh = p[P_DH], dw = p[P_DW], m = p[P_MULT];
+    const uint8_t *in_u = in_;
+    const int8_t *in_s = in_;
+    int64_t ky0, ky1, kx0, kx1;
+    tap_range(iy0, kh, dh, h, &ky0, &ky1);
+    tap_range(ix0, kw, dw, w, &kx0, &kx1);
+    memset(acc, 0, (size_t)cout * sizeof *acc);
+    for (int64_t ky = ky0; ky < ky1; ky++)
+        for (int64_t kx = kx0; kx < kx1; kx++) {
+            const int64_t off = ((b * h + iy0 + ky * dh) * w + ix0 + kx * dw) * c;
+            const int32_t *f = filt + (ky * kw + kx) * cout;
+            if (m == 1 && sin) {
+                const int8_t *x = in_s + off;
+                for (int64_t co = 0; co < cout; co++)
+                    acc[co] += ((int32_t)x[co] - zin) * f[co];
+            } else if (m == 1) {
+                const uint8_t *x = in_u + off;
+                for (int64_t co = 0; co < cout; co++)
+                    acc[co] += ((int32_t)x[co] - zin) * f[co];
+            } else {
+                for (int64_t co = 0; co < cout; co++) {
+                    const int32_t v = sin ? in_s[off + co / m] : in_u[off + co / m];
+                    acc[co] += (v - zin) * f[co];
+                }
+            }
+        }
+}
+
 void nnhal_dwconv_q8(const void *in_, void *out_, const int64_t *p, const int32_t *filt,
                      const int32_t *bias, const int32_t *mult, const int32_t *shift,
                      const int64_t *q, int32_t *acc)
 {
-    const int64_t n = p[P_N], h = p[P_H], w = p[P_W], c = p[P_C];
-    const int64_t oh = p[P_OH], ow = p[P_OW], cout = p[P_COUT];
-    const int64_t kh = p[P_KH], kw = p[P_KW], sh = p[P_SH], sw = p[P_SW];
-    const int64_t dh = p[P_DH], dw = p[P_DW], pt = p[P_PT], pl = p[P_PL], m = p[P_MULT];
+    const int64_t n = p[P_N], oh = p[P_OH], ow = p[P_OW], cout = p[P_COUT];
+    const int64_t sh = p[P_SH], sw = p[P_SW], pt = p[P_PT], pl = p[P_PL];
     const int32_t zin = (int32_t)q[0];
     const int64_t zout = q[1], lo = q[2], hi = q[3];
     const int sin = (int)q[4], sout = (int)q[5];
-    const uint8_t *in_u = in_;
-    const int8_t *in_s = in_;
 
-    for (int64_t b = 0; b < n; b++) {
-        for (int64_t oy = 0; oy < oh; oy++) {
-            const int64_t iy0 = oy * sh - pt;
-            int64_t ky0, ky1;
-            tap_range(iy0, kh, dh, h, &ky0, &ky1);
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t oy = 0; oy < oh; oy++)
             for (int64_t ox = 0; ox < ow; ox++) {
-                const int64_t ix0 = ox * sw - pl;
-                int64_t kx0, kx1;
-                tap_range(ix0, kw, dw, w, &kx0, &kx1);
-                memset(acc, 0, (size_t)cout * sizeof *acc);
-                for (int64_t ky = ky0; ky < ky1; ky++)
-                    for (int64_t kx = kx0; kx < kx1; kx++) {
-                        const int64_t off = ((b * h + iy0 + ky * dh) * w + ix0 + kx * dw) * c;
-                        const int32_t *f = filt + (ky * kw + kx) * cout;
-                        if (m == 1 && sin) {
-                            const int8_t *x = in_s + off;
-                            for (int64_t co = 0; co < cout; co++)
-                                acc[co] += ((int32_t)x[co] - zin) * f[co];
-                        } else if (m == 1) {
-                            const uint8_t *x = in_u + off;
-                            for (int64_t co = 0; co < cout; co++)
-                                acc[co] += ((int32_t)x[co] - zin) * f[co];
-                        } else {
-                            for (int64_t co = 0; co < cout; co++) {
-                                const int32_t v = sin ? in_s[off + co / m] : in_u[off + co / m];
-                                acc[co] += (v - zin) * f[co];
-                            }
-                        }
-                    }
+                dw_q8_acc(in_, p, filt, zin, sin, b, oy * sh - pt, ox * sw - pl, acc);
                 const int64_t o = ((b * oh + oy) * ow + ox) * cout;
                 for (int64_t co = 0; co < cout; co++) {
                     const int64_t sh_ = shift[co];
@@ -398,6 +404,81 @@ void nnhal_dwconv_q8(const void *in_, void *out_, const int64_t *p, const int32_
                     for (int64_t co = 0; co < cout; co++)
                         ((uint8_t *)out_)[o + co] = (uint8_t)acc[co];
             }
-        }
-    }
+}
+
+typedef double v4d __attribute__((vector_size(32)));
+typedef int64_t v4l __attribute__((vector_size(32)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+
+static inline v4d load4d(const double *p)
+{
+    v4d v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* m ? a : b per lane, m a comparison result (all ones or zero). */
+static inline v4d select4d(v4l m, v4d a, v4d b)
+{
+    return (v4d)((m & (v4l)a) | (~m & (v4l)b));
+}
+
+/* The same convolution requantised by the float64 route of nnhal.ops.conv_engine's
+ * Requantizer (see its docstring for why it is exact where the caller selects it): per
+ * output channel w = acc * scale + offset, with a threshold table
+ * w = (w - [acc < threshold]) * post, then clamp to [lo, hi] (lo >= 0) and truncate, and add
+ * `off` modulo 256 to the byte. Each operation is one IEEE double rounding in the same order
+ * as numpy's passes (no FMA contraction: -ffp-contract=off), so the bytes are identical.
+ * rt = {scale, offset, threshold, post} each [COUT] (threshold and post NULL without the
+ * correction); q = {input zp, input signed, off}; lohi = {lo, hi}. */
+void nnhal_dwconv_q8f(const void *in_, void *out_, const int64_t *p, const int32_t *filt,
+                      const double *scale, const double *offset, const double *thr,
+                      const double *post, const int64_t *q, const double *lohi, int32_t *acc)
+{
+    const int64_t n = p[P_N], oh = p[P_OH], ow = p[P_OW], cout = p[P_COUT];
+    const int64_t sh = p[P_SH], sw = p[P_SW], pt = p[P_PT], pl = p[P_PL];
+    const int32_t zin = (int32_t)q[0];
+    const int sin = (int)q[1];
+    const uint32_t off = (uint32_t)q[2];
+    const double lo = lohi[0], hi = lohi[1];
+    const v4d lo4 = {lo, lo, lo, lo}, hi4 = {hi, hi, hi, hi}, one4 = {1.0, 1.0, 1.0, 1.0};
+    uint8_t *out = out_;
+
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t oy = 0; oy < oh; oy++)
+            for (int64_t ox = 0; ox < ow; ox++) {
+                dw_q8_acc(in_, p, filt, zin, sin, b, oy * sh - pt, ox * sw - pl, acc);
+                uint8_t *o = out + ((b * oh + oy) * ow + ox) * cout;
+                if (thr) {
+                    int64_t co = 0;
+                    for (; co + 4 <= cout; co += 4) {
+                        v4i ai;
+                        memcpy(&ai, acc + co, sizeof ai);
+                        const v4d a = __builtin_convertvector(ai, v4d);
+                        v4d v = a * load4d(scale + co) + load4d(offset + co);
+                        const v4l neg = a < load4d(thr + co);
+                        v = (v - (v4d)(neg & (v4l)one4)) * load4d(post + co);
+                        v = select4d(v < lo4, lo4, v);
+                        v = select4d(v > hi4, hi4, v);
+                        const v4i r = __builtin_convertvector(v, v4i);
+                        for (int k = 0; k < 4; k++)
+                            o[co + k] = (uint8_t)((uint32_t)r[k] + off);
+                    }
+                    for (; co < cout; co++) {
+                        const double a = (double)acc[co];
+                        double v = a * scale[co] + offset[co];
+                        v = (v - (a < thr[co] ? 1.0 : 0.0)) * post[co];
+                        v = v < lo ? lo : v;
+                        v = v > hi ? hi : v;
+                        o[co] = (uint8_t)((uint32_t)(int32_t)v + off);
+                    }
+                } else {
+                    for (int64_t co = 0; co < cout; co++) {
+                        double v = (double)acc[co] * scale[co] + offset[co];
+                        v = v < lo ? lo : v;
+                        v = v > hi ? hi : v;
+                        o[co] = (uint8_t)((uint32_t)(int32_t)v + off);
+                    }
+                }
+            }
 }
