@@ -10,6 +10,9 @@
  */
 #include <stdint.h>
 #include <string.h>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 
 typedef float v8f __attribute__((vector_size(32)));
 
@@ -423,6 +426,85 @@ static inline v4d select4d(v4l m, v4d a, v4d b)
     return (v4d)((m & (v4l)a) | (~m & (v4l)b));
 }
 
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+/* The float64 route on 4 channels (see nnhal_dwconv_q8f): the bytes to store. */
+static inline __attribute__((always_inline)) void
+route4(v4i ai, const double *scale, const double *offset, const double *thr,
+       const double *post, v4d lo4, v4d hi4, uint32_t off, uint8_t *o)
+{
+    const v4d one4 = {1.0, 1.0, 1.0, 1.0};
+    const v4d a = __builtin_convertvector(ai, v4d);
+    v4d v = a * load4d(scale) + load4d(offset);
+    if (thr) {
+        const v4l neg = a < load4d(thr);
+        v = (v - (v4d)(neg & (v4l)one4)) * load4d(post);
+    }
+    v = select4d(v < lo4, lo4, v);
+    v = select4d(v > hi4, hi4, v);
+    const v4i r = __builtin_convertvector(v, v4i) + (int32_t)off;
+#ifdef __AVX2__
+    const int32_t bytes = _mm_cvtsi128_si32(
+        _mm_shuffle_epi8((__m128i)r, _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                   -1, -1, -1, -1)));
+    memcpy(o, &bytes, sizeof bytes);
+#else
+    for (int k = 0; k < 4; k++)
+        o[k] = (uint8_t)r[k];
+#endif
+}
+
+/* 8 bytes widened to int32 (signed or unsigned); gcc's own widening of a byte vector goes
+ * through scalar inserts, so the AVX2 instruction is named where it exists. */
+static inline v8i load8x(const void *p, int sin)
+{
+#ifdef __AVX2__
+    const __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    return (v8i)(sin ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
+#else
+    v8i r;
+    for (int k = 0; k < 8; k++)
+        r[k] = sin ? ((const int8_t *)p)[k] : ((const uint8_t *)p)[k];
+    return r;
+#endif
+}
+
+/* One output pixel, depth multiplier 1, channels 8 at a time: the sums stay in registers
+ * over the taps and go straight through the route (no accumulator array). Returns the number
+ * of channels done (a multiple of 8); the caller does the rest. */
+static inline __attribute__((always_inline)) int64_t
+dw_q8f_pixel8(const uint8_t *ib, const int64_t *p, const int32_t *filt, v8i zin8, int sin,
+              int64_t iy0, int64_t ix0, const double *scale, const double *offset,
+              const double *thr, const double *post, v4d lo4, v4d hi4, uint32_t off,
+              uint8_t *o)
+{
+    const int64_t w = p[P_W], c = p[P_C], kw = p[P_KW], dh = p[P_DH], dw = p[P_DW];
+    const int64_t cv = (c / 8) * 8;
+    int64_t ky0, ky1, kx0, kx1;
+    tap_range(iy0, p[P_KH], dh, p[P_H], &ky0, &ky1);
+    tap_range(ix0, kw, dw, w, &kx0, &kx1);
+    for (int64_t co = 0; co < cv; co += 8) {
+        v8i acc = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int64_t ky = ky0; ky < ky1; ky++) {
+            const uint8_t *irow = ib + ((iy0 + ky * dh) * w + ix0) * c + co;
+            const int32_t *frow = filt + ky * kw * c + co;
+            for (int64_t kx = kx0; kx < kx1; kx++) {
+                v8i f;
+                memcpy(&f, frow + kx * c, sizeof f);
+                acc += (load8x(irow + kx * dw * c, sin) - zin8) * f;
+            }
+        }
+        v4i a0, a1;
+        memcpy(&a0, &acc, sizeof a0);
+        memcpy(&a1, (const char *)&acc + sizeof a0, sizeof a1);
+        route4(a0, scale + co, offset + co, thr ? thr + co : 0, post ? post + co : 0,
+               lo4, hi4, off, o + co);
+        route4(a1, scale + co + 4, offset + co + 4, thr ? thr + co + 4 : 0,
+               post ? post + co + 4 : 0, lo4, hi4, off, o + co + 4);
+    }
+    return cv;
+}
+
 /* The same convolution requantised by the float64 route of nnhal.ops.conv_engine's
  * Requantizer (see its docstring for why it is exact where the caller selects it): per
  * output channel w = acc * scale + offset, with a threshold table
@@ -444,13 +526,34 @@ void nnhal_dwconv_q8f(const void *in_, void *out_, const int64_t *p, const int32
     const v4d lo4 = {lo, lo, lo, lo}, hi4 = {hi, hi, hi, hi}, one4 = {1.0, 1.0, 1.0, 1.0};
     uint8_t *out = out_;
 
+    const v8i zin8 = {zin, zin, zin, zin, zin, zin, zin, zin};
+    const int64_t h = p[P_H], w = p[P_W], c = p[P_C];
+
     for (int64_t b = 0; b < n; b++)
         for (int64_t oy = 0; oy < oh; oy++)
             for (int64_t ox = 0; ox < ow; ox++) {
-                dw_q8_acc(in_, p, filt, zin, sin, b, oy * sh - pt, ox * sw - pl, acc);
                 uint8_t *o = out + ((b * oh + oy) * ow + ox) * cout;
+                int64_t done = 0;
+                if (p[P_MULT] == 1) {
+                    const uint8_t *ib = (const uint8_t *)in_ + b * h * w * c;
+                    if (sin && thr)
+                        done = dw_q8f_pixel8(ib, p, filt, zin8, 1, oy * sh - pt, ox * sw - pl,
+                                             scale, offset, thr, post, lo4, hi4, off, o);
+                    else if (sin)
+                        done = dw_q8f_pixel8(ib, p, filt, zin8, 1, oy * sh - pt, ox * sw - pl,
+                                             scale, offset, 0, 0, lo4, hi4, off, o);
+                    else if (thr)
+                        done = dw_q8f_pixel8(ib, p, filt, zin8, 0, oy * sh - pt, ox * sw - pl,
+                                             scale, offset, thr, post, lo4, hi4, off, o);
+                    else
+                        done = dw_q8f_pixel8(ib, p, filt, zin8, 0, oy * sh - pt, ox * sw - pl,
+                                             scale, offset, 0, 0, lo4, hi4, off, o);
+                    if (done == cout)
+                        continue;
+                }
+                dw_q8_acc(in_, p, filt, zin, sin, b, oy * sh - pt, ox * sw - pl, acc);
                 if (thr) {
-                    int64_t co = 0;
+                    int64_t co = done;
                     for (; co + 4 <= cout; co += 4) {
                         v4i ai;
                         memcpy(&ai, acc + co, sizeof ai);
@@ -473,7 +576,7 @@ void nnhal_dwconv_q8f(const void *in_, void *out_, const int64_t *p, const int32
                         o[co] = (uint8_t)((uint32_t)(int32_t)v + off);
                     }
                 } else {
-                    for (int64_t co = 0; co < cout; co++) {
+                    for (int64_t co = done; co < cout; co++) {
                         double v = (double)acc[co] * scale[co] + offset[co];
                         v = v < lo ? lo : v;
                         v = v > hi ? hi : v;
