@@ -505,6 +505,84 @@ dw_q8f_pixel8(const uint8_t *ib, const int64_t *p, const int32_t *filt, v8i zin8
     return cv;
 }
 
+/* Output row oy of image b, depth multiplier 1, 3x3 taps, unit dilation, every tap inside the
+ * input for the pixels [xl, xr): per 8-channel block the nine filter vectors stay in
+ * registers across the row. */
+static inline __attribute__((always_inline)) void
+dw_q8f_row3x3(const uint8_t *ib, const int64_t *p, const int32_t *filt, v8i zin8, int sin,
+              int64_t iy0, int64_t xl, int64_t xr, const double *scale, const double *offset,
+              const double *thr, const double *post, v4d lo4, v4d hi4, uint32_t off,
+              uint8_t *orow)
+{
+    const int64_t w = p[P_W], c = p[P_C], sw = p[P_SW], pl = p[P_PL];
+    const uint8_t *r0 = ib + iy0 * w * c, *r1 = r0 + w * c, *r2 = r1 + w * c;
+    for (int64_t co = 0; co < c; co += 8) {
+        v8i f[9];
+        for (int k = 0; k < 9; k++)
+            memcpy(&f[k], filt + k * c + co, sizeof f[k]);
+        for (int64_t ox = xl; ox < xr; ox++) {
+            const int64_t o = (ox * sw - pl) * c + co;
+            v8i acc = (load8x(r0 + o, sin) - zin8) * f[0];
+            acc += (load8x(r0 + o + c, sin) - zin8) * f[1];
+            acc += (load8x(r0 + o + 2 * c, sin) - zin8) * f[2];
+            acc += (load8x(r1 + o, sin) - zin8) * f[3];
+            acc += (load8x(r1 + o + c, sin) - zin8) * f[4];
+            acc += (load8x(r1 + o + 2 * c, sin) - zin8) * f[5];
+            acc += (load8x(r2 + o, sin) - zin8) * f[6];
+            acc += (load8x(r2 + o + c, sin) - zin8) * f[7];
+            acc += (load8x(r2 + o + 2 * c, sin) - zin8) * f[8];
+            v4i a0, a1;
+            memcpy(&a0, &acc, sizeof a0);
+            memcpy(&a1, (const char *)&acc + sizeof a0, sizeof a1);
+            uint8_t *op = orow + ox * c + co;
+            route4(a0, scale + co, offset + co, thr ? thr + co : 0, post ? post + co : 0,
+                   lo4, hi4, off, op);
+            route4(a1, scale + co + 4, offset + co + 4, thr ? thr + co + 4 : 0,
+                   post ? post + co + 4 : 0, lo4, hi4, off, op + 4);
+        }
+    }
+}
+
+/* Depth multiplier 1: every pixel through dw_q8f_pixel8, except the interior of 3x3 rows
+ * (dw_q8f_row3x3) when the channels are a multiple of 8. Returns 0 when the channels are not
+ * a multiple of 8 (nothing done; the caller takes the general loop). */
+static inline __attribute__((always_inline)) int
+dw_q8f_m1(const void *in_, void *out_, const int64_t *p, const int32_t *filt, v8i zin8,
+          int sin, const double *scale, const double *offset, const double *thr,
+          const double *post, v4d lo4, v4d hi4, uint32_t off)
+{
+    const int64_t n = p[P_N], h = p[P_H], w = p[P_W], c = p[P_C];
+    const int64_t oh = p[P_OH], ow = p[P_OW];
+    const int64_t kh = p[P_KH], kw = p[P_KW], sh = p[P_SH], sw = p[P_SW];
+    const int64_t dh = p[P_DH], dw = p[P_DW], pt = p[P_PT], pl = p[P_PL];
+    if (c % 8 != 0 || p[P_MULT] != 1)
+        return 0;
+    const int fast = kh == 3 && kw == 3 && dh == 1 && dw == 1;
+    int64_t xl, xr, yl, yr;
+    interior(ow, sw, pl, kw, dw, w, &xl, &xr);
+    interior(oh, sh, pt, kh, dh, h, &yl, &yr);
+    for (int64_t b = 0; b < n; b++) {
+        const uint8_t *ib = (const uint8_t *)in_ + b * h * w * c;
+        for (int64_t oy = 0; oy < oh; oy++) {
+            const int64_t iy0 = oy * sh - pt;
+            uint8_t *orow = (uint8_t *)out_ + ((b * oh + oy) * ow) * c;
+            const int row_fast = fast && oy >= yl && oy < yr;
+            for (int64_t ox = 0; ox < ow; ox++) {
+                if (row_fast && ox == xl && xr > xl)
+                    ox = xr;
+                if (ox >= ow)
+                    break;
+                dw_q8f_pixel8(ib, p, filt, zin8, sin, iy0, ox * sw - pl, scale, offset, thr,
+                              post, lo4, hi4, off, orow + ox * c);
+            }
+            if (row_fast && xr > xl)
+                dw_q8f_row3x3(ib, p, filt, zin8, sin, iy0, xl, xr, scale, offset, thr, post,
+                              lo4, hi4, off, orow);
+        }
+    }
+    return 1;
+}
+
 /* The same convolution requantised by the float64 route of nnhal.ops.conv_engine's
  * Requantizer (see its docstring for why it is exact where the caller selects it): per
  * output channel w = acc * scale + offset, with a threshold table
@@ -528,6 +606,19 @@ void nnhal_dwconv_q8f(const void *in_, void *out_, const int64_t *p, const int32
 
     const v8i zin8 = {zin, zin, zin, zin, zin, zin, zin, zin};
     const int64_t h = p[P_H], w = p[P_W], c = p[P_C];
+
+    if (sin && thr) {
+        if (dw_q8f_m1(in_, out_, p, filt, zin8, 1, scale, offset, thr, post, lo4, hi4, off))
+            return;
+    } else if (sin) {
+        if (dw_q8f_m1(in_, out_, p, filt, zin8, 1, scale, offset, 0, 0, lo4, hi4, off))
+            return;
+    } else if (thr) {
+        if (dw_q8f_m1(in_, out_, p, filt, zin8, 0, scale, offset, thr, post, lo4, hi4, off))
+            return;
+    } else if (dw_q8f_m1(in_, out_, p, filt, zin8, 0, scale, offset, 0, 0, lo4, hi4, off)) {
+        return;
+    }
 
     for (int64_t b = 0; b < n; b++)
         for (int64_t oy = 0; oy < oh; oy++)
