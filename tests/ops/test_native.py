@@ -353,7 +353,7 @@ def _run_q8(case):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(case=q8_cases())
 def test_depthwise_q8_native_identical_to_numpy(monkeypatch, case):
-    monkeypatch.setattr(conv, "NATIVE_Q8_DEPTHWISE", True)  # not selected by default
+    monkeypatch.setattr(conv, "NATIVE_Q8_DEPTHWISE", True)
     native_r = _run_q8(case)
     with monkeypatch.context() as mp:
         mp.setitem(native._state, "lib", None)
