@@ -1,7 +1,8 @@
 """nnhal: the Android Neural Networks HAL 1.3 in Python, with a numpy Session on top.
 
 ``nnhal.Session``, ``nnhal.TensorInfo`` and the runtime's classes (``nnhal.Model``,
-``nnhal.Compilation``...) are loaded on first use, so that importing any lower layer (``nnhal.hal``, ``nnhal.errors``...) does not import every driver.
+``nnhal.Compilation``...) are loaded on first use, so that importing any lower layer
+(``nnhal.hal``, ``nnhal.errors``...) does not import every driver.
 """
 
 from typing import Any

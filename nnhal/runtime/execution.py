@@ -27,11 +27,13 @@ from nnhal.hal.types import (
     DataLocation,
     ErrorStatus,
     MeasureTiming,
-    OperandType as T,
     OutputShape,
     Request,
     RequestArgument,
     Timing,
+)
+from nnhal.hal.types import (
+    OperandType as T,
 )
 from nnhal.memory import SharedMemory
 from nnhal.runtime.codes import (

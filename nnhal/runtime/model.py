@@ -17,14 +17,18 @@ import numpy as np
 
 from nnhal.hal.types import (
     DataLocation,
-    Model as HalModel,
     Operand,
     OperandLifeTime,
-    OperandType as T,
     Operation,
     OperationType,
     Subgraph,
     SymmPerChannelQuantParams,
+)
+from nnhal.hal.types import (
+    Model as HalModel,
+)
+from nnhal.hal.types import (
+    OperandType as T,
 )
 from nnhal.memory import SharedMemory
 from nnhal.runtime.codes import MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, ResultCode, fail
