@@ -207,7 +207,8 @@ class Compilation:
         stem = os.path.join(self.cache_dir, token.hex()[:40])
         names = [f"{stem}_m{i}" for i in range(n_model)] + \
             [f"{stem}_d{i}" for i in range(n_data)]
-        complete = all(os.path.exists(n) and os.path.getsize(n) > 0 for n in names)
+        complete = all(os.path.exists(n) for n in names) and \
+            all(os.path.getsize(n) > 0 for n in names[:n_model])
         fds: list[int] = []
         try:
             for n in names:

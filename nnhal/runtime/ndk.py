@@ -157,7 +157,7 @@ def ANeuralNetworksModel_setOperandValue(model: Model, index: int, buffer: Any,
     model.set_operand_value(index, buffer, length)
 
 
-@_api((0, Model), (3, Memory))
+@_api((0, Model), (2, Memory))
 def ANeuralNetworksModel_setOperandValueFromMemory(model: Model, index: int, memory: Memory,
                                                    offset: int, length: int) -> None:
     model.set_operand_value_from_memory(index, memory, offset, length)
