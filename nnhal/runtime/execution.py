@@ -10,6 +10,7 @@ are copied back to the caller's buffers after a successful run.
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import threading
@@ -64,13 +65,16 @@ class _Arg:
     length: int = 0
 
 
+_SIZES = {int(t): (t.byte_size, t.is_scalar) for t in T}
+
+
 def _nbytes(t: int, dims: list[int]) -> int | None:
-    tt = T(t)
-    if tt.is_scalar:
-        return tt.byte_size
+    size, scalar = _SIZES[int(t)]
+    if scalar:
+        return size
     if not dims or 0 in dims:
         return None
-    return int(np.prod(dims, dtype=np.int64)) * tt.byte_size
+    return math.prod(dims) * size
 
 
 class Burst:
@@ -423,7 +427,7 @@ class Execution:
                     if a.kind == "buffer":
                         off = r.location.offset
                         n = a.length
-                        if shapes and k < len(shapes):
+                        if shapes and k < len(shapes) and shapes[k].dimensions != a.dims:
                             got = _nbytes(self.model.operands[self.model.outputs[k]].type,
                                           list(shapes[k].dimensions))
                             n = min(n, got if got is not None else n)
