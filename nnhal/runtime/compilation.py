@@ -67,6 +67,9 @@ class Compilation:
         self.device: Device | None = None
         self.prepared: IPreparedModel | None = None
         self._free: list[SharedMemory] = []
+        #: Requests of finished executions by argument layout, for the next alike execution
+        #: (the same pools and Request object: the driver recognises a recent request).
+        self._layouts: dict[tuple, list[Any]] = {}
         self._free_lock = threading.Lock()
 
     @classmethod
@@ -235,12 +238,34 @@ class Compilation:
                 return
         mem.close()
 
+    def take_layout(self, key: tuple) -> Any:
+        """A bound request of a finished execution with this argument layout, or None."""
+        with self._free_lock:
+            found = self._layouts.get(key)
+            return found.pop() if found else None
+
+    def give_layout(self, key: tuple, bound: Any) -> None:
+        with self._free_lock:
+            found = self._layouts.setdefault(key, [])
+            if len(found) < 4 and len(self._layouts) <= 64:
+                found.append(bound)
+                return
+        for m in bound[1:]:
+            if m is not None:
+                self.give_memory(m)
+
     def free(self) -> None:
         """ANeuralNetworksCompilation_free."""
         with self._free_lock:
             for m in self._free:
                 m.close()
             self._free.clear()
+            layouts, self._layouts = self._layouts, {}
+        for bounds in layouts.values():
+            for b in bounds:
+                for m in b[1:]:
+                    if m is not None:
+                        m.close()
         self.prepared = None
 
 

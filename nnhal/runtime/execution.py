@@ -59,7 +59,7 @@ PREPARATION, COMPUTATION, COMPLETED = "preparation", "computation", "completed"
 class _Arg:
     kind: str  # "buffer", "memory" or "omitted"
     dims: list[int]
-    view: memoryview | None = None
+    view: np.ndarray | None = None  # the caller's bytes (uint8, a view when possible)
     memory: Memory | None = None
     offset: int = 0
     length: int = 0
@@ -75,6 +75,23 @@ def _nbytes(t: int, dims: list[int]) -> int | None:
     if not dims or 0 in dims:
         return None
     return math.prod(dims) * size
+
+
+def _byte_view(buffer: Any, writable: bool) -> np.ndarray:
+    """The caller's buffer as uint8 bytes: a view of it (an input that is not contiguous is
+    copied; an output must be a writable contiguous buffer)."""
+    if isinstance(buffer, np.ndarray):
+        if not buffer.flags.c_contiguous:
+            if writable:
+                raise ValueError("an output buffer must be contiguous")
+            buffer = np.ascontiguousarray(buffer)
+        if writable and not buffer.flags.writeable:
+            raise ValueError("the buffer is read-only")
+        return buffer.reshape(-1).view(np.uint8)
+    arr = np.frombuffer(as_bytes(buffer), dtype=np.uint8)
+    if writable and not arr.flags.writeable:
+        raise ValueError("the buffer is read-only")
+    return arr
 
 
 class Burst:
@@ -193,6 +210,7 @@ class Execution:
         self._lock = threading.Lock()
         self._bound: tuple[Request, SharedMemory | None, SharedMemory | None] | None = None
         self._hal_execution: Any = None
+        self._key: tuple | None = None
 
     # ---- arguments ----------------------------------------------------------------------
     def _check_preparation(self, what: str) -> None:
@@ -245,11 +263,9 @@ class Execution:
             self._set(index, is_output, _Arg("omitted", dims))
             return
         try:
-            view = as_bytes(buffer)
-        except TypeError as e:
-            raise fail(ResultCode.BAD_DATA, f"{what}: not a buffer: {e}") from None
-        if is_output and view.readonly:
-            raise fail(ResultCode.BAD_DATA, f"{what}: the buffer is read-only")
+            view = _byte_view(buffer, is_output)
+        except (TypeError, ValueError) as e:
+            raise fail(ResultCode.BAD_DATA, f"{what}: not a usable buffer: {e}") from None
         length = view.nbytes if length is None else length
         if not isinstance(length, int) or length < 0 or length > view.nbytes or \
                 length > 0xFFFF_FFFF:
@@ -354,6 +370,11 @@ class Execution:
         """The HAL request, with the pointer arguments' bytes copied in (bound once for a
         reusable execution; the input bytes are copied again at each computation)."""
         if self._bound is None:
+            key = self._layout_key()
+            if key is not None:
+                self._bound = self.compilation.take_layout(key)
+                self._key = key
+        if self._bound is None:
             pools: list[Any] = []
             pool_of: dict[int, int] = {}
 
@@ -401,16 +422,30 @@ class Execution:
             for a, r in zip(self.inputs, req.inputs):
                 if a.kind == "buffer":
                     off = r.location.offset
-                    dst[off:off + a.length] = np.frombuffer(a.view, dtype=np.uint8)
+                    dst[off:off + a.length] = a.view
         return self._bound
+
+    def _layout_key(self) -> tuple | None:
+        """What fixes the request of an execution whose arguments are all buffers or omitted
+        (its pools are then runtime memory only, reusable by the next such execution)."""
+        key = []
+        for a in (*self.inputs, *self.outputs):
+            if a.kind == "memory":
+                return None
+            key.append((a.kind, a.length, tuple(a.dims)))
+        return tuple(key)
 
     def _unbind(self) -> None:
         if self._bound is not None and not self.reusable:
-            _req, in_mem, out_mem = self._bound
-            for m in (in_mem, out_mem):
-                if m is not None:
-                    self.compilation.give_memory(m)
+            if self._key is not None:
+                self.compilation.give_layout(self._key, self._bound)
+            else:
+                _req, in_mem, out_mem = self._bound
+                for m in (in_mem, out_mem):
+                    if m is not None:
+                        self.compilation.give_memory(m)
             self._bound = None
+            self._key = None
 
     def _deadline(self) -> int | None:
         return time.monotonic_ns() + self.timeout_ns if self.timeout_ns else None
@@ -431,8 +466,7 @@ class Execution:
                             got = _nbytes(self.model.operands[self.model.outputs[k]].type,
                                           list(shapes[k].dimensions))
                             n = min(n, got if got is not None else n)
-                        dst = np.frombuffer(a.view, dtype=np.uint8)
-                        dst[:n] = src[off:off + n]
+                        a.view[:n] = src[off:off + n]
                     elif a.kind == "memory" and a.memory.desc is not None:
                         a.memory.initialized = True
                         if shapes and k < len(shapes):
