@@ -112,3 +112,43 @@ def test_loop_timeouts():
     assert N.ANeuralNetworks_getDefaultLoopTimeout() == 2 * 10**9
     assert N.ANeuralNetworks_getMaximumLoopTimeout() == 15 * 10**9
     assert N.ANeuralNetworks_getRuntimeFeatureLevel() == 31
+
+
+def _device_with(exec_time: float, power: float, name: str):
+    from nnhal.drivers.reference import ReferenceDevice
+    from nnhal.hal.types import ErrorStatus, PerformanceInfo
+    from nnhal.runtime import Device
+
+    class Tuned(ReferenceDevice):
+        def get_capabilities(self):
+            status, caps = super().get_capabilities()
+            perf = PerformanceInfo(exec_time, power)
+            caps.operand_performance = [type(p)(p.type, perf) for p in caps.operand_performance]
+            return ErrorStatus.NONE, caps
+
+    return Device.of(Tuned(), name)
+
+
+def test_plain_create_prefers_by_capabilities_and_preference(monkeypatch):
+    import nnhal.runtime.compilation as comp
+
+    fast = _device_with(0.5, 2.0, "fast")
+    frugal = _device_with(2.0, 0.5, "frugal")
+    monkeypatch.setattr(comp, "devices", lambda: [frugal, fast])
+    code, c = N.ANeuralNetworksCompilation_create(add_model())
+    assert N.ANeuralNetworksCompilation_finish(c) == OK
+    assert c.device is fast  # FAST_SINGLE_ANSWER by default
+    code, c = N.ANeuralNetworksCompilation_create(add_model())
+    assert N.ANeuralNetworksCompilation_setPreference(c, 0) == OK  # LOW_POWER
+    assert N.ANeuralNetworksCompilation_finish(c) == OK
+    assert c.device is frugal
+
+
+def test_explicit_devices_that_do_not_support_the_model_are_bad_data(device, monkeypatch):
+    from nnhal.hal.types import ErrorStatus
+
+    monkeypatch.setattr(device.hal, "get_supported_operations",
+                        lambda model: (ErrorStatus.NONE, [False] * len(model.main.operations)))
+    code, c = N.ANeuralNetworksCompilation_createForDevices(add_model(), [device])
+    assert N.ANeuralNetworksCompilation_finish(c) == R.BAD_DATA
+    assert N.ANeuralNetworksExecution_create(c)[0] == R.BAD_STATE
