@@ -196,3 +196,22 @@ def test_event_wait_returns_the_execution_failure(device):
     code, ev = N.ANeuralNetworksExecution_startCompute(e)
     assert code == OK
     assert N.ANeuralNetworksEvent_wait(ev) == R.OUTPUT_INSUFFICIENT_SIZE
+
+
+def test_an_expired_execution_timeout_is_a_missed_deadline(device):
+    e, *_ = execution(compiled(device))
+    assert N.ANeuralNetworksExecution_setTimeout(e, 1) == OK
+    code = N.ANeuralNetworksExecution_compute(e)
+    assert code in (R.MISSED_DEADLINE_TRANSIENT, R.MISSED_DEADLINE_PERSISTENT)
+    assert N.ANeuralNetworksExecution_getOutputOperandRank(e, 0)[0] == R.BAD_STATE
+
+
+def test_a_driver_that_raises_is_a_dead_object(device, monkeypatch):
+    c = compiled(device)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("driver died")
+
+    monkeypatch.setattr(c.prepared, "execute_synchronously", broken)
+    e, *_ = execution(c)
+    assert N.ANeuralNetworksExecution_compute(e) == R.DEAD_OBJECT
