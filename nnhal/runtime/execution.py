@@ -305,8 +305,10 @@ class Execution:
             if merged is None:
                 raise fail(ResultCode.BAD_DATA, f"{what}: dimensions conflict with the "
                            f"memory's")
+            # A driver buffer is named by its token alone (offset and length 0 in the HAL).
             self._set(index, is_output, _Arg("memory", merged, memory=memory, offset=0,
-                                             length=memory.size))
+                                             length=0 if memory.buffer is not None
+                                             else memory.size))
             return
         if not isinstance(offset, int) or not isinstance(length, int) or offset < 0 or \
                 length < 0 or offset + length > memory.size:
@@ -389,10 +391,10 @@ class Execution:
                                                    list(a.dims)))
                         size += a.length
                     else:
-                        mem = a.memory.shared
+                        mem = a.memory
                         if id(mem) not in pool_of:
                             pool_of[id(mem)] = len(pools)
-                            pools.append(mem)
+                            pools.append(mem.pool())
                         out.append(RequestArgument(False, DataLocation(
                             pool_of[id(mem)], a.offset, a.length), list(a.dims)))
                 return out, size
@@ -623,7 +625,8 @@ class Execution:
                 req = self._request()[0]
                 hal = burst.hal()
                 for p in req.pools:
-                    burst.hold(p)
+                    if isinstance(p, SharedMemory):
+                        burst.hold(p)
                 status, shapes, timing = hal.execute(req, self._measure(), self._deadline(),
                                                      self.loop_timeout_ns)
             except Exception as e:  # noqa: BLE001

@@ -9,6 +9,7 @@ copy wrote it is BAD_DATA, as the runtime rules.
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -119,10 +120,16 @@ class Memory:
     """ANeuralNetworksMemory: shared memory the runtime hands to drivers as a request or
     model pool."""
 
-    def __init__(self, shared: SharedMemory, desc: MemoryDesc | None = None,
-                 dimensions: list[int] | None = None):
+    def __init__(self, shared: SharedMemory | None, desc: MemoryDesc | None = None,
+                 dimensions: list[int] | None = None, buffer: Any = None, token: int = 0,
+                 size: int = 0):
         self.shared = shared
         self.desc = desc
+        #: A driver-allocated buffer (IBuffer) and its token, for a descriptor whose roles are
+        #: all on one device that could allocate it; else ``shared`` is runtime memory.
+        self.buffer = buffer
+        self.token = token
+        self._size = size
         #: Current dimensions of a descriptor's memory (set by outputs and copies).
         self.dimensions = list(dimensions or [])
         self.initialized = desc is None
@@ -130,7 +137,15 @@ class Memory:
 
     @property
     def size(self) -> int:
-        return self.shared.size
+        return self.shared.size if self.shared is not None else self._size
+
+    def pool(self) -> Any:
+        """What a request names as this memory's pool."""
+        if self.buffer is not None:
+            from nnhal.hal.types import MemoryPool
+
+            return MemoryPool.of_token(self.token)
+        return self.shared
 
     @classmethod
     def from_fd(cls, size: int, protect: int, fd: int, offset: int) -> Memory:
@@ -156,11 +171,15 @@ class Memory:
 
     @classmethod
     def from_desc(cls, desc: MemoryDesc) -> Memory:
-        """ANeuralNetworksMemory_createFromDesc: runtime memory of the operand's full size."""
+        """ANeuralNetworksMemory_createFromDesc: a buffer of the driver when every role is on
+        one device and it allocates one, else runtime memory of the operand's full size."""
         if not desc.finished:
             raise fail(ResultCode.BAD_STATE, "createFromDesc: the descriptor is not finished")
         t = T(desc.operand.type)
         dims = desc.dimensions
+        mem = cls._allocate_on_device(desc, t)
+        if mem is not None:
+            return mem
         if t.is_tensor and (not dims or 0 in dims):
             raise fail(ResultCode.OP_FAILED, f"createFromDesc: dimensions {dims} are not "
                        f"fully specified; no driver memory of unknown size is allocated")
@@ -171,6 +190,32 @@ class Memory:
             raise fail(ResultCode.OUT_OF_MEMORY, f"createFromDesc: {e}") from None
         return cls(shared, desc, dims)
 
+    @classmethod
+    def _allocate_on_device(cls, desc: MemoryDesc, t: T) -> Memory | None:
+        from nnhal.hal.types import BufferDesc, BufferRole, ErrorStatus
+
+        comps: list[Any] = []
+        for r in desc.roles:
+            if all(c is not r.compilation for c in comps):
+                comps.append(r.compilation)
+        if len({id(c.device) for c in comps}) != 1 or any(c.prepared is None for c in comps):
+            return None
+        index = {id(c): k for k, c in enumerate(comps)}
+        roles = [(BufferRole(index[id(r.compilation)], r.io_index, r.frequency), r.is_output)
+                 for r in desc.roles]
+        try:
+            status, buffer, token = comps[0].device.hal.allocate(
+                BufferDesc(list(desc.dimensions)), [c.prepared for c in comps],
+                [b for b, out in roles if not out], [b for b, out in roles if out])
+        except Exception:  # noqa: BLE001 - a driver that cannot: runtime memory instead
+            return None
+        if status != ErrorStatus.NONE or buffer is None:
+            return None
+        dims = list(desc.dimensions)
+        size = (math.prod(dims) * t.byte_size if dims and 0 not in dims else 0) \
+            if t.is_tensor else t.byte_size
+        return cls(None, desc, dims, buffer=buffer, token=int(token), size=size)
+
     def has_role(self, compilation: Any, index: int, is_output: bool) -> bool:
         if self.desc is None:
             return True
@@ -179,7 +224,7 @@ class Memory:
 
     def copy_to(self, dst: Memory) -> None:
         """ANeuralNetworksMemory_copy(self, dst)."""
-        if self.size != dst.size:
+        if self.size != dst.size and self.size and dst.size:
             raise fail(ResultCode.BAD_DATA, f"copy: sizes differ ({self.size} and {dst.size})")
         if not self.initialized:
             raise fail(ResultCode.BAD_DATA, "copy: the source memory is not initialized")
@@ -187,7 +232,7 @@ class Memory:
                 merge_dims(dst.desc.dimensions, self.dimensions) is None:
             raise fail(ResultCode.BAD_DATA, "copy: incompatible dimensions")
         try:
-            dst.shared.array()[:] = self.shared.array()
+            self._copy_bytes(dst)
         except MemoryError_ as e:
             raise fail(ResultCode.OP_FAILED, f"copy: {e}") from None
         if dst.desc is not None:
@@ -195,6 +240,34 @@ class Memory:
                 else list(dst.desc.dimensions)
         dst.initialized = True
 
+    def _copy_bytes(self, dst: Memory) -> None:
+        from nnhal.hal.types import ErrorStatus
+        from nnhal.runtime.codes import code_of_status
+
+        dims = list(self.dimensions) if self.desc is not None else list(dst.dimensions)
+        if self.buffer is None and dst.buffer is None:
+            dst.shared.array()[:] = self.shared.array()
+            return
+        if self.buffer is not None and dst.buffer is not None:
+            tmp = SharedMemory.ashmem(max(self.size, 1))
+            try:
+                status = self.buffer.copy_to(tmp)
+                if status == ErrorStatus.NONE:
+                    status = dst.buffer.copy_from(tmp, dims)
+            finally:
+                tmp.close()
+        elif self.buffer is not None:
+            status = self.buffer.copy_to(dst.shared)
+        else:
+            status = dst.buffer.copy_from(self.shared, dims)
+        if status != ErrorStatus.NONE:
+            raise fail(code_of_status(status), f"copy: the driver refused: "
+                       f"{ErrorStatus(status).name}")
+
     def close(self) -> None:
         """ANeuralNetworksMemory_free."""
-        self.shared.close()
+        if self.shared is not None:
+            self.shared.close()
+        if self.buffer is not None and hasattr(self.buffer, "close"):
+            self.buffer.close()
+        self.buffer = None

@@ -136,3 +136,45 @@ def test_device_memory_is_refused_as_an_operand_value(device):
     code, mem = N.ANeuralNetworksMemory_createFromDesc(_desc(c, inputs=[0]))
     m = add_model(finish=False)
     assert N.ANeuralNetworksModel_setOperandValueFromMemory(m, 0, mem, 0, 64) == R.BAD_DATA
+
+
+def test_roles_on_one_device_get_a_driver_buffer_else_runtime_memory(device):
+    from nnhal.drivers.reference import ReferenceDevice
+    from nnhal.runtime import Device
+
+    c = compiled(device)
+    code, mem = N.ANeuralNetworksMemory_createFromDesc(_desc(c, inputs=[0], outputs=[0]))
+    assert code == OK and mem.buffer is not None and mem.shared is None
+    other = compiled(Device.of(ReferenceDevice(), "second"))
+    code, mem = N.ANeuralNetworksMemory_createFromDesc(_two_device_desc(c, other))
+    assert code == OK and mem.buffer is None and mem.shared is not None
+    e, *_, out = execution(other)
+    assert N.ANeuralNetworksExecution_setOutputFromMemory(e, 0, None, mem, 0, 0) == OK
+    assert N.ANeuralNetworksExecution_compute(e) == OK
+    e, *_, out = execution(c)
+    assert N.ANeuralNetworksExecution_setInputFromMemory(e, 0, None, mem, 0, 0) == OK
+    assert N.ANeuralNetworksExecution_compute(e) == OK
+    assert out[0, 2] == 4.0  # (2 + 1) + 1
+
+
+def _two_device_desc(c, other):
+    code, d = N.ANeuralNetworksMemoryDesc_create()
+    assert N.ANeuralNetworksMemoryDesc_addInputRole(d, c, 0, 0.5) == OK
+    assert N.ANeuralNetworksMemoryDesc_addOutputRole(d, other, 0, 0.5) == OK
+    assert N.ANeuralNetworksMemoryDesc_finish(d) == OK
+    return d
+
+
+def test_device_memory_of_unknown_dimensions_takes_the_output_shape(device):
+    from ndk_helpers import add_model
+
+    c = compiled(device, add_model(out_dims=(0, 0)))
+    code, mem = N.ANeuralNetworksMemory_createFromDesc(_desc(c, outputs=[0]))
+    assert code == OK and mem.buffer is not None
+    e, *_ = execution(c)
+    assert N.ANeuralNetworksExecution_setOutputFromMemory(e, 0, None, mem, 0, 0) == OK
+    assert N.ANeuralNetworksExecution_compute(e) == OK
+    assert mem.initialized and mem.dimensions == [1, 16]
+    code, dst = fd_memory(64)
+    assert N.ANeuralNetworksMemory_copy(mem, dst) == OK
+    assert np.frombuffer(dst.shared.read(0, 64), np.float32)[3] == 4.0
