@@ -250,8 +250,10 @@ class Model:
             raise fail(ResultCode.UNEXPECTED_NULL, "addOperation: inputs or outputs are NULL")
         if not isinstance(type, (int, np.integer)) or int(type) not in _VALID_OPERATIONS:
             raise fail(ResultCode.BAD_DATA, f"addOperation: invalid operation type {type}")
-        ins = [int(self._operand(i, "addOperation") is not None and i) for i in inputs]
-        outs = [int(self._operand(i, "addOperation") is not None and i) for i in outputs]
+        for i in (*inputs, *outputs):
+            self._operand(i, "addOperation")
+        ins = [int(i) for i in inputs]
+        outs = [int(i) for i in outputs]
         for i in outs:
             if self.values[i] is not None:
                 raise fail(ResultCode.BAD_DATA, f"addOperation: output operand {i} has a "
@@ -267,6 +269,8 @@ class Model:
         self._check_open("identifyInputsAndOutputs")
         if inputs is None or outputs is None:
             raise fail(ResultCode.UNEXPECTED_NULL, "identifyInputsAndOutputs: NULL list")
+        for i in (*inputs, *outputs):
+            self._operand(i, "identifyInputsAndOutputs")
         ins = [int(i) for i in inputs]
         outs = [int(i) for i in outputs]
         for what, lst in (("input", ins), ("output", outs)):
