@@ -215,3 +215,22 @@ def test_a_driver_that_raises_is_a_dead_object(device, monkeypatch):
     monkeypatch.setattr(c.prepared, "execute_synchronously", broken)
     e, *_ = execution(c)
     assert N.ANeuralNetworksExecution_compute(e) == R.DEAD_OBJECT
+
+
+def test_a_running_execution_cannot_start_again(device):
+    e, *_ = execution(compiled(device))
+    assert N.ANeuralNetworksExecution_setReusable(e, True) == OK
+    code, ev = N.ANeuralNetworksExecution_startCompute(e)
+    assert code == OK
+    assert N.ANeuralNetworksExecution_compute(e) == R.BAD_STATE  # not waited for yet
+    assert N.ANeuralNetworksEvent_wait(ev) == OK
+    assert N.ANeuralNetworksExecution_compute(e) == OK  # reusable, and done
+
+
+def test_a_burst_in_use_is_bad_state(device):
+    c = compiled(device)
+    code, burst = N.ANeuralNetworksBurst_create(c)
+    e, *_ = execution(c)
+    with burst.lock:  # another thread's burstCompute holds it
+        assert N.ANeuralNetworksExecution_burstCompute(e, burst) == R.BAD_STATE
+    assert N.ANeuralNetworksExecution_burstCompute(e, burst) == OK
