@@ -10,7 +10,11 @@ Prints figures; asserts nothing.
 - runtime reusable: one reusable Execution, compute each time (inputs copied each time);
 - runtime burst: a new Execution per run, burstCompute on one Burst.
 
-    python benchmarks/bench_runtime.py [--n N] [--rounds R]
+With ``--specs DIR`` (the conformance cases), the same for the V1_0 MobileNet case: the model
+built through the NDK calls as mode ``runtime`` builds it, against the driver with the case's
+HAL model and request.
+
+    python benchmarks/bench_runtime.py [--n N] [--rounds R] [--specs ../shared/conformance]
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=2000, help="executions per path and round")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--specs", help="conformance cases: also time the V1_0 MobileNet case")
     args = ap.parse_args()
 
     hal = ReferenceDevice()
@@ -108,29 +113,78 @@ def main() -> None:
     def runtime_burst() -> None:
         new_execution().burst_compute(burst)
 
-    paths: dict[str, Callable[[], None]] = {
+    report("one ADD [1, 16]", {
         "driver executeSynchronously": driver,
         "runtime compute (new execution)": runtime_compute,
         "runtime reusable compute": reusable.compute,
         "runtime burstCompute (new execution)": runtime_burst,
-    }
-    for fn in paths.values():  # warm up, and check they agree
-        for _ in range(50):
+    }, args.n, args.rounds)
+    if args.specs:
+        mobilenet(hal, args.specs, max(5, args.n // 200), args.rounds)
+
+
+def report(title: str, paths: dict[str, Callable[[], None]], n: int, rounds: int) -> None:
+    for fn in paths.values():  # warm up
+        for _ in range(min(n, 50)):
             fn()
     times: dict[str, list[float]] = {k: [] for k in paths}
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         for name, fn in paths.items():
             t0 = time.perf_counter()
-            for _ in range(args.n):
+            for _ in range(n):
                 fn()
-            times[name].append((time.perf_counter() - t0) / args.n * 1e6)
-    base = statistics.median(times["driver executeSynchronously"])
-    print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} on "
-          f"{os.cpu_count()} cores; {args.rounds} rounds x {args.n}")
+            times[name].append((time.perf_counter() - t0) / n * 1e6)
+    base = statistics.median(next(iter(times.values())))
+    print(f"{title}: load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} on "
+          f"{os.cpu_count()} cores; {rounds} rounds x {n}")
     for name, ts in times.items():
         med = statistics.median(ts)
-        print(f"  {name:<38} {med:8.1f} us  (min {min(ts):.1f})  overhead "
-              f"{med - base:+7.1f} us")
+        print(f"  {name:<38} {med:10.1f} us  (min {min(ts):.1f})  overhead "
+              f"{med - base:+8.1f} us")
+
+
+def mobilenet(hal: ReferenceDevice, specs: str, n: int, rounds: int) -> None:
+    from pathlib import Path
+
+    from nnhal.conformance.cases import build_model, build_request, iter_cases, values_array
+    from nnhal.conformance.mode_runtime import build
+
+    case = next(iter_cases(Path(specs), "mobilenet_224_gender_basic_fixed"), None)
+    if case is None:
+        print("no mobilenet_224_gender_basic_fixed case in", specs)
+        return
+    m = case.data["model"]
+    cb = PreparedModelCallback()
+    hal.prepare_model(build_model(m), ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM,
+                      None, [], [], b"", cb)
+    _, pm = cb.wait(600)
+    built = build_request(m)
+
+    def driver() -> None:
+        pm.execute_synchronously(built.request, MeasureTiming.NO, None, None)
+
+    model, _keep = build(m)
+    comp = Compilation.for_devices(model, [Device.of(hal, "reference")])
+    comp.finish()
+    main = m["main"]
+    inputs = [values_array(OperandType[main["operands"][i]["type"]],
+                           main["operands"][i]["data"], main["operands"][i]["dimensions"])
+              for i in main["inputIndexes"]]
+    outs = [np.zeros(built.outputs[k].values.nbytes, np.uint8)
+            for k in range(len(main["outputIndexes"]))]
+
+    def runtime_compute() -> None:
+        e = Execution(comp)
+        for k, a in enumerate(inputs):
+            e.set_input(k, None, a)
+        for k, o in enumerate(outs):
+            e.set_output(k, None, o)
+        e.compute()
+
+    report("MobileNet V1_0 (mobilenet_224_gender_basic_fixed)", {
+        "driver executeSynchronously": driver,
+        "runtime compute (new execution)": runtime_compute,
+    }, n, rounds)
 
 
 if __name__ == "__main__":
