@@ -1,0 +1,275 @@
+"""ANeuralNetworksCompilation: a finished model prepared on one device.
+
+``create`` picks, among all available devices, the first that supports every operation,
+preferring the one whose capabilities are best for the compilation's preference (lowest power
+for LOW_POWER, else lowest execution time); ``createForDevices`` restricts the choice to the
+named devices, which must support every operation (BAD_DATA otherwise). Caching: with a cache
+directory and a 32-byte token, the runtime opens per device the files the driver asks for
+(``<dir>/<device token>_<m|d><i>``, where the device token hashes the app's token with the
+device's name and version) and tries ``prepareModelFromCache`` before preparing and saving.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from nnhal.hal.interfaces import IPreparedModel, PreparedModelCallback
+from nnhal.hal.types import ErrorStatus, ExecutionPreference, OperandType, Priority
+from nnhal.memory import SharedMemory
+from nnhal.runtime.codes import (
+    BYTE_SIZE_OF_CACHE_TOKEN,
+    PreferenceCode,
+    PriorityCode,
+    ResultCode,
+    code_of_status,
+    fail,
+)
+from nnhal.runtime.devices import Device, devices
+from nnhal.runtime.model import Model
+
+#: How long the runtime waits for a driver's prepare callback (a hung driver fails the
+#: compilation instead of hanging the app).
+PREPARE_TIMEOUT_S = 600.0
+_PRIORITY = {int(PriorityCode.LOW): Priority.LOW, int(PriorityCode.MEDIUM): Priority.MEDIUM,
+             int(PriorityCode.HIGH): Priority.HIGH}
+
+
+class Compilation:
+    """ANeuralNetworksCompilation. Methods raise :class:`nnhal.NdkError`."""
+
+    def __init__(self, model: Model, devices_: Sequence[Device] | None = None):
+        if model is None:
+            raise fail(ResultCode.UNEXPECTED_NULL, "create: model is NULL")
+        if not model.finished or model.invalid:
+            raise fail(ResultCode.BAD_STATE, "create: the model is not finished")
+        if devices_ is not None:
+            if not devices_:
+                raise fail(ResultCode.BAD_DATA, "createForDevices: no device")
+            if any(d is None for d in devices_):
+                raise fail(ResultCode.UNEXPECTED_NULL, "createForDevices: a device is NULL")
+            if len({id(d) for d in devices_}) != len(devices_):
+                raise fail(ResultCode.BAD_DATA, "createForDevices: a device is named twice")
+        self.model = model
+        self.explicit = devices_ is not None
+        self.devices = list(devices_) if devices_ is not None else None
+        self.preference = int(PreferenceCode.FAST_SINGLE_ANSWER)
+        self.priority = int(PriorityCode.DEFAULT)
+        self.timeout_ns = 0
+        self.cache_dir: str | None = None
+        self.token: bytes | None = None
+        self.finished = False
+        self.failed = False
+        self.device: Device | None = None
+        self.prepared: IPreparedModel | None = None
+        self._free: list[SharedMemory] = []
+        #: Requests of finished executions by argument layout, for the next alike execution
+        #: (the same pools and Request object: the driver recognises a recent request).
+        self._layouts: dict[tuple, list[Any]] = {}
+        self._free_lock = threading.Lock()
+
+    @classmethod
+    def for_devices(cls, model: Model, devices_: Sequence[Device]) -> Compilation:
+        """ANeuralNetworksCompilation_createForDevices."""
+        if devices_ is None:
+            raise fail(ResultCode.UNEXPECTED_NULL, "createForDevices: devices are NULL")
+        return cls(model, list(devices_))
+
+    @property
+    def single_device(self) -> bool:
+        """Created by createForDevices with exactly one device: the only kind that may set
+        timeouts and measure timing."""
+        return self.explicit and self.devices is not None and len(self.devices) == 1
+
+    def _check_open(self, what: str) -> None:
+        if self.finished:
+            raise fail(ResultCode.BAD_STATE, f"{what}: the compilation is finished")
+
+    def set_preference(self, preference: int) -> None:
+        self._check_open("setPreference")
+        if preference not in {int(p) for p in PreferenceCode}:
+            raise fail(ResultCode.BAD_DATA, f"setPreference: invalid preference {preference}")
+        self.preference = int(preference)
+
+    def set_priority(self, priority: int) -> None:
+        self._check_open("setPriority")
+        if priority not in _PRIORITY:
+            raise fail(ResultCode.BAD_DATA, f"setPriority: invalid priority {priority}")
+        self.priority = int(priority)
+
+    def set_timeout(self, duration_ns: int) -> None:
+        self._check_open("setTimeout")
+        if not self.single_device:
+            raise fail(ResultCode.BAD_DATA, "setTimeout: only for a compilation created by "
+                       "createForDevices with one device")
+        if not isinstance(duration_ns, int) or duration_ns < 0:
+            raise fail(ResultCode.BAD_DATA, f"setTimeout: invalid duration {duration_ns}")
+        self.timeout_ns = duration_ns
+
+    def set_caching(self, cache_dir: str, token: bytes) -> None:
+        self._check_open("setCaching")
+        if cache_dir is None or token is None:
+            raise fail(ResultCode.UNEXPECTED_NULL, "setCaching: cacheDir or token is NULL")
+        token = bytes(token)
+        if len(token) != BYTE_SIZE_OF_CACHE_TOKEN:
+            raise fail(ResultCode.BAD_DATA, f"setCaching: token of {len(token)} bytes, not "
+                       f"{BYTE_SIZE_OF_CACHE_TOKEN}")
+        self.cache_dir, self.token = os.fspath(cache_dir), token
+
+    # ---- finish -------------------------------------------------------------------------
+    def _choose(self) -> Device:
+        hal = self.model.hal
+        candidates = self.devices if self.devices is not None else devices()
+        able = []
+        for d in candidates:
+            status, supported = d.hal.get_supported_operations(hal)
+            if status == ErrorStatus.NONE and len(supported) == len(hal.main.operations) \
+                    and all(supported):
+                able.append(d)
+        if not able:
+            if self.explicit:
+                raise fail(ResultCode.BAD_DATA, "finish: the devices do not support every "
+                           "operation of the model")
+            raise fail(ResultCode.OP_FAILED, "finish: no device supports every operation")
+        types = {int(hal.main.operands[i].type) for op in hal.main.operations
+                 for i in op.inputs if OperandType(hal.main.operands[i].type).is_tensor} or \
+            {int(OperandType.TENSOR_FLOAT32)}
+
+        def cost(d: Device) -> float:
+            perfs = [d.performance(t, self.model.relaxed) for t in types]
+            if self.preference == PreferenceCode.LOW_POWER:
+                return sum(p.power_usage for p in perfs)
+            return sum(p.exec_time for p in perfs)
+
+        return min(able, key=cost)  # min keeps the first of equals: registration order
+
+    def finish(self) -> None:
+        """ANeuralNetworksCompilation_finish."""
+        self._check_open("finish")
+        self.finished = True
+        try:
+            self.device = self._choose()
+            self.prepared = self._prepare(self.device)
+        except BaseException:
+            self.failed = True
+            raise
+
+    def _deadline(self) -> int | None:
+        return time.monotonic_ns() + self.timeout_ns if self.timeout_ns else None
+
+    def _prepare(self, device: Device) -> IPreparedModel:
+        deadline = self._deadline()
+        files = self._cache_files(device)
+        try:
+            if files is not None:
+                model_fds, data_fds, token, complete = files
+                if complete:
+                    cb = PreparedModelCallback()
+                    launch = device.hal.prepare_model_from_cache(deadline, model_fds,
+                                                                 data_fds, token, cb)
+                    if launch == ErrorStatus.NONE:
+                        status, pm = cb.wait(PREPARE_TIMEOUT_S)
+                        if status == ErrorStatus.NONE and pm is not None:
+                            return pm
+                    for fd in (*model_fds, *data_fds):
+                        os.ftruncate(fd, 0)
+            else:
+                model_fds, data_fds, token = [], [], b""
+            cb = PreparedModelCallback()
+            launch = device.hal.prepare_model(
+                self.model.hal, ExecutionPreference(self.preference), _PRIORITY[self.priority],
+                deadline, model_fds, data_fds, token, cb)
+            try:
+                status, pm = cb.wait(PREPARE_TIMEOUT_S)
+            except TimeoutError:
+                raise fail(ResultCode.OP_FAILED, "finish: the driver never answered") from None
+            if launch != ErrorStatus.NONE and status == ErrorStatus.NONE:
+                status = launch
+            if status != ErrorStatus.NONE or pm is None:
+                raise fail(code_of_status(status), f"finish: {device.name} failed to prepare "
+                           f"the model: {ErrorStatus(status).name}")
+            return pm
+        finally:
+            if files is not None:
+                for fd in (*files[0], *files[1]):
+                    os.close(fd)
+
+    def _cache_files(self, device: Device) -> tuple[list[int], list[int], bytes, bool] | None:
+        """(model fds, data fds, device token, all files were there) or None: no caching."""
+        if self.cache_dir is None or self.token is None:
+            return None
+        status, n_model, n_data = device.hal.get_number_of_cache_files_needed()
+        if status != ErrorStatus.NONE or (n_model == 0 and n_data == 0):
+            return None
+        token = hashlib.sha256(self.token + device.name.encode() + b"\0" +
+                               device.version.encode()).digest()
+        stem = os.path.join(self.cache_dir, token.hex()[:40])
+        names = [f"{stem}_m{i}" for i in range(n_model)] + \
+            [f"{stem}_d{i}" for i in range(n_data)]
+        complete = all(os.path.exists(n) for n in names) and \
+            all(os.path.getsize(n) > 0 for n in names[:n_model])
+        fds: list[int] = []
+        try:
+            for n in names:
+                fds.append(os.open(n, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            return None  # caching never fails a compilation
+        return fds[:n_model], fds[n_model:], token, complete
+
+    # ---- runtime memory for pointer arguments --------------------------------------------
+    def take_memory(self, size: int) -> SharedMemory:
+        """Shared memory of at least ``size`` bytes for copying an execution's buffers."""
+        with self._free_lock:
+            for k, mem in enumerate(self._free):
+                if mem.size >= size:
+                    return self._free.pop(k)
+        return SharedMemory.ashmem(max(size, 64), sealed=True)
+
+    def give_memory(self, mem: SharedMemory) -> None:
+        with self._free_lock:
+            if len(self._free) < 8:
+                self._free.append(mem)
+                return
+        mem.close()
+
+    def take_layout(self, key: tuple) -> Any:
+        """A bound request of a finished execution with this argument layout, or None."""
+        with self._free_lock:
+            found = self._layouts.get(key)
+            return found.pop() if found else None
+
+    def give_layout(self, key: tuple, bound: Any) -> None:
+        with self._free_lock:
+            found = self._layouts.setdefault(key, [])
+            if len(found) < 4 and len(self._layouts) <= 64:
+                found.append(bound)
+                return
+        for m in bound[1:]:
+            if m is not None:
+                self.give_memory(m)
+
+    def free(self) -> None:
+        """ANeuralNetworksCompilation_free."""
+        with self._free_lock:
+            for m in self._free:
+                m.close()
+            self._free.clear()
+            layouts, self._layouts = self._layouts, {}
+        for bounds in layouts.values():
+            for b in bounds:
+                for m in b[1:]:
+                    if m is not None:
+                        m.close()
+        self.prepared = None
+
+
+def check_compilation(c: Any, what: str) -> Compilation:
+    if c is None:
+        raise fail(ResultCode.UNEXPECTED_NULL, f"{what}: compilation is NULL")
+    return c
