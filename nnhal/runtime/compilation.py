@@ -18,8 +18,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from nnhal.analysis import analyse
+from nnhal.errors import NdkError
 from nnhal.hal.interfaces import IPreparedModel, PreparedModelCallback
-from nnhal.hal.types import ErrorStatus, ExecutionPreference, OperandType, Priority
+from nnhal.hal.types import ErrorStatus, ExecutionPreference, Priority
 from nnhal.memory import SharedMemory
 from nnhal.runtime.codes import (
     BYTE_SIZE_OF_CACHE_TOKEN,
@@ -31,6 +33,8 @@ from nnhal.runtime.codes import (
 )
 from nnhal.runtime.devices import Device, devices
 from nnhal.runtime.model import Model
+from nnhal.runtime.partition import NoDevice, Step, assign, build_steps, group
+from nnhal.runtime.plan import FallbackPrepared, PlanPrepared
 
 #: How long the runtime waits for a driver's prepare callback (a hung driver fails the
 #: compilation instead of hanging the app).
@@ -71,6 +75,12 @@ class Compilation:
         #: (the same pools and Request object: the driver recognises a recent request).
         self._layouts: dict[tuple, list[Any]] = {}
         self._free_lock = threading.Lock()
+        #: The plan: one step per run of operations on one device (one step: the fast path).
+        self.steps: list[Step] = []
+        self.fell_back = False
+        #: How many executions were re-run on the reference driver.
+        self.fallbacks = 0
+        self._ref_prepared: IPreparedModel | None = None
 
     @classmethod
     def for_devices(cls, model: Model, devices_: Sequence[Device]) -> Compilation:
@@ -121,49 +131,111 @@ class Compilation:
         self.cache_dir, self.token = os.fspath(cache_dir), token
 
     # ---- finish -------------------------------------------------------------------------
-    def _choose(self) -> Device:
-        hal = self.model.hal
-        candidates = self.devices if self.devices is not None else devices()
-        able = []
-        for d in candidates:
-            status, supported = d.hal.get_supported_operations(hal)
-            if status == ErrorStatus.NONE and len(supported) == len(hal.main.operations) \
-                    and all(supported):
-                able.append(d)
-        if not able:
-            if self.explicit:
-                raise fail(ResultCode.BAD_DATA, "finish: the devices do not support every "
-                           "operation of the model")
-            raise fail(ResultCode.OP_FAILED, "finish: no device supports every operation")
-        types = {int(hal.main.operands[i].type) for op in hal.main.operations
-                 for i in op.inputs if OperandType(hal.main.operands[i].type).is_tensor} or \
-            {int(OperandType.TENSOR_FLOAT32)}
-
-        def cost(d: Device) -> float:
-            perfs = [d.performance(t, self.model.relaxed) for t in types]
-            if self.preference == PreferenceCode.LOW_POWER:
-                return sum(p.power_usage for p in perfs)
-            return sum(p.exec_time for p in perfs)
-
-        return min(able, key=cost)  # min keeps the first of equals: registration order
-
     def finish(self) -> None:
-        """ANeuralNetworksCompilation_finish."""
+        """ANeuralNetworksCompilation_finish: partition, then prepare every step."""
         self._check_open("finish")
         self.finished = True
         try:
-            self.device = self._choose()
-            self.prepared = self._prepare(self.device)
+            self._plan_and_prepare()
         except BaseException:
             self.failed = True
             raise
 
+    def _plan_and_prepare(self) -> None:
+        hal = self.model.hal
+        candidates = self.devices if self.devices is not None else devices()
+        try:
+            choice = assign(hal, candidates, self.preference)
+        except NoDevice as e:
+            if self.explicit:
+                raise fail(ResultCode.BAD_DATA, "finish: the devices do not support every "
+                           f"operation of the model (operations {e.operations})") from None
+            raise fail(ResultCode.OP_FAILED, f"finish: no device supports operations "
+                       f"{e.operations}") from None
+        used = sorted(set(choice))
+        if len(used) <= 1:
+            # Fast path: one device runs the whole model, no runtime memory in between.
+            device = candidates[used[0]] if used else candidates[0]
+            self._whole_on(device)
+            return
+        shapes = None
+        try:
+            shapes = analyse(hal).main.shapes
+        except Exception:  # noqa: BLE001 - shapes only fill unknown step dimensions
+            shapes = None
+        steps = build_steps(hal, candidates, group(hal, choice), shapes)
+        try:
+            for step in steps:
+                step.prepared = self._prepare(step.device, step.model)
+        except NdkError:
+            if self.explicit:
+                raise
+            self._whole_on(self._reference(), fell_back=True)
+            return
+        self.device = None
+        self.steps = steps
+        self.prepared = PlanPrepared(hal.main, steps,
+                                     None if self.explicit else self._reference_prepared)
+
+    def _whole_on(self, device: Device, fell_back: bool = False) -> None:
+        """Prepare the whole model on one device (on the reference when that fails and the
+        compilation may fall back)."""
+        hal = self.model.hal
+        try:
+            prepared = self._prepare(device, hal)
+        except NdkError:
+            ref = None if self.explicit else self._reference()
+            if ref is None or ref is device:
+                raise
+            device, prepared, fell_back = ref, self._prepare(ref, hal), True
+        self.device = device
+        self.fell_back = fell_back
+        self.steps = [Step(device, list(range(len(hal.main.operations))),
+                           list(hal.main.input_indexes), list(hal.main.output_indexes),
+                           hal, prepared)]
+        ref = None if self.explicit else self._reference()
+        if ref is None or ref is device:
+            self.prepared = prepared
+            if ref is device:
+                self._ref_prepared = prepared
+        else:
+            self.prepared = FallbackPrepared(prepared, self._reference_prepared)
+
+    def _reference(self) -> Device | None:
+        for d in devices():
+            if d.name == "reference":
+                return d
+        return None
+
+    def _reference_prepared(self) -> IPreparedModel | None:
+        """The whole model prepared on the reference driver, for CPU fallback (once)."""
+        with self._free_lock:
+            if self._ref_prepared is None:
+                ref = self._reference()
+                if ref is None:
+                    return None
+                try:
+                    self._ref_prepared = self._prepare(ref, self.model.hal, cache=False)
+                except NdkError:
+                    return None
+                self.fallbacks += 1
+            else:
+                self.fallbacks += 1
+            return self._ref_prepared
+
+    def plan(self) -> list[dict[str, Any]]:
+        """The steps of a finished compilation: device name, operation indexes, and the
+        main-subgraph operands each step reads and writes."""
+        if not self.finished or self.failed:
+            raise fail(ResultCode.BAD_STATE, "plan: the compilation is not finished")
+        return [s.describe() for s in self.steps]
+
     def _deadline(self) -> int | None:
         return time.monotonic_ns() + self.timeout_ns if self.timeout_ns else None
 
-    def _prepare(self, device: Device) -> IPreparedModel:
+    def _prepare(self, device: Device, model: Any, cache: bool = True) -> IPreparedModel:
         deadline = self._deadline()
-        files = self._cache_files(device)
+        files = self._cache_files(device) if cache and model is self.model.hal else None
         try:
             if files is not None:
                 model_fds, data_fds, token, complete = files
@@ -181,12 +253,14 @@ class Compilation:
                 model_fds, data_fds, token = [], [], b""
             cb = PreparedModelCallback()
             launch = device.hal.prepare_model(
-                self.model.hal, ExecutionPreference(self.preference), _PRIORITY[self.priority],
+                model, ExecutionPreference(self.preference), _PRIORITY[self.priority],
                 deadline, model_fds, data_fds, token, cb)
             try:
                 status, pm = cb.wait(PREPARE_TIMEOUT_S)
             except TimeoutError:
                 raise fail(ResultCode.OP_FAILED, "finish: the driver never answered") from None
+            except Exception as e:  # noqa: BLE001 - a driver that raises failed to prepare
+                raise fail(ResultCode.OP_FAILED, f"finish: {device.name}: {e}") from None
             if launch != ErrorStatus.NONE and status == ErrorStatus.NONE:
                 status = launch
             if status != ErrorStatus.NONE or pm is None:

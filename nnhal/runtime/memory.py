@@ -200,6 +200,10 @@ class Memory:
                 comps.append(r.compilation)
         if len({id(c.device) for c in comps}) != 1 or any(c.prepared is None for c in comps):
             return None
+        # Only a driver's own prepared model (not a plan or a fallback wrapper) can own it.
+        if comps[0].device is None or any(
+                not c.steps or c.prepared is not c.steps[0].prepared for c in comps):
+            return None
         index = {id(c): k for k, c in enumerate(comps)}
         roles = [(BufferRole(index[id(r.compilation)], r.io_index, r.frequency), r.is_output)
                  for r in desc.roles]
