@@ -19,7 +19,7 @@ from typing import NoReturn
 #: The modes of ``nnhal conformance`` (nnhal.conformance.runner.MODES, checked by a test),
 #: here so that arguments are checked before numpy and the driver load.
 MODES = ("general", "dynamic_shape", "quantization_coupling", "memory_domain", "fenced",
-         "caching", "runtime")
+         "caching", "runtime", "partitioned")
 
 #: The model commands, each a module ``nnhal.tools.<name>`` with ``add_arguments(parser)``
 #: and ``main(args) -> int``, imported only when it is the command given.
@@ -75,6 +75,10 @@ def _conformance(args: argparse.Namespace) -> int:
     why = registry.available()[args.device]
     if why is not None:
         return error(prog, f"device '{args.device}' is not available: {why}")
+    if "partitioned" in modes and not worker:
+        from nnhal.conformance.mode_partitioned import describe
+
+        print(describe(), file=sys.stderr)
     if args.jobs > 1 and not worker:
         from nnhal.conformance.parallel import ShardFailed, run_sharded
 

@@ -33,7 +33,14 @@ from nnhal.runtime.codes import (
 )
 from nnhal.runtime.devices import Device, devices
 from nnhal.runtime.model import Model
-from nnhal.runtime.partition import NoDevice, Step, assign, build_steps, group
+from nnhal.runtime.partition import (
+    NoDevice,
+    Step,
+    assign,
+    build_steps,
+    group,
+    supported_by,
+)
 from nnhal.runtime.plan import FallbackPrepared, PlanPrepared
 
 #: How long the runtime waits for a driver's prepare callback (a hung driver fails the
@@ -81,6 +88,8 @@ class Compilation:
         #: How many executions were re-run on the reference driver.
         self.fallbacks = 0
         self._ref_prepared: IPreparedModel | None = None
+        self._whole: IPreparedModel | None = None
+        self._whole_device: Device | None = None
 
     @classmethod
     def for_devices(cls, model: Model, devices_: Sequence[Device]) -> Compilation:
@@ -174,8 +183,12 @@ class Compilation:
             return
         self.device = None
         self.steps = steps
+        support = supported_by(hal, candidates)
+        whole = [d for d, flags in zip(candidates, support) if all(flags)]
+        self._whole_device = whole[0] if whole else None
         self.prepared = PlanPrepared(hal.main, steps,
-                                     None if self.explicit else self._reference_prepared)
+                                     None if self.explicit else self._reference_prepared,
+                                     self._whole_prepared)
 
     def _whole_on(self, device: Device, fell_back: bool = False) -> None:
         """Prepare the whole model on one device (on the reference when that fails and the
@@ -222,6 +235,17 @@ class Compilation:
             else:
                 self.fallbacks += 1
             return self._ref_prepared
+
+    def _whole_prepared(self) -> IPreparedModel | None:
+        """The whole model prepared on one of the compilation's devices (once)."""
+        with self._free_lock:
+            if self._whole is None and self._whole_device is not None:
+                try:
+                    self._whole = self._prepare(self._whole_device, self.model.hal,
+                                                cache=False)
+                except NdkError:
+                    self._whole_device = None
+            return self._whole
 
     def plan(self) -> list[dict[str, Any]]:
         """The steps of a finished compilation: device name, operation indexes, and the

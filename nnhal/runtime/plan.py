@@ -36,6 +36,7 @@ from nnhal.memory import SharedMemory
 from nnhal.runtime.partition import Step, nbytes
 
 Result = tuple[ErrorStatus, list[OutputShape], Timing]
+_ZERO_SIZED: Any = object()
 #: How many times a step is re-run with bigger memory for outputs of unknown size.
 MAX_RESIZE = 6
 _GUESS = 4096
@@ -133,10 +134,15 @@ def _status(value: Any) -> ErrorStatus:
 class PlanPrepared(_RuntimePrepared):
     """A model split in steps over several devices, run by the runtime."""
 
-    def __init__(self, main: Any, steps: list[Step], fallback: Callable[[], Any] | None = None):
+    def __init__(self, main: Any, steps: list[Step], fallback: Callable[[], Any] | None = None,
+                 whole: Callable[[], Any] | None = None):
         self.main = main  # the whole model's main subgraph
         self.steps = steps
         self.fallback = fallback
+        #: The whole model prepared on one of the compilation's devices that supports all of
+        #: it, for a run whose values crossing steps are zero-sized: a HAL input cannot be
+        #: (a 0 dimension means unknown), so such a run is not split.
+        self.whole = whole
         self._lock = threading.Lock()
         self._free: list[SharedMemory] = []
         #: Bytes last needed by each step output of unknown size, to size the next run.
@@ -164,6 +170,11 @@ class PlanPrepared(_RuntimePrepared):
             result = self._run(request, measure, deadline, loop_timeout)
         except Exception:  # noqa: BLE001 - a driver that raises is a general failure
             result = (ErrorStatus.GENERAL_FAILURE, [], Timing())
+        if result is _ZERO_SIZED:
+            whole = self.whole() if self.whole is not None else None
+            if whole is not None:
+                return whole.execute_synchronously(request, measure, deadline, loop_timeout)
+            result = (ErrorStatus.GENERAL_FAILURE, [], Timing())
         if _status(result[0]) in FALLBACK_STATUSES and self.fallback is not None:
             ref = self.fallback()
             if ref is not None:
@@ -186,6 +197,9 @@ class PlanPrepared(_RuntimePrepared):
                 return ErrorStatus.INVALID_ARGUMENT, [], Timing()
             env[idx] = (pools[loc.pool_index][loc.offset:loc.offset + loc.length], dims)
         for step in self.steps:
+            if any(env[i][0] is not None and any(d == 0 for d in env[i][1])
+                   for i in step.inputs):
+                return _ZERO_SIZED
             status = self._run_step(step, env, deadline, loop_timeout)
             if status != ErrorStatus.NONE:
                 return status, [], Timing()
