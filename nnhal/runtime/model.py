@@ -124,6 +124,25 @@ class Model:
         #: Large values read at finish, by operand.
         self._large: dict[int, bytes] = {}
 
+    @classmethod
+    def from_hal(cls, hal: HalModel) -> Model:
+        """A finished model over a HAL Model built elsewhere (the importer, a Session); BAD_DATA
+        when it breaks a rule."""
+        from nnhal.analysis import analyse
+
+        try:
+            analyse(hal, own_constants=False)
+        except Exception as e:  # noqa: BLE001 - any rule broken is BAD_DATA
+            raise fail(ResultCode.BAD_DATA, f"finish: invalid model: {e}") from None
+        m = cls()
+        m.operands = list(hal.main.operands)
+        m.operations = list(hal.main.operations)
+        m.inputs, m.outputs = list(hal.main.input_indexes), list(hal.main.output_indexes)
+        m.relaxed = bool(hal.relax_computation_float32_to_float16)
+        m.identified = m.finished = True
+        m.hal = hal
+        return m
+
     # ---- building -----------------------------------------------------------------------
     def _check_open(self, what: str) -> None:
         if self.finished:
