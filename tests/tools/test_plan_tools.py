@@ -7,6 +7,7 @@ import argparse
 import json
 
 import pytest
+from test_info_view import tiny
 
 from nnhal.conformance.mode_partitioned import HalfDevice
 from nnhal.drivers import registry
@@ -14,8 +15,6 @@ from nnhal.hal.types import OperationType as O
 from nnhal.tflite import write_tflite
 from nnhal.tools import info, view
 from nnhal.tools.view import PALETTE
-
-from test_info_view import tiny
 
 
 @pytest.fixture
