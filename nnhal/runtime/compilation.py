@@ -21,7 +21,7 @@ from typing import Any
 from nnhal.analysis import analyse
 from nnhal.errors import NdkError
 from nnhal.hal.interfaces import IPreparedModel, PreparedModelCallback
-from nnhal.hal.types import ErrorStatus, ExecutionPreference, Priority
+from nnhal.hal.types import ErrorStatus, ExecutionPreference, OperandLifeTime, Priority
 from nnhal.memory import SharedMemory
 from nnhal.runtime.codes import (
     BYTE_SIZE_OF_CACHE_TOKEN,
@@ -34,11 +34,13 @@ from nnhal.runtime.codes import (
 from nnhal.runtime.devices import Device, devices
 from nnhal.runtime.model import Model
 from nnhal.runtime.partition import (
+    RUNTIME,
     NoDevice,
     Step,
     assign,
     build_steps,
     group,
+    subgraph_model,
     supported_by,
 )
 from nnhal.runtime.plan import FallbackPrepared, PlanPrepared
@@ -162,20 +164,13 @@ class Compilation:
             raise fail(ResultCode.OP_FAILED, f"finish: no device supports operations "
                        f"{e.operations}") from None
         used = sorted(set(choice))
-        if len(used) <= 1:
+        if len(used) <= 1 and RUNTIME not in used:
             # Fast path: one device runs the whole model, no runtime memory in between.
             device = candidates[used[0]] if used else candidates[0]
             self._whole_on(device)
             return
-        shapes = None
         try:
-            shapes = analyse(hal).main.shapes
-        except Exception:  # noqa: BLE001 - shapes only fill unknown step dimensions
-            shapes = None
-        steps = build_steps(hal, candidates, group(hal, choice), shapes)
-        try:
-            for step in steps:
-                step.prepared = self._prepare(step.device, step.model)
+            steps = self._steps(hal, candidates, choice)
         except NdkError:
             if self.explicit:
                 raise
@@ -189,6 +184,38 @@ class Compilation:
         self.prepared = PlanPrepared(hal.main, steps,
                                      None if self.explicit else self._reference_prepared,
                                      self._whole_prepared)
+
+    def _steps(self, hal: Any, candidates: Sequence[Device], choice: list[int]) -> list[Step]:
+        """The steps of a model, each prepared; an IF/WHILE the runtime runs gets a plan for
+        each subgraph it references (partitioned the same way, recursively)."""
+        shapes = None
+        try:
+            shapes = analyse(hal, own_constants=False).main.shapes
+        except Exception:  # noqa: BLE001 - shapes only fill unknown step dimensions
+            shapes = None
+        steps = build_steps(hal, candidates, group(hal, choice), shapes)
+        for step in steps:
+            if step.device is not None:
+                step.prepared = self._prepare(step.device, step.model)
+                continue
+            op = hal.main.operations[step.operations[0]]
+            for i in op.inputs:
+                o = hal.main.operands[i]
+                if o.lifetime == OperandLifeTime.SUBGRAPH:
+                    k = int(o.location.offset)
+                    if k not in step.branches:
+                        step.branches[k] = self._branch(hal, k, candidates)
+        return steps
+
+    def _branch(self, hal: Any, k: int, candidates: Sequence[Device]) -> PlanPrepared:
+        sub = subgraph_model(hal, k)
+        try:
+            choice = assign(sub, candidates, self.preference)
+        except NoDevice as e:
+            raise fail(ResultCode.BAD_DATA if self.explicit else ResultCode.OP_FAILED,
+                       f"finish: operations {e.operations} of subgraph {k} are supported by "
+                       f"no device") from None
+        return PlanPrepared(sub.main, self._steps(sub, candidates, choice))
 
     def _whole_on(self, device: Device, fell_back: bool = False) -> None:
         """Prepare the whole model on one device (on the reference when that fails and the

@@ -29,6 +29,9 @@ from nnhal.hal.types import (
 from nnhal.runtime.codes import PreferenceCode
 
 _CONTROL_FLOW = {int(OperationType.IF), int(OperationType.WHILE)}
+#: The "device" of an IF or WHILE that no device supports together with its bodies: the
+#: runtime evaluates it, running each body's own (partitioned) plan.
+RUNTIME = -2
 
 
 @dataclass
@@ -36,15 +39,18 @@ class Step:
     """Consecutive operations on one device: ``operations`` index the main subgraph,
     ``inputs``/``outputs`` its operands, in the order of the step's sub-model."""
 
-    device: Any  # nnhal.runtime.devices.Device
+    device: Any  # nnhal.runtime.devices.Device; None: an IF/WHILE the runtime runs
     operations: list[int]
     inputs: list[int] = field(default_factory=list)
     outputs: list[int] = field(default_factory=list)
     model: Model | None = None
     prepared: Any = None
+    #: For a runtime IF/WHILE: referenced subgraph index -> the plan that runs it.
+    branches: dict[int, Any] = field(default_factory=dict)
 
     def describe(self) -> dict[str, Any]:
-        return {"device": self.device.name, "operations": list(self.operations),
+        return {"device": self.device.name if self.device is not None else "runtime",
+                "operations": list(self.operations),
                 "inputs": list(self.inputs), "outputs": list(self.outputs)}
 
 
@@ -94,6 +100,9 @@ def assign(model: Model, devices: Sequence[Any], preference: int) -> list[int]:
     choice, missing = [], []
     for k in range(len(model.main.operations)):
         able = [j for j in range(len(devices)) if support[j][k]]
+        if not able and int(model.main.operations[k].type) in _CONTROL_FLOW:
+            choice.append(RUNTIME)
+            continue
         if not able:
             missing.append(k)
             choice.append(-1)
@@ -127,6 +136,8 @@ def group(model: Model, choice: list[int]) -> list[tuple[int, list[int]]]:
         k = here[0]
         ready.remove(k)
         runs[-1][1].append(k)
+        if current == RUNTIME:
+            current = -1  # each runtime IF/WHILE is a step of its own
         for u in users.get(k, []):
             waiting[u] -= 1
             if waiting[u] == 0:
@@ -169,6 +180,9 @@ def build_steps(model: Model, devices: Sequence[Any], runs: list[tuple[int, list
                    if o in main_out or readers.get(o, set()) - {s}]
         if not outputs and produced:
             outputs = [produced[-1]]
+        if d == RUNTIME:
+            steps.append(Step(None, list(ops), inputs, outputs))
+            continue
         step = Step(devices[d], list(ops), inputs, outputs)
         step.model = sub_model(model, step, shapes)
         steps.append(step)
@@ -223,6 +237,14 @@ def sub_model(model: Model, step: Step, shapes: Sequence[Any] | None = None) -> 
     main = Subgraph(operands, operations, [index[i] for i in step.inputs],
                     [index[i] for i in step.outputs])
     return Model(main, list(model.referenced) if cf else [], model.operand_values,
+                 list(model.pools), model.relax_computation_float32_to_float16,
+                 list(model.extension_name_to_prefix))
+
+
+def subgraph_model(model: Model, k: int) -> Model:
+    """Referenced subgraph ``k`` as the main subgraph of a model of its own (same constants
+    and referenced subgraphs), for partitioning a body the runtime runs."""
+    return Model(model.referenced[k], list(model.referenced), model.operand_values,
                  list(model.pools), model.relax_computation_float32_to_float16,
                  list(model.extension_name_to_prefix))
 

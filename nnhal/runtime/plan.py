@@ -16,6 +16,7 @@ one driver or the runtime runs it. Everything funnels into one synchronous run:
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,12 +28,14 @@ from nnhal.hal.types import (
     ErrorStatus,
     MeasureTiming,
     MemoryPool,
+    OperationType,
     OutputShape,
     Request,
     RequestArgument,
     Timing,
 )
 from nnhal.memory import SharedMemory
+from nnhal.runtime.codes import DEFAULT_LOOP_TIMEOUT_NS
 from nnhal.runtime.partition import Step, nbytes
 
 Result = tuple[ErrorStatus, list[OutputShape], Timing]
@@ -196,13 +199,9 @@ class PlanPrepared(_RuntimePrepared):
             if not 0 <= loc.pool_index < len(pools) or pools[loc.pool_index] is None:
                 return ErrorStatus.INVALID_ARGUMENT, [], Timing()
             env[idx] = (pools[loc.pool_index][loc.offset:loc.offset + loc.length], dims)
-        for step in self.steps:
-            if any(env[i][0] is not None and any(d == 0 for d in env[i][1])
-                   for i in step.inputs):
-                return _ZERO_SIZED
-            status = self._run_step(step, env, deadline, loop_timeout)
-            if status != ErrorStatus.NONE:
-                return status, [], Timing()
+        status = self.run_env(env, deadline, loop_timeout)
+        if status is _ZERO_SIZED or status != ErrorStatus.NONE:
+            return status if status is _ZERO_SIZED else (status, [], Timing())
         shapes, ok = [], True
         writes = []
         for k, idx in enumerate(sg.output_indexes):
@@ -224,6 +223,75 @@ class PlanPrepared(_RuntimePrepared):
                 return ErrorStatus.INVALID_ARGUMENT, [], Timing()
             dst[loc.offset:loc.offset + data.nbytes] = data
         return ErrorStatus.NONE, shapes, Timing()
+
+    def run_env(self, env: dict[int, Any], deadline: int | None,
+                loop_timeout: int | None) -> Any:
+        """Run every step over ``env`` (operand -> (bytes or None, dims)), which gains the
+        values the steps produce; the status (or the zero-sized marker)."""
+        for step in self.steps:
+            if step.device is None:
+                status = self._run_control(step, env, deadline, loop_timeout)
+            else:
+                if any(env[i][0] is not None and any(d == 0 for d in env[i][1])
+                       for i in step.inputs):
+                    return _ZERO_SIZED
+                status = self._run_step(step, env, deadline, loop_timeout)
+            if status is _ZERO_SIZED or status != ErrorStatus.NONE:
+                return status
+        return ErrorStatus.NONE
+
+    def _run_control(self, step: Step, env: dict[int, Any], deadline: int | None,
+                     loop_timeout: int | None) -> Any:
+        """An IF or WHILE no device runs with its bodies: the runtime evaluates it."""
+        sg = self.main
+        op = sg.operations[step.operations[0]]
+
+        def branch(i: int) -> PlanPrepared:
+            return step.branches[int(sg.operands[i].location.offset)]
+
+        def call(plan: PlanPrepared, values: list[Any]) -> Any:
+            sub = {i: v for i, v in zip(plan.main.input_indexes, values)}
+            status = plan.run_env(sub, deadline, loop_timeout)
+            if status is _ZERO_SIZED or status != ErrorStatus.NONE:
+                return status
+            return [sub[o] for o in plan.main.output_indexes]
+
+        def truth(value: Any) -> bool | None:
+            data = value[0]
+            return None if data is None or data.nbytes < 1 else bool(data[0])
+
+        if int(op.type) == int(OperationType.IF):
+            cond = truth(env[op.inputs[0]])
+            if cond is None:
+                return ErrorStatus.INVALID_ARGUMENT
+            outs = call(branch(op.inputs[1] if cond else op.inputs[2]),
+                        [env[i] for i in op.inputs[3:]])
+            if not isinstance(outs, list):
+                return outs
+        else:  # WHILE: condition, body, then the loop-carried, state and input-only values
+            cond_plan, body = branch(op.inputs[0]), branch(op.inputs[1])
+            values = [env[i] for i in op.inputs[2:]]
+            limit = loop_timeout if loop_timeout is not None else DEFAULT_LOOP_TIMEOUT_NS
+            started = time.monotonic_ns()
+            while True:
+                c = call(cond_plan, values)
+                if not isinstance(c, list):
+                    return c
+                go = truth(c[0])
+                if go is None:
+                    return ErrorStatus.INVALID_ARGUMENT
+                if not go:
+                    break
+                if time.monotonic_ns() - started > limit:
+                    return ErrorStatus.MISSED_DEADLINE_TRANSIENT
+                new = call(body, values)
+                if not isinstance(new, list):
+                    return new
+                values[:len(new)] = new
+            outs = values[:len(op.outputs)]
+        for o, v in zip(op.outputs, outs):
+            env[o] = v
+        return ErrorStatus.NONE
 
     def _run_step(self, step: Step, env: dict[int, Any], deadline: int | None,
                   loop_timeout: int | None) -> ErrorStatus:

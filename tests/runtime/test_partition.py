@@ -324,3 +324,71 @@ def test_control_flow_stays_in_a_step_with_its_bodies(claims, want):
         e.set_output(0, None, out)
         e.compute()
         np.testing.assert_allclose(out, np.tanh(body(np.maximum(x, 0))), rtol=1e-6)
+
+
+def test_the_runtime_runs_an_if_no_device_supports_with_its_bodies():
+    dev = FakeDevice({O.RELU, O.TANH, O.ADD, O.MUL})  # every body operation, not IF
+    c = compile_on(if_model(), [Device.of(dev, "fake")])
+    plan = c.plan()
+    assert [s["device"] for s in plan] == ["fake", "runtime", "fake"]
+    assert plan[1]["operations"] == [1]
+    x = np.array([-1, 0.5, 2, 3], np.float32)
+    for cond, body in ((True, lambda t: t + t), (False, lambda t: t * t)):
+        out = np.zeros(4, np.float32)
+        e = Execution(c)
+        e.set_input(0, None, x)
+        e.set_input(1, None, np.array([cond]))
+        e.set_output(0, None, out)
+        e.compute()
+        np.testing.assert_allclose(out, np.tanh(body(np.maximum(x, 0))), rtol=1e-6)
+    # Each body was prepared on the fake device as a model of its own.
+    assert sorted(int(m.main.operations[0].type) for m in dev.prepared
+                  if len(m.main.operations) == 1 and not m.referenced) == \
+        sorted([int(O.RELU), int(O.ADD), int(O.MUL), int(O.TANH)])
+
+
+def while_model() -> Any:
+    """x = x + 1 while x < limit (x [1] loop-carried, limit [1] input-only)."""
+    b = ModelBuilder()
+    cond = b.subgraph()
+    cx, cl = cond.input(F32, [1]), cond.input(F32, [1])
+    co = cond.output(T.TENSOR_BOOL8, [1])
+    cond.operation(O.LESS, [cx, cl], [co])
+    body = b.subgraph()
+    bx, _bl = body.input(F32, [1]), body.input(F32, [1])
+    bo = body.output(F32, [1])
+    body.operation(O.ADD, [bx, body.constant(F32, np.ones(1, np.float32)),
+                           body.scalar(T.INT32, 0)], [bo])
+    x, limit = b.input(F32, [1]), b.input(F32, [1])
+    out = b.output(F32, [1])
+    b.operation(O.WHILE, [b.reference(cond), b.reference(body), x, limit], [out])
+    return RtModel.from_hal(b.build())
+
+
+def _run_while(c: Compilation, x: float, limit: float, loop_timeout: int | None = None
+               ) -> np.ndarray:
+    out = np.zeros(1, np.float32)
+    e = Execution(c)
+    if loop_timeout is not None:
+        e.set_loop_timeout(loop_timeout)
+    e.set_input(0, None, np.array([x], np.float32))
+    e.set_input(1, None, np.array([limit], np.float32))
+    e.set_output(0, None, out)
+    e.compute()
+    return out
+
+
+def test_the_runtime_runs_a_while_no_device_supports_and_enforces_the_loop_timeout():
+    c = compile_on(while_model(), [Device.of(FakeDevice({O.LESS, O.ADD}), "fake")])
+    assert [s["device"] for s in c.plan()] == ["runtime"]
+    assert _run_while(c, 0.5, 4)[0] == 4.5
+    assert _run_while(c, 7, 4)[0] == 7  # the body never runs
+    with pytest.raises(NdkError) as e:
+        _run_while(c, 0, 1e9, loop_timeout=1_000_000)  # 1 ms: far too short
+    assert e.value.code == ResultCode.MISSED_DEADLINE_TRANSIENT
+
+
+def test_a_body_no_device_supports_fails_the_compilation():
+    with pytest.raises(NdkError) as e:
+        compile_on(while_model(), [Device.of(FakeDevice({O.LESS}), "fake")])
+    assert e.value.code == ResultCode.BAD_DATA
