@@ -1,7 +1,8 @@
 """nnhal: the Android Neural Networks HAL 1.3 in Python, with a numpy Session on top.
 
-``nnhal.Session`` and ``nnhal.TensorInfo`` are loaded on first use, so that importing any
-lower layer (``nnhal.hal``, ``nnhal.errors``...) does not import every driver.
+``nnhal.Session``, ``nnhal.TensorInfo`` and the runtime's classes (``nnhal.Model``,
+``nnhal.Compilation``...) are loaded on first use, so that importing any lower layer
+(``nnhal.hal``, ``nnhal.errors``...) does not import every driver.
 """
 
 from typing import Any
@@ -11,12 +12,17 @@ from nnhal.errors import (
     InputError,
     InvalidModelError,
     ModelFileError,
+    NdkError,
     NnhalError,
     UnsupportedModelError,
 )
 
-__all__ = ["ExecutionError", "InputError", "InvalidModelError", "ModelFileError",
+__all__ = ["Burst", "Compilation", "Event", "Execution", "ExecutionError", "InputError",
+           "InvalidModelError", "Memory", "MemoryDesc", "Model", "ModelFileError", "NdkError",
            "NnhalError", "Session", "TensorInfo", "UnsupportedModelError"]
+
+#: The NNAPI runtime's classes (nnhal.runtime), loaded on first use.
+_RUNTIME = ("Burst", "Compilation", "Event", "Execution", "Memory", "MemoryDesc", "Model")
 
 
 def __getattr__(name: str) -> Any:
@@ -24,4 +30,8 @@ def __getattr__(name: str) -> Any:
         from nnhal import session
 
         return getattr(session, name)
+    if name in _RUNTIME:
+        from nnhal import runtime
+
+        return getattr(runtime, name)
     raise AttributeError(f"module 'nnhal' has no attribute {name!r}")

@@ -19,7 +19,7 @@ from typing import NoReturn
 #: The modes of ``nnhal conformance`` (nnhal.conformance.runner.MODES, checked by a test),
 #: here so that arguments are checked before numpy and the driver load.
 MODES = ("general", "dynamic_shape", "quantization_coupling", "memory_domain", "fenced",
-         "caching")
+         "caching", "runtime", "partitioned")
 
 #: The model commands, each a module ``nnhal.tools.<name>`` with ``add_arguments(parser)``
 #: and ``main(args) -> int``, imported only when it is the command given.
@@ -75,19 +75,25 @@ def _conformance(args: argparse.Namespace) -> int:
     why = registry.available()[args.device]
     if why is not None:
         return error(prog, f"device '{args.device}' is not available: {why}")
+    if "partitioned" in modes and not worker:
+        from nnhal.conformance.mode_partitioned import describe
+
+        print(describe(), file=sys.stderr)
     if args.jobs > 1 and not worker:
         from nnhal.conformance.parallel import ShardFailed, run_sharded
 
         try:
             report = run_sharded(specs, modes, args.jobs, args.filter, args.loop_timeout_ms,
-                                 args.device)
+                                 args.device, ["--runtime-create"] if args.runtime_create
+                                 else [])
         except ShardFailed as e:
             return error(prog, str(e), 1)
     else:
         cases = list(iter_cases(specs, args.filter, shard))
         if not cases and not worker:
             return error(prog, no_cases_message(specs, args.filter))
-        opts = Options(loop_timeout_ns=int(args.loop_timeout_ms * 1_000_000))
+        opts = Options(loop_timeout_ns=int(args.loop_timeout_ms * 1_000_000),
+                       runtime_create=args.runtime_create)
         try:
             device = open_device(args.device)
         except NnhalError as e:
@@ -187,8 +193,8 @@ def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse._Su
     c.add_argument("--specs", help="folder of cases (default: $NNHAL_CONFORMANCE or "
                                    "../shared/conformance)")
     c.add_argument("--mode", action="append",
-                   help="general, dynamic_shape, quantization_coupling, memory_domain, fenced "
-                        "or caching (repeatable; default general)")
+                   help="general, dynamic_shape, quantization_coupling, memory_domain, fenced, "
+                        "caching or runtime (repeatable; default general)")
     c.add_argument("--filter", help="fnmatch pattern on case names, e.g. 'conv2d*'")
     c.add_argument("--json", help="write the full report to this file")
     c.add_argument("--loop-timeout-ms", type=float, default=500.0,
@@ -201,6 +207,9 @@ def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse._Su
                    help="run in this many processes (each opens the device)")
     c.add_argument("--device", default="reference",
                    help="device to check (a registered name, e.g. litert; default: reference)")
+    c.add_argument("--runtime-create", action="store_true",
+                   help="mode runtime: also compile with plain create over every available "
+                        "device (besides createForDevices on --device)")
     c.add_argument("--shard", help=argparse.SUPPRESS)
     c.set_defaults(func=_conformance)
 

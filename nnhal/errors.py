@@ -51,3 +51,13 @@ class ExecutionError(NnhalError):
     def __init__(self, message: str, status: object = None):
         self.status = status
         super().__init__(message)
+
+
+class NdkError(NnhalError):
+    """A call of the NNAPI runtime (``nnhal.Model``, ``Compilation``, ``Execution``...) that
+    the C API would have answered with a result code other than NO_ERROR; ``code`` is that
+    code (an int of :class:`nnhal.runtime.codes.ResultCode`)."""
+
+    def __init__(self, code: int, message: str):
+        self.code = int(code)
+        super().__init__(message)

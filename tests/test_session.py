@@ -103,7 +103,7 @@ def test_names_must_be_distinct_and_match_the_model():
     model = ImportedModel(add_model((2,)), ["a", "b", "c"], ["s"], [], "three.tflite")
     with pytest.raises(NnhalError, match="three.tflite on device 'reference': 3 input and 1 "
                                          "output names for 2 inputs"):
-        Session(model)
+        Session(model, "reference")
     bad_state = ImportedModel(add_model((2,)), ["a", "b"], ["s"],
                               [StateVariable("v", np.zeros(2, F32), 0, 1)], "state.tflite")
     with pytest.raises(NnhalError, match="state variable 'v' names input 0 and output 1"):
@@ -352,7 +352,7 @@ def test_a_dropped_session_closes_the_device_it_opened():
 
     before = threading.active_count()
     for _ in range(3):
-        s = Session(add_model((2,)))
+        s = Session(add_model((2,)), "reference")  # a device the Session opens itself
         assert threading.active_count() > before  # the device's workers
         del s
         gc.collect()
@@ -492,3 +492,28 @@ def test_a_real_streaming_model_runs_with_its_state():
         first = s.run([x])
         assert all(v.dtype == o.dtype for v, o in zip(first.values(), s.outputs))
         assert len(s.imported.state) > 0  # the streaming buffers are carried, not inputs
+
+
+# ---- through the NNAPI runtime (no device given) ------------------------------------------
+
+def test_without_a_device_the_session_compiles_through_the_runtime():
+    with Session(add_model((2,))) as s:
+        assert s.compilation is not None
+        plan = s.plan
+        assert len(plan) == 1 and plan[0]["operations"] == [0]
+        assert s.device_name == plan[0]["device"]
+        out = s.run({"input_0": np.array([1, 2], F32), "input_1": np.array([3, 4], F32)})
+        np.testing.assert_array_equal(out["output_0"], [4, 6])
+
+
+def test_devices_restrict_the_runtime_and_device_still_names_one_driver():
+    with Session(add_model((2,)), devices=["reference"]) as s:
+        assert [p["device"] for p in s.plan] == ["reference"]
+        out = s.run([np.array([1, 2], F32), np.array([3, 4], F32)])
+        np.testing.assert_array_equal(out["output_0"], [4, 6])
+    with Session(add_model((2,)), "reference") as s:
+        assert s.compilation is None and s.device_name == "reference"
+    with pytest.raises(NnhalError, match="not both"):
+        Session(add_model((2,)), "reference", devices=["reference"])
+    with pytest.raises(NnhalError, match="unknown device 'nope'"):
+        Session(add_model((2,)), devices=["nope"])

@@ -62,7 +62,8 @@ class ShardFailed(RuntimeError):
 
 
 def run_sharded(specs: Path, modes: Sequence[str], jobs: int, pattern: str | None = None,
-                loop_timeout_ms: float = 500.0, device: str = "reference") -> Report:
+                loop_timeout_ms: float = 500.0, device: str = "reference",
+                extra_args: Sequence[str] = ()) -> Report:
     """Run the registered ``device`` over ``specs`` in ``jobs`` processes (each opens its own:
     a device object cannot cross a process boundary) and merge the reports."""
     jobs = max(1, jobs)
@@ -77,6 +78,7 @@ def run_sharded(specs: Path, modes: Sequence[str], jobs: int, pattern: str | Non
                 cmd += ["--mode", m]
             if pattern:
                 cmd += ["--filter", pattern]
+            cmd += list(extra_args)
             env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                        PYTHONPATH=os.pathsep.join(filter(None, [
                            PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))

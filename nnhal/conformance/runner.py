@@ -36,7 +36,7 @@ from nnhal.hal.types import (
 )
 
 MODES = ("general", "dynamic_shape", "quantization_coupling", "memory_domain", "fenced",
-         "caching")
+         "caching", "runtime", "partitioned")
 PASSED, FAILED, SKIPPED, NOT_APPLICABLE = "passed", "failed", "skipped", "not_applicable"
 #: Operations whose quant8 operands do not carry real values the usual way, so shifting them to
 #: the signed type changes the result (hits flags, hashed bytes, an int32 pad value, a raw type
@@ -75,6 +75,8 @@ class Options:
     loop_timeout_ns: int | None = 500_000_000
     #: Also run the async path in general mode.
     async_path: bool = True
+    #: Mode runtime: also compile with plain create over every available device.
+    runtime_create: bool = False
 
 
 # ---- checking ---------------------------------------------------------------------------

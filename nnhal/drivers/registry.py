@@ -1,4 +1,13 @@
-"""The devices nnhal can open by name, for the Session and the commands.
+"""The devices nnhal can open by name, for the Session, the runtime and the commands.
+
+Drivers are discovered, not hard-wired: the reference driver always, the LiteRT driver (its
+probe says why not when ``ai-edge-litert`` is missing), and every entry point of the group
+``nnhal.drivers`` of the installed distributions. A plug-in's entry point names a factory
+(``name = "package.module:factory"``): a callable returning an IDevice, optionally with a
+``probe`` attribute returning None or the reason the device cannot run. Plug-ins are loaded
+lazily (the group is read on the first listing, the module imported only when the device is
+probed or opened), and one that fails to import or is not callable is listed as unavailable
+with the reason, never an import error. A built-in name is never replaced by a plug-in.
 
 Each entry is a factory plus an availability probe, both called only when asked: a driver that
 needs an optional package (a LiteRT-backed one needs ``ai-edge-litert``) registers a probe that
@@ -8,8 +17,10 @@ imports what is not installed.
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from nnhal.errors import NnhalError
 from nnhal.hal.interfaces import IDevice
@@ -24,6 +35,16 @@ class _Entry:
     probe: Probe | None = None
 
 
+@dataclass(frozen=True)
+class _PluginEntry(_Entry):
+    plugin: Any = None
+
+    @classmethod
+    def of(cls, ep: Any) -> _PluginEntry:
+        p = _Plugin(ep)
+        return cls(p.factory, p.probe, p)
+
+
 _DEVICES: dict[str, _Entry] = {}
 
 
@@ -33,8 +54,66 @@ def register(name: str, factory: Callable[[], IDevice], probe: Probe | None = No
     _DEVICES[name] = _Entry(factory, probe)
 
 
+#: The entry-point group of plug-in drivers.
+PLUGIN_GROUP = "nnhal.drivers"
+_discovered = False
+
+
+def discover(force: bool = False) -> None:
+    """Register the plug-ins of :data:`PLUGIN_GROUP` (once; ``force`` reads them again)."""
+    global _discovered
+    if _discovered and not force:
+        return
+    _discovered = True
+    try:
+        eps = importlib.metadata.entry_points(group=PLUGIN_GROUP)
+    except Exception:  # noqa: BLE001 - broken metadata: no plug-ins
+        return
+    for ep in eps:
+        if ep.name in _DEVICES and not isinstance(_DEVICES[ep.name], _PluginEntry):
+            continue
+        _DEVICES[ep.name] = _PluginEntry.of(ep)
+
+
+class _Plugin:
+    """One entry point, imported on first use; the reason it cannot be used, if any."""
+
+    def __init__(self, ep: Any):
+        self.ep = ep
+        self.loaded: Any = None
+        self.error: str | None = None
+
+    def load(self) -> Any:
+        if self.loaded is None and self.error is None:
+            try:
+                obj = self.ep.load()
+            except BaseException as e:  # noqa: BLE001 - a broken plug-in is unavailable
+                self.error = f"plug-in {self.ep.value} failed to load: {type(e).__name__}: {e}"
+                return None
+            if not callable(obj):
+                self.error = f"plug-in {self.ep.value} is not a callable factory"
+                return None
+            self.loaded = obj
+        return self.loaded
+
+    def probe(self) -> str | None:
+        obj = self.load()
+        if obj is None:
+            return self.error
+        probe = getattr(obj, "probe", None)
+        return probe() if callable(probe) else None
+
+    def factory(self) -> IDevice:
+        obj = self.load()
+        if obj is None:
+            raise NnhalError(self.error or "plug-in failed to load")
+        return obj()
+
+
 def device_names() -> list[str]:
-    """Every registered device name, available or not, in registration order."""
+    """Every registered device name, available or not, in registration order (built-ins
+    first, then plug-ins)."""
+    discover()
     return list(_DEVICES)
 
 
@@ -49,12 +128,14 @@ def _reason(entry: _Entry) -> str | None:
 
 def available() -> dict[str, str | None]:
     """{name: None if it can be opened, else the reason it cannot}."""
+    discover()
     return {name: _reason(entry) for name, entry in _DEVICES.items()}
 
 
 def open_device(name: str) -> IDevice:
     """A new device object (the caller closes it, if it has ``close``); NnhalError naming the
     known devices for an unknown name, or the reason for an unavailable one."""
+    discover()
     entry = _DEVICES.get(name)
     if entry is None:
         raise NnhalError(f"unknown device '{name}'; devices: {', '.join(_DEVICES)}")
@@ -62,9 +143,16 @@ def open_device(name: str) -> IDevice:
     if why is not None:
         raise NnhalError(f"device '{name}' is not available: {why}")
     try:
-        return entry.factory()
-    except ImportError as e:
+        device = entry.factory()
+    except (NnhalError, ImportError) as e:
         raise NnhalError(f"device '{name}' is not available: {e}") from None
+    except Exception as e:  # noqa: BLE001 - a factory that breaks: the device is unavailable
+        raise NnhalError(f"device '{name}' is not available: {type(e).__name__}: {e}") \
+            from None
+    if not isinstance(device, IDevice):
+        raise NnhalError(f"device '{name}' is not available: its factory returned "
+                         f"{type(device).__name__}, not an IDevice")
+    return device
 
 
 def _reference() -> IDevice:

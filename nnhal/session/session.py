@@ -76,13 +76,17 @@ def load_model(source: ModelSource, input_names: Sequence[str] | None = None,
 
 class Session:
     """A model prepared on ``device`` (a registered name or an IDevice the caller keeps and
-    closes), ready to :meth:`run`.
+    closes), ready to :meth:`run`; without ``device``, compiled through the NNAPI runtime
+    (:mod:`nnhal.runtime`) over ``devices`` (names or IDevices; default: every available
+    device), which partitions the model by ``preference`` and falls back to the reference
+    driver when a driver fails. :attr:`plan` lists the runtime's steps.
 
     ``inputs`` / ``outputs`` describe what :meth:`run` takes and returns (state variables
     excluded); ``prepare_seconds`` is how long preparation took.
     """
 
-    def __init__(self, model_or_path: ModelSource, device: str | IDevice = "reference", *,
+    def __init__(self, model_or_path: ModelSource, device: str | IDevice | None = None, *,
+                 devices: Sequence[str | IDevice] | None = None,
                  preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
                  priority: Priority = Priority.MEDIUM,
                  input_names: Sequence[str] | None = None,
@@ -93,13 +97,22 @@ class Session:
         self.imported = load_model(model_or_path, input_names, output_names)
         self.model = self.imported.model
         self.source = self.imported.source
+        self.compilation: Any = None
+        self._owned: list[IDevice] = []
+        if device is not None and devices is not None:
+            raise NnhalError("give device (one driver) or devices (the runtime), not both")
         self._owns_device = isinstance(device, str)
-        self.device: IDevice = open_device(device) if isinstance(device, str) else device
-        self.device_name = device if isinstance(device, str) else \
-            getattr(device, "name", type(device).__name__)
+        if device is None:
+            self.device: IDevice | None = None
+            self.device_name = "runtime"
+        else:
+            self.device = open_device(device) if isinstance(device, str) else device
+            self.device_name = device if isinstance(device, str) else \
+                getattr(device, "name", type(device).__name__)
         try:
             started = time.perf_counter()
-            self._prepared = self._prepare(preference, priority)
+            self._prepared = self._prepare(preference, priority) if device is not None \
+                else self._compile(devices, preference, priority)
             self.prepare_seconds = time.perf_counter() - started
             # After preparing: the driver has validated the model's operands by now.
             self._describe()
@@ -169,6 +182,63 @@ class Session:
             return prepared
         raise InvalidModelError(
             f"{self._what()}: {explain_rejection(self.model, self.device, status)}", status)
+
+    def _compile(self, devices: Sequence[str | IDevice] | None,
+                 preference: ExecutionPreference, priority: Priority) -> Any:
+        """Compile through the runtime; the prepared model it runs (one driver's, a plan of
+        steps, or one with CPU fallback)."""
+        from nnhal.errors import NdkError
+        from nnhal.runtime import Compilation
+        from nnhal.runtime import Model as RuntimeModel
+        from nnhal.runtime.codes import PriorityCode
+        from nnhal.runtime.devices import Device
+        from nnhal.runtime.devices import devices as available
+
+        chosen = None
+        if devices is not None:
+            chosen = []
+            for d in devices:
+                if isinstance(d, str):
+                    hal = open_device(d)
+                    self._owned.append(hal)
+                    chosen.append(Device(d, hal))
+                else:
+                    chosen.append(Device.of(d, getattr(d, "name", None)))
+        names = [d.name for d in (chosen if chosen is not None else available())]
+        self.device_name = "+".join(names)
+        try:
+            model = RuntimeModel.from_hal(self.model)
+            comp = Compilation(model, chosen)
+            comp.set_preference(int(preference))
+            comp.set_priority(int({Priority.LOW: PriorityCode.LOW,
+                                   Priority.MEDIUM: PriorityCode.MEDIUM,
+                                   Priority.HIGH: PriorityCode.HIGH}[Priority(priority)]))
+            comp.finish()
+        except NdkError as e:
+            ref = None
+            try:
+                ref = open_device("reference")
+                why = explain_rejection(self.model, ref, ErrorStatus.INVALID_ARGUMENT)
+            except Exception:  # noqa: BLE001
+                why = str(e)
+            finally:
+                if ref is not None:
+                    ref.close()
+            raise InvalidModelError(f"{self._what()}: {why}",
+                                    ErrorStatus.INVALID_ARGUMENT) from None
+        self.compilation = comp
+        self.device_name = "+".join(dict.fromkeys(s["device"] for s in comp.plan()))
+        return comp.prepared
+
+    @property
+    def plan(self) -> list[dict[str, Any]]:
+        """The runtime's steps (device, operations, inputs, outputs); one step on the device
+        for a Session made with ``device``."""
+        if self.compilation is not None:
+            return self.compilation.plan()
+        main = self.model.main
+        return [{"device": self.device_name, "operations": list(range(len(main.operations))),
+                 "inputs": list(main.input_indexes), "outputs": list(main.output_indexes)}]
 
     def _what(self) -> str:
         return f"{self.source or 'model'} on device '{self.device_name}'"
@@ -285,7 +355,14 @@ class Session:
             self._close_device()
 
     def _close_device(self) -> None:
-        if self._owns_device:
+        if self.compilation is not None:
+            self.compilation.free()
+        for d in self._owned:
+            close = getattr(d, "close", None)
+            if close is not None:
+                close()
+        self._owned = []
+        if self._owns_device and self.device is not None:
             close = getattr(self.device, "close", None)
             if close is not None:
                 close()

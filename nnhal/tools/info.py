@@ -240,10 +240,60 @@ def device_line(d: dict[str, Any]) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="a .tflite file")
     parser.add_argument("--json", action="store_true", help="print the information as JSON")
+    parser.add_argument("--plan", action="store_true",
+                        help="the runtime's partition: which device runs which operations")
+    parser.add_argument("--device", action="append", metavar="NAME",
+                        help="with --plan: partition over these devices (repeatable; default: "
+                             "every available device)")
+    parser.add_argument("--preference", choices=["fast", "sustained", "low-power"],
+                        default="fast", help="with --plan: the compilation's preference")
+
+
+def plan_info(imported: ImportedModel | Model, device_names: list[str] | None = None,
+              preference: str = "fast") -> list[dict[str, Any]]:
+    """The runtime's steps, each with its operations' names."""
+    from nnhal.tools.plan import compile_plan
+
+    model = imported.model if isinstance(imported, ImportedModel) else imported
+    steps, comp = compile_plan(model, device_names, preference)
+    comp.free()
+    for s in steps:
+        s["operation_names"] = [op_name(model.main.operations[k].type)
+                                for k in s["operations"]]
+    return steps
+
+
+def render_plan(steps: list[dict[str, Any]]) -> None:
+    print(f"plan: {len(steps)} step{'s' if len(steps) != 1 else ''}")
+    for k, s in enumerate(steps):
+        names = Counter(s["operation_names"])
+        ops = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in names.items())
+        print(f"  step {k}: {s['device']}: {len(s['operations'])} operations "
+              f"{_ranges(s['operations'])} ({ops}); inputs {s['inputs']}, "
+              f"outputs {s['outputs']}")
+
+
+def _ranges(xs: list[int]) -> str:
+    out, start = [], None
+    for k, x in enumerate(xs):
+        if start is None:
+            start = x
+        if k + 1 == len(xs) or xs[k + 1] != x + 1:
+            out.append(f"{start}" if start == x else f"{start}-{x}")
+            start = None
+    return "[" + ", ".join(out) + "]"
 
 
 def main(args: argparse.Namespace) -> int:
     imported = open_model(args.model)
+    if args.plan:
+        steps = plan_info(imported, args.device, args.preference)
+        if args.json:
+            json.dump({"plan": steps}, sys.stdout, indent=1)
+            sys.stdout.write("\n")
+        else:
+            render_plan(steps)
+        return 0
     info = model_info(imported)
     if args.json:
         json.dump(info, sys.stdout, indent=1)

@@ -428,6 +428,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", required=True, metavar="FILE",
                         help="the picture: .html (a page to open in a browser), .svg, .dot "
                              "(Graphviz) or .png (needs Graphviz's dot)")
+    parser.add_argument("--plan", action="store_true",
+                        help="colour each operation by the device the runtime gives it "
+                             "(a legend names them)")
+    parser.add_argument("--device", action="append", metavar="NAME",
+                        help="with --plan: partition over these devices (repeatable; default: "
+                             "every available device)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -436,7 +442,15 @@ def main(args: argparse.Namespace) -> int:
         return error("nnhal view", f"{args.output}: unknown picture format "
                                    f"{suffix or '(no suffix)'!r}; use {', '.join(SUFFIXES)}")
     imported = open_model(args.model)
-    write(imported, args.output)
+    devices = None
+    if args.plan or args.device:
+        from nnhal.tools.plan import compile_plan, operation_devices
+
+        model = imported.model if isinstance(imported, ImportedModel) else imported
+        steps, comp = compile_plan(model, args.device)
+        comp.free()
+        devices = operation_devices(steps)
+    write(imported, args.output, devices)
     print(f"wrote {args.output}")
     return 0
 

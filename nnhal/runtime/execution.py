@@ -1,0 +1,683 @@
+"""ANeuralNetworksExecution, ANeuralNetworksEvent and ANeuralNetworksBurst.
+
+An execution copies pointer arguments into runtime shared memory (one pool for inputs, one
+for outputs) and passes memory arguments as pools of their own, builds a HAL Request, and runs
+it through the prepared model: ``compute`` synchronously, ``start_compute`` asynchronously
+(an Event), ``start_compute_with_dependencies`` fenced, ``burst_compute`` through an IBurst,
+and a reusable execution through one IExecution created on its first computation. Outputs
+are copied back to the caller's buffers after a successful run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import select
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from nnhal.errors import NdkError
+from nnhal.hal.fence import FenceState, SyncFence
+from nnhal.hal.interfaces import ExecutionCallback
+from nnhal.hal.types import (
+    DataLocation,
+    ErrorStatus,
+    MeasureTiming,
+    OutputShape,
+    Request,
+    RequestArgument,
+    Timing,
+)
+from nnhal.hal.types import (
+    OperandType as T,
+)
+from nnhal.memory import SharedMemory
+from nnhal.runtime.codes import (
+    DEFAULT_LOOP_TIMEOUT_NS,
+    MAXIMUM_LOOP_TIMEOUT_NS,
+    NO_DURATION,
+    DurationCode,
+    ResultCode,
+    code_of_status,
+    fail,
+)
+from nnhal.runtime.compilation import Compilation
+from nnhal.runtime.memory import Memory, merge_dims
+from nnhal.runtime.model import as_bytes, check_operand_type
+
+#: How long the runtime waits for an execution callback or fence before failing it.
+EXECUTION_TIMEOUT_S = 600.0
+PREPARATION, COMPUTATION, COMPLETED = "preparation", "computation", "completed"
+
+
+@dataclass
+class _Arg:
+    kind: str  # "buffer", "memory" or "omitted"
+    dims: list[int]
+    view: np.ndarray | None = None  # the caller's bytes (uint8, a view when possible)
+    memory: Memory | None = None
+    offset: int = 0
+    length: int = 0
+
+
+_SIZES = {int(t): (t.byte_size, t.is_scalar) for t in T}
+
+
+def _nbytes(t: int, dims: list[int]) -> int | None:
+    size, scalar = _SIZES[int(t)]
+    if scalar:
+        return size
+    if not dims or 0 in dims:
+        return None
+    return math.prod(dims) * size
+
+
+def _byte_view(buffer: Any, writable: bool) -> np.ndarray:
+    """The caller's buffer as uint8 bytes: a view of it (an input that is not contiguous is
+    copied; an output must be a writable contiguous buffer)."""
+    if isinstance(buffer, np.ndarray):
+        if not buffer.flags.c_contiguous:
+            if writable:
+                raise ValueError("an output buffer must be contiguous")
+            buffer = np.ascontiguousarray(buffer)
+        if writable and not buffer.flags.writeable:
+            raise ValueError("the buffer is read-only")
+        return buffer.reshape(-1).view(np.uint8)
+    arr = np.frombuffer(as_bytes(buffer), dtype=np.uint8)
+    if writable and not arr.flags.writeable:
+        raise ValueError("the buffer is read-only")
+    return arr
+
+
+class Burst:
+    """ANeuralNetworksBurst: rapid executions of one compilation, one at a time."""
+
+    def __init__(self, compilation: Compilation):
+        if compilation is None:
+            raise fail(ResultCode.UNEXPECTED_NULL, "Burst_create: compilation is NULL")
+        if not compilation.finished or compilation.failed:
+            raise fail(ResultCode.BAD_STATE, "Burst_create: the compilation is not finished")
+        self.compilation = compilation
+        self.lock = threading.Lock()
+        self._hal: Any = None
+        self._holds: dict[int, Any] = {}
+
+    def hal(self) -> Any:
+        if self._hal is None:
+            status, burst = self.compilation.prepared.configure_execution_burst()
+            if status != ErrorStatus.NONE or burst is None:
+                raise fail(code_of_status(status), "burstCompute: the driver has no burst")
+            self._hal = burst
+        return self._hal
+
+    def hold(self, mem: SharedMemory) -> None:
+        if id(mem) not in self._holds:
+            self._holds[id(mem)] = (mem, self.hal().cache_memory(mem))
+
+    def free(self) -> None:
+        self._holds.clear()
+        self._hal = None
+
+
+class Event:
+    """ANeuralNetworksEvent: the end of an execution started by startCompute(WithDependencies)
+    or a sync fence from elsewhere."""
+
+    def __init__(self, waiter: Callable[[], None] | None = None,
+                 fence: SyncFence | None = None, fd: int | None = None):
+        self._waiter = waiter
+        self.fence = fence
+        self._fd = fd
+        self._lock = threading.Lock()
+        self._result: BaseException | None | bool = False  # False: not waited yet
+
+    @classmethod
+    def from_sync_fence_fd(cls, fd: int) -> Event:
+        """ANeuralNetworksEvent_createFromSyncFenceFd: the fd is duplicated."""
+        if not isinstance(fd, int) or fd < 0:
+            raise fail(ResultCode.BAD_DATA, f"createFromSyncFenceFd: invalid fd {fd}")
+        try:
+            return cls(fd=os.dup(fd))
+        except OSError as e:
+            raise fail(ResultCode.BAD_DATA, f"createFromSyncFenceFd: {e}") from None
+
+    def sync_fence_fd(self) -> int:
+        """ANeuralNetworksEvent_getSyncFenceFd: a duplicate the caller closes."""
+        fd = self._fd if self._fd is not None else (
+            self.fence.fileno() if self.fence is not None and not self.fence.closed else None)
+        if fd is None or fd < 0:
+            raise fail(ResultCode.BAD_DATA, "getSyncFenceFd: the event has no sync fence")
+        return os.dup(fd)
+
+    def wait(self) -> None:
+        """ANeuralNetworksEvent_wait: raises NdkError with the execution's code."""
+        with self._lock:
+            if self._result is False:
+                try:
+                    if self._waiter is not None:
+                        self._waiter()
+                    elif self._fd is not None:
+                        r, _, _ = select.select([self._fd], [], [], EXECUTION_TIMEOUT_S)
+                        if not r:
+                            raise fail(ResultCode.OP_FAILED, "wait: the fence never signalled")
+                    elif self.fence is not None:
+                        if self.fence.wait(EXECUTION_TIMEOUT_S) != FenceState.SIGNALED:
+                            raise fail(ResultCode.OP_FAILED, "wait: the fence signalled an "
+                                       "error")
+                    self._result = None
+                except BaseException as e:  # noqa: BLE001 - replayed to every waiter
+                    self._result = e
+            if self._result is not None:
+                raise self._result
+
+    def free(self) -> None:
+        """ANeuralNetworksEvent_free: waits for the execution first, as the runtime does."""
+        try:
+            self.wait()
+        except Exception:  # noqa: BLE001
+            pass
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class Execution:
+    """ANeuralNetworksExecution. Methods raise :class:`nnhal.NdkError`."""
+
+    def __init__(self, compilation: Compilation):
+        if compilation is None:
+            raise fail(ResultCode.UNEXPECTED_NULL, "Execution_create: compilation is NULL")
+        if not compilation.finished or compilation.failed:
+            raise fail(ResultCode.BAD_STATE, "Execution_create: the compilation is not "
+                       "finished")
+        self.compilation = compilation
+        self.model = compilation.model
+        self.inputs: list[_Arg | None] = [None] * len(self.model.inputs)
+        self.outputs: list[_Arg | None] = [None] * len(self.model.outputs)
+        self.state = PREPARATION
+        self.reusable = False
+        self.measure = False
+        self.timeout_ns = 0
+        self.loop_timeout_ns = DEFAULT_LOOP_TIMEOUT_NS
+        self.code: ResultCode | None = None
+        self.shapes: list[OutputShape] = []
+        self.timing = (Timing(), Timing())  # (launched, fenced)
+        self._lock = threading.Lock()
+        self._bound: tuple[Request, SharedMemory | None, SharedMemory | None] | None = None
+        self._hal_execution: Any = None
+        self._key: tuple | None = None
+
+    # ---- arguments ----------------------------------------------------------------------
+    def _check_preparation(self, what: str) -> None:
+        if self.state != PREPARATION:
+            raise fail(ResultCode.BAD_STATE, f"{what}: the execution has started")
+
+    def _operand_and_dims(self, index: int, is_output: bool, type: Any, what: str
+                          ) -> tuple[Any, list[int]]:
+        ios = self.model.outputs if is_output else self.model.inputs
+        if not isinstance(index, (int, np.integer)) or not 0 <= int(index) < len(ios):
+            raise fail(ResultCode.BAD_DATA, f"{what}: index {index} out of range "
+                       f"[0, {len(ios)})")
+        op = self.model.operands[ios[int(index)]]
+        dims = list(op.dimensions)
+        if type is not None:
+            given = check_operand_type(type, what)
+            if given.type != op.type or given.scale != op.scale or \
+                    given.zero_point != op.zero_point:
+                raise fail(ResultCode.BAD_DATA, f"{what}: the type differs from the operand's")
+            if T(op.type).is_scalar:
+                if given.dimensions:
+                    raise fail(ResultCode.BAD_DATA, f"{what}: a scalar has no dimensions")
+            else:
+                merged = merge_dims(dims, list(given.dimensions))
+                if merged is None or (dims and not given.dimensions and 0 in dims):
+                    raise fail(ResultCode.BAD_DATA, f"{what}: dimensions "
+                               f"{list(given.dimensions)} conflict with the operand's {dims}")
+                dims = merged
+        return op, dims
+
+    def _set(self, index: int, is_output: bool, arg: _Arg) -> None:
+        (self.outputs if is_output else self.inputs)[int(index)] = arg
+
+    def set_input(self, index: int, type: Any, buffer: Any, length: int | None = None) -> None:
+        """ANeuralNetworksExecution_setInput; ``buffer`` None with length 0 omits the input."""
+        self._set_pointer(index, False, type, buffer, length, "setInput")
+
+    def set_output(self, index: int, type: Any, buffer: Any, length: int | None = None
+                   ) -> None:
+        """ANeuralNetworksExecution_setOutput; the buffer must be writable."""
+        self._set_pointer(index, True, type, buffer, length, "setOutput")
+
+    def _set_pointer(self, index: int, is_output: bool, type: Any, buffer: Any,
+                     length: int | None, what: str) -> None:
+        self._check_preparation(what)
+        op, dims = self._operand_and_dims(index, is_output, type, what)
+        if buffer is None:
+            if length not in (None, 0):
+                raise fail(ResultCode.BAD_DATA, f"{what}: NULL buffer with length {length}")
+            self._set(index, is_output, _Arg("omitted", dims))
+            return
+        try:
+            view = _byte_view(buffer, is_output)
+        except (TypeError, ValueError) as e:
+            raise fail(ResultCode.BAD_DATA, f"{what}: not a usable buffer: {e}") from None
+        length = view.nbytes if length is None else length
+        if not isinstance(length, int) or length < 0 or length > view.nbytes or \
+                length > 0xFFFF_FFFF:
+            raise fail(ResultCode.BAD_DATA, f"{what}: invalid length {length}")
+        need = _nbytes(op.type, dims)
+        if need is not None and length != need:
+            raise fail(ResultCode.BAD_DATA, f"{what}: length {length} for an operand of "
+                       f"{need} bytes")
+        if need is None and not is_output:
+            raise fail(ResultCode.BAD_DATA, f"{what}: input {index} has unknown dimensions "
+                       f"{dims}")
+        self._set(index, is_output, _Arg("buffer", dims, view=view[:length], length=length))
+
+    def set_input_from_memory(self, index: int, type: Any, memory: Memory, offset: int,
+                              length: int) -> None:
+        """ANeuralNetworksExecution_setInputFromMemory."""
+        self._set_memory(index, False, type, memory, offset, length, "setInputFromMemory")
+
+    def set_output_from_memory(self, index: int, type: Any, memory: Memory, offset: int,
+                               length: int) -> None:
+        """ANeuralNetworksExecution_setOutputFromMemory."""
+        self._set_memory(index, True, type, memory, offset, length, "setOutputFromMemory")
+
+    def _set_memory(self, index: int, is_output: bool, type: Any, memory: Memory, offset: int,
+                    length: int, what: str) -> None:
+        if memory is None:
+            raise fail(ResultCode.UNEXPECTED_NULL, f"{what}: memory is NULL")
+        self._check_preparation(what)
+        op, dims = self._operand_and_dims(index, is_output, type, what)
+        if memory.desc is not None:
+            if not memory.has_role(self.compilation, int(index), is_output):
+                raise fail(ResultCode.BAD_DATA, f"{what}: the memory has no such role")
+            if offset != 0 or length != 0:
+                raise fail(ResultCode.BAD_DATA, f"{what}: offset and length must be 0 for a "
+                           f"memory from a descriptor")
+            merged = merge_dims(dims, memory.desc.dimensions)
+            if merged is None:
+                raise fail(ResultCode.BAD_DATA, f"{what}: dimensions conflict with the "
+                           f"memory's")
+            # A driver buffer is named by its token alone (offset and length 0 in the HAL).
+            self._set(index, is_output, _Arg("memory", merged, memory=memory, offset=0,
+                                             length=0 if memory.buffer is not None
+                                             else memory.size))
+            return
+        if not isinstance(offset, int) or not isinstance(length, int) or offset < 0 or \
+                length < 0 or offset + length > memory.size:
+            raise fail(ResultCode.BAD_DATA, f"{what}: [{offset}, {offset}+{length}) outside "
+                       f"the memory of {memory.size} bytes")
+        need = _nbytes(op.type, dims)
+        if need is not None and length != need:
+            raise fail(ResultCode.BAD_DATA, f"{what}: length {length} for an operand of "
+                       f"{need} bytes")
+        if need is None and not is_output:
+            raise fail(ResultCode.BAD_DATA, f"{what}: input {index} has unknown dimensions")
+        self._set(index, is_output, _Arg("memory", dims, memory=memory, offset=offset,
+                                         length=length))
+
+    # ---- settings -----------------------------------------------------------------------
+    def set_measure_timing(self, measure: bool) -> None:
+        self._check_preparation("setMeasureTiming")
+        if not self.compilation.single_device:
+            raise fail(ResultCode.BAD_DATA, "setMeasureTiming: only for a compilation created "
+                       "by createForDevices with one device")
+        self.measure = bool(measure)
+
+    def set_timeout(self, duration_ns: int) -> None:
+        self._check_preparation("setTimeout")
+        if not self.compilation.single_device:
+            raise fail(ResultCode.BAD_DATA, "setTimeout: only for a compilation created by "
+                       "createForDevices with one device")
+        if not isinstance(duration_ns, int) or duration_ns < 0:
+            raise fail(ResultCode.BAD_DATA, f"setTimeout: invalid duration {duration_ns}")
+        self.timeout_ns = duration_ns
+
+    def set_loop_timeout(self, duration_ns: int) -> None:
+        self._check_preparation("setLoopTimeout")
+        if not isinstance(duration_ns, int) or duration_ns < 0:
+            raise fail(ResultCode.BAD_DATA, f"setLoopTimeout: invalid duration {duration_ns}")
+        self.loop_timeout_ns = min(duration_ns, MAXIMUM_LOOP_TIMEOUT_NS)
+
+    def set_reusable(self, reusable: bool) -> None:
+        self._check_preparation("setReusable")
+        self.reusable = bool(reusable)
+
+    # ---- running ------------------------------------------------------------------------
+    def _begin(self, what: str) -> None:
+        with self._lock:
+            if self.state == COMPUTATION:
+                raise fail(ResultCode.BAD_STATE, f"{what}: the execution is running")
+            if self.state == COMPLETED and not self.reusable:
+                raise fail(ResultCode.BAD_STATE, f"{what}: the execution has already run")
+            missing = [f"input {k}" for k, a in enumerate(self.inputs) if a is None] + \
+                [f"output {k}" for k, a in enumerate(self.outputs) if a is None]
+            if missing:
+                raise fail(ResultCode.BAD_DATA, f"{what}: {', '.join(missing)} not set")
+            for k, a in enumerate(self.inputs):
+                if a.kind == "memory" and not a.memory.initialized:
+                    raise fail(ResultCode.BAD_DATA, f"{what}: input {k}'s memory is not "
+                               f"initialized")
+            self.state = COMPUTATION
+            self.code = None
+
+    def _request(self) -> tuple[Request, SharedMemory | None, SharedMemory | None]:
+        """The HAL request, with the pointer arguments' bytes copied in (bound once for a
+        reusable execution; the input bytes are copied again at each computation)."""
+        if self._bound is None:
+            key = self._layout_key()
+            if key is not None:
+                self._bound = self.compilation.take_layout(key)
+                self._key = key
+        if self._bound is None:
+            pools: list[Any] = []
+            pool_of: dict[int, int] = {}
+
+            def lay(args: list[_Arg]) -> tuple[list[RequestArgument], int]:
+                out, size = [], 0
+                for a in args:
+                    if a.kind == "omitted":
+                        out.append(RequestArgument(True, DataLocation(0, 0, 0), []))
+                    elif a.kind == "buffer":
+                        size += -size % 8
+                        out.append(RequestArgument(False, DataLocation(-1, size, a.length),
+                                                   list(a.dims)))
+                        size += a.length
+                    else:
+                        mem = a.memory
+                        if id(mem) not in pool_of:
+                            pool_of[id(mem)] = len(pools)
+                            pools.append(mem.pool())
+                        out.append(RequestArgument(False, DataLocation(
+                            pool_of[id(mem)], a.offset, a.length), list(a.dims)))
+                return out, size
+
+            ins, in_size = lay(self.inputs)
+            outs, out_size = lay(self.outputs)
+            in_mem = out_mem = None
+            for args, size, is_in in ((ins, in_size, True), (outs, out_size, False)):
+                if not any(r.location.pool_index == -1 for r in args):
+                    continue
+                mem = self.compilation.take_memory(size)
+                k = len(pools)
+                pools.append(mem)
+                for j, r in enumerate(args):
+                    if r.location.pool_index == -1:
+                        args[j] = RequestArgument(False, DataLocation(k, r.location.offset,
+                                                                      r.location.length),
+                                                  r.dimensions)
+                if is_in:
+                    in_mem = mem
+                else:
+                    out_mem = mem
+            self._bound = (Request(ins, outs, pools), in_mem, out_mem)
+        req, in_mem, out_mem = self._bound
+        if in_mem is not None:
+            dst = in_mem.mapped()
+            for a, r in zip(self.inputs, req.inputs):
+                if a.kind == "buffer":
+                    off = r.location.offset
+                    dst[off:off + a.length] = a.view
+        return self._bound
+
+    def _layout_key(self) -> tuple | None:
+        """What fixes the request of an execution whose arguments are all buffers or omitted
+        (its pools are then runtime memory only, reusable by the next such execution)."""
+        key = []
+        for a in (*self.inputs, *self.outputs):
+            if a.kind == "memory":
+                return None
+            key.append((a.kind, a.length, tuple(a.dims)))
+        return tuple(key)
+
+    def _unbind(self) -> None:
+        if self._bound is not None and not self.reusable:
+            if self._key is not None:
+                self.compilation.give_layout(self._key, self._bound)
+            else:
+                _req, in_mem, out_mem = self._bound
+                for m in (in_mem, out_mem):
+                    if m is not None:
+                        self.compilation.give_memory(m)
+            self._bound = None
+            self._key = None
+
+    def _deadline(self) -> int | None:
+        return time.monotonic_ns() + self.timeout_ns if self.timeout_ns else None
+
+    def _finish(self, status: Any, shapes: Sequence[OutputShape], timing: Timing,
+                fenced: Timing | None = None) -> None:
+        """Record the outcome, copy outputs back, and raise NdkError on failure."""
+        code = code_of_status(status)
+        try:
+            if code == ResultCode.NO_ERROR and self._bound is not None:
+                req, _in_mem, out_mem = self._bound
+                src = out_mem.mapped() if out_mem is not None else None
+                for k, (a, r) in enumerate(zip(self.outputs, req.outputs)):
+                    if a.kind == "buffer":
+                        off = r.location.offset
+                        n = a.length
+                        if shapes and k < len(shapes) and shapes[k].dimensions != a.dims:
+                            got = _nbytes(self.model.operands[self.model.outputs[k]].type,
+                                          list(shapes[k].dimensions))
+                            n = min(n, got if got is not None else n)
+                        a.view[:n] = src[off:off + n]
+                    elif a.kind == "memory" and a.memory.desc is not None:
+                        a.memory.initialized = True
+                        if shapes and k < len(shapes):
+                            a.memory.dimensions = list(shapes[k].dimensions)
+        except Exception as e:  # noqa: BLE001 - a buffer that cannot take the bytes
+            code = ResultCode.OP_FAILED
+            status = f"copying outputs: {e}"
+        self.shapes = [OutputShape(list(s.dimensions), bool(s.is_sufficient))
+                       for s in shapes or []]
+        if not self.shapes and code == ResultCode.NO_ERROR:
+            self.shapes = [OutputShape(list(a.dims), True) for a in self.outputs]
+        self.timing = (timing if isinstance(timing, Timing) else Timing(),
+                       fenced if isinstance(fenced, Timing) else
+                       (timing if isinstance(timing, Timing) else Timing()))
+        self.code = code
+        self._unbind()
+        with self._lock:
+            self.state = COMPLETED
+        if code != ResultCode.NO_ERROR:
+            name = status.name if isinstance(status, ErrorStatus) else str(status)
+            raise fail(code, f"compute: the execution failed: {name}")
+
+    def _fail_launch(self, e: BaseException) -> None:
+        self.code = getattr(e, "code", ResultCode.OP_FAILED)
+        self._unbind()
+        with self._lock:
+            self.state = COMPLETED
+
+    def _measure(self) -> MeasureTiming:
+        return MeasureTiming.YES if self.measure else MeasureTiming.NO
+
+    def compute(self) -> None:
+        """ANeuralNetworksExecution_compute: runs synchronously."""
+        self._begin("compute")
+        try:
+            req = self._request()[0]
+            if self.reusable:
+                if self._hal_execution is None:
+                    status, ex = self.compilation.prepared.create_reusable_execution(
+                        req, self._measure(), self.loop_timeout_ns)
+                    if status != ErrorStatus.NONE or ex is None:
+                        self._finish(status, [], Timing())
+                        return
+                    self._hal_execution = ex
+                status, shapes, timing = self._hal_execution.compute(self._deadline())
+            else:
+                status, shapes, timing = self.compilation.prepared.execute_synchronously(
+                    req, self._measure(), self._deadline(), self.loop_timeout_ns)
+        except Exception as e:  # noqa: BLE001 - a driver that raises is a dead object
+            if isinstance(e, NdkError) and self.state != COMPUTATION:
+                raise
+            self._fail_launch(e)
+            raise fail(getattr(e, "code", ResultCode.DEAD_OBJECT),
+                       f"compute: {type(e).__name__}: {e}") from None
+        self._finish(status, shapes, timing)
+
+    def start_compute(self) -> Event:
+        """ANeuralNetworksExecution_startCompute: an Event that ends with the execution."""
+        self._begin("startCompute")
+        try:
+            req = self._request()[0]
+            cb = ExecutionCallback()
+            launch = self.compilation.prepared.execute(req, self._measure(), self._deadline(),
+                                                       self.loop_timeout_ns, cb)
+        except Exception as e:  # noqa: BLE001
+            self._fail_launch(e)
+            raise fail(ResultCode.DEAD_OBJECT, f"startCompute: {e}") from None
+        if launch != ErrorStatus.NONE:
+            self._finish(launch, [], Timing())
+
+        def waiter() -> None:
+            try:
+                status, shapes, timing = cb.wait(EXECUTION_TIMEOUT_S)
+            except TimeoutError:
+                status, shapes, timing = ErrorStatus.GENERAL_FAILURE, [], Timing()
+            self._finish(status, shapes, timing)
+
+        return Event(waiter)
+
+    def start_compute_with_dependencies(self, dependencies: Sequence[Event],
+                                        duration_ns: int = 0) -> Event:
+        """ANeuralNetworksExecution_startComputeWithDependencies: fenced when the driver can,
+        else the runtime waits for the dependencies and computes."""
+        if dependencies is None or any(d is None for d in dependencies):
+            raise fail(ResultCode.UNEXPECTED_NULL, "startComputeWithDependencies: NULL event")
+        if self.timeout_ns:
+            raise fail(ResultCode.BAD_DATA, "startComputeWithDependencies: the execution has "
+                       "a timeout (setTimeout); use the duration argument")
+        if duration_ns and not self.compilation.single_device:
+            raise fail(ResultCode.BAD_DATA, "startComputeWithDependencies: a duration needs a "
+                       "compilation created by createForDevices with one device")
+        for k, a in enumerate(self.outputs):
+            if a is not None and a.kind != "omitted" and \
+                    _nbytes(self.model.operands[self.model.outputs[k]].type, a.dims) is None:
+                raise fail(ResultCode.BAD_DATA, f"startComputeWithDependencies: output {k} "
+                           f"has unknown dimensions")
+        self._begin("startComputeWithDependencies")
+        fences = []
+        try:
+            for d in dependencies:
+                if d.fence is not None:
+                    fences.append(d.fence)
+                else:
+                    d.wait()
+            req = self._request()[0]
+            deadline = self._deadline()
+            status, fence, info = self.compilation.prepared.execute_fenced(
+                req, fences, self._measure(), deadline, self.loop_timeout_ns,
+                duration_ns or None)
+        except Exception as e:  # noqa: BLE001
+            self._fail_launch(e)
+            raise fail(getattr(e, "code", ResultCode.OP_FAILED),
+                       f"startComputeWithDependencies: {e}") from None
+        if status != ErrorStatus.NONE:
+            if status == ErrorStatus.GENERAL_FAILURE and info is None and fence is None:
+                # No fenced path in the driver: the runtime waits and computes.
+                try:
+                    for f in fences:
+                        if f.wait(EXECUTION_TIMEOUT_S) != FenceState.SIGNALED:
+                            raise fail(ResultCode.OP_FAILED, "a dependency failed")
+                    st, shapes, timing = self.compilation.prepared.execute_synchronously(
+                        req, self._measure(), deadline, self.loop_timeout_ns)
+                except Exception as e:  # noqa: BLE001
+                    self._fail_launch(e)
+                    raise fail(ResultCode.OP_FAILED, f"startComputeWithDependencies: {e}") \
+                        from None
+                self._finish(st, shapes, timing)
+                return Event(fence=SyncFence.signaled())
+            self._finish(status, [], Timing())
+
+        def waiter() -> None:
+            state = fence.wait(EXECUTION_TIMEOUT_S) if fence is not None else \
+                FenceState.SIGNALED
+            st, launched, fenced = (info.get_execution_info() if info is not None
+                                    else (ErrorStatus.NONE, Timing(), Timing()))
+            if state != FenceState.SIGNALED and st == ErrorStatus.NONE:
+                st = ErrorStatus.GENERAL_FAILURE
+            self._finish(st, [], launched, fenced)
+
+        return Event(waiter, fence=fence)
+
+    def burst_compute(self, burst: Burst) -> None:
+        """ANeuralNetworksExecution_burstCompute."""
+        if burst is None:
+            raise fail(ResultCode.UNEXPECTED_NULL, "burstCompute: burst is NULL")
+        if burst.compilation is not self.compilation:
+            raise fail(ResultCode.BAD_DATA, "burstCompute: the burst belongs to another "
+                       "compilation")
+        if not burst.lock.acquire(blocking=False):
+            raise fail(ResultCode.BAD_STATE, "burstCompute: the burst is in use")
+        try:
+            self._begin("burstCompute")
+            try:
+                req = self._request()[0]
+                hal = burst.hal()
+                for p in req.pools:
+                    if isinstance(p, SharedMemory):
+                        burst.hold(p)
+                status, shapes, timing = hal.execute(req, self._measure(), self._deadline(),
+                                                     self.loop_timeout_ns)
+            except Exception as e:  # noqa: BLE001
+                self._fail_launch(e)
+                raise fail(getattr(e, "code", ResultCode.OP_FAILED), f"burstCompute: {e}") \
+                    from None
+            self._finish(status, shapes, timing)
+        finally:
+            burst.lock.release()
+
+    # ---- results ------------------------------------------------------------------------
+    def _check_results(self, what: str, index: int) -> OutputShape:
+        if self.state != COMPLETED:
+            raise fail(ResultCode.BAD_STATE, f"{what}: the execution has not completed")
+        if self.code not in (ResultCode.NO_ERROR, ResultCode.OUTPUT_INSUFFICIENT_SIZE):
+            raise fail(ResultCode.BAD_STATE, f"{what}: the execution failed")
+        if not isinstance(index, (int, np.integer)) or not 0 <= int(index) < len(self.outputs):
+            raise fail(ResultCode.BAD_DATA, f"{what}: index {index} out of range")
+        if int(index) >= len(self.shapes):
+            raise fail(ResultCode.BAD_STATE, f"{what}: no shape was reported")
+        return self.shapes[int(index)]
+
+    def output_operand_rank(self, index: int) -> int:
+        """ANeuralNetworksExecution_getOutputOperandRank."""
+        return len(self._check_results("getOutputOperandRank", index).dimensions)
+
+    def output_operand_dimensions(self, index: int) -> list[int]:
+        """ANeuralNetworksExecution_getOutputOperandDimensions (BAD_DATA for a scalar)."""
+        dims = list(self._check_results("getOutputOperandDimensions", index).dimensions)
+        if not dims:
+            raise fail(ResultCode.BAD_DATA, "getOutputOperandDimensions: the output is a "
+                       "scalar")
+        return dims
+
+    def duration(self, code: int) -> int:
+        """ANeuralNetworksExecution_getDuration in nanoseconds (UINT64_MAX: not available)."""
+        if code not in {int(c) for c in DurationCode}:
+            raise fail(ResultCode.BAD_DATA, f"getDuration: invalid duration code {code}")
+        if self.state != COMPLETED:
+            raise fail(ResultCode.BAD_STATE, "getDuration: the execution has not completed")
+        if not self.measure or self.code != ResultCode.NO_ERROR:
+            return NO_DURATION
+        timing = self.timing[1] if code >= DurationCode.FENCED_ON_HARDWARE else self.timing[0]
+        us = timing.time_on_device if code in (DurationCode.ON_HARDWARE,
+                                               DurationCode.FENCED_ON_HARDWARE) \
+            else timing.time_in_driver
+        return NO_DURATION if us == NO_DURATION else int(us) * 1000
+
+    def free(self) -> None:
+        """ANeuralNetworksExecution_free."""
+        self.reusable = False
+        if self.state != COMPUTATION:
+            self._unbind()
+        self._hal_execution = None

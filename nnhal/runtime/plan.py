@@ -1,0 +1,387 @@
+"""The runtime's own prepared models: a partitioned plan, and CPU fallback around a driver.
+
+Both present the IPreparedModel calls an :class:`~nnhal.runtime.execution.Execution` makes
+(synchronous, asynchronous, fenced, burst, reusable), so an execution does not care whether
+one driver or the runtime runs it. Everything funnels into one synchronous run:
+
+- :class:`PlanPrepared` runs the steps in order. Values crossing steps live in runtime shared
+  memory (one input and one output pool per step run, reused across executions); a step
+  output whose size is unknown before it runs is sized from the shapes the driver returns
+  (OUTPUT_INSUFFICIENT_SIZE) and the step is run again with bigger memory.
+- :class:`FallbackPrepared` runs a driver's prepared model and, when it fails with a general
+  failure (not an output size, deadline or argument error), runs the whole model on the
+  reference driver instead, as the NNAPI runtime's CPU fallback does.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from nnhal.hal.interfaces import IBurst, IExecution, IPreparedModel
+from nnhal.hal.types import (
+    DataLocation,
+    ErrorStatus,
+    MeasureTiming,
+    MemoryPool,
+    OperationType,
+    OutputShape,
+    Request,
+    RequestArgument,
+    Timing,
+)
+from nnhal.memory import SharedMemory
+from nnhal.runtime.codes import DEFAULT_LOOP_TIMEOUT_NS
+from nnhal.runtime.partition import Step, nbytes
+
+Result = tuple[ErrorStatus, list[OutputShape], Timing]
+_ZERO_SIZED: Any = object()
+#: How many times a step is re-run with bigger memory for outputs of unknown size.
+MAX_RESIZE = 6
+_GUESS = 4096
+#: Failures the runtime recovers from by running on the reference driver. A driver's
+#: INVALID_ARGUMENT is among them: the runtime checked the arguments already (and built step
+#: requests itself), so it means the driver cannot run this input (say, a zero-sized tensor);
+#: the reference rejects a request that really is invalid just the same.
+FALLBACK_STATUSES = (ErrorStatus.GENERAL_FAILURE, ErrorStatus.DEVICE_UNAVAILABLE,
+                     ErrorStatus.INVALID_ARGUMENT)
+
+
+class _Reusable(IExecution):
+    def __init__(self, owner: _RuntimePrepared, request: Request, measure: MeasureTiming,
+                 loop_timeout: int | None):
+        self.owner, self.request, self.measure, self.loop = owner, request, measure, \
+            loop_timeout
+
+    def compute(self, deadline: int | None = None) -> Result:
+        return self.owner.execute_synchronously(self.request, self.measure, deadline,
+                                                self.loop)
+
+    def compute_fenced(self, wait_for: Sequence[Any], deadline: int | None = None,
+                       duration: int | None = None) -> Any:
+        return ErrorStatus.GENERAL_FAILURE, None, None
+
+
+class _Burst(IBurst):
+    def __init__(self, owner: _RuntimePrepared):
+        self.owner = owner
+
+    def cache_memory(self, memory: Any) -> Any:
+        return None
+
+    def execute(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                deadline: int | None = None, loop_timeout: int | None = None) -> Result:
+        return self.owner.execute_synchronously(request, measure, deadline, loop_timeout)
+
+    def create_reusable_execution(self, request: Request,
+                                  measure: MeasureTiming = MeasureTiming.NO,
+                                  loop_timeout: int | None = None) -> Any:
+        return ErrorStatus.NONE, _Reusable(self.owner, request, measure, loop_timeout)
+
+
+class _RuntimePrepared(IPreparedModel):
+    """Every execution path through :meth:`execute_synchronously`."""
+
+    def execute(self, request: Request, measure: MeasureTiming, deadline: int | None,
+                loop_timeout: int | None, callback: Any) -> ErrorStatus:
+        def run() -> None:
+            status, shapes, timing = self.execute_synchronously(request, measure, deadline,
+                                                                loop_timeout)
+            callback.notify(status, shapes, timing)
+
+        threading.Thread(target=run, daemon=True, name="nnhal-runtime-exec").start()
+        return ErrorStatus.NONE
+
+    def execute_fenced(self, request: Request, wait_for: Sequence[Any],
+                       measure: MeasureTiming, deadline: int | None,
+                       loop_timeout: int | None, duration: int | None) -> Any:
+        # No fenced path: the execution waits for its dependencies and computes.
+        return ErrorStatus.GENERAL_FAILURE, None, None
+
+    def configure_execution_burst(self) -> tuple[ErrorStatus, IBurst | None]:
+        return ErrorStatus.NONE, _Burst(self)
+
+    def create_reusable_execution(self, request: Request,
+                                  measure: MeasureTiming = MeasureTiming.NO,
+                                  loop_timeout: int | None = None) -> Any:
+        return ErrorStatus.NONE, _Reusable(self, request, measure, loop_timeout)
+
+
+def _pool_bytes(pool: Any) -> np.ndarray | None:
+    if isinstance(pool, MemoryPool):
+        pool = pool.hidl_memory
+    if isinstance(pool, SharedMemory):
+        return pool.mapped()
+    return None  # a driver buffer (memory domain) is not readable by the runtime
+
+
+def _exact_nbytes(t: int, dims: list[int]) -> int | None:
+    """Bytes of a value whose shape a driver reported (0 is a real, zero-sized dimension)."""
+    if not dims:
+        return nbytes(t, dims)
+    size = nbytes(t, [1] * len(dims))
+    return None if size is None else size * int(np.prod(dims))
+
+
+def _status(value: Any) -> ErrorStatus:
+    try:
+        return ErrorStatus(value)
+    except ValueError:
+        return ErrorStatus.GENERAL_FAILURE
+
+
+class PlanPrepared(_RuntimePrepared):
+    """A model split in steps over several devices, run by the runtime."""
+
+    def __init__(self, main: Any, steps: list[Step], fallback: Callable[[], Any] | None = None,
+                 whole: Callable[[], Any] | None = None):
+        self.main = main  # the whole model's main subgraph
+        self.steps = steps
+        self.fallback = fallback
+        #: The whole model prepared on one of the compilation's devices that supports all of
+        #: it, for a run whose values crossing steps are zero-sized: a HAL input cannot be
+        #: (a 0 dimension means unknown), so such a run is not split.
+        self.whole = whole
+        self._lock = threading.Lock()
+        self._free: list[SharedMemory] = []
+        #: Bytes last needed by each step output of unknown size, to size the next run.
+        self._sizes: dict[int, int] = {}
+
+    # runtime memory
+    def _take(self, size: int) -> SharedMemory:
+        with self._lock:
+            for k, m in enumerate(self._free):
+                if m.size >= size:
+                    return self._free.pop(k)
+        return SharedMemory.ashmem(max(size, 64))
+
+    def _give(self, mem: SharedMemory) -> None:
+        with self._lock:
+            if len(self._free) < 4 * len(self.steps) + 4:
+                self._free.append(mem)
+                return
+        mem.close()
+
+    def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                              deadline: int | None = None, loop_timeout: int | None = None
+                              ) -> Result:
+        try:
+            result = self._run(request, measure, deadline, loop_timeout)
+        except Exception:  # noqa: BLE001 - a driver that raises is a general failure
+            result = (ErrorStatus.GENERAL_FAILURE, [], Timing())
+        if result is _ZERO_SIZED:
+            whole = self.whole() if self.whole is not None else None
+            if whole is not None:
+                return whole.execute_synchronously(request, measure, deadline, loop_timeout)
+            result = (ErrorStatus.GENERAL_FAILURE, [], Timing())
+        if _status(result[0]) in FALLBACK_STATUSES and self.fallback is not None:
+            ref = self.fallback()
+            if ref is not None:
+                return ref.execute_synchronously(request, measure, deadline, loop_timeout)
+        return result
+
+    def _run(self, request: Request, measure: MeasureTiming, deadline: int | None,
+             loop_timeout: int | None) -> Result:
+        sg = self.main
+        pools = [_pool_bytes(p) for p in request.pools]
+        env: dict[int, tuple[np.ndarray | None, list[int]]] = {}
+        for k, idx in enumerate(sg.input_indexes):
+            arg = request.inputs[k]
+            dims = list(arg.dimensions) or list(sg.operands[idx].dimensions)
+            if arg.has_no_value:
+                env[idx] = (None, dims)
+                continue
+            loc = arg.location
+            if not 0 <= loc.pool_index < len(pools) or pools[loc.pool_index] is None:
+                return ErrorStatus.INVALID_ARGUMENT, [], Timing()
+            env[idx] = (pools[loc.pool_index][loc.offset:loc.offset + loc.length], dims)
+        status = self.run_env(env, deadline, loop_timeout)
+        if status is _ZERO_SIZED or status != ErrorStatus.NONE:
+            return status if status is _ZERO_SIZED else (status, [], Timing())
+        shapes, ok = [], True
+        writes = []
+        for k, idx in enumerate(sg.output_indexes):
+            data, dims = env[idx]
+            arg = request.outputs[k]
+            if arg.has_no_value:
+                shapes.append(OutputShape(dims, True))
+                continue
+            loc = arg.location
+            fits = data is not None and data.nbytes <= loc.length
+            shapes.append(OutputShape(dims, fits))
+            ok = ok and fits
+            writes.append((loc, data))
+        if not ok:
+            return ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, shapes, Timing()
+        for loc, data in writes:
+            dst = pools[loc.pool_index]
+            if dst is None:
+                return ErrorStatus.INVALID_ARGUMENT, [], Timing()
+            dst[loc.offset:loc.offset + data.nbytes] = data
+        return ErrorStatus.NONE, shapes, Timing()
+
+    def run_env(self, env: dict[int, Any], deadline: int | None,
+                loop_timeout: int | None) -> Any:
+        """Run every step over ``env`` (operand -> (bytes or None, dims)), which gains the
+        values the steps produce; the status (or the zero-sized marker)."""
+        for step in self.steps:
+            if step.device is None:
+                status = self._run_control(step, env, deadline, loop_timeout)
+            else:
+                if any(env[i][0] is not None and any(d == 0 for d in env[i][1])
+                       for i in step.inputs):
+                    return _ZERO_SIZED
+                status = self._run_step(step, env, deadline, loop_timeout)
+            if status is _ZERO_SIZED or status != ErrorStatus.NONE:
+                return status
+        return ErrorStatus.NONE
+
+    def _run_control(self, step: Step, env: dict[int, Any], deadline: int | None,
+                     loop_timeout: int | None) -> Any:
+        """An IF or WHILE no device runs with its bodies: the runtime evaluates it."""
+        sg = self.main
+        op = sg.operations[step.operations[0]]
+
+        def branch(i: int) -> PlanPrepared:
+            return step.branches[int(sg.operands[i].location.offset)]
+
+        def call(plan: PlanPrepared, values: list[Any]) -> Any:
+            sub = {i: v for i, v in zip(plan.main.input_indexes, values)}
+            status = plan.run_env(sub, deadline, loop_timeout)
+            if status is _ZERO_SIZED or status != ErrorStatus.NONE:
+                return status
+            return [sub[o] for o in plan.main.output_indexes]
+
+        def truth(value: Any) -> bool | None:
+            data = value[0]
+            return None if data is None or data.nbytes < 1 else bool(data[0])
+
+        if int(op.type) == int(OperationType.IF):
+            cond = truth(env[op.inputs[0]])
+            if cond is None:
+                return ErrorStatus.INVALID_ARGUMENT
+            outs = call(branch(op.inputs[1] if cond else op.inputs[2]),
+                        [env[i] for i in op.inputs[3:]])
+            if not isinstance(outs, list):
+                return outs
+        else:  # WHILE: condition, body, then the loop-carried, state and input-only values
+            cond_plan, body = branch(op.inputs[0]), branch(op.inputs[1])
+            values = [env[i] for i in op.inputs[2:]]
+            limit = loop_timeout if loop_timeout is not None else DEFAULT_LOOP_TIMEOUT_NS
+            started = time.monotonic_ns()
+            while True:
+                c = call(cond_plan, values)
+                if not isinstance(c, list):
+                    return c
+                go = truth(c[0])
+                if go is None:
+                    return ErrorStatus.INVALID_ARGUMENT
+                if not go:
+                    break
+                if time.monotonic_ns() - started > limit:
+                    return ErrorStatus.MISSED_DEADLINE_TRANSIENT
+                new = call(body, values)
+                if not isinstance(new, list):
+                    return new
+                values[:len(new)] = new
+            outs = values[:len(op.outputs)]
+        for o, v in zip(op.outputs, outs):
+            env[o] = v
+        return ErrorStatus.NONE
+
+    def _run_step(self, step: Step, env: dict[int, Any], deadline: int | None,
+                  loop_timeout: int | None) -> ErrorStatus:
+        sg = self.main
+        in_size = 0
+        in_args = []
+        for i in step.inputs:
+            data, dims = env[i]
+            if data is None:
+                in_args.append(RequestArgument(True, DataLocation(0, 0, 0), []))
+                continue
+            in_size += -in_size % 8
+            in_args.append(RequestArgument(False, DataLocation(0, in_size, data.nbytes),
+                                           list(dims)))
+            in_size += data.nbytes
+        in_mem = self._take(in_size)
+        buf = in_mem.mapped()
+        for i, a in zip(step.inputs, in_args):
+            if not a.has_no_value:
+                off = a.location.offset
+                buf[off:off + a.location.length] = env[i][0]
+        sizes = []
+        for i in step.outputs:
+            o = step.model.main.operands[step.model.main.output_indexes[len(sizes)]]
+            n = nbytes(o.type, list(o.dimensions))
+            sizes.append(n if n is not None else self._sizes.get(i, _GUESS))
+        try:
+            for _attempt in range(MAX_RESIZE):
+                offs, total = [], 0
+                for n in sizes:
+                    total += -total % 8
+                    offs.append(total)
+                    total += n
+                out_mem = self._take(total)
+                try:
+                    out_args = [RequestArgument(False, DataLocation(1, off, n), [])
+                                for off, n in zip(offs, sizes)]
+                    req = Request(in_args, out_args, [in_mem, out_mem])
+                    status, shapes, _t = step.prepared.execute_synchronously(
+                        req, MeasureTiming.NO, deadline, loop_timeout)
+                    status = _status(status)
+                    if status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and shapes:
+                        grown = False
+                        for j, s in enumerate(shapes[:len(sizes)]):
+                            if s.is_sufficient:
+                                continue
+                            t = sg.operands[step.outputs[j]].type
+                            need = nbytes(t, list(s.dimensions))
+                            sizes[j] = need if need is not None and need > sizes[j] \
+                                else sizes[j] * 4
+                            self._sizes[step.outputs[j]] = sizes[j]
+                            grown = True
+                        if grown:
+                            continue
+                    if status != ErrorStatus.NONE:
+                        return status
+                    src = out_mem.mapped()
+                    for j, i in enumerate(step.outputs):
+                        o = sg.operands[i]
+                        dims = list(shapes[j].dimensions) if shapes and j < len(shapes) \
+                            else list(step.model.main.operands[
+                                step.model.main.output_indexes[j]].dimensions)
+                        n = _exact_nbytes(o.type, dims)
+                        n = sizes[j] if n is None else n
+                        env[i] = (src[offs[j]:offs[j] + n].copy(), dims)
+                    return ErrorStatus.NONE
+                finally:
+                    self._give(out_mem)
+            return ErrorStatus.GENERAL_FAILURE
+        finally:
+            self._give(in_mem)
+
+
+class FallbackPrepared(_RuntimePrepared):
+    """A driver's prepared model of the whole model, with the reference as fallback."""
+
+    def __init__(self, primary: IPreparedModel, fallback: Callable[[], Any]):
+        self.primary = primary
+        self.fallback = fallback
+
+    def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                              deadline: int | None = None, loop_timeout: int | None = None
+                              ) -> Result:
+        try:
+            result = self.primary.execute_synchronously(request, measure, deadline,
+                                                        loop_timeout)
+        except Exception:  # noqa: BLE001 - a driver that raises is a general failure
+            result = (ErrorStatus.GENERAL_FAILURE, [], Timing())
+        if _status(result[0]) in FALLBACK_STATUSES:
+            ref = self.fallback()
+            if ref is not None:
+                return ref.execute_synchronously(request, measure, deadline, loop_timeout)
+        return result

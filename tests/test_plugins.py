@@ -1,0 +1,106 @@
+"""Plug-in drivers: entry points of the group ``nnhal.drivers`` in installed distributions
+(faked here by a dist-info directory on sys.path)."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+from nnhal.drivers import registry
+from nnhal.drivers.reference import ReferenceDevice
+from nnhal.errors import NnhalError
+
+
+@pytest.fixture
+def plugin_site(tmp_path, monkeypatch):
+    """A directory on sys.path holding a fake distribution whose entry points name a good
+    driver, one whose probe refuses, one that fails to import, one that is not callable,
+    and one that tries to replace the reference driver."""
+    pkg = tmp_path / "fakevendor_nn"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(textwrap.dedent("""
+        from nnhal.drivers.reference import ReferenceDevice
+
+        LOADED = []
+
+        class VendorDevice(ReferenceDevice):
+            pass
+
+        def make():
+            LOADED.append("make")
+            return VendorDevice()
+
+        def make_offline():
+            return VendorDevice()
+
+        make_offline.probe = lambda: "the vendor NPU is not present"
+
+        def make_reference():
+            raise AssertionError("a plug-in must not replace a built-in")
+
+        NOT_CALLABLE = 3
+    """))
+    (pkg / "broken.py").write_text("raise RuntimeError('vendor library missing')\n")
+    dist = tmp_path / "fakevendor_nn-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fakevendor-nn\n"
+                                   "Version: 1.0\n")
+    (dist / "entry_points.txt").write_text(textwrap.dedent("""
+        [nnhal.drivers]
+        vendor = fakevendor_nn:make
+        vendor-offline = fakevendor_nn:make_offline
+        vendor-broken = fakevendor_nn.broken:make
+        vendor-odd = fakevendor_nn:NOT_CALLABLE
+        reference = fakevendor_nn:make_reference
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_DEVICES", dict(registry._DEVICES))
+    registry.discover(force=True)
+    yield
+    for name in [m for m in sys.modules if m.startswith("fakevendor_nn")]:
+        del sys.modules[name]
+    registry._discovered = False
+
+
+def test_plugins_are_listed_after_the_built_ins_without_being_imported(plugin_site):
+    names = registry.device_names()
+    assert names[:2] == ["reference", "litert"]
+    assert names[2:] == ["vendor", "vendor-offline", "vendor-broken", "vendor-odd"]
+    assert "fakevendor_nn" not in sys.modules  # listing names imports nothing
+
+
+def test_a_plugin_opens_and_a_builtin_is_never_replaced(plugin_site):
+    device = registry.open_device("vendor")
+    try:
+        assert type(device).__name__ == "VendorDevice"
+        assert sys.modules["fakevendor_nn"].LOADED == ["make"]
+    finally:
+        device.close()
+    ref = registry.open_device("reference")
+    try:
+        assert type(ref) is ReferenceDevice
+    finally:
+        ref.close()
+
+
+def test_broken_plugins_are_unavailable_with_the_reason(plugin_site):
+    why = registry.available()
+    assert why["vendor"] is None
+    assert why["vendor-offline"] == "the vendor NPU is not present"
+    assert why["vendor-broken"] == ("plug-in fakevendor_nn.broken:make failed to load: "
+                                    "RuntimeError: vendor library missing")
+    assert why["vendor-odd"] == "plug-in fakevendor_nn:NOT_CALLABLE is not a callable factory"
+    with pytest.raises(NnhalError, match="'vendor-broken' is not available: plug-in"):
+        registry.open_device("vendor-broken")
+    with pytest.raises(NnhalError, match="'vendor-offline' is not available: the vendor NPU"):
+        registry.open_device("vendor-offline")
+
+
+def test_a_factory_returning_something_else_is_refused(monkeypatch):
+    monkeypatch.setattr(registry, "_DEVICES", dict(registry._DEVICES))
+    registry.register("odd", lambda: object())
+    with pytest.raises(NnhalError, match="'odd' is not available: its factory returned "
+                                         "object, not an IDevice"):
+        registry.open_device("odd")
