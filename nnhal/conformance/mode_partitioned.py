@@ -16,12 +16,11 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from nnhal.conformance.cases import Case, MalformedCase
+from nnhal.conformance.cases import Case
 from nnhal.conformance.mode_runtime import (
     PATHS,
     _compile_and_run,
-    _Failed,
-    build,
+    build_case,
 )
 from nnhal.conformance.runner import CaseFailure, ExpectedFailureSeen, Options, Unsupported
 from nnhal.drivers.reference import ReferenceDevice
@@ -162,15 +161,7 @@ def half_device(seed: int = DEFAULT_SEED) -> HalfDevice:
 
 
 def run(device: IDevice, case: Case, opts: Options) -> str:
-    m = case.data["model"]
-    try:
-        model, built = build(m, case.expect_failure)
-    except _Failed as e:
-        if case.expect_failure:
-            raise ExpectedFailureSeen(str(e)) from None
-        raise CaseFailure(f"model: {e}") from None
-    except (KeyError, IndexError, TypeError, ValueError, OverflowError) as e:
-        raise MalformedCase(f"cannot build the model: {type(e).__name__}: {e}") from e
+    model, built = build_case(case)
     try:
         dev = Device.of(device, getattr(device, "name", None) or "device")
         half = Device.of(half_device(), "half")
@@ -181,7 +172,7 @@ def run(device: IDevice, case: Case, opts: Options) -> str:
                 raise ExpectedFailureSeen("getSupportedOperationsForDevices failed")
             raise CaseFailure("getSupportedOperationsForDevices failed")
         if not all(supported):
-            raise Unsupported(", ".join(sorted({m["main"]["operations"][i]["type"]
+            raise Unsupported(", ".join(sorted({case.data["model"]["main"]["operations"][i]["type"]
                                                 for i, s in enumerate(supported) if not s})))
         _compile_and_run(case, model, [dev, half], opts, "partitioned")
     finally:

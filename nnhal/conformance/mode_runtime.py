@@ -306,16 +306,21 @@ def _compile_and_run(case: Case, model: Any, devices: list[Any] | None, opts: Op
         N.ANeuralNetworksCompilation_free(comp)
 
 
-def run(device: IDevice, case: Case, opts: Options) -> str:
-    m = case.data["model"]
+def build_case(case: Case) -> tuple[Any, Any]:
+    """The case's model built through the NDK calls (see :func:`build`), a failure of that
+    reported as the runner expects: seen (an expectFailure case), failed, or malformed."""
     try:
-        model, built = build(m, case.expect_failure)
+        return build(case.data["model"], case.expect_failure)
     except _Failed as e:
         if case.expect_failure:
             raise ExpectedFailureSeen(str(e)) from None
         raise CaseFailure(f"model: {e}") from None
     except (KeyError, IndexError, TypeError, ValueError, OverflowError) as e:
         raise MalformedCase(f"cannot build the model: {type(e).__name__}: {e}") from e
+
+
+def run(device: IDevice, case: Case, opts: Options) -> str:
+    model, built = build_case(case)
     dev = Device.of(device, getattr(device, "name", None))
     code, supported = N.ANeuralNetworksModel_getSupportedOperationsForDevices(model, [dev])
     if code != OK:
@@ -323,7 +328,7 @@ def run(device: IDevice, case: Case, opts: Options) -> str:
             raise ExpectedFailureSeen(f"getSupportedOperationsForDevices: {_code_name(code)}")
         raise CaseFailure(f"getSupportedOperationsForDevices: {_code_name(code)}")
     if not all(supported):
-        raise Unsupported(", ".join(sorted({m["main"]["operations"][i]["type"]
+        raise Unsupported(", ".join(sorted({case.data["model"]["main"]["operations"][i]["type"]
                                             for i, s in enumerate(supported) if not s})))
     try:
         _compile_and_run(case, model, [dev], opts, "createForDevices")

@@ -1,0 +1,202 @@
+"""What every driver's IDevice shares: worker pools, memory-domain buffers, the compilation
+cache, and prepareModel's checks and flow around one driver's own steps.
+
+A driver subclasses :class:`DeviceBase` and gives :meth:`~DeviceBase.supported` (per main
+operation), optionally :meth:`~DeviceBase.refusal` and :meth:`~DeviceBase.compile_now` (work
+that must happen in the calling thread, since the client may change its Model once the call
+returns), and :meth:`~DeviceBase.build` (the prepared model, on a worker). Restored caches go
+through :meth:`~DeviceBase.restored`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from nnhal.analysis import ModelGraph, analyse
+from nnhal.drivers.common.buffer import allocate
+from nnhal.drivers.common.callbacks import notify_prepared
+from nnhal.drivers.common.compilation_cache import (
+    NUM_DATA_CACHE,
+    NUM_MODEL_CACHE,
+    CompilationCache,
+    load_or_create_key,
+)
+from nnhal.drivers.common.tokens import TokenRegistry
+from nnhal.drivers.common.workers import WorkerPools
+from nnhal.hal import checks
+from nnhal.hal.interfaces import IBuffer, IDevice, IPreparedModel, IPreparedModelCallback
+from nnhal.hal.request_pool import RequestBuffer
+from nnhal.hal.types import (
+    BufferDesc,
+    BufferRole,
+    DeviceType,
+    ErrorStatus,
+    ExecutionPreference,
+    Extension,
+    Model,
+    Priority,
+)
+from nnhal.ops.registry import OpError
+from nnhal.validation import ValidationError, validate_preference, validate_priority
+
+
+def cache_key(cache_key_file: str | os.PathLike[str] | None) -> bytes | None:
+    """The secret that authenticates compilation caches: from ``cache_key_file`` or
+    ``NNHAL_CACHE_KEY_FILE`` (created on first use), else None (a fresh one per device)."""
+    if cache_key_file is None:
+        cache_key_file = os.environ.get("NNHAL_CACHE_KEY_FILE") or None
+    return None if cache_key_file is None else load_or_create_key(cache_key_file)
+
+
+class DeviceBase(IDevice):
+    """An IDevice over worker pools per priority, a token registry of driver buffers and a
+    compilation cache; see the module docstring for what a driver gives."""
+
+    #: getVersionString.
+    version_string = "nnhal"
+    #: Where :meth:`log` writes (a driver sets its own).
+    logger = logging.getLogger("nnhal.drivers")
+
+    def __init__(self, name: str, workers: int, max_tensor_bytes: int,
+                 cache: CompilationCache):
+        self.name = name
+        self.max_tensor_bytes = max_tensor_bytes
+        self.workers = WorkerPools(workers)
+        #: The memory-domain buffers of this device, by token.
+        self.buffers: TokenRegistry[RequestBuffer] = TokenRegistry()
+        self._cache = cache
+        # A service starts its workers with itself: the first preparation or execution of each
+        # priority then does not pay for creating a thread (about 0.5 ms here).
+        self.workers.start()
+
+    # ---- what a driver gives ----------------------------------------------------------------
+    def supported(self, graph: ModelGraph) -> list[bool]:
+        """Per main operation, whether this driver runs it."""
+        raise NotImplementedError
+
+    def refusal(self, graph: ModelGraph) -> str | None:
+        """None when the whole model runs here, else one line saying why not."""
+        if all(self.supported(graph)):
+            return None
+        return "unsupported operations: " + ", ".join(graph.unsupported_names())
+
+    def compile_now(self, model: Model, graph: ModelGraph) -> Any:
+        """Work done in prepareModel's calling thread (may raise: the model is refused)."""
+        return None
+
+    def build(self, graph: ModelGraph, compiled: Any, priority: Priority,
+              deadline: int | None) -> tuple[ErrorStatus, IPreparedModel | None]:
+        """The prepared model, on a worker thread; never raises."""
+        raise NotImplementedError
+
+    def restored(self, plan: Any, priority: Priority) -> IPreparedModel:
+        """The prepared model of a plan restored from a compilation cache."""
+        raise NotImplementedError
+
+    # ---- plumbing ---------------------------------------------------------------------------
+    def log(self, message: str) -> None:
+        self.logger.debug("%s: %s", self.name, message)
+
+    def executor_for(self, priority: Priority) -> ThreadPoolExecutor:
+        """One worker pool per priority, so high-priority work never queues behind low."""
+        return self.workers.for_priority(priority)
+
+    def close(self) -> None:
+        self.workers.close()
+
+    def analyse(self, model: Model, *, own_constants: bool = True) -> ModelGraph:
+        """The model checked once (raises ValidationError or OpError when it is invalid)."""
+        return analyse(model, own_constants=own_constants,
+                       max_tensor_bytes=self.max_tensor_bytes)
+
+    # ---- IDevice ----------------------------------------------------------------------------
+    def get_supported_operations(self, model: Model) -> tuple[ErrorStatus, list[bool]]:
+        try:
+            return ErrorStatus.NONE, self.supported(self.analyse(model, own_constants=False))
+        except (ValidationError, OpError) as e:
+            self.log(f"invalid model: {e}")
+        except Exception as e:  # noqa: BLE001 - any failure of analysis: an invalid model
+            self.log(f"invalid model: {type(e).__name__}: {e}")
+        return ErrorStatus.INVALID_ARGUMENT, []
+
+    def get_type(self) -> tuple[ErrorStatus, DeviceType]:
+        return ErrorStatus.NONE, DeviceType.CPU
+
+    def get_version_string(self) -> tuple[ErrorStatus, str]:
+        return ErrorStatus.NONE, self.version_string
+
+    def get_supported_extensions(self) -> tuple[ErrorStatus, list[Extension]]:
+        return ErrorStatus.NONE, []
+
+    def get_number_of_cache_files_needed(self) -> tuple[ErrorStatus, int, int]:
+        return ErrorStatus.NONE, NUM_MODEL_CACHE, NUM_DATA_CACHE
+
+    def prepare_model(self, model: Model, preference: ExecutionPreference = (
+                          ExecutionPreference.FAST_SINGLE_ANSWER),
+                      priority: Priority = Priority.MEDIUM, deadline: int | None = None,
+                      model_cache: Sequence[object] = (), data_cache: Sequence[object] = (),
+                      token: bytes = b"", callback: IPreparedModelCallback | None = None
+                      ) -> ErrorStatus:
+        if callback is None or not hasattr(callback, "notify"):
+            return ErrorStatus.INVALID_ARGUMENT
+        try:
+            checks.check_preference(preference)
+            checks.check_priority(priority)
+            checks.check_deadline(deadline)
+            validate_preference(preference)
+            validate_priority(priority)
+            graph = self.analyse(model)
+        except Exception as e:  # noqa: BLE001 - every failure is a status
+            return self._refuse(callback, ErrorStatus.INVALID_ARGUMENT, f"rejected: {e}")
+        if graph.too_large:
+            return self._refuse(callback, ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
+                                f"refused: {graph.too_large[0]}")
+        try:
+            why = self.refusal(graph)
+            compiled = self.compile_now(model, graph) if why is None else None
+        except Exception as e:  # noqa: BLE001 - e.g. UnsupportedModelError naming each op
+            why = f"{type(e).__name__}: {e}"
+        if why is not None:
+            return self._refuse(callback, ErrorStatus.INVALID_ARGUMENT, f"refused: {why}")
+        if deadline is not None and time.monotonic_ns() > deadline:
+            # As upstream's QoS tests expect: the launch succeeds, the callback carries the miss.
+            notify_prepared(callback, ErrorStatus.MISSED_DEADLINE_PERSISTENT, None)
+            return ErrorStatus.NONE
+        priority = Priority(priority)
+        save = self._cache.open_save(model_cache, data_cache, token)  # None: do not save
+
+        def task() -> None:
+            status, prepared = self.build(graph, compiled, priority, deadline)
+            if save is not None:  # before notifying: the client may close its fds after
+                self._cache.save(save, model, priority, prepared)
+            notify_prepared(callback, status, prepared)
+
+        try:
+            self.executor_for(priority).submit(task)
+        except Exception:  # noqa: BLE001 - e.g. the pool was shut down
+            notify_prepared(callback, ErrorStatus.GENERAL_FAILURE, None)
+            return ErrorStatus.GENERAL_FAILURE
+        return ErrorStatus.NONE
+
+    def _refuse(self, callback: IPreparedModelCallback, status: ErrorStatus,
+                why: str) -> ErrorStatus:
+        self.log(f"prepareModel {why}")
+        notify_prepared(callback, status, None)
+        return status
+
+    def prepare_model_from_cache(self, deadline: int | None, model_cache: Sequence[object],
+                                 data_cache: Sequence[object], token: bytes,
+                                 callback: IPreparedModelCallback) -> ErrorStatus:
+        return self._cache.prepare_from_cache(deadline, model_cache, data_cache, token,
+                                              callback, make_prepared_model=self.restored,
+                                              workers=self.workers, driver_log=self.log)
+
+    def allocate(self, desc: BufferDesc, prepared_models: Sequence[IPreparedModel],
+                 input_roles: Sequence[BufferRole], output_roles: Sequence[BufferRole]
+                 ) -> tuple[ErrorStatus, IBuffer | None, int]:
+        return allocate(self, self.buffers, desc, prepared_models, input_roles, output_roles)
