@@ -256,8 +256,10 @@ def bench_add(lit: LiteRTDevice, ref: ReferenceDevice, rounds: int, reps: int) -
 
 # ---- 3: prepareModel against prepareModelFromCache, in fresh processes ---------------------
 
-#: One step in a fresh process. argv: mode (save, prepare, restore), .tflite, model cache,
-#: data cache, key file, threads. Prints JSON: the call's seconds and the first execution's.
+#: One step in a fresh process. argv: mode (save, prepare, restore: with the driver's private
+#: copy; files: restore without a private store, from the client's files), .tflite, model
+#: cache, data cache, key file, threads, store directory. Prints JSON: the call's seconds and
+#: the first execution's.
 _CHILD = r"""
 import json, os, sys, time
 from nnhal.drivers.litert import LiteRTDevice
@@ -266,8 +268,9 @@ from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import ErrorStatus, ExecutionPreference, Priority
 from nnhal.tflite import read_tflite
 import numpy as np
-mode, path, mc, dc, key, threads = sys.argv[1:7]
-device = LiteRTDevice(threads=int(threads), cache_key_file=key)
+mode, path, mc, dc, key, threads, store = sys.argv[1:8]
+device = LiteRTDevice(threads=int(threads), cache_key_file=key, store_dir=store,
+                      private_store=mode != "files")
 model = read_tflite(path).model
 token = bytes(range(32))
 flags = os.O_RDWR | os.O_CREAT
@@ -275,7 +278,7 @@ mfd, dfd = os.open(mc, flags, 0o600), os.open(dc, flags, 0o600)
 cb = PreparedModelCallback()
 caches = ([mfd], [dfd]) if mode != "prepare" else ([], [])
 t0 = time.perf_counter()
-if mode == "restore":
+if mode in ("restore", "files"):
     device.prepare_model_from_cache(None, [mfd], [dfd], token, cb)
 else:
     device.prepare_model(model, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None,
@@ -297,7 +300,8 @@ def child(mode: str, path: Path, tmp: Path, threads: int) -> tuple[float, float,
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path), str(tmp / "model"),
-                           str(tmp / "data"), str(tmp / "key"), str(threads)],
+                           str(tmp / "data"), str(tmp / "key"), str(threads),
+                           str(tmp / "store")],
                           capture_output=True, text=True, env=env, cwd=tmp, timeout=600)
     whole = time.perf_counter() - t0
     if done.returncode != 0:
@@ -309,19 +313,27 @@ def child(mode: str, path: Path, tmp: Path, threads: int) -> tuple[float, float,
 def bench_cache_processes(path: Path, threads: int, rounds: int) -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        child("save", path, tmp, threads)  # writes the cache files (and the key)
-        t: dict[str, list[tuple[float, float, float]]] = {"prepare": [], "restore": []}
+        # Writes the cache files, the key and the private copy (after notifying: wait for it).
+        child("save", path, tmp, threads)
+        if not any((tmp / "store").glob("*.bin")):
+            print("(the save left no private copy: the restores below read the files)")
+        t: dict[str, list[tuple[float, float, float]]] = {"prepare": [], "restore": [],
+                                                           "files": []}
         for _ in range(rounds):
             for mode in t:
                 t[mode].append(child(mode, path, tmp, threads))
-    p, r = t["prepare"], t["restore"]
-    call = ratios([x[0] for x in p], [x[0] for x in r])
-    whole = ratios([x[2] for x in p], [x[2] for x in r])
-    print(f"{path.name} in fresh processes: prepareModel {med(x[0] for x in p) * 1e3:.1f} ms, "
-          f"prepareModelFromCache {med(x[0] for x in r) * 1e3:.1f} ms: {call:.1f}x (goal >= 10x)"
-          f"; whole process {med(x[2] for x in p):.2f} s against {med(x[2] for x in r):.2f} s"
-          f" ({whole:.2f}x); first execution after {med(x[1] for x in p) * 1e3:.1f} ms against"
-          f" {med(x[1] for x in r) * 1e3:.1f} ms  load {load()}", flush=True)
+    p = t["prepare"]
+    for mode, what in (("restore", "from the driver's private copy"),
+                       ("files", "from the client's files (no private store)")):
+        r = t[mode]
+        call = ratios([x[0] for x in p], [x[0] for x in r])
+        whole = ratios([x[2] for x in p], [x[2] for x in r])
+        print(f"{path.name} in fresh processes: prepareModel {med(x[0] for x in p) * 1e3:.1f} "
+              f"ms, prepareModelFromCache {what} {med(x[0] for x in r) * 1e3:.1f} ms: "
+              f"{call:.1f}x (goal >= 10x); whole process {med(x[2] for x in p):.2f} s against "
+              f"{med(x[2] for x in r):.2f} s ({whole:.2f}x); first execution after "
+              f"{med(x[1] for x in p) * 1e3:.1f} ms against {med(x[1] for x in r) * 1e3:.1f} ms"
+              f"  load {load()}", flush=True)
 
 
 def bench_cache(lit: LiteRTDevice, model: Model, rounds: int) -> None:

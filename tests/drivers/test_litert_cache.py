@@ -247,6 +247,7 @@ def test_the_store_is_bounded(tmp_path):
     names = sorted(p.name[:2] for p in (tmp_path / "s").glob("*.bin"))
     assert names == ["01", "02"]  # the oldest went first
     assert store.open(bytes(32), 100) is None
+    assert store.open(bytes([2]) * 32, 99) is None  # not the length the model cache names
     f = store.open(bytes([2]) * 32, 100)
     assert f is not None and f.read() == bytes([2]) * 100
     f.close()
