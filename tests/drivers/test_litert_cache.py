@@ -253,6 +253,16 @@ def test_the_store_is_bounded(tmp_path):
     f.close()
 
 
+def test_the_store_is_bounded_in_files(tmp_path):
+    from nnhal.drivers.common.private_store import PrivateStore
+
+    store = PrivateStore(tmp_path / "s", max_files=2)
+    for k in range(4):
+        assert store.put(bytes([k]) * 32, bytes([k]) * 10)
+        time.sleep(0.01)
+    assert sorted(p.name[:2] for p in (tmp_path / "s").glob("*.bin")) == ["02", "03"]
+
+
 def test_a_wrong_token_is_rejected(saved):
     device, mc, dc, _ = saved
     status, pm = restore(device, mc, dc, token=bytes(32))

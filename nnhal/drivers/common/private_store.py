@@ -17,8 +17,8 @@ can only tamper with its own cache files, and those stay fully checked whenever 
 no usable copy. What the store does not catch is its own storage failing (a bit flipped on
 disk): as for the compiled native kernels, the driver trusts its own files.
 
-The store is bounded (``max_bytes``): after a write, the least recently used files go first
-(a use refreshes a file's modification time).
+The store is bounded (``max_bytes`` in all, ``max_files`` files): after a write, the least
+recently used files go first (a use refreshes a file's modification time).
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ from nnhal.ops.native.build import cache_root, check_private_dir
 
 log = logging.getLogger(__name__)
 
-#: The default bound of one store's total size.
+#: The default bounds of one store: its total size, its number of files (many small models
+#: would otherwise make a directory of tens of thousands of files).
 DEFAULT_MAX_BYTES = 2 << 30
+DEFAULT_MAX_FILES = 1024
 _PROC_FD = "/proc/self/fd"
 
 
@@ -84,9 +86,11 @@ class PrivateStore:
     """Files named by a digest in a directory private to this user (see the module's text).
     Every method fails soft: a store that cannot be used is as if it were empty."""
 
-    def __init__(self, directory: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES):
+    def __init__(self, directory: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES,
+                 max_files: int = DEFAULT_MAX_FILES):
         self.directory = Path(directory)
         self.max_bytes = int(max_bytes)
+        self.max_files = int(max_files)
         #: Why the store was last found unusable (None: it was usable), for diagnostics.
         self.unusable: str | None = None
 
@@ -175,12 +179,13 @@ class PrivateStore:
                     entries.append((st.st_mtime_ns, st.st_size, e.path))
         except OSError:
             return
-        total = sum(size for _, size, _ in entries)
+        total, count = sum(size for _, size, _ in entries), len(entries)
         for _, size, path in sorted(entries):
-            if total <= self.max_bytes:
+            if total <= self.max_bytes and count <= self.max_files:
                 break
             try:
                 os.unlink(path)  # an engine holding it open keeps reading the same file
                 total -= size
+                count -= 1
             except OSError:
                 pass
