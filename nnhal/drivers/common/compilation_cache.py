@@ -336,6 +336,9 @@ class CompilationCache:
         length), for :meth:`decode` to find in ``loaded.private``; None (the default): none."""
         return None
 
+    def drop_private(self, digest: bytes) -> None:
+        """Forget the private copy of ``digest`` (it did not build); the default keeps none."""
+
     def keep_private(self, digest: bytes, data: bytes) -> None:
         """Keep a copy of a data cache whose ``digest`` the driver computed or verified (the
         default keeps none). Called after the client has been notified."""
@@ -575,15 +578,21 @@ class CompilationCache:
         """Restore from the driver's private copy, in the calling thread (nothing to hash, so
         nothing to overlap with). None: the copy did not build (nothing notified)."""
         try:
-            plan = self.bind(self.decode(loaded))
-        except CacheError as e:  # the verified body itself is bad: no copy can help
-            driver_log(f"prepareModelFromCache failed: {e}")
+            image = self.decode(loaded)
+        except Exception as e:  # noqa: BLE001 - the verified body itself: no copy can help
+            driver_log(f"prepareModelFromCache failed: {type(e).__name__}: {e}")
             notify(ErrorStatus.GENERAL_FAILURE)
             return ErrorStatus.GENERAL_FAILURE
+        try:
+            plan = self.bind(image)
         except Exception as e:  # noqa: BLE001
             driver_log(f"prepareModelFromCache: the private copy did not build "
                        f"({type(e).__name__}: {e}); restoring from the cache files")
             loaded.private = None
+            try:  # replaced by the verified data once the files have restored
+                self.drop_private(loaded.head.data_digest)
+            except Exception:  # noqa: BLE001
+                pass
             return None
         if deadline is not None and time.monotonic_ns() > deadline:
             notify(ErrorStatus.MISSED_DEADLINE_TRANSIENT)

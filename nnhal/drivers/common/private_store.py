@@ -145,10 +145,11 @@ class PrivateStore:
         target = d / self._name(digest)
         try:
             st = os.stat(target, follow_symlinks=False)
-            if stat.S_ISREG(st.st_mode) and st.st_size == len(data):
+            if stat.S_ISREG(st.st_mode) and st.st_size == len(data) and \
+                    not st.st_mode & 0o022 and st.st_uid == os.getuid():
                 return True  # written before (the name is the content's digest)
         except OSError:
-            pass
+            pass  # absent; anything else under the name is replaced
         tmp = None
         try:
             fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
@@ -169,6 +170,15 @@ class PrivateStore:
                     pass
         self._evict(d)
         return True
+
+    def remove(self, digest: bytes) -> None:
+        """Forget the file of ``digest`` (it proved unusable)."""
+        d = self._dir()
+        if d is not None:
+            try:
+                os.unlink(d / self._name(digest))
+            except OSError:
+                pass
 
     def _evict(self, d: Path) -> None:
         try:

@@ -151,6 +151,10 @@ class LiteRTCache(CompilationCache):
         if self.store is not None:
             self.store.put(digest, data)
 
+    def drop_private(self, digest: bytes) -> None:
+        if self.store is not None:
+            self.store.remove(digest)
+
     def bind(self, image: tuple[ModelGraph, bytes | StoredFile]) -> LiteRTPlan:
         graph, flatbuffer = image
         first = Engine(flatbuffer, self.threads)
