@@ -15,6 +15,13 @@ file all fail it). Then a background task decodes the body (:meth:`CompilationCa
 while the calling thread hashes the data cache, and builds what the driver runs
 (:meth:`CompilationCache.bind`) only once the digest has matched.
 
+A driver may keep a private copy of each data cache it writes or verifies
+(:meth:`CompilationCache.private_data`, :meth:`CompilationCache.keep_private`; the LiteRT
+driver's store: :mod:`nnhal.drivers.common.private_store`, which says why that is sound). When
+the verified model cache names a data cache the driver has such a copy of, the restore uses the
+copy and neither reads nor hashes the client's data cache (only its length is checked, as for a
+live plan); should the copy fail to build, the client's files are restored the usual way.
+
 While what was built for a given cache is still alive in this process (its prepared model is
 still held by a client), a restore of that exact cache (same tag) reuses it instead of building
 it again: the driver's plans must be immutable and safe to share between prepared models.
@@ -253,6 +260,8 @@ class SaveJob:
         self.model_fds = model_fds
         self.data_fds = data_fds
         self.token = token
+        #: (digest, data) of a data cache written, for :meth:`CompilationCache.finish_save`.
+        self.private: tuple[bytes, bytes] | None = None
 
     def close(self) -> None:
         fds, self.model_fds, self.data_fds = self.model_fds + self.data_fds, [], []
@@ -277,6 +286,9 @@ class Loaded:
     plan: Any = None
     body: bytes | memoryview = b""
     data: bytes = b""
+    #: The driver's private copy of the data cache (:meth:`CompilationCache.private_data`),
+    #: used instead of ``data``, which is then empty.
+    private: Any = None
 
     def data_matches(self) -> bool:
         # One call: blake3 releases the GIL for all of it, so another thread can decode.
@@ -318,6 +330,18 @@ class CompilationCache:
     def bind(self, image: Any) -> Any:
         """The plan of a decoded body, once its data cache has been verified."""
         raise NotImplementedError
+
+    def private_data(self, head: BodyHead) -> Any:
+        """The driver's own trusted copy of the data cache ``head`` names (its digest and
+        length), for :meth:`decode` to find in ``loaded.private``; None (the default): none."""
+        return None
+
+    def drop_private(self, digest: bytes) -> None:
+        """Forget the private copy of ``digest`` (it did not build); the default keeps none."""
+
+    def keep_private(self, digest: bytes, data: bytes) -> None:
+        """Keep a copy of a data cache whose ``digest`` the driver computed or verified (the
+        default keeps none). Called after the client has been notified."""
 
     # ---- keyed integrity ------------------------------------------------------------------
     def _tag(self, token: bytes, content: bytes | memoryview) -> bytes:
@@ -386,6 +410,7 @@ class CompilationCache:
             write_file(job.data_fds[0], data)
             write_file(job.model_fds[0], content + tag)
             self._remember(tag, plan)
+            job.private = (decode_head(body).data_digest, data)
             return True
         except Exception as e:  # noqa: BLE001 - saving must never fail the preparation
             log.info("saving to cache failed: %s: %s", type(e).__name__, e)
@@ -397,6 +422,17 @@ class CompilationCache:
             return False
         finally:
             job.close()
+
+    def finish_save(self, job: SaveJob) -> None:
+        """What :meth:`save` leaves until the client has been notified: the driver's private
+        copy of the data cache. Never raises."""
+        private, job.private = job.private, None
+        if private is None:
+            return
+        try:
+            self.keep_private(*private)
+        except Exception as e:  # noqa: BLE001 - a private copy is an optimisation only
+            log.info("keeping a private copy failed: %s: %s", type(e).__name__, e)
 
     # ---- restoring ------------------------------------------------------------------------
     def load(self, model_fd: int, data_fd: int, token: bytes) -> Loaded:
@@ -426,6 +462,14 @@ class CompilationCache:
                 raise CacheError("data cache has the wrong length")
             os.pread(data_fd, 1, 0)  # as on the cold path, it must be readable
             return Loaded(head, tag, plan=plan)
+        private = self.private_data(head)
+        if private is not None:
+            # The driver's own copy of exactly the data cache the verified model cache names
+            # (see the module's text): the client's is not read, only checked as above.
+            if os.fstat(data_fd).st_size != head.data_length:
+                raise CacheError("data cache has the wrong length")
+            os.pread(data_fd, 1, 0)
+            return Loaded(head, tag, body=body, private=private)
         data = read_file(data_fd, head.data_length)
         if len(data) != head.data_length:
             raise CacheError("data cache has the wrong length")
@@ -470,6 +514,19 @@ class CompilationCache:
                 return ErrorStatus.GENERAL_FAILURE
             notify(ErrorStatus.NONE, pm)
             return ErrorStatus.NONE
+        if loaded.private is not None:
+            status = self._restore_private(loaded, deadline, notify, make_prepared_model,
+                                           driver_log)
+            if status is not None:
+                return status
+            try:  # the private copy did not build: the client's files, the usual way
+                loaded.data = read_file(data_fds[0], loaded.head.data_length)
+                if len(loaded.data) != loaded.head.data_length:
+                    raise CacheError("data cache has the wrong length")
+            except Exception as e:  # noqa: BLE001
+                driver_log(f"prepareModelFromCache failed: {type(e).__name__}: {e}")
+                notify(ErrorStatus.GENERAL_FAILURE)
+                return ErrorStatus.GENERAL_FAILURE
 
         # The background task decodes the verified structure while this thread hashes the
         # data cache (blake3 releases the GIL); the task binds no kernel before the digest
@@ -493,6 +550,11 @@ class CompilationCache:
             except Exception as e:  # noqa: BLE001
                 driver_log(f"prepareModelFromCache failed: {type(e).__name__}: {e}")
                 notify(ErrorStatus.GENERAL_FAILURE)
+                return
+            try:  # verified: the next restore of it may skip the client's data cache
+                self.keep_private(loaded.head.data_digest, loaded.data)
+            except Exception as e:  # noqa: BLE001 - a private copy is an optimisation only
+                log.info("keeping a private copy failed: %s: %s", type(e).__name__, e)
 
         try:
             workers.for_priority(priority).submit(task)
@@ -507,4 +569,40 @@ class CompilationCache:
         finally:
             data_ok.append(ok)
             hashed.set()
+        return ErrorStatus.NONE
+
+    def _restore_private(self, loaded: Loaded, deadline: int | None,
+                         notify: Callable[..., None],
+                         make_prepared_model: Callable[[Any, Priority], IPreparedModel],
+                         driver_log: Callable[[str], None]) -> ErrorStatus | None:
+        """Restore from the driver's private copy, in the calling thread (nothing to hash, so
+        nothing to overlap with). None: the copy did not build (nothing notified)."""
+        try:
+            image = self.decode(loaded)
+        except Exception as e:  # noqa: BLE001 - the verified body itself: no copy can help
+            driver_log(f"prepareModelFromCache failed: {type(e).__name__}: {e}")
+            notify(ErrorStatus.GENERAL_FAILURE)
+            return ErrorStatus.GENERAL_FAILURE
+        try:
+            plan = self.bind(image)
+        except Exception as e:  # noqa: BLE001
+            driver_log(f"prepareModelFromCache: the private copy did not build "
+                       f"({type(e).__name__}: {e}); restoring from the cache files")
+            loaded.private = None
+            try:  # replaced by the verified data once the files have restored
+                self.drop_private(loaded.head.data_digest)
+            except Exception:  # noqa: BLE001
+                pass
+            return None
+        if deadline is not None and time.monotonic_ns() > deadline:
+            notify(ErrorStatus.MISSED_DEADLINE_TRANSIENT)
+            return ErrorStatus.MISSED_DEADLINE_TRANSIENT
+        try:
+            pm = make_prepared_model(plan, loaded.head.priority)
+        except Exception as e:  # noqa: BLE001
+            driver_log(f"prepareModelFromCache failed: {type(e).__name__}: {e}")
+            notify(ErrorStatus.GENERAL_FAILURE)
+            return ErrorStatus.GENERAL_FAILURE
+        self._remember(loaded.tag, plan)
+        notify(ErrorStatus.NONE, pm)
         return ErrorStatus.NONE

@@ -175,6 +175,8 @@ class DeviceBase(IDevice):
             if save is not None:  # before notifying: the client may close its fds after
                 self._cache.save(save, model, priority, prepared)
             notify_prepared(callback, status, prepared)
+            if save is not None:
+                self._cache.finish_save(save)
 
         try:
             self.executor_for(priority).submit(task)

@@ -16,6 +16,7 @@ from typing import Any
 import nnhal.drivers.litert.support as support
 from nnhal.analysis import MAX_TENSOR_BYTES, ModelGraph
 from nnhal.drivers.common.device import DeviceBase, cache_key
+from nnhal.drivers.common.private_store import PrivateStore, default_store_dir
 from nnhal.drivers.litert.cache import LiteRTCache, LiteRTPlan
 from nnhal.drivers.litert.engine import Engine, EnginePool, unavailable
 from nnhal.drivers.litert.prepared_model import LiteRTPreparedModel
@@ -71,7 +72,9 @@ class LiteRTDevice(DeviceBase):
     ``threads`` is each interpreter's thread count (default: every core); ``workers`` bounds
     the threads that run asynchronous preparations and executions. ``cache_key_file`` (default:
     ``NNHAL_CACHE_KEY_FILE``, if set) holds the secret that authenticates compilation caches,
-    as for the reference driver.
+    as for the reference driver. ``store_dir`` is the private store of the flatbuffers it
+    caches (default: ``litert/`` in nnhal's per-user cache, ``$NNHAL_CACHE_DIR``, ...; see
+    :mod:`nnhal.drivers.litert.cache`); ``private_store=False`` keeps none.
     """
 
     version_string = VERSION_STRING
@@ -79,15 +82,19 @@ class LiteRTDevice(DeviceBase):
 
     def __init__(self, name: str = "nnhal-litert", threads: int | None = None,
                  workers: int = 4, max_tensor_bytes: int = MAX_TENSOR_BYTES,
-                 cache_key_file: str | os.PathLike[str] | None = None):
+                 cache_key_file: str | os.PathLike[str] | None = None,
+                 store_dir: str | os.PathLike[str] | None = None, private_store: bool = True):
         self.threads = max(1, int(threads if threads is not None else (os.cpu_count() or 1)))
         #: None, or why ai-edge-litert cannot be loaded. Loading it is part of opening the
         #: device (tens of ms the first time in a process), as a driver service loads its
         #: engine at start-up, not inside the first prepareModel or prepareModelFromCache.
         self.engine_unavailable = unavailable()
         # The model cache authenticates inputs/outputs; the data cache is the flatbuffer.
+        store = PrivateStore(store_dir if store_dir is not None else
+                             default_store_dir("litert")) if private_store else None
         super().__init__(name, workers, max_tensor_bytes,
-                         LiteRTCache(VERSION_STRING, cache_key(cache_key_file), self.threads))
+                         LiteRTCache(VERSION_STRING, cache_key(cache_key_file), self.threads,
+                                     store))
 
     # ---- IDevice ----------------------------------------------------------------------------
     def get_capabilities(self) -> tuple[ErrorStatus, Capabilities]:

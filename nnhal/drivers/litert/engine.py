@@ -13,6 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from nnhal.drivers.common.private_store import StoredFile
+
+#: Where an interpreter's flatbuffer comes from: its bytes, or a file of the driver's private
+#: store (mapped by the interpreter, not copied).
+Source = bytes | StoredFile
+
 
 def unavailable() -> str | None:
     """None when ai-edge-litert can be loaded, else why not (one line)."""
@@ -30,11 +36,13 @@ class Engine:
 
     __slots__ = ("interpreter", "inputs", "outputs", "shapes", "prepared_shapes", "direct")
 
-    def __init__(self, flatbuffer: bytes, threads: int):
+    def __init__(self, flatbuffer: Source, threads: int):
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
         # AUTO: the builtin kernels with XNNPACK applied as the default delegate.
-        self.interpreter: Any = Interpreter(model_content=flatbuffer, num_threads=threads,
+        where: dict[str, Any] = {"model_content": flatbuffer} if isinstance(
+            flatbuffer, bytes) else {"model_path": flatbuffer.path}
+        self.interpreter: Any = Interpreter(**where, num_threads=threads,
                                             experimental_op_resolver_type=OpResolverType.AUTO)
         self.interpreter.allocate_tensors()
         self.inputs = [d["index"] for d in self.interpreter.get_input_details()]
@@ -94,10 +102,11 @@ class Engine:
 
 class EnginePool:
     """Interpreters for one flatbuffer: :meth:`take` lends one no other thread uses (made
-    when none is free), :meth:`give` returns it for the next execution."""
+    when none is free), :meth:`give` returns it for the next execution. The source (bytes, or
+    a private store's open file) is kept for the pool's lifetime: interpreters map it."""
 
-    def __init__(self, flatbuffer: bytes, threads: int, first: Engine | None = None):
-        self.flatbuffer = flatbuffer
+    def __init__(self, flatbuffer: Source, threads: int, first: Engine | None = None):
+        self.source = flatbuffer
         self.threads = threads
         self._free: list[Engine] = [first] if first is not None else []
         self._lock = threading.Lock()
@@ -113,7 +122,13 @@ class EnginePool:
             pass
         with self._lock:
             self.created += 1
-        return Engine(self.flatbuffer, self.threads)
+        return Engine(self.source, self.threads)
+
+    @property
+    def flatbuffer(self) -> bytes:
+        """The flatbuffer's bytes (read from the stored file when built from one)."""
+        src = self.source
+        return src if isinstance(src, bytes) else src.read()
 
     def give(self, engine: Engine) -> None:
         self._free.append(engine)

@@ -31,16 +31,19 @@ NATIVE_FLAGS = (*BASE_FLAGS, "-march=native")
 COMPILE_TIMEOUT = 60.0
 
 
-def cache_dir() -> Path:
-    """``$NNHAL_CACHE_DIR`` or ``$XDG_CACHE_HOME/nnhal`` or ``~/.cache/nnhal``, then
-    ``native/``."""
+def cache_root() -> Path:
+    """nnhal's per-user cache: ``$NNHAL_CACHE_DIR`` or ``$XDG_CACHE_HOME/nnhal`` or
+    ``~/.cache/nnhal`` (each user of it takes a subdirectory)."""
     base = os.environ.get("NNHAL_CACHE_DIR")
     if base:
-        root = Path(base)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        root = Path(xdg) / "nnhal" if xdg else Path.home() / ".cache" / "nnhal"
-    return root / "native"
+        return Path(base)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) / "nnhal" if xdg else Path.home() / ".cache" / "nnhal"
+
+
+def cache_dir() -> Path:
+    """:func:`cache_root`, then ``native/``."""
+    return cache_root() / "native"
 
 
 def compiler() -> list[str]:
@@ -61,8 +64,9 @@ def _cpu_flags() -> str:
     return ""
 
 
-def _check_dir(d: Path) -> str | None:
-    """None when ``d`` is a directory private to this user, else the reason it is not."""
+def check_private_dir(d: Path) -> str | None:
+    """None when ``d`` is a directory private to this user (created 0700 if absent), else the
+    reason it is not."""
     try:
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = d.stat()
@@ -108,7 +112,7 @@ def build(flags: tuple[str, ...] = BASE_FLAGS) -> tuple[ctypes.CDLL | None, str]
     if any(f.startswith(("-march=native", "-mcpu=native", "-mtune=native")) for f in flags):
         h.update(_cpu_flags().encode())
     d = cache_dir()
-    bad = _check_dir(d)
+    bad = check_private_dir(d)
     if bad:
         return None, bad
     target = d / f"kernels-{h.hexdigest()[:32]}.so"
