@@ -11,8 +11,9 @@ Rust peer). In short: a 256-byte header (magic, version, capacity; the write ind
 "writer waiting" flag on a cache line only the producer writes; the read index and a "reader
 waiting" flag on one only the consumer writes), then ``capacity`` bytes of ring. Indexes are
 free-running byte counts (``index % capacity`` is the position). A record is a 16-byte header
-(payload length, low 32 bits of the record's own index, CRC-32 of those 8 bytes and the
-payload, zero) and the payload, padded to 8 bytes; a record may wrap around the end.
+(payload length, low 32 bits of the record's own index, CRC-32 of the payload seeded with
+those two words XORed, zero) and the payload, padded to 8 bytes; a record may wrap around the
+end.
 
 Memory ordering. Python has no atomics or fences, so the protocol relies only on:
 
@@ -79,7 +80,6 @@ _Q_READ, _Q_READER_WAITING = _OFF_READ // 8, _OFF_READER_WAITING // 8
 
 _HEAD = struct.Struct("<IIQ")   # magic, version, capacity
 _REC = struct.Struct("<IIII")   # length, index tag, crc, zero
-_TAG = struct.Struct("<II")     # the part of the record header the crc covers
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 _ALIVE_EVERY = 0.05             # seconds between two calls of ``alive`` while blocked
 _GRACE = 0.002                  # seconds a record that does not check yet is re-read
@@ -129,8 +129,12 @@ class Ring:
             if _create:
                 if size != HEADER_SIZE + _create:
                     raise RingError(f"memfd of {size} bytes for capacity {_create}")
-            self._mm = mmap.mmap(mem_fd, size, mmap.MAP_SHARED,
-                                 mmap.PROT_READ | mmap.PROT_WRITE)
+            try:
+                self._mm = mmap.mmap(mem_fd, size, mmap.MAP_SHARED,
+                                     mmap.PROT_READ | mmap.PROT_WRITE)
+            except OSError as e:  # e.g. a memfd sealed against writing
+                raise RingError(f"ring memory fd {mem_fd} cannot be mapped for writing: "
+                                f"{e.strerror}") from None
             if _create:
                 _HEAD.pack_into(self._mm, 0, MAGIC, VERSION, _create)
             magic, version, capacity = _HEAD.unpack_from(self._mm, 0)
@@ -206,22 +210,35 @@ class Ring:
         q = self._q
         if q is None:
             raise RingClosed("ring is closed")
+        if type(packet) is not bytes:
+            try:
+                packet = memoryview(packet).tobytes()
+            except TypeError:
+                raise RingError(f"a packet is bytes, not {type(packet).__name__}") from None
         n = len(packet)
         if n > self.max_packet:
             raise PacketTooLarge(f"packet of {n} bytes exceeds the ring's largest "
                                  f"{self.max_packet} (capacity {self.capacity})")
-        need = RECORD_HEADER + _pad8(n)
+        need = RECORD_HEADER + ((n + 7) & ~7)
         w, cap = self._w, self.capacity
         r = q[_Q_READ]
         if not (w - cap <= r <= w and r % 8 == 0):
             raise RingError(f"corrupt ring: read index {r} with write index {w}")
         if cap - (w - r) < need:
-            self._wait(lambda: cap - (w - self._checked_read(w)) >= need, _Q_WRITER_WAITING,
-                       timeout, alive)
-        tag = _TAG.pack(n, w & 0xFFFF_FFFF)
-        crc = zlib.crc32(packet, zlib.crc32(tag))
-        self._put(w % cap, _REC.pack(n, w & 0xFFFF_FFFF, crc, 0))
-        self._put((w + RECORD_HEADER) % cap, packet)
+            for _ in range(self.spin):
+                if cap - (w - q[_Q_READ]) >= need:
+                    break
+            else:
+                self._wait(lambda: cap - (w - self._checked_read(w)) >= need,
+                           _Q_WRITER_WAITING, timeout, alive)
+            self._checked_read(w)
+        tag = w & 0xFFFF_FFFF
+        record = _REC.pack(n, tag, zlib.crc32(packet, tag ^ n), 0) + packet
+        pos = w % cap
+        if pos + need <= cap:
+            self._mm[HEADER_SIZE + pos:HEADER_SIZE + pos + len(record)] = record  # type: ignore
+        else:
+            self._put(pos, record)
         w += need
         q[_Q_WRITE] = w                         # publish: after the record
         self._w = w
@@ -259,9 +276,13 @@ class Ring:
         if q is None:
             raise RingClosed("ring is closed")
         r = self._r
-        w = q[_Q_WRITE]
-        if w == r:
-            self._wait(lambda: self._checked_write(r) != r, _Q_READER_WAITING, timeout, alive)
+        if q[_Q_WRITE] == r:
+            for _ in range(self.spin):
+                if q[_Q_WRITE] != r:
+                    break
+            else:
+                self._wait(lambda: self._checked_write(r) != r, _Q_READER_WAITING, timeout,
+                           alive)
         w = self._checked_write(r)
         got = self._record(r, w)
         if got is None:  # not consistent yet (weak ordering) or corrupt: bounded re-reads
@@ -298,12 +319,20 @@ class Ring:
         if avail < RECORD_HEADER:
             return None
         cap = self.capacity
-        n, tag, crc, zero = _REC.unpack(self._get(r % cap, RECORD_HEADER))
-        need = RECORD_HEADER + _pad8(n)
+        pos = r % cap
+        if pos + RECORD_HEADER <= cap:
+            n, tag, crc, zero = _REC.unpack_from(self._mm, HEADER_SIZE + pos)  # type: ignore
+        else:
+            n, tag, crc, zero = _REC.unpack(self._get(pos, RECORD_HEADER))
+        need = RECORD_HEADER + ((n + 7) & ~7)
         if zero or tag != r & 0xFFFF_FFFF or n > self.max_packet or need > avail:
             return None
-        payload = self._get((r + RECORD_HEADER) % cap, n)
-        if zlib.crc32(payload, zlib.crc32(_TAG.pack(n, tag))) != crc:
+        pos += RECORD_HEADER
+        if pos + n <= cap:
+            payload = self._mm[HEADER_SIZE + pos:HEADER_SIZE + pos + n]  # type: ignore[index]
+        else:
+            payload = self._get(pos % cap, n)
+        if zlib.crc32(payload, tag ^ n) != crc:
             return None
         return payload, need
 
@@ -323,16 +352,15 @@ class Ring:
 
     def _wait(self, ready: Callable[[], bool], flag: int, timeout: float | None,
               alive: Callable[[], bool] | None) -> None:
-        """Return once ``ready()``: spin, then sleep on the eventfd with ``flag`` raised."""
-        for _ in range(self.spin):
-            if ready():
-                return
+        """Return once ``ready()`` (the caller has spun): sleep on the eventfd, ``flag`` up."""
         q = self._q
         now = time.monotonic()
         deadline = None if timeout is None else now + max(0.0, timeout)
         next_alive = now + _ALIVE_EVERY
         try:
             while True:
+                if self._q is None:  # closed by another thread
+                    raise RingClosed("ring is closed")
                 q[flag] = 1  # type: ignore[index]
                 if ready():
                     return
@@ -351,11 +379,9 @@ class Ring:
                     nap = min(nap, next_alive - now)
                 if self._poll.poll(max(0.0, nap) * 1000.0):
                     self._drain()
-                elif ready():
+                elif self._q is not None and ready():
                     self.late_wakeups += 1
                     return
-                if self._q is None:
-                    raise RingClosed("ring is closed")
         finally:
             if self._q is not None:
                 q[flag] = 0  # type: ignore[index]

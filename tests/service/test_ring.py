@@ -288,6 +288,26 @@ def test_attach_refuses_an_unsealed_memfd():
         os.fstat(fd)
 
 
+def test_attach_refuses_a_write_sealed_memfd():
+    import fcntl
+    fd = os.memfd_create("x", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, HEADER_SIZE + 4096)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+                | fcntl.F_SEAL_WRITE)
+    with pytest.raises(RingError, match="cannot be mapped"):
+        Ring.attach(fd, os.eventfd(0))
+
+
+def test_packets_are_bytes_like():
+    with Ring.create(4096) as ring:
+        ring.write(bytearray(b"ab"), timeout=0)
+        ring.write(memoryview(struct.pack("<2I", 1, 2)).cast("I"), timeout=0)
+        assert ring.read(timeout=0) == b"ab"
+        assert ring.read(timeout=0) == struct.pack("<2I", 1, 2)
+        with pytest.raises(RingError, match="not str"):
+            ring.write("text", timeout=0)
+
+
 def test_attach_refuses_wrong_fd_kinds(tmp_path):
     with Ring.create(4096) as ring:
         mem, ev = ring.fds()
