@@ -109,8 +109,11 @@ class Ring:
     """One direction of a channel: a producer calls :meth:`write`, a consumer :meth:`read`.
 
     Each process holds its own ``Ring`` on the shared memory; exactly one process writes and
-    one reads. ``spin``: polls of the index before sleeping (0: sleep at once); ``recheck``:
-    the longest sleep between two looks at the index (bounds the cost of a skipped wake-up).
+    one reads, each from one thread at a time. :meth:`close` from another thread ends a
+    blocked call with RingClosed within ``recheck``.
+
+    ``spin``: polls of the index before sleeping (0: sleep at once); ``recheck``: the longest
+    sleep between two looks at the index (bounds the cost of a skipped wake-up).
     """
 
     def __init__(self, mem_fd: int, event_fd: int, *, spin: int = 2000,
@@ -204,9 +207,20 @@ class Ring:
               alive: Callable[[], bool] | None = None) -> None:
         """Append one packet, waiting up to ``timeout`` seconds (None: forever) for room.
 
-        Raises PacketTooLarge, RingTimeout, RingClosed (``alive()`` false) or RingError (the
-        consumer corrupted the read index).
+        Raises PacketTooLarge, RingTimeout, RingClosed (``alive()`` false, or the ring closed)
+        or RingError (the consumer corrupted the read index).
         """
+        try:
+            self._write(packet, timeout, alive)
+        except RingError:
+            raise
+        except (TypeError, ValueError, OSError, BufferError):
+            if self._q is None:  # closed by another thread during the call
+                raise RingClosed("ring closed during write") from None
+            raise
+
+    def _write(self, packet: bytes | bytearray | memoryview, timeout: float | None,
+               alive: Callable[[], bool] | None) -> None:
         q = self._q
         if q is None:
             raise RingClosed("ring is closed")
@@ -269,9 +283,19 @@ class Ring:
         """The next packet, waiting up to ``timeout`` seconds (None: forever).
 
         ``alive`` is called about every 50 ms while blocked; when it returns False, RingClosed.
-        Raises RingTimeout, or RingError when the producer wrote something that is not a
-        record (the ring is then unusable).
+        Raises RingTimeout, RingClosed, or RingError when the producer wrote something that is
+        not a record (the ring is then unusable).
         """
+        try:
+            return self._read(timeout, alive)
+        except RingError:
+            raise
+        except (TypeError, ValueError, OSError, BufferError):
+            if self._q is None:  # closed by another thread during the call
+                raise RingClosed("ring closed during read") from None
+            raise
+
+    def _read(self, timeout: float | None, alive: Callable[[], bool] | None) -> bytes:
         q = self._q
         if q is None:
             raise RingClosed("ring is closed")
@@ -397,6 +421,10 @@ class Ring:
             os.eventfd_read(self._event_fd)
         except BlockingIOError:  # the other party drained it first
             pass
+        except OSError:
+            if self._q is None:  # closed by another thread while we slept
+                raise RingClosed("ring is closed") from None
+            raise
 
     # ---- teardown ------------------------------------------------------------------------
 

@@ -153,6 +153,41 @@ def test_read_timeout_and_alive_bound():
         assert time.monotonic() - t0 < 0.3
 
 
+def test_blocked_writer_sees_a_dead_peer():
+    with Ring.create(128) as ring:
+        ring.write(b"a" * 100, timeout=0)
+        t0 = time.monotonic()
+        with pytest.raises(RingClosed, match="gone"):
+            ring.write(b"b" * 100, timeout=10, alive=lambda: False)
+        assert time.monotonic() - t0 < 0.3
+
+
+@pytest.mark.parametrize("side", ["read", "write"])
+def test_close_from_another_thread_ends_a_blocked_call(side):
+    ring = Ring.create(128)
+    if side == "write":
+        ring.write(b"a" * 100, timeout=0)
+    errors: list[BaseException] = []
+
+    def blocked():
+        try:
+            if side == "read":
+                ring.read(timeout=10)
+            else:
+                ring.write(b"b" * 100, timeout=10)
+        except BaseException as e:  # the test inspects it
+            errors.append(e)
+
+    t = threading.Thread(target=blocked)
+    t.start()
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    ring.close()
+    t.join(5)
+    assert not t.is_alive() and time.monotonic() - t0 < 1
+    assert len(errors) == 1 and isinstance(errors[0], RingClosed), errors
+
+
 # ---- a hostile peer ------------------------------------------------------------------------
 
 def _scribbler(ring: Ring) -> mmap.mmap:
@@ -226,6 +261,23 @@ def test_corrupt_record_raises_quickly(field, value, match):
         with pytest.raises(RingError, match=match):
             ring.read(timeout=5)
         assert time.monotonic() - t0 < 0.5
+        mm.close()
+
+
+def test_record_from_another_lap_is_refused():
+    """A well-formed record (right length and CRC) that names another index: what a stale
+    record of the previous lap looks like, or a hostile replay."""
+    import zlib
+    with Ring.create(4096) as ring:
+        mm = _scribbler(ring)
+        payload = b"q" * 24
+        tag = 4096  # the index of this slot one lap later
+        struct.pack_into("<IIII", mm, HEADER_SIZE, len(payload), tag,
+                         zlib.crc32(payload, tag ^ len(payload)), 0)
+        mm[HEADER_SIZE + 16:HEADER_SIZE + 40] = payload
+        struct.pack_into("<Q", mm, 64, 40)
+        with pytest.raises(RingError, match="bad header"):
+            ring.read(timeout=5)
         mm.close()
 
 
