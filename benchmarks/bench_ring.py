@@ -34,8 +34,9 @@ from nnhal.hal.types import (
 from nnhal.service.ring import ChannelPair
 
 ROOT = Path(__file__).resolve().parent.parent
-#: mode -> polls of the index before sleeping, on both sides (2000: the default)
-MODES = {"ring-spin": 2000, "ring-block": 0}
+#: mode -> (spin, yield_every) on both sides; ring-spin is the default (2000 polls, yielding
+#: the core every 4), ring-spin-noyield never yields, ring-block sleeps at once
+MODES = {"ring-spin": (2000, 4), "ring-spin-noyield": (2000, 0), "ring-block": (0, 0)}
 
 
 def packets() -> tuple[bytes, bytes]:
@@ -63,7 +64,8 @@ def start_peer(mode: str) -> tuple[subprocess.Popen, socket.socket, ChannelPair 
     theirs.close()
     pair = None
     if mode != "socket":
-        pair = ChannelPair.create(1 << 16, spin=MODES[mode])
+        pair = ChannelPair.create(1 << 16, spin=MODES[mode][0],
+                                  yield_every=MODES[mode][1])
         socket.send_fds(ours, [b"fds"], pair.fds())
     ours.settimeout(30)
     assert ours.recv(16) == b"ready"
@@ -105,7 +107,8 @@ def peer(mode: str, fd: int) -> None:
                 return
             sock.send(result)
     _, fds, _, _ = socket.recv_fds(sock, 16, 4)
-    requests, results = ChannelPair.attach(fds, spin=MODES[mode]).server_side()
+    requests, results = ChannelPair.attach(fds, spin=MODES[mode][0],
+                                          yield_every=MODES[mode][1]).server_side()
     sock.send(b"ready")
 
     def alive() -> bool:

@@ -112,16 +112,21 @@ class Ring:
     one reads, each from one thread at a time. :meth:`close` from another thread ends a
     blocked call with RingClosed within ``recheck``.
 
-    ``spin``: polls of the index before sleeping (0: sleep at once); ``recheck``: the longest
-    sleep between two looks at the index (bounds the cost of a skipped wake-up).
+    ``spin``: polls of the index before sleeping (0: sleep at once); ``yield_every``: give the
+    core away (``sched_yield``) every that many polls (a power of two; 0: never), so that two
+    spinners sharing a core under load do not wait out each other's spin; ``recheck``: the
+    longest sleep between two looks at the index (bounds the cost of a skipped wake-up).
     """
 
     def __init__(self, mem_fd: int, event_fd: int, *, spin: int = 2000,
-                 recheck: float = 0.002, _create: int = 0):
+                 recheck: float = 0.002, yield_every: int = 4, _create: int = 0):
         self._mm: mmap.mmap | None = None
         self._q: memoryview | None = None
         self._mem_fd, self._event_fd = mem_fd, event_fd
         self.spin = spin
+        if yield_every < 0 or yield_every & (yield_every - 1):
+            raise RingError(f"yield_every {yield_every} is not 0 or a power of two")
+        self._yield_mask = (yield_every - 1) if yield_every else -1  # -1: never
         self.recheck = recheck
         #: Sleeps that ended by ``recheck`` with the awaited change already there: skipped
         #: wake-ups (see the module text). A figure for benchmarks, not an error.
@@ -239,9 +244,11 @@ class Ring:
         if not (w - cap <= r <= w and r % 8 == 0):
             raise RingError(f"corrupt ring: read index {r} with write index {w}")
         if cap - (w - r) < need:
-            for _ in range(self.spin):
+            for i in range(self.spin):
                 if cap - (w - q[_Q_READ]) >= need:
                     break
+                if i & self._yield_mask == self._yield_mask:
+                    os.sched_yield()
             else:
                 self._wait(lambda: cap - (w - self._checked_read(w)) >= need,
                            _Q_WRITER_WAITING, timeout, alive)
@@ -301,9 +308,11 @@ class Ring:
             raise RingClosed("ring is closed")
         r = self._r
         if q[_Q_WRITE] == r:
-            for _ in range(self.spin):
+            for i in range(self.spin):
                 if q[_Q_WRITE] != r:
                     break
+                if i & self._yield_mask == self._yield_mask:
+                    os.sched_yield()
             else:
                 self._wait(lambda: self._checked_write(r) != r, _Q_READER_WAITING, timeout,
                            alive)

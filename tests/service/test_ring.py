@@ -131,6 +131,12 @@ def test_bad_capacity(capacity):
         Ring.create(capacity)
 
 
+@pytest.mark.parametrize("yield_every", [-1, 3, 6])
+def test_bad_yield_every(yield_every):
+    with pytest.raises(RingError, match="power of two"):
+        Ring.create(256, yield_every=yield_every)
+
+
 def test_closed_ring_raises():
     ring = Ring.create(256)
     ring.close()
