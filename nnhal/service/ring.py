@@ -124,14 +124,14 @@ class Ring:
         self._q: memoryview | None = None
         self._mem_fd, self._event_fd = mem_fd, event_fd
         self.spin = spin
-        if yield_every < 0 or yield_every & (yield_every - 1):
-            raise RingError(f"yield_every {yield_every} is not 0 or a power of two")
-        self._yield_mask = (yield_every - 1) if yield_every else -1  # -1: never
         self.recheck = recheck
         #: Sleeps that ended by ``recheck`` with the awaited change already there: skipped
         #: wake-ups (see the module text). A figure for benchmarks, not an error.
         self.late_wakeups = 0
         try:
+            if yield_every < 0 or yield_every & (yield_every - 1):
+                raise RingError(f"yield_every {yield_every} is not 0 or a power of two")
+            self._yield_mask = (yield_every - 1) if yield_every else -1  # -1: never
             size = _check_mem_fd(mem_fd)
             _check_event_fd(event_fd)
             if _create:

@@ -133,8 +133,10 @@ def test_bad_capacity(capacity):
 
 @pytest.mark.parametrize("yield_every", [-1, 3, 6])
 def test_bad_yield_every(yield_every):
+    before = len(os.listdir("/proc/self/fd"))
     with pytest.raises(RingError, match="power of two"):
         Ring.create(256, yield_every=yield_every)
+    assert len(os.listdir("/proc/self/fd")) == before  # the fds were closed
 
 
 def test_closed_ring_raises():
