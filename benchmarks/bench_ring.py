@@ -154,12 +154,12 @@ def main() -> None:
                 sock.send(b"stop")
             proc.wait(10)
             sock.close()
-    print(f"{'mode':12} {'p50 us':>8} {'p90 us':>8} {'p99 us':>8} {'mean us':>8}  late wake-ups")
+    print(f"{'mode':17} {'p50 us':>8} {'p90 us':>8} {'p99 us':>8} {'mean us':>8}  late wake-ups")
     for m in modes:
         xs = times[m]
         pair = peers[m][2]
         late = "" if pair is None else str(pair.result.late_wakeups)
-        print(f"{m:12} {statistics.median(xs):8.1f} {percentile(xs, 0.9):8.1f} "
+        print(f"{m:17} {statistics.median(xs):8.1f} {percentile(xs, 0.9):8.1f} "
               f"{percentile(xs, 0.99):8.1f} {statistics.fmean(xs):8.1f}  {late}")
     print(load())
 
