@@ -117,6 +117,20 @@ def test_sleeping_reader_is_woken_by_the_writer():
         assert ring.late_wakeups == 0
 
 
+def test_a_skipped_signal_costs_at_most_recheck():
+    """A producer that publishes without signalling (the lost wake-up of the flag handshake):
+    the sleeping reader still finds the packet at its next look."""
+    with Ring.create(4096, spin=0, recheck=0.02) as ring:
+        silent = _attach_copy(ring)
+        silent._signal = lambda: None  # type: ignore[method-assign]
+        threading.Timer(0.05, lambda: silent.write(b"quiet", timeout=1)).start()
+        t0 = time.monotonic()
+        assert ring.read(timeout=5) == b"quiet"
+        assert time.monotonic() - t0 < 1
+        assert ring.late_wakeups == 1
+        silent.close()
+
+
 def test_oversize_packet_is_rejected_and_the_ring_still_works():
     with Ring.create(256) as ring:
         with pytest.raises(PacketTooLarge, match="exceeds"):
