@@ -4,7 +4,8 @@ A burst sends every execution as two packets (request, result); sending them thr
 service socket would cost two syscalls and a wake-up of the service's event loop each way. A
 :class:`Ring` instead keeps the packets in a sealed memfd that both processes map, and wakes a
 sleeping reader through an eventfd only when the reader said it is going to sleep: a reader that
-is still spinning gets the packet with no syscall on either side.
+is still spinning gets the packet with no syscall on either side (a spinner yields its core
+every few polls, so that two spinners on a busy machine do not wait out each other).
 
 The byte layout, record format and wake-up rule are in docs/fmq.md (precise enough for a C or
 Rust peer). In short: a 256-byte header (magic, version, capacity; the write index and a
@@ -19,13 +20,15 @@ Memory ordering. Python has no atomics or fences, so the protocol relies only on
 
 - every shared word is written by one side only, and each index is stored and loaded as one
   aligned 8-byte access (a ``memoryview`` cast to ``"Q"`` over the mapping: CPython copies
-  the item with an 8-byte ``memcpy``, one ``mov``/``str``/``ldr``), which is single-copy atomic
-  on x86-64 and aarch64, so an index is never seen torn;
+  the item with an 8-byte ``memcpy``, which gcc and clang compile to one ``mov``/``str``/
+  ``ldr``: not a language guarantee, but single-copy atomic on x86-64 and aarch64 when it
+  holds; were an index ever seen torn, the bounds, tag and CRC checks still catch it);
 - the producer stores the record before the index that publishes it. On x86-64 (TSO) stores
   are seen in program order and loads are not reordered with loads, so a consumer that sees
   the new index sees the record. On aarch64 plain stores and loads may be reordered, so the
   consumer does not trust the order: the record header names its own index and carries a
-  CRC-32 of itself and the payload, checked on the consumer's private copy. A record that does
+  CRC-32 of the payload seeded with that index and the length, checked on the consumer's
+  private copy. A record that does
   not check yet is re-read for a bounded grace period (a store in flight lands within
   microseconds); one still wrong after it is corruption: :class:`RingError`;
 - a sleeping side is woken through the eventfd; ``write``/``read`` of an eventfd take a lock
