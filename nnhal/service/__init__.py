@@ -1,0 +1,1 @@
+"""Drivers as services: the HAL across a process boundary."""
