@@ -1,0 +1,52 @@
+"""C programs built with the system compiler against NeuralNetworks.h and the library, run
+with nothing but LD_LIBRARY_PATH set: the library starts Python itself."""
+
+import subprocess
+
+import pytest
+from capi_helpers import build_program, run_program
+
+from nnhal.capi.build import NAME
+from nnhal.capi.header import FUNCTIONS
+
+
+def _run(name, libdir, tmp_path):
+    r = run_program(build_program(name, libdir, tmp_path), libdir)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "FAIL" not in r.stdout
+    return r.stdout
+
+
+def test_models(libdir, tmp_path):
+    """ADD (float, quant8), CONV_2D, timing, output shapes, events, fenced dependencies,
+    bursts, a reusable execution, memory from an fd and from a descriptor."""
+    out = _run("models", libdir, tmp_path)
+    for what in ("compute", "startCompute", "startComputeWithDependencies", "burstCompute",
+                 "reusable compute", "memory from fd",
+                 "memory from a descriptor, copied to an fd memory",
+                 "quant8 add", "conv2d"):
+        assert f"ok {what}\n" in out
+
+
+def test_eight_threads(libdir, tmp_path):
+    assert "threads 8 executions 160 errors 0" in _run("threads", libdir, tmp_path)
+
+
+def test_invalid_arguments(libdir, tmp_path):
+    assert "ok: 0 failures" in _run("errors", libdir, tmp_path)
+
+
+def test_soname_and_exports(libdir):
+    lib = libdir / NAME
+    r = subprocess.run(["readelf", "-dW", "--dyn-syms", str(lib)], capture_output=True,
+                       text=True, check=False)
+    if r.returncode != 0:
+        pytest.skip("no readelf")
+    assert "Library soname: [libneuralnetworks.so]" in r.stdout
+    assert "NEEDED" in r.stdout and "libpython" not in r.stdout  # found at run time
+    exported = set()
+    for line in r.stdout.splitlines():
+        f = line.split()
+        if len(f) >= 8 and f[3] in ("FUNC", "OBJECT") and f[4] == "GLOBAL" and f[6] != "UND":
+            exported.add(f[7].split("@")[0])
+    assert exported == {name for _, name, _ in FUNCTIONS}
