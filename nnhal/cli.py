@@ -19,7 +19,7 @@ from typing import NoReturn
 #: The modes of ``nnhal conformance`` (nnhal.conformance.runner.MODES, checked by a test),
 #: here so that arguments are checked before numpy and the driver load.
 MODES = ("general", "dynamic_shape", "quantization_coupling", "memory_domain", "fenced",
-         "caching", "runtime", "partitioned")
+         "caching", "runtime", "partitioned", "capi")
 
 #: The model commands, each a module ``nnhal.tools.<name>`` with ``add_arguments(parser)``
 #: and ``main(args) -> int``, imported only when it is the command given.
