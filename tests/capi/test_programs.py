@@ -50,3 +50,26 @@ def test_soname_and_exports(libdir):
         if len(f) >= 8 and f[3] in ("FUNC", "OBJECT") and f[4] == "GLOBAL" and f[6] != "UND":
             exported.add(f[7].split("@")[0])
     assert exported == {name for _, name, _ in FUNCTIONS}
+
+
+@pytest.mark.parametrize("case", ["static libpython", "no environment"])
+def test_no_python_is_a_clear_error(case, tmp_path, monkeypatch):
+    """A library built against a static Python, or installed outside any site-packages with
+    no python baked in, says so on stderr and every call returns OP_FAILED: no crash."""
+    import sys
+
+    from nnhal.capi import build
+
+    if case == "static libpython":
+        monkeypatch.setattr(build, "libpython", lambda: "")
+        exe_baked = sys.executable
+    else:
+        exe_baked = ""
+    libdir = tmp_path / "lib"
+    assert build.compile_library(libdir / NAME, exe_baked) is None
+    r = run_program(build_program("nopython", libdir, tmp_path), libdir)
+    assert r.returncode == 0
+    assert r.stdout == "create 5\nfinish 5\n"
+    want = ("without a shared libpython" if case == "static libpython"
+            else "cannot find the Python environment")
+    assert want in r.stderr and r.stderr.count("\n") == 1  # said once, in one line
