@@ -24,7 +24,7 @@ def test_models(libdir, tmp_path):
     for what in ("compute", "startCompute", "startComputeWithDependencies", "burstCompute",
                  "reusable compute", "memory from fd",
                  "memory from a descriptor, copied to an fd memory",
-                 "quant8 add", "conv2d"):
+                 "quant8 add", "conv2d", "while loop"):
         assert f"ok {what}\n" in out
 
 

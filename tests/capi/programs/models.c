@@ -1,4 +1,4 @@
-/* Models through the C API: float and quantized ADD, CONV_2D, timing, output shapes, events,
+/* Models through the C API: float and quantized ADD, CONV_2D, a WHILE loop, timing, output shapes, events,
  * fenced dependencies, bursts, memory from an fd and from a memory descriptor. */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -269,11 +269,79 @@ static int conv2d(void) {
     return 0;
 }
 
+/* while (i < n) i = i + 1, with i and n TENSOR_FLOAT32 [1]: a WHILE whose condition and body
+ * are models given with setOperandValueFromModel. */
+static int while_loop(void) {
+    const uint32_t one_dim[1] = {1};
+    ANeuralNetworksOperandType f = {ANEURALNETWORKS_TENSOR_FLOAT32, 1, one_dim, 0.f, 0};
+    ANeuralNetworksOperandType b8 = {ANEURALNETWORKS_TENSOR_BOOL8, 1, one_dim, 0.f, 0};
+    ANeuralNetworksOperandType s = {ANEURALNETWORKS_INT32, 0, NULL, 0.f, 0};
+    ANeuralNetworksOperandType sub = {ANEURALNETWORKS_MODEL, 0, NULL, 0.f, 0};
+    ANeuralNetworksModel *cond, *body, *model;
+    const uint32_t io[2] = {0, 1}, two[1] = {2};
+    /* cond(i, n) = i < n */
+    CHECK(ANeuralNetworksModel_create(&cond));
+    CHECK(ANeuralNetworksModel_addOperand(cond, &f));
+    CHECK(ANeuralNetworksModel_addOperand(cond, &f));
+    CHECK(ANeuralNetworksModel_addOperand(cond, &b8));
+    CHECK(ANeuralNetworksModel_addOperation(cond, ANEURALNETWORKS_LESS, 2, io, 1, two));
+    CHECK(ANeuralNetworksModel_identifyInputsAndOutputs(cond, 2, io, 1, two));
+    CHECK(ANeuralNetworksModel_finish(cond));
+    /* body(i, n) = i + 1 */
+    CHECK(ANeuralNetworksModel_create(&body));
+    CHECK(ANeuralNetworksModel_addOperand(body, &f));  /* 0 i */
+    CHECK(ANeuralNetworksModel_addOperand(body, &f));  /* 1 n */
+    CHECK(ANeuralNetworksModel_addOperand(body, &f));  /* 2 one */
+    CHECK(ANeuralNetworksModel_addOperand(body, &s));  /* 3 act */
+    CHECK(ANeuralNetworksModel_addOperand(body, &f));  /* 4 i + 1 */
+    const float one = 1.f;
+    const int32_t act = ANEURALNETWORKS_FUSED_NONE;
+    CHECK(ANeuralNetworksModel_setOperandValue(body, 2, &one, sizeof one));
+    CHECK(ANeuralNetworksModel_setOperandValue(body, 3, &act, sizeof act));
+    const uint32_t add_in[3] = {0, 2, 3}, add_out[1] = {4};
+    CHECK(ANeuralNetworksModel_addOperation(body, ANEURALNETWORKS_ADD, 3, add_in, 1, add_out));
+    CHECK(ANeuralNetworksModel_identifyInputsAndOutputs(body, 2, io, 1, add_out));
+    CHECK(ANeuralNetworksModel_finish(body));
+    /* main(i0, n) = WHILE(cond, body, i0, n) */
+    CHECK(ANeuralNetworksModel_create(&model));
+    CHECK(ANeuralNetworksModel_addOperand(model, &f));    /* 0 i0 */
+    CHECK(ANeuralNetworksModel_addOperand(model, &f));    /* 1 n */
+    CHECK(ANeuralNetworksModel_addOperand(model, &sub));  /* 2 cond */
+    CHECK(ANeuralNetworksModel_addOperand(model, &sub));  /* 3 body */
+    CHECK(ANeuralNetworksModel_addOperand(model, &f));    /* 4 i */
+    CHECK(ANeuralNetworksModel_setOperandValueFromModel(model, 2, cond));
+    CHECK(ANeuralNetworksModel_setOperandValueFromModel(model, 3, body));
+    const uint32_t w_in[4] = {2, 3, 0, 1}, w_out[1] = {4};
+    CHECK(ANeuralNetworksModel_addOperation(model, ANEURALNETWORKS_WHILE, 4, w_in, 1, w_out));
+    CHECK(ANeuralNetworksModel_identifyInputsAndOutputs(model, 2, io, 1, w_out));
+    CHECK(ANeuralNetworksModel_finish(model));
+    ANeuralNetworksCompilation* comp;
+    ANeuralNetworksExecution* ex;
+    CHECK(ANeuralNetworksCompilation_create(model, &comp));
+    CHECK(ANeuralNetworksCompilation_finish(comp));
+    const float i0 = 0.f, n = 5.f;
+    float out = -1.f;
+    CHECK(ANeuralNetworksExecution_create(comp, &ex));
+    CHECK(ANeuralNetworksExecution_setLoopTimeout(ex, ANeuralNetworks_getDefaultLoopTimeout()));
+    CHECK(ANeuralNetworksExecution_setInput(ex, 0, NULL, &i0, sizeof i0));
+    CHECK(ANeuralNetworksExecution_setInput(ex, 1, NULL, &n, sizeof n));
+    CHECK(ANeuralNetworksExecution_setOutput(ex, 0, NULL, &out, sizeof out));
+    CHECK(ANeuralNetworksExecution_compute(ex));
+    EXPECT(out, 5);
+    printf("ok while loop\n");
+    ANeuralNetworksExecution_free(ex);
+    ANeuralNetworksCompilation_free(comp);
+    ANeuralNetworksModel_free(model);
+    ANeuralNetworksModel_free(body);
+    ANeuralNetworksModel_free(cond);
+    return 0;
+}
+
 int main(void) {
     EXPECT(ANeuralNetworks_getRuntimeFeatureLevel(), ANEURALNETWORKS_FEATURE_LEVEL_5);
     EXPECT(ANeuralNetworks_getDefaultLoopTimeout(), 2000000000ULL);
     EXPECT(ANeuralNetworks_getMaximumLoopTimeout(), 15000000000ULL);
-    if (float_add() || quant8_add() || conv2d())
+    if (float_add() || quant8_add() || conv2d() || while_loop())
         return 1;
     return failures ? 1 : 0;
 }
