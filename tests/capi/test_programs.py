@@ -73,3 +73,21 @@ def test_no_python_is_a_clear_error(case, tmp_path, monkeypatch):
     want = ("without a shared libpython" if case == "static libpython"
             else "cannot find the Python environment")
     assert want in r.stderr and r.stderr.count("\n") == 1  # said once, in one line
+
+
+def test_cli_names_the_library_the_tests_use(libdir):
+    """`nnhal ndk --libdir` (this checkout's nnhal) prints the folder these tests link with,
+    alone on its last line; --includedir the header's folder."""
+    import sys
+    from pathlib import Path
+
+    from nnhal.capi.build import INCLUDE_DIR
+
+    def ndk(flag):
+        r = subprocess.run([sys.executable, "-m", "nnhal.cli", "ndk", flag], capture_output=True,
+                           text=True, check=True, cwd=Path(__file__).resolve().parents[2])
+        return r.stdout.splitlines()[-1]
+
+    assert ndk("--libdir") == str(libdir)
+    assert ndk("--includedir") == str(INCLUDE_DIR)
+    assert (INCLUDE_DIR / "NeuralNetworks.h").is_file()
