@@ -19,7 +19,7 @@ from typing import NoReturn
 #: The modes of ``nnhal conformance`` (nnhal.conformance.runner.MODES, checked by a test),
 #: here so that arguments are checked before numpy and the driver load.
 MODES = ("general", "dynamic_shape", "quantization_coupling", "memory_domain", "fenced",
-         "caching", "runtime", "partitioned")
+         "caching", "runtime", "partitioned", "capi")
 
 #: The model commands, each a module ``nnhal.tools.<name>`` with ``add_arguments(parser)``
 #: and ``main(args) -> int``, imported only when it is the command given.
@@ -150,6 +150,20 @@ def _demo(args: argparse.Namespace) -> int:
     return demo_main()
 
 
+def _ndk(args: argparse.Namespace) -> int:
+    from nnhal.capi.build import INCLUDE_DIR, library_dir
+
+    if args.includedir:
+        print(INCLUDE_DIR)
+        return 0
+    d, why = library_dir()
+    if d is None:
+        print(f"nnhal ndk: no libneuralnetworks.so: {why}", file=sys.stderr)
+        return 1
+    print(d)
+    return 0
+
+
 def _add_tool(sub: argparse._SubParsersAction, name: str, selected: bool) -> None:
     p = sub.add_parser(name, help=TOOLS[name], description=TOOLS[name])
     if not selected:  # its arguments matter only when it runs
@@ -212,6 +226,15 @@ def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse._Su
                         "device (besides createForDevices on --device)")
     c.add_argument("--shard", help=argparse.SUPPRESS)
     c.set_defaults(func=_conformance)
+
+    n = sub.add_parser("ndk", help="where libneuralnetworks.so and NeuralNetworks.h are, for "
+                       "C clients of the NNAPI")
+    g = n.add_mutually_exclusive_group(required=True)
+    g.add_argument("--libdir", action="store_true",
+                   help="the folder of libneuralnetworks.so (built on first use from a "
+                        "source tree)")
+    g.add_argument("--includedir", action="store_true", help="the folder of NeuralNetworks.h")
+    n.set_defaults(func=_ndk)
 
     # `nnhal mutations`: invalid models/requests over the suite (nnhal/conformance/mutations/)
     from nnhal.conformance.cliutil import add_mutations_arguments

@@ -36,7 +36,7 @@ from nnhal.hal.types import (
 )
 
 MODES = ("general", "dynamic_shape", "quantization_coupling", "memory_domain", "fenced",
-         "caching", "runtime", "partitioned")
+         "caching", "runtime", "partitioned", "capi")
 PASSED, FAILED, SKIPPED, NOT_APPLICABLE = "passed", "failed", "skipped", "not_applicable"
 #: Operations whose quant8 operands do not carry real values the usual way, so shifting them to
 #: the signed type changes the result (hits flags, hashed bytes, an int32 pad value, a raw type

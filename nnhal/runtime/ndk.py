@@ -11,6 +11,7 @@ library of the NDK is meant to be a thin layer over these functions.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -31,6 +32,7 @@ from nnhal.runtime.model import ANeuralNetworksOperandType, Model
 __all__ = ["ANeuralNetworksOperandType", "ANeuralNetworksSymmPerChannelQuantParams"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger("nnhal.runtime.ndk")
 OK = int(ResultCode.NO_ERROR)
 
 
@@ -63,7 +65,8 @@ def _api(*handles: tuple[int, type], out: bool = False) -> Callable[[F], F]:
                 return (OK, value) if out else OK
             except NdkError as e:
                 code = e.code
-            except Exception:  # noqa: BLE001 - never raise through the C API
+            except Exception as e:  # noqa: BLE001 - never raise through the C API
+                log.error("%s: unexpected %s: %s", fn.__name__, type(e).__name__, e)
                 code = int(ResultCode.OP_FAILED)
             return (code, None) if out else code
 

@@ -1,0 +1,650 @@
+"""The Python half of ``libneuralnetworks.so``: C arguments in, :mod:`nnhal.runtime.ndk` calls.
+
+The C library passes every argument as a Python int (pointers as addresses, floats as
+floats) and returns the int it gets back; this module reads the client's structs and arrays
+with :mod:`ctypes`, within the counts and lengths the client gave, writes the out-parameters,
+and maps handles. Handles are numbers from a table, never addresses of Python objects: a
+freed, foreign or mistyped handle is a failed lookup (BAD_DATA), and a handle is never
+reused. Every rule of the API stays in :mod:`nnhal.runtime.ndk`; what is here is only what
+the C calling convention adds (NULL out-pointers and arrays, C strings). Nothing raises: an
+unexpected exception is logged and returned as OP_FAILED.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import itertools
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from nnhal.runtime import ndk
+from nnhal.runtime.codes import BYTE_SIZE_OF_CACHE_TOKEN, ResultCode
+from nnhal.runtime.model import ANeuralNetworksOperandType
+
+log = logging.getLogger("nnhal.capi")
+
+OK = int(ResultCode.NO_ERROR)
+NULL = int(ResultCode.UNEXPECTED_NULL)
+BAD = int(ResultCode.BAD_DATA)
+FAILED = int(ResultCode.OP_FAILED)
+#: Handles are multiples of 16 from here: pointer-like for clients, never valid addresses
+#: of anything we own, never reused.
+_HANDLE_BASE = 0x7E57_0000_0000
+
+
+class _OperandTypeStruct(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int32), ("dimensionCount", ctypes.c_uint32),
+                ("dimensions", ctypes.c_void_p), ("scale", ctypes.c_float),
+                ("zeroPoint", ctypes.c_int32)]
+
+
+class _ChannelQuantStruct(ctypes.Structure):
+    _fields_ = [("channelDim", ctypes.c_uint32), ("scaleCount", ctypes.c_uint32),
+                ("scales", ctypes.c_void_p)]
+
+
+class _Handles:
+    """handle number <-> runtime object."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next = itertools.count(1)
+        self._objects: dict[int, Any] = {}
+        self._numbers: dict[int, int] = {}  # id(object) -> handle, for objects seen twice
+
+    def add(self, obj: Any) -> int:
+        with self._lock:
+            h = self._numbers.get(id(obj))
+            if h is not None and self._objects.get(h) is obj:
+                return h
+            h = _HANDLE_BASE + 16 * next(self._next)
+            self._objects[h] = obj
+            self._numbers[id(obj)] = h
+            return h
+
+    def get(self, h: int) -> Any:
+        """The object, None for NULL, and a marker the ndk layer refuses for anything else."""
+        if not h:
+            return None
+        obj = self._objects.get(h, _UNKNOWN)
+        return obj
+
+    def pop(self, h: int) -> Any:
+        with self._lock:
+            obj = self._objects.pop(h, None)
+            if obj is not None:
+                self._numbers.pop(id(obj), None)
+            return obj
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+
+class _Unknown:
+    """A handle that is not in the table: every ndk type check refuses it (BAD_DATA)."""
+
+
+_UNKNOWN = _Unknown()
+handles = _Handles()
+_strings: dict[str, ctypes.Array[ctypes.c_char]] = {}  # device names/versions: live forever
+
+
+def _export(fn: Callable[..., int]) -> Callable[..., int]:
+    """The C library calls this by name: never raise, log what was not expected."""
+
+    @functools.wraps(fn)
+    def call(*args: Any) -> int:
+        try:
+            return int(fn(*args))
+        except Exception as e:  # noqa: BLE001 - nothing may cross into C
+            log.error("%s: %s: %s", fn.__name__, type(e).__name__, e)
+            return FAILED
+
+    return call
+
+
+def _bytes_at(addr: int, n: int) -> memoryview:
+    """A view of ``n`` bytes of client memory (no copy; read or written only within n)."""
+    return memoryview((ctypes.c_char * n).from_address(addr)).cast("B")
+
+
+def _u32s(addr: int, n: int) -> list[int]:
+    return list((ctypes.c_uint32 * n).from_address(addr)) if n else []
+
+
+def _handles_at(addr: int, n: int) -> list[Any]:
+    return [handles.get(h or 0) for h in (ctypes.c_void_p * n).from_address(addr)] if n else []
+
+
+def _put(ctype: Any, addr: int, value: Any) -> None:
+    ctype.from_address(addr).value = value
+
+
+def _put_handle(addr: int, code: int, obj: Any) -> int:
+    _put(ctypes.c_void_p, addr, handles.add(obj) if code == OK else None)
+    return code
+
+
+def _operand_type(addr: int) -> ANeuralNetworksOperandType | None:
+    if not addr:
+        return None
+    s = _OperandTypeStruct.from_address(addr)
+    n = int(s.dimensionCount)
+    if n and not s.dimensions:
+        raise _Code(BAD, "operand type with dimensionCount > 0 and NULL dimensions")
+    return ANeuralNetworksOperandType(int(s.type), _u32s(s.dimensions or 0, n), float(s.scale),
+                                      int(s.zeroPoint))
+
+
+class _Code(Exception):
+    """A result code decided while reading C arguments."""
+
+    def __init__(self, code: int, message: str):
+        self.code = code
+        super().__init__(message)
+
+
+def _checked(fn: Callable[..., int]) -> Callable[..., int]:
+    @functools.wraps(fn)
+    def call(*args: Any) -> int:
+        try:
+            return fn(*args)
+        except _Code as e:
+            log.debug("%s: %s", fn.__name__, e)
+            return e.code
+
+    return _export(call)
+
+
+def _needs(*pointers: int) -> None:
+    if not all(pointers):
+        raise _Code(NULL, "a required pointer is NULL")
+
+
+# ---- runtime and devices ------------------------------------------------------------------
+
+@_checked
+def ANeuralNetworks_getRuntimeFeatureLevel() -> int:
+    return ndk.ANeuralNetworks_getRuntimeFeatureLevel()
+
+
+@_checked
+def ANeuralNetworks_getDefaultLoopTimeout() -> int:
+    return ndk.ANeuralNetworks_getDefaultLoopTimeout()
+
+
+@_checked
+def ANeuralNetworks_getMaximumLoopTimeout() -> int:
+    return ndk.ANeuralNetworks_getMaximumLoopTimeout()
+
+
+@_checked
+def ANeuralNetworks_getDeviceCount(out: int) -> int:
+    _needs(out)
+    code, n = ndk.ANeuralNetworks_getDeviceCount()
+    if code == OK:
+        _put(ctypes.c_uint32, out, n)
+    return code
+
+
+@_checked
+def ANeuralNetworks_getDevice(index: int, out: int) -> int:
+    _needs(out)
+    code, dev = ndk.ANeuralNetworks_getDevice(index)
+    return _put_handle(out, code, dev)
+
+
+def _c_string(text: str) -> int:
+    buf = _strings.get(text)
+    if buf is None:
+        buf = _strings.setdefault(text, ctypes.create_string_buffer(text.encode()))
+    return ctypes.addressof(buf)
+
+
+@_checked
+def ANeuralNetworksDevice_getName(device: int, out: int) -> int:
+    _needs(out)
+    code, name = ndk.ANeuralNetworksDevice_getName(handles.get(device))
+    if code == OK:
+        _put(ctypes.c_void_p, out, _c_string(name))
+    return code
+
+
+@_checked
+def ANeuralNetworksDevice_getType(device: int, out: int) -> int:
+    _needs(out)
+    code, t = ndk.ANeuralNetworksDevice_getType(handles.get(device))
+    if code == OK:
+        _put(ctypes.c_int32, out, int(t))
+    return code
+
+
+@_checked
+def ANeuralNetworksDevice_getVersion(device: int, out: int) -> int:
+    _needs(out)
+    code, v = ndk.ANeuralNetworksDevice_getVersion(handles.get(device))
+    if code == OK:
+        _put(ctypes.c_void_p, out, _c_string(v))
+    return code
+
+
+@_checked
+def ANeuralNetworksDevice_getFeatureLevel(device: int, out: int) -> int:
+    _needs(out)
+    code, level = ndk.ANeuralNetworksDevice_getFeatureLevel(handles.get(device))
+    if code == OK:
+        _put(ctypes.c_int64, out, int(level))
+    return code
+
+
+@_checked
+def ANeuralNetworksDevice_wait(device: int) -> int:
+    return ndk.ANeuralNetworksDevice_wait(handles.get(device))
+
+
+# ---- models -------------------------------------------------------------------------------
+
+@_checked
+def ANeuralNetworksModel_create(out: int) -> int:
+    _needs(out)
+    return _put_handle(out, *ndk.ANeuralNetworksModel_create())
+
+
+def _free(name: str) -> Callable[[int], int]:
+    def free(h: int) -> int:
+        obj = handles.get(h)
+        if obj is None or obj is _UNKNOWN:
+            return OK
+        if not ndk_type_ok(name, obj):
+            return OK  # a handle of another kind: the NDK's free ignores it, so do we
+        handles.pop(h)
+        getattr(ndk, name)(obj)
+        return OK
+
+    free.__name__ = name
+    return _checked(free)
+
+
+def ndk_type_ok(name: str, obj: Any) -> bool:
+    """Whether ``obj`` is what ``name``'s free takes (the runtime classes, by name)."""
+    kind = name[len("ANeuralNetworks"):name.index("_")]
+    return type(obj).__name__ == {"Memory": "Memory", "MemoryDesc": "MemoryDesc"}.get(kind, kind)
+
+
+ANeuralNetworksModel_free = _free("ANeuralNetworksModel_free")
+ANeuralNetworksCompilation_free = _free("ANeuralNetworksCompilation_free")
+ANeuralNetworksBurst_free = _free("ANeuralNetworksBurst_free")
+ANeuralNetworksExecution_free = _free("ANeuralNetworksExecution_free")
+ANeuralNetworksEvent_free = _free("ANeuralNetworksEvent_free")
+ANeuralNetworksMemory_free = _free("ANeuralNetworksMemory_free")
+ANeuralNetworksMemoryDesc_free = _free("ANeuralNetworksMemoryDesc_free")
+
+
+@_checked
+def ANeuralNetworksModel_finish(model: int) -> int:
+    return ndk.ANeuralNetworksModel_finish(handles.get(model))
+
+
+@_checked
+def ANeuralNetworksModel_addOperand(model: int, type_: int) -> int:
+    m = handles.get(model)
+    if m is None:
+        return NULL
+    _needs(type_)
+    return ndk.ANeuralNetworksModel_addOperand(m, _operand_type(type_))
+
+
+@_checked
+def ANeuralNetworksModel_setOperandValue(model: int, index: int, buffer: int,
+                                         length: int) -> int:
+    view = _bytes_at(buffer, length) if buffer else None
+    return ndk.ANeuralNetworksModel_setOperandValue(handles.get(model), index, view, length)
+
+
+@_checked
+def ANeuralNetworksModel_setOperandValueFromMemory(model: int, index: int, memory: int,
+                                                   offset: int, length: int) -> int:
+    return ndk.ANeuralNetworksModel_setOperandValueFromMemory(
+        handles.get(model), index, handles.get(memory), offset, length)
+
+
+@_checked
+def ANeuralNetworksModel_setOperandValueFromModel(model: int, index: int, value: int) -> int:
+    return ndk.ANeuralNetworksModel_setOperandValueFromModel(handles.get(model), index,
+                                                             handles.get(value))
+
+
+@_checked
+def ANeuralNetworksModel_setOperandSymmPerChannelQuantParams(model: int, index: int,
+                                                             params: int) -> int:
+    m = handles.get(model)
+    if m is None:
+        return NULL
+    _needs(params)
+    s = _ChannelQuantStruct.from_address(params)
+    n = int(s.scaleCount)
+    if n and not s.scales:
+        return NULL
+    scales = [float(x) for x in (ctypes.c_float * n).from_address(s.scales)] if n else []
+    return ndk.ANeuralNetworksModel_setOperandSymmPerChannelQuantParams(
+        m, index, ndk.ANeuralNetworksSymmPerChannelQuantParams(int(s.channelDim), scales))
+
+
+@_checked
+def ANeuralNetworksModel_addOperation(model: int, type_: int, n_in: int, inputs: int,
+                                      n_out: int, outputs: int) -> int:
+    m = handles.get(model)
+    if m is None:
+        return NULL
+    _needs(inputs, outputs)
+    return ndk.ANeuralNetworksModel_addOperation(m, type_, _u32s(inputs, n_in),
+                                                 _u32s(outputs, n_out))
+
+
+@_checked
+def ANeuralNetworksModel_identifyInputsAndOutputs(model: int, n_in: int, inputs: int,
+                                                  n_out: int, outputs: int) -> int:
+    m = handles.get(model)
+    if m is None:
+        return NULL
+    _needs(inputs, outputs)
+    return ndk.ANeuralNetworksModel_identifyInputsAndOutputs(m, _u32s(inputs, n_in),
+                                                             _u32s(outputs, n_out))
+
+
+@_checked
+def ANeuralNetworksModel_relaxComputationFloat32toFloat16(model: int, allow: int) -> int:
+    return ndk.ANeuralNetworksModel_relaxComputationFloat32toFloat16(handles.get(model),
+                                                                     bool(allow))
+
+
+@_checked
+def ANeuralNetworksModel_getSupportedOperationsForDevices(model: int, devices: int, n: int,
+                                                          out: int) -> int:
+    m = handles.get(model)
+    if m is None:
+        return NULL
+    _needs(devices, out)
+    code, ops = ndk.ANeuralNetworksModel_getSupportedOperationsForDevices(
+        m, _handles_at(devices, n))
+    if code == OK:
+        arr = (ctypes.c_bool * len(ops)).from_address(out)
+        for i, ok in enumerate(ops):
+            arr[i] = bool(ok)
+    return code
+
+
+# ---- compilations -------------------------------------------------------------------------
+
+@_checked
+def ANeuralNetworksCompilation_create(model: int, out: int) -> int:
+    m = handles.get(model)
+    if m is None:
+        return NULL
+    _needs(out)
+    return _put_handle(out, *ndk.ANeuralNetworksCompilation_create(m))
+
+
+@_checked
+def ANeuralNetworksCompilation_createForDevices(model: int, devices: int, n: int,
+                                                out: int) -> int:
+    m = handles.get(model)
+    if m is None:
+        return NULL
+    _needs(devices, out)
+    return _put_handle(out, *ndk.ANeuralNetworksCompilation_createForDevices(
+        m, _handles_at(devices, n)))
+
+
+@_checked
+def ANeuralNetworksCompilation_setPreference(c: int, preference: int) -> int:
+    return ndk.ANeuralNetworksCompilation_setPreference(handles.get(c), preference)
+
+
+@_checked
+def ANeuralNetworksCompilation_setPriority(c: int, priority: int) -> int:
+    return ndk.ANeuralNetworksCompilation_setPriority(handles.get(c), priority)
+
+
+@_checked
+def ANeuralNetworksCompilation_setTimeout(c: int, duration: int) -> int:
+    return ndk.ANeuralNetworksCompilation_setTimeout(handles.get(c), duration)
+
+
+@_checked
+def ANeuralNetworksCompilation_setCaching(c: int, cache_dir: int, token: int) -> int:
+    d = ctypes.string_at(cache_dir).decode(errors="surrogateescape") if cache_dir else None
+    t = bytes(_bytes_at(token, BYTE_SIZE_OF_CACHE_TOKEN)) if token else None
+    return ndk.ANeuralNetworksCompilation_setCaching(handles.get(c), d, t)
+
+
+@_checked
+def ANeuralNetworksCompilation_finish(c: int) -> int:
+    return ndk.ANeuralNetworksCompilation_finish(handles.get(c))
+
+
+# ---- bursts and executions ----------------------------------------------------------------
+
+@_checked
+def ANeuralNetworksBurst_create(c: int, out: int) -> int:
+    comp = handles.get(c)
+    if comp is None:
+        return NULL
+    _needs(out)
+    return _put_handle(out, *ndk.ANeuralNetworksBurst_create(comp))
+
+
+@_checked
+def ANeuralNetworksExecution_create(c: int, out: int) -> int:
+    comp = handles.get(c)
+    if comp is None:
+        return NULL
+    _needs(out)
+    return _put_handle(out, *ndk.ANeuralNetworksExecution_create(comp))
+
+
+def _set_pointer(name: str, execution: int, index: int, type_: int, buffer: int,
+                 length: int) -> int:
+    view = _bytes_at(buffer, length) if buffer else None
+    return getattr(ndk, name)(handles.get(execution), index, _operand_type(type_), view, length)
+
+
+@_checked
+def ANeuralNetworksExecution_setInput(e: int, index: int, type_: int, buffer: int,
+                                      length: int) -> int:
+    return _set_pointer("ANeuralNetworksExecution_setInput", e, index, type_, buffer, length)
+
+
+@_checked
+def ANeuralNetworksExecution_setOutput(e: int, index: int, type_: int, buffer: int,
+                                       length: int) -> int:
+    return _set_pointer("ANeuralNetworksExecution_setOutput", e, index, type_, buffer, length)
+
+
+@_checked
+def ANeuralNetworksExecution_setInputFromMemory(e: int, index: int, type_: int, memory: int,
+                                                offset: int, length: int) -> int:
+    return ndk.ANeuralNetworksExecution_setInputFromMemory(
+        handles.get(e), index, _operand_type(type_), handles.get(memory), offset, length)
+
+
+@_checked
+def ANeuralNetworksExecution_setOutputFromMemory(e: int, index: int, type_: int, memory: int,
+                                                 offset: int, length: int) -> int:
+    return ndk.ANeuralNetworksExecution_setOutputFromMemory(
+        handles.get(e), index, _operand_type(type_), handles.get(memory), offset, length)
+
+
+@_checked
+def ANeuralNetworksExecution_compute(e: int) -> int:
+    return ndk.ANeuralNetworksExecution_compute(handles.get(e))
+
+
+@_checked
+def ANeuralNetworksExecution_startCompute(e: int, out: int) -> int:
+    ex = handles.get(e)
+    if ex is None:
+        return NULL
+    _needs(out)
+    return _put_handle(out, *ndk.ANeuralNetworksExecution_startCompute(ex))
+
+
+@_checked
+def ANeuralNetworksExecution_startComputeWithDependencies(e: int, deps: int, n: int,
+                                                          duration: int, out: int) -> int:
+    ex = handles.get(e)
+    if ex is None:
+        return NULL
+    _needs(out)
+    if n and not deps:
+        return NULL
+    return _put_handle(out, *ndk.ANeuralNetworksExecution_startComputeWithDependencies(
+        ex, _handles_at(deps, n), duration))
+
+
+@_checked
+def ANeuralNetworksExecution_burstCompute(e: int, burst: int) -> int:
+    return ndk.ANeuralNetworksExecution_burstCompute(handles.get(e), handles.get(burst))
+
+
+@_checked
+def ANeuralNetworksExecution_setMeasureTiming(e: int, measure: int) -> int:
+    return ndk.ANeuralNetworksExecution_setMeasureTiming(handles.get(e), bool(measure))
+
+
+@_checked
+def ANeuralNetworksExecution_getDuration(e: int, code: int, out: int) -> int:
+    ex = handles.get(e)
+    if ex is None:
+        return NULL
+    _needs(out)
+    rc, ns = ndk.ANeuralNetworksExecution_getDuration(ex, code)
+    if rc == OK:
+        _put(ctypes.c_uint64, out, int(ns))
+    return rc
+
+
+@_checked
+def ANeuralNetworksExecution_setTimeout(e: int, duration: int) -> int:
+    return ndk.ANeuralNetworksExecution_setTimeout(handles.get(e), duration)
+
+
+@_checked
+def ANeuralNetworksExecution_setLoopTimeout(e: int, duration: int) -> int:
+    return ndk.ANeuralNetworksExecution_setLoopTimeout(handles.get(e), duration)
+
+
+@_checked
+def ANeuralNetworksExecution_getOutputOperandRank(e: int, index: int, out: int) -> int:
+    ex = handles.get(e)
+    if ex is None:
+        return NULL
+    _needs(out)
+    rc, rank = ndk.ANeuralNetworksExecution_getOutputOperandRank(ex, index)
+    if rc == OK:
+        _put(ctypes.c_uint32, out, int(rank))
+    return rc
+
+
+@_checked
+def ANeuralNetworksExecution_getOutputOperandDimensions(e: int, index: int, out: int) -> int:
+    ex = handles.get(e)
+    if ex is None:
+        return NULL
+    _needs(out)
+    rc, dims = ndk.ANeuralNetworksExecution_getOutputOperandDimensions(ex, index)
+    if rc == OK:
+        arr = (ctypes.c_uint32 * len(dims)).from_address(out)
+        for i, d in enumerate(dims):
+            arr[i] = int(d)
+    return rc
+
+
+@_checked
+def ANeuralNetworksExecution_setReusable(e: int, reusable: int) -> int:
+    return ndk.ANeuralNetworksExecution_setReusable(handles.get(e), bool(reusable))
+
+
+# ---- events -------------------------------------------------------------------------------
+
+@_checked
+def ANeuralNetworksEvent_wait(event: int) -> int:
+    return ndk.ANeuralNetworksEvent_wait(handles.get(event))
+
+
+@_checked
+def ANeuralNetworksEvent_createFromSyncFenceFd(fd: int, out: int) -> int:
+    _needs(out)
+    return _put_handle(out, *ndk.ANeuralNetworksEvent_createFromSyncFenceFd(fd))
+
+
+@_checked
+def ANeuralNetworksEvent_getSyncFenceFd(event: int, out: int) -> int:
+    ev = handles.get(event)
+    if ev is None:
+        return NULL
+    _needs(out)
+    rc, fd = ndk.ANeuralNetworksEvent_getSyncFenceFd(ev)
+    _put(ctypes.c_int, out, int(fd) if rc == OK else -1)
+    return rc
+
+
+# ---- memory -------------------------------------------------------------------------------
+
+@_checked
+def ANeuralNetworksMemory_createFromFd(size: int, protect: int, fd: int, offset: int,
+                                       out: int) -> int:
+    _needs(out)
+    return _put_handle(out, *ndk.ANeuralNetworksMemory_createFromFd(size, protect, fd, offset))
+
+
+@_checked
+def ANeuralNetworksMemory_createFromDesc(desc: int, out: int) -> int:
+    d = handles.get(desc)
+    if d is None:
+        return NULL
+    _needs(out)
+    return _put_handle(out, *ndk.ANeuralNetworksMemory_createFromDesc(d))
+
+
+@_checked
+def ANeuralNetworksMemory_copy(src: int, dst: int) -> int:
+    return ndk.ANeuralNetworksMemory_copy(handles.get(src), handles.get(dst))
+
+
+@_checked
+def ANeuralNetworksMemoryDesc_create(out: int) -> int:
+    _needs(out)
+    return _put_handle(out, *ndk.ANeuralNetworksMemoryDesc_create())
+
+
+@_checked
+def ANeuralNetworksMemoryDesc_addInputRole(desc: int, c: int, index: int,
+                                           frequency: float) -> int:
+    return ndk.ANeuralNetworksMemoryDesc_addInputRole(handles.get(desc), handles.get(c), index,
+                                                      frequency)
+
+
+@_checked
+def ANeuralNetworksMemoryDesc_addOutputRole(desc: int, c: int, index: int,
+                                            frequency: float) -> int:
+    return ndk.ANeuralNetworksMemoryDesc_addOutputRole(handles.get(desc), handles.get(c),
+                                                       index, frequency)
+
+
+@_checked
+def ANeuralNetworksMemoryDesc_setDimensions(desc: int, rank: int, dims: int) -> int:
+    d = handles.get(desc)
+    if d is None:
+        return NULL
+    if rank and not dims:
+        return NULL
+    return ndk.ANeuralNetworksMemoryDesc_setDimensions(d, _u32s(dims, rank))
+
+
+@_checked
+def ANeuralNetworksMemoryDesc_finish(desc: int) -> int:
+    return ndk.ANeuralNetworksMemoryDesc_finish(handles.get(desc))

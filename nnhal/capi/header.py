@@ -1,0 +1,294 @@
+"""Generate ``include/NeuralNetworks.h`` from nnhal's own enums, so header and runtime agree.
+
+The names, values and struct layouts are the NDK's (facts of its interface, feature level 5);
+the text is ours. ``python -m nnhal.capi.header`` rewrites the file; a test checks it is up
+to date. Stdlib plus nnhal's enum modules only.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from nnhal.hal.types import OperandType, OperationType
+from nnhal.runtime import codes
+
+HEADER = Path(__file__).with_name("include") / "NeuralNetworks.h"
+
+_HAL_ONLY_OPERANDS = {"OEM", "TENSOR_OEM_BYTE"}
+_OPERAND_NAMES = {"SUBGRAPH": "MODEL"}  # the NDK calls a subgraph operand a MODEL
+
+
+def operand_codes() -> list[tuple[str, int]]:
+    """OperandCode: the HAL's operand types without the OEM ones; SUBGRAPH is MODEL."""
+    return [("ANEURALNETWORKS_" + _OPERAND_NAMES.get(t.name, t.name), int(t))
+            for t in OperandType if t.name not in _HAL_ONLY_OPERANDS]
+
+
+def operation_codes() -> list[tuple[str, int]]:
+    """OperationCode: the HAL's operations without OEM_OPERATION."""
+    return [("ANEURALNETWORKS_" + t.name, int(t)) for t in OperationType  # type: ignore[attr-defined]
+            if t.name != "OEM_OPERATION"]
+
+
+def enums() -> list[tuple[str, list[tuple[str, int]]]]:
+    """Every enum of the header as (typedef name, [(constant, value)])."""
+    p = "ANEURALNETWORKS_"
+    return [
+        ("OperandCode", operand_codes()),
+        ("OperationCode", operation_codes()),
+        ("FuseCode", [(p + "FUSED_NONE", 0), (p + "FUSED_RELU", 1), (p + "FUSED_RELU1", 2),
+                      (p + "FUSED_RELU6", 3)]),
+        ("PaddingCode", [(p + "PADDING_SAME", 1), (p + "PADDING_VALID", 2)]),
+        ("PreferenceCode", [(p + "PREFER_" + c.name, int(c)) for c in codes.PreferenceCode]),
+        ("DeviceTypeCode", [(p + "DEVICE_" + c.name, int(c)) for c in codes.DeviceTypeCode]),
+        ("FeatureLevelCode", [(p + "FEATURE_" + c.name, int(c)) for c in codes.FeatureLevel]),
+        ("ResultCode", [(p + c.name, int(c)) for c in codes.ResultCode]),
+        ("DurationCode", [(p + ("FENCED_DURATION_" + c.name[len("FENCED_"):]
+                                if c.name.startswith("FENCED_") else "DURATION_" + c.name),
+                           int(c)) for c in codes.DurationCode]),
+        ("PriorityCode", [(p + "PRIORITY_" + c.name, int(c)) for c in codes.PriorityCode]),
+    ]
+
+
+_OPAQUE = ["ANeuralNetworksMemory", "ANeuralNetworksModel", "ANeuralNetworksCompilation",
+           "ANeuralNetworksExecution", "ANeuralNetworksBurst", "ANeuralNetworksEvent",
+           "ANeuralNetworksDevice", "ANeuralNetworksMemoryDesc"]
+
+#: The functions of feature level 5 the library exports (return type, name, parameters).
+FUNCTIONS: list[tuple[str, str, str]] = [
+    ("int64_t", "ANeuralNetworks_getRuntimeFeatureLevel", "void"),
+    ("uint64_t", "ANeuralNetworks_getDefaultLoopTimeout", "void"),
+    ("uint64_t", "ANeuralNetworks_getMaximumLoopTimeout", "void"),
+    ("int", "ANeuralNetworks_getDeviceCount", "uint32_t* numDevices"),
+    ("int", "ANeuralNetworks_getDevice", "uint32_t devIndex, ANeuralNetworksDevice** device"),
+    ("int", "ANeuralNetworksDevice_getName",
+     "const ANeuralNetworksDevice* device, const char** name"),
+    ("int", "ANeuralNetworksDevice_getType", "const ANeuralNetworksDevice* device, int32_t* type"),
+    ("int", "ANeuralNetworksDevice_getVersion",
+     "const ANeuralNetworksDevice* device, const char** version"),
+    ("int", "ANeuralNetworksDevice_getFeatureLevel",
+     "const ANeuralNetworksDevice* device, int64_t* featureLevel"),
+    ("int", "ANeuralNetworksDevice_wait", "const ANeuralNetworksDevice* device"),
+    ("int", "ANeuralNetworksModel_create", "ANeuralNetworksModel** model"),
+    ("void", "ANeuralNetworksModel_free", "ANeuralNetworksModel* model"),
+    ("int", "ANeuralNetworksModel_finish", "ANeuralNetworksModel* model"),
+    ("int", "ANeuralNetworksModel_addOperand",
+     "ANeuralNetworksModel* model, const ANeuralNetworksOperandType* type"),
+    ("int", "ANeuralNetworksModel_setOperandValue",
+     "ANeuralNetworksModel* model, int32_t index, const void* buffer, size_t length"),
+    ("int", "ANeuralNetworksModel_setOperandValueFromMemory",
+     "ANeuralNetworksModel* model, int32_t index, const ANeuralNetworksMemory* memory, "
+     "size_t offset, size_t length"),
+    ("int", "ANeuralNetworksModel_setOperandValueFromModel",
+     "ANeuralNetworksModel* model, int32_t index, const ANeuralNetworksModel* value"),
+    ("int", "ANeuralNetworksModel_setOperandSymmPerChannelQuantParams",
+     "ANeuralNetworksModel* model, int32_t index, "
+     "const ANeuralNetworksSymmPerChannelQuantParams* channelQuant"),
+    ("int", "ANeuralNetworksModel_addOperation",
+     "ANeuralNetworksModel* model, ANeuralNetworksOperationType type, uint32_t inputCount, "
+     "const uint32_t* inputs, uint32_t outputCount, const uint32_t* outputs"),
+    ("int", "ANeuralNetworksModel_identifyInputsAndOutputs",
+     "ANeuralNetworksModel* model, uint32_t inputCount, const uint32_t* inputs, "
+     "uint32_t outputCount, const uint32_t* outputs"),
+    ("int", "ANeuralNetworksModel_relaxComputationFloat32toFloat16",
+     "ANeuralNetworksModel* model, bool allow"),
+    ("int", "ANeuralNetworksModel_getSupportedOperationsForDevices",
+     "const ANeuralNetworksModel* model, const ANeuralNetworksDevice* const* devices, "
+     "uint32_t numDevices, bool* supportedOps"),
+    ("int", "ANeuralNetworksCompilation_create",
+     "ANeuralNetworksModel* model, ANeuralNetworksCompilation** compilation"),
+    ("int", "ANeuralNetworksCompilation_createForDevices",
+     "ANeuralNetworksModel* model, const ANeuralNetworksDevice* const* devices, "
+     "uint32_t numDevices, ANeuralNetworksCompilation** compilation"),
+    ("void", "ANeuralNetworksCompilation_free", "ANeuralNetworksCompilation* compilation"),
+    ("int", "ANeuralNetworksCompilation_setPreference",
+     "ANeuralNetworksCompilation* compilation, int32_t preference"),
+    ("int", "ANeuralNetworksCompilation_setPriority",
+     "ANeuralNetworksCompilation* compilation, int priority"),
+    ("int", "ANeuralNetworksCompilation_setTimeout",
+     "ANeuralNetworksCompilation* compilation, uint64_t duration"),
+    ("int", "ANeuralNetworksCompilation_setCaching",
+     "ANeuralNetworksCompilation* compilation, const char* cacheDir, const uint8_t* token"),
+    ("int", "ANeuralNetworksCompilation_finish", "ANeuralNetworksCompilation* compilation"),
+    ("int", "ANeuralNetworksBurst_create",
+     "ANeuralNetworksCompilation* compilation, ANeuralNetworksBurst** burst"),
+    ("void", "ANeuralNetworksBurst_free", "ANeuralNetworksBurst* burst"),
+    ("int", "ANeuralNetworksExecution_create",
+     "ANeuralNetworksCompilation* compilation, ANeuralNetworksExecution** execution"),
+    ("void", "ANeuralNetworksExecution_free", "ANeuralNetworksExecution* execution"),
+    ("int", "ANeuralNetworksExecution_setInput",
+     "ANeuralNetworksExecution* execution, int32_t index, "
+     "const ANeuralNetworksOperandType* type, const void* buffer, size_t length"),
+    ("int", "ANeuralNetworksExecution_setOutput",
+     "ANeuralNetworksExecution* execution, int32_t index, "
+     "const ANeuralNetworksOperandType* type, void* buffer, size_t length"),
+    ("int", "ANeuralNetworksExecution_setInputFromMemory",
+     "ANeuralNetworksExecution* execution, int32_t index, "
+     "const ANeuralNetworksOperandType* type, const ANeuralNetworksMemory* memory, "
+     "size_t offset, size_t length"),
+    ("int", "ANeuralNetworksExecution_setOutputFromMemory",
+     "ANeuralNetworksExecution* execution, int32_t index, "
+     "const ANeuralNetworksOperandType* type, const ANeuralNetworksMemory* memory, "
+     "size_t offset, size_t length"),
+    ("int", "ANeuralNetworksExecution_compute", "ANeuralNetworksExecution* execution"),
+    ("int", "ANeuralNetworksExecution_startCompute",
+     "ANeuralNetworksExecution* execution, ANeuralNetworksEvent** event"),
+    ("int", "ANeuralNetworksExecution_startComputeWithDependencies",
+     "ANeuralNetworksExecution* execution, const ANeuralNetworksEvent* const* dependencies, "
+     "uint32_t num_dependencies, uint64_t duration, ANeuralNetworksEvent** event"),
+    ("int", "ANeuralNetworksExecution_burstCompute",
+     "ANeuralNetworksExecution* execution, ANeuralNetworksBurst* burst"),
+    ("int", "ANeuralNetworksExecution_setMeasureTiming",
+     "ANeuralNetworksExecution* execution, bool measure"),
+    ("int", "ANeuralNetworksExecution_getDuration",
+     "const ANeuralNetworksExecution* execution, int32_t durationCode, uint64_t* duration"),
+    ("int", "ANeuralNetworksExecution_setTimeout",
+     "ANeuralNetworksExecution* execution, uint64_t duration"),
+    ("int", "ANeuralNetworksExecution_setLoopTimeout",
+     "ANeuralNetworksExecution* execution, uint64_t duration"),
+    ("int", "ANeuralNetworksExecution_getOutputOperandRank",
+     "ANeuralNetworksExecution* execution, int32_t index, uint32_t* rank"),
+    ("int", "ANeuralNetworksExecution_getOutputOperandDimensions",
+     "ANeuralNetworksExecution* execution, int32_t index, uint32_t* dimensions"),
+    ("int", "ANeuralNetworksExecution_setReusable",
+     "ANeuralNetworksExecution* execution, bool reusable"),
+    ("int", "ANeuralNetworksEvent_wait", "ANeuralNetworksEvent* event"),
+    ("void", "ANeuralNetworksEvent_free", "ANeuralNetworksEvent* event"),
+    ("int", "ANeuralNetworksEvent_createFromSyncFenceFd",
+     "int sync_fence_fd, ANeuralNetworksEvent** event"),
+    ("int", "ANeuralNetworksEvent_getSyncFenceFd",
+     "const ANeuralNetworksEvent* event, int* sync_fence_fd"),
+    ("int", "ANeuralNetworksMemory_createFromFd",
+     "size_t size, int protect, int fd, size_t offset, ANeuralNetworksMemory** memory"),
+    ("int", "ANeuralNetworksMemory_createFromDesc",
+     "const ANeuralNetworksMemoryDesc* desc, ANeuralNetworksMemory** memory"),
+    ("int", "ANeuralNetworksMemory_copy",
+     "const ANeuralNetworksMemory* src, const ANeuralNetworksMemory* dst"),
+    ("void", "ANeuralNetworksMemory_free", "ANeuralNetworksMemory* memory"),
+    ("int", "ANeuralNetworksMemoryDesc_create", "ANeuralNetworksMemoryDesc** desc"),
+    ("void", "ANeuralNetworksMemoryDesc_free", "ANeuralNetworksMemoryDesc* desc"),
+    ("int", "ANeuralNetworksMemoryDesc_addInputRole",
+     "ANeuralNetworksMemoryDesc* desc, const ANeuralNetworksCompilation* compilation, "
+     "uint32_t index, float frequency"),
+    ("int", "ANeuralNetworksMemoryDesc_addOutputRole",
+     "ANeuralNetworksMemoryDesc* desc, const ANeuralNetworksCompilation* compilation, "
+     "uint32_t index, float frequency"),
+    ("int", "ANeuralNetworksMemoryDesc_setDimensions",
+     "ANeuralNetworksMemoryDesc* desc, uint32_t rank, const uint32_t* dimensions"),
+    ("int", "ANeuralNetworksMemoryDesc_finish", "ANeuralNetworksMemoryDesc* desc"),
+]
+
+
+def render() -> str:
+    """The header's text."""
+    out = [
+        "/* NeuralNetworks.h of nnhal: the NNAPI NDK interface up to feature level 5.",
+        " *",
+        " * Generated by `python -m nnhal.capi.header` from nnhal's enums; do not edit.",
+        " * Names, values and struct layouts are those of Android's NDK, so client code",
+        " * written for it compiles unchanged; the functions are implemented by nnhal's",
+        " * libneuralnetworks.so (see `nnhal ndk --libdir`). */",
+        "",
+        "#ifndef NNHAL_NEURAL_NETWORKS_H",
+        "#define NNHAL_NEURAL_NETWORKS_H",
+        "",
+        "#include <stdbool.h>",
+        "#include <stddef.h>",
+        "#include <stdint.h>",
+        "",
+        "#ifdef __cplusplus",
+        'extern "C" {',
+        "#endif",
+        "",
+    ]
+    for name, items in enums():
+        out.append("typedef enum {")
+        out += [f"    {k} = {v}," for k, v in items]
+        if name == "PriorityCode":
+            out.append("    ANEURALNETWORKS_PRIORITY_DEFAULT = ANEURALNETWORKS_PRIORITY_MEDIUM,")
+        out += [f"}} {name};", ""]
+    out += [
+        "enum { ANEURALNETWORKS_MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES = "
+        f"{codes.MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES} }};",
+        f"enum {{ ANEURALNETWORKS_BYTE_SIZE_OF_CACHE_TOKEN = {codes.BYTE_SIZE_OF_CACHE_TOKEN} }};",
+        "",
+    ]
+    out += [f"typedef struct {n} {n};" for n in _OPAQUE]
+    out += [
+        "",
+        "/* An operand's type: dimensions of 0 (or dimensionCount 0 for a tensor) are unknown. */",
+        "typedef struct ANeuralNetworksOperandType {",
+        "    int32_t type;",
+        "    uint32_t dimensionCount;",
+        "    const uint32_t* dimensions;",
+        "    float scale;",
+        "    int32_t zeroPoint;",
+        "} ANeuralNetworksOperandType;",
+        "",
+        "typedef struct ANeuralNetworksSymmPerChannelQuantParams {",
+        "    uint32_t channelDim;",
+        "    uint32_t scaleCount;",
+        "    const float* scales;",
+        "} ANeuralNetworksSymmPerChannelQuantParams;",
+        "",
+        "typedef int32_t ANeuralNetworksOperationType;",
+        "",
+    ]
+    for ret, name, params in FUNCTIONS:
+        out.append(f"{ret} {name}({params});")
+    out += ["", "#ifdef __cplusplus", "}", "#endif", "", "#endif  /* NNHAL_NEURAL_NETWORKS_H */",
+            ""]
+    return "\n".join(out)
+
+
+
+
+# ---- the C library's exported functions ---------------------------------------------------
+
+def _c_param(param: str) -> tuple[str, str, str]:
+    """(Py_BuildValue code, C cast, name) of one parameter."""
+    param = param.strip()
+    name = param.replace("*", " ").split()[-1]
+    ctype = param[: len(param) - len(name)].strip()
+    if "*" in ctype:
+        return "K", "(unsigned long long)(uintptr_t)", name
+    code = {"int32_t": "i", "int": "i", "ANeuralNetworksOperationType": "i", "bool": "i",
+            "uint32_t": "I", "size_t": "K", "uint64_t": "K", "float": "d"}[ctype]
+    cast = {"i": "(int)", "I": "(unsigned int)", "K": "(unsigned long long)",
+            "d": "(double)"}[code]
+    return code, cast, name
+
+
+def render_wrappers() -> str:
+    """``wrappers.inc``: each NDK function hands its arguments to the bridge, by name."""
+    out = ["/* Generated by `python -m nnhal.capi.header`; do not edit. */", ""]
+    for ret, name, params in FUNCTIONS:
+        parts = [] if params == "void" else [_c_param(p) for p in params.split(",")]
+        fmt = "(" + "".join(p[0] for p in parts) + ")"
+        args = "".join(f", {cast}{n}" for _, cast, n in parts)
+        fallback = {"int": "ANEURALNETWORKS_OP_FAILED", "void": "0"}.get(ret, "0")
+        call = f'nn_call("{name}", {fallback}, "{fmt}"{args})'
+        out.append(f"NN_EXPORT {ret} {name}({params}) {{")
+        out.append(f"    {call};" if ret == "void" else f"    return ({ret}){call};")
+        out += ["}", ""]
+    return "\n".join(out)
+
+
+WRAPPERS = Path(__file__).with_name("wrappers.inc")
+
+
+def write_all() -> list[Path]:
+    HEADER.write_text(render(), encoding="ascii")
+    WRAPPERS.write_text(render_wrappers(), encoding="ascii")
+    return [HEADER, WRAPPERS]
+
+
+def main() -> int:
+    for path in write_all():
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
