@@ -351,7 +351,7 @@ def outcome(f, *args):
         return type(e), str(e)
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(requests())
 def test_fast_request_encoding_and_decoding_equal_the_datum_path(case):
     fast = fmq._pack_request_fast(*case)
@@ -364,7 +364,7 @@ def test_fast_request_encoding_and_decoding_equal_the_datum_path(case):
     assert fmq._unpack_request_fast(memoryview(fast)) == decoded
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(results())
 def test_fast_result_encoding_and_decoding_equal_the_datum_path(case):
     fast = fmq._pack_result_fast(*case)
@@ -397,7 +397,7 @@ def mutate(packet, data):
     return bytes(packet)
 
 
-@settings(max_examples=1000)
+@settings(max_examples=1000, deadline=None)
 @given(requests(), st.data())
 def test_fast_request_decoding_of_mutations_equals_the_datum_path(case, data):
     packet = mutate(fmq.pack_request(*case), data)
@@ -409,7 +409,7 @@ def test_fast_request_decoding_of_mutations_equals_the_datum_path(case, data):
     assert fast is None if reference[0] != "ok" else fast == reference[1]
 
 
-@settings(max_examples=1000)
+@settings(max_examples=1000, deadline=None)
 @given(results(), st.data())
 def test_fast_result_decoding_of_mutations_equals_the_datum_path(case, data):
     packet = mutate(fmq.pack_result(*case), data)

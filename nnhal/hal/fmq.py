@@ -45,6 +45,11 @@ decodes to: padding must be zero, booleans 0 or 1, enums known, counts must agre
 datums that follow, datums must come in order and nothing may trail. Every rejection is a
 :class:`FmqDecodeError` (a ValueError), never another exception. Semantic checks of the decoded
 request (pool indexes, dimensions against the model) are left to request validation.
+
+The one-call forms (:func:`pack_request`, :func:`unpack_request`, :func:`pack_result`,
+:func:`unpack_result`) are a burst's per-execution cost, so they skip the datum objects: they
+go between HAL objects and bytes directly, and hand anything unusual to the datum path, which
+stays the definition of the format and of every error message.
 """
 
 from __future__ import annotations
@@ -652,11 +657,14 @@ def _pack_request_fast(request: object, measure: object, slots: object) -> bytes
     return _packer("".join(fmt)).pack(*vals)  # struct.error (a range) -> reference
 
 
-def _view(data: object) -> memoryview | None:
-    try:
-        view = memoryview(data).cast("B")  # type: ignore[arg-type]
-    except TypeError:
-        return None
+def _view(data: object) -> bytes | memoryview | None:
+    if type(data) is bytes:
+        view: bytes | memoryview = data
+    else:
+        try:
+            view = memoryview(data).cast("B")  # type: ignore[arg-type]
+        except TypeError:
+            return None
     size = len(view)
     if not size or size % DATUM_SIZE or size > DATUM_SIZE * MAX_PACKET_DATUMS:
         return None
