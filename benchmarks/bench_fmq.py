@@ -6,8 +6,11 @@ ratio, and the load; asserts nothing.
 The packet is the one a served ADD [1,16] burst execution sends: 2 inputs and 1 output of
 dimensions [1, 16], 3 pools (a 336-byte request), and its result (one output shape, a timing:
 120 bytes). ``--big`` adds a packet of 4 operands with 64 dimensions each and 16 pools.
+``--burst`` adds a whole packet round in process, without the ring: pack_request, the
+reference driver's ``Burst.execute_packet`` (which decodes the request and encodes the result)
+and unpack_result, once with the fast codec and once with the datum path patched in.
 
-    python benchmarks/bench_fmq.py [--rounds R] [--n N] [--big]
+    python benchmarks/bench_fmq.py [--rounds R] [--n N] [--big] [--burst]
 """
 
 from __future__ import annotations
@@ -74,16 +77,64 @@ def cases(big: bool) -> dict[str, tuple[Callable[[], object], Callable[[], objec
     }
 
 
+def burst_case() -> tuple[Callable[[], object], Callable[[], object]]:
+    """(fast, reference) whole packet rounds through a reference driver's burst."""
+    import numpy as np
+
+    from nnhal.drivers.common import burst as burst_module
+    from nnhal.drivers.reference import ReferenceDevice
+    from nnhal.hal.builder import ModelBuilder, RequestBuilder
+    from nnhal.hal.interfaces import PreparedModelCallback
+    from nnhal.hal.types import ExecutionPreference, OperandType, OperationType, Priority
+
+    b = ModelBuilder()
+    x = b.input(OperandType.TENSOR_FLOAT32, [1, 16])
+    y = b.input(OperandType.TENSOR_FLOAT32, [1, 16])
+    out = b.output(OperandType.TENSOR_FLOAT32, [1, 16])
+    b.operation(OperationType.ADD, [x, y, b.scalar(OperandType.INT32, 0)], [out])
+    cb = PreparedModelCallback()
+    ReferenceDevice().prepare_model(b.build(), ExecutionPreference.SUSTAINED_SPEED,
+                                    Priority.MEDIUM, None, [], [], b"", cb)
+    status, pm = cb.wait(60)
+    if status != ErrorStatus.NONE:
+        raise SystemExit(f"prepareModel failed: {status.name}")
+    status, burst = pm.configure_execution_burst()
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    rb = RequestBuilder([a, a], [a.nbytes])  # two pools: inputs, outputs
+    memories = {0: rb.input_memory, 1: rb.output_memory}
+
+    def fast() -> object:
+        packet = fmq.pack_request(rb.request, MeasureTiming.NO, [0, 1])
+        return fmq.unpack_result(burst.execute_packet(packet, memories))
+
+    def reference() -> object:
+        burst_module.unpack_request = fmq._unpack_request_reference
+        burst_module.pack_result = fmq._pack_result_reference
+        try:
+            packet = fmq._pack_request_reference(rb.request, MeasureTiming.NO, [0, 1])
+            return fmq._unpack_result_reference(burst.execute_packet(packet, memories))
+        finally:
+            burst_module.unpack_request = fmq.unpack_request
+            burst_module.pack_result = fmq.pack_result
+
+    got = fast()
+    assert got == reference() and got[0] == ErrorStatus.NONE, got
+    return fast, reference
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--n", type=int, default=2000, help="calls per timed run")
     ap.add_argument("--big", action="store_true", help="also a packet with many dimensions")
+    ap.add_argument("--burst", action="store_true", help="also a packet round through a burst")
     a = ap.parse_args()
     table = cases(False)
     if a.big:
         big = cases(True)
         table.update({k: v for k, v in big.items() if "B)" in k})
+    if a.burst:
+        table["burst round (2 pools)"] = burst_case()
     print(f"load before: {os.getloadavg()[0]:.2f}")
     times: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in table}
     for r in range(a.rounds):
