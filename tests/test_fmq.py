@@ -460,3 +460,6 @@ def test_the_ring_s_packet_shapes_take_the_fast_path():
     data = fmq._pack_request_fast(*case)
     assert data == fmq._pack_request_reference(*case)
     assert fmq._unpack_request_fast(data) == fmq._unpack_request_reference(data)
+    # its format is compiled for the call, not kept: big packets do not pile up in the cache
+    assert all(len(fmt) <= fmq._STRUCT_CACHED_CHARS for fmt in fmq._STRUCTS)
+    assert fmq._STRUCTS and len(fmq._STRUCTS) <= fmq._STRUCTS_MAX

@@ -587,6 +587,7 @@ _MEASURES = (MeasureTiming.NO, MeasureTiming.YES)
 _STATUSES = {int(s): s for s in ErrorStatus}
 _STRUCTS: dict[str, struct.Struct] = {}
 _STRUCTS_MAX = 256  # packet shapes kept; a burst sees a handful
+_STRUCT_CACHED_CHARS = 4096  # a compiled format holds ~14 bytes per character of it
 # Decoded locations, shared: DataLocation is frozen, and building one costs more than the rest
 # of its datum's decoding. A burst reuses a few locations again and again.
 _LOCATIONS: dict[tuple[int, int, int], DataLocation] = {}
@@ -597,6 +598,8 @@ _NO_LOCATION = DataLocation(0, 0, 0)
 def _packer(fmt: str) -> struct.Struct:
     st = _STRUCTS.get(fmt)
     if st is None:
+        if len(fmt) > _STRUCT_CACHED_CHARS:  # a rare big packet: compiled, not kept
+            return struct.Struct(fmt)
         if len(_STRUCTS) >= _STRUCTS_MAX:
             _STRUCTS.clear()
         st = _STRUCTS[fmt] = struct.Struct(fmt)
