@@ -397,7 +397,7 @@ def mutate(packet, data):
     return bytes(packet)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(requests(), st.data())
 def test_fast_request_decoding_of_mutations_equals_the_datum_path(case, data):
     packet = mutate(fmq.pack_request(*case), data)
@@ -409,7 +409,7 @@ def test_fast_request_decoding_of_mutations_equals_the_datum_path(case, data):
     assert fast is None if reference[0] != "ok" else fast == reference[1]
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(results(), st.data())
 def test_fast_result_decoding_of_mutations_equals_the_datum_path(case, data):
     packet = mutate(fmq.pack_result(*case), data)
