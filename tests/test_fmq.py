@@ -2,6 +2,7 @@
 
 import struct
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -334,3 +335,131 @@ def test_encoder_checks_slots_measure_and_results():
         fmq.pack_result(42, [], NO_TIMING)
     with pytest.raises(FmqEncodeError):
         fmq.encode_request_datums([FmqRequestDatum(K.INPUT_OPERAND_DIMENSION_VALUE, -3)])
+
+
+# ---- the fast path equals the datum path ------------------------------------------------------
+#
+# pack_request & co. go straight between HAL objects and bytes, and fall back to the datum path
+# (the reference) on anything unusual. These tests hold the fast forms to the reference: the
+# same bytes, the same decoded values, and wherever the reference refuses, the fast form gives
+# up too, so the error (type and message) is the reference's.
+
+def outcome(f, *args):
+    try:
+        return "ok", f(*args)
+    except (FmqDecodeError, FmqEncodeError) as e:
+        return type(e), str(e)
+
+
+@settings(max_examples=300, deadline=None)
+@given(requests())
+def test_fast_request_encoding_and_decoding_equal_the_datum_path(case):
+    fast = fmq._pack_request_fast(*case)
+    assert fast is not None  # plain values: the fast path itself answers
+    assert fast == fmq._pack_request_reference(*case) == fmq.pack_request(*case)
+    decoded = fmq._unpack_request_fast(fast)
+    assert decoded is not None
+    assert decoded == fmq._unpack_request_reference(fast) == fmq.unpack_request(fast)
+    assert fmq._unpack_request_fast(bytearray(fast)) == decoded
+    assert fmq._unpack_request_fast(memoryview(fast)) == decoded
+
+
+@settings(max_examples=300, deadline=None)
+@given(results())
+def test_fast_result_encoding_and_decoding_equal_the_datum_path(case):
+    fast = fmq._pack_result_fast(*case)
+    assert fast is not None
+    assert fast == fmq._pack_result_reference(*case) == fmq.pack_result(*case)
+    decoded = fmq._unpack_result_fast(fast)
+    assert decoded is not None
+    assert decoded == fmq._unpack_result_reference(fast) == fmq.unpack_result(fast) == case
+
+
+def mutate(packet, data):
+    packet = bytearray(packet)
+    op = data.draw(st.sampled_from(["flip", "word", "delete", "insert", "datum"]))
+    i = data.draw(st.integers(0, len(packet) - 1))
+    if op == "flip":
+        packet[i] ^= data.draw(st.integers(1, 255))
+    elif op == "word":  # a whole aligned word: counts, tags and paddings get large values
+        j = i - i % 4
+        packet[j:j + 4] = data.draw(st.binary(min_size=4, max_size=4))
+    elif op == "delete":
+        del packet[i:i + data.draw(st.integers(1, 2 * DATUM_SIZE))]
+    elif op == "insert":
+        packet[i:i] = data.draw(st.binary(min_size=1, max_size=2 * DATUM_SIZE))
+    else:  # drop or duplicate a whole datum: the packet stays aligned
+        j = i - i % DATUM_SIZE
+        if data.draw(st.booleans()):
+            del packet[j:j + DATUM_SIZE]
+        else:
+            packet[j:j] = packet[j:j + DATUM_SIZE]
+    return bytes(packet)
+
+
+@settings(max_examples=500, deadline=None)
+@given(requests(), st.data())
+def test_fast_request_decoding_of_mutations_equals_the_datum_path(case, data):
+    packet = mutate(fmq.pack_request(*case), data)
+    reference = outcome(fmq._unpack_request_reference, packet)
+    assert outcome(fmq.unpack_request, packet) == reference
+    # Never laxer (the fast form gives up and leaves the error to the reference), and no
+    # stricter either: whatever the reference accepts, the fast form decodes itself.
+    fast = fmq._unpack_request_fast(packet)
+    assert fast is None if reference[0] != "ok" else fast == reference[1]
+
+
+@settings(max_examples=500, deadline=None)
+@given(results(), st.data())
+def test_fast_result_decoding_of_mutations_equals_the_datum_path(case, data):
+    packet = mutate(fmq.pack_result(*case), data)
+    reference = outcome(fmq._unpack_result_reference, packet)
+    assert outcome(fmq.unpack_result, packet) == reference
+    fast = fmq._unpack_result_fast(packet)
+    assert fast is None if reference[0] != "ok" else fast == reference[1]
+
+
+class Dim(int):
+    """An int subclass: not the fast path's plain int, still an integer to the reference."""
+
+
+@pytest.mark.parametrize("value", [
+    3, 0, 2**32 - 1, 2**32, -1, True, Dim(5), np.uint32(7), np.int64(-2), 2.0, "4", None,
+])
+def test_fast_encoding_of_odd_values_equals_the_datum_path(value):
+    """Where the fast path gives up (other types, ranges), the answer is still the reference's."""
+    args = [RequestArgument(False, DataLocation(value, 0, 4), [2]),
+            RequestArgument(False, DataLocation(0, value, 4), [2]),
+            RequestArgument(False, DataLocation(0, 0, 4), [value, 3]),
+            RequestArgument(value)]
+    for arg in args:
+        case = (Request([arg], (arg,), [None]), MeasureTiming.YES, [1])
+        assert outcome(fmq.pack_request, *case) == outcome(fmq._pack_request_reference, *case)
+    for slots, measure in (([value], MeasureTiming.NO), ([0], value)):
+        case = (Request([], [], [None]), measure, slots)
+        assert outcome(fmq.pack_request, *case) == outcome(fmq._pack_request_reference, *case)
+    for case in ((ErrorStatus.NONE, [OutputShape([value])], NO_TIMING),
+                 (ErrorStatus.NONE, (OutputShape([1], value),), NO_TIMING),
+                 (ErrorStatus.NONE, [], Timing(value, 0)),
+                 (value, [], NO_TIMING)):
+        assert outcome(fmq.pack_result, *case) == outcome(fmq._pack_result_reference, *case)
+
+
+def test_the_ring_s_packet_shapes_take_the_fast_path():
+    """The burst's ADD packet (2 inputs, 1 output, 3 pools) and its result, and a big packet."""
+    arg = RequestArgument(False, DataLocation(0, 0, 64), [1, 16])
+    case = (Request([arg, arg], [arg], [None] * 3), MeasureTiming.NO, [0, 1, 2])
+    data = fmq._pack_request_fast(*case)
+    assert data is not None and len(data) == 336
+    assert fmq._unpack_request_fast(data) == fmq._unpack_request_reference(data)
+    res = fmq._pack_result_fast(ErrorStatus.NONE, [OutputShape([1, 16])], Timing(5, 6))
+    assert res is not None and len(res) == 120
+    assert fmq._unpack_result_fast(res) == (ErrorStatus.NONE, [OutputShape([1, 16])], Timing(5, 6))
+    big = RequestArgument(False, DataLocation(0, 0, 4), list(range(2000)))
+    case = (Request([big] * 3, [big], [None] * 300), MeasureTiming.YES, list(range(300)))
+    data = fmq._pack_request_fast(*case)
+    assert data == fmq._pack_request_reference(*case)
+    assert fmq._unpack_request_fast(data) == fmq._unpack_request_reference(data)
+    # its format is compiled for the call, not kept: big packets do not pile up in the cache
+    assert all(len(fmt) <= fmq._STRUCT_CACHED_CHARS for fmt in fmq._STRUCTS)
+    assert fmq._STRUCTS and len(fmq._STRUCTS) <= fmq._STRUCTS_MAX

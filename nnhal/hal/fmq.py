@@ -45,6 +45,11 @@ decodes to: padding must be zero, booleans 0 or 1, enums known, counts must agre
 datums that follow, datums must come in order and nothing may trail. Every rejection is a
 :class:`FmqDecodeError` (a ValueError), never another exception. Semantic checks of the decoded
 request (pool indexes, dimensions against the model) are left to request validation.
+
+The one-call forms (:func:`pack_request`, :func:`unpack_request`, :func:`pack_result`,
+:func:`unpack_result`) are a burst's per-execution cost, so they skip the datum objects: they
+go between HAL objects and bytes directly, and hand anything unusual to the datum path, which
+stays the definition of the format and of every error message.
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from nnhal.hal.types import (
+    NO_TIME,
+    NO_TIMING,
     DataLocation,
     ErrorStatus,
     MeasureTiming,
@@ -566,18 +573,239 @@ def decode_result_datums(data: bytes | bytearray | memoryview) -> list[FmqResult
 
 
 # ---- one-call forms ---------------------------------------------------------------------------
+#
+# The datum path above (objects per datum) is the reference: it defines what is accepted and
+# says precisely why not. The burst's hot path uses the fast forms below, which go straight
+# between HAL objects and bytes with one struct per packet shape. A fast form returns None as
+# soon as anything is unusual (a value of an unexpected type, a range error, any deviation from
+# the canonical byte layout); the caller then runs the reference path, which gives the same
+# bytes or result, or the same error with its message. So a fast form can only be stricter than
+# the reference, never laxer, and its figures apply to well-formed traffic.
 
-def pack_request(request: Request, measure: MeasureTiming, slots: Sequence[int]) -> bytes:
-    """Request + measure + pool identifiers -> packet bytes."""
+_W6 = struct.Struct("<6I")  # any datum as six little-endian uint32 words
+_MEASURES = (MeasureTiming.NO, MeasureTiming.YES)
+_STATUSES = {int(s): s for s in ErrorStatus}
+_STRUCTS: dict[str, struct.Struct] = {}
+_STRUCTS_MAX = 256  # packet shapes kept; a burst sees a handful
+_STRUCT_CACHED_CHARS = 4096  # a compiled format holds ~14 bytes per character of it
+# Decoded locations, shared: DataLocation is frozen, and building one costs more than the rest
+# of its datum's decoding. A burst reuses a few locations again and again.
+_LOCATIONS: dict[tuple[int, int, int], DataLocation] = {}
+_LOCATIONS_MAX = 1024
+_NO_LOCATION = DataLocation(0, 0, 0)
+
+
+def _packer(fmt: str) -> struct.Struct:
+    st = _STRUCTS.get(fmt)
+    if st is None:
+        if len(fmt) > _STRUCT_CACHED_CHARS:  # a rare big packet: compiled, not kept
+            return struct.Struct(fmt)
+        if len(_STRUCTS) >= _STRUCTS_MAX:
+            _STRUCTS.clear()
+        st = _STRUCTS[fmt] = struct.Struct(fmt)
+    return st
+
+
+def _pack_request_fast(request: object, measure: object, slots: object) -> bytes | None:
+    if type(request) is not Request or type(slots) not in (list, tuple):
+        return None
+    inputs, outputs = request.inputs, request.outputs  # type: ignore[attr-defined]
+    if type(inputs) is not list or type(outputs) is not list:
+        return None
+    if len(slots) != len(request.pools):  # type: ignore[arg-type, attr-defined]
+        return None
+    if type(measure) not in (MeasureTiming, int) or measure not in (0, 1):
+        return None
+    fmt = ["<I4I4x"]
+    vals: list[object] = [0, 0, len(inputs), len(outputs), len(slots)]
+    count = 1
+    for tag, dim_tag, args in ((1, 2, inputs), (3, 4, outputs)):
+        for arg in args:
+            if type(arg) is not RequestArgument:
+                return None
+            no_value = arg.has_no_value
+            if no_value is True:
+                fmt.append("IB3x4I")
+                vals += (tag, 1, 0, 0, 0, 0)
+                count += 1
+                continue
+            loc, dims = arg.location, arg.dimensions
+            if no_value is not False or type(loc) is not DataLocation \
+                    or type(dims) not in (list, tuple):
+                return None
+            p, o, n = loc.pool_index, loc.offset, loc.length
+            if type(p) is not int or type(o) is not int or type(n) is not int:
+                return None
+            nd = len(dims)
+            fmt.append("IB3x4I" + "II16x" * nd)
+            vals += (tag, 0, p, o, n, nd)
+            for d in dims:
+                if type(d) is not int:
+                    return None
+                vals.append(dim_tag)
+                vals.append(d)
+            count += 1 + nd
+    for s in slots:  # type: ignore[union-attr]
+        if type(s) is not int:
+            return None
+        vals.append(5)
+        vals.append(s)
+    count += len(slots) + 1  # type: ignore[arg-type]
+    if count > MAX_PACKET_DATUMS:
+        return None
+    fmt.append("Ii16x" * (len(slots) + 1))  # type: ignore[arg-type]
+    vals.append(6)
+    vals.append(measure)
+    vals[1] = count
+    return _packer("".join(fmt)).pack(*vals)  # struct.error (a range) -> reference
+
+
+def _view(data: object) -> bytes | memoryview | None:
+    if type(data) is bytes:
+        view: bytes | memoryview = data
+    else:
+        try:
+            view = memoryview(data).cast("B")  # type: ignore[arg-type]
+        except TypeError:
+            return None
+    size = len(view)
+    if not size or size % DATUM_SIZE or size > DATUM_SIZE * MAX_PACKET_DATUMS:
+        return None
+    return view
+
+
+def _unpack_request_fast(data: object) -> tuple[Request, list[int], MeasureTiming] | None:
+    view = _view(data)
+    if view is None:
+        return None
+    size = len(view)
+    u = _W6.unpack_from
+    tag, n, n_in, n_out, n_pools, pad = u(view, 0)
+    if tag or pad or n * DATUM_SIZE != size or n_in + n_out + n_pools + 2 > n:
+        return None
+    off = DATUM_SIZE
+    io: tuple[list[RequestArgument], list[RequestArgument]] = ([], [])
+    for tag_info, dim_tag, count, args in ((1, 2, n_in, io[0]), (3, 4, n_out, io[1])):
+        for _ in range(count):
+            if off >= size:
+                return None
+            tag, no_value, p, o, length, nd = u(view, off)
+            off += DATUM_SIZE
+            if tag != tag_info or no_value > 1:
+                return None
+            if no_value:
+                if p or o or length or nd:
+                    return None
+                args.append(RequestArgument(True, _NO_LOCATION, []))
+                continue
+            end = off + DATUM_SIZE * nd
+            if end > size:
+                return None
+            dims = []
+            while off < end:
+                tag, d, a, b, c, e = u(view, off)
+                if tag != dim_tag or a or b or c or e:
+                    return None
+                dims.append(d)
+                off += DATUM_SIZE
+            key = (p, o, length)
+            loc = _LOCATIONS.get(key)
+            if loc is None:
+                if len(_LOCATIONS) >= _LOCATIONS_MAX:
+                    _LOCATIONS.clear()
+                loc = _LOCATIONS[key] = DataLocation(p, o, length)
+            args.append(RequestArgument(False, loc, dims))
+    if off + DATUM_SIZE * (n_pools + 1) != size:
+        return None
+    slots = []
+    for _ in range(n_pools):
+        tag, s, a, b, c, e = u(view, off)
+        if tag != 5 or a or b or c or e:
+            return None
+        slots.append(s - 0x1_0000_0000 if s & 0x8000_0000 else s)
+        off += DATUM_SIZE
+    tag, m, a, b, c, e = u(view, off)
+    if tag != 6 or m > 1 or a or b or c or e:
+        return None
+    return Request(io[0], io[1], []), slots, _MEASURES[m]
+
+
+def _pack_result_fast(status: object, output_shapes: object, timing: object) -> bytes | None:
+    if type(status) is not ErrorStatus or type(output_shapes) not in (list, tuple) \
+            or type(timing) is not Timing:
+        return None
+    fmt = ["<I4xIiI4x"]
+    vals: list[object] = [0, 0, status, len(output_shapes)]  # type: ignore[arg-type]
+    count = 2
+    for shape in output_shapes:  # type: ignore[union-attr]
+        if type(shape) is not OutputShape:
+            return None
+        ok, dims = shape.is_sufficient, shape.dimensions
+        if (ok is not True and ok is not False) or type(dims) not in (list, tuple):
+            return None
+        nd = len(dims)
+        fmt.append("I4xB3xI8x" + "I4xI12x" * nd)
+        vals += (1, ok, nd)
+        for d in dims:
+            if type(d) is not int:
+                return None
+            vals.append(2)
+            vals.append(d)
+        count += 1 + nd
+    t_dev, t_drv = timing.time_on_device, timing.time_in_driver
+    if type(t_dev) is not int or type(t_drv) is not int or count > MAX_PACKET_DATUMS:
+        return None
+    fmt.append("I4xQQ")
+    vals += (3, t_dev, t_drv)
+    vals[1] = count
+    return _packer("".join(fmt)).pack(*vals)  # struct.error (a range) -> reference
+
+
+def _unpack_result_fast(data: object) -> tuple[ErrorStatus, list[OutputShape], Timing] | None:
+    view = _view(data)
+    if view is None:
+        return None
+    size = len(view)
+    u = _W6.unpack_from
+    tag, pad0, n, status, n_ops, pad = u(view, 0)
+    if tag or pad0 or pad or n * DATUM_SIZE != size or n_ops + 2 > n \
+            or status not in _STATUSES:
+        return None
+    off = DATUM_SIZE
+    shapes = []
+    for _ in range(n_ops):
+        if off >= size:
+            return None
+        tag, pad0, ok, nd, a, b = u(view, off)
+        off += DATUM_SIZE
+        end = off + DATUM_SIZE * nd
+        if tag != 1 or pad0 or ok > 1 or a or b or end > size:
+            return None
+        dims = []
+        while off < end:
+            tag, pad0, d, a, b, c = u(view, off)
+            if tag != 2 or pad0 or a or b or c:
+                return None
+            dims.append(d)
+            off += DATUM_SIZE
+        shapes.append(OutputShape(dims, ok == 1))
+    if off + DATUM_SIZE != size:
+        return None
+    tag, pad0, dev_lo, dev_hi, drv_lo, drv_hi = u(view, off)
+    if tag != 3 or pad0:
+        return None
+    dev, drv = dev_hi << 32 | dev_lo, drv_hi << 32 | drv_lo
+    return (_STATUSES[status], shapes,
+            NO_TIMING if dev == drv == NO_TIME else Timing(dev, drv))
+
+
+def _pack_request_reference(request: Request, measure: MeasureTiming,
+                            slots: Sequence[int]) -> bytes:
     return encode_request_datums(serialize_request(request, measure, slots))
 
 
-def unpack_request(data: bytes | bytearray | memoryview
-                   ) -> tuple[Request, list[int], MeasureTiming]:
-    """Packet bytes -> (request without pools, pool identifiers, measure), strictly.
-
-    The header is checked before the rest is decoded, so a lying packetSize costs nothing.
-    """
+def _unpack_request_reference(data: bytes | bytearray | memoryview
+                              ) -> tuple[Request, list[int], MeasureTiming]:
     view = _split(data)
     head = decode_request_datums(view[:DATUM_SIZE])[0]
     if head.kind is not RequestDatumKind.PACKET_INFORMATION:
@@ -586,18 +814,52 @@ def unpack_request(data: bytes | bytearray | memoryview
     return deserialize_request(decode_request_datums(view))
 
 
-def pack_result(status: ErrorStatus, output_shapes: Sequence[OutputShape],
-                timing: Timing) -> bytes:
-    """(status, output shapes, timing) -> packet bytes."""
+def _pack_result_reference(status: ErrorStatus, output_shapes: Sequence[OutputShape],
+                           timing: Timing) -> bytes:
     return encode_result_datums(serialize_result(status, output_shapes, timing))
 
 
-def unpack_result(data: bytes | bytearray | memoryview
-                  ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
-    """Packet bytes -> (status, output shapes, timing), strictly."""
+def _unpack_result_reference(data: bytes | bytearray | memoryview
+                             ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
     view = _split(data)
     head = decode_result_datums(view[:DATUM_SIZE])[0]
     if head.kind is not ResultDatumKind.PACKET_INFORMATION:
         raise FmqDecodeError(f"datum 0: expected PACKET_INFORMATION, found {head.kind.name}")
     _check_packet_size(head.value.packet_size, len(view) // DATUM_SIZE)  # type: ignore
     return deserialize_result(decode_result_datums(view))
+
+
+def pack_request(request: Request, measure: MeasureTiming, slots: Sequence[int]) -> bytes:
+    """Request + measure + pool identifiers -> packet bytes; FmqEncodeError if unrepresentable."""
+    try:
+        data = _pack_request_fast(request, measure, slots)
+    except (struct.error, TypeError):
+        data = None
+    return _pack_request_reference(request, measure, slots) if data is None else data
+
+
+def unpack_request(data: bytes | bytearray | memoryview
+                   ) -> tuple[Request, list[int], MeasureTiming]:
+    """Packet bytes -> (request without pools, pool identifiers, measure), strictly.
+
+    The header is checked before the rest is decoded, so a lying packetSize costs nothing.
+    """
+    got = _unpack_request_fast(data)
+    return _unpack_request_reference(data) if got is None else got
+
+
+def pack_result(status: ErrorStatus, output_shapes: Sequence[OutputShape],
+                timing: Timing) -> bytes:
+    """(status, output shapes, timing) -> packet bytes; FmqEncodeError if unrepresentable."""
+    try:
+        data = _pack_result_fast(status, output_shapes, timing)
+    except (struct.error, TypeError):
+        data = None
+    return _pack_result_reference(status, output_shapes, timing) if data is None else data
+
+
+def unpack_result(data: bytes | bytearray | memoryview
+                  ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+    """Packet bytes -> (status, output shapes, timing), strictly."""
+    got = _unpack_result_fast(data)
+    return _unpack_result_reference(data) if got is None else got
