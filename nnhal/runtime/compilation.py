@@ -183,7 +183,7 @@ class Compilation:
         self._whole_device = whole[0] if whole else None
         self.prepared = PlanPrepared(hal.main, steps,
                                      None if self.explicit else self._reference_prepared,
-                                     self._whole_prepared)
+                                     self._whole_prepared, model=hal)
 
     def _steps(self, hal: Any, candidates: Sequence[Device], choice: list[int]) -> list[Step]:
         """The steps of a model, each prepared; an IF/WHILE the runtime runs gets a plan for
@@ -215,7 +215,7 @@ class Compilation:
             raise fail(ResultCode.BAD_DATA if self.explicit else ResultCode.OP_FAILED,
                        f"finish: operations {e.operations} of subgraph {k} are supported by "
                        f"no device") from None
-        return PlanPrepared(sub.main, self._steps(sub, candidates, choice))
+        return PlanPrepared(sub.main, self._steps(sub, candidates, choice), model=sub)
 
     def _whole_on(self, device: Device, fell_back: bool = False) -> None:
         """Prepare the whole model on one device (on the reference when that fails and the

@@ -8,7 +8,9 @@ Operations are then ordered topologically so that runs on one device stay long, 
 becomes a :class:`Step`: a HAL sub-model of its own whose inputs are the model inputs and
 values of earlier steps it reads (constants stay constants) and whose outputs are the model
 outputs and values later steps read. An IF or WHILE stays inside a step: a device that claims
-it claims the subgraphs it references.
+it claims the subgraphs it references. When the best device for an IF/WHILE is the reference
+driver (upstream's CPU device) and there are other devices, the runtime runs it itself and
+partitions each body the same way, as upstream's control-flow interpreter does.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.types import (
     Model,
     Operand,
@@ -107,7 +110,14 @@ def assign(model: Model, devices: Sequence[Any], preference: int) -> list[int]:
             missing.append(k)
             choice.append(-1)
             continue
-        choice.append(min(able, key=lambda j: _cost(devices[j], model, k, preference)))
+        best = min(able, key=lambda j: _cost(devices[j], model, k, preference))
+        if (int(model.main.operations[k].type) in _CONTROL_FLOW and len(devices) > 1
+                and isinstance(getattr(devices[best], "hal", None), ReferenceDevice)):
+            # As upstream does with its CPU device: rather than run the whole IF/WHILE on
+            # the fallback device, the runtime runs it so each body is partitioned too.
+            choice.append(RUNTIME)
+            continue
+        choice.append(best)
     if missing:
         raise NoDevice(missing)
     return choice

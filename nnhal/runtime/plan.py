@@ -28,6 +28,7 @@ from nnhal.hal.types import (
     ErrorStatus,
     MeasureTiming,
     MemoryPool,
+    OperandLifeTime,
     OperationType,
     OutputShape,
     Request,
@@ -138,8 +139,10 @@ class PlanPrepared(_RuntimePrepared):
     """A model split in steps over several devices, run by the runtime."""
 
     def __init__(self, main: Any, steps: list[Step], fallback: Callable[[], Any] | None = None,
-                 whole: Callable[[], Any] | None = None):
+                 whole: Callable[[], Any] | None = None, model: Any = None):
         self.main = main  # the whole model's main subgraph
+        #: The HAL model holding the constants (a runtime-run IF/WHILE may read them).
+        self.model = model
         self.steps = steps
         self.fallback = fallback
         #: The whole model prepared on one of the compilation's devices that supports all of
@@ -256,21 +259,42 @@ class PlanPrepared(_RuntimePrepared):
                 return status
             return [sub[o] for o in plan.main.output_indexes]
 
+        def value(i: int) -> Any:
+            """An operand's value: computed, or a constant of the model (an omitted one is
+            None)."""
+            if i in env:
+                return env[i]
+            o = sg.operands[i]
+            dims = list(o.dimensions)
+            loc = o.location
+            if o.lifetime == OperandLifeTime.CONSTANT_COPY and self.model is not None:
+                raw = np.frombuffer(self.model.operand_values, dtype=np.uint8)
+            elif o.lifetime == OperandLifeTime.CONSTANT_REFERENCE and self.model is not None \
+                    and 0 <= loc.pool_index < len(self.model.pools):
+                raw = _pool_bytes(self.model.pools[loc.pool_index])
+            elif o.lifetime == OperandLifeTime.NO_VALUE:
+                return None, dims
+            else:
+                raise KeyError(i)
+            if raw is None or loc.offset + loc.length > raw.nbytes:
+                raise KeyError(i)
+            return raw[loc.offset:loc.offset + loc.length], dims
+
         def truth(value: Any) -> bool | None:
             data = value[0]
             return None if data is None or data.nbytes < 1 else bool(data[0])
 
         if int(op.type) == int(OperationType.IF):
-            cond = truth(env[op.inputs[0]])
+            cond = truth(value(op.inputs[0]))
             if cond is None:
                 return ErrorStatus.INVALID_ARGUMENT
             outs = call(branch(op.inputs[1] if cond else op.inputs[2]),
-                        [env[i] for i in op.inputs[3:]])
+                        [value(i) for i in op.inputs[3:]])
             if not isinstance(outs, list):
                 return outs
         else:  # WHILE: condition, body, then the loop-carried, state and input-only values
             cond_plan, body = branch(op.inputs[0]), branch(op.inputs[1])
-            values = [env[i] for i in op.inputs[2:]]
+            values = [value(i) for i in op.inputs[2:]]
             limit = loop_timeout if loop_timeout is not None else DEFAULT_LOOP_TIMEOUT_NS
             started = time.monotonic_ns()
             while True:
