@@ -234,8 +234,10 @@ class Model:
             raise fail(ResultCode.BAD_DATA, f"setOperandValueFromModel: operand {index} is not "
                        f"of type MODEL")
         if not value.finished or value.invalid:
-            raise fail(ResultCode.BAD_DATA, "setOperandValueFromModel: the value model is not "
-                       "finished")
+            # Upstream (ModelBuilder::setOperandValueFromModel) answers BAD_STATE for both.
+            raise fail(ResultCode.BAD_STATE, "setOperandValueFromModel: the value model is not "
+                       "finished" if not value.finished else "setOperandValueFromModel: the "
+                       "value model is invalid")
         self.values[index] = ("model", value)
 
     def set_operand_symm_per_channel_quant_params(self, index: int, scales: Sequence[float],

@@ -144,7 +144,7 @@ def test_set_operand_value_from_model_rules():
     assert N.ANeuralNetworksModel_addOperand(m, T(F32, [1])) == OK
     unfinished = add_model(finish=False)
     f = N.ANeuralNetworksModel_setOperandValueFromModel
-    assert f(m, 0, unfinished) == R.BAD_DATA
+    assert f(m, 0, unfinished) == R.BAD_STATE  # as upstream: the value model's state
     assert f(m, 0, None) == R.UNEXPECTED_NULL
     assert f(m, 1, add_model()) == R.BAD_DATA  # not a MODEL operand
     assert f(m, 0, add_model()) == OK
