@@ -32,6 +32,7 @@ from nnhal.hal.types import (
 from nnhal.runtime.codes import PreferenceCode
 
 _CONTROL_FLOW = {int(OperationType.IF), int(OperationType.WHILE)}
+_CONSTANTS = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE)
 #: The "device" of an IF or WHILE that no device supports together with its bodies: the
 #: runtime evaluates it, running each body's own (partitioned) plan.
 RUNTIME = -2
@@ -186,6 +187,10 @@ def build_steps(model: Model, devices: Sequence[Any], runs: list[tuple[int, list
                   (i in main_in or sg.operands[i].lifetime ==
                    OperandLifeTime.TEMPORARY_VARIABLE or
                    sg.operands[i].lifetime == OperandLifeTime.SUBGRAPH_OUTPUT)]
+        if not inputs and d != RUNTIME:
+            # A HAL model needs an input: a step reading only constants gets its first one
+            # as an input, which the runtime feeds from the model's value.
+            inputs = [i for i in read if sg.operands[i].lifetime in _CONSTANTS][:1]
         outputs = [o for o in dict.fromkeys(produced)
                    if o in main_out or readers.get(o, set()) - {s}]
         if not outputs and produced:

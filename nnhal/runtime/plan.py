@@ -235,13 +235,34 @@ class PlanPrepared(_RuntimePrepared):
             if step.device is None:
                 status = self._run_control(step, env, deadline, loop_timeout)
             else:
-                if any(env[i][0] is not None and any(d == 0 for d in env[i][1])
-                       for i in step.inputs):
+                if any(v[0] is not None and any(d == 0 for d in v[1])
+                       for v in (self._value(env, i) for i in step.inputs)):
                     return _ZERO_SIZED
                 status = self._run_step(step, env, deadline, loop_timeout)
             if status is _ZERO_SIZED or status != ErrorStatus.NONE:
                 return status
         return ErrorStatus.NONE
+
+    def _value(self, env: dict[int, Any], i: int) -> Any:
+        """An operand's value: computed, or a constant of the model (an omitted one is None):
+        a runtime-run IF/WHILE and a step fed a constant read it."""
+        if i in env:
+            return env[i]
+        o = self.main.operands[i]
+        dims = list(o.dimensions)
+        loc = o.location
+        if o.lifetime == OperandLifeTime.CONSTANT_COPY and self.model is not None:
+            raw = np.frombuffer(self.model.operand_values, dtype=np.uint8)
+        elif o.lifetime == OperandLifeTime.CONSTANT_REFERENCE and self.model is not None \
+                and 0 <= loc.pool_index < len(self.model.pools):
+            raw = _pool_bytes(self.model.pools[loc.pool_index])
+        elif o.lifetime == OperandLifeTime.NO_VALUE:
+            return None, dims
+        else:
+            raise KeyError(i)
+        if raw is None or loc.offset + loc.length > raw.nbytes:
+            raise KeyError(i)
+        return raw[loc.offset:loc.offset + loc.length], dims
 
     def _run_control(self, step: Step, env: dict[int, Any], deadline: int | None,
                      loop_timeout: int | None) -> Any:
@@ -260,25 +281,7 @@ class PlanPrepared(_RuntimePrepared):
             return [sub[o] for o in plan.main.output_indexes]
 
         def value(i: int) -> Any:
-            """An operand's value: computed, or a constant of the model (an omitted one is
-            None)."""
-            if i in env:
-                return env[i]
-            o = sg.operands[i]
-            dims = list(o.dimensions)
-            loc = o.location
-            if o.lifetime == OperandLifeTime.CONSTANT_COPY and self.model is not None:
-                raw = np.frombuffer(self.model.operand_values, dtype=np.uint8)
-            elif o.lifetime == OperandLifeTime.CONSTANT_REFERENCE and self.model is not None \
-                    and 0 <= loc.pool_index < len(self.model.pools):
-                raw = _pool_bytes(self.model.pools[loc.pool_index])
-            elif o.lifetime == OperandLifeTime.NO_VALUE:
-                return None, dims
-            else:
-                raise KeyError(i)
-            if raw is None or loc.offset + loc.length > raw.nbytes:
-                raise KeyError(i)
-            return raw[loc.offset:loc.offset + loc.length], dims
+            return self._value(env, i)
 
         def truth(value: Any) -> bool | None:
             data = value[0]
@@ -322,8 +325,8 @@ class PlanPrepared(_RuntimePrepared):
         sg = self.main
         in_size = 0
         in_args = []
-        for i in step.inputs:
-            data, dims = env[i]
+        values = [self._value(env, i) for i in step.inputs]
+        for data, dims in values:
             if data is None:
                 in_args.append(RequestArgument(True, DataLocation(0, 0, 0), []))
                 continue
@@ -333,10 +336,10 @@ class PlanPrepared(_RuntimePrepared):
             in_size += data.nbytes
         in_mem = self._take(in_size)
         buf = in_mem.mapped()
-        for i, a in zip(step.inputs, in_args):
+        for (data, _dims), a in zip(values, in_args):
             if not a.has_no_value:
                 off = a.location.offset
-                buf[off:off + a.location.length] = env[i][0]
+                buf[off:off + a.location.length] = data
         sizes = []
         for i in step.outputs:
             o = step.model.main.operands[step.model.main.output_indexes[len(sizes)]]

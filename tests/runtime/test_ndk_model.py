@@ -194,7 +194,9 @@ def test_finish_of_invalid_model_is_bad_data_then_bad_state():
     m = new_model()
     for _ in range(2):
         assert N.ANeuralNetworksModel_addOperand(m, T(F32, [2])) == OK
-    assert N.ANeuralNetworksModel_addOperation(m, 0, [0], [1]) == OK  # ADD needs 3 inputs
+    assert N.ANeuralNetworksModel_addOperand(m, T(I32)) == OK
+    # Counts and types fit ADD, but its activation (operand 2) never gets a value.
+    assert N.ANeuralNetworksModel_addOperation(m, 0, [0, 0, 2], [1]) == OK
     assert N.ANeuralNetworksModel_identifyInputsAndOutputs(m, [0], [1]) == OK
     assert N.ANeuralNetworksModel_finish(m) == R.BAD_DATA
     assert N.ANeuralNetworksModel_addOperand(m, T(F32, [2])) == R.BAD_STATE
