@@ -228,3 +228,57 @@ def test_supported_operations_for_devices_rules(device):
     assert f(add_model(), [None])[0] == R.UNEXPECTED_NULL
     assert f(add_model(), None)[0] == R.UNEXPECTED_NULL
     assert f(add_model(), [device]) == (OK, [True])
+
+
+# ---- addOperation checks the signature at once (upstream's ModelBuilder::addOperation) ----
+
+TENSOR_I32 = 4
+
+
+def _operands(m, *types):
+    for t in types:
+        assert N.ANeuralNetworksModel_addOperand(m, t) == OK
+
+
+def test_add_operation_with_too_few_inputs_is_bad_data():
+    m = new_model()
+    _operands(m, T(F32, [2]), T(F32, [2]))
+    assert N.ANeuralNetworksModel_addOperation(m, 0, [0], [1]) == R.BAD_DATA  # ADD takes 3
+    # Nothing was added: the same operands still take a valid ADD.
+    _operands(m, T(I32))
+    assert N.ANeuralNetworksModel_addOperation(m, 0, [0, 0, 2], [1]) == OK
+
+
+def test_add_operation_with_too_many_outputs_is_bad_data():
+    m = new_model()
+    _operands(m, T(F32, [2]), T(I32), T(F32, [2]), T(F32, [2]))
+    assert N.ANeuralNetworksModel_addOperation(m, 0, [0, 0, 1], [2, 3]) == R.BAD_DATA
+
+
+def test_add_operation_with_an_input_of_the_wrong_type_is_bad_data():
+    m = new_model()
+    _operands(m, T(F32, [2]), T(F32, [2]), T(F32, [2]))
+    # The activation (input 2) must be an INT32 scalar, not a tensor.
+    assert N.ANeuralNetworksModel_addOperation(m, 0, [0, 1, 2], [1]) == R.BAD_DATA
+
+
+def test_add_operation_with_mixed_tensor_types_is_bad_data():
+    m = new_model()
+    _operands(m, T(F32, [2]), T(TENSOR_I32, [2]), T(I32), T(F32, [2]))
+    assert N.ANeuralNetworksModel_addOperation(m, 0, [0, 1, 2], [3]) == R.BAD_DATA
+
+
+def test_add_operation_with_an_output_of_the_wrong_type_is_bad_data():
+    m = new_model()
+    _operands(m, T(F32, [2]), T(I32), T(TENSOR_I32, [2]))
+    assert N.ANeuralNetworksModel_addOperation(m, 0, [0, 0, 1], [2]) == R.BAD_DATA
+
+
+def test_add_operation_before_its_constants_are_set_is_fine():
+    """Values may come after addOperation: only counts and types are checked at once."""
+    m = new_model()
+    _operands(m, T(F32, [2]), T(I32), T(F32, [2]))
+    assert N.ANeuralNetworksModel_addOperation(m, 0, [0, 0, 1], [2]) == OK
+    assert N.ANeuralNetworksModel_setOperandValue(m, 1, np.int32(0).tobytes(), 4) == OK
+    assert N.ANeuralNetworksModel_identifyInputsAndOutputs(m, [0], [2]) == OK
+    assert N.ANeuralNetworksModel_finish(m) == OK
