@@ -395,3 +395,48 @@ def test_a_body_no_device_supports_fails_the_compilation():
     with pytest.raises(NdkError) as e:
         compile_on(while_model(), [Device.of(FakeDevice({O.LESS}), "fake")])
     assert e.value.code == ResultCode.BAD_DATA
+
+
+class CachingFake(FakeDevice):
+    """A FakeDevice that caches like the reference driver and counts cache hits."""
+
+    def __init__(self, types: set[int]):
+        super().__init__(types)
+        self.hits = 0
+
+    def get_number_of_cache_files_needed(self) -> Any:
+        return self.inner.get_number_of_cache_files_needed()
+
+    def prepare_model_from_cache(self, *a: Any) -> Any:
+        status = self.inner.prepare_model_from_cache(*a)
+        self.hits += status == ErrorStatus.NONE
+        return status
+
+
+def test_each_step_is_cached_under_its_own_token(tmp_path):
+    """setCaching on a split compilation caches every step; a second compilation of the same
+    model over the same devices prepares every step from the cache, and still computes."""
+    fake, reference = CachingFake({O.RELU, O.TANH}), ReferenceDevice()
+    hits: list[int] = []
+    real = reference.prepare_model_from_cache
+
+    def spy(*a: Any) -> Any:
+        status = real(*a)
+        hits.append(int(status))
+        return status
+
+    reference.prepare_model_from_cache = spy  # type: ignore[method-assign]
+    devs = [Device.of(reference, "reference"), Device.of(fake, "fake")]
+    for _ in range(2):
+        c = Compilation.for_devices(chain_model(), devs)
+        c.set_caching(str(tmp_path), b"\3" * 32)
+        c.finish()
+        assert [s["device"] for s in c.plan()] == ["fake", "reference", "fake"]
+        np.testing.assert_allclose(run(c), EXPECTED, rtol=1e-6)
+    assert fake.hits == 2 and hits == [0]  # both fake steps and the reference step
+    # Another split (other devices' preference) does not find those steps.
+    c = Compilation.for_devices(chain_model(), devs)
+    c.set_preference(PreferenceCode.LOW_POWER)
+    c.set_caching(str(tmp_path), b"\3" * 32)
+    c.finish()
+    assert fake.hits == 2 and hits == [0]
