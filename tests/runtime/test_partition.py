@@ -440,3 +440,25 @@ def test_each_step_is_cached_under_its_own_token(tmp_path):
     c.set_caching(str(tmp_path), b"\3" * 32)
     c.finish()
     assert fake.hits == 2 and hits == [0]
+
+
+def test_a_step_reading_only_constants_is_fed_one_of_them():
+    """A HAL model needs an input: the step of ADD(c1, c2) gets c1 as its input, which the
+    runtime feeds from the model's value (it was refused before)."""
+    b = ModelBuilder()
+    x = b.input(F32, [4])
+    c1 = b.constant(F32, np.array([1, 2, 3, 4], np.float32))
+    c2 = b.constant(F32, np.array([10, 20, 30, 40], np.float32))
+    t, out = b.operand(F32, [4]), b.output(F32, [4])
+    b.operation(O.ADD, [c1, c2, b.scalar(T.INT32, 0)], [t])
+    b.operation(O.MUL, [t, x, b.scalar(T.INT32, 0)], [out])
+    c = compile_on(RtModel.from_hal(b.build()), [ref(), Device.of(FakeDevice({O.MUL}), "fake")])
+    plan = c.plan()
+    assert [s["device"] for s in plan] == ["reference", "fake"]
+    assert len(plan[0]["inputs"]) == 1  # the constant c1, fed by the runtime
+    out_v = np.zeros(4, np.float32)
+    e = Execution(c)
+    e.set_input(0, None, np.full(4, 2, np.float32))
+    e.set_output(0, None, out_v)
+    e.compute()
+    np.testing.assert_array_equal(out_v, [22, 44, 66, 88])
