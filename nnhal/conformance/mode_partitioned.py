@@ -2,12 +2,16 @@
 
 The model is built through the NDK calls as in mode ``runtime`` and compiled with
 createForDevices over the device under test and :class:`HalfDevice`, a second reference device
-that claims only a seeded random half of the operation types and reports better capabilities,
-so the partitioner gives it every operation it can and nearly every model with operations of
-both halves is split. HalfDevice refuses to prepare a model containing any other type, so an
-operation partitioned to the wrong device fails loudly; createForDevices never falls back.
-The results must equal the reference's (the usual tolerances), through compute, startCompute,
-burst and a reusable execution.
+that claims only a random half of the operation types and reports better capabilities, so the
+partitioner gives it every operation it can. The half is drawn per case, from the printed base
+seed and the case's name (so any case is reproducible), and drawn again (up to
+:data:`MAX_DRAWS` times) until the model's operations fall on both devices, IF/WHILE bodies
+included (the runtime runs a control-flow operation the reference would run whole, and
+partitions its bodies). HalfDevice refuses to prepare a model containing a type it does not
+claim, so an operation partitioned to the wrong device fails loudly; createForDevices never
+falls back. The results must equal the reference's (the usual tolerances), through compute,
+startCompute, burst and a reusable execution; the case's message says whether the compiled
+plan really used both devices ("split") and the summary counts them.
 """
 
 from __future__ import annotations
@@ -22,7 +26,13 @@ from nnhal.conformance.mode_runtime import (
     _compile_and_run,
     build_case,
 )
-from nnhal.conformance.runner import CaseFailure, ExpectedFailureSeen, Options, Unsupported
+from nnhal.conformance.runner import (
+    SPLIT_MESSAGE,
+    CaseFailure,
+    ExpectedFailureSeen,
+    Options,
+    Unsupported,
+)
 from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.interfaces import IDevice
 from nnhal.hal.types import (
@@ -42,17 +52,67 @@ from nnhal.runtime.devices import Device
 DEFAULT_SEED = 14
 
 
-def half_of_types(seed: int = DEFAULT_SEED) -> frozenset[int]:
-    """A seeded random half of the operation types (control flow included)."""
+#: How many halves are drawn for a case before settling for one that does not split it.
+MAX_DRAWS = 16
+
+
+def half_of_types(seed: int = DEFAULT_SEED, case: str | None = None,
+                  draw: int = 0) -> frozenset[int]:
+    """A random half of the operation types (control flow included): the base seed's own half,
+    or draw ``draw`` of a case's (seeded by the base seed, the case's name and the draw)."""
     types = sorted(int(t) for t in OperationType if int(t) < 10000)
-    return frozenset(random.Random(seed).sample(types, len(types) // 2))
+    rng = random.Random(seed if case is None else f"{seed}/{case}/{draw}")
+    return frozenset(rng.sample(types, len(types) // 2))
 
 
 def describe(seed: int = DEFAULT_SEED) -> str:
-    """One line naming the seed and the types the test driver claims."""
-    names = sorted(OperationType(t).name for t in half_of_types(seed))
-    return f"partitioned: test driver 'half' (seed {seed}) claims {len(names)} operation " \
-           f"types: {' '.join(names)}"
+    """One line naming the base seed and how each case's half is drawn."""
+    n = len([t for t in OperationType if int(t) < 10000]) // 2
+    return (f"partitioned: test driver 'half' claims {n} operation types, drawn per case "
+            f"from base seed {seed} and the case name (up to {MAX_DRAWS} draws until the "
+            f"model is split)")
+
+
+def _devices_used(half: HalfDevice, model: Model, sg_index: int, seen: set[int]) -> set[str]:
+    """Which devices the partitioner puts a subgraph's operations on, the reference under test
+    claiming every operation: "half" for those HalfDevice claims (bodies included), an
+    unclaimed IF/WHILE run by the runtime with its bodies partitioned alike."""
+    sg = model.main if sg_index < 0 else model.referenced[sg_index]
+    used: set[str] = set()
+    for op in sg.operations:
+        bodies = [int(sg.operands[i].location.offset) for i in op.inputs
+                  if sg.operands[i].lifetime == OperandLifeTime.SUBGRAPH]
+        bodies = [k for k in bodies if 0 <= k < len(model.referenced)]
+        if int(op.type) in half.types and all(half._types_ok(model, k, {k}) for k in bodies):
+            used.add("half")
+        elif int(op.type) in (int(OperationType.IF), int(OperationType.WHILE)):
+            for k in bodies:
+                if k not in seen:
+                    used |= _devices_used(half, model, k, seen | {k})
+        else:
+            used.add("reference")
+    return used
+
+
+def half_for(case: str, model: Model, seed: int = DEFAULT_SEED) -> tuple[frozenset[int], int]:
+    """The case's half and its draw: the first draw that splits the model, else the last."""
+    types = frozenset()
+    for draw in range(MAX_DRAWS):
+        types = half_of_types(seed, case, draw)
+        if len(_devices_used(HalfDevice(types, _inner()), model, -1, set())) > 1:
+            return types, draw
+    return types, MAX_DRAWS - 1
+
+
+def plan_devices(steps: Sequence[Any]) -> set[str]:
+    """The devices a compiled plan runs on, through the plans of runtime-run IF/WHILE bodies."""
+    used: set[str] = set()
+    for step in steps:
+        if step.device is not None:
+            used.add(step.device.name)
+        for branch in step.branches.values():
+            used |= plan_devices(branch.steps)
+    return used
 
 
 def _better(p: PerformanceInfo) -> PerformanceInfo:
@@ -149,22 +209,34 @@ class HalfDevice(IDevice):
             close()
 
 
-_half: HalfDevice | None = None
+_reference: ReferenceDevice | None = None
+
+
+def _inner() -> ReferenceDevice:
+    """The one reference device behind every case's HalfDevice in this process."""
+    global _reference
+    if _reference is None:
+        _reference = ReferenceDevice()
+    return _reference
 
 
 def half_device(seed: int = DEFAULT_SEED) -> HalfDevice:
-    """The process's test driver (one reference device object behind it)."""
-    global _half
-    if _half is None or _half.types != half_of_types(seed):
-        _half = HalfDevice(half_of_types(seed))
-    return _half
+    """A test driver claiming the base seed's own half."""
+    return HalfDevice(half_of_types(seed), _inner())
 
 
 def run(device: IDevice, case: Case, opts: Options) -> str:
     model, built = build_case(case)
+    used: set[str] = set()
+
+    def look(comp: Any) -> None:
+        used.update(plan_devices(comp.steps))
+
     try:
+        hal = model.hal
+        types, _draw = half_for(case.name, hal) if hal is not None else (half_of_types(), 0)
         dev = Device.of(device, getattr(device, "name", None) or "device")
-        half = Device.of(half_device(), "half")
+        half = Device.of(HalfDevice(types, _inner()), "half")
         code, supported = N.ANeuralNetworksModel_getSupportedOperationsForDevices(
             model, [dev, half])
         if code != int(ResultCode.NO_ERROR):
@@ -174,11 +246,12 @@ def run(device: IDevice, case: Case, opts: Options) -> str:
         if not all(supported):
             raise Unsupported(", ".join(sorted({case.data["model"]["main"]["operations"][i]["type"]
                                                 for i, s in enumerate(supported) if not s})))
-        _compile_and_run(case, model, [dev, half], opts, "partitioned")
+        _compile_and_run(case, model, [dev, half], opts, "partitioned", look)
     finally:
         for obj in built.keep:
             if hasattr(obj, "close"):
                 obj.close()
         for mm in built.models:
             N.ANeuralNetworksModel_free(mm)
-    return "partitioned: " + "+".join(PATHS)
+    head = SPLIT_MESSAGE if len(used) > 1 else "partitioned (one device)"
+    return f"{head}: " + "+".join(PATHS)

@@ -14,6 +14,7 @@ every execution fails with a code other than NO_ERROR.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -271,7 +272,8 @@ def _check_results(case: Case, label: str, outs: list[np.ndarray],
 
 
 def _compile_and_run(case: Case, model: Any, devices: list[Any] | None, opts: Options,
-                     tag: str) -> None:
+                     tag: str, look: Callable[[Any], None] | None = None) -> None:
+    """Compile and run every path; ``look`` sees the finished compilation (its plan)."""
     if devices is not None:
         code, comp = N.ANeuralNetworksCompilation_createForDevices(model, devices)
     else:
@@ -284,6 +286,8 @@ def _compile_and_run(case: Case, model: Any, devices: list[Any] | None, opts: Op
             if case.expect_failure:
                 raise ExpectedFailureSeen(f"{tag}: Compilation_finish: {_code_name(code)}")
             raise CaseFailure(f"{tag}: Compilation_finish: {_code_name(code)}")
+        if look is not None:
+            look(comp)
         code, burst = N.ANeuralNetworksBurst_create(comp)
         _check(code, "Burst_create")
         single = devices is not None and len(devices) == 1

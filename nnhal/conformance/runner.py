@@ -377,6 +377,10 @@ def run_case(device: IDevice, case: Case, mode: str, opts: Options) -> tuple[str
         return FAILED, f"crash: {type(e).__name__}: {e}"
 
 
+#: How mode ``partitioned`` starts the message of a case whose plan used both devices.
+SPLIT_MESSAGE = "partitioned (split)"
+
+
 # ---- reporting ----------------------------------------------------------------------------
 
 @dataclass
@@ -432,6 +436,11 @@ class Report:
             lines.append(f"mode {mode}: {c[PASSED]} passed, {c[FAILED]} failed, "
                          f"{c[SKIPPED]} skipped" +
                          (f" ({c[NOT_APPLICABLE]} not applicable)" if c[NOT_APPLICABLE] else ""))
+            if mode == "partitioned":
+                split = sum(1 for k in self.cases if k["mode"] == mode and
+                            k["result"] == PASSED and k["message"].startswith(SPLIT_MESSAGE))
+                lines.append(f"  split across both devices (plan): {split} of "
+                             f"{c[PASSED]} passed")
             for (m, f), fc in sorted(self.folders.items()):
                 if m == mode:
                     lines.append(f"  {f:<16} {fc[PASSED]:5d} passed {fc[FAILED]:4d} failed "

@@ -196,10 +196,13 @@ def _describe(types: tuple[OperandType, ...] | None) -> str:
     return "any type" if types is None else " or ".join(t.name for t in types)
 
 
-def check(signature: Signature, inputs: Sequence[object], outputs: Sequence[object]) -> None:
+def check(signature: Signature, inputs: Sequence[object], outputs: Sequence[object],
+          presence: bool = True) -> None:
     """Raise :class:`SignatureError` unless the operands fit one form and one variant.
 
     ``inputs`` and ``outputs`` need ``type`` and ``lifetime`` attributes (operand infos).
+    ``presence=False`` checks counts and types only: the NDK's addOperation comes before the
+    values (constant or omitted) are necessarily set.
     """
     name = signature.op.name
     candidates = [s for f in signature.forms if (s := _spread(f, len(inputs))) is not None]
@@ -212,7 +215,7 @@ def check(signature: Signature, inputs: Sequence[object], outputs: Sequence[obje
                              f"outputs, got {len(outputs)}")
     first_error: str | None = None
     for slots in candidates:
-        problem = _check_presence(name, slots, inputs)
+        problem = _check_presence(name, slots, inputs) if presence else None
         if problem is None:
             problem = _check_types(signature, slots, inputs, out_slots, outputs)
             if problem is None:

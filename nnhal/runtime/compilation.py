@@ -183,9 +183,16 @@ class Compilation:
         self._whole_device = whole[0] if whole else None
         self.prepared = PlanPrepared(hal.main, steps,
                                      None if self.explicit else self._reference_prepared,
-                                     self._whole_prepared)
+                                     self._whole_prepared, model=hal)
 
-    def _steps(self, hal: Any, candidates: Sequence[Device], choice: list[int]) -> list[Step]:
+    def _partition_key(self) -> bytes:
+        """What the partition depends on besides the model (which the app's token names)."""
+        names = self.devices if self.devices is not None else devices()
+        return ("\0".join(f"{d.name}/{d.version}" for d in names) +
+                f"\0pref{int(self.preference)}").encode()
+
+    def _steps(self, hal: Any, candidates: Sequence[Device], choice: list[int],
+               where: str = "main") -> list[Step]:
         """The steps of a model, each prepared; an IF/WHILE the runtime runs gets a plan for
         each subgraph it references (partitioned the same way, recursively)."""
         shapes = None
@@ -196,7 +203,8 @@ class Compilation:
         steps = build_steps(hal, candidates, group(hal, choice), shapes)
         for step in steps:
             if step.device is not None:
-                step.prepared = self._prepare(step.device, step.model)
+                key = f"{where}:{','.join(map(str, step.operations))}".encode()
+                step.prepared = self._prepare(step.device, step.model, step=key)
                 continue
             op = hal.main.operations[step.operations[0]]
             for i in op.inputs:
@@ -204,10 +212,12 @@ class Compilation:
                 if o.lifetime == OperandLifeTime.SUBGRAPH:
                     k = int(o.location.offset)
                     if k not in step.branches:
-                        step.branches[k] = self._branch(hal, k, candidates)
+                        step.branches[k] = self._branch(hal, k, candidates,
+                                                        f"{where}/{step.operations[0]}.{k}")
         return steps
 
-    def _branch(self, hal: Any, k: int, candidates: Sequence[Device]) -> PlanPrepared:
+    def _branch(self, hal: Any, k: int, candidates: Sequence[Device],
+                where: str = "") -> PlanPrepared:
         sub = subgraph_model(hal, k)
         try:
             choice = assign(sub, candidates, self.preference)
@@ -215,7 +225,7 @@ class Compilation:
             raise fail(ResultCode.BAD_DATA if self.explicit else ResultCode.OP_FAILED,
                        f"finish: operations {e.operations} of subgraph {k} are supported by "
                        f"no device") from None
-        return PlanPrepared(sub.main, self._steps(sub, candidates, choice))
+        return PlanPrepared(sub.main, self._steps(sub, candidates, choice, where), model=sub)
 
     def _whole_on(self, device: Device, fell_back: bool = False) -> None:
         """Prepare the whole model on one device (on the reference when that fails and the
@@ -284,9 +294,13 @@ class Compilation:
     def _deadline(self) -> int | None:
         return time.monotonic_ns() + self.timeout_ns if self.timeout_ns else None
 
-    def _prepare(self, device: Device, model: Any, cache: bool = True) -> IPreparedModel:
+    def _prepare(self, device: Device, model: Any, cache: bool = True,
+                 step: bytes | None = None) -> IPreparedModel:
+        """``step`` names a step's sub-model (see :meth:`_steps`) so that it is cached under a
+        token of its own; without it only the whole model is cached."""
         deadline = self._deadline()
-        files = self._cache_files(device) if cache and model is self.model.hal else None
+        files = self._cache_files(device, step) if cache and (
+            model is self.model.hal or step is not None) else None
         try:
             if files is not None:
                 model_fds, data_fds, token, complete = files
@@ -323,8 +337,11 @@ class Compilation:
                 for fd in (*files[0], *files[1]):
                     os.close(fd)
 
-    def _cache_files(self, device: Device) -> tuple[list[int], list[int], bytes, bool] | None:
-        """(model fds, data fds, device token, all files were there) or None: no caching."""
+    def _cache_files(self, device: Device, step: bytes | None = None
+                     ) -> tuple[list[int], list[int], bytes, bool] | None:
+        """(model fds, data fds, device token, all files were there) or None: no caching. A
+        step's token also covers the partition that made it (the devices, the preference and
+        the step's place), so a step is found again only for the same split."""
         if self.cache_dir is None or self.token is None:
             return None
         status, n_model, n_data = device.hal.get_number_of_cache_files_needed()
@@ -332,6 +349,9 @@ class Compilation:
             return None
         token = hashlib.sha256(self.token + device.name.encode() + b"\0" +
                                device.version.encode()).digest()
+        if step is not None:
+            split = self._partition_key() + b"\0" + step
+            token = hashlib.sha256(token + b"\0step\0" + split).digest()
         stem = os.path.join(self.cache_dir, token.hex()[:40])
         names = [f"{stem}_m{i}" for i in range(n_model)] + \
             [f"{stem}_d{i}" for i in range(n_data)]

@@ -554,9 +554,6 @@ class Execution:
         else the runtime waits for the dependencies and computes."""
         if dependencies is None or any(d is None for d in dependencies):
             raise fail(ResultCode.UNEXPECTED_NULL, "startComputeWithDependencies: NULL event")
-        if self.timeout_ns:
-            raise fail(ResultCode.BAD_DATA, "startComputeWithDependencies: the execution has "
-                       "a timeout (setTimeout); use the duration argument")
         if duration_ns and not self.compilation.single_device:
             raise fail(ResultCode.BAD_DATA, "startComputeWithDependencies: a duration needs a "
                        "compilation created by createForDevices with one device")

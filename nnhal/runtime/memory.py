@@ -72,7 +72,8 @@ class MemoryDesc:
         what = "addOutputRole" if is_output else "addInputRole"
         self._check_open(what)
         if not getattr(compilation, "finished", False):
-            raise fail(ResultCode.BAD_DATA, f"{what}: the compilation is not finished")
+            # Upstream (MemoryBuilder::addRole) answers BAD_STATE here.
+            raise fail(ResultCode.BAD_STATE, f"{what}: the compilation is not finished")
         if compilation.failed:
             raise fail(ResultCode.BAD_DATA, f"{what}: the compilation failed")
         ios = compilation.model.outputs if is_output else compilation.model.inputs

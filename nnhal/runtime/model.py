@@ -31,6 +31,8 @@ from nnhal.hal.types import (
     OperandType as T,
 )
 from nnhal.memory import SharedMemory
+from nnhal.ops.catalog import signature
+from nnhal.ops.signature import SignatureError, check
 from nnhal.runtime.codes import MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, ResultCode, fail
 from nnhal.runtime.memory import Memory
 
@@ -38,6 +40,14 @@ L = OperandLifeTime
 _UINT32_MAX = 0xFFFF_FFFF
 _VALID_TYPES = frozenset(int(t) for t in T if t not in (T.OEM, T.TENSOR_OEM_BYTE))
 _VALID_OPERATIONS = frozenset(int(o) for o in OperationType if o.name != "OEM_OPERATION")
+
+
+@dataclass(frozen=True)
+class _TypeOnly:
+    """An operand as addOperation sees it for the signature: its type (no lifetime yet)."""
+
+    type: T
+    lifetime: None = None
 
 
 @dataclass
@@ -234,8 +244,10 @@ class Model:
             raise fail(ResultCode.BAD_DATA, f"setOperandValueFromModel: operand {index} is not "
                        f"of type MODEL")
         if not value.finished or value.invalid:
-            raise fail(ResultCode.BAD_DATA, "setOperandValueFromModel: the value model is not "
-                       "finished")
+            # Upstream (ModelBuilder::setOperandValueFromModel) answers BAD_STATE for both.
+            raise fail(ResultCode.BAD_STATE, "setOperandValueFromModel: the value model is not "
+                       "finished" if not value.finished else "setOperandValueFromModel: the "
+                       "value model is invalid")
         self.values[index] = ("model", value)
 
     def set_operand_symm_per_channel_quant_params(self, index: int, scales: Sequence[float],
@@ -263,7 +275,9 @@ class Model:
         op.extra_params = SymmPerChannelQuantParams(scales, channel_dim)
 
     def add_operation(self, type: int, inputs: Sequence[int], outputs: Sequence[int]) -> None:
-        """ANeuralNetworksModel_addOperation (the signature is checked at finish)."""
+        """ANeuralNetworksModel_addOperation: the operand counts and types are checked against
+        the operation's signature at once, as upstream does (values, which may be set later,
+        at finish)."""
         self._check_open("addOperation")
         if inputs is None or outputs is None:
             raise fail(ResultCode.UNEXPECTED_NULL, "addOperation: inputs or outputs are NULL")
@@ -280,7 +294,22 @@ class Model:
             if any(i in o.outputs for o in self.operations):
                 raise fail(ResultCode.BAD_DATA, f"addOperation: operand {i} is already the "
                            f"output of an operation")
+        self._check_signature(int(type), ins, outs)
         self.operations.append(Operation(type=int(type), inputs=ins, outputs=outs))
+
+    def _check_signature(self, op_type: int, ins: list[int], outs: list[int]) -> None:
+        sig = signature(op_type)
+        if sig is None:
+            return
+        try:
+            infos = [[_TypeOnly(T(int(self.operands[i].type))) for i in lst]
+                     for lst in (ins, outs)]
+        except ValueError:  # an extension operand type: the finish-time checks apply
+            return
+        try:
+            check(sig, infos[0], infos[1], presence=False)
+        except SignatureError as e:
+            raise fail(ResultCode.BAD_DATA, f"addOperation: {e}") from None
 
     def identify_inputs_and_outputs(self, inputs: Sequence[int],
                                     outputs: Sequence[int]) -> None:

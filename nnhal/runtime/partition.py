@@ -8,7 +8,9 @@ Operations are then ordered topologically so that runs on one device stay long, 
 becomes a :class:`Step`: a HAL sub-model of its own whose inputs are the model inputs and
 values of earlier steps it reads (constants stay constants) and whose outputs are the model
 outputs and values later steps read. An IF or WHILE stays inside a step: a device that claims
-it claims the subgraphs it references.
+it claims the subgraphs it references. When the best device for an IF/WHILE is the reference
+driver (upstream's CPU device) and there are other devices, the runtime runs it itself and
+partitions each body the same way, as upstream's control-flow interpreter does.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.types import (
     Model,
     Operand,
@@ -29,6 +32,7 @@ from nnhal.hal.types import (
 from nnhal.runtime.codes import PreferenceCode
 
 _CONTROL_FLOW = {int(OperationType.IF), int(OperationType.WHILE)}
+_CONSTANTS = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE)
 #: The "device" of an IF or WHILE that no device supports together with its bodies: the
 #: runtime evaluates it, running each body's own (partitioned) plan.
 RUNTIME = -2
@@ -107,7 +111,14 @@ def assign(model: Model, devices: Sequence[Any], preference: int) -> list[int]:
             missing.append(k)
             choice.append(-1)
             continue
-        choice.append(min(able, key=lambda j: _cost(devices[j], model, k, preference)))
+        best = min(able, key=lambda j: _cost(devices[j], model, k, preference))
+        if (int(model.main.operations[k].type) in _CONTROL_FLOW and len(devices) > 1
+                and isinstance(getattr(devices[best], "hal", None), ReferenceDevice)):
+            # As upstream does with its CPU device: rather than run the whole IF/WHILE on
+            # the fallback device, the runtime runs it so each body is partitioned too.
+            choice.append(RUNTIME)
+            continue
+        choice.append(best)
     if missing:
         raise NoDevice(missing)
     return choice
@@ -176,6 +187,10 @@ def build_steps(model: Model, devices: Sequence[Any], runs: list[tuple[int, list
                   (i in main_in or sg.operands[i].lifetime ==
                    OperandLifeTime.TEMPORARY_VARIABLE or
                    sg.operands[i].lifetime == OperandLifeTime.SUBGRAPH_OUTPUT)]
+        if not inputs and d != RUNTIME:
+            # A HAL model needs an input: a step reading only constants gets its first one
+            # as an input, which the runtime feeds from the model's value.
+            inputs = [i for i in read if sg.operands[i].lifetime in _CONSTANTS][:1]
         outputs = [o for o in dict.fromkeys(produced)
                    if o in main_out or readers.get(o, set()) - {s}]
         if not outputs and produced:

@@ -28,6 +28,7 @@ from nnhal.hal.types import (
     ErrorStatus,
     MeasureTiming,
     MemoryPool,
+    OperandLifeTime,
     OperationType,
     OutputShape,
     Request,
@@ -138,8 +139,10 @@ class PlanPrepared(_RuntimePrepared):
     """A model split in steps over several devices, run by the runtime."""
 
     def __init__(self, main: Any, steps: list[Step], fallback: Callable[[], Any] | None = None,
-                 whole: Callable[[], Any] | None = None):
+                 whole: Callable[[], Any] | None = None, model: Any = None):
         self.main = main  # the whole model's main subgraph
+        #: The HAL model holding the constants (a runtime-run IF/WHILE may read them).
+        self.model = model
         self.steps = steps
         self.fallback = fallback
         #: The whole model prepared on one of the compilation's devices that supports all of
@@ -232,13 +235,34 @@ class PlanPrepared(_RuntimePrepared):
             if step.device is None:
                 status = self._run_control(step, env, deadline, loop_timeout)
             else:
-                if any(env[i][0] is not None and any(d == 0 for d in env[i][1])
-                       for i in step.inputs):
+                if any(v[0] is not None and any(d == 0 for d in v[1])
+                       for v in (self._value(env, i) for i in step.inputs)):
                     return _ZERO_SIZED
                 status = self._run_step(step, env, deadline, loop_timeout)
             if status is _ZERO_SIZED or status != ErrorStatus.NONE:
                 return status
         return ErrorStatus.NONE
+
+    def _value(self, env: dict[int, Any], i: int) -> Any:
+        """An operand's value: computed, or a constant of the model (an omitted one is None):
+        a runtime-run IF/WHILE and a step fed a constant read it."""
+        if i in env:
+            return env[i]
+        o = self.main.operands[i]
+        dims = list(o.dimensions)
+        loc = o.location
+        if o.lifetime == OperandLifeTime.CONSTANT_COPY and self.model is not None:
+            raw = np.frombuffer(self.model.operand_values, dtype=np.uint8)
+        elif o.lifetime == OperandLifeTime.CONSTANT_REFERENCE and self.model is not None \
+                and 0 <= loc.pool_index < len(self.model.pools):
+            raw = _pool_bytes(self.model.pools[loc.pool_index])
+        elif o.lifetime == OperandLifeTime.NO_VALUE:
+            return None, dims
+        else:
+            raise KeyError(i)
+        if raw is None or loc.offset + loc.length > raw.nbytes:
+            raise KeyError(i)
+        return raw[loc.offset:loc.offset + loc.length], dims
 
     def _run_control(self, step: Step, env: dict[int, Any], deadline: int | None,
                      loop_timeout: int | None) -> Any:
@@ -256,21 +280,24 @@ class PlanPrepared(_RuntimePrepared):
                 return status
             return [sub[o] for o in plan.main.output_indexes]
 
+        def value(i: int) -> Any:
+            return self._value(env, i)
+
         def truth(value: Any) -> bool | None:
             data = value[0]
             return None if data is None or data.nbytes < 1 else bool(data[0])
 
         if int(op.type) == int(OperationType.IF):
-            cond = truth(env[op.inputs[0]])
+            cond = truth(value(op.inputs[0]))
             if cond is None:
                 return ErrorStatus.INVALID_ARGUMENT
             outs = call(branch(op.inputs[1] if cond else op.inputs[2]),
-                        [env[i] for i in op.inputs[3:]])
+                        [value(i) for i in op.inputs[3:]])
             if not isinstance(outs, list):
                 return outs
         else:  # WHILE: condition, body, then the loop-carried, state and input-only values
             cond_plan, body = branch(op.inputs[0]), branch(op.inputs[1])
-            values = [env[i] for i in op.inputs[2:]]
+            values = [value(i) for i in op.inputs[2:]]
             limit = loop_timeout if loop_timeout is not None else DEFAULT_LOOP_TIMEOUT_NS
             started = time.monotonic_ns()
             while True:
@@ -298,8 +325,8 @@ class PlanPrepared(_RuntimePrepared):
         sg = self.main
         in_size = 0
         in_args = []
-        for i in step.inputs:
-            data, dims = env[i]
+        values = [self._value(env, i) for i in step.inputs]
+        for data, dims in values:
             if data is None:
                 in_args.append(RequestArgument(True, DataLocation(0, 0, 0), []))
                 continue
@@ -309,10 +336,10 @@ class PlanPrepared(_RuntimePrepared):
             in_size += data.nbytes
         in_mem = self._take(in_size)
         buf = in_mem.mapped()
-        for i, a in zip(step.inputs, in_args):
+        for (data, _dims), a in zip(values, in_args):
             if not a.has_no_value:
                 off = a.location.offset
-                buf[off:off + a.location.length] = env[i][0]
+                buf[off:off + a.location.length] = data
         sizes = []
         for i in step.outputs:
             o = step.model.main.operands[step.model.main.output_indexes[len(sizes)]]

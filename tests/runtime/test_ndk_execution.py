@@ -147,9 +147,43 @@ def test_start_compute_with_dependencies_rules(device):
     f = N.ANeuralNetworksExecution_startComputeWithDependencies
     assert f(e, [], 10**9)[0] == R.BAD_DATA  # a duration needs one explicit device
     e, *_ = execution(compiled(device))
-    assert N.ANeuralNetworksExecution_setTimeout(e, 10**9) == OK
-    assert f(e, [], 0)[0] == R.BAD_DATA  # the execution has a timeout
     assert f(e, [None], 0)[0] == R.UNEXPECTED_NULL
+
+
+def test_fenced_execution_with_a_timeout_runs(device):
+    """As upstream's ExecutionBuilder::computeFenced: setTimeout is allowed (it becomes the
+    deadline), unlike a duration on a compilation of several devices."""
+    e, x, y, out = execution(compiled(device))
+    assert N.ANeuralNetworksExecution_setTimeout(e, 10**9) == OK
+    code, ev = N.ANeuralNetworksExecution_startComputeWithDependencies(e, [], 0)
+    assert code == OK
+    assert N.ANeuralNetworksEvent_wait(ev) == OK
+    np.testing.assert_array_equal(out, x + y)
+    N.ANeuralNetworksEvent_free(ev)
+
+
+def test_fenced_execution_with_an_output_of_unknown_size_is_bad_data(device):
+    """Fenced executions have no dynamic output shapes: an output of unknown dimensions is
+    BAD_DATA before anything runs."""
+    c = compiled(device, add_model(out_dims=(0, 0)))
+    out = np.zeros((1, 16), np.float32)
+    x = np.ones((1, 16), np.float32)
+    code, e = N.ANeuralNetworksExecution_create(c)
+    assert N.ANeuralNetworksExecution_setInput(e, 0, None, x, x.nbytes) == OK
+    assert N.ANeuralNetworksExecution_setInput(e, 1, None, x, x.nbytes) == OK
+    assert N.ANeuralNetworksExecution_setOutput(e, 0, None, out, out.nbytes) == OK
+    code, ev = N.ANeuralNetworksExecution_startComputeWithDependencies(e, [], 0)
+    assert code == R.BAD_DATA
+    assert ev is None
+    # With the output's dimensions given, the same model runs fenced.
+    t = N.ANeuralNetworksOperandType(F32, [1, 16])
+    code, e3 = N.ANeuralNetworksExecution_create(c)
+    assert N.ANeuralNetworksExecution_setInput(e3, 0, None, x, x.nbytes) == OK
+    assert N.ANeuralNetworksExecution_setInput(e3, 1, None, x, x.nbytes) == OK
+    assert N.ANeuralNetworksExecution_setOutput(e3, 0, t, out, out.nbytes) == OK
+    code, ev = N.ANeuralNetworksExecution_startComputeWithDependencies(e3, [], 0)
+    assert code == OK and N.ANeuralNetworksEvent_wait(ev) == OK
+    np.testing.assert_array_equal(out, x + x)
 
 
 def test_fenced_execution_chains_and_exposes_its_fence(device):

@@ -75,8 +75,6 @@ def test_memory_desc_role_rules(device):
     assert f(d, c, 0, 0.0) == R.BAD_DATA  # frequency outside (0, 1]
     assert f(d, c, 0, 1.5) == R.BAD_DATA
     assert f(d, None, 0, 1.0) == R.UNEXPECTED_NULL
-    code, unfinished = N.ANeuralNetworksCompilation_createForDevices(c.model, [device])
-    assert f(d, unfinished, 0, 1.0) == R.BAD_DATA
     assert f(d, c, 0, 0.5) == OK
     assert f(d, c, 0, 0.5) == R.BAD_DATA  # the same role twice
     assert N.ANeuralNetworksMemoryDesc_setDimensions(d, [2, 16]) == R.BAD_DATA
@@ -178,3 +176,16 @@ def test_device_memory_of_unknown_dimensions_takes_the_output_shape(device):
     code, dst = fd_memory(64)
     assert N.ANeuralNetworksMemory_copy(mem, dst) == OK
     assert np.frombuffer(dst.shared.read(0, 64), np.float32)[3] == 4.0
+
+
+def test_role_with_an_unfinished_compilation_is_bad_state(device):
+    """As upstream's MemoryBuilder::addRole: an unfinished compilation is a state error, for an
+    input role and an output role alike (and the descriptor stays usable)."""
+    c = compiled(device)
+    d = _desc(c, finish=False)
+    code, unfinished = N.ANeuralNetworksCompilation_createForDevices(c.model, [device])
+    assert code == OK
+    assert N.ANeuralNetworksMemoryDesc_addInputRole(d, unfinished, 0, 1.0) == R.BAD_STATE
+    assert N.ANeuralNetworksMemoryDesc_addOutputRole(d, unfinished, 0, 1.0) == R.BAD_STATE
+    assert N.ANeuralNetworksMemoryDesc_addOutputRole(d, c, 0, 1.0) == OK
+    N.ANeuralNetworksCompilation_free(unfinished)

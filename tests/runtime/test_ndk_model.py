@@ -144,7 +144,7 @@ def test_set_operand_value_from_model_rules():
     assert N.ANeuralNetworksModel_addOperand(m, T(F32, [1])) == OK
     unfinished = add_model(finish=False)
     f = N.ANeuralNetworksModel_setOperandValueFromModel
-    assert f(m, 0, unfinished) == R.BAD_DATA
+    assert f(m, 0, unfinished) == R.BAD_STATE  # as upstream: the value model's state
     assert f(m, 0, None) == R.UNEXPECTED_NULL
     assert f(m, 1, add_model()) == R.BAD_DATA  # not a MODEL operand
     assert f(m, 0, add_model()) == OK
@@ -194,7 +194,9 @@ def test_finish_of_invalid_model_is_bad_data_then_bad_state():
     m = new_model()
     for _ in range(2):
         assert N.ANeuralNetworksModel_addOperand(m, T(F32, [2])) == OK
-    assert N.ANeuralNetworksModel_addOperation(m, 0, [0], [1]) == OK  # ADD needs 3 inputs
+    assert N.ANeuralNetworksModel_addOperand(m, T(I32)) == OK
+    # Counts and types fit ADD, but its activation (operand 2) never gets a value.
+    assert N.ANeuralNetworksModel_addOperation(m, 0, [0, 0, 2], [1]) == OK
     assert N.ANeuralNetworksModel_identifyInputsAndOutputs(m, [0], [1]) == OK
     assert N.ANeuralNetworksModel_finish(m) == R.BAD_DATA
     assert N.ANeuralNetworksModel_addOperand(m, T(F32, [2])) == R.BAD_STATE
@@ -226,3 +228,57 @@ def test_supported_operations_for_devices_rules(device):
     assert f(add_model(), [None])[0] == R.UNEXPECTED_NULL
     assert f(add_model(), None)[0] == R.UNEXPECTED_NULL
     assert f(add_model(), [device]) == (OK, [True])
+
+
+# ---- addOperation checks the signature at once (upstream's ModelBuilder::addOperation) ----
+
+TENSOR_I32 = 4
+
+
+def _operands(m, *types):
+    for t in types:
+        assert N.ANeuralNetworksModel_addOperand(m, t) == OK
+
+
+def test_add_operation_with_too_few_inputs_is_bad_data():
+    m = new_model()
+    _operands(m, T(F32, [2]), T(F32, [2]))
+    assert N.ANeuralNetworksModel_addOperation(m, 0, [0], [1]) == R.BAD_DATA  # ADD takes 3
+    # Nothing was added: the same operands still take a valid ADD.
+    _operands(m, T(I32))
+    assert N.ANeuralNetworksModel_addOperation(m, 0, [0, 0, 2], [1]) == OK
+
+
+def test_add_operation_with_too_many_outputs_is_bad_data():
+    m = new_model()
+    _operands(m, T(F32, [2]), T(I32), T(F32, [2]), T(F32, [2]))
+    assert N.ANeuralNetworksModel_addOperation(m, 0, [0, 0, 1], [2, 3]) == R.BAD_DATA
+
+
+def test_add_operation_with_an_input_of_the_wrong_type_is_bad_data():
+    m = new_model()
+    _operands(m, T(F32, [2]), T(F32, [2]), T(F32, [2]))
+    # The activation (input 2) must be an INT32 scalar, not a tensor.
+    assert N.ANeuralNetworksModel_addOperation(m, 0, [0, 1, 2], [1]) == R.BAD_DATA
+
+
+def test_add_operation_with_mixed_tensor_types_is_bad_data():
+    m = new_model()
+    _operands(m, T(F32, [2]), T(TENSOR_I32, [2]), T(I32), T(F32, [2]))
+    assert N.ANeuralNetworksModel_addOperation(m, 0, [0, 1, 2], [3]) == R.BAD_DATA
+
+
+def test_add_operation_with_an_output_of_the_wrong_type_is_bad_data():
+    m = new_model()
+    _operands(m, T(F32, [2]), T(I32), T(TENSOR_I32, [2]))
+    assert N.ANeuralNetworksModel_addOperation(m, 0, [0, 0, 1], [2]) == R.BAD_DATA
+
+
+def test_add_operation_before_its_constants_are_set_is_fine():
+    """Values may come after addOperation: only counts and types are checked at once."""
+    m = new_model()
+    _operands(m, T(F32, [2]), T(I32), T(F32, [2]))
+    assert N.ANeuralNetworksModel_addOperation(m, 0, [0, 0, 1], [2]) == OK
+    assert N.ANeuralNetworksModel_setOperandValue(m, 1, np.int32(0).tobytes(), 4) == OK
+    assert N.ANeuralNetworksModel_identifyInputsAndOutputs(m, [0], [2]) == OK
+    assert N.ANeuralNetworksModel_finish(m) == OK

@@ -308,7 +308,10 @@ def if_model() -> Any:
 
 
 @pytest.mark.parametrize("claims, want", [
-    ({O.RELU, O.TANH}, ["fake", "reference", "fake"]),  # IF and its bodies on the reference
+    # The reference would run the IF whole: the runtime runs it instead (upstream's rule for
+    # its CPU device), its bodies partitioned (here both on the reference).
+    ({O.RELU, O.TANH}, ["fake", "runtime", "fake"]),
+    ({O.RELU, O.TANH, O.ADD}, ["fake", "runtime", "fake"]),  # then on fake, else on reference
     ({O.IF, O.ADD, O.MUL}, ["reference", "fake", "reference"]),  # IF with bodies on fake
 ])
 def test_control_flow_stays_in_a_step_with_its_bodies(claims, want):
@@ -392,3 +395,70 @@ def test_a_body_no_device_supports_fails_the_compilation():
     with pytest.raises(NdkError) as e:
         compile_on(while_model(), [Device.of(FakeDevice({O.LESS}), "fake")])
     assert e.value.code == ResultCode.BAD_DATA
+
+
+class CachingFake(FakeDevice):
+    """A FakeDevice that caches like the reference driver and counts cache hits."""
+
+    def __init__(self, types: set[int]):
+        super().__init__(types)
+        self.hits = 0
+
+    def get_number_of_cache_files_needed(self) -> Any:
+        return self.inner.get_number_of_cache_files_needed()
+
+    def prepare_model_from_cache(self, *a: Any) -> Any:
+        status = self.inner.prepare_model_from_cache(*a)
+        self.hits += status == ErrorStatus.NONE
+        return status
+
+
+def test_each_step_is_cached_under_its_own_token(tmp_path):
+    """setCaching on a split compilation caches every step; a second compilation of the same
+    model over the same devices prepares every step from the cache, and still computes."""
+    fake, reference = CachingFake({O.RELU, O.TANH}), ReferenceDevice()
+    hits: list[int] = []
+    real = reference.prepare_model_from_cache
+
+    def spy(*a: Any) -> Any:
+        status = real(*a)
+        hits.append(int(status))
+        return status
+
+    reference.prepare_model_from_cache = spy  # type: ignore[method-assign]
+    devs = [Device.of(reference, "reference"), Device.of(fake, "fake")]
+    for _ in range(2):
+        c = Compilation.for_devices(chain_model(), devs)
+        c.set_caching(str(tmp_path), b"\3" * 32)
+        c.finish()
+        assert [s["device"] for s in c.plan()] == ["fake", "reference", "fake"]
+        np.testing.assert_allclose(run(c), EXPECTED, rtol=1e-6)
+    assert fake.hits == 2 and hits == [0]  # both fake steps and the reference step
+    # Another split (other devices' preference) does not find those steps.
+    c = Compilation.for_devices(chain_model(), devs)
+    c.set_preference(PreferenceCode.LOW_POWER)
+    c.set_caching(str(tmp_path), b"\3" * 32)
+    c.finish()
+    assert fake.hits == 2 and hits == [0]
+
+
+def test_a_step_reading_only_constants_is_fed_one_of_them():
+    """A HAL model needs an input: the step of ADD(c1, c2) gets c1 as its input, which the
+    runtime feeds from the model's value (it was refused before)."""
+    b = ModelBuilder()
+    x = b.input(F32, [4])
+    c1 = b.constant(F32, np.array([1, 2, 3, 4], np.float32))
+    c2 = b.constant(F32, np.array([10, 20, 30, 40], np.float32))
+    t, out = b.operand(F32, [4]), b.output(F32, [4])
+    b.operation(O.ADD, [c1, c2, b.scalar(T.INT32, 0)], [t])
+    b.operation(O.MUL, [t, x, b.scalar(T.INT32, 0)], [out])
+    c = compile_on(RtModel.from_hal(b.build()), [ref(), Device.of(FakeDevice({O.MUL}), "fake")])
+    plan = c.plan()
+    assert [s["device"] for s in plan] == ["reference", "fake"]
+    assert len(plan[0]["inputs"]) == 1  # the constant c1, fed by the runtime
+    out_v = np.zeros(4, np.float32)
+    e = Execution(c)
+    e.set_input(0, None, np.full(4, 2, np.float32))
+    e.set_output(0, None, out_v)
+    e.compute()
+    np.testing.assert_array_equal(out_v, [22, 44, 66, 88])
