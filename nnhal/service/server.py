@@ -897,12 +897,12 @@ def serve(driver: str, socket_path: str | None = None, runtime_dir: str | None =
     device = open_device(driver)
     try:
         service = Service(device, os.path.abspath(socket_path), group=group)
-        entry = None
-        if rdir is not None:
-            entry = registration.register(rdir, name, service.path, driver)
         previous = {sig: signal.signal(sig, lambda *_: service.stop())
                     for sig in (signal.SIGTERM, signal.SIGINT)}
+        entry = None
         try:
+            if rdir is not None:  # last: a registered service answers and stops cleanly
+                entry = registration.register(rdir, name, service.path, driver)
             if ready is not None:
                 ready(service)
             service.serve_forever()

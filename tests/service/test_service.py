@@ -12,8 +12,8 @@ import time
 
 import numpy as np
 import pytest
-
 from helpers import add_model, float_inputs
+
 from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.builder import RequestBuilder
 from nnhal.hal.fence import FenceState, SyncFence

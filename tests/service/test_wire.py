@@ -7,10 +7,10 @@ import socket
 import struct
 
 import pytest
+from helpers import add_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import add_model
 from nnhal.hal.types import (
     NO_TIMING,
     BufferDesc,
