@@ -14,8 +14,8 @@ import threading
 import time
 
 import pytest
-
 from helpers import add_model
+
 from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.types import DataLocation, Request, RequestArgument
 from nnhal.memory import SharedMemory
