@@ -141,20 +141,19 @@ def test_kill_during_burst_and_fenced(slow_pm):
     assert fcb.get_execution_info()[0] == E.DEVICE_UNAVAILABLE
 
 
-def test_restarted_service_is_found_again(sock):
+def test_restarted_service_is_found_again(sock, monkeypatch):
     from nnhal.drivers import registry
 
+    monkeypatch.setattr(registry, "_DEVICES", dict(registry._DEVICES))
+    monkeypatch.setattr(registry, "_discovered", registry._discovered)
     proc = start(sock, delay=0.0)
     proc.kill()
     proc.wait(10)
     proc = start(sock, delay=0.0)  # the stale socket of the dead one is replaced
     try:
-        os.environ["NNHAL_RUNTIME_DIR"] = str(sock.parent / "rt")
-        try:
-            assert registry.reason("remote:dying") is None
-            dev = registry.open_device("remote:dying")
-        finally:
-            del os.environ["NNHAL_RUNTIME_DIR"]
+        monkeypatch.setenv("NNHAL_RUNTIME_DIR", str(sock.parent / "rt"))
+        assert registry.reason("remote:dying") is None
+        dev = registry.open_device("remote:dying")
         try:
             assert dev.get_type()[0] == E.NONE
             assert prepared(dev) is not None
