@@ -152,6 +152,8 @@ def test_restarted_service_is_found_again(sock, monkeypatch):
     proc = start(sock, delay=0.0)  # the stale socket of the dead one is replaced
     try:
         monkeypatch.setenv("NNHAL_RUNTIME_DIR", str(sock.parent / "rt"))
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        assert "NoNewPrivs:\t1" in status  # the service dropped the right to gain privileges
         assert registry.reason("remote:dying") is None
         dev = registry.open_device("remote:dying")
         try:

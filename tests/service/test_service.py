@@ -348,3 +348,46 @@ def test_registered_services_are_devices_of_the_registry_and_runtime(service, tm
         assert isinstance(dev, RemoteDevice) and dev.get_type()[0] == E.NONE
     finally:
         dev.close()
+
+
+def test_outstanding_calls_and_message_size_are_bounded(tmp_path):
+    svc = Service(ReferenceDevice(), tmp_path / "b.sock",
+                  limits=Limits(max_outstanding=1, max_body=4096))
+    t = threading.Thread(target=svc.serve_forever, daemon=True)
+    t.start()
+    dev = RemoteDevice(svc.path)
+    try:
+        big = add_model(DIMS)
+        big.operand_values = bytes(8192)  # past the 4 KiB message bound
+        assert dev.get_supported_operations(big) == (E.RESOURCE_EXHAUSTED_PERSISTENT, [])
+        assert dev.get_supported_operations(add_model(DIMS)) == (E.NONE, [True])
+        svc.test_delay = 0.5
+        out = []
+        busy = threading.Thread(target=lambda: out.append(dev.get_type()[0]))
+        _, _, pm = prepare(dev)
+        rb = request()
+        sync = threading.Thread(target=lambda: out.append(
+            pm.execute_synchronously(rb.request)[0]))
+        sync.start()
+        time.sleep(0.2)
+        busy.start()
+        busy.join()
+        sync.join()
+        assert sorted(out) == sorted([E.NONE, E.RESOURCE_EXHAUSTED_TRANSIENT])
+        rb.close()
+    finally:
+        svc.test_delay = 0.0
+        dev.close()
+        svc.stop()
+        t.join(5)
+        svc.device.close()
+
+
+def test_group_flag_makes_the_socket_0660_of_that_group(tmp_path):
+    svc = Service(ReferenceDevice(), tmp_path / "g.sock", group=str(os.getgid()))
+    try:
+        st = os.stat(svc.path)
+        assert stat.S_IMODE(st.st_mode) == 0o660 and st.st_gid == os.getgid()
+    finally:
+        svc.sock.close()
+        svc.device.close()
