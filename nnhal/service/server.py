@@ -92,7 +92,7 @@ class Session:
         self.outstanding = 0
         self.next_handle = 1
         self.closed = False
-        self.calls = ThreadPoolExecutor(self.limits.max_outstanding,
+        self.calls = ThreadPoolExecutor(self.limits.max_outstanding + 1,
                                         thread_name_prefix="nnhal-call")
 
     # ---- tables ---------------------------------------------------------------------------
@@ -154,6 +154,10 @@ class Session:
         self.send(Kind.ERROR, call_id, wr)
 
     def run(self) -> None:
+        """Read messages in order. On a call, the reading passes to another thread and this
+        one runs the call (leader/follower): a call's reply is one thread hand-off closer, and
+        a long call still never blocks the client's next message."""
+        done = True
         try:
             while not self.closed:
                 try:
@@ -165,11 +169,22 @@ class Session:
                     log.debug("%s: disconnected: %s", self.peer, e)
                     return
                 self.service.messages += 1
-                self.dispatch(kind, call_id, body, fds)
+                job = self.dispatch(kind, call_id, body, fds)
+                if job is not None:
+                    try:
+                        self.calls.submit(self.run)
+                    except RuntimeError:  # shut down meanwhile: the client is gone
+                        return
+                    done = False
+                    self._call(*job)
+                    return
         finally:
-            self.close()
+            if done:
+                self.close()
 
-    def dispatch(self, kind: Kind, call_id: int, body: memoryview, fds: list[int]) -> None:
+    def dispatch(self, kind: Kind, call_id: int, body: memoryview, fds: list[int]
+                 ) -> tuple[Kind, int, tuple] | None:
+        """Decode one message; handle an event or a refusal here; a call to run: returned."""
         room = self.limits.max_mapped - self.mapped
         r = Reader(body, fds, self.memory, max_new_bytes=room)
         try:
@@ -206,11 +221,7 @@ class Session:
         if busy:
             self.error(call_id, ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT)
             return
-        try:
-            self.calls.submit(self._call, kind, call_id, args)
-        except RuntimeError:  # shut down meanwhile
-            with self.lock:
-                self.outstanding -= 1
+        return kind, call_id, args
 
     def _call(self, kind: Kind, call_id: int, args: tuple) -> None:
         try:
