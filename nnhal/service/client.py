@@ -237,7 +237,14 @@ class Connection:
                 return
             if kind == Kind.ERROR:
                 status = _status_or(r, ErrorStatus.GENERAL_FAILURE)
-                self._unlearn(slot.new_mems)  # the service dropped the message: resend them
+                # The service may or may not have kept the memories this call defined (a
+                # message that did not decode defines nothing; a refused call's do stay):
+                # forget them either way (an unknown id is ignored) and define them afresh.
+                for mem in slot.new_mems:
+                    entry = self.mem_ids.get(mem)
+                    if entry is not None:
+                        self.events.append((Kind.FORGET, entry[0]))
+                self._unlearn(slot.new_mems)
                 cb = self.callbacks.pop(call_id, None)
                 if cb is not None:
                     self._notify(cb, status, None)

@@ -224,19 +224,24 @@ class Session:
         return kind, call_id, args
 
     def _call(self, kind: Kind, call_id: int, args: tuple) -> None:
+        reply: Writer | None = None
+        status = ErrorStatus.NONE
         try:
             reply = _HANDLERS[kind](self, call_id, *args)
-            if reply is not None:
-                self.send(Kind.REPLY, call_id, reply)
         except _Fail as e:
             log.info("%s: %s refused: %s", self.peer, kind.name, e)
-            self.error(call_id, e.status)
+            status = e.status
         except Exception as e:  # noqa: BLE001 - a driver or encoding failure is a status
             log.warning("%s: %s failed: %s: %s", self.peer, kind.name, type(e).__name__, e)
-            self.error(call_id, ErrorStatus.GENERAL_FAILURE)
+            status = ErrorStatus.GENERAL_FAILURE
         finally:
+            # Before replying: a client that calls again on the reply is not "too many".
             with self.lock:
                 self.outstanding -= 1
+        if status != ErrorStatus.NONE:
+            self.error(call_id, status)
+        elif reply is not None:
+            self.send(Kind.REPLY, call_id, reply)
 
     def _event(self, kind: Kind, args: tuple) -> None:
         if kind == Kind.FENCE_STATE:

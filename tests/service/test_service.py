@@ -369,7 +369,7 @@ def test_outstanding_calls_and_message_size_are_bounded(tmp_path):
         sync = threading.Thread(target=lambda: out.append(
             pm.execute_synchronously(rb.request)[0]))
         sync.start()
-        time.sleep(0.2)
+        assert wait_for(lambda: any(s.outstanding == 1 for s in list(svc.sessions)))
         busy.start()
         busy.join()
         sync.join()
