@@ -1,8 +1,9 @@
 """``nnhal serve``: one driver as a service on a Unix socket (docs/wire.md is the protocol).
 
-Each client gets a reader thread that decodes its messages in order (so memories and fences a
-message defines exist before the next message is read) and a small pool of call threads, so a
-long prepare or execution never blocks the client's other calls. Everything a client holds
+Each client's messages are read and decoded in order by one reader at a time (so memories and
+fences a message defines exist before the next message is read); on a call, the reader hands
+the reading to another thread of the client's pool and runs the call itself, so a long prepare
+or execution never blocks the client's other calls. Everything a client holds
 (prepared models, bursts, executions, buffers, memories, fences, cache holds) sits in its own
 :class:`Session` tables and is dropped when it disconnects. All input is hostile: a message
 that does not decode gets an ERROR reply with INVALID_ARGUMENT, one past a bound an ERROR
