@@ -358,6 +358,17 @@ class Connection:
             fence.add_done_callback(lambda f, i=fence_id: self._fence_done(f, i))
 
     def _fence_done(self, fence: SyncFence, fence_id: int) -> None:
+        if threading.current_thread() is self.reader:
+            # Never block the reader on the send lock (a sender may wait for the service,
+            # which may wait for this reader): send from the callback thread.
+            try:
+                self.notifier.submit(self._send_fence_state, fence, fence_id)
+            except RuntimeError:
+                pass  # the connection is dead
+            return
+        self._send_fence_state(fence, fence_id)
+
+    def _send_fence_state(self, fence: SyncFence, fence_id: int) -> None:
         wr = Writer()
         w.put_fence_state(wr, fence_id, w.FENCE_SIGNALED if fence.state == FenceState.SIGNALED
                           else w.FENCE_ERROR, None)
@@ -379,12 +390,9 @@ class Connection:
         if r.bool():
             os.close(r.fd("fence"))  # the service's readiness mirror; ours is local
         fence, cb = SyncFence(), RemoteFencedCallback()
-        with self.lock:
-            if self.dead:
-                fence.set_error()
-                cb._finish((UNAVAILABLE, NO_TIMING, NO_TIMING))
-            else:
-                self.fences[fence_id] = (fence, cb)
+        # On the reader thread, as is _die: no lock needed (and the reader never waits for
+        # the send lock, which a sender blocked on a full socket may hold).
+        self.fences[fence_id] = (fence, cb)
         return status, fence, cb
 
 
