@@ -62,6 +62,9 @@ class Limits:
     max_mapped: int = 4 << 30
 
 
+#: Seconds a send to a client may block (it does not read) before the client is dropped.
+SEND_TIMEOUT_S = 5
+
 _PM, _BURST, _EXEC, _BUFFER = "prepared model", "burst", "execution", "buffer"
 
 
@@ -93,6 +96,9 @@ class Session:
         self.outstanding = 0
         self.next_handle = 1
         self.closed = False
+        # A client that stops reading must not block the driver's threads that notify it.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                        struct.pack("ll", SEND_TIMEOUT_S, 0))
         self.calls = ThreadPoolExecutor(self.limits.max_outstanding + 1,
                                         thread_name_prefix="nnhal-call")
 
@@ -147,7 +153,12 @@ class Session:
             try:
                 send_message(self.sock, kind, call_id, body, fds)
             except Closed:
-                pass
+                # Gone, or not reading for SEND_TIMEOUT_S: drop it (its reader ends, and
+                # everything it held is released), so it cannot hold a driver thread.
+                try:
+                    self.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
     def error(self, call_id: int, status: ErrorStatus) -> None:
         wr = Writer()

@@ -35,7 +35,7 @@ from nnhal.memory import SharedMemory
 from nnhal.service import registration
 from nnhal.service import wire as w
 from nnhal.service.client import RemoteDevice
-from nnhal.service.server import Limits, Service
+from nnhal.service.server import SEND_TIMEOUT_S, Limits, Service
 from nnhal.service.transport import recv_message, send_message
 
 E = ErrorStatus
@@ -391,3 +391,23 @@ def test_group_flag_makes_the_socket_0660_of_that_group(tmp_path):
     finally:
         svc.sock.close()
         svc.device.close()
+
+
+def test_a_client_that_stops_reading_is_dropped(service, remote):
+    s = raw(service.path)
+    s.setblocking(False)
+    msg = w.pack_header(w.Kind.GET_VERSION_STRING, 1, 0, 0)
+    pending = b""
+    start = time.monotonic()
+    while time.monotonic() < start + 20:  # whole messages only, until the service stops
+        pending = pending or msg * 64
+        try:
+            pending = pending[s.send(pending):]
+        except BlockingIOError:
+            if wait_for(lambda: len(service.sessions) == 1, timeout=8):
+                break
+    # Dropped after the send timeout, not for bad framing: only the good client is left.
+    assert len(service.sessions) == 1
+    assert time.monotonic() - start >= SEND_TIMEOUT_S - 0.5
+    assert remote.get_type()[0] == E.NONE
+    s.close()
