@@ -411,3 +411,27 @@ def test_a_client_that_stops_reading_is_dropped(service, remote):
     assert time.monotonic() - start >= SEND_TIMEOUT_S - 0.5
     assert remote.get_type()[0] == E.NONE
     s.close()
+
+
+def test_reusable_execution_fenced_and_buffer_copy_from(remote):
+    _, _, pm = prepare(remote)
+    rb = request()
+    status, ex = pm.create_reusable_execution(rb.request)
+    assert status == E.NONE
+    gate = SyncFence()
+    status, fence, cb = ex.compute_fenced([gate, SyncFence.signaled()])
+    assert status == E.NONE and fence.state == FenceState.ACTIVE
+    gate.signal()
+    assert fence.wait(10) == FenceState.SIGNALED and cb.get_execution_info()[0] == E.NONE
+    check(rb)
+    status, buf, token = remote.allocate(BufferDesc(list(DIMS)), [pm], [BufferRole(0, 0)], [])
+    assert status == E.NONE
+    src = SharedMemory.from_bytes(np.arange(16, dtype=np.float32).tobytes())
+    assert buf.copy_from(src, [3, 3]) == E.INVALID_ARGUMENT
+    assert buf.copy_to(SharedMemory.ashmem(64)) == E.GENERAL_FAILURE  # never initialized
+    assert buf.copy_from(src, list(DIMS)) == E.NONE
+    dst = SharedMemory.ashmem(64)
+    assert buf.copy_to(dst) == E.NONE and dst.read(0, 64) == src.read(0, 64)
+    rb.close()
+    src.close()
+    dst.close()
