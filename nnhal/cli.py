@@ -1,5 +1,5 @@
 """The ``nnhal`` command: ``run``, ``info``, ``bench`` and ``view`` a model file; ``demo``,
-``ops``, ``conformance`` and ``mutations``.
+``ops``, ``conformance``, ``mutations``, ``serve`` and ``services``.
 
 Every subcommand is imported only when it runs, so that ``nnhal --help`` loads no numpy. An
 error a user can act on (any :class:`~nnhal.errors.NnhalError`, a bad argument) is one line
@@ -69,10 +69,10 @@ def _conformance(args: argparse.Namespace) -> int:
     from nnhal.drivers.registry import open_device
     from nnhal.errors import NnhalError
 
-    if args.device not in registry.device_names():
+    if not registry.lookup(args.device):
         return error(prog, f"unknown device '{args.device}'; devices: "
                            f"{', '.join(registry.device_names())}")
-    why = registry.available()[args.device]
+    why = registry.reason(args.device)
     if why is not None:
         return error(prog, f"device '{args.device}' is not available: {why}")
     if "partitioned" in modes and not worker:
@@ -120,6 +120,11 @@ def _conformance(args: argparse.Namespace) -> int:
     if report.broken:
         return error(prog, f"{len(report.broken)} case(s) could not be loaded or built; "
                            f"they are listed above and counted as failed", 1)
+    unavailable = sum(c["result"] == "failed" and "DEVICE_UNAVAILABLE" in c["message"]
+                      for c in report.cases)
+    if unavailable:  # the device went away (a service that died): the run is not a verdict
+        return error(prog, f"{unavailable} case(s) failed because device '{args.device}' "
+                           f"became unavailable", 1)
     failed = sum(c["failed"] for c in report.to_json()["modes"].values())
     return 1 if failed and args.strict else 0
 
@@ -141,6 +146,38 @@ def _ops(args: argparse.Namespace) -> int:
     except KeyError as e:
         print(f"nnhal ops: {e.args[0]}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import logging
+
+    from nnhal.service.server import serve
+
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="nnhal serve: %(message)s")
+    try:
+        return serve(args.driver, args.socket, args.runtime_dir, args.group, args.name)
+    except OSError as e:
+        print(f"nnhal serve: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""),
+              file=sys.stderr)
+        return 1
+
+
+def _services(args: argparse.Namespace) -> int:
+    from nnhal.service import registration
+
+    directory = registration.runtime_dir(args.runtime_dir)
+    if directory is None:
+        print("nnhal services: no runtime directory ($XDG_RUNTIME_DIR unset; give "
+              "--runtime-dir)", file=sys.stderr)
+        return 1
+    entries = registration.services(directory)
+    if not entries:
+        print(f"no services registered in {directory}")
+    for e in entries:
+        print(f"remote:{e.name}  driver={e.driver}  pid={e.pid}  socket={e.socket}  "
+              f"{'alive' if e.alive() else 'not answering'}")
     return 0
 
 
@@ -235,6 +272,20 @@ def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse._Su
                         "source tree)")
     g.add_argument("--includedir", action="store_true", help="the folder of NeuralNetworks.h")
     n.set_defaults(func=_ndk)
+
+    sv = sub.add_parser("serve", help="serve a driver on a Unix socket (nnhal/service)")
+    sv.add_argument("driver", help="the driver, as --device names it (e.g. reference)")
+    sv.add_argument("--socket", help="socket path (default: RUNTIME_DIR/NAME.sock)")
+    sv.add_argument("--runtime-dir", help="where services register (default: "
+                                          "$NNHAL_RUNTIME_DIR or $XDG_RUNTIME_DIR/nnhal)")
+    sv.add_argument("--name", help="the service's name (default: the driver's)")
+    sv.add_argument("--group", help="also allow this group (socket 0660, else 0600)")
+    sv.add_argument("--verbose", action="store_true", help="log each refused call")
+    sv.set_defaults(func=_serve)
+
+    ls = sub.add_parser("services", help="the driver services registered on this machine")
+    ls.add_argument("--runtime-dir", help="the runtime directory to list")
+    ls.set_defaults(func=_services)
 
     # `nnhal mutations`: invalid models/requests over the suite (nnhal/conformance/mutations/)
     from nnhal.conformance.cliutil import add_mutations_arguments

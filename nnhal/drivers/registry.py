@@ -48,6 +48,47 @@ class _PluginEntry(_Entry):
 _DEVICES: dict[str, _Entry] = {}
 
 
+#: Name prefixes whose devices a module resolves, loaded on demand like a plug-in (by name,
+#: never imported here): ``remote:PATH`` and ``remote:NAME`` are driver services
+#: (nnhal.service.discovery: ``open_remote(name)``, ``remote_reason(name)``,
+#: ``remote_names()``).
+PREFIXES = {"remote:": "nnhal.service.discovery"}
+
+
+def _prefix_module(name: str) -> Any:
+    for prefix, module in PREFIXES.items():
+        if name.startswith(prefix):
+            return importlib.import_module(module)
+    return None
+
+
+def _prefixed_entry(name: str) -> _Entry | None:
+    try:
+        module = _prefix_module(name)
+    except ImportError:
+        return None
+    if module is None:
+        return None
+    return _Entry(lambda: module.open_remote(name), lambda: module.remote_reason(name))
+
+
+def lookup(name: str) -> bool:
+    """Whether ``name`` names a device: registered, or of a resolvable prefix (``remote:``)."""
+    discover()
+    if name in _DEVICES:
+        return True
+    return _prefixed_entry(name) is not None
+
+
+def reason(name: str) -> str | None:
+    """None when device ``name`` can be opened, else why not (an unknown name included)."""
+    discover()
+    entry = _DEVICES.get(name) or _prefixed_entry(name)
+    if entry is None:
+        return f"unknown device '{name}'; devices: {', '.join(_DEVICES)}"
+    return _reason(entry)
+
+
 def register(name: str, factory: Callable[[], IDevice], probe: Probe | None = None) -> None:
     """Make ``name`` openable; ``factory`` and ``probe`` are called lazily (replaces an entry
     of the same name)."""
@@ -73,6 +114,19 @@ def discover(force: bool = False) -> None:
         if ep.name in _DEVICES and not isinstance(_DEVICES[ep.name], _PluginEntry):
             continue
         _DEVICES[ep.name] = _PluginEntry.of(ep)
+    _discover_services()
+
+
+def _discover_services() -> None:
+    """Services registered in the runtime directory, as ``remote:NAME`` devices."""
+    try:
+        module = importlib.import_module(PREFIXES["remote:"])
+        names = module.remote_names()
+    except Exception:  # noqa: BLE001 - an unreadable runtime directory: no services
+        return
+    for name in names:
+        if name not in _DEVICES:
+            _DEVICES[name] = _prefixed_entry(name)  # type: ignore[assignment]
 
 
 class _Plugin:
@@ -136,7 +190,7 @@ def open_device(name: str) -> IDevice:
     """A new device object (the caller closes it, if it has ``close``); NnhalError naming the
     known devices for an unknown name, or the reason for an unavailable one."""
     discover()
-    entry = _DEVICES.get(name)
+    entry = _DEVICES.get(name) or _prefixed_entry(name)
     if entry is None:
         raise NnhalError(f"unknown device '{name}'; devices: {', '.join(_DEVICES)}")
     why = _reason(entry)

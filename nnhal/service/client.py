@@ -1,0 +1,765 @@
+"""``RemoteDevice``: an IDevice whose every call crosses a Unix socket to ``nnhal serve``.
+
+One connection per device: calls are sent under one lock and wait for their reply, which the
+connection's reader thread decodes (so fences and objects a reply names exist before the next
+message is read) and hands over by call id. Callbacks come back as NOTIFY messages and are
+called exactly once, on a callback thread (a callback may itself call the device).
+
+**Death.** When the socket ends or breaks, every pending call returns DEVICE_UNAVAILABLE at
+once, every pending callback is notified with it, every fence the service would complete goes
+to error, and later calls fail the same way without touching the socket.
+
+**Memories** are sent with their descriptor the first time a connection sees them, then by
+identifier; when the client drops one, the service is told to forget it (FORGET, sent with
+the next message). Objects the service holds for this client (prepared models, bursts,
+executions, buffers) are released the same way when their proxies are dropped (RELEASE).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from nnhal.hal.fence import FenceState, SyncFence
+from nnhal.hal.interfaces import (
+    IBuffer,
+    IBurst,
+    IDevice,
+    IExecution,
+    IExecutionCallback,
+    IFencedExecutionCallback,
+    IPreparedModel,
+    IPreparedModelCallback,
+)
+from nnhal.hal.types import (
+    NO_TIMING,
+    BufferDesc,
+    BufferRole,
+    Capabilities,
+    DeviceType,
+    ErrorStatus,
+    ExecutionPreference,
+    Extension,
+    MeasureTiming,
+    Model,
+    OutputShape,
+    Priority,
+    Request,
+    Timing,
+)
+from nnhal.memory import SharedMemory
+from nnhal.service import wire as w
+from nnhal.service.transport import Closed, recv_message, send_message
+from nnhal.service.wire import Kind, Reader, WireError, Writer
+
+UNAVAILABLE = ErrorStatus.DEVICE_UNAVAILABLE
+Decode = Callable[[Reader], Any]
+Fail = Callable[[ErrorStatus], Any]
+
+
+class _Slot:
+    __slots__ = ("decode", "fail", "event", "result", "new_mems")
+
+    def __init__(self, decode: Decode, fail: Fail):
+        self.decode, self.fail = decode, fail
+        self.event = threading.Event()
+        self.result: Any = None
+        self.new_mems: list[SharedMemory] = []
+
+    def finish(self, result: Any) -> None:
+        if not self.event.is_set():
+            self.result = result
+            self.event.set()
+
+
+class Connection:
+    """The socket to one service, its reader thread and the tables of a connection."""
+
+    def __init__(self, path: str, timeout_s: float = 5.0):
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout_s)
+        try:
+            self.sock.connect(path)
+        except OSError:
+            self.sock.close()
+            raise
+        self.sock.settimeout(None)
+        self.lock = threading.Lock()
+        self.dead = False
+        self.ids = itertools.count(1)
+        self.pending: dict[int, _Slot] = {}
+        self.callbacks: dict[int, tuple[str, Any]] = {}
+        self.fences: dict[int, tuple[SyncFence, RemoteFencedCallback]] = {}
+        self.fence_ids = itertools.count(1)
+        self.mem_ids: weakref.WeakKeyDictionary[SharedMemory, tuple[int, Any]] = \
+            weakref.WeakKeyDictionary()
+        self.next_mem = itertools.count(1)
+        self._encoding_new: list[SharedMemory] = []
+        self.events: deque[tuple[Kind, Any]] = deque()
+        self.notifier = ThreadPoolExecutor(1, thread_name_prefix="nnhal-remote-callback")
+        self.reader = threading.Thread(target=self._read, name=f"nnhal-remote {path}",
+                                       daemon=True)
+        self.reader.start()
+
+    # ---- memories and releases ------------------------------------------------------------
+    def _memory_ref(self, mem: SharedMemory) -> tuple[int, bool]:
+        known = self.mem_ids.get(mem)
+        if known is not None:
+            return known[0], False
+        ident = next(self.next_mem)
+        fin = weakref.finalize(mem, self._queue_event, Kind.FORGET, ident)
+        fin.atexit = False
+        self.mem_ids[mem] = (ident, fin)
+        self._encoding_new.append(mem)
+        return ident, True
+
+    def _unlearn(self, mems: list[SharedMemory]) -> None:
+        for mem in mems:
+            entry = self.mem_ids.pop(mem, None)
+            if entry is not None:
+                entry[1].detach()
+
+    def _queue_event(self, kind: Kind, payload: Any) -> None:
+        """From finalizers (any thread, maybe one holding the lock): queue, flush if free."""
+        if self.dead:
+            return
+        self.events.append((kind, payload))
+        if self.lock.acquire(blocking=False):
+            try:
+                self._flush_events()
+            finally:
+                self.lock.release()
+
+    def _flush_events(self) -> None:
+        """Send the queued releases (with the lock held)."""
+        if not self.events or self.dead:
+            return
+        releases, forgets, uncache = [], [], []
+        while self.events:
+            try:
+                kind, payload = self.events.popleft()
+            except IndexError:
+                break
+            (releases if kind == Kind.RELEASE else forgets if kind == Kind.FORGET
+             else uncache).append(payload)
+        try:
+            if releases:
+                wr = Writer()
+                wr.u32s(releases, "handles")
+                send_message(self.sock, Kind.RELEASE, 0, wr.buf)
+            if forgets:
+                wr = Writer()
+                wr.u32(len(forgets))
+                for ident in forgets:
+                    wr.u64(ident)
+                send_message(self.sock, Kind.FORGET, 0, wr.buf)
+            for burst, ident in uncache:
+                wr = Writer()
+                wr.u32(burst)
+                wr.u64(ident)
+                send_message(self.sock, Kind.BURST_UNCACHE, 0, wr.buf)
+        except Closed:
+            pass
+
+    def release(self, handle: int) -> None:
+        self._queue_event(Kind.RELEASE, handle)
+
+    # ---- calls ---------------------------------------------------------------------------
+    def call(self, kind: Kind, encode: Callable[[Writer], None], decode: Decode, fail: Fail,
+             callback: tuple[str, Any] | None = None,
+             after_send: Callable[[], None] | None = None) -> Any:
+        """Send one call and wait for its reply (decoded by ``decode`` on the reader thread);
+        ``fail(status)`` is the result when the call cannot be made or the service dies."""
+        slot = _Slot(decode, fail)
+        with self.lock:
+            if self.dead:
+                return self._unsent(callback, fail, UNAVAILABLE)
+            call_id = next(self.ids)
+            wr = Writer(self._memory_ref)
+            self._encoding_new = []
+            try:
+                encode(wr)
+                if len(wr.buf) > w.MAX_BODY:
+                    raise WireError(f"message of {len(wr.buf)} bytes exceeds {w.MAX_BODY}")
+            except WireError:
+                self._unlearn(self._encoding_new)
+                return self._unsent(callback, fail, ErrorStatus.INVALID_ARGUMENT)
+            slot.new_mems = self._encoding_new
+            self._encoding_new = []
+            self.pending[call_id] = slot
+            if callback is not None:
+                self.callbacks[call_id] = callback
+            self._flush_events()
+            try:
+                send_message(self.sock, kind, call_id, wr.buf, wr.fds)
+            except Closed:
+                pass  # the reader sees the end too and fails everything pending
+        if after_send is not None:
+            after_send()
+        slot.event.wait()
+        return slot.result
+
+    def _unsent(self, callback: tuple[str, Any] | None, fail: Fail,
+                status: ErrorStatus) -> Any:
+        """A call that never reached the service: its callback (which the service would have
+        notified) is notified here, once."""
+        if callback is not None:
+            self._notify(callback, status, None)
+        return fail(status)
+
+    # ---- the reader ----------------------------------------------------------------------
+    def _read(self) -> None:
+        try:
+            while True:
+                kind, call_id, body, fds = recv_message(self.sock)
+                r = Reader(body, fds)
+                try:
+                    self._dispatch(kind, call_id, r)
+                finally:
+                    r.close_unused()
+        except (Closed, WireError, OSError):
+            pass
+        finally:
+            self._die()
+
+    def _dispatch(self, kind: Kind, call_id: int, r: Reader) -> None:
+        if kind == Kind.REPLY or kind == Kind.ERROR:
+            slot = self.pending.pop(call_id, None)
+            if slot is None:
+                return
+            if kind == Kind.ERROR:
+                status = _status_or(r, ErrorStatus.GENERAL_FAILURE)
+                # The service may or may not have kept the memories this call defined (a
+                # message that did not decode defines nothing; a refused call's do stay):
+                # forget them either way (an unknown id is ignored) and define them afresh.
+                for mem in slot.new_mems:
+                    entry = self.mem_ids.get(mem)
+                    if entry is not None:
+                        self.events.append((Kind.FORGET, entry[0]))
+                self._unlearn(slot.new_mems)
+                cb = self.callbacks.pop(call_id, None)
+                if cb is not None:
+                    self._notify(cb, status, None)
+                slot.finish(slot.fail(status))
+                return
+            try:
+                result = slot.decode(r)
+                r.finish()
+            except Exception:  # noqa: BLE001 - a reply that does not decode
+                result = slot.fail(ErrorStatus.GENERAL_FAILURE)
+            slot.finish(result)
+        elif kind in (Kind.NOTIFY_PREPARED, Kind.NOTIFY_EXECUTION):
+            cb = self.callbacks.pop(call_id, None)
+            if cb is None:
+                return
+            try:
+                if kind == Kind.NOTIFY_PREPARED:
+                    status = w.get_status(r)
+                    pm = RemotePreparedModel(self, r.u32()) if r.bool() else None
+                    r.finish()
+                    self._notify(cb, status, pm)
+                else:
+                    status = w.get_status(r)
+                    shapes, timing = w.get_shapes(r), w.get_timing(r)
+                    r.finish()
+                    self._notify(cb, status, (shapes, timing))
+            except WireError:
+                self._notify(cb, ErrorStatus.GENERAL_FAILURE, None)
+        elif kind == Kind.FENCE_STATE:
+            fence_id, state, info = w.get_fence_state(r)
+            r.finish()
+            entry = self.fences.pop(fence_id, None)
+            if entry is not None:
+                fence, fcb = entry
+                fcb._finish(info if info is not None else (
+                    ErrorStatus.NONE if state == w.FENCE_SIGNALED else
+                    ErrorStatus.GENERAL_FAILURE, NO_TIMING, NO_TIMING))
+                fence.signal() if state == w.FENCE_SIGNALED else fence.set_error()
+
+    def _notify(self, cb: tuple[str, Any], status: ErrorStatus, payload: Any) -> None:
+        which, callback = cb
+
+        def run() -> None:
+            try:
+                if which == "prepared":
+                    callback.notify(status, payload)
+                else:
+                    shapes, timing = payload if payload is not None else ([], NO_TIMING)
+                    callback.notify(status, shapes, timing)
+            except Exception:  # noqa: BLE001 - a client callback's failure stays with it
+                pass
+
+        try:
+            self.notifier.submit(run)
+        except RuntimeError:  # closed: notify here
+            run()
+
+    def _die(self) -> None:
+        with self.lock:
+            self.dead = True
+            pending, self.pending = self.pending, {}
+            callbacks, self.callbacks = self.callbacks, {}
+            fences, self.fences = self.fences, {}
+            self.events.clear()
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        for slot in pending.values():
+            slot.finish(slot.fail(UNAVAILABLE))
+        for cb in callbacks.values():
+            self._notify(cb, UNAVAILABLE, None)
+        for fence, fcb in fences.values():
+            fcb._finish((UNAVAILABLE, NO_TIMING, NO_TIMING))
+            fence.set_error()
+        self.notifier.shutdown(wait=False)
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        if threading.current_thread() is not self.reader:
+            self.reader.join(5.0)
+
+    # ---- fences --------------------------------------------------------------------------
+    def put_wait_for(self, wr: Writer, wait_for: Any, later: list) -> None:
+        """waitFor fences: id, state now, the readiness descriptor; those still active get a
+        FENCE_STATE when they complete (registered after the call is sent: ``later``)."""
+        try:
+            fences = list(wait_for)
+        except TypeError:
+            raise WireError("waitFor: not a sequence") from None
+        wr.u32(len(fences))
+        for fence in fences:
+            if not isinstance(fence, SyncFence):
+                raise WireError("waitFor: not a sync fence")
+            fence_id = next(self.fence_ids)
+            state = fence.state
+            wr.u64(fence_id)
+            wr.u8(int(state))
+            fd = fence.fileno()
+            wr.u8(1 if fd >= 0 else 0)
+            if fd >= 0:
+                wr.fd(fd)
+            if state == FenceState.ACTIVE:
+                later.append((fence, fence_id))
+
+    def watch(self, later: list) -> None:
+        for fence, fence_id in later:
+            fence.add_done_callback(lambda f, i=fence_id: self._fence_done(f, i))
+
+    def _fence_done(self, fence: SyncFence, fence_id: int) -> None:
+        if threading.current_thread() is self.reader:
+            # Never block the reader on the send lock (a sender may wait for the service,
+            # which may wait for this reader): send from the callback thread.
+            try:
+                self.notifier.submit(self._send_fence_state, fence, fence_id)
+            except RuntimeError:
+                pass  # the connection is dead
+            return
+        self._send_fence_state(fence, fence_id)
+
+    def _send_fence_state(self, fence: SyncFence, fence_id: int) -> None:
+        wr = Writer()
+        w.put_fence_state(wr, fence_id, w.FENCE_SIGNALED if fence.state == FenceState.SIGNALED
+                          else w.FENCE_ERROR, None)
+        with self.lock:
+            if self.dead:
+                return
+            try:
+                send_message(self.sock, Kind.FENCE_STATE, 0, wr.buf)
+            except Closed:
+                pass
+
+    def get_fenced(self, r: Reader) -> tuple[ErrorStatus, SyncFence | None,
+                                             IFencedExecutionCallback | None]:
+        status = w.get_status(r)
+        if not r.bool():
+            return (status if status != ErrorStatus.NONE else ErrorStatus.GENERAL_FAILURE,
+                    None, None)
+        fence_id = r.u64()
+        if r.bool():
+            os.close(r.fd("fence"))  # the service's readiness mirror; ours is local
+        fence, cb = SyncFence(), RemoteFencedCallback()
+        # On the reader thread, as is _die: no lock needed (and the reader never waits for
+        # the send lock, which a sender blocked on a full socket may hold).
+        self.fences[fence_id] = (fence, cb)
+        return status, fence, cb
+
+
+def _status_or(r: Reader, default: ErrorStatus) -> ErrorStatus:
+    try:
+        s = w.get_status(r)
+        r.finish()
+        return s
+    except WireError:
+        return default
+
+
+# ---- failure shapes -------------------------------------------------------------------------
+
+def _shapes_fail(s: ErrorStatus) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+    return s, [], NO_TIMING
+
+
+def _get_shapes_result(r: Reader) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+    return w.get_status(r), w.get_shapes(r), w.get_timing(r)
+
+
+class RemoteFencedCallback(IFencedExecutionCallback):
+    """The info arrives with the returned fence's FENCE_STATE (the service reads it when the
+    fence completes); before that, GENERAL_FAILURE as the HAL says."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._info: tuple[ErrorStatus, Timing, Timing] = (ErrorStatus.GENERAL_FAILURE,
+                                                          NO_TIMING, NO_TIMING)
+
+    def get_execution_info(self, timeout_s: float | None = 0.0
+                           ) -> tuple[ErrorStatus, Timing, Timing]:
+        if timeout_s != 0.0:
+            self._done.wait(timeout_s)
+        return self._info if self._done.is_set() else (ErrorStatus.GENERAL_FAILURE,
+                                                       NO_TIMING, NO_TIMING)
+
+    def _finish(self, info: tuple[ErrorStatus, Timing, Timing]) -> None:
+        if not self._done.is_set():
+            self._info = info
+            self._done.set()
+
+
+class _Remote:
+    """A service object of this connection, released when the proxy is dropped."""
+
+    def __init__(self, conn: Connection, handle: int):
+        self.conn = conn
+        self.handle = handle
+        self._fin = weakref.finalize(self, conn.release, handle)
+        self._fin.atexit = False
+
+    def close(self) -> None:
+        self._fin()
+
+
+def _handle_result(conn: Connection, cls: type) -> Decode:
+    def decode(r: Reader) -> tuple[ErrorStatus, Any]:
+        status = w.get_status(r)
+        obj = cls(conn, r.u32()) if r.bool() else None
+        if status == ErrorStatus.NONE and obj is None:
+            status = ErrorStatus.GENERAL_FAILURE
+        return status, obj
+    return decode
+
+
+def _pair_fail(s: ErrorStatus) -> tuple[ErrorStatus, None]:
+    return s, None
+
+
+def _fenced_fail(s: ErrorStatus) -> tuple[ErrorStatus, None, None]:
+    return s, None, None
+
+
+class RemoteExecution(_Remote, IExecution):
+    def compute(self, deadline: int | None = None
+                ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+        def enc(wr: Writer) -> None:
+            wr.u32(self.handle)
+            wr.opt_i64(deadline, "deadline")
+        return self.conn.call(Kind.COMPUTE, enc, _get_shapes_result, _shapes_fail)
+
+    def compute_fenced(self, wait_for: Sequence[SyncFence], deadline: int | None = None,
+                       timeout_after_fence: int | None = None
+                       ) -> tuple[ErrorStatus, SyncFence | None, IFencedExecutionCallback | None]:
+        later: list = []
+
+        def enc(wr: Writer) -> None:
+            wr.u32(self.handle)
+            self.conn.put_wait_for(wr, wait_for, later)
+            wr.opt_i64(deadline, "deadline")
+            wr.opt_i64(timeout_after_fence, "timeoutAfterFence")
+        return self.conn.call(Kind.COMPUTE_FENCED, enc, self.conn.get_fenced, _fenced_fail,
+                              after_send=lambda: self.conn.watch(later))
+
+
+class RemoteBuffer(_Remote, IBuffer):
+    token = 0
+
+    def copy_to(self, dst: Any) -> ErrorStatus:
+        def enc(wr: Writer) -> None:
+            wr.u32(self.handle)
+            wr.memory(dst, "dst")
+        return self.conn.call(Kind.COPY_TO, enc, w.get_status, lambda s: s)
+
+    def copy_from(self, src: Any, dimensions: Sequence[int] = ()) -> ErrorStatus:
+        def enc(wr: Writer) -> None:
+            wr.u32(self.handle)
+            wr.memory(src, "src")
+            wr.u32s(dimensions, "dimensions")
+        return self.conn.call(Kind.COPY_FROM, enc, w.get_status, lambda s: s)
+
+
+class _CacheHold:
+    """Keeps a memory cached in a remote burst while referenced (BURST_UNCACHE when dropped)."""
+
+    __slots__ = ("_fin", "__weakref__")
+
+    def __init__(self, conn: Connection, burst: int, ident: int):
+        self._fin = weakref.finalize(self, conn._queue_event, Kind.BURST_UNCACHE,
+                                     (burst, ident))
+        self._fin.atexit = False
+
+    def release(self) -> None:
+        self._fin()
+
+    @property
+    def released(self) -> bool:
+        return not self._fin.alive
+
+
+def _put_exec(wr: Writer, handle: int, request: Any, measure: Any, deadline: Any,
+              loop: Any) -> None:
+    wr.u32(handle)
+    w.put_request(wr, request)
+    wr.i32(measure, "measure")
+    wr.opt_i64(deadline, "deadline")
+    wr.opt_i64(loop, "loopTimeout")
+
+
+class _BurstChannel:
+    """How a burst's executions travel: socket messages today; the shared-memory rings of
+    1.2's fast message queues can replace this class without touching RemoteBurst."""
+
+    def __init__(self, conn: Connection, handle: int):
+        self.conn, self.handle = conn, handle
+
+    def execute(self, request: Request, measure: Any, deadline: Any, loop: Any
+                ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+        return self.conn.call(Kind.BURST_EXECUTE,
+                              lambda wr: _put_exec(wr, self.handle, request, measure, deadline,
+                                                   loop),
+                              _get_shapes_result, _shapes_fail)
+
+
+class RemoteBurst(_Remote, IBurst):
+    def __init__(self, conn: Connection, handle: int):
+        super().__init__(conn, handle)
+        self.channel = _BurstChannel(conn, handle)
+        self._holds: weakref.WeakValueDictionary[int, _CacheHold] = \
+            weakref.WeakValueDictionary()
+
+    def cache_memory(self, memory: Any) -> Any:
+        if not isinstance(memory, SharedMemory) or memory.closed:
+            return None
+        known = self.conn.mem_ids.get(memory)
+        if known is not None:
+            hold = self._holds.get(known[0])
+            if hold is not None:
+                return hold
+        ident: list[int] = []
+
+        def enc(wr: Writer) -> None:
+            wr.u32(self.handle)
+            start = len(wr.buf)
+            wr.memory(memory)
+            ident.append(int.from_bytes(wr.buf[start + 1:start + 9], "little"))
+        status = self.conn.call(Kind.BURST_CACHE, enc, w.get_status, lambda s: s)
+        if status != ErrorStatus.NONE or not ident:
+            return None
+        hold = _CacheHold(self.conn, self.handle, ident[0])
+        self._holds[ident[0]] = hold
+        return hold
+
+    def execute(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                deadline: int | None = None, loop_timeout: int | None = None
+                ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+        return self.channel.execute(request, measure, deadline, loop_timeout)
+
+    def create_reusable_execution(self, request: Request,
+                                  measure: MeasureTiming = MeasureTiming.NO,
+                                  loop_timeout: int | None = None
+                                  ) -> tuple[ErrorStatus, IExecution | None]:
+        def enc(wr: Writer) -> None:
+            wr.u32(self.handle)
+            w.put_request(wr, request)
+            wr.i32(measure, "measure")
+            wr.opt_i64(loop_timeout, "loopTimeout")
+        return self.conn.call(Kind.BURST_CREATE_REUSABLE, enc,
+                              _handle_result(self.conn, RemoteExecution), _pair_fail)
+
+
+class RemotePreparedModel(_Remote, IPreparedModel):
+    def execute(self, request: Request, measure: MeasureTiming, deadline: int | None,
+                loop_timeout: int | None, callback: IExecutionCallback) -> ErrorStatus:
+        if callback is None or not hasattr(callback, "notify"):
+            return ErrorStatus.INVALID_ARGUMENT
+        return self.conn.call(
+            Kind.EXECUTE,
+            lambda wr: _put_exec(wr, self.handle, request, measure, deadline, loop_timeout),
+            w.get_status, lambda s: s, callback=("execution", callback))
+
+    def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
+                              deadline: int | None = None, loop_timeout: int | None = None
+                              ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+        return self.conn.call(
+            Kind.EXECUTE_SYNCHRONOUSLY,
+            lambda wr: _put_exec(wr, self.handle, request, measure, deadline, loop_timeout),
+            _get_shapes_result, _shapes_fail)
+
+    def execute_fenced(self, request: Request, wait_for: Sequence[SyncFence],
+                       measure: MeasureTiming = MeasureTiming.NO, deadline: int | None = None,
+                       loop_timeout: int | None = None, duration: int | None = None
+                       ) -> tuple[ErrorStatus, SyncFence | None, IFencedExecutionCallback | None]:
+        later: list = []
+
+        def enc(wr: Writer) -> None:
+            wr.u32(self.handle)
+            w.put_request(wr, request)
+            self.conn.put_wait_for(wr, wait_for, later)
+            wr.i32(measure, "measure")
+            wr.opt_i64(deadline, "deadline")
+            wr.opt_i64(loop_timeout, "loopTimeout")
+            wr.opt_i64(duration, "duration")
+        return self.conn.call(Kind.EXECUTE_FENCED, enc, self.conn.get_fenced, _fenced_fail,
+                              after_send=lambda: self.conn.watch(later))
+
+    def configure_execution_burst(self) -> tuple[ErrorStatus, IBurst | None]:
+        return self.conn.call(Kind.CONFIGURE_BURST, lambda wr: wr.u32(self.handle),
+                              _handle_result(self.conn, RemoteBurst), _pair_fail)
+
+    def create_reusable_execution(self, request: Request,
+                                  measure: MeasureTiming = MeasureTiming.NO,
+                                  loop_timeout: int | None = None
+                                  ) -> tuple[ErrorStatus, IExecution | None]:
+        def enc(wr: Writer) -> None:
+            wr.u32(self.handle)
+            w.put_request(wr, request)
+            wr.i32(measure, "measure")
+            wr.opt_i64(loop_timeout, "loopTimeout")
+        return self.conn.call(Kind.CREATE_REUSABLE, enc,
+                              _handle_result(self.conn, RemoteExecution), _pair_fail)
+
+
+class RemoteDevice(IDevice):
+    """An IDevice served by ``nnhal serve`` at ``path``; OSError if nothing answers there."""
+
+    def __init__(self, path: str | os.PathLike[str], name: str | None = None):
+        self.path = str(path)
+        self.name = name or f"remote:{self.path}"
+        self.conn = Connection(self.path)
+
+    @property
+    def alive(self) -> bool:
+        return not self.conn.dead
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def _simple(self, kind: Kind, decode: Decode, fail: Fail) -> Any:
+        return self.conn.call(kind, lambda wr: None, decode, fail)
+
+    def get_capabilities(self) -> tuple[ErrorStatus, Capabilities | None]:
+        def dec(r: Reader) -> tuple[ErrorStatus, Capabilities | None]:
+            status = w.get_status(r)
+            return status, (w.get_capabilities(r) if r.bool() else None)
+        return self._simple(Kind.GET_CAPABILITIES, dec, _pair_fail)
+
+    def get_supported_operations(self, model: Model) -> tuple[ErrorStatus, list[bool]]:
+        def dec(r: Reader) -> tuple[ErrorStatus, list[bool]]:
+            status = w.get_status(r)
+            return status, [r.bool() for _ in range(r.count("supported", 1))]
+        return self.conn.call(Kind.GET_SUPPORTED_OPERATIONS, lambda wr: w.put_model(wr, model),
+                              dec, lambda s: (s, []))
+
+    def get_type(self) -> tuple[ErrorStatus, DeviceType]:
+        def dec(r: Reader) -> tuple[ErrorStatus, DeviceType]:
+            status, t = w.get_status(r), r.u32()
+            try:
+                return status, DeviceType(t)
+            except ValueError:
+                raise WireError(f"device type {t}") from None
+        return self._simple(Kind.GET_TYPE, dec, lambda s: (s, DeviceType.OTHER))
+
+    def get_version_string(self) -> tuple[ErrorStatus, str]:
+        return self._simple(Kind.GET_VERSION_STRING, lambda r: (w.get_status(r), r.str()),
+                            lambda s: (s, ""))
+
+    def get_supported_extensions(self) -> tuple[ErrorStatus, list[Extension]]:
+        def dec(r: Reader) -> tuple[ErrorStatus, list[Extension]]:
+            status = w.get_status(r)
+            return status, [w.get_extension(r) for _ in range(r.count("extensions", 8))]
+        return self._simple(Kind.GET_SUPPORTED_EXTENSIONS, dec, lambda s: (s, []))
+
+    def get_number_of_cache_files_needed(self) -> tuple[ErrorStatus, int, int]:
+        return self._simple(Kind.GET_NUMBER_OF_CACHE_FILES,
+                            lambda r: (w.get_status(r), r.u32(), r.u32()), lambda s: (s, 0, 0))
+
+    def prepare_model(self, model: Model, preference: ExecutionPreference = (
+                          ExecutionPreference.FAST_SINGLE_ANSWER),
+                      priority: Priority = Priority.MEDIUM, deadline: int | None = None,
+                      model_cache: Sequence[Any] = (), data_cache: Sequence[Any] = (),
+                      token: bytes = b"", callback: IPreparedModelCallback | None = None
+                      ) -> ErrorStatus:
+        def enc(wr: Writer) -> None:
+            w.put_model(wr, model)
+            wr.i32(preference, "preference")
+            wr.i32(priority, "priority")
+            wr.opt_i64(deadline, "deadline")
+            w.put_handles(wr, model_cache, "modelCache")
+            w.put_handles(wr, data_cache, "dataCache")
+            w.put_token(wr, token)
+        return self._prepare_checked(Kind.PREPARE_MODEL, enc, callback)
+
+    def _prepare_checked(self, kind: Kind, enc: Callable[[Writer], None],
+                         callback: Any) -> ErrorStatus:
+        if callback is None or not hasattr(callback, "notify"):
+            return ErrorStatus.INVALID_ARGUMENT
+        return self.conn.call(kind, enc, w.get_status, lambda s: s,
+                              callback=("prepared", callback))
+
+    def prepare_model_from_cache(self, deadline: int | None, model_cache: Sequence[Any],
+                                 data_cache: Sequence[Any], token: bytes,
+                                 callback: IPreparedModelCallback) -> ErrorStatus:
+        def enc(wr: Writer) -> None:
+            wr.opt_i64(deadline, "deadline")
+            w.put_handles(wr, model_cache, "modelCache")
+            w.put_handles(wr, data_cache, "dataCache")
+            w.put_token(wr, token)
+        return self._prepare_checked(Kind.PREPARE_MODEL_FROM_CACHE, enc, callback)
+
+    def allocate(self, desc: BufferDesc, prepared_models: Sequence[IPreparedModel],
+                 input_roles: Sequence[BufferRole], output_roles: Sequence[BufferRole]
+                 ) -> tuple[ErrorStatus, IBuffer | None, int]:
+        def enc(wr: Writer) -> None:
+            w.put_buffer_desc(wr, desc)
+            handles = []
+            for pm in prepared_models:
+                if not isinstance(pm, RemotePreparedModel) or pm.conn is not self.conn:
+                    raise WireError("a prepared model of another device")
+                handles.append(pm.handle)
+            wr.u32s(handles, "preparedModels")
+            for role in wr.count(input_roles, "inputRoles"):
+                w.put_role(wr, role)
+            for role in wr.count(output_roles, "outputRoles"):
+                w.put_role(wr, role)
+
+        def dec(r: Reader) -> tuple[ErrorStatus, IBuffer | None, int]:
+            status = w.get_status(r)
+            if not r.bool():
+                return (status if status != ErrorStatus.NONE else ErrorStatus.GENERAL_FAILURE,
+                        None, 0)
+            buf = RemoteBuffer(self.conn, r.u32())
+            buf.token = r.u32()
+            return status, buf, buf.token
+        return self.conn.call(Kind.ALLOCATE, enc, dec, lambda s: (s, None, 0))
+
+    def __repr__(self) -> str:
+        return f"RemoteDevice({self.path!r}{'' if self.alive else ', dead'})"

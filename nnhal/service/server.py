@@ -1,0 +1,946 @@
+"""``nnhal serve``: one driver as a service on a Unix socket (docs/wire.md is the protocol).
+
+Each client's messages are read and decoded in order by one reader at a time (so memories and
+fences a message defines exist before the next message is read); on a call, the reader hands
+the reading to another thread of the client's pool and runs the call itself, so a long prepare
+or execution never blocks the client's other calls. Everything a client holds
+(prepared models, bursts, executions, buffers, memories, fences, cache holds) sits in its own
+:class:`Session` tables and is dropped when it disconnects. All input is hostile: a message
+that does not decode gets an ERROR reply with INVALID_ARGUMENT, one past a bound an ERROR
+with RESOURCE_EXHAUSTED_*, one that breaks the framing drops that client; nothing a client
+sends stops the service.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import grp
+import logging
+import os
+import pwd
+import select
+import signal
+import socket
+import stat
+import struct
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nnhal.hal.fence import FenceState, SyncFence
+from nnhal.hal.interfaces import (
+    IDevice,
+    IExecutionCallback,
+    IPreparedModel,
+    IPreparedModelCallback,
+)
+from nnhal.hal.types import NO_TIMING, ErrorStatus, OutputShape, Timing
+from nnhal.memory import SharedMemory
+from nnhal.service import registration
+from nnhal.service import wire as w
+from nnhal.service.transport import Closed, TooLarge, recv_message, send_message
+from nnhal.service.wire import Kind, Reader, ResourceLimit, WireError, Writer
+
+log = logging.getLogger("nnhal.service")
+
+#: A test-only hook: seconds the service sleeps before each prepare, execution and burst
+#: execution (read once at start; 0 in production, where it costs one comparison).
+TEST_DELAY_ENV = "NNHAL_SERVICE_TEST_DELAY_S"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-client bounds; past each, a clear error status."""
+
+    max_body: int = w.MAX_BODY
+    max_outstanding: int = 64
+    max_prepared: int = 256
+    max_mapped: int = 4 << 30
+
+
+#: Seconds a send to a client may block (it does not read) before the client is dropped.
+SEND_TIMEOUT_S = 5
+
+_PM, _BURST, _EXEC, _BUFFER = "prepared model", "burst", "execution", "buffer"
+
+
+class _Fail(Exception):
+    """A call refused before reaching the driver (bad handle, bound): the status to reply."""
+
+    def __init__(self, status: ErrorStatus, why: str):
+        super().__init__(why)
+        self.status = status
+
+
+class Session:
+    """One connected client: its tables, its reader and its call threads."""
+
+    def __init__(self, service: Service, sock: socket.socket, peer: str):
+        self.service = service
+        self.device = service.device
+        self.sock = sock
+        self.peer = peer
+        self.limits = service.limits
+        self.send_lock = threading.Lock()
+        self.lock = threading.Lock()
+        self.handles: dict[int, tuple[str, Any]] = {}
+        self.memories: dict[int, SharedMemory] = {}
+        self.mapped = 0
+        self.fences: dict[int, SyncFence] = {}  # waitFor fences the client will complete
+        self.holds: dict[tuple[int, int], Any] = {}  # burst cache holds
+        self.tokens: set[int] = set()  # memory-domain tokens this client allocated
+        self.outstanding = 0
+        self.next_handle = 1
+        self.closed = False
+        # A client that stops reading must not block the driver's threads that notify it.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                        struct.pack("ll", SEND_TIMEOUT_S, 0))
+        self.calls = ThreadPoolExecutor(self.limits.max_outstanding + 1,
+                                        thread_name_prefix="nnhal-call")
+
+    # ---- tables ---------------------------------------------------------------------------
+    def objects(self) -> int:
+        with self.lock:
+            return len(self.handles) + len(self.memories) + len(self.fences) + len(self.holds)
+
+    def add(self, kind: str, obj: Any) -> int:
+        with self.lock:
+            if self.closed:
+                raise _Fail(ErrorStatus.DEVICE_UNAVAILABLE, "client gone")
+            if kind == _PM and sum(k == _PM for k, _ in self.handles.values()) >= \
+                    self.limits.max_prepared:
+                raise _Fail(ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
+                            f"more than {self.limits.max_prepared} prepared models")
+            h = self.next_handle
+            self.next_handle = h + 1 if h < 0xFFFF_FFFF else 1
+            self.handles[h] = (kind, obj)
+            return h
+
+    def get(self, kind: str, handle: int) -> Any:
+        entry = self.handles.get(handle)
+        if entry is None or entry[0] != kind:
+            raise _Fail(ErrorStatus.INVALID_ARGUMENT, f"no {kind} of handle {handle}")
+        return entry[1]
+
+    def memory(self, ident: int) -> SharedMemory | None:
+        return self.memories.get(ident)
+
+    def token_filter(self, token: int) -> int:
+        """A client may name only the buffers it allocated: another client's token is 0, which
+        no buffer has (the driver then refuses the request as it would any bad token)."""
+        return token if token in self.tokens else 0
+
+    def release(self, handle: int) -> None:
+        with self.lock:
+            entry = self.handles.pop(handle, None)
+            if entry is not None and entry[0] == _BURST:
+                for key in [k for k in self.holds if k[0] == handle]:
+                    self.holds.pop(key)
+        if entry is not None and entry[0] == _BUFFER:
+            self.tokens.discard(getattr(entry[1], "token", -1))
+            _close(entry[1])
+
+    # ---- I/O ------------------------------------------------------------------------------
+    def send(self, kind: int, call_id: int, writer: Writer | None = None) -> None:
+        body, fds = (b"", []) if writer is None else (writer.buf, writer.fds)
+        with self.send_lock:
+            if self.closed:
+                return
+            try:
+                send_message(self.sock, kind, call_id, body, fds)
+            except Closed:
+                # Gone, or not reading for SEND_TIMEOUT_S: drop it (its reader ends, and
+                # everything it held is released), so it cannot hold a driver thread.
+                try:
+                    self.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def error(self, call_id: int, status: ErrorStatus) -> None:
+        wr = Writer()
+        w.put_status(wr, status)
+        self.send(Kind.ERROR, call_id, wr)
+
+    def run(self) -> None:
+        """Read messages in order. On a call, the reading passes to another thread and this
+        one runs the call (leader/follower): a call's reply is one thread hand-off closer, and
+        a long call still never blocks the client's next message."""
+        done = True
+        try:
+            while not self.closed:
+                try:
+                    kind, call_id, body, fds = recv_message(self.sock, self.limits.max_body)
+                except TooLarge as e:
+                    self.error(e.call_id, ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT)
+                    continue
+                except (Closed, WireError) as e:
+                    log.debug("%s: disconnected: %s", self.peer, e)
+                    return
+                self.service.messages += 1
+                job = self.dispatch(kind, call_id, body, fds)
+                if job is not None:
+                    try:
+                        self.calls.submit(self.run)
+                    except RuntimeError:  # shut down meanwhile: the client is gone
+                        return
+                    done = False
+                    self._call(*job)
+                    return
+        finally:
+            if done:
+                self.close()
+
+    def dispatch(self, kind: Kind, call_id: int, body: memoryview, fds: list[int]
+                 ) -> tuple[Kind, int, tuple] | None:
+        """Decode one message; handle an event or a refusal here; a call to run: returned."""
+        room = self.limits.max_mapped - self.mapped
+        r = Reader(body, fds, self.memory, max_new_bytes=room)
+        try:
+            decode = _DECODERS.get(kind)
+            if decode is None:
+                raise WireError(f"{kind.name} is not a message a client sends")
+            args = decode(self, r)
+            r.commit()
+        except ResourceLimit as e:
+            r.discard()
+            log.info("%s: %s", self.peer, e)
+            if kind in w.CALLS:
+                self.error(call_id, ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT)
+            return
+        except Exception as e:  # noqa: BLE001 - a message that does not decode, whatever it is
+            r.discard()
+            log.info("%s: bad %s message: %s", self.peer, getattr(kind, "name", kind), e)
+            if kind in w.CALLS:
+                self.error(call_id, ErrorStatus.INVALID_ARGUMENT)
+            return
+        with self.lock:
+            for ident, mem in r.defined.items():
+                self.memories[ident] = mem
+                self.mapped += mem.size
+        if kind not in w.CALLS:
+            self._event(kind, args)
+            return
+        with self.lock:
+            if self.outstanding >= self.limits.max_outstanding:
+                busy = True
+            else:
+                busy = False
+                self.outstanding += 1
+        if busy:
+            self.error(call_id, ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT)
+            return
+        return kind, call_id, args
+
+    def _call(self, kind: Kind, call_id: int, args: tuple) -> None:
+        reply: Writer | None = None
+        status = ErrorStatus.NONE
+        try:
+            reply = _HANDLERS[kind](self, call_id, *args)
+        except _Fail as e:
+            log.info("%s: %s refused: %s", self.peer, kind.name, e)
+            status = e.status
+        except Exception as e:  # noqa: BLE001 - a driver or encoding failure is a status
+            log.warning("%s: %s failed: %s: %s", self.peer, kind.name, type(e).__name__, e)
+            status = ErrorStatus.GENERAL_FAILURE
+        finally:
+            # Before replying: a client that calls again on the reply is not "too many".
+            with self.lock:
+                self.outstanding -= 1
+        if status != ErrorStatus.NONE:
+            self.error(call_id, status)
+        elif reply is not None:
+            self.send(Kind.REPLY, call_id, reply)
+
+    def _event(self, kind: Kind, args: tuple) -> None:
+        if kind == Kind.FENCE_STATE:
+            fence_id, state, _info = args
+            with self.lock:
+                fence = self.fences.pop(fence_id, None)
+            if fence is not None:
+                fence.signal() if state == w.FENCE_SIGNALED else fence.set_error()
+        elif kind == Kind.RELEASE:
+            for h in args[0]:
+                self.release(h)
+        elif kind == Kind.FORGET:
+            with self.lock:
+                for ident in args[0]:
+                    mem = self.memories.pop(ident, None)
+                    if mem is not None:
+                        self.mapped -= mem.size
+        elif kind == Kind.BURST_UNCACHE:
+            with self.lock:
+                hold = self.holds.pop((args[0], args[1]), None)
+            _release_hold(hold)
+
+    def close(self) -> None:
+        """Drop everything the client held (the count goes back to zero)."""
+        with self.send_lock:
+            with self.lock:
+                if self.closed:
+                    return
+                self.closed = True
+                fences = list(self.fences.values())
+                handles = list(self.handles.values())
+                holds = list(self.holds.values())
+                self.fences.clear()
+                self.handles.clear()
+                self.holds.clear()
+                self.memories.clear()
+                self.mapped = 0
+                self.tokens.clear()
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+        for f in fences:  # an execution waiting on the client's fence fails, never hangs
+            f.set_error()
+        for hold in holds:
+            _release_hold(hold)
+        for kind, obj in handles:
+            if kind == _BUFFER:
+                _close(obj)
+        self.calls.shutdown(wait=False)
+        self.service._gone(self)
+
+    # ---- fences ---------------------------------------------------------------------------
+    def wait_fences(self, specs: list[tuple[int, int]]) -> list[SyncFence]:
+        fences = []
+        for fence_id, state in specs:
+            fence = SyncFence()
+            if state == w.FENCE_SIGNALED:
+                fence.signal()
+            elif state == w.FENCE_ERROR:
+                fence.set_error()
+            else:
+                with self.lock:
+                    if fence_id in self.fences:
+                        raise _Fail(ErrorStatus.INVALID_ARGUMENT, "fence id reused")
+                    self.fences[fence_id] = fence
+            fences.append(fence)
+        return fences
+
+    def fenced_reply(self, call_id: int, result: tuple) -> None:
+        status, fence, callback = result
+        wr = Writer()
+        if status != ErrorStatus.NONE or fence is None:
+            w.put_status(wr, status if status != ErrorStatus.NONE else
+                         ErrorStatus.GENERAL_FAILURE)
+            wr.u8(0)
+            self.send(Kind.REPLY, call_id, wr)
+            return
+        fence_id = self.service.new_fence_id()
+        w.put_status(wr, ErrorStatus.NONE)
+        wr.u8(1)
+        wr.u64(fence_id)
+        has_fd = fence.fileno() >= 0
+        wr.u8(1 if has_fd else 0)
+        if has_fd:
+            wr.fd(fence.fileno())
+        self.send(Kind.REPLY, call_id, wr)
+
+        def done(f: SyncFence) -> None:  # after the reply: the client knows the id by then
+            info = None
+            if callback is not None:
+                try:
+                    info = callback.get_execution_info()
+                except Exception:  # noqa: BLE001
+                    info = (ErrorStatus.GENERAL_FAILURE, NO_TIMING, NO_TIMING)
+            ev = Writer()
+            w.put_fence_state(ev, fence_id, w.FENCE_SIGNALED if f.state == FenceState.SIGNALED
+                              else w.FENCE_ERROR, info)
+            self.send(Kind.FENCE_STATE, 0, ev)
+
+        fence.add_done_callback(done)
+
+
+def _close(obj: Any) -> None:
+    close = getattr(obj, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _release_hold(hold: Any) -> None:
+    release = getattr(hold, "release", None)
+    if callable(release):
+        try:
+            release()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+# ---- callbacks that cross back -------------------------------------------------------------
+
+class _PreparedCallback(IPreparedModelCallback):
+    """Sends NOTIFY_PREPARED once; closes the call's cache descriptors after notifying."""
+
+    def __init__(self, session: Session, call_id: int, fds: list[int]):
+        self.session, self.call_id, self.fds = session, call_id, fds
+        self.lock = threading.Lock()
+        self.done = False
+
+    def notify(self, status: ErrorStatus, prepared_model: IPreparedModel | None) -> None:
+        with self.lock:
+            if self.done:
+                return
+            self.done = True
+        s = self.session
+        if s.service.test_delay:
+            time.sleep(s.service.test_delay)
+        handle = None
+        status = ErrorStatus(status)
+        if status == ErrorStatus.NONE and prepared_model is not None:
+            try:
+                handle = s.add(_PM, prepared_model)
+            except _Fail as e:
+                status = e.status
+        elif status == ErrorStatus.NONE:
+            status = ErrorStatus.GENERAL_FAILURE
+        wr = Writer()
+        w.put_status(wr, status)
+        wr.u8(0 if handle is None else 1)
+        if handle is not None:
+            wr.u32(handle)
+        s.send(Kind.NOTIFY_PREPARED, self.call_id, wr)
+        w.close_fds(self.fds)
+        self.fds = []
+
+
+class _ExecutionCallback(IExecutionCallback):
+    def __init__(self, session: Session, call_id: int):
+        self.session, self.call_id = session, call_id
+        self.lock = threading.Lock()
+        self.done = False
+
+    def notify(self, status: ErrorStatus, output_shapes: list[OutputShape],
+               timing: Timing) -> None:
+        with self.lock:
+            if self.done:
+                return
+            self.done = True
+        if self.session.service.test_delay:
+            time.sleep(self.session.service.test_delay)
+        wr = Writer()
+        try:
+            w.put_status(wr, status)
+            w.put_shapes(wr, output_shapes)
+            w.put_timing(wr, timing)
+        except (WireError, ValueError):
+            wr = Writer()
+            w.put_status(wr, ErrorStatus.GENERAL_FAILURE)
+            w.put_shapes(wr, [])
+            w.put_timing(wr, NO_TIMING)
+        self.session.send(Kind.NOTIFY_EXECUTION, self.call_id, wr)
+
+
+# ---- decoding (reader thread) ----------------------------------------------------------------
+
+def _fence_specs(r: Reader) -> list[tuple[int, int]]:
+    specs = []
+    for _ in range(r.count("waitFor", 10)):
+        fence_id = r.u64()
+        state = r.tag(w.FENCE_ERROR, "fence state")
+        if r.bool():
+            os.close(r.fd("fence"))  # the readiness mirror: the state comes as FENCE_STATE
+        specs.append((fence_id, state))
+    return specs
+
+
+def _exec_args(s: Session, r: Reader) -> tuple:
+    return (r.u32(), w.get_request(r, s.token_filter), r.i32(), r.opt_i64("deadline"),
+            r.opt_i64("loopTimeout"))
+
+
+_DECODERS: dict[Kind, Callable[[Session, Reader], tuple]] = {
+    Kind.GET_CAPABILITIES: lambda s, r: (),
+    Kind.GET_TYPE: lambda s, r: (),
+    Kind.GET_VERSION_STRING: lambda s, r: (),
+    Kind.GET_SUPPORTED_EXTENSIONS: lambda s, r: (),
+    Kind.GET_NUMBER_OF_CACHE_FILES: lambda s, r: (),
+    Kind.GET_SUPPORTED_OPERATIONS: lambda s, r: (w.get_model(r),),
+    Kind.PREPARE_MODEL: lambda s, r: (w.get_model(r), r.i32(), r.i32(), r.opt_i64("deadline"),
+                                      w.get_handles(r, "modelCache"),
+                                      w.get_handles(r, "dataCache"), w.get_token(r)),
+    Kind.PREPARE_MODEL_FROM_CACHE: lambda s, r: (r.opt_i64("deadline"),
+                                                 w.get_handles(r, "modelCache"),
+                                                 w.get_handles(r, "dataCache"),
+                                                 w.get_token(r)),
+    Kind.ALLOCATE: lambda s, r: (w.get_buffer_desc(r), r.u32s("preparedModels"),
+                                 [w.get_role(r) for _ in range(r.count("inputRoles", 16))],
+                                 [w.get_role(r) for _ in range(r.count("outputRoles", 16))]),
+    Kind.EXECUTE: _exec_args,
+    Kind.EXECUTE_SYNCHRONOUSLY: _exec_args,
+    Kind.EXECUTE_FENCED: lambda s, r: (r.u32(), w.get_request(r, s.token_filter),
+                                       _fence_specs(r), r.i32(), r.opt_i64("deadline"),
+                                       r.opt_i64("loopTimeout"), r.opt_i64("duration")),
+    Kind.CONFIGURE_BURST: lambda s, r: (r.u32(),),
+    Kind.CREATE_REUSABLE: lambda s, r: (r.u32(), w.get_request(r, s.token_filter), r.i32(),
+                                        r.opt_i64("loopTimeout")),
+    Kind.BURST_EXECUTE: _exec_args,
+    Kind.BURST_CREATE_REUSABLE: lambda s, r: (r.u32(), w.get_request(r, s.token_filter),
+                                              r.i32(), r.opt_i64("loopTimeout")),
+    Kind.BURST_CACHE: lambda s, r: (r.u32(), _memory_with_id(r)),
+    Kind.COMPUTE: lambda s, r: (r.u32(), r.opt_i64("deadline")),
+    Kind.COMPUTE_FENCED: lambda s, r: (r.u32(), _fence_specs(r), r.opt_i64("deadline"),
+                                       r.opt_i64("timeoutAfterFence")),
+    Kind.COPY_TO: lambda s, r: (r.u32(), r.memory()),
+    Kind.COPY_FROM: lambda s, r: (r.u32(), r.memory(), r.u32s("dimensions")),
+    Kind.FENCE_STATE: lambda s, r: w.get_fence_state(r),
+    Kind.RELEASE: lambda s, r: (r.u32s("handles"),),
+    Kind.FORGET: lambda s, r: ([r.u64() for _ in range(r.count("memories", 8))],),
+    Kind.BURST_UNCACHE: lambda s, r: (r.u32(), r.u64()),
+}
+
+
+def _memory_with_id(r: Reader) -> tuple[int, SharedMemory]:
+    """A memory and its connection id (a burst caches it under that id)."""
+    start = r.pos
+    tag = r.tag(w.MEM_KNOWN, "memory")
+    ident = r.u64()
+    r.pos = start
+    del tag
+    return ident, r.memory()
+
+
+# ---- calls (call threads) ----------------------------------------------------------------------
+
+def _shapes_reply(result: tuple) -> Writer:
+    status, shapes, timing = result
+    wr = Writer()
+    w.put_status(wr, status)
+    w.put_shapes(wr, shapes if status in (ErrorStatus.NONE,
+                                          ErrorStatus.OUTPUT_INSUFFICIENT_SIZE) else [])
+    w.put_timing(wr, timing)
+    return wr
+
+
+def _status_reply(status: Any) -> Writer:
+    wr = Writer()
+    w.put_status(wr, status)
+    return wr
+
+
+def _handle_reply(s: Session, kind: str, result: tuple) -> Writer:
+    status, obj = result
+    wr = Writer()
+    if status == ErrorStatus.NONE and obj is not None:
+        handle = s.add(kind, obj)
+        w.put_status(wr, status)
+        wr.u8(1)
+        wr.u32(handle)
+    else:
+        w.put_status(wr, status if status != ErrorStatus.NONE else ErrorStatus.GENERAL_FAILURE)
+        wr.u8(0)
+    return wr
+
+
+def _delay(s: Session) -> None:
+    if s.service.test_delay:
+        time.sleep(s.service.test_delay)
+
+
+def _get_capabilities(s: Session, cid: int) -> Writer:
+    status, caps = s.device.get_capabilities()
+    wr = Writer()
+    w.put_status(wr, status)
+    wr.u8(0 if caps is None else 1)
+    if caps is not None:
+        w.put_capabilities(wr, caps)
+    return wr
+
+
+def _get_supported(s: Session, cid: int, model: Any) -> Writer:
+    status, supported = s.device.get_supported_operations(model)
+    wr = Writer()
+    w.put_status(wr, status)
+    for b in wr.count(supported, "supported"):
+        wr.bool(b)
+    return wr
+
+
+def _get_type(s: Session, cid: int) -> Writer:
+    status, t = s.device.get_type()
+    wr = Writer()
+    w.put_status(wr, status)
+    wr.u32(t)
+    return wr
+
+
+def _get_version(s: Session, cid: int) -> Writer:
+    status, v = s.device.get_version_string()
+    wr = Writer()
+    w.put_status(wr, status)
+    wr.str(v)
+    return wr
+
+
+def _get_extensions(s: Session, cid: int) -> Writer:
+    status, exts = s.device.get_supported_extensions()
+    wr = Writer()
+    w.put_status(wr, status)
+    for e in wr.count(exts, "extensions"):
+        w.put_extension(wr, e)
+    return wr
+
+
+def _get_cache_files(s: Session, cid: int) -> Writer:
+    status, n_model, n_data = s.device.get_number_of_cache_files_needed()
+    wr = Writer()
+    w.put_status(wr, status)
+    wr.u32(n_model)
+    wr.u32(n_data)
+    return wr
+
+
+def _prepare(s: Session, cid: int, model: Any, preference: int, priority: int,
+             deadline: int | None, mc: list[int], dc: list[int], token: bytes | None) -> Writer:
+    cb = _PreparedCallback(s, cid, [fd for fd in mc + dc if fd >= 0])
+    try:
+        launch = s.device.prepare_model(model, preference, priority, deadline, mc, dc, token,
+                                        cb)
+    except Exception:  # noqa: BLE001
+        launch = ErrorStatus.GENERAL_FAILURE
+    if launch != ErrorStatus.NONE:
+        cb.notify(launch, None)  # the HAL notifies on a failed launch: exactly once here
+    return _status_reply(launch)
+
+
+def _prepare_from_cache(s: Session, cid: int, deadline: int | None, mc: list[int],
+                        dc: list[int], token: bytes | None) -> Writer:
+    cb = _PreparedCallback(s, cid, [fd for fd in mc + dc if fd >= 0])
+    try:
+        launch = s.device.prepare_model_from_cache(deadline, mc, dc, token, cb)
+    except Exception:  # noqa: BLE001
+        launch = ErrorStatus.GENERAL_FAILURE
+    if launch != ErrorStatus.NONE:
+        cb.notify(launch, None)
+    return _status_reply(launch)
+
+
+def _allocate(s: Session, cid: int, desc: Any, pms: list[int], ins: list, outs: list
+              ) -> Writer:
+    models = [s.get(_PM, h) for h in pms]
+    status, buffer, token = s.device.allocate(desc, models, ins, outs)
+    wr = Writer()
+    if status == ErrorStatus.NONE and buffer is not None:
+        handle = s.add(_BUFFER, buffer)
+        s.tokens.add(int(token))
+        w.put_status(wr, status)
+        wr.u8(1)
+        wr.u32(handle)
+        wr.u32(token)
+    else:
+        w.put_status(wr, status if status != ErrorStatus.NONE else ErrorStatus.GENERAL_FAILURE)
+        wr.u8(0)
+    return wr
+
+
+def _execute(s: Session, cid: int, pm: int, request: Any, measure: int,
+             deadline: int | None, loop: int | None) -> Writer:
+    prepared = s.get(_PM, pm)
+    cb = _ExecutionCallback(s, cid)
+    try:
+        launch = prepared.execute(request, measure, deadline, loop, cb)
+    except Exception:  # noqa: BLE001
+        launch = ErrorStatus.GENERAL_FAILURE
+    if launch != ErrorStatus.NONE:
+        cb.notify(launch, [], NO_TIMING)
+    return _status_reply(launch)
+
+
+def _execute_sync(s: Session, cid: int, pm: int, request: Any, measure: int,
+                  deadline: int | None, loop: int | None) -> Writer:
+    prepared = s.get(_PM, pm)
+    _delay(s)
+    return _shapes_reply(prepared.execute_synchronously(request, measure, deadline, loop))
+
+
+def _execute_fenced(s: Session, cid: int, pm: int, request: Any, specs: list,
+                    measure: int, deadline: int | None, loop: int | None,
+                    duration: int | None) -> None:
+    prepared = s.get(_PM, pm)
+    fences = s.wait_fences(specs)
+    s.fenced_reply(cid, prepared.execute_fenced(request, fences, measure, deadline, loop,
+                                                duration))
+
+
+def _configure_burst(s: Session, cid: int, pm: int) -> Writer:
+    return _handle_reply(s, _BURST, s.get(_PM, pm).configure_execution_burst())
+
+
+def _create_reusable(s: Session, cid: int, pm: int, request: Any, measure: int,
+                     loop: int | None) -> Writer:
+    return _handle_reply(s, _EXEC, s.get(_PM, pm).create_reusable_execution(request, measure,
+                                                                             loop))
+
+
+def _burst_execute(s: Session, cid: int, burst: int, request: Any, measure: int,
+                   deadline: int | None, loop: int | None) -> Writer:
+    b = s.get(_BURST, burst)
+    _delay(s)
+    return _shapes_reply(b.execute(request, measure, deadline, loop))
+
+
+def _burst_reusable(s: Session, cid: int, burst: int, request: Any, measure: int,
+                    loop: int | None) -> Writer:
+    return _handle_reply(s, _EXEC, s.get(_BURST, burst).create_reusable_execution(
+        request, measure, loop))
+
+
+def _burst_cache(s: Session, cid: int, burst: int, mem: tuple[int, SharedMemory]) -> Writer:
+    b = s.get(_BURST, burst)
+    ident, memory = mem
+    hold = b.cache_memory(memory)
+    if hold is None:
+        return _status_reply(ErrorStatus.INVALID_ARGUMENT)
+    with s.lock:
+        if s.closed or burst not in s.handles:
+            stale = hold
+        else:
+            stale = s.holds.get((burst, ident))
+            s.holds[(burst, ident)] = hold
+    if stale is not None and stale is not hold:
+        _release_hold(stale)
+    return _status_reply(ErrorStatus.NONE)
+
+
+def _compute(s: Session, cid: int, ex: int, deadline: int | None) -> Writer:
+    execution = s.get(_EXEC, ex)
+    _delay(s)
+    return _shapes_reply(execution.compute(deadline))
+
+
+def _compute_fenced(s: Session, cid: int, ex: int, specs: list, deadline: int | None,
+                    timeout: int | None) -> None:
+    execution = s.get(_EXEC, ex)
+    fences = s.wait_fences(specs)
+    s.fenced_reply(cid, execution.compute_fenced(fences, deadline, timeout))
+
+
+def _copy_to(s: Session, cid: int, buf: int, mem: SharedMemory) -> Writer:
+    return _status_reply(s.get(_BUFFER, buf).copy_to(mem))
+
+
+def _copy_from(s: Session, cid: int, buf: int, mem: SharedMemory, dims: list[int]) -> Writer:
+    return _status_reply(s.get(_BUFFER, buf).copy_from(mem, dims))
+
+
+_HANDLERS: dict[Kind, Callable[..., Writer | None]] = {
+    Kind.GET_CAPABILITIES: _get_capabilities,
+    Kind.GET_SUPPORTED_OPERATIONS: _get_supported,
+    Kind.GET_TYPE: _get_type,
+    Kind.GET_VERSION_STRING: _get_version,
+    Kind.GET_SUPPORTED_EXTENSIONS: _get_extensions,
+    Kind.GET_NUMBER_OF_CACHE_FILES: _get_cache_files,
+    Kind.PREPARE_MODEL: _prepare,
+    Kind.PREPARE_MODEL_FROM_CACHE: _prepare_from_cache,
+    Kind.ALLOCATE: _allocate,
+    Kind.EXECUTE: _execute,
+    Kind.EXECUTE_SYNCHRONOUSLY: _execute_sync,
+    Kind.EXECUTE_FENCED: _execute_fenced,
+    Kind.CONFIGURE_BURST: _configure_burst,
+    Kind.CREATE_REUSABLE: _create_reusable,
+    Kind.BURST_EXECUTE: _burst_execute,
+    Kind.BURST_CREATE_REUSABLE: _burst_reusable,
+    Kind.BURST_CACHE: _burst_cache,
+    Kind.COMPUTE: _compute,
+    Kind.COMPUTE_FENCED: _compute_fenced,
+    Kind.COPY_TO: _copy_to,
+    Kind.COPY_FROM: _copy_from,
+}
+
+
+# ---- the service ---------------------------------------------------------------------------------
+
+def no_new_privs() -> str | None:
+    """Set PR_SET_NO_NEW_PRIVS on this process; None when done, else why not."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+            return os.strerror(ctypes.get_errno())
+        return None
+    except (OSError, AttributeError) as e:
+        return str(e)
+
+
+def _peer_ok(sock: socket.socket, gid: int | None) -> tuple[bool, str]:
+    try:
+        pid, uid, pgid = struct.unpack("3i", sock.getsockopt(
+            socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    except OSError as e:
+        return False, f"no peer credentials: {e}"
+    who = f"pid {pid} uid {uid}"
+    if uid == os.getuid():
+        return True, who
+    if gid is not None:
+        if pgid == gid:
+            return True, who
+        try:
+            if pwd.getpwuid(uid).pw_name in grp.getgrgid(gid).gr_mem:
+                return True, who
+        except KeyError:
+            pass
+    return False, who
+
+
+class Service:
+    """One device served on one Unix socket."""
+
+    def __init__(self, device: IDevice, path: str | os.PathLike[str], *,
+                 group: str | None = None, limits: Limits | None = None):
+        self.device = device
+        self.path = str(path)
+        self.limits = limits or Limits()
+        self.gid = None if group is None else _group_id(group)
+        self.sessions: set[Session] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
+        self._fence_ids = 0
+        self.messages = 0
+        self.test_delay = float(os.environ.get(TEST_DELAY_ENV) or 0.0)
+        self.sock = self._listen()
+
+    def _listen(self) -> socket.socket:
+        p = Path(self.path)
+        if p.is_socket() or p.is_symlink():
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(self.path)
+                raise OSError(f"{self.path}: a service already answers there")
+            except (ConnectionRefusedError, FileNotFoundError):
+                p.unlink()  # a stale socket of a service that died
+            finally:
+                probe.close()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            sock.bind(self.path)
+        finally:
+            os.umask(old)
+        if self.gid is not None:
+            os.chown(self.path, -1, self.gid)
+            os.chmod(self.path, 0o660)
+        else:
+            os.chmod(self.path, 0o600)
+        sock.listen(64)
+        return sock
+
+    def new_fence_id(self) -> int:
+        with self._lock:
+            self._fence_ids += 1
+            return self._fence_ids
+
+    def objects(self) -> int:
+        """Objects held for clients, over every connected client."""
+        with self._lock:
+            sessions = list(self.sessions)
+        return sum(s.objects() for s in sessions)
+
+    def _gone(self, session: Session) -> None:
+        with self._lock:
+            self.sessions.discard(session)
+
+    def serve_forever(self) -> None:
+        try:
+            while not self._stop.is_set():
+                ready, _, _ = select.select([self.sock, self._wake_r], [], [])
+                if self._wake_r in ready:
+                    break
+                try:
+                    conn, _ = self.sock.accept()
+                except OSError:
+                    continue
+                ok, who = _peer_ok(conn, self.gid)
+                if not ok:
+                    log.warning("refused client %s", who)
+                    conn.close()
+                    continue
+                session = Session(self, conn, who)
+                with self._lock:
+                    self.sessions.add(session)
+                threading.Thread(target=session.run, name=f"nnhal-client {who}",
+                                 daemon=True).start()
+        finally:
+            self._shutdown()
+
+    def stop(self) -> None:
+        self._stop.set()
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def _shutdown(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        try:
+            if stat.S_ISSOCK(os.lstat(self.path).st_mode):
+                os.unlink(self.path)
+        except OSError:
+            pass
+        with self._lock:
+            sessions = list(self.sessions)
+        for s in sessions:
+            s.close()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _group_id(group: str) -> int:
+    try:
+        return int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise OSError(f"unknown group {group!r}") from None
+
+
+def serve(driver: str, socket_path: str | None = None, runtime_dir: str | None = None,
+          group: str | None = None, name: str | None = None,
+          ready: Callable[[Service], None] | None = None) -> int:
+    """Run ``nnhal serve``: open the driver, listen, register, serve until SIGTERM/SIGINT."""
+    from nnhal.drivers.registry import open_device
+
+    why = no_new_privs()
+    if why is not None:
+        log.warning("cannot set no_new_privs: %s", why)
+    name = name or driver
+    rdir = registration.runtime_dir(runtime_dir)
+    if socket_path is None:
+        if rdir is None:
+            raise OSError("no --socket and no runtime directory ($XDG_RUNTIME_DIR unset; "
+                          "give --runtime-dir)")
+        rdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        socket_path = str(rdir / f"{name}.sock")
+    device = open_device(driver)
+    try:
+        service = Service(device, os.path.abspath(socket_path), group=group)
+        previous = {sig: signal.signal(sig, lambda *_: service.stop())
+                    for sig in (signal.SIGTERM, signal.SIGINT)}
+        entry = None
+        try:
+            if rdir is not None:  # last: a registered service answers and stops cleanly
+                entry = registration.register(rdir, name, service.path, driver)
+            if ready is not None:
+                ready(service)
+            service.serve_forever()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if entry is not None:
+                registration.unregister(entry)
+    finally:
+        close = getattr(device, "close", None)
+        if callable(close):
+            close()
+    return 0

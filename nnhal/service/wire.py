@@ -1,0 +1,817 @@
+"""The wire format between a driver service and its clients (docs/wire.md is the reference).
+
+A message is a 24-byte header and a body; file descriptors travel beside it (SCM_RIGHTS) and
+the body names them by index. Everything is little-endian and encoded field by field: no
+pickle, nothing that carries code. Decoding is strict because the other side is not trusted:
+every count and length is bounded and checked against the bytes left, every tag and enum is
+known, every descriptor sent is consumed exactly once, nothing trails. Any failure is a
+:class:`WireError`, never another exception.
+
+Descriptors: a :class:`Reader` owns the descriptors of its message until :meth:`Reader.commit`;
+shared memories decoded from it do not own their descriptors before that, so a message that
+fails half-way is dropped by closing every descriptor once (:meth:`Reader.discard`).
+"""
+
+from __future__ import annotations
+
+import enum
+import operator
+import os
+import struct
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from nnhal.hal.types import (
+    BufferDesc,
+    BufferRole,
+    Capabilities,
+    DataLocation,
+    ErrorStatus,
+    Extension,
+    ExtensionNameAndPrefix,
+    ExtensionOperandTypeInformation,
+    MemoryPool,
+    Model,
+    Operand,
+    OperandLifeTime,
+    OperandPerformance,
+    OperandType,
+    Operation,
+    OperationType,
+    OutputShape,
+    PerformanceInfo,
+    Request,
+    RequestArgument,
+    Subgraph,
+    SymmPerChannelQuantParams,
+    Timing,
+)
+from nnhal.memory import SharedMemory
+
+#: "NNHW" read as a little-endian u32.
+MAGIC = 0x57484E4E
+VERSION = 1
+#: magic u32, version u16, kind u16, call id u64, body length u32, fd count u16, flags u16.
+HEADER = struct.Struct("<IHHQIHH")
+HEADER_SIZE = HEADER.size
+#: SCM_MAX_FD of Linux: no message carries more descriptors.
+MAX_FDS = 253
+#: Default bound of a message body (a model's constants travel in the body).
+MAX_BODY = 256 << 20
+#: Bounds of counts inside a body (each also checked against the bytes left).
+MAX_COUNT = 1 << 24
+MAX_STRING = 4096
+
+
+class WireError(Exception):
+    """A message that cannot be encoded or does not decode."""
+
+
+class Kind(enum.IntEnum):
+    """Message kinds. Calls go client -> server and get one REPLY or ERROR with their call id;
+    events (NOTIFY_*, FENCE_STATE, RELEASE, FORGET, BURST_UNCACHE) get no reply."""
+
+    REPLY = 1
+    ERROR = 2
+    # IDevice (the service's one device)
+    GET_CAPABILITIES = 16
+    GET_SUPPORTED_OPERATIONS = 17
+    GET_TYPE = 18
+    GET_VERSION_STRING = 19
+    GET_SUPPORTED_EXTENSIONS = 20
+    GET_NUMBER_OF_CACHE_FILES = 21
+    PREPARE_MODEL = 22
+    PREPARE_MODEL_FROM_CACHE = 23
+    ALLOCATE = 24
+    # IPreparedModel
+    EXECUTE = 32
+    EXECUTE_SYNCHRONOUSLY = 33
+    EXECUTE_FENCED = 34
+    CONFIGURE_BURST = 35
+    CREATE_REUSABLE = 36
+    # IBurst
+    BURST_EXECUTE = 40
+    BURST_CREATE_REUSABLE = 41
+    BURST_CACHE = 42
+    # IExecution
+    COMPUTE = 48
+    COMPUTE_FENCED = 49
+    # IBuffer
+    COPY_TO = 56
+    COPY_FROM = 57
+    # events
+    NOTIFY_PREPARED = 64
+    NOTIFY_EXECUTION = 65
+    FENCE_STATE = 66
+    RELEASE = 67
+    FORGET = 68
+    BURST_UNCACHE = 69
+
+
+CALLS = frozenset(k for k in Kind if 16 <= k < 64)
+#: Events a client may send (the server sends NOTIFY_* and FENCE_STATE).
+CLIENT_EVENTS = frozenset({Kind.FENCE_STATE, Kind.RELEASE, Kind.FORGET, Kind.BURST_UNCACHE})
+SERVER_EVENTS = frozenset({Kind.NOTIFY_PREPARED, Kind.NOTIFY_EXECUTION, Kind.FENCE_STATE})
+
+# memory reference tags
+MEM_NEW, MEM_KNOWN = 0, 1
+# request pool tags
+POOL_MEMORY, POOL_TOKEN, POOL_EMPTY = 0, 1, 2
+# operand extra-params tags
+EXTRA_NONE, EXTRA_CHANNEL_QUANT, EXTRA_EXTENSION = 0, 1, 2
+# cache handle tags
+HANDLE_FD, HANDLE_INVALID = 0, 1
+
+_U8, _U16, _U32, _I32 = struct.Struct("<B"), struct.Struct("<H"), struct.Struct("<I"), \
+    struct.Struct("<i")
+_U64, _I64, _F64 = struct.Struct("<Q"), struct.Struct("<q"), struct.Struct("<d")
+
+
+def pack_header(kind: int, call_id: int, body_len: int, nfds: int) -> bytes:
+    return HEADER.pack(MAGIC, VERSION, kind, call_id, body_len, nfds, 0)
+
+
+def unpack_header(data: bytes | bytearray | memoryview, max_body: int = MAX_BODY
+                  ) -> tuple[Kind, int, int, int]:
+    """(kind, call id, body length, fd count) of a header; WireError when it is not one."""
+    if len(data) != HEADER_SIZE:
+        raise WireError(f"header of {len(data)} bytes, expected {HEADER_SIZE}")
+    magic, version, kind, call_id, body_len, nfds, flags = HEADER.unpack(data)
+    if magic != MAGIC:
+        raise WireError(f"bad magic {magic:#x}")
+    if version != VERSION:
+        raise WireError(f"wire version {version}, this side speaks {VERSION}")
+    if flags != 0:
+        raise WireError(f"unknown flags {flags:#x}")
+    if nfds > MAX_FDS:
+        raise WireError(f"{nfds} descriptors, at most {MAX_FDS}")
+    if body_len > max_body:
+        raise WireError(f"body of {body_len} bytes exceeds {max_body}")
+    try:
+        return Kind(kind), call_id, body_len, nfds
+    except ValueError:
+        raise WireError(f"unknown message kind {kind}") from None
+
+
+# ---- writing ----------------------------------------------------------------------------------
+
+def _int(x: Any, lo: int, hi: int, what: str) -> int:
+    if isinstance(x, bool) or not isinstance(x, int):
+        try:
+            x = operator.index(x)
+        except TypeError:
+            raise WireError(f"{what}: not an integer: {x!r}") from None
+    if not lo <= x <= hi:
+        raise WireError(f"{what}: {x} outside [{lo}, {hi}]")
+    return int(x)
+
+
+class Writer:
+    """A message body under construction, with the descriptors it names.
+
+    ``memory_ref(memory) -> (id, new)`` decides whether a shared memory is sent with its
+    descriptor (first time on this connection) or by identifier; ``new_ids`` lists the
+    identifiers first sent here, so a sender can forget them if the message is never sent.
+    """
+
+    __slots__ = ("buf", "fds", "memory_ref", "new_ids")
+
+    def __init__(self, memory_ref: Callable[[SharedMemory], tuple[int, bool]] | None = None):
+        self.buf = bytearray()
+        self.fds: list[int] = []
+        self.memory_ref = memory_ref
+        self.new_ids: list[int] = []
+
+    def u8(self, x: Any, what: str = "u8") -> None:
+        self.buf += _U8.pack(_int(x, 0, 0xFF, what))
+
+    def u16(self, x: Any, what: str = "u16") -> None:
+        self.buf += _U16.pack(_int(x, 0, 0xFFFF, what))
+
+    def u32(self, x: Any, what: str = "u32") -> None:
+        self.buf += _U32.pack(_int(x, 0, 0xFFFF_FFFF, what))
+
+    def i32(self, x: Any, what: str = "i32") -> None:
+        self.buf += _I32.pack(_int(x, -(1 << 31), (1 << 31) - 1, what))
+
+    def u64(self, x: Any, what: str = "u64") -> None:
+        self.buf += _U64.pack(_int(x, 0, (1 << 64) - 1, what))
+
+    def i64(self, x: Any, what: str = "i64") -> None:
+        self.buf += _I64.pack(_int(x, -(1 << 63), (1 << 63) - 1, what))
+
+    def f64(self, x: Any, what: str = "f64") -> None:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) and \
+                not hasattr(x, "__float__"):
+            raise WireError(f"{what}: not a number: {x!r}")
+        self.buf += _F64.pack(float(x))
+
+    def bool(self, x: Any, what: str = "bool") -> None:
+        self.buf += b"\1" if x else b"\0"
+
+    def bytes(self, x: Any, what: str = "bytes") -> None:
+        if not isinstance(x, (bytes, bytearray, memoryview)):
+            raise WireError(f"{what}: not bytes: {type(x).__name__}")
+        data = memoryview(x).cast("B")
+        self.u32(len(data), what)
+        self.buf += data
+
+    def str(self, x: Any, what: str = "string") -> None:
+        if not isinstance(x, str):
+            raise WireError(f"{what}: not a string")
+        data = x.encode("utf-8", "surrogatepass")
+        if len(data) > MAX_STRING:
+            raise WireError(f"{what}: longer than {MAX_STRING} bytes")
+        self.bytes(data, what)
+
+    def count(self, items: Any, what: str) -> list[Any]:
+        try:
+            seq = list(items)
+        except TypeError:
+            raise WireError(f"{what}: not a sequence") from None
+        if len(seq) > MAX_COUNT:
+            raise WireError(f"{what}: {len(seq)} items, at most {MAX_COUNT}")
+        self.u32(len(seq), what)
+        return seq
+
+    def u32s(self, items: Any, what: str) -> None:
+        for x in self.count(items, what):
+            self.u32(x, what)
+
+    def opt_i64(self, x: Any, what: str) -> None:
+        if x is None:
+            self.u8(0)
+        else:
+            self.u8(1)
+            self.i64(x, what)
+
+    def fd(self, fd: int, what: str = "fd") -> None:
+        if len(self.fds) >= MAX_FDS:
+            raise WireError(f"more than {MAX_FDS} descriptors in one message")
+        fd = _int(fd, 0, 0x7FFF_FFFF, what)
+        try:
+            os.fstat(fd)
+        except OSError as e:
+            raise WireError(f"{what}: descriptor {fd} is not open: {e.strerror}") from None
+        self.u32(len(self.fds))
+        self.fds.append(fd)
+
+    def memory(self, mem: Any, what: str = "memory") -> None:
+        if not isinstance(mem, SharedMemory):
+            raise WireError(f"{what}: not a shared memory: {type(mem).__name__}")
+        if mem.closed or mem.fd < 0:
+            raise WireError(f"{what}: the memory is closed")
+        if self.memory_ref is None:
+            ident, new = 0, True
+        else:
+            ident, new = self.memory_ref(mem)
+        if new:
+            self.u8(MEM_NEW)
+            self.u64(ident)
+            self.new_ids.append(ident)
+            self.str(mem.name, what)
+            self.u64(mem.size, what)
+            self.u64(mem.offset, what)
+            self.fd(mem.fd, what)
+        else:
+            self.u8(MEM_KNOWN)
+            self.u64(ident)
+
+
+# ---- reading ----------------------------------------------------------------------------------
+
+class Reader:
+    """One received body and its descriptors (see the module docstring for ownership).
+
+    ``memories(id) -> SharedMemory | None`` resolves memories sent earlier on the connection;
+    memories first sent in this message are in ``defined`` until the caller commits them.
+    """
+
+    def __init__(self, body: bytes | bytearray | memoryview, fds: Sequence[int] = (),
+                 memories: Callable[[int], SharedMemory | None] | None = None,
+                 max_new_bytes: int | None = None):
+        self.view = memoryview(body).cast("B")
+        self.pos = 0
+        self.fds = list(fds)
+        self.used = [False] * len(self.fds)
+        self.memories = memories
+        self.defined: dict[int, SharedMemory] = {}
+        self.new_bytes = 0
+        self.max_new_bytes = max_new_bytes
+        self._done = False
+
+    # -- primitives
+    def _take(self, st: struct.Struct, what: str) -> Any:
+        end = self.pos + st.size
+        if end > len(self.view):
+            raise WireError(f"truncated at {what}")
+        (v,) = st.unpack_from(self.view, self.pos)
+        self.pos = end
+        return v
+
+    def u8(self, what: str = "u8") -> int:
+        return self._take(_U8, what)
+
+    def u16(self, what: str = "u16") -> int:
+        return self._take(_U16, what)
+
+    def u32(self, what: str = "u32") -> int:
+        return self._take(_U32, what)
+
+    def i32(self, what: str = "i32") -> int:
+        return self._take(_I32, what)
+
+    def u64(self, what: str = "u64") -> int:
+        return self._take(_U64, what)
+
+    def i64(self, what: str = "i64") -> int:
+        return self._take(_I64, what)
+
+    def f64(self, what: str = "f64") -> float:
+        return self._take(_F64, what)
+
+    def bool(self, what: str = "bool") -> bool:
+        v = self.u8(what)
+        if v > 1:
+            raise WireError(f"{what}: boolean {v}")
+        return v == 1
+
+    def tag(self, limit: int, what: str) -> int:
+        v = self.u8(what)
+        if v > limit:
+            raise WireError(f"{what}: unknown tag {v}")
+        return v
+
+    def bytes(self, what: str = "bytes", limit: int | None = None) -> bytes:
+        n = self.u32(what)
+        if limit is not None and n > limit:
+            raise WireError(f"{what}: {n} bytes, at most {limit}")
+        if n > len(self.view) - self.pos:
+            raise WireError(f"{what}: {n} bytes, {len(self.view) - self.pos} left")
+        data = bytes(self.view[self.pos:self.pos + n])
+        self.pos += n
+        return data
+
+    def str(self, what: str = "string") -> str:
+        data = self.bytes(what, MAX_STRING)
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise WireError(f"{what}: not UTF-8") from None
+
+    def count(self, what: str, item_size: int) -> int:
+        """A count of items each at least ``item_size`` bytes: bounded by what is left."""
+        n = self.u32(what)
+        if n > MAX_COUNT or n * item_size > len(self.view) - self.pos:
+            raise WireError(f"{what}: count {n} exceeds the message")
+        return n
+
+    def u32s(self, what: str) -> list[int]:
+        n = self.count(what, 4)
+        out = list(struct.unpack_from(f"<{n}I", self.view, self.pos))
+        self.pos += 4 * n
+        return out
+
+    def opt_i64(self, what: str) -> int | None:
+        return self.i64(what) if self.bool(what) else None
+
+    def fd(self, what: str = "fd") -> int:
+        i = self.u32(what)
+        if i >= len(self.fds):
+            raise WireError(f"{what}: descriptor index {i} of {len(self.fds)}")
+        if self.used[i]:
+            raise WireError(f"{what}: descriptor {i} used twice")
+        self.used[i] = True
+        return self.fds[i]
+
+    def memory(self, what: str = "memory") -> SharedMemory:
+        if self.tag(MEM_KNOWN, what) == MEM_KNOWN:
+            ident = self.u64(what)
+            mem = self.defined.get(ident)
+            if mem is None and self.memories is not None:
+                mem = self.memories(ident)
+            if mem is None:
+                raise WireError(f"{what}: unknown memory id {ident}")
+            return mem
+        ident = self.u64(what)
+        name = self.str(what)
+        size = self.u64(what)
+        offset = self.u64(what)
+        fd = self.fd(what)
+        if ident in self.defined or (self.memories is not None and
+                                     self.memories(ident) is not None):
+            raise WireError(f"{what}: memory id {ident} defined twice")
+        if size > (1 << 62) or offset > (1 << 62):
+            raise WireError(f"{what}: size or offset out of range")
+        self.new_bytes += size
+        if self.max_new_bytes is not None and self.new_bytes > self.max_new_bytes:
+            raise ResourceLimit(f"{what}: mapped bytes past the client's bound")
+        mem = SharedMemory(name, fd, size, offset, owns_fd=False)
+        self.defined[ident] = mem
+        return mem
+
+    # -- ownership
+    def finish(self) -> None:
+        """Check that the body and the descriptors were consumed exactly."""
+        if self.pos != len(self.view):
+            raise WireError(f"{len(self.view) - self.pos} trailing bytes")
+        if not all(self.used):
+            raise WireError(f"{self.used.count(False)} descriptors sent but not named")
+
+    def commit(self) -> None:
+        """The message is accepted: its memories own their descriptors from now on."""
+        self.finish()
+        for mem in self.defined.values():
+            mem._owns_fd = True
+        self._done = True
+
+    def close_unused(self) -> None:
+        """Close the descriptors the decoding did not take (a client keeps none it did not
+        decode into something)."""
+        for i, fd in enumerate(self.fds):
+            if not self.used[i]:
+                self.used[i] = True
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    def discard(self) -> None:
+        """The message is dropped: close every descriptor it carried, once."""
+        if self._done:
+            return
+        self._done = True
+        for mem in self.defined.values():
+            mem._closed = True  # never maps, never closes the (closed below) descriptor
+        close_fds(self.fds)
+
+
+class ResourceLimit(WireError):
+    """A message that is well formed but past a per-client bound."""
+
+
+def close_fds(fds: Sequence[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+# ---- HAL structures ---------------------------------------------------------------------------
+
+def _enum_or_int(cls: type[enum.IntEnum], v: int) -> int:
+    try:
+        return cls(v)
+    except ValueError:
+        return v
+
+
+def put_location(w: Writer, loc: Any) -> None:
+    if not isinstance(loc, DataLocation):
+        raise WireError("location: not a DataLocation")
+    w.u32(loc.pool_index, "location.poolIndex")
+    w.u32(loc.offset, "location.offset")
+    w.u32(loc.length, "location.length")
+
+
+def get_location(r: Reader) -> DataLocation:
+    return DataLocation(r.u32(), r.u32(), r.u32())
+
+
+def put_operand(w: Writer, o: Any) -> None:
+    if not isinstance(o, Operand):
+        raise WireError("operand: not an Operand")
+    w.u32(o.type, "operand.type")
+    w.u32s(o.dimensions, "operand.dimensions")
+    w.u32(o.number_of_consumers, "operand.numberOfConsumers")
+    w.f64(o.scale, "operand.scale")
+    w.i32(o.zero_point, "operand.zeroPoint")
+    w.u32(o.lifetime, "operand.lifetime")
+    put_location(w, o.location)
+    extra = o.extra_params
+    if extra is None:
+        w.u8(EXTRA_NONE)
+    elif isinstance(extra, SymmPerChannelQuantParams):
+        w.u8(EXTRA_CHANNEL_QUANT)
+        for s in w.count(extra.scales, "channelQuant.scales"):
+            w.f64(s, "channelQuant.scales")
+        w.u32(extra.channel_dim, "channelQuant.channelDim")
+    elif isinstance(extra, (bytes, bytearray)):
+        w.u8(EXTRA_EXTENSION)
+        w.bytes(extra, "extension params")
+    else:
+        raise WireError(f"operand.extraParams: {type(extra).__name__}")
+
+
+def get_operand(r: Reader) -> Operand:
+    t = _enum_or_int(OperandType, r.u32())
+    dims = r.u32s("operand.dimensions")
+    consumers = r.u32()
+    scale = r.f64()
+    zero_point = r.i32()
+    lifetime = _enum_or_int(OperandLifeTime, r.u32())
+    loc = get_location(r)
+    tag = r.tag(EXTRA_EXTENSION, "operand.extraParams")
+    extra: SymmPerChannelQuantParams | bytes | None = None
+    if tag == EXTRA_CHANNEL_QUANT:
+        n = r.count("channelQuant.scales", 8)
+        scales = [r.f64() for _ in range(n)]
+        extra = SymmPerChannelQuantParams(scales, r.u32())
+    elif tag == EXTRA_EXTENSION:
+        extra = r.bytes("extension params")
+    return Operand(t, dims, consumers, scale, zero_point, lifetime, loc, extra)  # type: ignore
+
+
+def put_subgraph(w: Writer, g: Any) -> None:
+    if not isinstance(g, Subgraph):
+        raise WireError("subgraph: not a Subgraph")
+    for o in w.count(g.operands, "operands"):
+        put_operand(w, o)
+    for op in w.count(g.operations, "operations"):
+        if not isinstance(op, Operation):
+            raise WireError("operation: not an Operation")
+        w.u32(op.type, "operation.type")
+        w.u32s(op.inputs, "operation.inputs")
+        w.u32s(op.outputs, "operation.outputs")
+    w.u32s(g.input_indexes, "inputIndexes")
+    w.u32s(g.output_indexes, "outputIndexes")
+
+
+# smallest encodings: an operand is 4+4+4+8+4+4+12+1 bytes, an operation 12.
+_OPERAND_MIN, _OPERATION_MIN, _SUBGRAPH_MIN = 41, 12, 16
+
+
+def get_subgraph(r: Reader) -> Subgraph:
+    operands = [get_operand(r) for _ in range(r.count("operands", _OPERAND_MIN))]
+    operations = []
+    for _ in range(r.count("operations", _OPERATION_MIN)):
+        t = _enum_or_int(OperationType, r.u32())
+        operations.append(Operation(t, r.u32s("operation.inputs"), r.u32s("operation.outputs")))
+    return Subgraph(operands, operations, r.u32s("inputIndexes"), r.u32s("outputIndexes"))
+
+
+def put_model(w: Writer, m: Any) -> None:
+    if not isinstance(m, Model):
+        raise WireError("model: not a Model")
+    put_subgraph(w, m.main)
+    for g in w.count(m.referenced, "referenced"):
+        put_subgraph(w, g)
+    w.bytes(m.operand_values, "operandValues")
+    for p in w.count(m.pools, "pools"):
+        w.memory(p, "model pool")
+    w.bool(m.relax_computation_float32_to_float16)
+    for e in w.count(m.extension_name_to_prefix, "extensionNameToPrefix"):
+        if not isinstance(e, ExtensionNameAndPrefix):
+            raise WireError("extensionNameToPrefix: not an ExtensionNameAndPrefix")
+        w.str(e.name, "extension name")
+        w.u16(e.prefix, "extension prefix")
+
+
+def get_model(r: Reader) -> Model:
+    main = get_subgraph(r)
+    referenced = [get_subgraph(r) for _ in range(r.count("referenced", _SUBGRAPH_MIN))]
+    values = r.bytes("operandValues")
+    pools = [r.memory("model pool") for _ in range(r.count("pools", 9))]
+    relax = r.bool()
+    ext = [ExtensionNameAndPrefix(r.str(), r.u16())
+           for _ in range(r.count("extensionNameToPrefix", 6))]
+    return Model(main, referenced, values, pools, relax, ext)
+
+
+def put_argument(w: Writer, a: Any) -> None:
+    if not isinstance(a, RequestArgument):
+        raise WireError("request argument: not a RequestArgument")
+    w.bool(a.has_no_value)
+    put_location(w, a.location)
+    w.u32s(a.dimensions, "argument.dimensions")
+
+
+def get_argument(r: Reader) -> RequestArgument:
+    return RequestArgument(r.bool(), get_location(r), r.u32s("argument.dimensions"))
+
+
+def put_request(w: Writer, req: Any) -> None:
+    if not isinstance(req, Request):
+        raise WireError("request: not a Request")
+    for a in w.count(req.inputs, "request.inputs"):
+        put_argument(w, a)
+    for a in w.count(req.outputs, "request.outputs"):
+        put_argument(w, a)
+    for p in w.count(req.pools, "request.pools"):
+        if isinstance(p, MemoryPool):
+            if p.hidl_memory is not None and p.token is None:
+                w.u8(POOL_MEMORY)
+                w.memory(p.hidl_memory, "request pool")
+            elif p.token is not None and p.hidl_memory is None:
+                w.u8(POOL_TOKEN)
+                w.u32(p.token, "request pool token")
+            elif p.token is None:
+                w.u8(POOL_EMPTY)
+            else:
+                raise WireError("request pool: both a memory and a token")
+        else:
+            w.u8(POOL_MEMORY)
+            w.memory(p, "request pool")
+
+
+def get_request(r: Reader, token_filter: Callable[[int], int] | None = None) -> Request:
+    inputs = [get_argument(r) for _ in range(r.count("request.inputs", 17))]
+    outputs = [get_argument(r) for _ in range(r.count("request.outputs", 17))]
+    pools: list[Any] = []
+    for _ in range(r.count("request.pools", 1)):
+        tag = r.tag(POOL_EMPTY, "request pool")
+        if tag == POOL_MEMORY:
+            pools.append(r.memory("request pool"))
+        elif tag == POOL_TOKEN:
+            token = r.u32()
+            pools.append(MemoryPool.of_token(token_filter(token) if token_filter else token))
+        else:
+            pools.append(MemoryPool())
+    return Request(inputs, outputs, pools)
+
+
+def put_perf(w: Writer, p: Any) -> None:
+    if not isinstance(p, PerformanceInfo):
+        raise WireError("performance: not a PerformanceInfo")
+    w.f64(p.exec_time)
+    w.f64(p.power_usage)
+
+
+def get_perf(r: Reader) -> PerformanceInfo:
+    return PerformanceInfo(r.f64(), r.f64())
+
+
+def put_capabilities(w: Writer, c: Any) -> None:
+    if not isinstance(c, Capabilities):
+        raise WireError("capabilities: not a Capabilities")
+    put_perf(w, c.relaxed_float32_to_float16_performance_scalar)
+    put_perf(w, c.relaxed_float32_to_float16_performance_tensor)
+    for op in w.count(c.operand_performance, "operandPerformance"):
+        w.u32(op.type, "operandPerformance.type")
+        put_perf(w, op.info)
+    put_perf(w, c.if_performance)
+    put_perf(w, c.while_performance)
+
+
+def get_capabilities(r: Reader) -> Capabilities:
+    scalar, tensor = get_perf(r), get_perf(r)
+    ops = [OperandPerformance(_enum_or_int(OperandType, r.u32()), get_perf(r))
+           for _ in range(r.count("operandPerformance", 20))]
+    return Capabilities(scalar, tensor, ops, get_perf(r), get_perf(r))
+
+
+def put_extension(w: Writer, e: Any) -> None:
+    if not isinstance(e, Extension):
+        raise WireError("extension: not an Extension")
+    w.str(e.name, "extension.name")
+    for t in w.count(e.operand_types, "extension.operandTypes"):
+        w.u16(t.type, "extension operand type")
+        w.bool(t.is_tensor)
+        w.u32(t.byte_size, "extension operand byteSize")
+
+
+def get_extension(r: Reader) -> Extension:
+    name = r.str()
+    types = [ExtensionOperandTypeInformation(r.u16(), r.bool(), r.u32())
+             for _ in range(r.count("extension.operandTypes", 7))]
+    return Extension(name, types)
+
+
+def put_timing(w: Writer, t: Any) -> None:
+    if not isinstance(t, Timing):
+        raise WireError("timing: not a Timing")
+    w.u64(t.time_on_device, "timeOnDevice")
+    w.u64(t.time_in_driver, "timeInDriver")
+
+
+def get_timing(r: Reader) -> Timing:
+    return Timing(r.u64(), r.u64())
+
+
+def put_shapes(w: Writer, shapes: Any) -> None:
+    for s in w.count(shapes, "outputShapes"):
+        if not isinstance(s, OutputShape):
+            raise WireError("outputShape: not an OutputShape")
+        w.u32s(s.dimensions, "outputShape.dimensions")
+        w.bool(s.is_sufficient)
+
+
+def get_shapes(r: Reader) -> list[OutputShape]:
+    return [OutputShape(r.u32s("outputShape.dimensions"), r.bool())
+            for _ in range(r.count("outputShapes", 5))]
+
+
+def put_status(w: Writer, s: Any) -> None:
+    w.u32(ErrorStatus(s), "status")
+
+
+def get_status(r: Reader) -> ErrorStatus:
+    v = r.u32("status")
+    try:
+        return ErrorStatus(v)
+    except ValueError:
+        raise WireError(f"unknown ErrorStatus {v}") from None
+
+
+def put_role(w: Writer, role: Any) -> None:
+    if not isinstance(role, BufferRole):
+        raise WireError("role: not a BufferRole")
+    w.u32(role.model_index, "role.modelIndex")
+    w.u32(role.io_index, "role.ioIndex")
+    w.f64(role.frequency, "role.frequency")
+
+
+def get_role(r: Reader) -> BufferRole:
+    return BufferRole(r.u32(), r.u32(), r.f64())
+
+
+def put_buffer_desc(w: Writer, d: Any) -> None:
+    if not isinstance(d, BufferDesc):
+        raise WireError("desc: not a BufferDesc")
+    w.u32s(d.dimensions, "desc.dimensions")
+
+
+def get_buffer_desc(r: Reader) -> BufferDesc:
+    return BufferDesc(r.u32s("desc.dimensions"))
+
+
+def put_handles(w: Writer, handles: Any, what: str) -> None:
+    """Cache handles: each a descriptor, or marked invalid (the driver then sees -1)."""
+    items = [] if handles is None else handles
+    for h in w.count(items, what):
+        fd = _handle_fd(h)
+        if fd is None:
+            w.u8(HANDLE_INVALID)
+        else:
+            w.u8(HANDLE_FD)
+            w.fd(fd, what)
+
+
+def _handle_fd(h: Any) -> int | None:
+    if isinstance(h, (list, tuple)):
+        if len(h) != 1:
+            return None
+        h = h[0]
+    if isinstance(h, bool) or h is None:
+        return None
+    try:
+        fileno = getattr(h, "fileno", None)
+        fd = fileno() if callable(fileno) else h
+        if not isinstance(fd, int) or not 0 <= fd <= 0x7FFF_FFFF:
+            return None
+        os.fstat(fd)
+        return fd
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def get_handles(r: Reader, what: str) -> list[int]:
+    out = []
+    for _ in range(r.count(what, 1)):
+        out.append(r.fd(what) if r.tag(HANDLE_INVALID, what) == HANDLE_FD else -1)
+    return out
+
+
+def put_token(w: Writer, token: Any) -> None:
+    """A cache token: bytes of any length (the driver checks it), or tag 1 for "not bytes"."""
+    if isinstance(token, (bytes, bytearray)) and len(token) <= 1024:
+        w.u8(0)
+        w.bytes(token, "token")
+    else:
+        w.u8(1)
+
+
+def get_token(r: Reader) -> bytes | None:
+    return r.bytes("token", 1024) if r.tag(1, "token") == 0 else None
+
+
+# ---- fences -----------------------------------------------------------------------------------
+
+FENCE_ACTIVE, FENCE_SIGNALED, FENCE_ERROR = 0, 1, 2
+
+
+def put_fence_state(w: Writer, fence_id: int, state: int,
+                    info: tuple[Any, Timing, Timing] | None) -> None:
+    """FENCE_STATE: a fence of ``fence_id`` completed (and, for a fence a fenced execution
+    returned, that execution's getExecutionInfo)."""
+    w.u64(fence_id)
+    w.u8(state)
+    if info is None:
+        w.u8(0)
+    else:
+        w.u8(1)
+        put_status(w, info[0])
+        put_timing(w, info[1])
+        put_timing(w, info[2])
+
+
+def get_fence_state(r: Reader) -> tuple[int, int, tuple[ErrorStatus, Timing, Timing] | None]:
+    fence_id = r.u64()
+    state = r.u8()
+    if state not in (FENCE_SIGNALED, FENCE_ERROR):
+        raise WireError(f"fence state {state}")
+    info = None
+    if r.bool():
+        info = (get_status(r), get_timing(r), get_timing(r))
+    return fence_id, state, info
