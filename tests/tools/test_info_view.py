@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import re
-import time
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -253,12 +252,10 @@ def test_png_needs_graphviz(tmp_path, monkeypatch):
     assert not (tmp_path / "g.png").exists()
 
 
-def test_a_thousand_operations_draw_in_under_a_second():
+def test_a_thousand_operations_draw_as_one_straight_chain():
+    # The layout's speed is a benchmark figure, not a test (timed asserts flake under load).
     m = chain(1000)
-    t0 = time.perf_counter()
     svg = view.to_svg(m)
-    seconds = time.perf_counter() - t0
-    assert seconds < 1.0, seconds
     root = ET.fromstring(svg)
     ops = [g for g in root.iter(f"{SVG}g") if g.get("class") == "node op"]
     assert len(ops) == 1000
