@@ -106,10 +106,10 @@ def library_dir() -> tuple[Path | None, str]:
     when this nnhal is an installed one, else a build in the private cache."""
     if (INSTALLED_DIR / NAME).is_file():
         return INSTALLED_DIR, ""
-    from nnhal.ops.native.build import _check_dir, cache_dir
+    from nnhal.ops.native.build import cache_root, check_private_dir
 
-    root = cache_dir().parent
-    bad = _check_dir(root)
+    root = cache_root()
+    bad = check_private_dir(root)
     if bad:
         return None, bad
     executable, syspath = sys.executable, str(HERE.parent.parent)
