@@ -78,14 +78,21 @@ def test_no_python_is_a_clear_error(case, tmp_path, monkeypatch):
 def test_cli_names_the_library_the_tests_use(libdir):
     """`nnhal ndk --libdir` (this checkout's nnhal) prints the folder these tests link with,
     alone on its last line; --includedir the header's folder."""
+    import os
     import sys
     from pathlib import Path
 
+    import nnhal
     from nnhal.capi.build import INCLUDE_DIR
+
+    # The same nnhal these tests imported: the installed one under CI's `pytest`, this
+    # checkout under `python -m pytest`.
+    top = str(Path(nnhal.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": top}
 
     def ndk(flag):
         r = subprocess.run([sys.executable, "-m", "nnhal.cli", "ndk", flag], capture_output=True,
-                           text=True, check=True, cwd=Path(__file__).resolve().parents[2])
+                           text=True, check=True, cwd=top, env=env)
         return r.stdout.splitlines()[-1]
 
     assert ndk("--libdir") == str(libdir)
