@@ -228,9 +228,11 @@ def half_device(seed: int = DEFAULT_SEED) -> HalfDevice:
 def run(device: IDevice, case: Case, opts: Options) -> str:
     model, built = build_case(case)
     used: set[str] = set()
+    compiled: list[Any] = []
 
     def look(comp: Any) -> None:
         used.update(plan_devices(comp.steps))
+        compiled.append(comp.prepared)
 
     try:
         hal = model.hal
@@ -246,7 +248,15 @@ def run(device: IDevice, case: Case, opts: Options) -> str:
         if not all(supported):
             raise Unsupported(", ".join(sorted({case.data["model"]["main"]["operations"][i]["type"]
                                                 for i, s in enumerate(supported) if not s})))
-        _compile_and_run(case, model, [dev, half], opts, "partitioned", look)
+        try:
+            _compile_and_run(case, model, [dev, half], opts, "partitioned", look)
+        except CaseFailure:
+            if compiled and getattr(compiled[0], "zero_sized_unrunnable", 0):
+                # As upstream: a zero-sized value cannot cross devices (a HAL input's 0
+                # dimension means unknown), and createForDevices never falls back.
+                raise Unsupported("a zero-sized value crosses devices and neither runs the "
+                                  "whole model (createForDevices does not fall back)") from None
+            raise
     finally:
         for obj in built.keep:
             if hasattr(obj, "close"):

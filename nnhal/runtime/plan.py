@@ -149,6 +149,9 @@ class PlanPrepared(_RuntimePrepared):
         #: it, for a run whose values crossing steps are zero-sized: a HAL input cannot be
         #: (a 0 dimension means unknown), so such a run is not split.
         self.whole = whole
+        #: Runs that had zero-sized values crossing steps and no device for the whole model
+        #: (they fail: only plain create falls back, to the reference).
+        self.zero_sized_unrunnable = 0
         self._lock = threading.Lock()
         self._free: list[SharedMemory] = []
         #: Bytes last needed by each step output of unknown size, to size the next run.
@@ -180,6 +183,7 @@ class PlanPrepared(_RuntimePrepared):
             whole = self.whole() if self.whole is not None else None
             if whole is not None:
                 return whole.execute_synchronously(request, measure, deadline, loop_timeout)
+            self.zero_sized_unrunnable += 1
             result = (ErrorStatus.GENERAL_FAILURE, [], Timing())
         if _status(result[0]) in FALLBACK_STATUSES and self.fallback is not None:
             ref = self.fallback()
