@@ -229,10 +229,11 @@ def test_high_priority_not_starved_by_busy_low_priority_workers():
         low_add = prepare(device, add_model(), Priority.LOW)
         high_add = prepare(device, add_model(), Priority.HIGH)
         lrb = loop_request()
-        # Four LOW loops of 250 ms each on two LOW workers: LOW is busy for about 0.5 s.
+        # Four LOW loops of 1.5 s each on two LOW workers: LOW is busy for about 3 s, long
+        # enough that a loaded machine still runs HIGH before any LOW loop times out.
         low = [ExecutionCallback() for _ in range(4)]
         for cb in low:
-            assert loop.execute(lrb.request, MeasureTiming.NO, None, 250 * MS, cb) == \
+            assert loop.execute(lrb.request, MeasureTiming.NO, None, 1500 * MS, cb) == \
                 ErrorStatus.NONE
         a, b = float_inputs(3)
         queued_low, high = RequestBuilder([a, b], [16]), RequestBuilder([b, b], [16])

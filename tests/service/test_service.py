@@ -395,6 +395,8 @@ def test_group_flag_makes_the_socket_0660_of_that_group(tmp_path):
 
 def test_a_client_that_stops_reading_is_dropped(service, remote):
     s = raw(service.path)
+    # Accepted first: a connection still in the backlog is not a session yet.
+    assert wait_for(lambda: len(service.sessions) == 2, timeout=30)
     s.setblocking(False)
     msg = w.pack_header(w.Kind.GET_VERSION_STRING, 1, 0, 0)
     pending = b""
