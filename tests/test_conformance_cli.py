@@ -138,7 +138,7 @@ def test_unwritable_json_is_refused_before_running(capsys, good_specs, tmp_path,
     t0 = time.monotonic()
     rc, out, err = run_cli(capsys, "conformance", "--specs", str(good_specs), "--json",
                            str(target), "--jobs", jobs)
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 10.0  # a guard: refused before the cases, not after
     assert_one_line(rc, err, "cannot write --json", str(target))
     assert out == ""  # no case ran: no report
 

@@ -313,7 +313,7 @@ def test_calls_do_not_block_each_other(service, remote, monkeypatch):
     slow_done = threading.Event()
 
     def slow():
-        service.test_delay = 0.5
+        service.test_delay = 2.0
         pm.execute_synchronously(rb.request)
         slow_done.set()
 
@@ -321,9 +321,9 @@ def test_calls_do_not_block_each_other(service, remote, monkeypatch):
     t.start()
     time.sleep(0.1)
     service.test_delay = 0.0
-    start = time.monotonic()
     assert remote.get_type()[0] == E.NONE
-    assert time.monotonic() - start < 0.4 and not slow_done.is_set()
+    # Answered while the slow call still runs (a guard, not a timing goal: it runs 2 s).
+    assert not slow_done.is_set()
     t.join()
     rb.close()
 
