@@ -105,7 +105,8 @@ class Connection:
         self.next_mem = itertools.count(1)
         self._encoding_new: list[SharedMemory] = []
         #: The last request encoded and its bytes (see put_request).
-        self._request_memo: tuple[Recent, bytes] | None = None
+        self._request_memo: tuple[Request, list[weakref.ref[SharedMemory]], bytes] | None = \
+            None
         self.events: deque[tuple[Kind, Any]] = deque()
         self.notifier = ThreadPoolExecutor(1, thread_name_prefix="nnhal-remote-callback")
         # The reading role: the thread that reads now (None: nobody), under ``cond``; callers
@@ -134,9 +135,12 @@ class Connection:
         """Encode a request (with the lock held), reusing the bytes of the last one when it
         is the same again: same argument values, same memories, all known to the service."""
         memo = self._request_memo
-        if memo is not None and same_request(request, memo[0]):
-            wr.buf += memo[1]
-            return
+        if memo is not None:
+            snap, refs, body = memo
+            mems = [ref() for ref in refs]
+            if None not in mems and same_request(request, Recent(snap, mems, [], None)):
+                wr.buf += body
+                return
         start, new = len(wr.buf), len(self._encoding_new)
         w.put_request(wr, request)
         self._request_memo = None
@@ -149,8 +153,11 @@ class Connection:
             if type(mem) is not SharedMemory:
                 return  # a token or an empty pool: not remembered
             mems.append(mem)
-        self._request_memo = (Recent(snapshot_request(request), mems, [], None),
-                              bytes(wr.buf[start:]))
+        # Weakly: remembering a request must not keep its memories (and the service's
+        # mappings of them) alive.
+        snap = snapshot_request(request)
+        self._request_memo = (Request(snap.inputs, snap.outputs, []),
+                              [weakref.ref(m) for m in mems], bytes(wr.buf[start:]))
 
     def _unlearn(self, mems: list[SharedMemory]) -> None:
         self._request_memo = None

@@ -357,6 +357,12 @@ class Session:
                 self.tokens.clear()
                 self.decoded.clear()
             try:
+                # Shut down first: a thread blocked reading this socket keeps it open through
+                # a bare close, and the client would never see the end.
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            try:
                 self.sock.close()
             except OSError:
                 pass
