@@ -526,7 +526,7 @@ def _shapes_fail(s: ErrorStatus) -> tuple[ErrorStatus, list[OutputShape], Timing
 
 
 def _get_shapes_result(r: Reader) -> tuple[ErrorStatus, list[OutputShape], Timing]:
-    return w.get_status(r), w.get_shapes(r), w.get_timing(r)
+    return w.get_shapes_result(r)
 
 
 class RemoteFencedCallback(IFencedExecutionCallback):

@@ -584,10 +584,8 @@ def _memory_with_id(r: Reader) -> tuple[int, SharedMemory]:
 def _shapes_reply(result: tuple) -> Writer:
     status, shapes, timing = result
     wr = Writer()
-    w.put_status(wr, status)
-    w.put_shapes(wr, shapes if status in (ErrorStatus.NONE,
-                                          ErrorStatus.OUTPUT_INSUFFICIENT_SIZE) else [])
-    w.put_timing(wr, timing)
+    wr.buf += w.pack_shapes_result(status, shapes if status in (
+        ErrorStatus.NONE, ErrorStatus.OUTPUT_INSUFFICIENT_SIZE) else [], timing)
     return wr
 
 
