@@ -72,7 +72,7 @@ class Limits:
 
 
 #: Seconds a call may run with nobody reading its client's next messages.
-HANDOFF_S = 0.001
+HANDOFF_S = 0.002
 
 #: Seconds a send to a client may block (it does not read) before the client is dropped.
 SEND_TIMEOUT_S = 5
