@@ -114,6 +114,9 @@ def bench_add(devices: dict, rounds: int, n: int) -> None:
         rb.close()
 
 
+BLOCK = 5
+
+
 def bench_mobilenet(devices: dict, specs: Path, rounds: int) -> None:
     cases = [c for c in iter_cases(specs, "mobilenet_224_gender_basic_fixed")
              if "V1_0" in str(c.file)]
@@ -128,9 +131,14 @@ def bench_mobilenet(devices: dict, specs: Path, rounds: int) -> None:
         assert pm.execute_synchronously(built.request)[0] == ErrorStatus.NONE
         runs[name] = (pm, built)
     times: dict[str, list[float]] = {k: [] for k in devices}
+    # In blocks of BLOCK runs, the first of each dropped: OpenBLAS threads spin for a while
+    # after a matrix product, and the first run after a switch shares the cores with the
+    # other side's spinners. (With OPENBLAS_NUM_THREADS=1 both sides measure alike.)
     for _ in range(rounds):
         for name, (pm, built) in runs.items():
-            times[name] += timed(lambda pm=pm, b=built: pm.execute_synchronously(b.request), 1)
+            times[name] += timed(lambda pm=pm, b=built: pm.execute_synchronously(b.request),
+                                 BLOCK)[1:]
+    print(f"BLAS threads: OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}")
     base = statistics.median(times["in process"])
     for name, xs in times.items():
         med = statistics.median(xs)

@@ -1,9 +1,13 @@
 """``RemoteDevice``: an IDevice whose every call crosses a Unix socket to ``nnhal serve``.
 
-One connection per device: calls are sent under one lock and wait for their reply, which the
-connection's reader thread decodes (so fences and objects a reply names exist before the next
-message is read) and hands over by call id. Callbacks come back as NOTIFY messages and are
-called exactly once, on a callback thread (a callback may itself call the device).
+One connection per device: calls are sent under one lock and wait for their reply. Whoever
+waits reads: a caller whose reply has not come and who finds nobody reading reads the socket
+itself (decoding every message in order, so fences and objects a reply names exist before the
+next message is read, and handing other callers' replies over by call id), and passes the
+reading on when its own reply came. A synchronous call thus costs no thread hand-off. A
+background thread reads only while callbacks or fences are outstanding and no caller reads.
+Callbacks come back as NOTIFY messages and are called exactly once, on a callback thread (a
+callback may itself call the device).
 
 **Death.** When the socket ends or breaks, every pending call returns DEVICE_UNAVAILABLE at
 once, every pending callback is notified with it, every fence the service would complete goes
@@ -27,6 +31,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from nnhal.drivers.common.request_checks import Recent, same_request, snapshot_request
 from nnhal.hal.fence import FenceState, SyncFence
 from nnhal.hal.interfaces import (
     IBuffer,
@@ -48,6 +53,7 @@ from nnhal.hal.types import (
     ExecutionPreference,
     Extension,
     MeasureTiming,
+    MemoryPool,
     Model,
     OutputShape,
     Priority,
@@ -65,18 +71,13 @@ Fail = Callable[[ErrorStatus], Any]
 
 
 class _Slot:
-    __slots__ = ("decode", "fail", "event", "result", "new_mems")
+    __slots__ = ("decode", "fail", "done", "result", "new_mems")
 
     def __init__(self, decode: Decode, fail: Fail):
         self.decode, self.fail = decode, fail
-        self.event = threading.Event()
+        self.done = False
         self.result: Any = None
         self.new_mems: list[SharedMemory] = []
-
-    def finish(self, result: Any) -> None:
-        if not self.event.is_set():
-            self.result = result
-            self.event.set()
 
 
 class Connection:
@@ -103,11 +104,20 @@ class Connection:
             weakref.WeakKeyDictionary()
         self.next_mem = itertools.count(1)
         self._encoding_new: list[SharedMemory] = []
+        #: The last request encoded and its bytes (see put_request).
+        self._request_memo: tuple[Request, list[weakref.ref[SharedMemory]], bytes] | None = \
+            None
         self.events: deque[tuple[Kind, Any]] = deque()
         self.notifier = ThreadPoolExecutor(1, thread_name_prefix="nnhal-remote-callback")
-        self.reader = threading.Thread(target=self._read, name=f"nnhal-remote {path}",
-                                       daemon=True)
-        self.reader.start()
+        # The reading role: the thread that reads now (None: nobody), under ``cond``; callers
+        # wait on ``cond`` for their reply or the role, the background thread on ``idle``.
+        role = threading.Lock()
+        self.cond = threading.Condition(role)
+        self.idle = threading.Condition(role)
+        self.reading: int | None = None
+        self.background = threading.Thread(target=self._background,
+                                           name=f"nnhal-remote {path}", daemon=True)
+        self.background.start()
 
     # ---- memories and releases ------------------------------------------------------------
     def _memory_ref(self, mem: SharedMemory) -> tuple[int, bool]:
@@ -121,7 +131,36 @@ class Connection:
         self._encoding_new.append(mem)
         return ident, True
 
+    def put_request(self, wr: Writer, request: Any) -> None:
+        """Encode a request (with the lock held), reusing the bytes of the last one when it
+        is the same again: same argument values, same memories, all known to the service."""
+        memo = self._request_memo
+        if memo is not None:
+            snap, refs, body = memo
+            mems = [ref() for ref in refs]
+            if None not in mems and same_request(request, Recent(snap, mems, [], None)):
+                wr.buf += body
+                return
+        start, new = len(wr.buf), len(self._encoding_new)
+        w.put_request(wr, request)
+        self._request_memo = None
+        if len(self._encoding_new) != new:
+            return  # defines a memory: the next one names it by identifier only
+        mems = []
+        for pool in request.pools:
+            mem = pool.hidl_memory if type(pool) is MemoryPool and pool.token is None \
+                else pool
+            if type(mem) is not SharedMemory:
+                return  # a token or an empty pool: not remembered
+            mems.append(mem)
+        # Weakly: remembering a request must not keep its memories (and the service's
+        # mappings of them) alive.
+        snap = snapshot_request(request)
+        self._request_memo = (Request(snap.inputs, snap.outputs, []),
+                              [weakref.ref(m) for m in mems], bytes(wr.buf[start:]))
+
     def _unlearn(self, mems: list[SharedMemory]) -> None:
+        self._request_memo = None
         for mem in mems:
             entry = self.mem_ids.pop(mem, None)
             if entry is not None:
@@ -204,8 +243,7 @@ class Connection:
                 pass  # the reader sees the end too and fails everything pending
         if after_send is not None:
             after_send()
-        slot.event.wait()
-        return slot.result
+        return self._wait(slot)
 
     def _unsent(self, callback: tuple[str, Any] | None, fail: Fail,
                 status: ErrorStatus) -> Any:
@@ -215,20 +253,69 @@ class Connection:
             self._notify(callback, status, None)
         return fail(status)
 
-    # ---- the reader ----------------------------------------------------------------------
-    def _read(self) -> None:
-        try:
+    # ---- reading -------------------------------------------------------------------------
+    def _finish(self, slot: _Slot, result: Any) -> None:
+        with self.cond:
+            if not slot.done:
+                slot.result, slot.done = result, True
+                self.cond.notify_all()
+
+    def _wait(self, slot: _Slot) -> Any:
+        """Wait for ``slot``'s reply, reading the socket whenever nobody else does."""
+        me = threading.get_ident()
+        with self.cond:
             while True:
-                kind, call_id, body, fds = recv_message(self.sock)
-                r = Reader(body, fds)
-                try:
-                    self._dispatch(kind, call_id, r)
-                finally:
-                    r.close_unused()
-        except (Closed, WireError, OSError):
-            pass
+                if slot.done:
+                    return slot.result
+                if self.reading is None:
+                    self.reading = me
+                    break
+                self.cond.wait()
+        try:
+            while not slot.done and self._read_one():
+                pass
         finally:
+            self._pass_reading()
+        return slot.result
+
+    def _pass_reading(self) -> None:
+        """Give the reading up: to a caller still waiting, or to the background thread when
+        callbacks or fences are outstanding."""
+        with self.cond:
+            self.reading = None
+            self.cond.notify_all()
+            if self.callbacks or self.fences or self.dead:
+                self.idle.notify()
+
+    def _background(self) -> None:
+        me = threading.get_ident()
+        while True:
+            with self.cond:
+                while not self.dead and (self.reading is not None
+                                         or not (self.callbacks or self.fences)):
+                    self.idle.wait()
+                if self.dead:
+                    return
+                self.reading = me
+            try:
+                self._read_one()
+            finally:
+                self._pass_reading()
+
+    def _read_one(self) -> bool:
+        """Read and dispatch one message (by the thread that reads); False when the
+        connection ended."""
+        try:
+            kind, call_id, body, fds = recv_message(self.sock)
+            r = Reader(body, fds)
+            try:
+                self._dispatch(kind, call_id, r)
+            finally:
+                r.close_unused()
+            return True
+        except (Closed, WireError, OSError):
             self._die()
+            return False
 
     def _dispatch(self, kind: Kind, call_id: int, r: Reader) -> None:
         if kind == Kind.REPLY or kind == Kind.ERROR:
@@ -248,14 +335,14 @@ class Connection:
                 cb = self.callbacks.pop(call_id, None)
                 if cb is not None:
                     self._notify(cb, status, None)
-                slot.finish(slot.fail(status))
+                self._finish(slot, slot.fail(status))
                 return
             try:
                 result = slot.decode(r)
                 r.finish()
             except Exception:  # noqa: BLE001 - a reply that does not decode
                 result = slot.fail(ErrorStatus.GENERAL_FAILURE)
-            slot.finish(result)
+            self._finish(slot, result)
         elif kind in (Kind.NOTIFY_PREPARED, Kind.NOTIFY_EXECUTION):
             cb = self.callbacks.pop(call_id, None)
             if cb is None:
@@ -304,6 +391,8 @@ class Connection:
 
     def _die(self) -> None:
         with self.lock:
+            if self.dead:
+                return
             self.dead = True
             pending, self.pending = self.pending, {}
             callbacks, self.callbacks = self.callbacks, {}
@@ -314,21 +403,46 @@ class Connection:
         except OSError:
             pass
         for slot in pending.values():
-            slot.finish(slot.fail(UNAVAILABLE))
+            self._finish(slot, slot.fail(UNAVAILABLE))
         for cb in callbacks.values():
             self._notify(cb, UNAVAILABLE, None)
         for fence, fcb in fences.values():
             fcb._finish((UNAVAILABLE, NO_TIMING, NO_TIMING))
             fence.set_error()
         self.notifier.shutdown(wait=False)
+        with self.cond:
+            self.cond.notify_all()
+            self.idle.notify_all()
+
+    def check_alive(self) -> bool:
+        """False once the service is gone, noticed even while nobody reads (an end of
+        stream waiting on the socket)."""
+        if self.dead:
+            return False
+        with self.cond:
+            if self.reading is not None:
+                return not self.dead
+            try:
+                ended = self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            except BlockingIOError:
+                ended = False
+            except OSError:
+                ended = True
+        if ended:
+            self._die()
+        return not self.dead
 
     def close(self) -> None:
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        if threading.current_thread() is not self.reader:
-            self.reader.join(5.0)
+        me = threading.get_ident()
+        with self.cond:  # a thread reading sees the end and stops
+            self.cond.wait_for(lambda: self.reading in (None, me), timeout=5.0)
+        self._die()
+        if threading.current_thread() is not self.background:
+            self.background.join(5.0)
 
     # ---- fences --------------------------------------------------------------------------
     def put_wait_for(self, wr: Writer, wait_for: Any, later: list) -> None:
@@ -358,7 +472,7 @@ class Connection:
             fence.add_done_callback(lambda f, i=fence_id: self._fence_done(f, i))
 
     def _fence_done(self, fence: SyncFence, fence_id: int) -> None:
-        if threading.current_thread() is self.reader:
+        if self.reading == threading.get_ident():
             # Never block the reader on the send lock (a sender may wait for the service,
             # which may wait for this reader): send from the callback thread.
             try:
@@ -390,8 +504,8 @@ class Connection:
         if r.bool():
             os.close(r.fd("fence"))  # the service's readiness mirror; ours is local
         fence, cb = SyncFence(), RemoteFencedCallback()
-        # On the reader thread, as is _die: no lock needed (and the reader never waits for
-        # the send lock, which a sender blocked on a full socket may hold).
+        # By the thread that reads: no lock needed (and the reader never waits for the send
+        # lock, which a sender blocked on a full socket may hold).
         self.fences[fence_id] = (fence, cb)
         return status, fence, cb
 
@@ -412,7 +526,7 @@ def _shapes_fail(s: ErrorStatus) -> tuple[ErrorStatus, list[OutputShape], Timing
 
 
 def _get_shapes_result(r: Reader) -> tuple[ErrorStatus, list[OutputShape], Timing]:
-    return w.get_status(r), w.get_shapes(r), w.get_timing(r)
+    return w.get_shapes_result(r)
 
 
 class RemoteFencedCallback(IFencedExecutionCallback):
@@ -534,6 +648,17 @@ def _put_exec(wr: Writer, handle: int, request: Any, measure: Any, deadline: Any
     wr.opt_i64(loop, "loopTimeout")
 
 
+def _put_exec_memo(conn: Connection, wr: Writer, handle: int, request: Any, measure: Any,
+                   deadline: Any, loop: Any) -> None:
+    """As _put_exec, with the request's bytes those of the connection's last request when it
+    is the same request again (as drivers recognise a repeated request)."""
+    wr.u32(handle)
+    conn.put_request(wr, request)
+    wr.i32(measure, "measure")
+    wr.opt_i64(deadline, "deadline")
+    wr.opt_i64(loop, "loopTimeout")
+
+
 class _BurstChannel:
     """How a burst's executions travel: socket messages today; the shared-memory rings of
     1.2's fast message queues can replace this class without touching RemoteBurst."""
@@ -603,7 +728,8 @@ class RemotePreparedModel(_Remote, IPreparedModel):
             return ErrorStatus.INVALID_ARGUMENT
         return self.conn.call(
             Kind.EXECUTE,
-            lambda wr: _put_exec(wr, self.handle, request, measure, deadline, loop_timeout),
+            lambda wr: _put_exec_memo(self.conn, wr, self.handle, request, measure, deadline,
+                                      loop_timeout),
             w.get_status, lambda s: s, callback=("execution", callback))
 
     def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
@@ -611,7 +737,8 @@ class RemotePreparedModel(_Remote, IPreparedModel):
                               ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
         return self.conn.call(
             Kind.EXECUTE_SYNCHRONOUSLY,
-            lambda wr: _put_exec(wr, self.handle, request, measure, deadline, loop_timeout),
+            lambda wr: _put_exec_memo(self.conn, wr, self.handle, request, measure, deadline,
+                                      loop_timeout),
             _get_shapes_result, _shapes_fail)
 
     def execute_fenced(self, request: Request, wait_for: Sequence[SyncFence],
@@ -658,7 +785,7 @@ class RemoteDevice(IDevice):
 
     @property
     def alive(self) -> bool:
-        return not self.conn.dead
+        return self.conn.check_alive()
 
     def close(self) -> None:
         self.conn.close()

@@ -14,6 +14,7 @@ sends stops the service.
 from __future__ import annotations
 
 import ctypes
+import enum
 import grp
 import logging
 import os
@@ -38,7 +39,15 @@ from nnhal.hal.interfaces import (
     IPreparedModel,
     IPreparedModelCallback,
 )
-from nnhal.hal.types import NO_TIMING, ErrorStatus, OutputShape, Timing
+from nnhal.hal.types import (
+    NO_TIMING,
+    ErrorStatus,
+    ExecutionPreference,
+    MeasureTiming,
+    OutputShape,
+    Priority,
+    Timing,
+)
 from nnhal.memory import SharedMemory
 from nnhal.service import registration
 from nnhal.service import wire as w
@@ -61,6 +70,9 @@ class Limits:
     max_prepared: int = 256
     max_mapped: int = 4 << 30
 
+
+#: Seconds a call may run with nobody reading its client's next messages.
+HANDOFF_S = 0.002
 
 #: Seconds a send to a client may block (it does not read) before the client is dropped.
 SEND_TIMEOUT_S = 5
@@ -96,6 +108,11 @@ class Session:
         self.outstanding = 0
         self.next_handle = 1
         self.closed = False
+        #: Execution messages already decoded, by their bytes (those that define no memory
+        #: and carry no fds): a client repeating a request is not decoded again.
+        self.decoded: dict[tuple[Kind, bytes], tuple] = {}
+        #: When the call being run by the thread that reads started (nobody reads meanwhile).
+        self.unread_since: float | None = None
         # A client that stops reading must not block the driver's threads that notify it.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
                         struct.pack("ll", SEND_TIMEOUT_S, 0))
@@ -142,6 +159,7 @@ class Session:
                     self.holds.pop(key)
         if entry is not None and entry[0] == _BUFFER:
             self.tokens.discard(getattr(entry[1], "token", -1))
+            self.decoded.clear()
             _close(entry[1])
 
     # ---- I/O ------------------------------------------------------------------------------
@@ -166,9 +184,11 @@ class Session:
         self.send(Kind.ERROR, call_id, wr)
 
     def run(self) -> None:
-        """Read messages in order. On a call, the reading passes to another thread and this
-        one runs the call (leader/follower): a call's reply is one thread hand-off closer, and
-        a long call still never blocks the client's next message."""
+        """Read messages in order and run each call right here: a quick call's reply then
+        costs no thread hand-off. While a call runs, nobody reads; a call that may wait for
+        the client (fenced) passes the reading to another thread first, and the service's
+        watcher passes it on for a call still running after HANDOFF_S, so a long call never
+        blocks the client's next message for longer than that."""
         done = True
         try:
             while not self.closed:
@@ -182,21 +202,55 @@ class Session:
                     return
                 self.service.messages += 1
                 job = self.dispatch(kind, call_id, body, fds)
-                if job is not None:
-                    try:
-                        self.calls.submit(self.run)
-                    except RuntimeError:  # shut down meanwhile: the client is gone
+                if job is None:
+                    continue
+                if job[0] in _WAITS_FOR_CLIENT:
+                    if not self._pass_reading():
                         return
                     done = False
                     self._call(*job)
+                    return
+                with self.lock:
+                    self.unread_since = time.monotonic()
+                self.service.watcher.busy()
+                self._call(*job)
+                with self.lock:
+                    passed, self.unread_since = self.unread_since is None, None
+                if passed:  # the watcher gave the reading to another thread meanwhile
+                    done = False
                     return
         finally:
             if done:
                 self.close()
 
+    def _pass_reading(self) -> bool:
+        """Start another thread reading this client's messages; False when shut down."""
+        try:
+            self.calls.submit(self.run)
+        except RuntimeError:  # shut down meanwhile: the client is gone
+            return False
+        return True
+
+    def pass_reading_if_stuck(self, now: float) -> bool:
+        """For the watcher: pass the reading on when a call has run unread for HANDOFF_S.
+        True while a call runs with nobody reading."""
+        with self.lock:
+            since = self.unread_since
+            if since is None:
+                return False
+            if now - since < HANDOFF_S:
+                return True
+            self.unread_since = None
+        self._pass_reading()
+        return False
+
     def dispatch(self, kind: Kind, call_id: int, body: memoryview, fds: list[int]
                  ) -> tuple[Kind, int, tuple] | None:
         """Decode one message; handle an event or a refusal here; a call to run: returned."""
+        key = (kind, bytes(body)) if not fds and kind in _MEMO_KINDS else None
+        args = self.decoded.get(key) if key is not None else None
+        if args is not None:
+            return self._admit(kind, call_id, args)
         room = self.limits.max_mapped - self.mapped
         r = Reader(body, fds, self.memory, max_new_bytes=room)
         try:
@@ -224,6 +278,14 @@ class Session:
         if kind not in w.CALLS:
             self._event(kind, args)
             return
+        if key is not None and not r.defined:
+            # The same bytes decode to the same call until a memory or token they name goes.
+            if len(self.decoded) >= _MEMO_SIZE:
+                self.decoded.clear()
+            self.decoded[key] = args
+        return self._admit(kind, call_id, args)
+
+    def _admit(self, kind: Kind, call_id: int, args: tuple) -> tuple[Kind, int, tuple] | None:
         with self.lock:
             if self.outstanding >= self.limits.max_outstanding:
                 busy = True
@@ -266,6 +328,7 @@ class Session:
             for h in args[0]:
                 self.release(h)
         elif kind == Kind.FORGET:
+            self.decoded.clear()
             with self.lock:
                 for ident in args[0]:
                     mem = self.memories.pop(ident, None)
@@ -292,6 +355,13 @@ class Session:
                 self.memories.clear()
                 self.mapped = 0
                 self.tokens.clear()
+                self.decoded.clear()
+            try:
+                # Shut down first: a thread blocked reading this socket keeps it open through
+                # a bare close, and the client would never see the end.
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             try:
                 self.sock.close()
             except OSError:
@@ -453,7 +523,7 @@ def _fence_specs(r: Reader) -> list[tuple[int, int]]:
 
 
 def _exec_args(s: Session, r: Reader) -> tuple:
-    return (r.u32(), w.get_request(r, s.token_filter), r.i32(), r.opt_i64("deadline"),
+    return (r.u32(), w.get_request(r, s.token_filter), _measure(r), r.opt_i64("deadline"),
             r.opt_i64("loopTimeout"))
 
 
@@ -464,7 +534,8 @@ _DECODERS: dict[Kind, Callable[[Session, Reader], tuple]] = {
     Kind.GET_SUPPORTED_EXTENSIONS: lambda s, r: (),
     Kind.GET_NUMBER_OF_CACHE_FILES: lambda s, r: (),
     Kind.GET_SUPPORTED_OPERATIONS: lambda s, r: (w.get_model(r),),
-    Kind.PREPARE_MODEL: lambda s, r: (w.get_model(r), r.i32(), r.i32(), r.opt_i64("deadline"),
+    Kind.PREPARE_MODEL: lambda s, r: (w.get_model(r), _enum(ExecutionPreference, r.i32()),
+                                      _enum(Priority, r.i32()), r.opt_i64("deadline"),
                                       w.get_handles(r, "modelCache"),
                                       w.get_handles(r, "dataCache"), w.get_token(r)),
     Kind.PREPARE_MODEL_FROM_CACHE: lambda s, r: (r.opt_i64("deadline"),
@@ -477,14 +548,14 @@ _DECODERS: dict[Kind, Callable[[Session, Reader], tuple]] = {
     Kind.EXECUTE: _exec_args,
     Kind.EXECUTE_SYNCHRONOUSLY: _exec_args,
     Kind.EXECUTE_FENCED: lambda s, r: (r.u32(), w.get_request(r, s.token_filter),
-                                       _fence_specs(r), r.i32(), r.opt_i64("deadline"),
+                                       _fence_specs(r), _measure(r), r.opt_i64("deadline"),
                                        r.opt_i64("loopTimeout"), r.opt_i64("duration")),
     Kind.CONFIGURE_BURST: lambda s, r: (r.u32(),),
-    Kind.CREATE_REUSABLE: lambda s, r: (r.u32(), w.get_request(r, s.token_filter), r.i32(),
+    Kind.CREATE_REUSABLE: lambda s, r: (r.u32(), w.get_request(r, s.token_filter), _measure(r),
                                         r.opt_i64("loopTimeout")),
     Kind.BURST_EXECUTE: _exec_args,
     Kind.BURST_CREATE_REUSABLE: lambda s, r: (r.u32(), w.get_request(r, s.token_filter),
-                                              r.i32(), r.opt_i64("loopTimeout")),
+                                              _measure(r), r.opt_i64("loopTimeout")),
     Kind.BURST_CACHE: lambda s, r: (r.u32(), _memory_with_id(r)),
     Kind.COMPUTE: lambda s, r: (r.u32(), r.opt_i64("deadline")),
     Kind.COMPUTE_FENCED: lambda s, r: (r.u32(), _fence_specs(r), r.opt_i64("deadline"),
@@ -513,10 +584,8 @@ def _memory_with_id(r: Reader) -> tuple[int, SharedMemory]:
 def _shapes_reply(result: tuple) -> Writer:
     status, shapes, timing = result
     wr = Writer()
-    w.put_status(wr, status)
-    w.put_shapes(wr, shapes if status in (ErrorStatus.NONE,
-                                          ErrorStatus.OUTPUT_INSUFFICIENT_SIZE) else [])
-    w.put_timing(wr, timing)
+    wr.buf += w.pack_shapes_result(status, shapes if status in (
+        ErrorStatus.NONE, ErrorStatus.OUTPUT_INSUFFICIENT_SIZE) else [], timing)
     return wr
 
 
@@ -631,6 +700,7 @@ def _allocate(s: Session, cid: int, desc: Any, pms: list[int], ins: list, outs: 
     if status == ErrorStatus.NONE and buffer is not None:
         handle = s.add(_BUFFER, buffer)
         s.tokens.add(int(token))
+        s.decoded.clear()
         w.put_status(wr, status)
         wr.u8(1)
         wr.u32(handle)
@@ -756,7 +826,76 @@ _HANDLERS: dict[Kind, Callable[..., Writer | None]] = {
 }
 
 
+def _enum(cls: type[enum.IntEnum], value: int) -> int:
+    """A value as its member when it is one (drivers compare members by identity on their
+    fast paths), else as it came: the driver refuses it as it would in process."""
+    try:
+        return cls(value)
+    except ValueError:
+        return value
+
+
+def _measure(r: Reader) -> int:
+    return _enum(MeasureTiming, r.i32())
+
+
+#: Calls whose decoding is remembered by their bytes (Session.decoded), and how many.
+_MEMO_KINDS = frozenset({Kind.EXECUTE, Kind.EXECUTE_SYNCHRONOUSLY, Kind.BURST_EXECUTE})
+_MEMO_SIZE = 64
+
+#: Calls that may wait for a message of the client (its fences): never run unread.
+_WAITS_FOR_CLIENT = frozenset({Kind.EXECUTE_FENCED, Kind.COMPUTE_FENCED})
+
+
 # ---- the service ---------------------------------------------------------------------------------
+
+class _Watcher:
+    """One thread per service that passes a client's reading on when a call runs long.
+
+    It sleeps until a call starts, then looks every HANDOFF_S while calls run, and goes back
+    to sleep after IDLE_S without one: an idle service does not poll, a busy one is looked
+    at a thousand times a second, which costs far less than a thread hand-off per call."""
+
+    IDLE_S = 0.05
+
+    def __init__(self, service: Service):
+        self.service = service
+        self.wake = threading.Event()
+        self.stopped = False
+        self.thread = threading.Thread(target=self._run, name="nnhal-watcher", daemon=True)
+
+    def busy(self) -> None:
+        if not self.wake.is_set():
+            self.wake.set()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self.wake.wait()
+            if self.stopped:
+                return
+            idle_since = time.monotonic()
+            while not self.stopped:
+                time.sleep(HANDOFF_S)
+                now = time.monotonic()
+                with self.service._lock:
+                    sessions = list(self.service.sessions)
+                if any([s.pass_reading_if_stuck(now) for s in sessions]):
+                    idle_since = now
+                elif now - idle_since > self.IDLE_S:
+                    # Clear, then look once more: a call that started in between sets it again
+                    # or is seen here.
+                    self.wake.clear()
+                    with self.service._lock:
+                        sessions = list(self.service.sessions)
+                    if not any([s.pass_reading_if_stuck(time.monotonic())
+                                for s in sessions]):
+                        break
+                    self.wake.set()
+
 
 def no_new_privs() -> str | None:
     """Set PR_SET_NO_NEW_PRIVS on this process; None when done, else why not."""
@@ -806,6 +945,7 @@ class Service:
         self.messages = 0
         self.test_delay = float(os.environ.get(TEST_DELAY_ENV) or 0.0)
         self.sock = self._listen()
+        self.watcher = _Watcher(self)
 
     def _listen(self) -> socket.socket:
         p = Path(self.path)
@@ -848,6 +988,7 @@ class Service:
             self.sessions.discard(session)
 
     def serve_forever(self) -> None:
+        self.watcher.thread.start()
         try:
             while not self._stop.is_set():
                 ready, _, _ = select.select([self.sock, self._wake_r], [], [])
@@ -878,6 +1019,7 @@ class Service:
             pass
 
     def _shutdown(self) -> None:
+        self.watcher.stop()
         try:
             self.sock.close()
         except OSError:

@@ -24,7 +24,8 @@ from nnhal.service.wire import (
 )
 
 _ANC = socket.CMSG_SPACE(MAX_FDS * 4)
-_FLAGS = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+_FLAGS = int(getattr(socket, "MSG_CMSG_CLOEXEC", 0))
+_CTRUNC = int(socket.MSG_CTRUNC)
 
 
 class Closed(Exception):
@@ -57,12 +58,14 @@ def send_message(sock: socket.socket, kind: int, call_id: int, body: bytes | byt
 
 
 def _fds_of(ancdata: list, flags: int, fds: list[int]) -> None:
+    if not ancdata and not flags & _CTRUNC:
+        return
     for level, typ, data in ancdata:
         if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
             a = array.array("i")
             a.frombytes(data[:len(data) - len(data) % a.itemsize])
             fds.extend(a)
-    if flags & socket.MSG_CTRUNC:
+    if flags & _CTRUNC:
         close_fds(fds)
         raise WireError("descriptors truncated (more than the bound)")
 

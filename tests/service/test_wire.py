@@ -270,3 +270,64 @@ def test_transport_carries_descriptors_and_checks_the_count():
         recv_message(b)
     b.close()
     mem.close()
+
+
+# ---- the execution result's fast path ---------------------------------------------------------
+
+_dims = st.lists(st.integers(0, 2**32 - 1), max_size=5)
+_shapes = st.lists(st.builds(OutputShape, _dims, st.booleans()), max_size=4)
+_timings = st.builds(Timing, st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1))
+
+
+def _checked_bytes(status, shapes, timing) -> bytes:
+    wr = w.Writer()
+    w.put_status(wr, status)
+    w.put_shapes(wr, shapes)
+    w.put_timing(wr, timing)
+    return bytes(wr.buf)
+
+
+def _decode(decode, data: bytes):
+    r = w.Reader(memoryview(data), [])
+    try:
+        out = decode(r)
+        r.finish()
+        return "ok", out
+    except w.WireError:
+        return ("error",)
+
+
+def _checked_decode(r):
+    return w.get_status(r), w.get_shapes(r), w.get_timing(r)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(list(ErrorStatus)), _shapes, _timings)
+def test_fast_result_encoding_is_the_checked_one(status, shapes, timing):
+    data = w.pack_shapes_result(status, shapes, timing)
+    assert data == _checked_bytes(status, shapes, timing)
+    assert _decode(w.get_shapes_result, data) == ("ok", (status, shapes, timing))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_shapes, _timings, st.data())
+def test_fast_result_decoding_of_mutations_is_the_checked_one(shapes, timing, data):
+    good = bytearray(w.pack_shapes_result(ErrorStatus.NONE, shapes, timing))
+    kind = data.draw(st.sampled_from(["truncate", "extend", "flip"]))
+    if kind == "truncate":
+        bad = bytes(good[:data.draw(st.integers(0, len(good) - 1))])
+    elif kind == "extend":
+        bad = bytes(good) + data.draw(st.binary(min_size=1, max_size=8))
+    else:
+        for _ in range(data.draw(st.integers(1, 3))):
+            good[data.draw(st.integers(0, len(good) - 1))] = data.draw(st.integers(0, 255))
+        bad = bytes(good)
+    assert _decode(w.get_shapes_result, bad) == _decode(_checked_decode, bad)
+
+
+def test_fast_result_encoding_refuses_what_the_checked_one_refuses():
+    for shapes in ([OutputShape([-1], True)], [OutputShape([2**32], True)], [object()]):
+        with pytest.raises(w.WireError):
+            w.pack_shapes_result(ErrorStatus.NONE, shapes, NO_TIMING)
+    with pytest.raises(w.WireError):
+        w.pack_shapes_result(ErrorStatus.NONE, [], Timing(-1, 0))

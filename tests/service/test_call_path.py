@@ -1,0 +1,204 @@
+"""The served call path: calls run on the thread that read them, callers read their own
+replies, and repeated requests are neither encoded nor decoded again. Each shortcut must give
+the same answers as the long way, from many threads, and forget what it remembered when a
+memory or a buffer goes."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import numpy as np
+import pytest
+from helpers import add_model, float_inputs
+
+from nnhal.drivers.reference import ReferenceDevice
+from nnhal.hal.builder import RequestBuilder
+from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
+from nnhal.hal.types import (
+    BufferDesc,
+    BufferRole,
+    DataLocation,
+    ErrorStatus,
+    ExecutionPreference,
+    MeasureTiming,
+    MemoryPool,
+    Priority,
+    Request,
+    RequestArgument,
+)
+from nnhal.service.client import RemoteDevice
+from nnhal.service.server import HANDOFF_S, Service
+
+E = ErrorStatus
+DIMS = (4, 4)
+
+
+@pytest.fixture
+def service(tmp_path):
+    svc = Service(ReferenceDevice(), tmp_path / "s.sock")
+    t = threading.Thread(target=svc.serve_forever, daemon=True)
+    t.start()
+    yield svc
+    svc.stop()
+    t.join(5)
+    svc.device.close()
+
+
+@pytest.fixture
+def remote(service):
+    dev = RemoteDevice(service.path)
+    yield dev
+    dev.close()
+
+
+def prepare(dev):
+    cb = PreparedModelCallback()
+    dev.prepare_model(add_model(DIMS), ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM,
+                      None, [], [], b"", cb)
+    status, pm = cb.wait(10)
+    assert status == E.NONE
+    return pm
+
+
+def session_of(service):
+    (s,) = list(service.sessions)
+    return s
+
+
+def test_many_threads_on_one_connection_each_get_their_own_answers(remote):
+    pm = prepare(remote)
+    errors: list[str] = []
+
+    def worker(k: int) -> None:
+        a, b = float_inputs(k + 1, DIMS)
+        rb = RequestBuilder([a, b], [a.nbytes])
+        try:
+            for i in range(40):
+                if i % 7 == 3:
+                    if remote.get_type()[0] != E.NONE:
+                        errors.append("get_type")
+                    continue
+                if i % 5 == 0:  # an asynchronous one: its callback needs a reader too
+                    cb = ExecutionCallback()
+                    assert pm.execute(rb.request, MeasureTiming.NO, None, None, cb) == E.NONE
+                    status = cb.wait(10)[0]
+                else:
+                    status = pm.execute_synchronously(rb.request)[0]
+                if status != E.NONE:
+                    errors.append(f"thread {k}: {status!r}")
+                elif not np.array_equal(rb.output(0, np.float32, DIMS), a + b):
+                    errors.append(f"thread {k}: wrong sum")
+                rb.output_memory.write(0, bytes(rb.output_memory.size))
+        finally:
+            rb.close()
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
+
+
+def test_a_callback_arrives_while_no_caller_waits(remote):
+    pm = prepare(remote)
+    a, b = float_inputs(2, DIMS)
+    rb = RequestBuilder([a, b], [a.nbytes])
+    cb = ExecutionCallback()
+    assert pm.execute(rb.request, MeasureTiming.NO, None, None, cb) == E.NONE
+    # Nobody calls meanwhile: the background thread reads the notification.
+    assert cb.wait(10)[0] == E.NONE and cb.calls == 1
+    np.testing.assert_array_equal(rb.output(0, np.float32, DIMS), a + b)
+    rb.close()
+
+
+def test_a_long_call_passes_the_reading_on(service, remote):
+    pm = prepare(remote)
+    rb = RequestBuilder(list(float_inputs(3, DIMS)), [64])
+    service.test_delay = 20 * HANDOFF_S + 0.5
+    done = threading.Event()
+
+    def slow() -> None:
+        pm.execute_synchronously(rb.request)
+        done.set()
+
+    t = threading.Thread(target=slow)
+    t.start()
+    time.sleep(0.1)
+    service.test_delay = 0.0
+    assert remote.get_type()[0] == E.NONE
+    assert not done.is_set()  # answered while the long call still ran
+    t.join(10)
+    assert done.is_set()
+    rb.close()
+
+
+def test_a_changed_request_is_encoded_again(remote):
+    pm = prepare(remote)
+    a, b = float_inputs(4, DIMS)
+    rb = RequestBuilder([a, b], [a.nbytes])
+    req = rb.request
+    assert pm.execute_synchronously(req)[0] == E.NONE
+    np.testing.assert_array_equal(rb.output(0, np.float32, DIMS), a + b)
+    # The same object, changed in place: the second input now reads the first one's bytes.
+    req.inputs[1] = RequestArgument(False, req.inputs[0].location, [])
+    assert pm.execute_synchronously(req)[0] == E.NONE
+    np.testing.assert_array_equal(rb.output(0, np.float32, DIMS), a + a)
+    req.inputs[1] = RequestArgument(False, DataLocation(0, a.nbytes, 4), [])  # too short
+    assert pm.execute_synchronously(req)[0] == E.INVALID_ARGUMENT
+    rb.close()
+
+
+def test_forgotten_memories_clear_what_the_service_remembered(service, remote):
+    pm = prepare(remote)
+    rb = RequestBuilder(list(float_inputs(5, DIMS)), [64])
+    for _ in range(2):
+        assert pm.execute_synchronously(rb.request)[0] == E.NONE
+    s = session_of(service)
+    assert len(s.decoded) == 1
+    before = len(s.memories)
+    rb.close()
+    del rb
+    gc.collect()
+    remote.get_type()  # carries the FORGET
+    assert len(s.memories) < before and s.decoded == {}
+
+
+def test_a_released_buffer_s_token_is_not_remembered_as_valid(service, remote):
+    pm = prepare(remote)
+    status, buf, token = remote.allocate(BufferDesc([]), [pm], [], [BufferRole(0, 0)])
+    assert status == E.NONE
+    a, b = float_inputs(6, DIMS)
+    rb = RequestBuilder([a, b], [a.nbytes])
+    req = Request(rb.request.inputs, [RequestArgument(False, DataLocation(1, 0, 0), [])],
+                  [rb.request.pools[0], MemoryPool.of_token(token)])
+    for _ in range(2):
+        assert pm.execute_synchronously(req)[0] == E.NONE
+    buf.close()
+    del buf
+    gc.collect()
+    remote.get_type()  # carries the RELEASE
+    assert pm.execute_synchronously(req)[0] == E.INVALID_ARGUMENT
+    rb.close()
+
+
+def test_alive_notices_a_service_gone_while_idle(tmp_path):
+    svc = Service(ReferenceDevice(), tmp_path / "s.sock")
+    t = threading.Thread(target=svc.serve_forever, daemon=True)
+    t.start()
+    dev = RemoteDevice(svc.path)
+    try:
+        assert dev.get_type()[0] == E.NONE and dev.alive
+        svc.stop()  # closes every client's socket; nobody is reading on our side
+        t.join(5)
+        end = time.monotonic() + 10
+        while dev.alive and time.monotonic() < end:
+            time.sleep(0.01)
+        assert not dev.alive
+        assert dev.get_type()[0] == E.DEVICE_UNAVAILABLE
+    finally:
+        dev.close()
+        svc.device.close()
