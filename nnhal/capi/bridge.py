@@ -568,6 +568,53 @@ def ANeuralNetworksExecution_setReusable(e: int, reusable: int) -> int:
     return ndk.ANeuralNetworksExecution_setReusable(handles.get(e), bool(reusable))
 
 
+@_checked
+def ANeuralNetworksExecution_enableInputAndOutputPadding(e: int, enable: int) -> int:
+    return ndk.ANeuralNetworksExecution_enableInputAndOutputPadding(handles.get(e),
+                                                                    bool(enable))
+
+
+def _preferred(call: Callable[[Any, int], tuple[int, Any]], c: int, index: int,
+               out: int) -> int:
+    """getPreferredMemory{Alignment,Padding}For{Input,Output}: the value into ``*out``."""
+    comp = handles.get(c)
+    if comp is None:
+        return NULL
+    _needs(out)
+    rc, value = call(comp, index)
+    if rc == OK:
+        _put(ctypes.c_uint32, out, int(value))
+    return rc
+
+
+@_checked
+def ANeuralNetworksCompilation_getPreferredMemoryAlignmentForInput(c: int, index: int,
+                                                                      out: int) -> int:
+    return _preferred(ndk.ANeuralNetworksCompilation_getPreferredMemoryAlignmentForInput, c, index,
+                      out)
+
+
+@_checked
+def ANeuralNetworksCompilation_getPreferredMemoryPaddingForInput(c: int, index: int,
+                                                                    out: int) -> int:
+    return _preferred(ndk.ANeuralNetworksCompilation_getPreferredMemoryPaddingForInput, c, index,
+                      out)
+
+
+@_checked
+def ANeuralNetworksCompilation_getPreferredMemoryAlignmentForOutput(c: int, index: int,
+                                                                       out: int) -> int:
+    return _preferred(ndk.ANeuralNetworksCompilation_getPreferredMemoryAlignmentForOutput, c, index,
+                      out)
+
+
+@_checked
+def ANeuralNetworksCompilation_getPreferredMemoryPaddingForOutput(c: int, index: int,
+                                                                     out: int) -> int:
+    return _preferred(ndk.ANeuralNetworksCompilation_getPreferredMemoryPaddingForOutput, c, index,
+                      out)
+
+
 # ---- events -------------------------------------------------------------------------------
 
 @_checked

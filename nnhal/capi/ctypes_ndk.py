@@ -342,6 +342,42 @@ def ANeuralNetworksExecution_getOutputOperandDimensions(execution: Handle, index
     return (code, list(out[:rank])) if code == OK else (code, None)
 
 
+def _preferred(name: str, compilation: Handle, index: int) -> tuple[int, int | None]:
+    out = ctypes.c_uint32()
+    code = getattr(load(), name)(_h(compilation), index, ctypes.byref(out))
+    return (code, out.value) if code == OK else (code, None)
+
+
+def ANeuralNetworksCompilation_getPreferredMemoryAlignmentForInput(
+        compilation: Handle, index: int) -> tuple[int, int | None]:
+    return _preferred("ANeuralNetworksCompilation_getPreferredMemoryAlignmentForInput",
+                      compilation, index)
+
+
+def ANeuralNetworksCompilation_getPreferredMemoryPaddingForInput(
+        compilation: Handle, index: int) -> tuple[int, int | None]:
+    return _preferred("ANeuralNetworksCompilation_getPreferredMemoryPaddingForInput",
+                      compilation, index)
+
+
+def ANeuralNetworksCompilation_getPreferredMemoryAlignmentForOutput(
+        compilation: Handle, index: int) -> tuple[int, int | None]:
+    return _preferred("ANeuralNetworksCompilation_getPreferredMemoryAlignmentForOutput",
+                      compilation, index)
+
+
+def ANeuralNetworksCompilation_getPreferredMemoryPaddingForOutput(
+        compilation: Handle, index: int) -> tuple[int, int | None]:
+    return _preferred("ANeuralNetworksCompilation_getPreferredMemoryPaddingForOutput",
+                      compilation, index)
+
+
+def ANeuralNetworksExecution_enableInputAndOutputPadding(execution: Handle, enable: bool
+                                                         ) -> int:
+    return load().ANeuralNetworksExecution_enableInputAndOutputPadding(_h(execution),
+                                                                       bool(enable))
+
+
 def ANeuralNetworksEvent_wait(event: Handle) -> int:
     return load().ANeuralNetworksEvent_wait(_h(event))
 

@@ -18,6 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from nnhal.analysis import analyse
 from nnhal.errors import NdkError
 from nnhal.hal.interfaces import IPreparedModel, PreparedModelCallback
@@ -48,6 +50,10 @@ from nnhal.runtime.plan import FallbackPrepared, PlanPrepared
 #: How long the runtime waits for a driver's prepare callback (a hung driver fails the
 #: compilation instead of hanging the app).
 PREPARE_TIMEOUT_S = 600.0
+#: What getPreferredMemoryAlignment/Padding answer: the NDK's defaults for a driver that
+#: states no preference (HAL drivers cannot), in bytes.
+PREFERRED_ALIGNMENT = 64
+PREFERRED_PADDING = 64
 _PRIORITY = {int(PriorityCode.LOW): Priority.LOW, int(PriorityCode.MEDIUM): Priority.MEDIUM,
              int(PriorityCode.HIGH): Priority.HIGH}
 
@@ -283,6 +289,19 @@ class Compilation:
                 except NdkError:
                     self._whole_device = None
             return self._whole
+
+    # ---- memory preferences (feature level 5) ------------------------------------------
+    def preferred_memory(self, index: int, is_output: bool, what: str) -> tuple[int, int]:
+        """(alignment, padding) for an input's or output's buffer or memory region: the
+        defaults of the NDK for HAL drivers (which declare none), 64 and 64 bytes."""
+        if not self.finished or self.failed:
+            raise fail(ResultCode.BAD_STATE, f"{what}: the compilation is not finished")
+        ios = self.model.outputs if is_output else self.model.inputs
+        if not isinstance(index, (int, np.integer)) or isinstance(index, bool) or \
+                not 0 <= int(index) < len(ios):
+            raise fail(ResultCode.BAD_DATA, f"{what}: index {index} out of range "
+                       f"[0, {len(ios)})")
+        return PREFERRED_ALIGNMENT, PREFERRED_PADDING
 
     def plan(self) -> list[dict[str, Any]]:
         """The steps of a finished compilation: device name, operation indexes, and the

@@ -211,6 +211,9 @@ class Execution:
         self._bound: tuple[Request, SharedMemory | None, SharedMemory | None] | None = None
         self._hal_execution: Any = None
         self._key: tuple | None = None
+        #: enableInputAndOutputPadding: buffers may be longer than their operands.
+        self.padding = False
+        self._any_set = False
 
     # ---- arguments ----------------------------------------------------------------------
     def _check_preparation(self, what: str) -> None:
@@ -243,6 +246,21 @@ class Execution:
 
     def _set(self, index: int, is_output: bool, arg: _Arg) -> None:
         (self.outputs if is_output else self.inputs)[int(index)] = arg
+        self._any_set = True
+
+    def _length_ok(self, length: int, need: int) -> bool:
+        """Exactly the operand's size; or at least it, with padding enabled (the bytes past
+        it are the client's padding: the driver is given the operand's size)."""
+        return length >= need if self.padding else length == need
+
+    def enable_input_and_output_padding(self, enable: bool) -> None:
+        """ANeuralNetworksExecution_enableInputAndOutputPadding: before any input or output
+        is set."""
+        self._check_preparation("enableInputAndOutputPadding")
+        if self._any_set:
+            raise fail(ResultCode.BAD_STATE, "enableInputAndOutputPadding: an input or output "
+                       "is already set")
+        self.padding = bool(enable)
 
     def set_input(self, index: int, type: Any, buffer: Any, length: int | None = None) -> None:
         """ANeuralNetworksExecution_setInput; ``buffer`` None with length 0 omits the input."""
@@ -271,10 +289,12 @@ class Execution:
                 length > 0xFFFF_FFFF:
             raise fail(ResultCode.BAD_DATA, f"{what}: invalid length {length}")
         need = _nbytes(op.type, dims)
-        if need is not None and length != need:
-            raise fail(ResultCode.BAD_DATA, f"{what}: length {length} for an operand of "
-                       f"{need} bytes")
-        if need is None and not is_output:
+        if need is not None:
+            if not self._length_ok(length, need):
+                raise fail(ResultCode.BAD_DATA, f"{what}: length {length} for an operand of "
+                           f"{need} bytes")
+            length = need
+        elif not is_output:
             raise fail(ResultCode.BAD_DATA, f"{what}: input {index} has unknown dimensions "
                        f"{dims}")
         self._set(index, is_output, _Arg("buffer", dims, view=view[:length], length=length))
@@ -315,10 +335,12 @@ class Execution:
             raise fail(ResultCode.BAD_DATA, f"{what}: [{offset}, {offset}+{length}) outside "
                        f"the memory of {memory.size} bytes")
         need = _nbytes(op.type, dims)
-        if need is not None and length != need:
-            raise fail(ResultCode.BAD_DATA, f"{what}: length {length} for an operand of "
-                       f"{need} bytes")
-        if need is None and not is_output:
+        if need is not None:
+            if not self._length_ok(length, need):
+                raise fail(ResultCode.BAD_DATA, f"{what}: length {length} for an operand of "
+                           f"{need} bytes")
+            length = need
+        elif not is_output:
             raise fail(ResultCode.BAD_DATA, f"{what}: input {index} has unknown dimensions")
         self._set(index, is_output, _Arg("memory", dims, memory=memory, offset=offset,
                                          length=length))

@@ -255,6 +255,30 @@ def ANeuralNetworksCompilation_finish(compilation: Compilation) -> None:
     compilation.finish()
 
 
+@_api((0, Compilation), out=True)
+def ANeuralNetworksCompilation_getPreferredMemoryAlignmentForInput(compilation: Compilation,
+                                                                  index: int) -> int:
+    return compilation.preferred_memory(index, False, "getPreferredMemoryAlignmentForInput")[0]
+
+
+@_api((0, Compilation), out=True)
+def ANeuralNetworksCompilation_getPreferredMemoryPaddingForInput(compilation: Compilation,
+                                                                index: int) -> int:
+    return compilation.preferred_memory(index, False, "getPreferredMemoryPaddingForInput")[1]
+
+
+@_api((0, Compilation), out=True)
+def ANeuralNetworksCompilation_getPreferredMemoryAlignmentForOutput(compilation: Compilation,
+                                                                   index: int) -> int:
+    return compilation.preferred_memory(index, True, "getPreferredMemoryAlignmentForOutput")[0]
+
+
+@_api((0, Compilation), out=True)
+def ANeuralNetworksCompilation_getPreferredMemoryPaddingForOutput(compilation: Compilation,
+                                                                 index: int) -> int:
+    return compilation.preferred_memory(index, True, "getPreferredMemoryPaddingForOutput")[1]
+
+
 # ---- bursts -------------------------------------------------------------------------------
 
 @_api((0, Compilation), out=True)
@@ -363,6 +387,12 @@ def ANeuralNetworksExecution_getOutputOperandDimensions(execution: Execution,
 @_api((0, Execution))
 def ANeuralNetworksExecution_setReusable(execution: Execution, reusable: bool) -> None:
     execution.set_reusable(reusable)
+
+
+@_api((0, Execution))
+def ANeuralNetworksExecution_enableInputAndOutputPadding(execution: Execution,
+                                                         enable: bool) -> None:
+    execution.enable_input_and_output_padding(enable)
 
 
 # ---- events -------------------------------------------------------------------------------

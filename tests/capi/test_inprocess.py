@@ -149,3 +149,27 @@ def test_python_exception_becomes_op_failed(lib, monkeypatch, caplog):
         assert N.ANeuralNetworksModel_finish(model) == int(ResultCode.OP_FAILED)
     assert "injected" in caplog.text
     N.ANeuralNetworksModel_free(model)
+
+
+def test_memory_preferences_and_padding_through_the_library(lib):
+    """Feature level 5's five functions, called as a C client calls them."""
+    model, comp = _add_compilation()
+    for io in ("Input", "Output"):
+        for what in ("Alignment", "Padding"):
+            get = getattr(N, f"ANeuralNetworksCompilation_getPreferredMemory{what}For{io}")
+            assert get(comp, 0) == (0, 64)
+            assert get(comp, 2)[0] == BAD
+    code, ex = N.ANeuralNetworksExecution_create(comp)
+    assert N.ANeuralNetworksExecution_enableInputAndOutputPadding(ex, True) == 0
+    a = np.arange(16, dtype=np.float32)  # 64 bytes for 16-byte operands
+    out = np.full(16, -1, np.float32)
+    assert N.ANeuralNetworksExecution_setInput(ex, 0, None, a, 64) == 0
+    assert N.ANeuralNetworksExecution_setInput(ex, 1, None, a, 64) == 0
+    assert N.ANeuralNetworksExecution_enableInputAndOutputPadding(ex, False) == \
+        ResultCode.BAD_STATE
+    assert N.ANeuralNetworksExecution_setOutput(ex, 0, None, out, 64) == 0
+    assert N.ANeuralNetworksExecution_compute(ex) == 0
+    assert out[:4].tolist() == (2 * a[:4]).tolist() and (out[4:] == -1).all()
+    N.ANeuralNetworksExecution_free(ex)
+    N.ANeuralNetworksCompilation_free(comp)
+    N.ANeuralNetworksModel_free(model)

@@ -265,6 +265,10 @@ int ANeuralNetworksCompilation_setPriority(ANeuralNetworksCompilation* compilati
 int ANeuralNetworksCompilation_setTimeout(ANeuralNetworksCompilation* compilation, uint64_t duration);
 int ANeuralNetworksCompilation_setCaching(ANeuralNetworksCompilation* compilation, const char* cacheDir, const uint8_t* token);
 int ANeuralNetworksCompilation_finish(ANeuralNetworksCompilation* compilation);
+int ANeuralNetworksCompilation_getPreferredMemoryAlignmentForInput(const ANeuralNetworksCompilation* compilation, uint32_t index, uint32_t* alignment);
+int ANeuralNetworksCompilation_getPreferredMemoryPaddingForInput(const ANeuralNetworksCompilation* compilation, uint32_t index, uint32_t* padding);
+int ANeuralNetworksCompilation_getPreferredMemoryAlignmentForOutput(const ANeuralNetworksCompilation* compilation, uint32_t index, uint32_t* alignment);
+int ANeuralNetworksCompilation_getPreferredMemoryPaddingForOutput(const ANeuralNetworksCompilation* compilation, uint32_t index, uint32_t* padding);
 int ANeuralNetworksBurst_create(ANeuralNetworksCompilation* compilation, ANeuralNetworksBurst** burst);
 void ANeuralNetworksBurst_free(ANeuralNetworksBurst* burst);
 int ANeuralNetworksExecution_create(ANeuralNetworksCompilation* compilation, ANeuralNetworksExecution** execution);
@@ -284,6 +288,7 @@ int ANeuralNetworksExecution_setLoopTimeout(ANeuralNetworksExecution* execution,
 int ANeuralNetworksExecution_getOutputOperandRank(ANeuralNetworksExecution* execution, int32_t index, uint32_t* rank);
 int ANeuralNetworksExecution_getOutputOperandDimensions(ANeuralNetworksExecution* execution, int32_t index, uint32_t* dimensions);
 int ANeuralNetworksExecution_setReusable(ANeuralNetworksExecution* execution, bool reusable);
+int ANeuralNetworksExecution_enableInputAndOutputPadding(ANeuralNetworksExecution* execution, bool enable);
 int ANeuralNetworksEvent_wait(ANeuralNetworksEvent* event);
 void ANeuralNetworksEvent_free(ANeuralNetworksEvent* event);
 int ANeuralNetworksEvent_createFromSyncFenceFd(int sync_fence_fd, ANeuralNetworksEvent** event);
