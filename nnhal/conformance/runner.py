@@ -474,9 +474,9 @@ class Report:
                 lines.append(f"  ... and {len(self.broken) - MAX_BROKEN_LINES} more "
                              f"(all in the --json report)")
         for d in self.died:
-            lines.append(f"the device died (its service is gone?) during [{d['mode']}] "
-                         f"{d['case']}: that case and the {d['not_run']} case run(s) left "
-                         f"failed as device unavailable, without running")
+            lines.append(f"the device died during [{d['mode']}] {d['case']} (a served "
+                         f"driver: its service is gone): that case and the {d['not_run']} "
+                         f"case run(s) left failed as device unavailable, the latter not run")
         lines.append(f"{sum(c[PASSED] for c in self.modes.values())} passed, "
                      f"{sum(c[FAILED] for c in self.modes.values())} failed, "
                      f"{sum(c[SKIPPED] for c in self.modes.values())} skipped "

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 import nnhal
-from nnhal.runtime import OperandSpec
+from nnhal.hal.fence import SyncFence
+from nnhal.runtime import Event, OperandSpec
 from nnhal.runtime import ndk as N
 from nnhal.runtime.codes import ResultCode as R
 from nnhal.runtime.devices import Device
@@ -128,31 +129,48 @@ def kill_during(proc: subprocess.Popen, fn, settle: float = 0.4):
     return result, done - killed[0]
 
 
+PATHS = ("compute", "start", "fenced", "burst", "reusable")
+
+
+def run_path(c: nnhal.Compilation, path: str, burst: nnhal.Burst | None = None,
+             gate: SyncFence | None = None) -> np.ndarray:
+    """One execution of ``c`` through ``path``; its output. A fenced execution waits for
+    ``gate`` in the driver (the service delays no fenced execution: this holds one)."""
+    e, out = execution(c)
+    if path == "compute":
+        e.compute()
+    elif path == "start":
+        e.start_compute().wait()
+    elif path == "fenced":
+        e.start_compute_with_dependencies([] if gate is None else [Event(fence=gate)]).wait()
+    elif path == "burst":
+        e.burst_compute(burst if burst is not None else nnhal.Burst(c))
+    else:
+        e.set_reusable(True)
+        e.compute()
+        e.compute()
+    return out
+
+
 def dead_object(fn) -> None:
     with pytest.raises(nnhal.NdkError) as e:
         fn()
     assert e.value.code == R.DEAD_OBJECT, str(e.value)
 
 
-def test_for_devices_killed_mid_execution_is_dead_object(served):
+@pytest.mark.parametrize("path", PATHS)
+def test_for_devices_killed_mid_execution_is_dead_object(served, path):
     proc, remote, _ref = served
     m = model()
     c = nnhal.Compilation.for_devices(m, [remote])
     c.finish()  # DELAY_S
     burst = nnhal.Burst(c)
-    e, _ = execution(c)
-    err, after = kill_during(proc, e.compute)
+    err, after = kill_during(proc, lambda: run_path(c, path, burst, gate=SyncFence()))
     assert isinstance(err, nnhal.NdkError) and err.code == R.DEAD_OBJECT, err
     assert after < PROMPT_S
-    assert e.code == R.DEAD_OBJECT
     # Every later call on the compilation, every path, and the device itself: dead.
-    dead_object(lambda: execution(c)[0].compute())
-    dead_object(lambda: execution(c)[0].start_compute().wait())
-    dead_object(lambda: execution(c)[0].start_compute_with_dependencies([]).wait())
-    dead_object(lambda: execution(c)[0].burst_compute(burst))
-    r, _ = execution(c)
-    r.set_reusable(True)
-    dead_object(r.compute)
+    for later in PATHS:
+        dead_object(lambda p=later: run_path(c, p, burst))
     dead_object(remote.wait)
     dead_object(lambda: m.supported_operations_for_devices([remote]))
     again = nnhal.Compilation.for_devices(m, [remote])
@@ -178,22 +196,8 @@ def test_all_devices_killed_mid_execution_falls_back(served):
     np.testing.assert_array_equal(out, WANT)
     assert c.fallbacks == 1 and after < PROMPT_S
     # Later executions, on every path, fall back too.
-    burst = nnhal.Burst(c)
-    for path in ("compute", "start", "fenced", "burst", "reusable"):
-        e, out = execution(c)
-        if path == "compute":
-            e.compute()
-        elif path == "start":
-            e.start_compute().wait()
-        elif path == "fenced":
-            e.start_compute_with_dependencies([]).wait()
-        elif path == "burst":
-            e.burst_compute(burst)
-        else:
-            e.set_reusable(True)
-            e.compute()
-            e.compute()
-        np.testing.assert_array_equal(out, WANT, err_msg=path)
+    for path in PATHS:
+        np.testing.assert_array_equal(run_path(c, path), WANT, err_msg=path)
 
 
 def test_all_devices_killed_during_prepare_and_before_compiling(served):
