@@ -475,8 +475,8 @@ class Report:
                              f"(all in the --json report)")
         for d in self.died:
             lines.append(f"the device died during [{d['mode']}] {d['case']} (a served "
-                         f"driver: its service is gone): that case and the {d['not_run']} "
-                         f"case run(s) left failed as device unavailable, the latter not run")
+                         f"driver: its service is gone): the {d['not_run']} case run(s) left "
+                         f"failed as device unavailable, without running")
         lines.append(f"{sum(c[PASSED] for c in self.modes.values())} passed, "
                      f"{sum(c[FAILED] for c in self.modes.values())} failed, "
                      f"{sum(c[SKIPPED] for c in self.modes.values())} skipped "

@@ -266,7 +266,7 @@ def test_conformance_killed_half_way_fails_the_rest_at_once(tmp_path):
         while len(list(fds.iterdir())) < idle + 3:
             assert cli.poll() is None and time.monotonic() < end, "no case ran"
             time.sleep(0.02)
-        time.sleep(1.0)  # some cases pass, most are left
+        time.sleep(2.0)  # some cases pass, most are left
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         out, err = cli.communicate(timeout=120)
@@ -290,7 +290,8 @@ def test_conformance_killed_half_way_fails_the_rest_at_once(tmp_path):
     assert all(c["result"] == "failed" and c["message"] == "device unavailable: the device "
                "died before this case (not run)" for c in left)
     assert any(c["result"] == "passed" for c in cases[:at])  # killed half-way
-    assert cases[at]["result"] == "failed" and \
-        cases[at]["message"].startswith("device unavailable: the device died during")
+    # The case running at the kill failed as device unavailable (or it had just passed).
+    assert cases[at]["result"] == "passed" or (cases[at]["result"] == "failed" and cases[at][
+        "message"].startswith("device unavailable: the device died during this case"))
     assert f"during [{died['mode']}] {died['case']}" in out
     assert seconds < 60  # a hang guard, not a timing goal
