@@ -120,11 +120,15 @@ def _conformance(args: argparse.Namespace) -> int:
     if report.broken:
         return error(prog, f"{len(report.broken)} case(s) could not be loaded or built; "
                            f"they are listed above and counted as failed", 1)
-    unavailable = sum(c["result"] == "failed" and "DEVICE_UNAVAILABLE" in c["message"]
-                      for c in report.cases)
-    if unavailable:  # the device went away (a service that died): the run is not a verdict
+    from nnhal.conformance.runner import DEVICE_DIED
+
+    unavailable = sum(c["result"] == "failed" and any(
+        m in c["message"] for m in ("DEVICE_UNAVAILABLE", "DEAD_OBJECT", DEVICE_DIED))
+        for c in report.cases)
+    if unavailable or report.died:  # the device went away (a service that died): the run
+        # is not a verdict
         return error(prog, f"{unavailable} case(s) failed because device '{args.device}' "
-                           f"became unavailable", 1)
+                           f"became unavailable" + (" (it died)" if report.died else ""), 1)
     failed = sum(c["failed"] for c in report.to_json()["modes"].values())
     return 1 if failed and args.strict else 0
 

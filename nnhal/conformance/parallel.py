@@ -31,6 +31,7 @@ def report_from_json(data: dict) -> Report:
         rep.operations[(mode, op)].update(counts)
     rep.cases = list(data["cases"])
     rep.broken = list(data.get("broken", []))
+    rep.died = list(data.get("died", []))
     rep.seconds = float(data.get("seconds", 0.0))
     return rep
 
@@ -46,6 +47,7 @@ def merge(reports: Sequence[Report]) -> Report:
             out.operations[k].update(c)
         out.cases.extend(r.cases)
         out.broken.extend(r.broken)
+        out.died.extend(r.died)
         out.seconds = max(out.seconds, r.seconds)
     for d in (out.modes, out.folders, out.operations):
         for k in list(d):

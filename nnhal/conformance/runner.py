@@ -3,6 +3,11 @@
 Each mode runs a case the way the upstream driver test suite does (see the conformance
 README); a case passes a mode only if every execution path of that mode passes. A case whose
 operations the device does not support is skipped, not failed.
+
+A device that dies during a run (a served driver whose process is gone) fails the case it was
+running and every case left, at once and without running them: their results say nothing of
+the driver, and a dead service would only answer DEVICE_UNAVAILABLE to each. The report says
+where it died (:attr:`Report.died`).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from nnhal.hal.types import (
     OperandType,
     Priority,
 )
+from nnhal.runtime.devices import is_dead
 
 MODES = ("general", "dynamic_shape", "quantization_coupling", "memory_domain", "fenced",
          "caching", "runtime", "partitioned", "capi")
@@ -50,6 +56,10 @@ CALLBACK_TIMEOUT_S = 60.0
 LOAD_ERROR, MALFORMED = "could not load: ", "malformed case: "
 #: How many unloadable cases the summary lists (the JSON report has them all).
 MAX_BROKEN_LINES = 20
+#: The message of a case failed because the device died: the ones it was running start with
+#: it, the ones left after it are exactly :data:`NOT_RUN_DEAD`.
+DEVICE_DIED = "device unavailable: the device died"
+NOT_RUN_DEAD = DEVICE_DIED + " before this case (not run)"
 F16_TOL = 5 * 0.0009765625
 F32_ATOL, F32_RTOL = 1e-5, 5 * 1.1920928955078125e-7
 
@@ -394,6 +404,9 @@ class Report:
     #: also counted as failed in every mode.
     broken: list[dict[str, str]] = field(default_factory=list)
     seconds: float = 0.0
+    #: Where the device died, once per run that saw it (a sharded run has one per shard):
+    #: mode and case it was running, and how many case runs were left unrun.
+    died: list[dict[str, Any]] = field(default_factory=list)
     _broken_seen: set[tuple[str, str, str]] = field(default_factory=set, repr=False)
 
     def _note_broken(self, case: Case, message: str) -> None:
@@ -427,6 +440,7 @@ class Report:
             "operations": {f"{m}/{o}": counts(c) for (m, o), c in sorted(self.operations.items())},
             "seconds": round(self.seconds, 2),
             "broken": self.broken,
+            "died": self.died,
             "cases": self.cases,
         }
 
@@ -459,6 +473,10 @@ class Report:
             if len(self.broken) > MAX_BROKEN_LINES:
                 lines.append(f"  ... and {len(self.broken) - MAX_BROKEN_LINES} more "
                              f"(all in the --json report)")
+        for d in self.died:
+            lines.append(f"the device died during [{d['mode']}] {d['case']} (a served "
+                         f"driver: its service is gone): the {d['not_run']} case run(s) left "
+                         f"failed as device unavailable, without running")
         lines.append(f"{sum(c[PASSED] for c in self.modes.values())} passed, "
                      f"{sum(c[FAILED] for c in self.modes.values())} failed, "
                      f"{sum(c[SKIPPED] for c in self.modes.values())} skipped "
@@ -513,11 +531,24 @@ def run(device: IDevice, cases: list[Case], modes: Iterable[str], opts: Options 
     report = Report()
     bar = Progress(len(cases) * len(modes)) if progress else None
     start = time.monotonic()
+    died: dict[str, Any] | None = None
     try:
         for mode in modes:
             for case in cases:
                 t0 = time.monotonic()
-                result, message = run_case(device, case, mode, opts)
+                if died is not None:
+                    result, message = FAILED, NOT_RUN_DEAD
+                    died["not_run"] += 1
+                else:
+                    result, message = run_case(device, case, mode, opts)
+                    if is_dead(device):
+                        died = {"mode": mode, "case": case.name, "not_run": 0}
+                        report.died.append(died)
+                        # Only a case that fully passed is a verdict; any other outcome
+                        # (an expected failure seen included) may be the death's doing.
+                        if result != PASSED or message.startswith("failed as expected"):
+                            result, message = FAILED, f"{DEVICE_DIED} during this case: " \
+                                                      f"{message}"
                 report.add(case, mode, result, message, time.monotonic() - t0)
                 if bar:
                     bar.step(result, f"{mode} {case.name}")

@@ -106,9 +106,13 @@ _FROM_STATUS = {
 }
 
 
-def code_of_status(status: object) -> ResultCode:
+def code_of_status(status: object, dead: bool = False) -> ResultCode:
     """The NDK result code of a HAL ErrorStatus, as the runtime converts it (an unknown status
-    is a general failure)."""
+    is a general failure). ``dead``: the device that answered is known dead, so its
+    DEVICE_UNAVAILABLE is DEAD_OBJECT (the HAL 1.3 status set has no dead object; NNAPI's
+    runtime reports a driver that died as ANEURALNETWORKS_DEAD_OBJECT)."""
+    if dead and status == ErrorStatus.DEVICE_UNAVAILABLE:
+        return ResultCode.DEAD_OBJECT
     try:
         return _FROM_STATUS[ErrorStatus(status)]
     except (ValueError, KeyError, TypeError):

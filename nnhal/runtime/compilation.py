@@ -164,6 +164,11 @@ class Compilation:
         try:
             choice = assign(hal, candidates, self.preference)
         except NoDevice as e:
+            dead = [d.name for d in candidates if d.dead]
+            if self.explicit and dead:
+                # A dead device answers nothing, so it seems to support nothing: say why.
+                raise fail(ResultCode.DEAD_OBJECT, f"finish: device {', '.join(dead)} is "
+                           f"dead") from None
             if self.explicit:
                 raise fail(ResultCode.BAD_DATA, "finish: the devices do not support every "
                            f"operation of the model (operations {e.operations})") from None
@@ -290,6 +295,32 @@ class Compilation:
                     self._whole_device = None
             return self._whole
 
+    def used_devices(self) -> list[Device]:
+        """The devices the finished compilation runs on: its device, every step's (in the
+        bodies of IF/WHILE the runtime runs too) and the one kept for a whole-model run."""
+        found: list[Device] = []
+
+        def add(d: Any) -> None:
+            if isinstance(d, Device) and all(d is not f for f in found):
+                found.append(d)
+
+        def walk(steps: Sequence[Step]) -> None:
+            for s in steps:
+                add(s.device)
+                for branch in s.branches.values():
+                    walk(branch.steps)
+
+        add(self.device)
+        walk(self.steps)
+        add(self._whole_device)
+        return found
+
+    @property
+    def dead(self) -> bool:
+        """A device the compilation runs on is dead: a DEVICE_UNAVAILABLE it returns is
+        DEAD_OBJECT (the runtime fell back already when it could)."""
+        return any(d.dead for d in self.used_devices())
+
     # ---- memory preferences (feature level 5) ------------------------------------------
     def preferred_memory(self, index: int, is_output: bool, what: str) -> tuple[int, int]:
         """(alignment, padding) for an input's or output's buffer or memory region: the
@@ -342,14 +373,18 @@ class Compilation:
             try:
                 status, pm = cb.wait(PREPARE_TIMEOUT_S)
             except TimeoutError:
-                raise fail(ResultCode.OP_FAILED, "finish: the driver never answered") from None
+                raise fail(ResultCode.DEAD_OBJECT if device.dead else ResultCode.OP_FAILED,
+                           "finish: the driver never answered") from None
             except Exception as e:  # noqa: BLE001 - a driver that raises failed to prepare
-                raise fail(ResultCode.OP_FAILED, f"finish: {device.name}: {e}") from None
+                raise fail(ResultCode.DEAD_OBJECT if device.dead else ResultCode.OP_FAILED,
+                           f"finish: {device.name}: {e}") from None
             if launch != ErrorStatus.NONE and status == ErrorStatus.NONE:
                 status = launch
             if status != ErrorStatus.NONE or pm is None:
-                raise fail(code_of_status(status), f"finish: {device.name} failed to prepare "
-                           f"the model: {ErrorStatus(status).name}")
+                dead = device.dead
+                raise fail(code_of_status(status, dead), f"finish: {device.name} failed to "
+                           f"prepare the model: {ErrorStatus(status).name}"
+                           + (" (the device is dead)" if dead else ""))
             return pm
         finally:
             if files is not None:

@@ -4,6 +4,11 @@ opened once per process, in registration order (the reference driver first).
 A :class:`Device` is ``ANeuralNetworksDevice``: a name, a type, a version string, a feature
 level and the driver's IDevice underneath. A caller that already holds an IDevice (the
 conformance runner, a test) wraps it with :meth:`Device.of` to compile on exactly that one.
+
+**Death.** A driver may die under the runtime (a served driver whose process is gone). The
+runtime knows drivers only through the HAL, so it asks the optional ``alive`` attribute a
+driver object may have (:func:`is_dead`); a dead device's DEVICE_UNAVAILABLE becomes the NDK's
+DEAD_OBJECT where the runtime cannot recover (see :func:`nnhal.runtime.codes.code_of_status`).
 """
 
 from __future__ import annotations
@@ -14,6 +19,16 @@ from nnhal.errors import NnhalError
 from nnhal.hal.interfaces import IDevice
 from nnhal.hal.types import Capabilities, DeviceType, ErrorStatus, PerformanceInfo
 from nnhal.runtime.codes import RUNTIME_FEATURE_LEVEL, ResultCode, fail
+
+
+def is_dead(hal: object) -> bool:
+    """Whether a driver object says it is dead: its optional ``alive`` attribute is false (a
+    driver without one, or whose answer fails, is taken as alive: death is never guessed)."""
+    try:
+        alive = getattr(hal, "alive", True)
+    except Exception:  # noqa: BLE001 - a broken attribute says nothing
+        return False
+    return alive is False
 
 
 class Device:
@@ -52,8 +67,16 @@ class Device:
             return caps.relaxed_float32_to_float16_performance_tensor
         return caps.performance_of(operand_type) or PerformanceInfo(float("inf"), float("inf"))
 
+    @property
+    def dead(self) -> bool:
+        """The driver underneath is known dead (see :func:`is_dead`)."""
+        return is_dead(self.hal)
+
     def wait(self) -> None:
-        """ANeuralNetworksDevice_wait: a live in-process driver is always ready."""
+        """ANeuralNetworksDevice_wait: a live in-process driver is always ready; a dead one
+        never comes back through this object (DEAD_OBJECT, not a wait forever)."""
+        if self.dead:
+            raise fail(ResultCode.DEAD_OBJECT, f"device {self.name} is dead")
         status, _ = self.hal.get_type()
         if status != ErrorStatus.NONE:
             raise fail(ResultCode.UNAVAILABLE_DEVICE, f"device {self.name} is not available")

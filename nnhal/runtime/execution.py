@@ -94,6 +94,11 @@ def _byte_view(buffer: Any, writable: bool) -> np.ndarray:
     return arr
 
 
+def _dead_answer(compilation: Compilation, status: Any) -> bool:
+    """A DEVICE_UNAVAILABLE that comes from a dead device of the compilation (DEAD_OBJECT)."""
+    return status == ErrorStatus.DEVICE_UNAVAILABLE and compilation.dead
+
+
 class Burst:
     """ANeuralNetworksBurst: rapid executions of one compilation, one at a time."""
 
@@ -111,7 +116,8 @@ class Burst:
         if self._hal is None:
             status, burst = self.compilation.prepared.configure_execution_burst()
             if status != ErrorStatus.NONE or burst is None:
-                raise fail(code_of_status(status), "burstCompute: the driver has no burst")
+                raise fail(code_of_status(status, _dead_answer(self.compilation, status)),
+                           "burstCompute: the driver has no burst")
             self._hal = burst
         return self._hal
 
@@ -477,7 +483,7 @@ class Execution:
     def _finish(self, status: Any, shapes: Sequence[OutputShape], timing: Timing,
                 fenced: Timing | None = None) -> None:
         """Record the outcome, copy outputs back, and raise NdkError on failure."""
-        code = code_of_status(status)
+        code = code_of_status(status, _dead_answer(self.compilation, status))
         try:
             if code == ResultCode.NO_ERROR and self._bound is not None:
                 req, _in_mem, out_mem = self._bound

@@ -266,7 +266,11 @@ class Memory:
         else:
             status = dst.buffer.copy_from(self.shared, dims)
         if status != ErrorStatus.NONE:
-            raise fail(code_of_status(status), f"copy: the driver refused: "
+            # A driver buffer lives on its compilations' device: a dead one is a dead object.
+            dead = status == ErrorStatus.DEVICE_UNAVAILABLE and any(
+                r.compilation.dead for m in (self, dst) if m.buffer is not None
+                for r in m.desc.roles)
+            raise fail(code_of_status(status, dead), f"copy: the driver refused: "
                        f"{ErrorStatus(status).name}")
 
     def close(self) -> None:

@@ -452,8 +452,11 @@ class Model:
         for d in devices:
             status, supported = d.hal.get_supported_operations(self.hal)
             if status != ErrorStatus.NONE:
-                raise fail(ResultCode.OP_FAILED, f"getSupportedOperationsForDevices: device "
-                           f"{d.name}: {ErrorStatus(status).name}")
+                dead = getattr(d, "dead", False)
+                raise fail(ResultCode.DEAD_OBJECT if dead else ResultCode.OP_FAILED,
+                           f"getSupportedOperationsForDevices: device {d.name}: "
+                           f"{ErrorStatus(status).name}" + (" (the device is dead)" if dead
+                                                            else ""))
             result = [a or bool(b) for a, b in zip(result, supported)]
         return result
 
