@@ -580,11 +580,12 @@ class _RingChannel:
         self.lock = threading.Lock()
         self.seq = 0
         self.broken = False
+        self.closing = False
         # (the last result packet, a private copy of what it decoded to)
         self._last: tuple[bytes, tuple[ErrorStatus, list[OutputShape], Timing]] | None = None
 
     def alive(self) -> bool:
-        return not self.conn.dead
+        return not self.conn.dead and not self.closing
 
     def execute(self, packet: bytes, deadline: Any, loop: Any
                 ) -> tuple[ErrorStatus, list[OutputShape], Timing] | None:
@@ -652,6 +653,7 @@ class _RingChannel:
         self.pair.close()
 
     def close(self) -> None:
+        self.closing = True  # an execution in flight gives up within about 100 ms
         with self.lock:
             self._break()
 
@@ -674,9 +676,9 @@ class RemoteBurst(_Remote, IBurst):
         self._last: tuple[Recent, Any, bytes] | None = None
 
     def close(self) -> None:
-        super().close()
-        if self.rings is not None:
+        if self.rings is not None:  # first: the service answers an execution in flight
             self.rings.close()
+        super().close()
 
     def cache_memory(self, memory: Any) -> Any:
         if not isinstance(memory, SharedMemory) or memory.closed:

@@ -44,7 +44,7 @@ from nnhal.hal.types import NO_TIMING, ErrorStatus, OutputShape, Request, Timing
 from nnhal.memory import SharedMemory
 from nnhal.service import registration
 from nnhal.service import wire as w
-from nnhal.service.ring import ChannelPair, RingClosed, RingError
+from nnhal.service.ring import ChannelPair, PacketTooLarge, RingClosed, RingError
 from nnhal.service.transport import Closed, TooLarge, recv_message, send_message
 from nnhal.service.wire import Kind, Reader, ResourceLimit, WireError, Writer
 
@@ -447,6 +447,9 @@ class _ExecutionCallback(IExecutionCallback):
 #: Bursts served on rings per client; past it a burst is configured without rings (its
 #: executions use BURST_EXECUTE) rather than refused: each costs a thread and two mappings.
 MAX_RING_BURSTS = 64
+#: The largest ring a client may give (each record is copied out whole: this bounds what a
+#: client makes the service allocate; the client's rings are 64 KiB).
+MAX_RING_CAPACITY = 1 << 20
 #: Polls of the request ring before the serving thread sleeps (ring.py's default).
 RING_SPIN = 2000
 #: Decoded request packets a burst keeps (a burst repeats a handful of requests).
@@ -515,7 +518,12 @@ class _RingBurst:
                     log.warning("%s: burst %d failed: %s: %s", self.session.peer,
                                 self.handle, type(e).__name__, e)
                     out, closing = self._closing(0, ErrorStatus.GENERAL_FAILURE), True
-                results.write(out, alive=alive)
+                try:
+                    results.write(out, alive=alive)
+                except PacketTooLarge:  # shapes past the result ring: a failure, not a hang
+                    seq = w.BURST_RESULT.unpack_from(out)[2]
+                    results.write(self._result(seq, ErrorStatus.GENERAL_FAILURE, _NO_SHAPES,
+                                               NO_TIMING), alive=alive)
                 if closing:
                     return
         except RingError:  # the result ring is unusable or the client left: nothing to tell
@@ -874,6 +882,9 @@ def _configure_burst_rings(s: Session, cid: int, pm: int, ring_fds: _RingFds) ->
         if served < MAX_RING_BURSTS:
             try:
                 pair = ChannelPair.attach(ring_fds.take(), spin=RING_SPIN)
+                if max(pair.request.capacity, pair.result.capacity) > MAX_RING_CAPACITY:
+                    pair.close()
+                    raise RingError(f"ring capacity past {MAX_RING_CAPACITY}")
             except RingError as e:  # not a pair of rings: the peer is broken or hostile
                 log.info("%s: burst rings refused: %s", s.peer, e)
                 raise _Fail(ErrorStatus.INVALID_ARGUMENT, str(e)) from None

@@ -328,6 +328,41 @@ def test_descriptors_that_are_not_rings_are_refused(service, remote):
         mem.close()
 
 
+def test_rings_past_the_capacity_bound_are_refused(service, remote):
+    from nnhal.service.ring import ChannelPair
+
+    pm = prepare(remote)
+    pair = ChannelPair.create(server.MAX_RING_CAPACITY * 2)
+    try:
+        def enc(wr):
+            wr.u32(pm.handle)
+            for fd in pair.fds():
+                wr.fd(fd)
+        status = remote.conn.call(w.Kind.CONFIGURE_BURST_RINGS, enc,
+                                  lambda rd: w.get_status(rd), lambda s: s)
+        assert status == E.INVALID_ARGUMENT
+        assert service.objects() == 1 and not burst_threads()
+    finally:
+        pair.close()
+
+
+def test_closing_a_burst_during_an_execution_ends_the_wait(service, remote):
+    burst = ring_burst(prepare(remote))
+    rb = request()
+    assert burst.execute(rb.request)[0] == E.NONE
+    service.test_delay = 3.0  # the next execution takes 3 s
+    got: list[ErrorStatus] = []
+    t = threading.Thread(target=lambda: got.append(burst.execute(rb.request)[0]))
+    t.start()
+    time.sleep(0.3)
+    service.test_delay = 0.0
+    burst.close()
+    t.join(10)
+    assert not t.is_alive() and got == [E.GENERAL_FAILURE]  # not the execution's NONE
+    assert wait_for(lambda: not burst_threads(), 10)  # after the driver's execution
+    rb.close()
+
+
 def test_released_burst_ends_its_thread(service, remote):
     pm = prepare(remote)
     burst = ring_burst(pm)
