@@ -47,6 +47,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def service(tmp_path):
+    # the serving threads of an earlier test's service end within about 50 ms of its stop
+    assert wait_for(lambda: not burst_threads(), 10)
     svc = Service(ReferenceDevice(), tmp_path / "s.sock")
     t = threading.Thread(target=svc.serve_forever, daemon=True)
     t.start()
