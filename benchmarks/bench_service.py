@@ -1,7 +1,9 @@
 """The price of the process boundary: the same reference driver in process and served
 (``nnhal serve reference`` in a child process), interleaved round by round.
 
-* one ADD [1,16]: executeSynchronously and burst execute, p50 and p90 per execution;
+* one ADD [1,16]: executeSynchronously and burst execute, p50 and p90 per execution (served
+  bursts on their shared-memory rings, and the same burst path over the socket to compare),
+  then the CPU cost of each piece of a served burst's round trip;
 * MobileNet V1_0 (the conformance case, if present): executeSynchronously, median.
 
 Prints figures with the load average; asserts nothing.
@@ -99,19 +101,88 @@ def bench_add(devices: dict, rounds: int, n: int) -> None:
         status, burst = pm.configure_execution_burst()
         holds = [burst.cache_memory(p) for p in rb.request.pools]
         setups[name] = (pm, rb, burst, holds)
-    sync = {k: [] for k in devices}
-    bursts = {k: [] for k in devices}
-    for _ in range(rounds):
+        if isinstance(dev, RemoteDevice):  # the same burst path over the socket, to compare
+            status, sock_burst = pm.configure_execution_burst()
+            sock_burst.rings.close()
+            sock_burst.rings = None
+            setups[f"{name} (socket)"] = (None, rb, sock_burst,
+                                          [sock_burst.cache_memory(p) for p in rb.request.pools])
+    sync = {k: [] for k, v in setups.items() if v[0] is not None}
+    bursts = {k: [] for k in setups}
+    for _ in range(rounds):  # interleaved: every variant sees the same load
         for name, (pm, rb, burst, _) in setups.items():
-            sync[name] += timed(lambda pm=pm, rb=rb: pm.execute_synchronously(rb.request), n)
+            if pm is not None:
+                sync[name] += timed(lambda pm=pm, rb=rb: pm.execute_synchronously(rb.request),
+                                    n)
             bursts[name] += timed(lambda b=burst, rb=rb: b.execute(rb.request), n)
     for label, data in (("executeSynchronously", sync), ("burst execute", bursts)):
         for name, xs in data.items():
             xs = xs[n:]  # the first round warms up
-            print(f"ADD [1,16] {label:<21} {name:<11} p50 {pct(xs, .5):7.1f} us  "
+            print(f"ADD [1,16] {label:<21} {name:<18} p50 {pct(xs, .5):7.1f} us  "
                   f"p90 {pct(xs, .9):7.1f} us  ({len(xs)} runs)")
     for _, rb, _, _ in setups.values():
         rb.close()
+
+
+def burst_pieces(n: int = 2000) -> None:
+    """The CPU cost of each piece of a served burst's round trip, all in this process (so no
+    wake-up latency): best of 5 x ``n``."""
+    import timeit
+    import types
+    import weakref
+
+    from nnhal.hal import fmq
+    from nnhal.hal.types import NO_TIMING, MeasureTiming, OutputShape
+    from nnhal.service import client, server
+    from nnhal.service import wire as w
+    from nnhal.service.ring import ChannelPair
+
+    a = np.ones((1, 16), np.float32)
+    rb = RequestBuilder([a, a], [64])
+    req = rb.request
+    dev = ReferenceDevice()
+    burst = prepare(dev, add_model()).configure_execution_burst()[1]
+    pair = ChannelPair.create(client.RING_CAPACITY)
+    session = types.SimpleNamespace(memories={1: req.pools[0], 2: req.pools[1]}, peer="bench",
+                                    service=types.SimpleNamespace(test_delay=0.0))
+    served = server._RingBurst(session, burst, pair)
+    remote = client.RemoteBurst.__new__(client.RemoteBurst)  # no connection: pieces only
+    remote._last = None
+    remote._slots = weakref.WeakKeyDictionary({req.pools[0]: (1, None),
+                                               req.pools[1]: (2, None)})
+    packet = remote._packet(req, MeasureTiming.NO)
+    record = w.BURST_REQUEST.pack(w.BURST_REQUEST_TAG, 0, 1, 0, 0) + packet
+    shapes = [OutputShape([1, 16], True)]
+    result = fmq.pack_result(burst.execute(req)[0], shapes, NO_TIMING)
+    creq, cres = pair.client_side()
+    sreq, sres = pair.server_side()
+
+    def ring_round_trip() -> None:
+        creq.write(record)
+        sreq.read()
+        sres.write(result)
+        cres.read()
+
+    def best(fn) -> float:
+        return min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6
+
+    pieces = [
+        ("client: pack request (first time)", lambda: fmq.pack_request(req, MeasureTiming.NO,
+                                                                       [1, 2])),
+        ("client: request packet (repeated)", lambda: remote._packet(req, MeasureTiming.NO)),
+        ("rings: request + result, write + read", ring_round_trip),
+        ("service: unpack request (first time)", lambda: fmq.unpack_request(packet)),
+        ("service: serve a repeated record", lambda: served._serve(record)),
+        ("  of which the driver's burst execute", lambda: burst.execute(req)),
+        ("service: pack result (first time)", lambda: fmq.pack_result(
+            fmq.ErrorStatus.NONE, shapes, NO_TIMING)),
+        ("client: unpack result (first time)", lambda: fmq.unpack_result(result)),
+    ]
+    for label, fn in pieces:
+        print(f"  {label:<40} {best(fn):7.2f} us")
+    pair.close()
+    rb.close()
+    dev.close()
 
 
 BLOCK = 5
@@ -162,6 +233,9 @@ def main() -> None:
             devices = {"in process": local, "served": remote}
             print(load())
             bench_add(devices, args.rounds, args.n)
+            print(load())
+            print("served burst round trip, CPU per piece (in process, best of 5):")
+            burst_pieces()
             print(load())
             bench_mobilenet(devices, args.specs or default_specs_dir(), args.rounds)
             print(load())

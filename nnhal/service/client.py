@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import struct
 import threading
 import weakref
 from collections import deque
@@ -32,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from nnhal.drivers.common.request_checks import Recent, same_request, snapshot_request
+from nnhal.hal import fmq
 from nnhal.hal.fence import FenceState, SyncFence
 from nnhal.hal.interfaces import (
     IBuffer,
@@ -62,6 +64,7 @@ from nnhal.hal.types import (
 )
 from nnhal.memory import SharedMemory
 from nnhal.service import wire as w
+from nnhal.service.ring import ChannelPair, PacketTooLarge, RingError
 from nnhal.service.transport import Closed, recv_message, send_message
 from nnhal.service.wire import Kind, Reader, WireError, Writer
 
@@ -660,8 +663,7 @@ def _put_exec_memo(conn: Connection, wr: Writer, handle: int, request: Any, meas
 
 
 class _BurstChannel:
-    """How a burst's executions travel: socket messages today; the shared-memory rings of
-    1.2's fast message queues can replace this class without touching RemoteBurst."""
+    """BURST_EXECUTE on the socket: the path of requests the rings do not carry."""
 
     def __init__(self, conn: Connection, handle: int):
         self.conn, self.handle = conn, handle
@@ -674,12 +676,132 @@ class _BurstChannel:
                               _get_shapes_result, _shapes_fail)
 
 
+#: Data bytes of each of a burst's two rings. A request or result that does not fit (with its
+#: headers) cannot use them: the request goes over the socket, the result is GENERAL_FAILURE.
+RING_CAPACITY = 1 << 16
+_REQ_HEAD, _RES_HEAD = w.BURST_REQUEST, w.BURST_RESULT
+_REQ_TAG, _RES_TAG = w.BURST_REQUEST_TAG, w.BURST_RESULT_TAG
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class _RingChannel:
+    """A burst's executions on its two shared-memory rings (docs/fmq.md): one record out on
+    the request ring, one back on the result ring, no socket traffic.
+
+    One execution is in flight at a time (the HAL allows no more on a burst): ``execute``
+    holds a lock from the write of the request to the read of its result. While it waits it
+    watches the connection, so a dead service ends the wait with DEVICE_UNAVAILABLE within
+    about 100 ms. Once the rings cannot be trusted (a record that does not check, a result
+    the service flags CLOSING) the channel closes them and returns None from then on: the
+    burst uses the socket.
+    """
+
+    def __init__(self, conn: Connection, pair: ChannelPair):
+        self.conn = conn
+        self.requests, self.results = pair.client_side()
+        self.pair = pair
+        self.lock = threading.Lock()
+        self.seq = 0
+        self.broken = False
+        self.closing = False
+        # (the last result packet, a private copy of what it decoded to)
+        self._last: tuple[bytes, tuple[ErrorStatus, list[OutputShape], Timing]] | None = None
+
+    def alive(self) -> bool:
+        return not self.conn.dead and not self.closing
+
+    def execute(self, packet: bytes, deadline: Any, loop: Any
+                ) -> tuple[ErrorStatus, list[OutputShape], Timing] | None:
+        """The result of the execution of an FMQ request packet, or None when the rings cannot
+        carry it (then the caller sends it on the socket, which also gives unusual arguments
+        their canonical status)."""
+        flags = 0
+        if deadline is not None:
+            if type(deadline) is not int or not _I64_MIN <= deadline <= _I64_MAX:
+                return None
+            flags |= w.BURST_HAS_DEADLINE
+        if loop is not None:
+            if type(loop) is not int or not _I64_MIN <= loop <= _I64_MAX:
+                return None
+            flags |= w.BURST_HAS_LOOP_TIMEOUT
+        with self.lock:
+            if self.broken:
+                return None
+            if self.conn.dead:
+                return UNAVAILABLE, [], NO_TIMING
+            self.seq = seq = self.seq + 1
+            try:
+                self.requests.write(_REQ_HEAD.pack(_REQ_TAG, flags, seq, deadline or 0,
+                                                   loop or 0) + packet, alive=self.alive)
+            except PacketTooLarge:
+                return None
+            except RingError:
+                return self._lost()
+            try:
+                record = self.results.read(alive=self.alive)
+            except RingError:
+                return self._lost()
+            if len(record) < _RES_HEAD.size:
+                return self._lost()
+            tag, rflags, rseq = _RES_HEAD.unpack_from(record)
+            if tag != _RES_TAG or rflags & ~w.BURST_CLOSING or rseq != seq:
+                return self._lost()
+            packet = record[_RES_HEAD.size:]
+            last = self._last
+            if last is not None and packet == last[0]:  # a burst's results repeat
+                status, shapes, timing = last[1]
+                result = (status, [OutputShape(list(s.dimensions), s.is_sufficient)
+                                   for s in shapes], timing)
+            else:
+                try:
+                    result = fmq.unpack_result(packet)
+                except fmq.FmqDecodeError:
+                    return self._lost()
+                status, shapes, timing = result
+                self._last = (packet, (status, [OutputShape(list(s.dimensions),
+                                                            s.is_sufficient) for s in shapes],
+                                       timing))
+            if rflags & w.BURST_CLOSING:
+                self._break()
+            return result
+
+    def _lost(self) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+        """The rings failed mid-execution: the service died, or they are corrupt."""
+        status = UNAVAILABLE if self.conn.dead else ErrorStatus.GENERAL_FAILURE
+        self._break()
+        return status, [], NO_TIMING
+
+    def _break(self) -> None:
+        self.broken = True
+        self.pair.close()
+
+    def close(self) -> None:
+        self.closing = True  # an execution in flight gives up within about 100 ms
+        with self.lock:
+            self._break()
+
+
 class RemoteBurst(_Remote, IBurst):
-    def __init__(self, conn: Connection, handle: int):
+    """A served burst. With rings (``pair``), an execution whose pools are all shared memories
+    crosses on them; its memories are cached in the burst first (one BURST_CACHE each, the
+    first time) and named by their connection ids. Other executions use BURST_EXECUTE."""
+
+    def __init__(self, conn: Connection, handle: int, pair: ChannelPair | None = None):
         super().__init__(conn, handle)
         self.channel = _BurstChannel(conn, handle)
+        self.rings = _RingChannel(conn, pair) if pair is not None else None
         self._holds: weakref.WeakValueDictionary[int, _CacheHold] = \
             weakref.WeakValueDictionary()
+        # memory -> (its pool identifier, the hold that keeps it cached while it lives)
+        self._slots: weakref.WeakKeyDictionary[SharedMemory, tuple[int, _CacheHold]] = \
+            weakref.WeakKeyDictionary()
+        # (snapshot of the last request sent on the rings, its measure, its packet)
+        self._last: tuple[Recent, Any, bytes] | None = None
+
+    def close(self) -> None:
+        if self.rings is not None:  # first: the service answers an execution in flight
+            self.rings.close()
+        super().close()
 
     def cache_memory(self, memory: Any) -> Any:
         if not isinstance(memory, SharedMemory) or memory.closed:
@@ -703,10 +825,62 @@ class RemoteBurst(_Remote, IBurst):
         self._holds[ident[0]] = hold
         return hold
 
+    def _slot_ids(self, pools: Any) -> list[int] | None:
+        """The pool identifiers of a request's pools, caching each new memory; None when a
+        pool is not a shared memory the rings can name (a token, an empty pool)."""
+        slots = []
+        known = self._slots
+        for pool in pools:
+            if type(pool) is MemoryPool:
+                if pool.token is not None:
+                    return None
+                pool = pool.hidl_memory
+            if not isinstance(pool, SharedMemory) or pool.closed:
+                return None
+            entry = known.get(pool)
+            if entry is None:
+                hold = self.cache_memory(pool)
+                ref = self.conn.mem_ids.get(pool)
+                if hold is None or ref is None or ref[0] > 0x7FFF_FFFF:
+                    return None
+                entry = known[pool] = (ref[0], hold)
+            slots.append(entry[0])
+        return slots
+
     def execute(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
                 deadline: int | None = None, loop_timeout: int | None = None
                 ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+        rings = self.rings
+        if rings is not None and not rings.broken:
+            packet = self._packet(request, measure)
+            if packet is not None:
+                result = rings.execute(packet, deadline, loop_timeout)
+                if result is not None:
+                    return result
         return self.channel.execute(request, measure, deadline, loop_timeout)
+
+    def _packet(self, request: Request, measure: Any) -> bytes | None:
+        """The FMQ request packet of ``request``; None when the rings cannot carry it.
+
+        A burst repeats its request: the last packet is kept with a snapshot of its request
+        (whose memories it references) and reused when the request has the very same argument
+        values and pool memories (``same_request``, the drivers' recent-request check)."""
+        last = self._last
+        if last is not None and measure is last[1] and same_request(request, last[0]):
+            return last[2]
+        if type(request) is not Request:
+            return None
+        slots = self._slot_ids(request.pools)
+        if slots is None:
+            return None
+        try:
+            packet = fmq.pack_request(request, measure, slots)
+        except (fmq.FmqEncodeError, struct.error, TypeError, ValueError):
+            return None
+        snap = snapshot_request(request)
+        mems = [p.hidl_memory if type(p) is MemoryPool else p for p in snap.pools]
+        self._last = (Recent(snap, mems, [], None), measure, packet)
+        return packet
 
     def create_reusable_execution(self, request: Request,
                                   measure: MeasureTiming = MeasureTiming.NO,
@@ -759,8 +933,31 @@ class RemotePreparedModel(_Remote, IPreparedModel):
                               after_send=lambda: self.conn.watch(later))
 
     def configure_execution_burst(self) -> tuple[ErrorStatus, IBurst | None]:
-        return self.conn.call(Kind.CONFIGURE_BURST, lambda wr: wr.u32(self.handle),
-                              _handle_result(self.conn, RemoteBurst), _pair_fail)
+        """A served burst with its two rings (CONFIGURE_BURST_RINGS); without them when they
+        cannot be made here (CONFIGURE_BURST)."""
+        try:
+            pair = ChannelPair.create(RING_CAPACITY)
+        except (RingError, OSError):
+            return self.conn.call(Kind.CONFIGURE_BURST, lambda wr: wr.u32(self.handle),
+                                  _handle_result(self.conn, RemoteBurst), _pair_fail)
+
+        def enc(wr: Writer) -> None:
+            wr.u32(self.handle)
+            for fd in pair.fds():
+                wr.fd(fd)
+
+        def dec(r: Reader) -> tuple[ErrorStatus, RemoteBurst | None]:
+            status = w.get_status(r)
+            if not r.bool():
+                return (status if status != ErrorStatus.NONE else ErrorStatus.GENERAL_FAILURE,
+                        None)
+            handle = r.u32()
+            served = r.bool()
+            return status, RemoteBurst(self.conn, handle, pair if served else None)
+        status, burst = self.conn.call(Kind.CONFIGURE_BURST_RINGS, enc, dec, _pair_fail)
+        if burst is None or burst.rings is None:
+            pair.close()  # the service keeps its own descriptors of the rings it serves
+        return status, burst
 
     def create_reusable_execution(self, request: Request,
                                   measure: MeasureTiming = MeasureTiming.NO,

@@ -26,12 +26,14 @@ import stat
 import struct
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nnhal.hal import fmq
 from nnhal.hal.fence import FenceState, SyncFence
 from nnhal.hal.interfaces import (
     IDevice,
@@ -46,11 +48,13 @@ from nnhal.hal.types import (
     MeasureTiming,
     OutputShape,
     Priority,
+    Request,
     Timing,
 )
 from nnhal.memory import SharedMemory
 from nnhal.service import registration
 from nnhal.service import wire as w
+from nnhal.service.ring import ChannelPair, PacketTooLarge, RingClosed, RingError
 from nnhal.service.transport import Closed, TooLarge, recv_message, send_message
 from nnhal.service.wire import Kind, Reader, ResourceLimit, WireError, Writer
 
@@ -509,6 +513,177 @@ class _ExecutionCallback(IExecutionCallback):
         self.session.send(Kind.NOTIFY_EXECUTION, self.call_id, wr)
 
 
+# ---- bursts on shared-memory rings ---------------------------------------------------------
+
+#: Bursts served on rings per client; past it a burst is configured without rings (its
+#: executions use BURST_EXECUTE) rather than refused: each costs a thread and two mappings.
+MAX_RING_BURSTS = 64
+#: The largest ring a client may give (each record is copied out whole: this bounds what a
+#: client makes the service allocate; the client's rings are 64 KiB).
+MAX_RING_CAPACITY = 1 << 20
+#: Polls of the request ring before the serving thread sleeps (ring.py's default).
+RING_SPIN = 2000
+#: Decoded request packets a burst keeps (a burst repeats a handful of requests).
+_DECODED_MAX = 16
+_NO_SHAPES: list[OutputShape] = []
+
+
+class _RingBurst:
+    """A driver burst whose executions arrive on a request ring and leave on a result ring.
+
+    One thread per burst reads a record (docs/fmq.md: a burst header, then an FMQ request
+    packet), maps its pool identifiers to the client's memories, runs the driver's burst and
+    writes the result record. Everything in the rings is hostile: a record that is not a burst
+    request, or a packet that does not decode strictly, gets an INVALID_ARGUMENT result flagged
+    CLOSING and ends the thread (the client then uses the socket); nothing ends the service.
+    The thread also ends when the burst is released or the client leaves (``alive`` is polled
+    while it sleeps), and closes the rings. The socket calls on the burst (BURST_EXECUTE,
+    BURST_CACHE, BURST_CREATE_REUSABLE) reach the driver's burst through the same methods.
+    """
+
+    def __init__(self, session: Session, burst: Any, pair: ChannelPair):
+        self.session, self.burst, self.pair = session, burst, pair
+        self.handle = 0
+        # packet bytes -> (request with its pools, ((slot, memory), ...), measure)
+        self._decoded: dict[bytes, tuple[Request, tuple, Any]] = {}
+        # (status, shapes, timing, packet) of the last result packed
+        self._last_result: tuple[Any, list[OutputShape], Any, bytes] | None = None
+
+    # the IBurst calls that still come over the socket
+    def execute(self, *args: Any) -> Any:
+        return self.burst.execute(*args)
+
+    def cache_memory(self, memory: Any) -> Any:
+        return self.burst.cache_memory(memory)
+
+    def create_reusable_execution(self, *args: Any) -> Any:
+        return self.burst.create_reusable_execution(*args)
+
+    def start(self, handle: int) -> None:
+        self.handle = handle
+        threading.Thread(target=self.run, name=f"nnhal-burst {self.session.peer} {handle}",
+                         daemon=True).start()
+
+    def alive(self) -> bool:
+        """False once the burst is released or the client is gone."""
+        s = self.session
+        entry = s.handles.get(self.handle)
+        return not s.closed and entry is not None and entry[1] is self
+
+    def run(self) -> None:
+        requests, results = self.pair.server_side()
+        alive = self.alive
+        try:
+            while True:
+                try:
+                    record = requests.read(alive=alive)
+                except RingClosed:
+                    return
+                except RingError as e:  # the client wrote something that is not a record
+                    log.info("%s: burst %d: %s", self.session.peer, self.handle, e)
+                    results.write(self._closing(0), alive=alive)
+                    return
+                try:
+                    out, closing = self._serve(record)
+                except Exception as e:  # noqa: BLE001 - the client must not wait forever
+                    log.warning("%s: burst %d failed: %s: %s", self.session.peer,
+                                self.handle, type(e).__name__, e)
+                    out, closing = self._closing(0, ErrorStatus.GENERAL_FAILURE), True
+                try:
+                    results.write(out, alive=alive)
+                except PacketTooLarge:  # shapes past the result ring: a failure, not a hang
+                    seq = w.BURST_RESULT.unpack_from(out)[2]
+                    results.write(self._result(seq, ErrorStatus.GENERAL_FAILURE, _NO_SHAPES,
+                                               NO_TIMING), alive=alive)
+                if closing:
+                    return
+        except RingError:  # the result ring is unusable or the client left: nothing to tell
+            pass
+        except Exception as e:  # noqa: BLE001 - never the service's end
+            log.warning("%s: burst %d failed: %s: %s", self.session.peer, self.handle,
+                        type(e).__name__, e)
+        finally:
+            self.pair.close()
+            self._decoded.clear()
+
+    @staticmethod
+    def _closing(seq: int, status: ErrorStatus = ErrorStatus.INVALID_ARGUMENT) -> bytes:
+        """The last result record: ``status``, and no more requests are read."""
+        return w.BURST_RESULT.pack(w.BURST_RESULT_TAG, w.BURST_CLOSING, seq) + \
+            fmq.pack_result(status, _NO_SHAPES, NO_TIMING)
+
+    def _serve(self, record: bytes) -> tuple[bytes, bool]:
+        """(result record, whether the burst ends) of one request record."""
+        hdr = w.BURST_REQUEST
+        if len(record) < hdr.size:
+            log.info("%s: burst %d: a record of %d bytes", self.session.peer, self.handle,
+                     len(record))
+            return self._closing(0), True
+        tag, flags, seq, deadline, loop = hdr.unpack_from(record)
+        if tag != w.BURST_REQUEST_TAG or flags & ~3 or \
+                (deadline and not flags & w.BURST_HAS_DEADLINE) or \
+                (loop and not flags & w.BURST_HAS_LOOP_TIMEOUT):
+            log.info("%s: burst %d: bad request header", self.session.peer, self.handle)
+            return self._closing(seq), True
+        packet = record[hdr.size:]
+        memories = self.session.memories
+        entry = self._decoded.get(packet)
+        if entry is not None:
+            for slot, mem in entry[1]:
+                if memories.get(slot) is not mem:  # forgotten since: decode afresh
+                    entry = None
+                    break
+        if entry is None:
+            try:
+                req, slots, measure = fmq.unpack_request(packet)
+            except fmq.FmqDecodeError as e:
+                log.info("%s: burst %d: %s", self.session.peer, self.handle, e)
+                return self._closing(seq), True
+            pools = []
+            for slot in slots:
+                mem = memories.get(slot)
+                if mem is None:  # neither cached nor sent on this connection: refused
+                    return self._result(seq, ErrorStatus.INVALID_ARGUMENT, _NO_SHAPES,
+                                        NO_TIMING), False
+                pools.append(mem)
+            entry = (Request(req.inputs, req.outputs, pools), tuple(zip(slots, pools)),
+                     measure)
+            if len(self._decoded) >= _DECODED_MAX:
+                self._decoded.clear()
+            self._decoded[packet] = entry
+        _delay(self.session)
+        try:
+            status, shapes, timing = self.burst.execute(
+                entry[0], entry[2], deadline if flags & w.BURST_HAS_DEADLINE else None,
+                loop if flags & w.BURST_HAS_LOOP_TIMEOUT else None)
+        except Exception as e:  # noqa: BLE001 - a driver failure is a status
+            log.warning("%s: burst %d: driver failed: %s: %s", self.session.peer, self.handle,
+                        type(e).__name__, e)
+            status, shapes, timing = ErrorStatus.GENERAL_FAILURE, _NO_SHAPES, NO_TIMING
+        return self._result(seq, status, shapes, timing), False
+
+    def _result(self, seq: int, status: Any, shapes: Any, timing: Any) -> bytes:
+        if status != ErrorStatus.NONE and status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
+            shapes = _NO_SHAPES
+        last = self._last_result
+        # A burst's results repeat too: compare with the last one (values, not identity: the
+        # driver may return new lists) before packing afresh.
+        if last is not None and status is last[0] and timing == last[2] and shapes == last[1]:
+            packet = last[3]
+        else:
+            try:
+                packet = fmq.pack_result(status, shapes, timing)
+                self._last_result = (status, _copy_shapes(shapes), timing, packet)
+            except (fmq.FmqEncodeError, TypeError, ValueError):
+                packet = fmq.pack_result(ErrorStatus.GENERAL_FAILURE, _NO_SHAPES, NO_TIMING)
+        return w.BURST_RESULT.pack(w.BURST_RESULT_TAG, 0, seq) + packet
+
+
+def _copy_shapes(shapes: Any) -> list[OutputShape]:
+    """A private copy (OutputShape is mutable): what the cached packet encodes."""
+    return [OutputShape(list(s.dimensions), s.is_sufficient) for s in shapes]
+
+
 # ---- decoding (reader thread) ----------------------------------------------------------------
 
 def _fence_specs(r: Reader) -> list[tuple[int, int]]:
@@ -551,6 +726,7 @@ _DECODERS: dict[Kind, Callable[[Session, Reader], tuple]] = {
                                        _fence_specs(r), _measure(r), r.opt_i64("deadline"),
                                        r.opt_i64("loopTimeout"), r.opt_i64("duration")),
     Kind.CONFIGURE_BURST: lambda s, r: (r.u32(),),
+    Kind.CONFIGURE_BURST_RINGS: lambda s, r: _ring_args(r),
     Kind.CREATE_REUSABLE: lambda s, r: (r.u32(), w.get_request(r, s.token_filter), _measure(r),
                                         r.opt_i64("loopTimeout")),
     Kind.BURST_EXECUTE: _exec_args,
@@ -567,6 +743,30 @@ _DECODERS: dict[Kind, Callable[[Session, Reader], tuple]] = {
     Kind.FORGET: lambda s, r: ([r.u64() for _ in range(r.count("memories", 8))],),
     Kind.BURST_UNCACHE: lambda s, r: (r.u32(), r.u64()),
 }
+
+
+class _RingFds:
+    """The four ring descriptors of a CONFIGURE_BURST_RINGS message, closed unless taken (a
+    call refused after decoding, e.g. too many outstanding, must not leak them)."""
+
+    def __init__(self, fds: list[int]):
+        self._fin = weakref.finalize(self, w.close_fds, fds)
+        self._fin.atexit = False
+        self._fds = fds
+
+    def take(self) -> list[int]:
+        self._fin.detach()
+        return self._fds
+
+    def close(self) -> None:
+        self._fin()
+
+
+def _ring_args(r: Reader) -> tuple[int, _RingFds]:
+    pm = r.u32()
+    fds = [r.fd("burst ring") for _ in range(4)]
+    r.finish()  # nothing can fail after this: the descriptors are the call's from here
+    return pm, _RingFds(fds)
 
 
 def _memory_with_id(r: Reader) -> tuple[int, SharedMemory]:
@@ -744,6 +944,46 @@ def _configure_burst(s: Session, cid: int, pm: int) -> Writer:
     return _handle_reply(s, _BURST, s.get(_PM, pm).configure_execution_burst())
 
 
+def _configure_burst_rings(s: Session, cid: int, pm: int, ring_fds: _RingFds) -> Writer:
+    try:
+        prepared = s.get(_PM, pm)
+        with s.lock:
+            served = sum(type(o) is _RingBurst for _, o in s.handles.values())
+        pair = None
+        if served < MAX_RING_BURSTS:
+            try:
+                pair = ChannelPair.attach(ring_fds.take(), spin=RING_SPIN)
+                if max(pair.request.capacity, pair.result.capacity) > MAX_RING_CAPACITY:
+                    pair.close()
+                    raise RingError(f"ring capacity past {MAX_RING_CAPACITY}")
+            except RingError as e:  # not a pair of rings: the peer is broken or hostile
+                log.info("%s: burst rings refused: %s", s.peer, e)
+                raise _Fail(ErrorStatus.INVALID_ARGUMENT, str(e)) from None
+    finally:
+        ring_fds.close()  # a no-op once taken
+    try:
+        status, burst = prepared.configure_execution_burst()
+        wr = Writer()
+        if status != ErrorStatus.NONE or burst is None:
+            w.put_status(wr, status if status != ErrorStatus.NONE else
+                         ErrorStatus.GENERAL_FAILURE)
+            wr.u8(0)
+            return wr
+        served_burst = _RingBurst(s, burst, pair) if pair is not None else burst
+        handle = s.add(_BURST, served_burst)
+    except BaseException:
+        if pair is not None:
+            pair.close()
+        raise
+    if pair is not None:
+        served_burst.start(handle)  # type: ignore[union-attr]
+    w.put_status(wr, ErrorStatus.NONE)
+    wr.u8(1)
+    wr.u32(handle)
+    wr.u8(1 if pair is not None else 0)
+    return wr
+
+
 def _create_reusable(s: Session, cid: int, pm: int, request: Any, measure: int,
                      loop: int | None) -> Writer:
     return _handle_reply(s, _EXEC, s.get(_PM, pm).create_reusable_execution(request, measure,
@@ -815,6 +1055,7 @@ _HANDLERS: dict[Kind, Callable[..., Writer | None]] = {
     Kind.EXECUTE_SYNCHRONOUSLY: _execute_sync,
     Kind.EXECUTE_FENCED: _execute_fenced,
     Kind.CONFIGURE_BURST: _configure_burst,
+    Kind.CONFIGURE_BURST_RINGS: _configure_burst_rings,
     Kind.CREATE_REUSABLE: _create_reusable,
     Kind.BURST_EXECUTE: _burst_execute,
     Kind.BURST_CREATE_REUSABLE: _burst_reusable,

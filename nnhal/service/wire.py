@@ -89,6 +89,8 @@ class Kind(enum.IntEnum):
     EXECUTE_FENCED = 34
     CONFIGURE_BURST = 35
     CREATE_REUSABLE = 36
+    #: CONFIGURE_BURST whose executions travel on shared-memory rings (docs/fmq.md)
+    CONFIGURE_BURST_RINGS = 37
     # IBurst
     BURST_EXECUTE = 40
     BURST_CREATE_REUSABLE = 41
@@ -109,6 +111,20 @@ class Kind(enum.IntEnum):
 
 
 CALLS = frozenset(k for k in Kind if 16 <= k < 64)
+
+# ---- burst ring records (docs/fmq.md, "Burst records") ------------------------------------------
+#: Before each FMQ request packet in a burst's request ring: tag, flags, sequence, deadline,
+#: loop timeout (the 1.3 arguments that the 1.2 packet has no datum for).
+BURST_REQUEST = struct.Struct("<IIQqq")
+#: Before each FMQ result packet in a burst's result ring: tag, flags, sequence.
+BURST_RESULT = struct.Struct("<IIQ")
+BURST_REQUEST_TAG = 0x51424E4E  # b"NNBQ"
+BURST_RESULT_TAG = 0x52424E4E   # b"NNBR"
+#: Request flags: which optional arguments the header carries.
+BURST_HAS_DEADLINE, BURST_HAS_LOOP_TIMEOUT = 1, 2
+#: Result flag: the service reads no more requests from these rings (the client falls back to
+#: BURST_EXECUTE on the socket).
+BURST_CLOSING = 1
 #: Events a client may send (the server sends NOTIFY_* and FENCE_STATE).
 CLIENT_EVENTS = frozenset({Kind.FENCE_STATE, Kind.RELEASE, Kind.FORGET, Kind.BURST_UNCACHE})
 SERVER_EVENTS = frozenset({Kind.NOTIFY_PREPARED, Kind.NOTIFY_EXECUTION, Kind.FENCE_STATE})
