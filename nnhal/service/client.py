@@ -708,7 +708,9 @@ class _RingChannel:
         self._last: tuple[bytes, tuple[ErrorStatus, list[OutputShape], Timing]] | None = None
 
     def alive(self) -> bool:
-        return not self.conn.dead and not self.closing
+        # The ring asks while it sleeps (about every 50 ms): the connection looks at its
+        # socket, since nobody may be reading it while a burst runs on rings.
+        return not self.closing and self.conn.check_alive()
 
     def execute(self, packet: bytes, deadline: Any, loop: Any
                 ) -> tuple[ErrorStatus, list[OutputShape], Timing] | None:
