@@ -254,10 +254,21 @@ class Execution:
         (self.outputs if is_output else self.inputs)[int(index)] = arg
         self._any_set = True
 
-    def _length_ok(self, length: int, need: int) -> bool:
-        """Exactly the operand's size; or at least it, with padding enabled (the bytes past
-        it are the client's padding: the driver is given the operand's size)."""
-        return length >= need if self.padding else length == need
+    def _operand_length(self, op: Any, dims: list[int], length: int, index: int,
+                        is_output: bool, what: str) -> int:
+        """The length the driver is given: the operand's size, which the client's length
+        must equal, or at least reach with padding enabled (the bytes past it are the
+        client's padding); the client's length for an output of unknown size."""
+        need = _nbytes(op.type, dims)
+        if need is None:
+            if not is_output:
+                raise fail(ResultCode.BAD_DATA, f"{what}: input {index} has unknown "
+                           f"dimensions {dims}")
+            return length
+        if length < need or (length != need and not self.padding):
+            raise fail(ResultCode.BAD_DATA, f"{what}: length {length} for an operand of "
+                       f"{need} bytes")
+        return need
 
     def enable_input_and_output_padding(self, enable: bool) -> None:
         """ANeuralNetworksExecution_enableInputAndOutputPadding: before any input or output
@@ -294,15 +305,7 @@ class Execution:
         if not isinstance(length, int) or length < 0 or length > view.nbytes or \
                 length > 0xFFFF_FFFF:
             raise fail(ResultCode.BAD_DATA, f"{what}: invalid length {length}")
-        need = _nbytes(op.type, dims)
-        if need is not None:
-            if not self._length_ok(length, need):
-                raise fail(ResultCode.BAD_DATA, f"{what}: length {length} for an operand of "
-                           f"{need} bytes")
-            length = need
-        elif not is_output:
-            raise fail(ResultCode.BAD_DATA, f"{what}: input {index} has unknown dimensions "
-                       f"{dims}")
+        length = self._operand_length(op, dims, length, index, is_output, what)
         self._set(index, is_output, _Arg("buffer", dims, view=view[:length], length=length))
 
     def set_input_from_memory(self, index: int, type: Any, memory: Memory, offset: int,
@@ -340,14 +343,7 @@ class Execution:
                 length < 0 or offset + length > memory.size:
             raise fail(ResultCode.BAD_DATA, f"{what}: [{offset}, {offset}+{length}) outside "
                        f"the memory of {memory.size} bytes")
-        need = _nbytes(op.type, dims)
-        if need is not None:
-            if not self._length_ok(length, need):
-                raise fail(ResultCode.BAD_DATA, f"{what}: length {length} for an operand of "
-                           f"{need} bytes")
-            length = need
-        elif not is_output:
-            raise fail(ResultCode.BAD_DATA, f"{what}: input {index} has unknown dimensions")
+        length = self._operand_length(op, dims, length, index, is_output, what)
         self._set(index, is_output, _Arg("memory", dims, memory=memory, offset=offset,
                                          length=length))
 

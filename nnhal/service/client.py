@@ -26,6 +26,7 @@ import os
 import socket
 import struct
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -90,11 +91,21 @@ class Connection:
         self.path = path
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout_s)
-        try:
-            self.sock.connect(path)
-        except OSError:
-            self.sock.close()
-            raise
+        end = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.sock.connect(path)
+                break
+            except BlockingIOError:
+                # The service's backlog is full (it is busy accepting): a Unix socket says so
+                # at once instead of waiting; wait for room, within the timeout.
+                if time.monotonic() >= end:
+                    self.sock.close()
+                    raise
+                time.sleep(0.01)
+            except OSError:
+                self.sock.close()
+                raise
         self.sock.settimeout(None)
         self.lock = threading.Lock()
         self.dead = False

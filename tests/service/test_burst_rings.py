@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import served
 from helpers import add_model, float_inputs
 
 from nnhal.drivers.reference import ReferenceDevice
@@ -38,7 +39,6 @@ from nnhal.hal.types import (
 from nnhal.service import server
 from nnhal.service import wire as w
 from nnhal.service.client import RemoteDevice
-from nnhal.service.server import Service
 
 E = ErrorStatus
 DIMS = (4, 4)
@@ -49,20 +49,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def service(tmp_path):
     # the serving threads of an earlier test's service end within about 50 ms of its stop
     assert wait_for(lambda: not burst_threads(), 10)
-    svc = Service(ReferenceDevice(), tmp_path / "s.sock")
-    t = threading.Thread(target=svc.serve_forever, daemon=True)
-    t.start()
-    yield svc
-    svc.stop()
-    t.join(5)
-    svc.device.close()
-
-
-@pytest.fixture
-def remote(service):
-    dev = RemoteDevice(service.path)
-    yield dev
-    dev.close()
+    with served(tmp_path / "s.sock") as svc:
+        yield svc
 
 
 @pytest.fixture

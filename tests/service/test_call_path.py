@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import served
 from helpers import add_model, float_inputs
 
 from nnhal.drivers.reference import ReferenceDevice
@@ -37,20 +38,8 @@ DIMS = (4, 4)
 
 @pytest.fixture
 def service(tmp_path):
-    svc = Service(ReferenceDevice(), tmp_path / "s.sock")
-    t = threading.Thread(target=svc.serve_forever, daemon=True)
-    t.start()
-    yield svc
-    svc.stop()
-    t.join(5)
-    svc.device.close()
-
-
-@pytest.fixture
-def remote(service):
-    dev = RemoteDevice(service.path)
-    yield dev
-    dev.close()
+    with served(tmp_path / "s.sock") as svc:
+        yield svc
 
 
 def prepare(dev):
