@@ -84,6 +84,52 @@ class _Slot:
         self.new_mems: list[SharedMemory] = []
 
 
+class _LastRequest:
+    """The last request a sender encoded and what it encoded to, found again when the next
+    request is the same (same argument values and pool memories: ``same_request``, the
+    drivers' own recent-request check), so a repeated request is not encoded again.
+
+    ``weak``: the memories are not kept alive by being remembered (a connection must not
+    hold the service's mappings of memories its client dropped); a burst, which caches its
+    memories anyway, keeps them."""
+
+    __slots__ = ("weak", "_entry")
+
+    def __init__(self, weak: bool):
+        self.weak = weak
+        self._entry: tuple[Request, list[Any], Any, Any] | None = None
+
+    def get(self, request: Any, extra: Any = None) -> Any:
+        """The value remembered for ``request`` (and ``extra``, compared by identity), or
+        None."""
+        entry = self._entry
+        if entry is None or entry[3] is not extra:
+            return None
+        snap, mems, value, _ = entry
+        if self.weak:
+            mems = [ref() for ref in mems]
+            if None in mems:
+                return None
+        return value if same_request(request, Recent(snap, mems, [], None)) else None
+
+    def put(self, request: Any, value: Any, extra: Any = None) -> None:
+        """Remember ``value`` for a request whose every pool is a shared memory (else
+        forget)."""
+        self._entry = None
+        mems = []
+        for pool in request.pools:
+            mem = pool.hidl_memory if type(pool) is MemoryPool and pool.token is None \
+                else pool
+            if type(mem) is not SharedMemory:
+                return  # a token or an empty pool: not remembered
+            mems.append(weakref.ref(mem) if self.weak else mem)
+        snap = snapshot_request(request)
+        self._entry = (Request(snap.inputs, snap.outputs, []), mems, value, extra)
+
+    def clear(self) -> None:
+        self._entry = None
+
+
 class Connection:
     """The socket to one service, its reader thread and the tables of a connection."""
 
@@ -119,8 +165,7 @@ class Connection:
         self.next_mem = itertools.count(1)
         self._encoding_new: list[SharedMemory] = []
         #: The last request encoded and its bytes (see put_request).
-        self._request_memo: tuple[Request, list[weakref.ref[SharedMemory]], bytes] | None = \
-            None
+        self._last_request = _LastRequest(weak=True)
         self.events: deque[tuple[Kind, Any]] = deque()
         self.notifier = ThreadPoolExecutor(1, thread_name_prefix="nnhal-remote-callback")
         # The reading role: the thread that reads now (None: nobody), under ``cond``; callers
@@ -148,33 +193,19 @@ class Connection:
     def put_request(self, wr: Writer, request: Any) -> None:
         """Encode a request (with the lock held), reusing the bytes of the last one when it
         is the same again: same argument values, same memories, all known to the service."""
-        memo = self._request_memo
-        if memo is not None:
-            snap, refs, body = memo
-            mems = [ref() for ref in refs]
-            if None not in mems and same_request(request, Recent(snap, mems, [], None)):
-                wr.buf += body
-                return
+        body = self._last_request.get(request)
+        if body is not None:
+            wr.buf += body
+            return
         start, new = len(wr.buf), len(self._encoding_new)
         w.put_request(wr, request)
-        self._request_memo = None
         if len(self._encoding_new) != new:
-            return  # defines a memory: the next one names it by identifier only
-        mems = []
-        for pool in request.pools:
-            mem = pool.hidl_memory if type(pool) is MemoryPool and pool.token is None \
-                else pool
-            if type(mem) is not SharedMemory:
-                return  # a token or an empty pool: not remembered
-            mems.append(mem)
-        # Weakly: remembering a request must not keep its memories (and the service's
-        # mappings of them) alive.
-        snap = snapshot_request(request)
-        self._request_memo = (Request(snap.inputs, snap.outputs, []),
-                              [weakref.ref(m) for m in mems], bytes(wr.buf[start:]))
+            self._last_request.clear()  # defines a memory: the next names it by identifier
+        else:
+            self._last_request.put(request, bytes(wr.buf[start:]))
 
     def _unlearn(self, mems: list[SharedMemory]) -> None:
-        self._request_memo = None
+        self._last_request.clear()
         for mem in mems:
             entry = self.mem_ids.pop(mem, None)
             if entry is not None:
@@ -653,24 +684,26 @@ class _CacheHold:
         return not self._fin.alive
 
 
-def _put_exec(wr: Writer, handle: int, request: Any, measure: Any, deadline: Any,
-              loop: Any) -> None:
-    wr.u32(handle)
-    w.put_request(wr, request)
-    wr.i32(measure, "measure")
-    wr.opt_i64(deadline, "deadline")
-    wr.opt_i64(loop, "loopTimeout")
-
-
-def _put_exec_memo(conn: Connection, wr: Writer, handle: int, request: Any, measure: Any,
-                   deadline: Any, loop: Any) -> None:
-    """As _put_exec, with the request's bytes those of the connection's last request when it
-    is the same request again (as drivers recognise a repeated request)."""
+def _put_exec(conn: Connection, wr: Writer, handle: int, request: Any, measure: Any,
+              deadline: Any, loop: Any) -> None:
+    """An execution's arguments; the request's bytes are the connection's last request's
+    when it is the same request again."""
     wr.u32(handle)
     conn.put_request(wr, request)
     wr.i32(measure, "measure")
     wr.opt_i64(deadline, "deadline")
     wr.opt_i64(loop, "loopTimeout")
+
+
+def _create_reusable(conn: Connection, kind: Kind, handle: int, request: Any, measure: Any,
+                     loop: Any) -> tuple[ErrorStatus, IExecution | None]:
+    """createReusableExecution of a prepared model or a burst (``kind`` says which)."""
+    def enc(wr: Writer) -> None:
+        wr.u32(handle)
+        w.put_request(wr, request)
+        wr.i32(measure, "measure")
+        wr.opt_i64(loop, "loopTimeout")
+    return conn.call(kind, enc, _handle_result(conn, RemoteExecution), _pair_fail)
 
 
 class _BurstChannel:
@@ -682,8 +715,8 @@ class _BurstChannel:
     def execute(self, request: Request, measure: Any, deadline: Any, loop: Any
                 ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
         return self.conn.call(Kind.BURST_EXECUTE,
-                              lambda wr: _put_exec(wr, self.handle, request, measure, deadline,
-                                                   loop),
+                              lambda wr: _put_exec(self.conn, wr, self.handle, request,
+                                                   measure, deadline, loop),
                               _get_shapes_result, _shapes_fail)
 
 
@@ -809,7 +842,7 @@ class RemoteBurst(_Remote, IBurst):
         self._slots: weakref.WeakKeyDictionary[SharedMemory, tuple[int, _CacheHold]] = \
             weakref.WeakKeyDictionary()
         # (snapshot of the last request sent on the rings, its measure, its packet)
-        self._last: tuple[Recent, Any, bytes] | None = None
+        self._last = _LastRequest(weak=False)
 
     def close(self) -> None:
         if self.rings is not None:  # first: the service answers an execution in flight
@@ -875,12 +908,11 @@ class RemoteBurst(_Remote, IBurst):
     def _packet(self, request: Request, measure: Any) -> bytes | None:
         """The FMQ request packet of ``request``; None when the rings cannot carry it.
 
-        A burst repeats its request: the last packet is kept with a snapshot of its request
-        (whose memories it references) and reused when the request has the very same argument
-        values and pool memories (``same_request``, the drivers' recent-request check)."""
-        last = self._last
-        if last is not None and measure is last[1] and same_request(request, last[0]):
-            return last[2]
+        A burst repeats its request: the last packet is kept (its memories with it: the burst
+        caches them anyway) and reused when the request and ``measure`` are the same again."""
+        packet = self._last.get(request, measure)
+        if packet is not None:
+            return packet
         if type(request) is not Request:
             return None
         slots = self._slot_ids(request.pools)
@@ -890,22 +922,15 @@ class RemoteBurst(_Remote, IBurst):
             packet = fmq.pack_request(request, measure, slots)
         except (fmq.FmqEncodeError, struct.error, TypeError, ValueError):
             return None
-        snap = snapshot_request(request)
-        mems = [p.hidl_memory if type(p) is MemoryPool else p for p in snap.pools]
-        self._last = (Recent(snap, mems, [], None), measure, packet)
+        self._last.put(request, packet, measure)
         return packet
 
     def create_reusable_execution(self, request: Request,
                                   measure: MeasureTiming = MeasureTiming.NO,
                                   loop_timeout: int | None = None
                                   ) -> tuple[ErrorStatus, IExecution | None]:
-        def enc(wr: Writer) -> None:
-            wr.u32(self.handle)
-            w.put_request(wr, request)
-            wr.i32(measure, "measure")
-            wr.opt_i64(loop_timeout, "loopTimeout")
-        return self.conn.call(Kind.BURST_CREATE_REUSABLE, enc,
-                              _handle_result(self.conn, RemoteExecution), _pair_fail)
+        return _create_reusable(self.conn, Kind.BURST_CREATE_REUSABLE, self.handle, request,
+                                measure, loop_timeout)
 
 
 class RemotePreparedModel(_Remote, IPreparedModel):
@@ -915,8 +940,8 @@ class RemotePreparedModel(_Remote, IPreparedModel):
             return ErrorStatus.INVALID_ARGUMENT
         return self.conn.call(
             Kind.EXECUTE,
-            lambda wr: _put_exec_memo(self.conn, wr, self.handle, request, measure, deadline,
-                                      loop_timeout),
+            lambda wr: _put_exec(self.conn, wr, self.handle, request, measure, deadline,
+                                 loop_timeout),
             w.get_status, lambda s: s, callback=("execution", callback))
 
     def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
@@ -924,8 +949,8 @@ class RemotePreparedModel(_Remote, IPreparedModel):
                               ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
         return self.conn.call(
             Kind.EXECUTE_SYNCHRONOUSLY,
-            lambda wr: _put_exec_memo(self.conn, wr, self.handle, request, measure, deadline,
-                                      loop_timeout),
+            lambda wr: _put_exec(self.conn, wr, self.handle, request, measure, deadline,
+                                 loop_timeout),
             _get_shapes_result, _shapes_fail)
 
     def execute_fenced(self, request: Request, wait_for: Sequence[SyncFence],
@@ -976,13 +1001,8 @@ class RemotePreparedModel(_Remote, IPreparedModel):
                                   measure: MeasureTiming = MeasureTiming.NO,
                                   loop_timeout: int | None = None
                                   ) -> tuple[ErrorStatus, IExecution | None]:
-        def enc(wr: Writer) -> None:
-            wr.u32(self.handle)
-            w.put_request(wr, request)
-            wr.i32(measure, "measure")
-            wr.opt_i64(loop_timeout, "loopTimeout")
-        return self.conn.call(Kind.CREATE_REUSABLE, enc,
-                              _handle_result(self.conn, RemoteExecution), _pair_fail)
+        return _create_reusable(self.conn, Kind.CREATE_REUSABLE, self.handle, request,
+                                measure, loop_timeout)
 
 
 class RemoteDevice(IDevice):
