@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 import numpy as np
 
+from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.builder import ModelBuilder
 from nnhal.hal.types import Model, OperandType, OperationType
+from nnhal.service.server import Service
 
 T = OperandType
 
@@ -36,3 +43,17 @@ def float_inputs(seed: int, dims: tuple[int, ...] = (2, 2)) -> tuple[np.ndarray,
     rng = np.random.default_rng(seed)
     return (rng.standard_normal(dims).astype(np.float32),
             rng.standard_normal(dims).astype(np.float32))
+
+
+@contextmanager
+def served(path: Path, **kw) -> Iterator[Service]:
+    """A reference driver served at ``path`` in a thread of this process, stopped after."""
+    svc = Service(ReferenceDevice(), path, **kw)
+    t = threading.Thread(target=svc.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield svc
+    finally:
+        svc.stop()
+        t.join(5)
+        svc.device.close()

@@ -11,8 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import served
-from helpers import add_model, float_inputs
+from helpers import add_model, float_inputs, served
 
 from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.builder import RequestBuilder
