@@ -98,6 +98,11 @@ def _conformance(args: argparse.Namespace) -> int:
             device = open_device(args.device)
         except NnhalError as e:
             return error(prog, str(e))
+        if "capi" in modes:  # the C library must list the device too (remote:PATH: named)
+            why = _capi_device_problem(getattr(device, "name", args.device))
+            if why is not None:
+                device.close()
+                return error(prog, why)
         try:
             report = run(device, cases, modes, opts, progress=not args.quiet)
         finally:
@@ -131,6 +136,16 @@ def _conformance(args: argparse.Namespace) -> int:
                            f"became unavailable" + (" (it died)" if report.died else ""), 1)
     failed = sum(c["failed"] for c in report.to_json()["modes"].values())
     return 1 if failed and args.strict else 0
+
+
+def _capi_device_problem(name: str) -> str | None:
+    """None when libneuralnetworks.so lists device ``name`` (or is made to), else why not."""
+    try:
+        from nnhal.capi import ctypes_ndk
+
+        return ctypes_ndk.use_device(name)
+    except OSError as e:  # the library cannot be built or loaded
+        return f"mode capi: {e}"
 
 
 def _mutations(args: argparse.Namespace) -> int:

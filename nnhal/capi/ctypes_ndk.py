@@ -9,6 +9,7 @@ objects here; :func:`load` gives the library with every signature declared.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -128,22 +129,60 @@ def _out_handle(code: int, out: ctypes.c_void_p) -> tuple[int, Handle | None]:
     return (code, Handle(out.value)) if code == OK else (code, None)
 
 
-def _devices(devices: Sequence[Any]) -> ctypes.Array[ctypes.c_void_p]:
-    """C device handles of runtime devices, matched by name (the library's own registry)."""
+def library_devices() -> dict[str, int]:
+    """{name: C handle} of every device the library lists (ANeuralNetworks_getDevice)."""
     lib = load()
     n = ctypes.c_uint32()
-    lib.ANeuralNetworks_getDeviceCount(ctypes.byref(n))
+    if lib.ANeuralNetworks_getDeviceCount(ctypes.byref(n)) != OK:
+        return {}
     by_name = {}
     for i in range(n.value):
         d, name = ctypes.c_void_p(), ctypes.c_char_p()
-        lib.ANeuralNetworks_getDevice(i, ctypes.byref(d))
-        lib.ANeuralNetworksDevice_getName(d, ctypes.byref(name))
-        by_name[(name.value or b"").decode()] = d.value
+        if lib.ANeuralNetworks_getDevice(i, ctypes.byref(d)) != OK or \
+                lib.ANeuralNetworksDevice_getName(d, ctypes.byref(name)) != OK:
+            continue
+        by_name[(name.value or b"").decode(errors="replace")] = d.value
+    return by_name
+
+
+def _find(by_name: dict[str, int], name: str) -> int | None:
+    # a driver's HAL name is nnhal-<registry name>
+    return by_name.get(name, by_name.get(name.removeprefix("nnhal-")))
+
+
+def use_device(name: str) -> str | None:
+    """Make the library list device ``name``, as a C program is told to: when it is not
+    listed, ``name`` is added to ``$NNHAL_DEVICES`` of this process (the variable the
+    library's runtime reads, see :mod:`nnhal.runtime.devices`). None when it is listed, else
+    why not (one line)."""
+    if _find(library_devices(), name) is not None:
+        return None
+    from nnhal.drivers import registry
+    from nnhal.runtime.devices import DEVICES_ENV, named_devices
+
+    why = registry.reason(name)
+    if why is not None:
+        return f"libneuralnetworks.so cannot open device '{name}': {why}"
+    if "," in name:
+        return f"device '{name}' has a comma: {DEVICES_ENV} cannot name it"
+    names = named_devices()
+    if name not in names:
+        os.environ[DEVICES_ENV] = ",".join([*names, name])
+    listed = library_devices()
+    if _find(listed, name) is not None:
+        return None
+    return (f"libneuralnetworks.so lists no device '{name}' (it lists: "
+            f"{', '.join(listed) or 'none'}; {DEVICES_ENV}={os.environ.get(DEVICES_ENV, '')})")
+
+
+def _devices(devices: Sequence[Any]) -> ctypes.Array[ctypes.c_void_p]:
+    """C device handles of runtime devices, matched by name (the library's own list)."""
+    by_name = library_devices()
+
     def find(d: Any) -> int | None:
         if isinstance(d, Handle):
             return d.ptr
-        name = str(getattr(d, "name", ""))  # a driver's HAL name is nnhal-<registry name>
-        return by_name.get(name, by_name.get(name.removeprefix("nnhal-")))
+        return _find(by_name, str(getattr(d, "name", "")))
 
     handles = [find(d) for d in devices]
     return (ctypes.c_void_p * len(handles))(*handles)

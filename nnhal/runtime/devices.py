@@ -1,5 +1,17 @@
 """The devices the runtime sees: every available device of :mod:`nnhal.drivers.registry`,
-opened once per process, in registration order (the reference driver first).
+opened once per process, in registration order (the reference driver first), then the
+devices named in ``$NNHAL_DEVICES``.
+
+**Named devices.** The registry lists the services registered in the runtime directory
+(``remote:NAME``) but cannot list a socket nobody registered. A client names such devices
+in ``NNHAL_DEVICES``, comma-separated, spelled as ``--device`` spells them
+(``remote:/run/x.sock``, ``remote:NAME``, any registry name): each is opened through the
+registry and listed under that name after the registered ones. The variable is how a C
+program (``libneuralnetworks.so`` runs this runtime) reaches a served driver, as it has no
+other way to name one. It is read again whenever it changes, so a name added while the
+process runs appears at the end of the list (indexes of the devices listed before stay);
+a name that cannot be opened is left out with one warning on the ``nnhal.runtime`` log,
+and tried again only when the variable changes.
 
 A :class:`Device` is ``ANeuralNetworksDevice``: a name, a type, a version string, a feature
 level and the driver's IDevice underneath. A caller that already holds an IDevice (the
@@ -13,6 +25,8 @@ DEAD_OBJECT where the runtime cannot recover (see :func:`nnhal.runtime.codes.cod
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 
 from nnhal.errors import NnhalError
@@ -85,17 +99,29 @@ class Device:
         return f"Device({self.name!r}, type={DeviceType(self.type).name if self.type else 0})"
 
 
+#: Devices to list besides the registered ones, comma-separated (see the module's doc).
+DEVICES_ENV = "NNHAL_DEVICES"
+
+log = logging.getLogger("nnhal.runtime")
 _lock = threading.Lock()
 _devices: list[Device] | None = None
+_named_seen: str | None = None  # the value of DEVICES_ENV the list reflects
+
+
+def named_devices(value: str | None = None) -> list[str]:
+    """The device names ``$NNHAL_DEVICES`` (or ``value``) gives, in order, without repeats."""
+    text = os.environ.get(DEVICES_ENV, "") if value is None else value
+    return list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
 
 
 def devices() -> list[Device]:
-    """Every available registered device (opened on the first call, kept for the process)."""
-    global _devices
+    """Every available registered device, then every device ``$NNHAL_DEVICES`` names (each
+    opened once, kept for the process)."""
+    global _devices, _named_seen
+    from nnhal.drivers import registry
+
     with _lock:
         if _devices is None:
-            from nnhal.drivers import registry
-
             found = []
             for name, why in registry.available().items():
                 if why is not None:
@@ -105,4 +131,17 @@ def devices() -> list[Device]:
                 except (NnhalError, Exception):  # noqa: BLE001 - a broken driver is absent
                     continue
             _devices = found
+        value = os.environ.get(DEVICES_ENV, "")
+        if value != _named_seen:
+            _named_seen = value
+            listed = {d.name for d in _devices}
+            for name in named_devices(value):
+                if name in listed:
+                    continue
+                try:
+                    _devices.append(Device(name, registry.open_device(name)))
+                    listed.add(name)
+                except Exception as e:  # noqa: BLE001 - a device that cannot open is absent
+                    log.warning("%s: %s", DEVICES_ENV, e if isinstance(e, NnhalError) else
+                                f"device '{name}': {type(e).__name__}: {e}")
         return list(_devices)

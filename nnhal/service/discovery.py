@@ -26,7 +26,10 @@ def remote_reason(name: str) -> str | None:
     """None when the service answers, else why it cannot be opened (one line)."""
     path = socket_of(name)
     if path is None:
-        return f"no service named {name[len(PREFIX):]!r} in {registration.runtime_dir()}"
+        where = registration.runtime_dir()
+        return (f"no service named {name[len(PREFIX):]!r} in {where}" if where is not None
+                else f"no service named {name[len(PREFIX):]!r} (no runtime directory: "
+                     f"set NNHAL_RUNTIME_DIR or XDG_RUNTIME_DIR, or give remote:PATH)")
     entry = registration.Entry(name, path, 0, "", None)  # type: ignore[arg-type]
     if not entry.alive():
         return f"no service answers at {path}"
