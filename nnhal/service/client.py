@@ -66,7 +66,7 @@ from nnhal.hal.types import (
 from nnhal.memory import SharedMemory
 from nnhal.service import wire as w
 from nnhal.service.ring import ChannelPair, PacketTooLarge, RingError
-from nnhal.service.transport import Closed, recv_message, send_message
+from nnhal.service.transport import Closed, Receiver, send_message
 from nnhal.service.wire import Kind, Reader, WireError, Writer
 
 UNAVAILABLE = ErrorStatus.DEVICE_UNAVAILABLE
@@ -153,6 +153,7 @@ class Connection:
                 self.sock.close()
                 raise
         self.sock.settimeout(None)
+        self.receiver = Receiver(self.sock)
         self.lock = threading.Lock()
         self.dead = False
         self.ids = itertools.count(1)
@@ -351,7 +352,7 @@ class Connection:
         """Read and dispatch one message (by the thread that reads); False when the
         connection ended."""
         try:
-            kind, call_id, body, fds = recv_message(self.sock)
+            kind, call_id, body, fds = self.receiver.next()
             r = Reader(body, fds)
             try:
                 self._dispatch(kind, call_id, r)
@@ -447,6 +448,7 @@ class Connection:
             self.sock.close()
         except OSError:
             pass
+        self.receiver.close()
         for slot in pending.values():
             self._finish(slot, slot.fail(UNAVAILABLE))
         for cb in callbacks.values():

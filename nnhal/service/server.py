@@ -55,7 +55,7 @@ from nnhal.memory import SharedMemory
 from nnhal.service import registration
 from nnhal.service import wire as w
 from nnhal.service.ring import ChannelPair, PacketTooLarge, RingClosed, RingError
-from nnhal.service.transport import Closed, TooLarge, recv_message, send_message
+from nnhal.service.transport import Closed, Receiver, TooLarge, send_message
 from nnhal.service.wire import Kind, Reader, ResourceLimit, WireError, Writer
 
 log = logging.getLogger("nnhal.service")
@@ -99,6 +99,7 @@ class Session:
         self.service = service
         self.device = service.device
         self.sock = sock
+        self.receiver = Receiver(sock)
         self.peer = peer
         self.limits = service.limits
         self.send_lock = threading.Lock()
@@ -197,7 +198,7 @@ class Session:
         try:
             while not self.closed:
                 try:
-                    kind, call_id, body, fds = recv_message(self.sock, self.limits.max_body)
+                    kind, call_id, body, fds = self.receiver.next(self.limits.max_body)
                 except TooLarge as e:
                     self.error(e.call_id, ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT)
                     continue
@@ -370,6 +371,7 @@ class Session:
                 self.sock.close()
             except OSError:
                 pass
+            self.receiver.close()
         for f in fences:  # an execution waiting on the client's fence fails, never hangs
             f.set_error()
         for hold in holds:
