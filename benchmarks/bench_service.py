@@ -147,7 +147,7 @@ def burst_pieces(n: int = 2000) -> None:
                                     service=types.SimpleNamespace(test_delay=0.0))
     served = server._RingBurst(session, burst, pair)
     remote = client.RemoteBurst.__new__(client.RemoteBurst)  # no connection: pieces only
-    remote._last = None
+    remote._last = client._LastRequest(weak=False)
     remote._slots = weakref.WeakKeyDictionary({req.pools[0]: (1, None),
                                                req.pools[1]: (2, None)})
     packet = remote._packet(req, MeasureTiming.NO)

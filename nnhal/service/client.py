@@ -66,7 +66,7 @@ from nnhal.hal.types import (
 from nnhal.memory import SharedMemory
 from nnhal.service import wire as w
 from nnhal.service.ring import ChannelPair, PacketTooLarge, RingError
-from nnhal.service.transport import Closed, recv_message, send_message
+from nnhal.service.transport import Closed, Receiver, send_message
 from nnhal.service.wire import Kind, Reader, WireError, Writer
 
 UNAVAILABLE = ErrorStatus.DEVICE_UNAVAILABLE
@@ -126,6 +126,9 @@ class _LastRequest:
         snap = snapshot_request(request)
         self._entry = (Request(snap.inputs, snap.outputs, []), mems, value, extra)
 
+    def remembered(self) -> bool:
+        return self._entry is not None
+
     def clear(self) -> None:
         self._entry = None
 
@@ -153,6 +156,7 @@ class Connection:
                 self.sock.close()
                 raise
         self.sock.settimeout(None)
+        self.receiver = Receiver(self.sock)
         self.lock = threading.Lock()
         self.dead = False
         self.ids = itertools.count(1)
@@ -166,6 +170,9 @@ class Connection:
         self._encoding_new: list[SharedMemory] = []
         #: The last request encoded and its bytes (see put_request).
         self._last_request = _LastRequest(weak=True)
+        #: The last execution message body (see put_exec) and what it was encoded from.
+        self._last_exec: tuple[tuple[Any, ...], bytes, bytes] | None = None
+        self.shapes_replies = _ShapesReplies()
         self.events: deque[tuple[Kind, Any]] = deque()
         self.notifier = ThreadPoolExecutor(1, thread_name_prefix="nnhal-remote-callback")
         # The reading role: the thread that reads now (None: nobody), under ``cond``; callers
@@ -174,6 +181,7 @@ class Connection:
         self.cond = threading.Condition(role)
         self.idle = threading.Condition(role)
         self.reading: int | None = None
+        self.waiters = 0  # callers in cond.wait: nobody to notify when 0
         self.background = threading.Thread(target=self._background,
                                            name=f"nnhal-remote {path}", daemon=True)
         self.background.start()
@@ -190,19 +198,41 @@ class Connection:
         self._encoding_new.append(mem)
         return ident, True
 
-    def put_request(self, wr: Writer, request: Any) -> None:
+    def put_request(self, wr: Writer, request: Any) -> bytes | None:
         """Encode a request (with the lock held), reusing the bytes of the last one when it
-        is the same again: same argument values, same memories, all known to the service."""
+        is the same again: same argument values, same memories, all known to the service.
+        Returns the remembered bytes (None when the request is not remembered)."""
         body = self._last_request.get(request)
         if body is not None:
             wr.buf += body
-            return
+            return body
         start, new = len(wr.buf), len(self._encoding_new)
         w.put_request(wr, request)
         if len(self._encoding_new) != new:
             self._last_request.clear()  # defines a memory: the next names it by identifier
-        else:
-            self._last_request.put(request, bytes(wr.buf[start:]))
+            return None
+        body = bytes(wr.buf[start:])
+        self._last_request.put(request, body)
+        return body if self._last_request.remembered() else None
+
+    def put_exec(self, wr: Writer, handle: int, request: Any, measure: Any, deadline: Any,
+                 loop: Any) -> None:
+        """An execution's arguments (with the lock held). The whole body is remembered with
+        what it was encoded from: the same request (put_request's rule) with the same handle
+        and the same arguments, of the same types, reuse it."""
+        key = (handle, type(measure), measure, type(deadline), deadline, type(loop), loop)
+        last = self._last_exec
+        if last is not None and last[0] == key:
+            if self._last_request.get(request) is last[1]:
+                wr.buf += last[2]
+                return
+        start = len(wr.buf)
+        wr.u32(handle)
+        req = self.put_request(wr, request)
+        wr.i32(measure, "measure")
+        wr.opt_i64(deadline, "deadline")
+        wr.opt_i64(loop, "loopTimeout")
+        self._last_exec = None if req is None else (key, req, bytes(wr.buf[start:]))
 
     def _unlearn(self, mems: list[SharedMemory]) -> None:
         self._last_request.clear()
@@ -303,7 +333,8 @@ class Connection:
         with self.cond:
             if not slot.done:
                 slot.result, slot.done = result, True
-                self.cond.notify_all()
+                if self.waiters:
+                    self.cond.notify_all()
 
     def _wait(self, slot: _Slot) -> Any:
         """Wait for ``slot``'s reply, reading the socket whenever nobody else does."""
@@ -315,7 +346,11 @@ class Connection:
                 if self.reading is None:
                     self.reading = me
                     break
-                self.cond.wait()
+                self.waiters += 1
+                try:
+                    self.cond.wait()
+                finally:
+                    self.waiters -= 1
         try:
             while not slot.done and self._read_one():
                 pass
@@ -328,7 +363,8 @@ class Connection:
         callbacks or fences are outstanding."""
         with self.cond:
             self.reading = None
-            self.cond.notify_all()
+            if self.waiters:
+                self.cond.notify_all()
             if self.callbacks or self.fences or self.dead:
                 self.idle.notify()
 
@@ -351,7 +387,7 @@ class Connection:
         """Read and dispatch one message (by the thread that reads); False when the
         connection ended."""
         try:
-            kind, call_id, body, fds = recv_message(self.sock)
+            kind, call_id, body, fds = self.receiver.next()
             r = Reader(body, fds)
             try:
                 self._dispatch(kind, call_id, r)
@@ -447,6 +483,7 @@ class Connection:
             self.sock.close()
         except OSError:
             pass
+        self.receiver.close()
         for slot in pending.values():
             self._finish(slot, slot.fail(UNAVAILABLE))
         for cb in callbacks.values():
@@ -484,7 +521,11 @@ class Connection:
             pass
         me = threading.get_ident()
         with self.cond:  # a thread reading sees the end and stops
-            self.cond.wait_for(lambda: self.reading in (None, me), timeout=5.0)
+            self.waiters += 1
+            try:
+                self.cond.wait_for(lambda: self.reading in (None, me), timeout=5.0)
+            finally:
+                self.waiters -= 1
         self._die()
         if threading.current_thread() is not self.background:
             self.background.join(5.0)
@@ -570,8 +611,28 @@ def _shapes_fail(s: ErrorStatus) -> tuple[ErrorStatus, list[OutputShape], Timing
     return s, [], NO_TIMING
 
 
-def _get_shapes_result(r: Reader) -> tuple[ErrorStatus, list[OutputShape], Timing]:
-    return w.get_shapes_result(r)
+class _ShapesReplies:
+    """Decodes execution replies (status, output shapes, timing), remembering the last one:
+    a repeated execution's replies repeat, and equal bytes decode to an equal result (each
+    caller gets its own copy of the shapes). Used by the thread that reads only."""
+
+    __slots__ = ("body", "result")
+
+    def __init__(self) -> None:
+        self.body: bytes | None = None
+        self.result: tuple[ErrorStatus, list[OutputShape], Timing] | None = None
+
+    def __call__(self, r: Reader) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+        view = r.view
+        if self.result is not None and r.pos == 0 and view == self.body:
+            r.pos = len(view)
+            status, shapes, timing = self.result
+        else:
+            body = view.tobytes()
+            status, shapes, timing = w.get_shapes_result(r)
+            self.body, self.result = body, (status, shapes, timing)
+        return status, [OutputShape(list(s.dimensions), s.is_sufficient) for s in shapes], \
+            timing
 
 
 class RemoteFencedCallback(IFencedExecutionCallback):
@@ -633,7 +694,7 @@ class RemoteExecution(_Remote, IExecution):
         def enc(wr: Writer) -> None:
             wr.u32(self.handle)
             wr.opt_i64(deadline, "deadline")
-        return self.conn.call(Kind.COMPUTE, enc, _get_shapes_result, _shapes_fail)
+        return self.conn.call(Kind.COMPUTE, enc, self.conn.shapes_replies, _shapes_fail)
 
     def compute_fenced(self, wait_for: Sequence[SyncFence], deadline: int | None = None,
                        timeout_after_fence: int | None = None
@@ -686,13 +747,8 @@ class _CacheHold:
 
 def _put_exec(conn: Connection, wr: Writer, handle: int, request: Any, measure: Any,
               deadline: Any, loop: Any) -> None:
-    """An execution's arguments; the request's bytes are the connection's last request's
-    when it is the same request again."""
-    wr.u32(handle)
-    conn.put_request(wr, request)
-    wr.i32(measure, "measure")
-    wr.opt_i64(deadline, "deadline")
-    wr.opt_i64(loop, "loopTimeout")
+    """An execution's arguments (see Connection.put_exec)."""
+    conn.put_exec(wr, handle, request, measure, deadline, loop)
 
 
 def _create_reusable(conn: Connection, kind: Kind, handle: int, request: Any, measure: Any,
@@ -717,7 +773,7 @@ class _BurstChannel:
         return self.conn.call(Kind.BURST_EXECUTE,
                               lambda wr: _put_exec(self.conn, wr, self.handle, request,
                                                    measure, deadline, loop),
-                              _get_shapes_result, _shapes_fail)
+                              self.conn.shapes_replies, _shapes_fail)
 
 
 #: Data bytes of each of a burst's two rings. A request or result that does not fit (with its
@@ -951,7 +1007,7 @@ class RemotePreparedModel(_Remote, IPreparedModel):
             Kind.EXECUTE_SYNCHRONOUSLY,
             lambda wr: _put_exec(self.conn, wr, self.handle, request, measure, deadline,
                                  loop_timeout),
-            _get_shapes_result, _shapes_fail)
+            self.conn.shapes_replies, _shapes_fail)
 
     def execute_fenced(self, request: Request, wait_for: Sequence[SyncFence],
                        measure: MeasureTiming = MeasureTiming.NO, deadline: int | None = None,

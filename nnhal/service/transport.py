@@ -1,9 +1,15 @@
 """Framed messages over a Unix stream socket, descriptors beside them (SCM_RIGHTS).
 
-A sender writes a whole message with one ``sendmsg`` (the descriptors ride on its first byte);
-a receiver reads exactly the header with ``recvmsg`` (collecting descriptors), then exactly
-the body, so descriptors can never be attributed to the wrong message. Every descriptor
-received is closed unless the caller takes it (the :class:`~nnhal.service.wire.Reader`).
+A sender writes a whole message with one ``sendmsg`` (the descriptors ride on its first byte).
+:func:`recv_message` reads exactly the header with ``recvmsg`` (collecting descriptors), then
+exactly the body. A :class:`Receiver` (one per connection, for its steady traffic) reads
+whatever has arrived, up to a chunk, with one ``recvmsg`` and cuts messages out of it: a small
+message then costs one system call instead of two. Descriptors still go to the right message:
+Linux hands a stream socket's descriptors over with the first byte they were sent with, and
+ends a read right after the segment that carried them, so the descriptors of one read belong
+to the message that holds the read's last byte, which must also start inside that read (else
+the sender broke the rule above: WireError). Every descriptor received is closed unless the
+caller takes it (the :class:`~nnhal.service.wire.Reader`).
 """
 
 from __future__ import annotations
@@ -111,6 +117,139 @@ def recv_message(sock: socket.socket, max_body: int = MAX_BODY
     except BaseException:
         close_fds(fds)
         raise
+
+
+class Receiver:
+    """Messages of one socket, read a chunk at a time (see the module docstring).
+
+    Only one thread reads at a time (the connection's reading role); ``next`` returns what
+    :func:`recv_message` returns, each body a private copy."""
+
+    CHUNK = 1 << 16
+
+    def __init__(self, sock: socket.socket, chunk: int = CHUNK):
+        self.sock = sock
+        self.buf = bytearray(chunk)
+        self.view = memoryview(self.buf)
+        self.start = 0  # unread bytes: buf[start:end]
+        self.end = 0
+        #: (start, end, descriptors) of each read that brought descriptors and whose
+        #: message has not been cut out yet, in buffer positions, oldest first.
+        self.reads: list[tuple[int, int, list[int]]] = []
+
+    def pending(self) -> bool:
+        """Bytes read and not yet returned as a message."""
+        return self.end > self.start
+
+    def next(self, max_body: int = MAX_BODY) -> tuple[Kind, int, memoryview, list[int]]:
+        """The next message; raises as :func:`recv_message` does."""
+        try:
+            return self._next(max_body)
+        except TooLarge:
+            raise  # the connection goes on: later messages keep their descriptors
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Close the descriptors of messages not returned."""
+        for _, _, fds in self.reads:
+            close_fds(fds)
+        self.reads = []
+
+    def _fill(self) -> None:
+        """One read into the free end of the buffer (unread bytes moved to its start first)."""
+        if self.start:
+            n = self.end - self.start
+            self.buf[:n] = self.view[self.start:self.end]
+            k = self.start
+            self.reads = [(a - k, b - k, f) for a, b, f in self.reads]
+            self.start, self.end = 0, n
+        try:
+            n, anc, flags, _ = self.sock.recvmsg_into([self.view[self.end:]], _ANC, _FLAGS)
+        except OSError as e:
+            raise Closed(str(e)) from None
+        got: list[int] = []
+        _fds_of(anc, flags, got)
+        if n == 0:
+            close_fds(got)
+            raise Closed("end of stream" if self.end == self.start
+                         else "end of stream inside a message")
+        if got:
+            self.reads.append((self.end, self.end + n, got))
+        self.end += n
+
+    def _next(self, max_body: int) -> tuple[Kind, int, memoryview, list[int]]:
+        while self.end - self.start < HEADER_SIZE:
+            self._fill()
+        s = self.start
+        kind, call_id, body_len, nfds = unpack_header(self.view[s:s + HEADER_SIZE],
+                                                      0xFFFF_FFFF)
+        total = HEADER_SIZE + body_len
+        if body_len > max_body:
+            self._skip(s, total)
+            raise TooLarge(kind, call_id, body_len, max_body)
+        if total <= len(self.buf):
+            while self.end - self.start < total:
+                self._fill()  # moves the message to the buffer's start when it must
+            s = self.start
+            body = bytearray(self.view[s + HEADER_SIZE:s + total])
+            self.start = s + total
+        else:  # larger than a chunk: what is here, then the rest straight into its body
+            body = bytearray(body_len)
+            have = self.end - s - HEADER_SIZE
+            body[:have] = self.view[s + HEADER_SIZE:self.end]
+            self.start = self.end
+            _read_exactly(self.sock, memoryview(body), have)
+        fds = self._take_fds(s, total)
+        if len(fds) != nfds:
+            close_fds(fds)
+            raise WireError(f"header announces {nfds} descriptors, {len(fds)} arrived")
+        return kind, call_id, memoryview(body), fds
+
+    def _take_fds(self, s: int, total: int) -> list[int]:
+        """The descriptors of the message at buffer position ``s`` (``total`` bytes): those
+        of the read that ended inside it, which must have started no later than it."""
+        if not self.reads:
+            return []
+        a, b, fds = self.reads[0]
+        if b > s + total:
+            return []  # a later message's
+        del self.reads[0]
+        if not (a <= s < b):
+            close_fds(fds)
+            raise WireError("descriptors sent without the first byte of their message")
+        return fds
+
+    def _skip(self, s: int, total: int) -> None:
+        """Drop a too-large message: what is buffered, the rest from the socket, and its
+        descriptors."""
+        have = self.end - s
+        if total <= have:
+            self.start = s + total
+        else:
+            self.start = self.end
+            _drain(self.sock, total - have)
+        if self.reads and self.reads[0][1] <= s + total:
+            close_fds(self.reads.pop(0)[2])
+
+
+def _read_exactly(sock: socket.socket, view: memoryview, got: int) -> None:
+    """The rest of a body, read straight into it: descriptors arriving here were not sent
+    with the message's first byte."""
+    while got < len(view):
+        try:
+            n, anc, flags, _ = sock.recvmsg_into([view[got:]], _ANC, _FLAGS)
+        except OSError as e:
+            raise Closed(str(e)) from None
+        extra: list[int] = []
+        _fds_of(anc, flags, extra)
+        if extra:
+            close_fds(extra)
+            raise WireError("descriptors sent with a part of a message after its first")
+        if n == 0:
+            raise Closed("end of stream inside a message")
+        got += n
 
 
 def _drain(sock: socket.socket, n: int) -> None:

@@ -1,0 +1,158 @@
+"""The chunked Receiver cuts the same messages out of a stream as recv_message, each with
+its own descriptors, however the stream's bytes arrive; descriptors sent against the rules
+are refused and closed, never given to another message."""
+
+from __future__ import annotations
+
+import array
+import os
+import socket
+import threading
+
+import pytest
+
+from nnhal.memory import SharedMemory
+from nnhal.service import wire as w
+from nnhal.service.transport import Closed, Receiver, TooLarge, send_message
+from nnhal.service.wire import WireError
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def size_of(fd: int) -> int:
+    return os.fstat(fd).st_size
+
+
+@pytest.fixture
+def pair():
+    a, b = socket.socketpair()
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_many_messages_each_with_its_own_descriptors(pair):
+    a, b = pair
+    mems = [SharedMemory.ashmem(4096 * (i + 1)) for i in range(6)]
+    sent = []
+    # Small and large bodies, with and without descriptors, all queued before any read, so
+    # one read sees several messages (and a large one spans reads).
+    bodies = [b"a" * 10, b"b" * 70_000, b"", b"c" * 3, b"d" * 200_000, b"e"]
+    for i, body in enumerate(bodies):
+        fds = [mems[i].fd] if i % 2 == 0 else []
+        sent.append((i + 1, body, [size_of(fd) for fd in fds]))
+
+    def write():
+        for i, body in enumerate(bodies):
+            send_message(a, w.Kind.GET_TYPE, i + 1, body, [mems[i].fd] if i % 2 == 0 else [])
+    t = threading.Thread(target=write)
+    t.start()
+    rx = Receiver(b, chunk=1 << 16)
+    got = []
+    for _ in bodies:
+        kind, cid, body, fds = rx.next()
+        got.append((cid, bytes(body), [size_of(fd) for fd in fds]))
+        for fd in fds:
+            os.close(fd)
+    t.join()
+    assert got == sent
+    assert not rx.pending()
+    for m in mems:
+        m.close()
+
+
+def test_a_read_ending_inside_a_later_message_keeps_its_descriptors_for_it(pair):
+    # The first read takes message 1 and the start of message 2 (with 2's descriptors): 1
+    # gets none, 2 gets its own.
+    a, b = pair
+    mem = SharedMemory.ashmem(8192)
+    send_message(a, w.Kind.GET_TYPE, 1, b"x" * 100)
+    send_message(a, w.Kind.GET_TYPE, 2, b"y" * 50, [mem.fd])
+    rx = Receiver(b, chunk=w.HEADER_SIZE + 100 + w.HEADER_SIZE + 10)
+    assert rx.next()[1:4:2] == (1, [])
+    _, cid, body, fds = rx.next()
+    assert cid == 2 and bytes(body) == b"y" * 50 and [size_of(fd) for fd in fds] == [8192]
+    os.close(fds[0])
+    mem.close()
+
+
+def test_descriptors_on_a_later_part_of_a_message_are_refused_and_closed(pair):
+    a, b = pair
+    mem = SharedMemory.ashmem(4096)
+    data = w.pack_header(w.Kind.GET_TYPE, 1, 100, 1) + b"z" * 100
+    a.sendall(data[:40])  # the first byte goes without the descriptor
+    rx = Receiver(b, chunk=32)  # the first read ends before the descriptors are sent
+    before = open_fds()
+    rx._fill()
+    a.sendmsg([data[40:]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                             array.array("i", [mem.fd]))])
+    with pytest.raises(WireError, match="descriptors"):
+        rx.next()
+    assert open_fds() == before
+    mem.close()
+
+
+def test_descriptors_a_header_does_not_announce_are_closed(pair):
+    a, b = pair
+    mem = SharedMemory.ashmem(4096)
+    hdr = w.pack_header(w.Kind.GET_TYPE, 1, 0, 0)
+    a.sendmsg([hdr], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [mem.fd]))])
+    before = open_fds()
+    with pytest.raises(WireError, match="announces 0 descriptors, 1 arrived"):
+        Receiver(b).next()
+    assert open_fds() == before
+    mem.close()
+
+
+def test_a_message_past_the_bound_is_skipped_and_the_next_keeps_its_descriptors(pair):
+    a, b = pair
+    mem, big = SharedMemory.ashmem(4096), SharedMemory.ashmem(8192)
+
+    def write():
+        send_message(a, w.Kind.GET_TYPE, 1, b"q" * 100, [big.fd])  # too large, buffered
+        send_message(a, w.Kind.GET_TYPE, 2, b"r" * 300_000)        # too large, drained
+        send_message(a, w.Kind.GET_TYPE, 3, b"ok", [mem.fd])
+    t = threading.Thread(target=write)
+    t.start()
+    rx = Receiver(b)
+    before = open_fds()
+    for cid in (1, 2):
+        with pytest.raises(TooLarge) as e:
+            rx.next(max_body=50)
+        assert e.value.call_id == cid
+    assert open_fds() == before  # the skipped message's descriptor was closed
+    _, cid, body, fds = rx.next(max_body=50)
+    assert (cid, bytes(body), [size_of(fd) for fd in fds]) == (3, b"ok", [4096])
+    os.close(fds[0])
+    t.join()
+    mem.close()
+    big.close()
+
+
+def test_end_of_stream(pair):
+    a, b = pair
+    send_message(a, w.Kind.GET_TYPE, 1, b"abc")
+    a.sendall(w.pack_header(w.Kind.GET_TYPE, 2, 10, 0) + b"12")
+    a.close()
+    rx = Receiver(b)
+    assert rx.next()[1] == 1
+    with pytest.raises(Closed, match="inside a message"):
+        rx.next()
+    with pytest.raises(Closed):
+        Receiver(b).next()
+
+
+def test_a_skipped_message_leaves_the_descriptors_of_the_next_in_the_same_read(pair):
+    a, b = pair
+    mem = SharedMemory.ashmem(4096)
+    send_message(a, w.Kind.GET_TYPE, 1, b"q" * 100)
+    send_message(a, w.Kind.GET_TYPE, 2, b"ok", [mem.fd])
+    rx = Receiver(b)
+    with pytest.raises(TooLarge):
+        rx.next(max_body=50)
+    _, cid, body, fds = rx.next(max_body=50)
+    assert (cid, [size_of(fd) for fd in fds]) == (2, [4096])
+    os.close(fds[0])
+    mem.close()
