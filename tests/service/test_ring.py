@@ -134,6 +134,23 @@ def test_a_skipped_signal_costs_at_most_recheck():
         silent.close()
 
 
+def test_an_idle_reader_looks_less_and_less_often_and_fast_again_after_a_packet():
+    """The sleep between looks doubles while nothing comes (2 ms up to max_recheck), so an
+    idle ring costs few wake-ups; a wake-up brings it back to the short sleep."""
+    with Ring.create(4096, spin=0, recheck=0.002, max_recheck=0.016) as ring:
+        with pytest.raises(RingTimeout):
+            ring.read(timeout=0.3)
+        # 300 ms of 2 ms looks would be about 150 sleeps; doubling to 16 ms makes about 20.
+        assert 5 <= ring.naps <= 60, ring.naps
+        silent = _attach_copy(ring)
+        silent._signal = lambda: None  # type: ignore[method-assign]
+        # A skipped signal after a long idle stretch still costs at most one long look.
+        threading.Timer(0.1, lambda: silent.write(b"quiet", timeout=1)).start()
+        assert ring.read(timeout=5) == b"quiet"
+        assert ring.late_wakeups == 1
+        silent.close()
+
+
 def test_oversize_packet_is_rejected_and_the_ring_still_works():
     with Ring.create(256) as ring:
         with pytest.raises(PacketTooLarge, match="exceeds"):
