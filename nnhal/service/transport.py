@@ -161,7 +161,7 @@ class Receiver:
         """One read into the free end of the buffer (unread bytes moved to its start first)."""
         if self.start:
             n = self.end - self.start
-            self.buf[:n] = self.view[self.start:self.end]
+            self.buf[:n] = bytes(self.view[self.start:self.end])  # may overlap: copy first
             k = self.start
             self.reads = [(a - k, b - k, f) for a, b, f in self.reads]
             self.start, self.end = 0, n
