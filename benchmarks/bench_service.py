@@ -8,7 +8,7 @@
 
 Prints figures with the load average; asserts nothing.
 
-    python benchmarks/bench_service.py [--specs DIR] [--rounds N] [--n N]
+    python benchmarks/bench_service.py [--specs DIR] [--rounds N] [--n N] [--parts LIST]
 """
 
 from __future__ import annotations
@@ -224,7 +224,10 @@ def main() -> None:
     parser.add_argument("--specs", type=Path, default=None)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--n", type=int, default=200)
+    parser.add_argument("--parts", default="add,pieces,mobilenet",
+                        help="comma-separated parts to run (add, pieces, mobilenet)")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     with tempfile.TemporaryDirectory() as tmp:
         sock = Path(tmp) / "bench.sock"
         proc = start_service(sock)
@@ -232,13 +235,16 @@ def main() -> None:
         try:
             devices = {"in process": local, "served": remote}
             print(load())
-            bench_add(devices, args.rounds, args.n)
-            print(load())
-            print("served burst round trip, CPU per piece (in process, best of 5):")
-            burst_pieces()
-            print(load())
-            bench_mobilenet(devices, args.specs or default_specs_dir(), args.rounds)
-            print(load())
+            if "add" in parts:
+                bench_add(devices, args.rounds, args.n)
+                print(load())
+            if "pieces" in parts:
+                print("served burst round trip, CPU per piece (in process, best of 5):")
+                burst_pieces()
+                print(load())
+            if "mobilenet" in parts:
+                bench_mobilenet(devices, args.specs or default_specs_dir(), args.rounds)
+                print(load())
         finally:
             remote.close()
             local.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,33 @@ def test_the_last_execution_to_leave_restores_the_count():
         blas.limit_exit()
         assert blas.get_threads() == 1  # another execution is still running
         blas.limit_exit()
+        assert blas.get_threads() == 2
+    finally:
+        blas.set_threads(before or 1)
+
+
+@pytest.mark.skipif(not blas.available(), reason="no OpenBLAS thread control in this numpy")
+def test_a_limit_set_on_another_thread_holds_for_every_thread():
+    # A served driver executes on the service's call threads, never the main thread: the
+    # count must be the process's, not the setting thread's.
+    before = blas.set_threads(2)
+    entered, release = threading.Event(), threading.Event()
+
+    def execution() -> None:
+        blas.limit_enter(1)
+        entered.set()
+        release.wait(10)
+        blas.limit_exit()
+
+    t = threading.Thread(target=execution)
+    t.start()
+    try:
+        assert entered.wait(10)
+        assert blas.get_threads() == 1
+    finally:
+        release.set()
+        t.join(10)
+    try:
         assert blas.get_threads() == 2
     finally:
         blas.set_threads(before or 1)

@@ -124,6 +124,27 @@ def test_a_long_call_passes_the_reading_on(service, remote):
     rb.close()
 
 
+def test_a_long_call_keeps_its_thread_while_the_client_sends_nothing_more(service, remote,
+                                                                        monkeypatch):
+    # A synchronous client waits for its reply: a second reader would only fight the call
+    # for the GIL. The reply's next call must not look like a message waiting either.
+    pm = prepare(remote)
+    rb = RequestBuilder(list(float_inputs(7, DIMS)), [64])
+    s = session_of(service)
+    passed: list[int] = []
+    pass_reading = s._pass_reading
+    monkeypatch.setattr(s, "_pass_reading", lambda: passed.append(1) or pass_reading())
+    service.test_delay = 10 * HANDOFF_S
+    try:
+        for _ in range(3):
+            assert pm.execute_synchronously(rb.request)[0] == E.NONE
+    finally:
+        service.test_delay = 0.0
+    assert passed == []
+    assert remote.get_type()[0] == E.NONE
+    rb.close()
+
+
 def test_a_changed_request_is_encoded_again(remote):
     pm = prepare(remote)
     a, b = float_inputs(4, DIMS)
