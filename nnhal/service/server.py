@@ -245,7 +245,7 @@ class Session:
             since = self.unread_since
             if since is None:
                 return False
-            if now - since < HANDOFF_S or not self.poller.poll(0):
+            if now - since < HANDOFF_S or not (self.receiver.pending() or self.poller.poll(0)):
                 return True
             self.unread_since = None
         self._pass_reading()
