@@ -181,6 +181,8 @@ def run_request_mutations(device: IDevice, cases: Sequence[Any], *,
                 for mutant in mutants:
                     outcome, message = check_request_mutant(pm, mutant, fn, built.pools)
                     totals.add(mutant.kind, outcome, message, f"{case.name}: {mutant.detail}")
+                if fn is burst:
+                    burst.close()  # its rings would otherwise be watched through the others
         finally:
             if burst is not None:
                 burst.close()
