@@ -115,10 +115,22 @@ def test_result_datum_order_and_layout():
     assert struct.unpack_from("<I4xQQ", data, 4 * DATUM_SIZE) == (3, 7, 9)
 
 
-def test_omitted_argument_is_written_with_zero_location():
-    req = Request([RequestArgument(True, DataLocation(1, 2, 3), [4])], [], [])
+def test_omitted_argument_round_trips_with_zero_location():
+    req = Request([RequestArgument(True, DataLocation(0, 0, 0), [])], [], [])
     got, _, _ = fmq.unpack_request(fmq.pack_request(req, MeasureTiming.NO, []))
     assert got.inputs == [RequestArgument(True, DataLocation(0, 0, 0), [])]
+
+
+@pytest.mark.parametrize("loc,dims", [(DataLocation(1, 2, 3), []), (DataLocation(0, 0, 4), []),
+                                      (DataLocation(0, 0, 0), [4])])
+def test_invalid_omitted_argument_has_no_packet(loc, dims):
+    # Writing it with a zero location would turn an invalid request into a valid one; the
+    # sender must fall back to a path that carries it as it is (the driver then rejects it).
+    req = Request([RequestArgument(True, loc, dims)], [], [])
+    with pytest.raises(FmqEncodeError):
+        fmq.pack_request(req, MeasureTiming.NO, [])
+    with pytest.raises(FmqEncodeError):
+        fmq.serialize_request(req, MeasureTiming.NO, [])
 
 
 # ---- strict decoding ---------------------------------------------------------------------------

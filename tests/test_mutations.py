@@ -18,6 +18,7 @@ from nnhal.conformance.mutations import (
     ACCEPTED,
     REJECTED,
     ModelMutant,
+    SharedBurst,
     check_model_mutant,
     check_request_mutant,
     copy_model,
@@ -240,6 +241,33 @@ def test_every_request_mutant_is_rejected_on_every_path(device):
         assert status == ErrorStatus.NONE
         assert np.allclose(rb.output(0, np.float32, (2, 2)), 2.0)
     finally:
+        rb.close()
+        _close(model)
+
+
+def test_shared_burst_carries_every_mutant_on_one_burst(device):
+    model = add_model()
+    rb = RequestBuilder([np.ones((2, 2), np.float32), np.ones((2, 2), np.float32)], [16])
+    path = SharedBurst()
+    try:
+        pm = _prepared(device, model)
+        configured = []
+        real = type(pm).configure_execution_burst
+
+        def counting(self):
+            configured.append(1)
+            return real(self)
+
+        pm.configure_execution_burst = counting.__get__(pm)
+        mutants = list(request_mutations(rb.request, model.main))
+        for m in mutants:
+            assert check_request_mutant(pm, m, path, [rb.output_memory])[0] == REJECTED
+        assert len(configured) == 1
+        assert path(pm, rb.request, 0, None).status == ErrorStatus.NONE
+        path.close()
+        assert path._burst is None
+    finally:
+        path.close()
         rb.close()
         _close(model)
 

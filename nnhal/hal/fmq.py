@@ -209,8 +209,11 @@ def serialize_request(request: Request, measure: MeasureTiming,
                       slots: Sequence[int]) -> list[FmqRequestDatum]:
     """The datums of a request packet; ``slots[i]`` identifies ``request.pools[i]``.
 
-    An omitted argument is written with a zero location and no dimensions, as the types text
-    says. Raises FmqEncodeError when a value does not fit its field.
+    An omitted argument must have a zero location and no dimensions (the HAL's rule; the
+    decoder insists on it): one that has either raises FmqEncodeError rather than being
+    written as a valid omitted argument, so that a sender falls back to a path that carries
+    the request as it is and the driver, not the packet, judges it. Raises FmqEncodeError
+    when a value does not fit its field.
     """
     E = FmqEncodeError
     K = RequestDatumKind
@@ -230,6 +233,9 @@ def serialize_request(request: Request, measure: MeasureTiming,
             if not isinstance(arg, RequestArgument):
                 raise E(f"{where}: not a RequestArgument")
             if _bool(arg.has_no_value, f"{where} hasNoValue", E):
+                if arg.location != DataLocation(0, 0, 0) or len(arg.dimensions):
+                    raise E(f"{where}: an omitted argument with a location or dimensions "
+                            f"has no packet form")
                 body.append(FmqRequestDatum(kind, RequestOperandInformation(
                     True, DataLocation(0, 0, 0), 0)))
                 continue
@@ -625,6 +631,8 @@ def _pack_request_fast(request: object, measure: object, slots: object) -> bytes
                 return None
             no_value = arg.has_no_value
             if no_value is True:
+                if arg.location != _NO_LOCATION or arg.dimensions:
+                    return None  # not a valid omitted argument: the datum path refuses it
                 fmt.append("IB3x4I")
                 vals += (tag, 1, 0, 0, 0, 0)
                 count += 1

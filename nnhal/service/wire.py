@@ -257,6 +257,12 @@ class Writer:
         return seq
 
     def u32s(self, items: Any, what: str) -> None:
+        if type(items) is list and len(items) <= MAX_COUNT:
+            try:  # one struct for the list: the same bytes, much less Python per item
+                self.buf += _u32_list(len(items)).pack(len(items), *items)
+                return
+            except struct.error:
+                pass  # a bad item: the per-item path says which
         for x in self.count(items, what):
             self.u32(x, what)
 
@@ -501,9 +507,50 @@ def get_location(r: Reader) -> DataLocation:
     return DataLocation(r.u32(), r.u32(), r.u32())
 
 
+def _cached_struct(cache: dict[int, struct.Struct], fmt: str, n: int) -> struct.Struct:
+    st = cache.get(n)
+    if st is None:
+        st = struct.Struct(fmt.format(n))
+        if n <= 64:  # the usual ranks and list lengths; a longer one is compiled per call
+            cache[n] = st
+    return st
+
+
+_U32_LISTS: dict[int, struct.Struct] = {}
+_OPERANDS_OUT: dict[int, struct.Struct] = {}
+_OPERANDS_IN: dict[int, struct.Struct] = {}
+_TYPE_AND_RANK = struct.Struct("<II")
+_OPERAND_TYPES = {int(t): t for t in OperandType}
+_LIFETIMES = {int(t): t for t in OperandLifeTime}
+
+
+def _u32_list(n: int) -> struct.Struct:
+    return _cached_struct(_U32_LISTS, "<I{}I", n)
+
+
+def _put_operand_fast(w: Writer, o: Operand) -> bool:
+    """One struct for a plain operand (no extra parameters): the bytes of the field-by-field
+    path, which handles everything else and says what is wrong with a bad value."""
+    loc, dims, scale = o.location, o.dimensions, o.scale
+    if o.extra_params is not None or type(loc) is not DataLocation \
+            or type(dims) is not list or len(dims) > MAX_COUNT \
+            or (type(scale) is not float and type(scale) is not int):
+        return False
+    n = len(dims)
+    try:
+        w.buf += _cached_struct(_OPERANDS_OUT, "<II{}IIdiIIIIB", n).pack(
+            o.type, n, *dims, o.number_of_consumers, scale, o.zero_point, o.lifetime,
+            loc.pool_index, loc.offset, loc.length, EXTRA_NONE)
+    except struct.error:
+        return False
+    return True
+
+
 def put_operand(w: Writer, o: Any) -> None:
     if not isinstance(o, Operand):
         raise WireError("operand: not an Operand")
+    if type(o) is Operand and _put_operand_fast(w, o):
+        return
     w.u32(o.type, "operand.type")
     w.u32s(o.dimensions, "operand.dimensions")
     w.u32(o.number_of_consumers, "operand.numberOfConsumers")
@@ -526,7 +573,35 @@ def put_operand(w: Writer, o: Any) -> None:
         raise WireError(f"operand.extraParams: {type(extra).__name__}")
 
 
+def _get_operand_fast(r: Reader) -> Operand | None:
+    """A plain operand (no extra parameters) with one struct, when the message holds all of
+    it; None leaves the reader where it was for the field-by-field path (which also gives
+    the errors)."""
+    view, pos = r.view, r.pos
+    size = len(view)
+    if pos + 8 > size:
+        return None
+    t, n = _TYPE_AND_RANK.unpack_from(view, pos)
+    if n > MAX_COUNT or pos + 8 + 4 * n + 33 > size:
+        return None
+    st = _cached_struct(_OPERANDS_IN, "<{}IIdiIIIIB", n)
+    vals = st.unpack_from(view, pos + 8)
+    if vals[-1] != EXTRA_NONE:
+        return None
+    r.pos = pos + 8 + st.size
+    consumers, scale, zero_point, lifetime, p, off, length = vals[n:n + 7]
+    ot = _OPERAND_TYPES.get(t)
+    lt = _LIFETIMES.get(lifetime)
+    return Operand(_enum_or_int(OperandType, t) if ot is None else ot, list(vals[:n]),
+                   consumers, scale, zero_point,
+                   _enum_or_int(OperandLifeTime, lifetime) if lt is None else lt,
+                   DataLocation(p, off, length), None)
+
+
 def get_operand(r: Reader) -> Operand:
+    fast = _get_operand_fast(r)
+    if fast is not None:
+        return fast
     t = _enum_or_int(OperandType, r.u32())
     dims = r.u32s("operand.dimensions")
     consumers = r.u32()

@@ -19,7 +19,7 @@ from helpers import add_model, float_inputs, served
 
 from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal import fmq
-from nnhal.hal.builder import RequestBuilder
+from nnhal.hal.builder import ModelBuilder, RequestBuilder
 from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (
     NO_TIME,
@@ -31,10 +31,12 @@ from nnhal.hal.types import (
     ExecutionPreference,
     MeasureTiming,
     MemoryPool,
+    OperationType,
     Priority,
     Request,
     RequestArgument,
 )
+from nnhal.hal.types import OperandType as T
 from nnhal.service import server
 from nnhal.service import wire as w
 from nnhal.service.client import RemoteDevice
@@ -121,6 +123,36 @@ def test_output_insufficient_size_gives_the_shapes(remote, local):
     assert result[0] == E.OUTPUT_INSUFFICIENT_SIZE
     assert result[:2] == here.execute(rb.request)[:2]
     assert result[1][0].dimensions == list(DIMS) and result[1][0].is_sufficient is False
+    rb.close()
+
+
+def lsh_model():
+    """LSH_PROJECTION, whose weight input (input 2) may be omitted."""
+    b = ModelBuilder()
+    ins = [b.input(T.TENSOR_FLOAT32, (4, 2)), b.input(T.TENSOR_FLOAT32, (3, 2)),
+           b.input(T.TENSOR_FLOAT32, (3,))]
+    out = b.output(T.TENSOR_INT32, (4,))
+    b.operation(OperationType.LSH_PROJECTION, [*ins, b.scalar(T.INT32, 1)], [out])
+    return b.build()
+
+
+def test_omitted_input_with_a_location_is_judged_by_the_driver(remote, local):
+    # The packet cannot carry it (it would go as a valid omitted input, zero location): the
+    # client sends it over the socket and the served driver rejects it as the local one does.
+    model = lsh_model()
+    served = ring_burst(prepare(remote, model))
+    here = prepare(local, model).configure_execution_burst()[1]
+    rng = np.random.default_rng(0)
+    rb = RequestBuilder([rng.standard_normal(d).astype(np.float32) for d in ((4, 2), (3, 2))]
+                        + [np.ones(3, np.float32)], [16])
+    ins, outs, pools = rb.request.inputs, rb.request.outputs, rb.request.pools
+    valid = Request([*ins[:2], RequestArgument(True)], outs, pools)
+    assert served.execute(valid)[0] == here.execute(valid)[0] == E.NONE
+    for arg in (RequestArgument(True, DataLocation(0, 0, 4), []),
+                RequestArgument(True, DataLocation(), [1])):
+        bad = Request([*ins[:2], arg], outs, pools)
+        assert here.execute(bad)[0] == E.INVALID_ARGUMENT
+        assert served.execute(bad)[0] == E.INVALID_ARGUMENT
     rb.close()
 
 

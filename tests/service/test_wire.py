@@ -331,3 +331,86 @@ def test_fast_result_encoding_refuses_what_the_checked_one_refuses():
             w.pack_shapes_result(ErrorStatus.NONE, shapes, NO_TIMING)
     with pytest.raises(w.WireError):
         w.pack_shapes_result(ErrorStatus.NONE, [], Timing(-1, 0))
+
+
+# ---- the one-struct operand paths give what the field-by-field ones give ----------------------
+
+class _FieldByField(Operand):
+    """An Operand subclass: put_operand takes the field-by-field path for it."""
+
+
+def _slow_operand_bytes(o):
+    wr = Writer()
+    w.put_operand(wr, _FieldByField(o.type, o.dimensions, o.number_of_consumers, o.scale,
+                                    o.zero_point, o.lifetime, o.location, o.extra_params))
+    return bytes(wr.buf)
+
+
+def _decode_operand(data, fast):
+    saved = w._get_operand_fast
+    if not fast:
+        w._get_operand_fast = lambda r: None
+    try:
+        r = Reader(data)
+        out = w.get_operand(r)
+        return "ok", out, r.pos
+    except WireError:
+        return ("error",)
+    finally:
+        w._get_operand_fast = saved
+
+
+@settings(max_examples=300, deadline=None)
+@given(operands | st.builds(Operand, type=u32, dimensions=dims, scale=st.integers(0, 9),
+                            zero_point=st.integers(-5, 5)))
+def test_fast_operand_encoding_is_the_field_by_field_one(o):
+    wr = Writer()
+    w.put_operand(wr, o)
+    assert bytes(wr.buf) == _slow_operand_bytes(o)
+    assert _decode_operand(bytes(wr.buf), True) == _decode_operand(bytes(wr.buf), False)
+    assert _decode_operand(bytes(wr.buf), True)[1] == Operand(
+        o.type, o.dimensions, o.number_of_consumers, float(o.scale), o.zero_point, o.lifetime,
+        o.location, o.extra_params)
+
+
+@settings(max_examples=300, deadline=None)
+@given(operands, st.data())
+def test_fast_operand_decoding_of_mutations_is_the_field_by_field_one(o, data):
+    good = bytearray(_slow_operand_bytes(o))
+    kind = data.draw(st.sampled_from(["truncate", "extend", "flip"]))
+    if kind == "truncate":
+        bad = bytes(good[:data.draw(st.integers(0, len(good) - 1))])
+    elif kind == "extend":
+        bad = bytes(good) + data.draw(st.binary(min_size=1, max_size=8))
+    else:
+        for _ in range(data.draw(st.integers(1, 3))):
+            good[data.draw(st.integers(0, len(good) - 1))] = data.draw(st.integers(0, 255))
+        bad = bytes(good)
+    assert _decode_operand(bad, True) == _decode_operand(bad, False)
+
+
+@pytest.mark.parametrize("o", [
+    Operand(OperandType.TENSOR_FLOAT32, [-1]), Operand(OperandType.TENSOR_FLOAT32, [1 << 32]),
+    Operand(-3), Operand(OperandType.FLOAT32, scale=True), Operand(OperandType.FLOAT32,
+                                                                   zero_point=1 << 31),
+    Operand(OperandType.FLOAT32, dimensions=[1.5]), Operand(OperandType.FLOAT32, location=None),
+])
+def test_fast_operand_encoding_refuses_what_the_field_by_field_one_refuses(o):
+    with pytest.raises(WireError):
+        w.put_operand(Writer(), o)
+    with pytest.raises(WireError):
+        w.put_operand(Writer(), _FieldByField(o.type, o.dimensions, o.number_of_consumers,
+                                              o.scale, o.zero_point, o.lifetime, o.location))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-2, 0x1_0000_0001) | st.booleans(), max_size=6))
+def test_u32_list_encoding_is_the_per_item_one(items):
+    def encode(value):
+        wr = Writer()
+        try:
+            wr.u32s(value, "list")
+        except WireError:
+            return None
+        return bytes(wr.buf)
+    assert encode(items) == encode(tuple(items))  # a tuple takes the per-item path

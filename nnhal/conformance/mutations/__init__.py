@@ -59,6 +59,7 @@ from nnhal.conformance.mutations.paths import (
     ALL_PATHS,
     PathFn,
     PathResult,
+    SharedBurst,
     call_with_timeout,
     execution_paths,
 )
@@ -74,7 +75,7 @@ __all__ = [
     "ACCEPTED", "ALL_PATHS", "CALLBACK_TIMEOUT_S", "CRASH", "GUARD", "GUARD_BYTE", "HANG",
     "INVALID_OPERAND_TYPES", "INVALID_OPERATION_TYPES", "MAX_CONSTANT_COPY",
     "MAX_FUZZ_ELEMENTS", "REJECTED", "UNDECLARED_EXTENSION_TYPE", "WRONG_STATUS",
-    "FuzzRequest", "ModelMutant", "PathFn", "PathResult", "RequestMutant", "Totals",
+    "FuzzRequest", "ModelMutant", "PathFn", "PathResult", "RequestMutant", "SharedBurst", "Totals",
     "add_arguments", "byte_size", "call_with_timeout", "check_model_mutant",
     "check_request_mutant", "copy_model", "copy_operand", "copy_request", "copy_subgraph",
     "execution_paths", "main", "model_mutations", "mutate_bytes", "mutate_model_bytes",

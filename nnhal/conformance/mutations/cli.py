@@ -35,7 +35,7 @@ from nnhal.conformance.mutations.model import (
     model_mutations,
     relaxed_control,
 )
-from nnhal.conformance.mutations.paths import execution_paths
+from nnhal.conformance.mutations.paths import SharedBurst, execution_paths
 from nnhal.conformance.mutations.request import check_request_mutant, request_mutations
 from nnhal.conformance.specs import default_specs_dir, no_cases_message, specs_problem
 from nnhal.drivers.registry import open_device
@@ -153,6 +153,7 @@ def run_request_mutations(device: IDevice, cases: Sequence[Any], *,
         if model is None:
             continue
         built = None
+        burst: SharedBurst | None = None
         try:
             pm = _prepare(device, model)
             if pm is None:
@@ -169,6 +170,8 @@ def run_request_mutations(device: IDevice, cases: Sequence[Any], *,
             available = execution_paths(pm, built.request)
             if paths is not None:
                 available = {k: v for k, v in available.items() if k in paths}
+            if "burst" in available:
+                available["burst"] = burst = SharedBurst()
             mutants = list(request_mutations(built.request, model.main, closed))
             if limit_per_case is not None and len(mutants) > limit_per_case:
                 mutants = rng.sample(mutants, limit_per_case)
@@ -178,7 +181,11 @@ def run_request_mutations(device: IDevice, cases: Sequence[Any], *,
                 for mutant in mutants:
                     outcome, message = check_request_mutant(pm, mutant, fn, built.pools)
                     totals.add(mutant.kind, outcome, message, f"{case.name}: {mutant.detail}")
+                if fn is burst:
+                    burst.close()  # its rings would otherwise be watched through the others
         finally:
+            if burst is not None:
+                burst.close()
             if built is not None:
                 built.close()
             for p in model.pools:

@@ -54,6 +54,37 @@ def _path_burst(pm: IPreparedModel, r: Request, measure: int, loop: int | None) 
     return PathResult(ErrorStatus(st), list(shapes), timing)
 
 
+class SharedBurst:
+    """The burst path with one burst per prepared model, configured at its first request and
+    kept for the next ones (:meth:`close` ends it).
+
+    A burst is made to carry many requests; giving each mutant a fresh one costs, on a served
+    driver, a pair of rings and a serving thread per mutant (most of the time of a remote
+    request-mutation run). Every mutant still goes through the burst to the driver; sharing it
+    also makes each mutant meet a burst that has already refused the earlier ones."""
+
+    def __init__(self) -> None:
+        self._pm: IPreparedModel | None = None
+        self._burst: Any = None
+
+    def __call__(self, pm: IPreparedModel, r: Request, measure: int, loop: int | None
+                 ) -> PathResult:
+        if self._pm is not pm or self._burst is None:
+            self.close()
+            st, burst = pm.configure_execution_burst()
+            if st != ErrorStatus.NONE or burst is None:
+                return PathResult(ErrorStatus.GENERAL_FAILURE, problem=f"no burst: {st}")
+            self._pm, self._burst = pm, burst
+        st, shapes, timing = self._burst.execute(r, measure, None, loop)
+        return PathResult(ErrorStatus(st), list(shapes), timing)
+
+    def close(self) -> None:
+        burst, self._burst, self._pm = self._burst, None, None
+        close = getattr(burst, "close", None)
+        if callable(close):
+            close()
+
+
 def _path_reusable(pm: IPreparedModel, r: Request, measure: int, loop: int | None
                    ) -> PathResult:
     st, execution = pm.create_reusable_execution(r, measure, loop)  # type: ignore[arg-type]
