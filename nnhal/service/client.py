@@ -172,7 +172,7 @@ class Connection:
         self._last_request = _LastRequest(weak=True)
         #: The last execution message body (see put_exec) and what it was encoded from.
         self._last_exec: tuple[tuple[Any, ...], bytes, bytes] | None = None
-        self.shapes_replies = _ShapesReplies()
+        self.shapes_replies = _RepeatedResults()
         self.events: deque[tuple[Kind, Any]] = deque()
         self.notifier = ThreadPoolExecutor(1, thread_name_prefix="nnhal-remote-callback")
         # The reading role: the thread that reads now (None: nobody), under ``cond``; callers
@@ -611,28 +611,39 @@ def _shapes_fail(s: ErrorStatus) -> tuple[ErrorStatus, list[OutputShape], Timing
     return s, [], NO_TIMING
 
 
-class _ShapesReplies:
-    """Decodes execution replies (status, output shapes, timing), remembering the last one:
-    a repeated execution's replies repeat, and equal bytes decode to an equal result (each
-    caller gets its own copy of the shapes). Used by the thread that reads only."""
+class _RepeatedResults:
+    """Execution results (status, output shapes, timing) decoded once per distinct bytes: a
+    repeated execution's results repeat (the socket's replies and the rings' result packets
+    alike). Each caller gets its own copy of the shapes. Used by one reading thread at a
+    time."""
 
-    __slots__ = ("body", "result")
+    __slots__ = ("data", "result")
 
     def __init__(self) -> None:
-        self.body: bytes | None = None
+        self.data: bytes | None = None
         self.result: tuple[ErrorStatus, list[OutputShape], Timing] | None = None
 
-    def __call__(self, r: Reader) -> tuple[ErrorStatus, list[OutputShape], Timing]:
-        view = r.view
-        if self.result is not None and r.pos == 0 and view == self.body:
-            r.pos = len(view)
-            status, shapes, timing = self.result
-        else:
-            body = view.tobytes()
-            status, shapes, timing = w.get_shapes_result(r)
-            self.body, self.result = body, (status, shapes, timing)
+    def get(self, data: Any, decode: Callable[[Any], tuple[ErrorStatus, list[OutputShape],
+                                                           Timing]]
+            ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+        """The result ``data`` decodes to (``decode`` runs only for new bytes; what it
+        raises passes)."""
+        if self.result is None or data != self.data:
+            result = decode(data)
+            self.data, self.result = bytes(data), result
+        status, shapes, timing = self.result
         return status, [OutputShape(list(s.dimensions), s.is_sufficient) for s in shapes], \
             timing
+
+    def __call__(self, r: Reader) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+        """As a reply decoder: the whole body, checked as w.get_shapes_result checks it."""
+        def decode(_: Any) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+            out = w.get_shapes_result(r)
+            r.finish()
+            return out
+        result = self.get(r.view, decode)
+        r.pos = len(r.view)
+        return result
 
 
 class RemoteFencedCallback(IFencedExecutionCallback):
@@ -804,8 +815,7 @@ class _RingChannel:
         self.seq = 0
         self.broken = False
         self.closing = False
-        # (the last result packet, a private copy of what it decoded to)
-        self._last: tuple[bytes, tuple[ErrorStatus, list[OutputShape], Timing]] | None = None
+        self._results = _RepeatedResults()
 
     def alive(self) -> bool:
         # The ring asks while it sleeps (about every 50 ms): the connection looks at its
@@ -848,21 +858,10 @@ class _RingChannel:
             tag, rflags, rseq = _RES_HEAD.unpack_from(record)
             if tag != _RES_TAG or rflags & ~w.BURST_CLOSING or rseq != seq:
                 return self._lost()
-            packet = record[_RES_HEAD.size:]
-            last = self._last
-            if last is not None and packet == last[0]:  # a burst's results repeat
-                status, shapes, timing = last[1]
-                result = (status, [OutputShape(list(s.dimensions), s.is_sufficient)
-                                   for s in shapes], timing)
-            else:
-                try:
-                    result = fmq.unpack_result(packet)
-                except fmq.FmqDecodeError:
-                    return self._lost()
-                status, shapes, timing = result
-                self._last = (packet, (status, [OutputShape(list(s.dimensions),
-                                                            s.is_sufficient) for s in shapes],
-                                       timing))
+            try:
+                result = self._results.get(record[_RES_HEAD.size:], fmq.unpack_result)
+            except fmq.FmqDecodeError:
+                return self._lost()
             if rflags & w.BURST_CLOSING:
                 self._break()
             return result

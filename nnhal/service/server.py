@@ -678,10 +678,8 @@ class _RingBurst:
         if status != ErrorStatus.NONE and status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE:
             shapes = _NO_SHAPES
         last = self._last_result
-        # A burst's results repeat too: compare with the last one (values, not identity: the
-        # driver may return new lists) before packing afresh.
-        if last is not None and status is last[0] and timing == last[2] and shapes == last[1]:
-            packet = last[3]
+        if _repeats(last, status, shapes, timing):  # a burst's results repeat too
+            packet = last[3]  # type: ignore[index]
         else:
             try:
                 packet = fmq.pack_result(status, shapes, timing)
@@ -693,7 +691,7 @@ class _RingBurst:
 
 def _copy_shapes(shapes: Any) -> list[OutputShape]:
     """A private copy (OutputShape is mutable): what the cached packet encodes."""
-    return [OutputShape(list(s.dimensions), s.is_sufficient) for s in shapes]
+    return [OutputShape(list(s.dimensions), bool(s.is_sufficient)) for s in shapes]
 
 
 # ---- decoding (reader thread) ----------------------------------------------------------------
@@ -793,19 +791,22 @@ def _memory_with_id(r: Reader) -> tuple[int, SharedMemory]:
 
 # ---- calls (call threads) ----------------------------------------------------------------------
 
-#: The last execution reply packed: (status, shapes as [(dims, flag)], timing, bytes). A
+#: The last execution reply packed: (status, shapes (a private copy), timing, bytes). A
 #: repeated execution's result repeats; one tuple replaced whole, so threads may share it.
-_last_reply: tuple[Any, list[tuple[list[int], bool]], Timing, bytes] | None = None
+_last_reply: tuple[Any, list[OutputShape], Timing, bytes] | None = None
 
 
-def _same_shapes(shapes: Any, known: list[tuple[list[int], bool]]) -> bool:
-    """``shapes`` is a list of OutputShape with exactly ``known``'s dimensions (ints) and
-    flags, so it packs to the same bytes."""
-    if type(shapes) is not list or len(shapes) != len(known):
+def _repeats(last: tuple | None, status: Any, shapes: Any, timing: Any) -> bool:
+    """``last`` (status, shapes, timing, packed) holds this very result: the same status and
+    timing, and a list of OutputShape with the same int dimensions and flags, so that it
+    packs to the same bytes (a burst's ring results and the socket's replies alike)."""
+    if last is None or last[0] is not status or type(timing) is not Timing or \
+            not (timing is last[2] or timing == last[2]) or type(shapes) is not list or \
+            len(shapes) != len(last[1]):
         return False
-    for s, (dims, flag) in zip(shapes, known):
+    for s, k in zip(shapes, last[1]):
         if type(s) is not OutputShape or type(s.dimensions) is not list or \
-                s.dimensions != dims or bool(s.is_sufficient) is not flag:
+                s.dimensions != k.dimensions or bool(s.is_sufficient) is not k.is_sufficient:
             return False
         for d in s.dimensions:
             if type(d) is not int:
@@ -820,16 +821,14 @@ def _shapes_reply(result: tuple) -> Writer:
         shapes = []
     wr = Writer()
     last = _last_reply
-    if last is not None and last[0] is status and type(timing) is Timing and \
-            (timing is last[2] or timing == last[2]) and _same_shapes(shapes, last[1]):
-        wr.buf += last[3]
+    if _repeats(last, status, shapes, timing):
+        wr.buf += last[3]  # type: ignore[index]
         return wr
     packed = w.pack_shapes_result(status, shapes, timing)
     wr.buf += packed
     if type(status) is ErrorStatus and type(timing) is Timing and type(shapes) is list and \
             all(type(x) is OutputShape and type(x.dimensions) is list for x in shapes):
-        _last_reply = (status, [(list(x.dimensions), bool(x.is_sufficient)) for x in shapes],
-                       timing, packed)
+        _last_reply = (status, _copy_shapes(shapes), timing, packed)
     return wr
 
 
