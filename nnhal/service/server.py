@@ -75,7 +75,8 @@ class Limits:
     max_mapped: int = 4 << 30
 
 
-#: Seconds a client's next message may wait unread while a call runs (the watcher's period).
+#: Seconds a call runs before the watcher passes the reading on to let the client's next
+#: message in (only when the client sent one meanwhile).
 HANDOFF_S = 0.002
 
 #: Seconds a send to a client may block (it does not read) before the client is dropped.
@@ -220,7 +221,7 @@ class Session:
                     return
                 with self.lock:
                     self.unread_since = time.monotonic()
-                self.service.watcher.busy()
+                self.service.watcher.arm(self)
                 if not self._call(*job, reading=True):
                     done = False  # the watcher gave the reading to another thread meanwhile
                     return
@@ -236,20 +237,19 @@ class Session:
             return False
         return True
 
-    def pass_reading_if_stuck(self, now: float) -> bool:
-        """For the watcher: pass the reading on when a call has run unread for HANDOFF_S
-        and the client has sent something meanwhile. True while a call runs with nobody
-        reading. (A synchronous client sends nothing while it waits: passing the reading
-        then only woke a thread that fought the call for the GIL, 2-7% of a 3-5 ms call.)"""
+    def hand_off_when_due(self, now: float) -> float | None:
+        """For the watcher, woken by a message during a call: pass the reading on once the
+        call has run HANDOFF_S. Returns when to look again (the call is not due yet), or None
+        (passed on, or nothing waits: the call ended, or a newer call armed the socket)."""
         with self.lock:
             since = self.unread_since
-            if since is None:
-                return False
-            if now - since < HANDOFF_S or not (self.receiver.pending() or self.poller.poll(0)):
-                return True
+            if since is None or not (self.receiver.pending() or self.poller.poll(0)):
+                return None
+            if now - since < HANDOFF_S:
+                return since + HANDOFF_S
             self.unread_since = None
         self._pass_reading()
-        return False
+        return None
 
     def dispatch(self, kind: Kind, call_id: int, body: memoryview, fds: list[int]
                  ) -> tuple[Kind, int, tuple] | None:
@@ -326,6 +326,8 @@ class Session:
                 self.outstanding -= 1
                 if reading:
                     kept, self.unread_since = self.unread_since is not None, None
+                    if kept:  # still the reader: nobody else can have armed it meanwhile
+                        self.service.watcher.disarm(self)
         if status != ErrorStatus.NONE:
             self.error(call_id, status)
         elif reply is not None:
@@ -371,6 +373,7 @@ class Session:
                 self.mapped = 0
                 self.tokens.clear()
                 self.decoded.clear()
+            self.service.watcher.remove(self)
             try:
                 # Shut down first: a thread blocked reading this socket keeps it open through
                 # a bare close, and the client would never see the end.
@@ -1137,49 +1140,124 @@ class _Watcher:
     """One thread per service that passes a client's reading on when a call runs long and
     the client sent more meanwhile.
 
-    It sleeps until a call starts, then looks every HANDOFF_S while calls run, and goes back
-    to sleep after IDLE_S without one: an idle service does not poll, a busy one is looked
-    at a thousand times a second, which costs far less than a thread hand-off per call."""
-
-    IDLE_S = 0.05
+    It sleeps in epoll on the clients' sockets. A socket is armed (one-shot) only while its
+    reading thread runs a call, and disarmed when the call ends: a synchronous client, which
+    sends nothing while it waits, never wakes it (a watcher that looked every HANDOFF_S took
+    the GIL from the driver's call each time, about 2% of a 3 ms call). A message arriving
+    during a call wakes it once; it passes the reading on once that call has run HANDOFF_S.
+    """
 
     def __init__(self, service: Service):
         self.service = service
-        self.wake = threading.Event()
+        self.ep = select.epoll()
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.ep.register(self._wake_r, select.EPOLLIN)
+        self.lock = threading.Lock()
+        self.by_fd: dict[int, Session] = {}
+        self.flagged: list[Session] = []  # a call started with the next message read ahead
         self.stopped = False
+        self.closed = False
+        self.wakes = 0  # times the thread woke (tests: none while a synchronous call runs)
         self.thread = threading.Thread(target=self._run, name="nnhal-watcher", daemon=True)
 
-    def busy(self) -> None:
-        if not self.wake.is_set():
-            self.wake.set()
+    def add(self, session: Session) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            fd = session.sock.fileno()
+            self.by_fd[fd] = session
+            self.ep.register(fd, _DISARMED)
+
+    def remove(self, session: Session) -> None:
+        """Before the session's socket closes (its number may be reused)."""
+        with self.lock:
+            fd = session.sock.fileno()
+            if fd >= 0 and self.by_fd.get(fd) is session:
+                del self.by_fd[fd]
+                try:
+                    self.ep.unregister(fd)
+                except (OSError, ValueError):
+                    pass
+
+    def arm(self, session: Session) -> None:
+        """A call starts on the reading thread: wake on the client's next message."""
+        self._modify(session, select.EPOLLIN | select.EPOLLONESHOT)
+        if session.receiver.pending():  # read ahead already: no event will come for it
+            with self.lock:
+                self.flagged.append(session)
+                self._nudge()
+
+    def disarm(self, session: Session) -> None:
+        self._modify(session, _DISARMED)
+
+    def _modify(self, session: Session, events: int) -> None:
+        with self.lock:
+            fd = session.sock.fileno()
+            if fd >= 0 and self.by_fd.get(fd) is session:
+                try:
+                    self.ep.modify(fd, events)
+                except OSError:
+                    pass
+
+    def _nudge(self) -> None:
+        """Wake the thread (with the lock held: the pipe is open until close)."""
+        if not self.closed:
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:  # full: it wakes anyway
+                pass
 
     def stop(self) -> None:
-        self.stopped = True
-        self.wake.set()
+        with self.lock:
+            self.stopped = True
+            self._nudge()
+
+    def close(self) -> None:
+        """After stop and the sessions' close: the thread ends, then its descriptors go."""
+        if self.thread.is_alive():
+            self.thread.join(5)
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            self.by_fd.clear()
+            self.ep.close()
+            for fd in (self._wake_r, self._wake_w):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     def _run(self) -> None:
-        while True:
-            self.wake.wait()
-            if self.stopped:
-                return
-            idle_since = time.monotonic()
-            while not self.stopped:
-                time.sleep(HANDOFF_S)
-                now = time.monotonic()
-                with self.service._lock:
-                    sessions = list(self.service.sessions)
-                if any([s.pass_reading_if_stuck(now) for s in sessions]):
-                    idle_since = now
-                elif now - idle_since > self.IDLE_S:
-                    # Clear, then look once more: a call that started in between sets it again
-                    # or is seen here.
-                    self.wake.clear()
-                    with self.service._lock:
-                        sessions = list(self.service.sessions)
-                    if not any([s.pass_reading_if_stuck(time.monotonic())
-                                for s in sessions]):
-                        break
-                    self.wake.set()
+        due: dict[Session, float] = {}  # sessions to look at, and when
+        while not self.stopped:
+            timeout = max(0.0, min(due.values()) - time.monotonic()) if due else -1
+            events = self.ep.poll(timeout)
+            self.wakes += 1
+            with self.lock:
+                for fd, _ in events:
+                    if fd == self._wake_r:
+                        try:
+                            os.read(self._wake_r, 4096)
+                        except OSError:
+                            pass
+                    elif fd in self.by_fd:
+                        due.setdefault(self.by_fd[fd], 0.0)
+                for s in self.flagged:
+                    due.setdefault(s, 0.0)
+                self.flagged.clear()
+            now = time.monotonic()
+            for s, when in list(due.items()):
+                if when <= now:
+                    later = s.hand_off_when_due(now)
+                    if later is None:
+                        del due[s]
+                    else:
+                        due[s] = later
+
+
+#: A registered socket that reports nothing but a hang-up (once, being one-shot).
+_DISARMED = select.EPOLLONESHOT
 
 
 def no_new_privs() -> str | None:
@@ -1291,6 +1369,7 @@ class Service:
                 session = Session(self, conn, who)
                 with self._lock:
                     self.sessions.add(session)
+                self.watcher.add(session)
                 threading.Thread(target=session.run, name=f"nnhal-client {who}",
                                  daemon=True).start()
         finally:
@@ -1318,6 +1397,7 @@ class Service:
             sessions = list(self.sessions)
         for s in sessions:
             s.close()
+        self.watcher.close()
         for fd in (self._wake_r, self._wake_w):
             try:
                 os.close(fd)

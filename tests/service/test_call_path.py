@@ -6,6 +6,7 @@ memory or a buffer goes."""
 from __future__ import annotations
 
 import gc
+import socket
 import threading
 import time
 
@@ -28,8 +29,11 @@ from nnhal.hal.types import (
     Request,
     RequestArgument,
 )
+from nnhal.service import server
+from nnhal.service import wire as w
 from nnhal.service.client import RemoteDevice
 from nnhal.service.server import HANDOFF_S, Service
+from nnhal.service.transport import recv_message
 
 E = ErrorStatus
 DIMS = (4, 4)
@@ -143,6 +147,41 @@ def test_a_long_call_keeps_its_thread_while_the_client_sends_nothing_more(servic
     assert passed == []
     assert remote.get_type()[0] == E.NONE
     rb.close()
+
+
+def test_the_watcher_sleeps_through_synchronous_calls(service, remote):
+    # It took the GIL from the driver's call every HANDOFF_S; now only a message sent during
+    # a call wakes it.
+    pm = prepare(remote)
+    rb = RequestBuilder(list(float_inputs(8, DIMS)), [64])
+    assert pm.execute_synchronously(rb.request)[0] == E.NONE
+    before = service.watcher.wakes
+    service.test_delay = 10 * HANDOFF_S
+    try:
+        for _ in range(3):
+            assert pm.execute_synchronously(rb.request)[0] == E.NONE
+    finally:
+        service.test_delay = 0.0
+    assert service.watcher.wakes == before
+    rb.close()
+
+
+def test_a_message_read_ahead_with_a_long_call_is_answered_during_it(service, monkeypatch):
+    # Both messages arrive in one read: no socket event will announce the second, so the
+    # call's start must tell the watcher itself.
+    get_type = server._HANDLERS[w.Kind.GET_TYPE]
+
+    def slow_first(s, call_id):
+        if call_id == 1:
+            time.sleep(20 * HANDOFF_S + 0.5)
+        return get_type(s, call_id)
+
+    monkeypatch.setitem(server._HANDLERS, w.Kind.GET_TYPE, slow_first)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(service.path)
+        s.settimeout(10)
+        s.sendall(w.pack_header(w.Kind.GET_TYPE, 1, 0, 0) + w.pack_header(w.Kind.GET_TYPE, 2, 0, 0))
+        assert [recv_message(s)[1] for _ in range(2)] == [2, 1]
 
 
 def test_a_changed_request_is_encoded_again(remote):
