@@ -79,6 +79,12 @@ class Limits:
 #: message in (only when the client sent one meanwhile).
 HANDOFF_S = 0.002
 
+#: Seconds the reading thread keeps looking for a client's next message after a reply, when
+#: the client's previous one came within that time. A client calling back to back then finds
+#: the thread awake: waking a sleeping thread (and an idle vCPU) costs more than the look,
+#: about 6 us of a served ADD and 1% of a served MobileNet here.
+NEXT_CALL_LOOK_S = 150e-6
+
 #: Seconds a send to a client may block (it does not read) before the client is dropped.
 SEND_TIMEOUT_S = 5
 
@@ -122,6 +128,9 @@ class Session:
         #: Tells the watcher whether the client sent something (or hung up) during a call.
         self.poller = select.poll()
         self.poller.register(sock, select.POLLIN)
+        #: The reading thread's own (a poll object is not for two threads at once).
+        self.look = select.poll()
+        self.look.register(sock, select.POLLIN)
         # A client that stops reading must not block the driver's threads that notify it.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
                         struct.pack("ll", SEND_TIMEOUT_S, 0))
@@ -199,8 +208,12 @@ class Session:
         watcher passes it on once a call has run HANDOFF_S and the client has sent more, so
         a long call never holds the client's next message for longer than about that."""
         done = True
+        replied: float | None = None  # when this thread last replied, for NEXT_CALL_LOOK_S
+        eager = False  # the client's last message came within NEXT_CALL_LOOK_S of a reply
         try:
             while not self.closed:
+                if eager and replied is not None and not self.receiver.pending():
+                    self._look_for_next(replied)
                 try:
                     kind, call_id, body, fds = self.receiver.next(self.limits.max_body)
                 except TooLarge as e:
@@ -210,6 +223,9 @@ class Session:
                     log.debug("%s: disconnected: %s", self.peer, e)
                     return
                 self.service.messages += 1
+                if replied is not None:
+                    eager = time.perf_counter() - replied < NEXT_CALL_LOOK_S
+                    replied = None
                 job = self.dispatch(kind, call_id, body, fds)
                 if job is None:
                     continue
@@ -225,9 +241,22 @@ class Session:
                 if not self._call(*job, reading=True):
                     done = False  # the watcher gave the reading to another thread meanwhile
                     return
+                replied = time.perf_counter()
         finally:
             if done:
                 self.close()
+
+    def _look_for_next(self, since: float) -> None:
+        """Poll for the client's next message until NEXT_CALL_LOOK_S after ``since``, yielding
+        the core between looks (the client may be waking on it)."""
+        end = since + NEXT_CALL_LOOK_S
+        poll = self.look.poll
+        self.service.looks += 1
+        while not poll(0):
+            if time.perf_counter() >= end:
+                return
+            os.sched_yield()
+        self.service.found += 1
 
     def _pass_reading(self) -> bool:
         """Start another thread reading this client's messages; False when shut down."""
@@ -1306,6 +1335,8 @@ class Service:
         self._wake_r, self._wake_w = os.pipe()
         self._fence_ids = 0
         self.messages = 0
+        self.looks = 0  # times a reading thread looked for a next message after a reply
+        self.found = 0  # ... and found it there
         self.test_delay = float(os.environ.get(TEST_DELAY_ENV) or 0.0)
         self.sock = self._listen()
         self.watcher = _Watcher(self)

@@ -166,6 +166,25 @@ def test_the_watcher_sleeps_through_synchronous_calls(service, remote):
     rb.close()
 
 
+def test_the_reading_thread_looks_for_a_next_call_only_after_a_quick_one(service, remote,
+                                                                         monkeypatch):
+    pm = prepare(remote)
+    rb = RequestBuilder(list(float_inputs(9, DIMS)), [64])
+    monkeypatch.setattr(server, "NEXT_CALL_LOOK_S", 0.005)
+    assert pm.execute_synchronously(rb.request)[0] == E.NONE
+    time.sleep(0.05)
+    before = service.looks
+    for _ in range(4):  # a client that calls every 50 ms: never looked for
+        assert pm.execute_synchronously(rb.request)[0] == E.NONE
+        time.sleep(0.05)
+    assert service.looks == before
+    monkeypatch.setattr(server, "NEXT_CALL_LOOK_S", 0.5)
+    for _ in range(5):  # back to back: found awake
+        assert pm.execute_synchronously(rb.request)[0] == E.NONE
+    assert 1 <= service.found <= service.looks
+    rb.close()
+
+
 def test_a_message_read_ahead_with_a_long_call_is_answered_during_it(service, monkeypatch):
     # Both messages arrive in one read: no socket event will announce the second, so the
     # call's start must tell the watcher itself.
