@@ -95,6 +95,43 @@ def test_many_threads_on_one_connection_each_get_their_own_answers(remote):
     assert errors == []
 
 
+def test_repeated_executions_read_other_calls_replies_on_the_way(remote):
+    # The short way of a repeated synchronous execution reads the socket itself: the
+    # notifications of another thread's asynchronous executions pass through it.
+    pm = prepare(remote)
+    a, b = float_inputs(10, DIMS)
+    rb = RequestBuilder([a, b], [a.nbytes])
+    c, d = float_inputs(11, DIMS)
+    other = RequestBuilder([c, d], [c.nbytes])
+    stop = threading.Event()
+    notified: list[object] = []
+
+    def asynchronous() -> None:
+        try:
+            while not stop.is_set():
+                cb = ExecutionCallback()
+                assert pm.execute(other.request, MeasureTiming.NO, None, None, cb) == E.NONE
+                notified.append(cb.wait(3)[0])
+        except BaseException as e:  # noqa: BLE001 - reported below
+            notified.append(e)
+
+    t = threading.Thread(target=asynchronous)
+    t.start()
+    try:
+        for _ in range(300):
+            assert pm.execute_synchronously(rb.request)[0] == E.NONE
+            np.testing.assert_array_equal(rb.output(0, np.float32, DIMS), a + b)
+    finally:
+        stop.set()
+        t.join(10)
+    assert not t.is_alive()  # no notification lost
+    assert remote.conn.sent_again > 0
+    assert notified and all(s == E.NONE for s in notified)
+    np.testing.assert_array_equal(other.output(0, np.float32, DIMS), c + d)
+    rb.close()
+    other.close()
+
+
 def test_a_callback_arrives_while_no_caller_waits(remote):
     pm = prepare(remote)
     a, b = float_inputs(2, DIMS)

@@ -119,6 +119,30 @@ def test_kill_during_synchronous_execution(slow_pm):
     assert pm.execute_synchronously(rb.request)[0] == E.DEVICE_UNAVAILABLE
 
 
+def test_kill_during_a_repeated_synchronous_execution(sock):
+    # The same execution again takes the client's short way (its message remembered, the
+    # reply read by the caller): it fails as the first one does.
+    proc = start(sock, delay=0.6)
+    dev = RemoteDevice(sock)
+    a, b = float_inputs(1, (2, 2))
+    rb = RequestBuilder([a, b], [a.nbytes])
+    try:
+        pm = prepared(dev)
+        for _ in range(2):  # the first defines the memories; the second is remembered
+            assert pm.execute_synchronously(rb.request)[0] == E.NONE
+        assert dev.conn._last_exec is not None  # remembered: the next one goes the short way
+        (status, shapes, _), after = kill_during(
+            proc, lambda: pm.execute_synchronously(rb.request))
+        assert status == E.DEVICE_UNAVAILABLE and shapes == [] and after < 1.0
+        assert pm.execute_synchronously(rb.request)[0] == E.DEVICE_UNAVAILABLE
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        dev.close()
+        rb.close()
+
+
 def test_kill_during_asynchronous_execution(slow_pm):
     proc, dev, pm, rb = slow_pm
     cb = ExecutionCallback()
