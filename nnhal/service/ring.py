@@ -116,7 +116,10 @@ class Ring:
     one reads, each from one thread at a time. :meth:`close` from another thread ends a
     blocked call with RingClosed within ``max_recheck``.
 
-    ``spin``: polls of the index before sleeping (0: sleep at once); ``yield_every``: give the
+    ``spin``: polls of the index before sleeping (0: sleep at once), for at most ``spin_s``
+    seconds (looked at when yielding: on a loaded machine every yield can give a whole time
+    slice away, and 2000 polls took 3 s with ten busy processes on two cores, during which a
+    dead peer went unnoticed); ``yield_every``: give the
     core away (``sched_yield``) every that many polls (a power of two; 0: never), so that two
     spinners sharing a core under load do not wait out each other's spin; ``recheck``: the
     first sleep between two looks at the index, doubled after each sleep that nothing ended,
@@ -124,13 +127,14 @@ class Ring:
     within 2 ms, an idle one wakes about 60 times a second instead of 500).
     """
 
-    def __init__(self, mem_fd: int, event_fd: int, *, spin: int = 2000,
+    def __init__(self, mem_fd: int, event_fd: int, *, spin: int = 2000, spin_s: float = 0.001,
                  recheck: float = 0.002, max_recheck: float = 0.016, yield_every: int = 4,
                  _create: int = 0):
         self._mm: mmap.mmap | None = None
         self._q: memoryview | None = None
         self._mem_fd, self._event_fd = mem_fd, event_fd
         self.spin = spin
+        self.spin_s = spin_s
         self.recheck = recheck
         self.max_recheck = max(recheck, max_recheck)
         #: Sleeps taken (a figure for tests and benchmarks).
@@ -254,11 +258,16 @@ class Ring:
         if not (w - cap <= r <= w and r % 8 == 0):
             raise RingError(f"corrupt ring: read index {r} with write index {w}")
         if cap - (w - r) < need:
+            end = time.monotonic() + self.spin_s
             for i in range(self.spin):
                 if cap - (w - q[_Q_READ]) >= need:
                     break
                 if i & self._yield_mask == self._yield_mask:
                     os.sched_yield()
+                    if time.monotonic() > end:
+                        self._wait(lambda: cap - (w - self._checked_read(w)) >= need,
+                                   _Q_WRITER_WAITING, timeout, alive)
+                        break
             else:
                 self._wait(lambda: cap - (w - self._checked_read(w)) >= need,
                            _Q_WRITER_WAITING, timeout, alive)
@@ -318,11 +327,16 @@ class Ring:
             raise RingClosed("ring is closed")
         r = self._r
         if q[_Q_WRITE] == r:
+            end = time.monotonic() + self.spin_s
             for i in range(self.spin):
                 if q[_Q_WRITE] != r:
                     break
                 if i & self._yield_mask == self._yield_mask:
                     os.sched_yield()
+                    if time.monotonic() > end:
+                        self._wait(lambda: self._checked_write(r) != r, _Q_READER_WAITING,
+                                   timeout, alive)
+                        break
             else:
                 self._wait(lambda: self._checked_write(r) != r, _Q_READER_WAITING, timeout,
                            alive)

@@ -206,7 +206,9 @@ class Session:
         costs no thread hand-off. While a call runs, nobody reads; a call that may wait for
         the client (fenced) passes the reading to another thread first, and the service's
         watcher passes it on once a call has run HANDOFF_S and the client has sent more, so
-        a long call never holds the client's next message for longer than about that."""
+        a long call never holds the client's next message for longer than about that. After
+        a reply it looks for the next message a while before sleeping when the client came
+        back that quickly last time (NEXT_CALL_LOOK_S)."""
         done = True
         replied: float | None = None  # when this thread last replied, for NEXT_CALL_LOOK_S
         eager = False  # the client's last message came within NEXT_CALL_LOOK_S of a reply

@@ -195,6 +195,21 @@ def test_read_timeout_and_alive_bound():
         assert time.monotonic() - t0 < HANG_S
 
 
+@pytest.mark.parametrize("side", ["reader", "writer"])
+def test_a_long_spin_ends_by_time_and_sees_a_dead_peer(side):
+    # 10**9 polls would take minutes: the spin's time bound sends the waiter to sleep, where
+    # it asks whether the peer lives (on a loaded machine 2000 polls took seconds).
+    with Ring.create(128, spin=10**9, spin_s=0.01) as ring:
+        t0 = time.monotonic()
+        with pytest.raises(RingClosed, match="gone"):
+            if side == "reader":
+                ring.read(timeout=60, alive=lambda: False)
+            else:
+                ring.write(b"a" * 100, timeout=0)
+                ring.write(b"b" * 100, timeout=60, alive=lambda: False)
+        assert time.monotonic() - t0 < HANG_S
+
+
 def test_blocked_writer_sees_a_dead_peer():
     with Ring.create(128) as ring:
         ring.write(b"a" * 100, timeout=0)
