@@ -1253,11 +1253,7 @@ class _Watcher:
             self.closed = True
             self.by_fd.clear()
             self.ep.close()
-            for fd in (self._wake_r, self._wake_w):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            w.close_fds((self._wake_r, self._wake_w))
 
     def _run(self) -> None:
         due: dict[Session, float] = {}  # sessions to look at, and when
@@ -1431,11 +1427,7 @@ class Service:
         for s in sessions:
             s.close()
         self.watcher.close()
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        w.close_fds((self._wake_r, self._wake_w))
 
 
 def _group_id(group: str) -> int:

@@ -168,13 +168,16 @@ def test_a_long_call_passes_the_reading_on(service, remote):
 def test_a_long_call_keeps_its_thread_while_the_client_sends_nothing_more(service, remote,
                                                                         monkeypatch):
     # A synchronous client waits for its reply: a second reader would only fight the call
-    # for the GIL. The reply's next call must not look like a message waiting either.
+    # for the GIL. The reply's next call must not look like a message waiting either. Nor
+    # does the watcher wake meanwhile (it took the GIL from the call every HANDOFF_S).
     pm = prepare(remote)
     rb = RequestBuilder(list(float_inputs(7, DIMS)), [64])
     s = session_of(service)
     passed: list[int] = []
     pass_reading = s._pass_reading
     monkeypatch.setattr(s, "_pass_reading", lambda: passed.append(1) or pass_reading())
+    assert pm.execute_synchronously(rb.request)[0] == E.NONE
+    wakes = service.watcher.wakes
     service.test_delay = 10 * HANDOFF_S
     try:
         for _ in range(3):
@@ -182,24 +185,8 @@ def test_a_long_call_keeps_its_thread_while_the_client_sends_nothing_more(servic
     finally:
         service.test_delay = 0.0
     assert passed == []
+    assert service.watcher.wakes == wakes
     assert remote.get_type()[0] == E.NONE
-    rb.close()
-
-
-def test_the_watcher_sleeps_through_synchronous_calls(service, remote):
-    # It took the GIL from the driver's call every HANDOFF_S; now only a message sent during
-    # a call wakes it.
-    pm = prepare(remote)
-    rb = RequestBuilder(list(float_inputs(8, DIMS)), [64])
-    assert pm.execute_synchronously(rb.request)[0] == E.NONE
-    before = service.watcher.wakes
-    service.test_delay = 10 * HANDOFF_S
-    try:
-        for _ in range(3):
-            assert pm.execute_synchronously(rb.request)[0] == E.NONE
-    finally:
-        service.test_delay = 0.0
-    assert service.watcher.wakes == before
     rb.close()
 
 

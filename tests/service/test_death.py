@@ -3,6 +3,7 @@ callbacks and fences are completed, and a restarted service is found again."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -94,15 +95,16 @@ def test_kill_during_prepare(sock):
         proc.wait(10)
 
 
-@pytest.fixture
-def slow_pm(sock):
-    """A prepared model of a service whose executions each take DELAY_S."""
-    proc = start(sock)
+@contextlib.contextmanager
+def served_pm(sock: Path, delay: float = DELAY_S):
+    """(service process, device, prepared model, request) of a service whose prepares and
+    executions each take ``delay``."""
+    proc = start(sock, delay)
     dev = RemoteDevice(sock)
     a, b = float_inputs(0, (2, 2))
     rb = RequestBuilder([a, b], [a.nbytes])
     try:
-        pm = prepared(dev)  # takes DELAY_S
+        pm = prepared(dev)  # takes ``delay``
         yield proc, dev, pm, rb
     finally:
         if proc.poll() is None:
@@ -110,6 +112,12 @@ def slow_pm(sock):
         proc.wait(10)
         dev.close()
         rb.close()
+
+
+@pytest.fixture
+def slow_pm(sock):
+    with served_pm(sock) as served:
+        yield served
 
 
 def test_kill_during_synchronous_execution(slow_pm):
@@ -122,12 +130,7 @@ def test_kill_during_synchronous_execution(slow_pm):
 def test_kill_during_a_repeated_synchronous_execution(sock):
     # The same execution again takes the client's short way (its message remembered, the
     # reply read by the caller): it fails as the first one does.
-    proc = start(sock, delay=0.6)
-    dev = RemoteDevice(sock)
-    a, b = float_inputs(1, (2, 2))
-    rb = RequestBuilder([a, b], [a.nbytes])
-    try:
-        pm = prepared(dev)
+    with served_pm(sock, delay=0.6) as (proc, dev, pm, rb):
         for _ in range(2):  # the first defines the memories; the second is remembered
             assert pm.execute_synchronously(rb.request)[0] == E.NONE
         assert dev.conn._last_exec is not None  # remembered: the next one goes the short way
@@ -135,12 +138,6 @@ def test_kill_during_a_repeated_synchronous_execution(sock):
             proc, lambda: pm.execute_synchronously(rb.request))
         assert status == E.DEVICE_UNAVAILABLE and shapes == [] and after < 1.0
         assert pm.execute_synchronously(rb.request)[0] == E.DEVICE_UNAVAILABLE
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
-        dev.close()
-        rb.close()
 
 
 def test_kill_during_asynchronous_execution(slow_pm):
