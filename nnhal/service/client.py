@@ -697,12 +697,8 @@ class _RepeatedResults:
             timing
 
     def __call__(self, r: Reader) -> tuple[ErrorStatus, list[OutputShape], Timing]:
-        """As a reply decoder: the whole body, checked as w.get_shapes_result checks it."""
-        def decode(_: Any) -> tuple[ErrorStatus, list[OutputShape], Timing]:
-            out = w.get_shapes_result(r)
-            r.finish()
-            return out
-        result = self.get(r.view, decode)
+        """As a reply decoder: the whole body (_shapes_result)."""
+        result = self.get(r.view, _shapes_result)
         r.pos = len(r.view)
         return result
 
