@@ -352,22 +352,17 @@ class Connection:
             return self._wait(slot)
         try:
             while not slot.done:
-                try:
-                    rkind, rid, body, fds = self.receiver.next()
-                except (Closed, WireError, OSError):
-                    self._die()
+                msg = self._next_message()
+                if msg is None:
                     break
+                rkind, rid, body, fds = msg
                 if rid == call_id and rkind == Kind.REPLY and not fds:
                     self.pending.pop(call_id, None)
                     try:
                         return self.shapes_replies.get(body, _shapes_result)
                     except Exception:  # noqa: BLE001 - a reply that does not decode
                         return _shapes_fail(ErrorStatus.GENERAL_FAILURE)
-                r = Reader(body, fds)  # anything else: as the general reader does
-                try:
-                    self._dispatch(rkind, rid, r)
-                finally:
-                    r.close_unused()
+                self._dispatch_message(*msg)  # anything else: as the general reader does
         finally:
             if self.reading == me:
                 self._pass_reading()
@@ -439,17 +434,27 @@ class Connection:
     def _read_one(self) -> bool:
         """Read and dispatch one message (by the thread that reads); False when the
         connection ended."""
+        msg = self._next_message()
+        if msg is None:
+            return False
+        self._dispatch_message(*msg)
+        return True
+
+    def _next_message(self) -> tuple[Kind, int, memoryview, list[int]] | None:
+        """The next message (by the thread that reads); None when the connection ended."""
         try:
-            kind, call_id, body, fds = self.receiver.next()
-            r = Reader(body, fds)
-            try:
-                self._dispatch(kind, call_id, r)
-            finally:
-                r.close_unused()
-            return True
+            return self.receiver.next()
         except (Closed, WireError, OSError):
             self._die()
-            return False
+            return None
+
+    def _dispatch_message(self, kind: Kind, call_id: int, body: memoryview,
+                          fds: list[int]) -> None:
+        r = Reader(body, fds)
+        try:
+            self._dispatch(kind, call_id, r)
+        finally:
+            r.close_unused()
 
     def _dispatch(self, kind: Kind, call_id: int, r: Reader) -> None:
         if kind == Kind.REPLY or kind == Kind.ERROR:

@@ -258,17 +258,7 @@ class Ring:
         if not (w - cap <= r <= w and r % 8 == 0):
             raise RingError(f"corrupt ring: read index {r} with write index {w}")
         if cap - (w - r) < need:
-            end = time.monotonic() + self.spin_s
-            for i in range(self.spin):
-                if cap - (w - q[_Q_READ]) >= need:
-                    break
-                if i & self._yield_mask == self._yield_mask:
-                    os.sched_yield()
-                    if time.monotonic() > end:
-                        self._wait(lambda: cap - (w - self._checked_read(w)) >= need,
-                                   _Q_WRITER_WAITING, timeout, alive)
-                        break
-            else:
+            if not self._spin(lambda: cap - (w - q[_Q_READ]) >= need):
                 self._wait(lambda: cap - (w - self._checked_read(w)) >= need,
                            _Q_WRITER_WAITING, timeout, alive)
             self._checked_read(w)
@@ -326,20 +316,9 @@ class Ring:
         if q is None:
             raise RingClosed("ring is closed")
         r = self._r
-        if q[_Q_WRITE] == r:
-            end = time.monotonic() + self.spin_s
-            for i in range(self.spin):
-                if q[_Q_WRITE] != r:
-                    break
-                if i & self._yield_mask == self._yield_mask:
-                    os.sched_yield()
-                    if time.monotonic() > end:
-                        self._wait(lambda: self._checked_write(r) != r, _Q_READER_WAITING,
-                                   timeout, alive)
-                        break
-            else:
-                self._wait(lambda: self._checked_write(r) != r, _Q_READER_WAITING, timeout,
-                           alive)
+        if q[_Q_WRITE] == r and not self._spin(lambda: q[_Q_WRITE] != r):
+            self._wait(lambda: self._checked_write(r) != r, _Q_READER_WAITING, timeout,
+                       alive)
         w = self._checked_write(r)
         got = self._record(r, w)
         if got is None:  # not consistent yet (weak ordering) or corrupt: bounded re-reads
@@ -406,6 +385,20 @@ class Ring:
         return f"corrupt ring: the record at index {r} fails its checksum"
 
     # ---- waiting -------------------------------------------------------------------------
+
+    def _spin(self, ready: Callable[[], bool]) -> bool:
+        """Poll ``ready()`` up to ``spin`` times and ``spin_s`` seconds, yielding the core every
+        ``yield_every`` polls; whether it came true."""
+        end = time.monotonic() + self.spin_s
+        mask = self._yield_mask
+        for i in range(self.spin):
+            if ready():
+                return True
+            if i & mask == mask:
+                os.sched_yield()
+                if time.monotonic() > end:
+                    return False
+        return False
 
     def _wait(self, ready: Callable[[], bool], flag: int, timeout: float | None,
               alive: Callable[[], bool] | None) -> None:

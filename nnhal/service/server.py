@@ -1199,11 +1199,16 @@ class _Watcher:
             self.by_fd[fd] = session
             self.ep.register(fd, _DISARMED)
 
+    def _fd(self, session: Session) -> int | None:
+        """The session's socket, if registered here (with the lock held)."""
+        fd = session.sock.fileno()
+        return fd if fd >= 0 and self.by_fd.get(fd) is session else None
+
     def remove(self, session: Session) -> None:
         """Before the session's socket closes (its number may be reused)."""
         with self.lock:
-            fd = session.sock.fileno()
-            if fd >= 0 and self.by_fd.get(fd) is session:
+            fd = self._fd(session)
+            if fd is not None:
                 del self.by_fd[fd]
                 try:
                     self.ep.unregister(fd)
@@ -1223,8 +1228,8 @@ class _Watcher:
 
     def _modify(self, session: Session, events: int) -> None:
         with self.lock:
-            fd = session.sock.fileno()
-            if fd >= 0 and self.by_fd.get(fd) is session:
+            fd = self._fd(session)
+            if fd is not None:
                 try:
                     self.ep.modify(fd, events)
                 except OSError:
