@@ -4,7 +4,13 @@
 * one ADD [1,16]: executeSynchronously and burst execute, p50 and p90 per execution (served
   bursts on their shared-memory rings, and the same burst path over the socket to compare),
   then the CPU cost of each piece of a served burst's round trip;
-* MobileNet V1_0 (the conformance case, if present): executeSynchronously, median.
+* MobileNet V1_0 (the conformance case, if present): executeSynchronously, median; and
+  with part ``floor``, beside it a bare socket round trip around the same driver execution
+  in a minimal child process (one byte out, the driver's time back; no wire format, no
+  service, the child's own memory), about the least a blocking transport costs. For each,
+  wall time minus the time the driver measured in its own process: the boundary's cost,
+  apart from the driver's speed in another process (which moves the ratio by several percent
+  from run to run here).
 
 Prints figures with the load average; asserts nothing.
 
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -31,11 +38,13 @@ from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (
     ErrorStatus,
     ExecutionPreference,
+    MeasureTiming,
     OperandType,
     OperationType,
     Priority,
+    Timing,
 )
-from nnhal.service.client import RemoteDevice
+from nnhal.service.client import RemoteBurst, RemoteDevice
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -120,7 +129,11 @@ def bench_add(devices: dict, rounds: int, n: int) -> None:
             xs = xs[n:]  # the first round warms up
             print(f"ADD [1,16] {label:<21} {name:<18} p50 {pct(xs, .5):7.1f} us  "
                   f"p90 {pct(xs, .9):7.1f} us  ({len(xs)} runs)")
-    for _, rb, _, _ in setups.values():
+    for _, rb, burst, holds in setups.values():
+        for hold in holds:
+            hold.release()
+        if isinstance(burst, RemoteBurst):  # an open one keeps a ring thread in the service
+            burst.close()
         rb.close()
 
 
@@ -188,33 +201,97 @@ def burst_pieces(n: int = 2000) -> None:
 BLOCK = 5
 
 
-def bench_mobilenet(devices: dict, specs: Path, rounds: int) -> None:
+def mobilenet_model(specs: Path) -> dict | None:
     cases = [c for c in iter_cases(specs, "mobilenet_224_gender_basic_fixed")
              if "V1_0" in str(c.file)]
-    if not cases:
+    return cases[0].data["model"] if cases else None
+
+
+def floor_child(fd: int, specs: Path) -> None:
+    """The bare socket's far end: one byte in, the driver's execution, its time out."""
+    sock = socket.socket(fileno=fd)
+    m = mobilenet_model(specs)
+    dev = ReferenceDevice()
+    pm = prepare(dev, build_model(m))
+    built = build_request(m)
+    assert pm.execute_synchronously(built.request)[0] == ErrorStatus.NONE
+    sock.sendall(b"r")
+    while sock.recv(1):
+        t0 = time.perf_counter_ns()
+        pm.execute_synchronously(built.request)
+        sock.sendall((time.perf_counter_ns() - t0).to_bytes(8, "little"))
+
+
+class BareSocket:
+    """A child process running the driver behind a bare socket: execute_synchronously is one
+    byte out and the driver's time (8 bytes) back, about the least a blocking transport does."""
+
+    def __init__(self, specs: Path):
+        self.sock, theirs = socket.socketpair()
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--floor-child", str(theirs.fileno()), "--specs",
+             str(specs)], pass_fds=[theirs.fileno()], cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        theirs.close()
+        self.sock.settimeout(300)
+        if self.sock.recv(1) != b"r":
+            raise SystemExit("the bare socket's child did not start")
+
+    def execute_synchronously(self, _request, _measure=None):
+        self.sock.sendall(b"x")
+        took = int.from_bytes(self.sock.recv(8, socket.MSG_WAITALL), "little")
+        return ErrorStatus.NONE, [], Timing(took // 1000, took // 1000)
+
+    def close(self) -> None:
+        self.sock.close()
+        self.proc.wait(30)
+
+
+def bench_mobilenet(devices: dict, specs: Path, rounds: int, floor: bool) -> None:
+    m = mobilenet_model(specs)
+    if m is None:
         print(f"MobileNet V1_0 case not found under {specs}: skipped")
         return
-    m = cases[0].data["model"]
     runs = {}
     for name, dev in devices.items():
         pm = prepare(dev, build_model(m))
         built = build_request(m)
         assert pm.execute_synchronously(built.request)[0] == ErrorStatus.NONE
         runs[name] = (pm, built)
-    times: dict[str, list[float]] = {k: [] for k in devices}
+    bare = BareSocket(specs) if floor else None
+    if bare is not None:
+        runs["bare socket"] = (bare, build_request(m))
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    boundary: dict[str, list[float]] = {k: [] for k in runs}
     # In blocks of BLOCK runs, the first of each dropped: OpenBLAS threads spin for a while
     # after a matrix product, and the first run after a switch shares the cores with the
     # other side's spinners. (With OPENBLAS_NUM_THREADS=1 both sides measure alike.)
-    for _ in range(rounds):
-        for name, (pm, built) in runs.items():
-            times[name] += timed(lambda pm=pm, b=built: pm.execute_synchronously(b.request),
-                                 BLOCK)[1:]
+    names = list(runs)
+    for r in range(rounds):  # each side in turn first: a side gains from following another
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            pm, built = runs[name]
+            for i in range(BLOCK):
+                t0 = time.perf_counter_ns()
+                timing = pm.execute_synchronously(built.request, MeasureTiming.YES)[2]
+                took = (time.perf_counter_ns() - t0) / 1e3
+                if i:
+                    times[name].append(took)
+                    boundary[name].append(took - timing.time_in_driver)
     print(f"BLAS threads: OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}")
     base = statistics.median(times["in process"])
     for name, xs in times.items():
         med = statistics.median(xs)
         print(f"MobileNet V1_0 executeSynchronously {name:<11} median {med / 1e3:8.2f} ms  "
               f"({(med / base - 1) * 100:+.1f}% vs in process, {len(xs)} runs)")
+    # The driver's speed in another process differs by several percent from run to run (the
+    # bare socket's too), more than the boundary costs: wall time minus the time the driver
+    # measured in its own process is the boundary's part alone.
+    for name, xs in boundary.items():
+        med = statistics.median(xs)
+        print(f"MobileNet V1_0 wall minus time in driver {name:<11} median {med:7.1f} us  "
+              f"({med / base * 100:.1f}% of in process)")
+    if bare is not None:
+        bare.close()
     for _, built in runs.values():
         built.close()
 
@@ -225,8 +302,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--parts", default="add,pieces,mobilenet",
-                        help="comma-separated parts to run (add, pieces, mobilenet)")
+                        help="comma-separated parts to run (add, pieces, mobilenet, floor: "
+                             "the bare socket beside MobileNet, a third process)")
+    parser.add_argument("--floor-child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.floor_child is not None:
+        floor_child(args.floor_child, args.specs or default_specs_dir())
+        return
     parts = set(args.parts.split(","))
     with tempfile.TemporaryDirectory() as tmp:
         sock = Path(tmp) / "bench.sock"
@@ -243,7 +325,8 @@ def main() -> None:
                 burst_pieces()
                 print(load())
             if "mobilenet" in parts:
-                bench_mobilenet(devices, args.specs or default_specs_dir(), args.rounds)
+                bench_mobilenet(devices, args.specs or default_specs_dir(), args.rounds,
+                                "floor" in parts)
                 print(load())
         finally:
             remote.close()

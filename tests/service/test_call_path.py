@@ -29,7 +29,7 @@ from nnhal.hal.types import (
     Request,
     RequestArgument,
 )
-from nnhal.service import server
+from nnhal.service import client, server
 from nnhal.service import wire as w
 from nnhal.service.client import RemoteDevice
 from nnhal.service.server import HANDOFF_S, Service
@@ -206,6 +206,32 @@ def test_the_reading_thread_looks_for_a_next_call_only_after_a_quick_one(service
     for _ in range(5):  # back to back: found awake
         assert pm.execute_synchronously(rb.request)[0] == E.NONE
     assert 1 <= service.found <= service.looks
+    rb.close()
+
+
+def test_a_repeated_long_execution_looks_for_its_reply_and_a_short_one_does_not(
+        service, remote, monkeypatch):
+    pm = prepare(remote)
+    a, b = float_inputs(11, DIMS)
+    rb = RequestBuilder([a, b], [64])
+    conn = remote.conn
+    monkeypatch.setattr(client, "REPLY_LOOK_S", 0.05)  # wide: the test's timing is loose
+    for _ in range(4):  # quick calls: the caller blocks on the reply at once
+        assert pm.execute_synchronously(rb.request)[0] == E.NONE
+    assert conn.sent_again == 2 and conn.looked == 0  # the first two go the long way
+    service.test_delay = 0.2
+    try:
+        for _ in range(4):  # the first measures; then each looks from 50 ms before it is due
+            status, shapes, _ = pm.execute_synchronously(rb.request)
+            assert status == E.NONE and list(shapes[0].dimensions) == list(DIMS)
+            np.testing.assert_array_equal(rb.output(0, np.float32, DIMS), a + b)
+    finally:
+        service.test_delay = 0.0
+    assert conn.looked == 3 and 1 <= conn.found <= 3
+    # A reply that comes much earlier than the last one ends the sleep at once.
+    start = time.monotonic()
+    assert pm.execute_synchronously(rb.request)[0] == E.NONE
+    assert time.monotonic() - start < 0.1 and conn.looked == 4
     rb.close()
 
 

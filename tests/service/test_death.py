@@ -131,12 +131,15 @@ def test_kill_during_a_repeated_synchronous_execution(sock):
     # The same execution again takes the client's short way (its message remembered, the
     # reply read by the caller): it fails as the first one does.
     with served_pm(sock, delay=0.6) as (proc, dev, pm, rb):
-        for _ in range(2):  # the first defines the memories; the second is remembered
+        # The first defines the memories; the second is remembered; the third goes the
+        # short way and measures its round trip, which the next one sleeps towards.
+        for _ in range(3):
             assert pm.execute_synchronously(rb.request)[0] == E.NONE
-        assert dev.conn._last_exec is not None  # remembered: the next one goes the short way
+        assert dev.conn.sent_again == 1 and dev.conn.looked == 0
         (status, shapes, _), after = kill_during(
             proc, lambda: pm.execute_synchronously(rb.request))
         assert status == E.DEVICE_UNAVAILABLE and shapes == [] and after < 1.0
+        assert dev.conn.looked == 1  # it slept towards the expected reply when killed
         assert pm.execute_synchronously(rb.request)[0] == E.DEVICE_UNAVAILABLE
 
 
