@@ -195,8 +195,9 @@ def test_the_reading_thread_looks_for_a_next_call_only_after_a_quick_one(service
     pm = prepare(remote)
     rb = RequestBuilder(list(float_inputs(9, DIMS)), [64])
     monkeypatch.setattr(server, "NEXT_CALL_LOOK_S", 0.005)
-    assert pm.execute_synchronously(rb.request)[0] == E.NONE
-    time.sleep(0.05)
+    for _ in range(2):  # two pauses end the looking (one does not)
+        assert pm.execute_synchronously(rb.request)[0] == E.NONE
+        time.sleep(0.05)
     before = service.looks
     for _ in range(4):  # a client that calls every 50 ms: never looked for
         assert pm.execute_synchronously(rb.request)[0] == E.NONE
@@ -206,6 +207,13 @@ def test_the_reading_thread_looks_for_a_next_call_only_after_a_quick_one(service
     for _ in range(5):  # back to back: found awake
         assert pm.execute_synchronously(rb.request)[0] == E.NONE
     assert 1 <= service.found <= service.looks
+    time.sleep(0.6)  # one pause in a series of quick calls: still looked for after it
+    looks = service.looks  # (the look after the last quick call has ended by now)
+    assert pm.execute_synchronously(rb.request)[0] == E.NONE
+    deadline = time.monotonic() + 5
+    while service.looks == looks and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert service.looks == looks + 1
     rb.close()
 
 
