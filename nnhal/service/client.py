@@ -422,15 +422,17 @@ class Connection:
         return slot.result
 
     def _await_reply(self, sent: float) -> None:
-        """Before blocking on the reply of a repeated execution that took ``took`` last
-        time: sleep until REPLY_LOOK_S before it is due, then poll until REPLY_LOOK_S after.
+        """Before blocking on the reply of a repeated execution: sleep until REPLY_LOOK_S
+        before it is due (the last one's round trip after ``sent``), then poll until
+        REPLY_LOOK_S after.
 
         A caller blocked in the kernel is woken by the reply, and on a virtual machine whose
         core went idle during a long execution that wake-up (and the service's send that
         causes it) costs tens of microseconds: MobileNet's round trip beyond the driver fell
-        from about 75 to 50 us with this. Short calls are left alone (the core has not gone
-        to sleep yet); a reply that comes early ends the sleep, one that comes late is
-        blocked on as before, so the look costs at most 2 * REPLY_LOOK_S of polling."""
+        from about 75 to 50 us with this. Short calls are left alone (too short to sleep
+        towards); a reply that comes early ends the sleep, one that comes late is blocked on
+        as before, so the look costs at most 2 * REPLY_LOOK_S of polling (up to a millisecond
+        more when the socket's descriptor is past select's range)."""
         took = self._again_took
         if took < 2 * REPLY_LOOK_S:
             return
