@@ -283,9 +283,10 @@ def bench_mobilenet(devices: dict, specs: Path, rounds: int, floor: bool) -> Non
         med = statistics.median(xs)
         print(f"MobileNet V1_0 executeSynchronously {name:<11} median {med / 1e3:8.2f} ms  "
               f"({(med / base - 1) * 100:+.1f}% vs in process, {len(xs)} runs)")
-    # The driver's speed in another process differs by several percent from run to run (the
-    # bare socket's too), more than the boundary costs: wall time minus the time the driver
-    # measured in its own process is the boundary's part alone.
+    # The driver's speed in another process differs from in process by a few percent, by an
+    # amount that moves from run to run (the bare socket's too), as much as the boundary
+    # costs: wall time minus the time the driver measured in its own process is the
+    # boundary's part alone.
     for name, xs in boundary.items():
         med = statistics.median(xs)
         print(f"MobileNet V1_0 wall minus time in driver {name:<11} median {med:7.1f} us  "
