@@ -67,7 +67,7 @@ from nnhal.hal.types import (
 from nnhal.memory import SharedMemory
 from nnhal.service import wire as w
 from nnhal.service.ring import ChannelPair, PacketTooLarge, RingError
-from nnhal.service.transport import Closed, Receiver, send_message
+from nnhal.service.transport import Closed, Receiver, look_until, send_message
 from nnhal.service.wire import Kind, Reader, WireError, Writer
 
 UNAVAILABLE = ErrorStatus.DEVICE_UNAVAILABLE
@@ -180,7 +180,7 @@ class Connection:
         self._last_exec: tuple[tuple[Any, ...], bytes, bytes] | None = None
         self.shapes_replies = _RepeatedResults()
         self.sent_again = 0  # executions sent the short way (exec_again)
-        self._again_took = 0.0  # the last one's round trip, seconds
+        self._again_took = 0.0  # the last one's round trip, seconds (0: not known)
         self.looked = 0  # ... that looked for their reply (_await_reply)
         self.found = 0  # ... whose reply came while looking
         self._look = select.poll()
@@ -245,6 +245,7 @@ class Connection:
         wr.opt_i64(deadline, "deadline")
         wr.opt_i64(loop, "loopTimeout")
         self._last_exec = None if req is None else (key, req, bytes(wr.buf[start:]))
+        self._again_took = 0.0  # a new message: its round trip is not known yet
 
     def _unlearn(self, mems: list[SharedMemory]) -> None:
         self._last_request.clear()
@@ -450,13 +451,8 @@ class Connection:
                 return
             if ready:
                 return
-        end = sent + took + REPLY_LOOK_S
-        poll = self._look.poll
-        while not poll(0):
-            if time.perf_counter() >= end:
-                return
-            os.sched_yield()
-        self.found += 1
+        if look_until(self._look.poll, sent + took + REPLY_LOOK_S):
+            self.found += 1
 
     def _pass_reading(self) -> None:
         """Give the reading up: to a caller still waiting, or to the background thread when

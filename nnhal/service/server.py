@@ -55,7 +55,7 @@ from nnhal.memory import SharedMemory
 from nnhal.service import registration
 from nnhal.service import wire as w
 from nnhal.service.ring import ChannelPair, PacketTooLarge, RingClosed, RingError
-from nnhal.service.transport import Closed, Receiver, TooLarge, send_message
+from nnhal.service.transport import Closed, Receiver, TooLarge, look_until, send_message
 from nnhal.service.wire import Kind, Reader, ResourceLimit, WireError, Writer
 
 log = logging.getLogger("nnhal.service")
@@ -212,11 +212,12 @@ class Session:
         back that quickly once of the last two times (NEXT_CALL_LOOK_S)."""
         done = True
         replied: float | None = None  # when this thread last replied, for NEXT_CALL_LOOK_S
-        quick = False  # the client's last message came within NEXT_CALL_LOOK_S of a reply
-        eager = False  # ... or the one before it did
+        # The client's last message came within NEXT_CALL_LOOK_S of a reply; the one before.
+        quick = was_quick = False
         try:
             while not self.closed:
-                if eager and replied is not None and not self.receiver.pending():
+                if (quick or was_quick) and replied is not None and \
+                        not self.receiver.pending():
                     self._look_for_next(replied)
                 try:
                     kind, call_id, body, fds = self.receiver.next(self.limits.max_body)
@@ -228,9 +229,7 @@ class Session:
                     return
                 self.service.messages += 1
                 if replied is not None:
-                    was_quick = quick
-                    quick = time.perf_counter() - replied < NEXT_CALL_LOOK_S
-                    eager = quick or was_quick
+                    was_quick, quick = quick, time.perf_counter() - replied < NEXT_CALL_LOOK_S
                     replied = None
                 job = self.dispatch(kind, call_id, body, fds)
                 if job is None:
@@ -255,14 +254,9 @@ class Session:
     def _look_for_next(self, since: float) -> None:
         """Poll for the client's next message until NEXT_CALL_LOOK_S after ``since``, yielding
         the core between looks (the client may be waking on it)."""
-        end = since + NEXT_CALL_LOOK_S
-        poll = self.look.poll
         self.service.looks += 1
-        while not poll(0):
-            if time.perf_counter() >= end:
-                return
-            os.sched_yield()
-        self.service.found += 1
+        if look_until(self.look.poll, since + NEXT_CALL_LOOK_S):
+            self.service.found += 1
 
     def _pass_reading(self) -> bool:
         """Start another thread reading this client's messages; False when shut down."""

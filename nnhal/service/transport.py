@@ -15,8 +15,10 @@ caller takes it (the :class:`~nnhal.service.wire.Reader`).
 from __future__ import annotations
 
 import array
+import os
 import socket
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from nnhal.service.wire import (
     HEADER_SIZE,
@@ -61,6 +63,18 @@ def send_message(sock: socket.socket, kind: int, call_id: int, body: bytes | byt
             sock.sendall(data)
     except OSError as e:
         raise Closed(str(e)) from None
+
+
+def look_until(poll: Callable[[float], list], end: float) -> bool:
+    """Whether a message arrived before ``end`` (a ``time.perf_counter`` time), polling the
+    socket (``poll``: a registered poll object's method) without sleeping and yielding the
+    core between looks: the side that sends may be waiting for it. Both ends of a call use
+    it to be awake when the other answers."""
+    while not poll(0):
+        if time.perf_counter() >= end:
+            return False
+        os.sched_yield()
+    return True
 
 
 def _fds_of(ancdata: list, flags: int, fds: list[int]) -> None:

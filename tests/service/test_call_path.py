@@ -240,6 +240,17 @@ def test_a_repeated_long_execution_looks_for_its_reply_and_a_short_one_does_not(
     start = time.monotonic()
     assert pm.execute_synchronously(rb.request)[0] == E.NONE
     assert time.monotonic() - start < 0.1 and conn.looked == 4
+    # Another execution's message: a long one's round trip is not taken for its own.
+    service.test_delay = 0.2
+    try:
+        assert pm.execute_synchronously(rb.request)[0] == E.NONE  # measured: 0.2 s again
+    finally:
+        service.test_delay = 0.0
+    other = RequestBuilder([b, a], [64])
+    for _ in range(4):
+        assert pm.execute_synchronously(other.request)[0] == E.NONE
+    assert conn.sent_again == 10 and conn.looked == 4
+    other.close()
     rb.close()
 
 
