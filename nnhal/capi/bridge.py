@@ -141,10 +141,10 @@ def _readable(addr: int, n: int) -> bool:
         return False
     if _vm_readv is None:
         return True
-    starts = [addr, *range((addr // _PAGE + 1) * _PAGE, addr + n, _PAGE)]
     pid = os.getpid()
-    for k in range(0, len(starts), _IOV_MAX):
-        chunk = starts[k:k + _IOV_MAX]
+    first_page = addr // _PAGE * _PAGE
+    for k in range(first_page, addr + n, _PAGE * _IOV_MAX):  # stops at the first fault
+        chunk = [max(addr, p) for p in range(k, min(addr + n, k + _PAGE * _IOV_MAX), _PAGE)]
         local_buf = ctypes.create_string_buffer(len(chunk))
         local = _IoVec(ctypes.cast(local_buf, ctypes.c_void_p), len(chunk))
         remote = (_IoVec * len(chunk))(*[_IoVec(a, 1) for a in chunk])
