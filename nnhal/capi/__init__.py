@@ -16,6 +16,15 @@ OP_FAILED when a C program loads it. Every call holds the GIL (PyGILState_Ensure
 thread may call. The SONAME is ``libneuralnetworks.so`` and a version script exports the
 NDK's names only.
 
+Safe at any point of the host's life: a C-level gate (atomics, no Python) precedes every call.
+A host whose own Python is not running (not started yet, or finalized) gets BAD_STATE and no
+second interpreter; the library marks itself closing from its Python ``atexit`` callable
+(registered at load by ctypes, or at the first call) and from a C ``atexit`` handler, waits up
+to 10 s with the GIL released for the calls already inside, and from then on answers
+BAD_STATE (frees: nothing) without touching Python, so ``PyGILState_Ensure`` is never called on
+a finalizing interpreter. It never finalizes an interpreter, its own included. The bridge
+checks that client memory it reads is mapped (process_vm_readv) and bounds every count.
+
 Thin C: each exported function (``wrappers.inc``, generated from :data:`header.FUNCTIONS`)
 passes its arguments as ints to the same-named function of :mod:`nnhal.capi.bridge`, which
 reads the client's structs and arrays within the counts and lengths given, keeps the handle

@@ -13,9 +13,12 @@ unexpected exception is logged and returned as OP_FAILED.
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import itertools
 import logging
+import mmap
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -106,21 +109,105 @@ def _export(fn: Callable[..., int]) -> Callable[..., int]:
     return call
 
 
+#: The most elements one array argument may count (operand indexes, devices, dependencies,
+#: dimensions, scales): far beyond any model, far below a count that would exhaust memory.
+MAX_ELEMENTS = 1 << 20
+#: The longest C string read (a cache directory): PATH_MAX.
+MAX_STRING = 4096
+_PAGE = mmap.PAGESIZE
+_IOV_MAX = 1024
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_vm_readv = getattr(_libc, "process_vm_readv", None)
+if _vm_readv is not None:
+    _vm_readv.restype = ctypes.c_ssize_t
+    _vm_readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong,
+                          ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.c_ulong]
+
+
+def _readable(addr: int, n: int) -> bool:
+    """Whether ``n`` bytes at ``addr`` can be read without a fault: one byte of each page read
+    through the kernel (process_vm_readv on this process answers EFAULT where a load would be
+    SIGSEGV). A count longer than the client's buffer is then BAD_DATA when it runs off the
+    mapping; where the kernel refuses the call (seccomp), every address is taken as readable."""
+    if n <= 0:
+        return True
+    if addr <= 0 or addr + n > 1 << 64:
+        return False
+    if _vm_readv is None:
+        return True
+    pid = os.getpid()
+    first_page = addr // _PAGE * _PAGE
+    for k in range(first_page, addr + n, _PAGE * _IOV_MAX):  # stops at the first fault
+        chunk = [max(addr, p) for p in range(k, min(addr + n, k + _PAGE * _IOV_MAX), _PAGE)]
+        local_buf = ctypes.create_string_buffer(len(chunk))
+        local = _IoVec(ctypes.cast(local_buf, ctypes.c_void_p), len(chunk))
+        remote = (_IoVec * len(chunk))(*[_IoVec(a, 1) for a in chunk])
+        got = _vm_readv(pid, ctypes.byref(local), 1, remote, len(chunk), 0)
+        if got < 0 and ctypes.get_errno() in (errno.ENOSYS, errno.EPERM):
+            return True
+        if got != len(chunk):
+            return False
+    return True
+
+
+def _client(addr: int, n: int, what: str) -> None:
+    """Refuse (BAD_DATA) ``n`` bytes of client memory at ``addr`` that cannot be read."""
+    if not _readable(addr, n):
+        raise _Code(BAD, f"{what}: {n} bytes at {addr:#x} are not the client's memory")
+
+
 def _bytes_at(addr: int, n: int) -> memoryview:
     """A view of ``n`` bytes of client memory (no copy; read or written only within n)."""
+    _client(addr, n, "buffer")
     return memoryview((ctypes.c_char * n).from_address(addr)).cast("B")
 
 
+def _array(ctype: Any, addr: int, n: int, what: str) -> Any:
+    """``n`` elements of ``ctype`` at ``addr``, the count and the memory checked first."""
+    if n > MAX_ELEMENTS:
+        raise _Code(BAD, f"{what}: count {n} exceeds {MAX_ELEMENTS}")
+    if n and not addr:
+        raise _Code(NULL, f"{what}: NULL array of {n} elements")
+    _client(addr, n * ctypes.sizeof(ctype), what)
+    return (ctype * n).from_address(addr)
+
+
 def _u32s(addr: int, n: int) -> list[int]:
-    return list((ctypes.c_uint32 * n).from_address(addr)) if n else []
+    return list(_array(ctypes.c_uint32, addr, n, "index array")) if n else []
 
 
 def _handles_at(addr: int, n: int) -> list[Any]:
-    return [handles.get(h or 0) for h in (ctypes.c_void_p * n).from_address(addr)] if n else []
+    return [handles.get(h or 0) for h in _array(ctypes.c_void_p, addr, n, "handle array")] \
+        if n else []
+
+
+def _struct(ctype: Any, addr: int) -> Any:
+    _client(addr, ctypes.sizeof(ctype), ctype.__name__)
+    return ctype.from_address(addr)
+
+
+def _string_at(addr: int) -> str:
+    """A NUL-terminated C string of at most MAX_STRING bytes, read a page at a time."""
+    out = b""
+    while len(out) < MAX_STRING:
+        n = min(_PAGE - (addr + len(out)) % _PAGE, MAX_STRING - len(out))
+        _client(addr + len(out), n, "string")
+        chunk = ctypes.string_at(addr + len(out), n)
+        end = chunk.find(b"\0")
+        if end >= 0:
+            return (out + chunk[:end]).decode(errors="surrogateescape")
+        out += chunk
+    raise _Code(BAD, f"string: no NUL within {MAX_STRING} bytes")
 
 
 def _put(ctype: Any, addr: int, value: Any) -> None:
-    ctype.from_address(addr).value = value
+    _struct(ctype, addr).value = value
 
 
 def _put_handle(addr: int, code: int, obj: Any) -> int:
@@ -131,7 +218,7 @@ def _put_handle(addr: int, code: int, obj: Any) -> int:
 def _operand_type(addr: int) -> ANeuralNetworksOperandType | None:
     if not addr:
         return None
-    s = _OperandTypeStruct.from_address(addr)
+    s = _struct(_OperandTypeStruct, addr)
     n = int(s.dimensionCount)
     if n and not s.dimensions:
         raise _Code(BAD, "operand type with dimensionCount > 0 and NULL dimensions")
@@ -160,8 +247,12 @@ def _checked(fn: Callable[..., int]) -> Callable[..., int]:
 
 
 def _needs(*pointers: int) -> None:
+    """Required pointers: not NULL, and pointing at memory (checked before anything is done,
+    so a bad out-pointer never leaves an object made and lost)."""
     if not all(pointers):
         raise _Code(NULL, "a required pointer is NULL")
+    for p in pointers:
+        _client(p, 1, "pointer")
 
 
 # ---- runtime and devices ------------------------------------------------------------------
@@ -324,11 +415,11 @@ def ANeuralNetworksModel_setOperandSymmPerChannelQuantParams(model: int, index: 
     if m is None:
         return NULL
     _needs(params)
-    s = _ChannelQuantStruct.from_address(params)
+    s = _struct(_ChannelQuantStruct, params)
     n = int(s.scaleCount)
     if n and not s.scales:
         return NULL
-    scales = [float(x) for x in (ctypes.c_float * n).from_address(s.scales)] if n else []
+    scales = [float(x) for x in _array(ctypes.c_float, s.scales, n, "scales")] if n else []
     return ndk.ANeuralNetworksModel_setOperandSymmPerChannelQuantParams(
         m, index, ndk.ANeuralNetworksSymmPerChannelQuantParams(int(s.channelDim), scales))
 
@@ -371,7 +462,7 @@ def ANeuralNetworksModel_getSupportedOperationsForDevices(model: int, devices: i
     code, ops = ndk.ANeuralNetworksModel_getSupportedOperationsForDevices(
         m, _handles_at(devices, n))
     if code == OK:
-        arr = (ctypes.c_bool * len(ops)).from_address(out)
+        arr = _array(ctypes.c_bool, out, len(ops), "supportedOps")
         for i, ok in enumerate(ops):
             arr[i] = bool(ok)
     return code
@@ -416,7 +507,7 @@ def ANeuralNetworksCompilation_setTimeout(c: int, duration: int) -> int:
 
 @_checked
 def ANeuralNetworksCompilation_setCaching(c: int, cache_dir: int, token: int) -> int:
-    d = ctypes.string_at(cache_dir).decode(errors="surrogateescape") if cache_dir else None
+    d = _string_at(cache_dir) if cache_dir else None
     t = bytes(_bytes_at(token, BYTE_SIZE_OF_CACHE_TOKEN)) if token else None
     return ndk.ANeuralNetworksCompilation_setCaching(handles.get(c), d, t)
 
@@ -557,7 +648,7 @@ def ANeuralNetworksExecution_getOutputOperandDimensions(e: int, index: int, out:
     _needs(out)
     rc, dims = ndk.ANeuralNetworksExecution_getOutputOperandDimensions(ex, index)
     if rc == OK:
-        arr = (ctypes.c_uint32 * len(dims)).from_address(out)
+        arr = _array(ctypes.c_uint32, out, len(dims), "dimensions")
         for i, d in enumerate(dims):
             arr[i] = int(d)
     return rc

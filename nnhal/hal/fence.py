@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import os
+import stat
 import threading
 import weakref
 from collections.abc import Callable
@@ -24,6 +25,29 @@ class FenceState(enum.IntEnum):
     ACTIVE = 0
     SIGNALED = 1
     ERROR = 2
+
+
+#: What ``/proc/self/fd`` shows for the descriptors that are sync fences: nnhal's own (an
+#: eventfd) and the kernel's sync_file (what a GPU, camera or display driver exports). Both
+#: become readable once signalled and never by data someone writes.
+_FENCE_LINKS = ("anon_inode:[eventfd]", "anon_inode:sync_file")
+
+
+def is_sync_fence_fd(fd: int) -> bool:
+    """Whether ``fd`` is a sync fence that can be waited on: a pipe, socket or file would make
+    a "fence" that signals when someone writes, or never."""
+    if isinstance(fd, bool) or not isinstance(fd, int) or fd < 0:
+        return False
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") in _FENCE_LINKS
+    except OSError:
+        if os.path.isdir("/proc/self/fd"):
+            return False  # /proc is there: the descriptor is not open
+    try:  # no /proc: an anonymous inode (eventfd), or the pipe of _open_fds' fallback
+        mode = stat.S_IFMT(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+    return mode == 0 or (mode == stat.S_IFIFO and not hasattr(os, "eventfd"))
 
 
 def _open_fds() -> tuple[int, int]:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from nnhal.errors import NdkError
-from nnhal.hal.fence import FenceState, SyncFence
+from nnhal.hal.fence import FenceState, SyncFence, is_sync_fence_fd
 from nnhal.hal.interfaces import ExecutionCallback
 from nnhal.hal.types import (
     DataLocation,
@@ -52,6 +52,10 @@ from nnhal.runtime.model import as_bytes, check_operand_type
 
 #: How long the runtime waits for an execution callback or fence before failing it.
 EXECUTION_TIMEOUT_S = 600.0
+#: How long any wait on a sync fence from elsewhere (createFromSyncFenceFd) lasts at most:
+#: ANeuralNetworksEvent_wait, or an execution waiting for it as a dependency. Upstream waits
+#: without end; a fence that never signals must not hold a caller for minutes.
+FOREIGN_FENCE_TIMEOUT_S = 10.0
 PREPARATION, COMPUTATION, COMPLETED = "preparation", "computation", "completed"
 
 
@@ -92,6 +96,15 @@ def _byte_view(buffer: Any, writable: bool) -> np.ndarray:
     if writable and not arr.flags.writeable:
         raise ValueError("the buffer is read-only")
     return arr
+
+
+def _until(deadline: int | None) -> float | None:
+    """Seconds from now to a steady-clock ``deadline`` (ns) when it comes before the foreign
+    fence timeout; None otherwise."""
+    if deadline is None:
+        return None
+    left = max(0.0, (deadline - time.monotonic_ns()) / 1e9)
+    return left if left < FOREIGN_FENCE_TIMEOUT_S else None
 
 
 def _dead_answer(compilation: Compilation, status: Any) -> bool:
@@ -144,9 +157,13 @@ class Event:
 
     @classmethod
     def from_sync_fence_fd(cls, fd: int) -> Event:
-        """ANeuralNetworksEvent_createFromSyncFenceFd: the fd is duplicated."""
-        if not isinstance(fd, int) or fd < 0:
+        """ANeuralNetworksEvent_createFromSyncFenceFd: the fd is duplicated. As upstream, fd 0
+        is refused; so is any descriptor that is not a sync fence (``is_sync_fence_fd``)."""
+        if isinstance(fd, bool) or not isinstance(fd, int) or fd <= 0:
             raise fail(ResultCode.BAD_DATA, f"createFromSyncFenceFd: invalid fd {fd}")
+        if not is_sync_fence_fd(fd):
+            raise fail(ResultCode.BAD_DATA, f"createFromSyncFenceFd: fd {fd} is not a sync "
+                       f"fence")
         try:
             return cls(fd=os.dup(fd))
         except OSError as e:
@@ -160,36 +177,55 @@ class Event:
             raise fail(ResultCode.BAD_DATA, "getSyncFenceFd: the event has no sync fence")
         return os.dup(fd)
 
-    def wait(self) -> None:
-        """ANeuralNetworksEvent_wait: raises NdkError with the execution's code."""
+    def wait(self, timeout_s: float | None = None) -> None:
+        """ANeuralNetworksEvent_wait: raises NdkError with the execution's code. A foreign
+        fence is waited for at most ``timeout_s`` (default FOREIGN_FENCE_TIMEOUT_S), an
+        execution at most EXECUTION_TIMEOUT_S."""
         with self._lock:
             if self._result is False:
                 try:
                     if self._waiter is not None:
                         self._waiter()
                     elif self._fd is not None:
-                        r, _, _ = select.select([self._fd], [], [], EXECUTION_TIMEOUT_S)
-                        if not r:
-                            raise fail(ResultCode.OP_FAILED, "wait: the fence never signalled")
+                        self._wait_fd(FOREIGN_FENCE_TIMEOUT_S if timeout_s is None
+                                      else timeout_s)
                     elif self.fence is not None:
                         if self.fence.wait(EXECUTION_TIMEOUT_S) != FenceState.SIGNALED:
                             raise fail(ResultCode.OP_FAILED, "wait: the fence signalled an "
                                        "error")
                     self._result = None
                 except BaseException as e:  # noqa: BLE001 - replayed to every waiter
+                    if getattr(e, "code", None) == ResultCode.MISSED_DEADLINE_TRANSIENT:
+                        raise  # a caller's deadline, shorter: not the fence's own answer
                     self._result = e
             if self._result is not None:
                 raise self._result
 
+    def _wait_fd(self, timeout_s: float) -> None:
+        assert self._fd is not None
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        if not poller.poll(max(0, int(timeout_s * 1000))):
+            if timeout_s < FOREIGN_FENCE_TIMEOUT_S:
+                raise fail(ResultCode.MISSED_DEADLINE_TRANSIENT,
+                           "the sync fence did not signal before the deadline")
+            raise fail(ResultCode.OP_FAILED, f"wait: the sync fence did not signal within "
+                       f"{timeout_s:g} s")
+
     def free(self) -> None:
-        """ANeuralNetworksEvent_free: waits for the execution first, as the runtime does."""
+        """ANeuralNetworksEvent_free: waits for the execution first, as the runtime does (its
+        outputs are the caller's buffers); a foreign fence has nothing behind it, so its free
+        closes the descriptor without waiting."""
+        if self._fd is not None:
+            with self._lock:  # not under a concurrent wait's poll (itself bounded)
+                if self._fd is not None:
+                    os.close(self._fd)
+                    self._fd = None
+            return
         try:
             self.wait()
         except Exception:  # noqa: BLE001
             pass
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
 
 class Execution:
@@ -589,13 +625,13 @@ class Execution:
         self._begin("startComputeWithDependencies")
         fences = []
         try:
+            deadline = self._deadline()
             for d in dependencies:
                 if d.fence is not None:
                     fences.append(d.fence)
                 else:
-                    d.wait()
+                    d.wait(_until(deadline))
             req = self._request()[0]
-            deadline = self._deadline()
             status, fence, info = self.compilation.prepared.execute_fenced(
                 req, fences, self._measure(), deadline, self.loop_timeout_ns,
                 duration_ns or None)

@@ -268,3 +268,52 @@ def test_a_burst_in_use_is_bad_state(device):
     with burst.lock:  # another thread's burstCompute holds it
         assert N.ANeuralNetworksExecution_burstCompute(e, burst) == R.BAD_STATE
     assert N.ANeuralNetworksExecution_burstCompute(e, burst) == OK
+
+
+def test_sync_fence_fd_must_be_a_fence(tmp_path):
+    """Only a descriptor that is a sync fence (eventfd, sync_file) makes an event; a pipe
+    nobody writes, a file, fd 0 or a closed fd is BAD_DATA."""
+    r, w = os.pipe()
+    f = os.open(tmp_path / "f", os.O_CREAT | os.O_RDWR)
+    try:
+        for fd in (r, w, f, 0, 4095, True):
+            assert N.ANeuralNetworksEvent_createFromSyncFenceFd(fd)[0] == R.BAD_DATA, fd
+    finally:
+        for fd in (r, w, f):
+            os.close(fd)
+
+
+def test_waits_on_a_foreign_fence_are_bounded(device, monkeypatch):
+    """A fence that never signals: Event_wait gives up after FOREIGN_FENCE_TIMEOUT_S, free
+    does not wait at all, and an execution depending on it fails at its deadline (or after
+    the fence timeout) instead of waiting for it for minutes."""
+    import time
+
+    from nnhal.runtime import execution as ex_mod
+
+    monkeypatch.setattr(ex_mod, "FOREIGN_FENCE_TIMEOUT_S", 0.3)
+    never = os.eventfd(0)
+    try:
+        code, ev = N.ANeuralNetworksEvent_createFromSyncFenceFd(never)
+        assert code == OK
+        t = time.monotonic()
+        assert N.ANeuralNetworksEvent_wait(ev) == R.OP_FAILED
+        assert time.monotonic() - t < 5
+        code, ev2 = N.ANeuralNetworksEvent_createFromSyncFenceFd(never)
+        t = time.monotonic()
+        N.ANeuralNetworksEvent_free(ev2)
+        assert time.monotonic() - t < 0.25  # below the fence timeout: no wait
+        c = compiled(device)
+        for timeout_ns, want in ((50_000_000, R.MISSED_DEADLINE_TRANSIENT), (0, R.OP_FAILED)):
+            code, dep = N.ANeuralNetworksEvent_createFromSyncFenceFd(never)
+            e, *_ = execution(c)
+            if timeout_ns:
+                assert N.ANeuralNetworksExecution_setTimeout(e, timeout_ns) == OK
+            t = time.monotonic()
+            code, _ = N.ANeuralNetworksExecution_startComputeWithDependencies(e, [dep], 0)
+            assert time.monotonic() - t < 5
+            assert code == want
+            N.ANeuralNetworksEvent_free(dep)
+        N.ANeuralNetworksEvent_free(ev)
+    finally:
+        os.close(never)
