@@ -62,10 +62,66 @@ PADDINGS: dict[int, int] = {Padding.SAME: PADDING_SAME, Padding.VALID: PADDING_V
 PADDINGS_BACK: dict[int, int] = {int(v): k for k, v in PADDINGS.items()}
 
 
-def builtin_code(opcode: tflite.OperatorCode) -> int:
+def builtin_code(data: bytes, opcode: tflite.OperatorCode) -> int:
     """The operator code of an OperatorCode table: the larger of the deprecated 8-bit field
-    and the 32-bit one, as TFLite's own reader does for files of every converter age."""
-    return max(int(opcode.BuiltinCode()), int(opcode.DeprecatedBuiltinCode()))
+    and the 32-bit one, as TFLite's own reader does for files of every converter age. Both
+    are read raw: the binding's ``BuiltinCode()`` answers the deprecated field whenever the
+    32-bit one is below 127, which hides a 32-bit code the rule must see."""
+    deprecated, _, _, code = fields(data, opcode._tab.Pos, 4)
+    return max(_I32(data, code)[0] if code else 0, _I8(data, deprecated)[0] if deprecated else 0)
+
+
+_I8 = struct.Struct("<b").unpack_from
+_U16 = struct.Struct("<H").unpack_from
+_I32 = struct.Struct("<i").unpack_from
+_U32 = struct.Struct("<I").unpack_from
+
+
+def fields(data: bytes, pos: int, n: int) -> tuple[int, ...]:
+    """Absolute positions of the first ``n`` fields of the table at ``pos`` (0 where a field
+    is absent), from one read of its vtable: the generated accessors cost a few
+    microseconds per field, which a file of many tensors multiplies. Positions outside the
+    file raise struct.error (made a ModelFileError by :meth:`LoadedFile.guard`)."""
+    vt = pos - _I32(data, pos)[0]
+    if vt < 0:
+        raise struct.error("vtable before the start of the file")
+    m = min(n, max(_U16(data, vt)[0] - 4, 0) // 2)
+    offsets = struct.unpack_from(f"<{m}H", data, vt + 4)
+    return tuple(pos + o if o else 0 for o in offsets) + (0,) * (n - m)
+
+
+def scalar(data: bytes, pos: int, fmt: struct.Struct, default: int = 0) -> int:
+    """The scalar field at ``pos`` (from :func:`fields`), or its default when absent."""
+    return fmt.unpack_from(data, pos)[0] if pos else default
+
+
+def vector(data: bytes, pos: int, dtype: str) -> np.ndarray:
+    """The vector field at ``pos`` (from :func:`fields`) as a read-only numpy view; empty when
+    absent. A length past the end of the file raises ValueError."""
+    if not pos:
+        return np.empty(0, dtype)
+    start = pos + _U32(data, pos)[0]
+    return np.frombuffer(data, dtype, _U32(data, start)[0], start + 4)
+
+
+def table(data: bytes, pos: int) -> int:
+    """The position of the table a field at ``pos`` (from :func:`fields`) points to; 0 when
+    absent."""
+    return pos + _U32(data, pos)[0] if pos else 0
+
+
+def tables(data: bytes, pos: int) -> np.ndarray:
+    """Positions of the tables of a vector-of-tables field at ``pos`` (from :func:`fields`)."""
+    offsets = vector(data, pos, "<u4")
+    if not pos:
+        return np.empty(0, np.int64)
+    start = pos + _U32(data, pos)[0] + 4
+    return start + 4 * np.arange(offsets.size, dtype=np.int64) + offsets.astype(np.int64)
+
+
+def string(data: bytes, pos: int) -> str:
+    """The string field at ``pos`` (from :func:`fields`), "" when absent."""
+    return vector(data, pos, "u1").tobytes().decode("utf-8", "replace")
 
 
 def builtin_name(code: int) -> str:
