@@ -1,0 +1,257 @@
+"""The structural rules of the TFLite schema that TFLite's own reader and interpreter check:
+each hostile file below is refused by nnhal's reader with one ModelFileError line, and
+ai-edge-litert (the oracle, in a child process) refuses the same file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tflite
+from oracle import available, verdicts
+from tfl import Graph, Quant, build
+
+from nnhal.errors import ModelFileError
+from nnhal.hal.types import OperationType
+from nnhal.tflite import read_tflite, schema
+from nnhal.tflite.arity import ARITY
+from nnhal.tflite.importer import builtin_support
+
+F = np.float32
+ADD = ("AddOptions", dict(FusedActivationFunction=0))
+
+
+def _binary(name: str, n_inputs: int = 2, shape: tuple = (2,)) -> bytes:
+    g = Graph()
+    x = g.input(shape, F, name="x")
+    c = g.const(np.full(shape, 3, F))
+    y = g.tensor(shape, F, name="y")
+    g.op(name, [x] + [c] * (n_inputs - 1), [y], (f"{name.capitalize()}Options",
+                                                  dict(FusedActivationFunction=0)))
+    g.output(y)
+    return build(g)
+
+
+def _relu(shape=(2, 3), signature=None, quant=None, dtype=F) -> bytes:
+    g = Graph()
+    x = g.input(shape, dtype, name="x", quant=quant, signature=signature)
+    y = g.tensor(shape, dtype, name="y", quant=quant)
+    g.op("RELU", [x], [y])
+    g.output(y)
+    return build(g)
+
+
+def _patch(data: bytes, pos: int, raw: bytes) -> bytes:
+    b = bytearray(data)
+    b[pos:pos + len(raw)] = raw
+    return bytes(b)
+
+
+def _opcode_fields(data: bytes) -> tuple[int, ...]:
+    lf = schema.load(data)
+    return schema.fields(data, lf.model.OperatorCodes(0)._tab.Pos, 4)
+
+
+def _tensor_fields(data: bytes, i: int) -> tuple[int, ...]:
+    lf = schema.load(data)
+    return schema.fields(data, lf.model.Subgraphs(0).Tensors(i)._tab.Pos, 8)
+
+
+def _deprecated_code_add() -> bytes:
+    """A MUL whose deprecated 8-bit code field says ADD (0): TFLite takes the larger."""
+    data = _binary("MUL")
+    return _patch(data, _opcode_fields(data)[0], b"\0")
+
+
+def _negative_dim() -> bytes:
+    return _relu((2, -3))
+
+
+def _bad_signature() -> bytes:
+    return _relu((2, 3), signature=[-1, 3, 1])
+
+
+def _writes_its_input() -> bytes:
+    g = Graph()
+    x = g.input((2,), F, name="x")
+    y = g.tensor((2,), F, name="y")
+    g.op("RELU", [y], [x])
+    g.op("RELU", [x], [y])
+    g.output(y)
+    return build(g)
+
+
+def _two_writers() -> bytes:
+    g = Graph()
+    x = g.input((2,), F, name="x")
+    y = g.tensor((2,), F, name="y")
+    g.op("RELU", [x], [y])
+    g.op("RELU6", [x], [y])
+    g.output(y)
+    return build(g)
+
+
+def _writes_a_constant() -> bytes:
+    g = Graph()
+    x = g.input((2,), F, name="x")
+    c = g.const(np.ones(2, F), name="c")
+    y = g.tensor((2,), F, name="y")
+    g.op("RELU", [x], [c])
+    g.op("ADD", [x, c], [y], ADD)
+    g.output(y)
+    return build(g)
+
+
+def _zero_points(n: int) -> bytes:
+    return _relu((2, 3), quant=Quant([0.5], [1] * n), dtype=np.int8)
+
+
+def _per_axis(scales: int, dim: int) -> bytes:
+    return _relu((2, 3), quant=Quant([0.5] * scales, [0] * scales, dim), dtype=np.int8)
+
+
+def _optional_left_out() -> bytes:
+    g = Graph()
+    x = g.input((2,), F, name="x")
+    y = g.tensor((2,), F, name="y")
+    g.op("ADD", [x, -1], [y], ADD)
+    g.output(y)
+    return build(g)
+
+
+def _add_const(n: int = 2) -> bytes:
+    """x + c with c of shape [2] and n float32 values of data."""
+    g = Graph()
+    x = g.input((2,), F, name="x")
+    c = g.const(np.ones(n, F), name="c", shape=(2,))
+    y = g.tensor((2,), F, name="y")
+    g.op("ADD", [x, c], [y], ADD)
+    g.output(y)
+    return build(g)
+
+
+def _buffer_out_of_range() -> bytes:
+    data = _add_const()
+    return _patch(data, _tensor_fields(data, 1)[2], (999).to_bytes(4, "little"))
+
+
+def _if_names(then_index: int) -> bytes:
+    branch = Graph()
+    a = branch.input((2,), F)
+    b = branch.tensor((2,), F)
+    branch.op("RELU", [a], [b])
+    branch.output(b)
+    g = Graph()
+    c = g.input((1,), np.bool_, name="cond")
+    x = g.input((2,), F, name="x")
+    y = g.tensor((2,), F, name="y")
+    g.op("IF", [c, x], [y], ("IfOptions", dict(ThenSubgraphIndex=then_index,
+                                                ElseSubgraphIndex=1)))
+    g.output(y)
+    return build(g, branch)
+
+
+#: kind -> (file, what nnhal's one line says).
+HOSTILE = {
+    "negative_dimension": (_negative_dim, r"has shape \[2, -3\] \(a negative dimension"),
+    "shape_signature_of_other_rank": (_bad_signature, r"shape_signature \[-1, 3, 1\] for "
+                                                       r"shape \[2, 3\]"),
+    "operator_writes_a_model_input": (_writes_its_input, r"writes tensor 0 'x', an input"),
+    "two_writers": (_two_writers, r"tensor 1 is written by operators 0 and 1"),
+    "operator_writes_a_constant": (_writes_a_constant, r"writes tensor 1 'c', a constant"),
+    "one_scale_three_zero_points": (lambda: _zero_points(3), r"1 quantization scales and 3 "
+                                                             r"zero points"),
+    "per_axis_count_not_the_dimension": (lambda: _per_axis(2, 1), r"2 quantization scales "
+                                                                  r"\(1, or 3 along dim"),
+    "quantized_dimension_out_of_range": (lambda: _per_axis(3, 2), r"quantized_dimension 2 "
+                                                                  r"for rank 2"),
+    "add_with_3_inputs": (lambda: _binary("ADD", 3), r"\(ADD\) has 3 inputs \(TFLite's "
+                                                     r"kernel takes 2\)"),
+    "add_with_100000_inputs": (lambda: _binary("ADD", 100_000), r"has 100000 inputs"),
+    "required_input_left_out": (_optional_left_out, r"leaves out input 1, which is not "
+                                                    r"optional"),
+    "buffer_out_of_range": (_buffer_out_of_range, r"names buffer 999 of"),
+    "buffer_larger_than_the_shape": (lambda: _add_const(3), r"12 bytes of data for shape "
+                                                            r"\[2\]"),
+    "buffer_smaller_than_the_shape": (lambda: _add_const(1), r"4 bytes of data for shape "
+                                                             r"\[2\]"),
+    "if_names_a_missing_subgraph": (lambda: _if_names(5), r"names subgraph 5 of 2"),
+}
+
+
+#: Kinds ai-edge-litert 2.3 accepts (with XNNPACK) where nnhal keeps the schema's rule:
+#: litert then runs a graph whose meaning depends on its execution order (a tensor written
+#: twice, an input overwritten, a cycle reading an unset tensor), reads the first bytes of a
+#: longer buffer, or keeps a signature contradicting the shape it allocates.
+LITERT_ACCEPTS = {"shape_signature_of_other_rank", "operator_writes_a_model_input",
+                  "two_writers", "operator_writes_a_constant", "buffer_larger_than_the_shape"}
+
+
+@pytest.fixture(scope="module")
+def litert_verdicts() -> dict[str, str]:
+    """What ai-edge-litert says of every hostile file (one child process for all)."""
+    if not available():
+        return {}
+    names = list(HOSTILE)
+    return dict(zip(names, verdicts([HOSTILE[n][0]() for n in names])))
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE))
+def test_hostile_file_is_refused_in_one_line_as_litert_does(kind: str, litert_verdicts
+                                                            ) -> None:
+    make, message = HOSTILE[kind]
+    with pytest.raises(ModelFileError, match=message) as e:
+        read_tflite(make(), name="m.tflite")
+    assert str(e.value).startswith("m.tflite: corrupted: ") and "\n" not in str(e.value)
+    if litert_verdicts and kind not in LITERT_ACCEPTS:
+        assert litert_verdicts[kind] != "ok", f"ai-edge-litert accepts {kind}"
+
+
+def test_builtin_code_is_the_larger_of_the_two_raw_fields() -> None:
+    """The binding's accessor answers the deprecated field (ADD) below 127; TFLite runs MUL."""
+    data = _deprecated_code_add()
+    assert tflite.Model.GetRootAs(data).OperatorCodes(0).BuiltinCode() == 0  # the trap
+    ops = [op.type for op in read_tflite(data).model.main.operations]
+    assert ops == [OperationType.MUL]
+    if available():
+        assert verdicts([data]) == ["ok"]
+        from runner import agree
+        x = np.float32([1, -2])
+        np.testing.assert_array_equal(agree(data, [x])[0], x * 3)
+
+
+def test_every_builtin_the_importer_reads_has_its_operand_counts() -> None:
+    mapped, _ = builtin_support()
+    assert sorted(set(mapped) - set(ARITY)) == []
+
+
+def test_unused_tensors_cost_no_accessor_calls(monkeypatch) -> None:
+    """Reading scales with the file, not with accessor calls per tensor: the binding's field
+    lookup (flatbuffers' Table.Offset) runs as often for 3,000 unused tensors as for 30."""
+    import flatbuffers.table
+
+    def model(n: int) -> bytes:
+        g = Graph()
+        x = g.input((2,), F)
+        y = g.tensor((2,), F)
+        for k in range(n):
+            g.const(np.float32([k, 1]))
+            g.tensor((3, 4), np.int8, quant=Quant([0.5], [1]))
+        g.op("RELU", [x], [y])
+        g.output(y)
+        return build(g)
+
+    calls = []
+    original = flatbuffers.table.Table.Offset
+
+    def counting(self, off):
+        calls.append(off)
+        return original(self, off)
+
+    small, large = model(15), model(1500)
+    monkeypatch.setattr(flatbuffers.table.Table, "Offset", counting)
+    counts = []
+    for data in (small, large):
+        calls.clear()
+        read_tflite(data)
+        counts.append(len(calls))
+    assert counts[1] == counts[0] < 200
