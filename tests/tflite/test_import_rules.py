@@ -12,7 +12,7 @@ from tfl import Graph, Quant, build
 
 from nnhal.errors import ModelFileError
 from nnhal.hal.types import OperationType
-from nnhal.tflite import read_tflite, schema
+from nnhal.tflite import read_tflite
 from nnhal.tflite.arity import ARITY
 from nnhal.tflite.importer import builtin_support
 
@@ -46,20 +46,24 @@ def _patch(data: bytes, pos: int, raw: bytes) -> bytes:
     return bytes(b)
 
 
-def _opcode_fields(data: bytes) -> tuple[int, ...]:
-    lf = schema.load(data)
-    return schema.fields(data, lf.model.OperatorCodes(0)._tab.Pos, 4)
+def _field(table: object, k: int) -> int:
+    """The byte position of field ``k`` of a generated table (0 when absent)."""
+    off = table._tab.Offset(4 + 2 * k)
+    return table._tab.Pos + off if off else 0
 
 
-def _tensor_fields(data: bytes, i: int) -> tuple[int, ...]:
-    lf = schema.load(data)
-    return schema.fields(data, lf.model.Subgraphs(0).Tensors(i)._tab.Pos, 8)
+def _opcode_field(data: bytes, k: int) -> int:
+    return _field(tflite.Model.GetRootAs(data).OperatorCodes(0), k)
+
+
+def _tensor_field(data: bytes, i: int, k: int) -> int:
+    return _field(tflite.Model.GetRootAs(data).Subgraphs(0).Tensors(i), k)
 
 
 def _deprecated_code_add() -> bytes:
     """A MUL whose deprecated 8-bit code field says ADD (0): TFLite takes the larger."""
     data = _binary("MUL")
-    return _patch(data, _opcode_fields(data)[0], b"\0")
+    return _patch(data, _opcode_field(data, 0), b"\0")
 
 
 def _negative_dim() -> bytes:
@@ -131,7 +135,7 @@ def _add_const(n: int = 2) -> bytes:
 
 def _buffer_out_of_range() -> bytes:
     data = _add_const()
-    return _patch(data, _tensor_fields(data, 1)[2], (999).to_bytes(4, "little"))
+    return _patch(data, _tensor_field(data, 1, 2), (999).to_bytes(4, "little"))
 
 
 def _if_names(then_index: int) -> bytes:
