@@ -1,11 +1,15 @@
-"""How many inputs and outputs each builtin the importer reads may have, and which inputs may
-be omitted (tensor index -1): the counts TFLite's kernels accept in their Prepare, declared
-once as data and checked for every operator when a file is read, so an operator with extra
-inputs is refused rather than converted with the extras ignored."""
+"""What each builtin the importer reads may carry: how many inputs and outputs, which inputs
+may be omitted (tensor index -1), and which options table it reads. The counts are those
+TFLite's kernels accept in their Prepare, declared once as data and checked for every
+operator when a file is read, so an operator with extra inputs is refused rather than
+converted with the extras ignored; options of another table are absent to TFLite (its
+``builtin_options_as_X`` answers null and the kernel takes the defaults), and so to nnhal."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from tflite.BuiltinOptions import BuiltinOptions
 
 
 @dataclass(frozen=True)
@@ -17,6 +21,8 @@ class Arity:
     optional: frozenset[int] = frozenset()
     #: As many outputs as inputs (WHILE's loop variables).
     same: bool = False
+    #: The BuiltinOptions table the operator reads; None when it reads none.
+    options: str | None = None
 
     def problem(self, n_in: int, n_out: int) -> str | None:
         """Why these counts are refused, or None."""
@@ -53,6 +59,31 @@ _BINARY = ("ADD", "SUB", "MUL", "DIV", "FLOOR_DIV", "POW", "MAXIMUM", "MINIMUM",
 #: bias (CIFG), the peepholes, the projection and the layer normalisation weights.
 _LSTM_OPTIONAL = (1, 5, 9, 10, 11, 12, 16, 17, 20, 21, 22, 23)
 
+#: Builtins whose options table is not named after them (the others read
+#: ``<CamelCaseName>Options`` when the schema has it, else none).
+_OPTIONS = {"AVERAGE_POOL_2D": "Pool2DOptions", "MAX_POOL_2D": "Pool2DOptions",
+            "L2_POOL_2D": "Pool2DOptions", "CONV_2D": "Conv2DOptions",
+            "DEPTHWISE_CONV_2D": "DepthwiseConv2DOptions",
+            "BATCH_TO_SPACE_ND": "BatchToSpaceNDOptions",
+            "SPACE_TO_BATCH_ND": "SpaceToBatchNDOptions",
+            "BIDIRECTIONAL_SEQUENCE_RNN": "BidirectionalSequenceRNNOptions",
+            "L2_NORMALIZATION": "L2NormOptions", "LSH_PROJECTION": "LSHProjectionOptions",
+            "LSTM": "LSTMOptions", "MAXIMUM": "MaximumMinimumOptions",
+            "MINIMUM": "MaximumMinimumOptions", "PADV2": "PadV2Options", "RNN": "RNNOptions",
+            "SVDF": "SVDFOptions", "TOPK_V2": "TopKV2Options",
+            "UNIDIRECTIONAL_SEQUENCE_LSTM": "UnidirectionalSequenceLSTMOptions",
+            "UNIDIRECTIONAL_SEQUENCE_RNN": "SequenceRNNOptions",
+            **{n: "ReducerOptions" for n in ("MEAN", "SUM", "REDUCE_PROD", "REDUCE_MAX",
+                                             "REDUCE_MIN", "REDUCE_ANY", "REDUCE_ALL")}}
+
+
+def _with_options(name: str, arity: Arity) -> Arity:
+    table = _OPTIONS.get(name, "".join(p.capitalize() for p in name.split("_")) + "Options")
+    if not hasattr(BuiltinOptions, table):
+        return arity
+    return Arity(arity.inputs, arity.outputs, arity.optional, arity.same, table)
+
+
 #: Builtin name -> what TFLite's kernel accepts, for every builtin the importer reads.
 ARITY: dict[str, Arity] = {
     **{name: _a(1) for name in _UNARY},
@@ -65,7 +96,7 @@ ARITY: dict[str, Arity] = {
     "DEPTHWISE_CONV_2D": _a((2, 3), optional=(2,)),
     "TRANSPOSE_CONV": _a((3, 4), optional=(3,)),
     "FULLY_CONNECTED": _a((2, 3), (1, 2), optional=(2,)),
-    "RESHAPE": _a((1, 2), optional=(1,)),
+    "RESHAPE": _a((1, 2)),
     "PAD": _a((2, 3), optional=(2,)),
     "PADV2": _a((2, 3), optional=(2,)),
     "SLICE": _a(3),
@@ -92,3 +123,4 @@ ARITY: dict[str, Arity] = {
     "VAR_HANDLE": _a(0, 1),
     "ASSIGN_VARIABLE": _a(2, 0),
 }
+ARITY = {name: _with_options(name, a) for name, a in ARITY.items()}

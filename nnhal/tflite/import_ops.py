@@ -393,9 +393,36 @@ def _reshape_exact(ctx: Context, src: int, dst: int) -> None:
                      f"gives {list(src_o.dimensions)} -> {dims}")
 
 
+def _check_new_shape(ctx: Context, op: OpInfo) -> None:
+    """TFLite's RESHAPE takes its shape from the shape tensor (else the options), infers one
+    -1 and needs the input's element count; the declared output shape is only a hint it
+    overwrites, so one that disagrees would silently give another result here."""
+    x, out = ctx.t(op.inputs[0]), ctx.t(op.outputs[0])
+    value = ctx.value(op.inputs[1]) if len(op.inputs) > 1 else None
+    if value is not None and value.ndim == 1:
+        new = [int(d) for d in value]
+    elif op.options.NewShapeLength():
+        new = [int(d) for d in op.options.NewShapeAsNumpy()]
+    else:
+        return
+    if not x.static or sum(d == -1 for d in new) > 1 or any(d < -1 for d in new):
+        if any(d < -1 for d in new) or sum(d == -1 for d in new) > 1:
+            raise Refuse(f"new shape {new} is not a shape")
+        return
+    count, known = int(np.prod(x.shape, dtype=np.int64)), int(np.prod([d for d in new
+                                                                        if d != -1]))
+    if -1 in new and known and count % known == 0:
+        new = [count // known if d == -1 else d for d in new]
+    if int(np.prod(new, dtype=np.int64)) != count:
+        raise Refuse(f"new shape {new} does not hold the input's {count} elements")
+    if out.static and list(out.shape) != new:
+        raise Refuse(f"new shape {new} is not the output's declared {list(out.shape)}")
+
+
 @_conv("RESHAPE", "RESHAPE (new shape from the output, the shape input or the options; "
                   "int32 between equal HAL shapes as a copy, from one dimension as GATHER)")
 def _reshape(ctx: Context, op: OpInfo) -> None:
+    _check_new_shape(ctx, op)
     out = ctx.t(op.outputs[0])
     if hal_type(ctx.t(op.inputs[0]))[0] not in _RESHAPABLE and out.static:
         _reshape_exact(ctx, ctx.x(op.inputs[0]), ctx.y(op.outputs[0]))

@@ -9,6 +9,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+import flatbuffers
 import numpy as np
 import tflite
 from tflite.BuiltinOptions import BuiltinOptions
@@ -18,9 +19,6 @@ from nnhal.errors import ModelFileError
 from nnhal.tflite import schema
 from nnhal.tflite.arity import ARITY
 from nnhal.tflite.sparsity import densify
-
-_OPTION_NAMES = {v: k for k, v in vars(BuiltinOptions).items()
-                 if not k.startswith("_") and isinstance(v, int)}
 
 
 @dataclass
@@ -41,6 +39,9 @@ class TensorInfo:
     #: Holds sparse data that DENSIFY makes dense.
     sparse_value: np.ndarray | None = None
     is_variable: bool = False
+    #: A dimension of the file's shape is 0: an empty tensor to TFLite, where the HAL's 0
+    #: means unknown.
+    zero_sized: bool = False
 
     @property
     def type_name(self) -> str:
@@ -145,8 +146,11 @@ class _Reader:
         info = TensorInfo(i, name, schema.scalar(data, f[_T_TYPE], _I8), (),
                           is_variable=bool(schema.scalar(data, f[_T_VARIABLE], _U8)))
         what = f"{where} {info.describe()}"
+        if info.ttype not in schema.TENSOR_TYPE_NAMES:
+            raise self.fail(f"{what} has type {info.ttype}, which is not a TFLite type")
         raw = schema.vector(data, f[_T_SHAPE], "<i4")
         shape = tuple(raw.tolist())
+        info.zero_sized = 0 in shape
         if any(d < 0 for d in shape):
             raise self.fail(f"{what} has shape {list(shape)} (a negative dimension; unknown "
                             f"ones are -1 in shape_signature, not in shape)")
@@ -214,6 +218,7 @@ class _Reader:
 
     def operator(self, op: tflite.Operator, k: int, n_t: int, where: str) -> OpInfo:
         model = self.lf.model
+        schema.verify(op)
         n_codes = model.OperatorCodesLength()
         oc_index = int(op.OpcodeIndex())
         if not 0 <= oc_index < n_codes:
@@ -226,8 +231,9 @@ class _Reader:
         at = f"{where} operator {k} ({name})"
         ins = self.indexes(op.InputsAsNumpy() if op.InputsLength() else _NONE, n_t, at)
         outs = self.indexes(op.OutputsAsNumpy() if op.OutputsLength() else _NONE, n_t, at)
-        info = OpInfo(k, name, code, ins, outs, _options(op), custom)
         arity = None if custom else ARITY.get(name)
+        info = OpInfo(k, name, code, ins, outs,
+                      _options(op, arity.options if arity is not None else None), custom)
         if arity is not None:
             problem = arity.problem(len(ins), len(outs))
             if problem is not None:
@@ -288,18 +294,30 @@ class _Reader:
 _NONE = np.empty(0, np.int32)
 
 
-def _options(op: tflite.Operator) -> Any:
+def _options(op: tflite.Operator, table: str | None) -> Any:
+    """The operator's options as ``table``: the schema's defaults when the file has none or
+    has another table (TFLite reads those as absent); None when the builtin reads none."""
+    if table is None:
+        return None
     kind = int(op.BuiltinOptionsType())
-    if kind == 0:
-        return None
-    table = op.BuiltinOptions()
-    name = _OPTION_NAMES.get(kind)
-    cls = getattr(tflite, name, None) if name else None
-    if table is None or cls is None:
-        return None
-    opts = cls()
-    opts.Init(table.Bytes, table.Pos)
+    found = op.BuiltinOptions() if kind == getattr(BuiltinOptions, table) else None
+    if found is None:
+        return default_options(table)
+    schema.fields(found.Bytes, found.Pos, 0)  # its vtable, as the verifier checks it
+    opts = getattr(tflite, table)()
+    opts.Init(found.Bytes, found.Pos)
     return opts
+
+
+def default_options(table: str) -> Any:
+    """An options table with every field at its schema default."""
+    b = flatbuffers.Builder(16)
+    b.StartObject(0)
+    b.Finish(b.EndObject())
+    obj = getattr(tflite, table)()
+    data = bytes(b.Output())
+    obj.Init(data, flatbuffers.encode.Get(flatbuffers.packer.uoffset, data, 0))
+    return obj
 
 
 def read_model(lf: schema.LoadedFile, dynamic_shapes: bool = False) -> list[SubgraphInfo]:

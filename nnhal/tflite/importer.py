@@ -167,6 +167,9 @@ class _Importer:
         for i in sg.inputs:
             t = sg.tensors[i]
             try:
+                if t.zero_sized:
+                    raise Refuse(f"{t.describe()} has shape {list(t.shape)}: a HAL input "
+                                 f"cannot be empty (its 0 means unknown)")
                 ht, sc, zp, cq = hal_type(t)
             except Refuse as e:
                 self.problems.append(f"input {e}")

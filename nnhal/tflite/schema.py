@@ -80,14 +80,27 @@ _U32 = struct.Struct("<I").unpack_from
 def fields(data: bytes, pos: int, n: int) -> tuple[int, ...]:
     """Absolute positions of the first ``n`` fields of the table at ``pos`` (0 where a field
     is absent), from one read of its vtable: the generated accessors cost a few
-    microseconds per field, which a file of many tensors multiplies. Positions outside the
-    file raise struct.error (made a ModelFileError by :meth:`LoadedFile.guard`)."""
+    microseconds per field, which a file of many tensors multiplies. The vtable is checked
+    as flatbuffers' verifier checks it (aligned, even size, the table inside the file, each
+    field inside the table); a violation raises struct.error (made a ModelFileError by
+    :meth:`LoadedFile.guard`)."""
+    if pos % 4:
+        raise struct.error(f"table at byte {pos} is not aligned")
     vt = pos - _I32(data, pos)[0]
-    if vt < 0:
-        raise struct.error("vtable before the start of the file")
-    m = min(n, max(_U16(data, vt)[0] - 4, 0) // 2)
-    offsets = struct.unpack_from(f"<{m}H", data, vt + 4)
-    return tuple(pos + o if o else 0 for o in offsets) + (0,) * (n - m)
+    if vt < 0 or vt % 2:
+        raise struct.error(f"vtable of the table at byte {pos} is outside the file")
+    size, table_size = struct.unpack_from("<HH", data, vt)
+    if size < 4 or size % 2 or table_size < 4 or pos + table_size > len(data):
+        raise struct.error(f"vtable of the table at byte {pos} is malformed")
+    offsets = struct.unpack_from(f"<{(size - 4) // 2}H", data, vt + 4)
+    if offsets and max(offsets) >= table_size:
+        raise struct.error(f"a field of the table at byte {pos} lies outside it")
+    return tuple(pos + o if o else 0 for o in offsets[:n]) + (0,) * (n - len(offsets[:n]))
+
+
+def verify(table: object) -> None:
+    """Checks a generated table's vtable (see :func:`fields`) before its accessors read it."""
+    fields(table._tab.Bytes, table._tab.Pos, 0)  # type: ignore[attr-defined]
 
 
 def scalar(data: bytes, pos: int, fmt: struct.Struct, default: int = 0) -> int:
@@ -101,6 +114,8 @@ def vector(data: bytes, pos: int, dtype: str) -> np.ndarray:
     if not pos:
         return np.empty(0, dtype)
     start = pos + _U32(data, pos)[0]
+    if start % 4:
+        raise struct.error(f"the vector at byte {start} is not aligned")
     return np.frombuffer(data, dtype, _U32(data, start)[0], start + 4)
 
 
@@ -120,8 +135,12 @@ def tables(data: bytes, pos: int) -> np.ndarray:
 
 
 def string(data: bytes, pos: int) -> str:
-    """The string field at ``pos`` (from :func:`fields`), "" when absent."""
-    return vector(data, pos, "u1").tobytes().decode("utf-8", "replace")
+    """The string field at ``pos`` (from :func:`fields`), "" when absent; it must end with
+    the zero byte the format requires."""
+    raw = vector(data, pos, "u1")
+    if pos and data[pos + _U32(data, pos)[0] + 4 + raw.size] != 0:
+        raise struct.error(f"the string at byte {pos} is not terminated")
+    return raw.tobytes().decode("utf-8", "replace")
 
 
 def builtin_name(code: int) -> str:

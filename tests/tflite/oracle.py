@@ -1,6 +1,10 @@
 """ai-edge-litert as the oracle of what a .tflite may be: each file is handed to its
 Interpreter (construction and allocate_tensors) in a child process, since a hostile file can
-crash it; a crash or a hang counts as a refusal and the child starts again after it."""
+crash it; a crash or a hang counts as a refusal and the child starts again after it. The
+Interpreter runs TFLite's builtin kernels without the default XNNPACK delegate: the rules
+asked of nnhal are those of TFLite's reader, interpreter and kernels, not the narrower set
+of what that delegate takes (it refuses, e.g., a per-channel int32 bias whose zero points
+are not 0, which TFLite's kernels accept and ignore)."""
 
 from __future__ import annotations
 
@@ -13,14 +17,15 @@ from collections.abc import Sequence
 
 _CHILD = r"""
 import os, sys
-from ai_edge_litert.interpreter import Interpreter
+from ai_edge_litert.interpreter import Interpreter, OpResolverType
+plain = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
 folder = sys.argv[1]
 for name in sys.argv[2:]:
     print("start", name, flush=True)
     with open(os.path.join(folder, name), "rb") as f:
         data = f.read()
     try:
-        Interpreter(model_content=data).allocate_tensors()
+        Interpreter(model_content=data, experimental_op_resolver_type=plain).allocate_tensors()
         verdict = "ok"
     except Exception as e:
         verdict = "refused " + " ".join(str(e).split())[:200]
