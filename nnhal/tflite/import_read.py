@@ -218,7 +218,6 @@ class _Reader:
 
     def operator(self, op: tflite.Operator, k: int, n_t: int, where: str) -> OpInfo:
         model = self.lf.model
-        schema.verify(op)
         n_codes = model.OperatorCodesLength()
         oc_index = int(op.OpcodeIndex())
         if not 0 <= oc_index < n_codes:
@@ -303,7 +302,6 @@ def _options(op: tflite.Operator, table: str | None) -> Any:
     found = op.BuiltinOptions() if kind == getattr(BuiltinOptions, table) else None
     if found is None:
         return default_options(table)
-    schema.fields(found.Bytes, found.Pos, 0)  # its vtable, as the verifier checks it
     opts = getattr(tflite, table)()
     opts.Init(found.Bytes, found.Pos)
     return opts
