@@ -10,7 +10,7 @@ import tflite
 from oracle import available, verdicts
 from tfl import Graph, Quant, build
 
-from nnhal.errors import ModelFileError
+from nnhal.errors import ModelFileError, UnsupportedModelError
 from nnhal.hal.types import OperationType
 from nnhal.tflite import read_tflite
 from nnhal.tflite.arity import ARITY
@@ -259,3 +259,60 @@ def test_unused_tensors_cost_no_accessor_calls(monkeypatch) -> None:
         read_tflite(data)
         counts.append(len(calls))
     assert counts[1] == counts[0] < 200
+
+
+def _reshape(shape_input: np.ndarray | None = None, new_shape: list[int] | None = None,
+             out: tuple = (3, 2)) -> bytes:
+    g = Graph()
+    x = g.input((2, 3), F, name="x")
+    y = g.tensor(out, F, name="y")
+    ins = [x] if shape_input is None else [x, g.const(shape_input)]
+    g.op("RESHAPE", ins, [y], None if new_shape is None else ("ReshapeOptions",
+                                                              dict(NewShape=new_shape)))
+    g.output(y)
+    return build(g)
+
+
+def _reshape_empty() -> bytes:
+    """An empty SLICE (2x0) reshaped to 3 elements: the input's count is 0, not unknown."""
+    g = Graph()
+    x = g.input((2, 3), F, name="x")
+    e = g.tensor((2, 0), F, name="e")
+    g.op("SLICE", [x, g.const(np.int32([0, 0])), g.const(np.int32([2, 0]))], [e])
+    y = g.tensor((3,), F, name="y")
+    g.op("RESHAPE", [e, g.const(np.int32([3]))], [y])
+    g.output(y)
+    return build(g)
+
+
+#: RESHAPEs TFLite refuses in its parser or its kernel's Prepare, whose declared output
+#: shape alone would let them through: the target shape is the shape input only when that
+#: is a constant 1-D int32 tensor, else the options' new_shape, and no options is [].
+RESHAPE_REFUSED = {
+    "no_shape_input_and_no_options": (lambda: _reshape(out=(6,)), r"new shape \[\] does not"),
+    "shape_input_not_int32": (lambda: _reshape(np.int64([3, 2])), r"new shape \[\] does not"),
+    "shape_input_of_rank_2_and_options": (lambda: _reshape(np.int32([[3, 2]]), [3, 4]),
+                                          r"new shape \[3, 4\] does not hold"),
+    "empty_input_to_three_elements": (_reshape_empty, r"does not hold the input's 0 elem"),
+    "options_of_nine_dimensions": (lambda: _reshape(np.int32([3, 2]), [1] * 8 + [6]),
+                                   r"new_shape has 9 dimensions"),
+}
+
+
+@pytest.mark.parametrize("kind", list(RESHAPE_REFUSED))
+def test_reshape_target_is_the_one_tflite_computes(kind: str) -> None:
+    make, message = RESHAPE_REFUSED[kind]
+    data = make()
+    with pytest.raises(UnsupportedModelError, match=message) as e:
+        read_tflite(data, name="m.tflite")
+    assert "\n" not in str(e.value)
+    if available():
+        assert verdicts([data])[0] != "ok", f"ai-edge-litert accepts {kind}"
+
+
+def test_reshape_shape_input_wins_over_the_options() -> None:
+    """A constant 1-D int32 shape input is used whatever the options say."""
+    data = _reshape(np.int32([3, 2]), [7, 7])
+    read_tflite(data)
+    if available():
+        assert verdicts([data]) == ["ok"]
