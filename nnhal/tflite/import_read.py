@@ -123,21 +123,25 @@ class _Reader:
         return ModelFileError(self.name, f"corrupted: {problem}")
 
     def buffer_bytes(self, k: int, where: str) -> bytes | None:
-        """Buffer ``k``'s data (None when empty); buffer 0 is the schema's empty sentinel."""
-        if k == 0 and self.buffers.size == 0:
+        """Buffer ``k``'s data as TFLite's InterpreterBuilder takes it: none for buffer 0 (the
+        schema's empty sentinel, whatever it holds); a data vector, when present, even empty
+        (a constant of 0 bytes, which a tensor of any element is refused for); else bytes
+        past the flatbuffer when ``offset`` > 1; else none (a tensor computed at run time)."""
+        if k == 0:
             return None
         if not 0 <= k < self.buffers.size:
             raise self.fail(f"{where} names buffer {k} of {self.buffers.size}")
         data = self.data
         f = schema.fields(data, int(self.buffers[k]), 3)
+        if f[_B_DATA]:
+            return schema.vector(data, f[_B_DATA], "u1").tobytes()
         off, size = schema.scalar(data, f[_B_OFFSET], _U64), schema.scalar(data, f[_B_SIZE], _U64)
         if off > 1:  # data past the flatbuffer (large models)
             if off + size > len(data):
                 raise ModelFileError(self.name, f"truncated: buffer {k} ends at byte "
                                                 f"{off + size} of {len(data)}")
-            return data[off:off + size] if size else None
-        arr = schema.vector(data, f[_B_DATA], "u1")
-        return arr.tobytes() if arr.size else None
+            return data[off:off + size]
+        return None
 
     def tensor(self, pos: int, i: int, where: str, used: bool) -> TensorInfo:
         data = self.data

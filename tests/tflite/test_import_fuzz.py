@@ -22,7 +22,7 @@ from nnhal.tflite import read_tflite
 
 F = np.float32
 #: Mutants per seed model, and the seed of the generator.
-PER_MODEL, SEED = 500, 20241126
+PER_MODEL, SEED = 1000, 20241126
 #: A hang is a mutant whose reading takes longer than this.
 HANG_S = 5
 
@@ -176,13 +176,6 @@ def _mutant(data: bytes, sites: list[Site], rng: np.random.Generator) -> bytes:
     return bytes(b)
 
 
-#: Classes still open (each is a litert message part): flatbuffers' verifier checks that
-#: nnhal's reader does not make everywhere yet (it checks the vtables and strings it reads
-#: through its own field reader, not every table the generated accessors read), and
-#: RESHAPE's shape taken from a shape tensor whose own shape was rewritten.
-KNOWN_GAPS = ("The model is not a valid Flatbuffer buffer", "reshape_utils.h")
-
-
 class _Hang(Exception):
     pass
 
@@ -195,7 +188,7 @@ def test_mutants_are_read_or_refused_in_one_line_and_never_accepted_where_litert
         ) -> None:
     rng = np.random.default_rng(SEED)
     outcomes = {"accepted": 0, "file": 0, "unsupported": 0}
-    accepted: list[tuple[str, bytes, bool]] = []
+    accepted: list[tuple[str, bytes]] = []
     foreign: list[str] = []
     slowest = 0.0
     old = signal.signal(signal.SIGALRM, _alarm)
@@ -203,7 +196,6 @@ def test_mutants_are_read_or_refused_in_one_line_and_never_accepted_where_litert
         for name, data in _seeds().items():
             read_tflite(data)  # the seed itself is a good model
             sites = _sites(data)
-            scale_bytes = {p + k for p, f in sites if f == "<f" for k in range(4)}
             for _ in range(PER_MODEL):
                 m = _mutant(data, sites, rng)
                 start = time.monotonic()
@@ -212,9 +204,7 @@ def test_mutants_are_read_or_refused_in_one_line_and_never_accepted_where_litert
                     read_tflite(m, name="m.tflite")
                     outcomes["accepted"] += 1
                     if m != data:
-                        only_scales = all(k in scale_bytes for k in range(len(m))
-                                          if m[k] != data[k])
-                        accepted.append((name, m, only_scales))
+                        accepted.append((name, m))
                 except ModelFileError as e:
                     assert str(e).startswith("m.tflite: ") and "\n" not in str(e)
                     outcomes["file"] += 1
@@ -234,11 +224,11 @@ def test_mutants_are_read_or_refused_in_one_line_and_never_accepted_where_litert
     assert outcomes["file"] > 0 and outcomes["accepted"] > 0
     if not available():
         pytest.skip("ai-edge-litert is not installed: mutants were not checked against it")
-    said = verdicts([m for _, m, _ in accepted], budget_s=120)
-    # Known: litert's process dies on some quantization scales rewritten to tiny or odd
-    # positive values (a per-channel filter scale of 8e-29); the HAL takes any positive
-    # scale and nnhal computes with it, so such a crash is not a rule nnhal misses.
-    wrong = [f"{name}: {v}" for (name, _, only_scales), v in zip(accepted, said)
-             if v != "ok" and not (v == "crash" and only_scales)
-             and not any(gap in v for gap in KNOWN_GAPS)]
+    said = verdicts([m for _, m in accepted], budget_s=120)
+    # No exemptions: a mutant nnhal reads must be one litert constructs and allocates. A
+    # litert crash counts as a refusal too: the one class seen (a quantized ADD's output
+    # scale rewritten to 8e-29) is TFLite's own rule, asserted with a TFLITE_CHECK in its
+    # kernel's Prepare, which nnhal now refuses; a crash that is litert's bug alone would
+    # show here as a failure naming the file, to be examined rather than copied.
+    wrong = [f"{name}: {v}" for (name, _), v in zip(accepted, said) if v != "ok"]
     assert wrong == [], f"{len(wrong)} of {len(accepted)} accepted mutants litert refuses"

@@ -316,3 +316,28 @@ def test_reshape_shape_input_wins_over_the_options() -> None:
     read_tflite(data)
     if available():
         assert verdicts([data]) == ["ok"]
+
+
+def _quantized(op: str, out_scale: float, dtype=np.int8) -> bytes:
+    g = Graph()
+    x = g.input((4,), dtype, name="x", quant=Quant([1.0], [0]))
+    y = g.tensor((4,), dtype, name="y", quant=Quant([out_scale], [0]))
+    g.op(op, [x, g.const(np.ones(4, dtype), quant=Quant([0.5], [0]))], [y],
+         (f"{op.capitalize()}Options", dict(FusedActivationFunction=0)))
+    g.output(y)
+    return build(g)
+
+
+def test_quantized_add_output_multiplier_must_be_a_fraction() -> None:
+    """2 x 1.0 / (2^20 x s) < 1 needs s > 2^-19: just above it is read (and litert runs it),
+    8e-29 (a fuzz mutant's output scale) is refused, where litert's process aborts on the
+    TFLITE_CHECK of ADD's Prepare: that crash is TFLite's refusal, not a litert accident.
+    SUB's Prepare takes a multiplier above 1, so the same SUB is read."""
+    good, bad = _quantized("ADD", 2.0 ** -19 * 1.01), _quantized("ADD", 8e-29)
+    sub = _quantized("SUB", 8e-29)
+    read_tflite(good)
+    read_tflite(sub)
+    with pytest.raises(UnsupportedModelError, match=r"output multiplier .* is not below 1"):
+        read_tflite(bad)
+    if available():
+        assert verdicts([good, bad, sub]) == ["ok", "crash", "ok"]
