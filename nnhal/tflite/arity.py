@@ -92,8 +92,8 @@ ARITY: dict[str, Arity] = {
     "CONCATENATION": _a((1, None)),
     "PACK": _a((1, None)),
     "UNPACK": _a(1, (1, None)),
-    "CONV_2D": _a((2, 3), optional=(2,)),
-    "DEPTHWISE_CONV_2D": _a((2, 3), optional=(2,)),
+    "CONV_2D": _a(3),  # its kernel requires the bias
+    "DEPTHWISE_CONV_2D": _a((2, 3)),  # a bias, when listed, may not be -1
     "TRANSPOSE_CONV": _a((3, 4), optional=(3,)),
     "FULLY_CONNECTED": _a((2, 3), (1, 2), optional=(2,)),
     "RESHAPE": _a((1, 2)),

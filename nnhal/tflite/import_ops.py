@@ -398,19 +398,20 @@ _RESHAPE_MAX_DIMS = 8
 
 
 def _reshape_target(ctx: Context, op: OpInfo) -> list[int] | None:
-    """The shape TFLite's RESHAPE asks for in Prepare: the shape input's value when it is a
-    constant 1-D int32 tensor, else the options' new_shape ([0] is the legacy scalar, no
-    options is the scalar []); None when only a run-time shape input knows it."""
+    """The shape TFLite's RESHAPE asks for: the shape input's value when it is a 1-D int32
+    tensor (None when that is only known at run time), else the options' new_shape ([0]
+    is the legacy scalar, no options is the scalar [])."""
     opts = op.options.NewShapeAsNumpy().tolist() if op.options.NewShapeLength() else []
     if len(opts) > _RESHAPE_MAX_DIMS:  # TFLite's parser refuses the options themselves
         raise Refuse(f"new_shape has {len(opts)} dimensions (TFLite holds at most "
                      f"{_RESHAPE_MAX_DIMS})")
     if len(op.inputs) == 2:
-        shape, value = ctx.t(op.inputs[1]), ctx.value(op.inputs[1])
-        if value is None:
-            return None
-        if shape.ttype == TT.INT32 and value.ndim == 1:
-            return [int(d) for d in value]
+        shape = ctx.t(op.inputs[1])
+        if shape.ttype == TT.INT32 and shape.has_rank and len(shape.shape) == 1:
+            value = ctx.value(op.inputs[1])
+            return None if value is None else [int(d) for d in value]
+    # Any other shape input (another type or rank, constant or not) is ignored, in Prepare
+    # and in Eval alike.
     return [] if opts == [0] else [int(d) for d in opts]
 
 

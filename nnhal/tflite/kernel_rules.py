@@ -81,7 +81,8 @@ def _bias_scale(ctx: Context, op: OpInfo) -> None:
                      f"{_scale(out):.6g}, as TFLite's kernel requires)")
 
 
-def _depthwise(ctx: Context, op: OpInfo) -> None:
+def _convolution(ctx: Context, op: OpInfo) -> None:
+    """The bias scale, and strides that fit the int16 TFLite's convolutions keep them in."""
     _bias_scale(ctx, op)
     o = op.options
     for what, stride in (("width", o.StrideW()), ("height", o.StrideH())):
@@ -109,7 +110,7 @@ def _concatenation(ctx: Context, op: OpInfo) -> None:
 RULES: dict[str, Callable[[Context, OpInfo], None]] = {
     "ADD": _add,
     "FULLY_CONNECTED": _bias_scale,
-    "CONV_2D": _bias_scale,
-    "DEPTHWISE_CONV_2D": _depthwise,
+    "CONV_2D": _convolution,
+    "DEPTHWISE_CONV_2D": _convolution,
     "CONCATENATION": _concatenation,
 }

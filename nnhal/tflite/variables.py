@@ -73,6 +73,9 @@ class Variables:
         handle = self.ctx.t(op.inputs[0])
         if handle.ttype not in (TT.RESOURCE, TT.INT32):  # what TFLite's kernels take
             raise Refuse(f"{handle.describe()} is {handle.type_name}, not a resource handle")
+        if handle.has_rank and int(np.prod(handle.shape)) != 1:  # NumElements, in Prepare
+            raise Refuse(f"{handle.describe()} has shape {list(handle.shape)}: a resource "
+                         f"handle is one element")
         return self.vars[key]
 
     def _input(self, v: _Var, t: TensorInfo) -> int:

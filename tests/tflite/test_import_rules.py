@@ -4,11 +4,14 @@ ai-edge-litert (the oracle, in a child process) refuses the same file."""
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pytest
 import tflite
 from oracle import available, verdicts
 from tfl import Graph, Quant, build
+from tflite.TensorType import TensorType as TT
 
 from nnhal.errors import ModelFileError, UnsupportedModelError
 from nnhal.hal.types import OperationType
@@ -285,6 +288,13 @@ def _reshape_empty() -> bytes:
     return build(g)
 
 
+def _reshape_string_shape() -> bytes:
+    """The shape constant's type rewritten to STRING: its value is not read at all, so the
+    target is the (absent) options' []."""
+    data = _reshape(np.int32([3, 2]))
+    return _patch(data, _tensor_field(data, 2, 1), bytes([TT.STRING]))
+
+
 #: RESHAPEs TFLite refuses in its parser or its kernel's Prepare, whose declared output
 #: shape alone would let them through: the target shape is the shape input only when that
 #: is a constant 1-D int32 tensor, else the options' new_shape, and no options is [].
@@ -293,6 +303,7 @@ RESHAPE_REFUSED = {
     "shape_input_not_int32": (lambda: _reshape(np.int64([3, 2])), r"new shape \[\] does not"),
     "shape_input_of_rank_2_and_options": (lambda: _reshape(np.int32([[3, 2]]), [3, 4]),
                                           r"new shape \[3, 4\] does not hold"),
+    "shape_input_of_type_string": (_reshape_string_shape, r"new shape \[\] does not"),
     "empty_input_to_three_elements": (_reshape_empty, r"does not hold the input's 0 elem"),
     "options_of_nine_dimensions": (lambda: _reshape(np.int32([3, 2]), [1] * 8 + [6]),
                                    r"new_shape has 9 dimensions"),
@@ -341,3 +352,126 @@ def test_quantized_add_output_multiplier_must_be_a_fraction() -> None:
         read_tflite(bad)
     if available():
         assert verdicts([good, bad, sub]) == ["ok", "crash", "ok"]
+
+
+def _shape_buffer_emptied() -> bytes:
+    """A RESHAPE whose shape constant's data vector is rewritten to length 0: TFLite still
+    takes the buffer as the tensor's data (0 bytes for an 8-byte tensor) and refuses it;
+    read as "no data" the shape would silently become a run-time input."""
+    data = _reshape(np.int32([3, 2]))
+    model = tflite.Model.GetRootAs(data)
+    shape = model.Subgraphs(0).Tensors(2)
+    assert shape.ShapeAsNumpy().tolist() == [2]
+    at = _field(model.Buffers(shape.Buffer()), 0)
+    return _patch(data, at + struct.unpack_from("<I", data, at)[0], b"\0\0\0\0")
+
+
+def _conv(bias: list[int] | None, stride: int = 1, op: str = "CONV_2D") -> bytes:
+    g = Graph()
+    x = g.input((1, 4, 4, 2), F, name="x")
+    depthwise = op == "DEPTHWISE_CONV_2D"
+    w = g.const(np.ones((1, 2, 2, 2) if depthwise else (3, 2, 2, 2), F))
+    ins = [x, w] + [g.const(np.zeros(2 if depthwise else 3, F)) if b else -1
+                    for b in (bias or [])]
+    y = g.tensor((1, 3, 3 if stride == 1 else 1, 2 if depthwise else 3), F)
+    options = dict(Padding=1, StrideW=stride, StrideH=1)
+    g.op(op, ins, [y], ("DepthwiseConv2DOptions", dict(options, DepthMultiplier=1))
+         if depthwise else ("Conv2DOptions", options))
+    g.output(y)
+    return build(g)
+
+
+def _quantized_fc(bias_scale: float) -> bytes:
+    g = Graph()
+    x = g.input((1, 4), np.int8, name="x", quant=Quant([0.5], [0]))
+    w = g.const(np.ones((2, 4), np.int8), quant=Quant([0.25], [0]))
+    b = g.const(np.int32([1, 2]), quant=Quant([bias_scale], [0]))
+    y = g.tensor((1, 2), np.int8, name="y", quant=Quant([1.0], [0]))
+    g.op("FULLY_CONNECTED", [x, w, b], [y])
+    g.output(y)
+    return build(g)
+
+
+def _int8_concat(second_scale: float) -> bytes:
+    g = Graph()
+    x = g.input((1, 2), np.int8, name="x", quant=Quant([0.5], [1]))
+    c = g.const(np.int8([[3, 4]]), quant=Quant([second_scale], [1]))
+    y = g.tensor((2, 2), np.int8, name="y", quant=Quant([0.5], [1]))
+    g.op("CONCATENATION", [x, c], [y], ("ConcatenationOptions", dict(Axis=-2)))
+    g.output(y)
+    return build(g)
+
+
+def _variable(handle_shape: tuple) -> bytes:
+    init = Graph()
+    h = init.tensor(handle_shape, TT.RESOURCE)
+    init.op("VAR_HANDLE", [], [h], ("VarHandleOptions", dict(SharedName=b"v")))
+    init.op("ASSIGN_VARIABLE", [h, init.const(np.float32([1, 2]))], [])
+    g = Graph()
+    x = g.input((2,), F, name="x")
+    g.op("CALL_ONCE", [], [], ("CallOnceOptions", dict(InitSubgraphIndex=1)))
+    h1 = g.tensor(handle_shape, TT.RESOURCE)
+    g.op("VAR_HANDLE", [], [h1], ("VarHandleOptions", dict(SharedName=b"v")))
+    v = g.tensor((2,), F)
+    g.op("READ_VARIABLE", [h1], [v])
+    y = g.tensor((2,), F, name="y")
+    g.op("ADD", [v, x], [y], ("AddOptions", dict(FusedActivationFunction=0)))
+    g.output(y)
+    return build(g, init)
+
+
+#: What TFLite's InterpreterBuilder or a kernel's Prepare refuses, found by the fuzz test
+#: beyond its first seed: (file, the error class, what the message says), and a file of
+#: the same kind TFLite accepts, which nnhal must read.
+PREPARE_REFUSED = {
+    "empty_data_vector_of_a_constant": (_shape_buffer_emptied, ModelFileError,
+                                        r"has 0 bytes of data for shape \[2\]", None),
+    "conv_without_bias": (lambda: _conv(None), ModelFileError, r"has 2 inputs",
+                          lambda: _conv([1])),
+    "conv_bias_left_out": (lambda: _conv([0]), ModelFileError, r"leaves out input 2",
+                           None),
+    "depthwise_bias_left_out": (lambda: _conv([0], op="DEPTHWISE_CONV_2D"), ModelFileError,
+                                r"leaves out input 2",
+                                lambda: _conv(None, op="DEPTHWISE_CONV_2D")),
+    "conv_stride_over_int16": (lambda: _conv([1], 40000), UnsupportedModelError,
+                               r"stride_width 40000 is over 32767",
+                               lambda: _conv([1], 32767)),
+    "fc_bias_scale_not_input_times_filter": (lambda: _quantized_fc(0.25),
+                                             UnsupportedModelError,
+                                             r"bias scale 0.25 is not input x filter",
+                                             lambda: _quantized_fc(0.125)),
+    "fc_bias_scale_nan": (lambda: _quantized_fc(float("nan")), UnsupportedModelError,
+                          r"bias scale nan", None),
+    "int8_concatenation_rescaling": (lambda: _int8_concat(0.25), UnsupportedModelError,
+                                     r"TFLite's int8 kernel does not rescale",
+                                     lambda: _int8_concat(0.5)),
+    "resource_handle_of_two_elements": (lambda: _variable((2,)), UnsupportedModelError,
+                                        r"a resource handle is one element",
+                                        lambda: _variable(())),
+}
+
+
+@pytest.fixture(scope="module")
+def prepare_verdicts() -> dict[str, list[str]]:
+    if not available():
+        return {}
+    files = [(k, make()) for k, (bad, _, _, good) in PREPARE_REFUSED.items()
+             for make in (bad, good) if make is not None]
+    said: dict[str, list[str]] = {}
+    for (k, _), v in zip(files, verdicts([f for _, f in files])):
+        said.setdefault(k, []).append(v)
+    return said
+
+
+@pytest.mark.parametrize("kind", list(PREPARE_REFUSED))
+def test_what_tflite_prepare_refuses_is_refused_in_one_line(kind: str, prepare_verdicts
+                                                            ) -> None:
+    bad, error, message, good = PREPARE_REFUSED[kind]
+    with pytest.raises(error, match=message) as e:
+        read_tflite(bad(), name="m.tflite")
+    assert "\n" not in str(e.value)
+    if good is not None:
+        read_tflite(good())
+    if prepare_verdicts:
+        assert prepare_verdicts[kind][0] != "ok", f"ai-edge-litert accepts {kind}"
+        assert prepare_verdicts[kind][1:] in ([], ["ok"])
