@@ -7,9 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import flatbuffers
 import numpy as np
-import tflite
 from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.builder import SubgraphBuilder
@@ -20,7 +18,7 @@ from nnhal.hal.types import (
     SymmPerChannelQuantParams,
 )
 from nnhal.tflite import schema
-from nnhal.tflite.import_read import OpInfo, SubgraphInfo, TensorInfo
+from nnhal.tflite.import_read import OpInfo, SubgraphInfo, TensorInfo, default_options
 
 T = OperandType
 O = OperationType
@@ -273,14 +271,3 @@ class Context:
         if self.subgraph_ref is None:
             raise Refuse("control flow is not available here")
         return self.subgraph_ref(k, self.sb)
-
-
-def default_options(table: str) -> Any:
-    """An options table with every field at its schema default."""
-    b = flatbuffers.Builder(16)
-    b.StartObject(0)
-    b.Finish(b.EndObject())
-    obj = getattr(tflite, table)()
-    data = bytes(b.Output())
-    obj.Init(data, flatbuffers.encode.Get(flatbuffers.packer.uoffset, data, 0))
-    return obj

@@ -393,9 +393,61 @@ def _reshape_exact(ctx: Context, src: int, dst: int) -> None:
                      f"gives {list(src_o.dimensions)} -> {dims}")
 
 
+#: TfLiteReshapeParams holds at most this many dimensions of the options' new_shape.
+_RESHAPE_MAX_DIMS = 8
+
+
+def _reshape_target(ctx: Context, op: OpInfo) -> list[int] | None:
+    """The shape TFLite's RESHAPE asks for: the shape input's value when it is a 1-D int32
+    tensor (None when that is only known at run time), else the options' new_shape ([0]
+    is the legacy scalar, no options is the scalar [])."""
+    opts = op.options.NewShapeAsNumpy().tolist() if op.options.NewShapeLength() else []
+    if len(opts) > _RESHAPE_MAX_DIMS:  # TFLite's parser refuses the options themselves
+        raise Refuse(f"new_shape has {len(opts)} dimensions (TFLite holds at most "
+                     f"{_RESHAPE_MAX_DIMS})")
+    if len(op.inputs) == 2:
+        shape = ctx.t(op.inputs[1])
+        if shape.ttype == TT.INT32 and shape.has_rank and len(shape.shape) == 1:
+            value = ctx.value(op.inputs[1])
+            return None if value is None else [int(d) for d in value]
+    # Any other shape input (another type or rank, constant or not) is ignored, in Prepare
+    # and in Eval alike.
+    return [] if opts == [0] else [int(d) for d in opts]
+
+
+def _check_new_shape(ctx: Context, op: OpInfo) -> None:
+    """TFLite's RESHAPE resolves its target shape against the input in Prepare (at most one
+    -1, inferred from the non-zero dimensions; no other negative; the element counts equal)
+    and refuses the model otherwise; the declared output shape is only a hint it
+    overwrites, so one that disagrees would silently give another result here."""
+    new = _reshape_target(ctx, op)
+    if new is None:
+        return
+    if sum(d == -1 for d in new) > 1 or any(d < -1 for d in new):
+        raise Refuse(f"new shape {new} is not a shape (one -1 at most, no other negative)")
+    x, out = ctx.t(op.inputs[0]), ctx.t(op.outputs[0])
+    if not (x.has_rank and (x.static or x.zero_sized)):
+        return
+    count = int(np.prod(x.shape, dtype=object)) if x.static else 0
+    if -1 in new:
+        rest = int(np.prod([d for d in new if d not in (-1, 0)], dtype=object))
+        if count == 0 and 0 not in new:
+            inferred = 0
+        else:
+            inferred = int(np.prod([d for d in x.shape if d], dtype=object)) // rest
+        if inferred >= 1 << 31:
+            raise Refuse(f"new shape {new} infers a dimension of {inferred}")
+        new = [inferred if d == -1 else d for d in new]
+    if int(np.prod(new, dtype=object)) != count:
+        raise Refuse(f"new shape {new} does not hold the input's {count} elements")
+    if out.static and list(out.shape) != new:
+        raise Refuse(f"new shape {new} is not the output's declared {list(out.shape)}")
+
+
 @_conv("RESHAPE", "RESHAPE (new shape from the output, the shape input or the options; "
                   "int32 between equal HAL shapes as a copy, from one dimension as GATHER)")
 def _reshape(ctx: Context, op: OpInfo) -> None:
+    _check_new_shape(ctx, op)
     out = ctx.t(op.outputs[0])
     if hal_type(ctx.t(op.inputs[0]))[0] not in _RESHAPABLE and out.static:
         _reshape_exact(ctx, ctx.x(op.inputs[0]), ctx.y(op.outputs[0]))

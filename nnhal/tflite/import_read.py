@@ -5,9 +5,11 @@ tensor's shape, and whatever a corrupted file raises becomes a ModelFileError (t
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+import flatbuffers
 import numpy as np
 import tflite
 from tflite.BuiltinOptions import BuiltinOptions
@@ -15,10 +17,8 @@ from tflite.TensorType import TensorType as TT
 
 from nnhal.errors import ModelFileError
 from nnhal.tflite import schema
+from nnhal.tflite.arity import ARITY
 from nnhal.tflite.sparsity import densify
-
-_OPTION_NAMES = {v: k for k, v in vars(BuiltinOptions).items()
-                 if not k.startswith("_") and isinstance(v, int)}
 
 
 @dataclass
@@ -39,6 +39,9 @@ class TensorInfo:
     #: Holds sparse data that DENSIFY makes dense.
     sparse_value: np.ndarray | None = None
     is_variable: bool = False
+    #: A dimension of the file's shape is 0: an empty tensor to TFLite, where the HAL's 0
+    #: means unknown.
+    zero_sized: bool = False
 
     @property
     def type_name(self) -> str:
@@ -88,132 +91,249 @@ def _bounded(n: int, limit: int, what: str, file: str) -> int:
     return n
 
 
-def _indexes(vec: np.ndarray | int, count: int, what: str, file: str) -> list[int]:
-    if isinstance(vec, int):  # the binding returns 0 for an absent vector
-        return []
-    out = [int(v) for v in vec]
-    for v in out:
-        if v < -1 or v >= count:
-            raise ModelFileError(file, f"corrupted: {what} refers to tensor {v} of {count}")
-    return out
+#: Field positions of the schema's tables (their order in schema.fbs).
+_T_SHAPE, _T_TYPE, _T_BUFFER, _T_NAME, _T_QUANT, _T_VARIABLE, _T_SPARSITY, _T_SIGNATURE = \
+    range(8)
+_Q_SCALE, _Q_ZERO_POINT, _Q_DIM = 2, 3, 6
+_B_DATA, _B_OFFSET, _B_SIZE = range(3)
+_SG_TENSORS, _SG_INPUTS, _SG_OUTPUTS, _SG_OPERATORS, _SG_NAME = range(5)
+_M_BUFFERS = 4
+#: Builtin options naming subgraphs, checked against the subgraph count when read.
+_SUBGRAPH_FIELDS = {"IF": ("ThenSubgraphIndex", "ElseSubgraphIndex"),
+                    "WHILE": ("CondSubgraphIndex", "BodySubgraphIndex"),
+                    "CALL_ONCE": ("InitSubgraphIndex",)}
+
+_U8, _I8 = struct.Struct("<B"), struct.Struct("<b")
+_I32, _U32, _U64 = struct.Struct("<i"), struct.Struct("<I"), struct.Struct("<Q")
 
 
-def _buffer_bytes(lf: schema.LoadedFile, k: int) -> bytes | None:
-    model = lf.model
-    if not 0 <= k < model.BuffersLength():
-        raise ModelFileError(lf.name, f"corrupted: buffer {k} of {model.BuffersLength()}")
-    buf = model.Buffers(k)
-    off, size = int(buf.Offset()), int(buf.Size())
-    if off > 1:  # data past the flatbuffer (large models)
-        if off + size > len(lf.data):
-            raise ModelFileError(lf.name, f"truncated: buffer {k} ends at byte {off + size} "
-                                          f"of {len(lf.data)}")
-        return lf.data[off:off + size] if size else None
-    n = buf.DataLength()
-    if n == 0:
+class _Reader:
+    """One file's walk: the buffer table's positions found once, then each subgraph read
+    through raw field positions (see :func:`schema.fields`), so a tensor costs a few struct
+    reads and one no operator uses costs its checks only."""
+
+    def __init__(self, lf: schema.LoadedFile, dynamic_shapes: bool):
+        self.lf, self.data, self.name = lf, lf.data, lf.name
+        self.dynamic_shapes = dynamic_shapes
+        model_fields = schema.fields(self.data, lf.model._tab.Pos, _M_BUFFERS + 1)
+        self.buffers = schema.tables(self.data, model_fields[_M_BUFFERS])
+        self.n_subgraphs = lf.model.SubgraphsLength()
+
+    def fail(self, problem: str) -> ModelFileError:
+        return ModelFileError(self.name, f"corrupted: {problem}")
+
+    def buffer_bytes(self, k: int, where: str) -> bytes | None:
+        """Buffer ``k``'s data as TFLite's InterpreterBuilder takes it: none for buffer 0 (the
+        schema's empty sentinel, whatever it holds); a data vector, when present, even empty
+        (a constant of 0 bytes, which a tensor of any element is refused for); else bytes
+        past the flatbuffer when ``offset`` > 1; else none (a tensor computed at run time)."""
+        if k == 0:
+            return None
+        if not 0 <= k < self.buffers.size:
+            raise self.fail(f"{where} names buffer {k} of {self.buffers.size}")
+        data = self.data
+        f = schema.fields(data, int(self.buffers[k]), 3)
+        if f[_B_DATA]:
+            return schema.vector(data, f[_B_DATA], "u1").tobytes()
+        off, size = schema.scalar(data, f[_B_OFFSET], _U64), schema.scalar(data, f[_B_SIZE], _U64)
+        if off > 1:  # data past the flatbuffer (large models)
+            if off + size > len(data):
+                raise ModelFileError(self.name, f"truncated: buffer {k} ends at byte "
+                                                f"{off + size} of {len(data)}")
+            return data[off:off + size]
         return None
-    _bounded(n, len(lf.data), "buffer bytes", lf.name)
-    return buf.DataAsNumpy().tobytes()
 
-
-def _tensor(lf: schema.LoadedFile, sg: tflite.SubGraph, i: int, where: str,
-            dynamic_shapes: bool = False) -> TensorInfo:
-    t = sg.Tensors(i)
-    name = (t.Name() or b"").decode("utf-8", "replace")
-    has_rank = True
-    shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
-    if dynamic_shapes and t.ShapeSignatureLength() == len(shape) and shape:
-        sig = tuple(int(d) for d in t.ShapeSignatureAsNumpy())
-        shape = tuple(0 if s < 0 else d for d, s in zip(shape, sig))
-    if any(d < 0 for d in shape):
-        shape = tuple(max(d, 0) for d in shape)
-    info = TensorInfo(i, name, int(t.Type()), shape, has_rank=has_rank,
-                      is_variable=bool(t.IsVariable()))
-    q = t.Quantization()
-    if q is not None and q.ScaleLength():
-        _bounded(q.ScaleLength(), len(lf.data), "scales", lf.name)
-        info.scales = np.asarray(q.ScaleAsNumpy(), np.float32)
-        zps = (np.asarray(q.ZeroPointAsNumpy(), np.int64) if q.ZeroPointLength()
-               else np.zeros(info.scales.size, np.int64))
-        info.zero_points = zps
-        info.qdim = int(q.QuantizedDimension())
-    data = _buffer_bytes(lf, int(t.Buffer()))
-    if data is not None:
+    def tensor(self, pos: int, i: int, where: str, used: bool) -> TensorInfo:
+        data = self.data
+        f = schema.fields(data, pos, _T_SIGNATURE + 1)
+        name = schema.string(data, f[_T_NAME])
+        info = TensorInfo(i, name, schema.scalar(data, f[_T_TYPE], _I8), (),
+                          is_variable=bool(schema.scalar(data, f[_T_VARIABLE], _U8)))
+        what = f"{where} {info.describe()}"
+        if info.ttype not in schema.TENSOR_TYPE_NAMES:
+            raise self.fail(f"{what} has type {info.ttype}, which is not a TFLite type")
+        raw = schema.vector(data, f[_T_SHAPE], "<i4")
+        shape = tuple(raw.tolist())
+        info.zero_sized = 0 in shape
+        if any(d < 0 for d in shape):
+            raise self.fail(f"{what} has shape {list(shape)} (a negative dimension; unknown "
+                            f"ones are -1 in shape_signature, not in shape)")
+        if f[_T_SIGNATURE]:
+            sig = schema.vector(data, f[_T_SIGNATURE], "<i4").tolist()
+            if len(sig) != len(shape) or any(s != d and s != -1 for s, d in zip(sig, shape)):
+                raise self.fail(f"{what} has shape_signature {sig} for shape {list(shape)} "
+                                f"(each entry must equal the shape's or be -1)")
+            if self.dynamic_shapes:
+                shape = tuple(0 if s < 0 else d for d, s in zip(shape, sig))
+        info.shape = shape
+        if f[_T_QUANT]:
+            self.quantization(info, schema.table(data, f[_T_QUANT]), raw.tolist(), what)
+        content = self.buffer_bytes(schema.scalar(data, f[_T_BUFFER], _U32), what)
+        if content is None:
+            return info
+        if info.is_variable:
+            raise self.fail(f"{what} is a variable with a constant buffer")
         dtype = schema.DTYPES.get(info.ttype)
         if dtype is None:  # string and other types we cannot hold; reported when used
             return info
+        if f[_T_SPARSITY]:
+            if used:
+                sparsity = tflite.SparsityParameters()
+                sparsity.Init(data, schema.table(data, f[_T_SPARSITY]))
+                info.sparse_value = densify(np.frombuffer(content, dtype), shape, sparsity,
+                                            self.name, what)
+            return info
         count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        arr = np.frombuffer(data, dtype=dtype)
-        sparsity = t.Sparsity()
-        if sparsity is not None:
-            info.sparse_value = densify(arr, shape, sparsity, lf.name,
-                                        f"{where} {info.describe()}")
-        elif arr.size != count or len(data) != count * dtype.itemsize:
-            raise ModelFileError(lf.name, f"corrupted: {where} {info.describe()} has "
-                                          f"{len(data)} bytes of data for shape {list(shape)}")
-        else:
-            info.value = arr.reshape(shape).copy()
-    return info
+        if len(content) != count * dtype.itemsize:
+            raise self.fail(f"{what} has {len(content)} bytes of data for shape {list(shape)}")
+        if used:
+            info.value = np.frombuffer(content, dtype).reshape(shape).copy()
+        return info
 
+    def quantization(self, info: TensorInfo, pos: int, dims: list[int], what: str) -> None:
+        """TFLite's rules: a scale needs as many zero points; one scale is per-tensor, more
+        are per-axis along ``quantized_dimension`` with one per index of that dimension."""
+        data = self.data
+        f = schema.fields(data, pos, _Q_DIM + 1)
+        scales = schema.vector(data, f[_Q_SCALE], "<f4")
+        if scales.size == 0:
+            return
+        zero_points = schema.vector(data, f[_Q_ZERO_POINT], "<i8")
+        qdim = schema.scalar(data, f[_Q_DIM], _I32)
+        if zero_points.size != scales.size:
+            raise self.fail(f"{what} has {scales.size} quantization scales and "
+                            f"{zero_points.size} zero points")
+        if qdim < 0 or (dims and qdim >= len(dims)):
+            raise self.fail(f"{what} has quantized_dimension {qdim} for rank {len(dims)}")
+        if scales.size != 1 and (not dims or scales.size != dims[qdim]):
+            size = dims[qdim] if dims else 1
+            raise self.fail(f"{what} has {scales.size} quantization scales (1, or {size} "
+                            f"along dimension {qdim})")
+        info.scales = scales.astype(np.float32)
+        info.zero_points = zero_points.astype(np.int64)
+        info.qdim = qdim
 
-def _options(op: tflite.Operator) -> Any:
-    kind = int(op.BuiltinOptionsType())
-    if kind == 0:
-        return None
-    table = op.BuiltinOptions()
-    name = _OPTION_NAMES.get(kind)
-    cls = getattr(tflite, name, None) if name else None
-    if table is None or cls is None:
-        return None
-    opts = cls()
-    opts.Init(table.Bytes, table.Pos)
-    return opts
+    def indexes(self, vec: np.ndarray, count: int, what: str) -> list[int]:
+        out = vec.tolist()
+        for v in out:
+            if v < -1 or v >= count:
+                raise self.fail(f"{what} refers to tensor {v} of {count}")
+        return out
 
-
-def read_subgraph(lf: schema.LoadedFile, s: int, dynamic_shapes: bool = False) -> SubgraphInfo:
-    """One subgraph as records; called inside ``lf.guard()``. ``dynamic_shapes``: see
-    :func:`read_model`."""
-    model, limit = lf.model, len(lf.data)
-    sg = model.Subgraphs(s)
-    where = f"subgraph {s}"
-    n_t = _bounded(sg.TensorsLength(), limit, "tensors", lf.name)
-    tensors = [_tensor(lf, sg, i, where, dynamic_shapes) for i in range(n_t)]
-    n_codes = model.OperatorCodesLength()
-    ops = []
-    for k in range(_bounded(sg.OperatorsLength(), limit, "operators", lf.name)):
-        op = sg.Operators(k)
+    def operator(self, op: tflite.Operator, k: int, n_t: int, where: str) -> OpInfo:
+        model = self.lf.model
+        n_codes = model.OperatorCodesLength()
         oc_index = int(op.OpcodeIndex())
         if not 0 <= oc_index < n_codes:
-            raise ModelFileError(lf.name, f"corrupted: {where} operator {k} has opcode index "
-                                          f"{oc_index} of {n_codes}")
+            raise self.fail(f"{where} operator {k} has opcode index {oc_index} of {n_codes}")
         oc = model.OperatorCodes(oc_index)
-        code = schema.builtin_code(oc)
+        code = schema.builtin_code(self.data, oc)
         custom = code == tflite.BuiltinOperator.CUSTOM
         name = ((oc.CustomCode() or b"?").decode("utf-8", "replace") if custom
                 else schema.builtin_name(code))
-        ops.append(OpInfo(k, name, code,
-                          _indexes(op.InputsAsNumpy(), n_t, f"{where} operator {k}", lf.name),
-                          _indexes(op.OutputsAsNumpy(), n_t, f"{where} operator {k}",
-                                   lf.name),
-                          _options(op), custom))
-    ins = _indexes(sg.InputsAsNumpy(), n_t, f"{where} inputs", lf.name)
-    outs = _indexes(sg.OutputsAsNumpy(), n_t, f"{where} outputs", lf.name)
-    if -1 in ins or -1 in outs:
-        raise ModelFileError(lf.name, f"corrupted: {where} lists tensor -1 as an input or "
-                                      f"output")
-    return SubgraphInfo(s, (sg.Name() or b"").decode("utf-8", "replace"), tensors, ops,
-                        ins, outs)
+        at = f"{where} operator {k} ({name})"
+        ins = self.indexes(op.InputsAsNumpy() if op.InputsLength() else _NONE, n_t, at)
+        outs = self.indexes(op.OutputsAsNumpy() if op.OutputsLength() else _NONE, n_t, at)
+        arity = None if custom else ARITY.get(name)
+        info = OpInfo(k, name, code, ins, outs,
+                      _options(op, arity.options if arity is not None else None), custom)
+        if arity is not None:
+            problem = arity.problem(len(ins), len(outs))
+            if problem is not None:
+                raise self.fail(f"{at} {problem}")
+            for p, i in enumerate(ins):
+                if i == -1 and p not in arity.optional:
+                    raise self.fail(f"{at} leaves out input {p}, which is not optional")
+        if -1 in outs:
+            raise self.fail(f"{at} lists tensor -1 as an output")
+        if len(set(outs)) != len(outs):
+            raise self.fail(f"{at} lists an output twice")
+        both = set(ins) & set(outs)
+        if both:
+            raise self.fail(f"{at} has tensor {min(both)} as both an input and an output")
+        for field_name in _SUBGRAPH_FIELDS.get(name, ()) if info.options is not None else ():
+            s = int(getattr(info.options, field_name)())
+            if not 0 <= s < self.n_subgraphs:
+                raise self.fail(f"{at} names subgraph {s} of {self.n_subgraphs} "
+                                f"({field_name})")
+        return info
+
+    def subgraph(self, s: int) -> SubgraphInfo:
+        data, limit = self.data, len(self.data)
+        sg = self.lf.model.Subgraphs(s)
+        f = schema.fields(data, sg._tab.Pos, _SG_NAME + 1)
+        where = f"subgraph {s}"
+        positions = schema.tables(data, f[_SG_TENSORS])
+        n_t = _bounded(positions.size, limit, "tensors", self.name)
+        n_ops = _bounded(sg.OperatorsLength(), limit, "operators", self.name)
+        ops = [self.operator(sg.Operators(k), k, n_t, where) for k in range(n_ops)]
+        ins = self.indexes(schema.vector(data, f[_SG_INPUTS], "<i4"), n_t, f"{where} inputs")
+        outs = self.indexes(schema.vector(data, f[_SG_OUTPUTS], "<i4"), n_t,
+                            f"{where} outputs")
+        if -1 in ins or -1 in outs:
+            raise self.fail(f"{where} lists tensor -1 as an input or output")
+        used = set(ins) | set(outs)
+        writer: dict[int, int] = {}
+        for op in ops:
+            used.update(op.inputs)
+            for i in op.outputs:
+                if i in writer:
+                    raise self.fail(f"{where} tensor {i} is written by operators "
+                                    f"{writer[i]} and {op.index}")
+                writer[i] = op.index
+        used.update(writer)
+        tensors = [self.tensor(int(p), i, where, i in used) for i, p in enumerate(positions)]
+        graph_inputs = set(ins)
+        for i, k in writer.items():
+            if i in graph_inputs:
+                raise self.fail(f"{where} operator {k} ({ops[k].name}) writes "
+                                f"{tensors[i].describe()}, an input of the subgraph")
+            if tensors[i].value is not None or tensors[i].sparse_value is not None:
+                raise self.fail(f"{where} operator {k} ({ops[k].name}) writes "
+                                f"{tensors[i].describe()}, a constant")
+        return SubgraphInfo(s, schema.string(data, f[_SG_NAME]), tensors, ops, ins, outs)
+
+
+_NONE = np.empty(0, np.int32)
+
+
+def _options(op: tflite.Operator, table: str | None) -> Any:
+    """The operator's options as ``table``: the schema's defaults when the file has none or
+    has another table (TFLite reads those as absent); None when the builtin reads none."""
+    if table is None:
+        return None
+    kind = int(op.BuiltinOptionsType())
+    found = op.BuiltinOptions() if kind == getattr(BuiltinOptions, table) else None
+    if found is None:
+        return default_options(table)
+    opts = getattr(tflite, table)()
+    opts.Init(found.Bytes, found.Pos)
+    return opts
+
+
+def default_options(table: str) -> Any:
+    """An options table with every field at its schema default."""
+    b = flatbuffers.Builder(16)
+    b.StartObject(0)
+    b.Finish(b.EndObject())
+    obj = getattr(tflite, table)()
+    data = bytes(b.Output())
+    obj.Init(data, flatbuffers.encode.Get(flatbuffers.packer.uoffset, data, 0))
+    return obj
 
 
 def read_model(lf: schema.LoadedFile, dynamic_shapes: bool = False) -> list[SubgraphInfo]:
-    """Every subgraph as records. Each tensor's shape is its ``shape`` field (the shape TFLite
+    """Every subgraph as records, after the structural rules TFLite's reader and interpreter
+    apply (indices in range, one writer per tensor, shapes, quantization, buffer sizes,
+    operand counts per builtin). Each tensor's shape is its ``shape`` field (the shape TFLite
     allocates when nobody resizes an input), or with ``dynamic_shapes`` its
     ``shape_signature`` where that marks a dimension -1, which becomes 0 (unknown)."""
     with lf.guard():
         n = _bounded(lf.model.SubgraphsLength(), len(lf.data), "subgraphs", lf.name)
         _bounded(lf.model.BuffersLength(), len(lf.data), "buffers", lf.name)
         _bounded(lf.model.OperatorCodesLength(), len(lf.data), "operator codes", lf.name)
-        return [read_subgraph(lf, s, dynamic_shapes) for s in range(n)]
+        reader = _Reader(lf, dynamic_shapes)
+        return [reader.subgraph(s) for s in range(n)]
 
 
 #: TFLite tensor types that have no HAL operand type at all.

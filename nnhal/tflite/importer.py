@@ -27,6 +27,7 @@ from nnhal.tflite.import_ctx import Context, Refuse, hal_dims, hal_type
 from nnhal.tflite.import_fold import FOLDED_NOTE, FOLDERS, fold
 from nnhal.tflite.import_ops import CONVERTERS, MAPPED, REFUSED
 from nnhal.tflite.import_read import SubgraphInfo, read_model
+from nnhal.tflite.kernel_rules import RULES as KERNEL_RULES
 from nnhal.tflite.model import ImportedModel, StateVariable
 from nnhal.tflite.variables import VARIABLE_OPS, Variables, initial_values
 from nnhal.validation import ValidationError
@@ -167,6 +168,9 @@ class _Importer:
         for i in sg.inputs:
             t = sg.tensors[i]
             try:
+                if t.zero_sized:
+                    raise Refuse(f"{t.describe()} has shape {list(t.shape)}: a HAL input "
+                                 f"cannot be empty (its 0 means unknown)")
                 ht, sc, zp, cq = hal_type(t)
             except Refuse as e:
                 self.problems.append(f"input {e}")
@@ -195,6 +199,8 @@ class _Importer:
                 elif op.custom:
                     raise Refuse(f"custom operator '{op.name}' has no HAL equivalent")
                 elif op.name in CONVERTERS:
+                    if op.name in KERNEL_RULES:
+                        KERNEL_RULES[op.name](ctx, op)
                     CONVERTERS[op.name](ctx, op)
                 elif op.name in FOLDERS or op.name in ("SHAPE", "RANK", "DENSIFY"):
                     raise Refuse("no HAL 1.3 equivalent (folded only when its inputs are "

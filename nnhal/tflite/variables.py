@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.types import OperandLifeTime
 from nnhal.tflite import schema
@@ -69,6 +70,12 @@ class Variables:
         key = self.handles.get(op.inputs[0]) if op.inputs else None
         if key is None:
             raise Refuse("reads a resource that no VAR_HANDLE made")
+        handle = self.ctx.t(op.inputs[0])
+        if handle.ttype not in (TT.RESOURCE, TT.INT32):  # what TFLite's kernels take
+            raise Refuse(f"{handle.describe()} is {handle.type_name}, not a resource handle")
+        if handle.has_rank and int(np.prod(handle.shape)) != 1:  # NumElements, in Prepare
+            raise Refuse(f"{handle.describe()} has shape {list(handle.shape)}: a resource "
+                         f"handle is one element")
         return self.vars[key]
 
     def _input(self, v: _Var, t: TensorInfo) -> int:

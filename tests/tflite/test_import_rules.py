@@ -1,0 +1,477 @@
+"""The structural rules of the TFLite schema that TFLite's own reader and interpreter check:
+each hostile file below is refused by nnhal's reader with one ModelFileError line, and
+ai-edge-litert (the oracle, in a child process) refuses the same file."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+import tflite
+from oracle import available, verdicts
+from tfl import Graph, Quant, build
+from tflite.TensorType import TensorType as TT
+
+from nnhal.errors import ModelFileError, UnsupportedModelError
+from nnhal.hal.types import OperationType
+from nnhal.tflite import read_tflite
+from nnhal.tflite.arity import ARITY
+from nnhal.tflite.importer import builtin_support
+
+F = np.float32
+ADD = ("AddOptions", dict(FusedActivationFunction=0))
+
+
+def _binary(name: str, n_inputs: int = 2, shape: tuple = (2,)) -> bytes:
+    g = Graph()
+    x = g.input(shape, F, name="x")
+    c = g.const(np.full(shape, 3, F))
+    y = g.tensor(shape, F, name="y")
+    g.op(name, [x] + [c] * (n_inputs - 1), [y], (f"{name.capitalize()}Options",
+                                                  dict(FusedActivationFunction=0)))
+    g.output(y)
+    return build(g)
+
+
+def _relu(shape=(2, 3), signature=None, quant=None, dtype=F) -> bytes:
+    g = Graph()
+    x = g.input(shape, dtype, name="x", quant=quant, signature=signature)
+    y = g.tensor(shape, dtype, name="y", quant=quant)
+    g.op("RELU", [x], [y])
+    g.output(y)
+    return build(g)
+
+
+def _patch(data: bytes, pos: int, raw: bytes) -> bytes:
+    b = bytearray(data)
+    b[pos:pos + len(raw)] = raw
+    return bytes(b)
+
+
+def _field(table: object, k: int) -> int:
+    """The byte position of field ``k`` of a generated table (0 when absent)."""
+    off = table._tab.Offset(4 + 2 * k)
+    return table._tab.Pos + off if off else 0
+
+
+def _opcode_field(data: bytes, k: int) -> int:
+    return _field(tflite.Model.GetRootAs(data).OperatorCodes(0), k)
+
+
+def _tensor_field(data: bytes, i: int, k: int) -> int:
+    return _field(tflite.Model.GetRootAs(data).Subgraphs(0).Tensors(i), k)
+
+
+def _deprecated_code_add() -> bytes:
+    """A MUL whose deprecated 8-bit code field says ADD (0): TFLite takes the larger."""
+    data = _binary("MUL")
+    return _patch(data, _opcode_field(data, 0), b"\0")
+
+
+def _negative_dim() -> bytes:
+    return _relu((2, -3))
+
+
+def _bad_signature() -> bytes:
+    return _relu((2, 3), signature=[-1, 3, 1])
+
+
+def _writes_its_input() -> bytes:
+    g = Graph()
+    x = g.input((2,), F, name="x")
+    y = g.tensor((2,), F, name="y")
+    g.op("RELU", [y], [x])
+    g.op("RELU", [x], [y])
+    g.output(y)
+    return build(g)
+
+
+def _two_writers() -> bytes:
+    g = Graph()
+    x = g.input((2,), F, name="x")
+    y = g.tensor((2,), F, name="y")
+    g.op("RELU", [x], [y])
+    g.op("RELU6", [x], [y])
+    g.output(y)
+    return build(g)
+
+
+def _writes_a_constant() -> bytes:
+    g = Graph()
+    x = g.input((2,), F, name="x")
+    c = g.const(np.ones(2, F), name="c")
+    y = g.tensor((2,), F, name="y")
+    g.op("RELU", [x], [c])
+    g.op("ADD", [x, c], [y], ADD)
+    g.output(y)
+    return build(g)
+
+
+def _zero_points(n: int) -> bytes:
+    return _relu((2, 3), quant=Quant([0.5], [1] * n), dtype=np.int8)
+
+
+def _per_axis(scales: int, dim: int) -> bytes:
+    return _relu((2, 3), quant=Quant([0.5] * scales, [0] * scales, dim), dtype=np.int8)
+
+
+def _optional_left_out() -> bytes:
+    g = Graph()
+    x = g.input((2,), F, name="x")
+    y = g.tensor((2,), F, name="y")
+    g.op("ADD", [x, -1], [y], ADD)
+    g.output(y)
+    return build(g)
+
+
+def _add_const(n: int = 2) -> bytes:
+    """x + c with c of shape [2] and n float32 values of data."""
+    g = Graph()
+    x = g.input((2,), F, name="x")
+    c = g.const(np.ones(n, F), name="c", shape=(2,))
+    y = g.tensor((2,), F, name="y")
+    g.op("ADD", [x, c], [y], ADD)
+    g.output(y)
+    return build(g)
+
+
+def _buffer_out_of_range() -> bytes:
+    data = _add_const()
+    return _patch(data, _tensor_field(data, 1, 2), (999).to_bytes(4, "little"))
+
+
+def _if_names(then_index: int) -> bytes:
+    branch = Graph()
+    a = branch.input((2,), F)
+    b = branch.tensor((2,), F)
+    branch.op("RELU", [a], [b])
+    branch.output(b)
+    g = Graph()
+    c = g.input((1,), np.bool_, name="cond")
+    x = g.input((2,), F, name="x")
+    y = g.tensor((2,), F, name="y")
+    g.op("IF", [c, x], [y], ("IfOptions", dict(ThenSubgraphIndex=then_index,
+                                                ElseSubgraphIndex=1)))
+    g.output(y)
+    return build(g, branch)
+
+
+#: kind -> (file, what nnhal's one line says).
+HOSTILE = {
+    "negative_dimension": (_negative_dim, r"has shape \[2, -3\] \(a negative dimension"),
+    "shape_signature_of_other_rank": (_bad_signature, r"shape_signature \[-1, 3, 1\] for "
+                                                       r"shape \[2, 3\]"),
+    "operator_writes_a_model_input": (_writes_its_input, r"writes tensor 0 'x', an input"),
+    "two_writers": (_two_writers, r"tensor 1 is written by operators 0 and 1"),
+    "operator_writes_a_constant": (_writes_a_constant, r"writes tensor 1 'c', a constant"),
+    "one_scale_three_zero_points": (lambda: _zero_points(3), r"1 quantization scales and 3 "
+                                                             r"zero points"),
+    "per_axis_count_not_the_dimension": (lambda: _per_axis(2, 1), r"2 quantization scales "
+                                                                  r"\(1, or 3 along dim"),
+    "quantized_dimension_out_of_range": (lambda: _per_axis(3, 2), r"quantized_dimension 2 "
+                                                                  r"for rank 2"),
+    "add_with_3_inputs": (lambda: _binary("ADD", 3), r"\(ADD\) has 3 inputs \(TFLite's "
+                                                     r"kernel takes 2\)"),
+    "add_with_100000_inputs": (lambda: _binary("ADD", 100_000), r"has 100000 inputs"),
+    "required_input_left_out": (_optional_left_out, r"leaves out input 1, which is not "
+                                                    r"optional"),
+    "buffer_out_of_range": (_buffer_out_of_range, r"names buffer 999 of"),
+    "buffer_larger_than_the_shape": (lambda: _add_const(3), r"12 bytes of data for shape "
+                                                            r"\[2\]"),
+    "buffer_smaller_than_the_shape": (lambda: _add_const(1), r"4 bytes of data for shape "
+                                                             r"\[2\]"),
+    "if_names_a_missing_subgraph": (lambda: _if_names(5), r"names subgraph 5 of 2"),
+}
+
+
+#: Kinds ai-edge-litert 2.3 accepts (with XNNPACK) where nnhal keeps the schema's rule:
+#: litert then runs a graph whose meaning depends on its execution order (a tensor written
+#: twice, an input overwritten, a cycle reading an unset tensor), reads the first bytes of a
+#: longer buffer, or keeps a signature contradicting the shape it allocates.
+LITERT_ACCEPTS = {"shape_signature_of_other_rank", "operator_writes_a_model_input",
+                  "two_writers", "operator_writes_a_constant", "buffer_larger_than_the_shape"}
+
+
+@pytest.fixture(scope="module")
+def litert_verdicts() -> dict[str, str]:
+    """What ai-edge-litert says of every hostile file (one child process for all)."""
+    if not available():
+        return {}
+    names = list(HOSTILE)
+    return dict(zip(names, verdicts([HOSTILE[n][0]() for n in names])))
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE))
+def test_hostile_file_is_refused_in_one_line_as_litert_does(kind: str, litert_verdicts
+                                                            ) -> None:
+    make, message = HOSTILE[kind]
+    with pytest.raises(ModelFileError, match=message) as e:
+        read_tflite(make(), name="m.tflite")
+    assert str(e.value).startswith("m.tflite: corrupted: ") and "\n" not in str(e.value)
+    if litert_verdicts and kind not in LITERT_ACCEPTS:
+        assert litert_verdicts[kind] != "ok", f"ai-edge-litert accepts {kind}"
+
+
+def test_builtin_code_is_the_larger_of_the_two_raw_fields() -> None:
+    """The binding's accessor answers the deprecated field (ADD) below 127; TFLite runs MUL."""
+    data = _deprecated_code_add()
+    assert tflite.Model.GetRootAs(data).OperatorCodes(0).BuiltinCode() == 0  # the trap
+    ops = [op.type for op in read_tflite(data).model.main.operations]
+    assert ops == [OperationType.MUL]
+    if available():
+        assert verdicts([data]) == ["ok"]
+        from runner import agree
+        x = np.float32([1, -2])
+        np.testing.assert_array_equal(agree(data, [x])[0], x * 3)
+
+
+def test_every_builtin_the_importer_reads_has_its_operand_counts() -> None:
+    mapped, _ = builtin_support()
+    assert sorted(set(mapped) - set(ARITY)) == []
+
+
+def test_unused_tensors_cost_no_accessor_calls(monkeypatch) -> None:
+    """Reading scales with the file, not with accessor calls per tensor: the binding's field
+    lookup (flatbuffers' Table.Offset) runs as often for 3,000 unused tensors as for 30."""
+    import flatbuffers.table
+
+    def model(n: int) -> bytes:
+        g = Graph()
+        x = g.input((2,), F)
+        y = g.tensor((2,), F)
+        for k in range(n):
+            g.const(np.float32([k, 1]))
+            g.tensor((3, 4), np.int8, quant=Quant([0.5], [1]))
+        g.op("RELU", [x], [y])
+        g.output(y)
+        return build(g)
+
+    calls = []
+    original = flatbuffers.table.Table.Offset
+
+    def counting(self, off):
+        calls.append(off)
+        return original(self, off)
+
+    small, large = model(15), model(1500)
+    monkeypatch.setattr(flatbuffers.table.Table, "Offset", counting)
+    counts = []
+    for data in (small, large):
+        calls.clear()
+        read_tflite(data)
+        counts.append(len(calls))
+    assert counts[1] == counts[0] < 200
+
+
+def _reshape(shape_input: np.ndarray | None = None, new_shape: list[int] | None = None,
+             out: tuple = (3, 2)) -> bytes:
+    g = Graph()
+    x = g.input((2, 3), F, name="x")
+    y = g.tensor(out, F, name="y")
+    ins = [x] if shape_input is None else [x, g.const(shape_input)]
+    g.op("RESHAPE", ins, [y], None if new_shape is None else ("ReshapeOptions",
+                                                              dict(NewShape=new_shape)))
+    g.output(y)
+    return build(g)
+
+
+def _reshape_empty() -> bytes:
+    """An empty SLICE (2x0) reshaped to 3 elements: the input's count is 0, not unknown."""
+    g = Graph()
+    x = g.input((2, 3), F, name="x")
+    e = g.tensor((2, 0), F, name="e")
+    g.op("SLICE", [x, g.const(np.int32([0, 0])), g.const(np.int32([2, 0]))], [e])
+    y = g.tensor((3,), F, name="y")
+    g.op("RESHAPE", [e, g.const(np.int32([3]))], [y])
+    g.output(y)
+    return build(g)
+
+
+def _reshape_string_shape() -> bytes:
+    """The shape constant's type rewritten to STRING: its value is not read at all, so the
+    target is the (absent) options' []."""
+    data = _reshape(np.int32([3, 2]))
+    return _patch(data, _tensor_field(data, 2, 1), bytes([TT.STRING]))
+
+
+#: RESHAPEs TFLite refuses in its parser or its kernel's Prepare, whose declared output
+#: shape alone would let them through: the target shape is the shape input only when that
+#: is a constant 1-D int32 tensor, else the options' new_shape, and no options is [].
+RESHAPE_REFUSED = {
+    "no_shape_input_and_no_options": (lambda: _reshape(out=(6,)), r"new shape \[\] does not"),
+    "shape_input_not_int32": (lambda: _reshape(np.int64([3, 2])), r"new shape \[\] does not"),
+    "shape_input_of_rank_2_and_options": (lambda: _reshape(np.int32([[3, 2]]), [3, 4]),
+                                          r"new shape \[3, 4\] does not hold"),
+    "shape_input_of_type_string": (_reshape_string_shape, r"new shape \[\] does not"),
+    "empty_input_to_three_elements": (_reshape_empty, r"does not hold the input's 0 elem"),
+    "options_of_nine_dimensions": (lambda: _reshape(np.int32([3, 2]), [1] * 8 + [6]),
+                                   r"new_shape has 9 dimensions"),
+}
+
+
+@pytest.mark.parametrize("kind", list(RESHAPE_REFUSED))
+def test_reshape_target_is_the_one_tflite_computes(kind: str) -> None:
+    make, message = RESHAPE_REFUSED[kind]
+    data = make()
+    with pytest.raises(UnsupportedModelError, match=message) as e:
+        read_tflite(data, name="m.tflite")
+    assert "\n" not in str(e.value)
+    if available():
+        assert verdicts([data])[0] != "ok", f"ai-edge-litert accepts {kind}"
+
+
+def test_reshape_shape_input_wins_over_the_options() -> None:
+    """A constant 1-D int32 shape input is used whatever the options say."""
+    data = _reshape(np.int32([3, 2]), [7, 7])
+    read_tflite(data)
+    if available():
+        assert verdicts([data]) == ["ok"]
+
+
+def _quantized(op: str, out_scale: float, dtype=np.int8) -> bytes:
+    g = Graph()
+    x = g.input((4,), dtype, name="x", quant=Quant([1.0], [0]))
+    y = g.tensor((4,), dtype, name="y", quant=Quant([out_scale], [0]))
+    g.op(op, [x, g.const(np.ones(4, dtype), quant=Quant([0.5], [0]))], [y],
+         (f"{op.capitalize()}Options", dict(FusedActivationFunction=0)))
+    g.output(y)
+    return build(g)
+
+
+def test_quantized_add_output_multiplier_must_be_a_fraction() -> None:
+    """2 x 1.0 / (2^20 x s) < 1 needs s > 2^-19: just above it is read (and litert runs it),
+    8e-29 (a fuzz mutant's output scale) is refused, where litert's process aborts on the
+    TFLITE_CHECK of ADD's Prepare: that crash is TFLite's refusal, not a litert accident.
+    SUB's Prepare takes a multiplier above 1, so the same SUB is read."""
+    good, bad = _quantized("ADD", 2.0 ** -19 * 1.01), _quantized("ADD", 8e-29)
+    sub = _quantized("SUB", 8e-29)
+    read_tflite(good)
+    read_tflite(sub)
+    with pytest.raises(UnsupportedModelError, match=r"output multiplier .* is not below 1"):
+        read_tflite(bad)
+    if available():
+        assert verdicts([good, bad, sub]) == ["ok", "crash", "ok"]
+
+
+def _shape_buffer_emptied() -> bytes:
+    """A RESHAPE whose shape constant's data vector is rewritten to length 0: TFLite still
+    takes the buffer as the tensor's data (0 bytes for an 8-byte tensor) and refuses it;
+    read as "no data" the shape would silently become a run-time input."""
+    data = _reshape(np.int32([3, 2]))
+    model = tflite.Model.GetRootAs(data)
+    shape = model.Subgraphs(0).Tensors(2)
+    assert shape.ShapeAsNumpy().tolist() == [2]
+    at = _field(model.Buffers(shape.Buffer()), 0)
+    return _patch(data, at + struct.unpack_from("<I", data, at)[0], b"\0\0\0\0")
+
+
+def _conv(bias: list[int] | None, stride: int = 1, op: str = "CONV_2D") -> bytes:
+    g = Graph()
+    x = g.input((1, 4, 4, 2), F, name="x")
+    depthwise = op == "DEPTHWISE_CONV_2D"
+    w = g.const(np.ones((1, 2, 2, 2) if depthwise else (3, 2, 2, 2), F))
+    ins = [x, w] + [g.const(np.zeros(2 if depthwise else 3, F)) if b else -1
+                    for b in (bias or [])]
+    y = g.tensor((1, 3, 3 if stride == 1 else 1, 2 if depthwise else 3), F)
+    options = dict(Padding=1, StrideW=stride, StrideH=1)
+    g.op(op, ins, [y], ("DepthwiseConv2DOptions", dict(options, DepthMultiplier=1))
+         if depthwise else ("Conv2DOptions", options))
+    g.output(y)
+    return build(g)
+
+
+def _quantized_fc(bias_scale: float) -> bytes:
+    g = Graph()
+    x = g.input((1, 4), np.int8, name="x", quant=Quant([0.5], [0]))
+    w = g.const(np.ones((2, 4), np.int8), quant=Quant([0.25], [0]))
+    b = g.const(np.int32([1, 2]), quant=Quant([bias_scale], [0]))
+    y = g.tensor((1, 2), np.int8, name="y", quant=Quant([1.0], [0]))
+    g.op("FULLY_CONNECTED", [x, w, b], [y])
+    g.output(y)
+    return build(g)
+
+
+def _int8_concat(second_scale: float) -> bytes:
+    g = Graph()
+    x = g.input((1, 2), np.int8, name="x", quant=Quant([0.5], [1]))
+    c = g.const(np.int8([[3, 4]]), quant=Quant([second_scale], [1]))
+    y = g.tensor((2, 2), np.int8, name="y", quant=Quant([0.5], [1]))
+    g.op("CONCATENATION", [x, c], [y], ("ConcatenationOptions", dict(Axis=-2)))
+    g.output(y)
+    return build(g)
+
+
+def _variable(handle_shape: tuple) -> bytes:
+    init = Graph()
+    h = init.tensor(handle_shape, TT.RESOURCE)
+    init.op("VAR_HANDLE", [], [h], ("VarHandleOptions", dict(SharedName=b"v")))
+    init.op("ASSIGN_VARIABLE", [h, init.const(np.float32([1, 2]))], [])
+    g = Graph()
+    x = g.input((2,), F, name="x")
+    g.op("CALL_ONCE", [], [], ("CallOnceOptions", dict(InitSubgraphIndex=1)))
+    h1 = g.tensor(handle_shape, TT.RESOURCE)
+    g.op("VAR_HANDLE", [], [h1], ("VarHandleOptions", dict(SharedName=b"v")))
+    v = g.tensor((2,), F)
+    g.op("READ_VARIABLE", [h1], [v])
+    y = g.tensor((2,), F, name="y")
+    g.op("ADD", [v, x], [y], ("AddOptions", dict(FusedActivationFunction=0)))
+    g.output(y)
+    return build(g, init)
+
+
+#: What TFLite's InterpreterBuilder or a kernel's Prepare refuses, found by the fuzz test
+#: beyond its first seed: (file, the error class, what the message says), and a file of
+#: the same kind TFLite accepts, which nnhal must read.
+PREPARE_REFUSED = {
+    "empty_data_vector_of_a_constant": (_shape_buffer_emptied, ModelFileError,
+                                        r"has 0 bytes of data for shape \[2\]", None),
+    "conv_without_bias": (lambda: _conv(None), ModelFileError, r"has 2 inputs",
+                          lambda: _conv([1])),
+    "conv_bias_left_out": (lambda: _conv([0]), ModelFileError, r"leaves out input 2",
+                           None),
+    "depthwise_bias_left_out": (lambda: _conv([0], op="DEPTHWISE_CONV_2D"), ModelFileError,
+                                r"leaves out input 2",
+                                lambda: _conv(None, op="DEPTHWISE_CONV_2D")),
+    "conv_stride_over_int16": (lambda: _conv([1], 40000), UnsupportedModelError,
+                               r"stride_width 40000 is over 32767",
+                               lambda: _conv([1], 32767)),
+    "fc_bias_scale_not_input_times_filter": (lambda: _quantized_fc(0.25),
+                                             UnsupportedModelError,
+                                             r"bias scale 0.25 is not input x filter",
+                                             lambda: _quantized_fc(0.125)),
+    "fc_bias_scale_nan": (lambda: _quantized_fc(float("nan")), UnsupportedModelError,
+                          r"bias scale nan", None),
+    "int8_concatenation_rescaling": (lambda: _int8_concat(0.25), UnsupportedModelError,
+                                     r"TFLite's int8 kernel does not rescale",
+                                     lambda: _int8_concat(0.5)),
+    "resource_handle_of_two_elements": (lambda: _variable((2,)), UnsupportedModelError,
+                                        r"a resource handle is one element",
+                                        lambda: _variable(())),
+}
+
+
+@pytest.fixture(scope="module")
+def prepare_verdicts() -> dict[str, list[str]]:
+    if not available():
+        return {}
+    files = [(k, make()) for k, (bad, _, _, good) in PREPARE_REFUSED.items()
+             for make in (bad, good) if make is not None]
+    said: dict[str, list[str]] = {}
+    for (k, _), v in zip(files, verdicts([f for _, f in files])):
+        said.setdefault(k, []).append(v)
+    return said
+
+
+@pytest.mark.parametrize("kind", list(PREPARE_REFUSED))
+def test_what_tflite_prepare_refuses_is_refused_in_one_line(kind: str, prepare_verdicts
+                                                            ) -> None:
+    bad, error, message, good = PREPARE_REFUSED[kind]
+    with pytest.raises(error, match=message) as e:
+        read_tflite(bad(), name="m.tflite")
+    assert "\n" not in str(e.value)
+    if good is not None:
+        read_tflite(good())
+    if prepare_verdicts:
+        assert prepare_verdicts[kind][0] != "ok", f"ai-edge-litert accepts {kind}"
+        assert prepare_verdicts[kind][1:] in ([], ["ok"])
