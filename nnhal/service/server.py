@@ -1455,7 +1455,7 @@ def serve(driver: str, socket_path: str | None = None, runtime_dir: str | None =
         if rdir is None:
             raise OSError("no --socket and no runtime directory ($XDG_RUNTIME_DIR unset; "
                           "give --runtime-dir)")
-        rdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        registration.check_dir(rdir)
         socket_path = str(rdir / f"{name}.sock")
     device = open_device(driver)
     try:
