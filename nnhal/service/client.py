@@ -450,9 +450,9 @@ class Connection:
             slot.new_mems = self._encoding_new
             self._encoding_new = []
             self.pending[call_id] = slot
-            if callback is not None:
-                self.callbacks[call_id] = callback
+            if callback is not None:  # its bound first: a reader that sees it reads to it
                 self.bounds[("cb", call_id)] = callback_bound or self.long(kind)
+                self.callbacks[call_id] = callback
             self._flush_events()
             try:
                 send_message(self.sock, kind, call_id, wr.buf, wr.fds)
@@ -629,7 +629,7 @@ class Connection:
         the earliest bound passed (then the connection ends too: see _expire)."""
         while True:
             try:
-                return self.receiver.next(end=self._next_end(slot))
+                return self.receiver.next(end=self._next_end(slot), drop_large=False)
             except TimedOut:
                 self._expire()
                 if self.dead or (slot is not None and slot.done):
@@ -666,6 +666,7 @@ class Connection:
                     if entry is not None:
                         self.events.append((Kind.FORGET, entry[0]))
                 self._unlearn(slot.new_mems)
+                self.bounds.pop(("cb", call_id), None)
                 cb = self.callbacks.pop(call_id, None)
                 if cb is not None:
                     self._notify(cb, status, None)
@@ -848,13 +849,15 @@ class Connection:
             return (status if status != ErrorStatus.NONE else ErrorStatus.GENERAL_FAILURE,
                     None, None)
         fence_id = r.u64()
+        if fence_id in self.fences:  # the fence it names already would never complete
+            raise WireError(f"fence id {fence_id} returned twice")
         if r.bool():
             os.close(r.fd("fence"))  # the service's readiness mirror; ours is local
         fence, cb = SyncFence(), RemoteFencedCallback()
         # By the thread that reads: no lock needed (and the reader never waits for the send
         # lock, which a sender blocked on a full socket may hold).
-        self.fences[fence_id] = (fence, cb)
         self.bounds[("fence", fence_id)] = bound
+        self.fences[fence_id] = (fence, cb)
         return status, fence, cb
 
 
