@@ -658,9 +658,9 @@ class Connection:
                 return
             if kind == Kind.ERROR:
                 status = _status_or(r, ErrorStatus.GENERAL_FAILURE)
-                # The service may or may not have kept the memories this call defined (a
-                # message that did not decode defines nothing; a refused call's do stay):
-                # forget them either way (an unknown id is ignored) and define them afresh.
+                # A call refused before it ran defined nothing; one that failed running may
+                # have kept its memories (docs/wire.md): forget them either way (an unknown
+                # id is ignored) and define them afresh.
                 for mem in slot.new_mems:
                     entry = self.mem_ids.get(mem)
                     if entry is not None:
