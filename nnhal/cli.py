@@ -191,12 +191,14 @@ def _services(args: argparse.Namespace) -> int:
         print("nnhal services: no runtime directory ($XDG_RUNTIME_DIR unset; give "
               "--runtime-dir)", file=sys.stderr)
         return 1
-    entries = registration.services(directory)
+    entries, others = registration.scan(directory)
     if not entries:
         print(f"no services registered in {directory}")
     for e in entries:
         print(f"remote:{e.name}  driver={e.driver}  pid={e.pid}  socket={e.socket}  "
-              f"{'alive' if e.alive() else 'not answering'}")
+              f"{e.state()}")
+    for fname, why in others:
+        print(f"{fname}  not a service: {why}")
     return 0
 
 

@@ -13,6 +13,19 @@ callback may itself call the device).
 once, every pending callback is notified with it, every fence the service would complete goes
 to error, and later calls fail the same way without touching the socket.
 
+**Bounds.** Nothing the client waits for waits for ever. Connecting and every quick call
+(queries, launches, allocation, copies, burst set-up) are bounded by ``timeout_s``
+(``NNHAL_REMOTE_TIMEOUT_S``, 30 s); what runs the driver (executions on the socket or the
+rings, getSupportedOperations, a prepare's or an execution's callback, a returned fence) by
+``long_timeout_s`` (``NNHAL_REMOTE_LONG_TIMEOUT_S``, 300 s), or, when the call has a
+deadline, by the time left to it plus ``timeout_s``. A service that lets a bound pass is
+taken as hung: the call returns MISSED_DEADLINE_TRANSIENT (it had a deadline) or
+DEVICE_UNAVAILABLE, a warning names the call and the bound, and the connection is closed
+as on death (so later calls fail at once instead of each waiting out its bound). Sends are
+bounded by ``timeout_s`` too (a service that stops reading). A reply that does not decode,
+or results that cannot belong to the request (counts, shapes past its buffers), is
+GENERAL_FAILURE; an event that does not decode breaks the connection: never an exception.
+
 **Memories** are sent with their descriptor the first time a connection sees them, then by
 identifier; when the client drops one, the service is told to forget it (FORGET, sent with
 the next message). Objects the service holds for this client (prepared models, bursts,
@@ -22,6 +35,8 @@ executions, buffers) are released the same way when their proxies are dropped (R
 from __future__ import annotations
 
 import itertools
+import logging
+import math
 import os
 import select
 import socket
@@ -66,11 +81,35 @@ from nnhal.hal.types import (
 )
 from nnhal.memory import SharedMemory
 from nnhal.service import wire as w
-from nnhal.service.ring import ChannelPair, PacketTooLarge, RingError
-from nnhal.service.transport import Closed, Receiver, look_until, send_message
+from nnhal.service.ring import ChannelPair, PacketTooLarge, RingError, RingTimeout
+from nnhal.service.transport import Closed, Receiver, TimedOut, look_until, send_message
 from nnhal.service.wire import Kind, Reader, WireError, Writer
 
+log = logging.getLogger("nnhal.service")
+
 UNAVAILABLE = ErrorStatus.DEVICE_UNAVAILABLE
+TIMEOUT_ENV, LONG_TIMEOUT_ENV = "NNHAL_REMOTE_TIMEOUT_S", "NNHAL_REMOTE_LONG_TIMEOUT_S"
+#: Defaults of the two bounds (see the module docstring): a quick call answers in
+#: microseconds, so 30 s is only ever passed by a service that hangs; 300 s covers any
+#: execution or analysis this project's drivers run (the loop timeout is at most 15 s).
+TIMEOUT_S, LONG_TIMEOUT_S = 30.0, 300.0
+
+
+def _bound_of(given: float | None, env: str, default: float) -> float:
+    """A bound in seconds: given, else from the environment, else the default; a value that
+    is not a positive number is refused (ValueError naming it)."""
+    if given is None:
+        raw = os.environ.get(env)
+        if not raw:
+            return default
+        try:
+            given = float(raw)
+        except ValueError:
+            raise ValueError(f"{env}={raw!r}: not a number of seconds") from None
+    if isinstance(given, bool) or not isinstance(given, (int, float)) or \
+            not 0 < given < 1e9 or given != given:
+        raise ValueError(f"timeout {given!r}: not a positive number of seconds")
+    return float(given)
 #: A repeated synchronous execution that took at least twice this long last time sleeps until
 #: this long before its reply is due, then looks for it (poll, yield) until this long after,
 #: so that the reply finds the caller awake (see Connection._await_reply).
@@ -80,14 +119,25 @@ Decode = Callable[[Reader], Any]
 Fail = Callable[[ErrorStatus], Any]
 
 
-class _Slot:
-    __slots__ = ("decode", "fail", "done", "result", "new_mems")
+class _Bound:
+    """When a wait ends (``time.monotonic``), what it waits for, and the status then."""
 
-    def __init__(self, decode: Decode, fail: Fail):
+    __slots__ = ("end", "what", "status", "seconds")
+
+    def __init__(self, seconds: float, what: str, status: ErrorStatus = UNAVAILABLE):
+        self.seconds, self.what, self.status = seconds, what, status
+        self.end = time.monotonic() + seconds
+
+
+class _Slot:
+    __slots__ = ("decode", "fail", "done", "result", "new_mems", "bound")
+
+    def __init__(self, decode: Decode, fail: Fail, bound: _Bound):
         self.decode, self.fail = decode, fail
         self.done = False
         self.result: Any = None
         self.new_mems: list[SharedMemory] = []
+        self.bound = bound
 
 
 class _LastRequest:
@@ -142,8 +192,10 @@ class _LastRequest:
 class Connection:
     """The socket to one service, its reader thread and the tables of a connection."""
 
-    def __init__(self, path: str, timeout_s: float = 5.0):
+    def __init__(self, path: str, timeout_s: float = TIMEOUT_S,
+                 long_timeout_s: float = LONG_TIMEOUT_S):
         self.path = path
+        self.timeout_s, self.long_timeout_s = timeout_s, long_timeout_s
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout_s)
         end = time.monotonic() + timeout_s
@@ -156,12 +208,16 @@ class Connection:
                 # at once instead of waiting; wait for room, within the timeout.
                 if time.monotonic() >= end:
                     self.sock.close()
-                    raise
+                    raise TimeoutError(f"connecting: the service's listen backlog stayed "
+                                       f"full for {timeout_s:g} s") from None
                 time.sleep(0.01)
             except OSError:
                 self.sock.close()
                 raise
         self.sock.settimeout(None)
+        # A service that stops reading must not block a sender for ever.
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                             struct.pack("ll", int(timeout_s), int(timeout_s % 1 * 1e6)))
         self.receiver = Receiver(self.sock)
         self.lock = threading.Lock()
         self.dead = False
@@ -170,6 +226,9 @@ class Connection:
         self.callbacks: dict[int, tuple[str, Any]] = {}
         self.fences: dict[int, tuple[SyncFence, RemoteFencedCallback]] = {}
         self.fence_ids = itertools.count(1)
+        #: The bounds of the callbacks and returned fences outstanding: ("cb", call id) or
+        #: ("fence", fence id).
+        self.bounds: dict[tuple[str, int], _Bound] = {}
         self.mem_ids: weakref.WeakKeyDictionary[SharedMemory, tuple[int, Any]] = \
             weakref.WeakKeyDictionary()
         self.next_mem = itertools.count(1)
@@ -197,6 +256,63 @@ class Connection:
         self.background = threading.Thread(target=self._background,
                                            name=f"nnhal-remote {path}", daemon=True)
         self.background.start()
+
+    # ---- bounds ------------------------------------------------------------------------
+    def quick(self, kind: Kind) -> _Bound:
+        return _Bound(self.timeout_s, kind.name)
+
+    def long(self, kind: Kind, deadline: Any = None) -> _Bound:
+        """The bound of a call that runs the driver: the time left to its deadline plus the
+        quick bound, else the long bound."""
+        if type(deadline) is int:
+            left = deadline / 1e9 - time.monotonic()
+            return _Bound(max(left, 0.0) + self.timeout_s, kind.name,
+                          ErrorStatus.MISSED_DEADLINE_TRANSIENT)
+        return _Bound(self.long_timeout_s, kind.name)
+
+    def _next_end(self, slot: _Slot | None) -> float | None:
+        """The earliest end a reader must wake at: its own call's, the callbacks' and the
+        fences'."""
+        ends = [b.end for b in list(self.bounds.values())]
+        if slot is not None:
+            ends.append(slot.bound.end)
+        return min(ends) if ends else None
+
+    def _expire(self) -> None:
+        """A bound passed: the service is taken as hung. What passed its bound gets its own
+        status, everything else DEVICE_UNAVAILABLE as on death."""
+        now = time.monotonic()
+        late: list[tuple[Any, _Bound]] = []
+        with self.lock:
+            if self.dead:
+                return
+            for call_id, slot in list(self.pending.items()):
+                if slot.bound.end <= now:
+                    late.append((self.pending.pop(call_id), slot.bound))
+            for key, b in list(self.bounds.items()):
+                if b.end <= now:
+                    late.append((key, b))
+        if not late:
+            return
+        first = late[0][1]
+        log.warning("%s: %s not answered within %.3g s: the service is taken as hung and "
+                    "the connection closed", self.path, first.what, first.seconds)
+        for item, b in late:
+            if isinstance(item, _Slot):
+                self._finish(item, item.fail(b.status))
+            elif item[0] == "cb":
+                cb = self.callbacks.pop(item[1], None)
+                self.bounds.pop(item, None)
+                if cb is not None:
+                    self._notify(cb, b.status, None)
+            else:
+                self.bounds.pop(item, None)
+                entry = self.fences.pop(item[1], None)
+                if entry is not None:
+                    fence, fcb = entry
+                    fcb._finish((b.status, NO_TIMING, NO_TIMING))
+                    fence.set_error()
+        self._die()
 
     # ---- memories and releases ------------------------------------------------------------
     def _memory_ref(self, mem: SharedMemory) -> tuple[int, bool]:
@@ -294,18 +410,30 @@ class Connection:
                 wr.u64(ident)
                 send_message(self.sock, Kind.BURST_UNCACHE, 0, wr.buf)
         except Closed:
-            pass
+            self._broken_send()
 
     def release(self, handle: int) -> None:
         self._queue_event(Kind.RELEASE, handle)
 
     # ---- calls ---------------------------------------------------------------------------
+    def _broken_send(self) -> None:
+        """A send failed (the peer is gone, or stopped reading for ``timeout_s``): the stream
+        may hold part of a message, so the connection ends (with the lock held: the socket is
+        shut down, and the reader sees the end and fails everything)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
     def call(self, kind: Kind, encode: Callable[[Writer], None], decode: Decode, fail: Fail,
              callback: tuple[str, Any] | None = None,
-             after_send: Callable[[], None] | None = None) -> Any:
-        """Send one call and wait for its reply (decoded by ``decode`` on the reader thread);
-        ``fail(status)`` is the result when the call cannot be made or the service dies."""
-        slot = _Slot(decode, fail)
+             after_send: Callable[[], None] | None = None, bound: _Bound | None = None,
+             callback_bound: _Bound | None = None) -> Any:
+        """Send one call and wait for its reply (decoded by ``decode`` on the reader thread)
+        until ``bound`` (default: the quick bound); ``fail(status)`` is the result when the
+        call cannot be made, the service dies or lets the bound pass. ``callback_bound``:
+        how long the callback may wait for its notification."""
+        slot = _Slot(decode, fail, bound or self.quick(kind))
         with self.lock:
             if self.dead:
                 return self._unsent(callback, fail, UNAVAILABLE)
@@ -322,13 +450,14 @@ class Connection:
             slot.new_mems = self._encoding_new
             self._encoding_new = []
             self.pending[call_id] = slot
-            if callback is not None:
+            if callback is not None:  # its bound first: a reader that sees it reads to it
+                self.bounds[("cb", call_id)] = callback_bound or self.long(kind)
                 self.callbacks[call_id] = callback
             self._flush_events()
             try:
                 send_message(self.sock, kind, call_id, wr.buf, wr.fds)
             except Closed:
-                pass  # the reader sees the end too and fails everything pending
+                self._broken_send()  # the reader sees the end and fails everything pending
         if after_send is not None:
             after_send()
         return self._wait(slot)
@@ -344,7 +473,7 @@ class Connection:
                                          deadline, type(loop), loop) or \
                 self._last_request.get(request) is not last[1]:
             return None
-        slot = _Slot(self.shapes_replies, _shapes_fail)
+        slot = _Slot(self.shapes_replies, _shapes_fail, self.long(kind, deadline))
         with self.lock:
             if self.dead or self.events:
                 return None
@@ -355,7 +484,7 @@ class Connection:
             try:
                 send_message(self.sock, kind, call_id, last[2])
             except Closed:
-                pass  # the reader sees the end too and fails everything pending
+                self._broken_send()  # the reader sees the end and fails everything pending
         me = threading.get_ident()
         with self.cond:
             mine = self.reading is None
@@ -367,7 +496,7 @@ class Connection:
             if not self.receiver.pending():
                 self._await_reply(sent)
             while not slot.done:
-                msg = self._next_message()
+                msg = self._next_message(slot)
                 if msg is None:
                     break
                 rkind, rid, body, fds = msg
@@ -375,7 +504,7 @@ class Connection:
                     self.pending.pop(call_id, None)
                     self._again_took = time.perf_counter() - sent
                     try:
-                        return self.shapes_replies.get(body, _shapes_result)
+                        return _fitting(self.shapes_replies.get(body, _shapes_result), request)
                     except Exception:  # noqa: BLE001 - a reply that does not decode
                         return _shapes_fail(ErrorStatus.GENERAL_FAILURE)
                 self._dispatch_message(*msg)  # anything else: as the general reader does
@@ -410,13 +539,19 @@ class Connection:
                 if self.reading is None:
                     self.reading = me
                     break
+                left = slot.bound.end - time.monotonic()
+                if left <= 0:
+                    break
                 self.waiters += 1
                 try:
-                    self.cond.wait()
+                    self.cond.wait(left)
                 finally:
                     self.waiters -= 1
+        if self.reading != me:  # the bound passed while another thread read
+            self._expire()
+            return slot.result
         try:
-            while not slot.done and self._read_one():
+            while not slot.done and self._read_one(slot):
                 pass
         finally:
             self._pass_reading()
@@ -475,32 +610,44 @@ class Connection:
                     return
                 self.reading = me
             try:
-                self._read_one()
+                self._read_one(None)
             finally:
                 self._pass_reading()
 
-    def _read_one(self) -> bool:
-        """Read and dispatch one message (by the thread that reads); False when the
-        connection ended."""
-        msg = self._next_message()
+    def _read_one(self, slot: _Slot | None) -> bool:
+        """Read and dispatch one message (by the thread that reads, for ``slot``'s call or
+        for the callbacks and fences); False when the connection ended or a bound passed."""
+        msg = self._next_message(slot)
         if msg is None:
             return False
         self._dispatch_message(*msg)
         return True
 
-    def _next_message(self) -> tuple[Kind, int, memoryview, list[int]] | None:
-        """The next message (by the thread that reads); None when the connection ended."""
-        try:
-            return self.receiver.next()
-        except (Closed, WireError, OSError):
-            self._die()
-            return None
+    def _next_message(self, slot: _Slot | None
+                      ) -> tuple[Kind, int, memoryview, list[int]] | None:
+        """The next message (by the thread that reads); None when the connection ended or
+        the earliest bound passed (then the connection ends too: see _expire)."""
+        while True:
+            try:
+                return self.receiver.next(end=self._next_end(slot), drop_large=False)
+            except TimedOut:
+                self._expire()
+                if self.dead or (slot is not None and slot.done):
+                    return None
+                # nothing had passed its bound after all (it was answered meanwhile): on
+            except (Closed, WireError, OSError):
+                self._die()
+                return None
 
     def _dispatch_message(self, kind: Kind, call_id: int, body: memoryview,
                           fds: list[int]) -> None:
         r = Reader(body, fds)
         try:
             self._dispatch(kind, call_id, r)
+        except Exception as e:  # noqa: BLE001 - an event that does not decode
+            log.warning("%s: a %s message that does not decode (%s): the connection is "
+                        "closed", self.path, getattr(kind, "name", kind), e)
+            self._die()
         finally:
             r.close_unused()
 
@@ -511,14 +658,15 @@ class Connection:
                 return
             if kind == Kind.ERROR:
                 status = _status_or(r, ErrorStatus.GENERAL_FAILURE)
-                # The service may or may not have kept the memories this call defined (a
-                # message that did not decode defines nothing; a refused call's do stay):
-                # forget them either way (an unknown id is ignored) and define them afresh.
+                # A call refused before it ran defined nothing; one that failed running may
+                # have kept its memories (docs/wire.md): forget them either way (an unknown
+                # id is ignored) and define them afresh.
                 for mem in slot.new_mems:
                     entry = self.mem_ids.get(mem)
                     if entry is not None:
                         self.events.append((Kind.FORGET, entry[0]))
                 self._unlearn(slot.new_mems)
+                self.bounds.pop(("cb", call_id), None)
                 cb = self.callbacks.pop(call_id, None)
                 if cb is not None:
                     self._notify(cb, status, None)
@@ -532,6 +680,7 @@ class Connection:
             self._finish(slot, result)
         elif kind in (Kind.NOTIFY_PREPARED, Kind.NOTIFY_EXECUTION):
             cb = self.callbacks.pop(call_id, None)
+            self.bounds.pop(("cb", call_id), None)
             if cb is None:
                 return
             try:
@@ -545,12 +694,13 @@ class Connection:
                     shapes, timing = w.get_shapes(r), w.get_timing(r)
                     r.finish()
                     self._notify(cb, status, (shapes, timing))
-            except WireError:
+            except Exception:  # noqa: BLE001 - a notification that does not decode
                 self._notify(cb, ErrorStatus.GENERAL_FAILURE, None)
         elif kind == Kind.FENCE_STATE:
             fence_id, state, info = w.get_fence_state(r)
             r.finish()
             entry = self.fences.pop(fence_id, None)
+            self.bounds.pop(("fence", fence_id), None)
             if entry is not None:
                 fence, fcb = entry
                 fcb._finish(info if info is not None else (
@@ -584,6 +734,7 @@ class Connection:
             pending, self.pending = self.pending, {}
             callbacks, self.callbacks = self.callbacks, {}
             fences, self.fences = self.fences, {}
+            self.bounds = {}
             self.events.clear()
         try:
             self.sock.close()
@@ -686,18 +837,26 @@ class Connection:
             except Closed:
                 pass
 
-    def get_fenced(self, r: Reader) -> tuple[ErrorStatus, SyncFence | None,
-                                             IFencedExecutionCallback | None]:
+    def fenced(self, bound: _Bound) -> Decode:
+        """The decoder of a fenced call's reply; its returned fence goes to error if the
+        service does not complete it within ``bound``."""
+        return lambda r: self.get_fenced(r, bound)
+
+    def get_fenced(self, r: Reader, bound: _Bound
+                   ) -> tuple[ErrorStatus, SyncFence | None, IFencedExecutionCallback | None]:
         status = w.get_status(r)
         if not r.bool():
             return (status if status != ErrorStatus.NONE else ErrorStatus.GENERAL_FAILURE,
                     None, None)
         fence_id = r.u64()
+        if fence_id in self.fences:  # the fence it names already would never complete
+            raise WireError(f"fence id {fence_id} returned twice")
         if r.bool():
             os.close(r.fd("fence"))  # the service's readiness mirror; ours is local
         fence, cb = SyncFence(), RemoteFencedCallback()
         # By the thread that reads: no lock needed (and the reader never waits for the send
         # lock, which a sender blocked on a full socket may hold).
+        self.bounds[("fence", fence_id)] = bound
         self.fences[fence_id] = (fence, cb)
         return status, fence, cb
 
@@ -715,6 +874,49 @@ def _status_or(r: Reader, default: ErrorStatus) -> ErrorStatus:
 
 def _shapes_fail(s: ErrorStatus) -> tuple[ErrorStatus, list[OutputShape], Timing]:
     return s, [], NO_TIMING
+
+
+#: The most elements an output can have: a request's buffer length is a u32 of bytes.
+_MAX_ELEMENTS = 0xFFFF_FFFF
+
+
+def _fitting(result: tuple[ErrorStatus, list[OutputShape], Timing], request: Any
+             ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+    """``result`` when it can be the result of ``request`` (None: its outputs are not known
+    here), else GENERAL_FAILURE: shapes only with NONE or OUTPUT_INSUFFICIENT_SIZE, one per
+    output, no output larger than a buffer can be, a sufficient one no larger than its
+    buffer, of the rank and the dimensions the request gave. A hostile or broken service
+    must not hand its caller sizes that make it fail when it allocates or reshapes."""
+    status, shapes, _ = result
+    if not shapes:
+        return result
+    bad = None
+    if status not in (ErrorStatus.NONE, ErrorStatus.OUTPUT_INSUFFICIENT_SIZE):
+        bad = f"{len(shapes)} output shapes with status {status.name}"
+    outputs = getattr(request, "outputs", None) if request is not None else None
+    if bad is None and isinstance(outputs, (list, tuple)) and len(shapes) != len(outputs):
+        bad = f"{len(shapes)} output shapes for {len(outputs)} outputs"
+    for i, shape in enumerate(shapes if bad is None else ()):
+        dims = shape.dimensions
+        if math.prod(dims) > _MAX_ELEMENTS:
+            bad = f"output {i}: dimensions {dims[:8]} past any buffer"
+            break
+        arg = outputs[i] if isinstance(outputs, (list, tuple)) else None
+        given = getattr(arg, "dimensions", None)
+        if isinstance(given, (list, tuple)) and given and (
+                len(given) != len(dims) or any(g and g != d for g, d in zip(given, dims))):
+            bad = f"output {i}: dimensions {dims[:8]} where the request gave {list(given)}"
+            break
+        length = getattr(getattr(arg, "location", None), "length", 0)
+        if shape.is_sufficient and status == ErrorStatus.NONE and type(length) is int and \
+                length and not getattr(arg, "has_no_value", False) and \
+                math.prod(dims) > length:
+            bad = f"output {i}: {math.prod(dims)} elements in a buffer of {length} bytes"
+            break
+    if bad is None:
+        return result
+    log.warning("a service's results do not fit the request (%s): GENERAL_FAILURE", bad)
+    return ErrorStatus.GENERAL_FAILURE, [], NO_TIMING
 
 
 def _shapes_result(data: Any) -> tuple[ErrorStatus, list[OutputShape], Timing]:
@@ -754,6 +956,17 @@ class _RepeatedResults:
         result = self.get(r.view, _shapes_result)
         r.pos = len(r.view)
         return result
+
+
+class _FittingCallback:
+    """An execution callback whose shapes are checked against the request first."""
+
+    def __init__(self, callback: Any, request: Any):
+        self.callback, self.request = callback, request
+
+    def notify(self, status: ErrorStatus, shapes: list[OutputShape], timing: Timing) -> None:
+        status, shapes, timing = _fitting((status, shapes, timing), self.request)
+        self.callback.notify(status, shapes, timing)
 
 
 class RemoteFencedCallback(IFencedExecutionCallback):
@@ -810,12 +1023,18 @@ def _fenced_fail(s: ErrorStatus) -> tuple[ErrorStatus, None, None]:
 
 
 class RemoteExecution(_Remote, IExecution):
+    #: The request it was created for (its results are checked against it).
+    request: Any = None
+
     def compute(self, deadline: int | None = None
                 ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
         def enc(wr: Writer) -> None:
             wr.u32(self.handle)
             wr.opt_i64(deadline, "deadline")
-        return self.conn.call(Kind.COMPUTE, enc, self.conn.shapes_replies, _shapes_fail)
+        return _fitting(self.conn.call(Kind.COMPUTE, enc, self.conn.shapes_replies,
+                                       _shapes_fail,
+                                       bound=self.conn.long(Kind.COMPUTE, deadline)),
+                        self.request)
 
     def compute_fenced(self, wait_for: Sequence[SyncFence], deadline: int | None = None,
                        timeout_after_fence: int | None = None
@@ -827,8 +1046,9 @@ class RemoteExecution(_Remote, IExecution):
             self.conn.put_wait_for(wr, wait_for, later)
             wr.opt_i64(deadline, "deadline")
             wr.opt_i64(timeout_after_fence, "timeoutAfterFence")
-        return self.conn.call(Kind.COMPUTE_FENCED, enc, self.conn.get_fenced, _fenced_fail,
-                              after_send=lambda: self.conn.watch(later))
+        bound = self.conn.long(Kind.COMPUTE_FENCED, deadline)
+        return self.conn.call(Kind.COMPUTE_FENCED, enc, self.conn.fenced(bound), _fenced_fail,
+                              after_send=lambda: self.conn.watch(later), bound=bound)
 
 
 class RemoteBuffer(_Remote, IBuffer):
@@ -880,7 +1100,10 @@ def _create_reusable(conn: Connection, kind: Kind, handle: int, request: Any, me
         w.put_request(wr, request)
         wr.i32(measure, "measure")
         wr.opt_i64(loop, "loopTimeout")
-    return conn.call(kind, enc, _handle_result(conn, RemoteExecution), _pair_fail)
+    status, ex = conn.call(kind, enc, _handle_result(conn, RemoteExecution), _pair_fail)
+    if ex is not None:
+        ex.request = snapshot_request(request)
+    return status, ex
 
 
 class _BurstChannel:
@@ -891,10 +1114,11 @@ class _BurstChannel:
 
     def execute(self, request: Request, measure: Any, deadline: Any, loop: Any
                 ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
-        return self.conn.call(Kind.BURST_EXECUTE,
-                              lambda wr: _put_exec(self.conn, wr, self.handle, request,
-                                                   measure, deadline, loop),
-                              self.conn.shapes_replies, _shapes_fail)
+        return _fitting(self.conn.call(
+            Kind.BURST_EXECUTE,
+            lambda wr: _put_exec(self.conn, wr, self.handle, request, measure, deadline, loop),
+            self.conn.shapes_replies, _shapes_fail,
+            bound=self.conn.long(Kind.BURST_EXECUTE, deadline)), request)
 
 
 #: Data bytes of each of a burst's two rings. A request or result that does not fit (with its
@@ -952,15 +1176,22 @@ class _RingChannel:
             if self.conn.dead:
                 return UNAVAILABLE, [], NO_TIMING
             self.seq = seq = self.seq + 1
+            bound = self.conn.long(Kind.BURST_EXECUTE, deadline)
             try:
                 self.requests.write(_REQ_HEAD.pack(_REQ_TAG, flags, seq, deadline or 0,
-                                                   loop or 0) + packet, alive=self.alive)
+                                                   loop or 0) + packet,
+                                    timeout=self.conn.timeout_s, alive=self.alive)
             except PacketTooLarge:
                 return None
+            except RingTimeout:
+                return self._hung(_Bound(self.conn.timeout_s, "burst ring (request)"))
             except RingError:
                 return self._lost()
             try:
-                record = self.results.read(alive=self.alive)
+                record = self.results.read(timeout=max(bound.end - time.monotonic(), 0.001),
+                                           alive=self.alive)
+            except RingTimeout:
+                return self._hung(bound)
             except RingError:
                 return self._lost()
             if len(record) < _RES_HEAD.size:
@@ -975,6 +1206,14 @@ class _RingChannel:
             if rflags & w.BURST_CLOSING:
                 self._break()
             return result
+
+    def _hung(self, bound: _Bound) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+        """The service let the bound pass on the rings: taken as hung (Connection._expire)."""
+        log.warning("%s: %s not answered within %.3g s: the service is taken as hung and "
+                    "the connection closed", self.conn.path, bound.what, bound.seconds)
+        self._break()
+        self.conn._die()
+        return bound.status, [], NO_TIMING
 
     def _lost(self) -> tuple[ErrorStatus, list[OutputShape], Timing]:
         """The rings failed mid-execution: the service died, or they are corrupt."""
@@ -1067,7 +1306,7 @@ class RemoteBurst(_Remote, IBurst):
             if packet is not None:
                 result = rings.execute(packet, deadline, loop_timeout)
                 if result is not None:
-                    return result
+                    return _fitting(result, request)
         return self.channel.execute(request, measure, deadline, loop_timeout)
 
     def _packet(self, request: Request, measure: Any) -> bytes | None:
@@ -1107,7 +1346,8 @@ class RemotePreparedModel(_Remote, IPreparedModel):
             Kind.EXECUTE,
             lambda wr: _put_exec(self.conn, wr, self.handle, request, measure, deadline,
                                  loop_timeout),
-            w.get_status, lambda s: s, callback=("execution", callback))
+            w.get_status, lambda s: s, callback=("execution", _FittingCallback(callback, request)),
+            callback_bound=self.conn.long(Kind.EXECUTE, deadline))
 
     def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
                               deadline: int | None = None, loop_timeout: int | None = None
@@ -1116,11 +1356,12 @@ class RemotePreparedModel(_Remote, IPreparedModel):
                                      deadline, loop_timeout)
         if again is not None:
             return again
-        return self.conn.call(
+        return _fitting(self.conn.call(
             Kind.EXECUTE_SYNCHRONOUSLY,
             lambda wr: _put_exec(self.conn, wr, self.handle, request, measure, deadline,
                                  loop_timeout),
-            self.conn.shapes_replies, _shapes_fail)
+            self.conn.shapes_replies, _shapes_fail,
+            bound=self.conn.long(Kind.EXECUTE_SYNCHRONOUSLY, deadline)), request)
 
     def execute_fenced(self, request: Request, wait_for: Sequence[SyncFence],
                        measure: MeasureTiming = MeasureTiming.NO, deadline: int | None = None,
@@ -1136,8 +1377,9 @@ class RemotePreparedModel(_Remote, IPreparedModel):
             wr.opt_i64(deadline, "deadline")
             wr.opt_i64(loop_timeout, "loopTimeout")
             wr.opt_i64(duration, "duration")
-        return self.conn.call(Kind.EXECUTE_FENCED, enc, self.conn.get_fenced, _fenced_fail,
-                              after_send=lambda: self.conn.watch(later))
+        bound = self.conn.long(Kind.EXECUTE_FENCED, deadline)
+        return self.conn.call(Kind.EXECUTE_FENCED, enc, self.conn.fenced(bound), _fenced_fail,
+                              after_send=lambda: self.conn.watch(later), bound=bound)
 
     def configure_execution_burst(self) -> tuple[ErrorStatus, IBurst | None]:
         """A served burst with its two rings (CONFIGURE_BURST_RINGS); without them when they
@@ -1175,12 +1417,20 @@ class RemotePreparedModel(_Remote, IPreparedModel):
 
 
 class RemoteDevice(IDevice):
-    """An IDevice served by ``nnhal serve`` at ``path``; OSError if nothing answers there."""
+    """An IDevice served by ``nnhal serve`` at ``path``; OSError if nothing answers there
+    (TimeoutError when its listen backlog stays full for ``timeout_s``).
 
-    def __init__(self, path: str | os.PathLike[str], name: str | None = None):
+    ``timeout_s`` bounds connecting and every quick call, ``long_timeout_s`` what runs the
+    driver without a deadline (see the module docstring); None: from
+    ``$NNHAL_REMOTE_TIMEOUT_S`` / ``$NNHAL_REMOTE_LONG_TIMEOUT_S``, else 30 s / 300 s.
+    ValueError for a bound that is not a positive number of seconds."""
+
+    def __init__(self, path: str | os.PathLike[str], name: str | None = None, *,
+                 timeout_s: float | None = None, long_timeout_s: float | None = None):
         self.path = str(path)
         self.name = name or f"remote:{self.path}"
-        self.conn = Connection(self.path)
+        self.conn = Connection(self.path, _bound_of(timeout_s, TIMEOUT_ENV, TIMEOUT_S),
+                               _bound_of(long_timeout_s, LONG_TIMEOUT_ENV, LONG_TIMEOUT_S))
 
     @property
     def alive(self) -> bool:
@@ -1203,7 +1453,8 @@ class RemoteDevice(IDevice):
             status = w.get_status(r)
             return status, [r.bool() for _ in range(r.count("supported", 1))]
         return self.conn.call(Kind.GET_SUPPORTED_OPERATIONS, lambda wr: w.put_model(wr, model),
-                              dec, lambda s: (s, []))
+                              dec, lambda s: (s, []),
+                              bound=self.conn.long(Kind.GET_SUPPORTED_OPERATIONS))
 
     def get_type(self) -> tuple[ErrorStatus, DeviceType]:
         def dec(r: Reader) -> tuple[ErrorStatus, DeviceType]:
@@ -1242,14 +1493,15 @@ class RemoteDevice(IDevice):
             w.put_handles(wr, model_cache, "modelCache")
             w.put_handles(wr, data_cache, "dataCache")
             w.put_token(wr, token)
-        return self._prepare_checked(Kind.PREPARE_MODEL, enc, callback)
+        return self._prepare_checked(Kind.PREPARE_MODEL, enc, callback, deadline)
 
     def _prepare_checked(self, kind: Kind, enc: Callable[[Writer], None],
-                         callback: Any) -> ErrorStatus:
+                         callback: Any, deadline: Any) -> ErrorStatus:
         if callback is None or not hasattr(callback, "notify"):
             return ErrorStatus.INVALID_ARGUMENT
         return self.conn.call(kind, enc, w.get_status, lambda s: s,
-                              callback=("prepared", callback))
+                              callback=("prepared", callback),
+                              callback_bound=self.conn.long(kind, deadline))
 
     def prepare_model_from_cache(self, deadline: int | None, model_cache: Sequence[Any],
                                  data_cache: Sequence[Any], token: bytes,
@@ -1259,7 +1511,7 @@ class RemoteDevice(IDevice):
             w.put_handles(wr, model_cache, "modelCache")
             w.put_handles(wr, data_cache, "dataCache")
             w.put_token(wr, token)
-        return self._prepare_checked(Kind.PREPARE_MODEL_FROM_CACHE, enc, callback)
+        return self._prepare_checked(Kind.PREPARE_MODEL_FROM_CACHE, enc, callback, deadline)
 
     def allocate(self, desc: BufferDesc, prepared_models: Sequence[IPreparedModel],
                  input_roles: Sequence[BufferRole], output_roles: Sequence[BufferRole]

@@ -73,6 +73,10 @@ class Limits:
     max_outstanding: int = 64
     max_prepared: int = 256
     max_mapped: int = 4 << 30
+    max_memories: int = 1024
+    #: Clients connected at once (past it a new connection is closed at once). With the
+    #: body bound it also bounds what all clients' messages in flight can hold together.
+    max_clients: int = 64
 
 
 #: Seconds a call runs before the watcher passes the reading on to let the client's next
@@ -220,10 +224,14 @@ class Session:
                         not self.receiver.pending():
                     self._look_for_next(replied)
                 try:
-                    kind, call_id, body, fds = self.receiver.next(self.limits.max_body)
+                    kind, call_id, body, fds = self.receiver.next(self.limits.max_body,
+                                                                  drop_large=False)
                 except TooLarge as e:
+                    # Refused before a byte of it is held; the rest of it is not read either:
+                    # the connection ends (a client never sends past the bound).
+                    log.info("%s: %s", self.peer, e)
                     self.error(e.call_id, ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT)
-                    continue
+                    return
                 except (Closed, WireError) as e:
                     log.debug("%s: disconnected: %s", self.peer, e)
                     return
@@ -294,7 +302,10 @@ class Session:
             if decode is None:
                 raise WireError(f"{kind.name} is not a message a client sends")
             args = decode(self, r)
-            r.commit()
+            r.finish()
+            if r.defined and len(self.memories) + len(r.defined) > self.limits.max_memories:
+                _untake(args)
+                raise ResourceLimit(f"more than {self.limits.max_memories} memories")
         except ResourceLimit as e:
             r.discard()
             log.info("%s: %s", self.peer, e)
@@ -307,6 +318,18 @@ class Session:
             if kind in w.CALLS:
                 self.error(call_id, ErrorStatus.INVALID_ARGUMENT)
             return
+        if kind in w.CALLS:
+            # Refused here, before its memories are kept: a refused call defines nothing
+            # (docs/wire.md).
+            refusal = self._handle_refusal(kind, args)
+            if refusal is None and not self._take_slot():
+                refusal = ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT
+            if refusal is not None:
+                _untake(args)
+                r.discard()
+                self.error(call_id, refusal)
+                return
+        r.commit()
         with self.lock:
             for ident, mem in r.defined.items():
                 self.memories[ident] = mem
@@ -319,19 +342,37 @@ class Session:
             if len(self.decoded) >= _MEMO_SIZE:
                 self.decoded.clear()
             self.decoded[key] = args
-        return self._admit(kind, call_id, args)
+        return kind, call_id, args
 
-    def _admit(self, kind: Kind, call_id: int, args: tuple) -> tuple[Kind, int, tuple] | None:
+    def _take_slot(self) -> bool:
+        """Count one more outstanding call; False past the bound."""
         with self.lock:
             if self.outstanding >= self.limits.max_outstanding:
-                busy = True
-            else:
-                busy = False
-                self.outstanding += 1
-        if busy:
+                return False
+            self.outstanding += 1
+            return True
+
+    def _admit(self, kind: Kind, call_id: int, args: tuple) -> tuple[Kind, int, tuple] | None:
+        if not self._take_slot():
             self.error(call_id, ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT)
-            return
+            return None
         return kind, call_id, args
+
+    def _handle_refusal(self, kind: Kind, args: tuple) -> ErrorStatus | None:
+        """INVALID_ARGUMENT when a call names a handle that is not one of this client's of
+        the right kind (the handler would refuse it too, but after its memories were kept)."""
+        which = _HANDLE_KIND.get(kind)
+        if which is None:
+            return None
+        handles = args[1] if kind == Kind.ALLOCATE else (args[0],)
+        with self.lock:
+            for h in handles:
+                entry = self.handles.get(h)
+                if entry is None or entry[0] != which:
+                    log.info("%s: %s refused: no %s of handle %d", self.peer, kind.name,
+                             which, h)
+                    return ErrorStatus.INVALID_ARGUMENT
+        return None
 
     def _call(self, kind: Kind, call_id: int, args: tuple, reading: bool = False) -> bool:
         """Run one call and reply. ``reading``: the caller is the thread that reads, which
@@ -787,6 +828,14 @@ _DECODERS: dict[Kind, Callable[[Session, Reader], tuple]] = {
 }
 
 
+def _untake(args: tuple) -> None:
+    """A decoded message refused before its call: its descriptors are closed with the
+    message (Reader.discard), so the ring descriptors' own closer must not close them."""
+    for a in args:
+        if isinstance(a, _RingFds):
+            a.take()
+
+
 class _RingFds:
     """The four ring descriptors of a CONFIGURE_BURST_RINGS message, closed unless taken (a
     call refused after decoding, e.g. too many outstanding, must not leak them)."""
@@ -1155,6 +1204,17 @@ def _measure(r: Reader) -> int:
     return _enum(MeasureTiming, r.i32())
 
 
+#: The kind of handle each call names first (ALLOCATE: its list of prepared models).
+_HANDLE_KIND: dict[Kind, str] = {
+    **dict.fromkeys((Kind.EXECUTE, Kind.EXECUTE_SYNCHRONOUSLY, Kind.EXECUTE_FENCED,
+                     Kind.CONFIGURE_BURST, Kind.CONFIGURE_BURST_RINGS, Kind.CREATE_REUSABLE,
+                     Kind.ALLOCATE), _PM),
+    **dict.fromkeys((Kind.BURST_EXECUTE, Kind.BURST_CREATE_REUSABLE, Kind.BURST_CACHE),
+                    _BURST),
+    **dict.fromkeys((Kind.COMPUTE, Kind.COMPUTE_FENCED), _EXEC),
+    **dict.fromkeys((Kind.COPY_TO, Kind.COPY_FROM), _BUFFER),
+}
+
 #: Calls whose decoding is remembered by their bytes (Session.decoded), and how many.
 _MEMO_KINDS = frozenset({Kind.EXECUTE, Kind.EXECUTE_SYNCHRONOUSLY, Kind.BURST_EXECUTE})
 _MEMO_SIZE = 64
@@ -1398,6 +1458,13 @@ class Service:
                     log.warning("refused client %s", who)
                     conn.close()
                     continue
+                with self._lock:
+                    full = len(self.sessions) >= self.limits.max_clients
+                if full:
+                    log.warning("refused client %s: %d clients connected already", who,
+                                self.limits.max_clients)
+                    conn.close()
+                    continue
                 session = Session(self, conn, who)
                 with self._lock:
                     self.sessions.add(session)
@@ -1455,7 +1522,7 @@ def serve(driver: str, socket_path: str | None = None, runtime_dir: str | None =
         if rdir is None:
             raise OSError("no --socket and no runtime directory ($XDG_RUNTIME_DIR unset; "
                           "give --runtime-dir)")
-        rdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        registration.check_dir(rdir)
         socket_path = str(rdir / f"{name}.sock")
     device = open_device(driver)
     try:

@@ -10,12 +10,17 @@ ends a read right after the segment that carried them, so the descriptors of one
 to the message that holds the read's last byte, which must also start inside that read (else
 the sender broke the rule above: WireError). Every descriptor received is closed unless the
 caller takes it (the :class:`~nnhal.service.wire.Reader`).
+
+A body is held only as far as it has arrived: a header announcing a large body allocates
+nothing until its bytes come (a peer announcing 255 MiB and sending nothing costs nothing).
+Every read may be given an end (a ``time.monotonic`` time): past it, :class:`TimedOut`.
 """
 
 from __future__ import annotations
 
 import array
 import os
+import select
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -34,10 +39,15 @@ from nnhal.service.wire import (
 _ANC = socket.CMSG_SPACE(MAX_FDS * 4)
 _FLAGS = int(getattr(socket, "MSG_CMSG_CLOEXEC", 0))
 _CTRUNC = int(socket.MSG_CTRUNC)
+_DONTWAIT = int(socket.MSG_DONTWAIT)
 
 
 class Closed(Exception):
     """The peer closed the connection (or it broke)."""
+
+
+class TimedOut(Exception):
+    """Nothing (or not the whole message) arrived before the end the reader gave."""
 
 
 class TooLarge(WireError):
@@ -77,6 +87,58 @@ def look_until(poll: Callable[[float], list], end: float) -> bool:
     return True
 
 
+#: The most a body grows by at each read: what is held is what arrived, plus at most this.
+_GROW = 1 << 20
+
+
+def _recv_into(sock: socket.socket, view: memoryview, end: float | None
+               ) -> tuple[int, list, int]:
+    """One ``recvmsg_into``; with an ``end``, waiting for data at most until then."""
+    if end is None:
+        try:
+            n, anc, flags, _ = sock.recvmsg_into([view], _ANC, _FLAGS)
+        except OSError as e:
+            raise Closed(str(e)) from None
+        return n, anc, flags
+    while True:
+        try:
+            n, anc, flags, _ = sock.recvmsg_into([view], _ANC, _FLAGS | _DONTWAIT)
+            return n, anc, flags
+        except BlockingIOError:
+            pass
+        except OSError as e:
+            raise Closed(str(e)) from None
+        left = end - time.monotonic()
+        if left <= 0:
+            raise TimedOut("no reply within the bound")
+        p = select.poll()
+        p.register(sock, select.POLLIN)
+        try:
+            p.poll(max(1, int(left * 1000 + 1)))
+        except (OSError, ValueError) as e:
+            raise Closed(str(e)) from None
+
+
+def _read_growing(sock: socket.socket, body: bytearray, size: int, end: float | None,
+                  fds: list[int] | None) -> None:
+    """Read until ``body`` holds ``size`` bytes, growing it only by what arrives.
+    Descriptors arriving are added to ``fds``; None: none may arrive (WireError)."""
+    scratch = bytearray(min(_GROW, size - len(body)))
+    view = memoryview(scratch)
+    while len(body) < size:
+        n, anc, flags = _recv_into(sock, view[:size - len(body)], end)
+        got: list[int] = []
+        _fds_of(anc, flags, got)
+        if got:
+            if fds is None:
+                close_fds(got)
+                raise WireError("descriptors sent with a part of a message after its first")
+            fds.extend(got)
+        if n == 0:
+            raise Closed("end of stream inside a message")
+        body += view[:n]
+
+
 def _fds_of(ancdata: list, flags: int, fds: list[int]) -> None:
     if not ancdata and not flags & _CTRUNC:
         return
@@ -90,44 +152,27 @@ def _fds_of(ancdata: list, flags: int, fds: list[int]) -> None:
         raise WireError("descriptors truncated (more than the bound)")
 
 
-def recv_message(sock: socket.socket, max_body: int = MAX_BODY
+def recv_message(sock: socket.socket, max_body: int = MAX_BODY, end: float | None = None
                  ) -> tuple[Kind, int, memoryview, list[int]]:
     """(kind, call id, body, descriptors) of the next message.
 
-    Raises Closed at the end of the stream and WireError for a message that breaks the framing
-    (the connection cannot continue then); descriptors of a failed message are closed.
+    Raises Closed at the end of the stream, WireError for a message that breaks the framing
+    (the connection cannot continue then) and TimedOut past ``end``; descriptors of a failed
+    message are closed.
     """
     fds: list[int] = []
     header = bytearray()
     try:
-        while len(header) < HEADER_SIZE:
-            try:
-                data, anc, flags, _ = sock.recvmsg(HEADER_SIZE - len(header), _ANC, _FLAGS)
-            except OSError as e:
-                raise Closed(str(e)) from None
-            _fds_of(anc, flags, fds)
-            if not data:
-                raise Closed("end of stream")
-            header += data
+        _read_growing(sock, header, HEADER_SIZE, end, fds)
         kind, call_id, body_len, nfds = unpack_header(header, 0xFFFF_FFFF)
         if body_len > max_body:
             _drain(sock, body_len)
             raise TooLarge(kind, call_id, body_len, max_body)
-        body = bytearray(body_len)
-        view = memoryview(body)
-        got = 0
-        while got < body_len:
-            try:
-                n, anc, flags, _ = sock.recvmsg_into([view[got:]], _ANC, _FLAGS)
-            except OSError as e:
-                raise Closed(str(e)) from None
-            _fds_of(anc, flags, fds)
-            if n == 0:
-                raise Closed("end of stream inside a message")
-            got += n
+        body = bytearray()
+        _read_growing(sock, body, body_len, end, fds)
         if len(fds) != nfds:
             raise WireError(f"header announces {nfds} descriptors, {len(fds)} arrived")
-        return kind, call_id, view, fds
+        return kind, call_id, memoryview(body), fds
     except BaseException:
         close_fds(fds)
         raise
@@ -151,16 +196,25 @@ class Receiver:
         #: message has not been cut out yet, in buffer positions, oldest first.
         self.reads: list[tuple[int, int, list[int]]] = []
 
+        #: A read stopped inside a message (TimedOut): the stream cannot be resumed.
+        self.torn = False
+
     def pending(self) -> bool:
         """Bytes read and not yet returned as a message."""
         return self.end > self.start
 
-    def next(self, max_body: int = MAX_BODY) -> tuple[Kind, int, memoryview, list[int]]:
-        """The next message; raises as :func:`recv_message` does."""
+    def next(self, max_body: int = MAX_BODY, end: float | None = None, drop_large: bool = True
+             ) -> tuple[Kind, int, memoryview, list[int]]:
+        """The next message; raises as :func:`recv_message` does. ``drop_large`` False: a
+        body past ``max_body`` is not drained (TooLarge at once; the caller closes)."""
         try:
-            return self._next(max_body)
+            return self._next(max_body, end, drop_large)
         except TooLarge:
             raise  # the connection goes on: later messages keep their descriptors
+        except TimedOut:
+            if self.pending():
+                self.torn = True  # part of a message came, and then nothing
+            raise
         except BaseException:
             self.close()
             raise
@@ -171,7 +225,7 @@ class Receiver:
             close_fds(fds)
         self.reads = []
 
-    def _fill(self) -> None:
+    def _fill(self, end: float | None = None) -> None:
         """One read into the free end of the buffer (unread bytes moved to its start first)."""
         if self.start:
             n = self.end - self.start
@@ -179,10 +233,7 @@ class Receiver:
             k = self.start
             self.reads = [(a - k, b - k, f) for a, b, f in self.reads]
             self.start, self.end = 0, n
-        try:
-            n, anc, flags, _ = self.sock.recvmsg_into([self.view[self.end:]], _ANC, _FLAGS)
-        except OSError as e:
-            raise Closed(str(e)) from None
+        n, anc, flags = _recv_into(self.sock, self.view[self.end:], end)
         got: list[int] = []
         _fds_of(anc, flags, got)
         if n == 0:
@@ -193,28 +244,34 @@ class Receiver:
             self.reads.append((self.end, self.end + n, got))
         self.end += n
 
-    def _next(self, max_body: int) -> tuple[Kind, int, memoryview, list[int]]:
+    def _next(self, max_body: int, end: float | None, drop_large: bool
+              ) -> tuple[Kind, int, memoryview, list[int]]:
+        if self.torn:
+            raise WireError("the stream broke inside a message")
         while self.end - self.start < HEADER_SIZE:
-            self._fill()
+            self._fill(end)
         s = self.start
         kind, call_id, body_len, nfds = unpack_header(self.view[s:s + HEADER_SIZE],
                                                       0xFFFF_FFFF)
         total = HEADER_SIZE + body_len
         if body_len > max_body:
-            self._skip(s, total)
+            if drop_large:
+                self._skip(s, total)
+            else:
+                self.torn = True
             raise TooLarge(kind, call_id, body_len, max_body)
         if total <= len(self.buf):
             while self.end - self.start < total:
-                self._fill()  # moves the message to the buffer's start when it must
+                self._fill(end)  # moves the message to the buffer's start when it must
             s = self.start
             body = bytearray(self.view[s + HEADER_SIZE:s + total])
             self.start = s + total
-        else:  # larger than a chunk: what is here, then the rest straight into its body
-            body = bytearray(body_len)
-            have = self.end - s - HEADER_SIZE
-            body[:have] = self.view[s + HEADER_SIZE:self.end]
+        else:  # larger than a chunk: what is here, then the rest as it arrives
+            body = bytearray(self.view[s + HEADER_SIZE:self.end])
             self.start = self.end
-            _read_exactly(self.sock, memoryview(body), have)
+            self.torn = True  # until the whole body is in
+            _read_growing(self.sock, body, body_len, end, None)
+            self.torn = False
         fds = self._take_fds(s, total)
         if len(fds) != nfds:
             close_fds(fds)
@@ -246,24 +303,6 @@ class Receiver:
             _drain(self.sock, total - have)
         if self.reads and self.reads[0][1] <= s + total:
             close_fds(self.reads.pop(0)[2])
-
-
-def _read_exactly(sock: socket.socket, view: memoryview, got: int) -> None:
-    """The rest of a body, read straight into it: descriptors arriving here were not sent
-    with the message's first byte."""
-    while got < len(view):
-        try:
-            n, anc, flags, _ = sock.recvmsg_into([view[got:]], _ANC, _FLAGS)
-        except OSError as e:
-            raise Closed(str(e)) from None
-        extra: list[int] = []
-        _fds_of(anc, flags, extra)
-        if extra:
-            close_fds(extra)
-            raise WireError("descriptors sent with a part of a message after its first")
-        if n == 0:
-            raise Closed("end of stream inside a message")
-        got += n
 
 
 def _drain(sock: socket.socket, n: int) -> None:

@@ -347,6 +347,11 @@ def test_outstanding_calls_and_message_size_are_bounded(tmp_path):
         big = add_model(DIMS)
         big.operand_values = bytes(8192)  # past the 4 KiB message bound
         assert dev.get_supported_operations(big) == (E.RESOURCE_EXHAUSTED_PERSISTENT, [])
+        # ... and the connection is closed: its body is never read, so nothing follows it
+        assert wait_for(lambda: not dev.alive)
+        assert dev.get_type()[0] == E.DEVICE_UNAVAILABLE
+        dev.close()
+        dev = RemoteDevice(svc.path)
         assert dev.get_supported_operations(add_model(DIMS)) == (E.NONE, [True])
         svc.test_delay = 0.5
         out = []
