@@ -84,7 +84,7 @@ def check_feed(info: TensorInfo, value: Any) -> np.ndarray:
         if arr.dtype != info.dtype:
             raise InputError(f"input '{info.name}' is {arr.dtype}, the model expects "
                              f"{info.dtype}")
-        _check_shape(info, arr.shape)
+        check_shape(info, arr.shape)
         return arr
     return _from_python(info, value)
 
@@ -99,7 +99,7 @@ def _from_python(info: TensorInfo, value: Any) -> np.ndarray:
     fits = (kind == "b") if want.kind == "b" else \
         (kind in "iu") if want.kind in "iu" else (kind in "iuf") if want.kind == "f" else False
     if fits:
-        _check_shape(info, ref.shape)
+        check_shape(info, ref.shape)
         if want.kind in "iu":
             fits = ref.size == 0 or (int(ref.min()) >= np.iinfo(want).min
                                      and int(ref.max()) <= np.iinfo(want).max)
@@ -115,7 +115,9 @@ def _from_python(info: TensorInfo, value: Any) -> np.ndarray:
     return ref.astype(want)
 
 
-def _check_shape(info: TensorInfo, shape: tuple[int, ...]) -> None:
+def check_shape(info: TensorInfo, shape: tuple[int, ...]) -> None:
+    """InputError unless ``shape`` fits ``info`` and holds at most MAX_FEED_BYTES (checked on
+    the numbers alone, so a file's header can be checked before its data is read)."""
     want = info.shape
     size = math.prod(shape) * info.dtype.itemsize
     if size > MAX_FEED_BYTES:

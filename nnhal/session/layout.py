@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nnhal.hal.types import DataLocation, OutputShape, Request, RequestArgument
 from nnhal.errors import one_line
+from nnhal.hal.types import DataLocation, OutputShape, Request, RequestArgument
 from nnhal.memory import MemoryError_, SharedMemory
 from nnhal.session.info import MAX_FEED_BYTES, TensorInfo
 
