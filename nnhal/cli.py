@@ -47,8 +47,6 @@ def _conformance(args: argparse.Namespace) -> int:
     for m in modes:
         if m not in MODES:
             return error(prog, f"unknown mode {m!r}; modes: {', '.join(MODES)}")
-    if args.jobs < 1:
-        return error(prog, f"--jobs must be at least 1, not {args.jobs}")
     worker = args.shard is not None  # one shard of a --jobs run (see parallel.py)
     shard = parse_shard(args.shard or "0/1")
     if shard is None:
@@ -245,6 +243,8 @@ def _tool_failed(command: str, e: BaseException) -> int:
 def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
     """The parser, with the arguments of the model command ``argv`` names (only that one is
     imported)."""
+    from nnhal.conformance.cliutil import add_mutations_arguments, float_in, int_in
+
     parser = _Parser(prog="nnhal", description="The Android Neural Networks HAL 1.3 in Python: "
                      "run, inspect, time and draw .tflite models; check a driver against the "
                      "upstream conformance cases.")
@@ -269,14 +269,15 @@ def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse._Su
                         "caching or runtime (repeatable; default general)")
     c.add_argument("--filter", help="fnmatch pattern on case names, e.g. 'conv2d*'")
     c.add_argument("--json", help="write the full report to this file")
-    c.add_argument("--loop-timeout-ms", type=float, default=500.0,
+    c.add_argument("--loop-timeout-ms", type=float_in(0, 15_000), default=500.0,
                    help="WHILE loop timeout of the cases expected to fail, the endless "
-                        "loops (default 500; cases expected to pass get at least 2000)")
+                        "loops (default 500, at most 15000; cases expected to pass get at "
+                        "least 2000)")
     c.add_argument("--show-failures", action="store_true", help="print every failed case")
     c.add_argument("--no-ops", action="store_true", help="omit the per-operation lines")
     c.add_argument("--strict", action="store_true", help="exit 1 if any case failed")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
-    c.add_argument("--jobs", type=int, default=1,
+    c.add_argument("--jobs", type=int_in(1, 256), default=1,
                    help="run in this many processes (each opens the device)")
     c.add_argument("--device", default="reference",
                    help="device to check (a registered name, e.g. litert; default: reference)")
@@ -310,15 +311,41 @@ def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse._Su
     ls.set_defaults(func=_services)
 
     # `nnhal mutations`: invalid models/requests over the suite (nnhal/conformance/mutations/)
-    from nnhal.conformance.cliutil import add_mutations_arguments
     mu = sub.add_parser("mutations", help="invalid models and requests derived from the cases")
     add_mutations_arguments(mu)
     mu.set_defaults(func=_mutations)
     return parser, sub
 
 
+def _argv_problem(argv: list[object]) -> tuple[list[str], str | None]:
+    """The arguments as text, and why one cannot be used: not text, a NUL byte, or a name
+    that is not UTF-8 (it could be neither printed nor named in a message)."""
+    texts: list[str] = []
+    for k, a in enumerate(argv, 1):
+        if isinstance(a, bytes):
+            a = os.fsdecode(a)
+        if not isinstance(a, str):
+            return texts, f"argument {k} is a {type(a).__name__}, not text"
+        if "\0" in a:
+            return texts, f"argument {k} contains a NUL byte"
+        try:
+            a.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = a.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            return texts, f"argument {k} ({shown}) is not valid UTF-8; rename the file"
+        texts.append(a)
+    return texts, None
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """The ``nnhal`` command; the exit status: 0, 1 for a run that failed, 2 for arguments
+    that cannot be used (a one-line message on stderr either way, never a traceback)."""
+    raw = sys.argv[1:] if argv is None else list(argv)
+    argv, problem = _argv_problem(raw)
+    if problem is not None:
+        prog = f"nnhal {argv[0]}" if argv and argv[0].isalpha() else "nnhal"
+        print(f"{prog}: {problem}", file=sys.stderr)
+        return 2
     try:
         parser, sub = build_parser(argv)
         args, extra = parser.parse_known_args(argv)
@@ -337,6 +364,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except NnhalError as e:
         return _tool_failed(args.command, e)
+    except Exception as e:  # noqa: BLE001 - a bug: one line, the traceback on request
+        if os.environ.get("NNHAL_DEBUG"):
+            raise
+        from nnhal.errors import one_line
+
+        print(f"nnhal {args.command}: internal error ({one_line(e)}); please report it "
+              f"(NNHAL_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -61,3 +61,15 @@ class NdkError(NnhalError):
     def __init__(self, code: int, message: str):
         self.code = int(code)
         super().__init__(message)
+
+
+def one_line(e: BaseException) -> str:
+    """``Type: first line`` of any exception, for a message built around an error nnhal did
+    not raise itself (a feed's or a driver's code); safe against a ``__str__`` that raises."""
+    try:
+        text = str(e)
+    except Exception:  # noqa: BLE001 - the exception's own code may be hostile
+        text = ""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    name = type(e).__name__
+    return f"{name}: {first}" if first else name

@@ -10,17 +10,24 @@ The dtype policy (the issue's first complaint was float64 silently read as float
   as a literal would be, but never overflowing to infinity), booleans only for bool inputs.
 * Shapes: the rank must match and every known dimension must be equal; a dimension the model
   leaves unknown (0) takes the given size, which must not be 0.
+* Size: a feed holds at most :data:`MAX_FEED_BYTES`, checked on its shape before any of its
+  values is read or copied (a broadcast view may claim terabytes in a few bytes).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from nnhal.errors import InputError
+from nnhal.errors import InputError, one_line
 from nnhal.hal.types import Operand, OperandType
+
+#: The most bytes a feed (and all the feeds of a run together) may hold: the reference
+#: driver's default limit on one tensor. A larger feed is an InputError before it is copied.
+MAX_FEED_BYTES = 1 << 32
 
 #: A shape as the HAL gives it: 0 for an unknown dimension; None for a tensor of unknown rank.
 Shape = tuple[int, ...] | None
@@ -70,33 +77,33 @@ def format_shape(shape: Shape) -> str:
 
 def check_feed(info: TensorInfo, value: Any) -> np.ndarray:
     """``value`` as an array of ``info``'s dtype and a compatible shape, or InputError naming
-    the input and what it expects (see the module's dtype policy)."""
+    the input and what it expects (see the module's dtype policy). Shape and size are checked
+    before any value is read or copied."""
     if isinstance(value, (np.ndarray, np.generic)):
         arr = np.asarray(value)
         if arr.dtype != info.dtype:
             raise InputError(f"input '{info.name}' is {arr.dtype}, the model expects "
                              f"{info.dtype}")
-    else:
-        arr = _from_python(info, value)
-    _check_shape(info, arr.shape)
-    return arr
+        check_shape(info, arr.shape)
+        return arr
+    return _from_python(info, value)
 
 
 def _from_python(info: TensorInfo, value: Any) -> np.ndarray:
     try:
         ref = np.asarray(value)
     except (ValueError, TypeError) as e:
-        raise InputError(f"input '{info.name}' is not an array: {e}") from None
+        raise InputError(f"input '{info.name}' is not an array: {one_line(e)}") from None
     want = info.dtype
     kind = ref.dtype.kind
-    fits = False
-    if want.kind == "b":
-        fits = kind == "b"
-    elif want.kind in "iu":
-        fits = kind in "iu" and (ref.size == 0 or (
-            int(ref.min()) >= np.iinfo(want).min and int(ref.max()) <= np.iinfo(want).max))
-    elif want.kind == "f":
-        if kind in "iuf":
+    fits = (kind == "b") if want.kind == "b" else \
+        (kind in "iu") if want.kind in "iu" else (kind in "iuf") if want.kind == "f" else False
+    if fits:
+        check_shape(info, ref.shape)
+        if want.kind in "iu":
+            fits = ref.size == 0 or (int(ref.min()) >= np.iinfo(want).min
+                                     and int(ref.max()) <= np.iinfo(want).max)
+        elif want.kind == "f":
             with np.errstate(over="ignore", invalid="ignore"):
                 conv = ref.astype(want)
             fits = bool(np.all(np.isfinite(conv) | ~np.isfinite(ref)))
@@ -108,8 +115,14 @@ def _from_python(info: TensorInfo, value: Any) -> np.ndarray:
     return ref.astype(want)
 
 
-def _check_shape(info: TensorInfo, shape: tuple[int, ...]) -> None:
+def check_shape(info: TensorInfo, shape: tuple[int, ...]) -> None:
+    """InputError unless ``shape`` fits ``info`` and holds at most MAX_FEED_BYTES (checked on
+    the numbers alone, so a file's header can be checked before its data is read)."""
     want = info.shape
+    size = math.prod(shape) * info.dtype.itemsize
+    if size > MAX_FEED_BYTES:
+        raise InputError(f"input '{info.name}' has shape {tuple(shape)}: {size} bytes, more "
+                         f"than the {MAX_FEED_BYTES} a feed may hold")
     if want is None:
         if 0 in shape:
             raise InputError(f"input '{info.name}' has shape {tuple(shape)}: an empty tensor "

@@ -8,21 +8,27 @@ status, outputs come back with their real shapes, and a streaming model's resour
 
 Thread safety: ``run``, ``reset_state`` and ``close`` take one lock, so a Session may be
 shared between threads; runs on one Session are serialised (state and the reused request
-memory belong to the Session). Use one Session per thread to run in parallel.
+memory belong to the Session). Use one Session per thread to run in parallel. Feeds are
+converted before the lock is taken, because converting runs the caller's code (``__array__``,
+a mapping's ``__getitem__``...), which must never run under a lock it could ask for again; a
+call that re-enters the Session from such code, or from a driver while the lock is held, is
+an NnhalError instead of a deadlock.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from nnhal.drivers.registry import open_device
-from nnhal.errors import ExecutionError, InputError, InvalidModelError, NnhalError
+from nnhal.errors import ExecutionError, InputError, InvalidModelError, NnhalError, one_line
 from nnhal.hal.interfaces import IDevice, IPreparedModel, PreparedModelCallback
 from nnhal.hal.types import (
     ErrorStatus,
@@ -33,8 +39,8 @@ from nnhal.hal.types import (
     Priority,
 )
 from nnhal.session.explain import explain_rejection
-from nnhal.session.info import TensorInfo, check_feed, tensor_info
-from nnhal.session.layout import RequestLayout, nbytes
+from nnhal.session.info import MAX_FEED_BYTES, TensorInfo, check_feed, tensor_info
+from nnhal.session.layout import LayoutError, RequestLayout, nbytes
 from nnhal.tflite.model import ImportedModel, StateVariable
 
 #: Seconds to wait for a driver to report a preparation before calling it hung.
@@ -92,6 +98,11 @@ class Session:
                  input_names: Sequence[str] | None = None,
                  output_names: Sequence[str] | None = None):
         self._lock = threading.Lock()
+        #: The thread holding ``_lock`` (only that thread sets it to its own id, so a thread
+        #: that reads its own id knows it would deadlock).
+        self._owner: int | None = None
+        #: Per thread: whether this Session is converting that thread's feeds.
+        self._converting = threading.local()
         self._closed = True  # until prepared: close() must be safe after a failed __init__
         self._layout: RequestLayout | None = None
         self.imported = load_model(model_or_path, input_names, output_names)
@@ -247,26 +258,64 @@ class Session:
     def run(self, feeds: Feeds) -> dict[str, np.ndarray]:
         """Run once: ``feeds`` by input name, or a sequence in :attr:`inputs` order; returns
         every output by name, in :attr:`outputs` order, each a fresh array of its real shape.
-        InputError before anything runs when a feed does not match; ExecutionError when the
-        driver fails."""
-        with self._lock:
+        InputError before anything runs when a feed does not match (or its conversion
+        fails); ExecutionError when the driver fails."""
+        checked = self._convert(feeds)  # the caller's code runs here, with no lock held
+        with self._exclusive("run"):
             if self._closed:
                 raise NnhalError("the session is closed")
-            arrays = self._arrays(feeds)
-            outs = self._execute(arrays)
+            outs = self._execute(self._with_state(checked))
             for j, s in enumerate(self.imported.state):
                 self._state[j] = outs[s.output]
             return {self._all_outputs[k].name: outs[k] for k in self._public_out}
 
-    def _arrays(self, feeds: Feeds) -> list[np.ndarray]:
-        """Every main input in model order: the checked feeds and the state values."""
+    @contextmanager
+    def _exclusive(self, what: str) -> Iterator[None]:
+        """Hold the Session's lock; NnhalError, not a deadlock, for the thread holding it."""
+        me = threading.get_ident()
+        if self._owner == me:
+            raise NnhalError(f"Session.{what}() was called from inside a run of the same "
+                             f"session (by its driver or a callback): a session cannot be "
+                             f"re-entered")
+        with self._lock:
+            self._owner = me
+            try:
+                yield
+            finally:
+                self._owner = None
+
+    def _convert(self, feeds: Feeds) -> list[np.ndarray]:
+        """The public feeds checked and converted (see :func:`check_feed`). Whatever the
+        feeds' own code raises is an InputError; a run it starts on this Session is refused
+        (it would convert the same feeds again, without end)."""
+        if getattr(self._converting, "active", False):
+            raise NnhalError("Session.run() was called while converting the feeds of another "
+                             "run of the same session (from a feed's __array__, __len__, "
+                             "__getitem__...): convert the feeds before calling run")
+        self._converting.active = True
+        try:
+            return self._checked(feeds)
+        except NnhalError:
+            raise
+        except MemoryError:
+            raise InputError("the feeds do not fit in memory") from None
+        except Exception as e:  # noqa: BLE001 - the feeds' own code, whatever it raises
+            raise InputError(f"the feeds cannot be read: {one_line(e)}") from None
+        finally:
+            self._converting.active = False
+
+    def _checked(self, feeds: Feeds) -> list[np.ndarray]:
         infos = self.inputs
         if isinstance(feeds, Mapping):
             names = [i.name for i in infos]
-            unknown = [k for k in feeds if k not in names]
+            keys = list(itertools.islice(iter(feeds), len(names) + 1))  # bounded: a hostile
+            unknown = [k for k in keys if k not in names]                # mapping may not end
             if unknown:
-                raise InputError(f"unknown input '{unknown[0]}'; the model's inputs are "
+                raise InputError(f"unknown input {_key(unknown[0])}; the model's inputs are "
                                  f"{', '.join(names)}")
+            if len(keys) > len(names):
+                raise InputError(f"the feeds name more inputs than the model's "
+                                 f"{len(names)} ({', '.join(names)})")
             missing = [n for n in names if n not in feeds]
             if missing:
                 raise InputError(f"missing input '{missing[0]}' (of {', '.join(names)})")
@@ -275,11 +324,20 @@ class Session:
             raise InputError(f"feeds must be a dict of input name to array, or a list of "
                              f"{len(infos)} arrays, not {type(feeds).__name__}")
         else:
-            if len(feeds) != len(infos):
-                raise InputError(f"{len(feeds)} inputs given, the model takes {len(infos)} "
+            count = len(feeds)
+            if count != len(infos):
+                raise InputError(f"{count} inputs given, the model takes {len(infos)} "
                                  f"({', '.join(i.name for i in infos)})")
-            given = list(feeds)
+            given = [feeds[k] for k in range(count)]
         checked = [check_feed(info, v) for info, v in zip(infos, given)]
+        total = sum(a.nbytes for a in checked)
+        if total > MAX_FEED_BYTES:
+            raise InputError(f"the feeds hold {total} bytes together, more than the "
+                             f"{MAX_FEED_BYTES} a run takes")
+        return checked
+
+    def _with_state(self, checked: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Every main input in model order: the checked feeds and the state values."""
         full: list[np.ndarray] = [None] * len(self._all_inputs)  # type: ignore[list-item]
         for k, arr in zip(self._public_in, checked):
             full[k] = arr
@@ -293,36 +351,56 @@ class Session:
             return self._layout
         if self._layout is not None:
             self._layout.close()
+            self._layout = None
         self._layout = RequestLayout(self._all_inputs, key, self._all_outputs, self._out_sizes)
         return self._layout
 
     def _execute(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        layout = self._layout_for(arrays)
-        layout.write(arrays)
-        status, shapes, _ = self._call(layout)
-        if status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and \
-                len(shapes) == len(self._all_outputs):
-            layout.grow(shapes)
-            self._out_sizes = list(layout.out_sizes)
-            status, shapes, _ = self._call(layout)
-        if status != ErrorStatus.NONE:
-            raise ExecutionError(f"{self._what()}: execution failed: {ErrorStatus(status).name}"
-                                 f"{_hint(status)}", status)
-        return [layout.read(k, self._real_shape(k, shapes)) for k in range(len(shapes))] \
-            if len(shapes) == len(self._all_outputs) else self._declared_outputs(layout)
-
-    def _call(self, layout: RequestLayout) -> tuple[ErrorStatus, list[OutputShape], object]:
         try:
-            return self._prepared.execute_synchronously(layout.request, MeasureTiming.NO)
+            layout = self._layout_for(arrays)
+            layout.write(arrays)
+            status, shapes = self._call(layout)
+            if status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and \
+                    len(shapes) == len(self._all_outputs):
+                layout.grow(shapes)
+                self._out_sizes = list(layout.out_sizes)
+                status, shapes = self._call(layout)
+            if status != ErrorStatus.NONE:
+                raise ExecutionError(f"{self._what()}: execution failed: {_status_name(status)}"
+                                     f"{_hint(status)}", status)
+            return [layout.read(k, self._real_shape(k, shapes)) for k in range(len(shapes))] \
+                if len(shapes) == len(self._all_outputs) else self._declared_outputs(layout)
+        except LayoutError as e:  # the layout may be half made or half grown: not reused
+            if self._layout is not None:
+                self._layout.close()
+                self._layout = None
+            raise ExecutionError(f"{self._what()}: {e}",
+                                 ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT) from None
+
+    def _call(self, layout: RequestLayout) -> tuple[int, list[OutputShape]]:
+        """(status, output shapes) of one execution; ExecutionError for a driver that raises
+        or answers something else."""
+        try:
+            status, shapes, _ = self._prepared.execute_synchronously(layout.request,
+                                                                     MeasureTiming.NO)
+            return int(status), list(shapes or [])
         except Exception as e:  # noqa: BLE001 - a driver that raises is a failed execution
-            raise ExecutionError(f"{self._what()}: the driver raised {type(e).__name__}: {e}",
-                                 ErrorStatus.GENERAL_FAILURE) from None
+            raise ExecutionError(f"{self._what()}: the driver raised or answered wrongly: "
+                                 f"{one_line(e)}", ErrorStatus.GENERAL_FAILURE) from None
 
     def _real_shape(self, k: int, shapes: Sequence[OutputShape]) -> tuple[int, ...]:
-        dims = tuple(int(d) for d in shapes[k].dimensions)
+        try:
+            dims = tuple(int(d) for d in shapes[k].dimensions)
+        except Exception as e:  # noqa: BLE001 - a driver's answer of the wrong kind
+            raise ExecutionError(f"{self._what()}: the driver reported an unreadable shape for "
+                                 f"output '{self._all_outputs[k].name}': {one_line(e)}",
+                                 ErrorStatus.GENERAL_FAILURE) from None
         declared = self._all_outputs[k].shape
         if not dims and declared:  # a driver that reports no dimensions: the declared ones
             return declared
+        if any(d < 0 for d in dims):
+            raise ExecutionError(f"{self._what()}: the driver reported shape {dims} for output "
+                                 f"'{self._all_outputs[k].name}'", ErrorStatus.GENERAL_FAILURE)
         return dims
 
     def _declared_outputs(self, layout: RequestLayout) -> list[np.ndarray]:
@@ -339,12 +417,12 @@ class Session:
     # ---- state and lifetime ----------------------------------------------------------------
     def reset_state(self) -> None:
         """Give every state variable its initial value again (a new stream)."""
-        with self._lock:
+        with self._exclusive("reset_state"):
             self._state = list(self._initial)
 
     def close(self) -> None:
         """Release the request memory and, if the Session opened the device, the device."""
-        with self._lock:
+        with self._exclusive("close"):
             if self._closed:
                 return
             self._closed = True
@@ -390,7 +468,19 @@ def _fits(want: tuple[int, ...], shape: tuple[int, ...]) -> bool:
     return len(want) == len(shape) and all(not w or w == s for w, s in zip(want, shape))
 
 
-def _hint(status: ErrorStatus) -> str:
+def _key(key: object) -> str:
+    """A feed's key for a message: a name quoted, anything else by its type."""
+    return f"'{key}'" if isinstance(key, str) else f"key of type {type(key).__name__}"
+
+
+def _status_name(status: int) -> str:
+    try:
+        return ErrorStatus(status).name
+    except ValueError:
+        return f"status {status} (not a HAL ErrorStatus)"
+
+
+def _hint(status: int) -> str:
     if status == ErrorStatus.INVALID_ARGUMENT:
         return (" (an input value the model cannot run with, e.g. a runtime shape or index "
                 "out of range; the driver logs the detail at DEBUG level)")

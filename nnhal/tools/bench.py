@@ -19,17 +19,27 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from nnhal.conformance.cliutil import MAX_COUNT, input_file, int_in, output_file
 from nnhal.errors import InputError, ModelFileError, NnhalError
-from nnhal.tools.run import ArgumentProblem, console, fail, open_session, random_feeds
+from nnhal.tools.run import (
+    ArgumentProblem,
+    add_device_argument,
+    console,
+    fail,
+    open_session,
+    random_feeds,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="a .tflite model file")
-    parser.add_argument("--device", default="reference", help="device name (default: reference)")
-    parser.add_argument("--runs", type=int, default=100, help="timed runs (default: 100)")
-    parser.add_argument("--warmup", type=int, default=10,
+    parser.add_argument("model", type=input_file, help="a .tflite model file")
+    add_device_argument(parser)
+    parser.add_argument("--runs", type=int_in(1, MAX_COUNT), default=100,
+                        help="timed runs (default: 100)")
+    parser.add_argument("--warmup", type=int_in(0, MAX_COUNT), default=10,
                         help="untimed runs first (default: 10)")
-    parser.add_argument("--json", metavar="FILE", help="write the figures as JSON here")
+    parser.add_argument("--json", metavar="FILE", type=output_file,
+                        help="write the figures as JSON here")
 
 
 def loadavg() -> list[float] | None:
@@ -49,8 +59,6 @@ def figures(latencies: list[float]) -> dict[str, float]:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.runs < 1 or args.warmup < 0:
-        return fail("bench", "--runs must be at least 1 and --warmup at least 0", 2)
     out = console()
     try:
         session = open_session(args.model, args.device)

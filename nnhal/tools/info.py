@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from nnhal.conformance.cliutil import device, input_file
 from nnhal.errors import NnhalError
 from nnhal.hal.interfaces import IDevice
 from nnhal.hal.types import ErrorStatus, Model, Operand, OperandType
@@ -238,11 +239,11 @@ def device_line(d: dict[str, Any]) -> str:
 # ---- command --------------------------------------------------------------------------------
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="a .tflite file")
+    parser.add_argument("model", type=input_file, help="a .tflite file")
     parser.add_argument("--json", action="store_true", help="print the information as JSON")
     parser.add_argument("--plan", action="store_true",
                         help="the runtime's partition: which device runs which operations")
-    parser.add_argument("--device", action="append", metavar="NAME",
+    parser.add_argument("--device", action="append", metavar="NAME", type=device,
                         help="with --plan: partition over these devices (repeatable; default: "
                              "every available device)")
     parser.add_argument("--preference", choices=["fast", "sustained", "low-power"],

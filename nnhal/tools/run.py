@@ -1,9 +1,11 @@
 """``nnhal run MODEL``: run a model once on a device and summarise its outputs.
 
-Inputs come from an .npz (keys: the input names, or ``arr_0``... in input order; loaded with
-``allow_pickle=False``) or are random, of each input's dtype and shape, and said to be so.
-Errors are one line on stderr, ``nnhal run: <message>``: exit 2 for inputs that do not fit the
-model (missing file, wrong keys, dtype or shape), 1 for a model or device that fails.
+Inputs come from an .npz (keys: the input names, or ``arr_0``... in input order; read by
+:mod:`nnhal.tools.npz`, no further than the model's inputs need) or are random, of each
+input's dtype and shape, and said to be so. Errors are one line on stderr,
+``nnhal run: <message>``: exit 2 for arguments that cannot be used (checked as they are
+parsed: files, device, seed) and inputs that do not fit the model (wrong keys, dtype or
+shape), 1 for a model or device that fails.
 """
 
 from __future__ import annotations
@@ -11,34 +13,37 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import zipfile
 from collections.abc import Sequence
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from nnhal.errors import InputError, ModelFileError, NnhalError
+from nnhal.conformance.cliutil import device, input_file, int_in, output_file
+from nnhal.errors import InputError, ModelFileError, NnhalError, one_line
 from nnhal.session import Session, TensorInfo, load_model
 from nnhal.tflite.model import ImportedModel
+from nnhal.tools.npz import ArgumentProblem, read_feeds
 
 #: Integer inputs that are not quantized (indices, sizes) get values in [0, SMALL_INT).
 SMALL_INT = 10
 
 
-class ArgumentProblem(Exception):
-    """Something the user gave that does not fit the model (exit status 2)."""
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="a .tflite model file")
-    parser.add_argument("--inputs", metavar="IN.npz",
+    parser.add_argument("model", type=input_file, help="a .tflite model file")
+    parser.add_argument("--inputs", metavar="IN.npz", type=input_file,
                         help="input arrays by input name (or arr_0... in order); "
                              "random inputs without it")
-    parser.add_argument("--outputs", metavar="OUT.npz", help="write the outputs here")
-    parser.add_argument("--device", default="reference", help="device name (default: reference)")
-    parser.add_argument("--seed", type=int, default=0,
+    parser.add_argument("--outputs", metavar="OUT.npz", type=output_file,
+                        help="write the outputs here (this very name)")
+    add_device_argument(parser)
+    parser.add_argument("--seed", type=int_in(0, 2**64 - 1), default=0,
                         help="seed of the random inputs (default: 0)")
+
+
+def add_device_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", type=device, default="reference",
+                        help="device name (default: reference; remote:PATH for a service)")
 
 
 def read_model(path: str) -> ImportedModel:
@@ -99,40 +104,9 @@ def random_feeds(inputs: Sequence[TensorInfo], seed: int) -> tuple[dict[str, np.
 
 
 def load_feeds(path: str, inputs: Sequence[TensorInfo]) -> dict[str, np.ndarray]:
-    """The arrays of an .npz as feeds by input name; ArgumentProblem naming a bad key."""
-    try:
-        npz = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise ArgumentProblem(f"{path}: no such file") from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise ArgumentProblem(f"{path}: not an .npz file ({e})") from None
-    if not isinstance(npz, np.lib.npyio.NpzFile):
-        raise ArgumentProblem(f"{path}: a single array, not an .npz of named inputs")
-    with npz:
-        keys = list(npz.files)
-        names = [i.name for i in inputs]
-        positional = [f"arr_{k}" for k in range(len(keys))]
-        if keys == positional and not set(keys) & set(names):
-            if len(keys) != len(names):
-                raise ArgumentProblem(f"{path}: {len(keys)} arrays, the model takes "
-                                      f"{len(names)} inputs ({', '.join(names)})")
-            mapping = dict(zip(names, keys))
-        else:
-            extra = [k for k in keys if k not in names]
-            if extra:
-                raise ArgumentProblem(f"{path}: key '{extra[0]}' is not an input of the model "
-                                      f"(inputs: {', '.join(names)})")
-            missing = [n for n in names if n not in keys]
-            if missing:
-                raise ArgumentProblem(f"{path}: no array for input '{missing[0]}'")
-            mapping = {n: n for n in names}
-        feeds = {}
-        for name, key in mapping.items():
-            try:
-                feeds[name] = npz[key]
-            except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
-                raise ArgumentProblem(f"{path}: array '{key}' cannot be read: {e}") from None
-        return feeds
+    """The arrays of an .npz as feeds by input name; ArgumentProblem naming what does not
+    fit (see :mod:`nnhal.tools.npz`)."""
+    return read_feeds(path, inputs)
 
 
 # ---- outputs --------------------------------------------------------------------------------
@@ -185,9 +159,10 @@ def main(args: argparse.Namespace) -> int:
         out.print(f"device {session.device_name}: prepare {session.prepare_seconds * 1e3:.2f} "
                   f"ms, execute {execute * 1e3:.3f} ms")
         if args.outputs:
-            try:
-                np.savez(args.outputs, **results)
+            try:  # a file object: numpy would add .npz to a name that lacks it
+                with open(args.outputs, "wb") as f:
+                    np.savez(f, **results)
             except (OSError, ValueError) as e:
-                return fail("run", f"cannot write {args.outputs}: {e}", 1)
+                return fail("run", f"cannot write {args.outputs}: {one_line(e)}", 1)
             out.print(f"outputs written to {args.outputs}")
     return 0

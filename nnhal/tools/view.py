@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from nnhal.conformance.cliutil import error
+from nnhal.conformance.cliutil import device, error, input_file, output_file
 from nnhal.errors import NnhalError
 from nnhal.hal.types import Model, OperandLifeTime
 from nnhal.tflite.model import ImportedModel
@@ -36,6 +36,10 @@ from nnhal.tools.describe import (
     value_text,
 )
 from nnhal.tools.graphlayout import Layout, layout
+
+#: Seconds Graphviz's dot may take to draw a .png (a model of thousands of operations takes
+#: a few).
+DOT_TIMEOUT = 300.0
 
 SUFFIXES = (".html", ".svg", ".dot", ".png")
 #: Node text: title font size and detail font size (px), and their character widths.
@@ -406,8 +410,14 @@ def write(imported: ImportedModel | Model, path: str | Path,
         if dot is None:
             raise NnhalError(f"{path}: writing .png needs Graphviz's dot program, which is not "
                              f"installed; write .html, .svg or .dot instead")
-        done = subprocess.run([dot, "-Tpng", "-o", str(path)], input=to_dot(imported, devices),
-                              text=True, capture_output=True, check=False)
+        try:
+            done = subprocess.run([dot, "-Tpng", "-o", str(path)],
+                                  input=to_dot(imported, devices), text=True,
+                                  capture_output=True, check=False, timeout=DOT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise NnhalError(f"{path}: dot did not finish within {DOT_TIMEOUT:.0f} s") from None
+        except OSError as e:
+            raise NnhalError(f"{path}: cannot run dot: {e.strerror or e}") from None
         if done.returncode != 0:
             first = (done.stderr.strip().splitlines() or ["failed"])[0]
             raise NnhalError(f"{path}: dot: {first}")
@@ -424,14 +434,14 @@ def write(imported: ImportedModel | Model, path: str | Path,
 # ---- command --------------------------------------------------------------------------------
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="a .tflite file")
-    parser.add_argument("-o", "--output", required=True, metavar="FILE",
+    parser.add_argument("model", type=input_file, help="a .tflite file")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE", type=output_file,
                         help="the picture: .html (a page to open in a browser), .svg, .dot "
                              "(Graphviz) or .png (needs Graphviz's dot)")
     parser.add_argument("--plan", action="store_true",
                         help="colour each operation by the device the runtime gives it "
                              "(a legend names them)")
-    parser.add_argument("--device", action="append", metavar="NAME",
+    parser.add_argument("--device", action="append", metavar="NAME", type=device,
                         help="with --plan: partition over these devices (repeatable; default: "
                              "every available device)")
 

@@ -108,13 +108,14 @@ def test_a_folder_is_not_a_model(tmp_path):
 # ---- bad arguments ----------------------------------------------------------------------------
 
 def test_unknown_option(tmp_path):
+    (tmp_path / "m.tflite").write_bytes(b"junk")
     line = assert_one_line(nnhal("info", "--frobnicate", str(tmp_path / "m.tflite")),
                            "nnhal info", "--frobnicate")
     assert "unrecognized" in line
 
 
 def test_missing_argument():
-    assert_one_line(nnhal("view", "model.tflite"), "nnhal view", "-o/--output")
+    assert_one_line(nnhal("view", "README.md"), "nnhal view", "-o/--output")
 
 
 def test_unknown_command():
@@ -122,8 +123,10 @@ def test_unknown_command():
 
 
 def test_unknown_picture_format_is_said_before_reading_the_model(tmp_path):
-    assert_one_line(nnhal("view", str(tmp_path / "nowhere.tflite"), "-o",
-                          str(tmp_path / "g.gif")), "nnhal view", "g.gif", "'.gif'", ".html")
+    junk = tmp_path / "junk.tflite"  # reading it would say "not a TFLite flatbuffer"
+    junk.write_bytes(b"junk")
+    assert_one_line(nnhal("view", str(junk), "-o", str(tmp_path / "g.gif")), "nnhal view",
+                    "g.gif", "'.gif'", ".html")
 
 
 def test_help_is_fast_and_loads_no_numpy():
@@ -148,18 +151,22 @@ def _raising(exc: BaseException):
     (ModelFileError("m.tflite", "truncated"), 2),
     (InputError("input 'x': expected float32, got float64"), 1),
 ])
-def test_nnhal_errors_are_one_line(monkeypatch, capsys, exc, status):
+def test_nnhal_errors_are_one_line(monkeypatch, capsys, tmp_path, exc, status):
     from nnhal.tools import info
 
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.tflite").write_bytes(b"junk")
     monkeypatch.setattr(info, "main", _raising(exc))
     assert cli.main(["info", "m.tflite"]) == status
     out, err = capsys.readouterr()
     assert err == f"nnhal info: {exc}\n" and out == ""
 
 
-def test_interrupt_exits_130_quietly(monkeypatch, capsys):
+def test_interrupt_exits_130_quietly(monkeypatch, capsys, tmp_path):
     from nnhal.tools import info
 
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.tflite").write_bytes(b"junk")
     monkeypatch.setattr(info, "main", _raising(KeyboardInterrupt()))
     assert cli.main(["info", "m.tflite"]) == 130
     assert capsys.readouterr() == ("", "")
