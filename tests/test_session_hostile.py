@@ -338,3 +338,28 @@ def test_max_feed_bytes_is_the_reference_drivers_tensor_limit():
         assert MAX_FEED_BYTES == device.max_tensor_bytes
     finally:
         device.close()
+
+
+# ---- Session's own arguments -----------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"device": 123}, "device must be"),
+    ({"device": object()}, "device must be"),
+    ({"devices": "reference"}, "devices must be"),
+    ({"devices": [1, 2]}, "devices must be"),
+    ({"preference": "x"}, "preference must be one of"),
+    ({"preference": 99}, "preference must be one of"),
+    ({"priority": 2.5}, "priority must be one of"),
+    ({"priority": True}, "priority must be one of"),
+    ({"input_names": "ab"}, "input_names must be"),
+    ({"output_names": [1]}, "output_names must be"),
+])
+def test_wrong_session_arguments_are_one_line_errors(kwargs, words):
+    with pytest.raises(NnhalError, match=words) as info:
+        Session(add_model((2,)), **kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_enum_values_given_as_ints_are_taken():
+    with Session(add_model((2,)), "reference", preference=1, priority=2) as s:
+        assert [v.tolist() for v in s.run([ONES, ONES]).values()] == [[2.0, 2.0]]

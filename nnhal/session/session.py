@@ -80,6 +80,39 @@ def load_model(source: ModelSource, input_names: Sequence[str] | None = None,
                      f"an ImportedModel, a .tflite path or its bytes")
 
 
+def _check_arguments(device: Any, devices: Any, preference: Any, priority: Any,
+                     input_names: Any, output_names: Any
+                     ) -> tuple[ExecutionPreference, Priority]:
+    """Session's own arguments, checked before any work, so a wrong type is an NnhalError
+    naming the argument instead of an exception from deep in a driver."""
+    def device_like(d: Any) -> bool:
+        return isinstance(d, (str, IDevice))
+
+    if device is not None and not device_like(device):
+        raise NnhalError(f"device must be a driver name or an IDevice, not a "
+                         f"{type(device).__name__}")
+    if devices is not None:
+        if isinstance(devices, (str, bytes)) or not isinstance(devices, Sequence) or \
+                not all(device_like(d) for d in devices):
+            raise NnhalError("devices must be a sequence of driver names or IDevices")
+    for name, names in (("input_names", input_names), ("output_names", output_names)):
+        if names is not None and (isinstance(names, (str, bytes)) or
+                                  not isinstance(names, Sequence) or
+                                  not all(isinstance(n, str) for n in names)):
+            raise NnhalError(f"{name} must be a sequence of strings")
+    checked = []
+    for name, value, enum in (("preference", preference, ExecutionPreference),
+                              ("priority", priority, Priority)):
+        try:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError
+            checked.append(enum(value))
+        except ValueError:
+            names = ", ".join(m.name for m in enum)
+            raise NnhalError(f"{name} must be one of {names}, not {value!r}") from None
+    return checked[0], checked[1]
+
+
 class Session:
     """A model prepared on ``device`` (a registered name or an IDevice the caller keeps and
     closes), ready to :meth:`run`; without ``device``, compiled through the NNAPI runtime
@@ -105,6 +138,8 @@ class Session:
         self._converting = threading.local()
         self._closed = True  # until prepared: close() must be safe after a failed __init__
         self._layout: RequestLayout | None = None
+        preference, priority = _check_arguments(device, devices, preference, priority,
+                                                input_names, output_names)
         self.imported = load_model(model_or_path, input_names, output_names)
         self.model = self.imported.model
         self.source = self.imported.source
