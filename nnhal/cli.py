@@ -9,6 +9,7 @@ on stderr, ``nnhal <command>: <message>``, never a traceback.
 from __future__ import annotations
 
 import argparse
+import codecs
 import importlib
 import json
 import os
@@ -318,8 +319,9 @@ def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse._Su
 
 
 def _argv_problem(argv: list[object]) -> tuple[list[str], str | None]:
-    """The arguments as text, and why one cannot be used: not text, a NUL byte, or a name
-    that is not UTF-8 (it could be neither printed nor named in a message)."""
+    """The arguments as text, and why one cannot be used: not text, or a NUL byte. A name
+    that is not UTF-8 is a valid Linux path: it is kept as the OS decodes it (surrogate
+    escapes), opens as the same bytes, and prints with backslash escapes."""
     texts: list[str] = []
     for k, a in enumerate(argv, 1):
         if isinstance(a, bytes):
@@ -328,19 +330,40 @@ def _argv_problem(argv: list[object]) -> tuple[list[str], str | None]:
             return texts, f"argument {k} is a {type(a).__name__}, not text"
         if "\0" in a:
             return texts, f"argument {k} contains a NUL byte"
-        try:
-            a.encode("utf-8")
-        except UnicodeEncodeError:
-            shown = a.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-            return texts, f"argument {k} ({shown}) is not valid UTF-8; rename the file"
         texts.append(a)
     return texts, None
+
+
+def _escaped(err: UnicodeError) -> tuple[str, int]:
+    """Codec error handler: a byte the OS decoded as a surrogate escape (a file name that is
+    not UTF-8) is shown as ``\\xNN``, anything else unencodable as a backslash escape, so
+    the output stays valid text for whoever reads it."""
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    chunk = err.object[err.start:err.end]
+    return "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF
+                   else c.encode("ascii", "backslashreplace").decode("ascii")
+                   for c in chunk), err.end
+
+
+def _printable_streams() -> None:
+    """stdout and stderr never fail mid-line on what they cannot encode (a file name that is
+    not UTF-8, in a message or a listing)."""
+    codecs.register_error("nnhal.escaped", _escaped)
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="nnhal.escaped")
+            except (ValueError, OSError):  # a stream already written in another mode
+                pass
 
 
 def main(argv: list[str] | None = None) -> int:
     """The ``nnhal`` command; the exit status: 0, 1 for a run that failed, 2 for arguments
     that cannot be used (a one-line message on stderr either way, never a traceback)."""
     raw = sys.argv[1:] if argv is None else list(argv)
+    _printable_streams()
     argv, problem = _argv_problem(raw)
     if problem is not None:
         prog = f"nnhal {argv[0]}" if argv and argv[0].isalpha() else "nnhal"

@@ -11,6 +11,7 @@ and no network; ``.png`` goes through Graphviz's ``dot`` when it is installed.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -411,22 +412,25 @@ def write(imported: ImportedModel | Model, path: str | Path,
             raise NnhalError(f"{path}: writing .png needs Graphviz's dot program, which is not "
                              f"installed; write .html, .svg or .dot instead")
         try:
-            done = subprocess.run([dot, "-Tpng", "-o", str(path)],
-                                  input=to_dot(imported, devices), text=True,
+            done = subprocess.run([dot, "-Tpng", "-o", os.fsencode(path)],
+                                  input=to_dot(imported, devices).encode(
+                                      "utf-8", "backslashreplace"),
                                   capture_output=True, check=False, timeout=DOT_TIMEOUT)
         except subprocess.TimeoutExpired:
             raise NnhalError(f"{path}: dot did not finish within {DOT_TIMEOUT:.0f} s") from None
         except OSError as e:
             raise NnhalError(f"{path}: cannot run dot: {e.strerror or e}") from None
         if done.returncode != 0:
-            first = (done.stderr.strip().splitlines() or ["failed"])[0]
+            first = (done.stderr.decode("utf-8", "replace").strip().splitlines()
+                     or ["failed"])[0]
             raise NnhalError(f"{path}: dot: {first}")
         return
     else:
         raise NnhalError(f"{path}: unknown picture format {suffix or '(no suffix)'!r}; "
                          f"use {', '.join(SUFFIXES)}")
     try:
-        path.write_text(text, encoding="utf-8")
+        # The text names the model's file, which may not be UTF-8: escaped, not refused.
+        path.write_text(text, encoding="utf-8", errors="backslashreplace")
     except OSError as e:
         raise NnhalError(f"cannot write {path}: {e.strerror or e}") from None
 
