@@ -14,7 +14,7 @@ from nnhal.analysis import SubgraphGraph
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops.registry import OperandInfo
 from nnhal.tflite.export_fb import ModelDef, OperatorDef, SubgraphDef, TensorDef
-from nnhal.tflite.kernel_rules import RULES, RuleOp, RuleTensor, rule_tensor
+from nnhal.tflite.kernel_rules import RuleOp, RuleTensor, kernel_refusal, rule_tensor
 from nnhal.tflite.schema import ACTIVATIONS_BACK, builtin_name
 
 T = OperandType
@@ -184,9 +184,7 @@ class SubgraphWriter:
 
         for op in self.sg.operators[first:]:
             name = builtin_name(op.code)
-            if name not in RULES:
-                continue
-            why = RULES[name](RuleOp(name, [view(i) for i in op.inputs],
+            why = kernel_refusal(RuleOp(name, [view(i) for i in op.inputs],
                                      [view(i) for i in op.outputs],  # type: ignore[misc]
                                      op.options.get))
             if why is not None:

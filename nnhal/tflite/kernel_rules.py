@@ -21,6 +21,8 @@ from nnhal.ops.common import quantize_multiplier
 _QUANTIZED = (TT.UINT8, TT.INT8, TT.INT16)
 #: TFLite's kernels keep strides in int16.
 _INT16_MAX = (1 << 15) - 1
+#: The smallest normal float32.
+_FLOAT32_TINY = np.finfo(np.float32).tiny
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,37 @@ def _add(op: RuleOp) -> str | None:
     return None
 
 
+def _sub(op: RuleOp) -> str | None:
+    """Quantized SUB divides each input scale by twice the larger one, computed in float32,
+    and asserts each quotient above 0 (QuantizeMultiplierSmallerThanOneExp): past half of
+    float32's maximum that doubled scale is infinite, the quotients 0, and the process
+    aborts."""
+    a, b, out = op.inputs[0], op.inputs[1], op.outputs[0]
+    if out.ttype not in _QUANTIZED or not _per_tensor(a, b, out):
+        return None
+    twice = np.float32(2) * max(np.float32(a.scale), np.float32(b.scale))  # type: ignore
+    if not np.isfinite(twice):
+        return (f"twice the larger input scale overflows float32 ({float(twice)}), which "
+                f"TFLite's kernel asserts finite")
+    return None
+
+
+def _normal_scales(op: RuleOp) -> str | None:
+    """Every operator: a quantized tensor's scale must be a normal float32. A subnormal one
+    (below 2^-126, about 1.18e-38) makes ai-edge-litert's requantizing QUANTIZE crash with
+    SIGSEGV (found by tests/drivers/test_litert_abort.py's fuzz; no kernel check guards it),
+    and nothing a model means needs one."""
+    for t in (*op.inputs, *op.outputs):
+        if t is None or not t.quantized:
+            continue
+        s = np.abs(t.scales.astype(np.float32))
+        bad = (s > 0) & (s < _FLOAT32_TINY)
+        if bad.any():
+            return (f"{t.label} has a subnormal float32 scale "
+                    f"{float(t.scales[np.argmax(bad)]):.3g}, on which TFLite's kernels crash")
+    return None
+
+
 def _bias_scale(op: RuleOp) -> str | None:
     """GetQuantizedConvolutionMultipler: the bias scale must be the input scale times the
     filter scale within 2% of the output scale (a NaN fails too). TFLite checks it for
@@ -155,9 +188,11 @@ def _concatenation(op: RuleOp) -> str | None:
     return None
 
 
-#: Builtin name -> its rule: None when TFLite's kernel runs the operator, else why not.
+#: Builtin name -> its rule: None when TFLite's kernel runs the operator, else why not
+#: (:func:`kernel_refusal` applies these and the rules every operator has).
 RULES: dict[str, Callable[[RuleOp], str | None]] = {
     "ADD": _add,
+    "SUB": _sub,
     "FULLY_CONNECTED": _bias_scale,
     "CONV_2D": _convolution,
     "DEPTHWISE_CONV_2D": _convolution,
@@ -167,5 +202,7 @@ RULES: dict[str, Callable[[RuleOp], str | None]] = {
 
 def kernel_refusal(op: RuleOp) -> str | None:
     """Why TFLite's kernel would refuse (or abort on) this operator, or None."""
-    rule = RULES.get(op.name)
-    return None if rule is None else rule(op)
+    why = _normal_scales(op)
+    if why is None and op.name in RULES:
+        why = RULES[op.name](op)
+    return why
