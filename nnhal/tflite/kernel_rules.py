@@ -118,6 +118,11 @@ def _sub(op: RuleOp) -> str | None:
     if not np.isfinite(twice):
         return (f"twice the larger input scale overflows float32 ({float(twice)}), which "
                 f"TFLite's kernel asserts finite")
+    if out.ttype != TT.INT16 and not np.isfinite(np.float32(1 << 20) * np.float32(out.scale)):
+        # Found by the fuzz (int8): the output scale times 2^20 overflows float32 and the
+        # process aborts.
+        return (f"the output scale {out.scale:.3g} times 2^20 overflows float32, on which "
+                f"TFLite's kernel aborts")
     return None
 
 
