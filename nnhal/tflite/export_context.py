@@ -14,7 +14,8 @@ from nnhal.analysis import SubgraphGraph
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops.registry import OperandInfo
 from nnhal.tflite.export_fb import ModelDef, OperatorDef, SubgraphDef, TensorDef
-from nnhal.tflite.schema import ACTIVATIONS_BACK
+from nnhal.tflite.kernel_rules import RuleOp, RuleTensor, kernel_refusal, rule_tensor
+from nnhal.tflite.schema import ACTIVATIONS_BACK, builtin_name
 
 T = OperandType
 BO = tflite.BuiltinOperator
@@ -151,10 +152,12 @@ class SubgraphWriter:
             except ValueError:
                 name = f"extension operation {t:#x}"
             conv = self.ex.converters.get(name)
+            first = len(self.sg.operators)
             try:
                 if conv is None:
                     raise Refuse(_NO_EQUIVALENT.get(name, "no TFLite builtin equivalent"))
                 conv(OpContext(self, list(ins), list(outs)))
+                self.check_kernels(first)
             except Refuse as e:
                 self.ex.refused.append(f"{self.where()}#{k} {name}: {e}")
         if len(self.ex.refused) > refused:
@@ -166,6 +169,26 @@ class SubgraphWriter:
             self.sg.outputs = outputs
         except Refuse as e:
             self.ex.refused.append(f"{self.where()}outputs: {e}")
+
+    def check_kernels(self, first: int) -> None:
+        """Refuse the operation when a TFLite operator written for it (from ``first`` on)
+        breaks a kernel rule (:mod:`nnhal.tflite.kernel_rules`): TFLite would refuse it or
+        abort the process that runs it."""
+        tensors = self.sg.tensors
+
+        def view(i: int) -> RuleTensor | None:
+            if i < 0:
+                return None
+            t = tensors[i]
+            return rule_tensor(t.type, t.scales, t.zero_points, f"tensor {i} '{t.name}'")
+
+        for op in self.sg.operators[first:]:
+            name = builtin_name(op.code)
+            why = kernel_refusal(RuleOp(name, [view(i) for i in op.inputs],
+                                     [view(i) for i in op.outputs],  # type: ignore[misc]
+                                     op.options.get))
+            if why is not None:
+                raise Refuse(f"TFLite's {name} kernel: {why}")
 
     def where(self) -> str:
         return "" if self.is_main else f"subgraph {self.g.index} "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 from types import SimpleNamespace
+from typing import Any
 
 from nnhal.analysis import analyse
 from nnhal.errors import ModelFileError, UnsupportedModelError
@@ -26,8 +27,8 @@ from nnhal.tflite import (
 from nnhal.tflite.import_ctx import Context, Refuse, hal_dims, hal_type
 from nnhal.tflite.import_fold import FOLDED_NOTE, FOLDERS, fold
 from nnhal.tflite.import_ops import CONVERTERS, MAPPED, REFUSED
-from nnhal.tflite.import_read import SubgraphInfo, read_model
-from nnhal.tflite.kernel_rules import RULES as KERNEL_RULES
+from nnhal.tflite.import_read import OpInfo, SubgraphInfo, read_model
+from nnhal.tflite.kernel_rules import RuleOp, kernel_refusal, rule_tensor
 from nnhal.tflite.model import ImportedModel, StateVariable
 from nnhal.tflite.variables import VARIABLE_OPS, Variables, initial_values
 from nnhal.validation import ValidationError
@@ -199,8 +200,9 @@ class _Importer:
                 elif op.custom:
                     raise Refuse(f"custom operator '{op.name}' has no HAL equivalent")
                 elif op.name in CONVERTERS:
-                    if op.name in KERNEL_RULES:
-                        KERNEL_RULES[op.name](ctx, op)
+                    why = kernel_refusal(_rule_op(ctx, op))
+                    if why is not None:
+                        raise Refuse(why)
                     CONVERTERS[op.name](ctx, op)
                 elif op.name in FOLDERS or op.name in ("SHAPE", "RANK", "DENSIFY"):
                     raise Refuse("no HAL 1.3 equivalent (folded only when its inputs are "
@@ -266,3 +268,19 @@ def read_tflite(source: str | os.PathLike[str] | bytes, name: str | None = None,
 
 
 __all__ = ["builtin_support", "read_tflite"]
+
+
+def _rule_op(ctx: Context, op: OpInfo) -> RuleOp:
+    """The operator as :mod:`nnhal.tflite.kernel_rules` reads it."""
+    def view(i: int) -> Any:
+        if i < 0:
+            return None
+        t = ctx.t(i)
+        return rule_tensor(t.ttype, t.scales, t.zero_points, t.describe())
+
+    def option(name: str, default: Any) -> Any:
+        get = getattr(op.options, name, None)
+        return default if get is None else get()
+
+    return RuleOp(op.name, [view(i) for i in op.inputs], [view(i) for i in op.outputs],
+                  option)

@@ -1,32 +1,71 @@
-"""Rules TFLite's kernels check in Prepare that neither the schema nor the HAL states: bounds
-on quantization parameters and options, past which TFLite refuses the model (or, for ADD,
-aborts on a TFLITE_CHECK) while the HAL would compute something. One check per builtin,
-declared once in :data:`RULES` and run by the importer before the operator is converted, so a
-file TFLite cannot run is refused here rather than given a result nothing agrees with."""
+"""Rules TFLite's kernels check in Prepare (or Eval) that neither the schema nor the HAL
+states: bounds on quantization parameters and options past which TFLite refuses the model,
+or, worse, aborts the whole process on a failed ``TFLITE_CHECK``, while the HAL would compute
+something. Declared once, in :data:`RULES`, over a neutral view of one TFLite operator
+(:class:`RuleOp`), and read twice: by the importer before an operator is converted (a file
+TFLite cannot run is refused, not given a result nothing agrees with), and by the exporter
+after each HAL operation is written (so the LiteRT driver, which runs ai-edge-litert in its
+host process, never claims an operation that would take that process down)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from tflite.TensorType import TensorType as TT
 
 from nnhal.ops.common import quantize_multiplier
-from nnhal.tflite.import_ctx import Context, Refuse
-from nnhal.tflite.import_read import OpInfo, TensorInfo
 
 _QUANTIZED = (TT.UINT8, TT.INT8, TT.INT16)
 #: TFLite's kernels keep strides in int16.
 _INT16_MAX = (1 << 15) - 1
+#: The smallest normal float32.
+_FLOAT32_TINY = np.finfo(np.float32).tiny
 
 
-def _scale(t: TensorInfo) -> float:
-    """TFLite's legacy per-tensor scale (0 when the tensor has none)."""
-    return float(t.scales[0]) if t.quantized else 0.0
+@dataclass(frozen=True)
+class RuleTensor:
+    """What a rule reads of one TFLite tensor: its type and per-tensor or per-axis
+    quantization (empty arrays when it has none), and how to name it in a message."""
+
+    ttype: int
+    scales: np.ndarray
+    zero_points: np.ndarray
+    label: str
+
+    @property
+    def quantized(self) -> bool:
+        return self.scales.size > 0
+
+    @property
+    def scale(self) -> float:
+        """TFLite's legacy per-tensor scale (0 when the tensor has none)."""
+        return float(self.scales[0]) if self.quantized else 0.0
+
+    @property
+    def zero_point(self) -> int:
+        return int(self.zero_points[0]) if self.zero_points.size else 0
 
 
-def _zero_point(t: TensorInfo) -> int:
-    return int(t.zero_points[0]) if t.quantized else 0
+@dataclass(frozen=True)
+class RuleOp:
+    """One TFLite operator as a rule sees it: None for an absent optional input; ``option``
+    reads a field of its options table by the schema's accessor name (StrideW,
+    PotScaleInt16...), with a default when the table or the field is absent."""
+
+    name: str
+    inputs: list[RuleTensor | None]
+    outputs: list[RuleTensor]
+    option: Callable[[str, Any], Any]
+
+
+def rule_tensor(ttype: int, scales: Any, zero_points: Any, label: str) -> RuleTensor:
+    """A :class:`RuleTensor` from whatever sequences (or None) the caller holds."""
+    return RuleTensor(int(ttype), np.asarray(scales if scales is not None else [], np.float64)
+                      .reshape(-1), np.asarray(zero_points if zero_points is not None else [],
+                                               np.int64).reshape(-1), label)
 
 
 def _is_power_of_two(scale: float) -> bool:
@@ -35,82 +74,140 @@ def _is_power_of_two(scale: float) -> bool:
     return abs(log2 - round(log2)) < 1e-3
 
 
-def _add(ctx: Context, op: OpInfo) -> None:
+def _per_tensor(*ts: RuleTensor | None) -> bool:
+    """Every tensor given and quantized per tensor with a finite positive scale (else the
+    type mapping refuses it, or the rule does not apply)."""
+    return all(t is not None and t.scales.size == 1 and np.isfinite(np.float32(t.scale))
+               and np.float32(t.scale) > 0 for t in ts)
+
+
+def _add(op: RuleOp) -> str | None:
     """Quantized ADD rescales the inputs to twice the larger input scale over 2^20 (int16
     off its all-powers-of-two path: 2^15) and asserts that the output multiplier, that
     scale over the output scale, is a fraction (QuantizeMultiplierSmallerThanOneExp: a
     failed TFLITE_CHECK aborts the process); NNAPI's reference ADD fails on the same bound.
     SUB's Prepare takes a multiplier above 1 too, so SUB has no such rule."""
-    a, b, out = (ctx.t(i) for i in (*op.inputs[:2], op.outputs[0]))
-    if out.ttype not in _QUANTIZED or not all(t.quantized and t.scales.size == 1
-                                              for t in (a, b, out)):
-        return
-    scales = [np.float32(t.scales[0]) for t in (a, b, out)]
-    if not all(np.isfinite(s) and s > 0 for s in scales):
-        return  # refused as a tensor type (hal_type)
+    a, b, out = op.inputs[0], op.inputs[1], op.outputs[0]
+    if out.ttype not in _QUANTIZED or not _per_tensor(a, b, out):
+        return None
+    scales = [np.float32(t.scale) for t in (a, b, out)]  # type: ignore[union-attr]
     if out.ttype == TT.INT16:
-        pot = op.options is None or bool(op.options.PotScaleInt16())
-        if pot and all(_is_power_of_two(float(s)) for s in scales):
-            return  # the power-of-two path shifts, with no multiplier
+        if bool(op.option("PotScaleInt16", True)) and all(
+                _is_power_of_two(float(s)) for s in scales):
+            return None  # the power-of-two path shifts, with no multiplier
         left_shift = 15
     else:
         left_shift = 20
     twice_max = float(np.float32(2) * max(scales[0], scales[1]))
     real = twice_max / float(np.float32(1 << left_shift) * scales[2])
     if not 0 < real < 1 or quantize_multiplier(real)[1] > 0:
-        raise Refuse(f"output multiplier {real:.3g} (2 x larger input scale / (2^{left_shift}"
-                     f" x output scale)) is not below 1, which TFLite's kernel asserts")
+        return (f"output multiplier {real:.3g} (2 x larger input scale / (2^{left_shift} x "
+                f"output scale)) is not below 1, which TFLite's kernel asserts")
+    return None
 
 
-def _bias_scale(ctx: Context, op: OpInfo) -> None:
+def _sub(op: RuleOp) -> str | None:
+    """Quantized SUB divides each input scale by twice the larger one, computed in float32,
+    and asserts each quotient above 0 (QuantizeMultiplierSmallerThanOneExp): past half of
+    float32's maximum that doubled scale is infinite, the quotients 0, and the process
+    aborts."""
+    a, b, out = op.inputs[0], op.inputs[1], op.outputs[0]
+    if out.ttype not in _QUANTIZED or not _per_tensor(a, b, out):
+        return None
+    twice = np.float32(2) * max(np.float32(a.scale), np.float32(b.scale))  # type: ignore
+    if not np.isfinite(twice):
+        return (f"twice the larger input scale overflows float32 ({float(twice)}), which "
+                f"TFLite's kernel asserts finite")
+    if out.ttype != TT.INT16 and not np.isfinite(np.float32(1 << 20) * np.float32(out.scale)):
+        # Found by the fuzz (int8): the output scale times 2^20 overflows float32 and the
+        # process aborts.
+        return (f"the output scale {out.scale:.3g} times 2^20 overflows float32, on which "
+                f"TFLite's kernel aborts")
+    return None
+
+
+def _normal_scales(op: RuleOp) -> str | None:
+    """Every operator: a quantized tensor's scale must be a normal float32. A subnormal one
+    (below 2^-126, about 1.18e-38) makes ai-edge-litert's requantizing QUANTIZE crash with
+    SIGSEGV (found by tests/drivers/test_litert_abort.py's fuzz; no kernel check guards it),
+    and nothing a model means needs one."""
+    for t in (*op.inputs, *op.outputs):
+        if t is None or not t.quantized:
+            continue
+        s = np.abs(t.scales.astype(np.float32))
+        bad = (s > 0) & (s < _FLOAT32_TINY)
+        if bad.any():
+            return (f"{t.label} has a subnormal float32 scale "
+                    f"{float(t.scales[np.argmax(bad)]):.3g}, on which TFLite's kernels crash")
+    return None
+
+
+def _bias_scale(op: RuleOp) -> str | None:
     """GetQuantizedConvolutionMultipler: the bias scale must be the input scale times the
     filter scale within 2% of the output scale (a NaN fails too). TFLite checks it for
     every per-tensor quantized FULLY_CONNECTED and, of the convolutions, for uint8 ones."""
-    if len(op.inputs) < 3 or op.inputs[2] < 0:
-        return
-    x, w, bias, out = (ctx.t(i) for i in (*op.inputs[:3], op.outputs[0]))
+    if len(op.inputs) < 3 or op.inputs[2] is None:
+        return None
+    x, w, bias = op.inputs[:3]
+    out = op.outputs[0]
+    if x is None or w is None:
+        return None
     if op.name == "FULLY_CONNECTED":
-        if x.ttype not in _QUANTIZED or (w.quantized and w.scales.size > 1):
-            return
+        if x.ttype not in _QUANTIZED or w.scales.size > 1:
+            return None
     elif x.ttype != TT.UINT8:
-        return
-    diff = abs(_scale(x) * _scale(w) - _scale(bias))
-    if not (_scale(out) > 0 and diff / _scale(out) <= 0.02):
-        raise Refuse(f"bias scale {_scale(bias):.6g} is not input x filter scale "
-                     f"{_scale(x) * _scale(w):.6g} (within 2% of the output scale "
-                     f"{_scale(out):.6g}, as TFLite's kernel requires)")
+        return None
+    diff = abs(x.scale * w.scale - bias.scale)
+    if not (out.scale > 0 and diff / out.scale <= 0.02):
+        return (f"bias scale {bias.scale:.6g} is not input x filter scale "
+                f"{x.scale * w.scale:.6g} (within 2% of the output scale {out.scale:.6g}, as "
+                f"TFLite's kernel requires)")
+    return None
 
 
-def _convolution(ctx: Context, op: OpInfo) -> None:
+def _convolution(op: RuleOp) -> str | None:
     """The bias scale, and strides that fit the int16 TFLite's convolutions keep them in."""
-    _bias_scale(ctx, op)
-    o = op.options
-    for what, stride in (("width", o.StrideW()), ("height", o.StrideH())):
+    why = _bias_scale(op)
+    if why is not None:
+        return why
+    for what, key in (("width", "StrideW"), ("height", "StrideH")):
+        stride = int(op.option(key, 1))
         if stride > _INT16_MAX:
-            raise Refuse(f"stride_{what} {stride} is over {_INT16_MAX} (TFLite keeps "
-                         f"strides in int16)")
+            return f"stride_{what} {stride} is over {_INT16_MAX} (TFLite keeps strides in int16)"
+    return None
 
 
-def _concatenation(ctx: Context, op: OpInfo) -> None:
+def _concatenation(op: RuleOp) -> str | None:
     """int8 CONCATENATION does not requantize: every input has the output's scale and zero
     point (uint8 ones are rescaled, so only int8 has the rule)."""
-    out = ctx.t(op.outputs[0])
+    out = op.outputs[0]
     if out.ttype != TT.INT8:
-        return
-    for i in op.inputs:
-        t = ctx.t(i)
-        if (np.float32(_scale(t)), _zero_point(t)) != (np.float32(_scale(out)),
-                                                       _zero_point(out)):
-            raise Refuse(f"{t.describe()} has scale {_scale(t):.6g} and zero point "
-                         f"{_zero_point(t)}, the output {_scale(out):.6g} and "
-                         f"{_zero_point(out)} (TFLite's int8 kernel does not rescale)")
+        return None
+    for t in op.inputs:
+        if t is None:
+            continue
+        if (np.float32(t.scale), t.zero_point) != (np.float32(out.scale), out.zero_point):
+            return (f"{t.label} has scale {t.scale:.6g} and zero point {t.zero_point}, the "
+                    f"output {out.scale:.6g} and {out.zero_point} (TFLite's int8 kernel does "
+                    f"not rescale)")
+    return None
 
 
-#: Builtin name -> its Prepare rule.
-RULES: dict[str, Callable[[Context, OpInfo], None]] = {
+#: Builtin name -> its rule: None when TFLite's kernel runs the operator, else why not
+#: (:func:`kernel_refusal` applies these and the rules every operator has).
+RULES: dict[str, Callable[[RuleOp], str | None]] = {
     "ADD": _add,
+    "SUB": _sub,
     "FULLY_CONNECTED": _bias_scale,
     "CONV_2D": _convolution,
     "DEPTHWISE_CONV_2D": _convolution,
     "CONCATENATION": _concatenation,
 }
+
+
+def kernel_refusal(op: RuleOp) -> str | None:
+    """Why TFLite's kernel would refuse (or abort on) this operator, or None."""
+    why = _normal_scales(op)
+    if why is None and op.name in RULES:
+        why = RULES[op.name](op)
+    return why

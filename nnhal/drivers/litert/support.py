@@ -2,7 +2,10 @@
 right in ai-edge-litert (XNNPACK), per operation, from the analysed graph.
 
 An operation is supported when the exporter (nnhal.tflite) converts it and none of the rules
-below refuses it. Every rule comes from ``benchmarks/survey_litert.py``, which runs every
+below refuses it. The exporter checks every TFLite operator it writes against
+:mod:`nnhal.tflite.kernel_rules` (the importer's table), so an operation on which TFLite's
+kernel would abort the host process (a failed TFLITE_CHECK) or crash is refused here too.
+Every other rule comes from ``benchmarks/survey_litert.py``, which runs every
 conformance case through write_tflite and ai-edge-litert and classifies what fails; a rule
 is decided from the operation's own operand types, shapes, lifetimes and parameter values,
 never from a case name. When the survey could not show an operation kind right, it is refused.
