@@ -74,12 +74,16 @@ def test_a_body_past_the_bound_is_refused_and_the_connection_closed(tmp_path):
         assert _wait(lambda: not svc.sessions)
 
 
-def test_clients_past_the_bound_are_closed(tmp_path):
+def test_clients_past_the_bound_are_told_busy_and_closed(tmp_path):
     with served(tmp_path / "s.sock", limits=Limits(max_clients=2)) as svc:
         a, b = _connect(svc.path), _connect(svc.path)
         assert _wait(lambda: len(svc.sessions) == 2)
         c = _connect(svc.path)
-        assert c.recv(1) == b""  # closed at once
+        kind, call_id, body, _ = recv_message(c)  # told why, then closed
+        assert (kind, call_id) == (w.Kind.ERROR, 0)
+        assert w.get_status(w.Reader(body)) == E.RESOURCE_EXHAUSTED_TRANSIENT
+        with pytest.raises(Closed):
+            recv_message(c)
         send_message(a, w.Kind.GET_TYPE, 1, b"")
         assert recv_message(a)[0] == w.Kind.REPLY  # the others go on
         for s in (a, b, c):
