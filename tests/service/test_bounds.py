@@ -301,3 +301,25 @@ def test_the_65th_client_is_told_busy(tmp_path, caplog):
         idle.close()
         for s in held:
             s.close()
+
+
+@pytest.mark.parametrize("argv,env", [
+    (["--partial-timeout", "0"], {}), (["--partial-timeout", "nan"], {}),
+    (["--min-rate", "-1"], {}), (["--max-held", "1.5"], {}), (["--max-held", "0"], {}),
+    ([], {"NNHAL_SERVE_PARTIAL_S": "soon"}), ([], {"NNHAL_SERVE_MAX_HELD": "-5"}),
+])
+def test_serve_refuses_bad_bounds_in_one_line(tmp_path, monkeypatch, capsys, argv, env):
+    from nnhal import cli
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert cli.main(["serve", "reference", "--socket", str(tmp_path / "s.sock"), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("nnhal serve:") and "\n" not in err
+    assert not (tmp_path / "s.sock").exists()
+
+
+@pytest.mark.parametrize("bad", [{"partial_s": 0}, {"min_rate": float("nan")},
+                                 {"max_held": 0}, {"max_held": True}, {"partial_s": "1"}])
+def test_limits_refuse_values_that_are_not_positive(bad):
+    with pytest.raises(ValueError, match="Limits"):
+        Limits(**bad)
