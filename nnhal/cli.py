@@ -167,15 +167,35 @@ def _ops(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve_types() -> dict:
+    """The argparse types of ``nnhal serve``'s bounds (options and their environment)."""
+    from nnhal.conformance.cliutil import float_in, int_in
+
+    return {"partial_s": float_in(0.001, 1e6), "min_rate": float_in(1, 1e12),
+            "max_held": int_in(1, 1 << 50)}
+
+
 def _serve(args: argparse.Namespace) -> int:
     import logging
 
-    from nnhal.service.server import serve
+    from nnhal.conformance.cliutil import error
+    from nnhal.service.server import LIMIT_ENV, Limits, serve
 
+    given = {}
+    for field, env in LIMIT_ENV.items():
+        value = getattr(args, field)
+        if value is None and os.environ.get(env):
+            try:
+                value = _serve_types()[field](os.environ[env])
+            except argparse.ArgumentTypeError as e:
+                return error("nnhal serve", f"{env}: {e}")
+        if value is not None:
+            given[field] = value
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="nnhal serve: %(message)s")
     try:
-        return serve(args.driver, args.socket, args.runtime_dir, args.group, args.name)
+        return serve(args.driver, args.socket, args.runtime_dir, args.group, args.name,
+                     limits=Limits(**given))
     except OSError as e:
         print(f"nnhal serve: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""),
               file=sys.stderr)
@@ -305,6 +325,18 @@ def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse._Su
     sv.add_argument("--name", help="the service's name (default: the driver's)")
     sv.add_argument("--group", help="also allow this group (socket 0660, else 0600)")
     sv.add_argument("--verbose", action="store_true", help="log each refused call")
+    types = _serve_types()
+    sv.add_argument("--partial-timeout", dest="partial_s", type=types["partial_s"],
+                    help="seconds a message may go without a byte once it began; a client "
+                         "that stops inside one is dropped (default: $NNHAL_SERVE_PARTIAL_S, "
+                         "else 30)")
+    sv.add_argument("--min-rate", dest="min_rate", type=types["min_rate"],
+                    help="bytes/s a message must keep coming at after that (default: "
+                         "$NNHAL_SERVE_MIN_RATE, else 65536)")
+    sv.add_argument("--max-held", dest="max_held", type=types["max_held"],
+                    help="bytes of incomplete message bodies held over all clients; a body "
+                         "past it is refused RESOURCE_EXHAUSTED_TRANSIENT (default: "
+                         "$NNHAL_SERVE_MAX_HELD, else 1073741824)")
     sv.set_defaults(func=_serve)
 
     ls = sub.add_parser("services", help="the driver services registered on this machine")

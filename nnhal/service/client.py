@@ -11,7 +11,10 @@ callback may itself call the device).
 
 **Death.** When the socket ends or breaks, every pending call returns DEVICE_UNAVAILABLE at
 once, every pending callback is notified with it, every fence the service would complete goes
-to error, and later calls fail the same way without touching the socket.
+to error, and later calls fail the same way without touching the socket. A service that ends
+the connection itself says why first (ERROR with call id 0): then the status is the one it
+gave, RESOURCE_EXHAUSTED_TRANSIENT when it is busy (all its client slots taken: open the
+device again later), and a warning says so.
 
 **Bounds.** Nothing the client waits for waits for ever. Connecting and every quick call
 (queries, launches, allocation, copies, burst set-up) are bounded by ``timeout_s``
@@ -189,6 +192,18 @@ class _LastRequest:
         self._entry = None
 
 
+def _notice(head: bytes) -> ErrorStatus | None:
+    """The status of a service's notice that it ends the connection (ERROR with call id 0)
+    at the head of ``head``, else None."""
+    try:
+        kind, call_id, body_len, _ = w.unpack_header(head[:w.HEADER_SIZE])
+        if kind != Kind.ERROR or call_id != 0 or len(head) < w.HEADER_SIZE + 4:
+            return None
+        return w.get_status(Reader(memoryview(head)[w.HEADER_SIZE:]))
+    except Exception:  # noqa: BLE001 - not a notice
+        return None
+
+
 class Connection:
     """The socket to one service, its reader thread and the tables of a connection."""
 
@@ -221,6 +236,9 @@ class Connection:
         self.receiver = Receiver(self.sock)
         self.lock = threading.Lock()
         self.dead = False
+        #: The status calls get once dead: DEVICE_UNAVAILABLE, or the one the service gave
+        #: when it ended the connection itself (ERROR with call id 0; busy: TRANSIENT).
+        self.death = UNAVAILABLE
         self.ids = itertools.count(1)
         self.pending: dict[int, _Slot] = {}
         self.callbacks: dict[int, tuple[str, Any]] = {}
@@ -436,7 +454,7 @@ class Connection:
         slot = _Slot(decode, fail, bound or self.quick(kind))
         with self.lock:
             if self.dead:
-                return self._unsent(callback, fail, UNAVAILABLE)
+                return self._unsent(callback, fail, self.death)
             call_id = next(self.ids)
             wr = Writer(self._memory_ref)
             self._encoding_new = []
@@ -652,6 +670,13 @@ class Connection:
             r.close_unused()
 
     def _dispatch(self, kind: Kind, call_id: int, r: Reader) -> None:
+        if kind == Kind.ERROR and call_id == 0:  # the service ends the connection: why
+            status = _status_or(r, ErrorStatus.GENERAL_FAILURE)
+            log.warning("%s: the service closed the connection: %s", self.path,
+                        "busy (all its client slots are taken; open the device again later)"
+                        if status == ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT else status.name)
+            self._die(status)
+            return
         if kind == Kind.REPLY or kind == Kind.ERROR:
             slot = self.pending.pop(call_id, None)
             if slot is None:
@@ -726,11 +751,13 @@ class Connection:
         except RuntimeError:  # closed: notify here
             run()
 
-    def _die(self) -> None:
+    def _die(self, status: ErrorStatus = UNAVAILABLE) -> None:
+        """End the connection: everything pending and later fails with ``status``."""
         with self.lock:
             if self.dead:
                 return
             self.dead = True
+            self.death = status
             pending, self.pending = self.pending, {}
             callbacks, self.callbacks = self.callbacks, {}
             fences, self.fences = self.fences, {}
@@ -742,11 +769,11 @@ class Connection:
             pass
         self.receiver.close()
         for slot in pending.values():
-            self._finish(slot, slot.fail(UNAVAILABLE))
+            self._finish(slot, slot.fail(status))
         for cb in callbacks.values():
-            self._notify(cb, UNAVAILABLE, None)
+            self._notify(cb, status, None)
         for fence, fcb in fences.values():
-            fcb._finish((UNAVAILABLE, NO_TIMING, NO_TIMING))
+            fcb._finish((status, NO_TIMING, NO_TIMING))
             fence.set_error()
         self.notifier.shutdown(wait=False)
         with self.cond:
@@ -755,20 +782,23 @@ class Connection:
 
     def check_alive(self) -> bool:
         """False once the service is gone, noticed even while nobody reads (an end of
-        stream waiting on the socket)."""
+        stream waiting on the socket, or the service's notice that it ends the connection:
+        ERROR with call id 0, as a busy service sends)."""
         if self.dead:
             return False
+        status: ErrorStatus | None = None
         with self.cond:
             if self.reading is not None:
                 return not self.dead
             try:
-                ended = self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+                head = self.sock.recv(w.HEADER_SIZE + 4, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+                status = UNAVAILABLE if head == b"" else _notice(head)
             except BlockingIOError:
-                ended = False
+                pass
             except OSError:
-                ended = True
-        if ended:
-            self._die()
+                status = UNAVAILABLE
+        if status is not None:
+            self._die(status)
         return not self.dead
 
     def close(self) -> None:
@@ -1174,7 +1204,7 @@ class _RingChannel:
             if self.broken:
                 return None
             if self.conn.dead:
-                return UNAVAILABLE, [], NO_TIMING
+                return self.conn.death, [], NO_TIMING
             self.seq = seq = self.seq + 1
             bound = self.conn.long(Kind.BURST_EXECUTE, deadline)
             try:
@@ -1217,7 +1247,7 @@ class _RingChannel:
 
     def _lost(self) -> tuple[ErrorStatus, list[OutputShape], Timing]:
         """The rings failed mid-execution: the service died, or they are corrupt."""
-        status = UNAVAILABLE if self.conn.dead else ErrorStatus.GENERAL_FAILURE
+        status = self.conn.death if self.conn.dead else ErrorStatus.GENERAL_FAILURE
         self._break()
         return status, [], NO_TIMING
 
@@ -1540,4 +1570,6 @@ class RemoteDevice(IDevice):
         return self.conn.call(Kind.ALLOCATE, enc, dec, lambda s: (s, None, 0))
 
     def __repr__(self) -> str:
-        return f"RemoteDevice({self.path!r}{'' if self.alive else ', dead'})"
+        state = "" if self.alive else ", busy" if self.conn.death == \
+            ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT else ", dead"
+        return f"RemoteDevice({self.path!r}{state})"

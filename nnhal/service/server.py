@@ -55,7 +55,17 @@ from nnhal.memory import SharedMemory
 from nnhal.service import registration
 from nnhal.service import wire as w
 from nnhal.service.ring import ChannelPair, PacketTooLarge, RingClosed, RingError
-from nnhal.service.transport import Closed, Receiver, TooLarge, look_until, send_message
+from nnhal.service.transport import (
+    Budget,
+    Closed,
+    OverBudget,
+    Pace,
+    Receiver,
+    TimedOut,
+    TooLarge,
+    look_until,
+    send_message,
+)
 from nnhal.service.wire import Kind, Reader, ResourceLimit, WireError, Writer
 
 log = logging.getLogger("nnhal.service")
@@ -67,16 +77,39 @@ TEST_DELAY_ENV = "NNHAL_SERVICE_TEST_DELAY_S"
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-client bounds; past each, a clear error status."""
+    """The service's bounds (per client, but ``max_held``); past each, a clear error status
+    or the connection closed (docs/wire.md, *Bounds of the service*)."""
 
     max_body: int = w.MAX_BODY
     max_outstanding: int = 64
     max_prepared: int = 256
     max_mapped: int = 4 << 30
     max_memories: int = 1024
-    #: Clients connected at once (past it a new connection is closed at once). With the
-    #: body bound it also bounds what all clients' messages in flight can hold together.
+    #: Clients connected at once (past it a new connection is told ERROR(call id 0,
+    #: RESOURCE_EXHAUSTED_TRANSIENT) and closed: the client reports the service busy).
     max_clients: int = 64
+    #: Seconds a message may go without a byte once its first came, and the least rate
+    #: (bytes/s) it must keep after that (transport.Pace): past either the connection is
+    #: closed (a warning names the client). Between messages a connection may idle for ever.
+    partial_s: float = 30.0
+    min_rate: float = 64 << 10
+    #: Bytes held in incomplete message bodies over all clients together: a body that would
+    #: pass it is read and dropped and its call answered RESOURCE_EXHAUSTED_TRANSIENT.
+    max_held: int = 1 << 30
+
+    def __post_init__(self) -> None:
+        for name in ("partial_s", "min_rate"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e12:
+                raise ValueError(f"Limits.{name}={v!r}: not a positive number")
+        if isinstance(self.max_held, bool) or not isinstance(self.max_held, int) or \
+                self.max_held <= 0:
+            raise ValueError(f"Limits.max_held={self.max_held!r}: not a positive integer")
+
+
+#: Environment defaults of ``nnhal serve``'s --partial-timeout, --min-rate, --max-held.
+LIMIT_ENV = {"partial_s": "NNHAL_SERVE_PARTIAL_S", "min_rate": "NNHAL_SERVE_MIN_RATE",
+             "max_held": "NNHAL_SERVE_MAX_HELD"}
 
 
 #: Seconds a call runs before the watcher passes the reading on to let the client's next
@@ -111,7 +144,9 @@ class Session:
         self.service = service
         self.device = service.device
         self.sock = sock
-        self.receiver = Receiver(sock)
+        self.receiver = Receiver(sock, pace=Pace(service.limits.partial_s,
+                                                 service.limits.min_rate),
+                                 budget=service.budget)
         self.peer = peer
         self.limits = service.limits
         self.send_lock = threading.Lock()
@@ -232,6 +267,18 @@ class Session:
                     log.info("%s: %s", self.peer, e)
                     self.error(e.call_id, ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT)
                     return
+                except OverBudget as e:
+                    # Read and dropped: the connection goes on. An event has no call to
+                    # refuse (and ERROR with call id 0 ends a connection): it ends this one.
+                    log.info("%s: %s", self.peer, e)
+                    if e.kind not in w.CALLS:
+                        self.error(0, ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT)
+                        return
+                    self.error(e.call_id, ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT)
+                    continue
+                except TimedOut as e:  # a client stopped inside a message
+                    log.warning("%s: closed: %s", self.peer, e)
+                    return
                 except (Closed, WireError) as e:
                     log.debug("%s: disconnected: %s", self.peer, e)
                     return
@@ -240,6 +287,7 @@ class Session:
                     was_quick, quick = quick, time.perf_counter() - replied < NEXT_CALL_LOOK_S
                     replied = None
                 job = self.dispatch(kind, call_id, body, fds)
+                del body  # not held while waiting for the next message (Limits.max_held)
                 if job is None:
                     continue
                 if job[0] in _WAITS_FOR_CLIENT:
@@ -1389,6 +1437,7 @@ class Service:
         self.device = device
         self.path = str(path)
         self.limits = limits or Limits()
+        self.budget = Budget(self.limits.max_held)
         self.gid = None if group is None else _group_id(group)
         self.sessions: set[Session] = set()
         self._lock = threading.Lock()
@@ -1463,7 +1512,7 @@ class Service:
                 if full:
                     log.warning("refused client %s: %d clients connected already", who,
                                 self.limits.max_clients)
-                    conn.close()
+                    _tell_busy(conn)
                     continue
                 session = Session(self, conn, who)
                 with self._lock:
@@ -1500,6 +1549,20 @@ class Service:
         w.close_fds((self._wake_r, self._wake_w))
 
 
+def _tell_busy(conn: socket.socket) -> None:
+    """Close a connection the service has no room for, telling the client why first: ERROR
+    with call id 0 (no call has it) and RESOURCE_EXHAUSTED_TRANSIENT. It never blocks: a
+    new socket's buffer holds the 28 bytes, and one that does not is closed unsaid."""
+    wr = Writer()
+    w.put_status(wr, ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT)
+    try:
+        conn.setblocking(False)
+        send_message(conn, Kind.ERROR, 0, wr.buf)
+    except (Closed, OSError):
+        pass
+    conn.close()
+
+
 def _group_id(group: str) -> int:
     try:
         return int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
@@ -1509,7 +1572,7 @@ def _group_id(group: str) -> int:
 
 def serve(driver: str, socket_path: str | None = None, runtime_dir: str | None = None,
           group: str | None = None, name: str | None = None,
-          ready: Callable[[Service], None] | None = None) -> int:
+          ready: Callable[[Service], None] | None = None, limits: Limits | None = None) -> int:
     """Run ``nnhal serve``: open the driver, listen, register, serve until SIGTERM/SIGINT."""
     from nnhal.drivers.registry import open_device
 
@@ -1526,7 +1589,7 @@ def serve(driver: str, socket_path: str | None = None, runtime_dir: str | None =
         socket_path = str(rdir / f"{name}.sock")
     device = open_device(driver)
     try:
-        service = Service(device, os.path.abspath(socket_path), group=group)
+        service = Service(device, os.path.abspath(socket_path), group=group, limits=limits)
         previous = {sig: signal.signal(sig, lambda *_: service.stop())
                     for sig in (signal.SIGTERM, signal.SIGINT)}
         entry = None

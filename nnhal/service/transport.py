@@ -14,6 +14,9 @@ caller takes it (the :class:`~nnhal.service.wire.Reader`).
 A body is held only as far as it has arrived: a header announcing a large body allocates
 nothing until its bytes come (a peer announcing 255 MiB and sending nothing costs nothing).
 Every read may be given an end (a ``time.monotonic`` time): past it, :class:`TimedOut`.
+A service's receivers also keep a :class:`Pace` (a peer that stops inside a message cannot
+hold its connection and reading thread for ever; between messages it may idle) and share a
+:class:`Budget` (the bytes of large bodies held at once over all connections).
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ import array
 import os
 import select
 import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from nnhal.service.wire import (
     HEADER_SIZE,
@@ -57,6 +62,55 @@ class TooLarge(WireError):
     def __init__(self, kind: Kind, call_id: int, size: int, bound: int):
         super().__init__(f"message of {size} bytes exceeds the bound of {bound}")
         self.kind, self.call_id = kind, call_id
+
+
+class OverBudget(Exception):
+    """A body that would take the bytes held past the shared :class:`Budget`: what came of
+    it was dropped and the rest read and dropped, so the connection goes on."""
+
+    def __init__(self, kind: Kind, call_id: int, size: int, limit: int):
+        super().__init__(f"a body of {size} bytes would pass the {limit} bytes that all "
+                         f"connections may hold in incomplete messages")
+        self.kind, self.call_id = kind, call_id
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How long a message may take once its first byte has come. A wait for more of it ends
+    ``partial_s`` after the last bytes came, and the whole of it must come within
+    ``partial_s`` plus ``min_rate`` seconds per byte received so far: a slow but steady
+    sender of a large body goes on, one that stops or trickles is cut. Between messages
+    there is no bound (a client keeps its connection for the life of its process)."""
+
+    partial_s: float = 30.0
+    min_rate: float = 64 << 10  # bytes per second
+
+    def end(self, first: float, got: int) -> float:
+        """When the wait for a message's next bytes ends (``first``: its first byte's time;
+        ``got``: its bytes so far)."""
+        return min(time.monotonic() + self.partial_s,
+                   first + self.partial_s + got / self.min_rate)
+
+
+class Budget:
+    """Bytes held in incomplete message bodies over all the connections that share it
+    (bodies past a receiver's chunk; smaller ones live in its fixed buffer)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> bool:
+        with self._lock:
+            if self.held + n > self.limit:
+                return False
+            self.held += n
+            return True
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self.held -= n
 
 
 def send_message(sock: socket.socket, kind: int, call_id: int, body: bytes | bytearray,
@@ -119,14 +173,19 @@ def _recv_into(sock: socket.socket, view: memoryview, end: float | None
             raise Closed(str(e)) from None
 
 
-def _read_growing(sock: socket.socket, body: bytearray, size: int, end: float | None,
-                  fds: list[int] | None) -> None:
-    """Read until ``body`` holds ``size`` bytes, growing it only by what arrives.
-    Descriptors arriving are added to ``fds``; None: none may arrive (WireError)."""
+EndOf = Callable[[int], "float | None"]
+
+
+def _read_growing(sock: socket.socket, body: bytearray, size: int, end: EndOf,
+                  fds: list[int] | None, charge: Callable[[int], bool] | None = None) -> int:
+    """Read until ``body`` holds ``size`` bytes, growing it only by what arrives; ``end``
+    gives each wait's end from the bytes of ``body`` so far. Descriptors arriving are added
+    to ``fds``; None: none may arrive (WireError). ``charge(n)`` False: the ``n`` bytes that
+    came are not kept and ``n`` is returned (the rest is not read); 0 when whole."""
     scratch = bytearray(min(_GROW, size - len(body)))
     view = memoryview(scratch)
     while len(body) < size:
-        n, anc, flags = _recv_into(sock, view[:size - len(body)], end)
+        n, anc, flags = _recv_into(sock, view[:size - len(body)], end(len(body)))
         got: list[int] = []
         _fds_of(anc, flags, got)
         if got:
@@ -136,7 +195,10 @@ def _read_growing(sock: socket.socket, body: bytearray, size: int, end: float | 
             fds.extend(got)
         if n == 0:
             raise Closed("end of stream inside a message")
+        if charge is not None and not charge(n):
+            return n
         body += view[:n]
+    return 0
 
 
 def _fds_of(ancdata: list, flags: int, fds: list[int]) -> None:
@@ -163,13 +225,13 @@ def recv_message(sock: socket.socket, max_body: int = MAX_BODY, end: float | Non
     fds: list[int] = []
     header = bytearray()
     try:
-        _read_growing(sock, header, HEADER_SIZE, end, fds)
+        _read_growing(sock, header, HEADER_SIZE, lambda _: end, fds)
         kind, call_id, body_len, nfds = unpack_header(header, 0xFFFF_FFFF)
         if body_len > max_body:
             _drain(sock, body_len)
             raise TooLarge(kind, call_id, body_len, max_body)
         body = bytearray()
-        _read_growing(sock, body, body_len, end, fds)
+        _read_growing(sock, body, body_len, lambda _: end, fds)
         if len(fds) != nfds:
             raise WireError(f"header announces {nfds} descriptors, {len(fds)} arrived")
         return kind, call_id, memoryview(body), fds
@@ -182,12 +244,23 @@ class Receiver:
     """Messages of one socket, read a chunk at a time (see the module docstring).
 
     Only one thread reads at a time (the connection's reading role); ``next`` returns what
-    :func:`recv_message` returns, each body a private copy."""
+    :func:`recv_message` returns, each body a private copy. With a ``pace``, a message
+    whose first byte has come must come whole by its bounds (TimedOut, the stream torn);
+    with a ``budget``, a body past the chunk is charged to it as it arrives and given back
+    when the next message is asked for (OverBudget when it has no room)."""
 
     CHUNK = 1 << 16
 
-    def __init__(self, sock: socket.socket, chunk: int = CHUNK):
+    def __init__(self, sock: socket.socket, chunk: int = CHUNK, pace: Pace | None = None,
+                 budget: Budget | None = None):
         self.sock = sock
+        self.pace, self.budget = pace, budget
+        self.charged = 0  # bytes of the last large body charged to the budget
+        self._charge_lock = threading.Lock()
+        #: When the message being read began to arrive (None: nothing of it yet), and the
+        #: fixed end the caller gave.
+        self.first: float | None = None
+        self.deadline: float | None = None
         self.buf = bytearray(chunk)
         self.view = memoryview(self.buf)
         self.start = 0  # unread bytes: buf[start:end]
@@ -207,25 +280,56 @@ class Receiver:
              ) -> tuple[Kind, int, memoryview, list[int]]:
         """The next message; raises as :func:`recv_message` does. ``drop_large`` False: a
         body past ``max_body`` is not drained (TooLarge at once; the caller closes)."""
+        self._uncharge()  # the last body has been handled by now
+        self.deadline = end
+        self.first = time.monotonic() if self.pending() else None
         try:
             return self._next(max_body, end, drop_large)
-        except TooLarge:
+        except (TooLarge, OverBudget):
             raise  # the connection goes on: later messages keep their descriptors
         except TimedOut:
+            self._uncharge()
             if self.pending():
                 self.torn = True  # part of a message came, and then nothing
+            if self.first is not None and self.pace is not None and \
+                    (end is None or time.monotonic() < end):
+                raise TimedOut(f"a message began to arrive {time.monotonic() - self.first:.1f}"
+                               f" s ago and has not come whole (bounds: {self.pace.partial_s:g}"
+                               f" s without a byte, {self.pace.min_rate:g} bytes/s after "
+                               f"that)") from None
             raise
         except BaseException:
             self.close()
             raise
 
     def close(self) -> None:
-        """Close the descriptors of messages not returned."""
+        """Close the descriptors of messages not returned; give back the budget."""
         for _, _, fds in self.reads:
             close_fds(fds)
         self.reads = []
+        self._uncharge()
 
-    def _fill(self, end: float | None = None) -> None:
+    def _end(self, got: int) -> float | None:
+        """The end of the next wait: the caller's, and the pace's once the message began."""
+        if self.pace is None or self.first is None:
+            return self.deadline
+        mine = self.pace.end(self.first, got)
+        return mine if self.deadline is None else min(mine, self.deadline)
+
+    def _charge(self, n: int) -> bool:
+        with self._charge_lock:
+            if not self.budget.take(n):  # type: ignore[union-attr]
+                return False
+            self.charged += n
+            return True
+
+    def _uncharge(self) -> None:
+        with self._charge_lock:
+            n, self.charged = self.charged, 0
+        if n:
+            self.budget.give(n)  # type: ignore[union-attr]
+
+    def _fill(self) -> None:
         """One read into the free end of the buffer (unread bytes moved to its start first)."""
         if self.start:
             n = self.end - self.start
@@ -233,7 +337,10 @@ class Receiver:
             k = self.start
             self.reads = [(a - k, b - k, f) for a, b, f in self.reads]
             self.start, self.end = 0, n
-        n, anc, flags = _recv_into(self.sock, self.view[self.end:], end)
+        n, anc, flags = _recv_into(self.sock, self.view[self.end:],
+                                   self._end(self.end - self.start))
+        if self.first is None:
+            self.first = time.monotonic()
         got: list[int] = []
         _fds_of(anc, flags, got)
         if n == 0:
@@ -249,7 +356,7 @@ class Receiver:
         if self.torn:
             raise WireError("the stream broke inside a message")
         while self.end - self.start < HEADER_SIZE:
-            self._fill(end)
+            self._fill()
         s = self.start
         kind, call_id, body_len, nfds = unpack_header(self.view[s:s + HEADER_SIZE],
                                                       0xFFFF_FFFF)
@@ -262,7 +369,7 @@ class Receiver:
             raise TooLarge(kind, call_id, body_len, max_body)
         if total <= len(self.buf):
             while self.end - self.start < total:
-                self._fill(end)  # moves the message to the buffer's start when it must
+                self._fill()  # moves the message to the buffer's start when it must
             s = self.start
             body = bytearray(self.view[s + HEADER_SIZE:s + total])
             self.start = s + total
@@ -270,13 +377,31 @@ class Receiver:
             body = bytearray(self.view[s + HEADER_SIZE:self.end])
             self.start = self.end
             self.torn = True  # until the whole body is in
-            _read_growing(self.sock, body, body_len, end, None)
+            charge = None if self.budget is None else self._charge
+            if charge is not None and not charge(len(body)):
+                have = len(body)  # what came with the header, and nothing more read
+            else:
+                dropped = _read_growing(self.sock, body, body_len,
+                                        lambda got: self._end(HEADER_SIZE + got), None, charge)
+                have = len(body) + dropped if dropped else 0
+            if have:
+                body.clear()  # held no longer than it was charged
+                self._refuse(have, s, total, body_len)
+                raise OverBudget(kind, call_id, body_len, self.budget.limit)  # type: ignore
             self.torn = False
         fds = self._take_fds(s, total)
         if len(fds) != nfds:
             close_fds(fds)
             raise WireError(f"header announces {nfds} descriptors, {len(fds)} arrived")
         return kind, call_id, memoryview(body), fds
+
+    def _refuse(self, have: int, s: int, total: int, body_len: int) -> None:
+        """Drop a body the budget has no room for (``have`` bytes of it read): the rest as it
+        comes (paced as the message), and its descriptors."""
+        self._uncharge()
+        _drain(self.sock, body_len - have, lambda got: self._end(HEADER_SIZE + have + got))
+        close_fds(self._take_fds(s, total))
+        self.torn = False
 
     def _take_fds(self, s: int, total: int) -> list[int]:
         """The descriptors of the message at buffer position ``s`` (``total`` bytes): those
@@ -305,17 +430,16 @@ class Receiver:
             close_fds(self.reads.pop(0)[2])
 
 
-def _drain(sock: socket.socket, n: int) -> None:
-    scratch = bytearray(1 << 16)
-    while n > 0:
-        try:
-            got, anc, flags, _ = sock.recvmsg_into([memoryview(scratch)[:min(n, len(scratch))]],
-                                                   _ANC, _FLAGS)
-        except OSError as e:
-            raise Closed(str(e)) from None
+def _drain(sock: socket.socket, n: int, end: EndOf = lambda _: None) -> None:
+    """Read ``n`` bytes and drop them (and any descriptors), each wait ending at ``end`` of
+    the bytes dropped so far."""
+    view = memoryview(bytearray(min(n, 1 << 16)))
+    done = 0
+    while done < n:
+        got, anc, flags = _recv_into(sock, view[:min(n - done, len(view))], end(done))
         extra: list[int] = []
         _fds_of(anc, flags, extra)
         close_fds(extra)
         if got == 0:
             raise Closed("end of stream inside a message")
-        n -= got
+        done += got

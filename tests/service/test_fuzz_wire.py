@@ -1,7 +1,9 @@
 """A fuzzer of the wire format against a served reference driver: valid messages mutated
-(bit flips, truncations, random bodies, wrong descriptor counts, clients vanishing mid-message).
-The service answers or drops the offending client, never crashes, and once the clients are
-gone it holds nothing and no descriptor leaked."""
+(bit flips, truncations, random bodies, wrong descriptor counts, clients vanishing mid-message,
+clients that stop mid-message and stay connected, slow writers sending a message in pieces).
+The service answers or drops the offending client, never crashes, cuts every stalled client
+within its partial-message bound, and once the clients are gone it holds nothing (no
+connection, object or budgeted byte) and no descriptor leaked."""
 
 from __future__ import annotations
 
@@ -21,10 +23,12 @@ from nnhal.hal.types import DataLocation, Request, RequestArgument
 from nnhal.memory import SharedMemory
 from nnhal.service import wire as w
 from nnhal.service.client import RemoteDevice
-from nnhal.service.server import Service
+from nnhal.service.server import Limits, Service
 from nnhal.service.wire import Kind, Writer
 
 MESSAGES = 3000
+#: The partial-message bound of the fuzzed service: short, so stalled clients go quickly.
+PARTIAL_S = 0.5
 
 
 def open_fds() -> int:
@@ -118,7 +122,7 @@ def drain(sock: socket.socket) -> None:
 @pytest.mark.parametrize("seed", [1, 2])
 def test_fuzzed_messages_never_crash_or_leak(tmp_path, seed):
     device = ReferenceDevice()
-    svc = Service(device, tmp_path / "f.sock")
+    svc = Service(device, tmp_path / "f.sock", limits=Limits(partial_s=PARTIAL_S))
     t = threading.Thread(target=svc.serve_forever, daemon=True)
     t.start()
     mem_a, mem_b = SharedMemory.ashmem(32), SharedMemory.ashmem(16)
@@ -129,6 +133,8 @@ def test_fuzzed_messages_never_crash_or_leak(tmp_path, seed):
     corpus = seeds(mem_a, mem_b)
     sock = None
     sent = 0
+    stalled: list[socket.socket] = []  # stopped inside a message, left connected
+    slow = 0
     try:
         for _ in range(MESSAGES):
             if sock is None:
@@ -140,23 +146,48 @@ def test_fuzzed_messages_never_crash_or_leak(tmp_path, seed):
             hdr = w.HEADER.pack(w.MAGIC, w.VERSION, k, rng.randrange(1 << 16), len(body),
                                 header_nfds if header_nfds is not None else nfd, 0)
             data = hdr + body
-            if rng.randrange(40) == 0:  # vanish mid-message
+            how = rng.randrange(40)
+            if how == 0:  # vanish mid-message
                 data = data[:rng.randrange(len(data) + 1)]
                 framed = False
+            elif how == 1:  # stop mid-message (at least one byte of it sent) and stay
+                data = data[:rng.randrange(1, len(data))]
+            pieces = [data]
+            if how in (2, 3) and len(data) > 1:  # a slow writer: the message in pieces
+                cuts = sorted(rng.sample(range(1, len(data)), min(3, len(data) - 1)))
+                pieces = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+                slow += 1
             try:
-                if fds:
-                    sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                           array.array("i", fds))])
-                else:
-                    sock.sendall(data)
+                for i, piece in enumerate(pieces):
+                    if i:
+                        time.sleep(0.002)
+                    if fds and i == 0:
+                        sock.sendmsg([piece], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                                array.array("i", fds))])
+                    else:
+                        sock.sendall(piece)
                 sent += 1
             except OSError:
                 framed = False
             drain(sock)
-            if not framed:
+            if how == 1 and framed:
+                stalled.append(sock)
+                sock = None
+            elif not framed:
                 sock.close()
                 sock = None
         assert sent > MESSAGES // 2
+        # Every client that stopped inside a message is cut within the bound.
+        end = time.monotonic() + PARTIAL_S + 15
+        for s in stalled:
+            s.settimeout(max(0.1, end - time.monotonic()))
+            try:
+                while s.recv(4096):
+                    pass
+            except TimeoutError:
+                raise AssertionError("a stalled client was not cut") from None
+            except OSError:
+                pass
         # The service still answers a well-behaved client...
         assert good.get_type() == good_type
         other = RemoteDevice(svc.path)
@@ -165,12 +196,14 @@ def test_fuzzed_messages_never_crash_or_leak(tmp_path, seed):
     finally:
         if sock is not None:
             sock.close()
+        for s in stalled:
+            s.close()
         good.close()
     # ...and once every client is gone it holds nothing, and no descriptor leaked.
     end = time.monotonic() + 10
     while (svc.sessions or svc.objects()) and time.monotonic() < end:
         time.sleep(0.05)
-    assert not svc.sessions and svc.objects() == 0
+    assert not svc.sessions and svc.objects() == 0 and svc.budget.held == 0
     import gc
     gc.collect()
     end = time.monotonic() + 5
@@ -178,7 +211,8 @@ def test_fuzzed_messages_never_crash_or_leak(tmp_path, seed):
         time.sleep(0.05)
         gc.collect()
     assert open_fds() <= base
-    print(f"fuzzer: {sent} messages, service messages decoded {svc.messages}")
+    print(f"fuzzer: {sent} messages ({len(stalled)} stalled clients, {slow} slow writers), "
+          f"service messages decoded {svc.messages}")
     svc.stop()
     t.join(5)
     device.close()
