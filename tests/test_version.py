@@ -146,6 +146,21 @@ def test_devices_report_their_interfaces_level_through_the_ndk():
     assert ndk.ANeuralNetworksDevice_getFeatureLevel(Device.of(Later())) == (0, 1000006)
 
 
+def test_a_served_device_reports_the_level_of_the_interface_it_is_reached_through(tmp_path):
+    from helpers import served
+
+    from nnhal.service.client import RemoteDevice
+
+    with served(tmp_path / "s.sock") as svc:
+        remote = RemoteDevice(svc.path)
+        try:
+            dev = Device.of(remote)
+            assert dev.feature_level is F.V1_3
+            assert ndk.ANeuralNetworksDevice_getFeatureLevel(dev) == (0, 30)
+        finally:
+            remote.close()
+
+
 def test_an_object_naming_no_level_is_taken_as_hal_1_3():
     class Odd:
         feature_level = 30  # an NDK number is not a level of the scale
