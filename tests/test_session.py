@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -350,13 +351,18 @@ def test_run_after_close_is_an_error():
 def test_a_dropped_session_closes_the_device_it_opened():
     import gc
 
-    before = threading.active_count()
+    # The threads themselves, not a count: threads of earlier tests may still be ending.
     for _ in range(3):
+        before = set(threading.enumerate())
         s = Session(add_model((2,)), "reference")  # a device the Session opens itself
-        assert threading.active_count() > before  # the device's workers
+        workers = set(threading.enumerate()) - before
+        assert workers  # the device's workers
         del s
         gc.collect()
-    assert threading.active_count() == before
+        deadline = time.monotonic() + 10
+        while any(w.is_alive() for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not any(w.is_alive() for w in workers)
     outside = ReferenceDevice()
     try:
         s = Session(add_model((2,)), outside)
