@@ -21,12 +21,10 @@ from nnhal.service.transport import Closed, recv_message, send_message
 E = ErrorStatus
 
 
-def _rss() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
+def _held() -> int:
+    """Bytes Python holds now (tracemalloc): unlike the RSS, no allocator slack left by
+    earlier tests in this process."""
+    return tracemalloc.get_traced_memory()[0]
 
 
 def _connect(path: str) -> socket.socket:
@@ -53,20 +51,24 @@ def _wait(pred, timeout: float = 5.0) -> bool:
 
 
 def test_announced_bodies_cost_nothing_until_their_bytes_come(tmp_path):
-    with served(tmp_path / "s.sock") as svc:
-        before = _rss()
-        socks = []
-        for i in range(4):  # 4 x 64 MiB announced, 100 bytes sent
-            s = _connect(svc.path)
-            s.sendall(w.pack_header(w.Kind.GET_SUPPORTED_OPERATIONS, i + 1, 64 << 20, 0)
-                      + bytes(100))
-            socks.append(s)
-        assert _wait(lambda: len(svc.sessions) == 4)
-        time.sleep(0.3)  # the readers have read what came
-        grown = _rss() - before
-        for s in socks:
-            s.close()
-        assert grown < 32 << 20, f"the service grew by {grown >> 20} MiB"
+    tracemalloc.start()  # what is allocated, whether or not its pages were touched yet
+    try:
+        with served(tmp_path / "s.sock") as svc:
+            before = _held()
+            socks = []
+            for i in range(4):  # 4 x 64 MiB announced, 100 bytes sent
+                s = _connect(svc.path)
+                s.sendall(w.pack_header(w.Kind.GET_SUPPORTED_OPERATIONS, i + 1, 64 << 20, 0)
+                          + bytes(100))
+                socks.append(s)
+            assert _wait(lambda: len(svc.sessions) == 4)
+            time.sleep(0.3)  # the readers have read what came
+            grown = _held() - before
+            for s in socks:
+                s.close()
+    finally:
+        tracemalloc.stop()
+    assert grown < 32 << 20, f"the service grew by {grown >> 20} MiB"
 
 
 def test_a_body_past_the_bound_is_refused_and_the_connection_closed(tmp_path):
@@ -241,7 +243,7 @@ def test_a_slow_steady_body_goes_on_and_a_trickle_is_cut(tmp_path):
         trickle.close()
 
 
-def test_bodies_past_the_shared_budget_are_refused_transient_and_rss_stays_bounded(tmp_path):
+def test_bodies_past_the_shared_budget_are_refused_transient_and_held_bytes_stay_bounded(tmp_path):
     budget = 32 << 20
     # What Python holds, traced: the process's RSS also counts allocator slack left by earlier
     # tests (glibc's raised mmap threshold, per-thread arenas), which made it order-dependent.
@@ -251,9 +253,6 @@ def test_bodies_past_the_shared_budget_are_refused_transient_and_rss_stays_bound
     finally:
         tracemalloc.stop()
 
-
-def _held() -> int:
-    return tracemalloc.get_traced_memory()[0]
 
 
 def _refuse_past_the_budget(tmp_path, budget: int) -> None:
