@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from nnhal.analysis import kept
 from nnhal.analysis.graph import ModelGraph, OperationTuple, SubgraphGraph
 from nnhal.hal.checks import InvalidArgument, check_model_fields
 from nnhal.hal.types import (
@@ -123,12 +124,27 @@ def callees_first(model: Model) -> list[int]:
 
 
 def analyse(model: Model, *, own_constants: bool = True,
-            max_tensor_bytes: int = MAX_TENSOR_BYTES) -> ModelGraph:
+            max_tensor_bytes: int = MAX_TENSOR_BYTES, keep: bool = False) -> ModelGraph:
     """Check ``model`` against every rule once; raise ValidationError or OpError if invalid.
 
     ``own_constants`` copies each constant once, so the graph keeps nothing of the client's
     memory (a prepared model); without it constants are views (getSupportedOperations).
+    ``keep`` (constants owned) keeps the graph for this model object, and any later call for
+    the same object, unedited, returns it instead of analysing again (:mod:`.kept`): the
+    runtime and the importer keep the models they make, so each is analysed once.
     """
+    graph = kept.lookup(model, max_tensor_bytes)
+    if graph is not None:
+        return graph
+    snap = kept.snapshot(model) if keep else None
+    graph = _analyse(model, own_constants or keep, max_tensor_bytes)
+    if keep:
+        kept.keep(model, snap, max_tensor_bytes, graph)
+    return graph
+
+
+def _analyse(model: Model, own_constants: bool, max_tensor_bytes: int) -> ModelGraph:
+    kept.counted()
     try:
         check_model_fields(model)  # Python types and ranges of every field, before any rule
     except InvalidArgument as e:

@@ -141,7 +141,9 @@ class Model:
         from nnhal.analysis import analyse
 
         try:
-            analyse(hal, own_constants=False)
+            # Kept for this object: the devices' support queries and prepares in this
+            # process read this graph instead of analysing the model again.
+            analyse(hal, keep=True)
         except Exception as e:  # noqa: BLE001 - any rule broken is BAD_DATA
             raise fail(ResultCode.BAD_DATA, f"finish: invalid model: {e}") from None
         m = cls()
@@ -356,7 +358,7 @@ class Model:
             hal = self._build_hal()
             from nnhal.analysis import analyse
 
-            analyse(hal, own_constants=False)
+            analyse(hal, keep=True)  # once: see from_hal
         except Exception as e:  # noqa: BLE001 - any rule broken is BAD_DATA
             self.invalid = True
             self._large.clear()
