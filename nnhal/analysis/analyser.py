@@ -9,7 +9,6 @@ without recursion, so neither depth nor sharing of control flow costs more than 
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -27,6 +26,7 @@ from nnhal.hal.types import (
     Subgraph,
     SymmPerChannelQuantParams,
     is_extension_type,
+    value_nbytes,
 )
 from nnhal.memory import MemoryError_, SharedMemory
 from nnhal.ops.catalog import check_operation, lookup, signature
@@ -228,7 +228,7 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
                 _check_declared(ctx.op_type, name, k, i, infos[i].shape, s)
                 shapes[i] = _merge(shapes[i], s)
         for i in outs_idx:
-            nbytes = _known_bytes(infos[i].type, shapes[i])
+            nbytes = value_nbytes(infos[i].type, shapes[i]) if infos[i].type.is_tensor else None
             if nbytes is not None and nbytes > max_bytes:
                 too_large.append(f"{name} operation {k} ({ctx.op_type.name}): output operand "
                                  f"{i} of shape {list(shapes[i] or ())} needs {nbytes} bytes, "
@@ -237,12 +237,6 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
         supported.append(ok)
     return SubgraphGraph(index, tuple(infos), tuple(shapes), tuple(operations),  # type: ignore
                          tuple(sg.input_indexes), tuple(sg.output_indexes), tuple(supported))
-
-
-def _known_bytes(t: OperandType, shape: Shape) -> int | None:
-    if not t.is_tensor or shape is None or 0 in shape:
-        return None
-    return math.prod(shape) * t.byte_size
 
 
 def _check_declared(op_type: OperationType, name: str, k: int, index: int,

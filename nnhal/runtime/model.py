@@ -23,6 +23,7 @@ from nnhal.hal.types import (
     OperationType,
     Subgraph,
     SymmPerChannelQuantParams,
+    operand_nbytes,
 )
 from nnhal.hal.types import (
     Model as HalModel,
@@ -67,17 +68,6 @@ def as_bytes(buffer: Any) -> memoryview:
     return memoryview(buffer).cast("B")
 
 
-def operand_nbytes(op: Operand) -> int | None:
-    """Bytes of a fully specified operand; None when a dimension is unknown."""
-    t = int(op.type)
-    if t == T.SUBGRAPH:
-        return 0
-    tt = T(t)
-    if tt.is_scalar:
-        return tt.byte_size
-    if not op.dimensions or 0 in op.dimensions:
-        return None
-    return int(np.prod(op.dimensions, dtype=np.int64)) * tt.byte_size
 
 
 def check_operand_type(ot: Any, where: str) -> Operand:
