@@ -296,3 +296,50 @@ def test_conformance_on_litert(capsys, good_specs):
     rc, out, err = run_cli(capsys, "conformance", "--specs", str(good_specs), "--device",
                            "litert", "--quiet")
     assert rc == 0 and "2 passed, 0 failed" in out
+
+
+# ---- versions -------------------------------------------------------------------------------
+
+def _versioned_specs(tmp_path: Path) -> Path:
+    """A case of today's level, and two of later levels whose operation this nnhal lacks."""
+    specs = tmp_path / "specs"
+    later = []
+    for version, name in (("AIDL_V2", "batch_matmul_like"), ("AIDL_V3", "mirror_pad_like")):
+        c = add_case(name)
+        c["minSupportedVersion"] = version
+        c["model"]["main"]["operations"][0]["type"] = "NOT_KNOWN_YET"
+        later.append(c)
+    now = add_case("add_of_1_3")
+    now["minSupportedVersion"] = "V1_3"
+    write_cases(specs / "MIXED" / "cases.json.gz", [now, *later])
+    return specs
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_cases_above_the_devices_level_are_skipped_saying_why(capsys, tmp_path, jobs):
+    report = tmp_path / "report.json"
+    rc, out, err = run_cli(capsys, "conformance", "--specs", str(_versioned_specs(tmp_path)),
+                           "--mode", "general", "--json", str(report), "--jobs", jobs,
+                           "--quiet")
+    assert rc == 0, (out, err)
+    assert "Traceback" not in out + err and "could not be loaded" not in out
+    assert "1 passed, 0 failed, 2 skipped" in out
+    assert "needs feature level 6 (AIDL v2); the device is at feature level 4 (HAL 1.3)" in out
+    assert "needs feature level 7 (AIDL v3)" in out
+    cases = {c["name"]: c for c in json.loads(report.read_text())["cases"]}
+    assert cases["add_of_1_3"]["result"] == "passed"
+    assert cases["mirror_pad_like"]["result"] == "skipped"
+    assert cases["mirror_pad_like"]["message"].startswith("needs feature level 7")
+
+
+@pytest.mark.parametrize("bad", ["V9_9", "v1_3", 3, ["V1_0"]])
+def test_an_unknown_min_supported_version_is_a_broken_case(capsys, tmp_path, bad):
+    specs = tmp_path / "specs"
+    c = add_case("odd_version")
+    c["minSupportedVersion"] = bad
+    write_cases(specs / "V1_0" / "cases.json.gz", [c, add_case("fine")])
+    rc, out, err = run_cli(capsys, "conformance", "--specs", str(specs), "--mode", "general",
+                           "--quiet")
+    assert_one_line(rc, err, "1 case(s) could not be loaded")
+    assert f"odd_version: (case #0) minSupportedVersion: unknown NNAPI version {bad!r}" in out
+    assert "1 passed, 1 failed, 0 skipped" in out

@@ -99,8 +99,8 @@ def test_no_import_cycles():
 
 
 #: The layers of nnhal, lowest first: a module may import its own layer and those below.
-LAYERS = ["nnhal.errors", "nnhal.memory", "nnhal.hal", "nnhal.validation", "nnhal.ops",
-          "nnhal.analysis", "nnhal.tflite", "nnhal.executor", "nnhal.drivers.common",
+LAYERS = ["nnhal.core", "nnhal.errors", "nnhal.memory", "nnhal.hal", "nnhal.validation",
+          "nnhal.ops", "nnhal.analysis", "nnhal.tflite", "nnhal.executor", "nnhal.drivers.common",
           "nnhal.drivers", "nnhal.service", "nnhal.runtime", "nnhal.capi", "nnhal.session",
           "nnhal.conformance",
           "nnhal.tools", "nnhal.demo", "nnhal.cli"]
@@ -125,3 +125,13 @@ def test_imports_point_one_way():
         assert layer(module) >= 0, f"{module} belongs to no layer: add it to LAYERS"
         wrong += [f"{module} -> {t}" for t in sorted(targets) if layer(t) > layer(module)]
     assert not wrong, "imports pointing up:\n" + "\n".join(wrong)
+
+
+def test_the_core_imports_nothing_of_nnhal():
+    """The version-neutral core sits under every layer, so it may not even import errors."""
+    graph = import_graph()
+    core = {m: t for m, t in graph.items() if m == "nnhal.core" or m.startswith("nnhal.core.")}
+    assert "nnhal.core.version" in core
+    wrong = [f"{m} -> {t}" for m, ts in core.items() for t in sorted(ts)
+             if not t.startswith("nnhal.core")]
+    assert not wrong, "the core imports:\n" + "\n".join(wrong)

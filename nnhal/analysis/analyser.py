@@ -16,6 +16,7 @@ import numpy as np
 
 from nnhal.analysis import kept
 from nnhal.analysis.graph import ModelGraph, OperationTuple, SubgraphGraph
+from nnhal.core.version import FeatureLevel
 from nnhal.hal.checks import InvalidArgument, check_model_fields
 from nnhal.hal.types import (
     Model,
@@ -160,8 +161,14 @@ def _analyse(model: Model, own_constants: bool, max_tensor_bytes: int) -> ModelG
                                       relaxed, graphs, max_tensor_bytes, too_large)
     main = _analyse_subgraph(model.main, -1, values, pools, own_constants, relaxed, graphs,
                              max_tensor_bytes, too_large)
+    levels = [g.min_level for g in (main, *graphs)]  # type: ignore[union-attr]
+    if relaxed:
+        levels.append(FeatureLevel.V1_1)  # relaxComputationFloat32toFloat16 came with 1.1
+    if model.extension_name_to_prefix:
+        levels.append(FeatureLevel.V1_2)  # vendor extensions came with 1.2
     return ModelGraph(main, tuple(graphs), relaxed,  # type: ignore[arg-type]
-                      io_signature(model.main), required_inputs(main), tuple(too_large))
+                      io_signature(model.main), required_inputs(main), tuple(too_large),
+                      max(levels))
 
 
 def _decode_operands(sg: Subgraph, values: np.ndarray, pools: Sequence[np.ndarray],
@@ -195,6 +202,7 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
     shaped: dict[int, OperandInfo] = {}  # operand -> info carrying its inferred shape
     operations: list[OperationTuple] = []
     supported: list[bool] = []
+    level = FeatureLevel.V1_0
     name = "main" if index < 0 else f"subgraph {index}"
     for k, operation in enumerate(sg.operations):
         ins_idx, outs_idx = tuple(operation.inputs), tuple(operation.outputs)
@@ -215,7 +223,7 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
                         outputs=[infos[i] for i in outs_idx], relaxed=relaxed,
                         subgraphs=callees)
         try:
-            check_operation(definition, ctx)
+            level = max(level, check_operation(definition, ctx))
             inferred = definition.prepare(ctx)
         except OpError as e:
             raise OpError(f"{name} operation {k}: {e}", e.status) from None
@@ -236,7 +244,8 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
                 ok = False
         supported.append(ok)
     return SubgraphGraph(index, tuple(infos), tuple(shapes), tuple(operations),  # type: ignore
-                         tuple(sg.input_indexes), tuple(sg.output_indexes), tuple(supported))
+                         tuple(sg.input_indexes), tuple(sg.output_indexes), tuple(supported),
+                         level)
 
 
 def _check_declared(op_type: OperationType, name: str, k: int, index: int,

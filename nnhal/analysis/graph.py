@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from nnhal.core.version import FeatureLevel
 from nnhal.hal.types import OperationType, Subgraph
 from nnhal.ops.registry import OperandInfo, Shape
 
@@ -23,7 +24,8 @@ class SubgraphGraph:
     ``operands`` are the declared descriptions with constants decoded (``value``); ``shapes``
     the shapes after inference (0 for a dimension still unknown, None for an unknown rank);
     ``supported[k]`` tells whether operation k can run here (every operation it reaches
-    through control flow included).
+    through control flow included); ``min_level`` the highest feature level its operations
+    need as given (each operation's signature says; see :func:`nnhal.ops.signature.check`).
     """
 
     index: int  # -1 for the main subgraph, else the index into Model.referenced
@@ -33,6 +35,7 @@ class SubgraphGraph:
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     supported: tuple[bool, ...] = ()
+    min_level: FeatureLevel = FeatureLevel.V1_0
 
     @property
     def input_infos(self) -> list[OperandInfo]:
@@ -59,7 +62,10 @@ class ModelGraph:
     ``signature`` is the main subgraph as requests and memory-domain roles see it (copies of
     its input and output operands), immune to a client editing its Model later.
     ``required_inputs`` are the main inputs a request may not omit. ``too_large`` names
-    temporaries whose known size exceeds the device's limit.
+    temporaries whose known size exceeds the device's limit. ``min_level`` is the model's
+    minimum version: the lowest feature level whose interface can carry it (the highest level
+    any of its operations, operand types or model flags needs), computed once by the analysis;
+    None for a graph restored from a compilation cache, where it was checked at prepare.
     """
 
     main: SubgraphGraph
@@ -68,6 +74,7 @@ class ModelGraph:
     signature: Subgraph
     required_inputs: frozenset[int] = frozenset()
     too_large: tuple[str, ...] = field(default=())
+    min_level: FeatureLevel | None = None
 
     @property
     def subgraphs(self) -> tuple[SubgraphGraph, ...]:

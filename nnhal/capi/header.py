@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from nnhal.core.version import FeatureLevel
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.runtime import codes
 
@@ -42,7 +43,7 @@ def enums() -> list[tuple[str, list[tuple[str, int]]]]:
         ("PaddingCode", [(p + "PADDING_SAME", 1), (p + "PADDING_VALID", 2)]),
         ("PreferenceCode", [(p + "PREFER_" + c.name, int(c)) for c in codes.PreferenceCode]),
         ("DeviceTypeCode", [(p + "DEVICE_" + c.name, int(c)) for c in codes.DeviceTypeCode]),
-        ("FeatureLevelCode", [(p + "FEATURE_" + c.name, int(c)) for c in codes.FeatureLevel]),
+        ("FeatureLevelCode", [(f"{p}FEATURE_LEVEL_{v.level}", v.ndk) for v in FeatureLevel]),
         ("ResultCode", [(p + c.name, int(c)) for c in codes.ResultCode]),
         ("DurationCode", [(p + ("FENCED_DURATION_" + c.name[len("FENCED_"):]
                                 if c.name.startswith("FENCED_") else "DURATION_" + c.name),
@@ -274,7 +275,7 @@ def _c_param(param: str) -> tuple[str, str, str]:
 #: their values, which need no Python. Every other function answers OP_FAILED when no Python
 #: can ever run in the process and BAD_STATE when it cannot run now; a free does nothing.
 _UNRUNNABLE = {
-    "ANeuralNetworks_getRuntimeFeatureLevel": (f"{int(codes.RUNTIME_FEATURE_LEVEL)}",) * 2,
+    "ANeuralNetworks_getRuntimeFeatureLevel": (f"{codes.RUNTIME_FEATURE_LEVEL.ndk}",) * 2,
     "ANeuralNetworks_getDefaultLoopTimeout": (f"{codes.DEFAULT_LOOP_TIMEOUT_NS}ULL",) * 2,
     "ANeuralNetworks_getMaximumLoopTimeout": (f"{codes.MAXIMUM_LOOP_TIMEOUT_NS}ULL",) * 2,
 }

@@ -23,6 +23,7 @@ from nnhal.conformance.specs import DEFAULT_SPECS as DEFAULT_SPECS
 from nnhal.conformance.specs import SPECS_ENV as SPECS_ENV
 from nnhal.conformance.specs import case_files
 from nnhal.conformance.specs import default_specs_dir as default_specs_dir
+from nnhal.core.version import FeatureLevel, UnknownVersion
 from nnhal.hal.builder import ALIGN, ModelBuilder, SubgraphBuilder
 from nnhal.hal.types import (
     DataLocation,
@@ -53,6 +54,10 @@ class Case:
     error: str = ""
     #: Position in its file (-1 when the whole file is unreadable).
     index: int = -1
+    #: Its ``minSupportedVersion`` on the scale; None when it names none. Read even when the
+    #: rest of the case cannot be, so a case of a level above the device's is skipped for
+    #: that (its operations may be unknown to this nnhal) rather than failed as unreadable.
+    min_level: FeatureLevel | None = None
 
     @property
     def broken(self) -> bool:
@@ -122,11 +127,12 @@ def iter_cases(specs: Path, pattern: str | None = None,
                 continue
             else:
                 where = f"(case #{index}) "
-            problem = case_problem(c)
+            level, problem = case_level(c)
+            problem = problem or case_problem(c)
             if problem:
-                yield Case(label, folder, name, {}, where + problem, index)
+                yield Case(label, folder, name, {}, where + problem, index, level)
             else:
-                yield Case(label, folder, name, c, index=index)
+                yield Case(label, folder, name, c, index=index, min_level=level)
 
 
 # ---- checking a case's structure ----------------------------------------------------------
@@ -200,6 +206,18 @@ def _check_subgraph(sg: Any, where: str, is_main: bool) -> None:
         # The runner lays out the request from the main subgraph's inputs and outputs.
         if is_main and any(not 0 <= i < len(operands) for i in indexes):
             raise MalformedCase(f"{where}.{key}: operand index out of range")
+
+
+def case_level(case: Any) -> tuple[FeatureLevel | None, str | None]:
+    """(the case's ``minSupportedVersion`` on the scale, or None when it names none; what is
+    wrong with that field, or None)."""
+    spelling = case.get("minSupportedVersion") if isinstance(case, dict) else None
+    if spelling is None:
+        return None, None
+    try:
+        return FeatureLevel.parse(spelling), None
+    except UnknownVersion as e:
+        return None, f"minSupportedVersion: {e}"
 
 
 def case_problem(case: Any) -> str | None:

@@ -39,7 +39,7 @@ from nnhal.hal.types import (
     OperandType,
     Priority,
 )
-from nnhal.runtime.devices import is_dead
+from nnhal.runtime.devices import feature_level_of, is_dead
 
 MODES = ("general", "dynamic_shape", "quantization_coupling", "memory_domain", "fenced",
          "caching", "runtime", "partitioned", "capi")
@@ -60,6 +60,9 @@ MAX_BROKEN_LINES = 20
 #: it, the ones left after it are exactly :data:`NOT_RUN_DEAD`.
 DEVICE_DIED = "device unavailable: the device died"
 NOT_RUN_DEAD = DEVICE_DIED + " before this case (not run)"
+#: The message of a case skipped because its minSupportedVersion is above the device's level
+#: starts with this.
+NEEDS_LEVEL = "needs "
 F16_TOL = 5 * 0.0009765625
 F32_ATOL, F32_RTOL = 1e-5, 5 * 1.1920928955078125e-7
 
@@ -374,6 +377,10 @@ def mode_runner(mode: str) -> Callable[[IDevice, Case, Options], str]:
 
 def run_case(device: IDevice, case: Case, mode: str, opts: Options) -> tuple[str, str]:
     """(result, message) of one case in one mode; never raises."""
+    have = feature_level_of(device)
+    if case.min_level is not None and case.min_level > have:
+        return SKIPPED, f"{NEEDS_LEVEL}{case.min_level.describe()}; the device is at " \
+                        f"{have.describe()}"
     if case.error:
         return FAILED, LOAD_ERROR + case.error
     if not case.expect_failure and opts.loop_timeout_ns is not None and \
@@ -476,6 +483,12 @@ class Report:
                 for o, oc in bad:
                     lines.append(f"  op {o:<30} {oc[PASSED]:5d} passed {oc[FAILED]:4d} failed "
                                  f"{oc[SKIPPED]:4d} skipped")
+        above = Counter(k["message"] for k in self.cases
+                        if k["result"] == SKIPPED and k["message"].startswith(NEEDS_LEVEL))
+        if above:
+            lines.append("skipped for their version (minSupportedVersion above the device's "
+                         "feature level):")
+            lines += [f"  {n} case run(s): {m}" for m, n in sorted(above.items())]
         if self.broken:
             lines.append(f"{len(self.broken)} case(s) could not be loaded or built (counted "
                          f"as failed):")

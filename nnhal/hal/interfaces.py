@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
+from nnhal.core.version import FeatureLevel
 from nnhal.hal.fence import SyncFence
 from nnhal.hal.types import (
     NO_TIMING,
@@ -142,6 +143,11 @@ class IPreparedModel(ABC):
 
 class IDevice(ABC):
     """IDevice (1.3)."""
+
+    #: The feature level of the interface this device is reached through (what the NDK's
+    #: ``ANeuralNetworksDevice_getFeatureLevel`` reports): every IDevice of HAL 1.3, whatever
+    #: driver is behind it and whether served or in process, is level 4.
+    feature_level: FeatureLevel = FeatureLevel.V1_3
 
     @abstractmethod
     def get_capabilities(self) -> tuple[ErrorStatus, Capabilities | None]:

@@ -17,7 +17,7 @@ __all__ = [
     "BYTE_SIZE_OF_CACHE_TOKEN", "MAX_NUMBER_OF_CACHE_FILES", "LOOP_TIMEOUT_DEFAULT_NS",
     "LOOP_TIMEOUT_MAXIMUM_NS", "NO_TIME", "EXTENSION_TYPE_LOW_BITS", "OperandType",
     "OperationType", "OperandLifeTime", "ErrorStatus", "DeviceType", "ExecutionPreference",
-    "Priority", "MeasureTiming", "Timing", "NO_TIMING", "OPERATION_VERSION", "OutputShape",
+    "Priority", "MeasureTiming", "Timing", "NO_TIMING", "OutputShape",
     "PerformanceInfo", "OperandPerformance", "Capabilities", "DataLocation",
     "SymmPerChannelQuantParams", "Operand", "Operation", "Subgraph", "Model",
     "ExtensionNameAndPrefix", "RequestArgument", "MemoryPool", "Request", "BufferDesc",
@@ -179,13 +179,6 @@ OperationType = enum.IntEnum(  # type: ignore[misc]
 )
 OperationType.__doc__ = "OperationType (1.3)."
 OperationType.__module__ = __name__
-
-#: The version of the HAL that introduced each operation (1.0, 1.1, 1.2, 1.3).
-OPERATION_VERSION: dict[int, tuple[int, int]] = {
-    v: ((1, 0) if v <= 28 else (1, 1) if v <= 37 else (1, 2) if v <= 94 else (1, 3))
-    for v in range(len(_OPERATION_NAMES))
-}
-
 
 class OperandLifeTime(enum.IntEnum):
     """OperandLifeTime (1.3); SUBGRAPH_INPUT/OUTPUT were MODEL_INPUT/OUTPUT before 1.3."""

@@ -7,6 +7,7 @@ modules import only ``registry``, ``signature`` and ``common``, never this one.
 
 from __future__ import annotations
 
+from nnhal.core.version import FeatureLevel
 from nnhal.hal.types import OperationType
 from nnhal.ops import (
     activations,
@@ -34,7 +35,7 @@ from nnhal.ops import (
     svdf,
 )
 from nnhal.ops.registry import OpContext, OperationDef, OpError, definitions
-from nnhal.ops.signature import Signature, SignatureError, check
+from nnhal.ops.signature import V1_0, Signature, SignatureError, check
 
 FAMILIES = (activations, arithmetic, cast, comparison, control_flow, conv, detection,
             elementwise, indexing, logical, lsh_projection, lstm, normalization, pooling,
@@ -58,12 +59,17 @@ def registered() -> dict[int, OperationDef]:
     return dict(_DEFINITIONS)
 
 
-def check_operation(definition: OperationDef, ctx: OpContext) -> None:
-    """Every rule of one operation: its signature, then its own ``validate``. Raises OpError."""
+def check_operation(definition: OperationDef, ctx: OpContext) -> FeatureLevel:
+    """Every rule of one operation: its signature, then its own ``validate``. Raises OpError.
+
+    Returns the lowest feature level at which the operation, as given, exists (what its
+    signature says), so the analysis computes a model's minimum version while it checks."""
     sig = SIGNATURES.get(ctx.op_type)
+    level = V1_0
     if sig is not None:
         try:
-            check(sig, ctx.inputs, ctx.outputs)
+            level = check(sig, ctx.inputs, ctx.outputs)
         except SignatureError as e:
             raise OpError(str(e)) from None
     definition.validate(ctx)
+    return level

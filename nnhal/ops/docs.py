@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from nnhal.hal.types import OperationType
 from nnhal.ops.catalog import SIGNATURES
-from nnhal.ops.signature import ANY, Signature, Slot, Version, slot_types, slot_versions
+from nnhal.ops.signature import ANY, V1_0, Signature, Slot, slot_types, slot_versions
 
 HEADER = """# Operations
 
@@ -40,7 +40,7 @@ def _types(slot: Slot, sig: Signature) -> str:
 def _flags(slot: Slot) -> str:
     flags = []
     if slot.optional:
-        flags.append("optional" + ("" if slot.since == Version.V1_0 else f" (since {slot.since})"))
+        flags.append("optional" + ("" if slot.since == V1_0 else f" (since {slot.since})"))
     if slot.omittable:
         flags.append("omittable")
     if slot.const:
@@ -73,7 +73,7 @@ def markdown(signatures: dict[OperationType, Signature] | None = None) -> str:
         out += ["", f"## {op.name}", ""]
         if sig.doc:
             out += [sig.doc, ""]
-        versions = sorted({v.since for v in sig.variants}, key=lambda v: v.value)
+        versions = sorted({v.since for v in sig.variants})
         out += [f"Operation type {int(op)}; since HAL {sig.since}; type configurations added "
                 f"in {', '.join(map(str, versions))}.", ""]
         for form in sig.forms:
@@ -85,7 +85,7 @@ def markdown(signatures: dict[OperationType, Signature] | None = None) -> str:
             out += ["", "Type configurations:", "",
                     "| since | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
             out += [f"| {v.since} | " + " | ".join(v.types[n].name for n in names) + " |"
-                    for v in sorted(sig.variants, key=lambda v: v.since.value)]
+                    for v in sorted(sig.variants, key=lambda v: v.since)]
     return "\n".join(out) + "\n"
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nnhal.core.version import FeatureLevel
 from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
 from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, OpError, register
 from nnhal.ops.signature import (
@@ -27,7 +28,6 @@ from nnhal.ops.signature import (
     Signature,
     Slot,
     Variant,
-    Version,
     omittable_positions,
     sig,
 )
@@ -70,7 +70,7 @@ def _cell_slots(p: str = "") -> list[Slot]:
     ]
 
 
-def _layer_norm_slots(p: str = "", since: Version = V1_0) -> list[Slot]:
+def _layer_norm_slots(p: str = "", since: FeatureLevel = V1_0) -> list[Slot]:
     """The four layer normalisation weights (all present or all omitted)."""
     return [Slot(f"{p}{g}_layer_norm", "T", omittable=True, since=since)
             for g in ("input", "forget", "cell", "output")]

@@ -9,36 +9,23 @@ know what a slot means. Kernels are not part of it, so any backend can run the s
 A signature lists its inputs as one or more *forms* (CONV_2D has an explicit-padding and an
 implicit-padding form) and its outputs. Slot types are either concrete operand types or the
 name of a *type variable*; each :class:`Variant` binds every variable to one operand type and
-says since which HAL version that configuration exists.
+says since which feature level that configuration exists.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 
+from nnhal.core.version import FeatureLevel
 from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
 
 T = OperandType
 
 
-class Version(Enum):
-    """HAL versions, in order; ``str(v)`` is the HAL's spelling (``1.2``)."""
-
-    V1_0 = (1, 0)
-    V1_1 = (1, 1)
-    V1_2 = (1, 2)
-    V1_3 = (1, 3)
-
-    def __str__(self) -> str:
-        return f"{self.value[0]}.{self.value[1]}"
-
-    def __lt__(self, other: Version) -> bool:
-        return self.value < other.value
-
-
-V1_0, V1_1, V1_2, V1_3 = Version.V1_0, Version.V1_1, Version.V1_2, Version.V1_3
+#: Short names for the signature tables, the scale's own members.
+V1_0, V1_1, V1_2, V1_3 = (FeatureLevel.V1_0, FeatureLevel.V1_1, FeatureLevel.V1_2,
+                          FeatureLevel.V1_3)
 
 #: A slot's type: a type variable bound by the variant, a concrete type, a set of types, or
 #: ``ANY`` (control flow operands take whatever the referenced subgraph declares).
@@ -53,7 +40,7 @@ class Slot:
     ``optional``: a trailing input the operation may be given without (fewer inputs);
     ``omittable``: may be an operand of lifetime NO_VALUE; ``const``: must be a constant;
     ``repeated``: this slot stands for ``at_least`` or more consecutive operands;
-    ``since``: the HAL version that added the slot (trailing optional inputs).
+    ``since``: the feature level that added the slot (trailing optional inputs).
     """
 
     name: str
@@ -63,7 +50,7 @@ class Slot:
     const: bool = False
     repeated: bool = False
     at_least: int = 1
-    since: Version = V1_0
+    since: FeatureLevel = V1_0
     doc: str = ""
 
 
@@ -95,7 +82,7 @@ class Variant:
     """A supported type configuration: every type variable bound, and since when."""
 
     types: Mapping[str, OperandType]
-    since: Version = V1_0
+    since: FeatureLevel = V1_0
 
 
 @dataclass(frozen=True)
@@ -109,7 +96,7 @@ class Signature:
     doc: str = ""
 
     @property
-    def since(self) -> Version:
+    def since(self) -> FeatureLevel:
         return min(v.since for v in self.variants)
 
 
@@ -123,7 +110,7 @@ def sig(op: OperationType, inputs: Sequence[Slot] | Mapping[str, Sequence[Slot]]
     return Signature(op, forms, tuple(outputs), tuple(variants) or (Variant({}),), doc)
 
 
-def variants(since: Version, *rows: Mapping[str, OperandType]) -> list[Variant]:
+def variants(since: FeatureLevel, *rows: Mapping[str, OperandType]) -> list[Variant]:
     """Several variants of one version: ``variants(V1_2, {"T": F16}, {"T": Q8})``."""
     return [Variant(dict(r), since) for r in rows]
 
@@ -197,9 +184,12 @@ def _describe(types: tuple[OperandType, ...] | None) -> str:
 
 
 def check(signature: Signature, inputs: Sequence[object], outputs: Sequence[object],
-          presence: bool = True) -> None:
-    """Raise :class:`SignatureError` unless the operands fit one form and one variant.
+          presence: bool = True) -> FeatureLevel:
+    """The lowest feature level at which the operands fit one form and one variant; raise
+    :class:`SignatureError` when they fit none.
 
+    The level is the variant's and that of every slot given (a trailing optional input added
+    later raises it), so a model's minimum version is the highest level its operations return.
     ``inputs`` and ``outputs`` need ``type`` and ``lifetime`` attributes (operand infos).
     ``presence=False`` checks counts and types only: the NDK's addOperation comes before the
     values (constant or omitted) are necessarily set.
@@ -214,13 +204,18 @@ def check(signature: Signature, inputs: Sequence[object], outputs: Sequence[obje
         raise SignatureError(f"{name}: expected {_count_text(Form('', signature.outputs))} "
                              f"outputs, got {len(outputs)}")
     first_error: str | None = None
+    lowest: FeatureLevel | None = None
     for slots in candidates:
         problem = _check_presence(name, slots, inputs) if presence else None
         if problem is None:
-            problem = _check_types(signature, slots, inputs, out_slots, outputs)
-            if problem is None:
-                return
+            fit = _check_types(signature, slots, inputs, out_slots, outputs)
+            if isinstance(fit, FeatureLevel):
+                lowest = fit if lowest is None else min(lowest, fit)
+                continue
+            problem = fit
         first_error = first_error or problem
+    if lowest is not None:
+        return lowest
     raise SignatureError(first_error)
 
 
@@ -243,14 +238,18 @@ def _check_presence(name: str, slots: Sequence[Slot], inputs: Sequence[object]) 
 
 
 def _check_types(signature: Signature, slots: Sequence[Slot], inputs: Sequence[object],
-                 out_slots: Sequence[Slot], outputs: Sequence[object]) -> str | None:
-    """None when some variant fits every operand; otherwise the mismatch of the variant that
-    fits the longest prefix (input 0 first), which names the operand most likely wrong."""
+                 out_slots: Sequence[Slot], outputs: Sequence[object]) -> FeatureLevel | str:
+    """The lowest level of the variants that fit every operand; otherwise the mismatch of the
+    variant that fits the longest prefix (input 0 first), which names the operand most likely
+    wrong."""
     name = signature.op.name
     pairs = [("input", k, s, i) for k, (s, i) in enumerate(zip(slots, inputs))] + \
             [("output", k, s, o) for k, (s, o) in enumerate(zip(out_slots, outputs))]
     best = (-1, "")
+    lowest: FeatureLevel | None = None
     for variant in signature.variants:
+        if lowest is not None and variant.since >= lowest:
+            continue
         for n, (where, k, slot, info) in enumerate(pairs):
             allowed = _allowed(slot, variant.types)
             got = info.type  # type: ignore[attr-defined]
@@ -260,7 +259,9 @@ def _check_types(signature: Signature, slots: Sequence[Slot], inputs: Sequence[o
                                f"expected {_describe(allowed)}")
                 break
         else:
-            return None
+            lowest = variant.since
+    if lowest is not None:
+        return max([lowest, *(s.since for s in slots), *(s.since for s in out_slots)])
     if best[0] == 0 and len(signature.variants) > 1:
         firsts = slot_types(slots[0], signature) if slots else None
         got = inputs[0].type.name  # type: ignore[attr-defined]
@@ -283,12 +284,12 @@ def slot_types(slot: Slot, signature: Signature) -> list[OperandType] | None:
     return list(seen)
 
 
-def slot_versions(slot: Slot, signature: Signature) -> dict[OperandType, Version]:
-    """The first HAL version in which the slot takes each of its types."""
-    first: dict[OperandType, Version] = {}
+def slot_versions(slot: Slot, signature: Signature) -> dict[OperandType, FeatureLevel]:
+    """The first feature level in which the slot takes each of its types."""
+    first: dict[OperandType, FeatureLevel] = {}
     for v in signature.variants:
         for t in _allowed(slot, v.types) or ():
-            since = max(v.since, slot.since, key=lambda x: x.value)
+            since = max(v.since, slot.since)
             if t not in first or since < first[t]:
                 first[t] = since
     return first

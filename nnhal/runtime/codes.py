@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 
+from nnhal.core.version import FeatureLevel
 from nnhal.errors import NdkError
 from nnhal.hal.types import ErrorStatus
 
@@ -68,18 +69,9 @@ class DeviceTypeCode(enum.IntEnum):
     ACCELERATOR = 4
 
 
-class FeatureLevel(enum.IntEnum):
-    """FeatureLevelCode up to feature level 5 (Android 12)."""
-
-    LEVEL_1 = 27
-    LEVEL_2 = 28
-    LEVEL_3 = 29
-    LEVEL_4 = 30
-    LEVEL_5 = 31
-
-
-#: The feature level this runtime implements.
-RUNTIME_FEATURE_LEVEL = FeatureLevel.LEVEL_5
+#: The feature level this runtime implements (the NDK's FeatureLevelCode values are the scale's
+#: ``FeatureLevel.ndk``).
+RUNTIME_FEATURE_LEVEL = FeatureLevel.AIDL_V1
 #: ANEURALNETWORKS_MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES: values up to this many bytes are
 #: copied by setOperandValue; larger ones are referenced (the caller keeps the buffer).
 MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES = 128

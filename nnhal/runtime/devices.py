@@ -29,10 +29,11 @@ import logging
 import os
 import threading
 
+from nnhal.core.version import FeatureLevel
 from nnhal.errors import NnhalError
 from nnhal.hal.interfaces import IDevice
 from nnhal.hal.types import Capabilities, DeviceType, ErrorStatus, PerformanceInfo
-from nnhal.runtime.codes import RUNTIME_FEATURE_LEVEL, ResultCode, fail
+from nnhal.runtime.codes import ResultCode, fail
 
 
 def is_dead(hal: object) -> bool:
@@ -45,6 +46,17 @@ def is_dead(hal: object) -> bool:
     return alive is False
 
 
+def feature_level_of(hal: object) -> FeatureLevel:
+    """The feature level of the interface a driver object is reached through
+    (:attr:`IDevice.feature_level`); an object that names no level of the scale speaks the
+    interface every nnhal driver speaks today, HAL 1.3 (level 4)."""
+    try:
+        level = getattr(hal, "feature_level", None)
+    except Exception:  # noqa: BLE001 - a broken attribute names no level
+        level = None
+    return level if isinstance(level, FeatureLevel) else IDevice.feature_level
+
+
 class Device:
     """ANeuralNetworksDevice: one driver's device as the runtime names it."""
 
@@ -55,9 +67,7 @@ class Device:
         self.type = int(t) if status == ErrorStatus.NONE else 0
         status, version = hal.get_version_string()
         self.version = str(version) if status == ErrorStatus.NONE else ""
-        #: Every HAL 1.3 driver is of feature level 4 (Android 11); the NDK of level 5 adds
-        #: nothing a 1.3 driver must do, so the runtime reports the level the HAL allows.
-        self.feature_level = int(RUNTIME_FEATURE_LEVEL) - 1
+        self.feature_level = feature_level_of(hal)
         self._capabilities: Capabilities | None = None
 
     @classmethod

@@ -79,7 +79,7 @@ def _api(*handles: tuple[int, type], out: bool = False) -> Callable[[F], F]:
 # ---- runtime and devices ------------------------------------------------------------------
 
 def ANeuralNetworks_getRuntimeFeatureLevel() -> int:
-    return int(RUNTIME_FEATURE_LEVEL)
+    return RUNTIME_FEATURE_LEVEL.ndk
 
 
 def ANeuralNetworks_getDefaultLoopTimeout() -> int:
@@ -124,7 +124,7 @@ def ANeuralNetworksDevice_getVersion(device: Device) -> str:
 
 @_api((0, Device), out=True)
 def ANeuralNetworksDevice_getFeatureLevel(device: Device) -> int:
-    return device.feature_level
+    return device.feature_level.ndk
 
 
 @_api((0, Device))

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from nnhal.hal.types import (
-    OPERATION_VERSION,
     DataLocation,
     ExecutionPreference,
     Model,
@@ -173,7 +172,7 @@ def validate_subgraph(sg: Subgraph, name: str, model: Model, pool_sizes: Sequenc
                 op_type = OperationType(operation.type)
             except ValueError:
                 raise _fail(f"{where}: invalid operation type {operation.type}") from None
-            if op_type == OperationType.OEM_OPERATION or op_type not in OPERATION_VERSION:
+            if op_type == OperationType.OEM_OPERATION:
                 raise _fail(f"{where}: OEM operations are not supported")
             where = f"{name} operation {k} ({op_type.name})"
         for i in operation.inputs:
