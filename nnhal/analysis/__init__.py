@@ -10,6 +10,8 @@ from nnhal.analysis.analyser import (
     operand_shape,
 )
 from nnhal.analysis.graph import ModelGraph, OperationTuple, SubgraphGraph
+from nnhal.analysis.kept import analyses
 
 __all__ = ["MAX_TENSOR_BYTES", "ModelGraph", "OperationTuple", "SubgraphGraph", "analyse",
-           "decode_constant", "io_signature", "map_pools", "operand_info", "operand_shape"]
+           "analyses", "decode_constant", "io_signature", "map_pools", "operand_info",
+           "operand_shape"]

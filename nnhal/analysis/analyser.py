@@ -9,12 +9,12 @@ without recursion, so neither depth nor sharing of control flow costs more than 
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
 
+from nnhal.analysis import kept
 from nnhal.analysis.graph import ModelGraph, OperationTuple, SubgraphGraph
 from nnhal.core.version import FeatureLevel
 from nnhal.hal.checks import InvalidArgument, check_model_fields
@@ -27,6 +27,7 @@ from nnhal.hal.types import (
     Subgraph,
     SymmPerChannelQuantParams,
     is_extension_type,
+    value_nbytes,
 )
 from nnhal.memory import MemoryError_, SharedMemory
 from nnhal.ops.catalog import check_operation, lookup, signature
@@ -124,12 +125,27 @@ def callees_first(model: Model) -> list[int]:
 
 
 def analyse(model: Model, *, own_constants: bool = True,
-            max_tensor_bytes: int = MAX_TENSOR_BYTES) -> ModelGraph:
+            max_tensor_bytes: int = MAX_TENSOR_BYTES, keep: bool = False) -> ModelGraph:
     """Check ``model`` against every rule once; raise ValidationError or OpError if invalid.
 
     ``own_constants`` copies each constant once, so the graph keeps nothing of the client's
     memory (a prepared model); without it constants are views (getSupportedOperations).
+    ``keep`` (constants owned) keeps the graph for this model object, and any later call for
+    the same object, unedited, returns it instead of analysing again (:mod:`.kept`): the
+    runtime and the importer keep the models they make, so each is analysed once.
     """
+    graph = kept.lookup(model, max_tensor_bytes)
+    if graph is not None:
+        return graph
+    snap = kept.snapshot(model) if keep else None
+    graph = _analyse(model, own_constants or keep, max_tensor_bytes)
+    if keep:
+        kept.keep(model, snap, max_tensor_bytes, graph)
+    return graph
+
+
+def _analyse(model: Model, own_constants: bool, max_tensor_bytes: int) -> ModelGraph:
+    kept.counted()
     try:
         check_model_fields(model)  # Python types and ranges of every field, before any rule
     except InvalidArgument as e:
@@ -220,7 +236,7 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
                 _check_declared(ctx.op_type, name, k, i, infos[i].shape, s)
                 shapes[i] = _merge(shapes[i], s)
         for i in outs_idx:
-            nbytes = _known_bytes(infos[i].type, shapes[i])
+            nbytes = value_nbytes(infos[i].type, shapes[i]) if infos[i].type.is_tensor else None
             if nbytes is not None and nbytes > max_bytes:
                 too_large.append(f"{name} operation {k} ({ctx.op_type.name}): output operand "
                                  f"{i} of shape {list(shapes[i] or ())} needs {nbytes} bytes, "
@@ -230,12 +246,6 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
     return SubgraphGraph(index, tuple(infos), tuple(shapes), tuple(operations),  # type: ignore
                          tuple(sg.input_indexes), tuple(sg.output_indexes), tuple(supported),
                          level)
-
-
-def _known_bytes(t: OperandType, shape: Shape) -> int | None:
-    if not t.is_tensor or shape is None or 0 in shape:
-        return None
-    return math.prod(shape) * t.byte_size
 
 
 def _check_declared(op_type: OperationType, name: str, k: int, index: int,

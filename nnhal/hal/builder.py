@@ -36,6 +36,7 @@ from nnhal.hal.types import (
     RequestArgument,
     Subgraph,
     SymmPerChannelQuantParams,
+    operand_nbytes,
 )
 from nnhal.memory import SharedMemory
 
@@ -231,7 +232,7 @@ class RequestBuilder:
         if model is not None:
             dims = _check_inputs(model, inputs)
             if output_nbytes is None:
-                output_nbytes = [_known_nbytes(model.main.operands[i])
+                output_nbytes = [operand_nbytes(model.main.operands[i]) or 0
                                  for i in model.main.output_indexes]
         if output_nbytes is None:
             raise TypeError("RequestBuilder needs output_nbytes, or a model to compute them")
@@ -281,15 +282,6 @@ class RequestBuilder:
     def close(self) -> None:
         self.input_memory.close()
         self.output_memory.close()
-
-
-def _known_nbytes(op: Operand) -> int:
-    t = OperandType(op.type)
-    if t.is_scalar:
-        return t.byte_size
-    if not op.dimensions or 0 in op.dimensions:
-        return 0
-    return int(np.prod(op.dimensions, dtype=np.int64)) * t.byte_size
 
 
 def _check_inputs(model: Model, inputs: Sequence[np.ndarray]) -> list[list[int]]:

@@ -8,6 +8,7 @@ in tests, and validated only by :mod:`nnhal.validation`, never on construction.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -103,6 +104,37 @@ _DTYPES: dict[OperandType, np.dtype] = {
     OperandType.OEM: np.dtype(np.uint8),
     OperandType.TENSOR_OEM_BYTE: np.dtype(np.uint8),
 }
+
+
+def value_nbytes(operand_type: int, dims: Sequence[int] | None = (), *,
+                 zero_is_known: bool = False) -> int | None:
+    """Bytes a value of this type and shape occupies: the one size rule of every layer.
+
+    None when the size is not known: a type that is not a HAL operand type (an extension),
+    a tensor of unknown rank (no ``dims``) or, unless ``zero_is_known`` (a shape a driver
+    reported, where 0 is a real, empty dimension), with an unknown (0) dimension. A scalar is
+    its type's size whatever ``dims`` says; a SUBGRAPH reference occupies nothing. Python
+    integers: a huge shape gives a huge number, never an overflow; callers bound it.
+    """
+    try:
+        t = OperandType(int(operand_type))
+    except ValueError:
+        return None
+    if t is OperandType.SUBGRAPH:
+        return 0
+    if t in _SCALAR_TYPES:
+        return _DTYPES[t].itemsize
+    if not dims or (not zero_is_known and 0 in dims):
+        return None
+    n = _DTYPES[t].itemsize
+    for d in dims:
+        n *= int(d)
+    return n
+
+
+def operand_nbytes(op: Operand) -> int | None:
+    """Bytes of an operand as declared (see :func:`value_nbytes`; None when unknown)."""
+    return value_nbytes(op.type, op.dimensions)
 
 
 def is_extension_type(value: int) -> bool:

@@ -208,7 +208,7 @@ class Compilation:
         each subgraph it references (partitioned the same way, recursively)."""
         shapes = None
         try:
-            shapes = analyse(hal, own_constants=False).main.shapes
+            shapes = analyse(hal, own_constants=False).main.shapes  # kept at finish: no analysis
         except Exception:  # noqa: BLE001 - shapes only fill unknown step dimensions
             shapes = None
         steps = build_steps(hal, candidates, group(hal, choice), shapes)

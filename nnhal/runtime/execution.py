@@ -10,7 +10,6 @@ are copied back to the caller's buffers after a successful run.
 
 from __future__ import annotations
 
-import math
 import os
 import select
 import threading
@@ -32,6 +31,7 @@ from nnhal.hal.types import (
     Request,
     RequestArgument,
     Timing,
+    value_nbytes,
 )
 from nnhal.hal.types import (
     OperandType as T,
@@ -67,18 +67,6 @@ class _Arg:
     memory: Memory | None = None
     offset: int = 0
     length: int = 0
-
-
-_SIZES = {int(t): (t.byte_size, t.is_scalar) for t in T}
-
-
-def _nbytes(t: int, dims: list[int]) -> int | None:
-    size, scalar = _SIZES[int(t)]
-    if scalar:
-        return size
-    if not dims or 0 in dims:
-        return None
-    return math.prod(dims) * size
 
 
 def _byte_view(buffer: Any, writable: bool) -> np.ndarray:
@@ -295,7 +283,7 @@ class Execution:
         """The length the driver is given: the operand's size, which the client's length
         must equal, or at least reach with padding enabled (the bytes past it are the
         client's padding); the client's length for an output of unknown size."""
-        need = _nbytes(op.type, dims)
+        need = value_nbytes(op.type, dims)
         if need is None:
             if not is_output:
                 raise fail(ResultCode.BAD_DATA, f"{what}: input {index} has unknown "
@@ -525,7 +513,7 @@ class Execution:
                         off = r.location.offset
                         n = a.length
                         if shapes and k < len(shapes) and shapes[k].dimensions != a.dims:
-                            got = _nbytes(self.model.operands[self.model.outputs[k]].type,
+                            got = value_nbytes(self.model.operands[self.model.outputs[k]].type,
                                           list(shapes[k].dimensions))
                             n = min(n, got if got is not None else n)
                         a.view[:n] = src[off:off + n]
@@ -619,7 +607,7 @@ class Execution:
                        "compilation created by createForDevices with one device")
         for k, a in enumerate(self.outputs):
             if a is not None and a.kind != "omitted" and \
-                    _nbytes(self.model.operands[self.model.outputs[k]].type, a.dims) is None:
+                    value_nbytes(self.model.operands[self.model.outputs[k]].type, a.dims) is None:
                 raise fail(ResultCode.BAD_DATA, f"startComputeWithDependencies: output {k} "
                            f"has unknown dimensions")
         self._begin("startComputeWithDependencies")

@@ -23,6 +23,7 @@ from nnhal.hal.types import (
     OperationType,
     Subgraph,
     SymmPerChannelQuantParams,
+    operand_nbytes,
 )
 from nnhal.hal.types import (
     Model as HalModel,
@@ -67,17 +68,6 @@ def as_bytes(buffer: Any) -> memoryview:
     return memoryview(buffer).cast("B")
 
 
-def operand_nbytes(op: Operand) -> int | None:
-    """Bytes of a fully specified operand; None when a dimension is unknown."""
-    t = int(op.type)
-    if t == T.SUBGRAPH:
-        return 0
-    tt = T(t)
-    if tt.is_scalar:
-        return tt.byte_size
-    if not op.dimensions or 0 in op.dimensions:
-        return None
-    return int(np.prod(op.dimensions, dtype=np.int64)) * tt.byte_size
 
 
 def check_operand_type(ot: Any, where: str) -> Operand:
@@ -141,7 +131,9 @@ class Model:
         from nnhal.analysis import analyse
 
         try:
-            analyse(hal, own_constants=False)
+            # Kept for this object: the devices' support queries and prepares in this
+            # process read this graph instead of analysing the model again.
+            analyse(hal, keep=True)
         except Exception as e:  # noqa: BLE001 - any rule broken is BAD_DATA
             raise fail(ResultCode.BAD_DATA, f"finish: invalid model: {e}") from None
         m = cls()
@@ -356,7 +348,7 @@ class Model:
             hal = self._build_hal()
             from nnhal.analysis import analyse
 
-            analyse(hal, own_constants=False)
+            analyse(hal, keep=True)  # once: see from_hal
         except Exception as e:  # noqa: BLE001 - any rule broken is BAD_DATA
             self.invalid = True
             self._large.clear()

@@ -15,7 +15,6 @@ partitions each body the same way, as upstream's control-flow interpreter does.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -263,12 +262,3 @@ def subgraph_model(model: Model, k: int) -> Model:
                  list(model.pools), model.relax_computation_float32_to_float16,
                  list(model.extension_name_to_prefix))
 
-
-def nbytes(operand_type: int, dims: Sequence[int]) -> int | None:
-    """Bytes of a value of this type and shape (None when the shape is not known)."""
-    t = OperandType(operand_type)
-    if t.is_scalar:
-        return t.byte_size
-    if any(d == 0 for d in dims) or not dims:
-        return None
-    return math.prod(dims) * t.byte_size

@@ -34,10 +34,11 @@ from nnhal.hal.types import (
     Request,
     RequestArgument,
     Timing,
+    value_nbytes,
 )
 from nnhal.memory import SharedMemory
 from nnhal.runtime.codes import DEFAULT_LOOP_TIMEOUT_NS
-from nnhal.runtime.partition import Step, nbytes
+from nnhal.runtime.partition import Step
 
 Result = tuple[ErrorStatus, list[OutputShape], Timing]
 _ZERO_SIZED: Any = object()
@@ -118,14 +119,6 @@ def _pool_bytes(pool: Any) -> np.ndarray | None:
     if isinstance(pool, SharedMemory):
         return pool.mapped()
     return None  # a driver buffer (memory domain) is not readable by the runtime
-
-
-def _exact_nbytes(t: int, dims: list[int]) -> int | None:
-    """Bytes of a value whose shape a driver reported (0 is a real, zero-sized dimension)."""
-    if not dims:
-        return nbytes(t, dims)
-    size = nbytes(t, [1] * len(dims))
-    return None if size is None else size * int(np.prod(dims))
 
 
 def _status(value: Any) -> ErrorStatus:
@@ -347,7 +340,7 @@ class PlanPrepared(_RuntimePrepared):
         sizes = []
         for i in step.outputs:
             o = step.model.main.operands[step.model.main.output_indexes[len(sizes)]]
-            n = nbytes(o.type, list(o.dimensions))
+            n = value_nbytes(o.type, list(o.dimensions))
             sizes.append(n if n is not None else self._sizes.get(i, _GUESS))
         try:
             for _attempt in range(MAX_RESIZE):
@@ -370,7 +363,7 @@ class PlanPrepared(_RuntimePrepared):
                             if s.is_sufficient:
                                 continue
                             t = sg.operands[step.outputs[j]].type
-                            need = nbytes(t, list(s.dimensions))
+                            need = value_nbytes(t, list(s.dimensions))
                             sizes[j] = need if need is not None and need > sizes[j] \
                                 else sizes[j] * 4
                             self._sizes[step.outputs[j]] = sizes[j]
@@ -385,7 +378,7 @@ class PlanPrepared(_RuntimePrepared):
                         dims = list(shapes[j].dimensions) if shapes and j < len(shapes) \
                             else list(step.model.main.operands[
                                 step.model.main.output_indexes[j]].dimensions)
-                        n = _exact_nbytes(o.type, dims)
+                        n = value_nbytes(o.type, dims, zero_is_known=True)
                         n = sizes[j] if n is None else n
                         env[i] = (src[offs[j]:offs[j] + n].copy(), dims)
                     return ErrorStatus.NONE

@@ -14,7 +14,7 @@ exports as float32: TFLite has no such flag, and float32 is what relaxation allo
 
 from __future__ import annotations
 
-from nnhal.analysis import SubgraphGraph, analyse
+from nnhal.analysis import ModelGraph, SubgraphGraph, analyse
 from nnhal.errors import InvalidModelError, NnhalError, UnsupportedModelError
 from nnhal.hal.types import ErrorStatus, Model
 from nnhal.ops.registry import OpError
@@ -27,19 +27,22 @@ from nnhal.validation.model import ValidationError
 
 
 def write_tflite(model: Model | ImportedModel, input_names: list[str] | None = None,
-                 output_names: list[str] | None = None) -> bytes:
+                 output_names: list[str] | None = None, *,
+                 graph: ModelGraph | None = None) -> bytes:
     """The .tflite bytes of ``model``, with a "serving_default" signature.
 
     Raises InvalidModelError (the validation message) for an invalid model, and
     UnsupportedModelError naming each operation ("#index TYPE: reason") without an exact
     TFLite equivalent. Names default to the ImportedModel's, else input_0... / output_0...
+    ``graph`` is the model's analysis when the caller (a driver's prepare) has it already.
     """
     if isinstance(model, ImportedModel):
         input_names = input_names or model.input_names
         output_names = output_names or model.output_names
         model = model.model
     try:
-        graph = analyse(model, own_constants=False)
+        if graph is None:
+            graph = analyse(model, own_constants=False)
     except (ValidationError, OpError, SignatureError) as e:
         raise InvalidModelError(f"invalid model: {e}", ErrorStatus.INVALID_ARGUMENT) from None
     main = graph.main

@@ -110,7 +110,7 @@ class _Importer:
         mb.inputs, mb.outputs = inputs, outputs
         model = mb.build()
         try:
-            analyse(model)
+            analyse(model, keep=True)  # a Session or the runtime reads this graph again
         except (ValidationError, OpError) as e:
             # Name the TFLite operator the failing HAL operation comes from.
             m = re.match(r"main operation (\d+)", str(e))

@@ -2,7 +2,6 @@
 
 from nnhal.validation.model import (
     ValidationError,
-    operand_byte_size,
     validate_model,
     validate_preference,
     validate_priority,
@@ -14,6 +13,6 @@ from nnhal.validation.request import (
     validate_request,
 )
 
-__all__ = ["BUFFER_POOL", "ValidationError", "operand_byte_size", "validate_loop_timeout",
+__all__ = ["BUFFER_POOL", "ValidationError", "validate_loop_timeout",
            "validate_measure", "validate_model", "validate_preference", "validate_priority",
            "validate_request"]

@@ -25,6 +25,7 @@ from nnhal.hal.types import (
     SymmPerChannelQuantParams,
     extension_prefix,
     is_extension_type,
+    operand_nbytes,
 )
 
 L = OperandLifeTime
@@ -37,21 +38,6 @@ class ValidationError(Exception):
 
 def _fail(msg: str) -> ValidationError:
     return ValidationError(msg)
-
-
-def operand_byte_size(op: Operand) -> int | None:
-    """Bytes a fully specified operand occupies; ``None`` if its size is not known."""
-    try:
-        t = T(op.type)
-    except ValueError:
-        return None
-    if t.is_scalar:
-        return t.byte_size
-    if t == T.SUBGRAPH:
-        return 0
-    if not op.dimensions or any(d == 0 for d in op.dimensions):
-        return None
-    return int(np.prod(op.dimensions, dtype=np.int64)) * t.byte_size
 
 
 def _extension_prefixes(model: Model) -> set[int]:
@@ -122,7 +108,7 @@ def _validate_location(op: Operand, where: str, model: Model, pool_sizes: Sequen
         if is_extension_type(op.type):
             size = None
         else:
-            size = operand_byte_size(op)
+            size = operand_nbytes(op)
             if size is None:
                 raise _fail(f"{where}: constant operand must have fully specified dimensions")
             if loc.length != size:

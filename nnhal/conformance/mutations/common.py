@@ -7,9 +7,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from types import SimpleNamespace
 
-import numpy as np
-
-from nnhal.hal.types import Operand, OperandLifeTime, OperandType, Operation, is_extension_type
+from nnhal.hal.types import (
+    Operand,
+    OperandLifeTime,
+    OperandType,
+    Operation,
+    is_extension_type,
+    operand_nbytes,
+)
 from nnhal.ops.catalog import signature
 from nnhal.ops.signature import SignatureError, check, input_slots, omittable_positions
 
@@ -30,18 +35,11 @@ QUANT_TYPES = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_ASY
 
 
 def byte_size(o: Operand) -> int:
-    """Bytes of a fully specified non-extension operand; 0 when unknown."""
-    try:
-        t = T(o.type)
-    except ValueError:
+    """Bytes of an operand whose values a mutation can write, 0 otherwise: the HAL size
+    (:func:`operand_nbytes`), less OEM operands, whose contents only their vendor knows."""
+    if o.type in (T.OEM, T.TENSOR_OEM_BYTE):
         return 0
-    if t in (T.OEM, T.TENSOR_OEM_BYTE, T.SUBGRAPH):
-        return 0
-    if t.is_scalar:
-        return t.byte_size
-    if not o.dimensions or 0 in o.dimensions:
-        return 0
-    return int(np.prod(o.dimensions, dtype=np.int64)) * t.byte_size
+    return operand_nbytes(o) or 0
 
 
 # ---- what the operation signatures say -----------------------------------------------------

@@ -119,7 +119,7 @@ class LiteRTDevice(DeviceBase):
 
     def compile_now(self, model: Model, graph: ModelGraph) -> bytes:
         # Now, not in the task: the client may change its Model once prepareModel returns.
-        return write_tflite(model)
+        return write_tflite(model, graph=graph)  # the graph prepare has: no second analysis
 
     def build(self, graph: ModelGraph, compiled: Any, priority: Priority,
               deadline: int | None) -> tuple[ErrorStatus, IPreparedModel | None]:
