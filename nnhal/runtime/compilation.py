@@ -461,8 +461,8 @@ class Compilation:
             self._free.clear()
             layouts, self._layouts = self._layouts, {}
         for bounds in layouts.values():
-            for b in bounds:
-                for m in b[1:]:
+            for b in bounds:  # closed, not given back: the free list is gone
+                for m in (b.input_memory, b.output_memory):
                     if m is not None:
                         m.close()
         self.prepared = None
