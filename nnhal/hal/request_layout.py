@@ -99,7 +99,7 @@ class RequestLayout:
             raise
 
     def _memory(self, size: int, what: str) -> SharedMemory:
-        size = max(int(size), ALIGN)
+        size = int(size)
         try:
             if self._take is not None:
                 return self._take(size)
