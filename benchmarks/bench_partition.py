@@ -25,7 +25,7 @@ from nnhal.conformance.mode_partitioned import HalfDevice
 from nnhal.drivers.registry import available, open_device
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.runtime import Compilation, Device, Execution
-from nnhal.runtime import Model as RtModel
+from nnhal.runtime import NdkModel as RtModel
 from nnhal.tflite import read_tflite
 
 

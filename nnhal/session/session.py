@@ -238,7 +238,7 @@ class Session:
         steps, or one with CPU fallback)."""
         from nnhal.errors import NdkError
         from nnhal.runtime import Compilation
-        from nnhal.runtime import Model as RuntimeModel
+        from nnhal.runtime import NdkModel as RuntimeModel
         from nnhal.runtime.codes import PriorityCode
         from nnhal.runtime.devices import Device
         from nnhal.runtime.devices import devices as available

@@ -10,7 +10,7 @@ from tflite.Padding import Padding
 from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.types import OperandType
-from nnhal.tflite.export_context import Converter, OpContext, Refuse, fused_act
+from nnhal.tflite.export_context import Converter, OpContext, Unexportable, fused_act
 from nnhal.tflite.schema import PADDINGS_BACK
 
 T = OperandType
@@ -84,7 +84,7 @@ def _padding(cx: OpContext, io: _Io, pads: list[int] | None, scheme: int | None,
     Explicit padding that is neither SAME nor VALID becomes a PAD (when ``pad_op``)."""
     if pads is None:
         if scheme not in PADDINGS_BACK:
-            raise Refuse(f"padding scheme {scheme} is not a HAL padding scheme")
+            raise Unexportable(f"padding scheme {scheme} is not a HAL padding scheme")
         return PADDINGS_BACK[scheme]
     left, right, top, bottom = pads
     if not any(pads):
@@ -94,10 +94,10 @@ def _padding(cx: OpContext, io: _Io, pads: list[int] | None, scheme: int | None,
             _same_pads(w, k_hw[1], s_hw[1], d_hw[1]) == (left, right):
         return Padding.SAME
     if not pad_op:
-        raise Refuse(f"explicit padding {pads} is neither SAME nor VALID, and TFLite's "
-                     f"pooling would count or compare the padded values")
+        raise Unexportable(f"explicit padding {pads} is neither SAME nor VALID, and TFLite's "
+                           f"pooling would count or compare the padded values")
     if min(pads) < 0:
-        raise Refuse(f"negative padding {pads}")
+        raise Unexportable(f"negative padding {pads}")
     shape = [io.in_shape[0], h + top + bottom, w + left + right, io.in_shape[3]]
     padded = cx.temp(shape, io.x)
     cx.emit(BO.PAD, [io.x, cx.ints([[0, 0], [top, bottom], [left, right], [0, 0]])],
@@ -194,7 +194,7 @@ def _pool(code: int) -> Converter:
         io = _Io(cx, layout)
         try:
             padding = _padding(cx, io, pads, scheme, (fh, fw), (sh, sw), (1, 1), False)
-        except Refuse:
+        except Unexportable:
             if code != BO.AVERAGE_POOL_2D or pads is None:
                 raise
             _padded_average(cx, io, pads, (fh, fw), (sh, sw), fused_act(cx, act))
@@ -357,7 +357,7 @@ def _transpose_conv(cx: OpContext) -> None:
     else:
         padding = PADDINGS_BACK.get(cx.scalar(4))
         if padding is None:
-            raise Refuse(f"padding scheme {cx.scalar(4)} is not a HAL padding scheme")
+            raise Unexportable(f"padding scheme {cx.scalar(4)} is not a HAL padding scheme")
         sw, sh, act, layout = cx.scalar(5), cx.scalar(6), 7, 8
     io = _Io(cx, layout)
     w = _filter(cx, 1, io)

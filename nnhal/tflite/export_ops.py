@@ -1,5 +1,5 @@
 """One converter per HAL operation: its operands become TFLite tensors, its scalar parameters
-builtin options. A converter raises :class:`Refuse` (with the reason) for any variant TFLite
+builtin options. A converter raises :class:`Unexportable` (with the reason) for any variant TFLite
 cannot compute exactly as the HAL defines it; the exporter names each such operation.
 
 This module has the elementwise, shape, indexing and control-flow operations and gathers the
@@ -17,7 +17,7 @@ import tflite
 from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.types import OperandType
-from nnhal.tflite.export_context import QUANTIZED, Converter, OpContext, Refuse, fused_act
+from nnhal.tflite.export_context import QUANTIZED, Converter, OpContext, Unexportable, fused_act
 from nnhal.tflite.export_nn import NN_CONVERTERS
 from nnhal.tflite.export_rnn import RNN_CONVERTERS
 
@@ -315,7 +315,7 @@ _LSH = {2: tflite.LSHProjectionType.DENSE, 3: tflite.LSHProjectionType.SPARSE}
 def _lsh(cx: OpContext) -> None:
     kind = cx.scalar(3)
     if kind not in _LSH:
-        raise Refuse(f"projection type {kind} has no TFLite equivalent")
+        raise Unexportable(f"projection type {kind} has no TFLite equivalent")
     inputs = [cx.t(0), cx.t(1)] + ([cx.t(2)] if cx.present(2) else [])
     cx.emit(BO.LSH_PROJECTION, inputs, [cx.o()], "LSHProjectionOptions", Type=_LSH[kind])
 

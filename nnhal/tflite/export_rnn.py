@@ -9,15 +9,15 @@ import tflite
 from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.types import OperandLifeTime
-from nnhal.tflite.export_context import Converter, OpContext, Refuse, fused_act
+from nnhal.tflite.export_context import Converter, OpContext, Unexportable, fused_act
 
 BO = tflite.BuiltinOperator
 RNN_CONVERTERS: dict[str, Converter] = {}
 
 
 def _stateful(cx: OpContext) -> None:
-    raise Refuse("not exported yet: its 61 operands (four states, auxiliary inputs) are "
-                 "not mapped onto TFLite's 48")
+    raise Unexportable("not exported yet: its 61 operands (four states, auxiliary inputs) are "
+                       "not mapped onto TFLite's 48")
 
 
 def _states(cx: OpContext, inputs: list[int]) -> list[int]:
@@ -26,8 +26,8 @@ def _states(cx: OpContext, inputs: list[int]) -> list[int]:
     out = []
     for j in inputs:
         if cx.info(j).lifetime != OperandLifeTime.SUBGRAPH_INPUT:
-            raise Refuse(f"its state (input {j}) is not a model input, and TFLite keeps the "
-                         f"state in a variable tensor")
+            raise Unexportable(f"its state (input {j}) is not a model input, and TFLite keeps the "
+                               f"state in a variable tensor")
         t = cx.t(j)
         cx.w.sg.tensors[t].is_variable = True
         out.append(t)
@@ -83,7 +83,7 @@ def _lstmact(cx: OpContext, j: int) -> int:
     FuseCode; the HAL's 6 (sigmoid) has no TFLite value."""
     v = cx.scalar(j)
     if v not in (0, 1, 2, 3, 4):
-        raise Refuse(f"LSTM activation {v} has no TFLite equivalent")
+        raise Unexportable(f"LSTM activation {v} has no TFLite equivalent")
     return int(v)
 
 

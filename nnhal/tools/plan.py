@@ -22,7 +22,7 @@ def compile_plan(model: Model, device_names: Sequence[str] | None = None,
     reason when the model cannot be compiled on those devices."""
     from nnhal.drivers.registry import open_device
     from nnhal.runtime import Compilation, Device
-    from nnhal.runtime import Model as RuntimeModel
+    from nnhal.runtime import NdkModel as RuntimeModel
 
     try:
         rt = RuntimeModel.from_hal(model)

@@ -32,7 +32,7 @@ from nnhal.drivers.common.request_checks import (
 )
 from nnhal.drivers.common.runs import Result
 from nnhal.drivers.common.tokens import TokenRegistry
-from nnhal.executor import ExecutionError, RunState
+from nnhal.executor import RunError, RunState
 from nnhal.hal.checks import UINT64_MAX, check_execution_args
 from nnhal.hal.interfaces import IExecutionCallback, IPreparedModel
 from nnhal.hal.request_pool import RequestBuffer, RequestPool
@@ -100,7 +100,7 @@ class PreparedModelBase(IPreparedModel):
     def execute_checked(self, request: Request, pools: Sequence[RequestPool], rt: RunState,
                         prepared: Any) -> tuple[ErrorStatus, list[OutputShape]]:
         """Run a validated request (bound in ``prepared`` when not None); may raise
-        ExecutionError / OpError (their status is the result) or anything else
+        RunError / OpError (their status is the result) or anything else
         (GENERAL_FAILURE)."""
         raise NotImplementedError
 
@@ -183,9 +183,9 @@ class PreparedModelBase(IPreparedModel):
             else:
                 why = shrunk_watched(prepared.watch) if prepared.watch else None
             if why is not None:
-                raise ExecutionError(ErrorStatus.INVALID_ARGUMENT, why)
+                raise RunError(ErrorStatus.INVALID_ARGUMENT, why)
             status, shapes = self.execute_checked(request, pools, rt, prepared)
-        except ExecutionError as e:  # failures fall through: driver buffers must see them
+        except RunError as e:  # failures fall through: driver buffers must see them
             self.device.log(f"execution failed: {e}")
             status, shapes = e.status, []
         except OpError as e:
