@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from nnhal.hal.builder import ModelBuilder, RequestBuilder
-from nnhal.hal.request_layout import ALIGN, LayoutError, RequestLayout, Slot, place
+from nnhal.hal.request_layout import ALIGN, ArgSlot, LayoutError, RequestLayout, place
 from nnhal.hal.types import ErrorStatus, OutputShape, Timing
 from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
@@ -61,7 +61,7 @@ def test_a_step_drivers_absurd_size_is_a_failure_not_an_allocation():
 
 
 def test_the_session_bound_still_refuses_growth():
-    layout = RequestLayout([Slot(4)], [Slot(4)], max_output_bytes=1 << 20)
+    layout = RequestLayout([ArgSlot(4)], [ArgSlot(4)], max_output_bytes=1 << 20)
     try:
         with pytest.raises(LayoutError, match="more than"):
             layout.grow([2 << 20])
@@ -72,8 +72,8 @@ def test_the_session_bound_still_refuses_growth():
 
 def test_caller_pools_come_first_and_own_memory_is_made_only_when_used():
     mine = SharedMemory.ashmem(256)
-    layout = RequestLayout([Slot(8, pool=mine, offset=64), Slot(omitted=True)],
-                           [Slot(16, pool=mine, offset=128)])
+    layout = RequestLayout([ArgSlot(8, pool=mine, offset=64), ArgSlot(omitted=True)],
+                           [ArgSlot(16, pool=mine, offset=128)])
     try:
         assert layout.input_memory is None and layout.output_memory is None
         assert layout.request.pools == [mine]
@@ -102,19 +102,19 @@ def test_no_second_request_layout_is_left():
     assert found == ["hal/request_layout.py"]
 
 
-def _own_size(s: Slot) -> int:
+def _own_size(s: ArgSlot) -> int:
     return s.size if s.pool is None and not s.omitted else 0
 
 
 def _fuzz_one(rng: random.Random, pool: SharedMemory) -> None:
-    def slot() -> Slot:
+    def slot() -> ArgSlot:
         r = rng.random()
         if r < 0.15:
-            return Slot(omitted=True)
+            return ArgSlot(omitted=True)
         if r < 0.3:
             off = rng.randrange(0, 192)
-            return Slot(rng.randrange(0, 64), pool=pool, offset=off)
-        return Slot(rng.choice([0, 1, 3, 4, 63, 64, 65, 200]), tuple(rng.choices(range(4), k=2)))
+            return ArgSlot(rng.randrange(0, 64), pool=pool, offset=off)
+        return ArgSlot(rng.choice([0, 1, 3, 4, 63, 64, 65, 200]), tuple(rng.choices(range(4), k=2)))
 
     ins = [slot() for _ in range(rng.randrange(0, 5))]
     outs = [slot() for _ in range(rng.randrange(1, 5))]

@@ -25,7 +25,7 @@ from nnhal.conformance.specs import case_files
 from nnhal.conformance.specs import default_specs_dir as default_specs_dir
 from nnhal.core.version import FeatureLevel, UnknownVersion
 from nnhal.hal.builder import ModelBuilder, SubgraphBuilder
-from nnhal.hal.request_layout import LayoutError, RequestLayout, Slot
+from nnhal.hal.request_layout import ArgSlot, LayoutError, RequestLayout
 from nnhal.hal.types import (
     Model,
     OperandLifeTime,
@@ -345,12 +345,12 @@ def _build_request(case_model: dict[str, Any], shrink_output: int | None,
         t = OperandType[o["type"]]
         if not o["data"]:
             # As the upstream harness does: an input without data is an omitted input.
-            ins.append(Slot(omitted=True))
+            ins.append(ArgSlot(omitted=True))
             blobs.append(None)
             continue
         blob = values_array(t, o["data"], o["dimensions"])
-        ins.append(Slot(blob.nbytes, tuple(o["dimensions"]) if input_dims and t.is_tensor
-                        else ()))
+        ins.append(ArgSlot(blob.nbytes, tuple(o["dimensions"]) if input_dims and t.is_tensor
+                           else ()))
         blobs.append(blob)
     outs = []
     expected = []
@@ -361,7 +361,7 @@ def _build_request(case_model: dict[str, Any], shrink_output: int | None,
         size = vals.nbytes
         if shrink_output == k:
             size = max(0, size - t.byte_size)
-        outs.append(Slot(size))
+        outs.append(ArgSlot(size))
         expected.append(Expected(t, list(o["dimensions"]), vals.view(np.bool_) if
                                  t == OperandType.TENSOR_BOOL8 else vals,
                                  bool(o.get("isIgnored")), float(o["scale"]),

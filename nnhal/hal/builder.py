@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from nnhal.errors import InputError
-from nnhal.hal.request_layout import RequestLayout, Slot
+from nnhal.hal.request_layout import ArgSlot, RequestLayout
 from nnhal.hal.types import (
     DataLocation,
     Model,
@@ -237,8 +237,8 @@ class RequestBuilder(RequestLayout):
             raise TypeError("RequestBuilder needs output_nbytes, or a model to compute them")
         self.model = model
         arrays = [np.ascontiguousarray(a) for a in inputs]
-        super().__init__([Slot(a.nbytes, tuple(d)) for a, d in zip(arrays, dims)],
-                         [Slot(int(n)) for n in output_nbytes], sealed=sealed, both_pools=True)
+        super().__init__([ArgSlot(a.nbytes, tuple(d)) for a, d in zip(arrays, dims)],
+                         [ArgSlot(int(n)) for n in output_nbytes], sealed=sealed, both_pools=True)
         for k, a in enumerate(arrays):
             self.input_view(k)[:] = a.reshape(-1).view(np.uint8)
 

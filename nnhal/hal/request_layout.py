@@ -2,7 +2,7 @@
 OUTPUT_INSUFFICIENT_SIZE: the one implementation every caller (the request builder, the
 Session, the runtime's executions and its split-model steps, conformance) uses.
 
-Each argument is a :class:`Slot`: omitted, bytes in the layout's own memory (inputs in one
+Each argument is a :class:`ArgSlot`: omitted, bytes in the layout's own memory (inputs in one
 shared memory, outputs in another, each argument at an :data:`ALIGN`-byte offset), or bytes of
 a pool the caller already has (the NDK's ``setInputFromMemory``). Callers differ only in where
 memory comes from (``take`` / ``give``: the runtime pools it) and in how much outputs may grow
@@ -33,7 +33,7 @@ class LayoutError(Exception):
 
 
 @dataclass(frozen=True)
-class Slot:
+class ArgSlot:
     """One request argument: ``size`` bytes in the layout's memory (``pool`` None), bytes
     ``[offset, offset + size)`` of a caller's ``pool``, or ``omitted``; ``dims`` go in the
     request as given (empty where the model's are known)."""
@@ -61,7 +61,7 @@ class RequestLayout:
     ``both_pools``: the layout's input and output memories exist even when no argument uses
     them (pool 0 and pool 1 of a request without caller pools)."""
 
-    def __init__(self, inputs: Sequence[Slot], outputs: Sequence[Slot], *,
+    def __init__(self, inputs: Sequence[ArgSlot], outputs: Sequence[ArgSlot], *,
                  max_output_bytes: int = MAX_OUTPUT_BYTES, sealed: bool = False,
                  both_pools: bool = False,
                  take: Callable[[int], SharedMemory] | None = None,
@@ -116,7 +116,7 @@ class RequestLayout:
         else:
             mem.close()
 
-    def _arg(self, s: Slot, own_pool: int, offset: int) -> RequestArgument:
+    def _arg(self, s: ArgSlot, own_pool: int, offset: int) -> RequestArgument:
         if s.omitted:
             return RequestArgument(True, DataLocation(0, 0, 0), [])
         if s.pool is not None:
@@ -137,7 +137,7 @@ class RequestLayout:
         self._out_offsets = offs
         self.out_sizes = [int(n) for n in sizes]
         self._out_args = [
-            self._arg(Slot(n, s.dims, s.omitted, s.pool, s.offset) if _own(s) else s,
+            self._arg(ArgSlot(n, s.dims, s.omitted, s.pool, s.offset) if _own(s) else s,
                       self._out_pool, off)
             for s, n, off in zip(self.outputs, sizes, offs)]
         pools = list(self._pools)
@@ -195,5 +195,5 @@ class RequestLayout:
         self.input_memory = self.output_memory = None
 
 
-def _own(s: Slot) -> bool:
+def _own(s: ArgSlot) -> bool:
     return not s.omitted and s.pool is None

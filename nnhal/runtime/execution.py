@@ -24,7 +24,7 @@ import numpy as np
 from nnhal.errors import NdkError
 from nnhal.hal.fence import FenceState, SyncFence, is_sync_fence_fd
 from nnhal.hal.interfaces import ExecutionCallback
-from nnhal.hal.request_layout import LayoutError, RequestLayout, Slot
+from nnhal.hal.request_layout import ArgSlot, LayoutError, RequestLayout
 from nnhal.hal.types import (
     ErrorStatus,
     MeasureTiming,
@@ -427,14 +427,14 @@ class Execution:
         if self._bound is None:
             pools: dict[int, Any] = {}
 
-            def slot(a: _Arg) -> Slot:
+            def slot(a: _Arg) -> ArgSlot:
                 if a.kind == "omitted":
-                    return Slot(omitted=True)
+                    return ArgSlot(omitted=True)
                 if a.kind == "buffer":
-                    return Slot(a.length, tuple(a.dims))
+                    return ArgSlot(a.length, tuple(a.dims))
                 mem = a.memory
                 pool = pools.setdefault(id(mem), mem.pool())
-                return Slot(a.length, tuple(a.dims), pool=pool, offset=a.offset)
+                return ArgSlot(a.length, tuple(a.dims), pool=pool, offset=a.offset)
 
             try:
                 self._bound = RequestLayout(

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from nnhal.hal.interfaces import IBurst, IExecution, IPreparedModel
-from nnhal.hal.request_layout import LayoutError, RequestLayout, Slot
+from nnhal.hal.request_layout import ArgSlot, LayoutError, RequestLayout
 from nnhal.hal.types import (
     ErrorStatus,
     MeasureTiming,
@@ -320,7 +320,7 @@ class PlanPrepared(_RuntimePrepared):
                   loop_timeout: int | None) -> ErrorStatus:
         sg = self.main
         values = [self._value(env, i) for i in step.inputs]
-        ins = [Slot(omitted=True) if data is None else Slot(data.nbytes, tuple(dims))
+        ins = [ArgSlot(omitted=True) if data is None else ArgSlot(data.nbytes, tuple(dims))
                for data, dims in values]
         sizes = []
         for i in step.outputs:
@@ -328,7 +328,7 @@ class PlanPrepared(_RuntimePrepared):
             n = value_nbytes(o.type, list(o.dimensions))
             sizes.append(n if n is not None else self._sizes.get(i, _GUESS))
         try:
-            layout = RequestLayout(ins, [Slot(n) for n in sizes], take=self._take,
+            layout = RequestLayout(ins, [ArgSlot(n) for n in sizes], take=self._take,
                                    give=self._give)
         except LayoutError:
             return ErrorStatus.GENERAL_FAILURE

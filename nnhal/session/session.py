@@ -30,7 +30,7 @@ import numpy as np
 from nnhal.drivers.device_registry import open_device
 from nnhal.errors import ExecutionError, InputError, InvalidModelError, NnhalError, one_line
 from nnhal.hal.interfaces import IDevice, IPreparedModel, PreparedModelCallback
-from nnhal.hal.request_layout import LayoutError, RequestLayout, Slot
+from nnhal.hal.request_layout import ArgSlot, LayoutError, RequestLayout
 from nnhal.hal.types import (
     ErrorStatus,
     ExecutionPreference,
@@ -395,8 +395,8 @@ class Session:
         ins = self._all_inputs
         # Dimensions go in the request only where the model leaves some unknown.
         layout = RequestLayout(
-            [Slot(_bytes(i, s), () if i.fully_known else s) for i, s in zip(ins, key)],
-            [Slot(n) for n in self._out_sizes], max_output_bytes=MAX_FEED_BYTES,
+            [ArgSlot(_bytes(i, s), () if i.fully_known else s) for i, s in zip(ins, key)],
+            [ArgSlot(n) for n in self._out_sizes], max_output_bytes=MAX_FEED_BYTES,
             both_pools=True)
         self._views = [layout.input_view(k).view(i.dtype).reshape(s)
                        for k, (i, s) in enumerate(zip(ins, key))]

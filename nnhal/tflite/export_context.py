@@ -1,5 +1,5 @@
 """The exporter's state while it walks one HAL subgraph: HAL operands to TFLite tensors,
-and the :class:`OpContext` each operation's converter works through."""
+and the :class:`ExportOpContext` each operation's converter works through."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class Unexportable(Exception):
 QUANTIZED = frozenset(_QUANT)
 
 
-def fused_act(cx: OpContext, j: int) -> int:
+def fused_act(cx: ExportOpContext, j: int) -> int:
     """The TFLite fused activation of HAL FuseCode input ``j`` (NONE when absent)."""
     v = cx.scalar(j, 0)
     if v not in ACTIVATIONS_BACK:
@@ -52,7 +52,7 @@ def fused_act(cx: OpContext, j: int) -> int:
     return ACTIVATIONS_BACK[v]
 
 
-Converter = Callable[["OpContext"], None]
+Converter = Callable[["ExportOpContext"], None]
 
 
 class ExportState(Protocol):
@@ -156,7 +156,7 @@ class SubgraphWriter:
             try:
                 if conv is None:
                     raise Unexportable(_NO_EQUIVALENT.get(name, "no TFLite builtin equivalent"))
-                conv(OpContext(self, list(ins), list(outs)))
+                conv(ExportOpContext(self, list(ins), list(outs)))
                 self.check_kernels(first)
             except Unexportable as e:
                 self.ex.refused.append(f"{self.where()}#{k} {name}: {e}")
@@ -243,7 +243,7 @@ _NO_EQUIVALENT["RANDOM_MULTINOMIAL"] = ("TFLite's MULTINOMIAL draws other random
 _NO_EQUIVALENT["OEM_OPERATION"] = "a vendor operation"
 
 
-class OpContext:
+class ExportOpContext:
     """What a converter sees of one operation: its operands, and ways to add tensors and
     operators to the subgraph."""
 

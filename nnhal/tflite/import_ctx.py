@@ -18,7 +18,7 @@ from nnhal.hal.types import (
     SymmPerChannelQuantParams,
 )
 from nnhal.tflite import schema
-from nnhal.tflite.import_read import OpInfo, SubgraphInfo, TensorInfo, default_options
+from nnhal.tflite.import_read import OpInfo, SubgraphInfo, TfliteTensor, default_options
 
 T = OperandType
 O = OperationType
@@ -33,7 +33,7 @@ class Unimportable(Exception):
 HalType = tuple[OperandType, float, int, SymmPerChannelQuantParams | None]
 
 
-def hal_type(t: TensorInfo) -> HalType:
+def hal_type(t: TfliteTensor) -> HalType:
     """The HAL operand type of a tensor, from its TFLite type and quantization."""
     tt = t.ttype
     if tt == TT.FLOAT32:
@@ -68,7 +68,7 @@ def hal_type(t: TensorInfo) -> HalType:
     raise Unimportable(f"{t.describe()} has type {t.type_name}, which has no HAL operand type")
 
 
-def hal_dims(t: TensorInfo) -> list[int]:
+def hal_dims(t: TfliteTensor) -> list[int]:
     """A tensor's HAL dimensions: a TFLite scalar (rank 0) is [1], since a HAL tensor operand
     without dimensions means one of unknown rank."""
     return list(t.shape) or [1]
@@ -100,7 +100,7 @@ class Context:
 
     # ---- tensors ---------------------------------------------------------------------------
 
-    def t(self, i: int) -> TensorInfo:
+    def t(self, i: int) -> TfliteTensor:
         return self.sg.tensors[i]
 
     def value(self, i: int) -> np.ndarray | None:

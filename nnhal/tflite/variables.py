@@ -15,7 +15,7 @@ from nnhal.hal.types import OperandLifeTime
 from nnhal.tflite import schema
 from nnhal.tflite.import_ctx import Context, Unimportable, hal_dims, hal_type
 from nnhal.tflite.import_fold import fold
-from nnhal.tflite.import_read import OpInfo, SubgraphInfo, TensorInfo
+from nnhal.tflite.import_read import OpInfo, SubgraphInfo, TfliteTensor
 
 VARIABLE_OPS = ("VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE")
 
@@ -53,7 +53,7 @@ def initial_values(sg: SubgraphInfo) -> dict[str, np.ndarray]:
 @dataclass
 class _Var:
     name: str
-    template: TensorInfo | None = None
+    template: TfliteTensor | None = None
     input: int | None = None
     current: int | None = None
 
@@ -78,7 +78,7 @@ class Variables:
                                f"handle is one element")
         return self.vars[key]
 
-    def _input(self, v: _Var, t: TensorInfo) -> int:
+    def _input(self, v: _Var, t: TfliteTensor) -> int:
         ht, sc, zp, cq = hal_type(t)
         v.template = t
         v.input = self.ctx.sb.operand(ht, hal_dims(t), sc, zp, cq,

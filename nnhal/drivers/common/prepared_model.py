@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from nnhal.drivers.common.burst import Burst
+from nnhal.drivers.common.burst import DriverBurst
 from nnhal.drivers.common.callbacks import notify_execution as _notify
 from nnhal.drivers.common.execution import ReusableExecution
 from nnhal.drivers.common.fenced import FencedResult, execute_fenced
@@ -271,8 +271,8 @@ class PreparedModelBase(IPreparedModel):
                        ) -> FencedResult:
         return execute_fenced(self, request, wait_for, measure, deadline, loop_timeout, duration)
 
-    def configure_execution_burst(self) -> tuple[ErrorStatus, Burst]:
-        return ErrorStatus.NONE, Burst(self)
+    def configure_execution_burst(self) -> tuple[ErrorStatus, DriverBurst]:
+        return ErrorStatus.NONE, DriverBurst(self)
 
     def create_reusable_execution(self, request: Request,
                                   measure: MeasureTiming = MeasureTiming.NO,
