@@ -7,7 +7,7 @@ The packet is the one a served ADD [1,16] burst execution sends: 2 inputs and 1 
 dimensions [1, 16], 3 pools (a 336-byte request), and its result (one output shape, a timing:
 120 bytes). ``--big`` adds a packet of 4 operands with 64 dimensions each and 16 pools.
 ``--burst`` adds a whole packet round in process, without the ring: pack_request, the
-reference driver's ``Burst.execute_packet`` (which decodes the request and encodes the result)
+reference driver's ``DriverBurst.execute_packet`` (which decodes the request and encodes the result)
 and unpack_result, once with the fast codec and once with the datum path patched in.
 
     python benchmarks/bench_fmq.py [--rounds R] [--n N] [--big] [--burst]

@@ -37,7 +37,7 @@ from nnhal.hal.types import (
     OperationType,
     Priority,
 )
-from nnhal.runtime import Burst, Compilation, Device, Execution, Model, OperandSpec
+from nnhal.runtime import Burst, Compilation, Device, Execution, NdkModel, OperandSpec
 
 SHAPE = [1, 16]
 
@@ -52,8 +52,8 @@ def hal_add():
     return b.build()
 
 
-def ndk_add() -> Model:
-    m = Model()
+def ndk_add() -> NdkModel:
+    m = NdkModel()
     t = OperandSpec(int(OperandType.TENSOR_FLOAT32), SHAPE)
     a, b = m.add_operand(t), m.add_operand(t)
     act = m.add_operand(OperandSpec(int(OperandType.INT32)))

@@ -33,5 +33,7 @@ def __getattr__(name: str) -> Any:
     if name in _RUNTIME:
         from nnhal import runtime
 
-        return getattr(runtime, name)
+        # nnhal.Model: the NDK's ANeuralNetworksModel (nnhal.runtime.NdkModel), not the HAL's
+        # model structure (nnhal.hal.types.Model).
+        return getattr(runtime, "NdkModel" if name == "Model" else name)
     raise AttributeError(f"module 'nnhal' has no attribute {name!r}")

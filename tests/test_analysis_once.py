@@ -16,7 +16,7 @@ from nnhal.hal.builder import ModelBuilder
 from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import ErrorStatus, OperandType, OperationType
 from nnhal.runtime import Compilation, Device
-from nnhal.runtime import Model as RtModel
+from nnhal.runtime import NdkModel as RtModel
 from nnhal.tflite import write_tflite
 
 T, O = OperandType, OperationType

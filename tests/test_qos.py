@@ -8,7 +8,7 @@ from helpers import add_model, float_inputs
 
 from nnhal.conformance.cases import build_model
 from nnhal.drivers.reference import ReferenceDevice
-from nnhal.executor import ExecutionError, RunState
+from nnhal.executor import RunError, RunState
 from nnhal.hal.builder import ModelBuilder, RequestBuilder
 from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
 from nnhal.hal.types import (
@@ -98,7 +98,7 @@ def test_deadline_checked_between_operations(device):
     pm = prepare(device, chain_model())
     x = np.ones(4, np.float32)
     np.testing.assert_array_equal(pm.plan.main.run([x], RunState())[0], x * 51)
-    with pytest.raises(ExecutionError) as e:
+    with pytest.raises(RunError) as e:
         pm.plan.main.run([x], RunState(deadline_ns=time.monotonic_ns() - 1))
     assert e.value.status in MISSED
 

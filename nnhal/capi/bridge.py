@@ -23,7 +23,16 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from nnhal.runtime import ndk
+from nnhal.runtime import (
+    Burst,
+    Compilation,
+    Event,
+    Execution,
+    Memory,
+    MemoryDesc,
+    NdkModel,
+    ndk,
+)
 from nnhal.runtime.codes import BYTE_SIZE_OF_CACHE_TOKEN, ResultCode
 from nnhal.runtime.model import ANeuralNetworksOperandType
 
@@ -359,10 +368,20 @@ def _free(name: str) -> Callable[[int], int]:
     return _checked(free)
 
 
+#: The runtime class each free takes: by class, not by class name, so that a rename of a
+#: runtime class cannot silently make a free ignore its own handles.
+_FREES = {"ANeuralNetworksModel_free": NdkModel,
+          "ANeuralNetworksCompilation_free": Compilation,
+          "ANeuralNetworksBurst_free": Burst,
+          "ANeuralNetworksExecution_free": Execution,
+          "ANeuralNetworksEvent_free": Event,
+          "ANeuralNetworksMemory_free": Memory,
+          "ANeuralNetworksMemoryDesc_free": MemoryDesc}
+
+
 def ndk_type_ok(name: str, obj: Any) -> bool:
-    """Whether ``obj`` is what ``name``'s free takes (the runtime classes, by name)."""
-    kind = name[len("ANeuralNetworks"):name.index("_")]
-    return type(obj).__name__ == {"Memory": "Memory", "MemoryDesc": "MemoryDesc"}.get(kind, kind)
+    """Whether ``obj`` is what ``name``'s free takes."""
+    return type(obj) is _FREES[name]
 
 
 ANeuralNetworksModel_free = _free("ANeuralNetworksModel_free")

@@ -24,15 +24,14 @@ from nnhal.conformance.specs import SPECS_ENV as SPECS_ENV
 from nnhal.conformance.specs import case_files
 from nnhal.conformance.specs import default_specs_dir as default_specs_dir
 from nnhal.core.version import FeatureLevel, UnknownVersion
-from nnhal.hal.builder import ALIGN, ModelBuilder, SubgraphBuilder
+from nnhal.hal.builder import ModelBuilder, SubgraphBuilder
+from nnhal.hal.request_layout import ArgSlot, LayoutError, RequestLayout
 from nnhal.hal.types import (
-    DataLocation,
     Model,
     OperandLifeTime,
     OperandType,
     OperationType,
     Request,
-    RequestArgument,
     SymmPerChannelQuantParams,
 )
 from nnhal.memory import SharedMemory
@@ -251,27 +250,6 @@ def values_array(t: OperandType, data: list[Any], dims: list[int]) -> np.ndarray
     return arr
 
 
-class _Packer:
-    """Lays out byte blobs at aligned offsets."""
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-        self.size = 0
-
-    def add(self, blob: bytes) -> tuple[int, int]:
-        pad = (-self.size) % ALIGN
-        if pad:
-            self.parts.append(b"\0" * pad)
-            self.size += pad
-        off = self.size
-        self.parts.append(blob)
-        self.size += len(blob)
-        return off, len(blob)
-
-    def bytes(self) -> bytes:
-        return b"".join(self.parts)
-
-
 def build_model(case_model: dict[str, Any]) -> Model:
     """The HAL model of a case's ``model`` JSON, through :class:`ModelBuilder`: operands,
     lifetimes, numberOfConsumers and index lists exactly as the JSON gives them; constants
@@ -361,22 +339,20 @@ def build_request(case_model: dict[str, Any], *, shrink_output: int | None = Non
 def _build_request(case_model: dict[str, Any], shrink_output: int | None,
                    input_dims: bool) -> BuiltRequest:
     main = case_model["main"]
-    ins = _Packer()
-    in_args = []
+    ins, blobs = [], []
     for idx in main["inputIndexes"]:
         o = main["operands"][idx]
         t = OperandType[o["type"]]
         if not o["data"]:
             # As the upstream harness does: an input without data is an omitted input.
-            in_args.append(RequestArgument(True, DataLocation(0, 0, 0), []))
+            ins.append(ArgSlot(omitted=True))
+            blobs.append(None)
             continue
-        blob = values_array(t, o["data"], o["dimensions"]).tobytes()
-        off, n = ins.add(blob)
-        in_args.append(RequestArgument(False, DataLocation(0, off, n),
-                                       list(o["dimensions"]) if input_dims and t.is_tensor
-                                       else []))
-    outs = _Packer()
-    out_args = []
+        blob = values_array(t, o["data"], o["dimensions"])
+        ins.append(ArgSlot(blob.nbytes, tuple(o["dimensions"]) if input_dims and t.is_tensor
+                           else ()))
+        blobs.append(blob)
+    outs = []
     expected = []
     for k, idx in enumerate(main["outputIndexes"]):
         o = main["operands"][idx]
@@ -385,16 +361,21 @@ def _build_request(case_model: dict[str, Any], shrink_output: int | None,
         size = vals.nbytes
         if shrink_output == k:
             size = max(0, size - t.byte_size)
-        off, n = outs.add(b"\0" * size)
-        out_args.append(RequestArgument(False, DataLocation(1, off, n), []))
+        outs.append(ArgSlot(size))
         expected.append(Expected(t, list(o["dimensions"]), vals.view(np.bool_) if
                                  t == OperandType.TENSOR_BOOL8 else vals,
                                  bool(o.get("isIgnored")), float(o["scale"]),
                                  int(o["zeroPoint"])))
-    in_mem = SharedMemory.from_bytes(ins.bytes())
-    out_mem = SharedMemory.ashmem(outs.size)
-    req = Request(inputs=in_args, outputs=out_args, pools=[in_mem, out_mem])
-    return BuiltRequest(req, expected, out_mem, in_mem, [in_mem, out_mem])
+    try:
+        layout = RequestLayout(ins, outs, both_pools=True)
+    except LayoutError as e:
+        raise ValueError(str(e)) from None
+    for k, blob in enumerate(blobs):
+        if blob is not None:
+            layout.input_view(k)[:] = blob.reshape(-1).view(np.uint8)
+    in_mem, out_mem = layout.input_memory, layout.output_memory
+    assert in_mem is not None and out_mem is not None
+    return BuiltRequest(layout.request, expected, out_mem, in_mem, [in_mem, out_mem])
 
 
 def outputs_fully_specified(case_model: dict[str, Any]) -> bool:

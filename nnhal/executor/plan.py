@@ -41,7 +41,7 @@ _CONST = OperandLifeTime.CONSTANT_COPY
 _TEMP = OperandLifeTime.TEMPORARY_VARIABLE
 
 
-class ExecutionError(Exception):
+class RunError(Exception):
     """An execution failed with a HAL status (deadline, bad runtime values, kernel failure)."""
 
     def __init__(self, status: ErrorStatus, message: str):
@@ -61,14 +61,14 @@ class RunState:
 
     def check_deadline(self) -> None:
         if self.deadline_ns is not None and time.monotonic_ns() > self.deadline_ns:
-            raise ExecutionError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+            raise RunError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
                                  "execution deadline passed")
 
 
 OutCheck = tuple[int, np.dtype, tuple[int, ...] | None]
 
 
-class Step:
+class BoundOp:
     """One operation bound for execution; ``kernel`` is None for IF and WHILE, which the
     executor runs itself (``callees`` are then the subgraph indexes they reference).
 
@@ -133,7 +133,7 @@ class _Sizer:
                 continue
             nbytes = math.prod(int(d) for d in shape) * out.type.byte_size
             if nbytes > self.limit:
-                raise ExecutionError(
+                raise RunError(
                     ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
                     f"{ctx.op_type.name}: an output of shape {list(shape)} needs {nbytes} "
                     f"bytes, more than the {self.limit} this device allows")
@@ -150,7 +150,7 @@ class SubgraphPlan:
         self.slots_template: list[object] = [
             info.value if info is not None and info.is_const else None
             for info in graph.operands]
-        self.steps: list[Step] = []
+        self.steps: list[BoundOp] = []
         self.has_control_flow = False
         #: Arenas of this subgraph's planned temporaries (None: nothing planned).
         self.arena_pool: ArenaPool | None = None
@@ -279,7 +279,7 @@ class SubgraphPlan:
 
 
 #: A step of a run decided once: (step, its kernel, its input arrays, its output arrays).
-FixedStep = tuple[Step, IntoKernel, list[object], list[np.ndarray]]
+FixedStep = tuple[BoundOp, IntoKernel, list[object], list[np.ndarray]]
 
 
 def run_fixed(fixed: Sequence[FixedStep], rt: RunState) -> None:
@@ -295,20 +295,20 @@ def run_fixed(fixed: Sequence[FixedStep], rt: RunState) -> None:
             raise err from e
 
 
-def _failure(step: Step, e: Exception) -> Exception:
+def _failure(step: BoundOp, e: Exception) -> Exception:
     """The error a kernel's exception becomes: HAL errors as they are, running out of memory
     RESOURCE_EXHAUSTED_TRANSIENT, anything else (a kernel bug, a value it cannot handle)
     GENERAL_FAILURE."""
-    if isinstance(e, (ExecutionError, OpError)):
+    if isinstance(e, (RunError, OpError)):
         return e
     if isinstance(e, MemoryError):
-        return ExecutionError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+        return RunError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
                               f"{step.op_type.name}: out of memory: {e}")
-    return ExecutionError(ErrorStatus.GENERAL_FAILURE,
+    return RunError(ErrorStatus.GENERAL_FAILURE,
                           f"{step.op_type.name} failed: {type(e).__name__}: {e}")
 
 
-def _call_into(step: Step, ins: list[object], outs: list[np.ndarray], rt: RunState) -> None:
+def _call_into(step: BoundOp, ins: list[object], outs: list[np.ndarray], rt: RunState) -> None:
     try:
         step.into(ins, outs, rt)  # type: ignore[misc]
     except Exception as e:
@@ -318,7 +318,7 @@ def _call_into(step: Step, ins: list[object], outs: list[np.ndarray], rt: RunSta
         raise err from e
 
 
-def _call(step: Step, ins: list[object], rt: RunState) -> list[np.ndarray]:
+def _call(step: BoundOp, ins: list[object], rt: RunState) -> list[np.ndarray]:
     try:
         return step.kernel(ins, rt)  # type: ignore[misc]
     except Exception as e:
@@ -328,17 +328,17 @@ def _call(step: Step, ins: list[object], rt: RunState) -> list[np.ndarray]:
         raise err from e
 
 
-def _store(step: Step, outs: Sequence[object], slots: list[object]) -> None:
+def _store(step: BoundOp, outs: Sequence[object], slots: list[object]) -> None:
     """Check each produced array against its operand, then put it in its slot."""
     if len(outs) != len(step.outputs):
-        raise ExecutionError(ErrorStatus.GENERAL_FAILURE,
+        raise RunError(ErrorStatus.GENERAL_FAILURE,
                              f"{step.op_type.name} produced {len(outs)} outputs")
     for (idx, dtype, declared), out in zip(step.out_checks, outs):
         out = np.asarray(out)
         if out.dtype != dtype:
             out = out.astype(dtype)
         if declared is not None and out.shape != declared and not _fits(out.shape, declared):
-            raise ExecutionError(
+            raise RunError(
                 ErrorStatus.GENERAL_FAILURE,
                 f"{step.op_type.name}: output operand {idx} has shape {out.shape}, "
                 f"model declares {declared}")
@@ -477,7 +477,7 @@ class ModelPlan:
             if type_code in (_IF, _WHILE):
                 first = 1 if type_code == _IF else 0
                 callees = (int(infos[in_idx[first]].value), int(infos[in_idx[first + 1]].value))
-                plan.steps.append(Step(OperationType(type_code), None, in_idx, out_idx, checks,
+                plan.steps.append(BoundOp(OperationType(type_code), None, in_idx, out_idx, checks,
                                        callees))
                 plan.has_control_flow = True
                 continue
@@ -489,7 +489,7 @@ class ModelPlan:
             into = None
             if all(_known(infos[i], shapes[i]) for i in out_idx):
                 into = definition.kernel_into(ctx)  # type: ignore[attr-defined]
-            step = Step(op_type, None if into is not None else definition.kernel(ctx),
+            step = BoundOp(op_type, None if into is not None else definition.kernel(ctx),
                         in_idx, out_idx, checks)
             if into is not None:
                 step.into = into

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nnhal.executor.plan import ExecutionError, ModelPlan, RunState, run_fixed
+from nnhal.executor.plan import ModelPlan, RunError, RunState, run_fixed
 from nnhal.hal.request_pool import RequestPool
 from nnhal.hal.types import ErrorStatus, OperandType, OutputShape, Request
 from nnhal.memory.pool import watch_of
@@ -48,7 +48,7 @@ def run_request(plan: ModelPlan, request: Request, pools: Sequence[RequestPool],
     for arg, idx in zip(request.inputs, main.input_indexes):
         if arg.has_no_value:
             if idx in plan.required_inputs:
-                raise ExecutionError(ErrorStatus.INVALID_ARGUMENT, f"input operand {idx} "
+                raise RunError(ErrorStatus.INVALID_ARGUMENT, f"input operand {idx} "
                                      "is required but has no value")
             inputs.append(None)
             continue
@@ -207,7 +207,7 @@ class RequestPlan:
             run_fixed(fixed, rt)
             return ErrorStatus.NONE, [OutputShape(list(s), True) for s in self.shapes]
         if self.missing is not None:
-            raise ExecutionError(ErrorStatus.INVALID_ARGUMENT, f"input operand {self.missing} "
+            raise RunError(ErrorStatus.INVALID_ARGUMENT, f"input operand {self.missing} "
                                  "is required but has no value")
         inputs = self.inputs
         if self.dynamic:

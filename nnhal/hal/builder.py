@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from nnhal.errors import InputError
+from nnhal.hal.request_layout import ArgSlot, RequestLayout
 from nnhal.hal.types import (
     DataLocation,
     Model,
@@ -32,8 +33,6 @@ from nnhal.hal.types import (
     OperandType,
     Operation,
     OperationType,
-    Request,
-    RequestArgument,
     Subgraph,
     SymmPerChannelQuantParams,
     operand_nbytes,
@@ -214,7 +213,7 @@ class ModelBuilder(SubgraphBuilder):
                      relax_computation_float32_to_float16=self.relaxed)
 
 
-class RequestBuilder:
+class RequestBuilder(RequestLayout):
     """Inputs in one ashmem pool and outputs in another; read outputs back with :meth:`output`.
 
     With ``model``, each array is first checked against the model's main inputs (count, dtype,
@@ -222,8 +221,8 @@ class RequestBuilder:
     inputs whose model dimensions are not all known get their dimensions in the request, and
     ``output_nbytes`` may be left out: each output gets the size of its known dimensions (0
     when some are unknown: the execution then reports OUTPUT_INSUFFICIENT_SIZE with the real
-    shape). ``sealed``: both memories sealed against shrinking (see
-    :meth:`~nnhal.memory.SharedMemory.ashmem`), so executions need not check their size.
+    shape, and :meth:`grow` makes room). ``sealed``: both memories sealed against shrinking
+    (see :meth:`~nnhal.memory.SharedMemory.ashmem`), so executions need not check their size.
     """
 
     def __init__(self, inputs: Sequence[np.ndarray], output_nbytes: Sequence[int] | None = None,
@@ -237,27 +236,11 @@ class RequestBuilder:
         if output_nbytes is None:
             raise TypeError("RequestBuilder needs output_nbytes, or a model to compute them")
         self.model = model
-        blobs = [np.ascontiguousarray(a).tobytes() for a in inputs]
-        offs, size = [], 0
-        for b in blobs:
-            size = _align(size)
-            offs.append(size)
-            size += len(b)
-        self.input_memory = SharedMemory.ashmem(size, sealed=sealed)
-        for off, b in zip(offs, blobs):
-            self.input_memory.write(off, b)
-        out_offs, osize = [], 0
-        for n in output_nbytes:
-            osize = _align(osize)
-            out_offs.append(osize)
-            osize += n
-        self.output_memory = SharedMemory.ashmem(osize, sealed=sealed)
-        self.request = Request(
-            inputs=[RequestArgument(False, DataLocation(0, o, len(b)), d)
-                    for o, b, d in zip(offs, blobs, dims)],
-            outputs=[RequestArgument(False, DataLocation(1, o, n), [])
-                     for o, n in zip(out_offs, output_nbytes)],
-            pools=[self.input_memory, self.output_memory])
+        arrays = [np.ascontiguousarray(a) for a in inputs]
+        super().__init__([ArgSlot(a.nbytes, tuple(d)) for a, d in zip(arrays, dims)],
+                         [ArgSlot(int(n)) for n in output_nbytes], sealed=sealed, both_pools=True)
+        for k, a in enumerate(arrays):
+            self.input_view(k)[:] = a.reshape(-1).view(np.uint8)
 
     @classmethod
     def for_model(cls, model: Model, inputs: Sequence[np.ndarray]) -> RequestBuilder:
@@ -274,14 +257,7 @@ class RequestBuilder:
             op = self.model.main.operands[self.model.main.output_indexes[k]]
             dtype = OperandType(op.type).dtype if dtype is None else dtype
             shape = list(op.dimensions) if shape is None else shape
-        loc = self.request.outputs[k].location
-        count = int(np.prod(shape, dtype=np.int64))
-        raw = self.output_memory.view(loc.offset, count * np.dtype(dtype).itemsize)
-        return raw.view(dtype).reshape(shape).copy()
-
-    def close(self) -> None:
-        self.input_memory.close()
-        self.output_memory.close()
+        return self.read_output(k, dtype, shape)
 
 
 def _check_inputs(model: Model, inputs: Sequence[np.ndarray]) -> list[list[int]]:

@@ -31,10 +31,10 @@ class RequestBuffer(Protocol):
 
     def read_input(self, info: Any, shape: Sequence[int]) -> np.ndarray:
         """Execution time: the data of an input (``info`` describes the model's operand);
-        raises the executor's ExecutionError when there is none to give."""
+        raises the executor's RunError when there is none to give."""
 
     def can_hold(self, arr: np.ndarray) -> bool:
-        """Whether an output of ``arr``'s shape fits (may raise ExecutionError instead)."""
+        """Whether an output of ``arr``'s shape fits (may raise RunError instead)."""
 
     def write_output(self, arr: np.ndarray) -> None:
         """Store an output."""

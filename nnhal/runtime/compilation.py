@@ -34,7 +34,7 @@ from nnhal.runtime.codes import (
     fail,
 )
 from nnhal.runtime.devices import Device, devices
-from nnhal.runtime.model import Model
+from nnhal.runtime.model import NdkModel
 from nnhal.runtime.partition import (
     RUNTIME,
     NoDevice,
@@ -61,7 +61,7 @@ _PRIORITY = {int(PriorityCode.LOW): Priority.LOW, int(PriorityCode.MEDIUM): Prio
 class Compilation:
     """ANeuralNetworksCompilation. Methods raise :class:`nnhal.NdkError`."""
 
-    def __init__(self, model: Model, devices_: Sequence[Device] | None = None):
+    def __init__(self, model: NdkModel, devices_: Sequence[Device] | None = None):
         if model is None:
             raise fail(ResultCode.UNEXPECTED_NULL, "create: model is NULL")
         if not model.finished or model.invalid:
@@ -100,7 +100,7 @@ class Compilation:
         self._whole_device: Device | None = None
 
     @classmethod
-    def for_devices(cls, model: Model, devices_: Sequence[Device]) -> Compilation:
+    def for_devices(cls, model: NdkModel, devices_: Sequence[Device]) -> Compilation:
         """ANeuralNetworksCompilation_createForDevices."""
         if devices_ is None:
             raise fail(ResultCode.UNEXPECTED_NULL, "createForDevices: devices are NULL")
@@ -461,8 +461,8 @@ class Compilation:
             self._free.clear()
             layouts, self._layouts = self._layouts, {}
         for bounds in layouts.values():
-            for b in bounds:
-                for m in b[1:]:
+            for b in bounds:  # closed, not given back: the free list is gone
+                for m in (b.input_memory, b.output_memory):
                     if m is not None:
                         m.close()
         self.prepared = None

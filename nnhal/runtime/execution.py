@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import select
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,13 +24,12 @@ import numpy as np
 from nnhal.errors import NdkError
 from nnhal.hal.fence import FenceState, SyncFence, is_sync_fence_fd
 from nnhal.hal.interfaces import ExecutionCallback
+from nnhal.hal.request_layout import ArgSlot, LayoutError, RequestLayout
 from nnhal.hal.types import (
-    DataLocation,
     ErrorStatus,
     MeasureTiming,
     OutputShape,
     Request,
-    RequestArgument,
     Timing,
     value_nbytes,
 )
@@ -238,7 +238,7 @@ class Execution:
         self.shapes: list[OutputShape] = []
         self.timing = (Timing(), Timing())  # (launched, fenced)
         self._lock = threading.Lock()
-        self._bound: tuple[Request, SharedMemory | None, SharedMemory | None] | None = None
+        self._bound: RequestLayout | None = None
         self._hal_execution: Any = None
         self._key: tuple | None = None
         #: enableInputAndOutputPadding: buffers may be longer than their operands.
@@ -416,7 +416,7 @@ class Execution:
             self.state = COMPUTATION
             self.code = None
 
-    def _request(self) -> tuple[Request, SharedMemory | None, SharedMemory | None]:
+    def _request(self) -> Request:
         """The HAL request, with the pointer arguments' bytes copied in (bound once for a
         reusable execution; the input bytes are copied again at each computation)."""
         if self._bound is None:
@@ -425,55 +425,29 @@ class Execution:
                 self._bound = self.compilation.take_layout(key)
                 self._key = key
         if self._bound is None:
-            pools: list[Any] = []
-            pool_of: dict[int, int] = {}
+            pools: dict[int, Any] = {}
 
-            def lay(args: list[_Arg]) -> tuple[list[RequestArgument], int]:
-                out, size = [], 0
-                for a in args:
-                    if a.kind == "omitted":
-                        out.append(RequestArgument(True, DataLocation(0, 0, 0), []))
-                    elif a.kind == "buffer":
-                        size += -size % 8
-                        out.append(RequestArgument(False, DataLocation(-1, size, a.length),
-                                                   list(a.dims)))
-                        size += a.length
-                    else:
-                        mem = a.memory
-                        if id(mem) not in pool_of:
-                            pool_of[id(mem)] = len(pools)
-                            pools.append(mem.pool())
-                        out.append(RequestArgument(False, DataLocation(
-                            pool_of[id(mem)], a.offset, a.length), list(a.dims)))
-                return out, size
-
-            ins, in_size = lay(self.inputs)
-            outs, out_size = lay(self.outputs)
-            in_mem = out_mem = None
-            for args, size, is_in in ((ins, in_size, True), (outs, out_size, False)):
-                if not any(r.location.pool_index == -1 for r in args):
-                    continue
-                mem = self.compilation.take_memory(size)
-                k = len(pools)
-                pools.append(mem)
-                for j, r in enumerate(args):
-                    if r.location.pool_index == -1:
-                        args[j] = RequestArgument(False, DataLocation(k, r.location.offset,
-                                                                      r.location.length),
-                                                  r.dimensions)
-                if is_in:
-                    in_mem = mem
-                else:
-                    out_mem = mem
-            self._bound = (Request(ins, outs, pools), in_mem, out_mem)
-        req, in_mem, out_mem = self._bound
-        if in_mem is not None:
-            dst = in_mem.mapped()
-            for a, r in zip(self.inputs, req.inputs):
+            def slot(a: _Arg) -> ArgSlot:
+                if a.kind == "omitted":
+                    return ArgSlot(omitted=True)
                 if a.kind == "buffer":
-                    off = r.location.offset
-                    dst[off:off + a.length] = a.view
-        return self._bound
+                    return ArgSlot(a.length, tuple(a.dims))
+                mem = a.memory
+                pool = pools.setdefault(id(mem), mem.pool())
+                return ArgSlot(a.length, tuple(a.dims), pool=pool, offset=a.offset)
+
+            try:
+                self._bound = RequestLayout(
+                    [slot(a) for a in self.inputs], [slot(a) for a in self.outputs],
+                    max_output_bytes=sys.maxsize, take=self.compilation.take_memory,
+                    give=self.compilation.give_memory)
+            except LayoutError as e:
+                raise fail(ResultCode.OUT_OF_MEMORY, f"compute: {e}") from None
+        layout = self._bound
+        for k, a in enumerate(self.inputs):
+            if a.kind == "buffer":
+                layout.input_view(k)[:] = a.view
+        return layout.request
 
     def _layout_key(self) -> tuple | None:
         """What fixes the request of an execution whose arguments are all buffers or omitted
@@ -490,10 +464,7 @@ class Execution:
             if self._key is not None:
                 self.compilation.give_layout(self._key, self._bound)
             else:
-                _req, in_mem, out_mem = self._bound
-                for m in (in_mem, out_mem):
-                    if m is not None:
-                        self.compilation.give_memory(m)
+                self._bound.close()
             self._bound = None
             self._key = None
 
@@ -506,17 +477,15 @@ class Execution:
         code = code_of_status(status, _dead_answer(self.compilation, status))
         try:
             if code == ResultCode.NO_ERROR and self._bound is not None:
-                req, _in_mem, out_mem = self._bound
-                src = out_mem.mapped() if out_mem is not None else None
-                for k, (a, r) in enumerate(zip(self.outputs, req.outputs)):
+                layout = self._bound
+                for k, a in enumerate(self.outputs):
                     if a.kind == "buffer":
-                        off = r.location.offset
                         n = a.length
                         if shapes and k < len(shapes) and shapes[k].dimensions != a.dims:
                             got = value_nbytes(self.model.operands[self.model.outputs[k]].type,
                                           list(shapes[k].dimensions))
                             n = min(n, got if got is not None else n)
-                        a.view[:n] = src[off:off + n]
+                        a.view[:n] = layout.output_view(k, n)
                     elif a.kind == "memory" and a.memory.desc is not None:
                         a.memory.initialized = True
                         if shapes and k < len(shapes):
@@ -552,7 +521,7 @@ class Execution:
         """ANeuralNetworksExecution_compute: runs synchronously."""
         self._begin("compute")
         try:
-            req = self._request()[0]
+            req = self._request()
             if self.reusable:
                 if self._hal_execution is None:
                     status, ex = self.compilation.prepared.create_reusable_execution(
@@ -577,7 +546,7 @@ class Execution:
         """ANeuralNetworksExecution_startCompute: an Event that ends with the execution."""
         self._begin("startCompute")
         try:
-            req = self._request()[0]
+            req = self._request()
             cb = ExecutionCallback()
             launch = self.compilation.prepared.execute(req, self._measure(), self._deadline(),
                                                        self.loop_timeout_ns, cb)
@@ -619,7 +588,7 @@ class Execution:
                     fences.append(d.fence)
                 else:
                     d.wait(_until(deadline))
-            req = self._request()[0]
+            req = self._request()
             status, fence, info = self.compilation.prepared.execute_fenced(
                 req, fences, self._measure(), deadline, self.loop_timeout_ns,
                 duration_ns or None)
@@ -667,7 +636,7 @@ class Execution:
         try:
             self._begin("burstCompute")
             try:
-                req = self._request()[0]
+                req = self._request()
                 hal = burst.hal()
                 for p in req.pools:
                     if isinstance(p, SharedMemory):

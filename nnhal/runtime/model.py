@@ -105,13 +105,13 @@ def check_operand_type(ot: Any, where: str) -> Operand:
     return op
 
 
-class Model:
+class NdkModel:
     """ANeuralNetworksModel. Methods raise :class:`nnhal.NdkError` with the NDK's code."""
 
     def __init__(self) -> None:
         self.operands: list[Operand] = []
         #: Per operand: None, ("copy", bytes), ("ref", memoryview), ("memory", Memory, offset,
-        #: length), ("model", Model) or ("none",).
+        #: length), ("model", NdkModel) or ("none",).
         self.values: list[tuple | None] = []
         self.operations: list[Operation] = []
         self.inputs: list[int] = []
@@ -125,7 +125,7 @@ class Model:
         self._large: dict[int, bytes] = {}
 
     @classmethod
-    def from_hal(cls, hal: HalModel) -> Model:
+    def from_hal(cls, hal: HalModel) -> NdkModel:
         """A finished model over a HAL Model built elsewhere (the importer, a Session); BAD_DATA
         when it breaks a rule."""
         from nnhal.analysis import analyse
@@ -226,7 +226,7 @@ class Model:
                        f"{offset}+{length}) outside the memory of {memory.size} bytes")
         self.values[index] = ("memory", memory, offset, length)
 
-    def set_operand_value_from_model(self, index: int, value: Model) -> None:
+    def set_operand_value_from_model(self, index: int, value: NdkModel) -> None:
         """ANeuralNetworksModel_setOperandValueFromModel."""
         self._check_open("setOperandValueFromModel")
         if value is None:
@@ -356,9 +356,9 @@ class Model:
         self.hal = hal
         self.finished = True
 
-    def _subgraph_models(self) -> list[Model]:
+    def _subgraph_models(self) -> list[NdkModel]:
         """This model and every model it references, each once, breadth first."""
-        order: list[Model] = [self]
+        order: list[NdkModel] = [self]
         k = 0
         while k < len(order):
             for v in order[k].values:

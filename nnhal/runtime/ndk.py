@@ -27,7 +27,7 @@ from nnhal.runtime.compilation import Compilation
 from nnhal.runtime.devices import Device, devices
 from nnhal.runtime.execution import Burst, Event, Execution
 from nnhal.runtime.memory import Memory, MemoryDesc
-from nnhal.runtime.model import ANeuralNetworksOperandType, Model
+from nnhal.runtime.model import ANeuralNetworksOperandType, NdkModel
 
 __all__ = ["ANeuralNetworksOperandType", "ANeuralNetworksSymmPerChannelQuantParams"]
 
@@ -135,70 +135,70 @@ def ANeuralNetworksDevice_wait(device: Device) -> None:
 # ---- models -------------------------------------------------------------------------------
 
 @_api(out=True)
-def ANeuralNetworksModel_create() -> Model:
-    return Model()
+def ANeuralNetworksModel_create() -> NdkModel:
+    return NdkModel()
 
 
-def ANeuralNetworksModel_free(model: Model | None) -> None:
-    if isinstance(model, Model):
+def ANeuralNetworksModel_free(model: NdkModel | None) -> None:
+    if isinstance(model, NdkModel):
         model.free()
 
 
-@_api((0, Model))
-def ANeuralNetworksModel_finish(model: Model) -> None:
+@_api((0, NdkModel))
+def ANeuralNetworksModel_finish(model: NdkModel) -> None:
     model.finish()
 
 
-@_api((0, Model))
-def ANeuralNetworksModel_addOperand(model: Model, type: Any) -> None:
+@_api((0, NdkModel))
+def ANeuralNetworksModel_addOperand(model: NdkModel, type: Any) -> None:
     model.add_operand(type)
 
 
-@_api((0, Model))
-def ANeuralNetworksModel_setOperandValue(model: Model, index: int, buffer: Any,
+@_api((0, NdkModel))
+def ANeuralNetworksModel_setOperandValue(model: NdkModel, index: int, buffer: Any,
                                          length: int) -> None:
     model.set_operand_value(index, buffer, length)
 
 
-@_api((0, Model), (2, Memory))
-def ANeuralNetworksModel_setOperandValueFromMemory(model: Model, index: int, memory: Memory,
+@_api((0, NdkModel), (2, Memory))
+def ANeuralNetworksModel_setOperandValueFromMemory(model: NdkModel, index: int, memory: Memory,
                                                    offset: int, length: int) -> None:
     model.set_operand_value_from_memory(index, memory, offset, length)
 
 
-@_api((0, Model), (2, Model))
-def ANeuralNetworksModel_setOperandValueFromModel(model: Model, index: int,
-                                                  value: Model) -> None:
+@_api((0, NdkModel), (2, NdkModel))
+def ANeuralNetworksModel_setOperandValueFromModel(model: NdkModel, index: int,
+                                                  value: NdkModel) -> None:
     model.set_operand_value_from_model(index, value)
 
 
-@_api((0, Model), (2, ANeuralNetworksSymmPerChannelQuantParams))
+@_api((0, NdkModel), (2, ANeuralNetworksSymmPerChannelQuantParams))
 def ANeuralNetworksModel_setOperandSymmPerChannelQuantParams(
-        model: Model, index: int, channelQuant: ANeuralNetworksSymmPerChannelQuantParams
+        model: NdkModel, index: int, channelQuant: ANeuralNetworksSymmPerChannelQuantParams
 ) -> None:
     model.set_operand_symm_per_channel_quant_params(index, channelQuant.scales,
                                                     channelQuant.channelDim)
 
 
-@_api((0, Model))
-def ANeuralNetworksModel_addOperation(model: Model, type: int, inputs: Sequence[int],
+@_api((0, NdkModel))
+def ANeuralNetworksModel_addOperation(model: NdkModel, type: int, inputs: Sequence[int],
                                       outputs: Sequence[int]) -> None:
     model.add_operation(type, inputs, outputs)
 
 
-@_api((0, Model))
-def ANeuralNetworksModel_identifyInputsAndOutputs(model: Model, inputs: Sequence[int],
+@_api((0, NdkModel))
+def ANeuralNetworksModel_identifyInputsAndOutputs(model: NdkModel, inputs: Sequence[int],
                                                   outputs: Sequence[int]) -> None:
     model.identify_inputs_and_outputs(inputs, outputs)
 
 
-@_api((0, Model))
-def ANeuralNetworksModel_relaxComputationFloat32toFloat16(model: Model, allow: bool) -> None:
+@_api((0, NdkModel))
+def ANeuralNetworksModel_relaxComputationFloat32toFloat16(model: NdkModel, allow: bool) -> None:
     model.relax_computation_float32_to_float16(allow)
 
 
-@_api((0, Model), (1, Sequence), out=True)
-def ANeuralNetworksModel_getSupportedOperationsForDevices(model: Model,
+@_api((0, NdkModel), (1, Sequence), out=True)
+def ANeuralNetworksModel_getSupportedOperationsForDevices(model: NdkModel,
                                                           devices_: Sequence[Device]
                                                           ) -> list[bool]:
     if any(not isinstance(d, Device) for d in devices_):
@@ -209,13 +209,13 @@ def ANeuralNetworksModel_getSupportedOperationsForDevices(model: Model,
 
 # ---- compilations -------------------------------------------------------------------------
 
-@_api((0, Model), out=True)
-def ANeuralNetworksCompilation_create(model: Model) -> Compilation:
+@_api((0, NdkModel), out=True)
+def ANeuralNetworksCompilation_create(model: NdkModel) -> Compilation:
     return Compilation(model)
 
 
-@_api((0, Model), (1, Sequence), out=True)
-def ANeuralNetworksCompilation_createForDevices(model: Model, devices_: Sequence[Device]
+@_api((0, NdkModel), (1, Sequence), out=True)
+def ANeuralNetworksCompilation_createForDevices(model: NdkModel, devices_: Sequence[Device]
                                                 ) -> Compilation:
     if any(d is None for d in devices_):
         raise NdkError(ResultCode.UNEXPECTED_NULL, "createForDevices: a device is NULL")

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from nnhal.hal.interfaces import IBurst, IExecution, IPreparedModel
+from nnhal.hal.request_layout import ArgSlot, LayoutError, RequestLayout
 from nnhal.hal.types import (
-    DataLocation,
     ErrorStatus,
     MeasureTiming,
     MemoryPool,
@@ -32,7 +32,6 @@ from nnhal.hal.types import (
     OperationType,
     OutputShape,
     Request,
-    RequestArgument,
     Timing,
     value_nbytes,
 )
@@ -320,73 +319,62 @@ class PlanPrepared(_RuntimePrepared):
     def _run_step(self, step: Step, env: dict[int, Any], deadline: int | None,
                   loop_timeout: int | None) -> ErrorStatus:
         sg = self.main
-        in_size = 0
-        in_args = []
         values = [self._value(env, i) for i in step.inputs]
-        for data, dims in values:
-            if data is None:
-                in_args.append(RequestArgument(True, DataLocation(0, 0, 0), []))
-                continue
-            in_size += -in_size % 8
-            in_args.append(RequestArgument(False, DataLocation(0, in_size, data.nbytes),
-                                           list(dims)))
-            in_size += data.nbytes
-        in_mem = self._take(in_size)
-        buf = in_mem.mapped()
-        for (data, _dims), a in zip(values, in_args):
-            if not a.has_no_value:
-                off = a.location.offset
-                buf[off:off + a.location.length] = data
+        ins = [ArgSlot(omitted=True) if data is None else ArgSlot(data.nbytes, tuple(dims))
+               for data, dims in values]
         sizes = []
         for i in step.outputs:
             o = step.model.main.operands[step.model.main.output_indexes[len(sizes)]]
             n = value_nbytes(o.type, list(o.dimensions))
             sizes.append(n if n is not None else self._sizes.get(i, _GUESS))
         try:
+            layout = RequestLayout(ins, [ArgSlot(n) for n in sizes], take=self._take,
+                                   give=self._give)
+        except LayoutError:
+            return ErrorStatus.GENERAL_FAILURE
+        try:
+            for k, (data, _dims) in enumerate(values):
+                if data is not None:
+                    layout.input_view(k)[:] = data
             for _attempt in range(MAX_RESIZE):
-                offs, total = [], 0
-                for n in sizes:
-                    total += -total % 8
-                    offs.append(total)
-                    total += n
-                out_mem = self._take(total)
-                try:
-                    out_args = [RequestArgument(False, DataLocation(1, off, n), [])
-                                for off, n in zip(offs, sizes)]
-                    req = Request(in_args, out_args, [in_mem, out_mem])
-                    status, shapes, _t = step.prepared.execute_synchronously(
-                        req, MeasureTiming.NO, deadline, loop_timeout)
-                    status = _status(status)
-                    if status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and shapes:
-                        grown = False
-                        for j, s in enumerate(shapes[:len(sizes)]):
-                            if s.is_sufficient:
-                                continue
-                            t = sg.operands[step.outputs[j]].type
-                            need = value_nbytes(t, list(s.dimensions))
-                            sizes[j] = need if need is not None and need > sizes[j] \
-                                else sizes[j] * 4
-                            self._sizes[step.outputs[j]] = sizes[j]
-                            grown = True
-                        if grown:
-                            continue
-                    if status != ErrorStatus.NONE:
-                        return status
-                    src = out_mem.mapped()
-                    for j, i in enumerate(step.outputs):
-                        o = sg.operands[i]
-                        dims = list(shapes[j].dimensions) if shapes and j < len(shapes) \
-                            else list(step.model.main.operands[
-                                step.model.main.output_indexes[j]].dimensions)
-                        n = value_nbytes(o.type, dims, zero_is_known=True)
-                        n = sizes[j] if n is None else n
-                        env[i] = (src[offs[j]:offs[j] + n].copy(), dims)
-                    return ErrorStatus.NONE
-                finally:
-                    self._give(out_mem)
+                status, shapes, _t = step.prepared.execute_synchronously(
+                    layout.request, MeasureTiming.NO, deadline, loop_timeout)
+                status = _status(status)
+                if status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and shapes:
+                    needs: list[int | None] = []
+                    for j, s in enumerate(shapes[:len(sizes)]):
+                        have = layout.out_sizes[j]
+                        need = None if s.is_sufficient else value_nbytes(
+                            sg.operands[step.outputs[j]].type, list(s.dimensions))
+                        needs.append(None if s.is_sufficient else
+                                     need if need is not None and need > have else have * 4)
+                    try:
+                        grown = layout.grow(needs)
+                    except LayoutError:  # a driver's absurd size: an error, not an allocation
+                        return ErrorStatus.GENERAL_FAILURE
+                    for j, need in enumerate(needs):
+                        if need is not None:
+                            self._sizes[step.outputs[j]] = layout.out_sizes[j]
+                    if grown:
+                        continue
+                    if any(n is not None for n in needs):
+                        return ErrorStatus.GENERAL_FAILURE  # too small, and cannot grow
+                if status != ErrorStatus.NONE:
+                    return status
+                for j, i in enumerate(step.outputs):
+                    o = sg.operands[i]
+                    dims = list(shapes[j].dimensions) if shapes and j < len(shapes) \
+                        else list(step.model.main.operands[
+                            step.model.main.output_indexes[j]].dimensions)
+                    n = value_nbytes(o.type, dims, zero_is_known=True)
+                    n = layout.out_sizes[j] if n is None else n
+                    env[i] = (layout.output_view(j, n).copy(), dims)
+                return ErrorStatus.NONE
+            return ErrorStatus.GENERAL_FAILURE
+        except LayoutError:  # a driver's answer larger than the buffer it was given
             return ErrorStatus.GENERAL_FAILURE
         finally:
-            self._give(in_mem)
+            layout.close()
 
 
 class FallbackPrepared(_RuntimePrepared):

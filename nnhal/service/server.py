@@ -5,7 +5,7 @@ fences a message defines exist before the next message is read); on a call, the 
 the reading to another thread of the client's pool and runs the call itself, so a long prepare
 or execution never blocks the client's other calls. Everything a client holds
 (prepared models, bursts, executions, buffers, memories, fences, cache holds) sits in its own
-:class:`Session` tables and is dropped when it disconnects. All input is hostile: a message
+:class:`ClientSession` tables and is dropped when it disconnects. All input is hostile: a message
 that does not decode gets an ERROR reply with INVALID_ARGUMENT, one past a bound an ERROR
 with RESOURCE_EXHAUSTED_*, one that breaks the framing drops that client; nothing a client
 sends stops the service.
@@ -137,7 +137,7 @@ class _Fail(Exception):
         self.status = status
 
 
-class Session:
+class ClientSession:
     """One connected client: its tables, its reader and its call threads."""
 
     def __init__(self, service: Service, sock: socket.socket, peer: str):
@@ -587,7 +587,7 @@ def _release_hold(hold: Any) -> None:
 class _PreparedCallback(IPreparedModelCallback):
     """Sends NOTIFY_PREPARED once; closes the call's cache descriptors after notifying."""
 
-    def __init__(self, session: Session, call_id: int, fds: list[int]):
+    def __init__(self, session: ClientSession, call_id: int, fds: list[int]):
         self.session, self.call_id, self.fds = session, call_id, fds
         self.lock = threading.Lock()
         self.done = False
@@ -620,7 +620,7 @@ class _PreparedCallback(IPreparedModelCallback):
 
 
 class _ExecutionCallback(IExecutionCallback):
-    def __init__(self, session: Session, call_id: int):
+    def __init__(self, session: ClientSession, call_id: int):
         self.session, self.call_id = session, call_id
         self.lock = threading.Lock()
         self.done = False
@@ -674,7 +674,7 @@ class _RingBurst:
     BURST_CACHE, BURST_CREATE_REUSABLE) reach the driver's burst through the same methods.
     """
 
-    def __init__(self, session: Session, burst: Any, pair: ChannelPair):
+    def __init__(self, session: ClientSession, burst: Any, pair: ChannelPair):
         self.session, self.burst, self.pair = session, burst, pair
         self.handle = 0
         # packet bytes -> (request with its pools, ((slot, memory), ...), measure)
@@ -828,12 +828,12 @@ def _fence_specs(r: Reader) -> list[tuple[int, int]]:
     return specs
 
 
-def _exec_args(s: Session, r: Reader) -> tuple:
+def _exec_args(s: ClientSession, r: Reader) -> tuple:
     return (r.u32(), w.get_request(r, s.token_filter), _measure(r), r.opt_i64("deadline"),
             r.opt_i64("loopTimeout"))
 
 
-_DECODERS: dict[Kind, Callable[[Session, Reader], tuple]] = {
+_DECODERS: dict[Kind, Callable[[ClientSession, Reader], tuple]] = {
     Kind.GET_CAPABILITIES: lambda s, r: (),
     Kind.GET_TYPE: lambda s, r: (),
     Kind.GET_VERSION_STRING: lambda s, r: (),
@@ -967,7 +967,7 @@ def _status_reply(status: Any) -> Writer:
     return wr
 
 
-def _handle_reply(s: Session, kind: str, result: tuple) -> Writer:
+def _handle_reply(s: ClientSession, kind: str, result: tuple) -> Writer:
     status, obj = result
     wr = Writer()
     if status == ErrorStatus.NONE and obj is not None:
@@ -981,12 +981,12 @@ def _handle_reply(s: Session, kind: str, result: tuple) -> Writer:
     return wr
 
 
-def _delay(s: Session) -> None:
+def _delay(s: ClientSession) -> None:
     if s.service.test_delay:
         time.sleep(s.service.test_delay)
 
 
-def _get_capabilities(s: Session, cid: int) -> Writer:
+def _get_capabilities(s: ClientSession, cid: int) -> Writer:
     status, caps = s.device.get_capabilities()
     wr = Writer()
     w.put_status(wr, status)
@@ -996,7 +996,7 @@ def _get_capabilities(s: Session, cid: int) -> Writer:
     return wr
 
 
-def _get_supported(s: Session, cid: int, model: Any) -> Writer:
+def _get_supported(s: ClientSession, cid: int, model: Any) -> Writer:
     status, supported = s.device.get_supported_operations(model)
     wr = Writer()
     w.put_status(wr, status)
@@ -1005,7 +1005,7 @@ def _get_supported(s: Session, cid: int, model: Any) -> Writer:
     return wr
 
 
-def _get_type(s: Session, cid: int) -> Writer:
+def _get_type(s: ClientSession, cid: int) -> Writer:
     status, t = s.device.get_type()
     wr = Writer()
     w.put_status(wr, status)
@@ -1013,7 +1013,7 @@ def _get_type(s: Session, cid: int) -> Writer:
     return wr
 
 
-def _get_version(s: Session, cid: int) -> Writer:
+def _get_version(s: ClientSession, cid: int) -> Writer:
     status, v = s.device.get_version_string()
     wr = Writer()
     w.put_status(wr, status)
@@ -1021,7 +1021,7 @@ def _get_version(s: Session, cid: int) -> Writer:
     return wr
 
 
-def _get_extensions(s: Session, cid: int) -> Writer:
+def _get_extensions(s: ClientSession, cid: int) -> Writer:
     status, exts = s.device.get_supported_extensions()
     wr = Writer()
     w.put_status(wr, status)
@@ -1030,7 +1030,7 @@ def _get_extensions(s: Session, cid: int) -> Writer:
     return wr
 
 
-def _get_cache_files(s: Session, cid: int) -> Writer:
+def _get_cache_files(s: ClientSession, cid: int) -> Writer:
     status, n_model, n_data = s.device.get_number_of_cache_files_needed()
     wr = Writer()
     w.put_status(wr, status)
@@ -1039,7 +1039,7 @@ def _get_cache_files(s: Session, cid: int) -> Writer:
     return wr
 
 
-def _prepare(s: Session, cid: int, model: Any, preference: int, priority: int,
+def _prepare(s: ClientSession, cid: int, model: Any, preference: int, priority: int,
              deadline: int | None, mc: list[int], dc: list[int], token: bytes | None) -> Writer:
     cb = _PreparedCallback(s, cid, [fd for fd in mc + dc if fd >= 0])
     try:
@@ -1052,7 +1052,7 @@ def _prepare(s: Session, cid: int, model: Any, preference: int, priority: int,
     return _status_reply(launch)
 
 
-def _prepare_from_cache(s: Session, cid: int, deadline: int | None, mc: list[int],
+def _prepare_from_cache(s: ClientSession, cid: int, deadline: int | None, mc: list[int],
                         dc: list[int], token: bytes | None) -> Writer:
     cb = _PreparedCallback(s, cid, [fd for fd in mc + dc if fd >= 0])
     try:
@@ -1064,7 +1064,7 @@ def _prepare_from_cache(s: Session, cid: int, deadline: int | None, mc: list[int
     return _status_reply(launch)
 
 
-def _allocate(s: Session, cid: int, desc: Any, pms: list[int], ins: list, outs: list
+def _allocate(s: ClientSession, cid: int, desc: Any, pms: list[int], ins: list, outs: list
               ) -> Writer:
     models = [s.get(_PM, h) for h in pms]
     status, buffer, token = s.device.allocate(desc, models, ins, outs)
@@ -1083,7 +1083,7 @@ def _allocate(s: Session, cid: int, desc: Any, pms: list[int], ins: list, outs: 
     return wr
 
 
-def _execute(s: Session, cid: int, pm: int, request: Any, measure: int,
+def _execute(s: ClientSession, cid: int, pm: int, request: Any, measure: int,
              deadline: int | None, loop: int | None) -> Writer:
     prepared = s.get(_PM, pm)
     cb = _ExecutionCallback(s, cid)
@@ -1096,14 +1096,14 @@ def _execute(s: Session, cid: int, pm: int, request: Any, measure: int,
     return _status_reply(launch)
 
 
-def _execute_sync(s: Session, cid: int, pm: int, request: Any, measure: int,
+def _execute_sync(s: ClientSession, cid: int, pm: int, request: Any, measure: int,
                   deadline: int | None, loop: int | None) -> Writer:
     prepared = s.get(_PM, pm)
     _delay(s)
     return _shapes_reply(prepared.execute_synchronously(request, measure, deadline, loop))
 
 
-def _execute_fenced(s: Session, cid: int, pm: int, request: Any, specs: list,
+def _execute_fenced(s: ClientSession, cid: int, pm: int, request: Any, specs: list,
                     measure: int, deadline: int | None, loop: int | None,
                     duration: int | None) -> None:
     prepared = s.get(_PM, pm)
@@ -1112,11 +1112,11 @@ def _execute_fenced(s: Session, cid: int, pm: int, request: Any, specs: list,
                                                 duration))
 
 
-def _configure_burst(s: Session, cid: int, pm: int) -> Writer:
+def _configure_burst(s: ClientSession, cid: int, pm: int) -> Writer:
     return _handle_reply(s, _BURST, s.get(_PM, pm).configure_execution_burst())
 
 
-def _configure_burst_rings(s: Session, cid: int, pm: int, ring_fds: _RingFds) -> Writer:
+def _configure_burst_rings(s: ClientSession, cid: int, pm: int, ring_fds: _RingFds) -> Writer:
     try:
         prepared = s.get(_PM, pm)
         with s.lock:
@@ -1156,26 +1156,26 @@ def _configure_burst_rings(s: Session, cid: int, pm: int, ring_fds: _RingFds) ->
     return wr
 
 
-def _create_reusable(s: Session, cid: int, pm: int, request: Any, measure: int,
+def _create_reusable(s: ClientSession, cid: int, pm: int, request: Any, measure: int,
                      loop: int | None) -> Writer:
     return _handle_reply(s, _EXEC, s.get(_PM, pm).create_reusable_execution(request, measure,
                                                                              loop))
 
 
-def _burst_execute(s: Session, cid: int, burst: int, request: Any, measure: int,
+def _burst_execute(s: ClientSession, cid: int, burst: int, request: Any, measure: int,
                    deadline: int | None, loop: int | None) -> Writer:
     b = s.get(_BURST, burst)
     _delay(s)
     return _shapes_reply(b.execute(request, measure, deadline, loop))
 
 
-def _burst_reusable(s: Session, cid: int, burst: int, request: Any, measure: int,
+def _burst_reusable(s: ClientSession, cid: int, burst: int, request: Any, measure: int,
                     loop: int | None) -> Writer:
     return _handle_reply(s, _EXEC, s.get(_BURST, burst).create_reusable_execution(
         request, measure, loop))
 
 
-def _burst_cache(s: Session, cid: int, burst: int, mem: tuple[int, SharedMemory]) -> Writer:
+def _burst_cache(s: ClientSession, cid: int, burst: int, mem: tuple[int, SharedMemory]) -> Writer:
     b = s.get(_BURST, burst)
     ident, memory = mem
     hold = b.cache_memory(memory)
@@ -1192,24 +1192,24 @@ def _burst_cache(s: Session, cid: int, burst: int, mem: tuple[int, SharedMemory]
     return _status_reply(ErrorStatus.NONE)
 
 
-def _compute(s: Session, cid: int, ex: int, deadline: int | None) -> Writer:
+def _compute(s: ClientSession, cid: int, ex: int, deadline: int | None) -> Writer:
     execution = s.get(_EXEC, ex)
     _delay(s)
     return _shapes_reply(execution.compute(deadline))
 
 
-def _compute_fenced(s: Session, cid: int, ex: int, specs: list, deadline: int | None,
+def _compute_fenced(s: ClientSession, cid: int, ex: int, specs: list, deadline: int | None,
                     timeout: int | None) -> None:
     execution = s.get(_EXEC, ex)
     fences = s.wait_fences(specs)
     s.fenced_reply(cid, execution.compute_fenced(fences, deadline, timeout))
 
 
-def _copy_to(s: Session, cid: int, buf: int, mem: SharedMemory) -> Writer:
+def _copy_to(s: ClientSession, cid: int, buf: int, mem: SharedMemory) -> Writer:
     return _status_reply(s.get(_BUFFER, buf).copy_to(mem))
 
 
-def _copy_from(s: Session, cid: int, buf: int, mem: SharedMemory, dims: list[int]) -> Writer:
+def _copy_from(s: ClientSession, cid: int, buf: int, mem: SharedMemory, dims: list[int]) -> Writer:
     return _status_reply(s.get(_BUFFER, buf).copy_from(mem, dims))
 
 
@@ -1263,7 +1263,7 @@ _HANDLE_KIND: dict[Kind, str] = {
     **dict.fromkeys((Kind.COPY_TO, Kind.COPY_FROM), _BUFFER),
 }
 
-#: Calls whose decoding is remembered by their bytes (Session.decoded), and how many.
+#: Calls whose decoding is remembered by their bytes (ClientSession.decoded), and how many.
 _MEMO_KINDS = frozenset({Kind.EXECUTE, Kind.EXECUTE_SYNCHRONOUSLY, Kind.BURST_EXECUTE})
 _MEMO_SIZE = 64
 
@@ -1290,14 +1290,14 @@ class _Watcher:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.ep.register(self._wake_r, select.EPOLLIN)
         self.lock = threading.Lock()
-        self.by_fd: dict[int, Session] = {}
-        self.flagged: list[Session] = []  # a call started with the next message read ahead
+        self.by_fd: dict[int, ClientSession] = {}
+        self.flagged: list[ClientSession] = []  # a call started with the next message read ahead
         self.stopped = False
         self.closed = False
         self.wakes = 0  # times the thread woke (tests: none while a synchronous call runs)
         self.thread = threading.Thread(target=self._run, name="nnhal-watcher", daemon=True)
 
-    def add(self, session: Session) -> None:
+    def add(self, session: ClientSession) -> None:
         with self.lock:
             if self.closed:
                 return
@@ -1305,12 +1305,12 @@ class _Watcher:
             self.by_fd[fd] = session
             self.ep.register(fd, _DISARMED)
 
-    def _fd(self, session: Session) -> int | None:
+    def _fd(self, session: ClientSession) -> int | None:
         """The session's socket, if registered here (with the lock held)."""
         fd = session.sock.fileno()
         return fd if fd >= 0 and self.by_fd.get(fd) is session else None
 
-    def remove(self, session: Session) -> None:
+    def remove(self, session: ClientSession) -> None:
         """Before the session's socket closes (its number may be reused)."""
         with self.lock:
             fd = self._fd(session)
@@ -1321,7 +1321,7 @@ class _Watcher:
                 except (OSError, ValueError):
                     pass
 
-    def arm(self, session: Session) -> None:
+    def arm(self, session: ClientSession) -> None:
         """A call starts on the reading thread: wake on the client's next message."""
         self._modify(session, select.EPOLLIN | select.EPOLLONESHOT)
         if session.receiver.pending():  # read ahead already: no event will come for it
@@ -1329,10 +1329,10 @@ class _Watcher:
                 self.flagged.append(session)
                 self._nudge()
 
-    def disarm(self, session: Session) -> None:
+    def disarm(self, session: ClientSession) -> None:
         self._modify(session, _DISARMED)
 
-    def _modify(self, session: Session, events: int) -> None:
+    def _modify(self, session: ClientSession, events: int) -> None:
         with self.lock:
             fd = self._fd(session)
             if fd is not None:
@@ -1367,7 +1367,7 @@ class _Watcher:
             w.close_fds((self._wake_r, self._wake_w))
 
     def _run(self) -> None:
-        due: dict[Session, float] = {}  # sessions to look at, and when
+        due: dict[ClientSession, float] = {}  # sessions to look at, and when
         while not self.stopped:
             timeout = max(0.0, min(due.values()) - time.monotonic()) if due else -1
             events = self.ep.poll(timeout)
@@ -1439,7 +1439,7 @@ class Service:
         self.limits = limits or Limits()
         self.budget = Budget(self.limits.max_held)
         self.gid = None if group is None else _group_id(group)
-        self.sessions: set[Session] = set()
+        self.sessions: set[ClientSession] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
@@ -1487,7 +1487,7 @@ class Service:
             sessions = list(self.sessions)
         return sum(s.objects() for s in sessions)
 
-    def _gone(self, session: Session) -> None:
+    def _gone(self, session: ClientSession) -> None:
         with self._lock:
             self.sessions.discard(session)
 
@@ -1514,7 +1514,7 @@ class Service:
                                 self.limits.max_clients)
                     _tell_busy(conn)
                     continue
-                session = Session(self, conn, who)
+                session = ClientSession(self, conn, who)
                 with self._lock:
                     self.sessions.add(session)
                 self.watcher.add(session)
@@ -1574,7 +1574,7 @@ def serve(driver: str, socket_path: str | None = None, runtime_dir: str | None =
           group: str | None = None, name: str | None = None,
           ready: Callable[[Service], None] | None = None, limits: Limits | None = None) -> int:
     """Run ``nnhal serve``: open the driver, listen, register, serve until SIGTERM/SIGINT."""
-    from nnhal.drivers.registry import open_device
+    from nnhal.drivers.device_registry import open_device
 
     why = no_new_privs()
     if why is not None:

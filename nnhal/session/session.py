@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.drivers.registry import open_device
+from nnhal.drivers.device_registry import open_device
 from nnhal.errors import ExecutionError, InputError, InvalidModelError, NnhalError, one_line
 from nnhal.hal.interfaces import IDevice, IPreparedModel, PreparedModelCallback
+from nnhal.hal.request_layout import ArgSlot, LayoutError, RequestLayout
 from nnhal.hal.types import (
     ErrorStatus,
     ExecutionPreference,
@@ -37,10 +38,10 @@ from nnhal.hal.types import (
     Model,
     OutputShape,
     Priority,
+    value_nbytes,
 )
 from nnhal.session.explain import explain_rejection
 from nnhal.session.info import MAX_FEED_BYTES, TensorInfo, check_feed, tensor_info
-from nnhal.session.layout import LayoutError, RequestLayout, nbytes
 from nnhal.tflite.model import ImportedModel, StateVariable
 
 #: Seconds to wait for a driver to report a preparation before calling it hung.
@@ -138,6 +139,8 @@ class Session:
         self._converting = threading.local()
         self._closed = True  # until prepared: close() must be safe after a failed __init__
         self._layout: RequestLayout | None = None
+        self._layout_key: tuple = ()
+        self._views: list[np.ndarray] = []
         preference, priority = _check_arguments(device, devices, preference, priority,
                                                 input_names, output_names)
         self.imported = load_model(model_or_path, input_names, output_names)
@@ -199,7 +202,7 @@ class Session:
         self._initial = [self._initial_value(s) for s in imp.state]
         self._state = list(self._initial)
         #: The output sizes the last run needed (grows with OUTPUT_INSUFFICIENT_SIZE).
-        self._out_sizes = [nbytes(o, o.shape) if o.fully_known else 0 for o in all_out]
+        self._out_sizes = [_bytes(o, o.shape) if o.fully_known else 0 for o in all_out]
 
     # ---- preparation -----------------------------------------------------------------------
     def _initial_value(self, s: StateVariable) -> np.ndarray:
@@ -235,7 +238,7 @@ class Session:
         steps, or one with CPU fallback)."""
         from nnhal.errors import NdkError
         from nnhal.runtime import Compilation
-        from nnhal.runtime import Model as RuntimeModel
+        from nnhal.runtime import NdkModel as RuntimeModel
         from nnhal.runtime.codes import PriorityCode
         from nnhal.runtime.devices import Device
         from nnhal.runtime.devices import devices as available
@@ -381,29 +384,41 @@ class Session:
         return full
 
     def _layout_for(self, arrays: Sequence[np.ndarray]) -> RequestLayout:
+        """The request memory for feeds of these shapes: kept while the shapes stay, with
+        typed views of its inputs (one copy in)."""
         key = tuple(a.shape for a in arrays)
-        if self._layout is not None and self._layout.key == key:
+        if self._layout is not None and self._layout_key == key:
             return self._layout
         if self._layout is not None:
             self._layout.close()
             self._layout = None
-        self._layout = RequestLayout(self._all_inputs, key, self._all_outputs, self._out_sizes)
-        return self._layout
+        ins = self._all_inputs
+        # Dimensions go in the request only where the model leaves some unknown.
+        layout = RequestLayout(
+            [ArgSlot(_bytes(i, s), () if i.fully_known else s) for i, s in zip(ins, key)],
+            [ArgSlot(n) for n in self._out_sizes], max_output_bytes=MAX_FEED_BYTES,
+            both_pools=True)
+        self._views = [layout.input_view(k).view(i.dtype).reshape(s)
+                       for k, (i, s) in enumerate(zip(ins, key))]
+        self._layout, self._layout_key = layout, key
+        return layout
 
     def _execute(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         try:
             layout = self._layout_for(arrays)
-            layout.write(arrays)
+            for view, arr in zip(self._views, arrays):
+                np.copyto(view, arr, casting="no")
             status, shapes = self._call(layout)
             if status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and \
                     len(shapes) == len(self._all_outputs):
-                layout.grow(shapes)
+                layout.grow(self._needs(shapes))
                 self._out_sizes = list(layout.out_sizes)
                 status, shapes = self._call(layout)
             if status != ErrorStatus.NONE:
                 raise ExecutionError(f"{self._what()}: execution failed: {_status_name(status)}"
                                      f"{_hint(status)}", status)
-            return [layout.read(k, self._real_shape(k, shapes)) for k in range(len(shapes))] \
+            return [self._read(layout, k, self._real_shape(k, shapes))
+                    for k in range(len(shapes))] \
                 if len(shapes) == len(self._all_outputs) else self._declared_outputs(layout)
         except LayoutError as e:  # the layout may be half made or half grown: not reused
             if self._layout is not None:
@@ -411,6 +426,23 @@ class Session:
                 self._layout = None
             raise ExecutionError(f"{self._what()}: {e}",
                                  ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT) from None
+
+    def _needs(self, shapes: Sequence[OutputShape]) -> list[int]:
+        """Bytes each output needs for the shapes a driver reported."""
+        try:
+            return [_bytes(info, [int(d) for d in s.dimensions])
+                    for info, s in zip(self._all_outputs, shapes)]
+        except Exception as e:  # noqa: BLE001 - a driver's answer of the wrong kind
+            raise LayoutError(f"the driver reported unreadable output shapes: "
+                              f"{one_line(e)}") from None
+
+    def _read(self, layout: RequestLayout, k: int, shape: Sequence[int]) -> np.ndarray:
+        info = self._all_outputs[k]
+        n, have = _bytes(info, shape), layout.out_sizes[k]
+        if n > have:
+            raise LayoutError(f"the driver reported shape {tuple(shape)} for output "
+                              f"'{info.name}': {n} bytes, its buffer has {have}")
+        return layout.read_output(k, info.dtype, shape)
 
     def _call(self, layout: RequestLayout) -> tuple[int, list[OutputShape]]:
         """(status, output shapes) of one execution; ExecutionError for a driver that raises
@@ -446,7 +478,7 @@ class Session:
                 raise ExecutionError(f"{self._what()}: the driver reported no shape for "
                                      f"output '{info.name}', whose shape the model leaves "
                                      f"unknown", ErrorStatus.GENERAL_FAILURE)
-            outs.append(layout.read(k, info.shape))  # type: ignore[arg-type]
+            outs.append(self._read(layout, k, info.shape))  # type: ignore[arg-type]
         return outs
 
     # ---- state and lifetime ----------------------------------------------------------------
@@ -506,6 +538,16 @@ def _fits(want: tuple[int, ...], shape: tuple[int, ...]) -> bool:
 def _key(key: object) -> str:
     """A feed's key for a message: a name quoted, anything else by its type."""
     return f"'{key}'" if isinstance(key, str) else f"key of type {type(key).__name__}"
+
+
+def _bytes(info: TensorInfo, shape: Sequence[int]) -> int:
+    """Bytes of a value of ``info`` in ``shape`` by the one size rule (a tensor fed or
+    reported with rank 0 holds one element)."""
+    n = value_nbytes(info.type if info.type is not None else -1, tuple(shape) or (1,),
+                     zero_is_known=True)
+    if n is None:
+        raise LayoutError(f"'{info.name}' is not of a HAL operand type")
+    return n
 
 
 def _status_name(status: int) -> str:

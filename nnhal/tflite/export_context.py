@@ -1,5 +1,5 @@
 """The exporter's state while it walks one HAL subgraph: HAL operands to TFLite tensors,
-and the :class:`OpContext` each operation's converter works through."""
+and the :class:`ExportOpContext` each operation's converter works through."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ _NUMPY = {TT.FLOAT32: "<f4", TT.FLOAT16: "<f2", TT.INT32: "<i4", TT.UINT32: "<u4
           TT.BOOL: "u1", TT.UINT8: "u1", TT.INT8: "i1", TT.INT16: "<i2", TT.UINT16: "<u2"}
 
 
-class Refuse(Exception):
+class Unexportable(Exception):
     """An operation this exporter cannot express exactly; the message says why."""
 
 
@@ -44,15 +44,15 @@ class Refuse(Exception):
 QUANTIZED = frozenset(_QUANT)
 
 
-def fused_act(cx: OpContext, j: int) -> int:
+def fused_act(cx: ExportOpContext, j: int) -> int:
     """The TFLite fused activation of HAL FuseCode input ``j`` (NONE when absent)."""
     v = cx.scalar(j, 0)
     if v not in ACTIVATIONS_BACK:
-        raise Refuse(f"fused activation {v} is not a HAL FuseCode")
+        raise Unexportable(f"fused activation {v} is not a HAL FuseCode")
     return ACTIVATIONS_BACK[v]
 
 
-Converter = Callable[["OpContext"], None]
+Converter = Callable[["ExportOpContext"], None]
 
 
 class ExportState(Protocol):
@@ -84,7 +84,7 @@ class SubgraphWriter:
     def shape(self, i: int) -> tuple[list[int], list[int] | None]:
         shape = self.g.shapes[i]
         if shape is None:
-            raise Refuse(f"operand #{i} has an unknown rank")
+            raise Unexportable(f"operand #{i} has an unknown rank")
         dims = [int(d) for d in shape]
         if 0 in dims:
             return [d or 1 for d in dims], [d or -1 for d in dims]
@@ -105,7 +105,7 @@ class SubgraphWriter:
         if info.omitted:
             return -1
         if info.type not in TENSOR_TYPES:
-            raise Refuse(f"operand #{i} of type {info.type.name} has no TFLite type")
+            raise Unexportable(f"operand #{i} of type {info.type.name} has no TFLite type")
         if info.is_const:
             self.tensors[i] = self.constant(info.value, info, f"c{i}")
         else:
@@ -142,7 +142,7 @@ class SubgraphWriter:
         g = self.g
         try:
             self.sg.inputs = [self.edge_input(k, i) for k, i in enumerate(g.inputs)]
-        except Refuse as e:
+        except Unexportable as e:
             self.ex.refused.append(f"{self.where()}inputs: {e}")
             return
         refused = len(self.ex.refused)
@@ -155,10 +155,10 @@ class SubgraphWriter:
             first = len(self.sg.operators)
             try:
                 if conv is None:
-                    raise Refuse(_NO_EQUIVALENT.get(name, "no TFLite builtin equivalent"))
-                conv(OpContext(self, list(ins), list(outs)))
+                    raise Unexportable(_NO_EQUIVALENT.get(name, "no TFLite builtin equivalent"))
+                conv(ExportOpContext(self, list(ins), list(outs)))
                 self.check_kernels(first)
-            except Refuse as e:
+            except Unexportable as e:
                 self.ex.refused.append(f"{self.where()}#{k} {name}: {e}")
         if len(self.ex.refused) > refused:
             return  # outputs of refused operations were never made
@@ -167,7 +167,7 @@ class SubgraphWriter:
             outputs += self.sg.inputs[len(self.sg.inputs) - self.passthrough:] \
                 if self.passthrough else []
             self.sg.outputs = outputs
-        except Refuse as e:
+        except Unexportable as e:
             self.ex.refused.append(f"{self.where()}outputs: {e}")
 
     def check_kernels(self, first: int) -> None:
@@ -188,7 +188,7 @@ class SubgraphWriter:
                                      [view(i) for i in op.outputs],  # type: ignore[misc]
                                      op.options.get))
             if why is not None:
-                raise Refuse(f"TFLite's {name} kernel: {why}")
+                raise Unexportable(f"TFLite's {name} kernel: {why}")
 
     def where(self) -> str:
         return "" if self.is_main else f"subgraph {self.g.index} "
@@ -208,7 +208,7 @@ class SubgraphWriter:
 
     def edge_output(self, k: int, i: int) -> int:
         if i not in self.tensors or i in self.g.inputs:
-            raise Refuse(f"output operand #{i} is not computed by an operation")
+            raise Unexportable(f"output operand #{i} is not computed by an operation")
         t = self.tensors[i]
         info = self.g.shaped(i)
         if self.is_main and info.type in _FLOAT16:
@@ -243,7 +243,7 @@ _NO_EQUIVALENT["RANDOM_MULTINOMIAL"] = ("TFLite's MULTINOMIAL draws other random
 _NO_EQUIVALENT["OEM_OPERATION"] = "a vendor operation"
 
 
-class OpContext:
+class ExportOpContext:
     """What a converter sees of one operation: its operands, and ways to add tensors and
     operators to the subgraph."""
 
@@ -266,15 +266,15 @@ class OpContext:
             return default
         info = self.info(j)
         if not info.is_const:
-            raise Refuse(f"input {j} (operand #{self.ins[j]}) is not a constant; TFLite takes "
-                         f"it as an operator option")
+            raise Unexportable(f"input {j} (operand #{self.ins[j]}) is not a constant; TFLite "
+                               f"takes it as an operator option")
         v = np.asarray(info.value)
         return v.item() if v.ndim == 0 else v.reshape(-1).tolist()
 
     def const(self, j: int) -> np.ndarray:
         info = self.info(j)
         if not info.is_const:
-            raise Refuse(f"input {j} (operand #{self.ins[j]}) is not a constant")
+            raise Unexportable(f"input {j} (operand #{self.ins[j]}) is not a constant")
         return np.asarray(info.value)
 
     def t(self, j: int) -> int:

@@ -10,7 +10,7 @@ from tflite.Padding import Padding
 from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.types import OperandType
-from nnhal.tflite.export_context import Converter, OpContext, Refuse, fused_act
+from nnhal.tflite.export_context import Converter, ExportOpContext, Unexportable, fused_act
 from nnhal.tflite.schema import PADDINGS_BACK
 
 T = OperandType
@@ -24,7 +24,7 @@ NN_CONVERTERS: dict[str, Converter] = {}
 class _Io:
     """Input 0 and output 0 in NHWC: for an NCHW operation, TRANSPOSEs around it."""
 
-    def __init__(self, cx: OpContext, layout_input: int | None) -> None:
+    def __init__(self, cx: ExportOpContext, layout_input: int | None) -> None:
         self.cx = cx
         self.nchw = layout_input is not None and bool(cx.scalar(layout_input, False))
         self.x, self.y = cx.t(0), cx.o()
@@ -60,7 +60,7 @@ class _Io:
             y = out
 
 
-def retyped(cx: OpContext, t: int, tt: int) -> int:
+def retyped(cx: ExportOpContext, t: int, tt: int) -> int:
     """A new tensor like ``t`` in int8 or uint8 with the same scale (zero point moved)."""
     src = cx.w.sg.tensors[t]
     shift = 128 if tt == TT.UINT8 else -128
@@ -77,14 +77,14 @@ def _same_pads(size: int, k: int, s: int, d: int) -> tuple[int, int]:
     return total // 2, total - total // 2
 
 
-def _padding(cx: OpContext, io: _Io, pads: list[int] | None, scheme: int | None,
+def _padding(cx: ExportOpContext, io: _Io, pads: list[int] | None, scheme: int | None,
              k_hw: tuple[int, int], s_hw: tuple[int, int], d_hw: tuple[int, int],
              pad_op: bool) -> int:
     """The TFLite padding for explicit ``pads`` (left, right, top, bottom) or a HAL scheme.
     Explicit padding that is neither SAME nor VALID becomes a PAD (when ``pad_op``)."""
     if pads is None:
         if scheme not in PADDINGS_BACK:
-            raise Refuse(f"padding scheme {scheme} is not a HAL padding scheme")
+            raise Unexportable(f"padding scheme {scheme} is not a HAL padding scheme")
         return PADDINGS_BACK[scheme]
     left, right, top, bottom = pads
     if not any(pads):
@@ -94,10 +94,10 @@ def _padding(cx: OpContext, io: _Io, pads: list[int] | None, scheme: int | None,
             _same_pads(w, k_hw[1], s_hw[1], d_hw[1]) == (left, right):
         return Padding.SAME
     if not pad_op:
-        raise Refuse(f"explicit padding {pads} is neither SAME nor VALID, and TFLite's "
-                     f"pooling would count or compare the padded values")
+        raise Unexportable(f"explicit padding {pads} is neither SAME nor VALID, and TFLite's "
+                           f"pooling would count or compare the padded values")
     if min(pads) < 0:
-        raise Refuse(f"negative padding {pads}")
+        raise Unexportable(f"negative padding {pads}")
     shape = [io.in_shape[0], h + top + bottom, w + left + right, io.in_shape[3]]
     padded = cx.temp(shape, io.x)
     cx.emit(BO.PAD, [io.x, cx.ints([[0, 0], [top, bottom], [left, right], [0, 0]])],
@@ -106,7 +106,7 @@ def _padding(cx: OpContext, io: _Io, pads: list[int] | None, scheme: int | None,
     return Padding.VALID
 
 
-def _bias(cx: OpContext, j: int, filter_j: int) -> int:
+def _bias(cx: ExportOpContext, j: int, filter_j: int) -> int:
     """The bias tensor; with a per-channel filter, TFLite wants the bias's per-channel scales
     (input scale x filter scale) that the HAL leaves implicit."""
     f = cx.info(filter_j)
@@ -120,7 +120,7 @@ def _bias(cx: OpContext, j: int, filter_j: int) -> int:
     return t
 
 
-def _filter(cx: OpContext, j: int, io: _Io) -> int:
+def _filter(cx: ExportOpContext, j: int, io: _Io) -> int:
     """The filter tensor. A per-channel filter with a uint8 input computes on int8; an int8
     filter with a zero point (QUANT8_ASYMM_SIGNED) is stored again without one when its
     values allow, else the operation computes on uint8, whose kernels take zero points."""
@@ -144,7 +144,7 @@ def _filter(cx: OpContext, j: int, io: _Io) -> int:
 
 # ---- convolutions and pools ---------------------------------------------------------------
 
-def _conv_2d(cx: OpContext) -> None:
+def _conv_2d(cx: ExportOpContext) -> None:
     explicit = cx.n >= 10 and cx.info(7).type == T.INT32
     if explicit:
         pads, scheme = [cx.scalar(k) for k in (3, 4, 5, 6)], None
@@ -163,7 +163,7 @@ def _conv_2d(cx: OpContext) -> None:
     io.finish()
 
 
-def _depthwise(cx: OpContext) -> None:
+def _depthwise(cx: ExportOpContext) -> None:
     explicit = cx.n >= 11 and cx.info(8).type == T.INT32
     if explicit:
         pads, scheme = [cx.scalar(k) for k in (3, 4, 5, 6)], None
@@ -184,7 +184,7 @@ def _depthwise(cx: OpContext) -> None:
 
 
 def _pool(code: int) -> Converter:
-    def convert(cx: OpContext) -> None:
+    def convert(cx: ExportOpContext) -> None:
         if cx.n >= 10:
             pads, scheme = [cx.scalar(k) for k in (1, 2, 3, 4)], None
             sw, sh, fw, fh, act, layout = (*(cx.scalar(k) for k in (5, 6, 7, 8)), 9, 10)
@@ -194,7 +194,7 @@ def _pool(code: int) -> Converter:
         io = _Io(cx, layout)
         try:
             padding = _padding(cx, io, pads, scheme, (fh, fw), (sh, sw), (1, 1), False)
-        except Refuse:
+        except Unexportable:
             if code != BO.AVERAGE_POOL_2D or pads is None:
                 raise
             _padded_average(cx, io, pads, (fh, fw), (sh, sw), fused_act(cx, act))
@@ -206,7 +206,7 @@ def _pool(code: int) -> Converter:
     return convert
 
 
-def _padded_average(cx: OpContext, io: _Io, pads: list[int], k: tuple[int, int],
+def _padded_average(cx: ExportOpContext, io: _Io, pads: list[int], k: tuple[int, int],
                     s: tuple[int, int], activation: int) -> None:
     """An average pool whose explicit padding TFLite has not: the HAL averages only the real
     values under each window. So: PAD with zeros, VALID average, times (window size / real
@@ -242,7 +242,7 @@ def _padded_average(cx: OpContext, io: _Io, pads: list[int], k: tuple[int, int],
         cx.emit(BO.QUANTIZE, [y], [io.y])
 
 
-def _split0(cx: OpContext, t: int, groups: int, scales: np.ndarray | None) -> list[int]:
+def _split0(cx: ExportOpContext, t: int, groups: int, scales: np.ndarray | None) -> list[int]:
     """Tensor ``t`` (a filter or bias) cut into ``groups`` slices along axis 0 by a SPLIT,
     each slice with its channels' scales."""
     shape = cx.w.sg.tensors[t].shape
@@ -255,14 +255,14 @@ def _split0(cx: OpContext, t: int, groups: int, scales: np.ndarray | None) -> li
     return parts
 
 
-def _set_scales(cx: OpContext, t: int, scales: np.ndarray) -> None:
+def _set_scales(cx: ExportOpContext, t: int, scales: np.ndarray) -> None:
     tensor = cx.w.sg.tensors[t]
     tensor.scales = [float(v) for v in scales]
     tensor.zero_points = [0] * len(tensor.scales)
     tensor.quantized_dimension = 0
 
 
-def _grouped_conv(cx: OpContext) -> None:
+def _grouped_conv(cx: ExportOpContext) -> None:
     """One CONV_2D per group on a SPLIT of the input, CONCATENATION of their outputs: what
     a grouped convolution is, with each group's slice of the filter and bias."""
     if cx.n >= 12:
@@ -296,7 +296,7 @@ def _grouped_conv(cx: OpContext) -> None:
     io.finish()
 
 
-def _instance_norm(cx: OpContext) -> None:
+def _instance_norm(cx: ExportOpContext) -> None:
     """gamma * (x - mean) / sqrt(var + epsilon) + beta over each image's height and width,
     the HAL's formula, from MEAN, SQUARED_DIFFERENCE, RSQRT and elementwise builtins."""
     gamma, beta, eps = (float(cx.scalar(j)) for j in (1, 2, 3))
@@ -327,7 +327,7 @@ def _instance_norm(cx: OpContext) -> None:
     io.finish()
 
 
-def _channel_shuffle(cx: OpContext) -> None:
+def _channel_shuffle(cx: ExportOpContext) -> None:
     """RESHAPE the axis into (groups, size / groups), TRANSPOSE those two, RESHAPE back."""
     shape, groups, axis = cx.shape(0), cx.scalar(1), cx.scalar(2)
     axis = axis + len(shape) if axis < 0 else axis
@@ -342,7 +342,7 @@ def _channel_shuffle(cx: OpContext) -> None:
     cx.emit(BO.RESHAPE, [b, cx.ints(shape)], [cx.o()], "ReshapeOptions", NewShape=shape)
 
 
-def _transpose_conv(cx: OpContext) -> None:
+def _transpose_conv(cx: ExportOpContext) -> None:
     crop = None
     if cx.n >= 11:
         left, right, top, bottom = (cx.scalar(k) for k in (3, 4, 5, 6))
@@ -357,7 +357,7 @@ def _transpose_conv(cx: OpContext) -> None:
     else:
         padding = PADDINGS_BACK.get(cx.scalar(4))
         if padding is None:
-            raise Refuse(f"padding scheme {cx.scalar(4)} is not a HAL padding scheme")
+            raise Unexportable(f"padding scheme {cx.scalar(4)} is not a HAL padding scheme")
         sw, sh, act, layout = cx.scalar(5), cx.scalar(6), 7, 8
     io = _Io(cx, layout)
     w = _filter(cx, 1, io)
@@ -375,7 +375,7 @@ def _transpose_conv(cx: OpContext) -> None:
     io.finish()
 
 
-def _fully_connected(cx: OpContext) -> None:
+def _fully_connected(cx: ExportOpContext) -> None:
     io = _Io(cx, None)
     w = _filter(cx, 1, io)
     cx.emit(BO.FULLY_CONNECTED, [io.x, w, cx.t(2)], [io.y], "FullyConnectedOptions",
@@ -394,27 +394,27 @@ NN_CONVERTERS.update(
 # ---- space and resizing -----------------------------------------------------------------------
 
 def _block(code: int, options: str) -> Converter:
-    def convert(cx: OpContext) -> None:
+    def convert(cx: ExportOpContext) -> None:
         io = _Io(cx, 2)
         cx.emit(code, [io.x], [io.y], options, BlockSize=cx.scalar(1))
         io.finish()
     return convert
 
 
-def _batch_to_space(cx: OpContext) -> None:
+def _batch_to_space(cx: ExportOpContext) -> None:
     io = _Io(cx, 2)
     cx.emit(BO.BATCH_TO_SPACE_ND, [io.x, cx.t(1), cx.ints([[0, 0], [0, 0]])], [io.y])
     io.finish()
 
 
-def _space_to_batch(cx: OpContext) -> None:
+def _space_to_batch(cx: ExportOpContext) -> None:
     io = _Io(cx, 3)
     cx.emit(BO.SPACE_TO_BATCH_ND, [io.x, cx.t(1), cx.t(2)], [io.y])
     io.finish()
 
 
 def _resize(code: int, options: str) -> Converter:
-    def convert(cx: OpContext) -> None:
+    def convert(cx: ExportOpContext) -> None:
         io = _Io(cx, 3)
         cx.emit(code, [io.x, cx.ints(io.out_shape[1:3])], [io.y], options,
                 AlignCorners=bool(cx.scalar(4, False)),

@@ -1,5 +1,5 @@
 """One converter per HAL operation: its operands become TFLite tensors, its scalar parameters
-builtin options. A converter raises :class:`Refuse` (with the reason) for any variant TFLite
+builtin options. A converter raises :class:`Unexportable` (with the reason) for any variant TFLite
 cannot compute exactly as the HAL defines it; the exporter names each such operation.
 
 This module has the elementwise, shape, indexing and control-flow operations and gathers the
@@ -17,7 +17,13 @@ import tflite
 from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.types import OperandType
-from nnhal.tflite.export_context import QUANTIZED, Converter, OpContext, Refuse, fused_act
+from nnhal.tflite.export_context import (
+    QUANTIZED,
+    Converter,
+    ExportOpContext,
+    Unexportable,
+    fused_act,
+)
 from nnhal.tflite.export_nn import NN_CONVERTERS
 from nnhal.tflite.export_rnn import RNN_CONVERTERS
 
@@ -27,7 +33,7 @@ CONVERTERS: dict[str, Converter] = {}
 
 
 def _simple(code: int) -> Converter:
-    def convert(cx: OpContext) -> None:
+    def convert(cx: ExportOpContext) -> None:
         cx.emit(code, [cx.t(j) for j in range(cx.n)], [cx.o(k) for k in range(len(cx.outs))])
     return convert
 
@@ -46,18 +52,18 @@ for _name, _code in {
     CONVERTERS[_name] = _simple(_code)
 
 
-def _quant_differs(cx: OpContext, inputs: list[int], with_output: bool) -> bool:
+def _quant_differs(cx: ExportOpContext, inputs: list[int], with_output: bool) -> bool:
     infos = [cx.info(j) for j in inputs] + ([cx.out_info()] if with_output else [])
     return infos[0].type in QUANTIZED and len({(i.scale, i.zero_point) for i in infos}) > 1
 
 
-def _dequantized(cx: OpContext, j: int) -> int:
+def _dequantized(cx: ExportOpContext, j: int) -> int:
     y = cx.w.new(f"x{len(cx.w.sg.tensors)}", cx.shape(j), TT.FLOAT32)
     cx.emit(BO.DEQUANTIZE, [cx.t(j)], [y])
     return y
 
 
-def _requantized(cx: OpContext, j: int) -> int:
+def _requantized(cx: ExportOpContext, j: int) -> int:
     """Input ``j`` in the output's quantization (TFLite's QUANTIZE requantizes integers)."""
     info, out = cx.info(j), cx.out_info()
     if (info.scale, info.zero_point) == (out.scale, out.zero_point):
@@ -68,7 +74,7 @@ def _requantized(cx: OpContext, j: int) -> int:
 
 
 def _compare(code: int) -> Converter:
-    def convert(cx: OpContext) -> None:
+    def convert(cx: ExportOpContext) -> None:
         a, b = cx.t(0), cx.t(1)
         if _quant_differs(cx, [0, 1], False):
             # The HAL compares real values; TFLite would compare the stored integers.
@@ -80,7 +86,7 @@ def _compare(code: int) -> Converter:
     return convert
 
 
-def _cast(cx: OpContext, x: int, tt: int) -> int:
+def _cast(cx: ExportOpContext, x: int, tt: int) -> int:
     src = cx.w.sg.tensors[x]
     y = cx.w.new(f"x{len(cx.w.sg.tensors)}", src.shape, tt)
     cx.emit(BO.CAST, [x], [y])
@@ -90,7 +96,7 @@ def _cast(cx: OpContext, x: int, tt: int) -> int:
 def _same_quant_op(code: int, inputs: list[int]) -> Converter:
     """MAXIMUM, MINIMUM, SELECT: TFLite reads the stored integers, the HAL requantizes each
     input to the output's scale first; so do that with QUANTIZE (within one step)."""
-    def convert(cx: OpContext) -> None:
+    def convert(cx: ExportOpContext) -> None:
         cx.emit(code, [_requantized(cx, j) if j in inputs else cx.t(j) for j in range(cx.n)],
                 [cx.o()])
     return convert
@@ -104,7 +110,7 @@ CONVERTERS.update(
 
 
 def _arith(code: int, options: str) -> Converter:
-    def convert(cx: OpContext) -> None:
+    def convert(cx: ExportOpContext) -> None:
         cx.emit(code, [cx.t(0), cx.t(1)], [cx.o()], options,
                 FusedActivationFunction=fused_act(cx, 2))
     return convert
@@ -116,7 +122,7 @@ CONVERTERS.update(ADD=_arith(BO.ADD, "AddOptions"), SUB=_arith(BO.SUB, "SubOptio
 
 # ---- along one axis -------------------------------------------------------------------------
 
-def _along_last(cx: OpContext, axis: int, emit: Callable[[int, int], None]) -> None:
+def _along_last(cx: ExportOpContext, axis: int, emit: Callable[[int, int], None]) -> None:
     """Runs ``emit(x, y)`` with ``axis`` moved last (a TRANSPOSE swapping it with the last
     axis before and after), for operations TFLite only has along the last axis."""
     shape = cx.shape(0)
@@ -135,13 +141,13 @@ def _along_last(cx: OpContext, axis: int, emit: Callable[[int, int], None]) -> N
     cx.emit(BO.TRANSPOSE, [yt, cx.ints(perm)], [y])
 
 
-def _softmax(cx: OpContext) -> None:
+def _softmax(cx: ExportOpContext) -> None:
     beta = float(cx.scalar(1))
     _along_last(cx, cx.scalar(2, -1), lambda x, y: cx.emit(BO.SOFTMAX, [x], [y],
                                                             "SoftmaxOptions", Beta=beta))
 
 
-def _log_softmax(cx: OpContext) -> None:
+def _log_softmax(cx: ExportOpContext) -> None:
     beta = float(cx.scalar(1))
 
     def emit(x: int, y: int) -> None:
@@ -156,12 +162,12 @@ def _log_softmax(cx: OpContext) -> None:
     _along_last(cx, cx.scalar(2, -1), emit)
 
 
-def _l2_norm(cx: OpContext) -> None:
+def _l2_norm(cx: ExportOpContext) -> None:
     _along_last(cx, cx.scalar(1, -1), lambda x, y: cx.emit(
         BO.L2_NORMALIZATION, [x], [y], "L2NormOptions", FusedActivationFunction=0))
 
 
-def _lrn(cx: OpContext) -> None:
+def _lrn(cx: ExportOpContext) -> None:
     opts = dict(Radius=int(cx.scalar(1)), Bias=float(cx.scalar(2)),
                 Alpha=float(cx.scalar(3)), Beta=float(cx.scalar(4)))
 
@@ -188,12 +194,12 @@ CONVERTERS.update(SOFTMAX=_softmax, LOG_SOFTMAX=_log_softmax, L2_NORMALIZATION=_
 
 # ---- shapes and indexing -------------------------------------------------------------------
 
-def _reshape(cx: OpContext) -> None:
+def _reshape(cx: ExportOpContext) -> None:
     shape = cx.out_shape()
     cx.emit(BO.RESHAPE, [cx.t(0), cx.ints(shape)], [cx.o()], "ReshapeOptions", NewShape=shape)
 
 
-def _emit_rank_kept(cx: OpContext, code: int, inputs: list[int],
+def _emit_rank_kept(cx: ExportOpContext, code: int, inputs: list[int],
                     options_name: str | None = None, **options: Any) -> None:
     """Emits an operation that may drop every axis: where the HAL gives shape [1], TFLite's
     result can have rank 0 (all axes reduced or squeezed), so it goes through a temporary
@@ -207,7 +213,7 @@ def _emit_rank_kept(cx: OpContext, code: int, inputs: list[int],
     cx.emit(BO.RESHAPE, [t, cx.ints([1])], [cx.o()], "ReshapeOptions", NewShape=[1])
 
 
-def _squeeze(cx: OpContext) -> None:
+def _squeeze(cx: ExportOpContext) -> None:
     if cx.present(1) and not cx.info(1).is_const:
         _reshape(cx)  # the dimensions are a runtime tensor, but the output shape is known
         return
@@ -215,7 +221,7 @@ def _squeeze(cx: OpContext) -> None:
     _emit_rank_kept(cx, BO.SQUEEZE, [cx.t(0)], "SqueezeOptions", SqueezeDims=list(dims))
 
 
-def _concatenation(cx: OpContext) -> None:
+def _concatenation(cx: ExportOpContext) -> None:
     out = cx.out_info()
     inputs = []
     for j in range(cx.n - 1):
@@ -231,49 +237,49 @@ def _concatenation(cx: OpContext) -> None:
             "ConcatenationOptions", Axis=cx.scalar(cx.n - 1), FusedActivationFunction=0)
 
 
-def _expand_dims(cx: OpContext) -> None:
+def _expand_dims(cx: ExportOpContext) -> None:
     cx.emit(BO.EXPAND_DIMS, [cx.t(0), cx.ints(cx.scalar(1))], [cx.o()])
 
 
-def _transpose(cx: OpContext) -> None:
+def _transpose(cx: ExportOpContext) -> None:
     perm = cx.t(1) if cx.present(1) else cx.ints(list(range(len(cx.shape(0))))[::-1])
     cx.emit(BO.TRANSPOSE, [cx.t(0), perm], [cx.o()])
 
 
-def _pad_v2(cx: OpContext) -> None:
+def _pad_v2(cx: ExportOpContext) -> None:
     value = cx.w.constant(np.asarray(cx.scalar(2)), cx.info(0), f"pad{len(cx.w.sg.tensors)}")
     cx.emit(BO.PADV2, [cx.t(0), cx.t(1), value], [cx.o()])
 
 
-def _strided_slice(cx: OpContext) -> None:
+def _strided_slice(cx: ExportOpContext) -> None:
     _emit_rank_kept(cx, BO.STRIDED_SLICE, [cx.t(k) for k in range(4)], "StridedSliceOptions",
                     BeginMask=cx.scalar(4), EndMask=cx.scalar(5), ShrinkAxisMask=cx.scalar(6))
 
 
-def _gather(cx: OpContext) -> None:
+def _gather(cx: ExportOpContext) -> None:
     cx.emit(BO.GATHER, [cx.t(0), cx.t(2)], [cx.o()], "GatherOptions", Axis=cx.scalar(1))
 
 
-def _split(cx: OpContext) -> None:
+def _split(cx: ExportOpContext) -> None:
     cx.emit(BO.SPLIT, [cx.ints(cx.scalar(1)), cx.t(0)], [cx.o(k) for k in range(len(cx.outs))],
             "SplitOptions", NumSplits=cx.scalar(2))
 
 
 def _reduce(code: int) -> Converter:
-    def convert(cx: OpContext) -> None:
+    def convert(cx: ExportOpContext) -> None:
         _emit_rank_kept(cx, code, [cx.t(0), cx.t(1)], "ReducerOptions",
                         KeepDims=bool(cx.scalar(2)))
     return convert
 
 
 def _arg(code: int, options: str) -> Converter:
-    def convert(cx: OpContext) -> None:
+    def convert(cx: ExportOpContext) -> None:
         _emit_rank_kept(cx, code, [cx.t(0), cx.ints([cx.scalar(1)])], options,
                         OutputType=TT.INT32)
     return convert
 
 
-def _topk(cx: OpContext) -> None:
+def _topk(cx: ExportOpContext) -> None:
     cx.emit(BO.TOPK_V2, [cx.t(0), cx.ints(cx.scalar(1))], [cx.o(0), cx.o(1)])
 
 
@@ -290,7 +296,7 @@ CONVERTERS.update(
 
 # ---- the rest ------------------------------------------------------------------------------------
 
-def _elu(cx: OpContext) -> None:
+def _elu(cx: ExportOpContext) -> None:
     alpha = float(cx.scalar(1))
     if alpha == 1.0:
         cx.emit(BO.ELU, [cx.t(0)], [cx.o()])
@@ -312,22 +318,22 @@ def _elu(cx: OpContext) -> None:
 _LSH = {2: tflite.LSHProjectionType.DENSE, 3: tflite.LSHProjectionType.SPARSE}
 
 
-def _lsh(cx: OpContext) -> None:
+def _lsh(cx: ExportOpContext) -> None:
     kind = cx.scalar(3)
     if kind not in _LSH:
-        raise Refuse(f"projection type {kind} has no TFLite equivalent")
+        raise Unexportable(f"projection type {kind} has no TFLite equivalent")
     inputs = [cx.t(0), cx.t(1)] + ([cx.t(2)] if cx.present(2) else [])
     cx.emit(BO.LSH_PROJECTION, inputs, [cx.o()], "LSHProjectionOptions", Type=_LSH[kind])
 
 
-def _if(cx: OpContext) -> None:
+def _if(cx: ExportOpContext) -> None:
     then_, else_ = cx.subgraph(1), cx.subgraph(2)
     cx.emit(BO.IF, [cx.t(0)] + [cx.t(j) for j in range(3, cx.n)],
             [cx.o(k) for k in range(len(cx.outs))], "IfOptions",
             ThenSubgraphIndex=then_, ElseSubgraphIndex=else_)
 
 
-def _while(cx: OpContext) -> None:
+def _while(cx: ExportOpContext) -> None:
     # The HAL body outputs the m outputs and k state-only values; input-only operands follow.
     body_ref = int(np.asarray(cx.info(1).value).reshape(-1)[0])
     carried = len(cx.w.ex.referenced[body_ref].outputs)

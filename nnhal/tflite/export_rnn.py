@@ -9,32 +9,32 @@ import tflite
 from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.types import OperandLifeTime
-from nnhal.tflite.export_context import Converter, OpContext, Refuse, fused_act
+from nnhal.tflite.export_context import Converter, ExportOpContext, Unexportable, fused_act
 
 BO = tflite.BuiltinOperator
 RNN_CONVERTERS: dict[str, Converter] = {}
 
 
-def _stateful(cx: OpContext) -> None:
-    raise Refuse("not exported yet: its 61 operands (four states, auxiliary inputs) are "
-                 "not mapped onto TFLite's 48")
+def _stateful(cx: ExportOpContext) -> None:
+    raise Unexportable("not exported yet: its 61 operands (four states, auxiliary inputs) are "
+                       "not mapped onto TFLite's 48")
 
 
-def _states(cx: OpContext, inputs: list[int]) -> list[int]:
+def _states(cx: ExportOpContext, inputs: list[int]) -> list[int]:
     """TFLite's recurrent kernels update their state in place (variable tensors); the HAL
     passes it in as an operand. A state that is a model input becomes such a variable."""
     out = []
     for j in inputs:
         if cx.info(j).lifetime != OperandLifeTime.SUBGRAPH_INPUT:
-            raise Refuse(f"its state (input {j}) is not a model input, and TFLite keeps the "
-                         f"state in a variable tensor")
+            raise Unexportable(f"its state (input {j}) is not a model input, and TFLite keeps the "
+                               f"state in a variable tensor")
         t = cx.t(j)
         cx.w.sg.tensors[t].is_variable = True
         out.append(t)
     return out
 
 
-def _state_out(cx: OpContext, state: int, k: int) -> None:
+def _state_out(cx: ExportOpContext, state: int, k: int) -> None:
     """HAL output ``k`` is the state after the operation: a copy of the variable tensor."""
     if k < len(cx.outs):
         shape = cx.out_shape(k)
@@ -42,7 +42,7 @@ def _state_out(cx: OpContext, state: int, k: int) -> None:
                 NewShape=shape)
 
 
-def _rnn(cx: OpContext) -> None:
+def _rnn(cx: ExportOpContext) -> None:
     (state,) = _states(cx, [4])
     out = cx.o(1)
     cx.emit(BO.RNN, [cx.t(0), cx.t(1), cx.t(2), cx.t(3), state], [out], "RNNOptions",
@@ -50,7 +50,7 @@ def _rnn(cx: OpContext) -> None:
     _state_out(cx, state, 0)
 
 
-def _sequence_rnn(cx: OpContext) -> None:
+def _sequence_rnn(cx: ExportOpContext) -> None:
     (state,) = _states(cx, [4])
     cx.emit(BO.UNIDIRECTIONAL_SEQUENCE_RNN, [cx.t(0), cx.t(1), cx.t(2), cx.t(3), state],
             [cx.o(0)], "SequenceRNNOptions", FusedActivationFunction=fused_act(cx, 5),
@@ -58,7 +58,7 @@ def _sequence_rnn(cx: OpContext) -> None:
     _state_out(cx, state, 1)
 
 
-def _bidirectional_rnn(cx: OpContext) -> None:
+def _bidirectional_rnn(cx: ExportOpContext) -> None:
     fw, bw = _states(cx, [4, 8])
     merged = bool(cx.scalar(14))
     outputs = 1 if merged else 2
@@ -71,30 +71,30 @@ def _bidirectional_rnn(cx: OpContext) -> None:
     _state_out(cx, bw, outputs + 1)
 
 
-def _svdf(cx: OpContext) -> None:
+def _svdf(cx: ExportOpContext) -> None:
     (state,) = _states(cx, [4])
     cx.emit(BO.SVDF, [cx.t(0), cx.t(1), cx.t(2), cx.t(3), state], [cx.o(1)], "SVDFOptions",
             Rank=cx.scalar(5), FusedActivationFunction=fused_act(cx, 6))
     _state_out(cx, state, 0)
 
 
-def _lstmact(cx: OpContext, j: int) -> int:
+def _lstmact(cx: ExportOpContext, j: int) -> int:
     """The LSTM activation is already TFLite's ActivationFunctionType (4 = tanh), not a
     FuseCode; the HAL's 6 (sigmoid) has no TFLite value."""
     v = cx.scalar(j)
     if v not in (0, 1, 2, 3, 4):
-        raise Refuse(f"LSTM activation {v} has no TFLite equivalent")
+        raise Unexportable(f"LSTM activation {v} has no TFLite equivalent")
     return int(v)
 
 
-def _lstm_inputs(cx: OpContext, norms: int) -> list[int]:
+def _lstm_inputs(cx: ExportOpContext, norms: int) -> list[int]:
     """The 24 TFLite LSTM inputs: the HAL's first 20 (same order), then the layer norms."""
     out_state, cell_state = _states(cx, [18, 19])
     ins = [cx.t(j) for j in range(18)] + [out_state, cell_state]
     return ins + [cx.t(j) if cx.present(j) else -1 for j in range(norms, norms + 4)]
 
 
-def _lstm(cx: OpContext) -> None:
+def _lstm(cx: ExportOpContext) -> None:
     ins = _lstm_inputs(cx, 23)
     cx.emit(BO.LSTM, ins, [cx.o(3)], "LSTMOptions", FusedActivationFunction=_lstmact(cx, 20),
             CellClip=float(cx.scalar(21)), ProjClip=float(cx.scalar(22)), KernelType=0)
@@ -106,7 +106,7 @@ def _lstm(cx: OpContext) -> None:
     _state_out(cx, ins[19], 2)
 
 
-def _sequence_lstm(cx: OpContext) -> None:
+def _sequence_lstm(cx: ExportOpContext) -> None:
     ins = _lstm_inputs(cx, 24)
     cx.emit(BO.UNIDIRECTIONAL_SEQUENCE_LSTM, ins, [cx.o(0)],
             "UnidirectionalSequenceLSTMOptions", FusedActivationFunction=_lstmact(cx, 20),

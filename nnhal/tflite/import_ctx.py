@@ -18,14 +18,14 @@ from nnhal.hal.types import (
     SymmPerChannelQuantParams,
 )
 from nnhal.tflite import schema
-from nnhal.tflite.import_read import OpInfo, SubgraphInfo, TensorInfo, default_options
+from nnhal.tflite.import_read import OpInfo, SubgraphInfo, TfliteTensor, default_options
 
 T = OperandType
 O = OperationType
 L = OperandLifeTime
 
 
-class Refuse(Exception):
+class Unimportable(Exception):
     """An operator (or tensor) with no exact HAL equivalent; the message says why."""
 
 
@@ -33,7 +33,7 @@ class Refuse(Exception):
 HalType = tuple[OperandType, float, int, SymmPerChannelQuantParams | None]
 
 
-def hal_type(t: TensorInfo) -> HalType:
+def hal_type(t: TfliteTensor) -> HalType:
     """The HAL operand type of a tensor, from its TFLite type and quantization."""
     tt = t.ttype
     if tt == TT.FLOAT32:
@@ -47,13 +47,13 @@ def hal_type(t: TensorInfo) -> HalType:
         return T.TENSOR_INT32, scale, 0, None
     if tt in (TT.UINT8, TT.INT8, TT.INT16):
         if not t.quantized:
-            raise Refuse(f"{t.describe()} is {t.type_name} without quantization parameters")
+            raise Unimportable(f"{t.describe()} is {t.type_name} without quantization parameters")
         if np.any(t.scales <= 0) or not np.all(np.isfinite(t.scales)):
-            raise Refuse(f"{t.describe()} has a non-positive quantization scale")
+            raise Unimportable(f"{t.describe()} has a non-positive quantization scale")
         if t.scales.size > 1:
             if tt != TT.INT8 or np.any(t.zero_points != 0):
-                raise Refuse(f"{t.describe()}: per-channel quantization is only for int8 "
-                             f"with zero points 0 in the HAL")
+                raise Unimportable(f"{t.describe()}: per-channel quantization is only for int8 "
+                                   f"with zero points 0 in the HAL")
             return (T.TENSOR_QUANT8_SYMM_PER_CHANNEL, 0.0, 0,
                     SymmPerChannelQuantParams([float(s) for s in t.scales], t.qdim))
         scale, zp = float(t.scales[0]), int(t.zero_points[0])
@@ -62,13 +62,13 @@ def hal_type(t: TensorInfo) -> HalType:
         if tt == TT.INT8:
             return T.TENSOR_QUANT8_ASYMM_SIGNED, scale, zp, None
         if zp != 0:
-            raise Refuse(f"{t.describe()} is int16 with zero point {zp} (the HAL's "
-                         f"TENSOR_QUANT16_SYMM has zero point 0)")
+            raise Unimportable(f"{t.describe()} is int16 with zero point {zp} (the HAL's "
+                               f"TENSOR_QUANT16_SYMM has zero point 0)")
         return T.TENSOR_QUANT16_SYMM, scale, 0, None
-    raise Refuse(f"{t.describe()} has type {t.type_name}, which has no HAL operand type")
+    raise Unimportable(f"{t.describe()} has type {t.type_name}, which has no HAL operand type")
 
 
-def hal_dims(t: TensorInfo) -> list[int]:
+def hal_dims(t: TfliteTensor) -> list[int]:
     """A tensor's HAL dimensions: a TFLite scalar (rank 0) is [1], since a HAL tensor operand
     without dimensions means one of unknown rank."""
     return list(t.shape) or [1]
@@ -100,7 +100,7 @@ class Context:
 
     # ---- tensors ---------------------------------------------------------------------------
 
-    def t(self, i: int) -> TensorInfo:
+    def t(self, i: int) -> TfliteTensor:
         return self.sg.tensors[i]
 
     def value(self, i: int) -> np.ndarray | None:
@@ -109,7 +109,7 @@ class Context:
     def need_value(self, i: int, what: str) -> np.ndarray:
         v = self.value(i)
         if v is None:
-            raise Refuse(f"{what} must be a constant")
+            raise Unimportable(f"{what} must be a constant")
         return v
 
     def x(self, i: int, *, type_: OperandType | None = None, scale: float | None = None,
@@ -122,7 +122,7 @@ class Context:
             return self.operands[i]
         v = value if value is not None else t.value
         if v is None:
-            raise Refuse(f"{t.describe()} is read before any operator writes it")
+            raise Unimportable(f"{t.describe()} is read before any operator writes it")
         ht, sc, zp, cq = hal_type(t) if type_ is None else (type_, 0.0, 0, None)
         sc = sc if scale is None else scale
         zp = zp if zero_point is None else zero_point
@@ -199,8 +199,8 @@ class Context:
         (their activation range is unbounded), so they are refused rather than guessed."""
         if act in schema.ACTIVATIONS:
             return schema.ACTIVATIONS[act], self.y(out)
-        raise Refuse(f"fused activation {act} (TANH / SIGN_BIT) has no HAL FuseCode and "
-                     f"TFLite's kernels do not apply it")
+        raise Unimportable(f"fused activation {act} (TANH / SIGN_BIT) has no HAL FuseCode and "
+                           f"TFLite's kernels do not apply it")
 
     def activated(self, act: int, out: int) -> int:
         """The operand an operation without a fuse input writes, with a separate activation
@@ -209,7 +209,7 @@ class Context:
             return self.y(out)
         ops = {1: O.RELU, 2: O.RELU1, 3: O.RELU6}
         if act not in ops:
-            raise Refuse(f"fused activation {act} has no HAL equivalent")
+            raise Unimportable(f"fused activation {act} has no HAL equivalent")
         tmp = self.like(out)
         self.emit_after(ops[act], [tmp], [self.y(out)])
         return tmp
@@ -235,7 +235,7 @@ class Context:
                     T.TENSOR_QUANT8_ASYMM_SIGNED):
             self.emit(O.CONCATENATION, [src, self.i32(0)], [dst])
         else:
-            raise Refuse(f"cannot copy a {ht.name} operand exactly")
+            raise Unimportable(f"cannot copy a {ht.name} operand exactly")
 
     def options(self, table: str) -> Any:
         """The operator's options, or the schema's defaults (an empty ``table``) when the file
@@ -247,7 +247,7 @@ class Context:
     def state_in(self, i: int) -> int:
         """The operand holding variable tensor ``i`` (recurrent state) before this operator."""
         if self.variables is None:
-            raise Refuse("recurrent state is only carried in the main subgraph")
+            raise Unimportable("recurrent state is only carried in the main subgraph")
         if not self.t(i).is_variable:
             return self.x(i)
         return self.variables.tensor_state(i)
@@ -269,5 +269,5 @@ class Context:
     def subgraph(self, k: int) -> int:
         """A SUBGRAPH operand naming TFLite subgraph ``k`` (converted on first use)."""
         if self.subgraph_ref is None:
-            raise Refuse("control flow is not available here")
+            raise Unimportable("control flow is not available here")
         return self.subgraph_ref(k, self.sb)

@@ -14,7 +14,7 @@ import numpy as np
 from tflite.TensorType import TensorType as TT
 
 from nnhal.tflite import schema
-from nnhal.tflite.import_read import OpInfo, SubgraphInfo, TensorInfo
+from nnhal.tflite.import_read import OpInfo, SubgraphInfo, TfliteTensor
 
 
 class _NoFold(Exception):
@@ -35,7 +35,7 @@ def _vals(sg: SubgraphInfo, op: OpInfo) -> list[np.ndarray | None]:
     return [None if i < 0 else sg.tensors[i].value for i in op.inputs]
 
 
-def _same_quant(a: TensorInfo, b: TensorInfo) -> bool:
+def _same_quant(a: TfliteTensor, b: TfliteTensor) -> bool:
     if a.quantized != b.quantized:
         return False
     if not a.quantized:
@@ -252,7 +252,7 @@ FOLDERS: dict[str, tuple[Callable, bool]] = {
 FOLDED_NOTE = "folded to a constant when its inputs are constants"
 
 
-def _set(t: TensorInfo, value: np.ndarray) -> None:
+def _set(t: TfliteTensor, value: np.ndarray) -> None:
     dtype = schema.DTYPES.get(t.ttype)
     if dtype is None:
         raise _NoFold

@@ -12,7 +12,7 @@ from tflite.TensorType import TensorType as TT
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops.conv import scale_product
 from nnhal.tflite import schema
-from nnhal.tflite.import_ctx import Context, Refuse, hal_dims, hal_type
+from nnhal.tflite.import_ctx import Context, Unimportable, hal_dims, hal_type
 from nnhal.tflite.import_read import OpInfo
 
 T = OperandType
@@ -34,7 +34,7 @@ def _conv(name: str, note: str) -> Callable[[Converter], Converter]:
 
 def _padding(p: int) -> int:
     if p not in schema.PADDINGS:
-        raise Refuse(f"padding {p} is not SAME or VALID")
+        raise Unimportable(f"padding {p} is not SAME or VALID")
     return schema.PADDINGS[p]
 
 
@@ -53,10 +53,10 @@ def _ints_input(ctx: Context, i: int, what: str) -> int:
     if t.value is not None:
         v = t.value.astype(np.int64)
         if np.any(v != v.astype(np.int32)):
-            raise Refuse(f"{what} does not fit in int32")
+            raise Unimportable(f"{what} does not fit in int32")
         return ctx.x(i, type_=T.TENSOR_INT32, value=v.astype(np.int32))
     if t.ttype != TT.INT32:
-        raise Refuse(f"{what} is {t.type_name} and not constant")
+        raise Unimportable(f"{what} is {t.type_name} and not constant")
     return ctx.x(i)
 
 
@@ -72,7 +72,7 @@ def _bias(ctx: Context, op: OpInfo, units: int) -> int:
         if b < 0:
             return ctx.sb.constant(T.TENSOR_INT32, np.zeros(units, np.int32), [units], scale)
         if ctx.t(b).ttype != TT.INT32:
-            raise Refuse(f"{ctx.t(b).describe()}: bias of a quantized operator must be int32")
+            raise Unimportable(f"{ctx.t(b).describe()}: bias of a quantized operator must be int32")
         return ctx.x(b, type_=T.TENSOR_INT32, scale=scale, zero_point=0)
     if b < 0:
         ht = hal_type(x)[0]
@@ -109,7 +109,7 @@ def _depthwise(ctx: Context, op: OpInfo) -> None:
     x, w = ctx.t(op.inputs[0]), ctx.t(op.inputs[1])
     cin, cout = x.shape[-1], w.shape[-1]
     if cin <= 0 or cout % cin:
-        raise Refuse("depth multiplier needs a known input depth dividing the filter depth")
+        raise Unimportable("depth multiplier needs a known input depth dividing the filter depth")
     ins = [ctx.x(op.inputs[0]), ctx.x(op.inputs[1]), _bias(ctx, op, cout),
            ctx.i32(_padding(o.Padding())), ctx.i32(o.StrideW()), ctx.i32(o.StrideH()),
            ctx.i32(cout // cin)]
@@ -154,11 +154,11 @@ _pool("L2_POOL_2D", O.L2_POOL_2D)
 def _fully_connected(ctx: Context, op: OpInfo) -> None:
     o = ctx.options("FullyConnectedOptions")
     if o.WeightsFormat() != 0:
-        raise Refuse("shuffled weights format has no HAL equivalent")
+        raise Unimportable("shuffled weights format has no HAL equivalent")
     w = ctx.t(op.inputs[1])
     x = ctx.t(op.inputs[0])
     if w.ttype in (TT.INT8, TT.UINT8) and x.ttype == TT.FLOAT32:
-        raise Refuse("hybrid (float input, quantized weights) has no HAL equivalent")
+        raise Unimportable("hybrid (float input, quantized weights) has no HAL equivalent")
     if w.quantized and w.scales.size > 1:
         _fully_connected_per_channel(ctx, op, o.FusedActivationFunction())
         return
@@ -170,12 +170,12 @@ def _fully_connected(ctx: Context, op: OpInfo) -> None:
         ctx.emit(O.FULLY_CONNECTED, ins + [ctx.i32(code)], [out])
         return
     if not out_t.static:
-        raise Refuse("keep_num_dims with an unknown output shape")
+        raise Unimportable("keep_num_dims with an unknown output shape")
     batch = int(np.prod(out_t.shape[:-1]))
     flat = ctx.like(op.outputs[0], [batch, units])
     code = schema.ACTIVATIONS.get(o.FusedActivationFunction())
     if code is None:
-        raise Refuse("fused activation has no HAL FuseCode")
+        raise Unimportable("fused activation has no HAL FuseCode")
     ctx.emit(O.FULLY_CONNECTED, ins + [ctx.i32(code)], [flat])
     ctx.emit(O.RESHAPE, [flat, ctx.ints(out_t.shape)], [ctx.y(op.outputs[0])])
 
@@ -188,22 +188,22 @@ def _fully_connected_per_channel(ctx: Context, op: OpInfo, act: int) -> None:
     per-channel fully connected kernel does, so the integers are the same."""
     x, w, out_t = ctx.t(op.inputs[0]), ctx.t(op.inputs[1]), ctx.t(op.outputs[0])
     if w.qdim != 0 or len(w.shape) != 2:
-        raise Refuse("per-channel weights quantized along a dimension other than the "
-                     "output channels")
+        raise Unimportable("per-channel weights quantized along a dimension other than the "
+                           "output channels")
     units, depth = w.shape
     if not x.static or not out_t.static or depth <= 0 or units <= 0:
-        raise Refuse("per-channel weights with an unknown input or output shape")
+        raise Unimportable("per-channel weights with an unknown input or output shape")
     size = int(np.prod(x.shape))
     if size % depth:
-        raise Refuse(f"input of {size} values is not rows of the weights' depth {depth}")
+        raise Unimportable(f"input of {size} values is not rows of the weights' depth {depth}")
     rows = size // depth
     if int(np.prod(out_t.shape)) != rows * units:
-        raise Refuse(f"output shape {list(out_t.shape)} is not {rows} rows of {units}")
+        raise Unimportable(f"output shape {list(out_t.shape)} is not {rows} rows of {units}")
     image = ctx.like(op.inputs[0], [rows, 1, 1, depth])
     ctx.emit(O.RESHAPE, [ctx.x(op.inputs[0]), ctx.ints([rows, 1, 1, depth])], [image])
     code = schema.ACTIVATIONS.get(act)
     if code is None:
-        raise Refuse("fused activation has no HAL FuseCode")
+        raise Unimportable("fused activation has no HAL FuseCode")
     conv = ctx.like(op.outputs[0], [rows, 1, 1, units])
     ins = [image, ctx.x(op.inputs[1], dims=[units, 1, 1, depth]), _bias(ctx, op, units)]
     ins += [ctx.i32(schema.PADDING_VALID), ctx.i32(1), ctx.i32(1), ctx.i32(code)]
@@ -240,7 +240,7 @@ _simple("RELU_N1_TO_1", O.RELU1)
 @_conv("ADD_N", "a chain of ADDs, in TFLite's summation order")
 def _add_n(ctx: Context, op: OpInfo) -> None:
     if ctx.t(op.inputs[0]).ttype not in (TT.FLOAT32, TT.FLOAT16, TT.INT32):
-        raise Refuse("quantized ADD_N has no exact HAL form")
+        raise Unimportable("quantized ADD_N has no exact HAL form")
     acc = ctx.x(op.inputs[0])
     for k, i in enumerate(op.inputs[1:], start=2):
         out = ctx.y(op.outputs[0]) if k == len(op.inputs) else ctx.like(op.outputs[0])
@@ -253,7 +253,7 @@ def _add_n(ctx: Context, op: OpInfo) -> None:
 @_conv("SQUARED_DIFFERENCE", "SUB then MUL by itself (float only)")
 def _squared_difference(ctx: Context, op: OpInfo) -> None:
     if ctx.t(op.inputs[0]).ttype not in (TT.FLOAT32, TT.FLOAT16):
-        raise Refuse("quantized SQUARED_DIFFERENCE has no exact HAL form")
+        raise Unimportable("quantized SQUARED_DIFFERENCE has no exact HAL form")
     d = ctx.like(op.outputs[0])
     ctx.emit(O.SUB, [ctx.x(op.inputs[0]), ctx.x(op.inputs[1]), ctx.i32(0)], [d])
     ctx.emit(O.MUL, [d, d, ctx.i32(0)], [ctx.y(op.outputs[0])])
@@ -275,7 +275,7 @@ def _square(ctx: Context, op: OpInfo) -> None:
 def _leaky_relu(ctx: Context, op: OpInfo) -> None:
     x = ctx.t(op.inputs[0])
     if x.ttype not in (TT.FLOAT32, TT.FLOAT16):
-        raise Refuse("quantized LEAKY_RELU has no exact HAL form")
+        raise Unimportable("quantized LEAKY_RELU has no exact HAL form")
     alpha = np.asarray([ctx.options("LeakyReluOptions").Alpha()], schema.DTYPES[x.ttype])
     ht = hal_type(x)[0]
     ctx.emit(O.PRELU, [ctx.x(op.inputs[0]), ctx.sb.constant(ht, alpha, [1])],
@@ -286,7 +286,7 @@ def _leaky_relu(ctx: Context, op: OpInfo) -> None:
 def _select(ctx: Context, op: OpInfo) -> None:
     shapes = {ctx.t(i).shape for i in op.inputs}
     if len(shapes) != 1 and op.name == "SELECT_V2":
-        raise Refuse("SELECT_V2 broadcasting has no HAL equivalent")
+        raise Unimportable("SELECT_V2 broadcasting has no HAL equivalent")
     ctx.emit(O.SELECT, [ctx.x(i) for i in op.inputs[:3]], [ctx.y(op.outputs[0])])
 
 
@@ -389,8 +389,8 @@ def _reshape_exact(ctx: Context, src: int, dst: int) -> None:
         ctx.emit(O.GATHER, [src, ctx.i32(0), ctx.ints(np.arange(int(np.prod(dims))), dims)],
                  [dst])
     else:
-        raise Refuse(f"the HAL's RESHAPE does not take {ht.name} and no exact copy or GATHER "
-                     f"gives {list(src_o.dimensions)} -> {dims}")
+        raise Unimportable(f"the HAL's RESHAPE does not take {ht.name} and no exact copy or GATHER "
+                           f"gives {list(src_o.dimensions)} -> {dims}")
 
 
 #: TfLiteReshapeParams holds at most this many dimensions of the options' new_shape.
@@ -403,8 +403,8 @@ def _reshape_target(ctx: Context, op: OpInfo) -> list[int] | None:
     is the legacy scalar, no options is the scalar [])."""
     opts = op.options.NewShapeAsNumpy().tolist() if op.options.NewShapeLength() else []
     if len(opts) > _RESHAPE_MAX_DIMS:  # TFLite's parser refuses the options themselves
-        raise Refuse(f"new_shape has {len(opts)} dimensions (TFLite holds at most "
-                     f"{_RESHAPE_MAX_DIMS})")
+        raise Unimportable(f"new_shape has {len(opts)} dimensions (TFLite holds at most "
+                           f"{_RESHAPE_MAX_DIMS})")
     if len(op.inputs) == 2:
         shape = ctx.t(op.inputs[1])
         if shape.ttype == TT.INT32 and shape.has_rank and len(shape.shape) == 1:
@@ -424,7 +424,7 @@ def _check_new_shape(ctx: Context, op: OpInfo) -> None:
     if new is None:
         return
     if sum(d == -1 for d in new) > 1 or any(d < -1 for d in new):
-        raise Refuse(f"new shape {new} is not a shape (one -1 at most, no other negative)")
+        raise Unimportable(f"new shape {new} is not a shape (one -1 at most, no other negative)")
     x, out = ctx.t(op.inputs[0]), ctx.t(op.outputs[0])
     if not (x.has_rank and (x.static or x.zero_sized)):
         return
@@ -436,12 +436,12 @@ def _check_new_shape(ctx: Context, op: OpInfo) -> None:
         else:
             inferred = int(np.prod([d for d in x.shape if d], dtype=object)) // rest
         if inferred >= 1 << 31:
-            raise Refuse(f"new shape {new} infers a dimension of {inferred}")
+            raise Unimportable(f"new shape {new} infers a dimension of {inferred}")
         new = [inferred if d == -1 else d for d in new]
     if int(np.prod(new, dtype=object)) != count:
-        raise Refuse(f"new shape {new} does not hold the input's {count} elements")
+        raise Unimportable(f"new shape {new} does not hold the input's {count} elements")
     if out.static and list(out.shape) != new:
-        raise Refuse(f"new shape {new} is not the output's declared {list(out.shape)}")
+        raise Unimportable(f"new shape {new} is not the output's declared {list(out.shape)}")
 
 
 @_conv("RESHAPE", "RESHAPE (new shape from the output, the shape input or the options; "
@@ -459,7 +459,7 @@ def _reshape(ctx: Context, op: OpInfo) -> None:
     elif op.options is not None and op.options.NewShapeLength():
         shape = ctx.ints([int(d) for d in op.options.NewShapeAsNumpy()])
     else:
-        raise Refuse("no new shape")
+        raise Unimportable("no new shape")
     ctx.emit(O.RESHAPE, [ctx.x(op.inputs[0]), shape], [ctx.y(op.outputs[0])])
 
 
@@ -490,7 +490,7 @@ def _concat(ctx: Context, op: OpInfo) -> None:
     o = ctx.options("ConcatenationOptions")
     if o.FusedActivationFunction() != 0:
         # TFLite's own kernel rejects it and its XNNPACK delegate ignores it: no meaning to keep.
-        raise Refuse("a fused activation on CONCATENATION is rejected by TFLite's kernel")
+        raise Unimportable("a fused activation on CONCATENATION is rejected by TFLite's kernel")
     ins = [ctx.x(i) for i in op.inputs]
     out = ctx.y(op.outputs[0])
     ctx.emit(O.CONCATENATION, ins + [ctx.i32(_axis(ctx, o.Axis(), op.outputs[0]))], [out])
@@ -527,7 +527,7 @@ def _slice(ctx: Context, op: OpInfo) -> None:
 def _strided_slice(ctx: Context, op: OpInfo) -> None:
     o = ctx.options("StridedSliceOptions")
     if o.EllipsisMask() or o.NewAxisMask():
-        raise Refuse("ellipsis / new-axis masks have no HAL equivalent")
+        raise Unimportable("ellipsis / new-axis masks have no HAL equivalent")
     rank = _rank(ctx, op.inputs[0])
     begin_m, end_m, shrink = o.BeginMask(), o.EndMask(), o.ShrinkAxisMask()
     values = [ctx.value(i) for i in op.inputs[1:4]]
@@ -549,7 +549,8 @@ def _strided_slice(ctx: Context, op: OpInfo) -> None:
                 k = int(b[d])
                 if k < 0:
                     if shape[d] <= 0:
-                        raise Refuse("negative shrunk index along a dimension of unknown size")
+                        raise Unimportable("negative shrunk index along a dimension of unknown "
+                                           "size")
                     k += shape[d]
                 b[d], e[d], s[d] = k, k + 1, 1
                 begin_m &= ~(1 << d)
@@ -557,7 +558,7 @@ def _strided_slice(ctx: Context, op: OpInfo) -> None:
         ins = [ctx.ints(b), ctx.ints(e), ctx.ints(s)]
     else:
         if offset:
-            raise Refuse("offset with non-constant begin/end")
+            raise Unimportable("offset with non-constant begin/end")
         ins = [_ints_input(ctx, i, "begin/end/strides") for i in op.inputs[1:4]]
     ctx.emit(O.STRIDED_SLICE, [ctx.x(op.inputs[0])] + ins +
              [ctx.i32(begin_m), ctx.i32(end_m), ctx.i32(shrink)], [ctx.y(op.outputs[0])])
@@ -567,7 +568,7 @@ def _strided_slice(ctx: Context, op: OpInfo) -> None:
 def _gather(ctx: Context, op: OpInfo) -> None:
     o = op.options
     if o is not None and o.BatchDims():
-        raise Refuse("batch_dims has no HAL equivalent")
+        raise Unimportable("batch_dims has no HAL equivalent")
     axis = _axis(ctx, o.Axis() if o is not None else 0, op.inputs[0])
     ins = [ctx.x(op.inputs[0]), ctx.i32(axis), _ints_input(ctx, op.inputs[1], "indices")]
     if ctx.t(op.inputs[1]).shape:
@@ -577,7 +578,7 @@ def _gather(ctx: Context, op: OpInfo) -> None:
     # HAL [1]), so its GATHER keeps a dimension of 1 there, which a reshape removes.
     params, out = ctx.t(op.inputs[0]), ctx.t(op.outputs[0])
     if not out.static:
-        raise Refuse("a scalar index with an unknown output shape")
+        raise Unimportable("a scalar index with an unknown output shape")
     kept = ctx.like(op.outputs[0], [*params.shape[:axis], 1, *params.shape[axis + 1:]])
     ctx.emit(O.GATHER, ins, [kept])
     _reshape_exact(ctx, kept, ctx.y(op.outputs[0]))
@@ -598,7 +599,7 @@ def _split_v(ctx: Context, op: OpInfo) -> None:
     axis = _axis(ctx, int(ctx.need_value(op.inputs[2], "axis").reshape(-1)[0]), op.inputs[0])
     if -1 in sizes:
         if x.shape[axis] <= 0:
-            raise Refuse("size -1 along a dimension of unknown size")
+            raise Unimportable("size -1 along a dimension of unknown size")
         k = sizes.index(-1)
         sizes[k] = x.shape[axis] - (sum(sizes) + 1)
     src = ctx.x(op.inputs[0])
@@ -616,7 +617,7 @@ def _split_v(ctx: Context, op: OpInfo) -> None:
 def _pack(ctx: Context, op: OpInfo) -> None:
     out = ctx.t(op.outputs[0])
     if not out.static:
-        raise Refuse("PACK needs a known output shape")
+        raise Unimportable("PACK needs a known output shape")
     axis = _axis(ctx, ctx.options("PackOptions").Axis(), op.outputs[0])
     piece = list(out.shape)
     piece[axis] = 1
@@ -632,7 +633,7 @@ def _pack(ctx: Context, op: OpInfo) -> None:
 def _unpack(ctx: Context, op: OpInfo) -> None:
     x = ctx.t(op.inputs[0])
     if not x.static:
-        raise Refuse("UNPACK needs a known input shape")
+        raise Unimportable("UNPACK needs a known input shape")
     axis = _axis(ctx, ctx.options("UnpackOptions").Axis(), op.inputs[0])
     piece = list(x.shape)
     piece[axis] = 1
@@ -710,7 +711,7 @@ _reduce("REDUCE_ALL", O.REDUCE_ALL)
 def _arg(name: str, hal: OperationType) -> None:
     def convert(ctx: Context, op: OpInfo) -> None:
         if ctx.t(op.outputs[0]).ttype != TT.INT32:
-            raise Refuse("int64 output (the HAL's is int32)")
+            raise Unimportable("int64 output (the HAL's is int32)")
         axis = int(ctx.need_value(op.inputs[1], "axis").reshape(-1)[0])
         ctx.emit(hal, [ctx.x(op.inputs[0]), ctx.i32(_axis(ctx, axis, op.inputs[0]))],
                  [ctx.y(op.outputs[0])])
@@ -758,7 +759,7 @@ _block("SPACE_TO_DEPTH", O.SPACE_TO_DEPTH)
 def _batch_to_space(ctx: Context, op: OpInfo) -> None:
     crops = ctx.need_value(op.inputs[2], "crops")
     if np.any(crops != 0):
-        raise Refuse("non-zero crops have no HAL equivalent")
+        raise Unimportable("non-zero crops have no HAL equivalent")
     ctx.emit(O.BATCH_TO_SPACE_ND, [ctx.x(op.inputs[0]),
                                    _ints_input(ctx, op.inputs[1], "block shape")],
              [ctx.y(op.outputs[0])])
@@ -797,7 +798,7 @@ _LSH_TYPES = {1: 3, 2: 2}
 def _lsh(ctx: Context, op: OpInfo) -> None:
     kind = _LSH_TYPES.get(ctx.options("LSHProjectionOptions").Type())
     if kind is None:
-        raise Refuse("unknown projection type")
+        raise Unimportable("unknown projection type")
     h, x = op.inputs[:2]
     weight = op.inputs[2] if len(op.inputs) > 2 else -1
     ctx.emit(O.LSH_PROJECTION, [ctx.x(h), ctx.x(x), ctx.omitted_like(weight, h),

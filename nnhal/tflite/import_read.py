@@ -22,7 +22,7 @@ from nnhal.tflite.sparsity import densify
 
 
 @dataclass
-class TensorInfo:
+class TfliteTensor:
     """One TFLite tensor: its type, HAL-style shape (0 = unknown), quantization, and the
     constant value when it has one (possibly produced by folding)."""
 
@@ -78,7 +78,7 @@ class OpInfo:
 class SubgraphInfo:
     index: int
     name: str
-    tensors: list[TensorInfo]
+    tensors: list[TfliteTensor]
     ops: list[OpInfo]
     inputs: list[int]
     outputs: list[int]
@@ -143,12 +143,12 @@ class _Reader:
             return data[off:off + size]
         return None
 
-    def tensor(self, pos: int, i: int, where: str, used: bool) -> TensorInfo:
+    def tensor(self, pos: int, i: int, where: str, used: bool) -> TfliteTensor:
         data = self.data
         f = schema.fields(data, pos, _T_SIGNATURE + 1)
         name = schema.string(data, f[_T_NAME])
-        info = TensorInfo(i, name, schema.scalar(data, f[_T_TYPE], _I8), (),
-                          is_variable=bool(schema.scalar(data, f[_T_VARIABLE], _U8)))
+        info = TfliteTensor(i, name, schema.scalar(data, f[_T_TYPE], _I8), (),
+                            is_variable=bool(schema.scalar(data, f[_T_VARIABLE], _U8)))
         what = f"{where} {info.describe()}"
         if info.ttype not in schema.TENSOR_TYPE_NAMES:
             raise self.fail(f"{what} has type {info.ttype}, which is not a TFLite type")
@@ -190,7 +190,7 @@ class _Reader:
             info.value = np.frombuffer(content, dtype).reshape(shape).copy()
         return info
 
-    def quantization(self, info: TensorInfo, pos: int, dims: list[int], what: str) -> None:
+    def quantization(self, info: TfliteTensor, pos: int, dims: list[int], what: str) -> None:
         """TFLite's rules: a scale needs as many zero points; one scale is per-tensor, more
         are per-axis along ``quantized_dimension`` with one per index of that dimension."""
         data = self.data

@@ -8,7 +8,7 @@ from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.tflite import schema
-from nnhal.tflite.import_ctx import Context, Refuse
+from nnhal.tflite.import_ctx import Context, Unimportable
 from nnhal.tflite.import_ops import _conv
 from nnhal.tflite.import_read import OpInfo
 
@@ -20,14 +20,14 @@ O = OperationType
 
 def _fuse_code(act: int) -> int:
     if act not in schema.ACTIVATIONS:
-        raise Refuse(f"activation {act} is not a HAL FuseCode (TANH / SIGN_BIT)")
+        raise Unimportable(f"activation {act} is not a HAL FuseCode (TANH / SIGN_BIT)")
     return schema.ACTIVATIONS[act]
 
 
 def _float_only(ctx: Context, op: OpInfo) -> None:
     if ctx.t(op.inputs[0]).ttype != TT.FLOAT32 or any(
             ctx.t(i).ttype not in (TT.FLOAT32,) for i in op.inputs[1:] if i >= 0):
-        raise Refuse("hybrid or quantized recurrent weights have no HAL equivalent")
+        raise Unimportable("hybrid or quantized recurrent weights have no HAL equivalent")
 
 
 @_conv("RNN", "RNN (FuseCode activations; hidden state as model state)")
@@ -86,10 +86,10 @@ def _lstm_inputs(ctx: Context, op: OpInfo, o: object) -> tuple[list[int], int, i
     """HAL inputs 0..22 of an LSTM; (inputs, output state tensor, cell state tensor)."""
     _float_only(ctx, op)
     if len(op.inputs) not in (20, 24):
-        raise Refuse(f"{len(op.inputs)} inputs (the full LSTM kernel has 20 or 24)")
+        raise Unimportable(f"{len(op.inputs)} inputs (the full LSTM kernel has 20 or 24)")
     act = o.FusedActivationFunction()
     if act not in _LSTM_ACTIVATIONS:
-        raise Refuse(f"activation {act} is not one the HAL LSTM takes")
+        raise Unimportable(f"activation {act} is not one the HAL LSTM takes")
     x = op.inputs[0]
     ins = [ctx.x(x)] + [ctx.omitted_like(i, x) for i in op.inputs[1:18]]
     h, c = op.inputs[18], op.inputs[19]
@@ -121,7 +121,7 @@ def _seq_lstm(ctx: Context, op: OpInfo) -> None:
 def _lstm(ctx: Context, op: OpInfo) -> None:
     o = ctx.options("LSTMOptions")
     if o.KernelType() != 0:
-        raise Refuse("the basic LSTM kernel has no HAL equivalent")
+        raise Unimportable("the basic LSTM kernel has no HAL equivalent")
     ins, h, c = _lstm_inputs(ctx, op, o)
     ins += _layer_norm(ctx, op)
     units = ctx.t(op.inputs[4]).shape[0]

@@ -24,7 +24,7 @@ from nnhal.tflite import (
     import_recurrent,  # noqa: F401  (registers its converters)
     schema,
 )
-from nnhal.tflite.import_ctx import Context, Refuse, hal_dims, hal_type
+from nnhal.tflite.import_ctx import Context, Unimportable, hal_dims, hal_type
 from nnhal.tflite.import_fold import FOLDED_NOTE, FOLDERS, fold
 from nnhal.tflite.import_ops import CONVERTERS, MAPPED, REFUSED
 from nnhal.tflite.import_read import OpInfo, SubgraphInfo, read_model
@@ -78,7 +78,7 @@ class _Importer:
                                                     f" of {len(self.subgraphs)}")
                 try:
                     initial.update(initial_values(self.subgraphs[k]))
-                except Refuse as e:
+                except Unimportable as e:
                     self.problems.append(f"{op.describe()}: {e}")
         mb = ModelBuilder()
         self.mb = mb
@@ -94,7 +94,7 @@ class _Importer:
         if not self.problems:
             try:
                 found, _ = variables.finish()
-            except Refuse as e:
+            except Unimportable as e:
                 self.problems.append(f"resource variables: {e}")
                 found = []
             in_names = [main.tensors[i].name for i in main.inputs]
@@ -123,10 +123,10 @@ class _Importer:
         """A SUBGRAPH operand in ``sb`` naming TFLite subgraph ``k`` converted into a
         referenced HAL subgraph (once per subgraph)."""
         if not 0 < k < len(self.subgraphs):
-            raise Refuse(f"names subgraph {k} of {len(self.subgraphs)}")
+            raise Unimportable(f"names subgraph {k} of {len(self.subgraphs)}")
         if k not in self.referenced:
             if k in self.converting:
-                raise Refuse(f"subgraph {k} calls itself")
+                raise Unimportable(f"subgraph {k} calls itself")
             self.converting.add(k)
             sg = self.subgraphs[k]
             sub = self.mb.subgraph()
@@ -162,7 +162,7 @@ class _Importer:
                 check(sig, [info(i) for i in operation.inputs],
                       [info(i) for i in operation.outputs])
             except SignatureError as e:
-                raise Refuse(f"the HAL's {e}") from None
+                raise Unimportable(f"the HAL's {e}") from None
 
     def _inputs(self, ctx: Context, sg: SubgraphInfo) -> list[int]:
         out = []
@@ -170,10 +170,10 @@ class _Importer:
             t = sg.tensors[i]
             try:
                 if t.zero_sized:
-                    raise Refuse(f"{t.describe()} has shape {list(t.shape)}: a HAL input "
-                                 f"cannot be empty (its 0 means unknown)")
+                    raise Unimportable(f"{t.describe()} has shape {list(t.shape)}: a HAL input "
+                                       f"cannot be empty (its 0 means unknown)")
                 ht, sc, zp, cq = hal_type(t)
-            except Refuse as e:
+            except Unimportable as e:
                 self.problems.append(f"input {e}")
                 ctx.poisoned.add(i)
                 continue
@@ -195,29 +195,29 @@ class _Importer:
             try:
                 if op.name in VARIABLE_OPS:
                     if variables is None:
-                        raise Refuse("resource variables only in the main subgraph")
+                        raise Unimportable("resource variables only in the main subgraph")
                     variables.convert(op)
                 elif op.custom:
-                    raise Refuse(f"custom operator '{op.name}' has no HAL equivalent")
+                    raise Unimportable(f"custom operator '{op.name}' has no HAL equivalent")
                 elif op.name in CONVERTERS:
                     why = kernel_refusal(_rule_op(ctx, op))
                     if why is not None:
-                        raise Refuse(why)
+                        raise Unimportable(why)
                     CONVERTERS[op.name](ctx, op)
                 elif op.name in FOLDERS or op.name in ("SHAPE", "RANK", "DENSIFY"):
-                    raise Refuse("no HAL 1.3 equivalent (folded only when its inputs are "
-                                 "constants or, for SHAPE / RANK, its input shape is static)")
+                    raise Unimportable("no HAL 1.3 equivalent (folded only when its inputs are "
+                                       "constants or, for SHAPE / RANK, its input shape is static)")
                 else:
-                    raise Refuse(REFUSED.get(op.name, "no HAL 1.3 equivalent"))
+                    raise Unimportable(REFUSED.get(op.name, "no HAL 1.3 equivalent"))
                 ctx.flush()
                 self._check_emitted(ctx, start)
-            except (Refuse, IndexError, ValueError, TypeError, KeyError) as e:
+            except (Unimportable, IndexError, ValueError, TypeError, KeyError) as e:
                 # The latter: an operator whose tensors contradict its kind (too few inputs,
                 # shapes of the wrong rank), reported against it rather than as a traceback.
                 ctx.pending.clear()
                 ctx.poisoned.update(op.outputs)
                 where = op.describe() + (f" (subgraph {sg.index})" if sg.index else "")
-                reason = str(e) if isinstance(e, Refuse) else (
+                reason = str(e) if isinstance(e, Unimportable) else (
                     f"malformed operator ({type(e).__name__}: {e})")
                 self.problems.append(f"{where}: {reason}")
             ctx.op = None
@@ -240,7 +240,7 @@ class _Importer:
                 src = ctx.x(i)
                 dst = ctx.sb.operand(ht, hal_dims(t), sc, zp, cq, lifetime=L.SUBGRAPH_OUTPUT)
                 ctx.copy_into(src, dst)
-            except Refuse as e:
+            except Unimportable as e:
                 self.problems.append(f"output {t.describe()}: {e}")
                 continue
             out.append(dst)

@@ -13,9 +13,9 @@ from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.types import OperandLifeTime
 from nnhal.tflite import schema
-from nnhal.tflite.import_ctx import Context, Refuse, hal_dims, hal_type
+from nnhal.tflite.import_ctx import Context, Unimportable, hal_dims, hal_type
 from nnhal.tflite.import_fold import fold
-from nnhal.tflite.import_read import OpInfo, SubgraphInfo, TensorInfo
+from nnhal.tflite.import_read import OpInfo, SubgraphInfo, TfliteTensor
 
 VARIABLE_OPS = ("VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE")
 
@@ -44,8 +44,8 @@ def initial_values(sg: SubgraphInfo) -> dict[str, np.ndarray]:
             key = handles.get(op.inputs[0])
             value = sg.tensors[op.inputs[1]].value
             if key is None or value is None:
-                raise Refuse(f"the initialisation subgraph {sg.index} assigns a value that is "
-                             f"not constant")
+                raise Unimportable(f"the initialisation subgraph {sg.index} assigns a value that "
+                                   f"is not constant")
             values[key] = value
     return values
 
@@ -53,7 +53,7 @@ def initial_values(sg: SubgraphInfo) -> dict[str, np.ndarray]:
 @dataclass
 class _Var:
     name: str
-    template: TensorInfo | None = None
+    template: TfliteTensor | None = None
     input: int | None = None
     current: int | None = None
 
@@ -69,16 +69,16 @@ class Variables:
     def _var(self, op: OpInfo) -> _Var:
         key = self.handles.get(op.inputs[0]) if op.inputs else None
         if key is None:
-            raise Refuse("reads a resource that no VAR_HANDLE made")
+            raise Unimportable("reads a resource that no VAR_HANDLE made")
         handle = self.ctx.t(op.inputs[0])
         if handle.ttype not in (TT.RESOURCE, TT.INT32):  # what TFLite's kernels take
-            raise Refuse(f"{handle.describe()} is {handle.type_name}, not a resource handle")
+            raise Unimportable(f"{handle.describe()} is {handle.type_name}, not a resource handle")
         if handle.has_rank and int(np.prod(handle.shape)) != 1:  # NumElements, in Prepare
-            raise Refuse(f"{handle.describe()} has shape {list(handle.shape)}: a resource "
-                         f"handle is one element")
+            raise Unimportable(f"{handle.describe()} has shape {list(handle.shape)}: a resource "
+                               f"handle is one element")
         return self.vars[key]
 
-    def _input(self, v: _Var, t: TensorInfo) -> int:
+    def _input(self, v: _Var, t: TfliteTensor) -> int:
         ht, sc, zp, cq = hal_type(t)
         v.template = t
         v.input = self.ctx.sb.operand(ht, hal_dims(t), sc, zp, cq,

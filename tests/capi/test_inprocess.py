@@ -138,12 +138,12 @@ def test_threads_in_process(lib):
 
 def test_python_exception_becomes_op_failed(lib, monkeypatch, caplog):
     """An exception raised underneath never crosses into C: OP_FAILED, and it is logged."""
-    from nnhal.runtime.model import Model
+    from nnhal.runtime.model import NdkModel
 
     def boom(self):
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(Model, "finish", boom)
+    monkeypatch.setattr(NdkModel, "finish", boom)
     code, model = N.ANeuralNetworksModel_create()
     with caplog.at_level("ERROR"):
         assert N.ANeuralNetworksModel_finish(model) == int(ResultCode.OP_FAILED)

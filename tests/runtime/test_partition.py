@@ -23,7 +23,7 @@ from nnhal.hal.types import (
     Timing,
 )
 from nnhal.runtime import Compilation, Device, Execution, PreferenceCode, ResultCode
-from nnhal.runtime import Model as RtModel
+from nnhal.runtime import NdkModel as RtModel
 from nnhal.runtime import devices as runtime_devices
 from nnhal.runtime.plan import FallbackPrepared, PlanPrepared
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from nnhal.drivers.common.prepared_model import PreparedModelBase
 from nnhal.drivers.common.tokens import MAX_TOKEN, TokenRegistry, TokenRegistryFull
-from nnhal.executor import ExecutionError
+from nnhal.executor import RunError
 from nnhal.executor.run import encode, read_argument
 from nnhal.hal.checks import InvalidArgument, check_allocate_args, check_dimensions
 from nnhal.hal.interfaces import IBuffer, IPreparedModel
@@ -245,10 +245,10 @@ class BufferCore:
         """Execution time: the current data; an uninitialized buffer fails the execution."""
         data = self.snapshot()
         if data is None:
-            raise ExecutionError(ErrorStatus.GENERAL_FAILURE,
+            raise RunError(ErrorStatus.GENERAL_FAILURE,
                                  f"buffer {self.token} is uninitialized but used as an input")
         if self.type.is_tensor and shape and combine_dims(shape, data.shape) is None:
-            raise ExecutionError(ErrorStatus.GENERAL_FAILURE,
+            raise RunError(ErrorStatus.GENERAL_FAILURE,
                                  f"buffer {self.token} holds shape {list(data.shape)}, the "
                                  f"request needs {list(shape)}")
         return data
@@ -257,7 +257,7 @@ class BufferCore:
         """An output must fit the buffer's deduced dimensions; otherwise the execution fails
         (GENERAL_FAILURE: the buffer is not too small, its declared shape is wrong)."""
         if self.type.is_tensor and combine_dims(self.dims, arr.shape) is None:
-            raise ExecutionError(ErrorStatus.GENERAL_FAILURE,
+            raise RunError(ErrorStatus.GENERAL_FAILURE,
                                  f"output shape {list(arr.shape)} does not fit buffer "
                                  f"{self.token} of dimensions {self.dims}")
         return True

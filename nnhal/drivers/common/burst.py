@@ -15,7 +15,7 @@ INVALID_ARGUMENT immediately), then waits for the running one to finish, or unti
 deadline passes, in which case it returns MISSED_DEADLINE_TRANSIENT. No call ever sees another
 call's state half-done.
 
-:meth:`Burst.execute_packet` runs a request carried in a 1.2 FMQ packet
+:meth:`DriverBurst.execute_packet` runs a request carried in a 1.2 FMQ packet
 (:mod:`nnhal.hal.fmq`) and answers with a result packet.
 """
 
@@ -65,7 +65,7 @@ class CacheHold:
 
     __slots__ = ("_finalizer", "__weakref__")
 
-    def __init__(self, burst: Burst, entry: _Entry):
+    def __init__(self, burst: DriverBurst, entry: _Entry):
         # The finalizer refers to the burst weakly: a hold never keeps a burst alive.
         self._finalizer = weakref.finalize(self, _entry_dropped, weakref.ref(burst), entry)
 
@@ -78,7 +78,7 @@ class CacheHold:
         return not self._finalizer.alive
 
 
-def _entry_dropped(burst_ref: weakref.ref[Burst], entry: _Entry) -> None:
+def _entry_dropped(burst_ref: weakref.ref[DriverBurst], entry: _Entry) -> None:
     # May run from the garbage collector inside any code, even a burst method holding the
     # cache lock on this thread: never block here, defer the table update if the lock is busy.
     entry.memory = None
@@ -94,7 +94,7 @@ def _entry_dropped(burst_ref: weakref.ref[Burst], entry: _Entry) -> None:
             burst._cache_lock.release()
 
 
-class Burst(IBurst):
+class DriverBurst(IBurst):
     """IBurst of a driver, for one prepared model."""
 
     def __init__(self, pm: PreparedRunner):

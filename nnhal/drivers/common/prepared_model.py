@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from nnhal.drivers.common.burst import Burst
+from nnhal.drivers.common.burst import DriverBurst
 from nnhal.drivers.common.callbacks import notify_execution as _notify
 from nnhal.drivers.common.execution import ReusableExecution
 from nnhal.drivers.common.fenced import FencedResult, execute_fenced
@@ -32,7 +32,7 @@ from nnhal.drivers.common.request_checks import (
 )
 from nnhal.drivers.common.runs import Result
 from nnhal.drivers.common.tokens import TokenRegistry
-from nnhal.executor import ExecutionError, RunState
+from nnhal.executor import RunError, RunState
 from nnhal.hal.checks import UINT64_MAX, check_execution_args
 from nnhal.hal.interfaces import IExecutionCallback, IPreparedModel
 from nnhal.hal.request_pool import RequestBuffer, RequestPool
@@ -100,7 +100,7 @@ class PreparedModelBase(IPreparedModel):
     def execute_checked(self, request: Request, pools: Sequence[RequestPool], rt: RunState,
                         prepared: Any) -> tuple[ErrorStatus, list[OutputShape]]:
         """Run a validated request (bound in ``prepared`` when not None); may raise
-        ExecutionError / OpError (their status is the result) or anything else
+        RunError / OpError (their status is the result) or anything else
         (GENERAL_FAILURE)."""
         raise NotImplementedError
 
@@ -183,9 +183,9 @@ class PreparedModelBase(IPreparedModel):
             else:
                 why = shrunk_watched(prepared.watch) if prepared.watch else None
             if why is not None:
-                raise ExecutionError(ErrorStatus.INVALID_ARGUMENT, why)
+                raise RunError(ErrorStatus.INVALID_ARGUMENT, why)
             status, shapes = self.execute_checked(request, pools, rt, prepared)
-        except ExecutionError as e:  # failures fall through: driver buffers must see them
+        except RunError as e:  # failures fall through: driver buffers must see them
             self.device.log(f"execution failed: {e}")
             status, shapes = e.status, []
         except OpError as e:
@@ -271,8 +271,8 @@ class PreparedModelBase(IPreparedModel):
                        ) -> FencedResult:
         return execute_fenced(self, request, wait_for, measure, deadline, loop_timeout, duration)
 
-    def configure_execution_burst(self) -> tuple[ErrorStatus, Burst]:
-        return ErrorStatus.NONE, Burst(self)
+    def configure_execution_burst(self) -> tuple[ErrorStatus, DriverBurst]:
+        return ErrorStatus.NONE, DriverBurst(self)
 
     def create_reusable_execution(self, request: Request,
                                   measure: MeasureTiming = MeasureTiming.NO,

@@ -19,7 +19,7 @@ from nnhal.analysis import ModelGraph
 from nnhal.drivers.common.prepared_model import PreparedModelBase, PreparingDevice
 from nnhal.drivers.litert.cache import LiteRTPlan
 from nnhal.drivers.litert.engine import EnginePool
-from nnhal.executor import ExecutionError, RunState
+from nnhal.executor import RunError, RunState
 from nnhal.executor.run import input_shape, read_argument, write_outputs
 from nnhal.hal.request_pool import RequestPool
 from nnhal.hal.types import (
@@ -170,9 +170,9 @@ class LiteRTPreparedModel(PreparedModelBase):
                 continue
             if shape is None:
                 if idx in self.graph.required_inputs:
-                    raise ExecutionError(ErrorStatus.INVALID_ARGUMENT, f"input operand {idx} "
+                    raise RunError(ErrorStatus.INVALID_ARGUMENT, f"input operand {idx} "
                                          "is required but has no value")
-                raise ExecutionError(ErrorStatus.GENERAL_FAILURE, f"input operand {idx} "
+                raise RunError(ErrorStatus.GENERAL_FAILURE, f"input operand {idx} "
                                      "omitted: LiteRT has no omitted inputs")
             info = main.operands[idx]
             pool = pools[arg.location.pool_index]

@@ -1,0 +1,25 @@
+"""One meaning per name: no public class name is defined twice in nnhal, and no module name
+means two things where the issue found it (two ``registry`` modules)."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "nnhal"
+
+
+def test_no_public_class_name_is_defined_twice():
+    where: dict[str, list[str]] = defaultdict(list)
+    for p in sorted(ROOT.rglob("*.py")):
+        for node in ast.parse(p.read_text()).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                where[node.name].append(str(p.relative_to(ROOT)))
+    twice = {name: files for name, files in where.items() if len(files) > 1}
+    assert twice == {}
+
+
+def test_one_registry_module():
+    assert sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("registry.py")) == \
+        ["ops/registry.py"]
