@@ -81,7 +81,7 @@ def time_paths(paths: list[tuple[str, Callable[[], object]]], n: int, rounds: in
 def install_stand_in_into() -> None:
     """A float32 ADD kernel writing into its output, for this benchmark only (the registered
     ADD definition gets it as an instance attribute; nothing is changed in nnhal.ops)."""
-    from nnhal.ops.registry import definitions
+    from nnhal.ops.resolver import definitions
 
     add = definitions()[int(OperationType.ADD)]
 

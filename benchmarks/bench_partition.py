@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from nnhal.conformance.mode_partitioned import HalfDevice
-from nnhal.drivers.device_registry import available, open_device
+from nnhal.drivers.registry import available, open_device
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.runtime import Compilation, Device, Execution
 from nnhal.runtime import NdkModel as RtModel

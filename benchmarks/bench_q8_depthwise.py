@@ -23,7 +23,7 @@ if __package__ in (None, ""):  # run as a script: make the worktree importable
 from nnhal.hal.types import OperandType, OperationType  # noqa: E402
 from nnhal.ops import conv, native  # noqa: E402
 from nnhal.ops.catalog import check_operation, lookup  # noqa: E402
-from nnhal.ops.registry import OpContext  # noqa: E402
+from nnhal.ops.resolver import OpContext  # noqa: E402
 from nnhal.ops.testing import output, tensor  # noqa: E402
 
 S8 = OperandType.TENSOR_QUANT8_ASYMM_SIGNED

@@ -64,14 +64,14 @@ def _conformance(args: argparse.Namespace) -> int:
             return error(prog, f"cannot write --json {args.json}: {problem}")
 
     from nnhal.conformance import Options, iter_cases, run
-    from nnhal.drivers import device_registry
-    from nnhal.drivers.device_registry import open_device
+    from nnhal.drivers import registry
+    from nnhal.drivers.registry import open_device
     from nnhal.errors import NnhalError
 
-    if not device_registry.lookup(args.device):
+    if not registry.lookup(args.device):
         return error(prog, f"unknown device '{args.device}'; devices: "
-                           f"{', '.join(device_registry.device_names())}")
-    why = device_registry.reason(args.device)
+                           f"{', '.join(registry.device_names())}")
+    why = registry.reason(args.device)
     if why is not None:
         return error(prog, f"device '{args.device}' is not available: {why}")
     if "partitioned" in modes and not worker:

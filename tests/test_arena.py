@@ -20,7 +20,7 @@ from nnhal.executor import ModelPlan, RunState
 from nnhal.executor.arena import ALIGNMENT, plan_offsets
 from nnhal.hal.builder import ModelBuilder, RequestBuilder
 from nnhal.hal.types import ErrorStatus, OperandType, OperationType
-from nnhal.ops.registry import definitions
+from nnhal.ops.resolver import definitions
 
 T, O = OperandType, OperationType
 DIMS = (2, 3)

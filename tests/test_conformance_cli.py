@@ -280,10 +280,10 @@ def test_unknown_device_is_one_line(capsys, good_specs, command):
 
 @pytest.mark.parametrize("command", ["conformance", "mutations"])
 def test_unavailable_device_says_why(capsys, good_specs, command, monkeypatch):
-    from nnhal.drivers import device_registry
+    from nnhal.drivers import registry
 
-    monkeypatch.setattr(device_registry, "_DEVICES", dict(device_registry._DEVICES))
-    device_registry.register("litert", lambda: None, lambda: "ai-edge-litert is not importable")
+    monkeypatch.setattr(registry, "_DEVICES", dict(registry._DEVICES))
+    registry.register("litert", lambda: None, lambda: "ai-edge-litert is not importable")
     rc, out, err = run_cli(capsys, command, "--specs", str(good_specs), "--device", "litert")
     assert_one_line(rc, err, "not available", "ai-edge-litert is not importable")
 

@@ -12,7 +12,7 @@ import pytest
 from nnhal.conformance import default_specs_dir
 from nnhal.conformance.parallel import run_sharded
 from nnhal.conformance.runner import FAILED, MODES, PASSED, SKIPPED
-from nnhal.drivers.device_registry import available
+from nnhal.drivers.registry import available
 
 SPECS = default_specs_dir()
 WHY = available().get("litert", "not registered")

@@ -30,7 +30,7 @@ from nnhal.conformance.mutations import (
     run_model_mutations,
     run_request_mutations,
 )
-from nnhal.drivers.device_registry import available, open_device
+from nnhal.drivers.registry import available, open_device
 from nnhal.hal.builder import ModelBuilder, RequestBuilder
 from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (

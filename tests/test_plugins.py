@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from nnhal.drivers import device_registry
+from nnhal.drivers import registry
 from nnhal.drivers.reference import ReferenceDevice
 from nnhal.errors import NnhalError
 
@@ -56,29 +56,29 @@ def plugin_site(tmp_path, monkeypatch):
         reference = fakevendor_nn:make_reference
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(device_registry, "_DEVICES", dict(device_registry._DEVICES))
-    device_registry.discover(force=True)
+    monkeypatch.setattr(registry, "_DEVICES", dict(registry._DEVICES))
+    registry.discover(force=True)
     yield
     for name in [m for m in sys.modules if m.startswith("fakevendor_nn")]:
         del sys.modules[name]
-    device_registry._discovered = False
+    registry._discovered = False
 
 
 def test_plugins_are_listed_after_the_built_ins_without_being_imported(plugin_site):
-    names = device_registry.device_names()
+    names = registry.device_names()
     assert names[:2] == ["reference", "litert"]
     assert names[2:] == ["vendor", "vendor-offline", "vendor-broken", "vendor-odd"]
     assert "fakevendor_nn" not in sys.modules  # listing names imports nothing
 
 
 def test_a_plugin_opens_and_a_builtin_is_never_replaced(plugin_site):
-    device = device_registry.open_device("vendor")
+    device = registry.open_device("vendor")
     try:
         assert type(device).__name__ == "VendorDevice"
         assert sys.modules["fakevendor_nn"].LOADED == ["make"]
     finally:
         device.close()
-    ref = device_registry.open_device("reference")
+    ref = registry.open_device("reference")
     try:
         assert type(ref) is ReferenceDevice
     finally:
@@ -86,21 +86,21 @@ def test_a_plugin_opens_and_a_builtin_is_never_replaced(plugin_site):
 
 
 def test_broken_plugins_are_unavailable_with_the_reason(plugin_site):
-    why = device_registry.available()
+    why = registry.available()
     assert why["vendor"] is None
     assert why["vendor-offline"] == "the vendor NPU is not present"
     assert why["vendor-broken"] == ("plug-in fakevendor_nn.broken:make failed to load: "
                                     "RuntimeError: vendor library missing")
     assert why["vendor-odd"] == "plug-in fakevendor_nn:NOT_CALLABLE is not a callable factory"
     with pytest.raises(NnhalError, match="'vendor-broken' is not available: plug-in"):
-        device_registry.open_device("vendor-broken")
+        registry.open_device("vendor-broken")
     with pytest.raises(NnhalError, match="'vendor-offline' is not available: the vendor NPU"):
-        device_registry.open_device("vendor-offline")
+        registry.open_device("vendor-offline")
 
 
 def test_a_factory_returning_something_else_is_refused(monkeypatch):
-    monkeypatch.setattr(device_registry, "_DEVICES", dict(device_registry._DEVICES))
-    device_registry.register("odd", lambda: object())
+    monkeypatch.setattr(registry, "_DEVICES", dict(registry._DEVICES))
+    registry.register("odd", lambda: object())
     with pytest.raises(NnhalError, match="'odd' is not available: its factory returned "
                                          "object, not an IDevice"):
-        device_registry.open_device("odd")
+        registry.open_device("odd")

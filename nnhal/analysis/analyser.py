@@ -31,7 +31,7 @@ from nnhal.hal.types import (
 )
 from nnhal.memory import MemoryError_, SharedMemory
 from nnhal.ops.catalog import check_operation, lookup, signature
-from nnhal.ops.registry import OpContext, OperandInfo, OpError, Shape
+from nnhal.ops.resolver import OpContext, OperandInfo, OpError, Shape
 from nnhal.ops.signature import input_slots, omittable_positions
 from nnhal.validation import ValidationError, validate_model
 

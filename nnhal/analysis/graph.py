@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from nnhal.core.version import FeatureLevel
 from nnhal.hal.types import OperationType, Subgraph
-from nnhal.ops.registry import OperandInfo, Shape
+from nnhal.ops.resolver import OperandInfo, Shape
 
 #: (operation type, input operand indexes, output operand indexes)
 OperationTuple = tuple[int, tuple[int, ...], tuple[int, ...]]

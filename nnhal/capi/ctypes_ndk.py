@@ -157,10 +157,10 @@ def use_device(name: str) -> str | None:
     why not (one line)."""
     if _find(library_devices(), name) is not None:
         return None
-    from nnhal.drivers import device_registry
+    from nnhal.drivers import registry
     from nnhal.runtime.devices import DEVICES_ENV, named_devices
 
-    why = device_registry.reason(name)
+    why = registry.reason(name)
     if why is not None:
         return f"libneuralnetworks.so cannot open device '{name}': {why}"
     if "," in name:

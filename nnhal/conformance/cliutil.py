@@ -130,9 +130,9 @@ def output_file(text: str) -> str:
 def device(text: str) -> str:
     """An argparse type: a device name that can be opened now (a registered driver, or a
     ``remote:`` service that answers); else the registry's reason."""
-    from nnhal.drivers import device_registry
+    from nnhal.drivers import registry
 
-    why = device_registry.reason(text)
+    why = registry.reason(text)
     if why is not None:
         raise argparse.ArgumentTypeError(why if why.startswith("unknown device") else
                                          f"device '{text}' is not available: {why}")

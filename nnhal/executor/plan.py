@@ -27,7 +27,7 @@ from nnhal.hal.types import (
     OperationType,
 )
 from nnhal.ops.catalog import lookup
-from nnhal.ops.registry import IntoKernel, Kernel, OpContext, OperandInfo, OpError
+from nnhal.ops.resolver import IntoKernel, Kernel, OpContext, OperandInfo, OpError
 
 _IF, _WHILE = int(OperationType.IF), int(OperationType.WHILE)
 #: Operations whose kernels run GEMMs through numpy's BLAS.

@@ -22,7 +22,7 @@ from nnhal.ops.elementwise import (
     float_unary,
     table_lookup,
 )
-from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, OpError, Shape, register
+from nnhal.ops.resolver import OpContext, OperandInfo, OperationDef, OpError, Shape, register
 from nnhal.ops.signature import V1_0, V1_2, V1_3, Signature, Slot, Variant, sig, variants
 
 T = OperandType

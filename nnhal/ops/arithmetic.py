@@ -7,7 +7,7 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.conv_engine import scratch
-from nnhal.ops.registry import OpContext, OperationDef, register
+from nnhal.ops.resolver import OpContext, OperationDef, register
 from nnhal.ops.signature import V1_0, V1_1, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType

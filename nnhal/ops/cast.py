@@ -12,7 +12,7 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.elementwise import check_output_shape, check_quant_scales
-from nnhal.ops.registry import OpContext, OperationDef, Shape, register
+from nnhal.ops.resolver import OpContext, OperationDef, Shape, register
 from nnhal.ops.signature import V1_0, V1_2, V1_3, Slot, Variant, sig
 
 T = OperandType

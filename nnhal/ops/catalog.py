@@ -2,7 +2,7 @@
 inference, reference kernel), looked up by operation type.
 
 This module imports every family module, so it is what the rest of nnhal reads; family
-modules import only ``registry``, ``signature`` and ``common``, never this one.
+modules import only ``resolver``, ``signature`` and ``common``, never this one.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from nnhal.ops import (
     softmax,
     svdf,
 )
-from nnhal.ops.registry import OpContext, OperationDef, OpError, definitions
+from nnhal.ops.resolver import OpContext, OperationDef, OpError, definitions
 from nnhal.ops.signature import V1_0, Signature, SignatureError, check
 
 FAMILIES = (activations, arithmetic, cast, comparison, control_flow, conv, detection,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nnhal.hal.types import OperandType
-from nnhal.ops.registry import OpContext, OperandInfo, OpError
+from nnhal.ops.resolver import OpContext, OperandInfo, OpError
 
 T = OperandType
 

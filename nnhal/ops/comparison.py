@@ -14,7 +14,7 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.elementwise import BroadcastBinary, table_lookup
-from nnhal.ops.registry import OpContext, OperandInfo, register
+from nnhal.ops.resolver import OpContext, OperandInfo, register
 from nnhal.ops.signature import V1_2, V1_3, Slot, sig, variants
 
 T = OperandType

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
-from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, register
+from nnhal.ops.resolver import OpContext, OperandInfo, OperationDef, register
 from nnhal.ops.signature import ANY, V1_3, Slot, sig, variants
 
 T = OperandType

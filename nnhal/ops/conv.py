@@ -35,7 +35,7 @@ from nnhal.ops.conv_engine import (
     padded_input,
     scratch,
 )
-from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, OpError, register
+from nnhal.ops.resolver import OpContext, OperandInfo, OperationDef, OpError, register
 from nnhal.ops.signature import V1_0, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType

@@ -15,7 +15,7 @@ import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
-from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, OpError, register
+from nnhal.ops.resolver import OpContext, OperandInfo, OperationDef, OpError, register
 from nnhal.ops.signature import V1_2, V1_3, Slot, Variant, sig, variants
 
 T = OperandType

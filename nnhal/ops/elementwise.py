@@ -17,7 +17,7 @@ import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
-from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, Shape, register
+from nnhal.ops.resolver import OpContext, OperandInfo, OperationDef, Shape, register
 from nnhal.ops.signature import V1_0, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType

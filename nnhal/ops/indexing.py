@@ -14,7 +14,7 @@ import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
-from nnhal.ops.registry import OpContext, OperationDef, OpError, register
+from nnhal.ops.resolver import OpContext, OperationDef, OpError, register
 from nnhal.ops.shape import known, quant_unchanged, rank_between, scalar, vector
 from nnhal.ops.signature import V1_0, V1_1, V1_2, V1_3, Slot, sig, variants
 

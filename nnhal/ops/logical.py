@@ -14,7 +14,7 @@ from nnhal.ops.elementwise import (
     shapes_compatible,
     table_lookup,
 )
-from nnhal.ops.registry import OpContext, OperationDef, OpError, Shape, register
+from nnhal.ops.resolver import OpContext, OperationDef, OpError, Shape, register
 from nnhal.ops.signature import V1_2, V1_3, Slot, sig, variants
 
 T = OperandType

@@ -14,7 +14,7 @@ import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops.lstm import expect_rank_if_given, value_given, with_required
-from nnhal.ops.registry import OpContext, OperationDef, OpError, register
+from nnhal.ops.resolver import OpContext, OperationDef, OpError, register
 from nnhal.ops.signature import V1_0, V1_2, Slot, sig, variants
 
 T = OperandType

@@ -20,7 +20,7 @@ import numpy as np
 
 from nnhal.core.version import FeatureLevel
 from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
-from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, OpError, register
+from nnhal.ops.resolver import OpContext, OperandInfo, OperationDef, OpError, register
 from nnhal.ops.signature import (
     V1_0,
     V1_2,

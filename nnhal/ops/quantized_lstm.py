@@ -16,7 +16,7 @@ from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops import recurrent_fixedpoint as FP
 from nnhal.ops.lstm import expect_rank_if_given, value_given, with_required
-from nnhal.ops.registry import OpContext, OperationDef, OpError, register
+from nnhal.ops.resolver import OpContext, OperationDef, OpError, register
 from nnhal.ops.signature import V1_2, V1_3, Slot, Variant, sig
 
 T = OperandType

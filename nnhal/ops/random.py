@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
-from nnhal.ops.registry import OpContext, OperationDef, OpError, register
+from nnhal.ops.resolver import OpContext, OperationDef, OpError, register
 from nnhal.ops.signature import V1_2, Slot, sig, variants
 
 T = OperandType

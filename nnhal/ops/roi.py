@@ -20,7 +20,7 @@ from nnhal.ops.detection import (
     scalar,
     to_float,
 )
-from nnhal.ops.registry import OpContext, OperandInfo, OperationDef, OpError, register
+from nnhal.ops.resolver import OpContext, OperandInfo, OperationDef, OpError, register
 from nnhal.ops.signature import Slot, sig
 
 T = OperandType

@@ -14,7 +14,7 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops import fixedpoint as FP
-from nnhal.ops.registry import OpContext, OperationDef, OpError, Shape, register
+from nnhal.ops.resolver import OpContext, OperationDef, OpError, Shape, register
 from nnhal.ops.signature import V1_0, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType

@@ -1,4 +1,4 @@
-"""Run one operation directly through its registry entry: for operation unit tests."""
+"""Run one operation directly through its resolver entry: for operation unit tests."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 
 from nnhal.hal.types import LOOP_TIMEOUT_DEFAULT_NS, OperandLifeTime, OperandType, OperationType
 from nnhal.ops.catalog import check_operation, lookup
-from nnhal.ops.registry import OpContext, OperandInfo
+from nnhal.ops.resolver import OpContext, OperandInfo
 
 
 def tensor(t: OperandType, value: Any, scale: float = 0.0, zero_point: int = 0, *,

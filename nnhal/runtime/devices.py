@@ -1,5 +1,5 @@
 """The devices the runtime sees: every available device of
-:mod:`nnhal.drivers.device_registry`, opened once per process, in registration order (the
+:mod:`nnhal.drivers.registry`, opened once per process, in registration order (the
 reference driver first), then the devices named in ``$NNHAL_DEVICES``.
 
 **Named devices.** The registry lists the services registered in the runtime directory
@@ -128,16 +128,16 @@ def devices() -> list[Device]:
     """Every available registered device, then every device ``$NNHAL_DEVICES`` names (each
     opened once, kept for the process)."""
     global _devices, _named_seen
-    from nnhal.drivers import device_registry
+    from nnhal.drivers import registry
 
     with _lock:
         if _devices is None:
             found = []
-            for name, why in device_registry.available().items():
+            for name, why in registry.available().items():
                 if why is not None:
                     continue
                 try:
-                    found.append(Device(name, device_registry.open_device(name)))
+                    found.append(Device(name, registry.open_device(name)))
                 except (NnhalError, Exception):  # noqa: BLE001 - a broken driver is absent
                     continue
             _devices = found
@@ -149,7 +149,7 @@ def devices() -> list[Device]:
                 if name in listed:
                     continue
                 try:
-                    _devices.append(Device(name, device_registry.open_device(name)))
+                    _devices.append(Device(name, registry.open_device(name)))
                     listed.add(name)
                 except Exception as e:  # noqa: BLE001 - a device that cannot open is absent
                     log.warning("%s: %s", DEVICES_ENV, e if isinstance(e, NnhalError) else

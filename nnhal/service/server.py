@@ -1574,7 +1574,7 @@ def serve(driver: str, socket_path: str | None = None, runtime_dir: str | None =
           group: str | None = None, name: str | None = None,
           ready: Callable[[Service], None] | None = None, limits: Limits | None = None) -> int:
     """Run ``nnhal serve``: open the driver, listen, register, serve until SIGTERM/SIGINT."""
-    from nnhal.drivers.device_registry import open_device
+    from nnhal.drivers.registry import open_device
 
     why = no_new_privs()
     if why is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from nnhal.analysis import analyse
 from nnhal.hal.interfaces import IDevice
 from nnhal.hal.types import ErrorStatus, Model, OperationType
-from nnhal.ops.registry import OpError
+from nnhal.ops.resolver import OpError
 from nnhal.validation import ValidationError
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.drivers.device_registry import open_device
+from nnhal.drivers.registry import open_device
 from nnhal.errors import ExecutionError, InputError, InvalidModelError, NnhalError, one_line
 from nnhal.hal.interfaces import IDevice, IPreparedModel, PreparedModelCallback
 from nnhal.hal.request_layout import ArgSlot, LayoutError, RequestLayout

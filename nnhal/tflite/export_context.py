@@ -12,7 +12,7 @@ from tflite.TensorType import TensorType as TT
 
 from nnhal.analysis import SubgraphGraph
 from nnhal.hal.types import OperandType, OperationType
-from nnhal.ops.registry import OperandInfo
+from nnhal.ops.resolver import OperandInfo
 from nnhal.tflite.export_fb import ModelDef, OperatorDef, SubgraphDef, TensorDef
 from nnhal.tflite.kernel_rules import RuleOp, RuleTensor, kernel_refusal, rule_tensor
 from nnhal.tflite.schema import ACTIVATIONS_BACK, builtin_name

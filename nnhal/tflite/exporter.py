@@ -17,7 +17,7 @@ from __future__ import annotations
 from nnhal.analysis import ModelGraph, SubgraphGraph, analyse
 from nnhal.errors import InvalidModelError, NnhalError, UnsupportedModelError
 from nnhal.hal.types import ErrorStatus, Model
-from nnhal.ops.registry import OpError
+from nnhal.ops.resolver import OpError
 from nnhal.ops.signature import SignatureError
 from nnhal.tflite.export_context import SubgraphWriter
 from nnhal.tflite.export_fb import ModelDef, SubgraphDef, serialise

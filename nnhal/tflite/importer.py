@@ -18,7 +18,7 @@ from nnhal.errors import ModelFileError, UnsupportedModelError
 from nnhal.hal.builder import ModelBuilder, SubgraphBuilder
 from nnhal.hal.types import OperandLifeTime, OperandType
 from nnhal.ops.catalog import signature
-from nnhal.ops.registry import OpError
+from nnhal.ops.resolver import OpError
 from nnhal.ops.signature import SignatureError, check
 from nnhal.tflite import (
     import_recurrent,  # noqa: F401  (registers its converters)

@@ -14,7 +14,7 @@ from nnhal.analysis import ModelGraph, analyse
 from nnhal.hal.types import Model, Operand, OperandLifeTime, OperandType, OperationType
 from nnhal.hal.types import Subgraph as HalSubgraph
 from nnhal.ops.catalog import SIGNATURES
-from nnhal.ops.registry import OpError
+from nnhal.ops.resolver import OpError
 from nnhal.ops.signature import Slot, input_slots
 from nnhal.tflite.model import ImportedModel
 from nnhal.validation.model import ValidationError

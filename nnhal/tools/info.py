@@ -96,7 +96,7 @@ def device_support(model: Model, devices: Mapping[str, DeviceOrReason],
 def model_info(imported: ImportedModel | Model,
                devices: Mapping[str, DeviceOrReason] | None = None) -> dict[str, Any]:
     """Everything ``nnhal info`` shows, as JSON-ready data. ``devices`` defaults to every
-    device of :mod:`nnhal.drivers.device_registry` (opened for the question, then closed)."""
+    device of :mod:`nnhal.drivers.registry` (opened for the question, then closed)."""
     a = analysed(imported)
     imp, model = a.imported, a.model
     main = model.main
@@ -143,16 +143,16 @@ def model_info(imported: ImportedModel | Model,
 
 def registry_devices() -> tuple[dict[str, DeviceOrReason], list[IDevice]]:
     """Every registered device: opened when available, else the reason it is not."""
-    from nnhal.drivers import device_registry  # type: ignore[attr-defined]
+    from nnhal.drivers import registry  # type: ignore[attr-defined]
 
     devices: dict[str, DeviceOrReason] = {}
     opened: list[IDevice] = []
-    for name, reason in device_registry.available().items():
+    for name, reason in registry.available().items():
         if reason is not None:
             devices[name] = reason
             continue
         try:
-            dev = device_registry.open_device(name)
+            dev = registry.open_device(name)
         except NnhalError as e:
             devices[name] = str(e)
             continue

@@ -20,7 +20,7 @@ def compile_plan(model: Model, device_names: Sequence[str] | None = None,
                  preference: str = "fast") -> tuple[list[dict[str, Any]], Any]:
     """(the steps, the finished Compilation; the caller frees it). NnhalError with the
     reason when the model cannot be compiled on those devices."""
-    from nnhal.drivers.device_registry import open_device
+    from nnhal.drivers.registry import open_device
     from nnhal.runtime import Compilation, Device
     from nnhal.runtime import NdkModel as RuntimeModel
 

@@ -17,7 +17,7 @@ from nnhal.capi import ctypes_ndk
 from nnhal.cli import main
 from nnhal.conformance import default_specs_dir, iter_cases, mode_capi
 from nnhal.conformance.runner import FAILED, PASSED, Options, run_case
-from nnhal.drivers import device_registry
+from nnhal.drivers import registry
 
 #: The module (``nnhal.runtime.devices`` the attribute is the function of that name).
 rt_devices = importlib.import_module("nnhal.runtime.devices")
@@ -54,7 +54,7 @@ def test_capi_cases_pass_through_the_served_device(fresh_runtime, tmp_path, monk
             return real_prepare(*args, **kw)
 
         monkeypatch.setattr(svc.device, "prepare_model", counting_prepare)
-        dev = device_registry.open_device(name)
+        dev = registry.open_device(name)
         try:
             assert name not in ctypes_ndk.library_devices()
             cases = [c for p in ("add_v1_2*", "conv2d_v1_2*", "if_simple*")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from helpers import add_model, float_inputs
 
-from nnhal.drivers import device_registry
+from nnhal.drivers import registry
 from nnhal.drivers.litert import unavailable
 from nnhal.errors import NnhalError
 from nnhal.hal.builder import ModelBuilder, RequestBuilder
@@ -79,9 +79,9 @@ def out(rb, shape=DIMS):
 
 
 def test_registry_names_litert_and_opens_it():
-    assert "litert" in device_registry.device_names()
-    assert device_registry.available()["litert"] is None
-    dev = device_registry.open_device("litert")
+    assert "litert" in registry.device_names()
+    assert registry.available()["litert"] is None
+    dev = registry.open_device("litert")
     try:
         assert dev.get_version_string()[1].startswith("nnhal-litert")
         assert dev.name == "nnhal-litert"
@@ -92,10 +92,10 @@ def test_registry_names_litert_and_opens_it():
 def test_unavailable_when_the_import_fails(monkeypatch):
     monkeypatch.setitem(sys.modules, "ai_edge_litert", None)  # import raises ImportError
     monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)
-    why = device_registry.available()["litert"]
+    why = registry.available()["litert"]
     assert why is not None and "ai-edge-litert" in why
     with pytest.raises(NnhalError, match="not available"):
-        device_registry.open_device("litert")
+        registry.open_device("litert")
 
 
 def test_info_prints_the_reason_whole(monkeypatch, capsys, tmp_path):

@@ -11,7 +11,7 @@ from nnhal.ops.common import (
     rounding_divide_by_pot,
     srdhm,
 )
-from nnhal.ops.registry import OpError
+from nnhal.ops.resolver import OpError
 from nnhal.ops.testing import output, run_op, tensor
 
 T = OperandType

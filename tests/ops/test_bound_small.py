@@ -9,7 +9,7 @@ import pytest
 
 from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
 from nnhal.ops import catalog  # noqa: F401 - registers every operation
-from nnhal.ops.registry import OpContext, OperandInfo, definitions
+from nnhal.ops.resolver import OpContext, OperandInfo, definitions
 
 T = OperandType
 O = OperationType

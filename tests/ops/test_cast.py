@@ -6,7 +6,7 @@ import pytest
 from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
 from nnhal.ops.catalog import SIGNATURES
-from nnhal.ops.registry import OpError
+from nnhal.ops.resolver import OpError
 from nnhal.ops.signature import V1_0, V1_2, V1_3
 from nnhal.ops.testing import omitted, output, run_op, tensor
 

@@ -146,18 +146,18 @@ class _Sg:
 
 
 def _ctx(op, ins, outs, subgraphs):
-    from nnhal.ops.registry import OpContext
+    from nnhal.ops.resolver import OpContext
     return OpContext(op_type=op, inputs=ins, outputs=outs, subgraphs=subgraphs)
 
 
 def _info(t, shape=(1,), lifetime=L.TEMPORARY_VARIABLE, value=None):
-    from nnhal.ops.registry import OperandInfo
+    from nnhal.ops.resolver import OperandInfo
     return OperandInfo(type=t, shape=shape, lifetime=lifetime, value=value)
 
 
 def test_if_signature():
     from nnhal.ops.catalog import check_operation, lookup
-    from nnhal.ops.registry import OpError
+    from nnhal.ops.resolver import OpError
     f32 = _info(T.TENSOR_FLOAT32)
     ref = [_info(T.SUBGRAPH, (), L.SUBGRAPH, k) for k in (0, 1)]
     cond = _info(T.TENSOR_BOOL8)
@@ -179,7 +179,7 @@ def test_if_signature():
 
 def test_while_signature():
     from nnhal.ops.catalog import check_operation, lookup
-    from nnhal.ops.registry import OpError
+    from nnhal.ops.resolver import OpError
     f32 = _info(T.TENSOR_FLOAT32)
     ref = [_info(T.SUBGRAPH, (), L.SUBGRAPH, k) for k in (0, 1)]
     sgs = [_Sg([f32], [_info(T.TENSOR_BOOL8)]), _Sg([f32], [f32])]

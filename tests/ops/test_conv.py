@@ -9,7 +9,7 @@ import pytest
 from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
 from nnhal.ops.catalog import lookup
 from nnhal.ops.conv import explicit_padding
-from nnhal.ops.registry import OpContext, OperandInfo, OpError
+from nnhal.ops.resolver import OpContext, OperandInfo, OpError
 from nnhal.ops.testing import omitted, output, run_op, tensor
 
 T = OperandType

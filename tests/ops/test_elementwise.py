@@ -5,7 +5,7 @@ import pytest
 
 from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
-from nnhal.ops.registry import OpError
+from nnhal.ops.resolver import OpError
 from nnhal.ops.testing import omitted, output, run_op, tensor
 
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
@@ -116,7 +116,7 @@ def test_binary_not_broadcastable_rejected():
 
 def test_binary_unknown_rank_accepted_by_prepare():
     from nnhal.ops.catalog import check_operation, lookup
-    from nnhal.ops.registry import OpContext, OperandInfo
+    from nnhal.ops.resolver import OpContext, OperandInfo
     ctx = OpContext(O.MINIMUM, [OperandInfo(F32, None), OperandInfo(F32, (2,))],
                     [OperandInfo(F32, None)])
     definition = lookup(O.MINIMUM)

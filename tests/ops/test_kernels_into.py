@@ -11,7 +11,7 @@ import pytest
 from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
 from nnhal.ops import catalog  # noqa: F401 - registers every operation
 from nnhal.ops import common as C
-from nnhal.ops.registry import OpContext, OperandInfo, definitions
+from nnhal.ops.resolver import OpContext, OperandInfo, definitions
 
 T = OperandType
 O = OperationType
@@ -218,7 +218,7 @@ def test_into_rejects_a_wrong_output_shape():
                         tensor(T.TENSOR_FLOAT32, b.shape, b), 2, (1, 1), 0)
     ctx = make_ctx(O.CONV_2D, infos, [tensor(T.TENSOR_FLOAT32, (1, 4, 4, 3))])
     into = definitions()[int(O.CONV_2D)].kernel_into(ctx)
-    from nnhal.ops.registry import OpError
+    from nnhal.ops.resolver import OpError
     with pytest.raises(OpError):
         into(values(infos, x), [np.empty((1, 4, 4, 2), np.float32)], None)
 

@@ -450,7 +450,7 @@ def test_bound_kernel_into_repeated_calls_and_new_shapes():
     """The bound kernel's repeat path (shapes already checked) against the brute force, for
     new data, a new input shape, and a wrong output shape (still refused)."""
     from nnhal.ops.catalog import check_operation, lookup
-    from nnhal.ops.registry import OpContext, OpError
+    from nnhal.ops.resolver import OpContext, OpError
 
     rng = np.random.default_rng(11)
     f = rng.standard_normal((1, 3, 3, 16)).astype(np.float32)

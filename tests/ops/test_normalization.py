@@ -6,7 +6,7 @@ import pytest
 from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
 from nnhal.ops.normalization import inv_sqrt_multiplier
-from nnhal.ops.registry import OpError
+from nnhal.ops.resolver import OpError
 from nnhal.ops.testing import omitted, output, run_op, tensor
 
 U8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED

@@ -9,7 +9,7 @@ from nnhal.hal.types import OperandLifeTime
 from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
 from nnhal.ops.catalog import lookup
-from nnhal.ops.registry import OpContext, OperandInfo, OpError
+from nnhal.ops.resolver import OpContext, OperandInfo, OpError
 from nnhal.ops.testing import omitted, output, run_op, tensor
 
 U8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED

@@ -7,7 +7,7 @@ from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
 from nnhal.ops import recurrent_fixedpoint as FP
 from nnhal.ops.lsh_projection import fingerprint64
-from nnhal.ops.registry import OpError
+from nnhal.ops.resolver import OpError
 from nnhal.ops.testing import omitted, output, run_op, tensor
 
 F32, F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16

@@ -5,7 +5,7 @@ import pytest
 
 from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
-from nnhal.ops.registry import OpError
+from nnhal.ops.resolver import OpError
 from nnhal.ops.testing import omitted, output, run_op, tensor
 
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32

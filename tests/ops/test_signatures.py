@@ -7,7 +7,7 @@ import pytest
 
 from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
 from nnhal.ops.catalog import SIGNATURES, check_operation, lookup
-from nnhal.ops.registry import OpContext, OperandInfo, OpError
+from nnhal.ops.resolver import OpContext, OperandInfo, OpError
 from nnhal.ops.signature import ANY, declaration_problems, input_slots
 
 T = OperandType

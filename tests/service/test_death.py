@@ -166,10 +166,10 @@ def test_kill_during_burst_and_fenced(slow_pm):
 
 
 def test_restarted_service_is_found_again(sock, monkeypatch):
-    from nnhal.drivers import device_registry
+    from nnhal.drivers import registry
 
-    monkeypatch.setattr(device_registry, "_DEVICES", dict(device_registry._DEVICES))
-    monkeypatch.setattr(device_registry, "_discovered", device_registry._discovered)
+    monkeypatch.setattr(registry, "_DEVICES", dict(registry._DEVICES))
+    monkeypatch.setattr(registry, "_discovered", registry._discovered)
     proc = start(sock, delay=0.0)
     proc.kill()
     proc.wait(10)
@@ -178,8 +178,8 @@ def test_restarted_service_is_found_again(sock, monkeypatch):
         monkeypatch.setenv("NNHAL_RUNTIME_DIR", str(sock.parent / "rt"))
         status = Path(f"/proc/{proc.pid}/status").read_text()
         assert "NoNewPrivs:\t1" in status  # the service dropped the right to gain privileges
-        assert device_registry.reason("remote:dying") is None
-        dev = device_registry.open_device("remote:dying")
+        assert registry.reason("remote:dying") is None
+        dev = registry.open_device("remote:dying")
         try:
             assert dev.get_type()[0] == E.NONE
             assert prepared(dev) is not None

@@ -61,18 +61,18 @@ def start(rt: Path, delay: float = DELAY_S) -> subprocess.Popen:
 def served(tmp_path, monkeypatch):
     """(service process, its device as the runtime names it, the reference device); the
     runtime's device list is [remote, reference], so plain create picks the served one."""
-    from nnhal.drivers import device_registry
+    from nnhal.drivers import registry
 
-    monkeypatch.setattr(device_registry, "_DEVICES", dict(device_registry._DEVICES))
-    monkeypatch.setattr(device_registry, "_discovered", False)
+    monkeypatch.setattr(registry, "_DEVICES", dict(registry._DEVICES))
+    monkeypatch.setattr(registry, "_discovered", False)
     monkeypatch.setenv("NNHAL_RUNTIME_DIR", str(tmp_path / "rt"))
     proc = start(tmp_path / "rt")
     remote = None
     try:
         # Found by name, through the registry, as any client finds it.
-        assert f"remote:{NAME}" in device_registry.available()
-        remote = Device(f"remote:{NAME}", device_registry.open_device(f"remote:{NAME}"))
-        ref = Device("reference", device_registry.open_device("reference"))
+        assert f"remote:{NAME}" in registry.available()
+        remote = Device(f"remote:{NAME}", registry.open_device(f"remote:{NAME}"))
+        ref = Device("reference", registry.open_device("reference"))
         # Equal capabilities: the first device wins, so the served one runs plain create.
         monkeypatch.setattr(runtime_devices, "_devices", [remote, ref])
         yield proc, remote, ref

@@ -317,20 +317,20 @@ def test_calls_do_not_block_each_other(service, remote, monkeypatch):
 
 def test_registered_services_are_devices_of_the_registry_and_runtime(service, tmp_path,
                                                                      monkeypatch):
-    from nnhal.drivers import device_registry
+    from nnhal.drivers import registry
 
     rt = tmp_path / "rt"
     registration.register(rt, "svc", service.path, "reference")
     monkeypatch.setenv("NNHAL_RUNTIME_DIR", str(rt))
-    monkeypatch.setattr(device_registry, "_DEVICES", dict(device_registry._DEVICES))
-    monkeypatch.setattr(device_registry, "_discovered", device_registry._discovered)
-    device_registry.discover(force=True)
-    assert "remote:svc" in device_registry.device_names()
-    assert device_registry.available()["remote:svc"] is None
-    assert device_registry.lookup(f"remote:{service.path}")
-    assert device_registry.reason("remote:nothing") is not None
-    assert "no service answers" in device_registry.reason(f"remote:{tmp_path}/none.sock")
-    dev = device_registry.open_device("remote:svc")
+    monkeypatch.setattr(registry, "_DEVICES", dict(registry._DEVICES))
+    monkeypatch.setattr(registry, "_discovered", registry._discovered)
+    registry.discover(force=True)
+    assert "remote:svc" in registry.device_names()
+    assert registry.available()["remote:svc"] is None
+    assert registry.lookup(f"remote:{service.path}")
+    assert registry.reason("remote:nothing") is not None
+    assert "no service answers" in registry.reason(f"remote:{tmp_path}/none.sock")
+    dev = registry.open_device("remote:svc")
     try:
         assert isinstance(dev, RemoteDevice) and dev.get_type()[0] == E.NONE
     finally:

@@ -140,10 +140,10 @@ def test_info_render_shows_tables_and_devices(device):
 
 
 def test_info_asks_the_registry_by_default():
-    device_registry = pytest.importorskip("nnhal.drivers.device_registry",
-                                          reason="nnhal.drivers.device_registry is not merged")
+    registry = pytest.importorskip("nnhal.drivers.registry",
+                                          reason="nnhal.drivers.registry is not merged")
     data = info.model_info(tiny())
-    assert [d["name"] for d in data["devices"]] == list(device_registry.available())
+    assert [d["name"] for d in data["devices"]] == list(registry.available())
     ref = next(d for d in data["devices"] if d["name"] == "reference")
     assert ref["supported"] == 3
 

@@ -10,7 +10,7 @@ import pytest
 from test_info_view import tiny
 
 from nnhal.conformance.mode_partitioned import HalfDevice
-from nnhal.drivers import device_registry
+from nnhal.drivers import registry
 from nnhal.hal.types import OperationType as O
 from nnhal.tflite import write_tflite
 from nnhal.tools import info, view
@@ -19,8 +19,8 @@ from nnhal.tools.view import PALETTE
 
 @pytest.fixture
 def relu_only(monkeypatch):
-    monkeypatch.setattr(device_registry, "_DEVICES", dict(device_registry._DEVICES))
-    device_registry.register("relu-only", lambda: HalfDevice(frozenset({int(O.RELU)})))
+    monkeypatch.setattr(registry, "_DEVICES", dict(registry._DEVICES))
+    registry.register("relu-only", lambda: HalfDevice(frozenset({int(O.RELU)})))
     return ["reference", "relu-only"]
 
 
@@ -55,8 +55,8 @@ def test_info_plan_command_prints_and_dumps_json(relu_only, tiny_file, capsys):
 
 
 def test_info_plan_on_devices_that_cannot_run_the_model_is_one_error(monkeypatch, tiny_file):
-    monkeypatch.setattr(device_registry, "_DEVICES", dict(device_registry._DEVICES))
-    device_registry.register("relu-only", lambda: HalfDevice(frozenset({int(O.RELU)})))
+    monkeypatch.setattr(registry, "_DEVICES", dict(registry._DEVICES))
+    registry.register("relu-only", lambda: HalfDevice(frozenset({int(O.RELU)})))
     args = argparse.Namespace(model=tiny_file, json=False, plan=True, device=["relu-only"],
                               preference="fast")
     with pytest.raises(Exception, match="the runtime cannot compile the model"):

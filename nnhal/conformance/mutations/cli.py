@@ -38,7 +38,7 @@ from nnhal.conformance.mutations.model import (
 from nnhal.conformance.mutations.paths import SharedBurst, execution_paths
 from nnhal.conformance.mutations.request import check_request_mutant, request_mutations
 from nnhal.conformance.specs import default_specs_dir, no_cases_message, specs_problem
-from nnhal.drivers.device_registry import open_device
+from nnhal.drivers.registry import open_device
 from nnhal.errors import NnhalError
 from nnhal.hal.interfaces import IDevice, IPreparedModel, PreparedModelCallback
 from nnhal.hal.types import ErrorStatus, ExecutionPreference, Model, Priority

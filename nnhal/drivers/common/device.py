@@ -41,7 +41,7 @@ from nnhal.hal.types import (
     Model,
     Priority,
 )
-from nnhal.ops.registry import OpError
+from nnhal.ops.resolver import OpError
 from nnhal.validation import ValidationError, validate_preference, validate_priority
 
 

@@ -50,7 +50,7 @@ from nnhal.hal.types import (
 )
 from nnhal.memory import shrunk_memory
 from nnhal.memory.pool import shrunk_watched
-from nnhal.ops.registry import OpError
+from nnhal.ops.resolver import OpError
 
 
 class PreparingDevice(Protocol):

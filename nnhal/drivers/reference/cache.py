@@ -66,7 +66,7 @@ from nnhal.hal.types import (
     Subgraph,
     SymmPerChannelQuantParams,
 )
-from nnhal.ops.registry import OperandInfo
+from nnhal.ops.resolver import OperandInfo
 
 DATA_ALIGN = 16
 _U32 = struct.Struct("<I")

@@ -22,7 +22,7 @@ from nnhal.hal.types import (
     Priority,
 )
 from nnhal.ops import native
-from nnhal.ops.registry import OpError
+from nnhal.ops.resolver import OpError
 
 log = logging.getLogger("nnhal.drivers.reference")
 

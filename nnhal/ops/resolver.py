@@ -1,4 +1,4 @@
-"""The operation registry: each operation registers validate, prepare and a kernel factory.
+"""The operation resolver: each operation registers validate, prepare and a kernel factory.
 
 Modelled on the NNAPI operation resolver and TFLite's Prepare/Eval split:
 
