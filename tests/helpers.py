@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,3 +58,13 @@ def served(path: Path, **kw) -> Iterator[Service]:
         svc.stop()
         t.join(5)
         svc.device.close()
+
+
+def wait_for(pred, timeout: float = 5.0) -> bool:
+    """Whether ``pred()`` came true within ``timeout`` seconds (polled every 10 ms)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.01)
+    return pred()

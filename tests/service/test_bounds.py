@@ -9,7 +9,7 @@ import time
 import tracemalloc
 
 import pytest
-from helpers import add_model, served
+from helpers import add_model, served, wait_for
 
 from nnhal.hal.types import ErrorStatus
 from nnhal.memory import SharedMemory
@@ -41,15 +41,6 @@ def _connect(path: str) -> socket.socket:
             time.sleep(0.01)
 
 
-def _wait(pred, timeout: float = 5.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.01)
-    return pred()
-
-
 def test_announced_bodies_cost_nothing_until_their_bytes_come(tmp_path):
     tracemalloc.start()  # what is allocated, whether or not its pages were touched yet
     try:
@@ -61,7 +52,7 @@ def test_announced_bodies_cost_nothing_until_their_bytes_come(tmp_path):
                 s.sendall(w.pack_header(w.Kind.GET_SUPPORTED_OPERATIONS, i + 1, 64 << 20, 0)
                           + bytes(100))
                 socks.append(s)
-            assert _wait(lambda: len(svc.sessions) == 4)
+            assert wait_for(lambda: len(svc.sessions) == 4)
             time.sleep(0.3)  # the readers have read what came
             grown = _held() - before
             for s in socks:
@@ -81,13 +72,13 @@ def test_a_body_past_the_bound_is_refused_and_the_connection_closed(tmp_path):
         with pytest.raises(Closed):
             recv_message(s)
         s.close()
-        assert _wait(lambda: not svc.sessions)
+        assert wait_for(lambda: not svc.sessions)
 
 
 def test_clients_past_the_bound_are_told_busy_and_closed(tmp_path):
     with served(tmp_path / "s.sock", limits=Limits(max_clients=2)) as svc:
         a, b = _connect(svc.path), _connect(svc.path)
-        assert _wait(lambda: len(svc.sessions) == 2)
+        assert wait_for(lambda: len(svc.sessions) == 2)
         c = _connect(svc.path)
         kind, call_id, body, _ = recv_message(c)  # told why, then closed
         assert (kind, call_id) == (w.Kind.ERROR, 0)
@@ -183,7 +174,7 @@ def test_stalled_partial_messages_are_cut_and_an_honest_client_is_served(tmp_pat
                                    i + 1, 0 if i % 2 else 4096, 0)
             s.sendall(header[:10] if i % 2 else header + bytes(100))  # half a header / body
             stalled.append(s)
-        assert _wait(lambda: len(svc.sessions) == 64, 10)
+        assert wait_for(lambda: len(svc.sessions) == 64, 10)
         # Within the bound (and generous slack) every one is cut, and the service answers.
         start = time.monotonic()
         served_status = None
@@ -266,7 +257,7 @@ def _refuse_past_the_budget(tmp_path, budget: int) -> None:
             for _ in range(24):
                 s.sendall(chunk)
             socks.append(s)
-        assert _wait(lambda: len(svc.sessions) == 8)
+        assert wait_for(lambda: len(svc.sessions) == 8)
         time.sleep(0.5)  # the readers have read what came
         grown = _held() - before
         assert svc.budget.held <= budget
@@ -284,7 +275,7 @@ def _refuse_past_the_budget(tmp_path, budget: int) -> None:
         assert set(statuses) <= {E.RESOURCE_EXHAUSTED_TRANSIENT, E.INVALID_ARGUMENT}
         for s in socks:
             s.close()
-        assert _wait(lambda: not svc.sessions and svc.budget.held == 0)
+        assert wait_for(lambda: not svc.sessions and svc.budget.held == 0)
 
 
 def test_the_client_turns_a_refused_body_into_a_transient_status(tmp_path):
@@ -301,7 +292,7 @@ def test_the_65th_client_is_told_busy(tmp_path, caplog):
     caplog.set_level("WARNING", logger="nnhal.service")
     with served(tmp_path / "s.sock") as svc:
         held = [_connect(svc.path) for _ in range(64)]
-        assert _wait(lambda: len(svc.sessions) == 64, 10)
+        assert wait_for(lambda: len(svc.sessions) == 64, 10)
         dev = RemoteDevice(svc.path)
         assert dev.get_type()[0] == E.RESOURCE_EXHAUSTED_TRANSIENT
         assert dev.get_capabilities()[0] == E.RESOURCE_EXHAUSTED_TRANSIENT  # later calls too
@@ -310,7 +301,7 @@ def test_the_65th_client_is_told_busy(tmp_path, caplog):
                    if r.getMessage().startswith(svc.path))
         dev.close()
         idle = RemoteDevice(svc.path)  # alive tells busy before any call, too
-        assert _wait(lambda: not idle.alive)
+        assert wait_for(lambda: not idle.alive)
         assert idle.get_type()[0] == E.RESOURCE_EXHAUSTED_TRANSIENT
         idle.close()
         for s in held:

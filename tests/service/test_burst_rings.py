@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import add_model, float_inputs, served
+from helpers import add_model, float_inputs, served, wait_for
 
 from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal import fmq
@@ -85,15 +85,6 @@ def request(seed=1, out_bytes=None):
 
 def burst_threads():
     return [t for t in threading.enumerate() if t.name.startswith("nnhal-burst")]
-
-
-def wait_for(pred, timeout=5.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.01)
-    return pred()
 
 
 def test_results_equal_in_process_and_no_socket_traffic(service, remote, local):

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import add_model, float_inputs, served
+from helpers import add_model, float_inputs, served, wait_for
 
 from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.builder import RequestBuilder
@@ -66,15 +66,6 @@ def request():
 
 def check(rb):
     np.testing.assert_array_equal(rb.output(0, np.float32, DIMS), rb.expected)
-
-
-def wait_for(pred, timeout=5.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.01)
-    return pred()
 
 
 def test_device_queries_cross(remote):
