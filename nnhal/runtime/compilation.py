@@ -23,6 +23,7 @@ import numpy as np
 from nnhal.analysis import analyse
 from nnhal.errors import NdkError
 from nnhal.hal.interfaces import IPreparedModel, PreparedModelCallback
+from nnhal.hal.request_layout import RequestLayout
 from nnhal.hal.types import ErrorStatus, ExecutionPreference, OperandLifeTime, Priority
 from nnhal.memory import SharedMemory
 from nnhal.runtime.codes import (
@@ -437,21 +438,21 @@ class Compilation:
                 return
         mem.close()
 
-    def take_layout(self, key: tuple) -> Any:
+    def take_layout(self, key: tuple) -> RequestLayout | None:
         """A bound request of a finished execution with this argument layout, or None."""
         with self._free_lock:
             found = self._layouts.get(key)
             return found.pop() if found else None
 
-    def give_layout(self, key: tuple, bound: Any) -> None:
+    def give_layout(self, key: tuple, bound: RequestLayout) -> None:
+        """Keep a finished execution's layout for the next alike one; past the free list's
+        bound its memories go back to the memory free list (its ``give``)."""
         with self._free_lock:
             found = self._layouts.setdefault(key, [])
             if len(found) < 4 and len(self._layouts) <= 64:
                 found.append(bound)
                 return
-        for m in bound[1:]:
-            if m is not None:
-                self.give_memory(m)
+        bound.close()
 
     def free(self) -> None:
         """ANeuralNetworksCompilation_free."""

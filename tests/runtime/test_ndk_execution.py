@@ -317,3 +317,19 @@ def test_waits_on_a_foreign_fence_are_bounded(device, monkeypatch):
         N.ANeuralNetworksEvent_free(ev)
     finally:
         os.close(never)
+
+
+def test_layouts_past_the_free_lists_bound_give_their_memory_back(device):
+    """A compilation keeps at most 4 finished layouts per argument layout; one more gives its
+    memories back instead of being kept (eight threads on one compilation reach this)."""
+    from nnhal.hal.request_layout import ArgSlot, RequestLayout
+
+    c = compiled(device)
+    given: list = []
+    for _ in range(6):
+        c.give_layout(("k",), RequestLayout([ArgSlot(64)], [ArgSlot(64)], give=given.append))
+    assert len(given) == 4  # the fifth and sixth layouts' input and output memories
+    assert c.take_layout(("k",)) is not None
+    N.ANeuralNetworksCompilation_free(c)
+    for m in given:
+        m.close()
