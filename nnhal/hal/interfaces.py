@@ -1,5 +1,10 @@
-"""Abstract HAL interfaces (IDevice 1.3, IPreparedModel 1.3, canonical IBurst and IExecution,
-IBuffer) and the callbacks, with the seeds' method sets under Pythonic names.
+"""The canonical HAL interfaces (IDevice, IPreparedModel, IBurst, IExecution, IBuffer) and the
+callbacks, with the seeds' method sets under Pythonic names.
+
+One interface serves every version: HAL 1.3's methods, plus AIDL v4's ``*_with_config`` calls,
+whose defaults forward to the plain calls and drop the hints (AIDL lets a driver ignore any
+hint), so a driver written for 1.3 is a feature-level-8 driver without more code. The AIDL face
+(:mod:`nnhal.aidl`) adapts these to AIDL's own shapes and back.
 
 Methods return HAL-style tuples ``(status, ...)`` instead of raising, because that is the
 contract a driver must keep: every failure is a status, never an exception across the boundary.
@@ -22,11 +27,13 @@ from nnhal.hal.types import (
     Capabilities,
     DeviceType,
     ErrorStatus,
+    ExecutionConfig,
     ExecutionPreference,
     Extension,
     MeasureTiming,
     Model,
     OutputShape,
+    PrepareModelConfig,
     Priority,
     Request,
     Timing,
@@ -107,6 +114,12 @@ class IBurst(ABC):
                                   ) -> tuple[ErrorStatus, IExecution | None]:
         """createReusableExecution(request, measure, loopTimeoutDuration)."""
 
+    def execute_with_config(self, request: Request, config: ExecutionConfig,
+                            deadline: int | None = None
+                            ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+        """executeSynchronouslyWithConfig (AIDL v4); the default ignores the hints."""
+        return self.execute(request, config.measure, deadline, config.loop_timeout)
+
 
 class IPreparedModel(ABC):
     """IPreparedModel (1.3)."""
@@ -140,13 +153,34 @@ class IPreparedModel(ABC):
         """createReusableExecution(request, measure, loopTimeoutDuration) (canonical)."""
         return ErrorStatus.GENERAL_FAILURE, None
 
+    def execute_synchronously_with_config(self, request: Request, config: ExecutionConfig,
+                                          deadline: int | None = None
+                                          ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+        """executeSynchronouslyWithConfig (AIDL v4); the default ignores the hints."""
+        return self.execute_synchronously(request, config.measure, deadline,
+                                          config.loop_timeout)
+
+    def execute_fenced_with_config(self, request: Request, wait_for: Sequence[SyncFence],
+                                   config: ExecutionConfig, deadline: int | None = None,
+                                   duration: int | None = None
+                                   ) -> tuple[ErrorStatus, SyncFence | None,
+                                              IFencedExecutionCallback | None]:
+        """executeFencedWithConfig (AIDL v4); the default ignores the hints."""
+        return self.execute_fenced(request, wait_for, config.measure, deadline,
+                                   config.loop_timeout, duration)
+
+    def create_reusable_execution_with_config(self, request: Request, config: ExecutionConfig
+                                              ) -> tuple[ErrorStatus, IExecution | None]:
+        """createReusableExecution as AIDL v4 has it; the default ignores the hints."""
+        return self.create_reusable_execution(request, config.measure, config.loop_timeout)
+
 
 class IDevice(ABC):
-    """IDevice (1.3)."""
+    """The canonical IDevice: HAL 1.3's methods and AIDL v4's ``prepare_model_with_config``."""
 
-    #: The feature level of the interface this device is reached through (what the NDK's
-    #: ``ANeuralNetworksDevice_getFeatureLevel`` reports): every IDevice of HAL 1.3, whatever
-    #: driver is behind it and whether served or in process, is level 4.
+    #: The feature level of the interface this device speaks (what the NDK's
+    #: ``ANeuralNetworksDevice_getFeatureLevel`` reports). A device that implements only the
+    #: 1.3 methods still answers the ``*_with_config`` calls through the defaults here.
     feature_level: FeatureLevel = FeatureLevel.V1_3
 
     @abstractmethod
@@ -180,6 +214,13 @@ class IDevice(ABC):
                       token: bytes, callback: IPreparedModelCallback) -> ErrorStatus:
         """prepareModel_1_3(model, preference, priority, deadline, modelCache, dataCache,
         token, callback)."""
+
+    def prepare_model_with_config(self, model: Model, config: PrepareModelConfig,
+                                  callback: IPreparedModelCallback) -> ErrorStatus:
+        """prepareModelWithConfig (AIDL v4); the default ignores the hints."""
+        return self.prepare_model(model, config.preference, config.priority, config.deadline,
+                                  config.model_cache, config.data_cache, config.cache_token,
+                                  callback)
 
     @abstractmethod
     def prepare_model_from_cache(self, deadline: int | None,

@@ -1,4 +1,9 @@
-"""HAL 1.3 data types (``types.hal`` of 1.0 to 1.3 and the canonical interface) as Python.
+"""The canonical, version-neutral HAL types: what HAL 1.0-1.3 and AIDL v1-v4 all carry.
+
+Like upstream's canonical ``nnapi/Types.h``, one set of types serves every interface version;
+the faces (:mod:`nnhal.aidl` for AIDL, HAL 1.3 being these types as they are) convert at their
+edge. Config types and hints came with AIDL v4 (feature level 8); ``DEAD_OBJECT`` is the
+canonical status of a transport that died, which no interface version sends as a status.
 
 Enum values are the upstream numeric values, so models and packets can be exchanged with
 any other NNAPI component. Structures are plain dataclasses: cheap to build, easy to mutate
@@ -23,6 +28,7 @@ __all__ = [
     "ExtensionNameAndPrefix", "RequestArgument", "MemoryPool", "Request", "BufferDesc",
     "BufferRole", "Extension", "ExtensionOperandTypeInformation",
     "is_extension_type", "extension_prefix", "extension_low", "make_extension_type",
+    "TokenValuePair", "PrepareModelConfig", "ExecutionConfig",
 ]
 
 #: Constant::BYTE_SIZE_OF_CACHE_TOKEN
@@ -204,6 +210,9 @@ class ErrorStatus(enum.IntEnum):
     MISSED_DEADLINE_PERSISTENT = 6
     RESOURCE_EXHAUSTED_TRANSIENT = 7
     RESOURCE_EXHAUSTED_PERSISTENT = 8
+    #: Canonical only: the process or transport behind the interface died (upstream's
+    #: ``ErrorStatus::DEAD_OBJECT``). Faces map it to their own death signal.
+    DEAD_OBJECT = 10000
 
 
 class DeviceType(enum.IntEnum):
@@ -351,6 +360,41 @@ class ExtensionNameAndPrefix:
 
     name: str
     prefix: int
+
+
+@dataclass(frozen=True)
+class TokenValuePair:
+    """TokenValuePair (AIDL v4): a vendor hint. ``token`` is the extension prefix in its high
+    15 bits and the hint's code within the extension in its low 16 bits; the sign bit is 0."""
+
+    token: int
+    value: bytes
+
+
+@dataclass
+class PrepareModelConfig:
+    """PrepareModelConfig (AIDL v4): everything a preparation needs besides the model.
+
+    ``deadline`` is steady-clock ns or None, as everywhere in the core."""
+
+    preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER
+    priority: Priority = Priority.MEDIUM
+    deadline: int | None = None
+    model_cache: Sequence[object] = ()
+    data_cache: Sequence[object] = ()
+    cache_token: bytes = bytes(32)
+    compilation_hints: Sequence[TokenValuePair] = ()
+    extension_name_to_prefix: Sequence[ExtensionNameAndPrefix] = ()
+
+
+@dataclass(frozen=True)
+class ExecutionConfig:
+    """ExecutionConfig (AIDL v4): how to run one execution, with the vendor's hints."""
+
+    measure: MeasureTiming = MeasureTiming.NO
+    loop_timeout: int | None = None
+    execution_hints: tuple[TokenValuePair, ...] = ()
+    extension_name_to_prefix: tuple[ExtensionNameAndPrefix, ...] = ()
 
 
 @dataclass
