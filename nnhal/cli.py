@@ -83,6 +83,10 @@ def _conformance(args: argparse.Namespace) -> int:
         from nnhal.conformance.mode_partitioned import describe
 
         print(describe(), file=sys.stderr)
+    if args.runtime_create and args.hal != "1.3" and not worker:
+        print(f"runtime: --runtime-create compiles with plain create over the runtime's own "
+              f"devices, which do not go through --hal {args.hal} (createForDevices does)",
+              file=sys.stderr)
     if args.jobs > 1 and not worker:
         from nnhal.conformance.parallel import ShardFailed, run_sharded
 
@@ -299,8 +303,7 @@ def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse._Su
     c.add_argument("--specs", help="folder of cases (default: $NNHAL_CONFORMANCE or "
                                    "../shared/conformance)")
     c.add_argument("--mode", action="append",
-                   help="general, dynamic_shape, quantization_coupling, memory_domain, fenced, "
-                        "caching or runtime (repeatable; default general)")
+                   help=f"{', '.join(MODES)} (repeatable; default general)")
     c.add_argument("--filter", help="fnmatch pattern on case names, e.g. 'conv2d*'")
     c.add_argument("--json", help="write the full report to this file")
     c.add_argument("--loop-timeout-ms", type=float_in(0, 15_000), default=500.0,
