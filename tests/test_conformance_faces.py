@@ -221,7 +221,8 @@ def test_a_level_4_device_or_face_skips_them_for_their_level(tmp_path):
     cases = _rule_cases(tmp_path)
     for dev, opts, where in ((Level4(), Options(), "the device is at feature level 4"),
                              (Level8(), Options(face="1.3"),
-                              "--hal 1.3 carries feature level 4 (HAL 1.3) at most")):
+                              "the device is at feature level 4 (HAL 1.3) through --hal 1.3 "
+                              "(itself at feature level 8 (AIDL v4))")):
         try:
             report = run(dev, cases, ["general"], opts, progress=False)
         finally:

@@ -389,9 +389,10 @@ def run_case(device: IDevice, case: Case, mode: str, opts: Options) -> tuple[str
     own = feature_level_of(device)
     have = level_through(opts.face, own)
     if case.min_level is not None and case.min_level > have:
-        where = f"the device is at {have.describe()}" if have is own else \
-            f"--hal {opts.face} carries {have.describe()} at most"
-        return SKIPPED, f"{NEEDS_LEVEL}{case.min_level.describe()}; {where}"
+        through_face = "" if have is own else f" through --hal {opts.face} (itself at " \
+                                              f"{own.describe()})"
+        return SKIPPED, f"{NEEDS_LEVEL}{case.min_level.describe()}; the device is at " \
+                        f"{have.describe()}{through_face}"
     if case.not_implemented:
         return SKIPPED, NOT_IMPLEMENTED + case.not_implemented
     if case.error:
