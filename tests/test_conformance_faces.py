@@ -32,7 +32,7 @@ SHARED_AIDL = SHARED.parent / "conformance-aidl"
 DRIVER_MODES = ("general", "dynamic_shape", "quantization_coupling", "memory_domain", "fenced",
                 "caching")
 RUNTIME_MODES = ("runtime", "partitioned", "capi")
-#: A sample of the shared cases over every version folder: 11 cases, a few seconds a mode.
+#: A sample of the shared cases over the version folders: 10 cases, well under a second a mode.
 SAMPLE = "add_*quant8*"
 
 
