@@ -62,6 +62,11 @@ def _conformance(args: argparse.Namespace) -> int:
         problem = writable_problem(Path(args.json))
         if problem:
             return error(prog, f"cannot write --json {args.json}: {problem}")
+    from nnhal.conformance.faces import problem as face_problem
+
+    problem = face_problem(args.hal)
+    if problem:
+        return error(prog, f"--hal {args.hal}: {problem}")
 
     from nnhal.conformance import Options, iter_cases, run
     from nnhal.drivers import registry
@@ -78,13 +83,17 @@ def _conformance(args: argparse.Namespace) -> int:
         from nnhal.conformance.mode_partitioned import describe
 
         print(describe(), file=sys.stderr)
+    if args.runtime_create and args.hal != "1.3" and not worker:
+        print(f"runtime: --runtime-create compiles with plain create over the runtime's own "
+              f"devices, which do not go through --hal {args.hal} (createForDevices does)",
+              file=sys.stderr)
     if args.jobs > 1 and not worker:
         from nnhal.conformance.parallel import ShardFailed, run_sharded
 
         try:
             report = run_sharded(specs, modes, args.jobs, args.filter, args.loop_timeout_ms,
-                                 args.device, ["--runtime-create"] if args.runtime_create
-                                 else [])
+                                 args.device, ["--hal", args.hal] +
+                                 (["--runtime-create"] if args.runtime_create else []))
         except ShardFailed as e:
             return error(prog, str(e), 1)
     else:
@@ -92,13 +101,16 @@ def _conformance(args: argparse.Namespace) -> int:
         if not cases and not worker:
             return error(prog, no_cases_message(specs, args.filter))
         opts = Options(loop_timeout_ns=int(args.loop_timeout_ms * 1_000_000),
-                       runtime_create=args.runtime_create)
+                       runtime_create=args.runtime_create, face=args.hal)
         try:
             device = open_device(args.device)
         except NnhalError as e:
             return error(prog, str(e))
         if "capi" in modes:  # the C library must list the device too (remote:PATH: named)
-            why = _capi_device_problem(getattr(device, "name", args.device))
+            from nnhal.conformance.faces import library_name
+
+            why = _capi_device_problem(library_name(args.hal,
+                                                    getattr(device, "name", args.device)))
             if why is not None:
                 device.close()
                 return error(prog, why)
@@ -264,7 +276,12 @@ def _tool_failed(command: str, e: BaseException) -> int:
 def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
     """The parser, with the arguments of the model command ``argv`` names (only that one is
     imported)."""
-    from nnhal.conformance.cliutil import add_mutations_arguments, float_in, int_in
+    from nnhal.conformance.cliutil import (
+        add_hal_argument,
+        add_mutations_arguments,
+        float_in,
+        int_in,
+    )
 
     parser = _Parser(prog="nnhal", description="The Android Neural Networks HAL 1.3 in Python: "
                      "run, inspect, time and draw .tflite models; check a driver against the "
@@ -286,8 +303,7 @@ def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse._Su
     c.add_argument("--specs", help="folder of cases (default: $NNHAL_CONFORMANCE or "
                                    "../shared/conformance)")
     c.add_argument("--mode", action="append",
-                   help="general, dynamic_shape, quantization_coupling, memory_domain, fenced, "
-                        "caching or runtime (repeatable; default general)")
+                   help=f"{', '.join(MODES)} (repeatable; default general)")
     c.add_argument("--filter", help="fnmatch pattern on case names, e.g. 'conv2d*'")
     c.add_argument("--json", help="write the full report to this file")
     c.add_argument("--loop-timeout-ms", type=float_in(0, 15_000), default=500.0,
@@ -302,6 +318,7 @@ def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse._Su
                    help="run in this many processes (each opens the device)")
     c.add_argument("--device", default="reference",
                    help="device to check (a registered name, e.g. litert; default: reference)")
+    add_hal_argument(c)
     c.add_argument("--runtime-create", action="store_true",
                    help="mode runtime: also compile with plain create over every available "
                         "device (besides createForDevices on --device)")

@@ -57,6 +57,11 @@ class Case:
     #: rest of the case cannot be, so a case of a level above the device's is skipped for
     #: that (its operations may be unknown to this nnhal) rather than failed as unreadable.
     min_level: FeatureLevel | None = None
+    #: For a case above HAL 1.3 only: what of its model nnhal's signature table does not
+    #: declare (an operation, or a type combination of a declared one), its first word the
+    #: operation's name; empty when all is declared. Such a case is skipped as not
+    #: implemented yet rather than failed (:func:`undeclared`).
+    not_implemented: str = ""
 
     @property
     def broken(self) -> bool:
@@ -127,11 +132,13 @@ def iter_cases(specs: Path, pattern: str | None = None,
             else:
                 where = f"(case #{index}) "
             level, problem = case_level(c)
+            missing = undeclared(c) if level is not None and level > FeatureLevel.V1_3 else ""
             problem = problem or case_problem(c)
             if problem:
-                yield Case(label, folder, name, {}, where + problem, index, level)
+                yield Case(label, folder, name, {}, where + problem, index, level, missing)
             else:
-                yield Case(label, folder, name, c, index=index, min_level=level)
+                yield Case(label, folder, name, c, index=index, min_level=level,
+                           not_implemented=missing)
 
 
 # ---- checking a case's structure ----------------------------------------------------------
@@ -217,6 +224,42 @@ def case_level(case: Any) -> tuple[FeatureLevel | None, str | None]:
         return FeatureLevel.parse(spelling), None
     except UnknownVersion as e:
         return None, f"minSupportedVersion: {e}"
+
+
+def undeclared(case: Any) -> str:
+    """What of a case's model nnhal's signature table does not declare, starting with the
+    operation's name; empty when every operation and its operand types are declared (or the
+    model is too malformed to tell: :func:`case_problem` reports that).
+
+    An operation absent from the table is undeclared; so is a declared one whose operand
+    types or counts fit none of its declared variants, except in a case expected to fail,
+    where such a misfit may be what the case checks is refused."""
+    from nnhal.ops.catalog import SIGNATURES
+    from nnhal.ops.resolver import OperandInfo
+    from nnhal.ops.signature import SignatureError, check
+
+    try:
+        model = case["model"]
+        expect_failure = bool(case.get("expectFailure"))
+        for sg in [model["main"], *model["referenced"]]:
+            operands = sg["operands"]
+            for op in sg["operations"]:
+                name = op["type"]
+                signature = SIGNATURES.get(OperationType.__members__.get(name))  # type: ignore
+                if signature is None:
+                    return f"{name} (an operation nnhal does not declare)"
+                if expect_failure:
+                    continue
+                ins, outs = ([OperandInfo(OperandType[operands[i]["type"]], None,
+                                          lifetime=OperandLifeTime[operands[i]["lifetime"]])
+                              for i in op[key]] for key in ("inputs", "outputs"))
+                try:
+                    check(signature, ins, outs, presence=False)
+                except SignatureError as e:
+                    return f"{e} (a combination nnhal does not declare)"
+    except (KeyError, IndexError, TypeError, AttributeError):
+        pass
+    return ""
 
 
 def case_problem(case: Any) -> str | None:

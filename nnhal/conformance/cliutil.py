@@ -144,6 +144,15 @@ def device(text: str) -> str:
 MAX_COUNT = 1_000_000
 
 
+def add_hal_argument(p: argparse.ArgumentParser) -> None:
+    """``--hal``: the face every call of the run crosses (:mod:`nnhal.conformance.faces`)."""
+    from nnhal.conformance.faces import DEFAULT_FACE, FACES
+
+    p.add_argument("--hal", choices=FACES, default=DEFAULT_FACE,
+                   help=f"reach the device through this HAL face: {' or '.join(FACES)} "
+                        f"(default {DEFAULT_FACE})")
+
+
 def add_mutations_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``nnhal mutations``."""
     p.add_argument("--specs", help="conformance folder (default: $NNHAL_CONFORMANCE or "
@@ -159,5 +168,6 @@ def add_mutations_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int_in(0, 2**64 - 1), default=0)
     p.add_argument("--device", default="reference",
                    help="device to check (a registered name; default: reference)")
+    add_hal_argument(p)
     p.add_argument("--show-failures", type=int_in(0, MAX_COUNT), default=20, metavar="N",
                    help="print the first N failures of each run (default 20)")

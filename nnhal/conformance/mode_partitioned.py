@@ -11,7 +11,8 @@ partitions its bodies). HalfDevice refuses to prepare a model containing a type 
 claim, so an operation partitioned to the wrong device fails loudly; createForDevices never
 falls back. The results must equal the reference's (the usual tolerances), through compute,
 startCompute, burst and a reusable execution; the case's message says whether the compiled
-plan really used both devices ("split") and the summary counts them.
+plan really used both devices ("split") and the summary counts them. Both devices are
+reached through the run's face (``--hal``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nnhal.conformance.cases import Case
+from nnhal.conformance.faces import through
 from nnhal.conformance.mode_runtime import (
     PATHS,
     _compile_and_run,
@@ -238,7 +240,7 @@ def run(device: IDevice, case: Case, opts: Options) -> str:
         hal = model.hal
         types, _draw = half_for(case.name, hal) if hal is not None else (half_of_types(), 0)
         dev = Device.of(device, getattr(device, "name", None) or "device")
-        half = Device.of(HalfDevice(types, _inner()), "half")
+        half = Device.of(through(opts.face, HalfDevice(types, _inner())), "half")
         code, supported = N.ANeuralNetworksModel_getSupportedOperationsForDevices(
             model, [dev, half])
         if code != int(ResultCode.NO_ERROR):

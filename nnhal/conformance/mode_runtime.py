@@ -323,9 +323,11 @@ def build_case(case: Case) -> tuple[Any, Any]:
         raise MalformedCase(f"cannot build the model: {type(e).__name__}: {e}") from e
 
 
-def run(device: IDevice, case: Case, opts: Options) -> str:
+def run(device: IDevice, case: Case, opts: Options, name: str | None = None) -> str:
+    """The case through the runtime on ``device`` (already reached through ``opts.face``),
+    named ``name`` (default: the device's own name; mode capi names the library's device)."""
     model, built = build_case(case)
-    dev = Device.of(device, getattr(device, "name", None))
+    dev = Device.of(device, name or getattr(device, "name", None))
     code, supported = N.ANeuralNetworksModel_getSupportedOperationsForDevices(model, [dev])
     if code != OK:
         if case.expect_failure:
@@ -339,7 +341,8 @@ def run(device: IDevice, case: Case, opts: Options) -> str:
         done = "createForDevices"
         if opts.runtime_create:
             _compile_and_run(case, model, None, opts, "create")
-            done += " + create"
+            done += " + create" + (f" (the runtime's own devices, not through --hal "
+                                   f"{opts.face})" if opts.face not in (None, "1.3") else "")
     finally:
         for obj in built.keep:
             if hasattr(obj, "close"):

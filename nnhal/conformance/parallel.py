@@ -33,6 +33,7 @@ def report_from_json(data: dict) -> Report:
     rep.broken = list(data.get("broken", []))
     rep.died = list(data.get("died", []))
     rep.seconds = float(data.get("seconds", 0.0))
+    rep.face = data.get("hal")
     return rep
 
 
@@ -49,6 +50,7 @@ def merge(reports: Sequence[Report]) -> Report:
         out.broken.extend(r.broken)
         out.died.extend(r.died)
         out.seconds = max(out.seconds, r.seconds)
+        out.face = r.face  # every shard runs with the same --hal
     for d in (out.modes, out.folders, out.operations):
         for k in list(d):
             d[k] = Counter({n: v for n, v in d[k].items() if v})

@@ -31,6 +31,7 @@ from nnhal.conformance.cases import (
     to_signed_quant,
     with_unknown_output_dims,
 )
+from nnhal.conformance.faces import describe, level_through, through
 from nnhal.hal.interfaces import ExecutionCallback, IDevice, IPreparedModel, PreparedModelCallback
 from nnhal.hal.types import (
     ErrorStatus,
@@ -63,6 +64,10 @@ NOT_RUN_DEAD = DEVICE_DIED + " before this case (not run)"
 #: The message of a case skipped because its minSupportedVersion is above the device's level
 #: starts with this.
 NEEDS_LEVEL = "needs "
+#: The message of a case skipped because it is of a level above HAL 1.3 and its model uses
+#: what nnhal's signature table does not declare (:attr:`Case.not_implemented`) starts with
+#: this, then the operation's name.
+NOT_IMPLEMENTED = "not implemented yet: "
 F16_TOL = 5 * 0.0009765625
 F32_ATOL, F32_RTOL = 1e-5, 5 * 1.1920928955078125e-7
 
@@ -96,6 +101,9 @@ class Options:
     async_path: bool = True
     #: Mode runtime: also compile with plain create over every available device.
     runtime_create: bool = False
+    #: The face every mode reaches the device through (:mod:`.faces`, ``--hal``); None: the
+    #: device object as given.
+    face: str | None = None
 
 
 # ---- checking ---------------------------------------------------------------------------
@@ -376,11 +384,17 @@ def mode_runner(mode: str) -> Callable[[IDevice, Case, Options], str]:
 
 
 def run_case(device: IDevice, case: Case, mode: str, opts: Options) -> tuple[str, str]:
-    """(result, message) of one case in one mode; never raises."""
-    have = feature_level_of(device)
+    """(result, message) of one case in one mode, ``device`` already reached through
+    ``opts.face``; never raises."""
+    own = feature_level_of(device)
+    have = level_through(opts.face, own)
     if case.min_level is not None and case.min_level > have:
+        through_face = "" if have is own else f" through --hal {opts.face} (itself at " \
+                                              f"{own.describe()})"
         return SKIPPED, f"{NEEDS_LEVEL}{case.min_level.describe()}; the device is at " \
-                        f"{have.describe()}"
+                        f"{have.describe()}{through_face}"
+    if case.not_implemented:
+        return SKIPPED, NOT_IMPLEMENTED + case.not_implemented
     if case.error:
         return FAILED, LOAD_ERROR + case.error
     if not case.expect_failure and opts.loop_timeout_ns is not None and \
@@ -425,6 +439,8 @@ class Report:
     #: Where the device died, once per run that saw it (a sharded run has one per shard):
     #: mode and case it was running, and how many case runs were left unrun.
     died: list[dict[str, Any]] = field(default_factory=list)
+    #: The face the device was reached through (:mod:`.faces`); None: called as given.
+    face: str | None = None
     _broken_seen: set[tuple[str, str, str]] = field(default_factory=set, repr=False)
 
     def _note_broken(self, case: Case, message: str) -> None:
@@ -456,18 +472,40 @@ class Report:
             "modes": {m: counts(c) for m, c in self.modes.items()},
             "folders": {f"{m}/{f}": counts(c) for (m, f), c in sorted(self.folders.items())},
             "operations": {f"{m}/{o}": counts(c) for (m, o), c in sorted(self.operations.items())},
+            "hal": self.face,
+            "hal_face": self.face_line(),
+            "not_implemented": {m: dict(sorted(c.items()))
+                                for m, c in self.not_implemented().items()},
             "seconds": round(self.seconds, 2),
             "broken": self.broken,
             "died": self.died,
             "cases": self.cases,
         }
 
+    def face_line(self) -> str:
+        """The face the run went through, for people."""
+        if self.face is None:
+            return "the device object called as given"
+        return f"--hal {self.face}: {describe(self.face)}"
+
+    def not_implemented(self) -> dict[str, Counter]:
+        """Per mode, the case runs skipped as not implemented yet, counted per operation."""
+        out: dict[str, Counter] = defaultdict(Counter)
+        for k in self.cases:
+            if k["result"] == SKIPPED and k["message"].startswith(NOT_IMPLEMENTED):
+                op = k["message"][len(NOT_IMPLEMENTED):].split(maxsplit=1)[0].rstrip(":")
+                out[k["mode"]][op] += 1
+        return out
+
     def summary(self, show_ops: bool = True) -> str:
-        lines = []
+        lines = [f"face: {self.face_line()}"]
+        missing = self.not_implemented()
         for mode, c in self.modes.items():
+            extra = [f"{c[NOT_APPLICABLE]} not applicable"] if c[NOT_APPLICABLE] else []
+            if missing.get(mode):
+                extra.append(f"{sum(missing[mode].values())} not implemented yet")
             lines.append(f"mode {mode}: {c[PASSED]} passed, {c[FAILED]} failed, "
-                         f"{c[SKIPPED]} skipped" +
-                         (f" ({c[NOT_APPLICABLE]} not applicable)" if c[NOT_APPLICABLE] else ""))
+                         f"{c[SKIPPED]} skipped" + (f" ({', '.join(extra)})" if extra else ""))
             if mode == "partitioned":
                 split = sum(1 for k in self.cases if k["mode"] == mode and
                             k["result"] == PASSED and k["message"].startswith(SPLIT_MESSAGE))
@@ -489,6 +527,13 @@ class Report:
             lines.append("skipped for their version (minSupportedVersion above the device's "
                          "feature level):")
             lines += [f"  {n} case run(s): {m}" for m, n in sorted(above.items())]
+        if missing:
+            lines.append("skipped as not implemented yet (cases above HAL 1.3 whose operation "
+                         "or operand types nnhal's signature table does not declare):")
+            total: Counter = Counter()
+            for c in missing.values():
+                total.update(c)
+            lines += [f"  {op}: {n} case run(s)" for op, n in sorted(total.items())]
         if self.broken:
             lines.append(f"{len(self.broken)} case(s) could not be loaded or built (counted "
                          f"as failed):")
@@ -552,7 +597,10 @@ def run(device: IDevice, cases: list[Case], modes: Iterable[str], opts: Options 
         ) -> Report:
     opts = opts or Options()
     modes = list(modes)
-    report = Report()
+    report = Report(face=opts.face)
+    # Every mode drives the device through the face; whether it died is asked of the device
+    # itself (a face need not pass on a served driver's ``alive``).
+    faced = through(opts.face, device)
     bar = Progress(len(cases) * len(modes)) if progress else None
     start = time.monotonic()
     died: dict[str, Any] | None = None
@@ -564,7 +612,7 @@ def run(device: IDevice, cases: list[Case], modes: Iterable[str], opts: Options 
                     result, message = FAILED, NOT_RUN_DEAD
                     died["not_run"] += 1
                 else:
-                    result, message = run_case(device, case, mode, opts)
+                    result, message = run_case(faced, case, mode, opts)
                     if is_dead(device):
                         died = {"mode": mode, "case": case.name, "not_run": 0}
                         report.died.append(died)

@@ -1,5 +1,6 @@
-"""``nnhal mutations``: model and request mutants of every conformance case, checked against the
-reference driver, with totals per mutation kind (and per execution path for requests)."""
+"""``nnhal mutations``: model and request mutants of every conformance case, checked against a
+device (the reference driver by default) through the face ``--hal`` names, with totals per
+mutation kind (and per execution path for requests)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from nnhal.conformance.cases import (
 )
 from nnhal.conformance.cliutil import add_mutations_arguments as add_arguments
 from nnhal.conformance.cliutil import error, parse_shard
+from nnhal.conformance.faces import DEFAULT_FACE, describe, through
+from nnhal.conformance.faces import problem as face_problem
 from nnhal.conformance.mutations.common import (
     ACCEPTED,
     CALLBACK_TIMEOUT_S,
@@ -217,10 +220,16 @@ def run_cli(args: argparse.Namespace) -> int:
     broken = [c for c in loaded if c.error]
     k, n = shard
     cases = [c for c in loaded if not c.error][::max(1, args.every)][k::n]
+    face = getattr(args, "hal", DEFAULT_FACE)
+    why = face_problem(face)
+    if why is not None:
+        return error(prog, f"--hal {face}: {why}")
     try:
         device = open_device(getattr(args, "device", "reference"))
     except NnhalError as e:
         return error(prog, str(e))
+    print(f"face: --hal {face}: {describe(face)}")
+    bare, device = device, through(face, device)
     bad = 0
     unbuildable: set[str] = set()
     try:
@@ -245,7 +254,7 @@ def run_cli(args: argparse.Namespace) -> int:
                 bad += totals.generated - totals.outcomes[REJECTED]
                 unbuildable.update(totals.unbuildable)
     finally:
-        device.close()
+        bare.close()
     if broken or unbuildable:
         print(f"{len(broken) + len(unbuildable)} case(s) could not be loaded or built "
               f"(left out):")
