@@ -412,7 +412,7 @@ class Reader:
         """A count of items each at least ``item_size`` bytes: bounded by what is left."""
         n = self.u32(what)
         if n > limit:
-            raise WireError(f"{what}: {n} items, at most {limit}")
+            raise WireError(f"{what}: count {n}, at most {limit}")
         if n * item_size > len(self.view) - self.pos:
             raise WireError(f"{what}: count {n} exceeds the message")
         return n
