@@ -411,10 +411,9 @@ class Reader:
     def count(self, what: str, item_size: int, limit: int = MAX_COUNT) -> int:
         """A count of items each at least ``item_size`` bytes: bounded by what is left."""
         n = self.u32(what)
-        if n > limit:
-            raise WireError(f"{what}: count {n}, at most {limit}")
-        if n * item_size > len(self.view) - self.pos:
-            raise WireError(f"{what}: count {n} exceeds the message")
+        if n > limit or n * item_size > len(self.view) - self.pos:
+            raise WireError(f"{what}: count {n}, at most {limit}" if n > limit else
+                            f"{what}: count {n} exceeds the message")
         return n
 
     def u32s(self, what: str) -> list[int]:
