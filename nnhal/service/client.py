@@ -52,6 +52,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from nnhal.core.version import FeatureLevel, UnknownVersion
 from nnhal.drivers.common.request_checks import Recent, same_request, snapshot_request
 from nnhal.hal import fmq
 from nnhal.hal.fence import FenceState, SyncFence
@@ -72,12 +73,14 @@ from nnhal.hal.types import (
     Capabilities,
     DeviceType,
     ErrorStatus,
+    ExecutionConfig,
     ExecutionPreference,
     Extension,
     MeasureTiming,
     MemoryPool,
     Model,
     OutputShape,
+    PrepareModelConfig,
     Priority,
     Request,
     Timing,
@@ -462,7 +465,8 @@ class Connection:
                 encode(wr)
                 if len(wr.buf) > w.MAX_BODY:
                     raise WireError(f"message of {len(wr.buf)} bytes exceeds {w.MAX_BODY}")
-            except WireError:
+            except WireError as e:
+                log.info("%s: %s not sent: %s", self.path, kind.name, e)
                 self._unlearn(self._encoding_new)
                 return self._unsent(callback, fail, ErrorStatus.INVALID_ARGUMENT)
             slot.new_mems = self._encoding_new
@@ -1366,6 +1370,23 @@ class RemoteBurst(_Remote, IBurst):
         return _create_reusable(self.conn, Kind.BURST_CREATE_REUSABLE, self.handle, request,
                                 measure, loop_timeout)
 
+    def execute_with_config(self, request: Request, config: ExecutionConfig,
+                            deadline: int | None = None
+                            ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+        """With hints: BURST_EXECUTE_WITH_CONFIG on the socket (the rings carry the 1.2
+        packet, which has no room for hints). Without: a plain execution, rings included."""
+        if not w.has_hints(config, "execution_hints"):
+            return self.execute(request, config.measure, deadline, config.loop_timeout)
+
+        def enc(wr: Writer) -> None:
+            wr.u32(self.handle)
+            w.put_request(wr, request)
+            w.put_execution_config(wr, config)
+            wr.opt_i64(deadline, "deadline")
+        return _fitting(self.conn.call(
+            Kind.BURST_EXECUTE_WITH_CONFIG, enc, self.conn.shapes_replies, _shapes_fail,
+            bound=self.conn.long(Kind.BURST_EXECUTE_WITH_CONFIG, deadline)), request)
+
 
 class RemotePreparedModel(_Remote, IPreparedModel):
     def execute(self, request: Request, measure: MeasureTiming, deadline: int | None,
@@ -1445,6 +1466,64 @@ class RemotePreparedModel(_Remote, IPreparedModel):
         return _create_reusable(self.conn, Kind.CREATE_REUSABLE, self.handle, request,
                                 measure, loop_timeout)
 
+    # AIDL v4's calls. A config without hints or extension table asks for no more than the
+    # plain call, and is sent as one: its fast paths (the repeated-request encodings, the
+    # burst rings) stay the only hot paths. With hints, the *_WITH_CONFIG message reaches the
+    # served driver's own *_with_config method.
+    def execute_synchronously_with_config(self, request: Request, config: ExecutionConfig,
+                                          deadline: int | None = None
+                                          ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+        if not w.has_hints(config, "execution_hints"):
+            return self.execute_synchronously(request, config.measure, deadline,
+                                              config.loop_timeout)
+
+        def enc(wr: Writer) -> None:
+            wr.u32(self.handle)
+            w.put_request(wr, request)
+            w.put_execution_config(wr, config)
+            wr.opt_i64(deadline, "deadline")
+        kind = Kind.EXECUTE_SYNCHRONOUSLY_WITH_CONFIG
+        return _fitting(self.conn.call(kind, enc, self.conn.shapes_replies, _shapes_fail,
+                                       bound=self.conn.long(kind, deadline)), request)
+
+    def execute_fenced_with_config(self, request: Request, wait_for: Sequence[SyncFence],
+                                   config: ExecutionConfig, deadline: int | None = None,
+                                   duration: int | None = None
+                                   ) -> tuple[ErrorStatus, SyncFence | None,
+                                              IFencedExecutionCallback | None]:
+        if not w.has_hints(config, "execution_hints"):
+            return self.execute_fenced(request, wait_for, config.measure, deadline,
+                                       config.loop_timeout, duration)
+        later: list = []
+
+        def enc(wr: Writer) -> None:
+            wr.u32(self.handle)
+            w.put_request(wr, request)
+            self.conn.put_wait_for(wr, wait_for, later)
+            w.put_execution_config(wr, config)
+            wr.opt_i64(deadline, "deadline")
+            wr.opt_i64(duration, "duration")
+        kind = Kind.EXECUTE_FENCED_WITH_CONFIG
+        bound = self.conn.long(kind, deadline)
+        return self.conn.call(kind, enc, self.conn.fenced(bound), _fenced_fail,
+                              after_send=lambda: self.conn.watch(later), bound=bound)
+
+    def create_reusable_execution_with_config(self, request: Request, config: ExecutionConfig
+                                              ) -> tuple[ErrorStatus, IExecution | None]:
+        if not w.has_hints(config, "execution_hints"):
+            return self.create_reusable_execution(request, config.measure,
+                                                  config.loop_timeout)
+
+        def enc(wr: Writer) -> None:
+            wr.u32(self.handle)
+            w.put_request(wr, request)
+            w.put_execution_config(wr, config)
+        status, ex = self.conn.call(Kind.CREATE_REUSABLE_WITH_CONFIG, enc,
+                                    _handle_result(self.conn, RemoteExecution), _pair_fail)
+        if ex is not None:
+            ex.request = snapshot_request(request)
+        return status, ex
+
 
 class RemoteDevice(IDevice):
     """An IDevice served by ``nnhal serve`` at ``path``; OSError if nothing answers there
@@ -1461,6 +1540,7 @@ class RemoteDevice(IDevice):
         self.name = name or f"remote:{self.path}"
         self.conn = Connection(self.path, _bound_of(timeout_s, TIMEOUT_ENV, TIMEOUT_S),
                                _bound_of(long_timeout_s, LONG_TIMEOUT_ENV, LONG_TIMEOUT_S))
+        self._feature_level: FeatureLevel | None = None
 
     @property
     def alive(self) -> bool:
@@ -1505,6 +1585,25 @@ class RemoteDevice(IDevice):
             return status, [w.get_extension(r) for _ in range(r.count("extensions", 8))]
         return self._simple(Kind.GET_SUPPORTED_EXTENSIONS, dec, lambda s: (s, []))
 
+    @property
+    def feature_level(self) -> FeatureLevel:  # type: ignore[override]
+        """The served driver's feature level (GET_FEATURE_LEVEL, asked once). While the
+        service cannot say (dead, busy, a reply that does not decode): V1_3, what every
+        served driver answers, asked again next time."""
+        level = self._feature_level
+        if level is None:
+            def dec(r: Reader) -> tuple[ErrorStatus, FeatureLevel | None]:
+                status, v = w.get_status(r), r.u32("feature level")
+                try:
+                    return status, FeatureLevel.of_level(v)
+                except UnknownVersion:
+                    raise WireError(f"feature level {v}") from None
+            status, level = self._simple(Kind.GET_FEATURE_LEVEL, dec, _pair_fail)
+            if status != ErrorStatus.NONE or level is None:
+                return FeatureLevel.V1_3
+            self._feature_level = level
+        return level
+
     def get_number_of_cache_files_needed(self) -> tuple[ErrorStatus, int, int]:
         return self._simple(Kind.GET_NUMBER_OF_CACHE_FILES,
                             lambda r: (w.get_status(r), r.u32(), r.u32()), lambda s: (s, 0, 0))
@@ -1532,6 +1631,21 @@ class RemoteDevice(IDevice):
         return self.conn.call(kind, enc, w.get_status, lambda s: s,
                               callback=("prepared", callback),
                               callback_bound=self.conn.long(kind, deadline))
+
+    def prepare_model_with_config(self, model: Model, config: PrepareModelConfig,
+                                  callback: IPreparedModelCallback) -> ErrorStatus:
+        """With hints: PREPARE_MODEL_WITH_CONFIG, which reaches the served driver's
+        prepare_model_with_config. Without (nothing more than prepare_model asks): that."""
+        if not w.has_hints(config, "compilation_hints"):
+            return self.prepare_model(model, config.preference, config.priority,
+                                      config.deadline, config.model_cache, config.data_cache,
+                                      config.cache_token, callback)
+
+        def enc(wr: Writer) -> None:
+            w.put_model(wr, model)
+            w.put_prepare_config(wr, config)
+        return self._prepare_checked(Kind.PREPARE_MODEL_WITH_CONFIG, enc, callback,
+                                     getattr(config, "deadline", None))
 
     def prepare_model_from_cache(self, deadline: int | None, model_cache: Sequence[Any],
                                  data_cache: Sequence[Any], token: bytes,

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nnhal.core.version import FeatureLevel
 from nnhal.hal import fmq
 from nnhal.hal.fence import FenceState, SyncFence
 from nnhal.hal.interfaces import (
@@ -44,9 +45,11 @@ from nnhal.hal.interfaces import (
 from nnhal.hal.types import (
     NO_TIMING,
     ErrorStatus,
+    ExecutionConfig,
     ExecutionPreference,
     MeasureTiming,
     OutputShape,
+    PrepareModelConfig,
     Priority,
     Request,
     Timing,
@@ -671,7 +674,8 @@ class _RingBurst:
     CLOSING and ends the thread (the client then uses the socket); nothing ends the service.
     The thread also ends when the burst is released or the client leaves (``alive`` is polled
     while it sleeps), and closes the rings. The socket calls on the burst (BURST_EXECUTE,
-    BURST_CACHE, BURST_CREATE_REUSABLE) reach the driver's burst through the same methods.
+    BURST_CACHE, BURST_CREATE_REUSABLE, BURST_EXECUTE_WITH_CONFIG) reach the driver's burst
+    through the same methods.
     """
 
     def __init__(self, session: ClientSession, burst: Any, pair: ChannelPair):
@@ -691,6 +695,9 @@ class _RingBurst:
 
     def create_reusable_execution(self, *args: Any) -> Any:
         return self.burst.create_reusable_execution(*args)
+
+    def execute_with_config(self, *args: Any) -> Any:
+        return self.burst.execute_with_config(*args)
 
     def start(self, handle: int) -> None:
         self.handle = handle
@@ -873,6 +880,19 @@ _DECODERS: dict[Kind, Callable[[ClientSession, Reader], tuple]] = {
     Kind.RELEASE: lambda s, r: (r.u32s("handles"),),
     Kind.FORGET: lambda s, r: ([r.u64() for _ in range(r.count("memories", 8))],),
     Kind.BURST_UNCACHE: lambda s, r: (r.u32(), r.u64()),
+    Kind.GET_FEATURE_LEVEL: lambda s, r: (),
+    Kind.PREPARE_MODEL_WITH_CONFIG: lambda s, r: (w.get_model(r), w.get_prepare_config(r)),
+    Kind.EXECUTE_SYNCHRONOUSLY_WITH_CONFIG: lambda s, r: (
+        r.u32(), w.get_request(r, s.token_filter), w.get_execution_config(r),
+        r.opt_i64("deadline")),
+    Kind.EXECUTE_FENCED_WITH_CONFIG: lambda s, r: (
+        r.u32(), w.get_request(r, s.token_filter), _fence_specs(r), w.get_execution_config(r),
+        r.opt_i64("deadline"), r.opt_i64("duration")),
+    Kind.CREATE_REUSABLE_WITH_CONFIG: lambda s, r: (
+        r.u32(), w.get_request(r, s.token_filter), w.get_execution_config(r)),
+    Kind.BURST_EXECUTE_WITH_CONFIG: lambda s, r: (
+        r.u32(), w.get_request(r, s.token_filter), w.get_execution_config(r),
+        r.opt_i64("deadline")),
 }
 
 
@@ -1213,6 +1233,61 @@ def _copy_from(s: ClientSession, cid: int, buf: int, mem: SharedMemory, dims: li
     return _status_reply(s.get(_BUFFER, buf).copy_from(mem, dims))
 
 
+# ---- AIDL v4: the feature level, and the calls with a config (each reaches the driver's own
+# *_with_config method, so a served driver sees the hints exactly as the client gave them)
+
+def _get_feature_level(s: ClientSession, cid: int) -> Writer:
+    level = getattr(s.device, "feature_level", FeatureLevel.V1_3)
+    if not isinstance(level, FeatureLevel):
+        raise _Fail(ErrorStatus.GENERAL_FAILURE, f"the driver's feature level is {level!r}")
+    wr = Writer()
+    w.put_status(wr, ErrorStatus.NONE)
+    wr.u32(level.level)
+    return wr
+
+
+def _prepare_with_config(s: ClientSession, cid: int, model: Any,
+                         config: PrepareModelConfig) -> Writer:
+    cb = _PreparedCallback(s, cid, [fd for fd in [*config.model_cache, *config.data_cache]
+                                    if fd >= 0])  # type: ignore[operator]
+    try:
+        launch = s.device.prepare_model_with_config(model, config, cb)
+    except Exception:  # noqa: BLE001
+        launch = ErrorStatus.GENERAL_FAILURE
+    if launch != ErrorStatus.NONE:
+        cb.notify(launch, None)  # the HAL notifies on a failed launch: exactly once here
+    return _status_reply(launch)
+
+
+def _execute_sync_with_config(s: ClientSession, cid: int, pm: int, request: Any,
+                              config: ExecutionConfig, deadline: int | None) -> Writer:
+    prepared = s.get(_PM, pm)
+    _delay(s)
+    return _shapes_reply(prepared.execute_synchronously_with_config(request, config, deadline))
+
+
+def _execute_fenced_with_config(s: ClientSession, cid: int, pm: int, request: Any, specs: list,
+                                config: ExecutionConfig, deadline: int | None,
+                                duration: int | None) -> None:
+    prepared = s.get(_PM, pm)
+    fences = s.wait_fences(specs)
+    s.fenced_reply(cid, prepared.execute_fenced_with_config(request, fences, config, deadline,
+                                                            duration))
+
+
+def _create_reusable_with_config(s: ClientSession, cid: int, pm: int, request: Any,
+                                 config: ExecutionConfig) -> Writer:
+    return _handle_reply(s, _EXEC, s.get(_PM, pm).create_reusable_execution_with_config(
+        request, config))
+
+
+def _burst_execute_with_config(s: ClientSession, cid: int, burst: int, request: Any,
+                               config: ExecutionConfig, deadline: int | None) -> Writer:
+    b = s.get(_BURST, burst)
+    _delay(s)
+    return _shapes_reply(b.execute_with_config(request, config, deadline))
+
+
 _HANDLERS: dict[Kind, Callable[..., Writer | None]] = {
     Kind.GET_CAPABILITIES: _get_capabilities,
     Kind.GET_SUPPORTED_OPERATIONS: _get_supported,
@@ -1236,6 +1311,12 @@ _HANDLERS: dict[Kind, Callable[..., Writer | None]] = {
     Kind.COMPUTE_FENCED: _compute_fenced,
     Kind.COPY_TO: _copy_to,
     Kind.COPY_FROM: _copy_from,
+    Kind.GET_FEATURE_LEVEL: _get_feature_level,
+    Kind.PREPARE_MODEL_WITH_CONFIG: _prepare_with_config,
+    Kind.EXECUTE_SYNCHRONOUSLY_WITH_CONFIG: _execute_sync_with_config,
+    Kind.EXECUTE_FENCED_WITH_CONFIG: _execute_fenced_with_config,
+    Kind.CREATE_REUSABLE_WITH_CONFIG: _create_reusable_with_config,
+    Kind.BURST_EXECUTE_WITH_CONFIG: _burst_execute_with_config,
 }
 
 
@@ -1256,9 +1337,10 @@ def _measure(r: Reader) -> int:
 _HANDLE_KIND: dict[Kind, str] = {
     **dict.fromkeys((Kind.EXECUTE, Kind.EXECUTE_SYNCHRONOUSLY, Kind.EXECUTE_FENCED,
                      Kind.CONFIGURE_BURST, Kind.CONFIGURE_BURST_RINGS, Kind.CREATE_REUSABLE,
-                     Kind.ALLOCATE), _PM),
-    **dict.fromkeys((Kind.BURST_EXECUTE, Kind.BURST_CREATE_REUSABLE, Kind.BURST_CACHE),
-                    _BURST),
+                     Kind.ALLOCATE, Kind.EXECUTE_SYNCHRONOUSLY_WITH_CONFIG,
+                     Kind.EXECUTE_FENCED_WITH_CONFIG, Kind.CREATE_REUSABLE_WITH_CONFIG), _PM),
+    **dict.fromkeys((Kind.BURST_EXECUTE, Kind.BURST_CREATE_REUSABLE, Kind.BURST_CACHE,
+                     Kind.BURST_EXECUTE_WITH_CONFIG), _BURST),
     **dict.fromkeys((Kind.COMPUTE, Kind.COMPUTE_FENCED), _EXEC),
     **dict.fromkeys((Kind.COPY_TO, Kind.COPY_FROM), _BUFFER),
 }
@@ -1268,7 +1350,8 @@ _MEMO_KINDS = frozenset({Kind.EXECUTE, Kind.EXECUTE_SYNCHRONOUSLY, Kind.BURST_EX
 _MEMO_SIZE = 64
 
 #: Calls that may wait for a message of the client (its fences): never run unread.
-_WAITS_FOR_CLIENT = frozenset({Kind.EXECUTE_FENCED, Kind.COMPUTE_FENCED})
+_WAITS_FOR_CLIENT = frozenset({Kind.EXECUTE_FENCED, Kind.COMPUTE_FENCED,
+                               Kind.EXECUTE_FENCED_WITH_CONFIG})
 
 
 # ---- the service ---------------------------------------------------------------------------------

@@ -27,9 +27,12 @@ from nnhal.hal.types import (
     Capabilities,
     DataLocation,
     ErrorStatus,
+    ExecutionConfig,
+    ExecutionPreference,
     Extension,
     ExtensionNameAndPrefix,
     ExtensionOperandTypeInformation,
+    MeasureTiming,
     MemoryPool,
     Model,
     Operand,
@@ -40,17 +43,22 @@ from nnhal.hal.types import (
     OperationType,
     OutputShape,
     PerformanceInfo,
+    PrepareModelConfig,
+    Priority,
     Request,
     RequestArgument,
     Subgraph,
     SymmPerChannelQuantParams,
     Timing,
+    TokenValuePair,
 )
 from nnhal.memory import SharedMemory
 
 #: "NNHW" read as a little-endian u32.
 MAGIC = 0x57484E4E
-VERSION = 1
+#: 2: AIDL v4's calls (the *_WITH_CONFIG kinds) and GET_FEATURE_LEVEL. Peers of another
+#: version refuse each other's first message (docs/wire.md, Framing).
+VERSION = 2
 #: magic u32, version u16, kind u16, call id u64, body length u32, fd count u16, flags u16.
 HEADER = struct.Struct("<IHHQIHH")
 HEADER_SIZE = HEADER.size
@@ -61,6 +69,12 @@ MAX_BODY = 256 << 20
 #: Bounds of counts inside a body (each also checked against the bytes left).
 MAX_COUNT = 1 << 24
 MAX_STRING = 4096
+#: Bounds of AIDL v4's vendor hints, per config: hints, bytes of one hint's value, entries of
+#: the config's extension-name-to-prefix table (docs/wire.md, "Configs"). Far above what a
+#: vendor sends (a handful of small values), far below the body bound.
+MAX_HINTS = 256
+MAX_HINT_VALUE = 64 << 10
+MAX_CONFIG_EXTENSIONS = 256
 
 
 class WireError(Exception):
@@ -83,6 +97,7 @@ class Kind(enum.IntEnum):
     PREPARE_MODEL = 22
     PREPARE_MODEL_FROM_CACHE = 23
     ALLOCATE = 24
+    GET_FEATURE_LEVEL = 25
     # IPreparedModel
     EXECUTE = 32
     EXECUTE_SYNCHRONOUSLY = 33
@@ -101,6 +116,12 @@ class Kind(enum.IntEnum):
     # IBuffer
     COPY_TO = 56
     COPY_FROM = 57
+    # AIDL v4's calls with a config (vendor hints and their extension table)
+    PREPARE_MODEL_WITH_CONFIG = 58
+    EXECUTE_SYNCHRONOUSLY_WITH_CONFIG = 59
+    EXECUTE_FENCED_WITH_CONFIG = 60
+    CREATE_REUSABLE_WITH_CONFIG = 61
+    BURST_EXECUTE_WITH_CONFIG = 62
     # events
     NOTIFY_PREPARED = 64
     NOTIFY_EXECUTION = 65
@@ -246,13 +267,13 @@ class Writer:
             raise WireError(f"{what}: longer than {MAX_STRING} bytes")
         self.bytes(data, what)
 
-    def count(self, items: Any, what: str) -> list[Any]:
+    def count(self, items: Any, what: str, limit: int = MAX_COUNT) -> list[Any]:
         try:
             seq = list(items)
         except TypeError:
             raise WireError(f"{what}: not a sequence") from None
-        if len(seq) > MAX_COUNT:
-            raise WireError(f"{what}: {len(seq)} items, at most {MAX_COUNT}")
+        if len(seq) > limit:
+            raise WireError(f"{what}: {len(seq)} items, at most {limit}")
         self.u32(len(seq), what)
         return seq
 
@@ -387,11 +408,12 @@ class Reader:
         except UnicodeDecodeError:
             raise WireError(f"{what}: not UTF-8") from None
 
-    def count(self, what: str, item_size: int) -> int:
+    def count(self, what: str, item_size: int, limit: int = MAX_COUNT) -> int:
         """A count of items each at least ``item_size`` bytes: bounded by what is left."""
         n = self.u32(what)
-        if n > MAX_COUNT or n * item_size > len(self.view) - self.pos:
-            raise WireError(f"{what}: count {n} exceeds the message")
+        if n > limit or n * item_size > len(self.view) - self.pos:
+            raise WireError(f"{what}: count {n}, at most {limit}" if n > limit else
+                            f"{what}: count {n} exceeds the message")
         return n
 
     def u32s(self, what: str) -> list[int]:
@@ -658,11 +680,21 @@ def put_model(w: Writer, m: Any) -> None:
     for p in w.count(m.pools, "pools"):
         w.memory(p, "model pool")
     w.bool(m.relax_computation_float32_to_float16)
-    for e in w.count(m.extension_name_to_prefix, "extensionNameToPrefix"):
+    put_prefixes(w, m.extension_name_to_prefix)
+
+
+def put_prefixes(w: Writer, table: Any, limit: int = MAX_COUNT) -> None:
+    """An extensionNameToPrefix table (a model's, or a config's)."""
+    for e in w.count(table, "extensionNameToPrefix", limit):
         if not isinstance(e, ExtensionNameAndPrefix):
             raise WireError("extensionNameToPrefix: not an ExtensionNameAndPrefix")
         w.str(e.name, "extension name")
         w.u16(e.prefix, "extension prefix")
+
+
+def get_prefixes(r: Reader, limit: int = MAX_COUNT) -> list[ExtensionNameAndPrefix]:
+    return [ExtensionNameAndPrefix(r.str(), r.u16())
+            for _ in range(r.count("extensionNameToPrefix", 6, limit))]
 
 
 def get_model(r: Reader) -> Model:
@@ -671,9 +703,7 @@ def get_model(r: Reader) -> Model:
     values = r.bytes("operandValues")
     pools = [r.memory("model pool") for _ in range(r.count("pools", 9))]
     relax = r.bool()
-    ext = [ExtensionNameAndPrefix(r.str(), r.u16())
-           for _ in range(r.count("extensionNameToPrefix", 6))]
-    return Model(main, referenced, values, pools, relax, ext)
+    return Model(main, referenced, values, pools, relax, get_prefixes(r))
 
 
 def put_argument(w: Writer, a: Any) -> None:
@@ -944,6 +974,78 @@ def put_token(w: Writer, token: Any) -> None:
 
 def get_token(r: Reader) -> bytes | None:
     return r.bytes("token", 1024) if r.tag(1, "token") == 0 else None
+
+
+# ---- AIDL v4 configs ------------------------------------------------------------------------
+
+def put_hints(w: Writer, hints: Any, what: str) -> None:
+    """Vendor hints (TokenValuePair): i32 token as given (the driver judges it), bytes value;
+    past MAX_HINTS or MAX_HINT_VALUE is a WireError naming the bound."""
+    for h in w.count(hints, what, MAX_HINTS):
+        if not isinstance(h, TokenValuePair):
+            raise WireError(f"{what}: not a TokenValuePair: {type(h).__name__}")
+        w.i32(h.token, f"{what} token")
+        if isinstance(h.value, (bytes, bytearray, memoryview)) and \
+                memoryview(h.value).nbytes > MAX_HINT_VALUE:
+            raise WireError(f"{what}: a value of {memoryview(h.value).nbytes} bytes, "
+                            f"at most {MAX_HINT_VALUE}")
+        w.bytes(h.value, f"{what} value")
+
+
+def get_hints(r: Reader, what: str) -> tuple[TokenValuePair, ...]:
+    return tuple(TokenValuePair(r.i32(f"{what} token"), r.bytes(f"{what} value", MAX_HINT_VALUE))
+                 for _ in range(r.count(what, 8, MAX_HINTS)))
+
+
+def has_hints(config: Any, hints: str) -> bool:
+    """Whether a config carries more than the plain call does: hints or an extension table
+    (or is not a config at all, which the *_WITH_CONFIG encoding then refuses)."""
+    try:
+        return bool(getattr(config, hints)) or bool(config.extension_name_to_prefix)
+    except Exception:  # noqa: BLE001 - a foreign object: the encoder says what is wrong
+        return True
+
+
+def put_execution_config(w: Writer, c: Any) -> None:
+    """ExecutionConfig: i32 measure, opt loopTimeout, hints, extension table."""
+    if not isinstance(c, ExecutionConfig):
+        raise WireError(f"config: not an ExecutionConfig: {type(c).__name__}")
+    w.i32(c.measure, "measureTiming")
+    w.opt_i64(c.loop_timeout, "loopTimeoutDuration")
+    put_hints(w, c.execution_hints, "executionHints")
+    put_prefixes(w, c.extension_name_to_prefix, MAX_CONFIG_EXTENSIONS)
+
+
+def get_execution_config(r: Reader) -> ExecutionConfig:
+    return ExecutionConfig(_enum_or_int(MeasureTiming, r.i32("measureTiming")),  # type: ignore[arg-type]
+                           r.opt_i64("loopTimeoutDuration"), get_hints(r, "executionHints"),
+                           tuple(get_prefixes(r, MAX_CONFIG_EXTENSIONS)))
+
+
+def put_prepare_config(w: Writer, c: Any) -> None:
+    """PrepareModelConfig: i32 preference, i32 priority, opt deadline, Handles modelCache,
+    Handles dataCache, Token, hints, extension table."""
+    if not isinstance(c, PrepareModelConfig):
+        raise WireError(f"config: not a PrepareModelConfig: {type(c).__name__}")
+    w.i32(c.preference, "preference")
+    w.i32(c.priority, "priority")
+    w.opt_i64(c.deadline, "deadline")
+    put_handles(w, c.model_cache, "modelCache")
+    put_handles(w, c.data_cache, "dataCache")
+    put_token(w, c.cache_token)
+    put_hints(w, c.compilation_hints, "compilationHints")
+    put_prefixes(w, c.extension_name_to_prefix, MAX_CONFIG_EXTENSIONS)
+
+
+def get_prepare_config(r: Reader) -> PrepareModelConfig:
+    """The config as decoded: cache handles are descriptors (-1: invalid), the token None when
+    the client's was not bytes, so the driver refuses them as it would in process."""
+    return PrepareModelConfig(
+        _enum_or_int(ExecutionPreference, r.i32("preference")),  # type: ignore[arg-type]
+        _enum_or_int(Priority, r.i32("priority")),  # type: ignore[arg-type]
+        r.opt_i64("deadline"), get_handles(r, "modelCache"), get_handles(r, "dataCache"),
+        get_token(r), get_hints(r, "compilationHints"),  # type: ignore[arg-type]
+        tuple(get_prefixes(r, MAX_CONFIG_EXTENSIONS)))
 
 
 # ---- fences -----------------------------------------------------------------------------------

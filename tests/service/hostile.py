@@ -43,10 +43,14 @@ def real_reply(kind: Kind, n_outputs: int = 1) -> bytes:
         w.put_status(wr, ok)
         wr.u32(1)
         wr.u32(1)
-    elif kind in (Kind.EXECUTE_SYNCHRONOUSLY, Kind.COMPUTE, Kind.BURST_EXECUTE):
+    elif kind == Kind.GET_FEATURE_LEVEL:
+        w.put_status(wr, ok)
+        wr.u32(8)
+    elif kind in (Kind.EXECUTE_SYNCHRONOUSLY, Kind.COMPUTE, Kind.BURST_EXECUTE,
+                  Kind.EXECUTE_SYNCHRONOUSLY_WITH_CONFIG, Kind.BURST_EXECUTE_WITH_CONFIG):
         return w.pack_shapes_result(ok, [OutputShape([4, 4], True)] * n_outputs,
                                     Timing(5, 7))
-    elif kind in (Kind.EXECUTE_FENCED, Kind.COMPUTE_FENCED):
+    elif kind in (Kind.EXECUTE_FENCED, Kind.COMPUTE_FENCED, Kind.EXECUTE_FENCED_WITH_CONFIG):
         w.put_status(wr, ok)
         wr.u8(1)
         wr.u64(1)
@@ -56,7 +60,8 @@ def real_reply(kind: Kind, n_outputs: int = 1) -> bytes:
         wr.u8(1)
         wr.u32(9)
         wr.u32(3)
-    elif kind in (Kind.CREATE_REUSABLE, Kind.CONFIGURE_BURST, Kind.BURST_CREATE_REUSABLE):
+    elif kind in (Kind.CREATE_REUSABLE, Kind.CONFIGURE_BURST, Kind.BURST_CREATE_REUSABLE,
+                  Kind.CREATE_REUSABLE_WITH_CONFIG):
         w.put_status(wr, ok)
         wr.u8(1)
         wr.u32(5)
@@ -71,7 +76,8 @@ Policy = Callable[[socket.socket, Kind, int], None]
 def answer(sock: socket.socket, kind: Kind, call_id: int) -> None:
     """The polite policy: the real reply (and the notification a launch promises)."""
     send_message(sock, Kind.REPLY, call_id, real_reply(kind))
-    if kind in (Kind.PREPARE_MODEL, Kind.PREPARE_MODEL_FROM_CACHE):
+    if kind in (Kind.PREPARE_MODEL, Kind.PREPARE_MODEL_FROM_CACHE,
+                Kind.PREPARE_MODEL_WITH_CONFIG):
         wr = Writer()
         w.put_status(wr, ErrorStatus.NONE)
         wr.u8(1)

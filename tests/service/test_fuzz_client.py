@@ -1,4 +1,5 @@
-"""A fuzzer of the CLIENT against a hostile service: every call the client makes is answered
+"""A fuzzer of the CLIENT against a hostile service: every call the client makes (AIDL v4's
+calls with hints and the feature level among them) is answered
 with a real reply, a mutated one (truncated, bits flipped, a count or a dimension made huge,
 trailing bytes, random bytes), another kind (events of junk, unknown kinds), an ERROR of any
 status, stray descriptors, a message cut off by a close, or nothing. The client only ever
@@ -16,11 +17,24 @@ import numpy as np
 from helpers import add_model
 from hostile import Hostile, mutate, real_reply
 
+from nnhal.core.version import FeatureLevel
 from nnhal.hal.builder import RequestBuilder
 from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
-from nnhal.hal.types import BufferDesc, ErrorStatus
+from nnhal.hal.types import (
+    BufferDesc,
+    ErrorStatus,
+    ExecutionConfig,
+    MeasureTiming,
+    PrepareModelConfig,
+    TokenValuePair,
+)
 from nnhal.service import wire as w
-from nnhal.service.client import RemoteDevice, RemoteExecution, RemotePreparedModel
+from nnhal.service.client import (
+    RemoteBurst,
+    RemoteDevice,
+    RemoteExecution,
+    RemotePreparedModel,
+)
 from nnhal.service.transport import send_message
 
 CONNECTIONS = 300
@@ -92,7 +106,34 @@ def _calls(dev: RemoteDevice, rb: RequestBuilder):
             return fcb.get_execution_info()
         return status, fence, fcb
 
-    return [dev.get_type, dev.get_version_string, dev.get_capabilities,
+    # AIDL v4: the feature level, and the calls with hints (their own messages)
+    hints = (TokenValuePair(0x7AAA0001, b"\1\2"),)
+    config = ExecutionConfig(MeasureTiming.YES, None, hints)
+    burst = RemoteBurst(dev.conn, 3)
+
+    def prepare_with_config():
+        cb = PreparedModelCallback()
+        dev.prepare_model_with_config(model, PrepareModelConfig(compilation_hints=hints), cb)
+        return cb.wait(4)
+
+    def fenced_with_config():
+        status, fence, fcb = pm.execute_fenced_with_config(rb.request, [], config)
+        if fence is not None:
+            assert fence.wait(4)
+            return fcb.get_execution_info()
+        return status, fence, fcb
+
+    def feature_level():
+        dev._feature_level = None  # asked again each time
+        level = dev.feature_level
+        assert isinstance(level, FeatureLevel)
+        return ErrorStatus.NONE, level
+
+    v4 = [feature_level, prepare_with_config, fenced_with_config,
+          lambda: pm.execute_synchronously_with_config(rb.request, config),
+          lambda: pm.create_reusable_execution_with_config(rb.request, config),
+          lambda: burst.execute_with_config(rb.request, config)]
+    return v4 + [dev.get_type, dev.get_version_string, dev.get_capabilities,
             dev.get_supported_extensions, dev.get_number_of_cache_files_needed,
             lambda: dev.get_supported_operations(model), prepare, execute, fenced,
             lambda: pm.execute_synchronously(rb.request),

@@ -1,4 +1,5 @@
-"""A fuzzer of the wire format against a served reference driver: valid messages mutated
+"""A fuzzer of the wire format against a served reference driver: valid messages (AIDL v4's
+calls with hints among them) mutated
 (bit flips, truncations, random bodies, wrong descriptor counts, clients vanishing mid-message,
 clients that stop mid-message and stay connected, slow writers sending a message in pieces).
 The service answers or drops the offending client, never crashes, cuts every stalled client
@@ -19,7 +20,16 @@ import pytest
 from helpers import add_model
 
 from nnhal.drivers.reference import ReferenceDevice
-from nnhal.hal.types import DataLocation, Request, RequestArgument
+from nnhal.hal.types import (
+    DataLocation,
+    ExecutionConfig,
+    ExtensionNameAndPrefix,
+    MeasureTiming,
+    PrepareModelConfig,
+    Request,
+    RequestArgument,
+    TokenValuePair,
+)
 from nnhal.memory import SharedMemory
 from nnhal.service import wire as w
 from nnhal.service.client import RemoteDevice
@@ -69,6 +79,23 @@ def seeds(mem_a: SharedMemory, mem_b: SharedMemory) -> list[tuple[Kind, Writer]]
             wr.opt_i64(None, "l")
         make(kind, ex)
     make(Kind.CONFIGURE_BURST, lambda wr: wr.u32(1))
+    # AIDL v4: the feature level and the calls with a config (hints, extension table)
+    hints = (TokenValuePair(0x7AAA0001, b"\1\2\3"), TokenValuePair(5, b""))
+    table = (ExtensionNameAndPrefix("vendor.ext", 0x7AAA),)
+    config = ExecutionConfig(MeasureTiming.YES, 10**9, hints, table)
+    make(Kind.GET_FEATURE_LEVEL, lambda wr: None)
+    make(Kind.PREPARE_MODEL_WITH_CONFIG, lambda wr: (
+        w.put_model(wr, model),
+        w.put_prepare_config(wr, PrepareModelConfig(compilation_hints=hints,
+                                                    extension_name_to_prefix=table))))
+    for kind in (Kind.EXECUTE_SYNCHRONOUSLY_WITH_CONFIG, Kind.BURST_EXECUTE_WITH_CONFIG):
+        make(kind, lambda wr: (wr.u32(1), w.put_request(wr, req),
+                               w.put_execution_config(wr, config), wr.opt_i64(None, "d")))
+    make(Kind.EXECUTE_FENCED_WITH_CONFIG, lambda wr: (
+        wr.u32(1), w.put_request(wr, req), wr.u32(0), w.put_execution_config(wr, config),
+        wr.opt_i64(None, "d"), wr.opt_i64(None, "d")))
+    make(Kind.CREATE_REUSABLE_WITH_CONFIG, lambda wr: (
+        wr.u32(1), w.put_request(wr, req), w.put_execution_config(wr, config)))
     make(Kind.COPY_TO, lambda wr: (wr.u32(1), wr.memory(mem_a)))
     make(Kind.FENCE_STATE, lambda wr: w.put_fence_state(wr, 1, w.FENCE_SIGNALED, None))
     make(Kind.RELEASE, lambda wr: wr.u32s([1, 2], "h"))

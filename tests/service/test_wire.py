@@ -232,14 +232,15 @@ def test_header_checks():
     assert w.unpack_header(good)[:2] == (w.Kind.GET_TYPE, 5)
     with pytest.raises(WireError, match="magic"):
         w.unpack_header(b"X" + good[1:])
-    with pytest.raises(WireError, match="version"):
-        w.unpack_header(w.HEADER.pack(w.MAGIC, 2, 16, 0, 0, 0, 0))
+    for version in (1, w.VERSION + 1):  # an older peer (1: before AIDL v4) or a newer one
+        with pytest.raises(WireError, match="version"):
+            w.unpack_header(w.HEADER.pack(w.MAGIC, version, 16, 0, 0, 0, 0))
     with pytest.raises(WireError, match="kind"):
-        w.unpack_header(w.HEADER.pack(w.MAGIC, 1, 999, 0, 0, 0, 0))
+        w.unpack_header(w.HEADER.pack(w.MAGIC, w.VERSION, 999, 0, 0, 0, 0))
     with pytest.raises(WireError, match="descriptors"):
-        w.unpack_header(w.HEADER.pack(w.MAGIC, 1, 16, 0, 0, 300, 0))
+        w.unpack_header(w.HEADER.pack(w.MAGIC, w.VERSION, 16, 0, 0, 300, 0))
     with pytest.raises(WireError, match="flags"):
-        w.unpack_header(w.HEADER.pack(w.MAGIC, 1, 16, 0, 0, 0, 1))
+        w.unpack_header(w.HEADER.pack(w.MAGIC, w.VERSION, 16, 0, 0, 0, 1))
 
 
 def test_transport_carries_descriptors_and_checks_the_count():
