@@ -81,10 +81,10 @@ def _fenced(fn: Callable[..., Any], *args: Any
             not isinstance(result.callback, ai.IFencedExecutionCallback) or \
             not (result.sync_fence is None or isinstance(result.sync_fence, SyncFence)):
         return _FAILED, None, None
-    return _NONE, result.sync_fence, FencedExecutionCallback(result.callback)
+    return _NONE, result.sync_fence, _FencedExecutionCallback(result.callback)
 
 
-class FencedExecutionCallback(ci.IFencedExecutionCallback):
+class _FencedExecutionCallback(ci.IFencedExecutionCallback):
     def __init__(self, callback: ai.IFencedExecutionCallback):
         self.aidl = callback
 
@@ -142,7 +142,7 @@ class _Rerun(ci.IExecution):
         return _NONE, None, _Done(status, timing)
 
 
-class Execution(ci.IExecution):
+class _Execution(ci.IExecution):
     def __init__(self, execution: ai.IExecution):
         self.aidl = execution
 
@@ -178,14 +178,14 @@ class _Hold:
 
     __slots__ = ("_finalizer", "__weakref__")
 
-    def __init__(self, burst: Burst, entry: _Token):
+    def __init__(self, burst: _Burst, entry: _Token):
         self._finalizer = weakref.finalize(self, _dropped, weakref.ref(burst), entry)
 
     def release(self) -> None:
         self._finalizer()
 
 
-def _dropped(burst_ref: weakref.ref[Burst], entry: _Token) -> None:
+def _dropped(burst_ref: weakref.ref[_Burst], entry: _Token) -> None:
     # May run from the garbage collector anywhere: only queue; the burst's next call (or
     # this one, if the lock is free) tells the driver.
     burst = burst_ref()
@@ -194,7 +194,7 @@ def _dropped(burst_ref: weakref.ref[Burst], entry: _Token) -> None:
         burst._flush(blocking=False)
 
 
-class Burst(ci.IBurst):
+class _Burst(ci.IBurst):
     """An AIDL burst as the canonical one: each cached memory gets a memory identifier token."""
 
     _tokens = itertools.count(1)
@@ -282,7 +282,7 @@ class Burst(ci.IBurst):
                                                            loop_timeout))
 
 
-class PreparedModel(ci.IPreparedModel):
+class _PreparedModel(ci.IPreparedModel):
     def __init__(self, prepared_model: ai.IPreparedModel, version: int):
         self.aidl = prepared_model
         self.version = version
@@ -330,7 +330,7 @@ class PreparedModel(ci.IPreparedModel):
             return status, None
         if not isinstance(burst, ai.IBurst):
             return _FAILED, None
-        return _NONE, Burst(burst, self.version)
+        return _NONE, _Burst(burst, self.version)
 
     def create_reusable_execution(self, request: C.Request,
                                   measure: C.MeasureTiming = C.MeasureTiming.NO,
@@ -357,7 +357,7 @@ class PreparedModel(ci.IPreparedModel):
             return status, None
         if not isinstance(execution, ai.IExecution):
             return _FAILED, None
-        return _NONE, Execution(execution)
+        return _NONE, _Execution(execution)
 
     def _send(self, r: A.Request, cfg: A.ExecutionConfig, deadline: int | None) -> Result:
         try:
@@ -416,11 +416,11 @@ class _PreparedModelCallback(ai.IPreparedModelCallback):
             status = _FAILED
         if status == _NONE and not isinstance(prepared_model, ai.IPreparedModel):
             status = _FAILED
-        self.callback.notify(status, PreparedModel(prepared_model, self.version)  # type: ignore[arg-type]
+        self.callback.notify(status, _PreparedModel(prepared_model, self.version)  # type: ignore[arg-type]
                              if status == _NONE else None)
 
 
-class Buffer(ci.IBuffer):
+class _Buffer(ci.IBuffer):
     def __init__(self, buffer: ai.IBuffer):
         self.aidl = buffer
 
@@ -435,7 +435,7 @@ class Buffer(ci.IBuffer):
         return _call(self.aidl.copy_from, src, d)[0]
 
 
-class Device(ci.IDevice):
+class _Device(ci.IDevice):
     """An AIDL :class:`nnhal.aidl.IDevice` as a canonical :class:`nnhal.hal.IDevice`."""
 
     def __init__(self, device: ai.IDevice):
@@ -543,7 +543,7 @@ class Device(ci.IDevice):
         try:
             args = (cv.buffer_desc(desc), cv.list_of(
                 prepared_models, "prepared models",
-                lambda p, w: A.IPreparedModelParcel(cv.is_a(p, PreparedModel, w).aidl)),
+                lambda p, w: A.IPreparedModelParcel(cv.is_a(p, _PreparedModel, w).aidl)),
                 cv.roles(input_roles, "input roles"), cv.roles(output_roles, "output roles"))
         except ServiceSpecificError as e:
             return e.status, None, 0
@@ -553,7 +553,7 @@ class Device(ci.IDevice):
         if not isinstance(db, A.DeviceBuffer) or not isinstance(db.buffer, ai.IBuffer) or \
                 not isinstance(db.token, int) or not 0 < db.token <= cv.INT32_MAX:
             return _FAILED, None, 0
-        return _NONE, Buffer(db.buffer), db.token
+        return _NONE, _Buffer(db.buffer), db.token
 
     def close(self) -> None:
         close = getattr(self.aidl, "close", None)
@@ -564,7 +564,7 @@ class Device(ci.IDevice):
 def from_aidl(device: ai.IDevice) -> ci.IDevice:
     """An AIDL driver as a canonical device, at feature level AIDL v1-v4 as its interface
     version says (an :class:`AidlDevice` too is adapted, not unwrapped: every call crosses)."""
-    return Device(device)
+    return _Device(device)
 
 
 def through_aidl(device: ci.IDevice) -> ci.IDevice:

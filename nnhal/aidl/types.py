@@ -14,7 +14,7 @@ descriptor (an int or an object with ``fileno()``), a sync fence one a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nnhal.hal.types import (
     BufferDesc,
@@ -38,10 +38,6 @@ from nnhal.hal.types import (
     TokenValuePair,
 )
 from nnhal.memory import SharedMemory
-
-if TYPE_CHECKING:
-    from nnhal.aidl.interfaces import IBuffer, IFencedExecutionCallback, IPreparedModel
-    from nnhal.hal.fence import SyncFence
 
 __all__ = [
     "NOT_AVAILABLE", "NO_DEADLINE", "DEFAULT_LOOP_TIMEOUT", "BYTE_SIZE_OF_CACHE_TOKEN",
@@ -187,13 +183,13 @@ class ExecutionResult:
 
 @dataclass
 class FencedExecutionResult:
-    callback: IFencedExecutionCallback
-    sync_fence: SyncFence | None = None
+    callback: Any  #: an IFencedExecutionCallback
+    sync_fence: Any = None  #: a SyncFence, or None when the execution is already done
 
 
 @dataclass
 class DeviceBuffer:
-    buffer: IBuffer
+    buffer: Any  #: an IBuffer
     token: int
 
 
@@ -205,4 +201,4 @@ class NumberOfCacheFiles:
 
 @dataclass(frozen=True)
 class IPreparedModelParcel:
-    prepared_model: IPreparedModel
+    prepared_model: Any  #: an IPreparedModel
