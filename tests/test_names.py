@@ -23,7 +23,7 @@ def test_no_public_class_name_is_defined_twice():
             if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 where[node.name].append(str(p.relative_to(ROOT)))
     twice = {name: files for name, files in where.items()
-             if len(files) > 1 and not (len(files) == 2 and FACE.get(files[1]) == files[0])}
+             if len(files) > 1 and not (len(files) == 2 and FACE.get(files[0]) == files[1])}
     assert twice == {}
 
 
