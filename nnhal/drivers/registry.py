@@ -9,6 +9,11 @@ lazily (the group is read on the first listing, the module imported only when th
 probed or opened), and one that fails to import or is not callable is listed as unavailable
 with the reason, never an import error. A built-in name is never replaced by a plug-in.
 
+A factory may return a canonical :class:`nnhal.hal.IDevice` or a driver written against the
+AIDL interfaces (:class:`nnhal.aidl.IDevice`), which is opened through
+:func:`nnhal.aidl.from_aidl`: everything that opens devices here (the runtime, ``nnhal serve``,
+the C library, the tools) takes either kind as it is.
+
 Each entry is a factory plus an availability probe, both called only when asked: a driver that
 needs an optional package (a LiteRT-backed one needs ``ai-edge-litert``) registers a probe that
 returns the reason it cannot run instead of failing at import, so listing devices never
@@ -22,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from nnhal import aidl
 from nnhal.errors import NnhalError
 from nnhal.hal.interfaces import IDevice
 
@@ -31,7 +37,7 @@ Probe = Callable[[], "str | None"]
 
 @dataclass(frozen=True)
 class _Entry:
-    factory: Callable[[], IDevice]
+    factory: Callable[[], IDevice | aidl.IDevice]
     probe: Probe | None = None
 
 
@@ -89,9 +95,10 @@ def reason(name: str) -> str | None:
     return _reason(entry)
 
 
-def register(name: str, factory: Callable[[], IDevice], probe: Probe | None = None) -> None:
+def register(name: str, factory: Callable[[], IDevice | aidl.IDevice],
+             probe: Probe | None = None) -> None:
     """Make ``name`` openable; ``factory`` and ``probe`` are called lazily (replaces an entry
-    of the same name)."""
+    of the same name). The factory may make a canonical or an AIDL device."""
     _DEVICES[name] = _Entry(factory, probe)
 
 
@@ -157,7 +164,7 @@ class _Plugin:
         probe = getattr(obj, "probe", None)
         return probe() if callable(probe) else None
 
-    def factory(self) -> IDevice:
+    def factory(self) -> IDevice | aidl.IDevice:
         obj = self.load()
         if obj is None:
             raise NnhalError(self.error or "plug-in failed to load")
@@ -198,6 +205,8 @@ def open_device(name: str) -> IDevice:
         raise NnhalError(f"device '{name}' is not available: {why}")
     try:
         device = entry.factory()
+        if isinstance(device, aidl.IDevice):
+            device = aidl.from_aidl(device)
     except (NnhalError, ImportError) as e:
         raise NnhalError(f"device '{name}' is not available: {e}") from None
     except Exception as e:  # noqa: BLE001 - a factory that breaks: the device is unavailable
@@ -205,7 +214,7 @@ def open_device(name: str) -> IDevice:
             from None
     if not isinstance(device, IDevice):
         raise NnhalError(f"device '{name}' is not available: its factory returned "
-                         f"{type(device).__name__}, not an IDevice")
+                         f"{type(device).__name__}, not an IDevice (nnhal.hal or nnhal.aidl)")
     return device
 
 

@@ -1,0 +1,59 @@
+"""Shared conformance cases through the AIDL face: the reference and LiteRT drivers through
+through_aidl, and the AIDL-only minimal driver opened from the registry, under the runtime."""
+
+import itertools
+
+import pytest
+from minimal_driver import NAME, MinimalDevice, register
+
+from nnhal.aidl import through_aidl
+from nnhal.conformance import default_specs_dir, iter_cases, run
+from nnhal.conformance.runner import FAILED, PASSED
+from nnhal.core.version import FeatureLevel
+from nnhal.drivers import registry
+
+SPECS = default_specs_dir()
+pytestmark = pytest.mark.skipif(not SPECS.exists(), reason=f"no conformance data at {SPECS}")
+
+
+def _sample(folder, n):
+    return list(itertools.islice(iter_cases(SPECS / folder), n))
+
+
+def _check(report, least):
+    failed = [c for c in report.cases if c["result"] == FAILED]
+    assert not failed, failed[:5]
+    assert sum(c["result"] == PASSED for c in report.cases) >= least
+
+
+def test_reference_through_aidl():
+    from nnhal.drivers.reference import ReferenceDevice
+
+    dev = ReferenceDevice()
+    try:
+        cases = _sample("V1_0", 25) + _sample("V1_2", 15)
+        _check(run(through_aidl(dev), cases, ["general", "dynamic_shape", "memory_domain",
+                                              "fenced", "caching", "runtime"], progress=False),
+               200)
+    finally:
+        dev.close()
+
+
+def test_litert_through_aidl():
+    pytest.importorskip("ai_edge_litert")
+    from nnhal.drivers.litert import LiteRTDevice
+
+    dev = LiteRTDevice()
+    try:
+        _check(run(through_aidl(dev), _sample("V1_0", 20), ["general"], progress=False), 10)
+    finally:
+        dev.close()
+
+
+def test_minimal_aidl_driver_from_the_registry_under_the_runtime():
+    register()
+    dev = registry.open_device(NAME)
+    assert dev.feature_level is FeatureLevel.AIDL_V4 and dev.aidl.__class__ is MinimalDevice
+    cases = [c for c in iter_cases(SPECS / "V1_0") if c.name.split("_")[0] in ("add", "mul")]
+    report = run(dev, cases, ["general", "runtime"], progress=False)
+    _check(report, 8)
