@@ -12,7 +12,7 @@ from nnhal.capi.header import FUNCTIONS
 from nnhal.runtime.codes import ResultCode
 
 CODES = {int(c) for c in ResultCode}
-GETTERS = {"ANeuralNetworks_getRuntimeFeatureLevel": 31,
+GETTERS = {"ANeuralNetworks_getRuntimeFeatureLevel": 1000008,
            "ANeuralNetworks_getDefaultLoopTimeout": 2_000_000_000,
            "ANeuralNetworks_getMaximumLoopTimeout": 15_000_000_000}
 _KEEP: list = []  # every buffer handed to the library stays alive (the API may keep pointers)
