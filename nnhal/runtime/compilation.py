@@ -163,6 +163,7 @@ class Compilation:
         one device of a createForDevices compilation, given to it at prepare; an attribute
         may be set once per compilation."""
         what = "addExtensionAttribute"
+        Attributes.check_null(extension_name, data, length, what)
         self._check_open(what)
         if not self.single_device:
             raise fail(ResultCode.BAD_DATA, f"{what}: only for a compilation created by "

@@ -409,6 +409,7 @@ class Execution:
         driver of a createForDevices compilation with one device, given with every
         computation; an attribute may be set once per execution, before it starts."""
         what = "addExtensionAttribute"
+        Attributes.check_null(extension_name, data, length, what)
         self._check_preparation(what)
         if not self.compilation.single_device:
             raise fail(ResultCode.BAD_DATA, f"{what}: only for a compilation created by "

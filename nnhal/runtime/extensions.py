@@ -73,12 +73,17 @@ class Attributes:
         self.hints: list[TokenValuePair] = []
         self._table: dict[str, int] = {}
 
+    @staticmethod
+    def check_null(name: Any, data: Any, length: int | None, what: str) -> None:
+        """UNEXPECTED_NULL, which the NDK answers before any other rule: a NULL name, or NULL
+        data with a length."""
+        if name is None or (data is None and length not in (None, 0)):
+            raise fail(ResultCode.UNEXPECTED_NULL, f"{what}: extensionName or data is NULL")
+
     def add(self, devices: Sequence[Any], name: Any, code: Any, data: Any,
             length: int | None, what: str) -> None:
         """Record one attribute (the first ``length`` bytes of ``data``, all when None); the
-        caller has checked the object's state and devices."""
-        if name is None or (data is None and length not in (None, 0)):
-            raise fail(ResultCode.UNEXPECTED_NULL, f"{what}: extensionName or data is NULL")
+        caller has checked NULLs, the object's state and its devices."""
         if not isinstance(name, str) or not name:
             raise fail(ResultCode.BAD_DATA, f"{what}: invalid extension name {name!r}")
         if isinstance(code, bool) or not isinstance(code, int) or \
