@@ -168,8 +168,8 @@ class Compilation:
         if not self.single_device:
             raise fail(ResultCode.BAD_DATA, f"{what}: only for a compilation created by "
                        "createForDevices with one device")
-        self.attributes.add(self.devices or [], extension_name, code, data, length,
-                            what)
+        self.attributes.add([*(self.devices or []), *devices()], extension_name, code, data,
+                            length, what)
 
     # ---- finish -------------------------------------------------------------------------
     def finish(self) -> None:

@@ -48,6 +48,7 @@ from nnhal.runtime.codes import (
     fail,
 )
 from nnhal.runtime.compilation import Compilation
+from nnhal.runtime.devices import devices
 from nnhal.runtime.extensions import Attributes
 from nnhal.runtime.memory import Memory, merge_dims
 from nnhal.runtime.model import as_bytes, check_operand_type
@@ -414,8 +415,8 @@ class Execution:
         if not self.compilation.single_device:
             raise fail(ResultCode.BAD_DATA, f"{what}: only for a compilation created by "
                        "createForDevices with one device")
-        self.attributes.add(self.compilation.devices or [], extension_name, code, data, length,
-                            what)
+        self.attributes.add([*(self.compilation.devices or []), *devices()], extension_name,
+                            code, data, length, what)
 
     # ---- running ------------------------------------------------------------------------
     def _begin(self, what: str) -> None:

@@ -49,7 +49,9 @@ def supported_extensions(hal: Any) -> list[str]:
 
 def prefix_of(name: str, devices: Iterable[Any]) -> int | None:
     """The prefix of extension ``name``: the one assigned before, else a new one when one of
-    ``devices`` (runtime :class:`~nnhal.runtime.devices.Device`) supports it; None otherwise."""
+    ``devices`` (runtime :class:`~nnhal.runtime.devices.Device`: the runtime's and the
+    compilation's) supports it; None otherwise. As upstream, a name any device of the runtime
+    supports is valid for every device (a driver ignores hints it does not know)."""
     with _lock:
         found = _prefixes.get(name)
         if found is not None:

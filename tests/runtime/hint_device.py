@@ -4,6 +4,8 @@ the tests of feature level 8's extension attributes (runtime and C library)."""
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
 from nnhal.drivers.reference import ReferenceDevice
@@ -11,6 +13,30 @@ from nnhal.hal.interfaces import IBurst, IPreparedModel, IPreparedModelCallback
 from nnhal.hal.types import ErrorStatus, Extension
 
 EXTENSION = "com.example.hints"
+#: Where :func:`logged` devices write what they are given (a C client's driver, in the
+#: process the library started: the test reads the file).
+LOG_ENV = "NNHAL_TEST_HINTS_LOG"
+
+
+class _Seen(list):
+    """A record that also appends each entry's hints to a file as a JSON line."""
+
+    def __init__(self, path: str | None):
+        super().__init__()
+        self.path = path
+
+    def append(self, entry: Any) -> None:
+        super().append(entry)
+        if self.path is not None:
+            kind, config = entry
+            hints = getattr(config, "compilation_hints", None)
+            if hints is None:
+                hints = getattr(config, "execution_hints", ())
+            table = getattr(config, "extension_name_to_prefix", ())
+            with open(self.path, "a") as f:
+                f.write(json.dumps({"kind": kind,
+                                    "hints": [[h.token, h.value.hex()] for h in hints],
+                                    "table": [[e.name, e.prefix] for e in table]}) + "\n")
 
 
 class _Burst(IBurst):
@@ -74,10 +100,11 @@ class HintDevice(ReferenceDevice):
     """The reference driver with extension :data:`EXTENSION`; ``prepared`` holds the
     PrepareModelConfig of each preparation, ``executed`` (kind, ExecutionConfig) per call."""
 
-    def __init__(self) -> None:
+    def __init__(self, log: str | None = None) -> None:
         super().__init__()
         self.prepared: list[Any] = []
-        self.executed: list[tuple[str, Any]] = []
+        self.executed: list[tuple[str, Any]] = _Seen(log)
+        self._log = _Seen(log)
 
     def get_supported_extensions(self) -> tuple[ErrorStatus, list[Extension]]:
         return ErrorStatus.NONE, [Extension(EXTENSION)]
@@ -85,6 +112,7 @@ class HintDevice(ReferenceDevice):
     def prepare_model_with_config(self, model: Any, config: Any,
                                   callback: IPreparedModelCallback) -> ErrorStatus:
         self.prepared.append(config)
+        self._log.append(("prepare", config))
         seen = self.executed
 
         class Wrap(IPreparedModelCallback):
@@ -92,3 +120,8 @@ class HintDevice(ReferenceDevice):
                 callback.notify(status, _Prepared(pm, seen) if pm is not None else None)
 
         return super().prepare_model_with_config(model, config, Wrap())
+
+
+def logged() -> HintDevice:
+    """A plug-in factory: a HintDevice writing to the file ``$NNHAL_TEST_HINTS_LOG`` names."""
+    return HintDevice(os.environ.get(LOG_ENV))
