@@ -315,12 +315,45 @@ def _versioned_specs(tmp_path: Path) -> Path:
     return specs
 
 
+@pytest.fixture
+def hal_1_3_device(tmp_path, monkeypatch) -> str:
+    """A plug-in device (a dist-info on sys.path and PYTHONPATH, so --jobs shards open it
+    too) that speaks HAL 1.3: the reference driver reports AIDL v4, above every case."""
+    import textwrap
+
+    from nnhal.drivers import registry
+
+    site = tmp_path / "site"
+    (site / "hal13_nn-1.0.dist-info").mkdir(parents=True)
+    (site / "hal13_nn-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: hal13-nn\nVersion: 1.0\n")
+    (site / "hal13_nn-1.0.dist-info" / "entry_points.txt").write_text(
+        "[nnhal.drivers]\nhal13 = hal13_nn:make\n")
+    (site / "hal13_nn.py").write_text(textwrap.dedent("""
+        from nnhal.core.version import FeatureLevel
+        from nnhal.drivers.reference import ReferenceDevice
+
+        class Hal13Device(ReferenceDevice):
+            feature_level = FeatureLevel.V1_3
+
+        def make():
+            return Hal13Device()
+    """))
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setattr(registry, "_DEVICES", dict(registry._DEVICES))
+    registry.discover(force=True)
+    return "hal13"
+
+
 @pytest.mark.parametrize("jobs", ["1", "2"])
-def test_cases_above_the_devices_level_are_skipped_saying_why(capsys, tmp_path, jobs):
+def test_cases_above_the_devices_level_are_skipped_saying_why(capsys, tmp_path, jobs,
+                                                             hal_1_3_device):
     report = tmp_path / "report.json"
     rc, out, err = run_cli(capsys, "conformance", "--specs", str(_versioned_specs(tmp_path)),
                            "--mode", "general", "--json", str(report), "--jobs", jobs,
-                           "--quiet")
+                           "--device", hal_1_3_device, "--quiet")
     assert rc == 0, (out, err)
     assert "Traceback" not in out + err and "could not be loaded" not in out
     assert "1 passed, 0 failed, 2 skipped" in out

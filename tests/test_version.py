@@ -136,14 +136,16 @@ def test_a_trailing_input_added_later_raises_the_level():
 
 def test_devices_report_their_interfaces_level_through_the_ndk():
     dev = Device.of(ReferenceDevice())
-    assert dev.feature_level is F.V1_3 is IDevice.feature_level
-    assert ndk.ANeuralNetworksDevice_getFeatureLevel(dev) == (0, 30)
-    assert ndk.ANeuralNetworks_getRuntimeFeatureLevel() == 31 == codes.RUNTIME_FEATURE_LEVEL.ndk
+    assert dev.feature_level is F.AIDL_V4  # answers AIDL v4's calls through the defaults
+    assert IDevice.feature_level is F.V1_3  # a driver that names no level
+    assert ndk.ANeuralNetworksDevice_getFeatureLevel(dev) == (0, 1000008)
+    assert ndk.ANeuralNetworks_getRuntimeFeatureLevel() == 1000008 == \
+        codes.RUNTIME_FEATURE_LEVEL.ndk
 
-    class Later(ReferenceDevice):
+    class Earlier(ReferenceDevice):
         feature_level = F.AIDL_V2
 
-    assert ndk.ANeuralNetworksDevice_getFeatureLevel(Device.of(Later())) == (0, 1000006)
+    assert ndk.ANeuralNetworksDevice_getFeatureLevel(Device.of(Earlier())) == (0, 1000006)
 
 
 def test_a_served_device_reports_the_level_of_the_interface_it_is_reached_through(tmp_path):

@@ -34,6 +34,7 @@ from nnhal.runtime import (
     ndk,
 )
 from nnhal.runtime.codes import BYTE_SIZE_OF_CACHE_TOKEN, ResultCode
+from nnhal.runtime.extensions import MAX_ATTRIBUTE_BYTES
 from nnhal.runtime.model import ANeuralNetworksOperandType
 
 log = logging.getLogger("nnhal.capi")
@@ -531,6 +532,25 @@ def ANeuralNetworksCompilation_setCaching(c: int, cache_dir: int, token: int) ->
     return ndk.ANeuralNetworksCompilation_setCaching(handles.get(c), d, t)
 
 
+def _attribute(name: int, data: int, length: int) -> tuple[str | None, Any]:
+    """An extension attribute's name and data from C: the data is read only within a length
+    the runtime can accept (a longer one reaches it as no bytes, refused by its length)."""
+    text = _string_at(name) if name else None
+    if not data:
+        return text, None
+    return text, _bytes_at(data, length) if length <= MAX_ATTRIBUTE_BYTES else b""
+
+
+@_checked
+def ANeuralNetworksCompilation_addExtensionAttribute(c: int, name: int, code: int, data: int,
+                                                     length: int) -> int:
+    comp = handles.get(c)
+    if comp is None or not name or (not data and length):
+        return NULL  # before reading anything, as the NDK checks NULLs first
+    text, value = _attribute(name, data, length)
+    return ndk.ANeuralNetworksCompilation_addExtensionAttribute(comp, text, code, value, length)
+
+
 @_checked
 def ANeuralNetworksCompilation_finish(c: int) -> int:
     return ndk.ANeuralNetworksCompilation_finish(handles.get(c))
@@ -676,6 +696,16 @@ def ANeuralNetworksExecution_getOutputOperandDimensions(e: int, index: int, out:
 @_checked
 def ANeuralNetworksExecution_setReusable(e: int, reusable: int) -> int:
     return ndk.ANeuralNetworksExecution_setReusable(handles.get(e), bool(reusable))
+
+
+@_checked
+def ANeuralNetworksExecution_addExtensionAttribute(e: int, name: int, code: int, data: int,
+                                                   length: int) -> int:
+    ex = handles.get(e)
+    if ex is None or not name or (not data and length):
+        return NULL
+    text, value = _attribute(name, data, length)
+    return ndk.ANeuralNetworksExecution_addExtensionAttribute(ex, text, code, value, length)
 
 
 @_checked

@@ -26,6 +26,7 @@ __all__ = ["ANeuralNetworksOperandType", "ANeuralNetworksSymmPerChannelQuantPara
 
 OK = int(ResultCode.NO_ERROR)
 _CTYPES = {"int": ctypes.c_int, "int32_t": ctypes.c_int32, "uint32_t": ctypes.c_uint32,
+           "uint16_t": ctypes.c_uint16,
            "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64, "size_t": ctypes.c_size_t,
            "bool": ctypes.c_bool, "float": ctypes.c_float,
            "ANeuralNetworksOperationType": ctypes.c_int32, "void": None}

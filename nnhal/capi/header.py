@@ -1,8 +1,9 @@
 """Generate ``include/NeuralNetworks.h`` from nnhal's own enums, so header and runtime agree.
 
-The names, values and struct layouts are the NDK's (facts of its interface, feature level 5);
-the text is ours. ``python -m nnhal.capi.header`` rewrites the file; a test checks it is up
-to date. Stdlib plus nnhal's enum modules only.
+The names, values and struct layouts are the NDK's (facts of its interface, up to feature
+level 8; levels 6 and 7 added operations, not functions); the text is ours. ``python -m
+nnhal.capi.header`` rewrites the file; a test checks it is up to date. Stdlib plus nnhal's
+enum modules only.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ _OPAQUE = ["ANeuralNetworksMemory", "ANeuralNetworksModel", "ANeuralNetworksComp
            "ANeuralNetworksExecution", "ANeuralNetworksBurst", "ANeuralNetworksEvent",
            "ANeuralNetworksDevice", "ANeuralNetworksMemoryDesc"]
 
-#: The functions of feature level 5 the library exports (return type, name, parameters).
+#: The functions the library exports (return type, name, parameters), up to feature level 8.
 FUNCTIONS: list[tuple[str, str, str]] = [
     ("int64_t", "ANeuralNetworks_getRuntimeFeatureLevel", "void"),
     ("uint64_t", "ANeuralNetworks_getDefaultLoopTimeout", "void"),
@@ -188,13 +189,62 @@ FUNCTIONS: list[tuple[str, str, str]] = [
     ("int", "ANeuralNetworksMemoryDesc_setDimensions",
      "ANeuralNetworksMemoryDesc* desc, uint32_t rank, const uint32_t* dimensions"),
     ("int", "ANeuralNetworksMemoryDesc_finish", "ANeuralNetworksMemoryDesc* desc"),
+    ("int", "ANeuralNetworksCompilation_addExtensionAttribute",
+     "ANeuralNetworksCompilation* compilation, const char* extensionName, "
+     "uint16_t attributeCodeWithinExtension, const void* data, size_t length"),
+    ("int", "ANeuralNetworksExecution_addExtensionAttribute",
+     "ANeuralNetworksExecution* execution, const char* extensionName, "
+     "uint16_t attributeCodeWithinExtension, const void* data, size_t length"),
 ]
+
+_BY_LEVEL = {
+    2: ["ANeuralNetworksModel_relaxComputationFloat32toFloat16"],
+    3: ["ANeuralNetworks_getDeviceCount", "ANeuralNetworks_getDevice",
+        "ANeuralNetworksDevice_getName", "ANeuralNetworksDevice_getType",
+        "ANeuralNetworksDevice_getVersion", "ANeuralNetworksDevice_getFeatureLevel",
+        "ANeuralNetworksModel_setOperandSymmPerChannelQuantParams",
+        "ANeuralNetworksModel_getSupportedOperationsForDevices",
+        "ANeuralNetworksCompilation_createForDevices", "ANeuralNetworksCompilation_setCaching",
+        "ANeuralNetworksBurst_create", "ANeuralNetworksBurst_free",
+        "ANeuralNetworksExecution_compute", "ANeuralNetworksExecution_burstCompute",
+        "ANeuralNetworksExecution_setMeasureTiming", "ANeuralNetworksExecution_getDuration",
+        "ANeuralNetworksExecution_getOutputOperandRank",
+        "ANeuralNetworksExecution_getOutputOperandDimensions"],
+    4: ["ANeuralNetworks_getDefaultLoopTimeout", "ANeuralNetworks_getMaximumLoopTimeout",
+        "ANeuralNetworksDevice_wait", "ANeuralNetworksModel_setOperandValueFromModel",
+        "ANeuralNetworksCompilation_setPriority", "ANeuralNetworksCompilation_setTimeout",
+        "ANeuralNetworksExecution_startComputeWithDependencies",
+        "ANeuralNetworksExecution_setTimeout", "ANeuralNetworksExecution_setLoopTimeout",
+        "ANeuralNetworksEvent_createFromSyncFenceFd", "ANeuralNetworksEvent_getSyncFenceFd",
+        "ANeuralNetworksMemory_createFromDesc", "ANeuralNetworksMemory_copy",
+        "ANeuralNetworksMemoryDesc_create", "ANeuralNetworksMemoryDesc_free",
+        "ANeuralNetworksMemoryDesc_addInputRole", "ANeuralNetworksMemoryDesc_addOutputRole",
+        "ANeuralNetworksMemoryDesc_setDimensions", "ANeuralNetworksMemoryDesc_finish"],
+    5: ["ANeuralNetworks_getRuntimeFeatureLevel",
+        "ANeuralNetworksCompilation_getPreferredMemoryAlignmentForInput",
+        "ANeuralNetworksCompilation_getPreferredMemoryPaddingForInput",
+        "ANeuralNetworksCompilation_getPreferredMemoryAlignmentForOutput",
+        "ANeuralNetworksCompilation_getPreferredMemoryPaddingForOutput",
+        "ANeuralNetworksExecution_setReusable",
+        "ANeuralNetworksExecution_enableInputAndOutputPadding"],
+    8: ["ANeuralNetworksCompilation_addExtensionAttribute",
+        "ANeuralNetworksExecution_addExtensionAttribute"],
+}
+#: The feature level that brought each function (the others came with level 1).
+SINCE: dict[str, FeatureLevel] = {
+    name: FeatureLevel.of_level(level)
+    for level, names in _BY_LEVEL.items() for name in names}
+
+
+def since(name: str) -> FeatureLevel:
+    """The feature level that brought function ``name``."""
+    return SINCE.get(name, FeatureLevel.V1_0)
 
 
 def render() -> str:
     """The header's text."""
     out = [
-        "/* NeuralNetworks.h of nnhal: the NNAPI NDK interface up to feature level 5.",
+        "/* NeuralNetworks.h of nnhal: the NNAPI NDK interface up to feature level 8.",
         " *",
         " * Generated by `python -m nnhal.capi.header` from nnhal's enums; do not edit.",
         " * Names, values and struct layouts are those of Android's NDK, so client code",
@@ -245,9 +295,15 @@ def render() -> str:
         "",
         "typedef int32_t ANeuralNetworksOperationType;",
         "",
+        "/* Each function's feature level: ANEURALNETWORKS_FEATURE_LEVEL_<n> of FeatureLevelCode",
+        " * (what ANeuralNetworks_getRuntimeFeatureLevel answers must be at least its value). */",
+        "#define NNHAL_AVAILABLE_SINCE(level)",
+        "",
     ]
     for ret, name, params in FUNCTIONS:
-        out.append(f"{ret} {name}({params});")
+        level = since(name).level
+        out.append(f"{ret} {name}({params})\n"
+                   f"        NNHAL_AVAILABLE_SINCE(ANEURALNETWORKS_FEATURE_LEVEL_{level});")
     out += ["", "#ifdef __cplusplus", "}", "#endif", "", "#endif  /* NNHAL_NEURAL_NETWORKS_H */",
             ""]
     return "\n".join(out)
@@ -265,7 +321,7 @@ def _c_param(param: str) -> tuple[str, str, str]:
     if "*" in ctype:
         return "K", "(unsigned long long)(uintptr_t)", name
     code = {"int32_t": "i", "int": "i", "ANeuralNetworksOperationType": "i", "bool": "i",
-            "uint32_t": "I", "size_t": "K", "uint64_t": "K", "float": "d"}[ctype]
+            "uint32_t": "I", "uint16_t": "I", "size_t": "K", "uint64_t": "K", "float": "d"}[ctype]
     cast = {"i": "(int)", "I": "(unsigned int)", "K": "(unsigned long long)",
             "d": "(double)"}[code]
     return code, cast, name

@@ -70,8 +70,9 @@ class DeviceTypeCode(enum.IntEnum):
 
 
 #: The feature level this runtime implements (the NDK's FeatureLevelCode values are the scale's
-#: ``FeatureLevel.ndk``).
-RUNTIME_FEATURE_LEVEL = FeatureLevel.AIDL_V1
+#: ``FeatureLevel.ndk``): 8, whose functions are the extension attributes (levels 6 and 7
+#: added operations only).
+RUNTIME_FEATURE_LEVEL = FeatureLevel.AIDL_V4
 #: ANEURALNETWORKS_MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES: values up to this many bytes are
 #: copied by setOperandValue; larger ones are referenced (the caller keeps the buffer).
 MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES = 128

@@ -24,7 +24,13 @@ from nnhal.analysis import analyse
 from nnhal.errors import NdkError
 from nnhal.hal.interfaces import IPreparedModel, PreparedModelCallback
 from nnhal.hal.request_layout import RequestLayout
-from nnhal.hal.types import ErrorStatus, ExecutionPreference, OperandLifeTime, Priority
+from nnhal.hal.types import (
+    ErrorStatus,
+    ExecutionPreference,
+    OperandLifeTime,
+    PrepareModelConfig,
+    Priority,
+)
 from nnhal.memory import SharedMemory
 from nnhal.runtime.codes import (
     BYTE_SIZE_OF_CACHE_TOKEN,
@@ -35,6 +41,7 @@ from nnhal.runtime.codes import (
     fail,
 )
 from nnhal.runtime.devices import Device, devices
+from nnhal.runtime.extensions import Attributes
 from nnhal.runtime.model import NdkModel
 from nnhal.runtime.partition import (
     RUNTIME,
@@ -82,6 +89,8 @@ class Compilation:
         self.timeout_ns = 0
         self.cache_dir: str | None = None
         self.token: bytes | None = None
+        #: addExtensionAttribute: the driver's compilation hints.
+        self.attributes = Attributes()
         self.finished = False
         self.failed = False
         self.device: Device | None = None
@@ -147,6 +156,20 @@ class Compilation:
             raise fail(ResultCode.BAD_DATA, f"setCaching: token of {len(token)} bytes, not "
                        f"{BYTE_SIZE_OF_CACHE_TOKEN}")
         self.cache_dir, self.token = os.fspath(cache_dir), token
+
+    def add_extension_attribute(self, extension_name: str, code: int, data: Any,
+                                length: int | None = None) -> None:
+        """ANeuralNetworksCompilation_addExtensionAttribute (feature level 8): a hint for the
+        one device of a createForDevices compilation, given to it at prepare; an attribute
+        may be set once per compilation."""
+        what = "addExtensionAttribute"
+        Attributes.check_null(extension_name, data, length, what)
+        self._check_open(what)
+        if not self.single_device:
+            raise fail(ResultCode.BAD_DATA, f"{what}: only for a compilation created by "
+                       "createForDevices with one device")
+        self.attributes.add([*(self.devices or []), *devices()], extension_name, code, data,
+                            length, what)
 
     # ---- finish -------------------------------------------------------------------------
     def finish(self) -> None:
@@ -368,9 +391,11 @@ class Compilation:
             else:
                 model_fds, data_fds, token = [], [], b""
             cb = PreparedModelCallback()
-            launch = device.hal.prepare_model(
-                model, ExecutionPreference(self.preference), _PRIORITY[self.priority],
-                deadline, model_fds, data_fds, token, cb)
+            config = PrepareModelConfig(
+                ExecutionPreference(self.preference), _PRIORITY[self.priority], deadline,
+                model_fds, data_fds, token, tuple(self.attributes.hints),
+                self.attributes.table())
+            launch = device.hal.prepare_model_with_config(model, config, cb)
             try:
                 status, pm = cb.wait(PREPARE_TIMEOUT_S)
             except TimeoutError:

@@ -34,6 +34,7 @@ from nnhal.errors import NnhalError
 from nnhal.hal.interfaces import IDevice
 from nnhal.hal.types import Capabilities, DeviceType, ErrorStatus, PerformanceInfo
 from nnhal.runtime.codes import ResultCode, fail
+from nnhal.runtime.extensions import supported_extensions
 
 
 def is_dead(hal: object) -> bool:
@@ -49,7 +50,7 @@ def is_dead(hal: object) -> bool:
 def feature_level_of(hal: object) -> FeatureLevel:
     """The feature level of the interface a driver object is reached through
     (:attr:`IDevice.feature_level`); an object that names no level of the scale speaks the
-    interface every nnhal driver speaks today, HAL 1.3 (level 4)."""
+    interface a driver speaks unless it says otherwise, HAL 1.3 (level 4)."""
     try:
         level = getattr(hal, "feature_level", None)
     except Exception:  # noqa: BLE001 - a broken attribute names no level
@@ -69,6 +70,7 @@ class Device:
         self.version = str(version) if status == ErrorStatus.NONE else ""
         self.feature_level = feature_level_of(hal)
         self._capabilities: Capabilities | None = None
+        self._extensions: list[str] | None = None
 
     @classmethod
     def of(cls, hal: IDevice, name: str | None = None) -> Device:
@@ -81,6 +83,13 @@ class Device:
             status, caps = self.hal.get_capabilities()
             self._capabilities = caps if status == ErrorStatus.NONE else None
         return self._capabilities
+
+    @property
+    def extensions(self) -> list[str]:
+        """The names of the extensions the driver supports (asked once)."""
+        if self._extensions is None:
+            self._extensions = supported_extensions(self.hal)
+        return self._extensions
 
     def performance(self, operand_type: int, relaxed: bool) -> PerformanceInfo:
         """The driver's performance for tensors of a type (worst when unknown)."""

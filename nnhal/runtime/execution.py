@@ -27,6 +27,7 @@ from nnhal.hal.interfaces import ExecutionCallback
 from nnhal.hal.request_layout import ArgSlot, LayoutError, RequestLayout
 from nnhal.hal.types import (
     ErrorStatus,
+    ExecutionConfig,
     MeasureTiming,
     OutputShape,
     Request,
@@ -47,6 +48,8 @@ from nnhal.runtime.codes import (
     fail,
 )
 from nnhal.runtime.compilation import Compilation
+from nnhal.runtime.devices import devices
+from nnhal.runtime.extensions import Attributes
 from nnhal.runtime.memory import Memory, merge_dims
 from nnhal.runtime.model import as_bytes, check_operand_type
 
@@ -244,6 +247,9 @@ class Execution:
         #: enableInputAndOutputPadding: buffers may be longer than their operands.
         self.padding = False
         self._any_set = False
+        #: addExtensionAttribute: the driver's execution hints.
+        self.attributes = Attributes()
+        self._config: ExecutionConfig | None = None
 
     # ---- arguments ----------------------------------------------------------------------
     def _check_preparation(self, what: str) -> None:
@@ -398,6 +404,20 @@ class Execution:
         self._check_preparation("setReusable")
         self.reusable = bool(reusable)
 
+    def add_extension_attribute(self, extension_name: str, code: int, data: Any,
+                                length: int | None = None) -> None:
+        """ANeuralNetworksExecution_addExtensionAttribute (feature level 8): a hint for the
+        driver of a createForDevices compilation with one device, given with every
+        computation; an attribute may be set once per execution, before it starts."""
+        what = "addExtensionAttribute"
+        Attributes.check_null(extension_name, data, length, what)
+        self._check_preparation(what)
+        if not self.compilation.single_device:
+            raise fail(ResultCode.BAD_DATA, f"{what}: only for a compilation created by "
+                       "createForDevices with one device")
+        self.attributes.add([*(self.compilation.devices or []), *devices()], extension_name,
+                            code, data, length, what)
+
     # ---- running ------------------------------------------------------------------------
     def _begin(self, what: str) -> None:
         with self._lock:
@@ -517,6 +537,15 @@ class Execution:
     def _measure(self) -> MeasureTiming:
         return MeasureTiming.YES if self.measure else MeasureTiming.NO
 
+    def config(self) -> ExecutionConfig:
+        """What every computation gives the driver besides the request: made at the first,
+        as nothing in it can change once the execution has started."""
+        if self._config is None:
+            self._config = ExecutionConfig(self._measure(), self.loop_timeout_ns,
+                                           tuple(self.attributes.hints),
+                                           self.attributes.table())
+        return self._config
+
     def compute(self) -> None:
         """ANeuralNetworksExecution_compute: runs synchronously."""
         self._begin("compute")
@@ -524,16 +553,17 @@ class Execution:
             req = self._request()
             if self.reusable:
                 if self._hal_execution is None:
-                    status, ex = self.compilation.prepared.create_reusable_execution(
-                        req, self._measure(), self.loop_timeout_ns)
+                    status, ex = self.compilation.prepared.create_reusable_execution_with_config(
+                        req, self.config())
                     if status != ErrorStatus.NONE or ex is None:
                         self._finish(status, [], Timing())
                         return
                     self._hal_execution = ex
                 status, shapes, timing = self._hal_execution.compute(self._deadline())
             else:
-                status, shapes, timing = self.compilation.prepared.execute_synchronously(
-                    req, self._measure(), self._deadline(), self.loop_timeout_ns)
+                status, shapes, timing = \
+                    self.compilation.prepared.execute_synchronously_with_config(
+                        req, self.config(), self._deadline())
         except Exception as e:  # noqa: BLE001 - a driver that raises is a dead object
             if isinstance(e, NdkError) and self.state != COMPUTATION:
                 raise
@@ -548,8 +578,11 @@ class Execution:
         try:
             req = self._request()
             cb = ExecutionCallback()
-            launch = self.compilation.prepared.execute(req, self._measure(), self._deadline(),
-                                                       self.loop_timeout_ns, cb)
+            if self.attributes.hints:
+                launch = self._launch_with_config(req, cb)
+            else:
+                launch = self.compilation.prepared.execute(
+                    req, self._measure(), self._deadline(), self.loop_timeout_ns, cb)
         except Exception as e:  # noqa: BLE001
             self._fail_launch(e)
             raise fail(ResultCode.DEAD_OBJECT, f"startCompute: {e}") from None
@@ -564,6 +597,21 @@ class Execution:
             self._finish(status, shapes, timing)
 
         return Event(waiter)
+
+    def _launch_with_config(self, req: Request, cb: ExecutionCallback) -> ErrorStatus:
+        """An asynchronous computation with hints: the callback form has no config (AIDL has
+        no asynchronous execute), so the synchronous form runs on a thread of its own, as
+        upstream's runtime runs an AIDL driver."""
+        prepared, config, deadline = self.compilation.prepared, self.config(), self._deadline()
+
+        def run() -> None:
+            try:
+                cb.notify(*prepared.execute_synchronously_with_config(req, config, deadline))
+            except Exception:  # noqa: BLE001 - a driver that raises failed the execution
+                cb.notify(ErrorStatus.GENERAL_FAILURE, [], Timing())
+
+        threading.Thread(target=run, name="nnhal-startCompute", daemon=True).start()
+        return ErrorStatus.NONE
 
     def start_compute_with_dependencies(self, dependencies: Sequence[Event],
                                         duration_ns: int = 0) -> Event:
@@ -589,9 +637,8 @@ class Execution:
                 else:
                     d.wait(_until(deadline))
             req = self._request()
-            status, fence, info = self.compilation.prepared.execute_fenced(
-                req, fences, self._measure(), deadline, self.loop_timeout_ns,
-                duration_ns or None)
+            status, fence, info = self.compilation.prepared.execute_fenced_with_config(
+                req, fences, self.config(), deadline, duration_ns or None)
         except Exception as e:  # noqa: BLE001
             self._fail_launch(e)
             raise fail(getattr(e, "code", ResultCode.OP_FAILED),
@@ -603,8 +650,9 @@ class Execution:
                     for f in fences:
                         if f.wait(EXECUTION_TIMEOUT_S) != FenceState.SIGNALED:
                             raise fail(ResultCode.OP_FAILED, "a dependency failed")
-                    st, shapes, timing = self.compilation.prepared.execute_synchronously(
-                        req, self._measure(), deadline, self.loop_timeout_ns)
+                    st, shapes, timing = \
+                        self.compilation.prepared.execute_synchronously_with_config(
+                            req, self.config(), deadline)
                 except Exception as e:  # noqa: BLE001
                     self._fail_launch(e)
                     raise fail(ResultCode.OP_FAILED, f"startComputeWithDependencies: {e}") \
@@ -641,8 +689,8 @@ class Execution:
                 for p in req.pools:
                     if isinstance(p, SharedMemory):
                         burst.hold(p)
-                status, shapes, timing = hal.execute(req, self._measure(), self._deadline(),
-                                                     self.loop_timeout_ns)
+                status, shapes, timing = hal.execute_with_config(req, self.config(),
+                                                                 self._deadline())
             except Exception as e:  # noqa: BLE001
                 self._fail_launch(e)
                 raise fail(getattr(e, "code", ResultCode.OP_FAILED), f"burstCompute: {e}") \

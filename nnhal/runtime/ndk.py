@@ -279,6 +279,15 @@ def ANeuralNetworksCompilation_getPreferredMemoryPaddingForOutput(compilation: C
     return compilation.preferred_memory(index, True, "getPreferredMemoryPaddingForOutput")[1]
 
 
+@_api((0, Compilation))
+def ANeuralNetworksCompilation_addExtensionAttribute(compilation: Compilation,
+                                                     extensionName: str,
+                                                     attributeCodeWithinExtension: int,
+                                                     data: Any, length: int) -> None:
+    compilation.add_extension_attribute(extensionName, attributeCodeWithinExtension, data,
+                                        length)
+
+
 # ---- bursts -------------------------------------------------------------------------------
 
 @_api((0, Compilation), out=True)
@@ -387,6 +396,13 @@ def ANeuralNetworksExecution_getOutputOperandDimensions(execution: Execution,
 @_api((0, Execution))
 def ANeuralNetworksExecution_setReusable(execution: Execution, reusable: bool) -> None:
     execution.set_reusable(reusable)
+
+
+@_api((0, Execution))
+def ANeuralNetworksExecution_addExtensionAttribute(execution: Execution, extensionName: str,
+                                                   attributeCodeWithinExtension: int,
+                                                   data: Any, length: int) -> None:
+    execution.add_extension_attribute(extensionName, attributeCodeWithinExtension, data, length)
 
 
 @_api((0, Execution))

@@ -6,13 +6,19 @@ import ctypes
 import os
 import random
 import sys
+from pathlib import Path
 
 from nnhal.capi import ctypes_ndk
-from nnhal.capi.header import FUNCTIONS
+from nnhal.capi.header import FUNCTIONS, since
+from nnhal.core.version import FeatureLevel
+from nnhal.drivers import registry
 from nnhal.runtime.codes import ResultCode
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
+from hint_device import EXTENSION, HintDevice  # noqa: E402
+
 CODES = {int(c) for c in ResultCode}
-GETTERS = {"ANeuralNetworks_getRuntimeFeatureLevel": 31,
+GETTERS = {"ANeuralNetworks_getRuntimeFeatureLevel": 1000008,
            "ANeuralNetworks_getDefaultLoopTimeout": 2_000_000_000,
            "ANeuralNetworks_getMaximumLoopTimeout": 15_000_000_000}
 _KEEP: list = []  # every buffer handed to the library stays alive (the API may keep pointers)
@@ -26,6 +32,8 @@ def buf(n: int, fill: bytes = b"") -> int:
 
 def main() -> int:
     path, seed, calls, log_path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    # A device with an extension, so extension attributes can get past the name check.
+    registry.register("hints", HintDevice)
     lib = ctypes_ndk.load(path)
     rng = random.Random(seed)
     log = open(log_path, "w", buffering=1)  # noqa: SIM115
@@ -96,6 +104,9 @@ def main() -> int:
                 hs = [handle() or 0 for _ in range(rng.choice([1, 2, 4]))]
                 return buf(8 * len(hs), b"".join(h.to_bytes(8, "little") for h in hs))
             return array(8)
+        if stars and base == "char" and name == "extensionName":
+            pick = rng.choice([None, EXTENSION, EXTENSION, "com.example.unknown", "", "x" * 5000])
+            return None if pick is None else buf(len(pick) + 1, pick.encode())
         if stars and base == "char":
             return None if rng.random() < 0.3 else buf(16, b"/nonexistent/dir"[:16])
         if stars:  # uint32/float arrays, tokens, buffers
@@ -108,15 +119,23 @@ def main() -> int:
             return rng.choice([0, 1, 4, 16, 64, 4096, 1 << 40, (1 << 64) - 1])
         if base == "uint32_t":
             return count() if rng.random() < 0.5 else rng.randrange(8)
+        if base == "uint16_t":
+            return rng.choice([0, 1, 2, 0xFFFF])
         if base == "bool":
             return rng.choice([0, 1])
         return rng.choice([0, 1, 2, 3, -1, 7, 100, 1 << 30, -(1 << 31), rng.randrange(110)])
 
+    # Feature level 8's functions weigh as much as the level-5 surface's tenth each, so every
+    # seed makes a few hundred of them.
     funcs = [(ret, name, [] if params == "void" else params.split(","))
-             for ret, name, params in FUNCTIONS]
+             for ret, name, params in FUNCTIONS
+             for _ in range(8 if since(name) is FeatureLevel.AIDL_V4 else 1)]
     made = 0
+    level8 = [0, 0]  # calls of feature level 8's functions, answered NO_ERROR
     for i in range(calls):
         ret, name, params = rng.choice(funcs)
+        if since(name) is FeatureLevel.AIDL_V4:
+            level8[0] += 1
         args = [arg(p) for p in params]
         # An output buffer gets the room its length says (the client's promise in C).
         if name in ("ANeuralNetworksExecution_setOutput", "ANeuralNetworksExecution_setInput"):
@@ -140,12 +159,14 @@ def main() -> int:
             return 1
         if got == 0:  # collect what an out-parameter received
             made += 1
+            level8[1] += since(name) is FeatureLevel.AIDL_V4
             for p, a in zip(params, args):
                 if p.count("*") == 2 and a:
                     h = ctypes.c_void_p.from_address(a).value
                     if h and h not in live:
                         live.append(h)
-    print(f"calls {calls} ok {made} handles {len(live)} freed {len(freed)}")
+    print(f"calls {calls} ok {made} handles {len(live)} freed {len(freed)} "
+          f"level8 {level8[0]} ok {level8[1]}")
     return 0
 
 

@@ -37,7 +37,7 @@ def test_enum_values_agree_with_nnhal():
     assert len(ops) == 102 and all(v[f"ANEURALNETWORKS_{t.name}"] == t for t in ops)
     assert all(v[f"ANEURALNETWORKS_{c.name}"] == c for c in codes.ResultCode)
     assert v["ANEURALNETWORKS_PRIORITY_HIGH"] == codes.PriorityCode.HIGH == 110
-    assert v["ANEURALNETWORKS_FEATURE_LEVEL_5"] == codes.RUNTIME_FEATURE_LEVEL.ndk == 31
+    assert v["ANEURALNETWORKS_FEATURE_LEVEL_8"] == codes.RUNTIME_FEATURE_LEVEL.ndk == 1000008
     # Every level of the scale, 6-8 included, with the NDK's values.
     assert [v[f"ANEURALNETWORKS_FEATURE_LEVEL_{n}"] for n in range(1, 9)] == \
         [27, 28, 29, 30, 31, 1000006, 1000007, 1000008]

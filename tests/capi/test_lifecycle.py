@@ -118,7 +118,7 @@ def test_calls_before_and_after_the_hosts_python(libdir, tmp_path):
                        check=False, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout == (f"before {BAD_STATE}\nrunning 0\ncompile 0\nafter {BAD_STATE}\n"
-                        f"finish {BAD_STATE}\nlevel 31\n"), r.stdout + r.stderr
+                        f"finish {BAD_STATE}\nlevel 1000008\n"), r.stdout + r.stderr
 
 
 def test_sync_fence_fd_must_be_a_fence(libdir, tmp_path):

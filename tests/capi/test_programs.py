@@ -1,10 +1,13 @@
 """C programs built with the system compiler against NeuralNetworks.h and the library, run
 with nothing but LD_LIBRARY_PATH set: the library starts Python itself."""
 
+import json
 import subprocess
+import textwrap
+from pathlib import Path
 
 import pytest
-from capi_helpers import build_program, run_program
+from capi_helpers import build_program, clean_env, run_program
 
 from nnhal.capi.build import NAME
 from nnhal.capi.header import FUNCTIONS
@@ -98,3 +101,35 @@ def test_cli_names_the_library_the_tests_use(libdir):
     assert ndk("--libdir") == str(libdir)
     assert ndk("--includedir") == str(INCLUDE_DIR)
     assert (INCLUDE_DIR / "NeuralNetworks.h").is_file()
+
+
+def test_feature_level_8_from_c(libdir, tmp_path):
+    """A client compiled against the generated header: the runtime and the reference device
+    at feature level 8 (1000008), and both addExtensionAttribute functions with their codes.
+    The "hints" device is a plug-in (a dist-info on PYTHONPATH) that logs what it is given,
+    so the hints are seen where the driver gets them: TokenValuePairs with the table."""
+    site = tmp_path / "site"
+    dist = site / "hintsplugin-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: hintsplugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(textwrap.dedent("""
+        [nnhal.drivers]
+        hints = hint_device:logged
+    """))
+    log = tmp_path / "hints.jsonl"
+    exe = build_program("hints", libdir, tmp_path)
+    env = clean_env(libdir)
+    env["PYTHONPATH"] = f"{site}:{Path(__file__).resolve().parents[1] / 'runtime'}"
+    env["NNHAL_TEST_HINTS_LOG"] = str(log)
+    r = subprocess.run([str(exe)], capture_output=True, text=True, env=env, cwd=tmp_path,
+                       timeout=300, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok: 0 failures" in r.stdout and "FAIL" not in r.stdout
+    seen = [json.loads(line) for line in log.read_text().splitlines()]
+    prepare = next(s for s in seen if s["kind"] == "prepare" and s["hints"])
+    (name, prefix), = prepare["table"]
+    assert name == "com.example.hints" and prefix >= 1
+    assert prepare["hints"] == [[prefix << 16 | 7, "0102"], [prefix << 16 | 8, ""]]
+    run = next(s for s in seen if s["kind"] == "sync")
+    assert run["hints"] == [[prefix << 16 | 3, b"abc".hex()]]
+    assert run["table"] == [["com.example.hints", prefix]]

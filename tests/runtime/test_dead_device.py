@@ -13,6 +13,7 @@ import pytest
 from test_partition import EXPECTED, FakeDevice, chain_model, compile_on, ref, run
 
 from nnhal.errors import NdkError
+from nnhal.hal.interfaces import IPreparedModel
 from nnhal.hal.types import ErrorStatus, OperationType, Timing
 from nnhal.runtime import Compilation, Device, ResultCode
 from nnhal.runtime import devices as runtime_devices
@@ -35,6 +36,9 @@ class _Prepared:
         if self.device.gone:
             return GONE, [], Timing()
         return self.inner.execute_synchronously(*a, **k)
+
+    # The runtime calls AIDL v4's form; the canonical default forwards it to the one above.
+    execute_synchronously_with_config = IPreparedModel.execute_synchronously_with_config
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -101,7 +101,7 @@ def test_devices_are_listed_with_their_properties():
     assert code == OK
     assert N.ANeuralNetworksDevice_getName(d) == (OK, "reference")
     assert N.ANeuralNetworksDevice_getType(d) == (OK, 2)  # CPU
-    assert N.ANeuralNetworksDevice_getFeatureLevel(d)[1] >= 27
+    assert N.ANeuralNetworksDevice_getFeatureLevel(d) == (OK, 1000008)  # AIDL v4
     assert N.ANeuralNetworksDevice_getVersion(d)[0] == OK
     assert N.ANeuralNetworksDevice_wait(d) == OK
     assert N.ANeuralNetworks_getDevice(n)[0] == R.BAD_DATA
@@ -111,7 +111,7 @@ def test_devices_are_listed_with_their_properties():
 def test_loop_timeouts():
     assert N.ANeuralNetworks_getDefaultLoopTimeout() == 2 * 10**9
     assert N.ANeuralNetworks_getMaximumLoopTimeout() == 15 * 10**9
-    assert N.ANeuralNetworks_getRuntimeFeatureLevel() == 31
+    assert N.ANeuralNetworks_getRuntimeFeatureLevel() == 1000008
 
 
 def _device_with(exec_time: float, power: float, name: str):

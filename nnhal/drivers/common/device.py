@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from nnhal.analysis import ModelGraph, analyse
+from nnhal.core.version import FeatureLevel
 from nnhal.drivers.common.buffer import allocate
 from nnhal.drivers.common.callbacks import notify_prepared
 from nnhal.drivers.common.compilation_cache import (
@@ -59,6 +60,9 @@ class DeviceBase(IDevice):
 
     #: getVersionString.
     version_string = "nnhal"
+    #: AIDL v4: the ``*_with_config`` calls are answered by the canonical interface's
+    #: defaults (hints are advice a driver may ignore), every other call by this class.
+    feature_level = FeatureLevel.AIDL_V4
     #: Where :meth:`log` writes (a driver sets its own).
     logger = logging.getLogger("nnhal.drivers")
 
