@@ -50,7 +50,8 @@ def test_litert_through_aidl():
         dev.close()
 
 
-def test_minimal_aidl_driver_from_the_registry_under_the_runtime():
+def test_minimal_aidl_driver_from_the_registry_under_the_runtime(monkeypatch):
+    monkeypatch.setattr(registry, "_DEVICES", dict(registry._DEVICES))  # ends with the test
     register()
     dev = registry.open_device(NAME)
     assert dev.feature_level is FeatureLevel.AIDL_V4 and dev.aidl.__class__ is MinimalDevice

@@ -118,11 +118,19 @@ def test_fenced_and_reusable_execution(prepared):
     assert status == A.ErrorStatus.NONE and isinstance(launched, A.Timing)
     np.testing.assert_array_equal(rb.output(0, np.float32, [4]), 2 * X)
     res = prepared.execute_fenced_with_config(req, [], A.ExecutionConfig(), -1, -1)
+    done(res)
     assert res.callback.get_execution_info()[0] == A.ErrorStatus.NONE
     ex = prepared.create_reusable_execution(req, A.ExecutionConfig(True))
     assert ex.execute_synchronously(-1).output_sufficient_size
     res = ex.execute_fenced([], -1, -1)
+    done(res)
     assert res.callback.get_execution_info()[0] == A.ErrorStatus.NONE
+
+
+def done(res: A.FencedExecutionResult) -> None:
+    """Wait for a fenced execution's fence: its info is only final once the fence signals."""
+    if res.sync_fence is not None:
+        assert res.sync_fence.wait(30)
 
 
 def test_burst_tokens_hold_and_release(prepared):
