@@ -62,6 +62,7 @@ def _conformance(args: argparse.Namespace) -> int:
         problem = writable_problem(Path(args.json))
         if problem:
             return error(prog, f"cannot write --json {args.json}: {problem}")
+    from nnhal.conformance.faces import DEFAULT_FACE
     from nnhal.conformance.faces import problem as face_problem
 
     problem = face_problem(args.hal)
@@ -83,7 +84,7 @@ def _conformance(args: argparse.Namespace) -> int:
         from nnhal.conformance.mode_partitioned import describe
 
         print(describe(), file=sys.stderr)
-    if args.runtime_create and args.hal != "1.3" and not worker:
+    if args.runtime_create and args.hal != DEFAULT_FACE and not worker:
         print(f"runtime: --runtime-create compiles with plain create over the runtime's own "
               f"devices, which do not go through --hal {args.hal} (createForDevices does)",
               file=sys.stderr)

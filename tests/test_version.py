@@ -148,7 +148,7 @@ def test_devices_report_their_interfaces_level_through_the_ndk():
     assert ndk.ANeuralNetworksDevice_getFeatureLevel(Device.of(Earlier())) == (0, 1000006)
 
 
-def test_a_served_device_reports_the_level_of_the_interface_it_is_reached_through(tmp_path):
+def test_a_served_device_reports_the_served_drivers_level(tmp_path):
     from helpers import served
 
     from nnhal.service.client import RemoteDevice
@@ -157,8 +157,8 @@ def test_a_served_device_reports_the_level_of_the_interface_it_is_reached_throug
         remote = RemoteDevice(svc.path)
         try:
             dev = Device.of(remote)
-            assert dev.feature_level is F.V1_3
-            assert ndk.ANeuralNetworksDevice_getFeatureLevel(dev) == (0, 30)
+            assert dev.feature_level is F.AIDL_V4  # the served reference driver's level
+            assert ndk.ANeuralNetworksDevice_getFeatureLevel(dev) == (0, 1000008)
         finally:
             remote.close()
 

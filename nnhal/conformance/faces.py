@@ -22,12 +22,14 @@ from nnhal.core.version import FeatureLevel
 if TYPE_CHECKING:
     from nnhal.hal.interfaces import IDevice
 
+#: The HAL 1.3 face's name is the version's own spelling (``1.3``), the default.
+DEFAULT_FACE = str(FeatureLevel.V1_3)
 #: The faces ``--hal`` takes, the default first.
-FACES = ("1.3", "aidl")
-DEFAULT_FACE = "1.3"
+FACES = (DEFAULT_FACE, "aidl")
 #: The highest feature level each face can carry.
-HIGHEST = {"1.3": FeatureLevel.V1_3, "aidl": FeatureLevel.AIDL_V4}
-_LABELS = {"1.3": "HAL 1.3 (nnhal's canonical interfaces, called directly)",
+HIGHEST = {DEFAULT_FACE: FeatureLevel.V1_3, "aidl": FeatureLevel.AIDL_V4}
+_LABELS = {DEFAULT_FACE: f"{FeatureLevel.V1_3.label} (nnhal's canonical interfaces, called "
+                         "directly)",
            "aidl": "AIDL HAL (nnhal.aidl.through_aidl: every call crosses the AIDL interfaces)"}
 
 
@@ -51,7 +53,7 @@ def problem(face: str) -> str | None:
 def through(face: str | None, device: IDevice) -> IDevice:
     """``device`` as the modes drive it through ``face`` (None: the device itself). The
     result keeps the device's ``name``, by which the runtime modes name it."""
-    if face is None or face == "1.3":
+    if face is None or face == DEFAULT_FACE:
         return device
     if face != "aidl":
         raise ValueError(problem(face))
@@ -77,7 +79,7 @@ def library_name(face: str | None, name: str) -> str:
     (mode capi: the library's runtime opens its devices by name from the registry, in this
     process): ``name`` itself for the HAL 1.3 face, else ``name@face``, registered here as
     the device opened by name and wrapped by :func:`through`."""
-    if face is None or face == "1.3":
+    if face is None or face == DEFAULT_FACE:
         return name
     from nnhal.drivers import registry
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from nnhal.conformance.cases import Case, Expected, MalformedCase, values_array
+from nnhal.conformance.faces import DEFAULT_FACE
 from nnhal.conformance.runner import (
     CaseFailure,
     ExpectedFailureSeen,
@@ -342,7 +343,7 @@ def run(device: IDevice, case: Case, opts: Options, name: str | None = None) -> 
         if opts.runtime_create:
             _compile_and_run(case, model, None, opts, "create")
             done += " + create" + (f" (the runtime's own devices, not through --hal "
-                                   f"{opts.face})" if opts.face not in (None, "1.3") else "")
+                                   f"{opts.face})" if opts.face not in (None, DEFAULT_FACE) else "")
     finally:
         for obj in built.keep:
             if hasattr(obj, "close"):

@@ -202,15 +202,19 @@ def test_the_served_feature_level_crosses(tmp_path):
     t = threading.Thread(target=svc.serve_forever, daemon=True)
     t.start()
     remote = RemoteDevice(svc.path)
+    unasked = RemoteDevice(svc.path)
     try:
         assert remote.feature_level is device.feature_level
     finally:
-        remote.close()
         svc.stop()
         t.join(5)
         device.close()
-    # a dead service: V1_3, never an exception
-    assert remote.feature_level is FeatureLevel.V1_3
+    # once known, the level stays the device's; a service that died before it was asked: V1_3,
+    # never an exception
+    assert remote.feature_level is device.feature_level
+    assert unasked.feature_level is FeatureLevel.V1_3
+    remote.close()
+    unasked.close()
 
 
 def test_hint_bounds_are_refused_by_the_client(recording):
