@@ -48,6 +48,14 @@ def test_levels_are_ordered_one_to_eight_with_the_ndk_values():
     assert F.AIDL_V2.describe() == "feature level 6 (AIDL v2)"
 
 
+def test_aidl_interface_versions_are_levels_five_to_eight():
+    assert [m.aidl_version for m in F] == [None] * 4 + [1, 2, 3, 4]
+    assert [F.of_aidl(v) for v in (1, 2, 3, 4)] == [F.AIDL_V1, F.AIDL_V2, F.AIDL_V3, F.AIDL_V4]
+    for bad in (0, 5, -1, True, "4", 4.0, None):
+        with pytest.raises(UnknownVersion):
+            F.of_aidl(bad)
+
+
 def test_a_level_never_compares_with_a_number():
     """An NDK value (30) or a level number (4) beside a member is a TypeError, not a guess."""
     for n in (4, 30):

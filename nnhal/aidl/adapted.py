@@ -446,7 +446,7 @@ class _Device(ci.IDevice):
             raise ValueError(f"AIDL interface version {version!r} is not 1 to {ai.VERSION}")
         self.aidl = device
         self.version = version
-        self.feature_level = FeatureLevel.of_level(FeatureLevel.AIDL_V1.level + version - 1)
+        self.feature_level = FeatureLevel.of_aidl(version)
         self.name = getattr(device, "name", None)
 
     def _get(self, fn: Callable[[], Any], check: Callable[[Any], Any]) -> tuple[C.ErrorStatus, Any]:

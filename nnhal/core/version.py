@@ -60,6 +60,12 @@ class FeatureLevel(enum.Enum):
         return self.value.interface
 
     @property
+    def aidl_version(self) -> int | None:
+        """The AIDL interface version of this level (``getInterfaceVersion()``), None for HIDL."""
+        head, sep, tail = self.value.interface.rpartition("-V")
+        return int(tail) if sep else None
+
+    @property
     def label(self) -> str:
         """For people: ``HAL 1.3``, ``AIDL v2``."""
         return self.value.label
@@ -129,6 +135,15 @@ class FeatureLevel(enum.Enum):
         return found
 
     @classmethod
+    def of_aidl(cls, version: object) -> FeatureLevel:
+        """The member of AIDL interface version ``version`` (1-4)."""
+        found = _BY_AIDL.get(version) if _is_int(version) else None
+        if found is None:
+            raise UnknownVersion(f"no AIDL interface version {version!r} "
+                                 f"(known: {', '.join(map(str, _BY_AIDL))})")
+        return found
+
+    @classmethod
     def latest(cls) -> FeatureLevel:
         return max(cls)
 
@@ -143,4 +158,5 @@ for _m in FeatureLevel:
         _BY_SPELLING[_s] = _m
 _BY_LEVEL = {m.level: m for m in FeatureLevel}
 _BY_NDK = {m.ndk: m for m in FeatureLevel}
+_BY_AIDL = {m.aidl_version: m for m in FeatureLevel if m.aidl_version is not None}
 del _m, _s
