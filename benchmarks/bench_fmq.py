@@ -26,7 +26,6 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the worktree importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from nnhal.hal import fmq  # noqa: E402
 from nnhal.hal.types import (  # noqa: E402
     DataLocation,
     ErrorStatus,
@@ -36,6 +35,7 @@ from nnhal.hal.types import (  # noqa: E402
     RequestArgument,
     Timing,
 )
+from nnhal.hidl import fmq  # noqa: E402
 
 
 def per_call(f: Callable[[], object], n: int) -> float:

@@ -21,7 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-from nnhal.hal.fmq import pack_request, pack_result
 from nnhal.hal.types import (
     DataLocation,
     ErrorStatus,
@@ -31,6 +30,7 @@ from nnhal.hal.types import (
     RequestArgument,
     Timing,
 )
+from nnhal.hidl.fmq import pack_request, pack_result
 from nnhal.service.ring import ChannelPair
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -144,8 +144,8 @@ def burst_pieces(n: int = 2000) -> None:
     import types
     import weakref
 
-    from nnhal.hal import fmq
     from nnhal.hal.types import NO_TIMING, MeasureTiming, OutputShape
+    from nnhal.hidl import fmq
     from nnhal.service import client, server
     from nnhal.service import wire as w
     from nnhal.service.ring import ChannelPair

@@ -10,7 +10,6 @@ import pytest
 from helpers import add_model, float_inputs
 
 from nnhal.drivers.common.burst import CacheHold
-from nnhal.hal import fmq
 from nnhal.hal.builder import RequestBuilder
 from nnhal.hal.fence import FenceState, SyncFence
 from nnhal.hal.interfaces import PreparedModelCallback
@@ -26,6 +25,7 @@ from nnhal.hal.types import (
     Priority,
     RequestArgument,
 )
+from nnhal.hidl import fmq
 from nnhal.memory import SharedMemory
 
 E = ErrorStatus

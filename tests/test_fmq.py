@@ -7,18 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nnhal.hal import fmq
-from nnhal.hal.fmq import (
-    DATUM_SIZE,
-    FmqDecodeError,
-    FmqEncodeError,
-    FmqRequestDatum,
-    FmqResultDatum,
-    RequestDatumKind,
-    RequestOperandInformation,
-    RequestPacketInformation,
-    ResultDatumKind,
-)
 from nnhal.hal.types import (
     NO_TIMING,
     DataLocation,
@@ -28,6 +16,18 @@ from nnhal.hal.types import (
     Request,
     RequestArgument,
     Timing,
+)
+from nnhal.hidl import fmq
+from nnhal.hidl.fmq import (
+    DATUM_SIZE,
+    FmqDecodeError,
+    FmqEncodeError,
+    FmqRequestDatum,
+    FmqResultDatum,
+    RequestDatumKind,
+    RequestOperandInformation,
+    RequestPacketInformation,
+    ResultDatumKind,
 )
 
 U32 = st.integers(0, 2**32 - 1)

@@ -100,8 +100,8 @@ def test_no_import_cycles():
 
 #: The layers of nnhal, lowest first: a module may import its own layer and those below.
 LAYERS = ["nnhal.core", "nnhal.errors", "nnhal.memory", "nnhal.hal", "nnhal.validation",
-          "nnhal.aidl", "nnhal.ops", "nnhal.analysis", "nnhal.tflite", "nnhal.executor",
-          "nnhal.drivers.common",
+          "nnhal.ops", "nnhal.analysis", "nnhal.tflite", "nnhal.executor",
+          "nnhal.aidl", "nnhal.hidl", "nnhal.drivers.common",
           "nnhal.drivers", "nnhal.service", "nnhal.runtime", "nnhal.capi", "nnhal.session",
           "nnhal.conformance",
           "nnhal.tools", "nnhal.demo", "nnhal.cli"]
@@ -136,3 +136,22 @@ def test_the_core_imports_nothing_of_nnhal():
     wrong = [f"{m} -> {t}" for m, ts in core.items() for t in sorted(ts)
              if not t.startswith("nnhal.core")]
     assert not wrong, "the core imports:\n" + "\n".join(wrong)
+
+
+#: The faces: each adapts the canonical core to one interface family at its edge.
+FACES = ("nnhal.aidl", "nnhal.hidl")
+#: The version-neutral core: the scale, memory, the canonical types and interfaces, the model
+#: rules, the operations, the analysis and the executor.
+CORE = ("nnhal.core", "nnhal.memory", "nnhal.hal", "nnhal.validation", "nnhal.ops",
+        "nnhal.analysis", "nnhal.executor")
+
+
+def test_the_core_imports_neither_face():
+    """Adding a face, or a version to one, touches no module of the core."""
+    def within(m, packages):
+        return any(m == p or m.startswith(p + ".") for p in packages)
+    wrong = [f"{m} -> {t}" for m, ts in import_graph().items() if within(m, CORE)
+             for t in sorted(ts) if within(t, FACES)]
+    assert not wrong, "the core imports a face:\n" + "\n".join(wrong)
+    faces = {m for m in import_graph() if within(m, FACES)}
+    assert {"nnhal.aidl.adapted", "nnhal.aidl.served", "nnhal.hidl.fmq"} <= faces

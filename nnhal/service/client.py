@@ -54,7 +54,6 @@ from typing import Any
 
 from nnhal.core.version import FeatureLevel, UnknownVersion
 from nnhal.drivers.common.request_checks import Recent, same_request, snapshot_request
-from nnhal.hal import fmq
 from nnhal.hal.fence import FenceState, SyncFence
 from nnhal.hal.interfaces import (
     IBuffer,
@@ -85,6 +84,7 @@ from nnhal.hal.types import (
     Request,
     Timing,
 )
+from nnhal.hidl import fmq
 from nnhal.memory import SharedMemory
 from nnhal.service import wire as w
 from nnhal.service.ring import ChannelPair, PacketTooLarge, RingError, RingTimeout

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 from nnhal.core.version import FeatureLevel
-from nnhal.hal import fmq
 from nnhal.hal.fence import FenceState, SyncFence
 from nnhal.hal.interfaces import (
     IDevice,
@@ -54,6 +53,7 @@ from nnhal.hal.types import (
     Request,
     Timing,
 )
+from nnhal.hidl import fmq
 from nnhal.memory import SharedMemory
 from nnhal.service import registration
 from nnhal.service import wire as w

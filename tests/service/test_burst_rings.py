@@ -18,7 +18,6 @@ import pytest
 from helpers import add_model, float_inputs, served, wait_for
 
 from nnhal.drivers.reference import ReferenceDevice
-from nnhal.hal import fmq
 from nnhal.hal.builder import ModelBuilder, RequestBuilder
 from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (
@@ -37,6 +36,7 @@ from nnhal.hal.types import (
     RequestArgument,
 )
 from nnhal.hal.types import OperandType as T
+from nnhal.hidl import fmq
 from nnhal.service import server
 from nnhal.service import wire as w
 from nnhal.service.client import RemoteDevice

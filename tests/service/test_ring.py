@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from nnhal.hal.fmq import pack_request, pack_result, unpack_request, unpack_result
 from nnhal.hal.types import (
     DataLocation,
     ErrorStatus,
@@ -30,6 +29,7 @@ from nnhal.hal.types import (
     RequestArgument,
     Timing,
 )
+from nnhal.hidl.fmq import pack_request, pack_result, unpack_request, unpack_result
 from nnhal.service.ring import (
     HEADER_SIZE,
     RECORD_HEADER,

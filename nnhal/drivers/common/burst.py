@@ -16,7 +16,7 @@ deadline passes, in which case it returns MISSED_DEADLINE_TRANSIENT. No call eve
 call's state half-done.
 
 :meth:`DriverBurst.execute_packet` runs a request carried in a 1.2 FMQ packet
-(:mod:`nnhal.hal.fmq`) and answers with a result packet.
+(:mod:`nnhal.hidl.fmq`) and answers with a result packet.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from nnhal.drivers.common.execution import ReusableExecution
 from nnhal.drivers.common.request_checks import request_key
 from nnhal.drivers.common.runs import PreparedRunner, Result, run_exclusive
 from nnhal.hal.checks import check_execution_args
-from nnhal.hal.fmq import FmqDecodeError, pack_result, unpack_request
 from nnhal.hal.interfaces import IBurst, IExecution
 from nnhal.hal.request_pool import RequestPool
 from nnhal.hal.types import (
@@ -43,6 +42,7 @@ from nnhal.hal.types import (
     MemoryPool,
     Request,
 )
+from nnhal.hidl.fmq import FmqDecodeError, pack_result, unpack_request
 from nnhal.memory import SharedMemory
 from nnhal.validation import validate_loop_timeout, validate_measure
 
