@@ -25,6 +25,7 @@ import array
 import os
 import select
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -145,15 +146,26 @@ def look_until(poll: Callable[[float], list], end: float) -> bool:
 _GROW = 1 << 20
 
 
-def _recv_into(sock: socket.socket, view: memoryview, end: float | None
+def _recv_into(sock: socket.socket, view: memoryview, end: float | None, tick: float = 0.0
                ) -> tuple[int, list, int]:
-    """One ``recvmsg_into``; with an ``end``, waiting for data at most until then."""
-    if end is None:
+    """One ``recvmsg_into``; with an ``end``, waiting for data at most until then.
+
+    ``tick``: the socket's SO_RCVTIMEO (set by its :class:`Receiver`), which ends a blocking
+    read after about that long (the kernel rounds it up to its clock tick). A wait whose end
+    is further away than two ticks is then one blocking ``recvmsg`` (woken by the data
+    itself), not a non-blocking try, a ``poll`` and the read again: a bounded reply costs one
+    system call, as an unbounded one does. The last two ticks before the end are waited for
+    with ``poll``, so the end is kept exactly."""
+    while end is None or (tick and end - time.monotonic() > 2 * tick):
         try:
             n, anc, flags, _ = sock.recvmsg_into([view], _ANC, _FLAGS)
+            return n, anc, flags
+        except BlockingIOError:
+            if not tick:
+                raise Closed("the socket does not block") from None
+            # a tick passed without data: look at the end again
         except OSError as e:
             raise Closed(str(e)) from None
-        return n, anc, flags
     while True:
         try:
             n, anc, flags, _ = sock.recvmsg_into([view], _ANC, _FLAGS | _DONTWAIT)
@@ -177,7 +189,8 @@ EndOf = Callable[[int], "float | None"]
 
 
 def _read_growing(sock: socket.socket, body: bytearray, size: int, end: EndOf,
-                  fds: list[int] | None, charge: Callable[[int], bool] | None = None) -> int:
+                  fds: list[int] | None, charge: Callable[[int], bool] | None = None,
+                  tick: float = 0.0) -> int:
     """Read until ``body`` holds ``size`` bytes, growing it only by what arrives; ``end``
     gives each wait's end from the bytes of ``body`` so far. Descriptors arriving are added
     to ``fds``; None: none may arrive (WireError). ``charge(n)`` False: the ``n`` bytes that
@@ -185,7 +198,7 @@ def _read_growing(sock: socket.socket, body: bytearray, size: int, end: EndOf,
     scratch = bytearray(min(_GROW, size - len(body)))
     view = memoryview(scratch)
     while len(body) < size:
-        n, anc, flags = _recv_into(sock, view[:size - len(body)], end(len(body)))
+        n, anc, flags = _recv_into(sock, view[:size - len(body)], end(len(body)), tick)
         got: list[int] = []
         _fds_of(anc, flags, got)
         if got:
@@ -252,8 +265,14 @@ class Receiver:
     CHUNK = 1 << 16
 
     def __init__(self, sock: socket.socket, chunk: int = CHUNK, pace: Pace | None = None,
-                 budget: Budget | None = None):
+                 budget: Budget | None = None, tick: float = 0.0):
         self.sock = sock
+        #: Seconds of the socket's SO_RCVTIMEO, set here when given (see _recv_into): reads
+        #: with an end then block in the kernel instead of polling first.
+        self.tick = tick
+        if tick:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                            struct.pack("ll", int(tick), int(tick % 1 * 1e6)))
         self.pace, self.budget = pace, budget
         self.charged = 0  # bytes of the last large body charged to the budget
         self._charge_lock = threading.Lock()
@@ -338,7 +357,7 @@ class Receiver:
             self.reads = [(a - k, b - k, f) for a, b, f in self.reads]
             self.start, self.end = 0, n
         n, anc, flags = _recv_into(self.sock, self.view[self.end:],
-                                   self._end(self.end - self.start))
+                                   self._end(self.end - self.start), self.tick)
         if self.first is None:
             self.first = time.monotonic()
         got: list[int] = []
@@ -382,7 +401,8 @@ class Receiver:
                 have = len(body)  # what came with the header, and nothing more read
             else:
                 dropped = _read_growing(self.sock, body, body_len,
-                                        lambda got: self._end(HEADER_SIZE + got), None, charge)
+                                        lambda got: self._end(HEADER_SIZE + got), None, charge,
+                                        self.tick)
                 have = len(body) + dropped if dropped else 0
             if have:
                 body.clear()  # held no longer than it was charged
@@ -399,7 +419,8 @@ class Receiver:
         """Drop a body the budget has no room for (``have`` bytes of it read): the rest as it
         comes (paced as the message), and its descriptors."""
         self._uncharge()
-        _drain(self.sock, body_len - have, lambda got: self._end(HEADER_SIZE + have + got))
+        _drain(self.sock, body_len - have, lambda got: self._end(HEADER_SIZE + have + got),
+               self.tick)
         close_fds(self._take_fds(s, total))
         self.torn = False
 
@@ -425,18 +446,19 @@ class Receiver:
             self.start = s + total
         else:
             self.start = self.end
-            _drain(self.sock, total - have)
+            _drain(self.sock, total - have, tick=self.tick)
         if self.reads and self.reads[0][1] <= s + total:
             close_fds(self.reads.pop(0)[2])
 
 
-def _drain(sock: socket.socket, n: int, end: EndOf = lambda _: None) -> None:
+def _drain(sock: socket.socket, n: int, end: EndOf = lambda _: None, tick: float = 0.0
+           ) -> None:
     """Read ``n`` bytes and drop them (and any descriptors), each wait ending at ``end`` of
     the bytes dropped so far."""
     view = memoryview(bytearray(min(n, 1 << 16)))
     done = 0
     while done < n:
-        got, anc, flags = _recv_into(sock, view[:min(n - done, len(view))], end(done))
+        got, anc, flags = _recv_into(sock, view[:min(n - done, len(view))], end(done), tick)
         extra: list[int] = []
         _fds_of(anc, flags, extra)
         close_fds(extra)

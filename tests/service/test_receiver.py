@@ -156,3 +156,32 @@ def test_a_skipped_message_leaves_the_descriptors_of_the_next_in_the_same_read(p
     assert (cid, [size_of(fd) for fd in fds]) == (2, [4096])
     os.close(fds[0])
     mem.close()
+
+
+def test_a_receiver_with_a_kernel_tick_waits_across_ticks_and_keeps_its_end(pair):
+    # With SO_RCVTIMEO (the client's tick), a blocking read ends every tick without data:
+    # that is neither the end of the stream nor the caller's end.
+    import time
+
+    from nnhal.service.transport import TimedOut
+
+    a, b = pair
+    rx = Receiver(b, chunk=1 << 10, tick=0.02)
+    body = bytes(range(256)) * 20  # larger than the chunk: read growing, across ticks
+
+    def late(delay: float) -> None:
+        time.sleep(delay)
+        data = w.pack_header(w.Kind.GET_TYPE, 7, len(body), 0) + body
+        a.sendall(data[:100])
+        time.sleep(0.1)
+        a.sendall(data[100:])
+    for end in (None, 5.0):
+        t = threading.Thread(target=late, args=(0.1,))
+        t.start()
+        kind, call_id, got, fds = rx.next(end=end and time.monotonic() + end)
+        t.join()
+        assert (kind, call_id, bytes(got), fds) == (w.Kind.GET_TYPE, 7, body, [])
+    start = time.monotonic()
+    with pytest.raises(TimedOut):
+        rx.next(end=start + 0.15)
+    assert time.monotonic() >= start + 0.15
