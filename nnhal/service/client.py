@@ -1225,7 +1225,7 @@ class _RingChannel:
         self.seq = 0
         self.broken = False
         self.closing = False
-        self._results = _RepeatedResults()
+        self._results = _RepeatedResults()  # result packets decoded once per bytes
 
     def alive(self) -> bool:
         # The ring asks while it sleeps (about every 50 ms): the connection looks at its
@@ -1321,7 +1321,9 @@ class RemoteBurst(_Remote, IBurst):
         # memory -> (its pool identifier, the hold that keeps it cached while it lives)
         self._slots: weakref.WeakKeyDictionary[SharedMemory, tuple[int, _CacheHold]] = \
             weakref.WeakKeyDictionary()
-        # (snapshot of the last request sent on the rings, its measure, its packet)
+        # (snapshot of the last request sent on the rings, its measure, its packet): the
+        # burst's counterpart of Connection._last_request (the packet is encoded once per
+        # distinct request; the service and the driver check it on their sides)
         self._last = _LastRequest(weak=False)
 
     def close(self) -> None:

@@ -161,7 +161,11 @@ class ClientSession:
         self.next_handle = 1
         self.closed = False
         #: Execution messages already decoded, by their bytes (those that define no memory
-        #: and carry no fds): a client repeating a request is not decoded again.
+        #: and carry no fds): a client repeating a request is not decoded again. Why: this is
+        #: the service's check of what the client sent (a trust boundary: bytes equal to
+        #: bytes that decoded strictly decode alike while the memories and tokens they name
+        #: stay, so it is cleared when one goes); what the request means is the driver's to
+        #: check, once per distinct request (PreparedModelBase._recent).
         self.decoded: dict[tuple[Kind, bytes], tuple] = {}
         #: When the call being run by the thread that reads started (nobody reads meanwhile).
         self.unread_since: float | None = None
@@ -677,9 +681,12 @@ class _RingBurst:
     def __init__(self, session: ClientSession, burst: Any, pair: ChannelPair):
         self.session, self.burst, self.pair = session, burst, pair
         self.handle = 0
-        # packet bytes -> (request with its pools, ((slot, memory), ...), measure)
+        # packet bytes -> (request with its pools, ((slot, memory), ...), measure): the rings'
+        # counterpart of ClientSession.decoded (the packet decoded strictly once per bytes,
+        # its memories checked to be the same each time)
         self._decoded: dict[bytes, tuple[Request, tuple, Any]] = {}
-        # (status, shapes, timing, packet) of the last result packed
+        # (status, shapes, timing, packet) of the last result packed: a burst's results
+        # repeat, and packing is the service's work per result (as _last_reply on the socket)
         self._last_result: tuple[Any, list[OutputShape], Any, bytes] | None = None
 
     # the IBurst calls that still come over the socket
