@@ -316,6 +316,8 @@ class Connection:
     def _next_end(self, slot: _Slot | None) -> float | None:
         """The earliest end a reader must wake at: its own call's, the callbacks' and the
         fences'."""
+        if not self.bounds:  # the common case: a call alone
+            return None if slot is None else slot.bound.end
         ends = [b.end for b in list(self.bounds.values())]
         if slot is not None:
             ends.append(slot.bound.end)

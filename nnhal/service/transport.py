@@ -130,15 +130,29 @@ def send_message(sock: socket.socket, kind: int, call_id: int, body: bytes | byt
         raise Closed(str(e)) from None
 
 
+#: A yield that kept the core away this long gave it to another task (one that runs while
+#: nothing else waits returns in a microsecond or two).
+YIELD_GAVE_S = 50e-6
+
+
 def look_until(poll: Callable[[float], list], end: float) -> bool:
     """Whether a message arrived before ``end`` (a ``time.perf_counter`` time), polling the
     socket (``poll``: a registered poll object's method) without sleeping and yielding the
     core between looks: the side that sends may be waiting for it. Both ends of a call use
-    it to be awake when the other answers."""
+    it to be awake when the other answers.
+
+    The look ends early (False, after one more poll) when a yield kept the core away for
+    YIELD_GAVE_S: then other tasks want this core (a loaded machine), and a caller that goes
+    on yielding waits out their time slices (milliseconds) for the core, where one that
+    blocks is woken by the message and given the core at once."""
+    now = time.perf_counter
     while not poll(0):
-        if time.perf_counter() >= end:
+        t = now()
+        if t >= end:
             return False
         os.sched_yield()
+        if now() - t > YIELD_GAVE_S:
+            return bool(poll(0))
     return True
 
 
@@ -299,7 +313,8 @@ class Receiver:
              ) -> tuple[Kind, int, memoryview, list[int]]:
         """The next message; raises as :func:`recv_message` does. ``drop_large`` False: a
         body past ``max_body`` is not drained (TooLarge at once; the caller closes)."""
-        self._uncharge()  # the last body has been handled by now
+        if self.charged:
+            self._uncharge()  # the last body has been handled by now
         self.deadline = end
         self.first = time.monotonic() if self.pending() else None
         try:
@@ -350,7 +365,9 @@ class Receiver:
 
     def _fill(self) -> None:
         """One read into the free end of the buffer (unread bytes moved to its start first)."""
-        if self.start:
+        if self.start == self.end and not self.reads:
+            self.start = self.end = 0  # all read: nothing to move
+        elif self.start:
             n = self.end - self.start
             self.buf[:n] = bytes(self.view[self.start:self.end])  # may overlap: copy first
             k = self.start

@@ -185,3 +185,24 @@ def test_a_receiver_with_a_kernel_tick_waits_across_ticks_and_keeps_its_end(pair
     with pytest.raises(TimedOut):
         rx.next(end=start + 0.15)
     assert time.monotonic() >= start + 0.15
+
+
+def test_a_look_ends_when_a_yield_gave_the_core_away(monkeypatch):
+    # On a loaded machine a yield hands the core to another task for its time slice: the
+    # look then ends (the caller blocks, and is woken by the message) instead of yielding
+    # on for the rest of its window.
+    import time
+
+    from nnhal.service import transport
+
+    polls = []
+    monkeypatch.setattr(transport.os, "sched_yield", lambda: time.sleep(0.002))
+    start = time.perf_counter()
+    assert not transport.look_until(lambda _: polls.append(1) or [], start + 5)
+    assert time.perf_counter() - start < 1 and len(polls) == 2  # one more look at the end
+    # Quick yields (nobody else wants the core) go on until the end.
+    monkeypatch.setattr(transport.os, "sched_yield", lambda: None)
+    polls.clear()
+    start = time.perf_counter()
+    assert not transport.look_until(lambda _: polls.append(1) or [], start + 0.02)
+    assert time.perf_counter() - start >= 0.02 and len(polls) > 2
