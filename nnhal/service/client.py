@@ -639,7 +639,7 @@ class Connection:
                 return
             if ready:
                 return
-        if look_until(self._look.poll, sent + hi + REPLY_LOOK_S):
+        if look_until(self.receiver.ready, sent + hi + REPLY_LOOK_S):
             self.found += 1
 
     def _pass_reading(self) -> None:

@@ -172,9 +172,6 @@ class ClientSession:
         #: Tells the watcher whether the client sent something (or hung up) during a call.
         self.poller = select.poll()
         self.poller.register(sock, select.POLLIN)
-        #: The reading thread's own (a poll object is not for two threads at once).
-        self.look = select.poll()
-        self.look.register(sock, select.POLLIN)
         # A client that stops reading must not block the driver's threads that notify it.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
                         struct.pack("ll", SEND_TIMEOUT_S, 0))
@@ -315,7 +312,7 @@ class ClientSession:
         """Poll for the client's next message until NEXT_CALL_LOOK_S after ``since``, yielding
         the core between looks (the client may be waking on it)."""
         self.service.looks += 1
-        if look_until(self.look.poll, since + NEXT_CALL_LOOK_S):
+        if look_until(self.receiver.ready, since + NEXT_CALL_LOOK_S):
             self.service.found += 1
 
     def _pass_reading(self) -> bool:

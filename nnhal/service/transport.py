@@ -309,6 +309,25 @@ class Receiver:
         """Bytes read and not yet returned as a message."""
         return self.end > self.start
 
+    def ready(self, _timeout: float = 0) -> bool:
+        """For a look (``look_until(rx.ready, end)``, in place of a poll of the socket): whether
+        bytes of a message are here, reading what has arrived without waiting. The look's
+        one system call then also reads the message, which the ``next`` that follows need
+        not read again. The end of the stream or a broken one is True too: ``next`` says
+        which."""
+        if self.end > self.start:
+            return True
+        try:
+            self._fill(nowait=True)
+        except BlockingIOError:
+            return False
+        except Closed:
+            return True  # next() reads the end (or the error) again and raises it
+        except WireError:
+            self.torn = True  # next() raises it
+            return True
+        return True
+
     def next(self, max_body: int = MAX_BODY, end: float | None = None, drop_large: bool = True
              ) -> tuple[Kind, int, memoryview, list[int]]:
         """The next message; raises as :func:`recv_message` does. ``drop_large`` False: a
@@ -363,8 +382,9 @@ class Receiver:
         if n:
             self.budget.give(n)  # type: ignore[union-attr]
 
-    def _fill(self) -> None:
-        """One read into the free end of the buffer (unread bytes moved to its start first)."""
+    def _fill(self, nowait: bool = False) -> None:
+        """One read into the free end of the buffer (unread bytes moved to its start first);
+        ``nowait``: BlockingIOError when nothing has arrived."""
         if self.start == self.end and not self.reads:
             self.start = self.end = 0  # all read: nothing to move
         elif self.start:
@@ -373,8 +393,17 @@ class Receiver:
             k = self.start
             self.reads = [(a - k, b - k, f) for a, b, f in self.reads]
             self.start, self.end = 0, n
-        n, anc, flags = _recv_into(self.sock, self.view[self.end:],
-                                   self._end(self.end - self.start), self.tick)
+        if nowait:
+            try:
+                n, anc, flags, _ = self.sock.recvmsg_into([self.view[self.end:]], _ANC,
+                                                          _FLAGS | _DONTWAIT)
+            except BlockingIOError:
+                raise
+            except OSError as e:
+                raise Closed(str(e)) from None
+        else:
+            n, anc, flags = _recv_into(self.sock, self.view[self.end:],
+                                       self._end(self.end - self.start), self.tick)
         if self.first is None:
             self.first = time.monotonic()
         got: list[int] = []

@@ -190,19 +190,50 @@ def test_a_receiver_with_a_kernel_tick_waits_across_ticks_and_keeps_its_end(pair
 def test_a_look_ends_when_a_yield_gave_the_core_away(monkeypatch):
     # On a loaded machine a yield hands the core to another task for its time slice: the
     # look then ends (the caller blocks, and is woken by the message) instead of yielding
-    # on for the rest of its window.
-    import time
-
+    # on for the rest of its window. A clock of its own: the test measures no time.
     from nnhal.service import transport
 
-    polls = []
-    monkeypatch.setattr(transport.os, "sched_yield", lambda: time.sleep(0.002))
-    start = time.perf_counter()
-    assert not transport.look_until(lambda _: polls.append(1) or [], start + 5)
-    assert time.perf_counter() - start < 1 and len(polls) == 2  # one more look at the end
+    clock = [0.0]
+
+    def now() -> float:
+        clock[0] += 1e-6
+        return clock[0]
+
+    def slow_yield() -> None:
+        clock[0] += 2e-3
+
+    polls: list[int] = []
+    monkeypatch.setattr(transport.time, "perf_counter", now)
+    monkeypatch.setattr(transport.os, "sched_yield", slow_yield)
+    assert not transport.look_until(lambda _: polls.append(1) or [], 5.0)
+    assert clock[0] < 0.01 and len(polls) == 2  # one more look after the long yield
     # Quick yields (nobody else wants the core) go on until the end.
     monkeypatch.setattr(transport.os, "sched_yield", lambda: None)
     polls.clear()
-    start = time.perf_counter()
-    assert not transport.look_until(lambda _: polls.append(1) or [], start + 0.02)
-    assert time.perf_counter() - start >= 0.02 and len(polls) > 2
+    end = clock[0] + 0.02
+    assert not transport.look_until(lambda _: polls.append(1) or [], end)
+    assert clock[0] >= end and len(polls) > 1000
+    # A message that comes ends the look at once.
+    assert transport.look_until(lambda _: [1], clock[0] + 1)
+
+
+def test_a_look_through_the_receiver_reads_what_came_and_next_returns_it(pair):
+    # Receiver.ready is the look's poll: it reads what has arrived (descriptors with it), so
+    # next() has nothing left to wait for; the end of the stream is for next() to raise.
+    a, b = pair
+    rx = Receiver(b)
+    assert not rx.ready()
+    mem = SharedMemory.ashmem(4096)
+    send_message(a, w.Kind.GET_TYPE, 3, b"body", [mem.fd])
+    while not rx.ready():
+        pass
+    assert rx.pending()
+    kind, call_id, body, fds = rx.next()
+    assert (kind, call_id, bytes(body), len(fds)) == (w.Kind.GET_TYPE, 3, b"body", 1)
+    assert size_of(fds[0]) == 4096
+    os.close(fds[0])
+    mem.close()
+    a.close()
+    assert rx.ready()
+    with pytest.raises(Closed):
+        rx.next()
