@@ -137,9 +137,10 @@ YIELD_GAVE_S = 50e-6
 
 def look_until(poll: Callable[[float], list], end: float) -> bool:
     """Whether a message arrived before ``end`` (a ``time.perf_counter`` time), polling the
-    socket (``poll``: a registered poll object's method) without sleeping and yielding the
-    core between looks: the side that sends may be waiting for it. Both ends of a call use
-    it to be awake when the other answers.
+    socket (``poll``: called with 0, true when something is there: a registered poll
+    object's method, or :meth:`Receiver.ready`, which also reads it) without sleeping and
+    yielding the core between looks: the side that sends may be waiting for it. Both ends
+    of a call use it to be awake when the other answers.
 
     The look ends early (False, after one more poll) when a yield kept the core away for
     YIELD_GAVE_S: then other tasks want this core (a loaded machine), and a caller that goes
