@@ -85,7 +85,7 @@ from nnhal.hal.types import (
 from nnhal.memory import SharedMemory
 from nnhal.service import wire as w
 from nnhal.service.ring import ChannelPair, PacketTooLarge, RingError, RingTimeout
-from nnhal.service.transport import Closed, Receiver, TimedOut, look_until, send_message
+from nnhal.service.transport import Closed, Looker, Receiver, TimedOut, send_message
 from nnhal.service.wire import Kind, Reader, WireError, Writer
 
 log = logging.getLogger("nnhal.service")
@@ -283,6 +283,7 @@ class Connection:
         self.sent_again = 0  # executions sent the short way (exec_again)
         #: The last round trips of the repeated message, seconds (none: not known).
         self._again_took: deque[float] = deque(maxlen=REPLY_TRIPS)
+        self.looker = Looker()  # used by the thread that reads (_await_reply)
         self.looked = 0  # ... that looked for their reply (_await_reply)
         self.found = 0  # ... whose reply came while looking
         self._look = select.poll()
@@ -621,7 +622,7 @@ class Connection:
         on as before (up to a millisecond more of looking when the socket's descriptor is
         past select's range)."""
         trips = tuple(self._again_took)  # one copy: another caller may clear it meanwhile
-        if not trips:
+        if not trips or not self.looker.wanted():  # (a busy machine: block at once)
             return
         self.looked += 1
         lo = min(trips)
@@ -639,7 +640,7 @@ class Connection:
                 return
             if ready:
                 return
-        if look_until(self.receiver.ready, sent + hi + REPLY_LOOK_S):
+        if self.looker.until(self.receiver.ready, sent + hi + REPLY_LOOK_S):
             self.found += 1
 
     def _pass_reading(self) -> None:

@@ -58,12 +58,12 @@ from nnhal.service.ring import ChannelPair, PacketTooLarge, RingClosed, RingErro
 from nnhal.service.transport import (
     Budget,
     Closed,
+    Looker,
     OverBudget,
     Pace,
     Receiver,
     TimedOut,
     TooLarge,
-    look_until,
     send_message,
 )
 from nnhal.service.wire import Kind, Reader, ResourceLimit, WireError, Writer
@@ -167,6 +167,8 @@ class ClientSession:
         #: stay, so it is cleared when one goes); what the request means is the driver's to
         #: check, once per distinct request (PreparedModelBase._recent).
         self.decoded: dict[tuple[Kind, bytes], tuple] = {}
+        #: The reading thread's look for the client's next message (_look_for_next).
+        self.looker = Looker()
         #: When the call being run by the thread that reads started (nobody reads meanwhile).
         self.unread_since: float | None = None
         #: Tells the watcher whether the client sent something (or hung up) during a call.
@@ -312,7 +314,8 @@ class ClientSession:
         """Poll for the client's next message until NEXT_CALL_LOOK_S after ``since``, yielding
         the core between looks (the client may be waking on it)."""
         self.service.looks += 1
-        if look_until(self.receiver.ready, since + NEXT_CALL_LOOK_S):
+        if self.looker.wanted() and \
+                self.looker.until(self.receiver.ready, since + NEXT_CALL_LOOK_S):
             self.service.found += 1
 
     def _pass_reading(self) -> bool:

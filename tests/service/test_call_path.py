@@ -31,7 +31,7 @@ from nnhal.hal.types import (
     RequestArgument,
     Timing,
 )
-from nnhal.service import client, server
+from nnhal.service import client, server, transport
 from nnhal.service import wire as w
 from nnhal.service.client import RemoteDevice
 from nnhal.service.server import HANDOFF_S, Service
@@ -197,6 +197,10 @@ def test_the_reading_thread_looks_for_a_next_call_only_after_a_quick_one(service
     pm = prepare(remote)
     rb = RequestBuilder(list(float_inputs(9, DIMS)), [64])
     monkeypatch.setattr(server, "NEXT_CALL_LOOK_S", 0.005)
+    # In one process the other side's turn with the GIL would read as a busy core; a busy
+    # machine running the tests must not make the service skip its looks either.
+    monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)
+    monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     for _ in range(2):  # two pauses end the looking (one does not)
         assert pm.execute_synchronously(rb.request)[0] == E.NONE
         time.sleep(0.05)
@@ -223,6 +227,8 @@ def test_a_repeated_execution_looks_for_its_reply_over_its_recent_round_trips(
         service, monkeypatch):
     monkeypatch.setattr(client, "REPLY_LOOK_S", 0.05)  # wide: the test's timing is loose
     monkeypatch.setattr(client, "REPLY_TRIPS", 2)  # the window follows the last two
+    monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)  # a busy machine does not end it
+    monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # nor skip it
     remote = RemoteDevice(service.path)
     pm = prepare(remote)
     a, b = float_inputs(11, DIMS)

@@ -187,10 +187,12 @@ def test_a_receiver_with_a_kernel_tick_waits_across_ticks_and_keeps_its_end(pair
     assert time.monotonic() >= start + 0.15
 
 
-def test_a_look_ends_when_a_yield_gave_the_core_away(monkeypatch):
-    # On a loaded machine a yield hands the core to another task for its time slice: the
-    # look then ends (the caller blocks, and is woken by the message) instead of yielding
-    # on for the rest of its window. A clock of its own: the test measures no time.
+def test_a_look_is_not_made_on_a_busy_machine_nor_after_a_yield_gave_the_core_away(
+        monkeypatch):
+    # Looking takes a core: not while the load average says none is spare, nor for the next
+    # SKIP_LOOKS times after a yield that handed the core to another task for its time slice
+    # (that look ends there: the caller blocks and is woken by the message). A clock of its
+    # own: the test measures no time.
     from nnhal.service import transport
 
     clock = [0.0]
@@ -203,18 +205,35 @@ def test_a_look_ends_when_a_yield_gave_the_core_away(monkeypatch):
         clock[0] += 2e-3
 
     polls: list[int] = []
+
+    def poll(_timeout: float) -> list:
+        polls.append(1)
+        return []
+    load = [0.0]
     monkeypatch.setattr(transport.time, "perf_counter", now)
     monkeypatch.setattr(transport.os, "sched_yield", slow_yield)
-    assert not transport.look_until(lambda _: polls.append(1) or [], 5.0)
+    monkeypatch.setattr(transport.os, "getloadavg", lambda: (load[0], 0.0, 0.0))
+    looker = transport.Looker()
+    assert looker.wanted()
+    assert not looker.until(poll, 5.0)
     assert clock[0] < 0.01 and len(polls) == 2  # one more look after the long yield
-    # Quick yields (nobody else wants the core) go on until the end.
+    assert [looker.wanted() for _ in range(transport.SKIP_LOOKS + 1)] == \
+        [False] * transport.SKIP_LOOKS + [True]
+    # Quick yields (nobody else wants the core): on to the end.
     monkeypatch.setattr(transport.os, "sched_yield", lambda: None)
     polls.clear()
     end = clock[0] + 0.02
-    assert not transport.look_until(lambda _: polls.append(1) or [], end)
+    assert not looker.until(poll, end)
     assert clock[0] >= end and len(polls) > 1000
-    # A message that comes ends the look at once.
-    assert transport.look_until(lambda _: [1], clock[0] + 1)
+    assert looker.until(lambda _: [1], clock[0] + 1)  # a message ends the look at once
+    # A load average of the process's cores or more: no look, until read again below them.
+    load[0] = float(transport._CORES)
+    clock[0] += transport.LOAD_CHECK_S
+    assert not looker.wanted()
+    load[0] = 0.0
+    assert not looker.wanted()  # read every LOAD_CHECK_S only
+    clock[0] += transport.LOAD_CHECK_S
+    assert looker.wanted()
 
 
 def test_a_look_through_the_receiver_reads_what_came_and_next_returns_it(pair):
