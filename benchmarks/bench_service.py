@@ -291,6 +291,8 @@ def bench_mobilenet(devices: dict, specs: Path, rounds: int, floor: bool) -> Non
         med = statistics.median(xs)
         print(f"MobileNet V1_0 wall minus time in driver {name:<11} median {med:7.1f} us  "
               f"({med / base * 100:.1f}% of in process)")
+    conn = devices["served"].conn
+    print(f"served: {conn.looked} replies looked for, {conn.found} found while looking")
     if bare is not None:
         bare.close()
     for _, built in runs.values():

@@ -88,7 +88,7 @@ from nnhal.hidl import fmq
 from nnhal.memory import SharedMemory
 from nnhal.service import wire as w
 from nnhal.service.ring import ChannelPair, PacketTooLarge, RingError, RingTimeout
-from nnhal.service.transport import Closed, Receiver, TimedOut, look_until, send_message
+from nnhal.service.transport import Closed, Looker, Receiver, TimedOut, send_message
 from nnhal.service.wire import Kind, Reader, WireError, Writer
 
 log = logging.getLogger("nnhal.service")
@@ -116,10 +116,14 @@ def _bound_of(given: float | None, env: str, default: float) -> float:
             not 0 < given < 1e9 or given != given:
         raise ValueError(f"timeout {given!r}: not a positive number of seconds")
     return float(given)
-#: A repeated synchronous execution that took at least twice this long last time sleeps until
-#: this long before its reply is due, then looks for it (poll, yield) until this long after,
-#: so that the reply finds the caller awake (see Connection._await_reply).
+#: A repeated synchronous execution looks for its reply (poll, yield) from this long before
+#: the shortest of its recent round trips until this long after the longest, sleeping until
+#: the look begins, so that the reply finds the caller awake (see Connection._await_reply).
 REPLY_LOOK_S = 150e-6
+#: Round trips of the repeated message remembered for that (the window follows their spread),
+#: and the widest spread looked over, as a fraction of the shortest: past it, the look ends
+#: there and a later reply is blocked on (an outlier must not make every call spin).
+REPLY_TRIPS, REPLY_SPREAD = 8, 0.25
 _FD_SETSIZE = 1024  # select() takes no descriptor past it
 Decode = Callable[[Reader], Any]
 Fail = Callable[[ErrorStatus], Any]
@@ -150,6 +154,11 @@ class _LastRequest:
     """The last request a sender encoded and what it encoded to, found again when the next
     request is the same (same argument values and pool memories: ``same_request``, the
     drivers' own recent-request check), so a repeated request is not encoded again.
+
+    Why here too: this side must not trust its caller's request object to be unchanged (it
+    may be edited in place between calls), and encoding is the client's work per call; the
+    service decodes once per distinct bytes (ClientSession.decoded) and the driver validates
+    once per distinct request (PreparedModelBase._recent), each for its own side.
 
     ``weak``: the memories are not kept alive by being remembered (a connection must not
     hold the service's mappings of memories its client dropped); a burst, which caches its
@@ -195,6 +204,21 @@ class _LastRequest:
         self._entry = None
 
 
+class _Encoded:
+    """What a connection remembers of the request it encoded last (_LastRequest's value):
+    its bytes, the last execution message made from them (``message``: its arguments and its
+    body, one tuple replaced whole, read without the lock by exec_again), and the decoded
+    reply found to fit the request (``fitted``: the identity of a _RepeatedResults result),
+    so a repeated reply is not checked against the request again."""
+
+    __slots__ = ("request", "message", "fitted")
+
+    def __init__(self, request: bytes):
+        self.request = request
+        self.message: tuple[tuple[Any, ...], bytes] | None = None
+        self.fitted: Any = None
+
+
 def _notice(head: bytes) -> ErrorStatus | None:
     """The status of a service's notice that it ends the connection (ERROR with call id 0)
     at the head of ``head``, else None."""
@@ -236,7 +260,7 @@ class Connection:
         # A service that stops reading must not block a sender for ever.
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
                              struct.pack("ll", int(timeout_s), int(timeout_s % 1 * 1e6)))
-        self.receiver = Receiver(self.sock)
+        self.receiver = Receiver(self.sock, tick=min(0.25, max(0.001, timeout_s / 8)))
         self.lock = threading.Lock()
         self.dead = False
         #: The status calls get once dead: DEVICE_UNAVAILABLE, or the one the service gave
@@ -254,13 +278,15 @@ class Connection:
             weakref.WeakKeyDictionary()
         self.next_mem = itertools.count(1)
         self._encoding_new: list[SharedMemory] = []
-        #: The last request encoded and its bytes (see put_request).
+        #: The last request an execution message was encoded from, with its bytes and the
+        #: last such message (see put_exec): one recognition of "the request of last time"
+        #: per call on this side.
         self._last_request = _LastRequest(weak=True)
-        #: The last execution message body (see put_exec) and what it was encoded from.
-        self._last_exec: tuple[tuple[Any, ...], bytes, bytes] | None = None
-        self.shapes_replies = _RepeatedResults()
+        self.shapes_replies = _RepeatedResults(w.TIMING.size)
         self.sent_again = 0  # executions sent the short way (exec_again)
-        self._again_took = 0.0  # the last one's round trip, seconds (0: not known)
+        #: The last round trips of the repeated message, seconds (none: not known).
+        self._again_took: deque[float] = deque(maxlen=REPLY_TRIPS)
+        self.looker = Looker()  # used by the thread that reads (_await_reply)
         self.looked = 0  # ... that looked for their reply (_await_reply)
         self.found = 0  # ... whose reply came while looking
         self._look = select.poll()
@@ -294,6 +320,8 @@ class Connection:
     def _next_end(self, slot: _Slot | None) -> float | None:
         """The earliest end a reader must wake at: its own call's, the callbacks' and the
         fences'."""
+        if not self.bounds:  # the common case: a call alone
+            return None if slot is None else slot.bound.end
         ends = [b.end for b in list(self.bounds.values())]
         if slot is not None:
             ends.append(slot.bound.end)
@@ -347,42 +375,37 @@ class Connection:
         self._encoding_new.append(mem)
         return ident, True
 
-    def put_request(self, wr: Writer, request: Any) -> bytes | None:
-        """Encode a request (with the lock held), reusing the bytes of the last one when it
-        is the same again: same argument values, same memories, all known to the service.
-        Returns the remembered bytes (None when the request is not remembered)."""
-        body = self._last_request.get(request)
-        if body is not None:
-            wr.buf += body
-            return body
-        start, new = len(wr.buf), len(self._encoding_new)
-        w.put_request(wr, request)
-        if len(self._encoding_new) != new:
-            self._last_request.clear()  # defines a memory: the next names it by identifier
-            return None
-        body = bytes(wr.buf[start:])
-        self._last_request.put(request, body)
-        return body if self._last_request.remembered() else None
-
     def put_exec(self, wr: Writer, handle: int, request: Any, measure: Any, deadline: Any,
                  loop: Any) -> None:
-        """An execution's arguments (with the lock held). The whole body is remembered with
-        what it was encoded from: the same request (put_request's rule) with the same handle
-        and the same arguments, of the same types, reuse it."""
+        """An execution's arguments (with the lock held). The request's bytes are remembered
+        when it defines no memory (every memory known to the service), with the last whole
+        body made from them (an _Encoded): the same request (same argument values, same
+        memories) reuses its bytes, and with the same handle and the same arguments, of the
+        same types, the whole body."""
         key = (handle, type(measure), measure, type(deadline), deadline, type(loop), loop)
-        last = self._last_exec
-        if last is not None and last[0] == key:
-            if self._last_request.get(request) is last[1]:
-                wr.buf += last[2]
-                return
+        known = self._last_request.get(request)
+        message = known.message if known is not None else None
+        if message is not None and message[0] == key:
+            wr.buf += message[1]
+            return
         start = len(wr.buf)
         wr.u32(handle)
-        req = self.put_request(wr, request)
+        if known is not None:
+            wr.buf += known.request
+        else:
+            at, new = len(wr.buf), len(self._encoding_new)
+            w.put_request(wr, request)
+            if len(self._encoding_new) == new:
+                known = _Encoded(bytes(wr.buf[at:]))
+                self._last_request.put(request, known)
+            else:  # defines a memory: the next names it by identifier
+                self._last_request.clear()
         wr.i32(measure, "measure")
         wr.opt_i64(deadline, "deadline")
         wr.opt_i64(loop, "loopTimeout")
-        self._last_exec = None if req is None else (key, req, bytes(wr.buf[start:]))
-        self._again_took = 0.0  # a new message: its round trip is not known yet
+        if known is not None and self._last_request.remembered():
+            known.message = (key, bytes(wr.buf[start:]))
+        self._again_took.clear()  # a new message: its round trip is not known yet
 
     def _unlearn(self, mems: list[SharedMemory]) -> None:
         self._last_request.clear()
@@ -489,11 +512,12 @@ class Connection:
         """The common case of a synchronous execution in one piece: the last execution's
         message again (put_exec's rule), on a connection nobody else uses, its reply read
         and decoded here. None (nothing sent): take the general way (call)."""
-        last = self._last_exec
-        if last is None or self.reading is not None or self.waiters or self.events or \
-                self.dead or last[0] != (handle, type(measure), measure, type(deadline),
-                                         deadline, type(loop), loop) or \
-                self._last_request.get(request) is not last[1]:
+        if self.reading is not None or self.waiters or self.events or self.dead:
+            return None
+        last = self._last_request.get(request)
+        message = last.message if last is not None else None
+        if message is None or message[0] != (handle, type(measure), measure, type(deadline),
+                                             deadline, type(loop), loop):
             return None
         slot = _Slot(self.shapes_replies, _shapes_fail, self.long(kind, deadline))
         with self.lock:
@@ -504,7 +528,7 @@ class Connection:
             self.sent_again += 1
             sent = time.perf_counter()
             try:
-                send_message(self.sock, kind, call_id, last[2])
+                send_message(self.sock, kind, call_id, message[1])
             except Closed:
                 self._broken_send()  # the reader sees the end and fails everything pending
         me = threading.get_ident()
@@ -524,11 +548,18 @@ class Connection:
                 rkind, rid, body, fds = msg
                 if rid == call_id and rkind == Kind.REPLY and not fds:
                     self.pending.pop(call_id, None)
-                    self._again_took = time.perf_counter() - sent
+                    self._again_took.append(time.perf_counter() - sent)
+                    replies = self.shapes_replies
                     try:
-                        return _fitting(self.shapes_replies.get(body, _shapes_result), request)
+                        result = replies.get(body, _shapes_result)
                     except Exception:  # noqa: BLE001 - a reply that does not decode
                         return _shapes_fail(ErrorStatus.GENERAL_FAILURE)
+                    if replies.result is last.fitted:
+                        return result  # the very result found to fit this request before
+                    fitting = _fitting(result, request)
+                    if fitting is result:
+                        last.fitted = replies.result
+                    return fitting
                 self._dispatch_message(*msg)  # anything else: as the general reader does
         finally:
             if self.reading == me:
@@ -580,23 +611,28 @@ class Connection:
         return slot.result
 
     def _await_reply(self, sent: float) -> None:
-        """Before blocking on the reply of a repeated execution: sleep until REPLY_LOOK_S
-        before it is due (the last one's round trip after ``sent``), then poll until
-        REPLY_LOOK_S after.
+        """Before blocking on the reply of a repeated execution: look for it from
+        REPLY_LOOK_S before the shortest of the message's recent round trips after ``sent``
+        until REPLY_LOOK_S after the longest (at most REPLY_SPREAD past the shortest),
+        sleeping until the look begins.
 
-        A caller blocked in the kernel is woken by the reply, and on a virtual machine whose
-        core went idle during a long execution that wake-up (and the service's send that
-        causes it) costs tens of microseconds: MobileNet's round trip beyond the driver fell
-        from about 75 to 50 us with this. Short calls are left alone (too short to sleep
-        towards); a reply that comes early ends the sleep, one that comes late is blocked on
-        as before, so the look costs at most 2 * REPLY_LOOK_S of polling (up to a millisecond
-        more when the socket's descriptor is past select's range)."""
-        took = self._again_took
-        if took < 2 * REPLY_LOOK_S:
+        A caller blocked in the kernel is woken by the reply, and on a virtual machine that
+        wake-up (and the service's send that causes it) costs tens of microseconds: 30 us
+        each way on this project's 2-core VM, where two processes trading a byte over a
+        socket take 62-68 us blocking and 4-5 us looking. Looking over the spread of recent
+        round trips, not around the last one, finds a reply whose time moves from call to call
+        (MobileNet's driver time moves by +-8% here). A short call looks from the start; a
+        reply that comes during the sleep ends it, one that comes after the look is blocked
+        on as before (up to a millisecond more of looking when the socket's descriptor is
+        past select's range)."""
+        trips = tuple(self._again_took)  # one copy: another caller may clear it meanwhile
+        if not trips or not self.looker.wanted():  # (a busy machine: block at once)
             return
         self.looked += 1
+        lo = min(trips)
+        hi = min(max(trips), lo * (1 + REPLY_SPREAD))
         now = time.perf_counter()
-        nap = sent + took - REPLY_LOOK_S - now
+        nap = sent + lo - REPLY_LOOK_S - now
         if nap > 0:
             fd = self.sock.fileno()
             try:
@@ -608,7 +644,7 @@ class Connection:
                 return
             if ready:
                 return
-        if look_until(self._look.poll, sent + took + REPLY_LOOK_S):
+        if self.looker.until(self.receiver.ready, sent + hi + REPLY_LOOK_S):
             self.found += 1
 
     def _pass_reading(self) -> None:
@@ -964,24 +1000,37 @@ def _shapes_result(data: Any) -> tuple[ErrorStatus, list[OutputShape], Timing]:
 class _RepeatedResults:
     """Execution results (status, output shapes, timing) decoded once per distinct bytes: a
     repeated execution's results repeat (the socket's replies and the rings' result packets
-    alike). Each caller gets its own copy of the shapes. Used by one reading thread at a
-    time."""
+    alike). Why: decoding and allocating the shapes is the client's work per reply, and a
+    reply must still be decoded strictly (the service is not trusted); bytes equal to bytes
+    that decoded are the same result. ``tail``: bytes at the end that are the timing (the
+    socket's replies, w.TIMING), which a measured execution changes every time: compared
+    apart and decoded alone. Each caller gets its own copy of the shapes. Used by one
+    reading thread at a time."""
 
-    __slots__ = ("data", "result")
+    __slots__ = ("data", "result", "timing", "tail")
 
-    def __init__(self) -> None:
+    def __init__(self, tail: int = 0) -> None:
+        self.tail = tail
         self.data: bytes | None = None
-        self.result: tuple[ErrorStatus, list[OutputShape], Timing] | None = None
+        #: (status, shapes) of ``data``, one tuple per distinct bytes: its identity says
+        #: "the very result decoded before" (see Connection.exec_again).
+        self.result: tuple[ErrorStatus, list[OutputShape]] | None = None
+        self.timing: Timing = NO_TIMING
 
     def get(self, data: Any, decode: Callable[[Any], tuple[ErrorStatus, list[OutputShape],
                                                            Timing]]
             ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
         """The result ``data`` decodes to (``decode`` runs only for new bytes; what it
         raises passes)."""
-        if self.result is None or data != self.data:
-            result = decode(data)
-            self.data, self.result = bytes(data), result
-        status, shapes, timing = self.result
+        n = len(data) - self.tail
+        if self.result is None or n <= 0 or data[:n] != self.data:
+            status, shapes, timing = decode(data)
+            self.data, self.result, self.timing = bytes(data[:n]), (status, shapes), timing
+        elif self.tail:
+            timing = Timing(*w.TIMING.unpack_from(data, n))
+        else:
+            timing = self.timing
+        status, shapes = self.result
         return status, [OutputShape(list(s.dimensions), s.is_sufficient) for s in shapes], \
             timing
 
@@ -1183,7 +1232,7 @@ class _RingChannel:
         self.seq = 0
         self.broken = False
         self.closing = False
-        self._results = _RepeatedResults()
+        self._results = _RepeatedResults()  # result packets decoded once per bytes
 
     def alive(self) -> bool:
         # The ring asks while it sleeps (about every 50 ms): the connection looks at its
@@ -1279,7 +1328,9 @@ class RemoteBurst(_Remote, IBurst):
         # memory -> (its pool identifier, the hold that keeps it cached while it lives)
         self._slots: weakref.WeakKeyDictionary[SharedMemory, tuple[int, _CacheHold]] = \
             weakref.WeakKeyDictionary()
-        # (snapshot of the last request sent on the rings, its measure, its packet)
+        # (snapshot of the last request sent on the rings, its measure, its packet): the
+        # burst's counterpart of Connection._last_request (the packet is encoded once per
+        # distinct request; the service and the driver check it on their sides)
         self._last = _LastRequest(weak=False)
 
     def close(self) -> None:

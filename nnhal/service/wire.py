@@ -163,6 +163,8 @@ _U8, _U16, _U32, _I32 = struct.Struct("<B"), struct.Struct("<H"), struct.Struct(
     struct.Struct("<i")
 _U64, _I64, _F64 = struct.Struct("<Q"), struct.Struct("<q"), struct.Struct("<d")
 _TIMING = struct.Struct("<QQ")
+#: The last bytes of every execution reply (pack_shapes_result): time on device, time in driver.
+TIMING = _TIMING
 _TWO_U32 = struct.Struct("<II")
 _STATUSES = {int(s): s for s in ErrorStatus}
 

@@ -16,6 +16,7 @@ from nnhal.errors import NnhalError
 from nnhal.hal.builder import RequestBuilder
 from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
 from nnhal.hal.types import ErrorStatus, OutputShape, Timing
+from nnhal.service import client
 from nnhal.service import wire as w
 from nnhal.service.client import RemoteDevice, RemotePreparedModel
 from nnhal.service.discovery import open_remote
@@ -161,3 +162,48 @@ def test_bounds_from_the_environment_are_checked(tmp_path, monkeypatch, bad):
     assert dev.conn.timeout_s == 0.25 and dev.get_type()[0] == E.NONE
     dev.close()
     srv.close()
+
+
+def test_a_repeated_reply_is_checked_once_and_a_changed_one_again(tmp_path, monkeypatch):
+    # The short way of a repeated execution decodes a reply whose bytes repeat (but its
+    # timing) once, and checks it against the request once: each reply brings its own
+    # timing, and a reply that changes is decoded and checked again.
+    replies = iter([[OutputShape([4, 4], True)]] * 4 + [[OutputShape([64, 64], True)]] +
+                   [[OutputShape([4, 4], True)]] * 2)
+    sent: list[Timing] = []
+
+    def policy(sock, kind, call_id):
+        if kind != w.Kind.EXECUTE_SYNCHRONOUSLY:
+            return answer(sock, kind, call_id)
+        sent.append(Timing(len(sent) + 1, 2 * len(sent) + 1))
+        send_message(sock, w.Kind.REPLY, call_id,
+                     w.pack_shapes_result(E.NONE, next(replies), sent[-1]))
+    calls = {"_fitting": 0, "_shapes_result": 0}
+
+    def counting(name):
+        real = getattr(client, name)
+
+        def counted(*args):
+            calls[name] += 1
+            return real(*args)
+        return counted
+    for name in calls:
+        monkeypatch.setattr(client, name, counting(name))
+    srv = Hostile(str(tmp_path / "s.sock"), policy)
+    dev = RemoteDevice(srv.path, timeout_s=2)
+    rb = _request()
+    pm = RemotePreparedModel(dev.conn, 1)
+    try:
+        got = [pm.execute_synchronously(rb.request) for _ in range(7)]
+        assert dev.conn.sent_again == 5
+        # Checked: the two long ways, the first short one, and the two changed replies;
+        # decoded: the first reply and the two changed ones.
+        assert calls == {"_fitting": 5, "_shapes_result": 3}
+        fit = [OutputShape([4, 4], True)]
+        assert got[:4] == [(E.NONE, fit, t) for t in sent[:4]]
+        assert got[4][0] == E.GENERAL_FAILURE  # the same request, another reply: checked
+        assert got[5:] == [(E.NONE, fit, t) for t in sent[5:]]
+    finally:
+        dev.close()
+        rb.close()
+        srv.close()

@@ -156,3 +156,103 @@ def test_a_skipped_message_leaves_the_descriptors_of_the_next_in_the_same_read(p
     assert (cid, [size_of(fd) for fd in fds]) == (2, [4096])
     os.close(fds[0])
     mem.close()
+
+
+def test_a_receiver_with_a_kernel_tick_waits_across_ticks_and_keeps_its_end(pair):
+    # With SO_RCVTIMEO (the client's tick), a blocking read ends every tick without data:
+    # that is neither the end of the stream nor the caller's end.
+    import time
+
+    from nnhal.service.transport import TimedOut
+
+    a, b = pair
+    rx = Receiver(b, chunk=1 << 10, tick=0.02)
+    body = bytes(range(256)) * 20  # larger than the chunk: read growing, across ticks
+
+    def late(delay: float) -> None:
+        time.sleep(delay)
+        data = w.pack_header(w.Kind.GET_TYPE, 7, len(body), 0) + body
+        a.sendall(data[:100])
+        time.sleep(0.1)
+        a.sendall(data[100:])
+    for end in (None, 5.0):
+        t = threading.Thread(target=late, args=(0.1,))
+        t.start()
+        kind, call_id, got, fds = rx.next(end=end and time.monotonic() + end)
+        t.join()
+        assert (kind, call_id, bytes(got), fds) == (w.Kind.GET_TYPE, 7, body, [])
+    start = time.monotonic()
+    with pytest.raises(TimedOut):
+        rx.next(end=start + 0.15)
+    assert time.monotonic() >= start + 0.15
+
+
+def test_a_look_is_not_made_on_a_busy_machine_nor_after_a_yield_gave_the_core_away(
+        monkeypatch):
+    # Looking takes a core: not while the load average says none is spare, nor for the next
+    # SKIP_LOOKS times after a yield that handed the core to another task for its time slice
+    # (that look ends there: the caller blocks and is woken by the message). A clock of its
+    # own: the test measures no time.
+    from nnhal.service import transport
+
+    clock = [0.0]
+
+    def now() -> float:
+        clock[0] += 1e-6
+        return clock[0]
+
+    def slow_yield() -> None:
+        clock[0] += 2e-3
+
+    polls: list[int] = []
+
+    def poll(_timeout: float) -> list:
+        polls.append(1)
+        return []
+    load = [0.0]
+    monkeypatch.setattr(transport.time, "perf_counter", now)
+    monkeypatch.setattr(transport.os, "sched_yield", slow_yield)
+    monkeypatch.setattr(transport.os, "getloadavg", lambda: (load[0], 0.0, 0.0))
+    looker = transport.Looker()
+    assert looker.wanted()
+    assert not looker.until(poll, 5.0)
+    assert clock[0] < 0.01 and len(polls) == 2  # one more look after the long yield
+    assert [looker.wanted() for _ in range(transport.SKIP_LOOKS + 1)] == \
+        [False] * transport.SKIP_LOOKS + [True]
+    # Quick yields (nobody else wants the core): on to the end.
+    monkeypatch.setattr(transport.os, "sched_yield", lambda: None)
+    polls.clear()
+    end = clock[0] + 0.02
+    assert not looker.until(poll, end)
+    assert clock[0] >= end and len(polls) > 1000
+    assert looker.until(lambda _: [1], clock[0] + 1)  # a message ends the look at once
+    # A load average of the process's cores or more: no look, until read again below them.
+    load[0] = float(transport._CORES)
+    clock[0] += transport.LOAD_CHECK_S
+    assert not looker.wanted()
+    load[0] = 0.0
+    assert not looker.wanted()  # read every LOAD_CHECK_S only
+    clock[0] += transport.LOAD_CHECK_S
+    assert looker.wanted()
+
+
+def test_a_look_through_the_receiver_reads_what_came_and_next_returns_it(pair):
+    # Receiver.ready is the look's poll: it reads what has arrived (descriptors with it), so
+    # next() has nothing left to wait for; the end of the stream is for next() to raise.
+    a, b = pair
+    rx = Receiver(b)
+    assert not rx.ready()
+    mem = SharedMemory.ashmem(4096)
+    send_message(a, w.Kind.GET_TYPE, 3, b"body", [mem.fd])
+    while not rx.ready():
+        pass
+    assert rx.pending()
+    kind, call_id, body, fds = rx.next()
+    assert (kind, call_id, bytes(body), len(fds)) == (w.Kind.GET_TYPE, 3, b"body", 1)
+    assert size_of(fds[0]) == 4096
+    os.close(fds[0])
+    mem.close()
+    a.close()
+    assert rx.ready()
+    with pytest.raises(Closed):
+        rx.next()

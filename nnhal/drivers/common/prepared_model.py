@@ -86,9 +86,14 @@ class PreparedModelBase(IPreparedModel):
     def __init__(self, device: PreparingDevice, priority: Priority):
         self.device = device
         self.priority = priority
-        #: Requests recently bound (see :meth:`bind`).
+        #: Requests recently bound (see :meth:`bind`): a request made again with the same
+        #: values and memories (a new Request object each time) is not validated and bound
+        #: again.
         self._bound = BoundRequests()
         #: The request bound last, recognised without validating it again (see :meth:`recent`).
+        #: Why here, when a served request was decoded once already: the driver checks what
+        #: any caller sends (in process, the service, the runtime), and a caller may change
+        #: a request object between calls; comparing it with this snapshot is the check.
         self._recent: Recent | None = None
 
     # ---- what a driver gives ----------------------------------------------------------------
