@@ -58,3 +58,24 @@ def test_minimal_aidl_driver_from_the_registry_under_the_runtime(monkeypatch):
     cases = [c for c in iter_cases(SPECS / "V1_0") if c.name.split("_")[0] in ("add", "mul")]
     report = run(dev, cases, ["general", "runtime"], progress=False)
     _check(report, 8)
+
+
+def test_a_fifteenth_of_the_suite_in_every_mode_through_aidl():
+    """CI's sample (a fifteenth) of the whole sweep through the AIDL face, every mode and folder;
+    the full sweep is `nnhal conformance --hal aidl` with every --mode."""
+    from nnhal.conformance.runner import MODES, SKIPPED, Options
+    from nnhal.drivers.reference import ReferenceDevice
+
+    cases = list(iter_cases(SPECS, shard=(7, 15)))
+    assert len(cases) > 250
+    dev = ReferenceDevice()
+    try:  # as `nnhal conformance --hal aidl` runs it (mode capi opens "reference@aidl")
+        report = run(dev, cases, list(MODES), Options(face="aidl"), progress=False)
+    finally:
+        dev.close()
+    assert report.to_json()["hal"] == "aidl"
+    failed = [(c["mode"], c["name"], c["message"]) for c in report.cases if c["result"] == FAILED]
+    assert not failed, failed[:5]
+    assert not [c for c in report.cases if c["result"] == SKIPPED]
+    for mode in MODES:
+        assert report.modes[mode][PASSED] > (10 if mode == "quantization_coupling" else 250)
