@@ -687,7 +687,9 @@ class Connection:
         the earliest bound passed (then the connection ends too: see _expire)."""
         while True:
             try:
-                return self.receiver.next(end=self._next_end(slot), drop_large=False)
+                return self.receiver.next(
+                    w.MAX_BODY, slot.bound.end if slot is not None and not self.bounds
+                    else self._next_end(slot), False)
             except TimedOut:
                 self._expire()
                 if self.dead or (slot is not None and slot.done):

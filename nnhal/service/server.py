@@ -1503,9 +1503,9 @@ class _Watcher:
         self._modify(session, _DISARMED)
 
     def _modify(self, session: ClientSession, events: int) -> None:
-        with self.lock:
-            fd = self._fd(session)
-            if fd is not None:
+        with self.lock:  # (_fd inlined: once before and once after every call)
+            fd = session.sock.fileno()
+            if fd >= 0 and self.by_fd.get(fd) is session:
                 try:
                     self.ep.modify(fd, events)
                 except OSError:
