@@ -125,6 +125,7 @@ REPLY_LOOK_S = 150e-6
 #: there and a later reply is blocked on (an outlier must not make every call spin).
 REPLY_TRIPS, REPLY_SPREAD = 8, 0.25
 _FD_SETSIZE = 1024  # select() takes no descriptor past it
+_REPLY = Kind.REPLY
 Decode = Callable[[Reader], Any]
 Fail = Callable[[ErrorStatus], Any]
 
@@ -295,7 +296,9 @@ class Connection:
         self.notifier = ThreadPoolExecutor(1, thread_name_prefix="nnhal-remote-callback")
         # The reading role: the thread that reads now (None: nobody), under ``cond``; callers
         # wait on ``cond`` for their reply or the role, the background thread on ``idle``.
-        role = threading.Lock()
+        # ``role``: the lock of both (taken bare where nobody is waited for: Condition's own
+        # enter and exit are two Python calls more on every execution).
+        self.role = role = threading.Lock()
         self.cond = threading.Condition(role)
         self.idle = threading.Condition(role)
         self.reading: int | None = None
@@ -532,7 +535,7 @@ class Connection:
             except Closed:
                 self._broken_send()  # the reader sees the end and fails everything pending
         me = threading.get_ident()
-        with self.cond:
+        with self.role:
             mine = self.reading is None
             if mine:
                 self.reading = me
@@ -546,7 +549,7 @@ class Connection:
                 if msg is None:
                     break
                 rkind, rid, body, fds = msg
-                if rid == call_id and rkind == Kind.REPLY and not fds:
+                if rid == call_id and rkind is _REPLY and not fds:
                     self.pending.pop(call_id, None)
                     self._again_took.append(time.perf_counter() - sent)
                     replies = self.shapes_replies
@@ -650,7 +653,7 @@ class Connection:
     def _pass_reading(self) -> None:
         """Give the reading up: to a caller still waiting, or to the background thread when
         callbacks or fences are outstanding."""
-        with self.cond:
+        with self.role:
             self.reading = None
             if self.waiters:
                 self.cond.notify_all()
