@@ -126,6 +126,10 @@ REPLY_LOOK_S = 150e-6
 REPLY_TRIPS, REPLY_SPREAD = 8, 0.25
 _FD_SETSIZE = 1024  # select() takes no descriptor past it
 _REPLY = Kind.REPLY
+_TIMING_FROM = w.TIMING.unpack_from
+#: Each kind's name, for the bounds every call makes (an enum's ``name`` is a Python-level
+#: property in 3.11: a call more on every execution).
+_NAMES = {k: k.name for k in Kind}
 Decode = Callable[[Reader], Any]
 Fail = Callable[[ErrorStatus], Any]
 
@@ -309,16 +313,16 @@ class Connection:
 
     # ---- bounds ------------------------------------------------------------------------
     def quick(self, kind: Kind) -> _Bound:
-        return _Bound(self.timeout_s, kind.name)
+        return _Bound(self.timeout_s, _NAMES[kind])
 
     def long(self, kind: Kind, deadline: Any = None) -> _Bound:
         """The bound of a call that runs the driver: the time left to its deadline plus the
         quick bound, else the long bound."""
         if type(deadline) is int:
             left = deadline / 1e9 - time.monotonic()
-            return _Bound(max(left, 0.0) + self.timeout_s, kind.name,
+            return _Bound(max(left, 0.0) + self.timeout_s, _NAMES[kind],
                           ErrorStatus.MISSED_DEADLINE_TRANSIENT)
-        return _Bound(self.long_timeout_s, kind.name)
+        return _Bound(self.long_timeout_s, _NAMES[kind])
 
     def _next_end(self, slot: _Slot | None) -> float | None:
         """The earliest end a reader must wake at: its own call's, the callbacks' and the
@@ -1032,12 +1036,14 @@ class _RepeatedResults:
             status, shapes, timing = decode(data)
             self.data, self.result, self.timing = bytes(data[:n]), (status, shapes), timing
         elif self.tail:
-            timing = Timing(*w.TIMING.unpack_from(data, n))
+            timing = Timing(*_TIMING_FROM(data, n))
         else:
             timing = self.timing
         status, shapes = self.result
-        return status, [OutputShape(list(s.dimensions), s.is_sufficient) for s in shapes], \
-            timing
+        copies = []  # (a loop, not a comprehension: no call more in 3.11)
+        for s in shapes:
+            copies.append(OutputShape(list(s.dimensions), s.is_sufficient))
+        return status, copies, timing
 
     def __call__(self, r: Reader) -> tuple[ErrorStatus, list[OutputShape], Timing]:
         """As a reply decoder: the whole body (_shapes_result)."""

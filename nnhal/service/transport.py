@@ -382,7 +382,7 @@ class Receiver:
         if self.charged:
             self._uncharge()  # the last body has been handled by now
         self.deadline = end
-        self.first = time.monotonic() if self.pending() else None
+        self.first = time.monotonic() if self.end > self.start else None
         try:
             return self._next(max_body, end, drop_large)
         except (TooLarge, OverBudget):
@@ -449,8 +449,20 @@ class Receiver:
             except OSError as e:
                 raise Closed(str(e)) from None
         else:
-            n, anc, flags = _recv_into(self.sock, self.view[self.end:],
-                                       self._end(self.end - self.start), self.tick)
+            end = self.deadline if self.pace is None or self.first is None else \
+                self._end(self.end - self.start)
+            tick = self.tick
+            if end is None or (tick and end - time.monotonic() > 2 * tick):
+                # _recv_into's blocking read, here: every message's read (two calls less)
+                try:
+                    n, anc, flags, _ = self.sock.recvmsg_into([self.view[self.end:]], _ANC,
+                                                              _FLAGS)
+                except BlockingIOError:  # a tick without data: _recv_into goes on waiting
+                    n, anc, flags = _recv_into(self.sock, self.view[self.end:], end, tick)
+                except OSError as e:
+                    raise Closed(str(e)) from None
+            else:
+                n, anc, flags = _recv_into(self.sock, self.view[self.end:], end, tick)
         if self.first is None:
             self.first = time.monotonic()
         if anc or flags & _CTRUNC:
