@@ -126,6 +126,7 @@ REPLY_LOOK_S = 150e-6
 REPLY_TRIPS, REPLY_SPREAD = 8, 0.25
 _FD_SETSIZE = 1024  # select() takes no descriptor past it
 _REPLY = Kind.REPLY
+_NO_POOLS: list[Any] = []  # a Recent's mapped pools, which same_request does not read
 _TIMING_FROM = w.TIMING.unpack_from
 #: Each kind's name, for the bounds every call makes (an enum's ``name`` is a Python-level
 #: property in 3.11: a call more on every execution).
@@ -183,10 +184,13 @@ class _LastRequest:
             return None
         snap, mems, value, _ = entry
         if self.weak:
-            mems = [ref() for ref in mems]
-            if None in mems:
-                return None
-        return value if same_request(request, Recent(snap, mems, [], None)) else None
+            refs, mems = mems, []
+            for ref in refs:  # (a loop, not a comprehension: no call more in 3.11)
+                mem = ref()
+                if mem is None:
+                    return None
+                mems.append(mem)
+        return value if same_request(request, Recent(snap, mems, _NO_POOLS, None)) else None
 
     def put(self, request: Any, value: Any, extra: Any = None) -> None:
         """Remember ``value`` for a request whose every pool is a shared memory (else
