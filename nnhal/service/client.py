@@ -125,6 +125,12 @@ REPLY_LOOK_S = 150e-6
 #: there and a later reply is blocked on (an outlier must not make every call spin).
 REPLY_TRIPS, REPLY_SPREAD = 8, 0.25
 _FD_SETSIZE = 1024  # select() takes no descriptor past it
+_REPLY = Kind.REPLY
+_NO_POOLS: list[Any] = []  # a Recent's mapped pools, which same_request does not read
+_TIMING_FROM = w.TIMING.unpack_from
+#: Each kind's name, for the bounds every call makes (an enum's ``name`` is a Python-level
+#: property in 3.11: a call more on every execution).
+_NAMES = {k: k.name for k in Kind}
 Decode = Callable[[Reader], Any]
 Fail = Callable[[ErrorStatus], Any]
 
@@ -178,10 +184,13 @@ class _LastRequest:
             return None
         snap, mems, value, _ = entry
         if self.weak:
-            mems = [ref() for ref in mems]
-            if None in mems:
-                return None
-        return value if same_request(request, Recent(snap, mems, [], None)) else None
+            refs, mems = mems, []
+            for ref in refs:  # (a loop, not a comprehension: no call more in 3.11)
+                mem = ref()
+                if mem is None:
+                    return None
+                mems.append(mem)
+        return value if same_request(request, Recent(snap, mems, _NO_POOLS, None)) else None
 
     def put(self, request: Any, value: Any, extra: Any = None) -> None:
         """Remember ``value`` for a request whose every pool is a shared memory (else
@@ -295,7 +304,9 @@ class Connection:
         self.notifier = ThreadPoolExecutor(1, thread_name_prefix="nnhal-remote-callback")
         # The reading role: the thread that reads now (None: nobody), under ``cond``; callers
         # wait on ``cond`` for their reply or the role, the background thread on ``idle``.
-        role = threading.Lock()
+        # ``role``: the lock of both (taken bare where nobody is waited for: Condition's own
+        # enter and exit are two Python calls more on every execution).
+        self.role = role = threading.Lock()
         self.cond = threading.Condition(role)
         self.idle = threading.Condition(role)
         self.reading: int | None = None
@@ -306,16 +317,16 @@ class Connection:
 
     # ---- bounds ------------------------------------------------------------------------
     def quick(self, kind: Kind) -> _Bound:
-        return _Bound(self.timeout_s, kind.name)
+        return _Bound(self.timeout_s, _NAMES[kind])
 
     def long(self, kind: Kind, deadline: Any = None) -> _Bound:
         """The bound of a call that runs the driver: the time left to its deadline plus the
         quick bound, else the long bound."""
         if type(deadline) is int:
             left = deadline / 1e9 - time.monotonic()
-            return _Bound(max(left, 0.0) + self.timeout_s, kind.name,
+            return _Bound(max(left, 0.0) + self.timeout_s, _NAMES[kind],
                           ErrorStatus.MISSED_DEADLINE_TRANSIENT)
-        return _Bound(self.long_timeout_s, kind.name)
+        return _Bound(self.long_timeout_s, _NAMES[kind])
 
     def _next_end(self, slot: _Slot | None) -> float | None:
         """The earliest end a reader must wake at: its own call's, the callbacks' and the
@@ -532,7 +543,7 @@ class Connection:
             except Closed:
                 self._broken_send()  # the reader sees the end and fails everything pending
         me = threading.get_ident()
-        with self.cond:
+        with self.role:
             mine = self.reading is None
             if mine:
                 self.reading = me
@@ -546,7 +557,7 @@ class Connection:
                 if msg is None:
                     break
                 rkind, rid, body, fds = msg
-                if rid == call_id and rkind == Kind.REPLY and not fds:
+                if rid == call_id and rkind is _REPLY and not fds:
                     self.pending.pop(call_id, None)
                     self._again_took.append(time.perf_counter() - sent)
                     replies = self.shapes_replies
@@ -650,7 +661,7 @@ class Connection:
     def _pass_reading(self) -> None:
         """Give the reading up: to a caller still waiting, or to the background thread when
         callbacks or fences are outstanding."""
-        with self.cond:
+        with self.role:
             self.reading = None
             if self.waiters:
                 self.cond.notify_all()
@@ -687,7 +698,9 @@ class Connection:
         the earliest bound passed (then the connection ends too: see _expire)."""
         while True:
             try:
-                return self.receiver.next(end=self._next_end(slot), drop_large=False)
+                return self.receiver.next(
+                    w.MAX_BODY, slot.bound.end if slot is not None and not self.bounds
+                    else self._next_end(slot), False)
             except TimedOut:
                 self._expire()
                 if self.dead or (slot is not None and slot.done):
@@ -1027,12 +1040,14 @@ class _RepeatedResults:
             status, shapes, timing = decode(data)
             self.data, self.result, self.timing = bytes(data[:n]), (status, shapes), timing
         elif self.tail:
-            timing = Timing(*w.TIMING.unpack_from(data, n))
+            timing = Timing(*_TIMING_FROM(data, n))
         else:
             timing = self.timing
         status, shapes = self.result
-        return status, [OutputShape(list(s.dimensions), s.is_sufficient) for s in shapes], \
-            timing
+        copies = []  # (a loop, not a comprehension: no call more in 3.11)
+        for s in shapes:
+            copies.append(OutputShape(list(s.dimensions), s.is_sufficient))
+        return status, copies, timing
 
     def __call__(self, r: Reader) -> tuple[ErrorStatus, list[OutputShape], Timing]:
         """As a reply decoder: the whole body (_shapes_result)."""

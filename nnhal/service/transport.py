@@ -32,13 +32,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from nnhal.service.wire import (
+    HEADER,
     HEADER_SIZE,
+    MAGIC,
     MAX_BODY,
     MAX_FDS,
+    VERSION,
     Kind,
     WireError,
     close_fds,
-    pack_header,
     unpack_header,
 )
 
@@ -46,6 +48,7 @@ _ANC = socket.CMSG_SPACE(MAX_FDS * 4)
 _FLAGS = int(getattr(socket, "MSG_CMSG_CLOEXEC", 0))
 _CTRUNC = int(socket.MSG_CTRUNC)
 _DONTWAIT = int(socket.MSG_DONTWAIT)
+_HEADER_PACK = HEADER.pack  # pack_header's work, one call less on every send
 
 
 class Closed(Exception):
@@ -117,7 +120,7 @@ class Budget:
 def send_message(sock: socket.socket, kind: int, call_id: int, body: bytes | bytearray,
                  fds: Sequence[int] = ()) -> None:
     """One message; raises Closed when the peer is gone."""
-    data = pack_header(kind, call_id, len(body), len(fds)) + body
+    data = _HEADER_PACK(MAGIC, VERSION, kind, call_id, len(body), len(fds), 0) + body
     try:
         if fds:
             anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
@@ -379,7 +382,7 @@ class Receiver:
         if self.charged:
             self._uncharge()  # the last body has been handled by now
         self.deadline = end
-        self.first = time.monotonic() if self.pending() else None
+        self.first = time.monotonic() if self.end > self.start else None
         try:
             return self._next(max_body, end, drop_large)
         except (TooLarge, OverBudget):
@@ -446,18 +449,32 @@ class Receiver:
             except OSError as e:
                 raise Closed(str(e)) from None
         else:
-            n, anc, flags = _recv_into(self.sock, self.view[self.end:],
-                                       self._end(self.end - self.start), self.tick)
+            end = self.deadline if self.pace is None or self.first is None else \
+                self._end(self.end - self.start)
+            tick = self.tick
+            if end is None or (tick and end - time.monotonic() > 2 * tick):
+                # _recv_into's blocking read, here: every message's read (two calls less)
+                try:
+                    n, anc, flags, _ = self.sock.recvmsg_into([self.view[self.end:]], _ANC,
+                                                              _FLAGS)
+                except BlockingIOError:  # a tick without data: _recv_into goes on waiting
+                    n, anc, flags = _recv_into(self.sock, self.view[self.end:], end, tick)
+                except OSError as e:
+                    raise Closed(str(e)) from None
+            else:
+                n, anc, flags = _recv_into(self.sock, self.view[self.end:], end, tick)
         if self.first is None:
             self.first = time.monotonic()
-        got: list[int] = []
-        _fds_of(anc, flags, got)
+        if anc or flags & _CTRUNC:
+            got: list[int] = []
+            _fds_of(anc, flags, got)
+            if n == 0:
+                close_fds(got)
+            elif got:
+                self.reads.append((self.end, self.end + n, got))
         if n == 0:
-            close_fds(got)
             raise Closed("end of stream" if self.end == self.start
                          else "end of stream inside a message")
-        if got:
-            self.reads.append((self.end, self.end + n, got))
         self.end += n
 
     def _next(self, max_body: int, end: float | None, drop_large: bool
@@ -467,8 +484,7 @@ class Receiver:
         while self.end - self.start < HEADER_SIZE:
             self._fill()
         s = self.start
-        kind, call_id, body_len, nfds = unpack_header(self.view[s:s + HEADER_SIZE],
-                                                      0xFFFF_FFFF)
+        kind, call_id, body_len, nfds = unpack_header(self.buf, 0xFFFF_FFFF, s)
         total = HEADER_SIZE + body_len
         if body_len > max_body:
             if drop_large:
@@ -499,7 +515,7 @@ class Receiver:
                 self._refuse(have, s, total, body_len)
                 raise OverBudget(kind, call_id, body_len, self.budget.limit)  # type: ignore
             self.torn = False
-        fds = self._take_fds(s, total)
+        fds = self._take_fds(s, total) if self.reads else []
         if len(fds) != nfds:
             close_fds(fds)
             raise WireError(f"header announces {nfds} descriptors, {len(fds)} arrived")

@@ -176,12 +176,16 @@ def pack_header(kind: int, call_id: int, body_len: int, nfds: int) -> bytes:
     return HEADER.pack(MAGIC, VERSION, kind, call_id, body_len, nfds, 0)
 
 
-def unpack_header(data: bytes | bytearray | memoryview, max_body: int = MAX_BODY
-                  ) -> tuple[Kind, int, int, int]:
-    """(kind, call id, body length, fd count) of a header; WireError when it is not one."""
-    if len(data) != HEADER_SIZE:
+def unpack_header(data: bytes | bytearray | memoryview, max_body: int = MAX_BODY,
+                  at: int | None = None) -> tuple[Kind, int, int, int]:
+    """(kind, call id, body length, fd count) of a header (``data`` whole, or the header at
+    offset ``at`` of it, which the caller knows holds one); WireError when it is not one."""
+    if at is not None:
+        magic, version, kind, call_id, body_len, nfds, flags = HEADER.unpack_from(data, at)
+    elif len(data) != HEADER_SIZE:
         raise WireError(f"header of {len(data)} bytes, expected {HEADER_SIZE}")
-    magic, version, kind, call_id, body_len, nfds, flags = HEADER.unpack(data)
+    else:
+        magic, version, kind, call_id, body_len, nfds, flags = HEADER.unpack(data)
     if magic != MAGIC:
         raise WireError(f"bad magic {magic:#x}")
     if version != VERSION:

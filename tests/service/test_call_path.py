@@ -5,6 +5,7 @@ memory or a buffer goes."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import socket
 import threading
@@ -369,3 +370,42 @@ def test_a_repeated_result_is_packed_once_and_its_timing_each_time(monkeypatch):
     assert len(packs) == 2
     with pytest.raises(w.WireError):  # a timing past u64: refused as before, not sent
         server._shapes_reply((E.OUTPUT_INSUFFICIENT_SIZE, other, Timing(-1, 1)))
+
+
+def test_a_repeated_execution_the_service_runs_the_short_way_keeps_its_checks(
+        service, remote, monkeypatch):
+    # The same message again is run by ClientSession._sync_again: the bound on outstanding
+    # calls, the handle's check and a driver's failure answer as on the long way, and the
+    # connection goes on after each.
+    pm = prepare(remote)
+    a, b = float_inputs(12, DIMS)
+    rb = RequestBuilder([a, b], [a.nbytes])
+    s = session_of(service)
+    short: list[int] = []
+    sync_again = s._sync_again
+    monkeypatch.setattr(s, "_sync_again", lambda *args: short.append(1) or sync_again(*args))
+
+    def run() -> E:
+        return pm.execute_synchronously(rb.request, MeasureTiming.YES)[0]
+
+    # The first message defines the memories, the second is decoded (and remembered).
+    assert run() == E.NONE and run() == E.NONE and short == []
+    assert run() == E.NONE and short == [1]
+    np.testing.assert_array_equal(rb.output(0, np.float32, DIMS), a + b)
+    limits = s.limits
+    monkeypatch.setattr(s, "limits", dataclasses.replace(limits, max_outstanding=0))
+    assert run() == E.RESOURCE_EXHAUSTED_TRANSIENT
+    monkeypatch.setattr(s, "limits", limits)
+    assert s.outstanding == 0 and run() == E.NONE
+    (handle,) = [h for h, (kind, _) in s.handles.items() if kind == server._PM]
+    served_pm = s.handles[handle][1]
+    monkeypatch.setattr(served_pm, "execute_synchronously",
+                        lambda *args: 1 // 0)  # a driver that raises
+    assert run() == E.GENERAL_FAILURE
+    monkeypatch.delattr(served_pm, "execute_synchronously")
+    assert run() == E.NONE
+    s.release(handle)  # as if released: the same bytes name no prepared model now
+    assert run() == E.INVALID_ARGUMENT
+    assert s.outstanding == 0 and len(short) == 6
+    assert remote.get_type()[0] == E.NONE
+    rb.close()
