@@ -26,7 +26,7 @@ from nnhal.ops.signature import Slot, sig, variants
 T = OperandType
 O = OperationType
 
-_ADJ_DOC = "optional; true: the slices of input {} are transposed first (default false)"
+_ADJ_DOC = "true: the slices of input {} are transposed first (default false)"
 
 SIGNATURES = [
     sig(O.BATCH_MATMUL,
