@@ -237,18 +237,21 @@ def test_a_level_4_device_or_face_skips_them_for_their_level(tmp_path):
 
 
 @pytest.mark.skipif(not SHARED_AIDL.exists(), reason=f"no AIDL cases at {SHARED_AIDL}")
-def test_the_shared_aidl_cases_are_skipped_per_operation_at_level_8():
+def test_the_shared_aidl_cases_pass_or_are_skipped_per_operation_at_level_8():
     cases = list(iter_cases(SHARED_AIDL))
     dev = Level8()
     try:
         report = run(dev, cases, ["general"], progress=False)
     finally:
         dev.close()
-    assert report.to_json()["modes"]["general"] == {
-        "passed": 0, "failed": 0, "skipped": len(cases), "not_applicable": 0}
+    general = report.to_json()["modes"]["general"]
+    assert general["failed"] == general["not_applicable"] == 0
+    assert general["passed"] + general["skipped"] == len(cases) == 185
     missing = report.not_implemented()["general"]
-    assert sum(missing.values()) == len(cases) == 185
-    assert set(missing) == {"BATCH_MATMUL", "PACK", "MIRROR_PAD", "REVERSE", "RESHAPE"}
+    assert sum(missing.values()) == general["skipped"]
+    # Issue 27 declares them one by one: BATCH_MATMUL's 28 and PACK's 45 cases run and pass.
+    assert not {"BATCH_MATMUL", "PACK"} & set(missing) and general["passed"] >= 28 + 45
+    assert set(missing) <= {"MIRROR_PAD", "REVERSE", "RESHAPE"}
 
 
 # ---- shared cases through either face, in process and served -------------------------------

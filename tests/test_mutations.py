@@ -16,6 +16,7 @@ from helpers import add_model
 from nnhal.conformance import default_specs_dir, iter_cases
 from nnhal.conformance.mutations import (
     ACCEPTED,
+    INVALID_OPERATION_TYPES,
     REJECTED,
     ModelMutant,
     SharedBurst,
@@ -139,6 +140,13 @@ def test_mutation_families_are_all_generated():
         "operand_location", "subgraph_input", "subgraph_output", "operand_no_writer",
         "subgraph_reference", "subgraph_cycle", "execution_preference", "priority"}
     assert expected <= kinds, expected - kinds
+
+
+def test_invalid_operation_types_are_not_operations():
+    # 102 was one past HAL 1.3's last operation; it is BATCH_MATMUL since AIDL v2.
+    defined = {int(t) for t in OperationType}
+    assert not defined & set(INVALID_OPERATION_TYPES)
+    assert max(defined - {OperationType.OEM_OPERATION}) + 1 in INVALID_OPERATION_TYPES
 
 
 def test_mutants_leave_the_original_untouched(device):

@@ -160,7 +160,8 @@ def make_extension_type(prefix: int, low: int) -> int:
     return ((prefix & 0xFFFF) << EXTENSION_TYPE_LOW_BITS) | (low & 0xFFFF)
 
 
-# Operation names in their upstream order: the value of each is its index (0..101).
+# Operation names in their upstream order: the value of each is its index (0..105; 102-105
+# came with AIDL v2 and v3).
 _OPERATION_NAMES = """
 ADD AVERAGE_POOL_2D CONCATENATION CONV_2D DEPTHWISE_CONV_2D DEPTH_TO_SPACE DEQUANTIZE
 EMBEDDING_LOOKUP FLOOR FULLY_CONNECTED HASHTABLE_LOOKUP L2_NORMALIZATION L2_POOL_2D
@@ -176,9 +177,10 @@ QUANTIZED_16BIT_LSTM RANDOM_MULTINOMIAL REDUCE_ALL REDUCE_ANY REDUCE_MAX REDUCE_
 REDUCE_PROD REDUCE_SUM ROI_ALIGN ROI_POOLING RSQRT SELECT SIN SLICE SPLIT SQRT TILE TOPK_V2
 TRANSPOSE_CONV_2D UNIDIRECTIONAL_SEQUENCE_LSTM UNIDIRECTIONAL_SEQUENCE_RNN
 RESIZE_NEAREST_NEIGHBOR QUANTIZED_LSTM IF WHILE ELU HARD_SWISH FILL RANK
+BATCH_MATMUL PACK MIRROR_PAD REVERSE
 """.split()
 
-#: OperationType (1.3): the 102 fundamental operations plus the deprecated OEM_OPERATION.
+#: OperationType: the 106 fundamental operations plus the deprecated OEM_OPERATION.
 OperationType = enum.IntEnum(  # type: ignore[misc]
     "OperationType",
     [(name, value) for value, name in enumerate(_OPERATION_NAMES)] + [("OEM_OPERATION", 10000)],

@@ -22,6 +22,7 @@ from nnhal.ops import (
     logical,
     lsh_projection,
     lstm,
+    matmul,
     normalization,
     pooling,
     quantized_lstm,
@@ -38,7 +39,7 @@ from nnhal.ops.resolver import OpContext, OperationDef, OpError, definitions
 from nnhal.ops.signature import V1_0, Signature, SignatureError, check
 
 FAMILIES = (activations, arithmetic, cast, comparison, control_flow, conv, detection,
-            elementwise, indexing, logical, lsh_projection, lstm, normalization, pooling,
+            elementwise, indexing, logical, lsh_projection, lstm, matmul, normalization, pooling,
             quantized_lstm, random, reduce, resize, rnn, roi, shape, softmax, svdf)
 
 _DEFINITIONS: dict[int, OperationDef] = definitions()

@@ -1,7 +1,7 @@
 """Shape and layout operations: data movement without arithmetic (except CONCATENATION's
 requantisation).
 
-CONCATENATION, DEPTH_TO_SPACE, SPACE_TO_DEPTH, RESHAPE, BATCH_TO_SPACE_ND, SPACE_TO_BATCH_ND,
+CONCATENATION, PACK, DEPTH_TO_SPACE, SPACE_TO_DEPTH, RESHAPE, BATCH_TO_SPACE_ND, SPACE_TO_BATCH_ND,
 PAD, PAD_V2, SQUEEZE, TRANSPOSE, EXPAND_DIMS, TILE, CHANNEL_SHUFFLE, SPLIT, FILL, RANK.
 
 Each output shape is computed by one function shared by ``validate`` (when the parameters are
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from nnhal.core.version import FeatureLevel
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.resolver import OpContext, OperandInfo, OperationDef, OpError, Shape, register
@@ -141,6 +142,9 @@ _BLOCK_SIZE = Slot("block_size", T.INT32, doc=">= 1")
 SIGNATURES = [
     sig(O.CONCATENATION, [Slot("inputs", "T", repeated=True, doc="same rank; equal but on axis"),
                           Slot("axis", T.INT32)], _OUT, _BASIC_1_0),
+    sig(O.PACK, [Slot("axis", T.INT32, doc="in [0, rank + 1)"),
+                 Slot("inputs", "T", repeated=True, doc="rank >= 1; identical shapes")], _OUT,
+        variants(FeatureLevel.AIDL_V2, *_t(_F16, _F32, _Q8, _Q8S, _I32))),
     sig(O.DEPTH_TO_SPACE, [Slot("input", "T", doc="4-D"), _BLOCK_SIZE, _LAYOUT], _OUT,
         _BASIC_1_0),
     sig(O.SPACE_TO_DEPTH, [Slot("input", "T", doc="4-D"), _BLOCK_SIZE, _LAYOUT], _OUT,
@@ -328,6 +332,76 @@ class Concatenation(OperationDef):
                     s, b = requant
                     v = C.round_half_away(x.astype(np.float32) * s + b) + zo
                     y[index] = np.clip(v, qmin, qmax).astype(t.dtype)
+
+        return run_into
+
+
+# ---- PACK -----------------------------------------------------------------------------------
+
+def _pack_shape(shapes: Sequence[Sequence[int]], axis: int | None, *,
+                strict: bool = False) -> tuple[int, ...]:
+    """The output shape: the inputs' common shape with their count inserted at ``axis``.
+    Unless ``strict`` (run-time shapes), 0 means unknown, and so does an unknown axis."""
+    rank = len(shapes[0])
+    common = list(shapes[0])
+    for s in shapes[1:]:
+        if len(s) != rank:
+            raise OpError("PACK: all inputs must have the same rank")
+        for d in range(rank):
+            if s[d] != common[d] and (strict or (s[d] and common[d])):
+                raise OpError(f"PACK: dimension {d} differs between inputs")
+            common[d] = common[d] or s[d]
+    if rank < 1:
+        raise OpError("PACK: inputs must have rank at least 1")
+    if axis is None:
+        return (0,) * (rank + 1)
+    if not 0 <= axis <= rank:
+        raise OpError(f"PACK: axis {axis} is outside [0, {rank + 1})")
+    return (*common[:axis], len(shapes), *common[axis:])
+
+
+@register(O.PACK)
+class Pack(OperationDef):
+    """Quantized inputs and the output share one scale and zero point (the HAL requires it),
+    so packing is a copy of each input into its slice of the output."""
+
+    def validate(self, ctx: OpContext) -> None:
+        for i in range(1, len(ctx.inputs)):
+            rank_between(ctx, i, min_rank=1)
+            quant_unchanged(ctx, index=i)
+        self.prepare(ctx)
+
+    def prepare(self, ctx: OpContext):
+        shapes = [ctx.inputs[i].shape for i in range(1, len(ctx.inputs))]
+        known_rank = next((s for s in shapes if s is not None), None)
+        if known_rank is None:
+            return [None]
+        if any(s is None for s in shapes):
+            return [(0,) * (len(known_rank) + 1)]
+        return [_pack_shape(shapes, ctx.const_int(0))]
+
+    def kernel(self, ctx: OpContext):
+        dtype = ctx.outputs[0].type.dtype
+
+        def run(ins, rt):
+            axis = scalar(ins[0])
+            _pack_shape([x.shape for x in ins[1:]], axis, strict=True)
+            return [np.stack(ins[1:], axis=axis).astype(dtype, copy=False)]
+
+        return run
+
+    def kernel_into(self, ctx: OpContext):
+        n = len(ctx.inputs) - 1
+        const_axis = ctx.const_int(0)
+
+        def run_into(ins, outs, rt) -> None:
+            y = outs[0]
+            axis = scalar(ins[0]) if const_axis is None else const_axis
+            shape = _pack_shape([x.shape for x in ins[1:]], axis, strict=True)
+            if y.shape != shape:
+                raise OpError(f"PACK: output shape {y.shape}, computed {shape}")
+            for i in range(n):
+                y[(slice(None),) * axis + (i,)] = ins[1 + i]
 
         return run_into
 
