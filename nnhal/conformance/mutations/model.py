@@ -111,8 +111,10 @@ Mutator = Callable[[Model, Subgraph], None]
 #: Operand type values outside every defined range (upstream's list: one below the fundamental
 #: range, one above it, one below and one above the OEM range).
 INVALID_OPERAND_TYPES = (0xFFFFFFFF, 16, 9999, 10002)
-#: Operation type values outside every defined range.
-INVALID_OPERATION_TYPES = (102, 9999, 10001)
+#: Operation type values outside every defined range: one above the last fundamental operation
+#: (AIDL v3's REVERSE; 102 was HAL 1.3's, but AIDL v2 defines it), one below and one above OEM.
+INVALID_OPERATION_TYPES = (max(t for t in OperationType if t != OperationType.OEM_OPERATION) + 1,
+                           9999, 10001)
 #: A type with an extension prefix no model declares.
 UNDECLARED_EXTENSION_TYPE = make_extension_type(0x7ABC, 1)
 
