@@ -34,7 +34,7 @@ def test_enum_values_agree_with_nnhal():
         else:
             assert v["ANEURALNETWORKS_" + ("MODEL" if t.name == "SUBGRAPH" else t.name)] == t
     ops = [t for t in OperationType if t.name != "OEM_OPERATION"]
-    assert len(ops) == 102 and all(v[f"ANEURALNETWORKS_{t.name}"] == t for t in ops)
+    assert len(ops) == 106 and all(v[f"ANEURALNETWORKS_{t.name}"] == t for t in ops)
     assert all(v[f"ANEURALNETWORKS_{c.name}"] == c for c in codes.ResultCode)
     assert v["ANEURALNETWORKS_PRIORITY_HIGH"] == codes.PriorityCode.HIGH == 110
     assert v["ANEURALNETWORKS_FEATURE_LEVEL_8"] == codes.RUNTIME_FEATURE_LEVEL.ndk == 1000008
