@@ -237,18 +237,21 @@ def test_a_level_4_device_or_face_skips_them_for_their_level(tmp_path):
 
 
 @pytest.mark.skipif(not SHARED_AIDL.exists(), reason=f"no AIDL cases at {SHARED_AIDL}")
-def test_the_shared_aidl_cases_are_skipped_per_operation_at_level_8():
+def test_the_shared_aidl_cases_pass_or_are_skipped_per_operation_at_level_8():
+    """MIRROR_PAD, REVERSE and RESHAPE of TENSOR_INT32 pass; what is still undeclared is
+    skipped per operation, never failed."""
     cases = list(iter_cases(SHARED_AIDL))
     dev = Level8()
     try:
         report = run(dev, cases, ["general"], progress=False)
     finally:
         dev.close()
-    assert report.to_json()["modes"]["general"] == {
-        "passed": 0, "failed": 0, "skipped": len(cases), "not_applicable": 0}
-    missing = report.not_implemented()["general"]
-    assert sum(missing.values()) == len(cases) == 185
-    assert set(missing) == {"BATCH_MATMUL", "PACK", "MIRROR_PAD", "REVERSE", "RESHAPE"}
+    counts = report.to_json()["modes"]["general"]
+    missing = report.not_implemented().get("general", {})
+    assert len(cases) == 185 and counts["failed"] == 0 and counts["not_applicable"] == 0
+    assert counts["skipped"] == sum(missing.values())
+    assert counts["passed"] + counts["skipped"] == 185 and counts["passed"] >= 74 + 36 + 2
+    assert set(missing) <= {"BATCH_MATMUL", "PACK"}
 
 
 # ---- shared cases through either face, in process and served -------------------------------
