@@ -709,11 +709,12 @@ def _mirror_pad_shape(shape: Sequence[int], pads: Sequence[int], mode: int | Non
     for i, d in enumerate(shape):
         if not (d or strict):
             continue
-        limit = d - 1 if mode == 0 else d
+        limit = max(d - 1, 0) if mode == 0 else d
         for p in pads[2 * i:2 * i + 2]:
             if p > limit:
+                name = _MIRROR_MODES[0 if mode == 0 else 1].upper()
                 raise OpError(f"MIRROR_PAD: padding {p} of dimension {i} (size {d}) exceeds "
-                              f"{limit}, the most {_MIRROR_MODES[mode or 1].upper()} mirrors")
+                              f"{limit}, the most {name} mirrors")
     return out
 
 
@@ -739,13 +740,21 @@ class MirrorPad(OperationDef):
         return [_mirror_pad_shape(shape, pads, mode)]
 
     def kernel(self, ctx: OpContext):
+        shape, const_pads, const_mode = ctx.inputs[0].shape, ctx.const_ints(1), ctx.const_int(2)
+        # Constant paddings and mode on a shape known at prepare were checked there.
+        checked = tuple(shape) if known(shape) and const_pads is not None and \
+            const_mode is not None else None
+
         def run(ins, rt):
-            x, mode = ins[0], int(ins[2])
-            pads = [int(v) for v in np.ravel(ins[1])]
-            _mirror_pad_shape(x.shape, pads, mode, strict=True)
-            widths = [(pads[2 * i], pads[2 * i + 1]) for i in range(x.ndim)]
+            x = ins[0]
+            if checked is not None and x.shape == checked:
+                pads, mode = const_pads, const_mode
+            else:
+                pads, mode = [int(v) for v in np.ravel(ins[1])], int(ins[2])
+                _mirror_pad_shape(x.shape, pads, mode, strict=True)
             if x.size == 0:  # nothing to mirror (every padding of an empty axis is 0)
                 return [np.zeros(_pad_shape(x.shape, pads, strict=True), x.dtype)]
+            widths = [(pads[2 * i], pads[2 * i + 1]) for i in range(x.ndim)]
             return [np.pad(x, widths, mode=_MIRROR_MODES[mode])]
 
         return run
@@ -773,9 +782,16 @@ class Reverse(OperationDef):
         return [ctx.inputs[0].shape]
 
     def kernel(self, ctx: OpContext):
+        const_axis, rank = ctx.const_ints(1), ctx.inputs[0].rank
+        # A constant axis of an input of known rank was checked at validate.
+        checked = const_axis[0] if const_axis is not None and rank is not None else None
+
         def run(ins, rt):
             x = ins[0]
-            axis = _reverse_axis([int(v) for v in np.ravel(ins[1])], x.ndim)
+            if checked is not None and x.ndim == rank:
+                axis = checked
+            else:
+                axis = _reverse_axis([int(v) for v in np.ravel(ins[1])], x.ndim)
             return [np.flip(x, axis).copy()]
 
         return run
