@@ -30,7 +30,7 @@ def prepare(device, model):
 
 
 def test_every_operation_is_registered():
-    assert len(OperationType) == 103  # 102 operations plus OEM_OPERATION
+    assert len(OperationType) == 107  # 106 operations (102-105 of AIDL v2, v3) plus OEM
     assert all(int(op) in registered() for op in OperationType
                if op != OperationType.OEM_OPERATION)
 

@@ -2,7 +2,8 @@
 requantisation).
 
 CONCATENATION, PACK, DEPTH_TO_SPACE, SPACE_TO_DEPTH, RESHAPE, BATCH_TO_SPACE_ND, SPACE_TO_BATCH_ND,
-PAD, PAD_V2, SQUEEZE, TRANSPOSE, EXPAND_DIMS, TILE, CHANNEL_SHUFFLE, SPLIT, FILL, RANK.
+PAD, PAD_V2, SQUEEZE, TRANSPOSE, EXPAND_DIMS, TILE, CHANNEL_SHUFFLE, SPLIT, FILL, RANK;
+MIRROR_PAD and REVERSE (AIDL v3).
 
 Each output shape is computed by one function shared by ``validate`` (when the parameters are
 constant), ``prepare`` (0 marks an unknown dimension) and the kernel (from runtime values), so
@@ -132,6 +133,8 @@ _BASIC_1_1 = [*variants(V1_1, *_t(_F32, _Q8)), *variants(V1_2, *_t(_F16)),
 #: Operations of 1.2 without INT32 tensors, and with them.
 _BASIC_1_2 = [*variants(V1_2, *_t(_F16, _F32, _Q8)), *variants(V1_3, *_t(_Q8S))]
 _INT_1_2 = [*variants(V1_2, *_t(_F16, _F32, _I32, _Q8)), *variants(V1_3, *_t(_Q8S))]
+#: The AIDL v3 data movements: every type from their first version.
+_INT_AIDL_V3 = variants(FeatureLevel.AIDL_V3, *_t(_F16, _F32, _Q8, _Q8S, _I32))
 
 _IN = Slot("input", "T")
 _OUT = [Slot("output", "T")]
@@ -150,7 +153,7 @@ SIGNATURES = [
     sig(O.SPACE_TO_DEPTH, [Slot("input", "T", doc="4-D"), _BLOCK_SIZE, _LAYOUT], _OUT,
         _BASIC_1_0),
     sig(O.RESHAPE, [_IN, Slot("shape", T.TENSOR_INT32, doc="1-D; at most one -1")], _OUT,
-        _BASIC_1_0),
+        [*_BASIC_1_0, *variants(FeatureLevel.AIDL_V2, *_t(_I32))]),
     sig(O.BATCH_TO_SPACE_ND, [Slot("input", "T", doc="4-D"),
                               Slot("block_shape", T.TENSOR_INT32, doc="[2], values >= 1"),
                               _LAYOUT], _OUT, _BASIC_1_1),
@@ -165,6 +168,14 @@ SIGNATURES = [
         [*variants(V1_2, {"T": _F16, "S": T.FLOAT16}, {"T": _F32, "S": T.FLOAT32},
                    {"T": _Q8, "S": T.INT32}),
          *variants(V1_3, {"T": _Q8S, "S": T.INT32})]),
+    sig(O.MIRROR_PAD, [Slot("input", "T", doc="rank >= 1"),
+                       Slot("paddings", T.TENSOR_INT32,
+                            doc="[rank, 2]: before, after; >= 0, REFLECT < and SYMMETRIC <= "
+                                "the dimension"),
+                       Slot("mode", T.INT32, doc="0: REFLECT, 1: SYMMETRIC")], _OUT,
+        _INT_AIDL_V3),
+    sig(O.REVERSE, [Slot("input", "T", doc="rank 1 to 8"),
+                    Slot("axis", T.TENSOR_INT32, doc="[1], in [0, rank)")], _OUT, _INT_AIDL_V3),
     sig(O.SQUEEZE, [_IN, Slot("axes", T.TENSOR_INT32, omittable=True,
                               doc="1-D; omitted: every size-1 dimension")], _OUT, _BASIC_1_1),
     sig(O.TRANSPOSE, [_IN, Slot("perm", T.TENSOR_INT32, omittable=True,
@@ -679,12 +690,12 @@ class SpaceToBatch(OperationDef):
 
 # ---- PAD / PAD_V2 ---------------------------------------------------------------------------
 
-def _pad_shape(shape: Sequence[int], pads: Sequence[int], *,
-               strict: bool = False) -> tuple[int, ...]:
+def _pad_shape(shape: Sequence[int], pads: Sequence[int], *, strict: bool = False,
+               op: str = "PAD") -> tuple[int, ...]:
     if len(pads) != 2 * len(shape):
-        raise OpError("PAD: paddings must have shape [rank, 2]")
+        raise OpError(f"{op}: paddings must have shape [rank, 2]")
     if any(p < 0 for p in pads):
-        raise OpError("PAD: paddings must be >= 0")
+        raise OpError(f"{op}: paddings must be >= 0")
     return tuple(pads[2 * i] + d + pads[2 * i + 1] if d or strict else 0
                  for i, d in enumerate(shape))
 
@@ -750,6 +761,113 @@ class Pad(_PadBase):
 @register(O.PAD_V2)
 class PadV2(_PadBase):
     n_inputs = 3
+
+
+# ---- MIRROR_PAD / REVERSE -------------------------------------------------------------------
+
+#: numpy's names of the HAL's modes 0 (REFLECT) and 1 (SYMMETRIC).
+_MIRROR_MODES = ("reflect", "symmetric")
+
+
+def _mirror_pad_shape(shape: Sequence[int], pads: Sequence[int], mode: int | None, *,
+                      strict: bool = False) -> tuple[int, ...]:
+    """PAD's output shape, once each padding fits the dimension it mirrors: REFLECT leaves the
+    border element out, so it mirrors at most dimension - 1 elements, SYMMETRIC at most the
+    dimension. A zero padding mirrors nothing and always fits. ``mode`` None (known only at
+    run time) checks SYMMETRIC's bound, which both modes need; unless ``strict``, a 0
+    dimension is unknown."""
+    if mode is not None and mode not in (0, 1):
+        raise OpError(f"MIRROR_PAD: mode {mode} is neither 0 (REFLECT) nor 1 (SYMMETRIC)")
+    out = _pad_shape(shape, pads, strict=strict, op="MIRROR_PAD")
+    for i, d in enumerate(shape):
+        if not (d or strict):
+            continue
+        limit = max(d - 1, 0) if mode == 0 else d
+        for p in pads[2 * i:2 * i + 2]:
+            if p > limit:
+                name = _MIRROR_MODES[0 if mode == 0 else 1].upper()
+                raise OpError(f"MIRROR_PAD: padding {p} of dimension {i} (size {d}) exceeds "
+                              f"{limit}, the most {name} mirrors")
+    return out
+
+
+@register(O.MIRROR_PAD)
+class MirrorPad(OperationDef):
+    def validate(self, ctx: OpContext) -> None:
+        quant_unchanged(ctx)
+        rank_between(ctx, 0, min_rank=1)
+        ps, r = ctx.inputs[1].shape, ctx.inputs[0].rank
+        if ps is not None:
+            ctx.require(len(ps) == 2 and ps[1] in (0, 2), "paddings must have shape [rank, 2]")
+            ctx.require(r is None or ps[0] in (0, r), "paddings must have shape [rank, 2]")
+        self.prepare(ctx)
+
+    def prepare(self, ctx: OpContext):
+        shape, pads, mode = ctx.inputs[0].shape, ctx.const_ints(1), ctx.const_int(2)
+        if mode is not None and mode not in (0, 1):
+            raise ctx.fail(f"mode {mode} is neither 0 (REFLECT) nor 1 (SYMMETRIC)")
+        if shape is None:
+            return [None]
+        if pads is None:
+            return [(0,) * len(shape)]
+        return [_mirror_pad_shape(shape, pads, mode)]
+
+    def kernel(self, ctx: OpContext):
+        shape, const_pads, const_mode = ctx.inputs[0].shape, ctx.const_ints(1), ctx.const_int(2)
+        # Constant paddings and mode on a shape known at prepare were checked there.
+        checked = tuple(shape) if known(shape) and const_pads is not None and \
+            const_mode is not None else None
+
+        def run(ins, rt):
+            x = ins[0]
+            if checked is not None and x.shape == checked:
+                pads, mode = const_pads, const_mode
+            else:
+                pads, mode = [int(v) for v in np.ravel(ins[1])], int(ins[2])
+                _mirror_pad_shape(x.shape, pads, mode, strict=True)
+            if x.size == 0:  # nothing to mirror (every padding of an empty axis is 0)
+                return [np.zeros(_pad_shape(x.shape, pads, strict=True), x.dtype)]
+            widths = [(pads[2 * i], pads[2 * i + 1]) for i in range(x.ndim)]
+            return [np.pad(x, widths, mode=_MIRROR_MODES[mode])]
+
+        return run
+
+
+def _reverse_axis(axis: Sequence[int], rank: int) -> int:
+    if len(axis) != 1:
+        raise OpError(f"REVERSE: axis must hold one value, got {len(axis)}")
+    if not 0 <= axis[0] < rank:
+        raise OpError(f"REVERSE: axis {axis[0]} is not in [0, {rank})")
+    return axis[0]
+
+
+@register(O.REVERSE)
+class Reverse(OperationDef):
+    def validate(self, ctx: OpContext) -> None:
+        quant_unchanged(ctx)
+        rank_between(ctx, 0, 1, 8)
+        vector(ctx, 1, "axis", 1)
+        axis, r = ctx.const_ints(1), ctx.inputs[0].rank
+        if axis is not None and r is not None:
+            _reverse_axis(axis, r)
+
+    def prepare(self, ctx: OpContext):
+        return [ctx.inputs[0].shape]
+
+    def kernel(self, ctx: OpContext):
+        const_axis, rank = ctx.const_ints(1), ctx.inputs[0].rank
+        # A constant axis of an input of known rank was checked at validate.
+        checked = const_axis[0] if const_axis is not None and rank is not None else None
+
+        def run(ins, rt):
+            x = ins[0]
+            if checked is not None and x.ndim == rank:
+                axis = checked
+            else:
+                axis = _reverse_axis([int(v) for v in np.ravel(ins[1])], x.ndim)
+            return [np.flip(x, axis).copy()]
+
+        return run
 
 
 # ---- SQUEEZE / EXPAND_DIMS ------------------------------------------------------------------
