@@ -79,3 +79,27 @@ def test_a_fifteenth_of_the_suite_in_every_mode_through_aidl():
     assert not [c for c in report.cases if c["result"] == SKIPPED]
     for mode in MODES:
         assert report.modes[mode][PASSED] > (10 if mode == "quantization_coupling" else 250)
+
+
+AIDL_SPECS = SPECS.parent / "conformance-aidl"
+
+
+@pytest.mark.skipif(not AIDL_SPECS.exists(), reason=f"no AIDL cases at {AIDL_SPECS}")
+def test_the_shared_aidl_cases_in_every_mode_through_aidl():
+    """Feature levels 6-7 (BATCH_MATMUL, PACK, MIRROR_PAD, REVERSE, RESHAPE of INT32): all 185
+    cases on the level-8 reference driver through the AIDL face, in every mode."""
+    from nnhal.conformance.runner import MODES, SKIPPED, Options
+    from nnhal.drivers.reference import ReferenceDevice
+
+    cases = list(iter_cases(AIDL_SPECS))
+    assert len(cases) == 185
+    dev = ReferenceDevice()
+    try:
+        report = run(dev, cases, list(MODES), Options(face="aidl"), progress=False)
+    finally:
+        dev.close()
+    bad = [(c["mode"], c["name"], c["message"]) for c in report.cases
+           if c["result"] in (FAILED, SKIPPED)]
+    assert not bad, bad[:5]
+    for mode in MODES:
+        assert report.modes[mode][PASSED] == (19 if mode == "quantization_coupling" else 185)
