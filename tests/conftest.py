@@ -15,6 +15,29 @@ def device():
     dev.close()
 
 
+@pytest.fixture
+def fresh_runtime(monkeypatch):
+    """The runtime (and so the C library in this process) lists its devices anew, the registry
+    keeps what the test registers (a ``NAME@aidl`` of mode capi) to the test, and the devices
+    listed are closed after: nothing a test opens by name outlives it."""
+    import importlib
+
+    from nnhal.conformance import mode_capi
+    from nnhal.drivers import registry
+
+    rt_devices = importlib.import_module("nnhal.runtime.devices")
+    monkeypatch.setattr(registry, "_DEVICES", dict(registry._DEVICES))
+    monkeypatch.delenv(rt_devices.DEVICES_ENV, raising=False)
+    monkeypatch.setattr(rt_devices, "_devices", None)
+    monkeypatch.setattr(rt_devices, "_named_seen", None)
+    monkeypatch.setattr(mode_capi, "_listed", {})
+    yield
+    for d in rt_devices._devices or []:
+        close = getattr(d.hal, "close", None)
+        if close is not None:
+            close()
+
+
 def pytest_terminal_summary(terminalreporter):
     """Print the conformance report per mode (collected by test_conformance) before pytest's
     own closing line."""

@@ -23,7 +23,6 @@ from nnhal.conformance import iter_cases, run
 from nnhal.conformance.runner import NOT_IMPLEMENTED, Options
 from nnhal.conformance.specs import default_specs_dir
 from nnhal.core.version import FeatureLevel
-from nnhal.drivers import registry
 from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.interfaces import IDevice
 
@@ -44,9 +43,9 @@ def specs(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def clean_registry(monkeypatch):
-    """Entries a run registers (``NAME@aidl`` for mode capi) end with the test."""
-    monkeypatch.setattr(registry, "_DEVICES", dict(registry._DEVICES))
+def clean_registry(fresh_runtime):
+    """Entries a run registers (``NAME@aidl`` for mode capi) and the devices the library's
+    runtime lists end with the test (see ``fresh_runtime`` in conftest.py)."""
 
 
 def _capi_available() -> bool:

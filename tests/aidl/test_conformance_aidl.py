@@ -60,7 +60,7 @@ def test_minimal_aidl_driver_from_the_registry_under_the_runtime(monkeypatch):
     _check(report, 8)
 
 
-def test_a_fifteenth_of_the_suite_in_every_mode_through_aidl():
+def test_a_fifteenth_of_the_suite_in_every_mode_through_aidl(fresh_runtime):
     """CI's sample (a fifteenth) of the whole sweep through the AIDL face, every mode and folder;
     the full sweep is `nnhal conformance --hal aidl` with every --mode."""
     from nnhal.conformance.runner import MODES, SKIPPED, Options
@@ -85,7 +85,7 @@ AIDL_SPECS = SPECS.parent / "conformance-aidl"
 
 
 @pytest.mark.skipif(not AIDL_SPECS.exists(), reason=f"no AIDL cases at {AIDL_SPECS}")
-def test_the_shared_aidl_cases_in_every_mode_through_aidl():
+def test_the_shared_aidl_cases_in_every_mode_through_aidl(fresh_runtime):
     """Feature levels 6-7 (BATCH_MATMUL, PACK, MIRROR_PAD, REVERSE, RESHAPE of INT32): all 185
     cases on the level-8 reference driver through the AIDL face, in every mode."""
     from nnhal.conformance.runner import MODES, SKIPPED, Options

@@ -35,25 +35,6 @@ def minimal(monkeypatch):
     return NAME
 
 
-@pytest.fixture
-def fresh_runtime(libdir, monkeypatch):
-    """The library's runtime lists its devices anew, and forgets them after."""
-    import importlib
-
-    from nnhal.conformance import mode_capi
-
-    rt_devices = importlib.import_module("nnhal.runtime.devices")
-    monkeypatch.delenv(rt_devices.DEVICES_ENV, raising=False)
-    monkeypatch.setattr(rt_devices, "_devices", None)
-    monkeypatch.setattr(rt_devices, "_named_seen", None)
-    monkeypatch.setattr(mode_capi, "_listed", {})
-    yield
-    for d in rt_devices._devices or []:
-        close = getattr(d.hal, "close", None)
-        if close is not None:
-            close()
-
-
 def _cases():
     """The float cases of ADD, MUL and SUB: the minimal driver's whole repertoire (their
     quantized cases are unsupported there, so not run)."""
@@ -69,7 +50,7 @@ def _check(report, modes):
         assert passed >= 20, (mode, passed)  # 22 of these cases are float ADD/MUL/SUB it runs
 
 
-def test_minimal_aidl_driver_from_c_in_process(minimal, fresh_runtime):
+def test_minimal_aidl_driver_from_c_in_process(libdir, minimal, fresh_runtime):
     dev = registry.open_device(minimal)
     try:
         assert dev.feature_level is FeatureLevel.AIDL_V4
@@ -78,7 +59,7 @@ def test_minimal_aidl_driver_from_c_in_process(minimal, fresh_runtime):
         dev.close()
 
 
-def test_minimal_aidl_driver_served_in_its_own_process(fresh_runtime, tmp_path):
+def test_minimal_aidl_driver_served_in_its_own_process(libdir, fresh_runtime, tmp_path):
     """``nnhal serve aidl-minimal`` in another process (the driver a plug-in, as a vendor would
     ship it), then the cases through RemoteDevice, the runtime and the C library."""
     site = tmp_path / "site"
