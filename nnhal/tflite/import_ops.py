@@ -824,9 +824,9 @@ def _while(ctx: Context, op: OpInfo) -> None:
 
 
 #: Builtins refused on purpose, with the reason (every other unmapped builtin is refused as
-#: having no HAL 1.3 equivalent).
+#: having no HAL equivalent).
 REFUSED: dict[str, str] = {
-    "MIRROR_PAD": "the HAL has no reflect / symmetric padding",
+    "MIRROR_PAD": "not converted yet: the HAL's MIRROR_PAD (AIDL v3) has no converter here",
     "CUSTOM": "custom operators have no HAL equivalent",
     "FLEX": "TensorFlow (Flex) operators have no HAL equivalent",
     "GELU": "no HAL 1.3 operation",
