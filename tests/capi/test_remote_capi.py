@@ -15,7 +15,7 @@ from helpers import served
 
 from nnhal.capi import ctypes_ndk
 from nnhal.cli import main
-from nnhal.conformance import default_specs_dir, iter_cases, mode_capi
+from nnhal.conformance import default_specs_dir, iter_cases
 from nnhal.conformance.runner import FAILED, PASSED, Options, run_case
 from nnhal.drivers import registry
 
@@ -27,18 +27,10 @@ needs_specs = pytest.mark.skipif(not SPECS.exists(),
 
 
 @pytest.fixture
-def fresh_runtime(libdir, monkeypatch):
-    """The library's runtime lists its devices anew (and forgets them after), with no
-    ``$NNHAL_DEVICES`` to begin with."""
-    monkeypatch.delenv(rt_devices.DEVICES_ENV, raising=False)
-    monkeypatch.setattr(rt_devices, "_devices", None)
-    monkeypatch.setattr(rt_devices, "_named_seen", None)
-    monkeypatch.setattr(mode_capi, "_listed", {})
+def fresh_runtime(libdir, fresh_runtime):
+    """conftest's ``fresh_runtime`` (devices listed anew, nothing a test opens outlives it),
+    here only where the library can be built."""
     yield
-    for d in rt_devices._devices or []:
-        close = getattr(d.hal, "close", None)
-        if close is not None:
-            close()
 
 
 @needs_specs
