@@ -69,6 +69,8 @@ class OpInfo:
     outputs: list[int]
     options: Any = None
     custom: bool = False
+    #: A custom operator's raw options (its kernel reads them as it likes).
+    custom_options: bytes = b""
 
     def describe(self) -> str:
         return f"#{self.index} {self.name}"
@@ -237,6 +239,8 @@ class _Reader:
         arity = None if custom else ARITY.get(name)
         info = OpInfo(k, name, code, ins, outs,
                       _options(op, arity.options if arity is not None else None), custom)
+        if custom and op.CustomOptionsLength():
+            info.custom_options = op.CustomOptionsAsNumpy().tobytes()
         if arity is not None:
             problem = arity.problem(len(ins), len(outs))
             if problem is not None:
