@@ -425,6 +425,13 @@ def fold(sg: SubgraphInfo, skip: set[int]) -> set[int]:
                 if src.sparse_value is None:
                     continue
                 _set(outs[0], src.sparse_value)
+            elif op.name == "ZEROS_LIKE" and sg.tensors[op.inputs[0]].static and \
+                    schema.DTYPES.get(sg.tensors[op.inputs[0]].ttype) is not None and \
+                    not sg.tensors[op.inputs[0]].quantized:
+                # Only the shape matters: zeros of a static shape, whatever the values.
+                src = sg.tensors[op.inputs[0]]
+                _bounded(float(np.prod(src.shape, dtype=np.float64)))
+                _set(outs[0], np.zeros(src.shape, schema.DTYPES[src.ttype]))
             elif op.name in ("SHAPE", "RANK"):
                 src = sg.tensors[op.inputs[0]]
                 if not src.static:
@@ -433,6 +440,7 @@ def fold(sg: SubgraphInfo, skip: set[int]) -> set[int]:
             elif op.name in FOLDERS:
                 values = _vals(sg, op)
                 if not values or any(v is None for v, i in zip(values, op.inputs) if i >= 0):
+                    _infer_shapes(sg, op)
                     continue
                 fn, moves = FOLDERS[op.name]
                 if moves:
@@ -444,6 +452,7 @@ def fold(sg: SubgraphInfo, skip: set[int]) -> set[int]:
                 for t, r in zip(outs, results):
                     _set(t, r)
             else:
+                _infer_shapes(sg, op)
                 continue
         except FoldRefusal as e:
             sg.extra.setdefault("fold_refused", {})[op.index] = str(e)
@@ -454,6 +463,58 @@ def fold(sg: SubgraphInfo, skip: set[int]) -> set[int]:
             for t in outs:
                 if op.name not in ("DENSIFY",):
                     t.value = None
+            _infer_shapes(sg, op)
             continue
         folded.add(op.index)
     return folded
+
+
+# ---- shapes TFLite's Prepare computes ------------------------------------------------------
+
+#: Operators whose output has their (broadcast) inputs' shape.
+_ELEMENTWISE = {
+    "ADD", "SUB", "MUL", "DIV", "FLOOR_DIV", "FLOOR_MOD", "MAXIMUM", "MINIMUM", "POW",
+    "SQUARED_DIFFERENCE", "EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER",
+    "GREATER_EQUAL", "LOGICAL_AND", "LOGICAL_OR", "SELECT_V2", "ABS", "EXP", "LOG", "NEG",
+    "SQRT", "RSQRT", "SIN", "COS", "FLOOR", "CEIL", "ROUND", "LOGICAL_NOT", "RELU", "RELU6",
+    "RELU_N1_TO_1", "LOGISTIC", "TANH", "HARD_SWISH", "CAST", "QUANTIZE", "DEQUANTIZE",
+    "SQUARE", "ELU", "LEAKY_RELU", "GELU", "SIGN", "ZEROS_LIKE",
+}
+
+
+def _infer_shapes(sg: SubgraphInfo, op: OpInfo) -> None:
+    """The output shape TFLite's Prepare gives an operator that is not folded, where the file
+    marks it as computed (-1 in shape_signature) and the converter's ``shape`` is only a
+    placeholder: for element-wise operators, slices and reshapes of static inputs with
+    constant parameters, which is what shape arithmetic folded upstream feeds (x[:, :n] then
+    a RESHAPE to frames). Any other output keeps the file's shape."""
+    outs = [sg.tensors[o] for o in op.outputs if o >= 0]
+    if len(outs) != 1 or outs[0].signature is None or -1 not in outs[0].signature:
+        return
+    ins = [sg.tensors[i] if i >= 0 else None for i in op.inputs]
+    if not ins or ins[0] is None or not ins[0].static:
+        return
+    shape: tuple[int, ...] | None = None
+    try:
+        if op.name in _ELEMENTWISE:
+            if all(t is not None and t.static for t in ins):
+                shape = tuple(np.broadcast_shapes(*(t.shape for t in ins)))
+        elif op.name == "STRIDED_SLICE":
+            v = _vals(sg, op)
+            if all(x is not None for x in v[1:4]):
+                probe = np.empty(ins[0].shape, np.bool_)
+                shape = _strided_slice(sg, op, [probe] + v[1:4]).shape
+        elif op.name == "SLICE":
+            v = _vals(sg, op)
+            if all(x is not None for x in v[1:3]):
+                shape = _slice(sg, op, [np.empty(ins[0].shape, np.bool_)] + v[1:3]).shape
+        elif op.name == "RESHAPE" and len(op.inputs) > 1 and ins[1] is not None and \
+                ins[1].value is not None:
+            shape = np.empty(ins[0].shape, np.bool_).reshape(
+                [int(d) for d in ins[1].value.reshape(-1)]).shape
+    except (_NoFold, ValueError, IndexError, TypeError, AttributeError):
+        return
+    if shape is None or len(shape) != len(outs[0].signature) or \
+            any(s not in (-1, d) for s, d in zip(outs[0].signature, shape)):
+        return
+    outs[0].shape = tuple(int(d) for d in shape)

@@ -31,9 +31,7 @@ CUSTOM_CONVERTERS: dict[str, Converter] = {}
 CUSTOM_MAPPED: dict[str, str] = {}
 #: Builtins whose conversion is a HAL subgraph of several operations computing the same thing
 #: (the support table's "lowered"), rather than one HAL operation.
-LOWERED: set[str] = {
-    "ADD_N", "SQUARED_DIFFERENCE", "SPLIT_V", "PACK", "UNPACK", "LEAKY_RELU", "SQUARE",
-}
+LOWERED: set[str] = {"ADD_N", "SQUARED_DIFFERENCE", "SPLIT_V", "PACK", "UNPACK"}
 
 _FLOATS = (TT.FLOAT32, TT.FLOAT16)
 
@@ -377,3 +375,12 @@ def _transpose_conv_bias(ctx: Context, op: OpInfo) -> None:
            ctx.i32(pw // 2), ctx.i32(pw - pw // 2), ctx.i32(ph // 2), ctx.i32(ph - ph // 2),
            ctx.i32(stride_w), ctx.i32(stride_h), ctx.i32(0), ctx.bool_(False)]
     ctx.emit(O.TRANSPOSE_CONV_2D, ins, [out])
+
+
+@_register("BROADCAST_TO", "numpy broadcasting to a constant shape, exactly (as SELECT_V2's "
+                           "operands); constants folded")
+def _broadcast_to(ctx: Context, op: OpInfo) -> None:
+    shape = tuple(int(d) for d in ctx.need_value(op.inputs[1], "shape").reshape(-1))
+    if any(d <= 0 for d in shape) or not ctx.t(op.inputs[0]).static:
+        raise Unimportable("broadcasting to or from an unknown or empty shape")
+    ctx.copy_into(_broadcast(ctx, op.inputs[0], shape), ctx.y(op.outputs[0]))

@@ -28,7 +28,7 @@ from nnhal.tflite import (
 from nnhal.tflite.import_ctx import Context, Unimportable, hal_dims, hal_type
 from nnhal.tflite.import_fold import FOLDED_NOTE, FOLDERS, fold
 from nnhal.tflite.import_ops import CONVERTERS, MAPPED, REFUSED
-from nnhal.tflite.import_reach import CUSTOM_CONVERTERS
+from nnhal.tflite.import_reach import CUSTOM_CONVERTERS, CUSTOM_MAPPED, LOWERED
 from nnhal.tflite.import_read import OpInfo, SubgraphInfo, read_model
 from nnhal.tflite.kernel_rules import RuleOp, kernel_refusal, rule_tensor
 from nnhal.tflite.model import ImportedModel, StateVariable
@@ -38,13 +38,37 @@ from nnhal.validation import ValidationError
 L = OperandLifeTime
 
 
+#: The classes of :func:`builtin_table`.
+KINDS = ("HAL operation", "lowered", "folded", "refused")
+
+
+def builtin_table() -> dict[str, tuple[str, str]]:
+    """Every TFLite builtin -> (kind, how or why): "HAL operation" (one HAL operation, its
+    options as operands), "lowered" (a short HAL subgraph computing the same thing),
+    "folded" (only constants: folded at import, refused otherwise) or "refused"."""
+    mapped, refused = builtin_support()
+    table = {}
+    for name, note in mapped.items():
+        if name in CONVERTERS:
+            kind = "lowered" if name in LOWERED else "HAL operation"
+        elif name in VARIABLE_OPS and name != "CALL_ONCE":
+            kind = "lowered"  # state inputs and outputs of the model
+        else:
+            kind = "folded"
+        table[name] = (kind, note)
+    for name, why in refused.items():
+        table[name] = ("refused", why)
+    return dict(sorted(table.items()))
+
+
 def builtin_support() -> tuple[dict[str, str], dict[str, str]]:
     """(mapped, refused): every TFLite builtin the importer converts with how, and every one
-    it refuses with why."""
+    it refuses with why (:func:`builtin_table` says which kind each mapping is)."""
     mapped = dict(MAPPED)
     for name in FOLDERS:
         mapped.setdefault(name, FOLDED_NOTE)
     mapped["DENSIFY"] = "folded: a sparse constant becomes a dense constant"
+    mapped["ZEROS_LIKE"] = "folded: zeros of the input's shape when that is static"
     mapped["SHAPE"] = "folded when the input's shape is static"
     mapped["RANK"] = "folded when the input's shape is static"
     for name in ("VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"):
@@ -279,7 +303,12 @@ def read_tflite(source: str | os.PathLike[str] | bytes, name: str | None = None,
         return _Importer(lf.name, subgraphs).run()
 
 
-__all__ = ["builtin_support", "read_tflite"]
+def custom_support() -> dict[str, str]:
+    """The custom operators the importer maps (custom code -> how); every other is refused."""
+    return dict(CUSTOM_MAPPED)
+
+
+__all__ = ["builtin_support", "builtin_table", "custom_support", "read_tflite"]
 
 
 def _where(op: OpInfo, sg: SubgraphInfo) -> str:

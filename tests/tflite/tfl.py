@@ -51,6 +51,8 @@ class _Op:
     inputs: list[int]
     outputs: list[int]
     options: tuple[str, dict[str, Any]] | None = None
+    #: A custom operator's raw options.
+    custom_options: bytes | None = None
 
 
 @dataclass
@@ -98,9 +100,10 @@ class Graph:
         return i
 
     def op(self, name: str, inputs: Sequence[int], outputs: Sequence[int],
-           options: tuple[str, dict[str, Any]] | None = None) -> None:
+           options: tuple[str, dict[str, Any]] | None = None,
+           custom_options: bytes | None = None) -> None:
         """``name`` is a builtin name, or ``CUSTOM:code`` for a custom operator."""
-        self.ops.append(_Op(name, list(inputs), list(outputs), options))
+        self.ops.append(_Op(name, list(inputs), list(outputs), options, custom_options))
 
     def output(self, *indexes: int) -> None:
         self.outputs.extend(indexes)
@@ -211,6 +214,8 @@ def _subgraph(b: flatbuffers.Builder, g: Graph, codes: dict[str, int],
     for op in g.ops:
         ins, outs = _vec(b, op.inputs, np.int32), _vec(b, op.outputs, np.int32)
         opts = _options(b, op.options[0], op.options[1]) if op.options else None
+        custom = (_vec(b, np.frombuffer(op.custom_options, np.uint8), np.uint8)
+                  if op.custom_options is not None else None)
         om.OperatorStart(b)
         om.OperatorAddOpcodeIndex(b, codes.setdefault(op.name, len(codes)))
         om.OperatorAddInputs(b, ins)
@@ -218,6 +223,8 @@ def _subgraph(b: flatbuffers.Builder, g: Graph, codes: dict[str, int],
         if opts is not None:
             om.OperatorAddBuiltinOptionsType(b, getattr(BuiltinOptions, op.options[0]))
             om.OperatorAddBuiltinOptions(b, opts)
+        if custom is not None:
+            om.OperatorAddCustomOptions(b, custom)
         ops.append(om.OperatorEnd(b))
     tv, ov = _table_vector(b, tensors), _table_vector(b, ops)
     iv, outv = _vec(b, g.inputs, np.int32), _vec(b, g.outputs, np.int32)
