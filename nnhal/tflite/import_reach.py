@@ -270,9 +270,10 @@ def _rank_one_condition(ctx: Context, c: int, shape: tuple[int, ...]) -> int:
     if t.value is not None:
         v = np.broadcast_to(t.value.reshape((-1,) + (1,) * (len(shape) - 1)), shape).copy()
         return ctx.x(c, value=v, dims=shape)
-    dst = _bools(ctx, shape)
-    _bool_reshape(ctx, ctx.x(c), [t.shape[0]], [shape[0]] + [1] * (len(shape) - 1), dst)
-    if len(shape) == 1 or all(n == 1 for n in shape[1:]):
+    rows = [shape[0]] + [1] * (len(shape) - 1)
+    dst = _bools(ctx, rows)
+    _bool_reshape(ctx, ctx.x(c), [t.shape[0]], rows, dst)
+    if rows == list(shape):
         return dst
     wide = _bools(ctx, shape)
     ctx.emit(O.LOGICAL_OR, [dst, ctx.sb.constant(T.TENSOR_BOOL8,

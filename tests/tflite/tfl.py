@@ -21,6 +21,10 @@ _TYPES = {np.dtype(np.float32): TT.FLOAT32, np.dtype(np.float16): TT.FLOAT16,
           np.dtype(np.int64): TT.INT64, np.dtype(np.bool_): TT.BOOL}
 
 
+#: Builtins TFLite registers from a version above 1.
+_VERSIONS = {"BROADCAST_TO": 2}
+
+
 def _mod(name: str) -> Any:
     return importlib.import_module(f"tflite.{name}")
 
@@ -264,7 +268,7 @@ def _build(main: Graph, extra: tuple, version: int, base: int | None) -> bytes |
             cm.OperatorCodeAddCustomCode(b, custom)
         cm.OperatorCodeAddBuiltinCode(b, code)
         cm.OperatorCodeAddDeprecatedBuiltinCode(b, min(code, 127))
-        cm.OperatorCodeAddVersion(b, 1)
+        cm.OperatorCodeAddVersion(b, _VERSIONS.get(name, 1))
         code_offsets.append(cm.OperatorCodeEnd(b))
     buffer_offsets, tail, places = [], bytearray(), []
     for data in buffers:
