@@ -316,9 +316,8 @@ def _where(op: OpInfo, sg: SubgraphInfo) -> str:
 
 
 def _custom_refusal(op: OpInfo) -> str:
-    known = ", ".join(sorted(CUSTOM_CONVERTERS))
-    return (f"custom operator '{op.name}' has no HAL equivalent (the custom operators nnhal "
-            f"maps: {known})")
+    """(``custom_support()`` lists the custom operators that do map.)"""
+    return f"custom operator '{op.name}' has no HAL equivalent"
 
 
 def _kind_refusal(op: OpInfo, main: bool) -> str | None:
