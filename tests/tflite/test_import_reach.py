@@ -186,13 +186,30 @@ def test_int32_div_truncates_towards_zero_as_tflite() -> None:
 
 
 @pytest.mark.parametrize("name", ["FLOOR_DIV", "FLOOR_MOD"])
-def test_float_floor_division_and_modulo_on_random_tensors(name: str) -> None:
-    data = _binary(name, (3, 1, 8), (4, 1), F)
+@pytest.mark.parametrize("const", [False, True], ids=["divisor input", "divisor constant"])
+def test_float_floor_division_and_modulo_are_exact(name: str, const: bool) -> None:
+    """Bit for bit TFLite's, on one-decimal operands where the float32 quotient often rounds
+    up to an integer (7.8 // 0.6: TFLite's 12, not floor(fl32(13.0)) = 13; 7.8 mod 0.6:
+    0.6 - 2^-23-ish, not 0), and on values spread over 40 decades (quotients below 2^24)."""
     rng = np.random.default_rng(11)
-    for _ in range(3):
-        a = rng.uniform(-100, 100, (3, 1, 8)).astype(F)
-        b = (rng.uniform(0.5, 9, (4, 1)) * rng.choice([-1, 1], (4, 1))).astype(F)
-        agree(data, [a, b])
+    n = 4000
+    b = (np.round(rng.uniform(0.1, 3, n), 1) * rng.choice([-1, 1], n)).astype(F)
+    a = np.round(rng.uniform(-10, 10, (2, n)), 1).astype(F)
+    wide_a = (rng.uniform(-1, 1, n) * 10.0 ** rng.integers(-20, 20, n)).astype(F)
+    wide_b = (rng.uniform(0.1, 1, n) * 10.0 ** rng.integers(-10, 10, n)).astype(F)
+    keep = (np.abs(wide_a.astype(np.float64) / wide_b) < 2 ** 24) & \
+        (np.abs(a[0].astype(np.float64) / wide_b) < 2 ** 24)
+    a[1, keep], b[keep] = wide_a[keep], np.where(b[keep] < 0, -wide_b[keep], wide_b[keep])
+    g = Graph()
+    x = g.input((2, n), F)
+    y = g.const(b) if const else g.input((n,), F)
+    out = g.tensor((2, n), F)
+    g.op(name, [x, y], [out])
+    g.output(out)
+    data = build(g)
+    feeds = [a] if const else [a, b]
+    got = agree(data, feeds)[0]
+    np.testing.assert_array_equal(got, litert_run(litert(data), feeds)[0])
 
 
 def test_select_rank_one_condition_picks_rows() -> None:
