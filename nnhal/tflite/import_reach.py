@@ -2,8 +2,8 @@
 division, floor modulo, SELECT / SELECT_V2 whose operands broadcast, a RESHAPE of a bool
 tensor, and custom operators that are HAL operations under another name (MediaPipe's
 ``Convolution2DTransposeBias``). Each becomes a short HAL subgraph that computes what TFLite's
-kernel computes; where the HAL cannot (a float FLOOR_DIV TFLite divides in double), the
-docstring says how close it is.
+kernel computes, bit for bit (float32 floor division included, for quotients below 2^24);
+where it cannot, the converter's note says how close it is.
 
 The converters here replace or wrap those of :mod:`nnhal.tflite.import_ops` for the same
 builtins (DIV, SELECT, SELECT_V2, RESHAPE, PRELU), delegating what those already do."""
