@@ -317,6 +317,13 @@ def _select_v2(ctx: Context, op: OpInfo) -> None:
         ctx.emit(O.LOGICAL_AND, [not_c, y], [pick_y])
         ctx.emit(O.LOGICAL_OR, [pick_x, pick_y], [ctx.y(op.outputs[0])])
         return
+    for i in op.inputs[1:3]:
+        t = ctx.t(i)
+        if t.quantized and out.quantized and (
+                not np.array_equal(t.scales, out.scales) or
+                not np.array_equal(t.zero_points, out.zero_points)):
+            raise Unimportable(f"{t.describe()} is quantized unlike the output: TFLite's kernel "
+                               f"copies its stored integers, the HAL's SELECT requantizes")
     shapes = {tuple(ctx.t(i).shape) for i in op.inputs[:3]}
     if shapes == {tuple(out.shape)}:
         ctx.emit(O.SELECT, [ctx.x(i) for i in op.inputs[:3]], [ctx.y(op.outputs[0])])
@@ -325,7 +332,7 @@ def _select_v2(ctx: Context, op: OpInfo) -> None:
         raise Unimportable("broadcasting with an unknown shape")
     shape = tuple(out.shape)
     c = op.inputs[0]
-    if op.name == "SELECT" and tuple(ctx.t(c).shape) != shape:
+    if op.name == "SELECT" and len(ctx.t(c).shape) == 1 and tuple(ctx.t(c).shape) != shape:
         cond = _rank_one_condition(ctx, c, shape)
     else:
         cond = _broadcast(ctx, c, shape)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from runner import Reference, agree, assert_agree, litert, litert_run
-from tfl import Graph, build
+from tfl import Graph, Quant, build
 
 from nnhal.errors import UnsupportedModelError
 from nnhal.hal.types import OperationType
@@ -223,6 +223,28 @@ def test_select_rank_one_condition_picks_rows() -> None:
     got = agree(data, [np.array([True, False, True]), np.ones((3, 2, 2), F),
                        np.zeros((3, 2, 2), F)])[0]
     np.testing.assert_array_equal(got[:, 0, 0], [1, 0, 1])
+
+
+def test_select_scalar_condition_picks_a_whole_operand() -> None:
+    g = Graph()
+    c, x, y = g.input((), np.bool_), g.input((2, 3), F), g.input((2, 3), F)
+    out = g.tensor((2, 3), F)
+    g.op("SELECT", [c, x, y], [out])
+    g.output(out)
+    for flag in (True, False):
+        agree(build(g), [np.array(flag), np.ones((2, 3), F), np.zeros((2, 3), F)])
+
+
+def test_select_of_operands_quantized_unlike_the_output_is_refused() -> None:
+    g = Graph()
+    q = Quant([0.1], [0])
+    c = g.input((2,), np.bool_)
+    x, y = g.input((2,), np.int8, quant=q), g.input((2,), np.int8, quant=Quant([0.2], [0]))
+    out = g.tensor((2,), np.int8, quant=q)
+    g.op("SELECT_V2", [c, x, y], [out])
+    g.output(out)
+    with pytest.raises(UnsupportedModelError, match="copies its stored integers"):
+        read_tflite(build(g))
 
 
 @pytest.mark.parametrize("dtype", [F, I32, np.bool_])
