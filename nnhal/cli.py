@@ -166,9 +166,30 @@ def _mutations(args: argparse.Namespace) -> int:
     return run_cli(args)
 
 
+def _tflite_table() -> str:
+    """Every TFLite builtin with how the importer handles it, and the count of each kind."""
+    from collections import Counter
+
+    from nnhal.tflite import builtin_table, custom_support
+
+    table = builtin_table()
+    width = max(len(n) for n in table)
+    lines = [f"{name:<{width}}  {kind:<13}  {note}" for name, (kind, note) in table.items()]
+    counts = Counter(kind for kind, _ in table.values())
+    lines.append("")
+    lines.append(", ".join(f"{k}: {counts[k]}" for k in ("HAL operation", "lowered", "folded",
+                                                          "refused")) + f" ({len(table)} builtins)")
+    for code, note in custom_support().items():
+        lines.append(f"custom {code}: {note}")
+    return "\n".join(lines)
+
+
 def _ops(args: argparse.Namespace) -> int:
     from nnhal.ops import docs
 
+    if args.tflite:
+        print(_tflite_table())
+        return 0
     if args.markdown:
         sys.stdout.write(docs.markdown())
         return 0
@@ -298,6 +319,9 @@ def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse._Su
     o.add_argument("names", nargs="*", help="operations to show in full (e.g. CONV_2D)")
     o.add_argument("--markdown", action="store_true",
                    help="the whole reference as Markdown (docs/operations.md)")
+    o.add_argument("--tflite", action="store_true",
+                   help="every TFLite builtin and how the importer handles it (HAL "
+                        "operation, lowered, folded, refused), with the counts")
     o.set_defaults(func=_ops)
 
     c = sub.add_parser("conformance", help="run the upstream conformance cases")

@@ -118,6 +118,19 @@ def _arith(code: int, options: str) -> Converter:
 
 CONVERTERS.update(ADD=_arith(BO.ADD, "AddOptions"), SUB=_arith(BO.SUB, "SubOptions"),
                   MUL=_arith(BO.MUL, "MulOptions"), DIV=_arith(BO.DIV, "DivOptions"))
+_real_div = CONVERTERS["DIV"]
+
+
+def _div(cx: ExportOpContext) -> None:
+    """The HAL's int32 DIV floors (its fuse code must be NONE) where TFLite's DIV truncates:
+    TFLite's FLOOR_DIV is the same operation."""
+    if cx.info(0).type == OperandType.TENSOR_INT32:
+        cx.emit(BO.FLOOR_DIV, [cx.t(0), cx.t(1)], [cx.o()])
+        return
+    _real_div(cx)
+
+
+CONVERTERS["DIV"] = _div
 
 
 # ---- along one axis -------------------------------------------------------------------------

@@ -219,6 +219,156 @@ def _unpack(sg: SubgraphInfo, op: OpInfo, v: list) -> list[np.ndarray]:
     return [np.take(v[0], k, axis=axis) for k in range(v[0].shape[axis])]
 
 
+# ---- shape arithmetic (issue 27): splits, integer division, comparisons ---------------------
+
+class FoldRefusal(Exception):
+    """A constant operator TFLite's kernel fails on (a division by zero): the operator is
+    refused with this reason rather than folded or left to a HAL operation that answers."""
+
+
+def _split(sg: SubgraphInfo, op: OpInfo, v: list) -> list[np.ndarray]:
+    axis, x = v
+    n = op.options.NumSplits() if op.options is not None else len(op.outputs)
+    if n != len(op.outputs):
+        raise _NoFold
+    return np.split(x, n, axis=int(np.asarray(axis).reshape(-1)[0]))
+
+
+def _split_v(sg: SubgraphInfo, op: OpInfo, v: list) -> list[np.ndarray]:
+    x, sizes, axis = v
+    a = int(np.asarray(axis).reshape(-1)[0])
+    a = a + x.ndim if a < 0 else a
+    sizes = [int(s) for s in np.asarray(sizes).reshape(-1)]
+    if sizes.count(-1) == 1:
+        sizes[sizes.index(-1)] = x.shape[a] - (sum(sizes) + 1)
+    if any(s < 0 for s in sizes) or sum(sizes) != x.shape[a]:
+        raise _NoFold
+    return np.split(x, np.cumsum(sizes)[:-1], axis=a)
+
+
+def _divisor(b: np.ndarray, what: str) -> None:
+    if np.any(b == 0):
+        raise FoldRefusal(f"{what} of constants divides by zero (TFLite's kernel fails with "
+                          f"'Division by 0')")
+
+
+def _floor_div(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    """TFLite's FLOOR_DIV: floor of the quotient computed in double, for every type."""
+    _arith_ok(sg, op)
+    a, b = v
+    _bounded(float(np.prod(np.broadcast_shapes(a.shape, b.shape), dtype=np.float64)))
+    _divisor(b, "FLOOR_DIV")
+    with np.errstate(all="ignore"):
+        q = np.floor(a.astype(np.float64) / b.astype(np.float64))
+    if a.dtype.kind in "iu" and np.any((q < np.iinfo(a.dtype).min) |
+                                       (q > np.iinfo(a.dtype).max)):
+        raise FoldRefusal(f"FLOOR_DIV of constants overflows {a.dtype} (TFLite's result is "
+                          f"undefined)")
+    return q.astype(a.dtype)
+
+
+def _floor_mod(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    """TFLite's FLOOR_MOD: the truncated remainder moved to the divisor's sign."""
+    _arith_ok(sg, op)
+    a, b = v
+    _bounded(float(np.prod(np.broadcast_shapes(a.shape, b.shape), dtype=np.float64)))
+    if a.dtype.kind in "iu":
+        _divisor(b, "FLOOR_MOD")
+    with np.errstate(all="ignore"):
+        t = np.fmod(a, b)
+        return np.where((t != 0) & ((b < 0) != (t < 0)), t + b, t).astype(a.dtype)
+
+
+def _div(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    """TFLite's DIV: IEEE division for floats, truncation towards zero for integers."""
+    _arith_ok(sg, op)
+    a, b = v
+    _bounded(float(np.prod(np.broadcast_shapes(a.shape, b.shape), dtype=np.float64)))
+    if a.dtype.kind == "f":
+        with np.errstate(all="ignore"):
+            return np.divide(a, b).astype(a.dtype)
+    _divisor(b, "DIV")
+    q = np.abs(a.astype(np.int64)) // np.abs(b.astype(np.int64))
+    q = np.where((a < 0) != (b < 0), -q, q)
+    if np.any((q < np.iinfo(a.dtype).min) | (q > np.iinfo(a.dtype).max)):
+        raise FoldRefusal(f"DIV of constants overflows {a.dtype} (TFLite's result is undefined)")
+    return q.astype(a.dtype)
+
+
+def _compare(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable:
+    def fold(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+        _arith_ok(sg, op)
+        a, b = v
+        _bounded(float(np.prod(np.broadcast_shapes(a.shape, b.shape), dtype=np.float64)))
+        return fn(a, b)
+    return fold
+
+
+def _unary(fn: Callable[[np.ndarray], np.ndarray], ints_only: bool = False) -> Callable:
+    def fold(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+        _arith_ok(sg, op)
+        if ints_only and v[0].dtype.kind == "f":
+            raise _NoFold
+        return fn(v[0])
+    return fold
+
+
+def _select(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    c, x, y = v
+    if not _same_quant(sg.tensors[op.inputs[1]], sg.tensors[op.outputs[0]]) or \
+            not _same_quant(sg.tensors[op.inputs[2]], sg.tensors[op.outputs[0]]):
+        raise _NoFold
+    if op.name == "SELECT" and c.ndim == 1 and x.ndim > 1 and c.shape[0] == x.shape[0]:
+        c = c.reshape((-1,) + (1,) * (x.ndim - 1))  # SELECT's rank-one condition picks rows
+    _bounded(float(np.prod(np.broadcast_shapes(c.shape, x.shape, y.shape), dtype=np.float64)))
+    return np.where(c.astype(bool), x, y)
+
+
+def _broadcast_to(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    shape = [int(d) for d in np.asarray(v[1]).reshape(-1)]
+    _bounded(float(np.prod(shape, dtype=np.float64)) if all(d >= 0 for d in shape) else -1)
+    return np.broadcast_to(v[0], shape).copy()
+
+
+def _broadcast_args(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    a, b = (tuple(int(d) for d in np.asarray(x).reshape(-1)) for x in v)
+    return np.asarray(np.broadcast_shapes(a, b), v[0].dtype)
+
+
+def _zeros_like(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    return np.zeros_like(v[0])
+
+
+#: The folds issue 27 added for shape computations (SHAPE -> SPLIT_V -> ... -> FLOOR_DIV):
+#: name -> (fold, moves data only).
+REACH_FOLDERS: dict[str, tuple[Callable, bool]] = {
+    "SPLIT": (_split, False),
+    "SPLIT_V": (_split_v, True),
+    "FLOOR_DIV": (_floor_div, False),
+    "FLOOR_MOD": (_floor_mod, False),
+    "DIV": (_div, False),
+    "EQUAL": (_compare(np.equal), False),
+    "NOT_EQUAL": (_compare(np.not_equal), False),
+    "LESS": (_compare(np.less), False),
+    "LESS_EQUAL": (_compare(np.less_equal), False),
+    "GREATER": (_compare(np.greater), False),
+    "GREATER_EQUAL": (_compare(np.greater_equal), False),
+    "LOGICAL_AND": (_compare(np.logical_and), False),
+    "LOGICAL_OR": (_compare(np.logical_or), False),
+    "LOGICAL_NOT": (_unary(np.logical_not), False),
+    "NEG": (_unary(np.negative, ints_only=True), False),
+    "ABS": (_unary(np.abs, ints_only=True), False),
+    "SQUARE": (_unary(np.square, ints_only=True), False),
+    "SELECT": (_select, False),
+    "SELECT_V2": (_select, False),
+    "BROADCAST_TO": (_broadcast_to, True),
+    "BROADCAST_ARGS": (_broadcast_args, False),
+    "ZEROS_LIKE": (_zeros_like, False),
+    "REDUCE_ANY": (_reduce(np.any), False),
+    "REDUCE_ALL": (_reduce(np.all), False),
+}
+
+
 #: Operators folded when all their inputs are constants: name -> (fold, moves data only).
 FOLDERS: dict[str, tuple[Callable, bool]] = {
     "DEQUANTIZE": (_dequantize, False),
@@ -237,7 +387,6 @@ FOLDERS: dict[str, tuple[Callable, bool]] = {
     "ADD": (_binary(np.add), False),
     "SUB": (_binary(np.subtract), False),
     "MUL": (_binary(np.multiply), False),
-    "FLOOR_DIV": (_binary(np.floor_divide), False),
     "MAXIMUM": (_binary(np.maximum), False),
     "MINIMUM": (_binary(np.minimum), False),
     "REDUCE_PROD": (_reduce(np.prod), False),
@@ -247,6 +396,8 @@ FOLDERS: dict[str, tuple[Callable, bool]] = {
     "FILL": (_fill, False),
     "RANGE": (_range, False),
 }
+
+FOLDERS.update(REACH_FOLDERS)
 
 #: What folding understood, for the support table.
 FOLDED_NOTE = "folded to a constant when its inputs are constants"
@@ -274,6 +425,13 @@ def fold(sg: SubgraphInfo, skip: set[int]) -> set[int]:
                 if src.sparse_value is None:
                     continue
                 _set(outs[0], src.sparse_value)
+            elif op.name == "ZEROS_LIKE" and sg.tensors[op.inputs[0]].static and \
+                    schema.DTYPES.get(sg.tensors[op.inputs[0]].ttype) is not None and \
+                    not sg.tensors[op.inputs[0]].quantized:
+                # Only the shape matters: zeros of a static shape, whatever the values.
+                src = sg.tensors[op.inputs[0]]
+                _bounded(float(np.prod(src.shape, dtype=np.float64)))
+                _set(outs[0], np.zeros(src.shape, schema.DTYPES[src.ttype]))
             elif op.name in ("SHAPE", "RANK"):
                 src = sg.tensors[op.inputs[0]]
                 if not src.static:
@@ -282,6 +440,7 @@ def fold(sg: SubgraphInfo, skip: set[int]) -> set[int]:
             elif op.name in FOLDERS:
                 values = _vals(sg, op)
                 if not values or any(v is None for v, i in zip(values, op.inputs) if i >= 0):
+                    _infer_shapes(sg, op)
                     continue
                 fn, moves = FOLDERS[op.name]
                 if moves:
@@ -293,11 +452,69 @@ def fold(sg: SubgraphInfo, skip: set[int]) -> set[int]:
                 for t, r in zip(outs, results):
                     _set(t, r)
             else:
+                _infer_shapes(sg, op)
                 continue
+        except FoldRefusal as e:
+            sg.extra.setdefault("fold_refused", {})[op.index] = str(e)
+            for t in outs:
+                t.value = None
+            continue
         except (_NoFold, ValueError, IndexError, TypeError, AttributeError):
             for t in outs:
                 if op.name not in ("DENSIFY",):
                     t.value = None
+            _infer_shapes(sg, op)
             continue
         folded.add(op.index)
     return folded
+
+
+# ---- shapes TFLite's Prepare computes ------------------------------------------------------
+
+#: Operators whose output has their (broadcast) inputs' shape.
+_ELEMENTWISE = {
+    "ADD", "SUB", "MUL", "DIV", "FLOOR_DIV", "FLOOR_MOD", "MAXIMUM", "MINIMUM", "POW",
+    "SQUARED_DIFFERENCE", "EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER",
+    "GREATER_EQUAL", "LOGICAL_AND", "LOGICAL_OR", "SELECT_V2", "ABS", "EXP", "LOG", "NEG",
+    "SQRT", "RSQRT", "SIN", "COS", "FLOOR", "CEIL", "ROUND", "LOGICAL_NOT", "RELU", "RELU6",
+    "RELU_N1_TO_1", "LOGISTIC", "TANH", "HARD_SWISH", "CAST", "QUANTIZE", "DEQUANTIZE",
+    "SQUARE", "ELU", "LEAKY_RELU", "GELU", "SIGN", "ZEROS_LIKE",
+}
+
+
+def _infer_shapes(sg: SubgraphInfo, op: OpInfo) -> None:
+    """The output shape TFLite's Prepare gives an operator that is not folded, where the file
+    marks it as computed (-1 in shape_signature) and the converter's ``shape`` is only a
+    placeholder: for element-wise operators, slices and reshapes of static inputs with
+    constant parameters, which is what shape arithmetic folded upstream feeds (x[:, :n] then
+    a RESHAPE to frames). Any other output keeps the file's shape."""
+    outs = [sg.tensors[o] for o in op.outputs if o >= 0]
+    if len(outs) != 1 or outs[0].signature is None or -1 not in outs[0].signature:
+        return
+    ins = [sg.tensors[i] if i >= 0 else None for i in op.inputs]
+    if not ins or ins[0] is None or not ins[0].static:
+        return
+    shape: tuple[int, ...] | None = None
+    try:
+        if op.name in _ELEMENTWISE:
+            if all(t is not None and t.static for t in ins):
+                shape = tuple(np.broadcast_shapes(*(t.shape for t in ins)))
+        elif op.name == "STRIDED_SLICE":
+            v = _vals(sg, op)
+            if all(x is not None for x in v[1:4]):
+                probe = np.empty(ins[0].shape, np.bool_)
+                shape = _strided_slice(sg, op, [probe] + v[1:4]).shape
+        elif op.name == "SLICE":
+            v = _vals(sg, op)
+            if all(x is not None for x in v[1:3]):
+                shape = _slice(sg, op, [np.empty(ins[0].shape, np.bool_)] + v[1:3]).shape
+        elif op.name == "RESHAPE" and len(op.inputs) > 1 and ins[1] is not None and \
+                ins[1].value is not None:
+            shape = np.empty(ins[0].shape, np.bool_).reshape(
+                [int(d) for d in ins[1].value.reshape(-1)]).shape
+    except (_NoFold, ValueError, IndexError, TypeError, AttributeError):
+        return
+    if shape is None or len(shape) != len(outs[0].signature) or \
+            any(s not in (-1, d) for s, d in zip(outs[0].signature, shape)):
+        return
+    outs[0].shape = tuple(int(d) for d in shape)

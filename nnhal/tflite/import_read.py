@@ -42,6 +42,8 @@ class TfliteTensor:
     #: A dimension of the file's shape is 0: an empty tensor to TFLite, where the HAL's 0
     #: means unknown.
     zero_sized: bool = False
+    #: The file's shape_signature (-1 marks a dimension TFLite's Prepare computes), if any.
+    signature: tuple[int, ...] | None = None
 
     @property
     def type_name(self) -> str:
@@ -69,6 +71,8 @@ class OpInfo:
     outputs: list[int]
     options: Any = None
     custom: bool = False
+    #: A custom operator's raw options (its kernel reads them as it likes).
+    custom_options: bytes = b""
 
     def describe(self) -> str:
         return f"#{self.index} {self.name}"
@@ -163,6 +167,7 @@ class _Reader:
             if len(sig) != len(shape) or any(s != d and s != -1 for s, d in zip(sig, shape)):
                 raise self.fail(f"{what} has shape_signature {sig} for shape {list(shape)} "
                                 f"(each entry must equal the shape's or be -1)")
+            info.signature = tuple(sig)
             if self.dynamic_shapes:
                 shape = tuple(0 if s < 0 else d for d, s in zip(shape, sig))
         info.shape = shape
@@ -237,6 +242,8 @@ class _Reader:
         arity = None if custom else ARITY.get(name)
         info = OpInfo(k, name, code, ins, outs,
                       _options(op, arity.options if arity is not None else None), custom)
+        if custom and op.CustomOptionsLength():
+            info.custom_options = op.CustomOptionsAsNumpy().tobytes()
         if arity is not None:
             problem = arity.problem(len(ins), len(outs))
             if problem is not None:

@@ -21,12 +21,14 @@ from nnhal.ops.catalog import signature
 from nnhal.ops.resolver import OpError
 from nnhal.ops.signature import SignatureError, check
 from nnhal.tflite import (
+    import_reach,  # noqa: F401  (registers its converters)
     import_recurrent,  # noqa: F401  (registers its converters)
     schema,
 )
 from nnhal.tflite.import_ctx import Context, Unimportable, hal_dims, hal_type
 from nnhal.tflite.import_fold import FOLDED_NOTE, FOLDERS, fold
 from nnhal.tflite.import_ops import CONVERTERS, MAPPED, REFUSED
+from nnhal.tflite.import_reach import CUSTOM_CONVERTERS, CUSTOM_MAPPED, LOWERED
 from nnhal.tflite.import_read import OpInfo, SubgraphInfo, read_model
 from nnhal.tflite.kernel_rules import RuleOp, kernel_refusal, rule_tensor
 from nnhal.tflite.model import ImportedModel, StateVariable
@@ -36,13 +38,37 @@ from nnhal.validation import ValidationError
 L = OperandLifeTime
 
 
+#: The classes of :func:`builtin_table`.
+KINDS = ("HAL operation", "lowered", "folded", "refused")
+
+
+def builtin_table() -> dict[str, tuple[str, str]]:
+    """Every TFLite builtin -> (kind, how or why): "HAL operation" (one HAL operation, its
+    options as operands), "lowered" (a short HAL subgraph computing the same thing),
+    "folded" (only constants: folded at import, refused otherwise) or "refused"."""
+    mapped, refused = builtin_support()
+    table = {}
+    for name, note in mapped.items():
+        if name in CONVERTERS:
+            kind = "lowered" if name in LOWERED else "HAL operation"
+        elif name in VARIABLE_OPS and name != "CALL_ONCE":
+            kind = "lowered"  # state inputs and outputs of the model
+        else:
+            kind = "folded"
+        table[name] = (kind, note)
+    for name, why in refused.items():
+        table[name] = ("refused", why)
+    return dict(sorted(table.items()))
+
+
 def builtin_support() -> tuple[dict[str, str], dict[str, str]]:
     """(mapped, refused): every TFLite builtin the importer converts with how, and every one
-    it refuses with why."""
+    it refuses with why (:func:`builtin_table` says which kind each mapping is)."""
     mapped = dict(MAPPED)
     for name in FOLDERS:
         mapped.setdefault(name, FOLDED_NOTE)
     mapped["DENSIFY"] = "folded: a sparse constant becomes a dense constant"
+    mapped["ZEROS_LIKE"] = "folded: zeros of the input's shape when that is static"
     mapped["SHAPE"] = "folded when the input's shape is static"
     mapped["RANK"] = "folded when the input's shape is static"
     for name in ("VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"):
@@ -188,17 +214,27 @@ class _Importer:
             if op.index in folded:
                 continue
             if any(i in ctx.poisoned for i in op.inputs):
+                # Downstream of a refusal: nothing to convert, but an operator that would be
+                # refused on its own is named too, so one message lists every blocker.
+                why = _kind_refusal(op, variables is not None)
+                if why is not None:
+                    self.problems.append(f"{_where(op, sg)}: {why} (its inputs come from a "
+                                         f"refused operator too)")
                 ctx.poisoned.update(op.outputs)
                 continue
             ctx.op = op
             start = len(ctx.sb.operations)
             try:
+                if op.index in sg.extra.get("fold_refused", {}):
+                    raise Unimportable(sg.extra["fold_refused"][op.index])
                 if op.name in VARIABLE_OPS:
                     if variables is None:
                         raise Unimportable("resource variables only in the main subgraph")
                     variables.convert(op)
                 elif op.custom:
-                    raise Unimportable(f"custom operator '{op.name}' has no HAL equivalent")
+                    if op.name not in CUSTOM_CONVERTERS:
+                        raise Unimportable(_custom_refusal(op))
+                    CUSTOM_CONVERTERS[op.name](ctx, op)
                 elif op.name in CONVERTERS:
                     why = kernel_refusal(_rule_op(ctx, op))
                     if why is not None:
@@ -216,7 +252,7 @@ class _Importer:
                 # shapes of the wrong rank), reported against it rather than as a traceback.
                 ctx.pending.clear()
                 ctx.poisoned.update(op.outputs)
-                where = op.describe() + (f" (subgraph {sg.index})" if sg.index else "")
+                where = _where(op, sg)
                 reason = str(e) if isinstance(e, Unimportable) else (
                     f"malformed operator ({type(e).__name__}: {e})")
                 self.problems.append(f"{where}: {reason}")
@@ -267,7 +303,36 @@ def read_tflite(source: str | os.PathLike[str] | bytes, name: str | None = None,
         return _Importer(lf.name, subgraphs).run()
 
 
-__all__ = ["builtin_support", "read_tflite"]
+def custom_support() -> dict[str, str]:
+    """The custom operators the importer maps (custom code -> how); every other is refused."""
+    return dict(CUSTOM_MAPPED)
+
+
+__all__ = ["builtin_support", "builtin_table", "custom_support", "read_tflite"]
+
+
+def _where(op: OpInfo, sg: SubgraphInfo) -> str:
+    return op.describe() + (f" (subgraph {sg.index})" if sg.index else "")
+
+
+def _custom_refusal(op: OpInfo) -> str:
+    """(``custom_support()`` lists the custom operators that do map.)"""
+    return f"custom operator '{op.name}' has no HAL equivalent"
+
+
+def _kind_refusal(op: OpInfo, main: bool) -> str | None:
+    """Why an operator is refused whatever its inputs, or None when only its inputs (a
+    refused producer) stop it."""
+    if op.name in VARIABLE_OPS:
+        return None if main else "resource variables only in the main subgraph"
+    if op.custom:
+        return None if op.name in CUSTOM_CONVERTERS else _custom_refusal(op)
+    if op.name in CONVERTERS:
+        return None
+    if op.name in FOLDERS or op.name in ("SHAPE", "RANK", "DENSIFY"):
+        return ("no HAL 1.3 equivalent (folded only when its inputs are constants or, for "
+                "SHAPE / RANK, its input shape is static)")
+    return REFUSED.get(op.name, "no HAL 1.3 equivalent")
 
 
 def _rule_op(ctx: Context, op: OpInfo) -> RuleOp:

@@ -164,9 +164,10 @@ def test_exporter_refusal_names_the_operation() -> None:
     assert why is not None and why.startswith("#0 ROI_ALIGN: exporter: "), why
 
 
-def test_int32_div_is_refused_because_litert_truncates() -> None:
-    """The survey's cases divide non-negative values only; with a negative quotient litert
-    gives -22 / 7 = -3 where the HAL (and the reference driver) give -4."""
+def test_int32_div_is_refused_because_litert_fails_division_by_zero() -> None:
+    """The exporter writes the HAL's flooring int32 DIV as TFLite's FLOOR_DIV (TFLite's DIV
+    would give -22 / 7 = -3 where the HAL gives -4), which agrees; the driver still refuses
+    it, since TFLite fails a division by zero the HAL defines."""
     litert = pytest.importorskip("ai_edge_litert.interpreter",
                                  reason="ai-edge-litert not installed")
     from nnhal.tflite import write_tflite
@@ -180,8 +181,14 @@ def test_int32_div_is_refused_because_litert_truncates() -> None:
     got = it.get_tensor(it.get_output_details()[0]["index"])
     want = _reference(model, [x], [got.nbytes])[0]
     assert list(want) == [7, 4, 3, -4]
-    assert list(got) != list(want)
+    assert list(got) == list(want)
     assert supported_operations(_graph(model)) == [False]
+    model_zero = _div_int32([1, 0, 3, 7])
+    it0 = litert.Interpreter(model_content=write_tflite(model_zero), num_threads=2)
+    it0.allocate_tensors()
+    it0.set_tensor(it0.get_input_details()[0]["index"], x)
+    with pytest.raises(RuntimeError, match="Division by 0"):
+        it0.invoke()
 
 
 def test_reasons_table_covers_what_is_always_refused() -> None:

@@ -21,6 +21,10 @@ _TYPES = {np.dtype(np.float32): TT.FLOAT32, np.dtype(np.float16): TT.FLOAT16,
           np.dtype(np.int64): TT.INT64, np.dtype(np.bool_): TT.BOOL}
 
 
+#: Builtins TFLite registers from a version above 1.
+_VERSIONS = {"BROADCAST_TO": 2}
+
+
 def _mod(name: str) -> Any:
     return importlib.import_module(f"tflite.{name}")
 
@@ -51,6 +55,8 @@ class _Op:
     inputs: list[int]
     outputs: list[int]
     options: tuple[str, dict[str, Any]] | None = None
+    #: A custom operator's raw options.
+    custom_options: bytes | None = None
 
 
 @dataclass
@@ -98,9 +104,10 @@ class Graph:
         return i
 
     def op(self, name: str, inputs: Sequence[int], outputs: Sequence[int],
-           options: tuple[str, dict[str, Any]] | None = None) -> None:
+           options: tuple[str, dict[str, Any]] | None = None,
+           custom_options: bytes | None = None) -> None:
         """``name`` is a builtin name, or ``CUSTOM:code`` for a custom operator."""
-        self.ops.append(_Op(name, list(inputs), list(outputs), options))
+        self.ops.append(_Op(name, list(inputs), list(outputs), options, custom_options))
 
     def output(self, *indexes: int) -> None:
         self.outputs.extend(indexes)
@@ -211,6 +218,8 @@ def _subgraph(b: flatbuffers.Builder, g: Graph, codes: dict[str, int],
     for op in g.ops:
         ins, outs = _vec(b, op.inputs, np.int32), _vec(b, op.outputs, np.int32)
         opts = _options(b, op.options[0], op.options[1]) if op.options else None
+        custom = (_vec(b, np.frombuffer(op.custom_options, np.uint8), np.uint8)
+                  if op.custom_options is not None else None)
         om.OperatorStart(b)
         om.OperatorAddOpcodeIndex(b, codes.setdefault(op.name, len(codes)))
         om.OperatorAddInputs(b, ins)
@@ -218,6 +227,8 @@ def _subgraph(b: flatbuffers.Builder, g: Graph, codes: dict[str, int],
         if opts is not None:
             om.OperatorAddBuiltinOptionsType(b, getattr(BuiltinOptions, op.options[0]))
             om.OperatorAddBuiltinOptions(b, opts)
+        if custom is not None:
+            om.OperatorAddCustomOptions(b, custom)
         ops.append(om.OperatorEnd(b))
     tv, ov = _table_vector(b, tensors), _table_vector(b, ops)
     iv, outv = _vec(b, g.inputs, np.int32), _vec(b, g.outputs, np.int32)
@@ -257,7 +268,7 @@ def _build(main: Graph, extra: tuple, version: int, base: int | None) -> bytes |
             cm.OperatorCodeAddCustomCode(b, custom)
         cm.OperatorCodeAddBuiltinCode(b, code)
         cm.OperatorCodeAddDeprecatedBuiltinCode(b, min(code, 127))
-        cm.OperatorCodeAddVersion(b, 1)
+        cm.OperatorCodeAddVersion(b, _VERSIONS.get(name, 1))
         code_offsets.append(cm.OperatorCodeEnd(b))
     buffer_offsets, tail, places = [], bytearray(), []
     for data in buffers:

@@ -45,9 +45,9 @@ REFUSED: dict[str, list[tuple[str, str]]] = {
         ("every BIDIRECTIONAL_SEQUENCE_RNN", "crash-prone: TFLite's kernel aborts the whole "
          "process (a failed check) when the auxiliary input or weights are absent; the only "
          "cases that pass feed them as model inputs, which a request may omit")],
-    "DIV": [("TENSOR_INT32", "TFLite's integer division truncates toward zero where the HAL "
-             "rounds toward negative infinity (-22 / 7: -3, not -4), and it fails the "
-             "invocation on a division by zero, where the HAL defines the result")],
+    "DIV": [("TENSOR_INT32", "TFLite's FLOOR_DIV (the exporter's form of the HAL's flooring "
+             "int32 DIV; TFLite's DIV truncates) fails the invocation on a division by zero, "
+             "where the HAL defines the result")],
     "RESHAPE": [("shape given at run time with the output shape unknown at prepare",
                  "XNNPACK fails to reshape its runtime at allocation")],
     "SQUEEZE": [("axes given at run time with the output shape unknown at prepare",

@@ -1,0 +1,111 @@
+"""Makes the small converter-made .tflite files of tests/tflite/test_import_reach.py (issue 27's
+reach of the importer), with TensorFlow's own TFLite converter, into this folder:
+
+- ``frame_count.tflite``: SHAPE -> SPLIT_V -> RESHAPE -> FLOOR_DIV / FLOOR_MOD of a signal's
+  length (a dynamic batch, so the converter keeps the shape arithmetic), then the frames.
+- ``select_v2_broadcast.tflite``: tf.where whose condition and branches broadcast (float).
+- ``select_v2_broadcast_int8.tflite``: the same, full-integer int8.
+- ``floor_div_mod.tflite``: FLOOR_DIV and FLOOR_MOD of float32 and int32 tensors.
+- ``bool_reshape_if.tflite``: a bool reduced, RESHAPEd to a scalar and used by tf.cond (IF).
+- ``refused_rfft2d_custom.tflite``: a custom operator (allow_custom_ops), RFFT2D and REAL
+  downstream of it, and an unrelated CUMSUM: operators no HAL operation computes, for the
+  refusal that names every one.
+
+Run once (``python tests/tflite/data/make_import_reach.py``); the tests read the saved files
+and never convert, so CI needs no TensorFlow for them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def _convert(fn, specs, *, custom: bool = False, int8_data=None) -> bytes:
+    concrete = fn.get_concrete_function(*specs)
+    conv = tf.lite.TFLiteConverter.from_concrete_functions([concrete], fn)
+    if custom:
+        conv.allow_custom_ops = True
+    if int8_data is not None:
+        conv.optimizations = [tf.lite.Optimize.DEFAULT]
+        conv.representative_dataset = int8_data
+        conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        conv.inference_input_type = tf.int8
+        conv.inference_output_type = tf.int8
+    return conv.convert()
+
+
+@tf.function
+def frame_count(x):
+    """Frames of 160 samples of a signal whose length the graph reads from its shape."""
+    n = tf.shape(x)
+    _, length = tf.split(n, [1, 1])
+    length = tf.reshape(length, [])
+    frames = length // 160
+    rest = tf.math.floormod(length, 160)
+    used = x[:, :frames * 160]
+    return tf.reshape(used, [-1, frames, 160]), tf.reshape(rest + frames, [1])
+
+
+@tf.function
+def select_v2(x, y):
+    return tf.where(x[:, :, :1] > 0.0, x, y)
+
+
+@tf.function
+def floor_div_mod(a, b, i, j):
+    return a // b, tf.math.floormod(a, b), i // j, tf.math.floormod(i, j)
+
+
+@tf.function
+def bool_reshape_if(x):
+    flag = tf.reshape(tf.reduce_any(x > 0.5, axis=1, keepdims=True), [])
+    return tf.cond(flag, lambda: x * 2.0, lambda: x - 1.0)
+
+
+@tf.function
+def refused(x):
+    special = tf.math.special.bessel_i0e(x)  # no builtin: custom 'BesselI0e' (allow_custom_ops)
+    spectrum = tf.signal.rfft2d(special)  # RFFT2D downstream of the custom operator
+    return tf.math.real(spectrum), tf.math.cumsum(x, axis=1)  # and an unrelated CUMSUM
+
+
+def main() -> int:
+    f32, i32 = tf.float32, tf.int32
+    files = {
+        "frame_count.tflite": _convert(frame_count, [tf.TensorSpec([None, 1000], f32)]),
+        "select_v2_broadcast.tflite": _convert(
+            select_v2, [tf.TensorSpec([2, 3, 4], f32), tf.TensorSpec([1, 4], f32)]),
+        "floor_div_mod.tflite": _convert(
+            floor_div_mod, [tf.TensorSpec([2, 5], f32), tf.TensorSpec([5], f32),
+                            tf.TensorSpec([2, 5], i32), tf.TensorSpec([1, 5], i32)]),
+        "bool_reshape_if.tflite": _convert(bool_reshape_if, [tf.TensorSpec([1, 6], f32)]),
+        "refused_rfft2d_custom.tflite": _convert(refused, [tf.TensorSpec([4, 8], f32)],
+                                                 custom=True),
+    }
+    rng = np.random.default_rng(0)
+
+    def samples():
+        for _ in range(32):
+            yield [rng.uniform(-1, 1, (2, 3, 4)).astype(np.float32),
+                   rng.uniform(-1, 1, (1, 4)).astype(np.float32)]
+
+    files["select_v2_broadcast_int8.tflite"] = _convert(
+        select_v2, [tf.TensorSpec([2, 3, 4], f32), tf.TensorSpec([1, 4], f32)],
+        int8_data=samples)
+    for name, data in files.items():
+        (HERE / name).write_bytes(data)
+        print(f"{name}: {len(data)} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
