@@ -161,13 +161,13 @@ class _Float:
         return p, e
 
 
-def _exact_floor(ctx: Context, op: OpInfo) -> tuple[_Float, int, int, int]:
-    """(arithmetic, q, d, e) for float32 x / y: q = floor(x / y) exactly, as TFLite computes
-    it (in double, which is exact for float32 operands), and x - q * y = d - e with d and e
-    float32. FLOOR of the float32 quotient is at most one too large, when the quotient rounds
-    up to an integer (2.5% of one-decimal operands, e.g. 7.8 // 0.6 = 12, not 13): the
-    residual x - q * y, negative then (for y > 0), is computed exactly with Dekker's
-    product (x - fl(q * y) is exact by Sterbenz's lemma) and q lowered by one there."""
+def _exact_floor(ctx: Context, op: OpInfo) -> int:
+    """q = floor(x / y) for float32 x and y as TFLite computes it (in double, exact for float32
+    operands), bit for bit while |x / y| < 2^24. FLOOR of the float32 quotient is at most one
+    too large, when the quotient rounds up to an integer (2.5% of one-decimal operands, e.g.
+    7.8 // 0.6 = 12, not 13): the residual x - q * y, negative then (for y > 0), is computed
+    exactly with Dekker's product (x - fl(q * y) is exact by Sterbenz's lemma) and q lowered
+    by one there."""
     x, y = op.inputs[:2]
     dims = hal_dims(ctx.t(op.outputs[0]))
     y_dims = hal_dims(ctx.t(y))
@@ -176,12 +176,8 @@ def _exact_floor(ctx: Context, op: OpInfo) -> tuple[_Float, int, int, int]:
     q0 = f._op(O.DIV, xo, yo)
     floor = ctx.tmp(T.TENSOR_FLOAT32, dims)
     ctx.emit(O.FLOOR, [q0], [floor])
-
-    def residual(q: int) -> tuple[int, int]:
-        p, e = f.two_product(q, dims, yo, y_dims, ctx.value(y))
-        return f.sub(xo, p), e
-
-    d, e = residual(floor)
+    p, e = f.two_product(floor, dims, yo, y_dims, ctx.value(y))
+    d = f.sub(xo, p)
     lt, gt, y_pos, y_neg, over_pos, over_neg, fix = (
         _bools(ctx, k) for k in (dims, dims, y_dims, y_dims, dims, dims, dims))
     ctx.emit(O.LESS, [d, e], [lt])
@@ -194,8 +190,7 @@ def _exact_floor(ctx: Context, op: OpInfo) -> tuple[_Float, int, int, int]:
     lower = f.sub(floor, f.const(1.0))
     q = ctx.tmp(T.TENSOR_FLOAT32, dims)
     ctx.emit(O.SELECT, [fix, lower, floor], [q])
-    d, e = residual(q)
-    return f, q, d, e
+    return q
 
 
 @_register("FLOOR_DIV", "int32: the HAL's DIV (floor division on TENSOR_INT32); float32: DIV, "
@@ -209,17 +204,14 @@ def _floor_div(ctx: Context, op: OpInfo) -> None:
     if tt == TT.INT32 and not ctx.t(x).quantized:
         ctx.emit(O.DIV, [ctx.x(x), ctx.x(y), ctx.i32(0)], [ctx.y(op.outputs[0])])
     elif tt == TT.FLOAT32:
-        _, q, _, _ = _exact_floor(ctx, op)
+        q = _exact_floor(ctx, op)
         ctx.copy_into(q, ctx.y(op.outputs[0]))
     else:
         raise Unimportable(f"{ctx.t(x).type_name} FLOOR_DIV has no exact HAL form")
 
 
 @_register("FLOOR_MOD", "int32: x - DIV(x, y) * y (the HAL's int32 DIV floors, so exact); "
-                        "float32: x - q * y with q the exact floor quotient (as FLOOR_DIV) "
-                        "and the product error-free (Dekker), rounded once as TFLite's fmod "
-                        "+ y is (while |x / y| < 2^24: beyond, the float32 quotient is not "
-                        "the integer TFLite's fmod reduces by); constants folded")
+                        "float32 of tensors refused (constants folded)")
 def _floor_mod(ctx: Context, op: OpInfo) -> None:
     x, y = op.inputs[:2]
     out = op.outputs[0]
@@ -232,10 +224,14 @@ def _floor_mod(ctx: Context, op: OpInfo) -> None:
         ctx.emit(O.MUL, [q, ctx.x(y), ctx.i32(0)], [prod])
         ctx.emit(O.SUB, [ctx.x(x), prod, ctx.i32(0)], [ctx.y(out)])
         return
-    if tt != TT.FLOAT32:
-        raise Unimportable(f"{ctx.t(x).type_name} FLOOR_MOD has no exact HAL form")
-    _, _, d, e = _exact_floor(ctx, op)
-    ctx.emit(O.SUB, [d, e, ctx.i32(0)], [ctx.y(out)])
+    if tt == TT.FLOAT32:
+        # x - q * y with the exact floor quotient (as FLOOR_DIV) is TFLite's remainder only
+        # while |x / y| < 2^24: past it the quotient has more bits than float32 holds and the
+        # HAL has no remainder operation, so a lowering would be silently wrong there.
+        raise Unimportable("float32 FLOOR_MOD of run-time tensors has no exact HAL form (the "
+                           "HAL has no remainder; x - floor(x / y) * y is not TFLite's once "
+                           "|x / y| >= 2^24)")
+    raise Unimportable(f"{ctx.t(x).type_name} FLOOR_MOD has no exact HAL form")
 
 
 # ---- broadcasting ----------------------------------------------------------------------------

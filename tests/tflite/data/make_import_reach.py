@@ -5,7 +5,7 @@ reach of the importer), with TensorFlow's own TFLite converter, into this folder
   length (a dynamic batch, so the converter keeps the shape arithmetic), then the frames.
 - ``select_v2_broadcast.tflite``: tf.where whose condition and branches broadcast (float).
 - ``select_v2_broadcast_int8.tflite``: the same, full-integer int8.
-- ``floor_div_mod.tflite``: FLOOR_DIV and FLOOR_MOD of float32 and int32 tensors.
+- ``floor_div_mod.tflite``: FLOOR_DIV of float32 and int32 tensors, FLOOR_MOD of int32 ones.
 - ``bool_reshape_if.tflite``: a bool reduced, RESHAPEd to a scalar and used by tf.cond (IF).
 - ``refused_rfft2d_custom.tflite``: a custom operator (allow_custom_ops), RFFT2D and REAL
   downstream of it, and an unrelated CUMSUM: operators no HAL operation computes, for the
@@ -62,7 +62,8 @@ def select_v2(x, y):
 
 @tf.function
 def floor_div_mod(a, b, i, j):
-    return a // b, tf.math.floormod(a, b), i // j, tf.math.floormod(i, j)
+    # float32 FLOOR_MOD of tensors is refused (no exact HAL form): not in this model
+    return a // b, i // j, tf.math.floormod(i, j)
 
 
 @tf.function
