@@ -9,6 +9,7 @@ Operand positions follow the HAL 1.3 signatures (``nnhal ops NAME``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +41,7 @@ def _simple(code: int) -> Converter:
 
 for _name, _code in {
         "ABS": BO.ABS, "EXP": BO.EXP, "LOG": BO.LOG, "NEG": BO.NEG, "SQRT": BO.SQRT,
-        "RSQRT": BO.RSQRT, "SIN": BO.SIN, "FLOOR": BO.FLOOR, "LOGISTIC": BO.LOGISTIC,
+        "SIN": BO.SIN, "FLOOR": BO.FLOOR, "LOGISTIC": BO.LOGISTIC,
         "TANH": BO.TANH, "RELU": BO.RELU, "RELU1": BO.RELU_N1_TO_1, "RELU6": BO.RELU6,
         "HARD_SWISH": BO.HARD_SWISH, "LOGICAL_NOT": BO.LOGICAL_NOT,
         "DEQUANTIZE": BO.DEQUANTIZE, "QUANTIZE": BO.QUANTIZE, "CAST": BO.CAST,
@@ -50,6 +51,59 @@ for _name, _code in {
         "EMBEDDING_LOOKUP": BO.EMBEDDING_LOOKUP, "HASHTABLE_LOOKUP": BO.HASHTABLE_LOOKUP,
         "FILL": BO.FILL}.items():
     CONVERTERS[_name] = _simple(_code)
+
+
+def _rsqrt(cx: ExportOpContext) -> None:
+    """Float RSQRT as it is. Quantized: TFLite's int8 kernel computes the HAL's values (zero
+    gives the largest stored value) but fails the invocation on a value below the zero
+    point, where the HAL gives the largest stored value too: a MAXIMUM with the zero point
+    first turns those into zero. uint8, which TFLite's kernel lacks, goes through int8 by
+    QUANTIZE of the same scale (the zero point moved by 128: exact) there and back.
+
+    TFLite's fixed point holds only while its multiplier 1 / (sqrt(input scale) x output
+    scale) lies in [2^-12, 2^30) (outside, its shifts overflow and the results are garbage;
+    measured); the converter keeps a step of margin on each side and refuses the rest."""
+    info = cx.info(0)
+    if info.type not in QUANTIZED:
+        cx.emit(BO.RSQRT, [cx.t(0)], [cx.o()])
+        return
+    f32 = np.float32
+    with np.errstate(all="ignore"):
+        multiplier = 1.0 / float(np.sqrt(f32(info.scale)) * f32(cx.out_info().scale))
+    exponent = math.frexp(multiplier)[1] if math.isfinite(multiplier) else 999
+    if not -10 <= exponent <= 29:
+        raise Unexportable(f"TFLite's quantized RSQRT overflows its fixed point for the "
+                           f"multiplier 1 / (sqrt(input scale) x output scale) = "
+                           f"{multiplier:.3g} (it holds within [2^-11, 2^29])")
+    shape = cx.shape(0)
+    x, y = cx.t(0), cx.o()
+    if info.type == T.TENSOR_QUANT8_ASYMM:
+        xs = cx.w.new(f"x{len(cx.w.sg.tensors)}", shape, TT.INT8)
+        xs_t = cx.w.sg.tensors[xs]
+        xs_t.scales, xs_t.zero_points = [float(info.scale)], [int(info.zero_point) - 128]
+        cx.emit(BO.QUANTIZE, [x], [xs])
+        out = cx.out_info()
+        ys = cx.w.new(f"x{len(cx.w.sg.tensors)}", shape, TT.INT8)
+        ys_t = cx.w.sg.tensors[ys]
+        ys_t.scales, ys_t.zero_points = [float(out.scale)], [int(out.zero_point) - 128]
+        _rsqrt_int8(cx, xs, ys, shape)
+        cx.emit(BO.QUANTIZE, [ys], [y])
+        return
+    _rsqrt_int8(cx, x, y, shape)
+
+
+def _rsqrt_int8(cx: ExportOpContext, x: int, y: int, shape: list[int]) -> None:
+    src = cx.w.sg.tensors[x]
+    zero = cx.w.new(f"zp{len(cx.w.sg.tensors)}", [], TT.INT8,
+                    buffer=cx.w.ex.model.add_buffer(np.int8(src.zero_points[0]).tobytes()))
+    cz = cx.w.sg.tensors[zero]
+    cz.scales, cz.zero_points = list(src.scales), list(src.zero_points)
+    clamped = cx.temp(shape, x)
+    cx.emit(BO.MAXIMUM, [x, zero], [clamped])
+    cx.emit(BO.RSQRT, [clamped], [y])
+
+
+CONVERTERS["RSQRT"] = _rsqrt
 
 
 def _quant_differs(cx: ExportOpContext, inputs: list[int], with_output: bool) -> bool:
