@@ -402,3 +402,48 @@ def _while(cx: ExportOpContext) -> None:
 CONVERTERS.update(ELU=_elu, LSH_PROJECTION=_lsh, IF=_if, WHILE=_while)
 CONVERTERS.update(NN_CONVERTERS)
 CONVERTERS.update(RNN_CONVERTERS)
+
+
+# ---- the operations of AIDL v2 and v3 ---------------------------------------------------------
+
+def _batch_matmul(cx: ExportOpContext) -> None:
+    """BATCH_MATMUL: the HAL's equal batch dimensions are a case of TFLite's broadcasting."""
+    if cx.info(0).type == T.TENSOR_INT32:
+        raise Unexportable("TFLite's BATCH_MATMUL has no int32 kernel")
+    cx.emit(BO.BATCH_MATMUL, [cx.t(0), cx.t(1)], [cx.o()], "BatchMatMulOptions",
+            AdjX=bool(cx.scalar(2, False)), AdjY=bool(cx.scalar(3, False)),
+            AsymmetricQuantizeInputs=False)
+
+
+def _pack(cx: ExportOpContext) -> None:
+    """PACK: the HAL's axis is input 0, TFLite's an option."""
+    axis = int(cx.scalar(0))
+    cx.emit(BO.PACK, [cx.t(j) for j in range(1, cx.n)], [cx.o()], "PackOptions",
+            ValuesCount=cx.n - 1, Axis=axis)
+
+
+def _mirror_pad(cx: ExportOpContext) -> None:
+    """MIRROR_PAD: the mode an option. The paddings must be constants: TFLite's kernel does
+    not check run-time paddings against the input (REFLECT < and SYMMETRIC <= the
+    dimension), where the HAL fails the execution."""
+    if not cx.info(1).is_const:
+        raise Unexportable("paddings given at run time: TFLite's kernel does not check them "
+                           "against the input's dimensions")
+    mode = int(cx.scalar(2))
+    if mode not in (0, 1):
+        raise Unexportable(f"mode {mode} is neither REFLECT (0) nor SYMMETRIC (1)")
+    cx.emit(BO.MIRROR_PAD, [cx.t(0), cx.t(1)], [cx.o()], "MirrorPadOptions",
+            Mode=(tflite.MirrorPadMode.REFLECT, tflite.MirrorPadMode.SYMMETRIC)[mode])
+
+
+def _reverse(cx: ExportOpContext) -> None:
+    """REVERSE as REVERSE_V2 along the one axis the HAL allows. The axis must be a constant:
+    TFLite counts a negative run-time axis from the end, where the HAL fails the execution."""
+    if not cx.info(1).is_const:
+        raise Unexportable("axis given at run time: TFLite takes a negative axis (counted "
+                           "from the end) that the HAL refuses")
+    cx.emit(BO.REVERSE_V2, [cx.t(0), cx.t(1)], [cx.o()], "ReverseV2Options")
+
+
+CONVERTERS.update(BATCH_MATMUL=_batch_matmul, PACK=_pack, MIRROR_PAD=_mirror_pad,
+                  REVERSE=_reverse)
