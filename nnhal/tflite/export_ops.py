@@ -423,12 +423,10 @@ def _pack(cx: ExportOpContext) -> None:
 
 
 def _mirror_pad(cx: ExportOpContext) -> None:
-    """MIRROR_PAD: the mode an option. The paddings must be constants: TFLite's kernel does
-    not check run-time paddings against the input (REFLECT < and SYMMETRIC <= the
-    dimension), where the HAL fails the execution."""
-    if not cx.info(1).is_const:
-        raise Unexportable("paddings given at run time: TFLite's kernel does not check them "
-                           "against the input's dimensions")
+    """MIRROR_PAD: the mode an option. Paddings given at run time are bounded by TFLite's
+    kernel as the HAL bounds them in recent TFLite (ai-edge-litert 2.3 fails the invocation
+    on a negative one or one past the mode's limit); older kernels did not check them, which
+    is why the LiteRT driver claims those only on a runtime it has measured."""
     mode = int(cx.scalar(2))
     if mode not in (0, 1):
         raise Unexportable(f"mode {mode} is neither REFLECT (0) nor SYMMETRIC (1)")
