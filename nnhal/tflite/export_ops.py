@@ -94,6 +94,9 @@ def _rsqrt(cx: ExportOpContext) -> None:
 
 def _rsqrt_int8(cx: ExportOpContext, x: int, y: int, shape: list[int]) -> None:
     src = cx.w.sg.tensors[x]
+    if src.zero_points[0] == -128:  # no stored value lies below the zero point
+        cx.emit(BO.RSQRT, [x], [y])
+        return
     zero = cx.w.new(f"zp{len(cx.w.sg.tensors)}", [], TT.INT8,
                     buffer=cx.w.ex.model.add_buffer(np.int8(src.zero_points[0]).tobytes()))
     cz = cx.w.sg.tensors[zero]
