@@ -413,9 +413,34 @@ def _batch_matmul(cx: ExportOpContext) -> None:
     """BATCH_MATMUL: the HAL's equal batch dimensions are a case of TFLite's broadcasting."""
     if cx.info(0).type == T.TENSOR_INT32:
         raise Unexportable("TFLite's BATCH_MATMUL has no int32 kernel")
+    if cx.info(0).type in QUANTIZED:
+        _check_int8_matmul_multiplier(cx)
     cx.emit(BO.BATCH_MATMUL, [cx.t(0), cx.t(1)], [cx.o()], "BatchMatMulOptions",
             AdjX=bool(cx.scalar(2, False)), AdjY=bool(cx.scalar(3, False)),
             AsymmetricQuantizeInputs=False)
+
+
+def _check_int8_matmul_multiplier(cx: ExportOpContext) -> None:
+    """TFLite's int8 kernel multiplies the int32 sum by 2^shift before its fixed-point
+    multiplier (lhs scale x rhs scale / output scale = f x 2^shift, f in [0.5, 1)), and that
+    product wraps past int32 where the HAL saturates (measured: garbage from multipliers of
+    2^13 up with 256-deep random sums). A sum of ``depth`` products is at most depth x 255 x
+    255 in magnitude, so a multiplier of at least 1 is refused unless that bound times 2^shift
+    stays within int32."""
+    lhs, rhs, out = cx.info(0), cx.info(1), cx.out_info()
+    f32 = np.float32
+    real = float(f32(lhs.scale)) * float(f32(rhs.scale)) / float(f32(out.scale))
+    shift = math.frexp(real)[1] if math.isfinite(real) and real > 0 else 999
+    if shift <= 0:
+        return
+    adj_x = bool(cx.scalar(2, False))
+    depth = cx.shape(0)[-2 if adj_x else -1] if cx.w.g.shapes[cx.ins[0]] else 0
+    known = depth > 0 and 0 not in (cx.w.g.shapes[cx.ins[0]] or (0,))
+    if not known or depth * 255 * 255 * 2 ** shift >= 2 ** 31:
+        raise Unexportable(f"TFLite's int8 BATCH_MATMUL wraps its int32 sum times 2^{shift} "
+                           f"(multiplier lhs x rhs / output scale = {real:.3g}) past int32 "
+                           f"for an inner dimension of {depth or 'unknown size'}; the HAL "
+                           f"saturates")
 
 
 def _pack(cx: ExportOpContext) -> None:

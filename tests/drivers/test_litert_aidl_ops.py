@@ -179,6 +179,12 @@ def test_int8_batch_matmul_zero_points_and_saturation(devices) -> None:
 def test_batch_matmul_refusals() -> None:
     why = _claimed(_bmm(I32, [2, 3], [3, 4], None))
     assert why is not None and "int32" in why
+    # int8 with a multiplier large enough for TFLite's shifted int32 sum to wrap (measured:
+    # 255 steps off at 1e9), where the HAL saturates; 2^shift x 256 x 255^2 < 2^31 is claimed
+    why = _claimed(_bmm(S8, [2, 256], [256, 4], None, [(1.0, 0), (1.0, 0), (1e-9, 0)]))
+    assert why is not None and "wraps" in why
+    assert _claimed(_bmm(S8, [2, 256], [256, 4], None, [(1.0, 0), (1.0, 0), (0.05, 0)])) \
+        is None
     # an input whose dimensions are known only at run time may be empty, which XNNPACK fails
     why = _claimed(_bmm(F32, [2, 3], [3, 4], None, runtime_shape=True))
     assert why is not None and "empty" in why
