@@ -405,7 +405,7 @@ def test_every_unsupported_operator_and_tensor_is_named_at_once() -> None:
     with pytest.raises(UnsupportedModelError) as e:
         read_tflite(build(g), name="m.tflite")
     items = e.value.items
-    assert str(e.value).startswith("m.tflite: 3 operator(s) have no HAL 1.3 equivalent and 1 "
+    assert str(e.value).startswith("m.tflite: 3 operator(s) have no HAL equivalent and 1 "
                                    "tensor(s) have no HAL operand type: ")
     # SHAPE of a static shape folds to an int64 constant, which is reported as an output.
     assert [i.split(":")[0] for i in items] == ["#0 BATCH_MATMUL", "#2 MyOp", "#3 GELU",
