@@ -1,4 +1,5 @@
-"""A .tflite flatbuffer as a HAL 1.3 Model.
+"""A .tflite flatbuffer as a HAL Model: a HAL 1.3 one unless it uses a builtin that maps to an
+operation or type of AIDL v2 / v3 (BATCH_MATMUL, PACK, MIRROR_PAD, REVERSE_V2, int8 RSQRT).
 
 Subgraph 0 becomes the main subgraph. The file is read into records first (every count
 bounded, every buffer checked), constants are folded, then each operator is converted in
