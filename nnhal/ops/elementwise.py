@@ -1,6 +1,11 @@
 """Element-wise math: ABS, EXP, LOG, NEG, RSQRT, SIN, SQRT, FLOOR, POW, MAXIMUM, MINIMUM.
 
 Float16 tensors are computed in float32 and rounded once, as the reference driver does.
+Quantized RSQRT (feature level 7) is the NNAPI CPU executor's: the stored value dequantized
+in float32, ``1 / sqrt`` in float32, divided by the output scale, rounded half away from zero,
+the zero point added and the result saturated; a zero or negative real input (infinity or
+NaN) saturates to the largest stored value. An 8-bit input has 256 values, so prepare builds
+the table and execution looks it up.
 Quantized MAXIMUM/MINIMUM requantise each input to the output's scale and zero point first,
 through a 256-entry table built at prepare time (an 8-bit input has only 256 values).
 
@@ -15,6 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from nnhal.core.version import FeatureLevel
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.resolver import OpContext, OperandInfo, OperationDef, Shape, register
@@ -32,7 +38,11 @@ _FLOATS_1_2 = variants(V1_2, _F16, _F32)
 _BINARY_IN = [Slot("input0", "T"), Slot("input1", "T", doc="broadcast against input0")]
 
 SIGNATURES = [
-    *(sig(op, _UNARY_IN, _OUT, _FLOATS_1_2) for op in (O.EXP, O.LOG, O.RSQRT, O.SIN, O.SQRT)),
+    *(sig(op, _UNARY_IN, _OUT, _FLOATS_1_2) for op in (O.EXP, O.LOG, O.SIN, O.SQRT)),
+    sig(O.RSQRT, _UNARY_IN,
+        [Slot("output", "T", doc="the input's shape; quantized: scale and zero point may "
+                                 "differ")],
+        [*_FLOATS_1_2, *variants(FeatureLevel.AIDL_V3, _Q8, _Q8S)]),
     sig(O.ABS, _UNARY_IN, _OUT, [*_FLOATS_1_2, *variants(V1_3, _I32)]),
     sig(O.NEG, _UNARY_IN, _OUT, variants(V1_2, _F16, _F32, _I32)),
     sig(O.FLOOR, _UNARY_IN, _OUT, [*variants(V1_0, _F32), *variants(V1_2, _F16)]),
@@ -127,10 +137,29 @@ _UNARY_FLOAT: dict[OperationType, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
+def rsqrt_table(src: OperandInfo, dst: OperandInfo) -> np.ndarray:
+    """Quantized RSQRT of every stored value of ``src`` (index with ``value - qmin``)."""
+    qmin, qmax = C.qrange(src.type)
+    q = np.arange(qmin, qmax + 1, dtype=np.int32)
+    f32 = np.float32
+    with np.errstate(all="ignore"):
+        real = (q - np.int32(src.zero_point)).astype(f32) * f32(src.scale)
+        r = f32(1.0) / np.sqrt(real)
+        # std::round is exact; rounded in float64 so that no float32 sum rounds first.
+        steps = (r / f32(dst.scale)).astype(np.float64)
+        v = f32(dst.zero_point) + C.round_half_away(steps).astype(f32)
+    dmin, dmax = C.qrange(dst.type)
+    # NaN (a negative input) compares false, and the reference's min(max, v) keeps max.
+    v = np.where(np.isnan(v), f32(dmax), v)
+    return np.clip(v, dmin, dmax).astype(dst.type.dtype)
+
+
 class _Unary(OperationDef):
     max_rank: int | None = None
 
     def validate(self, ctx: OpContext) -> None:
+        if ctx.inputs[0].type in C.QUANT8_TYPES:
+            check_quant_scales(ctx)
         r = ctx.inputs[0].rank
         if self.max_rank is not None:
             ctx.require(r is None or r <= self.max_rank,
@@ -142,6 +171,9 @@ class _Unary(OperationDef):
 
     def kernel(self, ctx: OpContext):
         t = ctx.inputs[0].type
+        if t in C.QUANT8_TYPES:  # RSQRT, the only quantized unary operation here
+            table, qmin = rsqrt_table(ctx.inputs[0], ctx.outputs[0]), C.qrange(t)[0]
+            return lambda ins, rt: [table_lookup(table, ins[0], qmin)]
         if t == T.TENSOR_INT32:
             if self.op_type == O.ABS:
                 return lambda ins, rt: [np.abs(ins[0]).astype(np.int32, copy=False)]

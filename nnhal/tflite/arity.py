@@ -68,6 +68,7 @@ _OPTIONS = {"AVERAGE_POOL_2D": "Pool2DOptions", "MAX_POOL_2D": "Pool2DOptions",
             "SPACE_TO_BATCH_ND": "SpaceToBatchNDOptions",
             "BIDIRECTIONAL_SEQUENCE_RNN": "BidirectionalSequenceRNNOptions",
             "L2_NORMALIZATION": "L2NormOptions", "LSH_PROJECTION": "LSHProjectionOptions",
+            "BATCH_MATMUL": "BatchMatMulOptions",
             "LSTM": "LSTMOptions", "MAXIMUM": "MaximumMinimumOptions",
             "MINIMUM": "MaximumMinimumOptions", "PADV2": "PadV2Options", "RNN": "RNNOptions",
             "SVDF": "SVDFOptions", "TOPK_V2": "TopKV2Options",
@@ -91,6 +92,9 @@ ARITY: dict[str, Arity] = {
     "ADD_N": _a((2, None)),
     "CONCATENATION": _a((1, None)),
     "PACK": _a((1, None)),
+    "BATCH_MATMUL": _a(2),
+    "MIRROR_PAD": _a(2),
+    "REVERSE_V2": _a(2),
     "UNPACK": _a(1, (1, None)),
     "CONV_2D": _a(3),  # its kernel requires the bias
     "DEPTHWISE_CONV_2D": _a((2, 3)),  # a bias, when listed, may not be -1

@@ -9,6 +9,7 @@ Operand positions follow the HAL 1.3 signatures (``nnhal ops NAME``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +41,7 @@ def _simple(code: int) -> Converter:
 
 for _name, _code in {
         "ABS": BO.ABS, "EXP": BO.EXP, "LOG": BO.LOG, "NEG": BO.NEG, "SQRT": BO.SQRT,
-        "RSQRT": BO.RSQRT, "SIN": BO.SIN, "FLOOR": BO.FLOOR, "LOGISTIC": BO.LOGISTIC,
+        "SIN": BO.SIN, "FLOOR": BO.FLOOR, "LOGISTIC": BO.LOGISTIC,
         "TANH": BO.TANH, "RELU": BO.RELU, "RELU1": BO.RELU_N1_TO_1, "RELU6": BO.RELU6,
         "HARD_SWISH": BO.HARD_SWISH, "LOGICAL_NOT": BO.LOGICAL_NOT,
         "DEQUANTIZE": BO.DEQUANTIZE, "QUANTIZE": BO.QUANTIZE, "CAST": BO.CAST,
@@ -50,6 +51,62 @@ for _name, _code in {
         "EMBEDDING_LOOKUP": BO.EMBEDDING_LOOKUP, "HASHTABLE_LOOKUP": BO.HASHTABLE_LOOKUP,
         "FILL": BO.FILL}.items():
     CONVERTERS[_name] = _simple(_code)
+
+
+def _rsqrt(cx: ExportOpContext) -> None:
+    """Float RSQRT as it is. Quantized: TFLite's int8 kernel computes the HAL's values (zero
+    gives the largest stored value) but fails the invocation on a value below the zero
+    point, where the HAL gives the largest stored value too: a MAXIMUM with the zero point
+    first turns those into zero. uint8, which TFLite's kernel lacks, goes through int8 by
+    QUANTIZE of the same scale (the zero point moved by 128: exact) there and back.
+
+    TFLite's fixed point holds only while its multiplier 1 / (sqrt(input scale) x output
+    scale) lies in [2^-12, 2^30) (outside, its shifts overflow and the results are garbage;
+    measured); the converter keeps a step of margin on each side and refuses the rest."""
+    info = cx.info(0)
+    if info.type not in QUANTIZED:
+        cx.emit(BO.RSQRT, [cx.t(0)], [cx.o()])
+        return
+    f32 = np.float32
+    with np.errstate(all="ignore"):
+        multiplier = 1.0 / float(np.sqrt(f32(info.scale)) * f32(cx.out_info().scale))
+    exponent = math.frexp(multiplier)[1] if math.isfinite(multiplier) else 999
+    if not -10 <= exponent <= 29:
+        raise Unexportable(f"TFLite's quantized RSQRT overflows its fixed point for the "
+                           f"multiplier 1 / (sqrt(input scale) x output scale) = "
+                           f"{multiplier:.3g} (it holds within [2^-11, 2^29])")
+    shape = cx.shape(0)
+    x, y = cx.t(0), cx.o()
+    if info.type == T.TENSOR_QUANT8_ASYMM:
+        xs = cx.w.new(f"x{len(cx.w.sg.tensors)}", shape, TT.INT8)
+        xs_t = cx.w.sg.tensors[xs]
+        xs_t.scales, xs_t.zero_points = [float(info.scale)], [int(info.zero_point) - 128]
+        cx.emit(BO.QUANTIZE, [x], [xs])
+        out = cx.out_info()
+        ys = cx.w.new(f"x{len(cx.w.sg.tensors)}", shape, TT.INT8)
+        ys_t = cx.w.sg.tensors[ys]
+        ys_t.scales, ys_t.zero_points = [float(out.scale)], [int(out.zero_point) - 128]
+        _rsqrt_int8(cx, xs, ys, shape)
+        cx.emit(BO.QUANTIZE, [ys], [y])
+        return
+    _rsqrt_int8(cx, x, y, shape)
+
+
+def _rsqrt_int8(cx: ExportOpContext, x: int, y: int, shape: list[int]) -> None:
+    src = cx.w.sg.tensors[x]
+    if src.zero_points[0] == -128:  # no stored value lies below the zero point
+        cx.emit(BO.RSQRT, [x], [y])
+        return
+    zero = cx.w.new(f"zp{len(cx.w.sg.tensors)}", [], TT.INT8,
+                    buffer=cx.w.ex.model.add_buffer(np.int8(src.zero_points[0]).tobytes()))
+    cz = cx.w.sg.tensors[zero]
+    cz.scales, cz.zero_points = list(src.scales), list(src.zero_points)
+    clamped = cx.temp(shape, x)
+    cx.emit(BO.MAXIMUM, [x, zero], [clamped])
+    cx.emit(BO.RSQRT, [clamped], [y])
+
+
+CONVERTERS["RSQRT"] = _rsqrt
 
 
 def _quant_differs(cx: ExportOpContext, inputs: list[int], with_output: bool) -> bool:
@@ -361,3 +418,71 @@ def _while(cx: ExportOpContext) -> None:
 CONVERTERS.update(ELU=_elu, LSH_PROJECTION=_lsh, IF=_if, WHILE=_while)
 CONVERTERS.update(NN_CONVERTERS)
 CONVERTERS.update(RNN_CONVERTERS)
+
+
+# ---- the operations of AIDL v2 and v3 ---------------------------------------------------------
+
+def _batch_matmul(cx: ExportOpContext) -> None:
+    """BATCH_MATMUL: the HAL's equal batch dimensions are a case of TFLite's broadcasting."""
+    if cx.info(0).type == T.TENSOR_INT32:
+        raise Unexportable("TFLite's BATCH_MATMUL has no int32 kernel")
+    if cx.info(0).type in QUANTIZED:
+        _check_int8_matmul_multiplier(cx)
+    cx.emit(BO.BATCH_MATMUL, [cx.t(0), cx.t(1)], [cx.o()], "BatchMatMulOptions",
+            AdjX=bool(cx.scalar(2, False)), AdjY=bool(cx.scalar(3, False)),
+            AsymmetricQuantizeInputs=False)
+
+
+def _check_int8_matmul_multiplier(cx: ExportOpContext) -> None:
+    """TFLite's int8 kernel multiplies the int32 sum by 2^shift before its fixed-point
+    multiplier (lhs scale x rhs scale / output scale = f x 2^shift, f in [0.5, 1)), and that
+    product wraps past int32 where the HAL saturates (measured: garbage from multipliers of
+    2^13 up with 256-deep random sums). A sum of ``depth`` products is at most depth x 255 x
+    255 in magnitude, so a multiplier of at least 1 is refused unless that bound times 2^shift
+    stays within int32."""
+    lhs, rhs, out = cx.info(0), cx.info(1), cx.out_info()
+    f32 = np.float32
+    real = float(f32(lhs.scale)) * float(f32(rhs.scale)) / float(f32(out.scale))
+    shift = math.frexp(real)[1] if math.isfinite(real) and real > 0 else 999
+    if shift <= 0:
+        return
+    adj_x = bool(cx.scalar(2, False))
+    depth = cx.shape(0)[-2 if adj_x else -1] if cx.w.g.shapes[cx.ins[0]] else 0
+    known = depth > 0 and 0 not in (cx.w.g.shapes[cx.ins[0]] or (0,))
+    if not known or depth * 255 * 255 * 2 ** shift >= 2 ** 31:
+        raise Unexportable(f"TFLite's int8 BATCH_MATMUL wraps its int32 sum times 2^{shift} "
+                           f"(multiplier lhs x rhs / output scale = {real:.3g}) past int32 "
+                           f"for an inner dimension of {depth or 'unknown size'}; the HAL "
+                           f"saturates")
+
+
+def _pack(cx: ExportOpContext) -> None:
+    """PACK: the HAL's axis is input 0, TFLite's an option."""
+    axis = int(cx.scalar(0))
+    cx.emit(BO.PACK, [cx.t(j) for j in range(1, cx.n)], [cx.o()], "PackOptions",
+            ValuesCount=cx.n - 1, Axis=axis)
+
+
+def _mirror_pad(cx: ExportOpContext) -> None:
+    """MIRROR_PAD: the mode an option. Paddings given at run time are bounded by TFLite's
+    kernel as the HAL bounds them in recent TFLite (ai-edge-litert 2.3 fails the invocation
+    on a negative one or one past the mode's limit); older kernels did not check them, which
+    is why the LiteRT driver claims those only on a runtime it has measured."""
+    mode = int(cx.scalar(2))
+    if mode not in (0, 1):
+        raise Unexportable(f"mode {mode} is neither REFLECT (0) nor SYMMETRIC (1)")
+    cx.emit(BO.MIRROR_PAD, [cx.t(0), cx.t(1)], [cx.o()], "MirrorPadOptions",
+            Mode=(tflite.MirrorPadMode.REFLECT, tflite.MirrorPadMode.SYMMETRIC)[mode])
+
+
+def _reverse(cx: ExportOpContext) -> None:
+    """REVERSE as REVERSE_V2 along the one axis the HAL allows. The axis must be a constant:
+    TFLite counts a negative run-time axis from the end, where the HAL fails the execution."""
+    if not cx.info(1).is_const:
+        raise Unexportable("axis given at run time: TFLite takes a negative axis (counted "
+                           "from the end) that the HAL refuses")
+    cx.emit(BO.REVERSE_V2, [cx.t(0), cx.t(1)], [cx.o()], "ReverseV2Options")
+
+
+CONVERTERS.update(BATCH_MATMUL=_batch_matmul, PACK=_pack, MIRROR_PAD=_mirror_pad,
+                  REVERSE=_reverse)

@@ -1,6 +1,8 @@
-"""One converter per TFLite builtin with a HAL 1.3 equivalent: the operator's options become
+"""One converter per TFLite builtin with a HAL equivalent: the operator's options become
 HAL scalar operands, and what the HAL spells differently (FULLY_CONNECTED's keep_num_dims,
-SPLIT_V, PACK, SQUARE, LEAKY_RELU...) becomes a short exact HAL subgraph."""
+SPLIT_V, SQUARE, LEAKY_RELU...) becomes a short exact HAL subgraph. BATCH_MATMUL and PACK
+become the operations of AIDL v2 (feature level 6), MIRROR_PAD and REVERSE_V2 those of AIDL v3
+(feature level 7), and so does an int8 RSQRT; every other builtin maps to HAL 1.3."""
 
 from __future__ import annotations
 
@@ -613,20 +615,23 @@ def _split_v(ctx: Context, op: OpInfo) -> None:
         start += size
 
 
-@_conv("PACK", "RESHAPE of each input + CONCATENATION")
+@_conv("PACK", "PACK (AIDL v2; scalars: RESHAPE of each to [1] + CONCATENATION)")
 def _pack(ctx: Context, op: OpInfo) -> None:
+    axis = _axis(ctx, ctx.options("PackOptions").Axis(), op.outputs[0])
+    if any(len(ctx.t(i).shape) > 0 for i in op.inputs):
+        ctx.emit(O.PACK, [ctx.i32(axis)] + [ctx.x(i) for i in op.inputs],
+                 [ctx.y(op.outputs[0])])
+        return
+    # TFLite scalars are [1] operands in the HAL, which PACK would make [N, 1]: concatenate.
     out = ctx.t(op.outputs[0])
     if not out.static:
-        raise Unimportable("PACK needs a known output shape")
-    axis = _axis(ctx, ctx.options("PackOptions").Axis(), op.outputs[0])
-    piece = list(out.shape)
-    piece[axis] = 1
+        raise Unimportable("PACK of scalars needs a known output shape")
     parts = []
     for i in op.inputs:
-        p = ctx.like(op.outputs[0], piece)
-        ctx.emit(O.RESHAPE, [ctx.x(i), ctx.ints(piece)], [p])
+        p = ctx.like(op.outputs[0], [1])
+        ctx.emit(O.RESHAPE, [ctx.x(i), ctx.ints([1])], [p])
         parts.append(p)
-    ctx.emit(O.CONCATENATION, parts + [ctx.i32(axis)], [ctx.y(op.outputs[0])])
+    ctx.emit(O.CONCATENATION, parts + [ctx.i32(0)], [ctx.y(op.outputs[0])])
 
 
 @_conv("UNPACK", "SPLIT + RESHAPE of each output")
@@ -823,20 +828,81 @@ def _while(ctx: Context, op: OpInfo) -> None:
              [ctx.y(i) for i in op.outputs])
 
 
+# ---- the operations of AIDL v2 and v3 ---------------------------------------------------------
+
+@_conv("BATCH_MATMUL", "BATCH_MATMUL (AIDL v2; adj_x / adj_y; float32, float16, int8; inputs "
+                       "of one type and rank 2 to 4 with equal batch dimensions)")
+def _batch_matmul(ctx: Context, op: OpInfo) -> None:
+    a, b = ctx.t(op.inputs[0]), ctx.t(op.inputs[1])
+    if a.ttype != b.ttype:
+        raise Unimportable(f"a hybrid BATCH_MATMUL ({a.type_name} x {b.type_name}): the HAL "
+                           f"multiplies two tensors of one type")
+    if a.ttype not in (TT.FLOAT32, TT.FLOAT16, TT.INT8):
+        raise Unimportable(f"BATCH_MATMUL of {a.type_name}: the HAL's has float16, float32 "
+                           f"and int8 (and int32, which TFLite's has not)")
+    if not (a.has_rank and b.has_rank) or len(a.shape) != len(b.shape) or \
+            not 2 <= len(a.shape) <= 4:
+        raise Unimportable(f"inputs of shapes {list(a.shape)} and {list(b.shape)}: the HAL "
+                           f"needs one rank, 2 to 4 (TFLite broadcasts a smaller rank)")
+    if any(x != y or x <= 0 for x, y in zip(a.shape[:-2], b.shape[:-2])):
+        raise Unimportable(f"batch dimensions {list(a.shape[:-2])} and {list(b.shape[:-2])}: "
+                           f"the HAL needs them known and equal (TFLite broadcasts them)")
+    o = ctx.options("BatchMatMulOptions")
+    ctx.emit(O.BATCH_MATMUL, [ctx.x(op.inputs[0]), ctx.x(op.inputs[1]),
+                              ctx.bool_(bool(o.AdjX())), ctx.bool_(bool(o.AdjY()))],
+             [ctx.y(op.outputs[0])])
+
+
+#: TFLite's MirrorPadMode -> the HAL's mode scalar (the same numbers, named here).
+_MIRROR_MODES = {0: 0, 1: 1}  # REFLECT, SYMMETRIC
+
+
+@_conv("MIRROR_PAD", "MIRROR_PAD (AIDL v3; REFLECT / SYMMETRIC)")
+def _mirror_pad(ctx: Context, op: OpInfo) -> None:
+    mode = ctx.options("MirrorPadOptions").Mode()
+    if mode not in _MIRROR_MODES:
+        raise Unimportable(f"mirror pad mode {mode} is neither REFLECT nor SYMMETRIC")
+    ctx.emit(O.MIRROR_PAD, [ctx.x(op.inputs[0]), _ints_input(ctx, op.inputs[1], "paddings"),
+                            ctx.i32(_MIRROR_MODES[mode])], [ctx.y(op.outputs[0])])
+
+
+@_conv("REVERSE_V2", "REVERSE (AIDL v3), one per constant axis (negative axes counted "
+                     "from the end)")
+def _reverse_v2(ctx: Context, op: OpInfo) -> None:
+    x = ctx.t(op.inputs[0])
+    if ctx.value(op.inputs[1]) is None:
+        raise Unimportable("an axis given at run time: TFLite counts a negative one from the "
+                           "end, the HAL refuses it")
+    rank = len(x.shape)
+    axes = [int(a) for a in ctx.need_value(op.inputs[1], "axis").reshape(-1)]
+    if not axes:
+        raise Unimportable("REVERSE_V2 with no axis")
+    if rank == 0 or any(not -rank <= a < rank for a in axes):
+        raise Unimportable(f"axes {axes} out of range for rank {rank}")
+    axes = [a % rank for a in axes]
+    if len(set(axes)) != len(axes):
+        raise Unimportable(f"axes {axes} repeat one")
+    src = ctx.x(op.inputs[0])
+    for k, a in enumerate(axes):
+        last = k == len(axes) - 1
+        dst = ctx.y(op.outputs[0]) if last else ctx.like(op.inputs[0])
+        ctx.emit(O.REVERSE, [src, ctx.ints([a])], [dst])
+        src = dst
+
+
 #: Builtins refused on purpose, with the reason (every other unmapped builtin is refused as
 #: having no HAL equivalent).
 REFUSED: dict[str, str] = {
-    "MIRROR_PAD": "not converted yet: the HAL's MIRROR_PAD (AIDL v3) has no converter here",
     "CUSTOM": "custom operators have no HAL equivalent",
     "FLEX": "TensorFlow (Flex) operators have no HAL equivalent",
-    "GELU": "no HAL 1.3 operation",
-    "CUMSUM": "no HAL 1.3 operation",
-    "ONE_HOT": "no HAL 1.3 operation",
-    "SCATTER_ND": "no HAL 1.3 operation",
-    "GATHER_ND": "no HAL 1.3 operation",
+    "GELU": "no HAL operation",
+    "CUMSUM": "no HAL operation",
+    "ONE_HOT": "no HAL operation",
+    "SCATTER_ND": "no HAL operation",
+    "GATHER_ND": "no HAL operation",
     "BIDIRECTIONAL_SEQUENCE_LSTM": "not mapped: its 48 inputs and two state pairs are not "
                                    "converted yet (UNIDIRECTIONAL_SEQUENCE_LSTM is)",
-    "BROADCAST_TO": "no HAL 1.3 operation",
+    "BROADCAST_TO": "no HAL operation",
     "SHAPE": "folded when the input shape is static, else no HAL equivalent",
     "RANK": "folded when the input shape is static, else no HAL equivalent",
     "DENSIFY": "folded when its input is a sparse constant, else no HAL equivalent",

@@ -31,7 +31,7 @@ CUSTOM_CONVERTERS: dict[str, Converter] = {}
 CUSTOM_MAPPED: dict[str, str] = {}
 #: Builtins whose conversion is a HAL subgraph of several operations computing the same thing
 #: (the support table's "lowered"), rather than one HAL operation.
-LOWERED: set[str] = {"ADD_N", "SQUARED_DIFFERENCE", "SPLIT_V", "PACK", "UNPACK"}
+LOWERED: set[str] = {"ADD_N", "SQUARED_DIFFERENCE", "SPLIT_V", "UNPACK"}
 
 _FLOATS = (TT.FLOAT32, TT.FLOAT16)
 

@@ -1,4 +1,5 @@
-"""A .tflite flatbuffer as a HAL 1.3 Model.
+"""A .tflite flatbuffer as a HAL Model: a HAL 1.3 one unless it uses a builtin that maps to an
+operation or type of AIDL v2 / v3 (BATCH_MATMUL, PACK, MIRROR_PAD, REVERSE_V2, int8 RSQRT).
 
 Subgraph 0 becomes the main subgraph. The file is read into records first (every count
 bounded, every buffer checked), constants are folded, then each operator is converted in
@@ -78,7 +79,7 @@ def builtin_support() -> tuple[dict[str, str], dict[str, str]]:
     for name in schema.BUILTIN_NAMES.values():
         if name in mapped or name.startswith("PLACEHOLDER"):
             continue
-        refused[name] = REFUSED.get(name, "no HAL 1.3 equivalent")
+        refused[name] = REFUSED.get(name, "no HAL equivalent")
     return dict(sorted(mapped.items())), dict(sorted(refused.items()))
 
 
@@ -166,7 +167,7 @@ class _Importer:
 
     def _error(self, items: list[str]) -> UnsupportedModelError:
         n_ops = sum(1 for i in items if i.startswith("#"))
-        what = f"{self.file}: {n_ops} operator(s) have no HAL 1.3 equivalent"
+        what = f"{self.file}: {n_ops} operator(s) have no HAL equivalent"
         if len(items) > n_ops:
             what += f" and {len(items) - n_ops} tensor(s) have no HAL operand type"
         return UnsupportedModelError(what, items)
@@ -241,10 +242,10 @@ class _Importer:
                         raise Unimportable(why)
                     CONVERTERS[op.name](ctx, op)
                 elif op.name in FOLDERS or op.name in ("SHAPE", "RANK", "DENSIFY"):
-                    raise Unimportable("no HAL 1.3 equivalent (folded only when its inputs are "
+                    raise Unimportable("no HAL equivalent (folded only when its inputs are "
                                        "constants or, for SHAPE / RANK, its input shape is static)")
                 else:
-                    raise Unimportable(REFUSED.get(op.name, "no HAL 1.3 equivalent"))
+                    raise Unimportable(REFUSED.get(op.name, "no HAL equivalent"))
                 ctx.flush()
                 self._check_emitted(ctx, start)
             except (Unimportable, IndexError, ValueError, TypeError, KeyError) as e:
@@ -296,7 +297,7 @@ def read_tflite(source: str | os.PathLike[str] | bytes, name: str | None = None,
     refused.
 
     Raises ModelFileError for a file that cannot be read, UnsupportedModelError naming every
-    operator (index and name) and tensor that has no HAL 1.3 equivalent."""
+    operator (index and name) and tensor that has no HAL equivalent."""
     lf = schema.load(source, name)
     subgraphs = read_model(lf, dynamic_shapes)
     with lf.guard():
@@ -330,9 +331,9 @@ def _kind_refusal(op: OpInfo, main: bool) -> str | None:
     if op.name in CONVERTERS:
         return None
     if op.name in FOLDERS or op.name in ("SHAPE", "RANK", "DENSIFY"):
-        return ("no HAL 1.3 equivalent (folded only when its inputs are constants or, for "
+        return ("no HAL equivalent (folded only when its inputs are constants or, for "
                 "SHAPE / RANK, its input shape is static)")
-    return REFUSED.get(op.name, "no HAL 1.3 equivalent")
+    return REFUSED.get(op.name, "no HAL equivalent")
 
 
 def _rule_op(ctx: Context, op: OpInfo) -> RuleOp:

@@ -103,3 +103,24 @@ def test_the_shared_aidl_cases_in_every_mode_through_aidl(fresh_runtime):
     assert not bad, bad[:5]
     for mode in MODES:
         assert report.modes[mode][PASSED] == (19 if mode == "quantization_coupling" else 185)
+
+
+@pytest.mark.skipif(not AIDL_SPECS.exists(), reason=f"no AIDL cases at {AIDL_SPECS}")
+def test_the_shared_aidl_cases_on_litert_through_aidl():
+    """The LiteRT driver claims every AIDL case but the int32 BATCH_MATMULs (TFLite has no
+    int32 kernel), and each case it claims passes (nnhal.drivers.litert.support)."""
+    pytest.importorskip("ai_edge_litert")
+    from nnhal.conformance.runner import SKIPPED
+    from nnhal.drivers.litert import LiteRTDevice
+
+    dev = LiteRTDevice()
+    try:
+        report = run(through_aidl(dev), list(iter_cases(AIDL_SPECS)), ["general"],
+                     progress=False)
+    finally:
+        dev.close()
+    assert not [c for c in report.cases if c["result"] == FAILED]
+    skipped = sorted(c["name"] for c in report.cases if c["result"] == SKIPPED)
+    assert skipped == sorted(f"batch_matmul_{k}_int32" for k in (
+        "LHSAdjoint", "RHSAdjoint", "Simple", "TwoBatchSize")), skipped
+    assert report.modes["general"][PASSED] == 181

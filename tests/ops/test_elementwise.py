@@ -137,3 +137,70 @@ def test_binary_input_types_must_agree():
         run_op(O.MAXIMUM, [tensor(F32, [1.0]), tensor(F16, [1.0])], [output(F32, [1])])
     with pytest.raises(OpError, match=r"ABS: input 0 \(input\) has type TENSOR_QUANT8_ASYMM"):
         run_op(O.ABS, [tensor(U8, [1], 1.0, 0)], [output(U8, [1], 1.0, 0)])
+
+
+# ---- quantized RSQRT (feature level 7) --------------------------------------------------------
+
+@pytest.mark.parametrize(("x", "in_q", "out_q", "expected"), [
+    ([1, 4, 16, 64], (0.25, 0), (0.25, 0), [8, 4, 2, 1]),
+    ([16, 64], (0.25, 0), (0.01, 75), [125, 100]),
+    ([12, 18, 42], (0.125, 10), (0.25, 0), [8, 4, 2]),
+])
+def test_rsqrt_quant8_values(x, in_q, out_q, expected):
+    for t, shift in ((U8, 0), (S8, -128)):
+        data = (np.array(x) + shift).astype(t.dtype)
+        (got,) = run_op(O.RSQRT, [tensor(t, data, in_q[0], in_q[1] + shift)],
+                        [output(t, [len(x)], out_q[0], out_q[1] + shift)])
+        assert got.dtype == t.dtype
+        np.testing.assert_array_equal(got.astype(int) - shift, expected)
+
+
+def test_rsqrt_quant8_zero_and_negative_inputs_saturate_high():
+    # 1 / sqrt(0) is infinity and 1 / sqrt(-x) NaN: both end at the largest stored value.
+    (got,) = run_op(O.RSQRT, [tensor(S8, np.array([-128, -1, 0], np.int8), 0.5, 0)],
+                    [output(S8, [3], 0.5, 0)])
+    np.testing.assert_array_equal(got, [127, 127, 127])
+    (got,) = run_op(O.RSQRT, [tensor(U8, np.array([0, 9, 10], np.uint8), 1.0, 10)],
+                    [output(U8, [3], 1.0, 3)])
+    np.testing.assert_array_equal(got, [255, 255, 255])
+
+
+def test_rsqrt_quant8_rounds_half_away_and_saturates_low():
+    # real 4 -> 0.5 -> 0.5 / 1.0 is a tie: rounds to 1 (away from zero), not 0 (to even)
+    (got,) = run_op(O.RSQRT, [tensor(U8, np.array([4, 16], np.uint8), 1.0, 0)],
+                    [output(U8, [2], 1.0, 0)])
+    np.testing.assert_array_equal(got, [1, 0])
+    # a large zero point pushes the result past the signed range's bottom
+    (got,) = run_op(O.RSQRT, [tensor(S8, np.array([1], np.int8), 1.0, 0)],
+                    [output(S8, [1], 0.001, -128)])
+    np.testing.assert_array_equal(got, [127])  # 1000 steps above -128: saturated high
+    (got,) = run_op(O.RSQRT, [tensor(S8, np.array([127], np.int8), 100.0, 0)],
+                    [output(S8, [1], 1.0, -128)])
+    np.testing.assert_array_equal(got, [-128])
+
+
+def test_rsqrt_quant8_zero_sized_and_bad_scale():
+    (got,) = run_op(O.RSQRT, [tensor(U8, np.zeros((0, 2), np.uint8), 0.5, 0)],
+                    [output(U8, [0, 2], 0.5, 0)])
+    assert got.shape == (0, 2)
+    with pytest.raises(OpError, match="scale"):
+        run_op(O.RSQRT, [tensor(U8, np.array([1], np.uint8), 0.5, 0)],
+               [output(U8, [1], 0.0, 0)])
+
+
+def test_rsqrt_feature_levels():
+    from nnhal.core.version import FeatureLevel
+    from nnhal.ops.catalog import check_operation, lookup
+    from nnhal.ops.resolver import OpContext
+
+    def level(inputs, outputs):
+        return check_operation(lookup(O.RSQRT), OpContext(O.RSQRT, [i for i, _ in inputs],
+                                                          list(outputs)))
+
+    assert level([tensor(F32, [1.0])], [output(F32, [1])]) == FeatureLevel.V1_2
+    for t in (U8, S8):
+        assert level([tensor(t, np.array([1], t.dtype), 0.5, 0)],
+                     [output(t, [1], 0.5, 0)]) == FeatureLevel.AIDL_V3
+    with pytest.raises(OpError):  # quant16 was never added
+        level([tensor(T.TENSOR_QUANT16_SYMM, np.array([1], np.int16), 0.5, 0)],
+              [output(T.TENSOR_QUANT16_SYMM, [1], 0.5, 0)])

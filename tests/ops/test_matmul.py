@@ -1,5 +1,6 @@
 """BATCH_MATMUL (AIDL v2): shapes, adjoints, every type's arithmetic, empty tensors, invalid
-operands, and that the LiteRT driver does not claim it."""
+operands, and which of it the LiteRT driver claims (tests/drivers/test_litert_aidl_ops.py
+runs what it claims)."""
 
 import numpy as np
 import pytest
@@ -188,9 +189,11 @@ def test_run_time_shapes_checked():
     assert e.value.status == ErrorStatus.INVALID_ARGUMENT
 
 
-def test_litert_driver_does_not_claim_it():
-    b = ModelBuilder()
-    x, y = b.input(F32, [2, 3]), b.input(F32, [3, 4])
-    out = b.output(F32, [2, 4])
-    b.operation(O.BATCH_MATMUL, [x, y, b.scalar(T.BOOL, False), b.scalar(T.BOOL, False)], [out])
-    assert supported_operations(analyse(b.build(), own_constants=False)) == [False]
+def test_litert_driver_claims_it_but_for_int32():
+    for t, claimed in ((F32, True), (T.TENSOR_INT32, False)):
+        b = ModelBuilder()
+        x, y = b.input(t, [2, 3]), b.input(t, [3, 4])
+        out = b.output(t, [2, 4])
+        b.operation(O.BATCH_MATMUL, [x, y, b.scalar(T.BOOL, False), b.scalar(T.BOOL, False)],
+                    [out])
+        assert supported_operations(analyse(b.build(), own_constants=False)) == [claimed]

@@ -431,6 +431,41 @@ CASES.update({
     "lsh_projection_dense": lambda: lsh(2),
 })
 
+
+def _bmm(adj_x: bool = False, adj_y: bool = False) -> tuple:
+    return ("BatchMatMulOptions", dict(AdjX=adj_x, AdjY=adj_y))
+
+
+# The builtins that map to operations of AIDL v2 / v3 (and int8 RSQRT, feature level 7).
+CASES.update({
+    "batch_matmul": lambda: one_op("BATCH_MATMUL", [((2, 3, 4), F), ((2, 4, 5), F)],
+                                   (2, 3, 5), options=_bmm()),
+    "batch_matmul_adjoint": lambda: one_op("BATCH_MATMUL", [((2, 2, 4, 3), F),
+                                                            ((2, 2, 5, 4), F)],
+                                           (2, 2, 3, 5), options=_bmm(True, True)),
+    "batch_matmul_int8": lambda: one_op("BATCH_MATMUL", [q8((3, 4)), q8((4, 2), q(0.02, 5))],
+                                        (3, 2), options=_bmm(),
+                                        out_quant=q(0.5, -3)),
+    "pack_int8_last_axis": lambda: one_op("PACK", [q8((2, 3)), q8((2, 3)), q8((2, 3))],
+                                          (2, 3, 3), options=("PackOptions",
+                                                              dict(ValuesCount=3, Axis=-1)),
+                                          out_quant=QIN),
+    "mirror_pad_reflect": lambda: one_op("MIRROR_PAD", [((3, 4), F), np.int32([[1, 2], [0, 3]])],
+                                         (6, 7), options=("MirrorPadOptions", dict(Mode=0))),
+    "mirror_pad_symmetric_uint8": lambda: one_op(
+        "MIRROR_PAD", [((1, 3, 4, 2), U8, QU), np.int32([[0, 0], [3, 3], [1, 4], [0, 0]])],
+        (1, 9, 9, 2), options=("MirrorPadOptions", dict(Mode=1)), out_quant=QU),
+    "reverse_v2": lambda: one_op("REVERSE_V2", [((2, 3, 4), F), np.int32([1])], (2, 3, 4)),
+    "reverse_v2_negative_axis_int8": lambda: one_op("REVERSE_V2", [q8((2, 3, 4)),
+                                                                   np.int32([-1])],
+                                                    (2, 3, 4), out_quant=QIN),
+    "reverse_v2_two_axes": lambda: one_op("REVERSE_V2", [((2, 3, 4), F), np.int32([1, 2])],
+                                          (2, 3, 4)),
+    # zero point -128: every stored value is a real value >= 0, where TFLite's kernel runs
+    "rsqrt_int8": lambda: one_op("RSQRT", [q8((2, 5), q(0.05, -128))], (2, 5),
+                                 out_quant=q(0.1, -100)),
+})
+
 def spatial_mean(dtype: type, keep: bool, axes: list[int], shape: tuple = (2, 5, 3, 4)
                  ) -> bytes:
     """Keras's global average pool, with an output quantization of its own."""
@@ -529,3 +564,37 @@ def test_pow_agrees_with_litert() -> None:
     a = rng.uniform(0.1, 3, (2, 3)).astype(F)
     b = rng.uniform(-2, 2, (2, 3)).astype(F)
     agree(one_op("POW", [((2, 3), F), ((2, 3), F)], (2, 3)), [a, b])
+
+
+@pytest.mark.parametrize("case, words", [
+    ("hybrid", "hybrid"), ("broadcast_batch", "batch dimensions"),
+    ("rank_mismatch", "one rank"), ("reverse_run_time_axis", "run time"),
+])
+def test_aidl_builtins_the_hal_cannot_express_are_refused_by_name(case: str, words: str
+                                                                  ) -> None:
+    make = {
+        "hybrid": lambda: one_op("BATCH_MATMUL", [((2, 3), F), q8((3, 4))], (2, 4), F,
+                                 options=_bmm()),
+        "broadcast_batch": lambda: one_op("BATCH_MATMUL", [((2, 2, 3), F), ((1, 3, 4), F)],
+                                          (2, 2, 4), options=_bmm()),
+        "rank_mismatch": lambda: one_op("BATCH_MATMUL", [((2, 2, 3), F), ((3, 4), F)],
+                                        (2, 2, 4), options=_bmm()),
+        "reverse_run_time_axis": lambda: one_op("REVERSE_V2", [((2, 3), F), ((1,), np.int32)],
+                                                (2, 3)),
+    }[case]
+    with pytest.raises(UnsupportedModelError) as e:
+        read_tflite(make())
+    assert words in str(e.value)
+
+
+def test_aidl_builtins_raise_the_imported_models_feature_level() -> None:
+    from nnhal.analysis import analyse
+    from nnhal.core.version import FeatureLevel
+
+    levels = {name: analyse(read_tflite(CASES[name]()).model).min_level
+              for name in ("batch_matmul", "pack", "mirror_pad_reflect", "reverse_v2",
+                           "rsqrt_int8", "reshape_int8")}
+    assert levels == {"batch_matmul": FeatureLevel.AIDL_V2, "pack": FeatureLevel.AIDL_V2,
+                      "mirror_pad_reflect": FeatureLevel.AIDL_V3,
+                      "reverse_v2": FeatureLevel.AIDL_V3, "rsqrt_int8": FeatureLevel.AIDL_V3,
+                      "reshape_int8": FeatureLevel.V1_3}

@@ -15,6 +15,8 @@ driver's docs and the issue note).
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 from collections.abc import Iterable
 
 import numpy as np
@@ -76,6 +78,23 @@ REFUSED: dict[str, list[tuple[str, str]]] = {
                                      "onto TFLite's 48")],
     "LSH_PROJECTION": [("projection type 1 (SPARSE_DEPRECATED)", "exporter: no TFLite "
                         "equivalent")],
+    # The operations of AIDL v2 / v3 and quantized RSQRT (tests/drivers/test_litert_aidl_ops.py
+    # compares each claimed kind with the reference on edge inputs):
+    "BATCH_MATMUL": [("TENSOR_INT32", "exporter: TFLite's BATCH_MATMUL has no int32 kernel"),
+                     ("an input dimension unknown at prepare", "an empty input (a 0 "
+                      "dimension at run time) fails in XNNPACK (it cannot reshape its "
+                      "runtime), where the HAL gives an empty result")],
+    "MIRROR_PAD": [("paddings given at run time, on ai-edge-litert before 2.3",
+                    "older TFLite kernels do not bound run-time paddings (2.3's fails the "
+                    "invocation as the HAL fails the execution; measured)"),
+                   ("REFLECT with an input dimension unknown at prepare", "TFLite fails "
+                    "REFLECT of an empty dimension even with zero padding, where the HAL "
+                    "gives an empty result")],
+    "REVERSE": [("axis given at run time", "exporter: TFLite counts a negative axis from "
+                 "the end, where the HAL fails the execution")],
+    "RSQRT": [("quantized, with 1 / (sqrt(input scale) x output scale) outside [2^-11, 2^29]",
+               "exporter: TFLite's fixed point overflows (garbage results); inside, its "
+               "int8 kernel gives the HAL's values")],
 }
 for _name in ("RNN", "UNIDIRECTIONAL_SEQUENCE_RNN", "BIDIRECTIONAL_SEQUENCE_RNN", "SVDF",
               "LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM"):
@@ -256,6 +275,13 @@ def _rule(graph: ModelGraph, g: SubgraphGraph, name: str, ins: list[int],
         if not g.operands[ins[1]].is_const and not g.operands[ins[1]].omitted and \
                 (shape is None or 0 in shape):
             return REFUSED[name][0][1]
+    if name == "BATCH_MATMUL" and _maybe_empty(g, ins[:2]):
+        return REFUSED[name][1][1]
+    if name == "MIRROR_PAD":
+        if not g.operands[ins[1]].is_const and not _litert_bounds_mirror_pad():
+            return REFUSED[name][0][1]
+        if _scalar(g, ins[2]) == 0 and _maybe_empty(g, ins[:1]):
+            return REFUSED[name][1][1]
     out_shape = g.shapes[outs[0]]
     if name in _RANK0 and (out_shape is None or 0 in out_shape) and \
             _rank0(g, name, ins, outs):
@@ -264,6 +290,25 @@ def _rule(graph: ModelGraph, g: SubgraphGraph, name: str, ins: list[int],
         return ("TFLite may give a rank-0 result where the HAL gives shape [1], and the "
                 "output shape is not known at prepare to reshape it")
     return None
+
+
+@functools.cache
+def _litert_bounds_mirror_pad() -> bool:
+    """Whether the installed ai-edge-litert checks MIRROR_PAD's run-time paddings (2.3 does)."""
+    try:
+        found = importlib.metadata.version("ai-edge-litert")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    parts = []
+    for p in found.split(".")[:2]:
+        digits = "".join(c for c in p if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts) >= (2, 3)
+
+
+def _maybe_empty(g: SubgraphGraph, ins: list[int]) -> bool:
+    """Whether an input's shape has a dimension known only at run time (possibly 0)."""
+    return any(g.shapes[i] is None or 0 in g.shapes[i] for i in ins)
 
 
 def _scalar(g: SubgraphGraph, i: int) -> int | None:
