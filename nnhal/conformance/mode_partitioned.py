@@ -2,7 +2,8 @@
 
 The model is built through the NDK calls as in mode ``runtime`` and compiled with
 createForDevices over the device under test and :class:`HalfDevice`, a second reference device
-that claims only a random half of the operation types and reports better capabilities, so the
+that claims only a random half of the operation types and reports better capabilities than the
+device under test (half its times), so the
 partitioner gives it every operation it can. The half is drawn per case, from the printed base
 seed and the case's name (so any case is reproducible), and drawn again (up to
 :data:`MAX_DRAWS` times) until the model's operations fall on both devices, IF/WHILE bodies
@@ -124,9 +125,13 @@ def _better(p: PerformanceInfo) -> PerformanceInfo:
 class HalfDevice(IDevice):
     """A reference device claiming only some operation types (a test driver)."""
 
-    def __init__(self, types: frozenset[int], inner: IDevice | None = None):
+    def __init__(self, types: frozenset[int], inner: IDevice | None = None,
+                 rival: IDevice | None = None):
         self.types = types
         self.inner = inner or ReferenceDevice()
+        #: The device under test: the claimed half must look faster than it, else a fast
+        #: driver (LiteRT) would take every operation and nothing would be split.
+        self.rival = rival or self.inner
         self.name = "half"
 
     def _types_ok(self, model: Model, sg_index: int, seen: set[int]) -> bool:
@@ -158,7 +163,7 @@ class HalfDevice(IDevice):
         return True
 
     def get_capabilities(self) -> tuple[ErrorStatus, Capabilities | None]:
-        status, caps = self.inner.get_capabilities()
+        status, caps = self.rival.get_capabilities()
         if status != ErrorStatus.NONE or caps is None:
             return status, caps
         return status, Capabilities(
@@ -240,7 +245,7 @@ def run(device: IDevice, case: Case, opts: Options) -> str:
         hal = model.hal
         types, _draw = half_for(case.name, hal) if hal is not None else (half_of_types(), 0)
         dev = Device.of(device, getattr(device, "name", None) or "device")
-        half = Device.of(through(opts.face, HalfDevice(types, _inner())), "half")
+        half = Device.of(through(opts.face, HalfDevice(types, _inner(), device)), "half")
         code, supported = N.ANeuralNetworksModel_getSupportedOperationsForDevices(
             model, [dev, half])
         if code != int(ResultCode.NO_ERROR):
