@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from nnhal.hal import checks
 from nnhal.hal.builder import ModelBuilder
 from nnhal.hal.fence import SyncFence
-from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
+from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (
     BufferDesc,
     BufferRole,
@@ -43,6 +43,8 @@ from nnhal.hal.types import (
     Subgraph,
     SymmPerChannelQuantParams,
 )
+from nnhal.hidl import ExecutionCallback
+from nnhal.hidl import execute as execute_1_3
 from nnhal.memory import SharedMemory
 
 E = ErrorStatus
@@ -158,7 +160,7 @@ def _fenced_result(status, fence, callback):
 
 def _async(pm, request, measure, deadline, loop_timeout):
     cb = ExecutionCallback()
-    launch = pm.execute(request, measure, deadline, loop_timeout, cb)
+    launch = execute_1_3(pm, request, measure, deadline, loop_timeout, cb)
     if launch != E.NONE:
         assert cb.calls == 1 and cb.status == launch  # notified before returning
         return launch
@@ -371,7 +373,7 @@ def test_compute_fenced_deadline(pm, req):
 
 def test_callback_kinds(pm, req):
     for cb in (None, "callback", 5, object()):
-        assert pm.execute(req.request, MeasureTiming.NO, None, None, cb) == INVALID
+        assert execute_1_3(pm, req.request, MeasureTiming.NO, None, None, cb) == INVALID
     assert req.untouched()
 
 

@@ -6,7 +6,7 @@ import numpy as np
 from helpers import add_model, float_inputs
 
 from nnhal.hal.builder import RequestBuilder
-from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
+from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (
     NO_TIME,
     DeviceType,
@@ -17,6 +17,8 @@ from nnhal.hal.types import (
     OperationType,
     Priority,
 )
+from nnhal.hidl import ExecutionCallback
+from nnhal.hidl import execute as execute_1_3
 from nnhal.ops.catalog import registered
 
 
@@ -56,7 +58,7 @@ def test_sync_and_async_results_and_callback_once(device):
 
     rb2 = RequestBuilder([b, b], [16])
     cb = ExecutionCallback()
-    assert pm.execute(rb2.request, MeasureTiming.YES, None, None, cb) == ErrorStatus.NONE
+    assert execute_1_3(pm, rb2.request, MeasureTiming.YES, None, None, cb) == ErrorStatus.NONE
     status, shapes, timing = cb.wait(10)
     assert status == ErrorStatus.NONE and cb.calls == 1
     assert timing.time_in_driver != NO_TIME and timing.time_on_device <= timing.time_in_driver
@@ -127,7 +129,7 @@ def test_concurrent_executions_on_one_prepared_model(device):
                 status, _, _ = pm.execute_synchronously(rb.request)
             else:
                 cb = ExecutionCallback()
-                pm.execute(rb.request, MeasureTiming.NO, None, None, cb)
+                execute_1_3(pm, rb.request, MeasureTiming.NO, None, None, cb)
                 status = cb.wait(10)[0]
             out = rb.output(0, np.float32, (64,))
             rb.close()
@@ -152,7 +154,7 @@ def test_raising_callback_does_not_break_driver(device):
     pm = prepare(device, add_model())
     rb = RequestBuilder(list(float_inputs(0)), [16])
     cb = Bad()
-    assert pm.execute(rb.request, MeasureTiming.NO, None, None, cb) == ErrorStatus.NONE
+    assert execute_1_3(pm, rb.request, MeasureTiming.NO, None, None, cb) == ErrorStatus.NONE
     assert cb.wait(5)[0] == ErrorStatus.NONE
     assert pm.execute_synchronously(rb.request)[0] == ErrorStatus.NONE
 

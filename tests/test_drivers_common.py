@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from nnhal.drivers.common import tokens as tokens_module
-from nnhal.drivers.common.callbacks import NotifyOnce, notify_execution, notify_prepared
+from nnhal.drivers.common.callbacks import NotifyOnce, notify_prepared
 from nnhal.drivers.common.request_checks import check_request, resolve_pools
 from nnhal.drivers.common.tokens import TokenRegistry, TokenRegistryFull
 from nnhal.drivers.common.workers import WorkerPools
@@ -27,6 +27,7 @@ from nnhal.hal.types import (
     RequestArgument,
     Subgraph,
 )
+from nnhal.hidl import notify_execution
 from nnhal.validation import BUFFER_POOL, ValidationError
 
 

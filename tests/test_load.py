@@ -21,8 +21,10 @@ from test_mutations import conv_model
 
 from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.builder import RequestBuilder
-from nnhal.hal.interfaces import ExecutionCallback, IExecutionCallback, PreparedModelCallback
+from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import BufferDesc, BufferRole, ErrorStatus, MeasureTiming
+from nnhal.hidl import ExecutionCallback, IExecutionCallback
+from nnhal.hidl import execute as execute_1_3
 
 THREADS = 16
 PER_THREAD = 60
@@ -87,7 +89,7 @@ def _run_one(pm, gen, rng, path: str) -> str | None:
             status, shapes, _ = pm.execute_synchronously(rb.request, MeasureTiming.YES)
         else:
             cb = ExecutionCallback()
-            launch = pm.execute(rb.request, MeasureTiming.NO, None, None, cb)
+            launch = execute_1_3(pm, rb.request, MeasureTiming.NO, None, None, cb)
             status, shapes, _ = cb.wait(30)
             if launch != ErrorStatus.NONE or cb.calls != 1:
                 return f"launch {launch}, {cb.calls} callbacks"
@@ -222,8 +224,8 @@ def test_abandoned_clients_leak_nothing():
                 inputs, expected, _ = gen(rng)
                 rb = RequestBuilder(inputs, [expected.nbytes])
                 # Fire and forget: the callback object is dropped at once, or raises.
-                pm.execute(rb.request, MeasureTiming.NO, None, None, ExecutionCallback())
-                pm.execute(rb.request, MeasureTiming.NO, None, None, _Forgetful())
+                execute_1_3(pm, rb.request, MeasureTiming.NO, None, None, ExecutionCallback())
+                execute_1_3(pm, rb.request, MeasureTiming.NO, None, None, _Forgetful())
                 pm.execute_synchronously(rb.request)
                 del rb  # the request memories go away while executions may still run
             cb = PreparedModelCallback()

@@ -126,7 +126,9 @@ import numpy as np
 from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.fence import SyncFence
 from nnhal.hal.builder import ModelBuilder
-from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
+from nnhal.hal.interfaces import PreparedModelCallback
+from nnhal.hidl import ExecutionCallback
+from nnhal.hidl import execute as execute_1_3
 from nnhal.hal.types import (BufferDesc, BufferRole, DataLocation, ErrorStatus, MemoryPool,
                              OperandType as T, OperationType as O, Request, RequestArgument)
 from nnhal.memory import SharedMemory
@@ -181,7 +183,7 @@ def fenced(status, fence, cb):
 
 def async_():
     cb = ExecutionCallback()
-    launch = pm.execute(req, 0, None, None, cb)
+    launch = execute_1_3(pm, req, 0, None, None, cb)
     status = cb.wait(30)[0]
     assert cb.calls == 1
     return status if launch == ErrorStatus.NONE else launch

@@ -10,7 +10,7 @@ from helpers import add_model
 
 from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.builder import ModelBuilder
-from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
+from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (
     BufferDesc,
     BufferRole,
@@ -25,6 +25,8 @@ from nnhal.hal.types import (
     Request,
     RequestArgument,
 )
+from nnhal.hidl import ExecutionCallback
+from nnhal.hidl import execute as execute_1_3
 from nnhal.memory import SharedMemory
 
 T = OperandType
@@ -287,7 +289,7 @@ def _run(pm, request, path="sync"):
         status, shapes, _ = pm.execute_synchronously(request, MeasureTiming.NO)
         return status, shapes
     cb = ExecutionCallback()
-    launch = pm.execute(request, MeasureTiming.NO, None, None, cb)
+    launch = execute_1_3(pm, request, MeasureTiming.NO, None, None, cb)
     status, shapes, _ = cb.wait(10)
     assert launch in (E.NONE, status)
     return status, shapes

@@ -10,7 +10,7 @@ from nnhal.conformance.cases import build_model
 from nnhal.drivers.reference import ReferenceDevice
 from nnhal.executor import RunError, RunState
 from nnhal.hal.builder import ModelBuilder, RequestBuilder
-from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
+from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (
     LOOP_TIMEOUT_MAXIMUM_NS,
     NO_TIME,
@@ -23,6 +23,8 @@ from nnhal.hal.types import (
     OperationType,
     Priority,
 )
+from nnhal.hidl import ExecutionCallback
+from nnhal.hidl import execute as execute_1_3
 
 MISSED = (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
 UNLIMITED = 2**64 - 1
@@ -116,7 +118,7 @@ def test_passed_deadline_refused_on_every_path(device):
     assert status in MISSED and shapes == [] and timing == NO_TIMING
     ecb = ExecutionCallback()
     # As VTS expects: launched (NONE), then the callback carries the missed deadline.
-    assert pm.execute(rb.request, MeasureTiming.YES, past, None, ecb) == ErrorStatus.NONE
+    assert execute_1_3(pm, rb.request, MeasureTiming.YES, past, None, ecb) == ErrorStatus.NONE
     assert ecb.wait(5) == (ecb.status, [], NO_TIMING) and ecb.status in MISSED
     status, fence, fcb = pm.execute_fenced(rb.request, [], MeasureTiming.YES, past)
     assert status in MISSED and fence is None and fcb is None
@@ -134,7 +136,7 @@ def test_unlimited_deadline_runs_normally(device):
     assert pm.execute_synchronously(rb.request, MeasureTiming.NO, UNLIMITED)[0] == \
         ErrorStatus.NONE
     ecb = ExecutionCallback()
-    assert pm.execute(rb.request, MeasureTiming.NO, UNLIMITED, None, ecb) == ErrorStatus.NONE
+    assert execute_1_3(pm, rb.request, MeasureTiming.NO, UNLIMITED, None, ecb) == ErrorStatus.NONE
     assert ecb.wait(5)[0] == ErrorStatus.NONE
     status, fence, _ = pm.execute_fenced(rb.request, [], MeasureTiming.NO, UNLIMITED)
     assert status == ErrorStatus.NONE and fence.wait(5).name == "SIGNALED"
@@ -153,7 +155,7 @@ def test_deadline_expiring_inside_an_endless_loop(device, caplog):
     assert status in MISSED and timing == NO_TIMING
     cb = ExecutionCallback()
     soon = time.monotonic_ns() + 30 * MS
-    assert pm.execute(rb.request, MeasureTiming.YES, soon, LOOP_TIMEOUT_MAXIMUM_NS, cb) == \
+    assert execute_1_3(pm, rb.request, MeasureTiming.YES, soon, LOOP_TIMEOUT_MAXIMUM_NS, cb) == \
         ErrorStatus.NONE
     status, _, timing = cb.wait(10)
     assert status in MISSED and timing == NO_TIMING
@@ -195,7 +197,7 @@ def test_timing_only_when_measured_and_successful(device):
 
     def asynchronous(p, r, measure):
         cb = ExecutionCallback()
-        assert p.execute(r.request, measure, None, 5 * MS, cb) == ErrorStatus.NONE
+        assert execute_1_3(p, r.request, measure, None, 5 * MS, cb) == ErrorStatus.NONE
         status, _, timing = cb.wait(10)
         return status, timing
 
@@ -233,14 +235,14 @@ def test_high_priority_not_starved_by_busy_low_priority_workers():
         # enough that a loaded machine still runs HIGH before any LOW loop times out.
         low = [ExecutionCallback() for _ in range(4)]
         for cb in low:
-            assert loop.execute(lrb.request, MeasureTiming.NO, None, 1500 * MS, cb) == \
+            assert execute_1_3(loop, lrb.request, MeasureTiming.NO, None, 1500 * MS, cb) == \
                 ErrorStatus.NONE
         a, b = float_inputs(3)
         queued_low, high = RequestBuilder([a, b], [16]), RequestBuilder([b, b], [16])
         low_cb, high_cb = ExecutionCallback(), ExecutionCallback()
-        assert low_add.execute(queued_low.request, MeasureTiming.NO, None, None, low_cb) == \
+        assert execute_1_3(low_add, queued_low.request, MeasureTiming.NO, None, None, low_cb) == \
             ErrorStatus.NONE
-        assert high_add.execute(high.request, MeasureTiming.NO, None, None, high_cb) == \
+        assert execute_1_3(high_add, high.request, MeasureTiming.NO, None, None, high_cb) == \
             ErrorStatus.NONE
         assert high_cb.wait(10)[0] == ErrorStatus.NONE
         # HIGH finished while every LOW execution, even the quick one, was still waiting.

@@ -7,7 +7,7 @@ import pytest
 from helpers import add_model, float_inputs
 
 from nnhal.hal.builder import RequestBuilder
-from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
+from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (
     DataLocation,
     ErrorStatus,
@@ -15,6 +15,8 @@ from nnhal.hal.types import (
     MemoryPool,
     RequestArgument,
 )
+from nnhal.hidl import ExecutionCallback
+from nnhal.hidl import execute as execute_1_3
 from nnhal.memory import SharedMemory
 
 E = ErrorStatus
@@ -44,8 +46,8 @@ def _paths(pm):
 
     def run_async(req, **kw):
         cb = ExecutionCallback()
-        launched = pm.execute(req, kw.pop("measure", MeasureTiming.NO), kw.pop("deadline", None),
-                              kw.pop("loop_timeout", None), cb)
+        launched = execute_1_3(pm, req, kw.pop("measure", MeasureTiming.NO),
+                               kw.pop("deadline", None), kw.pop("loop_timeout", None), cb)
         status = cb.wait(30)[0]
         assert launched == E.NONE or launched == status
         return status

@@ -7,7 +7,7 @@ import pytest
 from helpers import add_model, float_inputs
 
 from nnhal.hal.builder import ModelBuilder, RequestBuilder
-from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
+from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (
     DataLocation,
     ErrorStatus,
@@ -24,6 +24,8 @@ from nnhal.hal.types import (
     Subgraph,
     SymmPerChannelQuantParams,
 )
+from nnhal.hidl import ExecutionCallback
+from nnhal.hidl import execute as execute_1_3
 from nnhal.memory import SharedMemory
 
 T = OperandType
@@ -230,7 +232,7 @@ def test_invalid_request_rejected_sync_and_async(device, name):
     status, shapes, timing = pm.execute_synchronously(rb.request, MeasureTiming.YES)
     assert status == ErrorStatus.INVALID_ARGUMENT and shapes == [] and not timing.available
     cb = ExecutionCallback()
-    launch = pm.execute(rb.request, MeasureTiming.NO, None, None, cb)
+    launch = execute_1_3(pm, rb.request, MeasureTiming.NO, None, None, cb)
     assert launch == ErrorStatus.INVALID_ARGUMENT
     assert cb.wait(5)[0] == ErrorStatus.INVALID_ARGUMENT and cb.calls == 1
     rb.close()

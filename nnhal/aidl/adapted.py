@@ -1,12 +1,13 @@
 """An AIDL driver as a canonical device: :func:`from_aidl`, and :func:`through_aidl`.
 
-The canonical calls AIDL lacks are built on the AIDL ones: the callback-style ``execute`` runs
-``executeSynchronously`` and notifies; a burst's ``cache_memory`` hold is a memory identifier
-token, released with ``releaseMemoryResource`` once the hold is dropped; on a driver below v4,
-the ``*_with_config`` calls drop the hints and a reusable execution sends its request each
-time. Every AIDL failure becomes a status (DeadObjectError is DEAD_OBJECT, anything else a
-driver raises GENERAL_FAILURE), and a driver's answer that cannot be right (a wrong type, a
-negative time, a count that does not match) is GENERAL_FAILURE.
+The canonical calls AIDL lacks are built on the AIDL ones: a burst's ``cache_memory`` hold is
+a memory identifier token, released with ``releaseMemoryResource`` once the hold is dropped; on
+a driver below v4, the ``*_with_config`` calls drop the hints and a reusable execution sends
+its request each time. Every AIDL failure becomes a status (DeadObjectError is DEAD_OBJECT,
+anything else a driver raises GENERAL_FAILURE), and a driver's answer that cannot be right (a
+wrong type, a negative time, a count that does not match) is GENERAL_FAILURE. (HAL 1.3's
+callback-style execution is no canonical call: the HIDL face builds it on
+``execute_synchronously``.)
 """
 
 from __future__ import annotations
@@ -298,16 +299,6 @@ class _PreparedModel(ci.IPreparedModel):
         except ServiceSpecificError as e:
             return e.status, [], C.NO_TIMING
         return _run(self.aidl.execute_synchronously, *args)
-
-    def execute(self, request: C.Request, measure: C.MeasureTiming, deadline: int | None,
-                loop_timeout: int | None, callback: ci.IExecutionCallback) -> C.ErrorStatus:
-        """AIDL has no callback-style execution: run synchronously, then notify."""
-        if not isinstance(callback, ci.IExecutionCallback):
-            return C.ErrorStatus.INVALID_ARGUMENT
-        status, shapes, timing = self.execute_synchronously(request, measure, deadline,
-                                                            loop_timeout)
-        callback.notify(status, shapes, timing)
-        return status if status == C.ErrorStatus.INVALID_ARGUMENT else _NONE
 
     def execute_fenced(self, request: C.Request, wait_for: Sequence[SyncFence],
                        measure: C.MeasureTiming = C.MeasureTiming.NO,

@@ -33,7 +33,7 @@ from nnhal.conformance.runner import (
     check_outputs,
     prepare,
 )
-from nnhal.hal.interfaces import ExecutionCallback, IDevice, IPreparedModel
+from nnhal.hal.interfaces import IDevice, IPreparedModel
 from nnhal.hal.types import (
     BufferDesc,
     BufferRole,
@@ -45,6 +45,8 @@ from nnhal.hal.types import (
     Request,
     RequestArgument,
 )
+from nnhal.hidl import ExecutionCallback
+from nnhal.hidl import execute as execute_1_3
 from nnhal.memory import SharedMemory
 
 _MISSED_DEADLINE = (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
@@ -169,7 +171,8 @@ def _sync(pm: IPreparedModel, request: Request, opts: Options) -> tuple[ErrorSta
 
 def _async(pm: IPreparedModel, request: Request, opts: Options) -> tuple[ErrorStatus, list[Any]]:
     cb = ExecutionCallback()
-    launch = ErrorStatus(pm.execute(request, MeasureTiming.NO, None, opts.loop_timeout_ns, cb))
+    launch = ErrorStatus(execute_1_3(pm, request, MeasureTiming.NO, None, opts.loop_timeout_ns,
+                                     cb))
     status, shapes, _ = cb.wait(CALLBACK_TIMEOUT_S)
     if cb.calls != 1:
         raise CaseFailure(f"execution callback called {cb.calls} times")

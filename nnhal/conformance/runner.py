@@ -32,7 +32,7 @@ from nnhal.conformance.cases import (
     with_unknown_output_dims,
 )
 from nnhal.conformance.faces import describe, level_through, through
-from nnhal.hal.interfaces import ExecutionCallback, IDevice, IPreparedModel, PreparedModelCallback
+from nnhal.hal.interfaces import IDevice, IPreparedModel, PreparedModelCallback
 from nnhal.hal.types import (
     ErrorStatus,
     ExecutionPreference,
@@ -40,6 +40,8 @@ from nnhal.hal.types import (
     OperandType,
     Priority,
 )
+from nnhal.hidl import ExecutionCallback
+from nnhal.hidl import execute as execute_1_3
 from nnhal.runtime.devices import feature_level_of, is_dead
 
 MODES = ("general", "dynamic_shape", "quantization_coupling", "memory_domain", "fenced",
@@ -222,7 +224,7 @@ def _execute_sync(pm: IPreparedModel, built: BuiltRequest, opts: Options,
 def _execute_async(pm: IPreparedModel, built: BuiltRequest, opts: Options,
                    measure: MeasureTiming) -> tuple[ErrorStatus, list[Any]]:
     cb = ExecutionCallback()
-    launch = pm.execute(built.request, measure, None, opts.loop_timeout_ns, cb)
+    launch = execute_1_3(pm, built.request, measure, None, opts.loop_timeout_ns, cb)
     status, shapes, _timing = cb.wait(CALLBACK_TIMEOUT_S)
     if cb.calls != 1:
         raise CaseFailure(f"execution callback called {cb.calls} times")

@@ -1,10 +1,13 @@
 """The canonical HAL interfaces (IDevice, IPreparedModel, IBurst, IExecution, IBuffer) and the
 callbacks, with the seeds' method sets under Pythonic names.
 
-One interface serves every version: HAL 1.3's methods, plus AIDL v4's ``*_with_config`` calls,
-whose defaults forward to the plain calls and drop the hints (AIDL lets a driver ignore any
-hint), so a driver written for 1.3 is a feature-level-8 driver without more code. The AIDL face
-(:mod:`nnhal.aidl`) adapts these to AIDL's own shapes and back.
+One interface serves every version: the calls HAL 1.3 and AIDL share, plus AIDL v4's
+``*_with_config`` calls, whose defaults forward to the plain calls and drop the hints (AIDL lets
+a driver ignore any hint), so a driver of the plain calls is a feature-level-8 driver without
+more code. What only one interface family has lives in its face, at the edge: HAL 1.3's
+callback-style execution (``execute_1_3`` with an IExecutionCallback) and the 1.2 FMQ packet in
+:mod:`nnhal.hidl`, built on the synchronous call for every prepared model; AIDL's own shapes in
+:mod:`nnhal.aidl`.
 
 Methods return HAL-style tuples ``(status, ...)`` instead of raising, because that is the
 contract a driver must keep: every failure is a status, never an exception across the boundary.
@@ -16,12 +19,12 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from concurrent.futures import Executor
 from typing import Any
 
 from nnhal.core.version import FeatureLevel
 from nnhal.hal.fence import SyncFence
 from nnhal.hal.types import (
-    NO_TIMING,
     BufferDesc,
     BufferRole,
     Capabilities,
@@ -48,15 +51,6 @@ class IPreparedModelCallback(ABC):
     @abstractmethod
     def notify(self, status: ErrorStatus, prepared_model: IPreparedModel | None) -> None:
         """notify_1_3(status, preparedModel)."""
-
-
-class IExecutionCallback(ABC):
-    """IExecutionCallback (1.3): ``notify_1_3``."""
-
-    @abstractmethod
-    def notify(self, status: ErrorStatus, output_shapes: list[OutputShape],
-               timing: Timing) -> None:
-        """notify_1_3(status, outputShapes, timing)."""
 
 
 class IFencedExecutionCallback(ABC):
@@ -122,12 +116,8 @@ class IBurst(ABC):
 
 
 class IPreparedModel(ABC):
-    """IPreparedModel (1.3)."""
-
-    @abstractmethod
-    def execute(self, request: Request, measure: MeasureTiming, deadline: int | None,
-                loop_timeout: int | None, callback: IExecutionCallback) -> ErrorStatus:
-        """execute_1_3(request, measure, deadline, loopTimeoutDuration, callback)."""
+    """The canonical IPreparedModel: synchronous, fenced, burst and reusable executions (HAL
+    1.3's callback-style ``execute_1_3`` is the HIDL face's, :func:`nnhal.hidl.execute`)."""
 
     @abstractmethod
     def execute_synchronously(self, request: Request, measure: MeasureTiming = MeasureTiming.NO,
@@ -173,6 +163,22 @@ class IPreparedModel(ABC):
                                               ) -> tuple[ErrorStatus, IExecution | None]:
         """createReusableExecution as AIDL v4 has it; the default ignores the hints."""
         return self.create_reusable_execution(request, config.measure, config.loop_timeout)
+
+    # ---- what a face asks to build an asynchronous call on the synchronous one ---------------
+    def validate_request(self, request: Request, measure: MeasureTiming,
+                         deadline: int | None, loop_timeout: int | None
+                         ) -> ErrorStatus | None:
+        """Whether this model takes the request, checked without running it: NONE, or
+        INVALID_ARGUMENT. A face whose asynchronous call refuses a bad request at launch
+        (HAL 1.3's) asks this first. The default, None, says the model cannot tell without
+        running the request (an AIDL driver has no such call): the face then runs it at
+        launch, on the caller's thread."""
+        return None
+
+    def executor(self) -> Executor | None:
+        """Where asynchronous work on this model runs (the worker pool of its priority);
+        None: a face runs it on a thread of its own."""
+        return None
 
 
 class IDevice(ABC):
@@ -259,30 +265,3 @@ class PreparedModelCallback(IPreparedModelCallback):
         if not self._event.wait(timeout):
             raise TimeoutError("prepared-model callback was not notified")
         return self.status, self.prepared_model
-
-
-class ExecutionCallback(IExecutionCallback):
-    """A waitable IExecutionCallback that records how often it was notified."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._lock = threading.Lock()
-        self.calls = 0
-        self.status = ErrorStatus.GENERAL_FAILURE
-        self.output_shapes: list[OutputShape] = []
-        self.timing: Timing = NO_TIMING
-
-    def notify(self, status: ErrorStatus, output_shapes: list[OutputShape],
-               timing: Timing) -> None:
-        with self._lock:
-            self.calls += 1
-            if self.calls == 1:
-                self.status, self.output_shapes, self.timing = (ErrorStatus(status),
-                                                                list(output_shapes), timing)
-        self._event.set()
-
-    def wait(self, timeout: float | None = None
-             ) -> tuple[ErrorStatus, list[OutputShape], Timing]:
-        if not self._event.wait(timeout):
-            raise TimeoutError("execution callback was not notified")
-        return self.status, self.output_shapes, self.timing

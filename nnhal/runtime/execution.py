@@ -23,7 +23,6 @@ import numpy as np
 
 from nnhal.errors import NdkError
 from nnhal.hal.fence import FenceState, SyncFence, is_sync_fence_fd
-from nnhal.hal.interfaces import ExecutionCallback
 from nnhal.hal.request_layout import ArgSlot, LayoutError, RequestLayout
 from nnhal.hal.types import (
     ErrorStatus,
@@ -37,6 +36,8 @@ from nnhal.hal.types import (
 from nnhal.hal.types import (
     OperandType as T,
 )
+from nnhal.hidl import ExecutionCallback
+from nnhal.hidl import execute as execute_1_3
 from nnhal.memory import SharedMemory
 from nnhal.runtime.codes import (
     DEFAULT_LOOP_TIMEOUT_NS,
@@ -581,8 +582,10 @@ class Execution:
             if self.attributes.hints:
                 launch = self._launch_with_config(req, cb)
             else:
-                launch = self.compilation.prepared.execute(
-                    req, self._measure(), self._deadline(), self.loop_timeout_ns, cb)
+                # HAL 1.3's callback call (a served driver's wire carries it; for any other
+                # prepared model the HIDL face runs the synchronous one on its worker pool).
+                launch = execute_1_3(self.compilation.prepared, req, self._measure(),
+                                     self._deadline(), self.loop_timeout_ns, cb)
         except Exception as e:  # noqa: BLE001
             self._fail_launch(e)
             raise fail(ResultCode.DEAD_OBJECT, f"startCompute: {e}") from None

@@ -60,7 +60,6 @@ from nnhal.hal.interfaces import (
     IBurst,
     IDevice,
     IExecution,
-    IExecutionCallback,
     IFencedExecutionCallback,
     IPreparedModel,
     IPreparedModelCallback,
@@ -84,7 +83,7 @@ from nnhal.hal.types import (
     Request,
     Timing,
 )
-from nnhal.hidl import fmq
+from nnhal.hidl import IExecutionCallback, IHidlPreparedModel, fmq
 from nnhal.memory import SharedMemory
 from nnhal.service import wire as w
 from nnhal.service.ring import ChannelPair, PacketTooLarge, RingError, RingTimeout
@@ -1454,7 +1453,11 @@ class RemoteBurst(_Remote, IBurst):
             bound=self.conn.long(Kind.BURST_EXECUTE_WITH_CONFIG, deadline)), request)
 
 
-class RemotePreparedModel(_Remote, IPreparedModel):
+class RemotePreparedModel(_Remote, IPreparedModel, IHidlPreparedModel):
+    """A served prepared model. HAL 1.3's callback call crosses the wire as it is (EXECUTE:
+    the launch status comes back at once, the result as NOTIFY_EXECUTION); the service
+    answers it with the HIDL face's adapter over the driver."""
+
     def execute(self, request: Request, measure: MeasureTiming, deadline: int | None,
                 loop_timeout: int | None, callback: IExecutionCallback) -> ErrorStatus:
         if callback is None or not hasattr(callback, "notify"):

@@ -37,7 +37,6 @@ from nnhal.core.version import FeatureLevel
 from nnhal.hal.fence import FenceState, SyncFence
 from nnhal.hal.interfaces import (
     IDevice,
-    IExecutionCallback,
     IPreparedModel,
     IPreparedModelCallback,
 )
@@ -53,7 +52,8 @@ from nnhal.hal.types import (
     Request,
     Timing,
 )
-from nnhal.hidl import fmq
+from nnhal.hidl import IExecutionCallback, fmq
+from nnhal.hidl import execute as execute_1_3
 from nnhal.memory import SharedMemory
 from nnhal.service import registration
 from nnhal.service import wire as w
@@ -1194,8 +1194,8 @@ def _execute(s: ClientSession, cid: int, pm: int, request: Any, measure: int,
              deadline: int | None, loop: int | None) -> Writer:
     prepared = s.get(_PM, pm)
     cb = _ExecutionCallback(s, cid)
-    try:
-        launch = prepared.execute(request, measure, deadline, loop, cb)
+    try:  # the HIDL face's call over the served (canonical) prepared model
+        launch = execute_1_3(prepared, request, measure, deadline, loop, cb)
     except Exception:  # noqa: BLE001
         launch = ErrorStatus.GENERAL_FAILURE
     if launch != ErrorStatus.NONE:

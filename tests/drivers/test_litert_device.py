@@ -16,7 +16,7 @@ from nnhal.drivers.litert import unavailable
 from nnhal.errors import NnhalError
 from nnhal.hal.builder import ModelBuilder, RequestBuilder
 from nnhal.hal.fence import FenceState, SyncFence
-from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
+from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (
     NO_TIMING,
     BufferDesc,
@@ -32,6 +32,8 @@ from nnhal.hal.types import (
     Request,
     RequestArgument,
 )
+from nnhal.hidl import ExecutionCallback
+from nnhal.hidl import execute as execute_1_3
 from nnhal.memory import SharedMemory
 
 pytestmark = pytest.mark.skipif(unavailable() is not None,
@@ -122,7 +124,7 @@ def test_synchronous_execution_and_timing(pm, rb):
 
 def test_asynchronous_execution(pm, rb):
     cb = ExecutionCallback()
-    assert pm.execute(rb.request, MeasureTiming.NO, None, None, cb) == E.NONE
+    assert execute_1_3(pm, rb.request, MeasureTiming.NO, None, None, cb) == E.NONE
     status, shapes, _ = cb.wait(30)
     assert status == E.NONE
     np.testing.assert_allclose(out(rb), rb.expected, rtol=1e-6)
@@ -167,7 +169,7 @@ def test_passed_deadline_is_refused(pm, rb):
     assert pm.execute_synchronously(rb.request, MeasureTiming.NO, past)[0] == \
         E.MISSED_DEADLINE_PERSISTENT
     cb = ExecutionCallback()
-    assert pm.execute(rb.request, MeasureTiming.NO, past, None, cb) == E.NONE
+    assert execute_1_3(pm, rb.request, MeasureTiming.NO, past, None, cb) == E.NONE
     assert cb.wait(30)[0] == E.MISSED_DEADLINE_PERSISTENT
     future = time.monotonic_ns() + 60 * 10**9
     assert pm.execute_synchronously(rb.request, MeasureTiming.NO, future)[0] == E.NONE

@@ -63,12 +63,15 @@ class _Prepared(IPreparedModel):
     def __init__(self, inner: IPreparedModel, seen: list):
         self.inner, self.seen = inner, seen
 
-    def execute(self, *a: Any, **k: Any) -> Any:
-        self.seen.append(("execute", None))
-        return self.inner.execute(*a, **k)
-
     def execute_synchronously(self, *a: Any, **k: Any) -> Any:
+        self.seen.append(("plain", None))
         return self.inner.execute_synchronously(*a, **k)
+
+    def validate_request(self, *a: Any, **k: Any) -> Any:
+        return self.inner.validate_request(*a, **k)
+
+    def executor(self) -> Any:
+        return self.inner.executor()
 
     def execute_fenced(self, *a: Any, **k: Any) -> Any:
         return self.inner.execute_fenced(*a, **k)

@@ -17,7 +17,7 @@ from helpers import add_model, float_inputs, served
 
 from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.builder import RequestBuilder
-from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
+from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (
     BufferDesc,
     BufferRole,
@@ -32,6 +32,8 @@ from nnhal.hal.types import (
     RequestArgument,
     Timing,
 )
+from nnhal.hidl import ExecutionCallback
+from nnhal.hidl import execute as execute_1_3
 from nnhal.service import client, server, transport
 from nnhal.service import wire as w
 from nnhal.service.client import RemoteDevice
@@ -77,7 +79,7 @@ def test_many_threads_on_one_connection_each_get_their_own_answers(remote):
                     continue
                 if i % 5 == 0:  # an asynchronous one: its callback needs a reader too
                     cb = ExecutionCallback()
-                    assert pm.execute(rb.request, MeasureTiming.NO, None, None, cb) == E.NONE
+                    assert execute_1_3(pm, rb.request, MeasureTiming.NO, None, None, cb) == E.NONE
                     status = cb.wait(10)[0]
                 else:
                     status = pm.execute_synchronously(rb.request)[0]
@@ -113,7 +115,7 @@ def test_repeated_executions_read_other_calls_replies_on_the_way(remote):
         try:
             while not stop.is_set():
                 cb = ExecutionCallback()
-                assert pm.execute(other.request, MeasureTiming.NO, None, None, cb) == E.NONE
+                assert execute_1_3(pm, other.request, MeasureTiming.NO, None, None, cb) == E.NONE
                 notified.append(cb.wait(3)[0])
         except BaseException as e:  # noqa: BLE001 - reported below
             notified.append(e)
@@ -140,7 +142,7 @@ def test_a_callback_arrives_while_no_caller_waits(remote):
     a, b = float_inputs(2, DIMS)
     rb = RequestBuilder([a, b], [a.nbytes])
     cb = ExecutionCallback()
-    assert pm.execute(rb.request, MeasureTiming.NO, None, None, cb) == E.NONE
+    assert execute_1_3(pm, rb.request, MeasureTiming.NO, None, None, cb) == E.NONE
     # Nobody calls meanwhile: the background thread reads the notification.
     assert cb.wait(10)[0] == E.NONE and cb.calls == 1
     np.testing.assert_array_equal(rb.output(0, np.float32, DIMS), a + b)

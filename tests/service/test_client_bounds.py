@@ -14,8 +14,10 @@ from hostile import Hostile, answer, real_reply, silent
 
 from nnhal.errors import NnhalError
 from nnhal.hal.builder import RequestBuilder
-from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
+from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import ErrorStatus, OutputShape, Timing
+from nnhal.hidl import ExecutionCallback
+from nnhal.hidl import execute as execute_1_3
 from nnhal.service import client
 from nnhal.service import wire as w
 from nnhal.service.client import RemoteDevice, RemotePreparedModel
@@ -60,7 +62,7 @@ def test_a_service_that_never_answers_fails_each_kind_of_wait_within_its_bound(t
             assert cb.wait(HANG_S)[0] == E.DEVICE_UNAVAILABLE
         elif call == "async":
             cb = ExecutionCallback()
-            assert pm.execute(rb.request, 0, None, None, cb) == E.DEVICE_UNAVAILABLE
+            assert execute_1_3(pm, rb.request, 0, None, None, cb) == E.DEVICE_UNAVAILABLE
             assert cb.wait(HANG_S)[0] == E.DEVICE_UNAVAILABLE
         else:
             assert dev.get_supported_operations(add_model((4, 4)))[0] == E.DEVICE_UNAVAILABLE

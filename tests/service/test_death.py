@@ -16,8 +16,10 @@ from helpers import add_model, float_inputs
 
 from nnhal.hal.builder import RequestBuilder
 from nnhal.hal.fence import FenceState, SyncFence
-from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
+from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
+from nnhal.hidl import ExecutionCallback
+from nnhal.hidl import execute as execute_1_3
 from nnhal.service import transport
 from nnhal.service.client import RemoteDevice
 
@@ -148,7 +150,7 @@ def test_kill_during_a_repeated_synchronous_execution(sock, monkeypatch):
 def test_kill_during_asynchronous_execution(slow_pm):
     proc, dev, pm, rb = slow_pm
     cb = ExecutionCallback()
-    assert pm.execute(rb.request, MeasureTiming.NO, None, None, cb) == E.NONE
+    assert execute_1_3(pm, rb.request, MeasureTiming.NO, None, None, cb) == E.NONE
 
     (status, _, _), after = kill_during(proc, lambda: cb.wait(10))
     assert status == E.DEVICE_UNAVAILABLE and cb.calls == 1 and after < 1.0

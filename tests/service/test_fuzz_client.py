@@ -19,7 +19,7 @@ from hostile import Hostile, mutate, real_reply
 
 from nnhal.core.version import FeatureLevel
 from nnhal.hal.builder import RequestBuilder
-from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
+from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (
     BufferDesc,
     ErrorStatus,
@@ -28,6 +28,8 @@ from nnhal.hal.types import (
     PrepareModelConfig,
     TokenValuePair,
 )
+from nnhal.hidl import ExecutionCallback
+from nnhal.hidl import execute as execute_1_3
 from nnhal.service import wire as w
 from nnhal.service.client import (
     RemoteBurst,
@@ -96,7 +98,7 @@ def _calls(dev: RemoteDevice, rb: RequestBuilder):
 
     def execute():
         cb = ExecutionCallback()
-        pm.execute(rb.request, 0, None, None, cb)
+        execute_1_3(pm, rb.request, 0, None, None, cb)
         return cb.wait(4)
 
     def fenced():

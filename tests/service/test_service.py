@@ -17,7 +17,7 @@ from helpers import add_model, float_inputs, served, wait_for
 from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.builder import RequestBuilder
 from nnhal.hal.fence import FenceState, SyncFence
-from nnhal.hal.interfaces import ExecutionCallback, PreparedModelCallback
+from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (
     NO_TIME,
     BufferDesc,
@@ -31,6 +31,8 @@ from nnhal.hal.types import (
     Request,
     RequestArgument,
 )
+from nnhal.hidl import ExecutionCallback
+from nnhal.hidl import execute as execute_1_3
 from nnhal.memory import SharedMemory
 from nnhal.service import registration
 from nnhal.service import wire as w
@@ -92,7 +94,7 @@ def test_every_execution_path(remote):
     check(rb)
     rb.output_memory.write(0, bytes(rb.output_memory.size))
     cb = ExecutionCallback()
-    assert pm.execute(rb.request, MeasureTiming.NO, None, None, cb) == E.NONE
+    assert execute_1_3(pm, rb.request, MeasureTiming.NO, None, None, cb) == E.NONE
     assert cb.wait(10)[0] == E.NONE and cb.calls == 1
     check(rb)
     status, burst = pm.configure_execution_burst()
@@ -215,7 +217,7 @@ def test_bad_arguments_are_statuses_not_crashes(remote):
     bad = Request([RequestArgument(False, DataLocation(0, 0, 4), [-1])], [], rb.request.pools)
     assert pm.execute_synchronously(bad)[0] == E.INVALID_ARGUMENT
     cb = ExecutionCallback()
-    assert pm.execute(bad, MeasureTiming.NO, None, None, cb) == E.INVALID_ARGUMENT
+    assert execute_1_3(pm, bad, MeasureTiming.NO, None, None, cb) == E.INVALID_ARGUMENT
     assert cb.wait(5)[0] == E.INVALID_ARGUMENT and cb.calls == 1
     oob = Request(rb.request.inputs, [RequestArgument(False, DataLocation(1, 10**6, 64), [])],
                   rb.request.pools)

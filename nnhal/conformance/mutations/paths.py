@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nnhal.conformance.mutations.common import CALLBACK_TIMEOUT_S
-from nnhal.hal.interfaces import ExecutionCallback, IPreparedModel
+from nnhal.hal.interfaces import IPreparedModel
 from nnhal.hal.types import NO_TIMING, ErrorStatus, MeasureTiming, Request, Timing
+from nnhal.hidl import ExecutionCallback
+from nnhal.hidl import execute as execute_1_3
 
 
 @dataclass
@@ -36,7 +38,7 @@ def _path_sync(pm: IPreparedModel, r: Request, measure: int, loop: int | None) -
 
 def _path_async(pm: IPreparedModel, r: Request, measure: int, loop: int | None) -> PathResult:
     cb = ExecutionCallback()
-    launch = pm.execute(r, measure, None, loop, cb)  # type: ignore[arg-type]
+    launch = execute_1_3(pm, r, measure, None, loop, cb)  # type: ignore[arg-type]
     st, shapes, timing = cb.wait(CALLBACK_TIMEOUT_S)
     problem = ""
     if cb.calls != 1:

@@ -1,12 +1,13 @@
-"""Notifying client callbacks: a client's exception never escapes into the driver, and a
-callback that more than one path may complete is notified exactly once."""
+"""Notifying prepare callbacks: a client's exception never escapes into the driver, and a
+callback that more than one path may complete is notified exactly once. (The HIDL face's
+execution callback is notified by :mod:`nnhal.hidl`.)"""
 
 from __future__ import annotations
 
 import threading
 
-from nnhal.hal.interfaces import IExecutionCallback, IPreparedModel, IPreparedModelCallback
-from nnhal.hal.types import ErrorStatus, OutputShape, Timing
+from nnhal.hal.interfaces import IPreparedModel, IPreparedModelCallback
+from nnhal.hal.types import ErrorStatus
 
 
 def notify_prepared(callback: IPreparedModelCallback, status: ErrorStatus,
@@ -14,15 +15,6 @@ def notify_prepared(callback: IPreparedModelCallback, status: ErrorStatus,
     """``callback.notify(status, prepared)``, swallowing the client's exceptions."""
     try:
         callback.notify(status, prepared)
-    except Exception:  # noqa: BLE001 - a failing client callback must not kill the driver
-        pass
-
-
-def notify_execution(callback: IExecutionCallback, status: ErrorStatus,
-                     shapes: list[OutputShape], timing: Timing) -> None:
-    """``callback.notify(status, shapes, timing)``, swallowing the client's exceptions."""
-    try:
-        callback.notify(status, shapes, timing)
     except Exception:  # noqa: BLE001 - a failing client callback must not kill the driver
         pass
 

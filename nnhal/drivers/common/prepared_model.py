@@ -1,5 +1,6 @@
 """What every driver's IPreparedModel shares: request checking, recognising the request run
-last, the synchronous, asynchronous and fenced paths, bursts and reusable executions.
+last, the synchronous and fenced paths, bursts and reusable executions (HAL 1.3's
+callback-style call is the HIDL face's, over the synchronous one: :mod:`nnhal.hidl`).
 
 A driver subclasses :class:`PreparedModelBase` and gives two things: :meth:`execute_checked`
 (run one validated request on its engine) and, optionally, :meth:`request_plan` (bind a
@@ -17,7 +18,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from nnhal.drivers.common.burst import DriverBurst
-from nnhal.drivers.common.callbacks import notify_execution as _notify
 from nnhal.drivers.common.execution import ReusableExecution
 from nnhal.drivers.common.fenced import FencedResult, execute_fenced
 from nnhal.drivers.common.request_checks import (
@@ -34,7 +34,7 @@ from nnhal.drivers.common.runs import Result
 from nnhal.drivers.common.tokens import TokenRegistry
 from nnhal.executor import RunError, RunState
 from nnhal.hal.checks import UINT64_MAX, check_execution_args
-from nnhal.hal.interfaces import IExecutionCallback, IPreparedModel
+from nnhal.hal.interfaces import IPreparedModel
 from nnhal.hal.request_pool import RequestBuffer, RequestPool
 from nnhal.hal.types import (
     LOOP_TIMEOUT_DEFAULT_NS,
@@ -242,32 +242,15 @@ class PreparedModelBase(IPreparedModel):
             return ErrorStatus.MISSED_DEADLINE_PERSISTENT, [], NO_TIMING
         return self.run(request, pools, measure, deadline, loop_timeout, started, prepared)
 
-    def execute(self, request: Request, measure: MeasureTiming, deadline: int | None,
-                loop_timeout: int | None, callback: IExecutionCallback) -> ErrorStatus:
-        started = time.monotonic_ns()
-        if callback is None or not hasattr(callback, "notify"):
-            return ErrorStatus.INVALID_ARGUMENT
+    def validate_request(self, request: Request, measure: MeasureTiming,
+                         deadline: int | None, loop_timeout: int | None) -> ErrorStatus:
+        """Checked and bound now (see :meth:`bind`), so that the run of it that follows (the
+        HIDL face's callback call runs the synchronous one) recognises it at once."""
         try:
-            pools, prepared = self._checked(request, measure, deadline, loop_timeout)
-        except Exception as e:  # noqa: BLE001
+            self._checked(request, measure, deadline, loop_timeout)
+        except Exception as e:  # noqa: BLE001 - any malformed request is INVALID_ARGUMENT
             self._invalid(e)
-            _notify(callback, ErrorStatus.INVALID_ARGUMENT, [], NO_TIMING)
             return ErrorStatus.INVALID_ARGUMENT
-        if deadline is not None and started > deadline:
-            # Launched, then refused at once through the callback (as VTS expects).
-            _notify(callback, ErrorStatus.MISSED_DEADLINE_PERSISTENT, [], NO_TIMING)
-            return ErrorStatus.NONE
-
-        def task() -> None:
-            status, shapes, timing = self.run(request, pools, measure, deadline, loop_timeout,
-                                              started, prepared)
-            _notify(callback, status, shapes, timing)
-
-        try:
-            self.executor().submit(task)
-        except Exception:  # noqa: BLE001 - e.g. the pool was shut down
-            _notify(callback, ErrorStatus.GENERAL_FAILURE, [], NO_TIMING)
-            return ErrorStatus.GENERAL_FAILURE
         return ErrorStatus.NONE
 
     def execute_fenced(self, request: Request, wait_for: Sequence[object],
