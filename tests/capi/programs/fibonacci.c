@@ -12,8 +12,8 @@ enum { EXAMPLE_INT64 = 0, EXAMPLE_TENSOR_QUANT64_ASYMM = 1 };
 enum { EXAMPLE_FIBONACCI = 0 };
 typedef struct { double scale; int64_t zeroPoint; } Quant64Params;
 
-static ANeuralNetworksDevice* devices[2]; /* the Fibonacci device, the reference device */
-static ANeuralNetworksDevice* every[16];
+static const ANeuralNetworksDevice* devices[2]; /* the Fibonacci device, the reference one */
+static const ANeuralNetworksDevice* every[16];
 static uint32_t count;
 static const int kFib[10] = {1, 1, 2, 3, 5, 8, 13, 21, 34, 55};
 
@@ -90,7 +90,7 @@ static int build(ANeuralNetworksModel** m, int32_t in_t, uint32_t in_rank, const
     return 0;
 }
 
-static void expect_supported(ANeuralNetworksModel* m, ANeuralNetworksDevice** ds, uint32_t n,
+static void expect_supported(ANeuralNetworksModel* m, const ANeuralNetworksDevice** ds, uint32_t n,
                              const bool* want, uint32_t ops) {
     bool got[8] = {0};
     EXPECT(ANeuralNetworksModel_getSupportedOperationsForDevices(m, ds, n, got),
