@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from .fib_site import make_site
+from .fib_site import fibonacci_service, make_site
 
 @pytest.fixture
 def fibonacci_site(tmp_path, monkeypatch, fresh_runtime):
@@ -27,3 +27,31 @@ def fibonacci_site(tmp_path, monkeypatch, fresh_runtime):
     extensions._discovered = False
     for name in [m for m in sys.modules if m.startswith("nnhal_fibonacci")]:
         del sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def service(tmp_path_factory):
+    """``nnhal serve fibonacci`` in its own process, once for the session."""
+    with fibonacci_service(tmp_path_factory.mktemp("fib-served")) as sock:
+        yield sock
+
+
+@pytest.fixture
+def remote(service, fresh_runtime, monkeypatch):
+    import importlib
+
+    from nnhal.ops import extensions
+
+    devices = importlib.import_module("nnhal.runtime.devices")
+    for name in ("_registered", "_plugins", "_errors", "_declared"):
+        monkeypatch.setattr(extensions, name, {})
+    monkeypatch.setattr(extensions, "_discovered", True)  # nothing installed here
+    monkeypatch.setenv(devices.DEVICES_ENV, f"remote:{service}")
+    yield f"remote:{service}"
+
+
+@pytest.fixture(params=["local", "served"])
+def fibonacci_device(request):
+    """The example's device in this process (installed here), or served (installed only in
+    the service's process)."""
+    return request.getfixturevalue("fibonacci_site" if request.param == "local" else "remote")

@@ -10,27 +10,6 @@ import pytest
 from nnhal.runtime import ndk
 
 from . import fibonacci_cases as cases
-from .fib_site import fibonacci_service
-
-
-@pytest.fixture(scope="module")
-def service(tmp_path_factory):
-    with fibonacci_service(tmp_path_factory.mktemp("fib-served")) as sock:
-        yield sock
-
-
-@pytest.fixture
-def remote(service, fresh_runtime, monkeypatch):
-    import importlib
-
-    from nnhal.ops import extensions
-
-    devices = importlib.import_module("nnhal.runtime.devices")
-    for name in ("_registered", "_plugins", "_errors", "_declared"):
-        monkeypatch.setattr(extensions, name, {})
-    monkeypatch.setattr(extensions, "_discovered", True)  # nothing installed here
-    monkeypatch.setenv(devices.DEVICES_ENV, f"remote:{service}")
-    yield f"remote:{service}"
 
 
 @pytest.mark.parametrize("case", cases.CASES, ids=lambda c: c.__name__)
