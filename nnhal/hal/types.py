@@ -177,7 +177,8 @@ class ExtensionOperandType(int):
 
     @property
     def name(self) -> str:
-        return str(self.definition.name)  # type: ignore[attr-defined]
+        d = self.definition
+        return str(getattr(d, "full_name", None) or d.name)  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
         return f"<{self.name} {int(self):#x}>"
