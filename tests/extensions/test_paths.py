@@ -118,3 +118,32 @@ def test_a_driver_buffer_holds_an_extension_output(fibonacci_device):
         assert got.tolist() == EXPECTED
     finally:
         os.close(fd)
+
+
+def test_an_if_whose_branches_run_fibonacci(fibonacci_site):
+    """No device claims the IF (the reference does not offer the extension its branches use),
+    so the runtime runs it and gives each branch's Fibonacci operation to its device."""
+    body = cases.Case(ndk)
+    body.build(cases.TENSOR_FLOAT32, [1], cases.TENSOR_FLOAT32, [cases.N])
+    c = cases.Case(ndk)
+    cond = c.operand(9, [1])  # TENSOR_BOOL8
+    x = c.operand(cases.TENSOR_FLOAT32, [1])
+    branches = []
+    for _ in range(2):
+        k = c.operand(15)  # MODEL
+        ok(ndk.ANeuralNetworksModel_setOperandValueFromModel(c.model, k, body.model))
+        branches.append(k)
+    out = c.operand(cases.TENSOR_FLOAT32, [cases.N])
+    ok(ndk.ANeuralNetworksModel_addOperation(c.model, 96, [cond, *branches, x], [out]))  # IF (96)
+    c.finish([cond, x], [out])
+    assert c.supported([c.cpu]) == [False] and c.supported([c.fib]) == [False]
+    comp = ok(ndk.ANeuralNetworksCompilation_createForDevices(c.model, c.devices))
+    ok(ndk.ANeuralNetworksCompilation_finish(comp))
+    e = ok(ndk.ANeuralNetworksExecution_create(comp))
+    flag, n = np.array([True]), np.array([cases.N], np.float32)
+    got = np.zeros(cases.N, np.float32)
+    ok(ndk.ANeuralNetworksExecution_setInput(e, 0, None, flag, 1))
+    ok(ndk.ANeuralNetworksExecution_setInput(e, 1, None, n, 4))
+    ok(ndk.ANeuralNetworksExecution_setOutput(e, 0, None, got, got.nbytes))
+    ok(ndk.ANeuralNetworksExecution_compute(e))
+    assert got.tolist() == cases.FIB

@@ -95,37 +95,52 @@ class DeviceBase(IDevice):
         """Per main operation, whether the analysis found it runnable and it is no operation
         of an extension this device does not offer, itself or in a subgraph it runs (IF,
         WHILE); ``only_extensions`` claims the offered extensions' operations alone."""
+        main = graph.main
+        if not graph.extension_ops and not only_extensions:
+            return list(main.supported)  # no extension operation runs here: nothing to drop
         offered = frozenset(self.extensions)
-        foreign: dict[int, bool] = {}  # subgraph index -> reaches a foreign extension op
 
-        def is_foreign(t: int) -> bool:
-            found = graph.extension_ops.get(t) if is_extension_type(t) else None
-            return is_extension_type(t) and (found is None or found[0].extension not in offered)
-
-        def reaches_foreign(sub: int) -> bool:
-            if sub not in foreign:
-                foreign[sub] = True  # the structure rules forbid cycles; this stops one anyway
-                g = graph.referenced[sub]
-                foreign[sub] = any(
-                    is_foreign(t) or any(reaches_foreign(c) for c in callees(g, ins))
-                    for t, ins, _ in g.operations)
-            return foreign[sub]
+        def foreign_op(t: int) -> bool:
+            if not is_extension_type(t):
+                return False
+            found = graph.extension_ops.get(t)
+            return found is None or found[0].extension not in offered
 
         def callees(g: Any, ins: tuple[int, ...]) -> list[int]:
             infos = [g.operands[i] for i in ins]
             return [int(x.value) for x in infos
                     if x is not None and x.type == OperandType.SUBGRAPH]
 
-        main = graph.main
+        # Referenced subgraphs callees first (they form a DAG), without recursion.
+        subs = graph.referenced
+        order: list[int] = []
+        state = [0] * len(subs)  # 0 new, 1 open, 2 done
+        for root in range(len(subs)):
+            stack = [root]
+            while stack:
+                s = stack[-1]
+                if state[s] == 2:
+                    stack.pop()
+                    continue
+                state[s] = 1
+                nxt = [c for _, ins, _ in subs[s].operations for c in callees(subs[s], ins)
+                       if state[c] == 0]
+                if nxt:
+                    stack.extend(nxt)
+                else:
+                    state[s] = 2
+                    order.append(s)
+                    stack.pop()
+        foreign = [False] * len(subs)
+        for s in order:
+            g = subs[s]
+            foreign[s] = any(foreign_op(t) or any(foreign[c] for c in callees(g, ins))
+                             for t, ins, _ in g.operations)
         out = []
         for (t, ins, _), ok in zip(main.operations, main.supported):
-            if ok and is_foreign(t):
-                ok = False
-            if ok and only_extensions and not is_extension_type(t):
-                ok = False
-            if ok and any(reaches_foreign(c) for c in callees(main, ins)):
-                ok = False
-            out.append(ok)
+            out.append(ok and not foreign_op(t)
+                       and (is_extension_type(t) or not only_extensions)
+                       and not any(foreign[c] for c in callees(main, ins)))
         return out
 
     def refusal(self, graph: ModelGraph) -> str | None:
