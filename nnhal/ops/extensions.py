@@ -148,24 +148,27 @@ class OperationId:
 @dataclass(frozen=True)
 class ExtensionOperation:
     """One operation of an extension: its signature (slots may name :class:`OperandTypeDef`s)
-    and its definition (``validate``, ``prepare``, ``kernel``)."""
+    and its definition (``validate``, ``prepare``, ``kernel``). ``tflite`` names the TFLite
+    operators it stands for (a builtin code, or a custom operator's name), for an importer
+    that maps them to it (:func:`for_tflite`; nnhal's importer does not read it yet)."""
 
     id: OperationId
     signature: Signature
     definition: OperationDef
+    tflite: tuple[int | str, ...] = ()
 
 
 def operation(extension: str, code: int, name: str,
               inputs: Sequence[Slot] | Mapping[str, Sequence[Slot]], outputs: Sequence[Slot],
               definition: OperationDef, variants: Iterable[Variant] = (),
-              doc: str = "") -> ExtensionOperation:
+              doc: str = "", tflite: Iterable[int | str] = ()) -> ExtensionOperation:
     """Declare an extension operation (variants default to feature level 3, HAL 1.2, which
     brought extensions)."""
     op_id = OperationId(extension, code, name)
     signature = sig(op_id, inputs, outputs,  # type: ignore[arg-type]
                     list(variants) or [Variant({}, FeatureLevel.V1_2)], doc)
     definition.op_type = op_id  # type: ignore[assignment]
-    return ExtensionOperation(op_id, signature, definition)
+    return ExtensionOperation(op_id, signature, definition, tuple(tflite))
 
 
 @dataclass(frozen=True)
@@ -316,6 +319,18 @@ def installed() -> dict[str, str | None]:
         out: dict[str, str | None] = {n: None for n in _registered}
         out.update(_errors)
         return out
+
+
+def for_tflite(operator: int | str) -> tuple[ExtensionDef, ExtensionOperation] | None:
+    """The installed extension operation that claims a TFLite operator (a builtin code, or a
+    custom operator's name), the first in name order when several do; None when none does."""
+    with _lock:
+        for name in sorted(installed()):
+            ext = _registered.get(name)
+            for op in ext.operations if ext is not None else ():
+                if operator in op.tflite:
+                    return ext, op
+    return None
 
 
 def declare(ext: Extension) -> None:
