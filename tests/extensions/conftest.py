@@ -8,6 +8,7 @@ import pytest
 
 from .fib_site import fibonacci_service, make_site
 
+
 @pytest.fixture
 def fibonacci_site(tmp_path, monkeypatch, fresh_runtime):
     """The example installed for this test: its extension and its device ``fibonacci``

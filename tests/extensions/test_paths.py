@@ -46,8 +46,11 @@ def test_caching_prepares_each_step_from_its_cache(fibonacci_device, tmp_path):
         hal = c.fib.hal
         local = hasattr(hal, "claimed")  # the device object itself, not a remote one
         if local:
-            real = hal.prepare_model
-            hal.prepare_model = lambda *a, **k: (prepares.append(1), real(*a, **k))[1]
+            def counting(*a, real=hal.prepare_model, seen=prepares, **k):
+                seen.append(1)
+                return real(*a, **k)
+
+            hal.prepare_model = counting
         token = bytes(range(32)) if make is _ext_model else bytes(range(1, 33))
         results = []
         for _ in range(2):
