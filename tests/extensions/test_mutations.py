@@ -245,3 +245,17 @@ def test_ndk_a_device_without_the_extension(fibonacci_device):
     assert c.supported([c.cpu]) == [False]
     comp = ok(ndk.ANeuralNetworksCompilation_createForDevices(c.model, [c.cpu]))
     assert ndk.ANeuralNetworksCompilation_finish(comp) == BAD
+
+
+def test_the_aidl_face_carries_extensions(hal_devices):
+    """Through the AIDL face (canonical -> AIDL -> canonical): the report, the table, the
+    operands' extension data and a mutation's status are unchanged."""
+    from nnhal.aidl import through_aidl
+
+    fib = through_aidl(hal_devices[0])
+    status, exts = fib.get_supported_extensions()
+    assert status == NONE and [e.name for e in exts] == [NAME]
+    assert _statuses(fib, fib_model()) == (NONE, [True], NONE)
+    m = fib_model()
+    _y(m).extra_params = PARAMS[:-1]
+    assert _statuses(fib, m)[0] == INVALID
