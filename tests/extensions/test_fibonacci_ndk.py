@@ -25,3 +25,21 @@ def test_the_split_gives_fibonacci_to_its_device_and_the_adds_to_the_reference(
     names = {d.name for d in c.devices}
     assert names == {"fibonacci", "reference"}
     assert [d for d, _ in steps] == ["reference", "fibonacci", "reference"], steps
+
+
+def test_each_step_model_names_only_the_extensions_it_uses(fibonacci_site):
+    c = cases.Case(ndk)
+    c.build(cases.TENSOR_FLOAT32, [1], cases.TENSOR_FLOAT32, [cases.N], nops=True)
+    tables = {}
+    for d in c.devices:
+        def record(model, *a, real=d.hal.prepare_model, name=d.name, **k):
+            tables.setdefault(name, []).append([e.name for e in model.extension_name_to_prefix])
+            return real(model, *a, **k)
+
+        d.hal.prepare_model = record
+    try:
+        assert c.compile()[1] == cases.OK
+    finally:
+        for d in c.devices:
+            del d.hal.prepare_model
+    assert tables == {"fibonacci": [[cases.NAME]], "reference": [[], []]}
