@@ -298,11 +298,6 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
                 continue
             level = max(level, op_level)
             ext_ops[int(operation.type)] = (ext_op.id, definition)
-            inferred = list(inferred) if inferred else None
-            if inferred:
-                for i, s in zip(outs_idx, inferred):
-                    shapes[i] = _merge(shapes[i], s)
-            inferred = None
         else:
             try:
                 level = max(level, check_operation(definition, ctx))

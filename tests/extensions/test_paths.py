@@ -150,3 +150,17 @@ def test_an_if_whose_branches_run_fibonacci(fibonacci_site):
     ok(ndk.ANeuralNetworksExecution_setOutput(e, 0, None, got, got.nbytes))
     ok(ndk.ANeuralNetworksExecution_compute(e))
     assert got.tolist() == cases.FIB
+
+
+def test_an_output_of_unknown_size_takes_the_size_n_gives(fibonacci_device):
+    """The Fibonacci output declared [0]: its shape comes from the execution (n = 7)."""
+    c = cases.Case(ndk)
+    c.build(c.ext_operand_type(cases.INT64), [], c.ext_operand_type(cases.TENSOR_QUANT64_ASYMM),
+            [0], params=struct.pack("=dq", 1.0, 0))
+    comp, code = c.compile()
+    assert code == cases.OK
+    out = np.zeros(cases.N, np.int64)
+    e = _execution(comp, np.array(7, np.int64), out)
+    ok(ndk.ANeuralNetworksExecution_compute(e))
+    assert list(ok(ndk.ANeuralNetworksExecution_getOutputOperandDimensions(e, 0))) == [7]
+    assert out[:7].tolist() == cases.FIB[:7]
