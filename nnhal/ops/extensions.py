@@ -335,8 +335,9 @@ def for_tflite(operator: int | str) -> tuple[ExtensionDef, ExtensionOperation] |
 
 def declare(ext: Extension) -> None:
     """What a device reports of an extension, for sizing its operands when the extension is
-    not installed here. An installed extension whose operand types differ from the report is
-    kept, with a warning (the device and the plug-in disagree)."""
+    not installed here. The installed extension, or else the first report, is kept; a report
+    that differs from it is logged (upstream disables such an extension; here the device
+    that disagrees is left to refuse what it cannot read)."""
     if not isinstance(getattr(ext, "name", None), str) or not valid_name(ext.name):
         return
     try:
@@ -344,15 +345,17 @@ def declare(ext: Extension) -> None:
     except (ValueError, TypeError) as e:
         log.warning("extension %r as a device reports it is unusable: %s", ext.name, e)
         return
+    def shape(e: ExtensionDef) -> dict[int, tuple[bool, int]]:
+        return {t.code: (t.is_tensor, t.byte_size) for t in e.operand_types}
+
     with _lock:
         mine = lookup(ext.name)
-        if mine is not None and not mine.declared:
-            if {t.code: (t.is_tensor, t.byte_size) for t in mine.operand_types} != \
-                    {t.code: (t.is_tensor, t.byte_size) for t in reported.operand_types}:
-                log.warning("a device reports extension %s with other operand types than the "
-                            "installed one; the installed one is used", ext.name)
-            return
-        _declared.setdefault(ext.name, reported)
+        if mine is not None and shape(mine) != shape(reported):
+            log.warning("devices report extension %s with different operand types; the %s "
+                        "one is used", ext.name, "first reported" if mine.declared else
+                        "installed")
+        if mine is None:
+            _declared[ext.name] = reported
 
 
 # ---- a model's extensions -------------------------------------------------------------------
