@@ -39,18 +39,19 @@ def fibonacci_service(tmp: Path) -> Iterator[Path]:
     """``nnhal serve fibonacci`` in its own process (the example installed there, not here);
     the socket's path, the service stopped after."""
     paths = make_site(tmp / "svc-site")
-    sock, rt = tmp / "fib.sock", tmp / "rt"
+    sock, rt, log = tmp / "fib.sock", tmp / "rt", tmp / "service.err"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *paths]))
-    proc = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "serve", "fibonacci", "--socket",
-                             str(sock), "--runtime-dir", str(rt), "--name", "fib"],
-                            cwd=ROOT, env=env, stderr=subprocess.PIPE)
+    with open(log, "wb") as err:  # a file, not a pipe: a chatty service never blocks on it
+        proc = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "serve", "fibonacci",
+                                 "--socket", str(sock), "--runtime-dir", str(rt), "--name",
+                                 "fib"], cwd=ROOT, env=env, stderr=err)
     try:
         end = time.monotonic() + 60
         entry = rt / "fib.service"
         while not (entry.exists() and f"pid={proc.pid}\n" in entry.read_text()):
             if proc.poll() is not None or time.monotonic() > end:
                 proc.kill()
-                raise RuntimeError(f"service did not start: {proc.stderr.read().decode()}")
+                raise RuntimeError(f"service did not start: {log.read_text()}")
             time.sleep(0.02)
         yield sock
     finally:
@@ -61,4 +62,3 @@ def fibonacci_service(tmp: Path) -> Iterator[Path]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
-        proc.stderr.close()
