@@ -404,3 +404,34 @@ def operation_name(raw: int, table: Iterable[ExtensionNameAndPrefix]) -> str:
     ext = lookup(name)
     op = ext.operation(extension_low(raw)) if ext is not None else None
     return op.id.name if op is not None else f"{name}:{extension_low(raw)}"
+
+
+def describe() -> str:
+    """The installed extensions as text (``nnhal ops --extensions``): each operand type and
+    operation with its code, and why a plug-in that does not load is unusable."""
+    from nnhal.ops.signature import slot_types
+
+    lines = []
+    for name, why in sorted(installed().items()):
+        if why is not None:
+            lines.append(f"{name}: unusable: {why}")
+            continue
+        ext = lookup(name)
+        assert ext is not None
+        lines.append(name + (f": {ext.doc}" if ext.doc else ""))
+        for t in sorted(ext.operand_types, key=lambda t: t.code):
+            data = ("opaque" if t.params_size is None else f"{t.params_size} bytes")
+            lines.append(f"  operand type {t.code} {t.name}: "
+                         f"{'tensor' if t.is_tensor else 'scalar'} of {t.byte_size}-byte "
+                         f"{'elements' if t.is_tensor else 'value'}, extension data {data}")
+        for op in sorted(ext.operations, key=lambda o: o.id.code):
+            lines.append(f"  operation {op.id.code} {op.id.short}"
+                         + (f": {op.signature.doc}" if op.signature.doc else ""))
+            for form in op.signature.forms:
+                for kind, group in (("input", form.inputs), ("output", op.signature.outputs)):
+                    for k, slot in enumerate(group):
+                        types = slot_types(slot, op.signature)
+                        names = "any" if types is None else " or ".join(
+                            getattr(t, "name", str(t)) for t in types)
+                        lines.append(f"    {kind} {k} {slot.name}: {names}")
+    return "\n".join(lines) if lines else "no extension is installed"

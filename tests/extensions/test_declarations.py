@@ -121,3 +121,14 @@ def test_an_extension_operand_type_goes_where_operand_types_go():
     assert again == typed and again.definition == t
     with pytest.raises(ValueError):
         operand_type(5 << 16 | 3)
+
+
+def test_nnhal_ops_lists_the_installed_extensions(fibonacci_site, capsys):
+    from nnhal import cli
+
+    assert cli.main(["ops", "--extensions"]) == 0
+    out = capsys.readouterr().out
+    assert "com.example.fibonacci" in out
+    assert "operand type 1 TENSOR_QUANT64_ASYMM: tensor of 8-byte elements, extension data " \
+           "16 bytes" in out
+    assert "input 0 n: INT64 or TENSOR_FLOAT32" in out
