@@ -43,3 +43,24 @@ def test_each_step_model_names_only_the_extensions_it_uses(fibonacci_site):
         for d in c.devices:
             del d.hal.prepare_model
     assert tables == {"fibonacci": [[cases.NAME]], "reference": [[], []]}
+
+
+def test_plain_create_over_every_device(fibonacci_site):
+    """``create`` (every device, CPU fallback allowed) gives the Fibonacci operation to its
+    device too; the ADDs go wherever the capabilities say."""
+    import numpy as np
+
+    c = cases.Case(ndk)
+    c.build(cases.TENSOR_FLOAT32, [1], cases.TENSOR_FLOAT32, [cases.N], nops=True)
+    comp = cases.ok(ndk.ANeuralNetworksCompilation_create(c.model))
+    cases.ok(ndk.ANeuralNetworksCompilation_finish(comp))
+    plan = comp.plan()
+    assert [s["device"] for s in plan if 1 in s["operations"]] == ["fibonacci"]
+    assert all(s["device"] != "fibonacci" for s in plan if 1 not in s["operations"])
+    out = np.zeros(cases.N, np.float32)
+    e = cases.ok(ndk.ANeuralNetworksExecution_create(comp))
+    x = np.array([cases.N], np.float32)
+    cases.ok(ndk.ANeuralNetworksExecution_setInput(e, 0, None, x, 4))
+    cases.ok(ndk.ANeuralNetworksExecution_setOutput(e, 0, None, out, out.nbytes))
+    cases.ok(ndk.ANeuralNetworksExecution_compute(e))
+    assert out.tolist() == cases.FIB
