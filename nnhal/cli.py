@@ -193,6 +193,11 @@ def _ops(args: argparse.Namespace) -> int:
     if args.markdown:
         sys.stdout.write(docs.markdown())
         return 0
+    if args.extensions:
+        from nnhal.ops import extensions
+
+        print(extensions.describe())
+        return 0
     try:
         print(docs.text(args.names))
     except KeyError as e:
@@ -322,6 +327,8 @@ def build_parser(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse._Su
     o.add_argument("--tflite", action="store_true",
                    help="every TFLite builtin and how the importer handles it (HAL "
                         "operation, lowered, folded, refused), with the counts")
+    o.add_argument("--extensions", action="store_true",
+                   help="the installed vendor extensions (entry points nnhal.extensions)")
     o.set_defaults(func=_ops)
 
     c = sub.add_parser("conformance", help="run the upstream conformance cases")

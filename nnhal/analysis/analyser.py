@@ -9,8 +9,10 @@ without recursion, so neither depth nor sharing of control flow costs more than 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +21,7 @@ from nnhal.analysis.graph import ModelGraph, OperationTuple, SubgraphGraph
 from nnhal.core.version import FeatureLevel
 from nnhal.hal.checks import InvalidArgument, check_model_fields
 from nnhal.hal.types import (
+    ExtensionOperandType,
     Model,
     Operand,
     OperandLifeTime,
@@ -27,15 +30,20 @@ from nnhal.hal.types import (
     Subgraph,
     SymmPerChannelQuantParams,
     is_extension_type,
+    operand_type,
     value_nbytes,
 )
 from nnhal.memory import MemoryError_, SharedMemory
+from nnhal.ops import extensions
 from nnhal.ops.catalog import check_operation, lookup, signature
 from nnhal.ops.resolver import OpContext, OperandInfo, OpError, Shape
-from nnhal.ops.signature import input_slots, omittable_positions
+from nnhal.ops.signature import check, input_slots, omittable_positions
 from nnhal.validation import ValidationError, validate_model
 
 L = OperandLifeTime
+log = logging.getLogger("nnhal.analysis")
+#: prefix -> (extension name, its definition or None): a model's table as this process reads it.
+Exts = Mapping[int, tuple[str, Any]]
 
 #: Default bound on one tensor's bytes: a temporary whose known size exceeds it is refused at
 #: prepare (RESOURCE_EXHAUSTED_PERSISTENT) rather than failing an allocation at execution.
@@ -44,7 +52,7 @@ MAX_TENSOR_BYTES = 1 << 32
 
 def operand_shape(op: Operand) -> tuple[int, ...] | None:
     """Model dimensions as an inference shape: ``None`` for a tensor of unknown rank."""
-    t = OperandType(op.type)
+    t = operand_type(op.type)
     if t.is_scalar or t == OperandType.SUBGRAPH:
         return ()
     if not op.dimensions:
@@ -57,7 +65,7 @@ def decode_constant(op: Operand, raw: np.ndarray, *, copy: bool = True) -> np.nd
 
     ``copy=False`` gives a view for a caller that holds the model while it reads it.
     """
-    t = OperandType(op.type)
+    t = operand_type(op.type)
     if t in (OperandType.BOOL, OperandType.TENSOR_BOOL8):
         arr = raw != 0
     else:
@@ -70,13 +78,15 @@ def decode_constant(op: Operand, raw: np.ndarray, *, copy: bool = True) -> np.nd
 
 
 def operand_info(op: Operand, value: object = None) -> OperandInfo:
-    t = OperandType(op.type)
+    t = operand_type(op.type)
     cq = op.extra_params if isinstance(op.extra_params, SymmPerChannelQuantParams) else None
+    ext = op.extra_params if isinstance(op.extra_params, (bytes, bytearray)) else None
     return OperandInfo(
         type=t, shape=operand_shape(op), scale=float(op.scale), zero_point=int(op.zero_point),
         channel_scales=None if cq is None else np.asarray(cq.scales, dtype=np.float32),
         channel_dim=0 if cq is None else int(cq.channel_dim),
-        lifetime=OperandLifeTime(op.lifetime), value=value)
+        lifetime=OperandLifeTime(op.lifetime), value=value,
+        extension_params=None if ext is None else bytes(ext))
 
 
 def map_pools(model: Model) -> list[np.ndarray]:
@@ -92,13 +102,18 @@ def map_pools(model: Model) -> list[np.ndarray]:
     return arrays
 
 
-def io_signature(main: Subgraph) -> Subgraph:
+def io_signature(main: Subgraph, infos: Sequence[OperandInfo | None] = ()) -> Subgraph:
     """The main subgraph's inputs then outputs, copied: what requests and memory-domain roles
-    are checked against, immune to a client editing its Model after preparing it."""
+    are checked against, immune to a client editing its Model after preparing it. An
+    extension operand's type is its resolved one (``infos``), so requests size it."""
     io = [*main.input_indexes, *main.output_indexes]
     n_in = len(main.input_indexes)
-    return Subgraph([copy.deepcopy(main.operands[i]) for i in io], [], list(range(n_in)),
-                    list(range(n_in, len(io))))
+    ops = [copy.deepcopy(main.operands[i]) for i in io]
+    for op, i in zip(ops, io):
+        info = infos[i] if i < len(infos) else None
+        if info is not None and isinstance(info.type, ExtensionOperandType):
+            op.type = info.type
+    return Subgraph(ops, [], list(range(n_in)), list(range(n_in, len(io))))
 
 
 def callees_first(model: Model) -> list[int]:
@@ -156,29 +171,63 @@ def _analyse(model: Model, own_constants: bool, max_tensor_bytes: int) -> ModelG
     relaxed = bool(model.relax_computation_float32_to_float16)
     graphs: list[SubgraphGraph | None] = [None] * len(model.referenced)
     too_large: list[str] = []
+    exts = extensions.resolve(model.extension_name_to_prefix)
+    ext_ops: dict[int, tuple[Any, Any]] = {}
+    reasons: dict[tuple[int, int], str] = {}
     for i in callees_first(model):
         graphs[i] = _analyse_subgraph(model.referenced[i], i, values, pools, own_constants,
-                                      relaxed, graphs, max_tensor_bytes, too_large)
+                                      relaxed, graphs, max_tensor_bytes, too_large, exts,
+                                      ext_ops, reasons)
     main = _analyse_subgraph(model.main, -1, values, pools, own_constants, relaxed, graphs,
-                             max_tensor_bytes, too_large)
+                             max_tensor_bytes, too_large, exts, ext_ops, reasons)
     levels = [g.min_level for g in (main, *graphs)]  # type: ignore[union-attr]
     if relaxed:
         levels.append(FeatureLevel.V1_1)  # relaxComputationFloat32toFloat16 came with 1.1
     if model.extension_name_to_prefix:
         levels.append(FeatureLevel.V1_2)  # vendor extensions came with 1.2
     return ModelGraph(main, tuple(graphs), relaxed,  # type: ignore[arg-type]
-                      io_signature(model.main), required_inputs(main), tuple(too_large),
-                      max(levels))
+                      io_signature(model.main, main.operands), required_inputs(main),
+                      tuple(too_large), max(levels), ext_ops, reasons)
+
+
+def _extension_operand(op: Operand, where: str, exts: Exts) -> Operand | None:
+    """``op`` with its extension type resolved and checked against its extension (a copy);
+    None when the extension is unknown here (its operations are then unsupported)."""
+    try:
+        t = extensions.resolve_operand_type(int(op.type), exts)
+    except extensions.ExtensionError as e:
+        raise ValidationError(f"{where}: {e}") from None
+    if t is None:
+        return None
+    tdef = t.definition
+    if tdef.is_scalar and op.dimensions:  # type: ignore[attr-defined]
+        raise ValidationError(f"{where}: scalar {t.name} must have no dimensions")
+    extra = op.extra_params
+    problem = tdef.params_problem(None if extra is None else bytes(extra))  # type: ignore
+    if problem is not None:
+        raise ValidationError(f"{where}: {problem}")
+    if op.lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
+        size = value_nbytes(t, op.dimensions)
+        if size is None:
+            raise ValidationError(f"{where}: constant operand must have fully specified "
+                                  f"dimensions")
+        if op.location.length != size:
+            raise ValidationError(f"{where}: location length {op.location.length} != operand "
+                                  f"size {size}")
+    return replace(op, type=t)
 
 
 def _decode_operands(sg: Subgraph, values: np.ndarray, pools: Sequence[np.ndarray],
-                     own: bool) -> list[OperandInfo | None]:
-    """Operand infos with constants decoded; None for vendor extension operand types."""
+                     own: bool, exts: Exts, name: str) -> list[OperandInfo | None]:
+    """Operand infos with constants decoded; None for an operand of an extension this
+    process does not know."""
     infos: list[OperandInfo | None] = []
-    for op in sg.operands:
+    for k, op in enumerate(sg.operands):
         if is_extension_type(op.type):
-            infos.append(None)
-            continue
+            op = _extension_operand(op, f"{name} operand {k}", exts)  # type: ignore[assignment]
+            if op is None:
+                infos.append(None)
+                continue
         lt = op.lifetime
         loc = op.location
         value: object = None
@@ -196,18 +245,29 @@ def _decode_operands(sg: Subgraph, values: np.ndarray, pools: Sequence[np.ndarra
 def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
                       pools: Sequence[np.ndarray], own: bool, relaxed: bool,
                       callees: Sequence[SubgraphGraph | None], max_bytes: int,
-                      too_large: list[str]) -> SubgraphGraph:
-    infos = _decode_operands(sg, values, pools, own)
+                      too_large: list[str], exts: Exts, ext_ops: dict[int, tuple[Any, Any]],
+                      reasons: dict[tuple[int, int], str]) -> SubgraphGraph:
+    name = "main" if index < 0 else f"subgraph {index}"
+    infos = _decode_operands(sg, values, pools, own, exts, name)
     shapes: list[Shape] = [None if info is None else info.shape for info in infos]
     shaped: dict[int, OperandInfo] = {}  # operand -> info carrying its inferred shape
     operations: list[OperationTuple] = []
     supported: list[bool] = []
     level = FeatureLevel.V1_0
-    name = "main" if index < 0 else f"subgraph {index}"
     for k, operation in enumerate(sg.operations):
         ins_idx, outs_idx = tuple(operation.inputs), tuple(operation.outputs)
         operations.append((int(operation.type), ins_idx, outs_idx))
-        definition = None if is_extension_type(operation.type) else lookup(operation.type)
+        ext_op = None
+        if is_extension_type(operation.type):
+            ext_op = extensions.resolve_operation(int(operation.type), exts)
+            definition = None if ext_op is None else ext_op.definition
+            if ext_op is None:  # the prefix is in the table: the structure rules say so
+                ext_name, ext = exts[int(operation.type) >> 16]
+                reasons[(index, k)] = (f"extension {ext_name} is not installed here"
+                                       if ext is None else f"extension {ext_name} has no "
+                                       f"operation {int(operation.type) & 0xFFFF}")
+        else:
+            definition = lookup(operation.type)
         if definition is None or any(infos[i] is None for i in (*ins_idx, *outs_idx)):
             supported.append(False)  # valid, but not something this nnhal can run
             continue
@@ -219,14 +279,31 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
                 view = info if shapes[i] == info.shape else replace(info, shape=shapes[i])
                 shaped[i] = view
             ins.append(view)
-        ctx = OpContext(op_type=OperationType(operation.type), inputs=ins,
-                        outputs=[infos[i] for i in outs_idx], relaxed=relaxed,
+        ctx = OpContext(op_type=OperationType(operation.type) if ext_op is None else ext_op.id,
+                        inputs=ins, outputs=[infos[i] for i in outs_idx], relaxed=relaxed,
                         subgraphs=callees)
-        try:
-            level = max(level, check_operation(definition, ctx))
-            inferred = definition.prepare(ctx)
-        except OpError as e:
-            raise OpError(f"{name} operation {k}: {e}", e.status) from None
+        if ext_op is not None:
+            # Upstream's runtime cannot validate an extension operation, so a model with one
+            # that fits none of its declaration is valid and the operation supported by none.
+            try:
+                op_level = check(ext_op.signature, ctx.inputs, ctx.outputs)
+                definition.validate(ctx)
+                inferred = definition.prepare(ctx)
+                for i, s in zip(outs_idx, inferred or ()):
+                    _check_declared(ctx.op_type, name, k, i, infos[i].shape, s)
+            except Exception as e:  # noqa: BLE001 - any refusal: unsupported, with why
+                reasons[(index, k)] = str(e) or type(e).__name__
+                log.debug("%s operation %d: %s", name, k, reasons[(index, k)])
+                supported.append(False)
+                continue
+            level = max(level, op_level)
+            ext_ops[int(operation.type)] = (ext_op.id, definition)
+        else:
+            try:
+                level = max(level, check_operation(definition, ctx))
+                inferred = definition.prepare(ctx)
+            except OpError as e:
+                raise OpError(f"{name} operation {k}: {e}", e.status) from None
         ok = True
         for i in ins_idx:
             if infos[i].type == OperandType.SUBGRAPH:

@@ -7,7 +7,9 @@ Graphs are immutable once built (operand infos are shared, never edited).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from nnhal.core.version import FeatureLevel
 from nnhal.hal.types import OperationType, Subgraph
@@ -75,6 +77,11 @@ class ModelGraph:
     required_inputs: frozenset[int] = frozenset()
     too_large: tuple[str, ...] = field(default=())
     min_level: FeatureLevel | None = None
+    #: Extension operation value -> (its id, its definition), for each one the analysis
+    #: accepted (what the plan binds; see nnhal.ops.extensions).
+    extension_ops: Mapping[int, tuple[Any, Any]] = field(default_factory=dict)
+    #: (subgraph index, operation) -> why an extension operation is supported by nobody here.
+    reasons: Mapping[tuple[int, int], str] = field(default_factory=dict)
 
     @property
     def subgraphs(self) -> tuple[SubgraphGraph, ...]:
@@ -85,10 +92,11 @@ class ModelGraph:
 
     def unsupported_names(self) -> list[str]:
         names = []
-        for (t, _, _), ok in zip(self.main.operations, self.main.supported):
+        for k, ((t, _, _), ok) in enumerate(zip(self.main.operations, self.main.supported)):
             if not ok:
                 try:
                     names.append(OperationType(t).name)
                 except ValueError:
-                    names.append(f"extension operation {t:#x}")
+                    why = self.reasons.get((-1, k))
+                    names.append(f"extension operation {t:#x}" + (f" ({why})" if why else ""))
         return names

@@ -124,6 +124,8 @@ def _export(fn: Callable[..., int]) -> Callable[..., int]:
 MAX_ELEMENTS = 1 << 20
 #: The longest C string read (a cache directory): PATH_MAX.
 MAX_STRING = 4096
+#: The longest extension data read from C (an operand's extraParams.extension).
+MAX_EXTENSION_DATA = 1 << 20
 _PAGE = mmap.PAGESIZE
 _IOV_MAX = 1024
 
@@ -486,6 +488,58 @@ def ANeuralNetworksModel_getSupportedOperationsForDevices(model: int, devices: i
         for i, ok in enumerate(ops):
             arr[i] = bool(ok)
     return code
+
+
+# ---- vendor extensions (NeuralNetworksExtensions.h) ----------------------------------------
+
+@_checked
+def ANeuralNetworksDevice_getExtensionSupport(device: int, name: int, out: int) -> int:
+    d = handles.get(device)
+    if d is None or not name:
+        return NULL
+    _needs(out)
+    code, supported = ndk.ANeuralNetworksDevice_getExtensionSupport(d, _string_at(name))
+    if code == OK:
+        _put(ctypes.c_bool, out, bool(supported))
+    return code
+
+
+def _extension_type(fn: Callable[..., tuple[int, Any]], model: int, name: int, code: int,
+                    out: int) -> int:
+    m = handles.get(model)
+    if m is None or not name:
+        return NULL
+    _needs(out)
+    result, value = fn(m, _string_at(name), code)
+    if result == OK:
+        _put(ctypes.c_int32, out, value - (1 << 32) if value >= 1 << 31 else value)
+    return result
+
+
+@_checked
+def ANeuralNetworksModel_getExtensionOperandType(model: int, name: int, code: int,
+                                                 out: int) -> int:
+    return _extension_type(ndk.ANeuralNetworksModel_getExtensionOperandType, model, name, code,
+                           out)
+
+
+@_checked
+def ANeuralNetworksModel_getExtensionOperationType(model: int, name: int, code: int,
+                                                   out: int) -> int:
+    return _extension_type(ndk.ANeuralNetworksModel_getExtensionOperationType, model, name,
+                           code, out)
+
+
+@_checked
+def ANeuralNetworksModel_setOperandExtensionData(model: int, index: int, data: int,
+                                                 length: int) -> int:
+    m = handles.get(model)
+    if m is None:
+        return NULL
+    if data and length > MAX_EXTENSION_DATA:
+        return BAD  # before reading: no operand's extension data is that long
+    view = _bytes_at(data, length) if data and length else (b"" if data else None)
+    return ndk.ANeuralNetworksModel_setOperandExtensionData(m, index, view, length)
 
 
 # ---- compilations -------------------------------------------------------------------------

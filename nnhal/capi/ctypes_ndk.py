@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from nnhal.capi.build import NAME, library_dir
-from nnhal.capi.header import FUNCTIONS
+from nnhal.capi.header import EXTENSION_FUNCTIONS, FUNCTIONS
 from nnhal.runtime.codes import ResultCode
 from nnhal.runtime.model import ANeuralNetworksOperandType
 from nnhal.runtime.ndk import ANeuralNetworksSymmPerChannelQuantParams
@@ -41,7 +41,7 @@ def _ctype(decl: str) -> Any:
 
 def declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     """Set argtypes/restype of every NDK function of ``lib`` from the header's table."""
-    for ret, name, params in FUNCTIONS:
+    for ret, name, params in [*FUNCTIONS, *EXTENSION_FUNCTIONS]:
         fn = getattr(lib, name)
         fn.restype = _CTYPES[ret]
         fn.argtypes = [] if params == "void" else [_ctype(p) for p in params.split(",")]

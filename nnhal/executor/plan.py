@@ -25,6 +25,7 @@ from nnhal.hal.types import (
     OperandLifeTime,
     OperandType,
     OperationType,
+    is_extension_type,
 )
 from nnhal.ops.catalog import lookup
 from nnhal.ops.resolver import IntoKernel, Kernel, OpContext, OperandInfo, OpError
@@ -481,7 +482,13 @@ class ModelPlan:
                                        callees))
                 plan.has_control_flow = True
                 continue
-            op_type, definition = _definition(type_code)
+            if is_extension_type(type_code):
+                found = self.graph.extension_ops.get(type_code)
+                if found is None:
+                    raise OpError(f"extension operation {type_code:#x} is not supported")
+                op_type, definition = found
+            else:
+                op_type, definition = _definition(type_code)
             ins = [views[i] if i in views else views.setdefault(i, g.shaped(i))
                    for i in in_idx]
             ctx = OpContext(op_type=op_type, inputs=ins, outputs=[infos[i] for i in out_idx],

@@ -28,6 +28,7 @@ __all__ = [
     "ExtensionNameAndPrefix", "RequestArgument", "MemoryPool", "Request", "BufferDesc",
     "BufferRole", "Extension", "ExtensionOperandTypeInformation",
     "is_extension_type", "extension_prefix", "extension_low", "make_extension_type",
+    "ExtensionOperandType", "operand_type",
     "TokenValuePair", "PrepareModelConfig", "ExecutionConfig",
 ]
 
@@ -122,20 +123,83 @@ def value_nbytes(operand_type: int, dims: Sequence[int] | None = (), *,
     its type's size whatever ``dims`` says; a SUBGRAPH reference occupies nothing. Python
     integers: a huge shape gives a huge number, never an overflow; callers bound it.
     """
-    try:
-        t = OperandType(int(operand_type))
-    except ValueError:
-        return None
+    if isinstance(operand_type, ExtensionOperandType):
+        t = operand_type
+        if not t.is_tensor:
+            return t.byte_size
+    else:
+        try:
+            t = OperandType(int(operand_type))
+        except ValueError:
+            return None
     if t is OperandType.SUBGRAPH:
         return 0
     if t in _SCALAR_TYPES:
         return _DTYPES[t].itemsize
     if not dims or (not zero_is_known and 0 in dims):
         return None
-    n = _DTYPES[t].itemsize
+    n = t.byte_size
     for d in dims:
         n *= int(d)
     return n
+
+
+class ExtensionOperandType(int):
+    """An extension operand type as one model spells it: the int is its value there (the
+    model's prefix << 16 | the type's code within its extension), and ``definition`` what the
+    extension declares of it (``is_tensor``, ``byte_size``, ``dtype``, ``name``; see
+    :mod:`nnhal.ops.extensions`). It goes wherever an operand type goes (an operand's ``type``,
+    an operand info's), so every layer sizes and reads extension operands as it does the HAL's
+    own, with no special case: :func:`value_nbytes`, request checks, the executor."""
+
+    definition: object
+
+    def __new__(cls, value: int, definition: object) -> ExtensionOperandType:
+        obj = super().__new__(cls, int(value))
+        obj.definition = definition
+        return obj
+
+    @property
+    def is_tensor(self) -> bool:
+        return bool(self.definition.is_tensor)  # type: ignore[attr-defined]
+
+    @property
+    def is_scalar(self) -> bool:
+        return not self.is_tensor
+
+    @property
+    def byte_size(self) -> int:
+        return int(self.definition.byte_size)  # type: ignore[attr-defined]
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.definition.dtype  # type: ignore[attr-defined]
+
+    @property
+    def name(self) -> str:
+        d = self.definition
+        return str(getattr(d, "full_name", None) or d.name)  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return f"<{self.name} {int(self):#x}>"
+
+    def __reduce__(self) -> tuple:
+        return (ExtensionOperandType, (int(self), self.definition))
+
+    def __copy__(self) -> ExtensionOperandType:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> ExtensionOperandType:
+        return self
+
+
+def operand_type(value: int) -> OperandType | ExtensionOperandType:
+    """An operand's type as an object with ``is_tensor``, ``byte_size``, ``dtype``, ``name``:
+    the HAL's enum, or the resolved extension type as it is (ValueError for any other
+    value)."""
+    if isinstance(value, ExtensionOperandType):
+        return value
+    return OperandType(value)
 
 
 def operand_nbytes(op: Operand) -> int | None:

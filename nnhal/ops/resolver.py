@@ -46,7 +46,8 @@ class OperandInfo:
 
     ``shape`` is ``()`` for scalars, ``None`` for a tensor of unknown rank, and may hold 0 for
     unknown dimensions. ``value`` is the decoded constant (CONSTANT_COPY/REFERENCE), the
-    subgraph index (SUBGRAPH), or ``None``.
+    subgraph index (SUBGRAPH), or ``None``. ``type`` is an :class:`OperandType` or, for a
+    vendor extension's operand, an :class:`~nnhal.hal.types.ExtensionOperandType`.
     """
 
     type: OperandType
@@ -57,6 +58,8 @@ class OperandInfo:
     channel_dim: int = 0
     lifetime: OperandLifeTime = OperandLifeTime.TEMPORARY_VARIABLE
     value: Any = None
+    #: An extension operand's ``extraParams.extension`` bytes (None when it has none).
+    extension_params: bytes | None = None
 
     @property
     def omitted(self) -> bool:

@@ -28,7 +28,8 @@ V1_0, V1_1, V1_2, V1_3 = (FeatureLevel.V1_0, FeatureLevel.V1_1, FeatureLevel.V1_
                           FeatureLevel.V1_3)
 
 #: A slot's type: a type variable bound by the variant, a concrete type, a set of types, or
-#: ``ANY`` (control flow operands take whatever the referenced subgraph declares).
+#: ``ANY`` (control flow operands take whatever the referenced subgraph declares). An
+#: extension's signatures may also name its operand types (``nnhal.ops.extensions``).
 SlotType = str | OperandType | tuple[OperandType, ...]
 ANY = "*"
 
@@ -179,6 +180,12 @@ def _allowed(slot: Slot, binding: Mapping[str, OperandType]) -> tuple[OperandTyp
     return t
 
 
+def _key(t: object) -> object:
+    """What a slot's types are compared with: the HAL type, or an extension operand type's
+    definition (the same whatever prefix a model gives its extension)."""
+    return getattr(t, "definition", t)
+
+
 def _describe(types: tuple[OperandType, ...] | None) -> str:
     return "any type" if types is None else " or ".join(t.name for t in types)
 
@@ -252,7 +259,7 @@ def _check_types(signature: Signature, slots: Sequence[Slot], inputs: Sequence[o
             continue
         for n, (where, k, slot, info) in enumerate(pairs):
             allowed = _allowed(slot, variant.types)
-            got = info.type  # type: ignore[attr-defined]
+            got = _key(info.type)  # type: ignore[attr-defined]
             if allowed is not None and got not in allowed:
                 if n > best[0]:
                     best = (n, f"{name}: {where} {k} ({slot.name}) has type {got.name}, "
@@ -264,7 +271,7 @@ def _check_types(signature: Signature, slots: Sequence[Slot], inputs: Sequence[o
         return max([lowest, *(s.since for s in slots), *(s.since for s in out_slots)])
     if best[0] == 0 and len(signature.variants) > 1:
         firsts = slot_types(slots[0], signature) if slots else None
-        got = inputs[0].type.name  # type: ignore[attr-defined]
+        got = _key(inputs[0].type).name  # type: ignore[attr-defined]
         return (f"{name}: input 0 ({slots[0].name}) has type {got}, expected "
                 f"{_describe(tuple(firsts or ()))}")
     return best[1]

@@ -7,6 +7,9 @@ operation type codes are the HAL's (:mod:`nnhal.hal.types`), which the NDK share
 from __future__ import annotations
 
 import enum
+from typing import Any
+
+import numpy as np
 
 from nnhal.core.version import FeatureLevel
 from nnhal.errors import NdkError
@@ -116,3 +119,10 @@ def code_of_status(status: object, dead: bool = False) -> ResultCode:
 def fail(code: ResultCode, message: str) -> NdkError:
     """The error the core raises for a call the C API would answer with ``code``."""
     return NdkError(code, f"{ResultCode(code).name}: {message}")
+
+
+def as_bytes(buffer: Any) -> memoryview:
+    """A caller's buffer (bytes, bytearray, memoryview, numpy array...) as a byte view."""
+    if isinstance(buffer, np.ndarray):
+        return memoryview(np.ascontiguousarray(buffer).reshape(-1).view(np.uint8))
+    return memoryview(buffer).cast("B")

@@ -31,10 +31,8 @@ from nnhal.hal.types import (
     OutputShape,
     Request,
     Timing,
+    operand_type,
     value_nbytes,
-)
-from nnhal.hal.types import (
-    OperandType as T,
 )
 from nnhal.hidl import ExecutionCallback
 from nnhal.hidl import execute as execute_1_3
@@ -270,7 +268,7 @@ class Execution:
             if given.type != op.type or given.scale != op.scale or \
                     given.zero_point != op.zero_point:
                 raise fail(ResultCode.BAD_DATA, f"{what}: the type differs from the operand's")
-            if T(op.type).is_scalar:
+            if operand_type(op.type).is_scalar:
                 if given.dimensions:
                     raise fail(ResultCode.BAD_DATA, f"{what}: a scalar has no dimensions")
             else:

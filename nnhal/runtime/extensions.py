@@ -7,6 +7,12 @@ assigned once per process, from 1 upwards, to extensions some device supports, s
 keeps one prefix for every compilation; an extension no device supports has none (BAD_DATA:
 no driver could read a hint of it).
 
+The NDK's extension calls (``NeuralNetworksExtensions.h``) read the same prefixes: an
+extension operand or operation type is prefix << 16 | its code; an operand type is checked
+against what the extension declares (installed here, or as the devices report it: see
+:func:`nnhal.ops.extensions.declare`), and a model sent to a driver carries the table of the
+prefixes it uses (:func:`table_of`).
+
 Feature level 8's ``addExtensionAttribute`` calls record :class:`Attributes`: each is a
 ``TokenValuePair`` (token = prefix << 16 | code) with the table entries its tokens use.
 """
@@ -21,10 +27,13 @@ from nnhal.hal.types import (
     EXTENSION_TYPE_LOW_BITS,
     ErrorStatus,
     ExtensionNameAndPrefix,
+    ExtensionOperandType,
     TokenValuePair,
+    extension_low,
+    extension_prefix,
 )
-from nnhal.runtime.codes import ResultCode, fail
-from nnhal.runtime.model import as_bytes
+from nnhal.ops.extensions import declare, lookup
+from nnhal.runtime.codes import ResultCode, as_bytes, fail
 
 #: The largest attribute's data, in bytes (upstream sets none; a hint is metadata, and a
 #: length past this from C is a client's mistake, refused before its memory is read).
@@ -37,14 +46,75 @@ _prefixes: dict[str, int] = {}
 
 
 def supported_extensions(hal: Any) -> list[str]:
-    """The names of the extensions a driver says it supports (none when it cannot say)."""
+    """The names of the extensions a driver says it supports (none when it cannot say); what
+    it reports of each is declared to :mod:`nnhal.ops.extensions`, as upstream's TypeManager
+    learns extensions from the devices."""
     try:
         status, exts = hal.get_supported_extensions()
         if status != ErrorStatus.NONE:
             return []
-        return [e.name for e in exts if isinstance(getattr(e, "name", None), str)]
+        names = []
+        for e in exts:
+            if isinstance(getattr(e, "name", None), str):
+                names.append(e.name)
+                declare(e)
+        return names
     except Exception:  # noqa: BLE001 - a driver that cannot answer supports nothing
         return []
+
+
+def name_of(prefix: int) -> str | None:
+    """The extension a prefix was assigned to in this process, None when none was."""
+    with _lock:
+        for name, p in _prefixes.items():
+            if p == prefix:
+                return name
+    return None
+
+
+def extension_type(name: Any, code: Any, devices: Iterable[Any], what: str) -> int:
+    """getExtensionOperandType / getExtensionOperationType: prefix << 16 | code; BAD_DATA for
+    an invalid name or code, or an extension no device supports."""
+    if not isinstance(name, str) or not name:
+        raise fail(ResultCode.BAD_DATA, f"{what}: invalid extension name {name!r}")
+    if isinstance(code, bool) or not isinstance(code, int) or \
+            not 0 <= code < 1 << EXTENSION_TYPE_LOW_BITS:
+        raise fail(ResultCode.BAD_DATA, f"{what}: code {code!r} is not a uint16")
+    prefix = prefix_of(name, devices)
+    if prefix is None:
+        raise fail(ResultCode.BAD_DATA, f"{what}: no device supports extension {name!r}")
+    return prefix << EXTENSION_TYPE_LOW_BITS | code
+
+
+def operand_type_of(raw: int, where: str) -> ExtensionOperandType:
+    """The extension operand type of value ``raw`` (a prefix this process assigned, a code its
+    extension declares); BAD_DATA otherwise, as upstream's addOperand answers."""
+    prefix = extension_prefix(raw)
+    name = name_of(prefix)
+    ext = None if name is None else lookup(name)
+    if ext is None:
+        raise fail(ResultCode.BAD_DATA, f"{where}: extension type {raw:#x} has a prefix "
+                   f"{prefix} no extension was given")
+    tdef = ext.operand_type(extension_low(raw))
+    if tdef is None:
+        raise fail(ResultCode.BAD_DATA, f"{where}: extension {name} has no operand type "
+                   f"{extension_low(raw)}")
+    return ExtensionOperandType(raw, tdef)
+
+
+def is_operation_of_known_prefix(raw: int) -> bool:
+    """Whether an extension operation value's prefix was assigned in this process."""
+    return name_of(extension_prefix(raw)) is not None
+
+
+def table_of(prefixes: Iterable[int]) -> list[ExtensionNameAndPrefix]:
+    """The extensionNameToPrefix table of the prefixes a model uses, by prefix."""
+    out = []
+    for p in sorted(set(prefixes)):
+        name = name_of(p)
+        if name is not None:
+            out.append(ExtensionNameAndPrefix(name, p))
+    return out
 
 
 def prefix_of(name: str, devices: Iterable[Any]) -> int | None:

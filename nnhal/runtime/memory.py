@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from nnhal.hal.types import OperandType as T
+from nnhal.hal.types import operand_type
 from nnhal.memory import SharedMemory
 from nnhal.memory.pool import MemoryError_
 from nnhal.runtime.codes import PROT_READ, PROT_WRITE, ResultCode, fail
@@ -104,7 +105,7 @@ class MemoryDesc:
     def set_dimensions(self, dimensions: list[int]) -> None:
         self._check_open("setDimensions")
         dims = merge_dims(self.dimensions, list(dimensions))
-        if dims is None or (self.operand is not None and T(self.operand.type).is_scalar
+        if dims is None or (self.operand is not None and operand_type(self.operand.type).is_scalar
                             and dimensions):
             raise fail(ResultCode.BAD_DATA, f"setDimensions: {list(dimensions)} conflict with "
                        f"{self.dimensions}")
@@ -176,7 +177,7 @@ class Memory:
         one device and it allocates one, else runtime memory of the operand's full size."""
         if not desc.finished:
             raise fail(ResultCode.BAD_STATE, "createFromDesc: the descriptor is not finished")
-        t = T(desc.operand.type)
+        t = operand_type(desc.operand.type)
         dims = desc.dimensions
         mem = cls._allocate_on_device(desc, t)
         if mem is not None:

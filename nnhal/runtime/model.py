@@ -23,6 +23,8 @@ from nnhal.hal.types import (
     OperationType,
     Subgraph,
     SymmPerChannelQuantParams,
+    extension_prefix,
+    is_extension_type,
     operand_nbytes,
 )
 from nnhal.hal.types import (
@@ -34,7 +36,13 @@ from nnhal.hal.types import (
 from nnhal.memory import SharedMemory
 from nnhal.ops.catalog import signature
 from nnhal.ops.signature import SignatureError, check
-from nnhal.runtime.codes import MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, ResultCode, fail
+from nnhal.runtime import extensions
+from nnhal.runtime.codes import (
+    MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES,
+    ResultCode,
+    as_bytes,
+    fail,
+)
 from nnhal.runtime.memory import Memory
 
 L = OperandLifeTime
@@ -61,15 +69,6 @@ class ANeuralNetworksOperandType:
     zeroPoint: int = 0
 
 
-def as_bytes(buffer: Any) -> memoryview:
-    """A caller's buffer (bytes, bytearray, memoryview, numpy array...) as a byte view."""
-    if isinstance(buffer, np.ndarray):
-        return memoryview(np.ascontiguousarray(buffer).reshape(-1).view(np.uint8))
-    return memoryview(buffer).cast("B")
-
-
-
-
 def check_operand_type(ot: Any, where: str) -> Operand:
     """The HAL operand of an NDK operand type struct; BAD_DATA when the runtime refuses it."""
     try:
@@ -78,6 +77,8 @@ def check_operand_type(ot: Any, where: str) -> Operand:
         scale, zp = float(ot.scale), int(ot.zeroPoint)
     except (AttributeError, TypeError, ValueError) as e:
         raise fail(ResultCode.BAD_DATA, f"{where}: not an operand type: {e}") from None
+    if 0 <= t <= _UINT32_MAX and is_extension_type(t):
+        return _extension_operand(t, dims, scale, zp, where)
     if t not in _VALID_TYPES:
         raise fail(ResultCode.BAD_DATA, f"{where}: invalid operand type {t}")
     tt = T(t)
@@ -99,6 +100,24 @@ def check_operand_type(ot: Any, where: str) -> Operand:
     except ValidationError as e:
         raise fail(ResultCode.BAD_DATA, str(e)) from None
     op.extra_params = None
+    n = operand_nbytes(op)
+    if n is not None and n > _UINT32_MAX:
+        raise fail(ResultCode.BAD_DATA, f"{where}: operand of {n} bytes is too large")
+    return op
+
+
+def _extension_operand(t: int, dims: list[int], scale: float, zp: int, where: str) -> Operand:
+    """An extension operand as addOperand takes it: a type its extension declares (the
+    extension known here or reported by a device), no dimensions for a scalar, no
+    quantization parameters (its extension data carries whatever it needs)."""
+    et = extensions.operand_type_of(t, where)
+    if et.is_scalar and dims:
+        raise fail(ResultCode.BAD_DATA, f"{where}: scalar {et.name} with dimensions {dims}")
+    if any(d < 0 or d > _UINT32_MAX for d in dims):
+        raise fail(ResultCode.BAD_DATA, f"{where}: invalid dimensions {dims}")
+    if scale != 0 or zp != 0:
+        raise fail(ResultCode.BAD_DATA, f"{where}: {et.name} takes no scale or zeroPoint")
+    op = Operand(type=et, dimensions=dims)
     n = operand_nbytes(op)
     if n is not None and n > _UINT32_MAX:
         raise fail(ResultCode.BAD_DATA, f"{where}: operand of {n} bytes is too large")
@@ -273,7 +292,13 @@ class NdkModel:
         self._check_open("addOperation")
         if inputs is None or outputs is None:
             raise fail(ResultCode.UNEXPECTED_NULL, "addOperation: inputs or outputs are NULL")
-        if not isinstance(type, (int, np.integer)) or int(type) not in _VALID_OPERATIONS:
+        ext = isinstance(type, (int, np.integer)) and 0 <= int(type) <= _UINT32_MAX and \
+            is_extension_type(int(type))
+        if ext and not extensions.is_operation_of_known_prefix(int(type)):
+            raise fail(ResultCode.BAD_DATA, f"addOperation: extension operation type "
+                       f"{int(type):#x} has a prefix no extension was given")
+        if not ext and (not isinstance(type, (int, np.integer)) or
+                        int(type) not in _VALID_OPERATIONS):
             raise fail(ResultCode.BAD_DATA, f"addOperation: invalid operation type {type}")
         for i in (*inputs, *outputs):
             self._operand(i, "addOperation")
@@ -286,7 +311,8 @@ class NdkModel:
             if any(i in o.outputs for o in self.operations):
                 raise fail(ResultCode.BAD_DATA, f"addOperation: operand {i} is already the "
                            f"output of an operation")
-        self._check_signature(int(type), ins, outs)
+        if not ext:  # as upstream: an extension operation is its drivers' to validate
+            self._check_signature(int(type), ins, outs)
         self.operations.append(Operation(type=int(type), inputs=ins, outputs=outs))
 
     def _check_signature(self, op_type: int, ins: list[int], outs: list[int]) -> None:
@@ -302,6 +328,40 @@ class NdkModel:
             check(sig, infos[0], infos[1], presence=False)
         except SignatureError as e:
             raise fail(ResultCode.BAD_DATA, f"addOperation: {e}") from None
+
+    def extension_type(self, name: Any, code: Any, devices: Sequence[Any], what: str) -> int:
+        """ANeuralNetworksModel_getExtensionOperandType / OperationType: the value of code
+        ``code`` of extension ``name`` (its prefix assigned once per process)."""
+        if name is None:
+            raise fail(ResultCode.UNEXPECTED_NULL, f"{what}: extensionName is NULL")
+        return extensions.extension_type(name, code, devices, what)
+
+    def set_operand_extension_data(self, index: int, data: Any, length: int | None) -> None:
+        """ANeuralNetworksModel_setOperandExtensionData: ``data`` None with length 0 clears
+        it; the bytes are the extension's to read (checked at finish when it is installed)."""
+        what = "setOperandExtensionData"
+        self._check_open(what)
+        op = self._operand(index, what)
+        if data is None:
+            if length not in (None, 0):
+                raise fail(ResultCode.BAD_DATA, f"{what}: NULL data with length {length}")
+            blob = None
+        else:
+            try:
+                view = as_bytes(data)
+            except (TypeError, ValueError) as e:
+                raise fail(ResultCode.BAD_DATA, f"{what}: not a buffer: {e}") from None
+            length = view.nbytes if length is None else length
+            if isinstance(length, bool) or not isinstance(length, int) or \
+                    not 0 <= length <= view.nbytes or length > _UINT32_MAX:
+                raise fail(ResultCode.BAD_DATA, f"{what}: invalid length {length}")
+            if length == 0:
+                raise fail(ResultCode.BAD_DATA, f"{what}: data with length 0")
+            blob = bytes(view[:length])
+        if not is_extension_type(int(op.type)):
+            raise fail(ResultCode.BAD_DATA, f"{what}: operand {index} is of the base type "
+                       f"{int(op.type)}")
+        op.extra_params = blob
 
     def identify_inputs_and_outputs(self, inputs: Sequence[int],
                                     outputs: Sequence[int]) -> None:
@@ -425,9 +485,13 @@ class NdkModel:
                                             for o in m.operations],
                                       list(m.inputs), list(m.outputs)))
         pools = [SharedMemory.from_bytes(bytes(large))] + [m.shared for m in memories]
+        used = [extension_prefix(x.type) for sg in subgraphs for x in (*sg.operands,
+                                                                       *sg.operations)
+                if is_extension_type(x.type)]
         return HalModel(main=subgraphs[0], referenced=subgraphs[1:],
                         operand_values=bytes(values), pools=pools,
-                        relax_computation_float32_to_float16=self.relaxed)
+                        relax_computation_float32_to_float16=self.relaxed,
+                        extension_name_to_prefix=extensions.table_of(used))
 
     def supported_operations_for_devices(self, devices: Sequence[Any]) -> list[bool]:
         """ANeuralNetworksModel_getSupportedOperationsForDevices: per operation, whether one

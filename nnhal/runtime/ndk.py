@@ -186,6 +186,38 @@ def ANeuralNetworksModel_addOperation(model: NdkModel, type: int, inputs: Sequen
     model.add_operation(type, inputs, outputs)
 
 
+@_api((0, Device), out=True)
+def ANeuralNetworksDevice_getExtensionSupport(device: Device, extensionName: str) -> bool:
+    """NeuralNetworksExtensions.h: whether the device's driver reports the extension."""
+    if extensionName is None:
+        raise NdkError(ResultCode.UNEXPECTED_NULL, "getExtensionSupport: extensionName is NULL")
+    return isinstance(extensionName, str) and extensionName in device.extensions
+
+
+@_api((0, NdkModel), out=True)
+def ANeuralNetworksModel_getExtensionOperandType(model: NdkModel, extensionName: str,
+                                                 operandCodeWithinExtension: int) -> int:
+    """NeuralNetworksExtensions.h: the operand type of a code of an extension."""
+    return model.extension_type(extensionName, operandCodeWithinExtension, devices(),
+                                "getExtensionOperandType")
+
+
+@_api((0, NdkModel), out=True)
+def ANeuralNetworksModel_getExtensionOperationType(model: NdkModel, extensionName: str,
+                                                   operationCodeWithinExtension: int) -> int:
+    """NeuralNetworksExtensions.h: the operation type of a code of an extension."""
+    return model.extension_type(extensionName, operationCodeWithinExtension, devices(),
+                                "getExtensionOperationType")
+
+
+@_api((0, NdkModel))
+def ANeuralNetworksModel_setOperandExtensionData(model: NdkModel, index: int, data: Any,
+                                                 length: int) -> None:
+    """NeuralNetworksExtensions.h: the extension data (extraParams.extension) of an
+    extension operand."""
+    model.set_operand_extension_data(index, data, length)
+
+
 @_api((0, NdkModel))
 def ANeuralNetworksModel_identifyInputsAndOutputs(model: NdkModel, inputs: Sequence[int],
                                                   outputs: Sequence[int]) -> None:

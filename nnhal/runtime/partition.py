@@ -27,6 +27,9 @@ from nnhal.hal.types import (
     OperandType,
     OperationType,
     Subgraph,
+    extension_prefix,
+    is_extension_type,
+    operand_type,
 )
 from nnhal.runtime.codes import PreferenceCode
 
@@ -81,8 +84,8 @@ def supported_by(model: Model, devices: Sequence[Any]) -> list[list[bool]]:
 
 def _is_tensor(t: int) -> bool:
     try:
-        return OperandType(t).is_tensor
-    except ValueError:  # an extension type: treated as a tensor
+        return operand_type(t).is_tensor
+    except ValueError:  # an extension type the runtime cannot read: treated as a tensor
         return True
 
 
@@ -250,9 +253,19 @@ def sub_model(model: Model, step: Step, shapes: Sequence[Any] | None = None) -> 
     cf = any(sg.operations[k].type in _CONTROL_FLOW for k in step.operations)
     main = Subgraph(operands, operations, [index[i] for i in step.inputs],
                     [index[i] for i in step.outputs])
-    return Model(main, list(model.referenced) if cf else [], model.operand_values,
+    referenced = list(model.referenced) if cf else []
+    return Model(main, referenced, model.operand_values,
                  list(model.pools), model.relax_computation_float32_to_float16,
-                 list(model.extension_name_to_prefix))
+                 _table_for([main, *referenced], model.extension_name_to_prefix))
+
+
+def _table_for(subgraphs: Sequence[Subgraph], table: Sequence[Any]) -> list[Any]:
+    """The entries of ``table`` whose prefixes the subgraphs use: a step's model names only
+    the extensions it has (a driver may expect just its own, as upstream's sample does)."""
+    used = {extension_prefix(x.type) for sg in subgraphs for x in (*sg.operands,
+                                                                  *sg.operations)
+            if is_extension_type(x.type)}
+    return [e for e in table if int(e.prefix) in used]
 
 
 def subgraph_model(model: Model, k: int) -> Model:

@@ -8,6 +8,7 @@ locations, graph structure and order, subgraph references and cycles.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -40,6 +41,14 @@ def _fail(msg: str) -> ValidationError:
     return ValidationError(msg)
 
 
+_EXTENSION_NAME = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)+")
+
+
+def _valid_extension_name(name: object) -> bool:
+    """Extension::name: lowercase letters, digits, periods and underscores, with a period."""
+    return isinstance(name, str) and _EXTENSION_NAME.fullmatch(name) is not None
+
+
 def _extension_prefixes(model: Model) -> set[int]:
     return {int(e.prefix) for e in model.extension_name_to_prefix}
 
@@ -48,8 +57,20 @@ def validate_operand(op: Operand, where: str, prefixes: set[int]) -> None:
     """Type, dimensions and quantization parameters of one operand."""
     raw_type = int(op.type)
     if is_extension_type(raw_type):
+        # What the seed says of any extension operand; its extension's own rules (the code,
+        # scalar or tensor, the extension data) are the analysis's (nnhal.ops.extensions).
         if extension_prefix(raw_type) not in prefixes:
             raise _fail(f"{where}: extension type {raw_type:#x} has no declared prefix")
+        if any((not isinstance(d, (int, np.integer))) or d < 0 or d > 0xFFFFFFFF
+               for d in op.dimensions):
+            raise _fail(f"{where}: invalid dimensions {list(op.dimensions)}")
+        if float(op.scale) != 0 or int(op.zero_point) != 0:
+            raise _fail(f"{where}: extension operand of type {raw_type:#x} must have scale 0 "
+                        f"and zeroPoint 0")
+        if op.extra_params is not None and not isinstance(op.extra_params,
+                                                          (bytes, bytearray)):
+            raise _fail(f"{where}: extension operand of type {raw_type:#x} has extraParams "
+                        f"that are not extension data")
         return
     try:
         t = T(raw_type)
@@ -250,10 +271,14 @@ def validate_model(model: Model, pool_sizes: Sequence[int]) -> None:
         raise _fail("operandValues must be bytes")
     prefixes = _extension_prefixes(model)
     seen_names: set[str] = set()
+    seen_prefixes: set[int] = set()
     for e in model.extension_name_to_prefix:
-        if e.name in seen_names or not 0 <= int(e.prefix) <= 0xFFFF or int(e.prefix) == 0:
-            raise _fail(f"invalid extension name/prefix entry {e}")
+        if e.name in seen_names or not 0 <= int(e.prefix) <= 0xFFFF or int(e.prefix) == 0 \
+                or int(e.prefix) in seen_prefixes or not _valid_extension_name(e.name):
+            raise _fail(f"invalid extension name/prefix entry {e} (names and prefixes are "
+                        f"one to one, prefixes 1-65535)")
         seen_names.add(e.name)
+        seen_prefixes.add(int(e.prefix))
     if not model.main.input_indexes or not model.main.output_indexes:
         raise _fail("the main subgraph needs at least one input and one output")
     validate_subgraph(model.main, "main", model, pool_sizes, prefixes)

@@ -14,8 +14,8 @@ from nnhal.hal.types import (
     Request,
     RequestArgument,
     Subgraph,
+    operand_type,
 )
-from nnhal.hal.types import OperandType as T
 from nnhal.validation.model import ValidationError
 
 #: A pool that is a driver-managed buffer (memory-domain token) has no byte size here.
@@ -66,7 +66,7 @@ def validate_request(request: Request, main: Subgraph, pool_sizes: Sequence[int]
             if not isinstance(arg, RequestArgument):
                 raise _fail(f"{where}: not a RequestArgument")
             op = main.operands[idx]
-            t = T(op.type)
+            t = operand_type(op.type)
             if arg.has_no_value:
                 if arg.location != DataLocation(0, 0, 0) or arg.dimensions:
                     raise _fail(f"{where}: an omitted argument must have no location or "

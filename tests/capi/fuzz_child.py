@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from nnhal.capi import ctypes_ndk
-from nnhal.capi.header import FUNCTIONS, since
+from nnhal.capi.header import EXTENSION_FUNCTIONS, FUNCTIONS, since
 from nnhal.core.version import FeatureLevel
 from nnhal.drivers import registry
 from nnhal.runtime.codes import ResultCode
@@ -97,6 +97,8 @@ def main() -> int:
                                          ctypes.cast(array(4), ctypes.POINTER(ctypes.c_float)))
             _KEEP.append(s)
             return None if rng.random() < 0.1 else ctypes.addressof(s)
+        if stars and base == "ANeuralNetworksOperationType":  # an out-parameter, an int32
+            return array(4)
         if stars and base.startswith("ANeuralNetworks") and "const*" not in t.replace(" ", ""):
             return handle()
         if stars and base.startswith("ANeuralNetworks"):  # an array of handles
@@ -128,7 +130,7 @@ def main() -> int:
     # Feature level 8's functions weigh as much as the level-5 surface's tenth each, so every
     # seed makes a few hundred of them.
     funcs = [(ret, name, [] if params == "void" else params.split(","))
-             for ret, name, params in FUNCTIONS
+             for ret, name, params in [*FUNCTIONS, *EXTENSION_FUNCTIONS]
              for _ in range(8 if since(name) is FeatureLevel.AIDL_V4 else 1)]
     made = 0
     level8 = [0, 0]  # calls of feature level 8's functions, answered NO_ERROR

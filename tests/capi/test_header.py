@@ -17,6 +17,8 @@ from nnhal.runtime import codes, ndk
 
 def test_generated_files_are_up_to_date():
     assert header.HEADER.read_text(encoding="ascii") == header.render()
+    assert header.EXTENSIONS_HEADER.read_text(encoding="ascii") == header.render_extensions()
+    assert header.EXTENSIONS_HEADER.parent == header.HEADER.parent  # beside it, as upstream
     assert header.WRAPPERS.read_text(encoding="ascii") == header.render_wrappers()
 
 
@@ -44,10 +46,12 @@ def test_enum_values_agree_with_nnhal():
 
 
 def test_functions_are_ndk_functions():
-    assert {f[1] for f in header.FUNCTIONS} == {n for n in ndk.__all__
-                                                 if n.startswith("ANeuralNetworks")
-                                                 and inspect.isfunction(getattr(ndk, n))}
-    assert all(callable(getattr(bridge, f[1])) for f in header.FUNCTIONS)
+    every = [*header.FUNCTIONS, *header.EXTENSION_FUNCTIONS]
+    assert {f[1] for f in every} == {n for n in ndk.__all__
+                                     if n.startswith("ANeuralNetworks")
+                                     and inspect.isfunction(getattr(ndk, n))}
+    assert all(callable(getattr(bridge, f[1])) for f in every)
+    assert all(header.since(f[1]).level == 3 for f in header.EXTENSION_FUNCTIONS)
 
 
 def test_layouts_compile(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from capi_helpers import build_program, clean_env, run_program
 
 from nnhal.capi.build import NAME
-from nnhal.capi.header import FUNCTIONS
+from nnhal.capi.header import EXTENSION_FUNCTIONS, FUNCTIONS
 
 
 def _run(name, libdir, tmp_path):
@@ -52,7 +52,7 @@ def test_soname_and_exports(libdir):
         f = line.split()
         if len(f) >= 8 and f[3] in ("FUNC", "OBJECT") and f[4] == "GLOBAL" and f[6] != "UND":
             exported.add(f[7].split("@")[0])
-    assert exported == {name for _, name, _ in FUNCTIONS}
+    assert exported == {name for _, name, _ in [*FUNCTIONS, *EXTENSION_FUNCTIONS]}
 
 
 @pytest.mark.parametrize("case", ["static libpython", "no environment"])
@@ -101,6 +101,7 @@ def test_cli_names_the_library_the_tests_use(libdir):
     assert ndk("--libdir") == str(libdir)
     assert ndk("--includedir") == str(INCLUDE_DIR)
     assert (INCLUDE_DIR / "NeuralNetworks.h").is_file()
+    assert (INCLUDE_DIR / "NeuralNetworksExtensions.h").is_file()
 
 
 def test_feature_level_8_from_c(libdir, tmp_path):

@@ -333,7 +333,8 @@ def random_argv(rng: random.Random, paths: dict[str, list[object]]) -> list[obje
             if rng.random() < 0.97:
                 argv.append(pick(value))
     elif command == "ops":
-        argv += rng.sample(["CONV_2D", "ADD", "NOPE", "--markdown", "\udcff"], rng.randint(0, 2))
+        argv += rng.sample(["CONV_2D", "ADD", "NOPE", "--markdown", "--extensions", "\udcff"],
+                           rng.randint(0, 2))
     else:  # never runs cases: the specs folder is empty or unusable
         argv += ["--specs", pick(paths["specs"])]
         opts = ["--jobs", "--loop-timeout-ms", "--filter", "--device", "--json", "--mode"] \

@@ -40,6 +40,7 @@ from nnhal.hal.types import (
     Operand,
     OperandType,
     Request,
+    operand_type,
 )
 from nnhal.memory import MemoryError_, SharedMemory
 from nnhal.validation import ValidationError
@@ -380,7 +381,7 @@ def check_allocate(device: AllocatingDevice, desc: BufferDesc,
             if first is None:
                 first = op
                 try:
-                    t = OperandType(op.type)
+                    t = operand_type(op.type)  # an extension's, resolved by the analysis
                 except ValueError:
                     raise AllocateError(ErrorStatus.GENERAL_FAILURE,
                                         f"operand type {op.type} is not supported") from None
@@ -400,7 +401,7 @@ def check_allocate(device: AllocatingDevice, desc: BufferDesc,
                           f"{list(op.dimensions)} incompatible with {dims}")
             dims = merged
     assert first is not None
-    return OperandType(first.type), dims, roles
+    return operand_type(first.type), dims, roles
 
 
 def allocate(device: AllocatingDevice, tokens: TokenRegistry[RequestBuffer], desc: BufferDesc,

@@ -40,8 +40,11 @@ from nnhal.hal.types import (
     ExecutionPreference,
     Extension,
     Model,
+    OperandType,
     Priority,
+    is_extension_type,
 )
+from nnhal.ops.extensions import lookup as lookup_extension
 from nnhal.ops.resolver import OpError
 from nnhal.validation import ValidationError, validate_preference, validate_priority
 
@@ -65,6 +68,11 @@ class DeviceBase(IDevice):
     feature_level = FeatureLevel.AIDL_V4
     #: Where :meth:`log` writes (a driver sets its own).
     logger = logging.getLogger("nnhal.drivers")
+    #: The vendor extensions this device offers, by name (:mod:`nnhal.ops.extensions`):
+    #: ``getSupportedExtensions`` reports them and :meth:`claimed` lets their operations
+    #: through; any other extension's operations are not this device's, even where this
+    #: process knows how to run them.
+    extensions: tuple[str, ...] = ()
 
     def __init__(self, name: str, workers: int, max_tensor_bytes: int,
                  cache: CompilationCache):
@@ -82,6 +90,58 @@ class DeviceBase(IDevice):
     def supported(self, graph: ModelGraph) -> list[bool]:
         """Per main operation, whether this driver runs it."""
         raise NotImplementedError
+
+    def claimed(self, graph: ModelGraph, only_extensions: bool = False) -> list[bool]:
+        """Per main operation, whether the analysis found it runnable and it is no operation
+        of an extension this device does not offer, itself or in a subgraph it runs (IF,
+        WHILE); ``only_extensions`` claims the offered extensions' operations alone."""
+        main = graph.main
+        if not graph.extension_ops and not only_extensions:
+            return list(main.supported)  # no extension operation runs here: nothing to drop
+        offered = frozenset(self.extensions)
+
+        def foreign_op(t: int) -> bool:
+            if not is_extension_type(t):
+                return False
+            found = graph.extension_ops.get(t)
+            return found is None or found[0].extension not in offered
+
+        def callees(g: Any, ins: tuple[int, ...]) -> list[int]:
+            infos = [g.operands[i] for i in ins]
+            return [int(x.value) for x in infos
+                    if x is not None and x.type == OperandType.SUBGRAPH]
+
+        # Referenced subgraphs callees first (they form a DAG), without recursion.
+        subs = graph.referenced
+        order: list[int] = []
+        state = [0] * len(subs)  # 0 new, 1 open, 2 done
+        for root in range(len(subs)):
+            stack = [root]
+            while stack:
+                s = stack[-1]
+                if state[s] == 2:
+                    stack.pop()
+                    continue
+                state[s] = 1
+                nxt = [c for _, ins, _ in subs[s].operations for c in callees(subs[s], ins)
+                       if state[c] == 0]
+                if nxt:
+                    stack.extend(nxt)
+                else:
+                    state[s] = 2
+                    order.append(s)
+                    stack.pop()
+        foreign = [False] * len(subs)
+        for s in order:
+            g = subs[s]
+            foreign[s] = any(foreign_op(t) or any(foreign[c] for c in callees(g, ins))
+                             for t, ins, _ in g.operations)
+        out = []
+        for (t, ins, _), ok in zip(main.operations, main.supported):
+            out.append(ok and not foreign_op(t)
+                       and (is_extension_type(t) or not only_extensions)
+                       and not any(foreign[c] for c in callees(main, ins)))
+        return out
 
     def refusal(self, graph: ModelGraph) -> str | None:
         """None when the whole model runs here, else one line saying why not."""
@@ -135,7 +195,8 @@ class DeviceBase(IDevice):
         return ErrorStatus.NONE, self.version_string
 
     def get_supported_extensions(self) -> tuple[ErrorStatus, list[Extension]]:
-        return ErrorStatus.NONE, []
+        found = [lookup_extension(n) for n in self.extensions]
+        return ErrorStatus.NONE, [e.hal() for e in found if e is not None and not e.declared]
 
     def get_number_of_cache_files_needed(self) -> tuple[ErrorStatus, int, int]:
         return ErrorStatus.NONE, NUM_MODEL_CACHE, NUM_DATA_CACHE

@@ -21,10 +21,10 @@ from nnhal.hal.types import (
     DataLocation,
     MeasureTiming,
     MemoryPool,
-    OperandType,
     Request,
     RequestArgument,
     Subgraph,
+    operand_type,
 )
 from nnhal.memory import MemoryError_, SharedMemory
 from nnhal.validation import (
@@ -99,7 +99,7 @@ def _spec_of(signature: Subgraph) -> _Spec:
     ins = []
     for idx in signature.input_indexes:
         op = signature.operands[idx]
-        t = OperandType(op.type)
+        t = operand_type(op.type)
         dims = [int(d) for d in op.dimensions]
         known = t.is_scalar or (t.is_tensor and bool(dims) and 0 not in dims)
         ins.append((dims, t.byte_size * math.prod(dims) if known and not t.is_scalar

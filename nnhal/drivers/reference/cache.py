@@ -65,7 +65,9 @@ from nnhal.hal.types import (
     Priority,
     Subgraph,
     SymmPerChannelQuantParams,
+    is_extension_type,
 )
+from nnhal.ops import extensions
 from nnhal.ops.resolver import OperandInfo
 
 DATA_ALIGN = 16
@@ -303,6 +305,7 @@ def _decode_image(body: bytes | memoryview, head: BodyHead, data: bytes | memory
     for _ in range(r.count(8)):
         prefix = r.u32()
         exts.append(ExtensionNameAndPrefix(r.str(), prefix))
+    resolved = extensions.resolve(exts)
     values = r.raw(r.count(1))  # small constants: verified with the model cache
     n_desc = r.count(_OPERAND_REC.itemsize)
     recs = r.array(_OPERAND_REC, n_desc)
@@ -315,7 +318,7 @@ def _decode_image(body: bytes | memoryview, head: BodyHead, data: bytes | memory
     extras: list[SymmPerChannelQuantParams | bytes | None] = []
     dpos = ipos = 0
     for k, (t, scale, zp, lt, kind, in_data, rank, irank, offset, length) in enumerate(recs):
-        kinds = _TYPE_KINDS.get(t)
+        kinds = _TYPE_KINDS.get(t) or _extension_kinds(t, resolved)
         lifetime = _LIFETIMES.get(lt)
         size = sizes.get(in_data)
         if kinds is None or lifetime is None or size is None:
@@ -362,7 +365,8 @@ def _decode_image(body: bytes | memoryview, head: BodyHead, data: bytes | memory
             raise CacheError(f"bad extra params kind {kind}")
         extras.append(extra)
         infos.append(OperandInfo(otype, shape, scale, zp, channel_scales, channel_dim,
-                                 lifetime, value))
+                                 lifetime, value,
+                                 extra if isinstance(extra, bytes) else None))
         inferred.append(inf)
     if dpos != len(dims) or ipos != len(inf_dims):
         raise CacheError("dimension arrays do not match the operands")
@@ -373,6 +377,7 @@ def _decode_image(body: bytes | memoryview, head: BodyHead, data: bytes | memory
     if any(rec[3] == _SUBGRAPH and rec[8] >= n_subgraphs - 1 for rec in recs):
         raise CacheError("bad subgraph reference")
     plans: list[SubgraphGraph] = []
+    ext_ops: dict[int, tuple[Any, Any]] = {}
     signature: Subgraph | None = None
     for sg_index in range(n_subgraphs):
         idx = r.u32s()
@@ -393,6 +398,11 @@ def _decode_image(body: bytes | memoryview, head: BodyHead, data: bytes | memory
                 raise CacheError("operation exceeds the model cache")
             operations.append((int(t), tuple(flat[fpos:fpos + n_in]),
                                tuple(flat[fpos + n_in:end])))
+            if is_extension_type(t) and int(t) not in ext_ops:
+                found = extensions.resolve_operation(int(t), resolved)
+                if found is None:
+                    raise CacheError(f"extension operation {int(t):#x} is unknown here")
+                ext_ops[int(t)] = (found.id, found.definition)
             fpos = end
         if fpos != len(flat):
             raise CacheError("operation indexes do not match the operations")
@@ -407,22 +417,34 @@ def _decode_image(body: bytes | memoryview, head: BodyHead, data: bytes | memory
             if len(io_consumers) != len(io):
                 raise CacheError("main inputs and outputs do not match")
             signature = Subgraph(
-                [_operand(recs[j], declared_dims[j], extras[j], c)
+                [_operand(recs[j], infos[j].type, declared_dims[j], extras[j], c)
                  for j, c in zip(io, io_consumers)], [],
                 list(range(len(ins))), list(range(len(ins), len(io))))
     if r.pos != len(body):
         raise CacheError("trailing bytes in the model cache")
     assert signature is not None
     graph = ModelGraph(plans[0], tuple(plans[1:]), head.relaxed, signature,
-                       required_inputs(plans[0]))
+                       required_inputs(plans[0]), extension_ops=ext_ops)
     return PlanImage(graph, exts)
 
 
-def _operand(rec: tuple[Any, ...], dims: list[int],
+def _extension_kinds(t: int, resolved: Any) -> tuple[Any, bool, np.dtype, int] | None:
+    """What :data:`_TYPE_KINDS` holds, for an extension operand type of the image's table
+    (None when it is not one, or its extension or code is unknown here)."""
+    if not is_extension_type(t):
+        return None
+    try:
+        et = extensions.resolve_operand_type(int(t), resolved)
+    except extensions.ExtensionError:
+        return None
+    return None if et is None else (et, et.is_scalar, et.dtype, et.byte_size)
+
+
+def _operand(rec: tuple[Any, ...], otype: Any, dims: list[int],
              extra: SymmPerChannelQuantParams | bytes | None, consumers: int) -> Operand:
     """The Operand of a main input or output, for request and memory-domain role checks."""
-    t, scale, zp, lt = rec[:4]
-    return Operand(type=_OPERAND_TYPES[t], dimensions=list(dims),
+    _, scale, zp, lt = rec[:4]
+    return Operand(type=otype, dimensions=list(dims),
                    number_of_consumers=consumers, scale=scale, zero_point=zp,
                    lifetime=_LIFETIMES[lt], location=DataLocation(), extra_params=extra)
 

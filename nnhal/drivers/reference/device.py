@@ -47,7 +47,9 @@ class ReferenceDevice(DeviceBase):
     asynchronous preparations and executions. ``cache_key_file`` (default: the environment
     variable ``NNHAL_CACHE_KEY_FILE``, if set) holds the secret that authenticates compilation
     caches, created on first use, so that caches outlive the process; without one, a fresh
-    secret per device means caches are valid for this device object only.
+    secret per device means caches are valid for this device object only. ``extensions``
+    names the installed vendor extensions it offers (none by default: the reference driver
+    claims no extension's operations; see :mod:`nnhal.ops.extensions`).
     """
 
     version_string = VERSION_STRING
@@ -55,13 +57,16 @@ class ReferenceDevice(DeviceBase):
 
     def __init__(self, name: str = "nnhal-reference", workers: int = 4,
                  cache_key_file: str | os.PathLike[str] | None = None,
-                 max_tensor_bytes: int = MAX_TENSOR_BYTES, blas_threads: int | None = None):
+                 max_tensor_bytes: int = MAX_TENSOR_BYTES, blas_threads: int | None = None,
+                 extensions: tuple[str, ...] | None = None):
         #: BLAS threads while a model with GEMMs executes (0: leave BLAS alone). One by
         #: default: the driver's own worker and a second BLAS thread fight over the cores of a
         #: small machine (2 threads measured up to 8x slower under load, never faster by more
         #: than a few percent when idle). ``NNHAL_BLAS_THREADS`` overrides the default.
         self.blas_threads = _blas_threads(blas_threads)
         self._native_logged = False
+        if extensions is not None:
+            self.extensions = tuple(extensions)
         # compilation caching: reference/cache.py (the plan image), common/compilation_cache.py
         super().__init__(name, workers, max_tensor_bytes,
                          PlanCache(VERSION_STRING, cache_key(cache_key_file), max_tensor_bytes))
@@ -79,7 +84,7 @@ class ReferenceDevice(DeviceBase):
 
     # ---- DeviceBase -------------------------------------------------------------------------
     def supported(self, graph: ModelGraph) -> list[bool]:
-        return graph.supported_operations()
+        return self.claimed(graph)
 
     def build(self, graph: ModelGraph, compiled: Any, priority: Priority,
               deadline: int | None) -> tuple[ErrorStatus, IPreparedModel | None]:
