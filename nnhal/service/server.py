@@ -338,7 +338,7 @@ class ClientSession:
         traffic, and after the driver's run its code runs with cold caches, where each step
         costs several times what it costs warm. What differs from dispatch and _call is only
         what is skipped (decoding, the Writer): the bound on outstanding calls
-        (_take_slot), the handle's check (the handler's own, _execute_sync), the
+        (_admit), the handle's check (the handler's own, _execute_sync), the
         watcher's hand-off and the statuses of a refusal or a failure (_call) are theirs.
         None: refused (answered ERROR), else as _call's result."""
         if not self._admit(call_id, reading=True):
@@ -409,12 +409,11 @@ class ClientSession:
             # Refused here, before its memories are kept: a refused call defines nothing
             # (docs/wire.md).
             refusal = self._handle_refusal(kind, args)
-            if refusal is None and not self._take_slot():
-                refusal = ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT
             if refusal is not None:
+                self.error(call_id, refusal)
+            if refusal is not None or not self._admit(call_id):
                 _untake(args)
                 r.discard()
-                self.error(call_id, refusal)
                 return
         r.commit()
         with self.lock:
@@ -431,27 +430,23 @@ class ClientSession:
             self.decoded[key] = args
         return kind, call_id, args
 
-    def _take_slot(self, reading: bool = False) -> bool:
-        """Count one more outstanding call; False past the bound. ``reading``: the call runs
-        on the thread that reads, from now (the watcher passes the reading on when it runs
-        long and the client sends more meanwhile)."""
+    def _admit(self, call_id: int, reading: bool = False) -> bool:
+        """Count one more outstanding call, else refuse it past the bound (ERROR
+        RESOURCE_EXHAUSTED_TRANSIENT; False): every call's one admission. ``reading``: the
+        call runs on the thread that reads, from now (the watcher passes the reading on when
+        it runs long and the client sends more meanwhile)."""
         with self.lock:
-            if self.outstanding >= self.limits.max_outstanding:
-                return False
-            self.outstanding += 1
-            if reading:
-                self.unread_since = time.monotonic()
+            refused = self.outstanding >= self.limits.max_outstanding
+            if not refused:
+                self.outstanding += 1
+                if reading:
+                    self.unread_since = time.monotonic()
+        if refused:
+            self.error(call_id, ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT)
+            return False
         if reading:
             self.service.watcher.arm(self)
         return True
-
-    def _admit(self, call_id: int, reading: bool = False) -> bool:
-        """Take a slot for a call decoded before (nothing of it to undo), else refuse it:
-        ERROR(RESOURCE_EXHAUSTED_TRANSIENT), False."""
-        if self._take_slot(reading):
-            return True
-        self.error(call_id, ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT)
-        return False
 
     def _handle_refusal(self, kind: Kind, args: tuple) -> ErrorStatus | None:
         """INVALID_ARGUMENT when a call names a handle that is not one of this client's of
@@ -1476,21 +1471,23 @@ class _Watcher:
 
     def arm(self, session: ClientSession) -> None:
         """A call starts on the reading thread: wake on the client's next message."""
-        self._modify(session, select.EPOLLIN | select.EPOLLONESHOT)
-        if session.receiver.pending():  # read ahead already: no event will come for it
-            with self.lock:
+        with self.lock:  # (_fd inlined here and in disarm: before and after every call)
+            fd = session.sock.fileno()
+            if fd >= 0 and self.by_fd.get(fd) is session:
+                try:
+                    self.ep.modify(fd, _ARMED)
+                except OSError:
+                    pass
+            if session.receiver.pending():  # read ahead already: no event will come for it
                 self.flagged.append(session)
                 self._nudge()
 
     def disarm(self, session: ClientSession) -> None:
-        self._modify(session, _DISARMED)
-
-    def _modify(self, session: ClientSession, events: int) -> None:
-        with self.lock:  # (_fd inlined: once before and once after every call)
+        with self.lock:
             fd = session.sock.fileno()
             if fd >= 0 and self.by_fd.get(fd) is session:
                 try:
-                    self.ep.modify(fd, events)
+                    self.ep.modify(fd, _DISARMED)
                 except OSError:
                     pass
 
@@ -1549,6 +1546,8 @@ class _Watcher:
 
 #: A registered socket that reports nothing but a hang-up (once, being one-shot).
 _DISARMED = select.EPOLLONESHOT
+#: ... and one that reports the client's next message (once).
+_ARMED = select.EPOLLIN | select.EPOLLONESHOT
 
 
 def no_new_privs() -> str | None:
