@@ -529,7 +529,9 @@ class Connection:
         if message is None or message[0] != (handle, type(measure), measure, type(deadline),
                                              deadline, type(loop), loop):
             return None
-        slot = _Slot(self.shapes_replies, _shapes_fail, self.long(kind, deadline))
+        slot = _Slot(self.shapes_replies, _shapes_fail,
+                     self.long(kind, deadline) if deadline is not None else
+                     _Bound(self.long_timeout_s, _NAMES[kind]))  # (long's common case)
         with self.lock:
             if self.dead or self.events:
                 return None

@@ -334,51 +334,16 @@ class ClientSession:
 
     def _sync_again(self, call_id: int, args: tuple) -> bool | None:
         """Run a synchronous execution whose message was decoded before (ClientSession.decoded)
-        on the reading thread, as dispatch, _call and _execute_sync do for any call, in one
-        piece: a repeated execution is the service's steady traffic, and after the driver's
-        run its code runs with cold caches, where each step costs several times what it costs
-        warm. The same bounds and checks (outstanding calls, the handle's kind, the watcher's
-        hand-off); None: refused (answered ERROR), else as _call's result."""
-        pm, request, measure, deadline, loop = args
-        with self.lock:
-            if self.outstanding >= self.limits.max_outstanding:
-                refused = True
-            else:
-                refused = False
-                self.outstanding += 1
-                self.unread_since = time.monotonic()
-            entry = self.handles.get(pm)
-        if refused:
-            self.error(call_id, ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT)
+        on the reading thread, in one piece: a repeated execution is the service's steady
+        traffic, and after the driver's run its code runs with cold caches, where each step
+        costs several times what it costs warm. What differs from dispatch and _call is only
+        what is skipped (decoding, the Writer): the bound on outstanding calls
+        (_admit), the handle's check (the handler's own, _execute_sync), the
+        watcher's hand-off and the statuses of a refusal or a failure (_call) are theirs.
+        None: refused (answered ERROR), else as _call's result."""
+        if not self._admit(call_id, reading=True):
             return None
-        watcher = self.service.watcher
-        watcher.arm(self)
-        body = None
-        status = _NONE
-        try:
-            if entry is None or entry[0] != _PM:
-                raise _Fail(ErrorStatus.INVALID_ARGUMENT, f"no {_PM} of handle {pm}")
-            if self.service.test_delay:
-                time.sleep(self.service.test_delay)
-            body = _shapes_body(entry[1].execute_synchronously(request, measure, deadline,
-                                                               loop))
-        except _Fail as e:
-            log.info("%s: %s refused: %s", self.peer, _SYNC.name, e)
-            status = e.status
-        except Exception as e:  # noqa: BLE001 - a driver or encoding failure is a status
-            log.warning("%s: %s failed: %s: %s", self.peer, _SYNC.name, type(e).__name__, e)
-            status = ErrorStatus.GENERAL_FAILURE
-        finally:
-            with self.lock:
-                self.outstanding -= 1
-                kept, self.unread_since = self.unread_since is not None, None
-                if kept:
-                    watcher.disarm(self)
-        if body is None:
-            self.error(call_id, status)
-            return kept
-        self.send_body(Kind.REPLY, call_id, body)
-        return kept
+        return self._call(_SYNC, call_id, args, True, _execute_sync)
 
     def _look_for_next(self, since: float) -> None:
         """Poll for the client's next message until NEXT_CALL_LOOK_S after ``since``, yielding
@@ -416,7 +381,7 @@ class ClientSession:
         key = (kind, bytes(body)) if not fds and kind in _MEMO_KINDS else None
         args = self.decoded.get(key) if key is not None else None
         if args is not None:
-            return self._admit(kind, call_id, args)
+            return (kind, call_id, args) if self._admit(call_id) else None
         room = self.limits.max_mapped - self.mapped
         r = Reader(body, fds, self.memory, max_new_bytes=room)
         try:
@@ -444,12 +409,11 @@ class ClientSession:
             # Refused here, before its memories are kept: a refused call defines nothing
             # (docs/wire.md).
             refusal = self._handle_refusal(kind, args)
-            if refusal is None and not self._take_slot():
-                refusal = ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT
             if refusal is not None:
+                self.error(call_id, refusal)
+            if refusal is not None or not self._admit(call_id):
                 _untake(args)
                 r.discard()
-                self.error(call_id, refusal)
                 return
         r.commit()
         with self.lock:
@@ -466,19 +430,23 @@ class ClientSession:
             self.decoded[key] = args
         return kind, call_id, args
 
-    def _take_slot(self) -> bool:
-        """Count one more outstanding call; False past the bound."""
+    def _admit(self, call_id: int, reading: bool = False) -> bool:
+        """Count one more outstanding call, else refuse it past the bound (ERROR
+        RESOURCE_EXHAUSTED_TRANSIENT; False): every call's one admission. ``reading``: the
+        call runs on the thread that reads, from now (the watcher passes the reading on when
+        it runs long and the client sends more meanwhile)."""
         with self.lock:
-            if self.outstanding >= self.limits.max_outstanding:
-                return False
-            self.outstanding += 1
-            return True
-
-    def _admit(self, kind: Kind, call_id: int, args: tuple) -> tuple[Kind, int, tuple] | None:
-        if not self._take_slot():
+            refused = self.outstanding >= self.limits.max_outstanding
+            if not refused:
+                self.outstanding += 1
+                if reading:
+                    self.unread_since = time.monotonic()
+        if refused:
             self.error(call_id, ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT)
-            return None
-        return kind, call_id, args
+            return False
+        if reading:
+            self.service.watcher.arm(self)
+        return True
 
     def _handle_refusal(self, kind: Kind, args: tuple) -> ErrorStatus | None:
         """INVALID_ARGUMENT when a call names a handle that is not one of this client's of
@@ -496,16 +464,22 @@ class ClientSession:
                     return ErrorStatus.INVALID_ARGUMENT
         return None
 
-    def _call(self, kind: Kind, call_id: int, args: tuple, reading: bool = False) -> bool:
-        """Run one call and reply. ``reading``: the caller is the thread that reads, which
-        stops counting as busy before the reply (the client's next message, sent on the
-        reply, must not look to the watcher like one waiting behind a long call); returns
-        whether it still reads (False: the watcher passed the reading on)."""
-        reply: Writer | None = None
-        status = ErrorStatus.NONE
+    def _call(self, kind: Kind, call_id: int, args: tuple, reading: bool = False,
+              handler: Callable[..., Writer | bytes | None] | None = None) -> bool:
+        """Run one call (its slot taken) and reply: every call's one way from its handler to
+        its answer. ``handler``: in place of the kind's (_HANDLERS); it returns the reply (a
+        Writer, or the body's bytes) or None (it answered itself). A handler that raises
+        _Fail was refused (its status, INVALID_ARGUMENT for a handle not of this client's
+        of the right kind); any other exception is GENERAL_FAILURE: either goes back as
+        ERROR. ``reading``: the caller is the thread that reads, which stops counting as
+        busy before the reply (the client's next message, sent on the reply, must not look
+        to the watcher like one waiting behind a long call); returns whether it still reads
+        (False: the watcher passed the reading on)."""
+        reply: Writer | bytes | None = None
+        status = _NONE
         kept = True
         try:
-            reply = _HANDLERS[kind](self, call_id, *args)
+            reply = (handler or _HANDLERS[kind])(self, call_id, *args)
         except _Fail as e:
             log.info("%s: %s refused: %s", self.peer, kind.name, e)
             status = e.status
@@ -520,10 +494,12 @@ class ClientSession:
                     kept, self.unread_since = self.unread_since is not None, None
                     if kept:  # still the reader: nobody else can have armed it meanwhile
                         self.service.watcher.disarm(self)
-        if status != ErrorStatus.NONE:
+        if status is not _NONE:
             self.error(call_id, status)
+        elif type(reply) is bytes:
+            self.send_body(Kind.REPLY, call_id, reply)
         elif reply is not None:
-            self.send(Kind.REPLY, call_id, reply)
+            self.send(Kind.REPLY, call_id, reply)  # type: ignore[arg-type]
         return kept
 
     def _event(self, kind: Kind, args: tuple) -> None:
@@ -1204,10 +1180,12 @@ def _execute(s: ClientSession, cid: int, pm: int, request: Any, measure: int,
 
 
 def _execute_sync(s: ClientSession, cid: int, pm: int, request: Any, measure: int,
-                  deadline: int | None, loop: int | None) -> Writer:
+                  deadline: int | None, loop: int | None) -> bytes:
+    """The reply body as bytes (no Writer): also the short way's handler (_sync_again)."""
     prepared = s.get(_PM, pm)
-    _delay(s)
-    return _shapes_reply(prepared.execute_synchronously(request, measure, deadline, loop))
+    if s.service.test_delay:  # (_delay inline: a call less on every repeated execution)
+        time.sleep(s.service.test_delay)
+    return _shapes_body(prepared.execute_synchronously(request, measure, deadline, loop))
 
 
 def _execute_fenced(s: ClientSession, cid: int, pm: int, request: Any, specs: list,
@@ -1375,7 +1353,7 @@ def _burst_execute_with_config(s: ClientSession, cid: int, burst: int, request: 
     return _shapes_reply(b.execute_with_config(request, config, deadline))
 
 
-_HANDLERS: dict[Kind, Callable[..., Writer | None]] = {
+_HANDLERS: dict[Kind, Callable[..., Writer | bytes | None]] = {
     Kind.GET_CAPABILITIES: _get_capabilities,
     Kind.GET_SUPPORTED_OPERATIONS: _get_supported,
     Kind.GET_TYPE: _get_type,
@@ -1493,21 +1471,23 @@ class _Watcher:
 
     def arm(self, session: ClientSession) -> None:
         """A call starts on the reading thread: wake on the client's next message."""
-        self._modify(session, select.EPOLLIN | select.EPOLLONESHOT)
-        if session.receiver.pending():  # read ahead already: no event will come for it
-            with self.lock:
+        with self.lock:  # (_fd inlined here and in disarm: before and after every call)
+            fd = session.sock.fileno()
+            if fd >= 0 and self.by_fd.get(fd) is session:
+                try:
+                    self.ep.modify(fd, _ARMED)
+                except OSError:
+                    pass
+            if session.receiver.pending():  # read ahead already: no event will come for it
                 self.flagged.append(session)
                 self._nudge()
 
     def disarm(self, session: ClientSession) -> None:
-        self._modify(session, _DISARMED)
-
-    def _modify(self, session: ClientSession, events: int) -> None:
-        with self.lock:  # (_fd inlined: once before and once after every call)
+        with self.lock:
             fd = session.sock.fileno()
             if fd >= 0 and self.by_fd.get(fd) is session:
                 try:
-                    self.ep.modify(fd, events)
+                    self.ep.modify(fd, _DISARMED)
                 except OSError:
                     pass
 
@@ -1566,6 +1546,8 @@ class _Watcher:
 
 #: A registered socket that reports nothing but a hang-up (once, being one-shot).
 _DISARMED = select.EPOLLONESHOT
+#: ... and one that reports the client's next message (once).
+_ARMED = select.EPOLLIN | select.EPOLLONESHOT
 
 
 def no_new_privs() -> str | None:
