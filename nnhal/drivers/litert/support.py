@@ -22,7 +22,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from nnhal.analysis import ModelGraph, SubgraphGraph
-from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
+from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops.catalog import SIGNATURES
 from nnhal.tflite.export_context import SubgraphWriter
 from nnhal.tflite.export_fb import ModelDef, SubgraphDef
@@ -55,7 +55,8 @@ REFUSED: dict[str, list[tuple[str, str]]] = {
     "SQUEEZE": [("axes given at run time with the output shape unknown at prepare",
                  "XNNPACK fails to reshape its runtime at allocation")],
     "*": [("an omittable input (TRANSPOSE perm, LSH_PROJECTION weight, SVDF bias, LSTM and "
-           "RNN optional operands...) fed by a model input",
+           "RNN optional operands...) computed at run time (a model input, or a temporary, "
+           "which a step of a split model gets as a model input)",
            "the request may omit it, and a TFLite model cannot leave an input out at run "
            "time (TRANSPOSE then fails, LSH_PROJECTION gives wrong results, LSTM fails)"),
           ("an operand of unknown rank", "TFLite tensors need a rank"),
@@ -104,7 +105,6 @@ for _name in ("RNN", "UNIDIRECTIONAL_SEQUENCE_RNN", "BIDIRECTIONAL_SEQUENCE_RNN"
 _ALWAYS = {"WHILE", "LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM", "SVDF", "BIDIRECTIONAL_SEQUENCE_RNN"}
 _RANK0 = {"ARGMAX", "ARGMIN", "MEAN", "REDUCE_ALL", "REDUCE_ANY", "REDUCE_MAX", "REDUCE_MIN",
           "REDUCE_PROD", "REDUCE_SUM", "SQUEEZE", "STRIDED_SLICE"}
-_INPUT = OperandLifeTime.SUBGRAPH_INPUT
 
 
 def refused_reasons() -> dict[str, list[tuple[str, str]]]:
@@ -265,9 +265,13 @@ def _rule(graph: ModelGraph, g: SubgraphGraph, name: str, ins: list[int],
             return f"operand #{i} has an unknown rank; TFLite tensors need a rank"
     op = OperationType[name]
     for j in _omittable_positions(op, len(ins)):
-        if g.operands[ins[j]].lifetime == _INPUT:
-            return (f"input {j} may be omitted by the request (it is a model input), and "
-                    f"a TFLite model cannot leave an input out")
+        # A temporary too: the runtime hands a step of a split model its temporaries as
+        # model inputs, and the step's prepare must accept what this claim promised.
+        info = g.operands[ins[j]]
+        if not info.is_const and not info.omitted:
+            return (f"input {j} may be omitted by the request (it is computed at run time, "
+                    f"and a step of a split model gets it as a model input), and a TFLite "
+                    f"model cannot leave an input out")
     if name == "DIV" and g.operands[ins[0]].type == T.TENSOR_INT32:
         return REFUSED[name][0][1]
     if name in ("RESHAPE", "SQUEEZE") and len(ins) > 1:
