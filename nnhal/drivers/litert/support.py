@@ -77,6 +77,76 @@ REFUSED: dict[str, list[tuple[str, str]]] = {
     "LSH_PROJECTION": [("projection type 1 (SPARSE_DEPRECATED)", "exporter: no TFLite "
                         "equivalent")],
 }
+
+# ---- what the edge sweep measured (tests/drivers/test_litert_edges.py, issue 27 item 4) -----
+# Each operation was run on the reference and on ai-edge-litert over edge inputs (NaN, +-Inf,
+# -0.0, the largest floats, int32's limits, every 8-bit stored value under extreme scales and
+# zero points, ties, zero-sized and broadcast shapes, every fused activation). Where a
+# difference depends on run-time values (a NaN in an input), prepare cannot know, so the
+# (operation, type) is refused whole; where it depends on what prepare sees (quantization
+# parameters, shapes), only that is refused. Subnormal float inputs are left out of the sweep:
+# XNNPACK flushes them to zero (inf x 1e-45 gives NaN, not inf), as most NNAPI accelerators do.
+_F = ("TENSOR_FLOAT32", "TENSOR_FLOAT16")
+#: Per operation: the input-0 types refused for a run-time-value difference, and what differs.
+EDGE_FLOAT: dict[str, tuple[tuple[str, ...], str]] = {
+    "EXP": (_F, "XNNPACK's exp gives 0 for NaN and overflows to inf below the float32 limit "
+                "(exp(88.7): inf, not 3.33e38)"),
+    "LOG": (("TENSOR_FLOAT32",), "log(3.4e38) gives inf, not 88.72"),
+    "RSQRT": (_F, "rsqrt(+-0) gives NaN, not +-inf"),
+    "SIN": (("TENSOR_FLOAT32",), "sin of +-3.4e38 and +-1e20 gives NaN"),
+    "SQRT": (("TENSOR_FLOAT32",), "sqrt(3.4e38) gives 2.77e19, not 1.84e19"),
+    "MAXIMUM": (_F, "a NaN operand does not propagate (max(NaN, 1) gives 1, not NaN)"),
+    "MINIMUM": (_F, "a NaN operand does not propagate"),
+    "REDUCE_MAX": (_F, "NaN is skipped (gives inf where the reference gives NaN)"),
+    "REDUCE_MIN": (_F, "NaN is skipped (gives -inf where the reference gives NaN)"),
+    "ARGMIN": (_F, "NaN is skipped: another index than the reference's"),
+    "MAX_POOL_2D": (_F, "NaN in a window is skipped"),
+    "AVERAGE_POOL_2D": (_F, "a window with NaN or both infinities gives -inf, not NaN"),
+    "INSTANCE_NORMALIZATION": (("TENSOR_FLOAT32",), "a plane with +-3.4e38 or inf gives beta "
+                               "everywhere where the reference gives finite values"),
+    "LOCAL_RESPONSE_NORMALIZATION": (("TENSOR_FLOAT16",), "sums of squares overflow float16 "
+                                     "(0.213 where the reference gives 0.166)"),
+    "RESIZE_BILINEAR": (_F, "interpolating next to an infinity gives NaN (inf x 0) where the "
+                        "reference gives the infinity, and a NaN reaches outputs whose "
+                        "weight for it is 0"),
+    "QUANTIZE": (_F, "NaN quantizes to the largest value (255 / 127), not to 0"),
+}
+for _name, (_types, _why) in EDGE_FLOAT.items():
+    REFUSED.setdefault(_name, []).append((" or ".join(_types) + " input", _why))
+REFUSED.setdefault("CAST", []).extend([
+    ("TENSOR_FLOAT32 or TENSOR_FLOAT16 to TENSOR_INT32 or TENSOR_QUANT8_ASYMM",
+     "NaN becomes INT32_MAX / 255 where the reference gives 0"),
+    ("TENSOR_INT32 to TENSOR_QUANT8_ASYMM", "TFLite wraps out-of-range values (-1 gives 255) "
+     "where NNAPI saturates to [0, 255]")])
+REFUSED.setdefault("TOPK_V2", []).append((
+    "any type", "ties come out lowest index first where the reference (as NNAPI's CPU "
+    "executor) gives the highest first, and NaN is not ordered as the largest value"))
+REFUSED.setdefault("LSH_PROJECTION", []).append((
+    "TENSOR_FLOAT16 hash functions and input with projection type 3 (SPARSE)",
+    "another bucket than the reference's (4, not 7)"))
+REFUSED.setdefault("PRELU", []).append((
+    "an input that broadcasts against alpha (the output larger than the input), or a "
+    "shape not known at prepare", "litert fails to prepare the model"))
+REFUSED.setdefault("RESHAPE", []).append((
+    "an input whose shape is not fully known at prepare (zero-sized at run time)",
+    "litert fails to prepare a zero-sized reshape"))
+REFUSED.setdefault("ADD", []).append((
+    "8-bit quantized with an input scale at least 256 times the output's",
+    "wrong results (255 where the reference saturates to 0; ratio 250 agrees, 256 does not: "
+    "XNNPACK's range for that ratio)"))
+REFUSED.setdefault("LOGISTIC", []).append((
+    "8-bit quantized with an input scale above 2", "input scale 4: 4 steps off; 8 and up: "
+    "input 0 gives 0.5 where the reference gives 0"))
+REFUSED.setdefault("TANH", []).append((
+    "8-bit quantized with an input scale above 4", "input scale 8 and up: input 0 gives 0 "
+    "where the reference gives -1"))
+REFUSED.setdefault("RNN", []).append((
+    "a fused activation (RELU, RELU1, RELU6)", "NaN in the state becomes 0 / -1 where the "
+    "reference keeps NaN"))
+REFUSED.setdefault("UNIDIRECTIONAL_SEQUENCE_RNN", []).append((
+    "a fused activation, or TENSOR_FLOAT32", "as RNN; and without activation, float32 gives "
+    "NaN where the reference gives inf"))
+
 for _name in ("RNN", "UNIDIRECTIONAL_SEQUENCE_RNN", "BIDIRECTIONAL_SEQUENCE_RNN", "SVDF",
               "LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM"):
     REFUSED.setdefault(_name, []).append(("state input not a model input", "exporter: TFLite "
@@ -256,6 +326,9 @@ def _rule(graph: ModelGraph, g: SubgraphGraph, name: str, ins: list[int],
         if not g.operands[ins[1]].is_const and not g.operands[ins[1]].omitted and \
                 (shape is None or 0 in shape):
             return REFUSED[name][0][1]
+    why = _edge_rule(g, name, ins, outs)
+    if why is not None:
+        return why
     out_shape = g.shapes[outs[0]]
     if name in _RANK0 and (out_shape is None or 0 in out_shape) and \
             _rank0(g, name, ins, outs):
@@ -263,6 +336,50 @@ def _rule(graph: ModelGraph, g: SubgraphGraph, name: str, ins: list[int],
         # and for that the exporter reshapes to [1].
         return ("TFLite may give a rank-0 result where the HAL gives shape [1], and the "
                 "output shape is not known at prepare to reshape it")
+    return None
+
+
+_Q8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+def _edge_rule(g: SubgraphGraph, name: str, ins: list[int], outs: list[int]) -> str | None:
+    """The narrowings the edge sweep measured (see EDGE_FLOAT and REFUSED)."""
+    t_in = g.operands[ins[0]].type
+    edge = EDGE_FLOAT.get(name)
+    if edge is not None and t_in.name in edge[0]:
+        return f"{t_in.name} input: {edge[1]}"
+    if name == "CAST":
+        t_out = g.operands[outs[0]].type
+        if t_out in (T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM) and \
+                t_in in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
+            return REFUSED["CAST"][-2][1]
+        if t_in == T.TENSOR_INT32 and t_out == T.TENSOR_QUANT8_ASYMM:
+            return REFUSED["CAST"][-1][1]
+    elif name == "TOPK_V2":
+        return REFUSED[name][-1][1]
+    elif name == "LSH_PROJECTION":
+        if t_in == T.TENSOR_FLOAT16 and g.operands[ins[1]].type == T.TENSOR_FLOAT16 and \
+                _scalar(g, ins[3]) != 2:
+            return REFUSED[name][-1][1]
+    elif name == "PRELU":
+        x, a = g.shapes[ins[0]], g.shapes[ins[1]]
+        if x is None or a is None or len(a) > len(x) or 0 in x or 0 in a or \
+                any(d not in (1, x[len(x) - len(a) + k]) for k, d in enumerate(a)):
+            return REFUSED[name][-1][1]
+    elif name == "RESHAPE":
+        shape = g.shapes[ins[0]]
+        if shape is None or 0 in shape:
+            return REFUSED[name][-1][1]
+    elif name == "ADD" and t_in in _Q8:
+        out_scale = g.operands[outs[0]].scale
+        if max(g.operands[ins[0]].scale, g.operands[ins[1]].scale) >= 256 * out_scale:
+            return REFUSED[name][-1][1]
+    elif name in ("LOGISTIC", "TANH") and t_in in _Q8:
+        if g.operands[ins[0]].scale > (2.0 if name == "LOGISTIC" else 4.0):
+            return REFUSED[name][-1][1]
+    elif name in ("RNN", "UNIDIRECTIONAL_SEQUENCE_RNN"):
+        if _scalar(g, ins[5]) != 0 or (name != "RNN" and t_in == T.TENSOR_FLOAT32):
+            return REFUSED[name][-1][1]
     return None
 
 
