@@ -96,10 +96,12 @@ Q_SAME = [(0.5, 128), (1e-4, 255), (100.0, 0), (0.75, 3)]
 #: stored value a tie), ratio 3/2, tiny scales, huge input scale into a tiny output (saturation)
 Q_PAIRS = [((0.5, 128), (0.5, 128)), ((0.5, 128), (1.0, 128)), ((0.75, 0), (0.5, 255)),
            ((1e-4, 255), (1e-3, 0)), ((100.0, 0), (0.01, 128)), ((0.02, 250), (0.2, 5))]
-#: (input0, input1, output) of binary quantized operations.
+#: (input0, input1, output) of binary quantized operations; the last two put ADD's input to
+#: output scale ratio and MUL's product ratio at 256 and beyond.
 Q_TRIPLES = [((0.5, 128), (0.5, 128), (0.5, 128)), ((0.5, 128), (0.25, 0), (1.0, 128)),
              ((1e-3, 255), (2e-3, 0), (1e-3, 128)), ((10.0, 0), (0.1, 255), (0.05, 0)),
-             ((0.75, 3), (0.75, 250), (1.5, 127)), ((100.0, 200), (1e-4, 60), (1e-2, 0))]
+             ((0.75, 3), (0.75, 250), (1.5, 127)), ((100.0, 200), (1e-4, 60), (1e-2, 0)),
+             ((15.99, 0), (16.0, 255), (1.0, 128)), ((16.0, 0), (16.0, 255), (1.0, 128))]
 
 
 # ---- operand specifications -----------------------------------------------------------------
@@ -301,7 +303,9 @@ def _unary_q(op: str, t: OperandType, same: bool) -> list[tuple[tuple, tuple]]:
     fixed = _fixed_out(op, t)
     pairs = Q_PAIRS if op != "HARD_SWISH" else [p for p in Q_PAIRS if p[0][0] / p[1][0] < 1e3]
     if fixed is not None:
-        return [(_shift(t, qi), fixed) for qi in Q_SAME]
+        # and input scales either side of where LOGISTIC (4) and TANH (8) stop agreeing
+        edges = [(3.99, 128), (4.0, 128), (7.99, 128), (8.0, 128)]
+        return [(_shift(t, qi), fixed) for qi in (*Q_SAME, *edges)]
     if same:
         return [(_shift(t, q), _shift(t, q)) for q in Q_SAME]
     return [(_shift(t, a), _shift(t, b)) for a, b in pairs]

@@ -54,11 +54,14 @@ NARROWED: dict[str, tuple[str, ...]] = {
     "INSTANCE_NORMALIZATION[T=FLOAT32,S=FLOAT32]": ("",),
     "LOCAL_RESPONSE_NORMALIZATION[T=FLOAT16,S=FLOAT16]": ("",),
     "LSH_PROJECTION[H=FLOAT16,T=FLOAT16]": ("type 3",),
-    **{f"ADD[T={t}]": ("bcast act=0 q=(100.0",) for t in ("QUANT8_ASYMM",
-                                                         "QUANT8_ASYMM_SIGNED")},
-    **{f"LOGISTIC[T={t}]": ("edges in(100.0",) for t in ("QUANT8_ASYMM",
+    **{f"ADD[T={t}]": ("bcast act=0 q=(100.0",)
+       for t in ("QUANT8_ASYMM", "QUANT8_ASYMM_SIGNED")},
+    **{f"MUL[T={t}]": ("bcast act=0 q=(16.0",) for t in ("QUANT8_ASYMM",
                                                         "QUANT8_ASYMM_SIGNED")},
-    **{f"TANH[T={t}]": ("edges in(100.0",) for t in ("QUANT8_ASYMM", "QUANT8_ASYMM_SIGNED")},
+    **{f"LOGISTIC[T={t}]": ("edges in(100.0", "edges in(4.0", "edges in(8.0")
+       for t in ("QUANT8_ASYMM", "QUANT8_ASYMM_SIGNED")},
+    **{f"TANH[T={t}]": ("edges in(100.0", "edges in(8.0")
+       for t in ("QUANT8_ASYMM", "QUANT8_ASYMM_SIGNED")},
     **{f"PRELU[T={t}]": ("bcast", "rank-4 bcast") for t in ("FLOAT32", "FLOAT16",
                                                             "QUANT8_ASYMM",
                                                             "QUANT8_ASYMM_SIGNED")},

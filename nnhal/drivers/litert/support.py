@@ -132,14 +132,17 @@ REFUSED.setdefault("RESHAPE", []).append((
     "litert fails to prepare a zero-sized reshape"))
 REFUSED.setdefault("ADD", []).append((
     "8-bit quantized with an input scale at least 256 times the output's",
-    "wrong results (255 where the reference saturates to 0; ratio 250 agrees, 256 does not: "
-    "XNNPACK's range for that ratio)"))
+    "wrong results (255 where the reference saturates to 0): ratio 255.9 agrees, 256 does not"))
+REFUSED.setdefault("MUL", []).append((
+    "8-bit quantized with the product of the input scales at least 256 times the output's",
+    "wrong results (0 where the reference saturates to 255): ratio 255.9 agrees, 256 does not"))
 REFUSED.setdefault("LOGISTIC", []).append((
-    "8-bit quantized with an input scale above 2", "input scale 4: 4 steps off; 8 and up: "
-    "input 0 gives 0.5 where the reference gives 0"))
+    "8-bit quantized with an input scale of 4 or more", "the reference's fixed-point input "
+    "radius (NNAPI's CPU arithmetic) saturates what TFLite's table does not: scale 4 is 4 "
+    "steps off, 8 and up give 0.5 for input 0 where the reference gives 0; 3.99 agrees"))
 REFUSED.setdefault("TANH", []).append((
-    "8-bit quantized with an input scale above 4", "input scale 8 and up: input 0 gives 0 "
-    "where the reference gives -1"))
+    "8-bit quantized with an input scale of 8 or more", "as LOGISTIC: input 0 gives 0 where "
+    "the reference gives -1; 7.99 agrees"))
 REFUSED.setdefault("RNN", []).append((
     "a fused activation (RELU, RELU1, RELU6)", "NaN in the state becomes 0 / -1 where the "
     "reference keeps NaN"))
@@ -370,12 +373,12 @@ def _edge_rule(g: SubgraphGraph, name: str, ins: list[int], outs: list[int]) -> 
         shape = g.shapes[ins[0]]
         if shape is None or 0 in shape:
             return REFUSED[name][-1][1]
-    elif name == "ADD" and t_in in _Q8:
-        out_scale = g.operands[outs[0]].scale
-        if max(g.operands[ins[0]].scale, g.operands[ins[1]].scale) >= 256 * out_scale:
+    elif name in ("ADD", "MUL") and t_in in _Q8:
+        a, b = g.operands[ins[0]].scale, g.operands[ins[1]].scale
+        if (max(a, b) if name == "ADD" else a * b) >= 256 * g.operands[outs[0]].scale:
             return REFUSED[name][-1][1]
     elif name in ("LOGISTIC", "TANH") and t_in in _Q8:
-        if g.operands[ins[0]].scale > (2.0 if name == "LOGISTIC" else 4.0):
+        if g.operands[ins[0]].scale >= (4.0 if name == "LOGISTIC" else 8.0):
             return REFUSED[name][-1][1]
     elif name in ("RNN", "UNIDIRECTIONAL_SEQUENCE_RNN"):
         if _scalar(g, ins[5]) != 0 or (name != "RNN" and t_in == T.TENSOR_FLOAT32):
