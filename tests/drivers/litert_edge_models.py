@@ -157,6 +157,8 @@ class Out:
     t: OperandType
     q: tuple[float, int] = (0.0, 0)
     channel: tuple[Sequence[float], int] | None = None
+    #: Declared when the analysis does not infer it (IF's outputs).
+    shape: Sequence[int] | None = None
 
 
 def scalar(t: OperandType, v: Any) -> Const:
@@ -226,7 +228,7 @@ def add_case(b: ModelBuilder, case: Case, known: bool) -> list[np.ndarray]:
             raise TypeError(s)
     outs = []
     for k, o in enumerate(case.outs):
-        dims = list(case.shapes[k]) if known else []
+        dims = list(o.shape) if o.shape is not None else list(case.shapes[k]) if known else []
         if o.t.is_scalar:
             dims = []
         outs.append(b.output(o.t, dims, *o.q, _cq(o.channel)))
@@ -312,7 +314,7 @@ def _unary_q(op: str, t: OperandType, same: bool) -> list[tuple[tuple, tuple]]:
 
 
 #: Unary operations whose quantized output may have other parameters than the input's.
-_FREE_OUT = {"HARD_SWISH", "LOGISTIC", "TANH", "L2_NORMALIZATION", "SOFTMAX"}
+_FREE_OUT = {"HARD_SWISH", "LOGISTIC", "TANH", "L2_NORMALIZATION", "SOFTMAX", "RSQRT"}
 
 
 def _unary(op: str, tail: Callable[[OperandType], list[Any]] = lambda t: [],
@@ -502,6 +504,33 @@ GENERATORS["SPACE_TO_BATCH_ND"] = _moves(lambda t: [
                                               [2, 2])], 1)])
 GENERATORS["CHANNEL_SHUFFLE"] = _moves(lambda t: [("axis -1", [2, 6], [i32(3), i32(-1)], 1),
                                                   ("axis 0", [6, 2], [i32(2), i32(0)], 1)])
+
+
+GENERATORS["MIRROR_PAD"] = _moves(lambda t: [
+    (f"mode {m}", [3, 4], [Const(I32, np.array([[1, 2], [2, 1]], np.int32), [2, 2]), i32(m)],
+     1) for m in (0, 1)])
+GENERATORS["REVERSE"] = _moves(lambda t: [("axis 1", [3, 4], [ivec(1)], 1),
+                                          ("axis 0", [5, 2], [ivec(0)], 1)])
+
+
+@gen("PACK")
+def _pack(v: dict[str, OperandType]) -> list:
+    t = v["T"]
+    q = _q_same(t, 1)[0]
+    n = len(edge_values(t, True))
+    return [(f"axis {a}", [i32(a), In(t, [2, n], q, small=True),
+                           In(t, [2, n], q, values=edge_values(t, True)[::-1])], [Out(t, q)])
+            for a in (0, 1, 2)]
+
+
+@gen("BATCH_MATMUL")
+def _batch_matmul(v: dict[str, OperandType]) -> list:
+    t = v["T"]
+    qa, qb, qo = ((0.5, 0), (0.25, 3), (1.0, -5)) if _is_q(t) else ((0.0, 0),) * 3
+    return [(f"adj_x={x} adj_y={y}", [In(t, [2, 4, 3] if x else [2, 3, 4], qa),
+                                      In(t, [2, 5, 4] if y else [2, 4, 5], qb),
+                                      flag(x), flag(y)], [Out(t, qo)])
+            for x, y in ((False, False), (True, False), (False, True))]
 
 
 @gen("PAD_V2")
@@ -834,7 +863,7 @@ def _if(v: dict[str, OperandType]) -> list:
     n = len(F32_EDGE)
     return [(f"cond {c}", [In(BOOL8, [1], values=[c]), Sub(_if_branch(O.ADD)),
                            Sub(_if_branch(O.MUL)), In(F32, [n]),
-                           In(F32, [n], values=F32_EDGE[::-1])], [Out(F32)])
+                           In(F32, [n], values=F32_EDGE[::-1])], [Out(F32, shape=[n])])
             for c in (True, False)]
 
 
