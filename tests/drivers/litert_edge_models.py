@@ -651,9 +651,7 @@ def _softmax(v: dict[str, OperandType]) -> list:
 GENERATORS["SOFTMAX"] = _softmax
 
 
-@gen("LOG_SOFTMAX")
-def _log_softmax(v: dict[str, OperandType]) -> list:
-    return [(n, ins, outs) for n, ins, outs in _softmax(v)]
+GENERATORS["LOG_SOFTMAX"] = _softmax
 
 
 @gen("L2_NORMALIZATION")
@@ -661,7 +659,7 @@ def _l2norm(v: dict[str, OperandType]) -> list:
     t = v["T"]
     n = len(edge_values(t, True))
     qs = _unary_q("L2_NORMALIZATION", t, False)[:3] if _is_q(t) else [((0.0, 0), (0.0, 0))]
-    zeros = np.full(8, 0 if not _is_q(t) else 0, np.float64)
+    zeros = np.zeros(8)
     result = []
     for qi, qo in qs:
         result.append((f"edges q={qi}", [In(t, [3, n], qi, small=True), i32(-1)], [Out(t, qo)]))
@@ -740,7 +738,8 @@ GENERATORS["RESIZE_NEAREST_NEIGHBOR"] = _resize("RESIZE_NEAREST_NEIGHBOR")
 def _weights(v: dict[str, OperandType], shape: Sequence[int], qi: tuple[float, int],
              fq: tuple[float, int], channel_dim: int, extreme: bool) -> tuple[Const, Const]:
     """Filter and bias constants for a variant: float weights with edge magnitudes, quantized
-    ones over the whole range, per-channel scales far apart, bias at int32's ends."""
+    ones over the whole range, per-channel scales far apart; ``extreme``: biases of +-2^20
+    (larger ones overflow int32 once scaled, which NNAPI leaves undefined)."""
     f = v["F"]
     n = int(np.prod(shape))
     nout = shape[channel_dim]
@@ -932,10 +931,6 @@ def differences(case: Case, k: int, ref: np.ndarray, got: np.ndarray) -> str | N
         return None
     shown = ", ".join(f"[{i}] {a[i]!r} vs {e[i]!r}" for i in bad[:4])
     return f"output {k}: {bad.size} of {a.size} differ: {shown}"
-
-
-def _feed_inputs(case: Case) -> list[np.ndarray]:
-    return [s.value() for s in case.ins if isinstance(s, In)]
 
 
 def _run(model: Model, feeds: list[np.ndarray], device: Any) -> list[np.ndarray]:

@@ -22,8 +22,11 @@ from nnhal.hal.types import OperationType
 from nnhal.tflite.export_ops import CONVERTERS
 
 WHY = available().get("litert", "not registered")
-pytestmark = pytest.mark.skipif(WHY is not None,
-                                reason=f"the LiteRT driver is unavailable: {WHY}")
+pytestmark = [
+    pytest.mark.skipif(WHY is not None, reason=f"the LiteRT driver is unavailable: {WHY}"),
+    # The edge inputs overflow on purpose: numpy's warnings about it are expected.
+    pytest.mark.filterwarnings("ignore::RuntimeWarning"),
+]
 
 
 def claimable(name: str) -> bool:
