@@ -113,42 +113,42 @@ EDGE_FLOAT: dict[str, tuple[tuple[str, ...], str]] = {
 }
 for _name, (_types, _why) in EDGE_FLOAT.items():
     REFUSED.setdefault(_name, []).append((" or ".join(_types) + " input", _why))
-REFUSED.setdefault("CAST", []).extend([
-    ("TENSOR_FLOAT32 or TENSOR_FLOAT16 to TENSOR_INT32 or TENSOR_QUANT8_ASYMM",
-     "NaN becomes INT32_MAX / 255 where the reference gives 0"),
-    ("TENSOR_INT32 to TENSOR_QUANT8_ASYMM", "TFLite wraps out-of-range values (-1 gives 255) "
-     "where NNAPI saturates to [0, 255]")])
-REFUSED.setdefault("TOPK_V2", []).append((
-    "any type", "ties come out lowest index first where the reference (as NNAPI's CPU "
-    "executor) gives the highest first, and NaN is not ordered as the largest value"))
-REFUSED.setdefault("LSH_PROJECTION", []).append((
-    "TENSOR_FLOAT16 hash functions and input with projection type 3 (SPARSE)",
-    "another bucket than the reference's (4, not 7)"))
-REFUSED.setdefault("PRELU", []).append((
-    "an input that broadcasts against alpha (the output larger than the input), or a "
-    "shape not known at prepare", "litert fails to prepare the model"))
-REFUSED.setdefault("RESHAPE", []).append((
-    "an input whose shape is not fully known at prepare (zero-sized at run time)",
-    "litert fails to prepare a zero-sized reshape"))
-REFUSED.setdefault("ADD", []).append((
-    "8-bit quantized with an input scale at least 256 times the output's",
-    "wrong results (255 where the reference saturates to 0): ratio 255.9 agrees, 256 does not"))
-REFUSED.setdefault("MUL", []).append((
-    "8-bit quantized with the product of the input scales at least 256 times the output's",
-    "wrong results (0 where the reference saturates to 255): ratio 255.9 agrees, 256 does not"))
-REFUSED.setdefault("LOGISTIC", []).append((
-    "8-bit quantized with an input scale of 4 or more", "the reference's fixed-point input "
-    "radius (NNAPI's CPU arithmetic) saturates what TFLite's table does not: scale 4 is 4 "
-    "steps off, 8 and up give 0.5 for input 0 where the reference gives 0; 3.99 agrees"))
-REFUSED.setdefault("TANH", []).append((
-    "8-bit quantized with an input scale of 8 or more", "as LOGISTIC: input 0 gives 0 where "
-    "the reference gives -1; 7.99 agrees"))
-REFUSED.setdefault("RNN", []).append((
-    "a fused activation (RELU, RELU1, RELU6)", "NaN in the state becomes 0 / -1 where the "
-    "reference keeps NaN"))
-REFUSED.setdefault("UNIDIRECTIONAL_SEQUENCE_RNN", []).append((
-    "a fused activation, or TENSOR_FLOAT32", "as RNN; and without activation, float32 gives "
-    "NaN where the reference gives inf"))
+#: Per operation: (the kind refused, what differed) of the narrowings decided from what
+#: prepare sees; each is also in REFUSED.
+EDGE_RULES: dict[str, tuple[str, str]] = {
+    "CAST": ("TENSOR_FLOAT32 or TENSOR_FLOAT16 to TENSOR_INT32 or TENSOR_QUANT8_ASYMM",
+             "NaN becomes INT32_MAX / 255 where the reference gives 0"),
+    "CAST_INT": ("TENSOR_INT32 to TENSOR_QUANT8_ASYMM", "TFLite wraps out-of-range values (-1 "
+                 "gives 255) where NNAPI saturates to [0, 255]"),
+    "TOPK_V2": ("any type", "ties come out lowest index first where the reference (as NNAPI's "
+                "CPU executor) gives the highest first, and NaN is not ordered as the largest "
+                "value"),
+    "LSH_PROJECTION": ("TENSOR_FLOAT16 hash functions and input with projection type 3 "
+                       "(SPARSE)", "another bucket than the reference's (4, not 7)"),
+    "PRELU": ("an input that broadcasts against alpha (the output larger than the input), or "
+              "a shape not known at prepare", "litert fails to prepare the model"),
+    "RESHAPE": ("an input whose shape is not fully known at prepare (zero-sized at run time)",
+                "litert fails to prepare a zero-sized reshape"),
+    "ADD": ("8-bit quantized with an input scale at least 256 times the output's",
+            "wrong results (255 where the reference saturates to 0): ratio 255.9 agrees, 256 "
+            "does not"),
+    "MUL": ("8-bit quantized with the product of the input scales at least 256 times the "
+            "output's", "wrong results (0 where the reference saturates to 255): ratio 255.9 "
+            "agrees, 256 does not"),
+    "LOGISTIC": ("8-bit quantized with an input scale of 4 or more", "the reference's "
+                 "fixed-point input radius (NNAPI's CPU arithmetic) saturates what TFLite's "
+                 "table does not: scale 4 is 4 steps off, 8 and up give 0.5 for input 0 where "
+                 "the reference gives 0; 3.99 agrees"),
+    "TANH": ("8-bit quantized with an input scale of 8 or more", "as LOGISTIC: input 0 gives 0 "
+             "where the reference gives -1; 7.99 agrees"),
+    "RNN": ("a fused activation (RELU, RELU1, RELU6)", "NaN in the state becomes 0 / -1 where "
+            "the reference keeps NaN"),
+    "UNIDIRECTIONAL_SEQUENCE_RNN": ("a fused activation, or TENSOR_FLOAT32", "as RNN; and "
+                                    "without activation, float32 gives NaN where the "
+                                    "reference gives inf"),
+}
+for _name, _entry in EDGE_RULES.items():
+    REFUSED.setdefault(_name.removesuffix("_INT"), []).append(_entry)
 
 for _name in ("RNN", "UNIDIRECTIONAL_SEQUENCE_RNN", "BIDIRECTIONAL_SEQUENCE_RNN", "SVDF",
               "LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM"):
@@ -355,34 +355,34 @@ def _edge_rule(g: SubgraphGraph, name: str, ins: list[int], outs: list[int]) -> 
         t_out = g.operands[outs[0]].type
         if t_out in (T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM) and \
                 t_in in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
-            return REFUSED["CAST"][-2][1]
+            return EDGE_RULES["CAST"][1]
         if t_in == T.TENSOR_INT32 and t_out == T.TENSOR_QUANT8_ASYMM:
-            return REFUSED["CAST"][-1][1]
+            return EDGE_RULES["CAST_INT"][1]
     elif name == "TOPK_V2":
-        return REFUSED[name][-1][1]
+        return EDGE_RULES[name][1]
     elif name == "LSH_PROJECTION":
         if t_in == T.TENSOR_FLOAT16 and g.operands[ins[1]].type == T.TENSOR_FLOAT16 and \
                 _scalar(g, ins[3]) != 2:
-            return REFUSED[name][-1][1]
+            return EDGE_RULES[name][1]
     elif name == "PRELU":
         x, a = g.shapes[ins[0]], g.shapes[ins[1]]
         if x is None or a is None or len(a) > len(x) or 0 in x or 0 in a or \
                 any(d not in (1, x[len(x) - len(a) + k]) for k, d in enumerate(a)):
-            return REFUSED[name][-1][1]
+            return EDGE_RULES[name][1]
     elif name == "RESHAPE":
         shape = g.shapes[ins[0]]
         if shape is None or 0 in shape:
-            return REFUSED[name][-1][1]
+            return EDGE_RULES[name][1]
     elif name in ("ADD", "MUL") and t_in in _Q8:
         a, b = g.operands[ins[0]].scale, g.operands[ins[1]].scale
         if (max(a, b) if name == "ADD" else a * b) >= 256 * g.operands[outs[0]].scale:
-            return REFUSED[name][-1][1]
+            return EDGE_RULES[name][1]
     elif name in ("LOGISTIC", "TANH") and t_in in _Q8:
         if g.operands[ins[0]].scale >= (4.0 if name == "LOGISTIC" else 8.0):
-            return REFUSED[name][-1][1]
+            return EDGE_RULES[name][1]
     elif name in ("RNN", "UNIDIRECTIONAL_SEQUENCE_RNN"):
         if _scalar(g, ins[5]) != 0 or (name != "RNN" and t_in == T.TENSOR_FLOAT32):
-            return REFUSED[name][-1][1]
+            return EDGE_RULES[name][1]
     return None
 
 
