@@ -123,11 +123,14 @@ class In:
         and sliced to zero rows by a SLICE in front of the case's operation."""
         return [1 if d == 0 else d for d in self.shape]
 
-    def value(self) -> np.ndarray:
+    def value(self, finite: bool = False) -> np.ndarray:
+        """The values fed; ``finite``: NaN and the infinities left out of the cycle."""
         shape = self.fed_shape
         size = int(np.prod(shape))
         v = edge_values(self.t, self.small) if self.values is None else \
             np.asarray(self.values).astype(self.t.dtype)
+        if finite and v.dtype.kind == "f":
+            v = v[np.isfinite(v)]
         return np.resize(v, size).reshape(shape) if v.size else np.zeros(shape, self.t.dtype)
 
 
@@ -193,20 +196,28 @@ class Case:
     def has_f16(self) -> bool:
         return any(getattr(s, "t", None) == F16 for s in (*self.ins, *self.outs))
 
+    @property
+    def nonfinite(self) -> bool:
+        """Whether an input is fed NaN or an infinity (then the case also runs finite only)."""
+        return any(isinstance(s, In) and s.t in (F32, F16) and
+                   not np.isfinite(s.value()).all() for s in self.ins)
+
 
 def _cq(channel: tuple[Sequence[float], int] | None) -> SymmPerChannelQuantParams | None:
     return None if channel is None else SymmPerChannelQuantParams(list(channel[0]), channel[1])
 
 
-def add_case(b: ModelBuilder, case: Case, known: bool) -> list[np.ndarray]:
+def add_case(b: ModelBuilder, case: Case, known: bool, finite: bool = False
+             ) -> list[np.ndarray]:
     """Add the case's operation (its operands and outputs) to ``b``; the values of the model
-    inputs it added, in order. ``known``: declare the inferred output shapes."""
+    inputs it added, in order. ``known``: declare the inferred output shapes; ``finite``: feed
+    no NaN or infinity."""
     ins: list[int] = []
     feeds: list[np.ndarray] = []
     for s in case.ins:
         if isinstance(s, In):
             i = b.input(s.t, s.fed_shape, *s.q, _cq(s.channel))
-            feeds.append(s.value())
+            feeds.append(s.value(finite))
             if 0 in s.shape:
                 z = b.operand(s.t, list(s.shape), *s.q, _cq(s.channel))
                 b.operation(O.SLICE, [i, ivec_in(b, [0] * len(s.shape)),
@@ -240,16 +251,16 @@ def ivec_in(b: SubgraphBuilder, v: list[int]) -> int:
     return b.constant(I32, np.array(v, np.int32), [len(v)])
 
 
-def build(cases: Sequence[Case], known: bool = True
+def build(cases: Sequence[Case], known: bool = True, finite: bool = False
           ) -> tuple[Model, list[np.ndarray], list[range]]:
-    """One model of the cases' operations side by side; its inputs' values; per case, the
-    indexes of its operations."""
+    """One model of the cases' operations side by side; its inputs' values (``finite``: no NaN
+    or infinity); per case, the indexes of its operations."""
     b = ModelBuilder()
     feeds: list[np.ndarray] = []
     spans = []
     for c in cases:
         first = len(b.operations)
-        feeds += add_case(b, c, known)
+        feeds += add_case(b, c, known, finite)
         spans.append(range(first, len(b.operations)))
     return b.build(), feeds, spans
 
@@ -674,7 +685,11 @@ def _lrn(v: dict[str, OperandType]) -> list:
     n = len(edge_values(t))
     return [(f"radius {r} beta {b}", [In(t, [1, 1, 2, n // 2]), i32(r), scalar(st, 1.0),
                                       scalar(st, 1.0), scalar(st, b)], [Out(t)])
-            for r, b in ((2, 0.5), (20, 0.75))]
+            for r, b in ((2, 0.5), (20, 0.75))] + [
+        # ordinary values: a large one next to a window of small ones
+        ("moderate", [In(t, [1, 1, 2, 5], values=[1e3 if t == F32 else 6e4, 0.5, 0.1, 1, 2, 3,
+                                                  4, 5, 6, 7]), i32(2),
+                      scalar(st, 1.0), scalar(st, 1.0), scalar(st, 0.5)], [Out(t)])]
 
 
 @gen("INSTANCE_NORMALIZATION")
@@ -890,21 +905,39 @@ def cases_for(op: OperationType, variant: Variant) -> list[Case]:
 
 @dataclass
 class Result:
-    """One case's outcome: whether LiteRT claims it, and where its outputs differ."""
+    """One case's outcome: whether LiteRT claims it; where its outputs differ on finite inputs
+    (or why it failed); and, for a case also fed NaN or infinities, why that run failed and
+    where it differs (NNAPI defines no result for them: recorded, not wrong)."""
 
     case: Case
     claimed: bool
     problems: list[str] = field(default_factory=list)
+    nonfinite_errors: list[str] = field(default_factory=list)
+    nonfinite_diffs: list[str] = field(default_factory=list)
 
 
 F16_TOL = 5 * 0.0009765625
 F32_ATOL, F32_RTOL = 1e-5, 5 * 1.1920928955078125e-7
 
 
-def differences(case: Case, k: int, ref: np.ndarray, got: np.ndarray) -> str | None:
+#: Float operations whose outputs are sums of input values with non-negative weights: the
+#: same operation on |x| gives each output's sum of |terms|.
+SUMS = {O.AVERAGE_POOL_2D, O.MEAN, O.REDUCE_SUM, O.RESIZE_BILINEAR}
+#: The rounding a float sum may make, relative to its sum of |terms| (the order of the terms
+#: is not NNAPI's to fix): 32 units of the last place of float32.
+SUM_RTOL = 32 * 2.0**-23
+
+
+def differences(case: Case, k: int, ref: np.ndarray, got: np.ndarray,
+                terms: np.ndarray | None = None) -> str | None:
     """The conformance rules (nnhal.conformance.runner): floats within atol + rtol * |ref| (the
     float16 row when the case has a float16 operand), equal infinities, NaN where the reference
-    has NaN; integers and quantized values within 1; booleans exact."""
+    has NaN; integers and quantized values within 1; booleans exact. ``terms``: per output,
+    its sum of |terms| (:data:`SUMS`): a sum whose large terms cancel may differ by the
+    rounding of another order of the terms, SUM_RTOL of it (1e4 - 1e4 + 0.001 + 0.002 gives
+    0.0029 summed one way, 0.003 another), and anything when that sum of |terms| is beyond the
+    float range (3.4e38 + 3.4e38 - 3.4e38 overflows summed in that order: a float sum, as
+    NNAPI's CPU path computes it, may give inf or NaN there)."""
     t = case.outs[k].t
     if tuple(ref.shape) != tuple(got.shape):
         return f"output {k}: shape {got.shape}, reference {ref.shape}"
@@ -926,6 +959,10 @@ def differences(case: Case, k: int, ref: np.ndarray, got: np.ndarray) -> str | N
                 # another: within the tolerance of the limit, either is right.
                 big = float(np.finfo(t.dtype).max) * (1 - rtol)
                 ok |= np.isinf(a64) & (np.sign(a64) == np.sign(e64)) & (np.abs(e64) >= big)
+            if terms is not None:
+                sum_abs = terms.reshape(-1).astype(np.float64)
+                # beyond the float range the order decides whether a partial sum overflows
+                ok |= (np.abs(a64 - e64) <= SUM_RTOL * sum_abs) | np.isinf(sum_abs)
         bad = np.nonzero(~ok)[0]
     if not bad.size:
         return None
@@ -943,8 +980,9 @@ def _run(model: Model, feeds: list[np.ndarray], device: Any) -> list[np.ndarray]
 
 def sweep(cases: Sequence[Case], reference: Any, litert: Any) -> list[Result]:
     """Run ``cases`` (one operation's) on both drivers: one analysis to infer shapes, one to ask
-    the support rule, then the claimed cases as one model on each driver (each case alone when
-    the model as a whole fails, to say which)."""
+    the support rule, then the claimed cases as one model on each driver with finite inputs,
+    and those fed NaN or infinities once more with them (each case alone when the model as a
+    whole fails, to say which)."""
     from nnhal.drivers.litert.support import supported_operations
 
     if not cases:
@@ -954,28 +992,41 @@ def sweep(cases: Sequence[Case], reference: Any, litert: Any) -> list[Result]:
     claims = supported_operations(analyse(model, own_constants=False))
     results = [Result(c, all(claims[k] for k in span)) for c, span in zip(cases, spans)]
     claimed = [r for r in results if r.claimed]
-    if not claimed:
-        return results
-    try:
-        _compare(claimed, reference, litert)
-    except Exception:  # noqa: BLE001 - find which case fails
-        for r in claimed:
-            try:
-                _compare([r], reference, litert)
-            except Exception as e:  # noqa: BLE001
-                r.problems.append(f"{type(e).__name__}: {e}")
+    _compare_each(claimed, reference, litert, True)
+    _compare_each([r for r in claimed if r.case.nonfinite], reference, litert, False)
     return results
 
 
-def _compare(results: Sequence[Result], reference: Any, litert: Any) -> None:
+def _compare_each(results: Sequence[Result], reference: Any, litert: Any,
+                  finite: bool) -> None:
+    if not results:
+        return
+    try:
+        _compare(results, reference, litert, finite)
+    except Exception:  # noqa: BLE001 - find which case fails
+        for r in results:
+            try:
+                _compare([r], reference, litert, finite)
+            except Exception as e:  # noqa: BLE001
+                (r.problems if finite else r.nonfinite_errors).append(
+                    f"{type(e).__name__}: {e}")
+
+
+def _compare(results: Sequence[Result], reference: Any, litert: Any, finite: bool) -> None:
     cases = [r.case for r in results]
-    model, feeds, _ = build(cases)
+    model, feeds, _ = build(cases, finite=finite)
     want = _run(model, feeds, reference)
     got = _run(model, feeds, litert)
+    terms: list[np.ndarray | None] = [None] * len(want)
+    if finite and cases[0].op in SUMS and any(f.dtype.kind == "f" for f in feeds):
+        terms = _run(model, [np.abs(f) if f.dtype.kind == "f" else f for f in feeds], reference)
+    found = []
     k = 0
     for r in results:
         for j in range(len(r.case.outs)):
-            why = differences(r.case, j, want[k], got[k])
+            why = differences(r.case, j, want[k], got[k], terms[k])
             if why is not None:
-                r.problems.append(why)
+                found.append((r, why))
             k += 1
+    for r, why in found:  # only once both runs succeeded: a retry case by case adds none twice
+        (r.problems if finite else r.nonfinite_diffs).append(why)
