@@ -133,9 +133,9 @@ EDGE_RULES: dict[str, tuple[str, str]] = {
     "ADD": ("8-bit quantized with an input scale at least 256 times the output's",
             "wrong results (255 where the reference saturates to 0): ratio 255.9 agrees, 256 "
             "does not"),
-    "MUL": ("8-bit quantized with the product of the input scales at least 256 times the "
-            "output's", "wrong results (0 where the reference saturates to 255): ratio 255.9 "
-            "agrees, 256 does not"),
+    "MUL": ("TENSOR_QUANT8_ASYMM with the product of the input scales at least 256 times "
+            "the output's", "wrong results (255 where the reference saturates to 0): ratio "
+            "255.9 agrees, 256 does not (TENSOR_QUANT8_ASYMM_SIGNED agrees)"),
     "LOGISTIC": ("8-bit quantized with an input scale of 4 or more", "the reference's "
                  "fixed-point input radius (NNAPI's CPU arithmetic) saturates what TFLite's "
                  "table does not: scale 4 is 4 steps off, 8 and up give 0.5 for input 0 where "
@@ -367,7 +367,7 @@ def _edge_rule(g: SubgraphGraph, name: str, ins: list[int], outs: list[int]) -> 
         shape = g.shapes[ins[0]]
         if shape is None or 0 in shape:
             return EDGE_RULES[name][1]
-    elif name in ("ADD", "MUL") and t_in in _Q8:
+    elif (name == "ADD" and t_in in _Q8) or (name == "MUL" and t_in == T.TENSOR_QUANT8_ASYMM):
         a, b = g.operands[ins[0]].scale, g.operands[ins[1]].scale
         if (max(a, b) if name == "ADD" else a * b) >= 256 * g.operands[outs[0]].scale:
             return EDGE_RULES[name][1]
