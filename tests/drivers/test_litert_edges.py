@@ -86,8 +86,8 @@ NONFINITE_DIFFERENCES: dict[str, tuple[tuple[str, ...], str]] = {
     "ARGMIN": (_F, "NaN is skipped: index 2 (the -inf) where the reference gives 0 (the NaN)"),
     "MAX_POOL_2D": (_F, "NaN in a window is skipped (-1.5, 88.7 where the reference gives "
                         "NaN)"),
-    "AVERAGE_POOL_2D": (_F, "a window with NaN or both infinities gives -inf (0 "
-                        "after RELU) where the reference gives NaN"),
+    "AVERAGE_POOL_2D": (_F, "a window with NaN or both infinities gives -inf (0 / -1 "
+                        "after an activation) where the reference gives NaN"),
     "RESIZE_BILINEAR": (("FLOAT16",), "interpolating next to an infinity gives NaN (inf x 0) "
                         "where the reference gives the infinity"),
     "RNN": (_F, "with RELU / RELU1 / RELU6, a NaN state becomes 0 / -1 where the reference "
