@@ -38,8 +38,10 @@ def test_every_supported_case_passes(report, mode):
 
 
 def test_most_of_the_suite_is_supported(report):
-    # The share the support rule claims (81% of the general cases when it was written): a
-    # rule that starts refusing far more is a regression even when nothing fails.
+    # The share the support rule claims (81% of the general cases when it was written; 75.5%
+    # since the edge sweep of issue 27 item 4 refused what TFLite computes otherwise on finite
+    # inputs: tests/drivers/test_litert_edges.py): a rule that starts refusing far more is a
+    # regression even when nothing fails.
     counts = report.modes["general"]
     assert counts[PASSED] >= 0.75 * (counts[PASSED] + counts[SKIPPED])
 

@@ -97,6 +97,78 @@ REFUSED: dict[str, list[tuple[str, str]]] = {
                "exporter: TFLite's fixed point overflows (garbage results); inside, its "
                "int8 kernel gives the HAL's values")],
 }
+
+# ---- what the edge sweep measured (tests/drivers/test_litert_edges.py, issue 27 item 4) -----
+# Each operation was run on the reference and on ai-edge-litert over edge inputs (-0.0, the
+# largest floats, int32's limits, every 8-bit stored value under extreme scales and zero
+# points, ties, zero-sized and broadcast shapes, every fused activation; and NaN and +-Inf).
+# Policy: NNAPI defines its operations over real numbers and says nothing of NaN or infinite
+# inputs (upstream's CPU path leaves them to TFLite's kernels), so a difference that needs a
+# NaN or infinite input narrows nothing (the sweep records it: NONFINITE_DIFFERENCES there).
+# A difference on finite inputs always narrows, also where the exact result or an intermediate
+# overflows (exp(88.7), a variance of 3.4e38), unless it is the rounding of the defined sum
+# in another order of its terms (a pool's, a mean's: NNAPI fixes no order), which the sweep
+# allows. Where it depends on run-time values, prepare cannot know, so the (operation, type)
+# is refused whole; where it depends on what prepare sees (quantization parameters, shapes),
+# only that is refused.
+# Subnormal inputs are left out: XNNPACK flushes them to zero, as most NNAPI accelerators do.
+_F = ("TENSOR_FLOAT32", "TENSOR_FLOAT16")
+_F32 = ("TENSOR_FLOAT32",)
+#: Per operation: the input-0 types refused for a difference on finite run-time values, and
+#: what differs.
+EDGE_FLOAT: dict[str, tuple[tuple[str, ...], str]] = {
+    "EXP": (_F32, "XNNPACK's exp overflows to inf below the float32 limit (exp(88.7): inf, "
+                  "not 3.33e38)"),
+    "LOG": (_F32, "log(3.4e38) gives inf, not 88.72"),
+    "RSQRT": (_F, "rsqrt(+-0) gives NaN, not +-inf"),
+    "SIN": (_F32, "sin of +-3.4e38 and +-1e20 gives NaN"),
+    "SQRT": (_F32, "sqrt(3.4e38) gives 2.77e19, not 1.84e19"),
+    "INSTANCE_NORMALIZATION": (_F32, "a plane with +-3.4e38 gives beta everywhere where the "
+                               "reference gives finite values (the variance overflows)"),
+    "LOCAL_RESPONSE_NORMALIZATION": (_F, "the sums of squares are running sums: a large value "
+                                     "(1e3 in float32, 6e4 in float16) next to a window of "
+                                     "small ones cancels them (0.4 where the reference gives "
+                                     "0.3997)"),
+    "UNIDIRECTIONAL_SEQUENCE_RNN": (_F32, "a state that overflows float32 gives NaN where the "
+                                    "reference gives inf, 0 / -1 where it gives NaN or 1"),
+    "RESIZE_BILINEAR": (_F32, "XNNPACK interpolates as a + (b - a) t: between +-3.4e38 it "
+                        "overflows (-inf where the reference gives 0, NaN where it gives "
+                        "21834.7)"),
+}
+for _name, (_types, _why) in EDGE_FLOAT.items():
+    REFUSED.setdefault(_name, []).append((" or ".join(_types) + " input", _why))
+#: Per operation: (the kind refused, what differed) of the narrowings decided from what
+#: prepare sees; each is also in REFUSED.
+EDGE_RULES: dict[str, tuple[str, str]] = {
+    "CAST": ("TENSOR_INT32 to TENSOR_QUANT8_ASYMM", "TFLite wraps out-of-range values (-1 "
+             "gives 255) where NNAPI saturates to [0, 255]"),
+    "TOPK_V2": ("any type", "ties come out lowest index first where the reference (as NNAPI's "
+                "CPU executor) gives the highest first"),
+    "LSH_PROJECTION": ("TENSOR_FLOAT16 input with projection type 3 (SPARSE)",
+                       "another bucket than the reference's (11, not 9)"),
+    "PRELU": ("an input that broadcasts against alpha (the output larger than the input), or "
+              "a shape not known at prepare", "litert fails to prepare the model"),
+    "RESHAPE": ("an input whose shape is not fully known at prepare (zero-sized at run time)",
+                "litert fails to prepare a zero-sized reshape"),
+    "ADD": ("8-bit quantized with an input scale at least 256 times the output's",
+            "wrong results (255 where the reference saturates to 0): ratio 255.9 agrees, 256 "
+            "does not"),
+    "MUL": ("TENSOR_QUANT8_ASYMM with the product of the input scales at least 256 times "
+            "the output's", "wrong results (255 where the reference saturates to 0): ratio "
+            "255.9 agrees, 256 does not (TENSOR_QUANT8_ASYMM_SIGNED agrees)"),
+    "LOGISTIC": ("8-bit quantized with an input scale of 4 or more", "the reference's "
+                 "fixed-point input radius (NNAPI's CPU arithmetic) saturates what TFLite's "
+                 "table does not: scale 4 is 4 steps off, 8 and up give 0.5 for input 0 where "
+                 "the reference gives 0; 3.99 agrees"),
+    "LOG_SOFTMAX": ("TENSOR_FLOAT32 with a beta above 1 (or not constant)", "TFLite's "
+                    "LOG_SOFTMAX has no beta: the exporter multiplies first, and beta x "
+                    "overflows (beta 1e6 on 3.4e38: NaN where the reference gives 0 and -inf)"),
+    "TANH": ("8-bit quantized with an input scale of 8 or more", "as LOGISTIC: input 0 gives 0 "
+             "where the reference gives -1; 7.99 agrees"),
+}
+for _name, _entry in EDGE_RULES.items():
+    REFUSED.setdefault(_name, []).append(_entry)
+
 for _name in ("RNN", "UNIDIRECTIONAL_SEQUENCE_RNN", "BIDIRECTIONAL_SEQUENCE_RNN", "SVDF",
               "LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM"):
     REFUSED.setdefault(_name, []).append(("state input not a model input", "exporter: TFLite "
@@ -286,6 +358,9 @@ def _rule(graph: ModelGraph, g: SubgraphGraph, name: str, ins: list[int],
             return REFUSED[name][0][1]
         if _scalar(g, ins[2]) == 0 and _maybe_empty(g, ins[:1]):
             return REFUSED[name][1][1]
+    why = _edge_rule(g, name, ins, outs)
+    if why is not None:
+        return why
     out_shape = g.shapes[outs[0]]
     if name in _RANK0 and (out_shape is None or 0 in out_shape) and \
             _rank0(g, name, ins, outs):
@@ -313,6 +388,46 @@ def _litert_bounds_mirror_pad() -> bool:
 def _maybe_empty(g: SubgraphGraph, ins: list[int]) -> bool:
     """Whether an input's shape has a dimension known only at run time (possibly 0)."""
     return any(g.shapes[i] is None or 0 in g.shapes[i] for i in ins)
+
+
+_Q8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+def _edge_rule(g: SubgraphGraph, name: str, ins: list[int], outs: list[int]) -> str | None:
+    """The narrowings the edge sweep measured (see EDGE_FLOAT and REFUSED)."""
+    t_in = g.operands[ins[0]].type
+    edge = EDGE_FLOAT.get(name)
+    if edge is not None and t_in.name in edge[0]:
+        return f"{t_in.name} input: {edge[1]}"
+    if name == "CAST":
+        if t_in == T.TENSOR_INT32 and g.operands[outs[0]].type == T.TENSOR_QUANT8_ASYMM:
+            return EDGE_RULES[name][1]
+    elif name == "TOPK_V2":
+        return EDGE_RULES[name][1]
+    elif name == "LSH_PROJECTION":
+        if g.operands[ins[1]].type == T.TENSOR_FLOAT16 and _scalar(g, ins[3]) != 2:
+            return EDGE_RULES[name][1]
+    elif name == "PRELU":
+        x, a = g.shapes[ins[0]], g.shapes[ins[1]]
+        if x is None or a is None or len(a) > len(x) or 0 in x or 0 in a or \
+                any(d not in (1, x[len(x) - len(a) + k]) for k, d in enumerate(a)):
+            return EDGE_RULES[name][1]
+    elif name == "RESHAPE":
+        shape = g.shapes[ins[0]]
+        if shape is None or 0 in shape:
+            return EDGE_RULES[name][1]
+    elif (name == "ADD" and t_in in _Q8) or (name == "MUL" and t_in == T.TENSOR_QUANT8_ASYMM):
+        a, b = g.operands[ins[0]].scale, g.operands[ins[1]].scale
+        if (max(a, b) if name == "ADD" else a * b) >= 256 * g.operands[outs[0]].scale:
+            return EDGE_RULES[name][1]
+    elif name == "LOG_SOFTMAX" and t_in == T.TENSOR_FLOAT32:
+        beta = _const(g, ins[1])
+        if beta is None or float(beta.reshape(-1)[0]) > 1.0:
+            return EDGE_RULES[name][1]
+    elif name in ("LOGISTIC", "TANH") and t_in in _Q8:
+        if g.operands[ins[0]].scale >= (4.0 if name == "LOGISTIC" else 8.0):
+            return EDGE_RULES[name][1]
+    return None
 
 
 def _scalar(g: SubgraphGraph, i: int) -> int | None:
