@@ -12,7 +12,7 @@ survey goes on. In the child:
 2. ai-edge-litert (default Interpreter, XNNPACK delegate, 1 thread) builds, allocates and
    invokes on random inputs of each input's type and shape (an unknown dimension takes the
    size TFLite's ``shape`` gives it; floats uniform in [-1, 1], 8-bit integers over their
-   whole range, int16 within +-1000, other integers in [0, 4), bools at random). A model
+   whole range, int16 within +-1000, other integers in [1, 3], bools at random). A model
    with TFLite resource variables or recurrent state runs ``--steps`` invocations (default
    3) with fresh inputs each, so carried state is compared too. Its result is printed
    before nnhal runs, so a crash in nnhal keeps it.
@@ -81,8 +81,8 @@ def _random(dtype: np.dtype, shape: list[int], rng: np.random.Generator) -> np.n
         lo, hi = int(info.min), int(info.max)
     elif info.bits == 16:
         lo, hi = max(int(info.min), -1000), 1000
-    else:
-        lo, hi = 0, 3
+    else:  # sizes, indices, divisors: small and never 0 (TFLite fails a division by 0)
+        lo, hi = 1, 3
     return rng.integers(lo, hi + 1, shape).astype(dtype)
 
 
@@ -332,7 +332,9 @@ def run_model(pkg: str, path: Path, a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _litert_word(r: dict[str, Any]) -> str:
-    lit = r.get("litert", {})
+    if "litert" not in r:
+        return "-"
+    lit = r["litert"]
     if lit.get("ok"):
         return "runs"
     return lit.get("kind", "fails")
@@ -358,7 +360,7 @@ def _detail(r: dict[str, Any], phase: str = "nnhal") -> str:
     if not nn.get("ok"):
         return nn.get("reason", "")[:160]
     if not nn.get("compared"):
-        return "litert: " + r.get("litert", {}).get("reason", "")[:140]
+        return "litert: " + r.get("litert", {}).get("reason", "")[:120]
     e = nn["errors"][nn["oracle"]]
     via = "" if nn["oracle"] == "default" else f" vs litert {nn['oracle']} kernels"
     worst = f" ({e.get('output')} {e.get('abs', 0):.3g})" if e.get("ratio", 0) > 1 else ""
@@ -388,6 +390,9 @@ def report(records: list[dict[str, Any]], seconds: float | None = None) -> None:
             d = _detail(r, p)
             if d and d not in details:
                 details.append(d)
+        why = r.get("litert", {}).get("reason")
+        if why and "litert: " + why[:120] not in details:
+            details.append("litert: " + why[:120])
         print(line + " " + " | ".join(details))
     n = len(records)
     lit = sum(bool(r.get("litert", {}).get("ok")) for r in records)
