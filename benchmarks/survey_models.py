@@ -35,6 +35,7 @@ by cause. ``--json`` writes every record.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -288,7 +289,8 @@ def find_models(args: list[str]) -> list[tuple[str, Path]]:
 
 def run_model(pkg: str, path: Path, a: argparse.Namespace) -> dict[str, Any]:
     rec: dict[str, Any] = {"package": pkg, "file": path.name, "path": str(path),
-                           "bytes": path.stat().st_size}
+                           "bytes": path.stat().st_size,
+                           "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(path),
            "--steps", str(a.steps), "--seed", str(a.seed)]
     if a.device:
@@ -356,7 +358,11 @@ def _detail(r: dict[str, Any], phase: str = "nnhal") -> str:
     imp, nn = r.get("import", {}), r.get(phase, {})
     if not imp.get("ok"):
         ops = imp.get("refused_ops")
-        return ("refused: " + ", ".join(ops)) if ops else imp.get("reason", "")[:160]
+        if not ops:
+            return imp.get("reason", "")[:160]
+        why = imp.get("reason", "").split(": ", 1)[-1].split("; ")
+        why = [w for w in why if "from a refused operator too" not in w]
+        return "refused: " + "; ".join(why)[:200]
     if not nn.get("ok"):
         return nn.get("reason", "")[:160]
     if not nn.get("compared"):
@@ -394,15 +400,28 @@ def report(records: list[dict[str, Any]], seconds: float | None = None) -> None:
         if why and "litert: " + why[:120] not in details:
             details.append("litert: " + why[:120])
         print(line + " " + " | ".join(details))
-    n = len(records)
-    lit = sum(bool(r.get("litert", {}).get("ok")) for r in records)
-    imp = sum(bool(r.get("import", {}).get("ok")) for r in records)
-    print(f"\n{n} models: ai-edge-litert runs {lit}; nnhal imports {imp}"
-          + (f"; survey {seconds:.0f} s" if seconds is not None else ""))
-    for p, label in phases:
-        ran = sum(bool(r.get(p, {}).get("ok")) for r in records)
-        match = sum(bool(r.get(p, {}).get("match")) for r in records)
-        print(f"  {label}: runs {ran}, outputs match litert on {match}")
+    first: dict[str, str] = {}
+    for r in records:
+        first.setdefault(r.get("sha256", r["path"]), f"{r['package']}/{r['file']}")
+    distinct = [r for r in records
+                if first[r.get("sha256", r["path"])] == f"{r['package']}/{r['file']}"]
+    dupes = [f"{r['package']}/{r['file']} = {first[r['sha256']]}" for r in records
+             if r not in distinct]
+    for title, rs in (("files", records), ("distinct models (by content)", distinct)):
+        lit = sum(bool(r.get("litert", {}).get("ok")) for r in rs)
+        imp = sum(bool(r.get("import", {}).get("ok")) for r in rs)
+        print(f"\n{len(rs)} {title}: ai-edge-litert runs {lit}; nnhal imports {imp}")
+        for p, label in phases:
+            ran = sum(bool(r.get(p, {}).get("ok")) for r in rs)
+            match = sum(bool(r.get(p, {}).get("match")) for r in rs)
+            both = sum(bool(r.get(p, {}).get("match")) and bool(r.get("litert", {}).get("ok"))
+                       for r in rs)
+            print(f"  {label}: runs {ran}, outputs match litert on {match}"
+                  + ("" if both == match else f" ({both} where litert runs)"))
+    if dupes:
+        print("  same content: " + "; ".join(dupes))
+    if seconds is not None:
+        print(f"survey: {seconds:.0f} s")
     for p, label in phases:
         groups: dict[str, list[str]] = defaultdict(list)
         refused: Counter[str] = Counter()
