@@ -11,7 +11,8 @@ survey goes on. In the child:
 1. ``nnhal.tflite.read_tflite``: imported, or the refusal (the refused operators named).
 2. ai-edge-litert (default Interpreter, XNNPACK delegate, 1 thread) builds, allocates and
    invokes on random inputs of each input's type and shape (an unknown dimension takes the
-   size TFLite's ``shape`` gives it; floats uniform in [-1, 1], 8-bit integers over their
+   size TFLite's ``shape`` gives it, else 1760 or 16000 samples, the first that litert runs
+   (batch 1); floats uniform in [-1, 1], 8-bit integers over their
    whole range, int16 within +-1000, other integers in [1, 3], bools at random). A model
    with TFLite resource variables or recurrent state runs ``--steps`` invocations (default
    3) with fresh inputs each, so carried state is compared too. Its result is printed
@@ -55,6 +56,10 @@ STATEFUL_OPS = {"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE",
                 "UNIDIRECTIONAL_SEQUENCE_LSTM", "UNIDIRECTIONAL_SEQUENCE_RNN",
                 "BIDIRECTIONAL_SEQUENCE_LSTM", "BIDIRECTIONAL_SEQUENCE_RNN", "SVDF"}
 FLOAT_RTOL = 1e-4
+#: Sizes tried for a dimension the file leaves unknown (not the batch), in turn until litert
+#: runs: the file's placeholder, then sizes an audio front end accepts (openWakeWord's
+#: melspectrogram needs more than one 400-sample window).
+UNKNOWN_SIZES: tuple[int | None, ...] = (None, 1760, 16000)
 
 
 # ---- the child: one model --------------------------------------------------------------------
@@ -88,19 +93,26 @@ def _random(dtype: np.dtype, shape: list[int], rng: np.random.Generator) -> np.n
 
 
 def _litert_run(data: bytes, feeds: list[list[np.ndarray]] | None, resolver: Any,
-                seed: int, steps: int) -> tuple[list[list[np.ndarray]], list[dict[str, Any]],
-                                                 list[list[np.ndarray]], list[str]]:
+                seed: int, steps: int, unknown: int | None = None
+                ) -> tuple[list[list[np.ndarray]], list[dict[str, Any]],
+                           list[list[np.ndarray]], list[str]]:
     """Build, allocate and invoke ``steps`` times; (feeds, input details, outputs per step,
-    output names). Draws the feeds when none are given."""
+    output names). Draws the feeds when none are given: an unknown dimension gets the file's
+    placeholder size, or ``unknown`` (the batch dimension stays 1)."""
     from ai_edge_litert.interpreter import Interpreter
 
     kw = {"experimental_op_resolver_type": resolver} if resolver is not None else {}
     it = Interpreter(model_content=data, num_threads=1, **kw)
     details = it.get_input_details()
-    for d in details:
+    for k, d in enumerate(details):
         sig = list(d.get("shape_signature", d["shape"]))
-        if any(s < 0 for s in sig):
-            shape = [int(x) if s < 0 else int(s) for s, x in zip(sig, d["shape"])]
+        if feeds is not None:
+            if list(feeds[0][k].shape) != list(d["shape"]):
+                it.resize_tensor_input(d["index"], list(feeds[0][k].shape), strict=False)
+        elif any(s < 0 for s in sig):
+            shape = [int(s) if s >= 0 else 1 if (j == 0 or unknown is None) and x <= 1
+                     else int(x) if unknown is None else unknown
+                     for j, (s, x) in enumerate(zip(sig, d["shape"]))]
             it.resize_tensor_input(d["index"], [max(1, s) for s in shape], strict=False)
     it.allocate_tensors()
     details = it.get_input_details()
@@ -191,7 +203,13 @@ def child(path: str, steps: int, device: str | None, seed: int, also_reference: 
     feeds = details = want = names = None
     try:
         t0 = time.perf_counter()
-        feeds, details, want, names = _litert_run(data, None, None, seed, n)
+        for unknown in UNKNOWN_SIZES:
+            try:
+                feeds, details, want, names = _litert_run(data, None, None, seed, n, unknown)
+                break
+            except Exception:  # noqa: BLE001 - another size, then the first error
+                if unknown == UNKNOWN_SIZES[-1]:
+                    feeds, details, want, names = _litert_run(data, None, None, seed, n)
         _emit(phase="litert", ok=True, steps=n, seconds=round(time.perf_counter() - t0, 3),
               inputs=[[d["name"], str(np.dtype(d["dtype"])), [int(x) for x in d["shape"]]]
                       for d in details])
@@ -278,11 +296,12 @@ def find_models(args: list[str]) -> list[tuple[str, Path]]:
     for a in args:
         p = Path(a)
         if p.is_file():
-            out.setdefault(p.resolve(), str(p.parent))
+            out.setdefault(p.resolve(), p.parent.name)
             continue
         for f in sorted(p.rglob("*.tflite")):
             rel = f.relative_to(p)
-            pkg = rel.parts[0] if len(rel.parts) > 1 else str(p)
+            pkg = rel.parts[0] if len(rel.parts) > 1 else str(p) if not p.is_absolute() \
+                else p.name
             out.setdefault(f.resolve(), pkg)
     return sorted(((pkg, f) for f, pkg in out.items()), key=lambda t: (t[0], t[1].name))
 
