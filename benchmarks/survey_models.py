@@ -185,10 +185,13 @@ def child(path: str, steps: int, device: str | None, seed: int, also_reference: 
         _emit(phase="import", ok=True, ops=len(imported.model.main.operations),
               state=len(imported.state))
     except UnsupportedModelError as e:
-        first = [i for i in e.items if "from a refused operator too" not in i]
-        ops = sorted({i.split(":", 1)[0].split(" ", 1)[-1] for i in first})
-        _emit(phase="import", ok=False, kind="refused", refused_ops=ops,
-              reason=" ".join(str(e).split())[:600])
+        def names(items: list[str]) -> list[str]:
+            return sorted({i.split(":", 1)[0].split(" ", 1)[-1] for i in items})
+
+        # Every operator refused, and those refused for themselves (not only downstream).
+        _emit(phase="import", ok=False, kind="refused", refused_ops=names(e.items),
+              root_ops=names([i for i in e.items if "from a refused operator too" not in i]),
+              reason=" ".join(str(e).split())[:3000])
     except Exception as e:  # noqa: BLE001 - the survey records whatever happens
         _emit(phase="import", ok=False, kind=type(e).__name__, reason=_short(e, 600))
 
