@@ -174,6 +174,7 @@ def child(path: str, steps: int, device: str | None, seed: int, also_reference: 
     """Prints JSON lines: 'import', 'litert', 'nnhal' (each as soon as it is known)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     data = Path(path).read_bytes()
+    import nnhal
     from nnhal.errors import UnsupportedModelError
     from nnhal.tflite import read_tflite
 
@@ -183,7 +184,7 @@ def child(path: str, steps: int, device: str | None, seed: int, also_reference: 
         imported = read_tflite(data)
         stateful = bool(imported.state)
         _emit(phase="import", ok=True, ops=len(imported.model.main.operations),
-              state=len(imported.state))
+              state=len(imported.state), nnhal=nnhal.__file__)
     except UnsupportedModelError as e:
         def names(items: list[str]) -> list[str]:
             return sorted({i.split(":", 1)[0].split(" ", 1)[-1] for i in items})
@@ -320,7 +321,7 @@ def run_model(pkg: str, path: Path, a: argparse.Namespace) -> dict[str, Any]:
     if a.reference:
         cmd += ["--reference"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]), "OMP_NUM_THREADS": "1"}
+        [str(a.tree), *filter(None, [os.environ.get("PYTHONPATH")])]), "OMP_NUM_THREADS": "1"}
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                          text=True)
@@ -490,6 +491,8 @@ def main() -> int:
     ap.add_argument("--reference", action=argparse.BooleanOptionalAction, default=True,
                     help="also run nnhal's reference driver (its own kernels; the runtime "
                     "places most models on the litert driver)")
+    ap.add_argument("--tree", type=Path, default=ROOT,
+                    help="the nnhal source tree to survey (default: this script's)")
     ap.add_argument("--json", default=None, help="write every record here")
     ap.add_argument("--report", default=None, help="print the report of an earlier --json")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -511,12 +514,12 @@ def main() -> int:
     with ThreadPoolExecutor(max(1, a.jobs)) as pool:
         records = list(pool.map(lambda m: run_model(m[0], m[1], a), models))
     took = time.monotonic() - t0
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+    commit = subprocess.run(["git", "-C", str(a.tree), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
     if a.json:
         Path(a.json).write_text(json.dumps({"commit": commit, "seconds": took,
                                             "records": records}, indent=1, default=str))
-    print(f"nnhal at {commit or '?'}; {len(models)} models, {a.jobs} jobs, "
+    print(f"nnhal at {commit or '?'} ({a.tree}); {len(models)} models, {a.jobs} jobs, "
           f"load {os.getloadavg()[0]:.1f}\n")
     report(records, took)
     return 0
