@@ -313,13 +313,13 @@ def find_models(args: list[str]) -> list[tuple[str, Path]]:
 def run_model(pkg: str, path: Path, a: argparse.Namespace) -> dict[str, Any]:
     rec: dict[str, Any] = {"package": pkg, "file": path.name, "path": str(path),
                            "bytes": path.stat().st_size,
-                           "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+                           "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                           "device": a.device}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(path),
            "--steps", str(a.steps), "--seed", str(a.seed)]
     if a.device:
         cmd += ["--device", a.device]
-    if a.reference:
-        cmd += ["--reference"]
+    cmd += ["--reference" if a.reference else "--no-reference"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(a.tree), *filter(None, [os.environ.get("PYTHONPATH")])]), "OMP_NUM_THREADS": "1"}
     t0 = time.monotonic()
@@ -397,7 +397,8 @@ def _detail(r: dict[str, Any], phase: str = "nnhal") -> str:
 
 
 def _phases(records: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    out = [("nnhal", "nnhal (default Session)")]
+    device = next((r["device"] for r in records if r.get("device")), None)
+    out = [("nnhal", f"nnhal Session on {device}" if device else "nnhal (default Session)")]
     if any("reference" in r for r in records):
         out.append(("reference", "nnhal reference driver"))
     return out
