@@ -486,8 +486,9 @@ def _infer_shapes(sg: SubgraphInfo, op: OpInfo) -> None:
     """The output shape TFLite's Prepare gives an operator that is not folded, where the file
     marks it as computed (-1 in shape_signature) and the converter's ``shape`` is only a
     placeholder: for element-wise operators, slices and reshapes of static inputs with
-    constant parameters, which is what shape arithmetic folded upstream feeds (x[:, :n] then
-    a RESHAPE to frames). Any other output keeps the file's shape."""
+    constant parameters, and GATHERs of static inputs and indices, which is what shape
+    arithmetic folded upstream feeds (x[:, :n] then a RESHAPE to frames; BirdNET's framing
+    GATHER). Any other output keeps the file's shape."""
     outs = [sg.tensors[o] for o in op.outputs if o >= 0]
     if len(outs) != 1 or outs[0].signature is None or -1 not in outs[0].signature:
         return
@@ -508,6 +509,15 @@ def _infer_shapes(sg: SubgraphInfo, op: OpInfo) -> None:
             v = _vals(sg, op)
             if all(x is not None for x in v[1:3]):
                 shape = _slice(sg, op, [np.empty(ins[0].shape, np.bool_)] + v[1:3]).shape
+        elif op.name == "GATHER" and len(ins) > 1 and ins[1] is not None and ins[1].static:
+            # TFLite's Prepare: params' dims before the axis, the indices' dims, the rest.
+            if op.options is not None and op.options.BatchDims():
+                return
+            axis = op.options.Axis() if op.options is not None else 0
+            dims = tuple(ins[0].shape)
+            axis += len(dims) if axis < 0 else 0
+            if 0 <= axis < len(dims):
+                shape = dims[:axis] + tuple(ins[1].shape) + dims[axis + 1:]
         elif op.name == "RESHAPE" and len(op.inputs) > 1 and ins[1] is not None and \
                 ins[1].value is not None:
             shape = np.empty(ins[0].shape, np.bool_).reshape(

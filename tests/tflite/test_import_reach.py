@@ -461,3 +461,22 @@ def test_cli_prints_the_table_with_counts(capsys) -> None:
     kinds = Counter(kind for kind, _ in builtin_table().values())
     assert f"lowered: {kinds['lowered']}" in out and f"refused: {kinds['refused']}" in out
     assert "FLOOR_MOD" in out and "Convolution2DTransposeBias" in out
+
+
+def test_gather_output_shape_is_inferred_from_its_static_inputs() -> None:
+    """BirdNET's framing: a GATHER of a signal by constant frame indices, whose output the
+    file holds as a placeholder (-1 in its signature), then a RESHAPE of the frames: the
+    GATHER's shape is TFLite Prepare's (params before the axis, indices, params after)."""
+    g = Graph()
+    x = g.input((1, 12, 2), F)
+    idx = g.const(np.array([[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]], I32))
+    frames = g.tensor((1, 1, 4, 2), F, signature=(1, -1, 4, 2))
+    g.op("GATHER", [x, idx], [frames], ("GatherOptions", dict(Axis=1)))
+    flat = g.tensor((1, 3, 8), F)
+    g.op("RESHAPE", [frames, g.const(np.array([1, 3, 8], I32))], [flat],
+         ("ReshapeOptions", dict(NewShape=[1, 3, 8])))
+    g.output(flat)
+    data = build(g)
+    x_val = np.random.default_rng(2).uniform(-1, 1, (1, 12, 2)).astype(F)
+    (got,) = agree(data, [x_val])
+    np.testing.assert_array_equal(got, x_val.reshape(1, 3, 8))
