@@ -831,7 +831,8 @@ def _while(ctx: Context, op: OpInfo) -> None:
 # ---- the operations of AIDL v2 and v3 ---------------------------------------------------------
 
 @_conv("BATCH_MATMUL", "BATCH_MATMUL (AIDL v2; adj_x / adj_y; float32, float16, int8; inputs "
-                       "of one type and rank 2 to 4 with equal batch dimensions)")
+                       "of one type and rank 2 to 4 with equal batch dimensions, a smaller "
+                       "rank padded with leading 1s)")
 def _batch_matmul(ctx: Context, op: OpInfo) -> None:
     a, b = ctx.t(op.inputs[0]), ctx.t(op.inputs[1])
     if a.ttype != b.ttype:
@@ -840,17 +841,36 @@ def _batch_matmul(ctx: Context, op: OpInfo) -> None:
     if a.ttype not in (TT.FLOAT32, TT.FLOAT16, TT.INT8):
         raise Unimportable(f"BATCH_MATMUL of {a.type_name}: the HAL's has float16, float32 "
                            f"and int8 (and int32, which TFLite's has not)")
-    if not (a.has_rank and b.has_rank) or len(a.shape) != len(b.shape) or \
-            not 2 <= len(a.shape) <= 4:
+    if not (a.has_rank and b.has_rank) or not 2 <= min(len(a.shape), len(b.shape)) or \
+            not max(len(a.shape), len(b.shape)) <= 4:
         raise Unimportable(f"inputs of shapes {list(a.shape)} and {list(b.shape)}: the HAL "
-                           f"needs one rank, 2 to 4 (TFLite broadcasts a smaller rank)")
-    if any(x != y or x <= 0 for x, y in zip(a.shape[:-2], b.shape[:-2])):
+                           f"needs ranks 2 to 4")
+    # TFLite broadcasts a smaller rank: leading 1s, which the HAL's equal batch dimensions
+    # then need the other's to be (openWakeWord's [1, 1, 1, 257] x [257, 32]).
+    rank = max(len(a.shape), len(b.shape))
+    sa, sb = ((1,) * (rank - len(t.shape)) + tuple(t.shape) for t in (a, b))
+    if any(x != y or x <= 0 for x, y in zip(sa[:-2], sb[:-2])):
         raise Unimportable(f"batch dimensions {list(a.shape[:-2])} and {list(b.shape[:-2])}: "
                            f"the HAL needs them known and equal (TFLite broadcasts them)")
     o = ctx.options("BatchMatMulOptions")
-    ctx.emit(O.BATCH_MATMUL, [ctx.x(op.inputs[0]), ctx.x(op.inputs[1]),
+    ctx.emit(O.BATCH_MATMUL, [_with_shape(ctx, op.inputs[0], sa),
+                              _with_shape(ctx, op.inputs[1], sb),
                               ctx.bool_(bool(o.AdjX())), ctx.bool_(bool(o.AdjY()))],
              [ctx.y(op.outputs[0])])
+
+
+def _with_shape(ctx: Context, i: int, shape: tuple[int, ...]) -> int:
+    """Tensor ``i`` as an operand of ``shape`` (its own with leading 1s): a constant made so,
+    else a RESHAPE."""
+    t = ctx.t(i)
+    if tuple(t.shape) == shape:
+        return ctx.x(i)
+    if t.value is not None:
+        return ctx.x(i, dims=shape)
+    ht, sc, zp, _ = hal_type(t)
+    out = ctx.tmp(ht, list(shape), sc, zp)
+    ctx.emit(O.RESHAPE, [ctx.x(i), ctx.ints(list(shape))], [out])
+    return out
 
 
 #: TFLite's MirrorPadMode -> the HAL's mode scalar (the same numbers, named here).

@@ -443,6 +443,14 @@ CASES.update({
     "batch_matmul_adjoint": lambda: one_op("BATCH_MATMUL", [((2, 2, 4, 3), F),
                                                             ((2, 2, 5, 4), F)],
                                            (2, 2, 3, 5), options=_bmm(True, True)),
+    # A smaller rank broadcast with leading 1s (openWakeWord's melspectrogram: [1,1,1,257] x
+    # a constant [257, 32]), and a run-time one reshaped.
+    "batch_matmul_smaller_rank_constant": lambda: one_op(
+        "BATCH_MATMUL", [((1, 1, 3, 6), F),
+                         np.random.default_rng(4).uniform(-1, 1, (6, 4)).astype(F)],
+        (1, 1, 3, 4), options=_bmm()),
+    "batch_matmul_smaller_rank_input": lambda: one_op(
+        "BATCH_MATMUL", [((1, 2, 3), F), ((3, 4), F)], (1, 2, 4), options=_bmm()),
     "batch_matmul_int8": lambda: one_op("BATCH_MATMUL", [q8((3, 4)), q8((4, 2), q(0.02, 5))],
                                         (3, 2), options=_bmm(),
                                         out_quant=q(0.5, -3)),
@@ -568,7 +576,7 @@ def test_pow_agrees_with_litert() -> None:
 
 @pytest.mark.parametrize("case, words", [
     ("hybrid", "hybrid"), ("broadcast_batch", "batch dimensions"),
-    ("rank_mismatch", "one rank"), ("reverse_run_time_axis", "run time"),
+    ("rank_mismatch", "batch dimensions"), ("reverse_run_time_axis", "run time"),
 ])
 def test_aidl_builtins_the_hal_cannot_express_are_refused_by_name(case: str, words: str
                                                                   ) -> None:
