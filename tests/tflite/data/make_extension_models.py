@@ -5,6 +5,7 @@ builtins that have no HAL operation and import as operations of nnhal's extensio
 - ``rfft2d_spectrum.tflite``: MUL / ADD (HAL operations), RFFT2D at the input's size and
   RFFT2D cropped and zero-padded (fft_length [4, 32] of an [.., 8, 16] input), COMPLEX_ABS,
   REAL, IMAG, then LOG / SUB (HAL operations) of their float32 results.
+- ``rfft2d_complex.tflite``: RFFT2D whose complex64 result is the model's output.
 - ``extension_builtins.tflite``: CUMSUM (exclusive, reverse), SIGN, CEIL, ROUND, COS and a
   float32 FLOOR_MOD of two run-time tensors (broadcast).
 
@@ -40,6 +41,11 @@ def spectrum(x):
 
 
 @tf.function
+def complex_out(x):
+    return tf.signal.rfft2d(x)
+
+
+@tf.function
 def builtins(a, b):
     return (tf.math.cumsum(a, axis=1, exclusive=True, reverse=True), tf.math.sign(a),
             tf.math.ceil(a), tf.math.round(a), tf.math.cos(a), tf.math.floormod(a, b))
@@ -49,6 +55,7 @@ def main() -> int:
     f32 = tf.float32
     files = {
         "rfft2d_spectrum.tflite": _convert(spectrum, [tf.TensorSpec([2, 8, 16], f32)]),
+        "rfft2d_complex.tflite": _convert(complex_out, [tf.TensorSpec([3, 4, 8], f32)]),
         "extension_builtins.tflite": _convert(
             builtins, [tf.TensorSpec([3, 5], f32), tf.TensorSpec([5], f32)]),
     }

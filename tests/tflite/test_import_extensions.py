@@ -1,0 +1,227 @@
+"""TFLite builtins with no HAL operation through nnhal's extension org.nnhal.tflite, on
+converter-made models (tests/tflite/data/make_extension_models.py): imported as extension
+operations, run through ``Session`` (partitioned: the extension's operations on the reference
+driver, the rest on LiteRT when it is there), ``nnhal run`` and a served reference driver, and
+compared with ai-edge-litert on the original file within the README's float tolerance
+(1e-4 of the output's range)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from runner import assert_agree, litert, litert_run
+
+from nnhal.hal.types import is_extension_type
+from nnhal.session import Session
+from nnhal.tflite import custom_support, read_tflite
+from nnhal.tflite.import_ext import TfliteCall
+
+pytest.importorskip("ai_edge_litert.interpreter")
+
+DATA = Path(__file__).resolve().parent / "data"
+ROOT = Path(__file__).resolve().parents[2]
+SPECTRUM, COMPLEX, BUILTINS = (DATA / f"{n}.tflite" for n in
+                               ("rfft2d_spectrum", "rfft2d_complex", "extension_builtins"))
+F = np.float32
+
+
+def _inputs(path: Path, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-3, 3, d["shape"]).astype(F)
+            for d in litert(str(path)).get_input_details()]
+
+
+def _expected(path: Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    return litert_run(litert(str(path)), inputs)
+
+
+def _ext_ops(imported) -> list[str]:
+    from nnhal.ops.extensions import operation_name
+
+    table = imported.model.extension_name_to_prefix
+    return [operation_name(op.type, table) for op in imported.model.main.operations
+            if is_extension_type(op.type)]
+
+
+def test_rfft2d_model_imports_as_extension_operations() -> None:
+    imported = read_tflite(SPECTRUM)
+    table = imported.model.extension_name_to_prefix
+    assert [(e.name, e.prefix) for e in table] == [("org.nnhal.tflite", 1)]
+    assert sorted(_ext_ops(imported)) == sorted(
+        ["org.nnhal.tflite:RFFT2D"] * 2 + ["org.nnhal.tflite:COMPLEX_ABS",
+                                           "org.nnhal.tflite:REAL"]
+        + ["org.nnhal.tflite:IMAG"] * 2)
+    # the complex64 temporaries are of the extension's operand type
+    main = imported.model.main
+    complex_ops = [o for o in main.operands if int(o.type) == (1 << 16 | 0)]
+    assert len(complex_ops) == 2 and all(o.dimensions[-1] in (9, 17) for o in complex_ops)
+
+
+@pytest.mark.parametrize("path", [SPECTRUM, COMPLEX, BUILTINS], ids=lambda p: p.stem)
+def test_reference_driver_agrees_with_litert(path: Path) -> None:
+    with Session(str(path), "reference") as s:
+        for seed in range(2):
+            inputs = _inputs(path, seed)
+            assert_agree(list(s.run(inputs).values()), _expected(path, inputs), path.stem)
+
+
+def test_rfft2d_within_a_float32_rounding_of_litert() -> None:
+    """The FFT in float64, rounded once: within 1e-6 of the magnitudes litert computes."""
+    inputs = _inputs(COMPLEX, 3)
+    with Session(str(COMPLEX), "reference") as s:
+        got = s.run(inputs)["Identity"]
+    want = _expected(COMPLEX, inputs)[0]
+    assert got.dtype == np.complex64 and got.shape == want.shape == (3, 4, 5)
+    assert float(np.max(np.abs(got - want))) <= 1e-6 * float(np.max(np.abs(want)))
+
+
+def test_session_partitions_and_agrees() -> None:
+    """Session over every device: LiteRT (when available) runs the HAL operations, the
+    reference driver the extension's; the same outputs as litert."""
+    from nnhal.tools.info import plan_info
+
+    steps = plan_info(read_tflite(SPECTRUM))
+    assert {s["device"] for s in steps} == {"reference", "litert"}
+    for step in steps:
+        for name in step["operation_names"]:
+            assert (step["device"] == "reference") == name.startswith("org.nnhal.tflite:"), \
+                (name, step["device"])
+    for path in (SPECTRUM, COMPLEX, BUILTINS):
+        inputs = _inputs(path, 1)
+        with Session(str(path)) as s:
+            got = s.run(inputs)
+        assert_agree(list(got.values()), _expected(path, inputs), path.stem)
+
+
+def test_nnhal_run_writes_litert_outputs(tmp_path: Path) -> None:
+    from nnhal.cli import main
+
+    inputs = _inputs(SPECTRUM, 4)
+    np.savez(tmp_path / "in.npz", x=inputs[0])
+    assert main(["run", str(SPECTRUM), "--inputs", str(tmp_path / "in.npz"), "--outputs",
+                 str(tmp_path / "out.npz")]) == 0
+    with np.load(tmp_path / "out.npz") as z:
+        got = [z[k] for k in ("Identity", "Identity_1", "Identity_2")]
+    assert_agree(got, _expected(SPECTRUM, inputs), "nnhal run")
+
+
+def test_nnhal_info_names_extension_operations_and_their_device() -> None:
+    from nnhal.tools.info import model_info
+
+    info = model_info(read_tflite(SPECTRUM))
+    ext = info["extension_operations"]
+    assert [e["operation"] for e in ext][:2] == ["org.nnhal.tflite:RFFT2D",
+                                                 "org.nnhal.tflite:COMPLEX_ABS"]
+    assert all(e["extension"] == "org.nnhal.tflite" and e["runs_on"] == "reference"
+               and "reference" in e["supported_by"] and "litert" not in e["supported_by"]
+               for e in ext), ext
+    assert info["operations"]["org.nnhal.tflite:RFFT2D"] == 2
+    assert info["outputs"][0]["type"] == "TENSOR_FLOAT32"
+    complex_out = model_info(read_tflite(COMPLEX))["outputs"][0]
+    assert complex_out["type"] == "org.nnhal.tflite:TENSOR_COMPLEX64"
+
+
+def test_a_device_without_the_extension_runs_none_of_it() -> None:
+    from nnhal.drivers.reference import ReferenceDevice
+
+    imported = read_tflite(SPECTRUM)
+    dev = ReferenceDevice(extensions=())
+    try:
+        status, flags = dev.get_supported_operations(imported.model)
+        assert int(status) == 0
+        ext = [is_extension_type(op.type) for op in imported.model.main.operations]
+        assert flags == [not e for e in ext]
+        assert dev.get_supported_extensions()[1] == []
+    finally:
+        dev.close()
+
+
+def test_a_third_party_extension_claims_a_custom_operator() -> None:
+    """The hook other extensions use: a custom operator name claimed, its options read by the
+    converter, the operation emitted with the model's own prefix."""
+    from nnhal.hal.types import OperandType as T
+    from nnhal.ops import extensions
+    from nnhal.ops.resolver import OperationDef
+    from nnhal.ops.signature import Slot
+
+    seen: list[tuple[str, bytes]] = []
+
+    class Copy(OperationDef):
+        def validate(self, ctx):  # type: ignore[no-untyped-def]
+            pass
+
+        def prepare(self, ctx):  # type: ignore[no-untyped-def]
+            return [ctx.inputs[0].shape]
+
+        def kernel(self, ctx):  # type: ignore[no-untyped-def]
+            return lambda ins, rt: [np.asarray(ins[0]) * np.float32(ctx.const(1))]
+
+    def convert(call: TfliteCall):  # type: ignore[no-untyped-def]
+        call.expect(1)
+        seen.append((call.name, call.custom_options))
+        return [call.input(0), call.scalar(T.FLOAT32, 2.0)], [call.output(0)]
+
+    op = extensions.operation("com.example.bessel", 0, "I0E", [Slot("x", T.TENSOR_FLOAT32),
+                                                               Slot("k", T.FLOAT32)],
+                              [Slot("y", T.TENSOR_FLOAT32)], Copy(), tflite=("BesselI0e",),
+                              tflite_convert=convert)
+    extensions.register(extensions.ExtensionDef("com.example.bessel", (), (op,)))
+    try:
+        assert custom_support()["BesselI0e"] == "extension (com.example.bessel:I0E)"
+        imported = read_tflite(DATA / "refused_rfft2d_custom.tflite")
+        assert seen and seen[0][0] == "BesselI0e"
+        names = {e.name: e.prefix for e in imported.model.extension_name_to_prefix}
+        assert set(names) == {"com.example.bessel", "org.nnhal.tflite"}
+        assert sorted(names.values()) == [1, 2]
+        assert sorted(_ext_ops(imported)) == ["com.example.bessel:I0E",
+                                              "org.nnhal.tflite:CUMSUM",
+                                              "org.nnhal.tflite:REAL",
+                                              "org.nnhal.tflite:RFFT2D"]
+    finally:
+        extensions.unregister("com.example.bessel")
+
+
+# ---- served -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> Iterator[str]:
+    """``nnhal serve reference`` in its own process; the device's name for a Session."""
+    tmp = tmp_path_factory.mktemp("tflext-served")
+    sock, rt, log = tmp / "ref.sock", tmp / "rt", tmp / "service.err"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "serve", "reference",
+                                 "--socket", str(sock), "--runtime-dir", str(rt), "--name",
+                                 "ref"], cwd=ROOT, env=env, stderr=err)
+    try:
+        end = time.monotonic() + 60
+        entry = rt / "ref.service"
+        while not (entry.exists() and f"pid={proc.pid}\n" in entry.read_text()):
+            if proc.poll() is not None or time.monotonic() > end:
+                proc.kill()
+                raise RuntimeError(f"service did not start: {log.read_text()}")
+            time.sleep(0.02)
+        yield f"remote:{sock}"
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_served_reference_runs_the_extension(served: str) -> None:
+    for path in (SPECTRUM, COMPLEX):
+        inputs = _inputs(path, 2)
+        with Session(str(path), served) as s:
+            got = s.run(inputs)
+        assert_agree(list(got.values()), _expected(path, inputs), f"served {path.stem}")
