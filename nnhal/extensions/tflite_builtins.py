@@ -20,6 +20,9 @@ Operations (code: name, after the TFLite builtin of the same name):
   (SIGN also int32).
 * 9 FLOOR_MOD: float32 floor modulo of run-time tensors with broadcasting, which the HAL
   cannot compute exactly (the importer uses this only when the HAL form is refused).
+* 10 GELU: float32, ``approximate`` (BOOL) as TFLite's option (erf form, or tanh form).
+* 11 GATHER_ND: float32, int32 or 8-bit quantized params, int32 indices; an index out of
+  bounds fails the execution, as TFLite's kernel does.
 
 Kernels compute as TFLite's reference kernels do, in float32 except RFFT2D (float64 FFT then
 rounded to complex64; TFLite computes in double too).
@@ -179,6 +182,72 @@ class _FloorMod(OperationDef):
         return run
 
 
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf in float64 to within 1.5e-7 (Abramowitz and Stegun 7.1.26): numpy has none, and
+    a per-element math.erf would make the kernel slow."""
+    a = np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (
+        -1.453152027 + t * 1.061405429))))
+    return np.sign(x) * (1.0 - poly * np.exp(-a * a))
+
+
+class _Gelu(OperationDef):
+    """x * P(X <= x) for a standard normal X, or TFLite's tanh approximation of it."""
+
+    def validate(self, ctx: OpContext) -> None:
+        pass
+
+    def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
+        shape = ctx.inputs[0].shape
+        return [tuple(shape)] if shape is not None and all(shape) else None
+
+    def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
+        approximate = bool(np.asarray(ctx.const(1)).reshape(-1)[0])
+
+        def run(ins, rt):  # type: ignore[no-untyped-def]
+            x = np.asarray(ins[0], np.float64)
+            if approximate:
+                y = 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+            else:
+                y = 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0)))
+            return [y.astype(np.float32)]
+
+        return run
+
+
+class _GatherNd(OperationDef):
+    """params[indices[..., :]]: slices of ``params`` named by the last axis of ``indices``."""
+
+    def validate(self, ctx: OpContext) -> None:
+        p, i, o = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+        ctx.require(o.type == p.type, "the output's type must be params'")
+        ctx.require((o.scale, o.zero_point) == (p.scale, p.zero_point),
+                    "the output's scale and zero point must be params'")
+        if i.shape is not None and p.shape is not None and i.shape and i.shape[-1]:
+            ctx.require(1 <= i.shape[-1] <= len(p.shape),
+                        f"indices' last dimension {i.shape[-1]} must be in [1, rank of params "
+                        f"{len(p.shape)}]")
+        ctx.require(i.shape is None or len(i.shape) >= 1, "indices must have rank 1 or more")
+
+    def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
+        p, i = ctx.inputs[0].shape, ctx.inputs[1].shape
+        if p is None or i is None or not all(p) or not all(i):
+            return None
+        return [(*i[:-1], *p[i[-1]:])]
+
+    def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
+        def run(ins, rt):  # type: ignore[no-untyped-def]
+            params, idx = np.asarray(ins[0]), np.asarray(ins[1], np.int64)
+            k = idx.shape[-1]
+            bound = np.asarray(params.shape[:k])
+            if idx.size and (np.any(idx < 0) or np.any(idx >= bound)):
+                raise _fail("GATHER_ND: an index is out of bounds")
+            return [np.ascontiguousarray(params[tuple(np.moveaxis(idx, -1, 0))])]
+
+        return run
+
+
 def _sign(x: np.ndarray) -> np.ndarray:
     return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
 
@@ -201,6 +270,12 @@ def _rfft2d_from_tflite(call: Any) -> tuple[list[int], list[int]]:
     if call.value(1) is None:
         raise call.refuse("fft_length must be a constant")
     return [call.input(0), call.input(1)], [call.output(0)]
+
+
+def _gelu_from_tflite(call: Any) -> tuple[list[int], list[int]]:
+    call.expect(1)
+    approximate = bool(call.options("GeluOptions").Approximate())
+    return [call.input(0), call.scalar(BOOL, approximate)], [call.output(0)]
 
 
 def _op(code: int, name: str, inputs: Any, outputs: Any, definition: OperationDef, doc: str,
@@ -240,10 +315,20 @@ FLOOR_MOD = _op(9, "FLOOR_MOD", [Slot("x", F32), Slot("y", F32)], [Slot("output"
                 _FloorMod(), "x - floor(x / y) * y as TFLite computes it (fmod, then the "
                 "divisor added when the signs differ), with broadcasting", B.FLOOR_MOD)
 
+GELU = _op(10, "GELU", [Slot("input", F32), Slot("approximate", BOOL, const=True)],
+           [Slot("output", F32)], _Gelu(), "x * Phi(x), or its tanh approximation (TFLite GELU)",
+           B.GELU, _gelu_from_tflite)
+Q8, Q8S = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
+GATHER_ND = _op(11, "GATHER_ND", [Slot("params", "T"), Slot("indices", I32)],
+                [Slot("output", "T")], _GatherNd(),
+                "slices of params named by the last axis of indices (TFLite GATHER_ND)",
+                B.GATHER_ND, variants=[Variant({"T": t}, _V) for t in (F32, I32, Q8, Q8S)])
+
 #: The extension (registered by :mod:`nnhal.ops.extensions` itself: see its ``SHIPPED``).
 EXTENSION = ExtensionDef(
     NAME, (TENSOR_COMPLEX64,),
-    (RFFT2D, COMPLEX_ABS, REAL, IMAG, CUMSUM, SIGN, CEIL, ROUND, COS, FLOOR_MOD),
+    (RFFT2D, COMPLEX_ABS, REAL, IMAG, CUMSUM, SIGN, CEIL, ROUND, COS, FLOOR_MOD, GELU,
+     GATHER_ND),
     doc="TFLite builtins with no HAL operation (nnhal's TFLite importer maps them here).")
 
 

@@ -145,5 +145,7 @@ ARITY.update({
     "CEIL": _a(1),
     "ROUND": _a(1),
     "COS": _a(1),
+    "GELU": _a(1),
+    "GATHER_ND": _a(2),
 })
 ARITY = {name: _with_options(name, a) for name, a in ARITY.items()}

@@ -27,8 +27,9 @@ pytest.importorskip("ai_edge_litert.interpreter")
 
 DATA = Path(__file__).resolve().parent / "data"
 ROOT = Path(__file__).resolve().parents[2]
-SPECTRUM, COMPLEX, BUILTINS = (DATA / f"{n}.tflite" for n in
-                               ("rfft2d_spectrum", "rfft2d_complex", "extension_builtins"))
+SPECTRUM, COMPLEX, BUILTINS, GELU = (
+    DATA / f"{n}.tflite" for n in ("rfft2d_spectrum", "rfft2d_complex", "extension_builtins",
+                                   "gelu_gather_nd"))
 F = np.float32
 
 
@@ -64,7 +65,7 @@ def test_rfft2d_model_imports_as_extension_operations() -> None:
     assert len(complex_ops) == 2 and all(o.dimensions[-1] in (9, 17) for o in complex_ops)
 
 
-@pytest.mark.parametrize("path", [SPECTRUM, COMPLEX, BUILTINS], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [SPECTRUM, COMPLEX, BUILTINS, GELU], ids=lambda p: p.stem)
 def test_reference_driver_agrees_with_litert(path: Path) -> None:
     with Session(str(path), "reference") as s:
         for seed in range(2):
@@ -217,6 +218,45 @@ def served(tmp_path_factory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+def test_exact_gelu_agrees_with_litert() -> None:
+    """GELU's erf form (the converter leaves tf.nn.gelu's as Erfc, so the operator is made
+    here): erf to 1.5e-7 in float64."""
+    from runner import agree
+    from tfl import Graph, build
+
+    g = Graph()
+    x = g.input((4, 64), F)
+    y = g.tensor((4, 64), F)
+    g.op("GELU", [x], [y], ("GeluOptions", {"Approximate": False}))
+    g.output(y)
+    data = build(g)
+    xs = np.linspace(-6, 6, 256, dtype=F).reshape(4, 64)
+    got = agree(data, [xs])[0]
+    assert float(np.max(np.abs(got - litert_run(litert(data), [xs])[0]))) < 1e-6
+
+
+def test_gather_nd_index_out_of_bounds_fails_the_execution() -> None:
+    from tfl import Graph, build
+
+    from nnhal.errors import NnhalError
+
+    g = Graph()
+    p, i = g.input((3, 4), F), g.input((2, 2), np.int32)
+    y = g.tensor((2,), F)
+    g.op("GATHER_ND", [p, i], [y])
+    g.output(y)
+    data = build(g)
+    params = np.arange(12, dtype=F).reshape(3, 4)
+    with Session(data, "reference") as s:
+        got = s.run([params, np.array([[2, 3], [0, 1]], np.int32)])
+        np.testing.assert_array_equal(list(got.values())[0], [11, 1])
+        with pytest.raises(NnhalError):
+            s.run([params, np.array([[3, 0], [0, 1]], np.int32)])
+    it = litert(data)
+    with pytest.raises(RuntimeError):  # litert's kernel fails it too
+        litert_run(it, [params, np.array([[3, 0], [0, 1]], np.int32)])
 
 
 def test_served_reference_runs_the_extension(served: str) -> None:

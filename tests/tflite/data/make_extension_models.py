@@ -5,6 +5,9 @@ builtins that have no HAL operation and import as operations of nnhal's extensio
 - ``rfft2d_spectrum.tflite``: MUL / ADD (HAL operations), RFFT2D at the input's size and
   RFFT2D cropped and zero-padded (fft_length [4, 32] of an [.., 8, 16] input), COMPLEX_ABS,
   REAL, IMAG, then LOG / SUB (HAL operations) of their float32 results.
+- ``gelu_gather_nd.tflite``: GELU (the tanh approximation: the converter lowers the erf form
+  to an Erfc it cannot convert) and GATHER_ND of a run-time tensor with constant indices,
+  between HAL operations.
 - ``rfft2d_complex.tflite``: RFFT2D whose complex64 result is the model's output.
 - ``extension_builtins.tflite``: CUMSUM (exclusive, reverse), SIGN, CEIL, ROUND, COS and a
   float32 FLOOR_MOD of two run-time tensors (broadcast).
@@ -41,6 +44,13 @@ def spectrum(x):
 
 
 @tf.function
+def gelu_gather(x):
+    y = x * 2.0
+    picked = tf.gather_nd(y, [[0, 1], [2, 3], [1, 0]])
+    return tf.nn.gelu(y, approximate=True), picked + 1.0
+
+
+@tf.function
 def complex_out(x):
     return tf.signal.rfft2d(x)
 
@@ -55,6 +65,7 @@ def main() -> int:
     f32 = tf.float32
     files = {
         "rfft2d_spectrum.tflite": _convert(spectrum, [tf.TensorSpec([2, 8, 16], f32)]),
+        "gelu_gather_nd.tflite": _convert(gelu_gather, [tf.TensorSpec([3, 4, 6], f32)]),
         "rfft2d_complex.tflite": _convert(complex_out, [tf.TensorSpec([3, 4, 8], f32)]),
         "extension_builtins.tflite": _convert(
             builtins, [tf.TensorSpec([3, 5], f32), tf.TensorSpec([5], f32)]),
