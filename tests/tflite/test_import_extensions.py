@@ -265,3 +265,56 @@ def test_served_reference_runs_the_extension(served: str) -> None:
         with Session(str(path), served) as s:
             got = s.run(inputs)
         assert_agree(list(got.values()), _expected(path, inputs), f"served {path.stem}")
+
+
+# ---- the extension's own rules, on hand-made HAL models ---------------------------------------
+
+def _hal_model(fft_length, in_dims=(2, 8), out_dims=(2, 5), const=True):
+    from nnhal.hal.builder import ModelBuilder
+    from nnhal.hal.types import ExtensionNameAndPrefix
+    from nnhal.hal.types import OperandType as T
+
+    mb = ModelBuilder()
+    x = mb.input(T.TENSOR_FLOAT32, list(in_dims))
+    n = mb.constant(T.TENSOR_INT32, np.asarray(fft_length, np.int32)) if const else \
+        mb.input(T.TENSOR_INT32, [len(fft_length)])
+    y = mb.output(3 << 16 | 0, list(out_dims))
+    mb.operation(3 << 16 | 0, [x, n], [y])
+    model = mb.build()
+    model.extension_name_to_prefix = [ExtensionNameAndPrefix("org.nnhal.tflite", 3)]
+    return model
+
+
+@pytest.mark.parametrize("fft_length, in_dims, const, why", [
+    ([8, 6], (2, 8), True, "powers of two"),
+    ([8], (2, 8), True, "two values"),
+    ([2, 8], (8,), True, "rank 2 or more"),
+    ([2, 8], (2, 8), False, "constant"),
+], ids=["not a power of two", "one length", "rank one", "run-time lengths"])
+def test_bad_rfft2d_operations_are_refused_not_run(fft_length, in_dims, const, why) -> None:
+    """What TFLite's RFFT2D Prepare refuses: the reference driver supports no such
+    operation (it never reaches a kernel), and a prepared one is refused."""
+    from nnhal.drivers.reference import ReferenceDevice
+    from nnhal.hal.interfaces import PreparedModelCallback
+    from nnhal.hal.types import ErrorStatus
+
+    model = _hal_model(fft_length, in_dims, const=const)
+    dev = ReferenceDevice()
+    try:
+        status, flags = dev.get_supported_operations(model)
+        assert status != ErrorStatus.NONE or flags == [False], (status, flags)
+        cb = PreparedModelCallback()
+        dev.prepare_model(model, callback=cb)
+        got, prepared = cb.wait(30)
+        assert got != ErrorStatus.NONE and prepared is None
+    finally:
+        dev.close()
+
+
+def test_a_good_hal_rfft2d_model_prepares_and_runs() -> None:
+    """The same builder with a valid fft_length: the model the bad ones differ from."""
+    model = _hal_model([2, 8], (2, 8), (2, 5))
+    x = np.arange(16, dtype=F).reshape(2, 8)
+    with Session(model, "reference") as s:
+        got = list(s.run([x]).values())[0]
+    np.testing.assert_allclose(got, np.fft.rfft2(x.astype(np.float64)), rtol=1e-6, atol=1e-5)
