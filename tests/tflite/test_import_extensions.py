@@ -318,3 +318,36 @@ def test_a_good_hal_rfft2d_model_prepares_and_runs() -> None:
     with Session(model, "reference") as s:
         got = list(s.run([x]).values())[0]
     np.testing.assert_allclose(got, np.fft.rfft2(x.astype(np.float64)), rtol=1e-6, atol=1e-5)
+
+
+def test_the_reference_cache_restores_extension_operations(tmp_path: Path) -> None:
+    """A second compilation with the same token prepares nothing: the plan image carries the
+    model's extension table and its complex64 operands."""
+    from nnhal.drivers.registry import open_device
+    from nnhal.runtime import Compilation, Device, Execution
+    from nnhal.runtime import NdkModel as RuntimeModel
+
+    model = read_tflite(COMPLEX).model
+    x = _inputs(COMPLEX, 5)[0]
+    dev = open_device("reference")
+    prepares: list[int] = []
+    real = dev.prepare_model
+    dev.prepare_model = lambda *a, **k: (prepares.append(1), real(*a, **k))[1]
+    outs = []
+    try:
+        for _ in range(2):
+            c = Compilation(RuntimeModel.from_hal(model), [Device("reference", dev)])
+            c.set_caching(str(tmp_path), bytes(range(32)))
+            c.finish()
+            e = Execution(c)
+            e.set_input(0, None, x)
+            out = np.zeros((3, 4, 5), np.complex64)
+            e.set_output(0, None, out)
+            e.compute()
+            outs.append(out)
+            c.free()
+    finally:
+        dev.close()
+    assert len(prepares) == 1
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert_agree([outs[1]], _expected(COMPLEX, [x]), "from the cache")
