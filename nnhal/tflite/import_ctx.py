@@ -241,7 +241,10 @@ class Context:
 
     def copy_into(self, src: int, dst: int) -> None:
         """An exact operation writing operand ``src``'s value into ``dst`` (same type)."""
-        ht = OperandType(self.sb.operands[src].type)
+        raw = int(self.sb.operands[src].type)
+        if raw >> 16:
+            raise Unimportable(f"cannot copy an operand of extension type {raw:#x} exactly")
+        ht = OperandType(raw)
         if ht == T.TENSOR_INT32:
             self.emit(O.ADD, [src, self.ints([0]), self.i32(0)], [dst])
         elif ht == T.TENSOR_BOOL8:

@@ -351,3 +351,20 @@ def test_the_reference_cache_restores_extension_operations(tmp_path: Path) -> No
     assert len(prepares) == 1
     np.testing.assert_array_equal(outs[0], outs[1])
     assert_agree([outs[1]], _expected(COMPLEX, [x]), "from the cache")
+
+
+def test_a_complex_input_passed_through_is_refused_in_one_line() -> None:
+    """A complex64 model input that is also an output needs a copy, which nothing makes for
+    an extension type: refused by name, not a traceback."""
+    from tfl import Graph, build
+    from tflite.TensorType import TensorType as TT
+
+    from nnhal.errors import UnsupportedModelError
+
+    g = Graph()
+    z = g.input((2, 3), TT.COMPLEX64)
+    r = g.tensor((2, 3), F)
+    g.op("REAL", [z], [r])
+    g.output(r, z)
+    with pytest.raises(UnsupportedModelError, match="cannot copy an operand of extension type"):
+        read_tflite(build(g))
