@@ -100,7 +100,7 @@ def test_no_import_cycles():
 
 #: The layers of nnhal, lowest first: a module may import its own layer and those below.
 LAYERS = ["nnhal.core", "nnhal.errors", "nnhal.memory", "nnhal.hal", "nnhal.validation",
-          "nnhal.ops", "nnhal.analysis", "nnhal.tflite", "nnhal.executor",
+          "nnhal.ops", "nnhal.extensions", "nnhal.analysis", "nnhal.tflite", "nnhal.executor",
           "nnhal.aidl", "nnhal.hidl", "nnhal.drivers.common",
           "nnhal.drivers", "nnhal.service", "nnhal.runtime", "nnhal.capi", "nnhal.session",
           "nnhal.conformance",

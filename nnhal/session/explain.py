@@ -14,11 +14,13 @@ from nnhal.ops.resolver import OpError
 from nnhal.validation import ValidationError
 
 
-def _op_name(t: int) -> str:
+def _op_name(t: int, model: Model) -> str:
     try:
         return OperationType(t).name
     except ValueError:
-        return f"extension operation {t:#x}"
+        from nnhal.ops.extensions import operation_name
+
+        return operation_name(t, model.extension_name_to_prefix) + " (an extension operation)"
 
 
 def explain_rejection(model: Model, device: IDevice, status: ErrorStatus) -> str:
@@ -37,7 +39,7 @@ def explain_rejection(model: Model, device: IDevice, status: ErrorStatus) -> str
         got, supported = ErrorStatus.GENERAL_FAILURE, []
     if got != ErrorStatus.NONE or len(supported) != len(model.main.operations):
         supported = list(graph.main.supported)
-    missing = [f"operation {k} ({_op_name(model.main.operations[k].type)})"
+    missing = [f"operation {k} ({_op_name(model.main.operations[k].type, model)})"
                for k, ok in enumerate(supported) if not ok]
     if missing:
         return "the device does not support " + ", ".join(missing)

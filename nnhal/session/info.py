@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.errors import InputError, one_line
-from nnhal.hal.types import Operand, OperandType
+from nnhal.errors import InputError, NnhalError, one_line
+from nnhal.hal.types import Operand, OperandType, is_extension_type
 
 #: The most bytes a feed (and all the feeds of a run together) may hold: the reference
 #: driver's default limit on one tensor. A larger feed is an InputError before it is copied.
@@ -55,8 +55,10 @@ class TensorInfo:
         return self.shape is not None and 0 not in self.shape
 
 
-def tensor_info(name: str, operand: Operand) -> TensorInfo:
-    t = OperandType(operand.type)
+def tensor_info(name: str, operand: Operand, extensions: Any = ()) -> TensorInfo:
+    """``extensions``: the model's extensionNameToPrefix, for an operand of an extension type
+    (its numpy type is the extension's, e.g. complex64 for org.nnhal.tflite's)."""
+    t = _operand_type(operand.type, extensions)
     if t.is_scalar:
         shape: Shape = ()
     elif not operand.dimensions:
@@ -65,6 +67,21 @@ def tensor_info(name: str, operand: Operand) -> TensorInfo:
         shape = tuple(int(d) for d in operand.dimensions)
     return TensorInfo(name, np.dtype(t.dtype), shape, float(operand.scale),
                       int(operand.zero_point), t)
+
+
+def _operand_type(raw: int, extensions: Any) -> Any:
+    if isinstance(raw, OperandType) or not is_extension_type(int(raw)):
+        return OperandType(raw)
+    from nnhal.ops import extensions as registry
+
+    try:
+        found = registry.resolve_operand_type(int(raw), registry.resolve(extensions))
+    except registry.ExtensionError as e:
+        raise NnhalError(str(e)) from None
+    if found is None:
+        raise NnhalError(f"extension operand type {int(raw):#x}: its extension is not "
+                         f"installed here")
+    return found
 
 
 def format_shape(shape: Shape) -> str:

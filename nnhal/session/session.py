@@ -190,9 +190,10 @@ class Session:
                                  f"{sv.input} and output {sv.output}, out of range")
         state_in = {s.input for s in imp.state}
         state_out = {s.output for s in imp.state}
-        all_in = [tensor_info(n, main.operands[i])
+        exts = self.model.extension_name_to_prefix
+        all_in = [tensor_info(n, main.operands[i], exts)
                   for n, i in zip(imp.input_names, main.input_indexes)]
-        all_out = [tensor_info(n, main.operands[i])
+        all_out = [tensor_info(n, main.operands[i], exts)
                    for n, i in zip(imp.output_names, main.output_indexes)]
         self._all_inputs, self._all_outputs = all_in, all_out
         self._public_in = [k for k in range(len(all_in)) if k not in state_in]

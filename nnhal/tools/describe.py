@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -96,11 +97,21 @@ def plain(model: Model) -> ImportedModel:
                          [f"output{k}" for k in range(len(main.output_indexes))], source="")
 
 
-def type_name(t: int) -> str:
+def type_name(t: int, extensions: Any = ()) -> str:
+    """The operand type's name; an extension type's (``NAME:TYPE``) when ``extensions``,
+    the model's extensionNameToPrefix, names its extension."""
     try:
         return OperandType(t).name
     except ValueError:
-        return f"type {t}"
+        pass
+    from nnhal.ops import extensions as registry
+
+    for e in extensions:
+        if int(e.prefix) == int(t) >> 16:
+            ext = registry.lookup(e.name)
+            tdef = ext.operand_type(int(t) & 0xFFFF) if ext is not None else None
+            return f"{e.name}:{tdef.name if tdef is not None else int(t) & 0xFFFF}"
+    return f"type {t}"
 
 
 def short_type(t: int) -> str:
@@ -110,11 +121,18 @@ def short_type(t: int) -> str:
         return f"t{t}"
 
 
-def op_name(t: int) -> str:
+def op_name(t: int, extensions: Any = ()) -> str:
+    """The operation type's name; an extension operation's (``NAME:OP``) when
+    ``extensions``, the model's extensionNameToPrefix, names its extension."""
     try:
         return OperationType(t).name
     except ValueError:
-        return f"operation {t}"
+        pass
+    if extensions and int(t) >> 16:
+        from nnhal.ops import extensions as registry
+
+        return registry.operation_name(int(t), extensions)
+    return f"operation {t}"
 
 
 def shape_text(shape: list[int] | None) -> str:

@@ -38,7 +38,8 @@ def _tensor(a: Analysed, index: int, name: str, state: bool) -> dict[str, Any]:
     o: Operand = a.model.main.operands[index]
     t = OperandType(o.type) if o.type in OperandType._value2member_map_ else None
     shape = a.shape(-1, index)
-    return {"name": name, "operand": index, "type": type_name(o.type),
+    return {"name": name, "operand": index,
+            "type": type_name(o.type, a.model.extension_name_to_prefix),
             "dtype": str(t.dtype) if t is not None else None, "shape": shape,
             "shape_text": shape_text(shape), "scale": o.scale, "zero_point": o.zero_point,
             "quantization": quant_text(o), "state": state}
@@ -87,8 +88,10 @@ def device_support(model: Model, devices: Mapping[str, DeviceOrReason],
             entry["unsupported"] = []
         else:
             entry["supported"] = sum(bool(f) for f in flags)
-            entry["unsupported"] = [{"index": k, "type": op_name(ops[k].type)}
+            table = model.extension_name_to_prefix
+            entry["unsupported"] = [{"index": k, "type": op_name(ops[k].type, table)}
                                     for k, f in enumerate(flags) if not f]
+            entry["flags"] = [bool(f) for f in flags]
         out.append(entry)
     return out
 
@@ -107,7 +110,8 @@ def model_info(imported: ImportedModel | Model,
     outputs = [_tensor(a, i, imp.output_names[k], k in state_out)
                for k, i in enumerate(main.output_indexes)]
     sgs = [main, *model.referenced]
-    counts = Counter(op_name(op.type) for sg in sgs for op in sg.operations)
+    table = model.extension_name_to_prefix
+    counts = Counter(op_name(op.type, table) for sg in sgs for op in sg.operations)
     params, nbytes, nconst = _constants(model)
     info: dict[str, Any] = {
         "source": imp.source,
@@ -129,6 +133,7 @@ def model_info(imported: ImportedModel | Model,
                    "input": s.input, "output": s.output} for s in imp.state],
     }
     opened: list[IDevice] = []
+    given = devices is not None
     if devices is None:
         devices, opened = registry_devices()
     try:
@@ -138,7 +143,48 @@ def model_info(imported: ImportedModel | Model,
             close = getattr(dev, "close", None)
             if close is not None:
                 close()
+    info["extension_operations"] = extension_operations(model, info["devices"],
+                                                        plan=a.problem is None and not given)
+    for d in info["devices"]:
+        d.pop("flags", None)
     return info
+
+
+def extension_operations(model: Model, support: list[dict[str, Any]], plan: bool = True
+                         ) -> list[dict[str, Any]]:
+    """Each main operation of a vendor extension: its name, its extension, the devices that
+    support it and (``plan``: the runtime's partition over every available device) the one
+    that runs it."""
+    from nnhal.hal.types import is_extension_type
+
+    table = model.extension_name_to_prefix
+    prefixes = {int(e.prefix): e.name for e in table}
+    found = [k for k, op in enumerate(model.main.operations) if is_extension_type(op.type)]
+    if not found:
+        return []
+    runs_on: dict[int, str] = {}
+    why = None
+    if plan:
+        from nnhal.tools.plan import compile_plan, operation_devices
+
+        try:
+            steps, comp = compile_plan(model)
+            comp.free()
+            runs_on = operation_devices(steps)
+        except NnhalError as e:
+            why = str(e)
+    out = []
+    for k in found:
+        t = int(model.main.operations[k].type)
+        entry = {"index": k, "operation": op_name(t, table),
+                 "extension": prefixes.get(t >> 16),
+                 "supported_by": [d["name"] for d in support
+                                  if d.get("flags") and k < len(d["flags"]) and d["flags"][k]],
+                 "runs_on": runs_on.get(k)}
+        if why is not None:
+            entry["plan_problem"] = why
+        out.append(entry)
+    return out
 
 
 def registry_devices() -> tuple[dict[str, DeviceOrReason], list[IDevice]]:
@@ -217,6 +263,17 @@ def render(info: dict[str, Any], console: Any = None) -> None:
             st.add_row(s["name"], shape_text(s["shape"]), s["dtype"], str(s["input"]),
                        str(s["output"]))
         console.print(st)
+    if info.get("extension_operations"):
+        ext = Table(title="extension operations (vendor extensions: not HAL operations)",
+                    title_justify="left", show_edge=False)
+        for col in ("#", "operation", "extension", "supported by", "runs on"):
+            ext.add_column(col, overflow="fold")
+        for e in info["extension_operations"]:
+            ext.add_row(str(e["index"]), e["operation"], e["extension"] or "?",
+                        ", ".join(e["supported_by"]) or "no device",
+                        e["runs_on"] or ("not planned" if "plan_problem" not in e
+                                         else "no plan: " + e["plan_problem"]))
+        console.print(ext)
     console.print("[bold]devices[/bold]", highlight=False)
     for d in info.get("devices", []):
         console.print("  " + device_line(d), highlight=False, markup=False)
@@ -259,7 +316,8 @@ def plan_info(imported: ImportedModel | Model, device_names: list[str] | None = 
     steps, comp = compile_plan(model, device_names, preference)
     comp.free()
     for s in steps:
-        s["operation_names"] = [op_name(model.main.operations[k].type)
+        s["operation_names"] = [op_name(model.main.operations[k].type,
+                                        model.extension_name_to_prefix)
                                 for k in s["operations"]]
     return steps
 

@@ -112,6 +112,8 @@ def load_feeds(path: str, inputs: Sequence[TensorInfo]) -> dict[str, np.ndarray]
 # ---- outputs --------------------------------------------------------------------------------
 
 def _number(v: object) -> str:
+    if isinstance(v, (complex, np.complexfloating)):
+        return f"{v.real:.6g}{v.imag:+.6g}j"
     return f"{v:.6g}" if isinstance(v, (float, np.floating)) else str(v)
 
 
@@ -122,8 +124,12 @@ def summary_table(outputs: dict[str, np.ndarray], title: str = "outputs") -> Tab
     for name, arr in outputs.items():
         if arr.size:
             flat = arr.reshape(-1)
-            stats = [_number(flat.min()), _number(flat.max()),
-                     _number(float(flat.astype(np.float64).mean()))]
+            # Complex values (an extension's complex64) have no order: their magnitudes'.
+            ordered = np.abs(flat) if flat.dtype.kind == "c" else flat
+            stats = [_number(ordered.min()), _number(ordered.max()),
+                     _number(float(ordered.astype(np.float64).mean()))]
+            if flat.dtype.kind == "c":
+                stats = [f"|z| {v}" for v in stats]
             first = ", ".join(_number(v) for v in flat[:4].tolist())
             first += ", ..." if flat.size > 4 else ""
         else:
