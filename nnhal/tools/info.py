@@ -16,7 +16,7 @@ from typing import Any
 from nnhal.conformance.cliutil import device, input_file
 from nnhal.errors import NnhalError
 from nnhal.hal.interfaces import IDevice
-from nnhal.hal.types import ErrorStatus, Model, Operand, OperandType
+from nnhal.hal.types import ErrorStatus, Model, Operand, OperandType, is_extension_type
 from nnhal.tflite.model import ImportedModel
 from nnhal.tools.describe import (
     CONSTANT,
@@ -63,6 +63,7 @@ def device_support(model: Model, devices: Mapping[str, DeviceOrReason],
     operations by index and type; a device that refuses the model says why (``problem``:
     the validation message, which the HAL status alone does not carry)."""
     ops = model.main.operations
+    table = model.extension_name_to_prefix
     out = []
     for name, dev in devices.items():
         entry: dict[str, Any] = {"name": name, "available": not isinstance(dev, str),
@@ -87,7 +88,7 @@ def device_support(model: Model, devices: Mapping[str, DeviceOrReason],
             entry["unsupported"] = []
         else:
             entry["supported"] = sum(bool(f) for f in flags)
-            entry["unsupported"] = [{"index": k, "type": op_name(ops[k].type)}
+            entry["unsupported"] = [{"index": k, "type": op_name(ops[k].type, table)}
                                     for k, f in enumerate(flags) if not f]
         out.append(entry)
     return out
@@ -107,7 +108,8 @@ def model_info(imported: ImportedModel | Model,
     outputs = [_tensor(a, i, imp.output_names[k], k in state_out)
                for k, i in enumerate(main.output_indexes)]
     sgs = [main, *model.referenced]
-    counts = Counter(op_name(op.type) for sg in sgs for op in sg.operations)
+    table = model.extension_name_to_prefix
+    counts = Counter(op_name(op.type, table) for sg in sgs for op in sg.operations)
     params, nbytes, nconst = _constants(model)
     info: dict[str, Any] = {
         "source": imp.source,
@@ -133,12 +135,49 @@ def model_info(imported: ImportedModel | Model,
         devices, opened = registry_devices()
     try:
         info["devices"] = device_support(model, devices, a.problem)
+        info["extension_operations"] = extension_operations(model, info["devices"],
+                                                            a.problem is None)
     finally:
         for dev in opened:
             close = getattr(dev, "close", None)
             if close is not None:
                 close()
     return info
+
+
+def extension_operations(model: Model, support: list[dict[str, Any]], plan: bool = True
+                         ) -> list[dict[str, Any]]:
+    """The main subgraph's extension operations: index, ``NAME:OP``, the devices that
+    support each, and the device the runtime's partition over every registered device runs it
+    on (``runs_on``; None, with ``plan_problem``, when the runtime cannot compile the model;
+    ``plan`` False skips the partition)."""
+    table = model.extension_name_to_prefix
+    found = [(k, op) for k, op in enumerate(model.main.operations)
+             if is_extension_type(op.type)]
+    if not found:
+        return []
+    runs_on: dict[int, str] = {}
+    problem = None if plan else "the model is invalid"
+    if plan:
+        from nnhal.tools.plan import compile_plan, operation_devices
+
+        try:
+            steps, comp = compile_plan(model)
+            comp.free()
+            runs_on = operation_devices(steps)
+        except NnhalError as e:
+            problem = str(e)
+    out = []
+    for k, op in found:
+        name = op_name(op.type, table)
+        entry = {"index": k, "type": name, "extension": name.partition(":")[0],
+                 "supported_by": [d["name"] for d in support if d.get("supported") is not None
+                                  and k not in {u["index"] for u in d["unsupported"]}],
+                 "runs_on": runs_on.get(k)}
+        if problem is not None:
+            entry["plan_problem"] = problem
+        out.append(entry)
+    return out
 
 
 def registry_devices() -> tuple[dict[str, DeviceOrReason], list[IDevice]]:
@@ -220,6 +259,15 @@ def render(info: dict[str, Any], console: Any = None) -> None:
     console.print("[bold]devices[/bold]", highlight=False)
     for d in info.get("devices", []):
         console.print("  " + device_line(d), highlight=False, markup=False)
+    if info.get("extension_operations"):
+        ext = Table(title="extension operations (vendor operations, no HAL operation)",
+                    title_justify="left", show_edge=False)
+        for col in ("operation", "type", "supported by", "runs on"):
+            ext.add_column(col, overflow="fold")
+        for e in info["extension_operations"]:
+            ext.add_row(f"#{e['index']}", e["type"], ", ".join(e["supported_by"]) or "none",
+                        e["runs_on"] or f"- ({e.get('plan_problem', 'not planned')})")
+        console.print(ext)
 
 
 def device_line(d: dict[str, Any]) -> str:
@@ -259,7 +307,8 @@ def plan_info(imported: ImportedModel | Model, device_names: list[str] | None = 
     steps, comp = compile_plan(model, device_names, preference)
     comp.free()
     for s in steps:
-        s["operation_names"] = [op_name(model.main.operations[k].type)
+        s["operation_names"] = [op_name(model.main.operations[k].type,
+                                        model.extension_name_to_prefix)
                                 for k in s["operations"]]
     return steps
 
