@@ -281,6 +281,8 @@ def tflite_options(code: int, options: dict[str, Any]) -> list[tuple[T, Any]]:
 
     if code == LANDMARKS_TO_TRANSFORM_MATRIX:
         flat = [int(v) for v in get("subset_idxs", list)]
+        if not flat:
+            raise ValueError(f"{TFLITE_NAMES[code]}: custom option 'subset_idxs' is empty")
         if len(flat) % 2:  # MediaPipe pairs an odd last index with itself
             flat.append(flat[-1])
         return [(T.TENSOR_INT32, np.array(flat, np.int32).reshape(-1, 2)),
@@ -313,21 +315,20 @@ def _decode(raw: bytes) -> dict[str, Any]:
 def _converter(code: int, ranks: tuple[int, ...]) -> Callable[[Any], Any]:
     """The importer's conversion of one operator (see :mod:`nnhal.tflite.import_ext`)."""
     def convert(call: Any) -> tuple[list[int], list[int]]:
-        name = TFLITE_NAMES[code]
         if call.n_inputs != len(ranks) or call.n_outputs != 1:
-            raise call.refuse(f"{name} takes {len(ranks)} inputs and 1 output, not "
+            raise call.refuse(f"it takes {len(ranks)} inputs and 1 output, not "
                               f"{call.n_inputs} and {call.n_outputs}")
         for k, rank in enumerate(ranks):
             t = call.tensor(k)
             if t is None:
-                raise call.refuse(f"{name}: input {k} is omitted")
+                raise call.refuse(f"input {k} is omitted")
             if t.has_rank and len(t.shape) != rank:
-                raise call.refuse(f"{name}: input {k} has rank {len(t.shape)}, not {rank} "
+                raise call.refuse(f"input {k} has rank {len(t.shape)}, not {rank} "
                                   "(nnhal takes the operator's version 2)")
         try:
             extra = tflite_options(code, _decode(call.custom_options))
-        except ValueError as e:
-            raise call.refuse(str(e)) from None
+        except (ValueError, TypeError, OverflowError) as e:  # malformed values too
+            raise call.refuse(str(e) or type(e).__name__) from None
         ins = [call.input(k) for k in range(len(ranks))]
         for type_, value in extra:
             ins.append(call.constant(type_, value) if type_ == T.TENSOR_INT32

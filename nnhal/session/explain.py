@@ -42,8 +42,10 @@ def explain_rejection(model: Model, device: IDevice, status: ErrorStatus) -> str
         t = model.main.operations[k].type
         if not is_extension_type(t):
             return _op_name(t)
-        why = graph.reasons.get((-1, k))  # an extension operation the analysis refused
-        return operation_name(t, model.extension_name_to_prefix) + (f": {why}" if why else "")
+        op = operation_name(t, model.extension_name_to_prefix)
+        why = graph.reasons.get((-1, k), "")  # an extension operation the analysis refused
+        why = why.removeprefix(f"{op}: ")  # an OpError names the operation already
+        return op + (f": {why}" if why else "")
 
     missing = [f"operation {k} ({name(k)})" for k, ok in enumerate(supported) if not ok]
     if missing:

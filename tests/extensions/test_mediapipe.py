@@ -352,3 +352,118 @@ def test_face_model_info_names_extension_operations(capsys):
     assert cli.main(["info", str(MODEL)]) == 0
     text = capsys.readouterr().out
     assert "extension operations" in text and f"{mp.NAME}:TRANSFORM_TENSOR_BILINEAR" in text
+
+
+# ---- small TFLite models of one operator -----------------------------------------------------
+
+def _one_op_model(custom_name, inputs, output, options=None):
+    """A TFLite file of one custom operator: ``inputs`` (shape, constant value or None),
+    ``output`` its shape; ``options`` a dict flexbuffers-encoded as MediaPipe's are."""
+    schema = pytest.importorskip("ai_edge_litert.schema_py_generated",
+                                 reason="ai-edge-litert writes the TFLite test models")
+    import flatbuffers
+    from flatbuffers import flexbuffers
+
+    m = schema.ModelT()
+    m.version = 3
+    m.buffers = [schema.BufferT()]
+    sg = schema.SubGraphT()
+    sg.tensors, sg.inputs = [], []
+    for k, (shape, value) in enumerate([*inputs, (output, None)]):
+        t = schema.TensorT()
+        t.shape, t.type, t.name, t.buffer = list(shape), schema.TensorType.FLOAT32, f"t{k}", 0
+        if value is not None:
+            b = schema.BufferT()
+            b.data = np.asarray(value, np.float32).tobytes()
+            m.buffers.append(b)
+            t.buffer = len(m.buffers) - 1
+        elif k < len(inputs):
+            sg.inputs.append(k)
+        sg.tensors.append(t)
+    sg.outputs = [len(inputs)]
+    code = schema.OperatorCodeT()
+    code.builtinCode = code.deprecatedBuiltinCode = schema.BuiltinOperator.CUSTOM
+    code.customCode, code.version = custom_name, 2
+    m.operatorCodes = [code]
+    op = schema.OperatorT()
+    op.opcodeIndex, op.inputs, op.outputs = 0, list(range(len(inputs))), [len(inputs)]
+    if options is not None:
+        op.customOptions = list(flexbuffers.Dumps(options))
+    sg.operators = [op]
+    m.subgraphs = [sg]
+    b = flatbuffers.Builder(1024)
+    b.Finish(m.Pack(b), file_identifier=b"TFL3")
+    return bytes(b.Output())
+
+
+def _run_file(data, feeds):
+    from nnhal.session import Session
+
+    with Session(data, device="reference") as s:
+        return list(s.run(feeds).values())
+
+
+def test_tflite_transform_landmarks_alone():
+    rng = np.random.default_rng(11)
+    lm = rng.normal(0, 20, size=(1, 6, 3)).astype(np.float32)
+    m = rng.normal(0, 1, size=(1, 4, 4)).astype(np.float32)
+    data = _one_op_model("TransformLandmarks", [((1, 6, 3), None), ((1, 4, 4), m)],
+                         (1, 6, 3))
+    (got,) = _run_file(data, [lm])
+    np.testing.assert_allclose(got, ref_transform_landmarks(lm, m), rtol=1e-5, atol=1e-4)
+
+
+def test_tflite_landmarks_to_matrix_and_bilinear_alone():
+    rng = np.random.default_rng(12)
+    lm = _face(rng, 10)
+    opts = {"left_rotation_idx": 1, "right_rotation_idx": 7, "output_height": 5,
+            "output_width": 4, "scale_x": 1.25, "scale_y": 1.5, "subset_idxs": [0, 2, 3, 9, 5],
+            "target_rotation_radians": 0.25}
+    data = _one_op_model("Landmarks2TransformMatrix", [((1, 10, 3), None)], (1, 4, 4), opts)
+    (got,) = _run_file(data, [lm])
+    want = ref_landmarks_to_matrix(lm, [0, 2, 3, 9, 5], 1, 7, 0.25, 5, 4, 1.25, 1.5)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    img = rng.normal(size=(1, 8, 9, 2)).astype(np.float32)
+    data = _one_op_model("TransformTensorBilinear", [((1, 8, 9, 2), None), ((1, 4, 4), None)],
+                         (1, 5, 4, 2), {"output_height": 5, "output_width": 4})
+    m = _rot_matrix(rng, 8, 9, 5, 4)
+    (got,) = _run_file(data, [img, m])
+    np.testing.assert_allclose(got, ref_transform_tensor_bilinear(img, m, 5, 4), atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["v1 options", "v1 rank", "no options", "index past",
+                                  "empty subset", "bad option"])
+def test_tflite_forms_nnhal_refuses(case):
+    """Version 1's forms (other options, 4-D landmarks), missing options and a landmark
+    index past the tensor are refused with a message, at import or compilation."""
+    from nnhal.errors import NnhalError
+
+    v2 = {"left_rotation_idx": 0, "right_rotation_idx": 1, "output_height": 2,
+          "output_width": 2, "scale_x": 1.0, "scale_y": 1.0, "subset_idxs": [0, 1],
+          "target_rotation_radians": 0.0}
+    if case == "v1 options":
+        data = _one_op_model("Landmarks2TransformMatrix", [((1, 4, 3), None)], (1, 4, 4),
+                             {"dimensions": 3, "landmarks_range": 192, "subset": [0, 1]})
+        match = "subset_idxs' is missing"
+    elif case == "v1 rank":
+        data = _one_op_model("TransformLandmarks", [((1, 1, 4, 3), None), ((1, 4, 4), None)],
+                             (1, 1, 4, 3), {"dimensions": 3, "scale": 1.0})
+        match = "input 0 has rank 4, not 3"
+    elif case == "no options":
+        data = _one_op_model("TransformTensorBilinear", [((1, 4, 4, 1), None),
+                                                         ((1, 4, 4), None)], (1, 2, 2, 1))
+        match = "output_height' is missing"
+    elif case == "index past":
+        data = _one_op_model("Landmarks2TransformMatrix", [((1, 4, 3), None)], (1, 4, 4),
+                             dict(v2, subset_idxs=[0, 4]))
+        match = "landmark index 4 is past the 4 landmarks"
+    elif case == "empty subset":
+        data = _one_op_model("Landmarks2TransformMatrix", [((1, 4, 3), None)], (1, 4, 4),
+                             dict(v2, subset_idxs=[]))
+        match = "subset_idxs' is empty"
+    else:
+        data = _one_op_model("Landmarks2TransformMatrix", [((1, 4, 3), None)], (1, 4, 4),
+                             dict(v2, subset_idxs=[[1]]))
+        match = "LANDMARKS_TO_TRANSFORM_MATRIX: int"
+    with pytest.raises(NnhalError, match=match):
+        _run_file(data, [np.zeros((1, 4, 3), np.float32)])
