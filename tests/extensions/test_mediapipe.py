@@ -272,6 +272,7 @@ def test_reference_offers_the_extension():
 DATA = __import__("pathlib").Path(__file__).parent.parent / "tflite" / "data"
 MODEL = DATA / "face_landmark_with_attention.tflite"
 REFERENCE = DATA / "face_landmark_with_attention_mediapipe.npz"
+BILINEAR = DATA / "transform_tensor_bilinear_mediapipe.npz"
 OUTPUTS = ["output_mesh_identity", "output_lips", "output_left_eye", "output_right_eye",
            "output_left_iris", "output_right_iris", "conv_faceflag"]
 #: Worst absolute error seen against MediaPipe's runtime: 4.6e-5 (its TFLite kernels) and
@@ -467,3 +468,20 @@ def test_tflite_forms_nnhal_refuses(case):
         match = "LANDMARKS_TO_TRANSFORM_MATRIX: int"
     with pytest.raises(NnhalError, match=match):
         _run_file(data, [np.zeros((1, 4, 3), np.float32)])
+
+
+def test_bilinear_models_match_mediapipe():
+    """TransformTensorBilinear alone, as MediaPipe's runtime computed it (out-of-range
+    sampling included: 51 and 456 of the outputs are zeros there)."""
+    if not BILINEAR.exists():
+        pytest.skip(f"{BILINEAR.name} is not in {DATA}")
+    cases = np.load(BILINEAR)
+    zeros = []
+    for k in range(3):
+        x = (cases[f"image{k}"].astype(np.float32) / 255)[None]
+        (got,) = _run_file(cases[f"model{k}"].tobytes(), [x])
+        want = cases[f"mediapipe{k}"]
+        np.testing.assert_allclose(got, want, atol=1e-6)
+        np.testing.assert_array_equal(got == 0, want == 0)
+        zeros.append(int((want == 0).sum()))
+    assert zeros[1] > 0 and zeros[2] > zeros[1]
