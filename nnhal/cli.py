@@ -174,11 +174,15 @@ def _tflite_table() -> str:
 
     table = builtin_table()
     width = max(len(n) for n in table)
-    lines = [f"{name:<{width}}  {kind:<13}  {note}" for name, (kind, note) in table.items()]
-    counts = Counter(kind for kind, _ in table.values())
+    kw = max(len(k) for k, _ in table.values())
+    lines = [f"{name:<{width}}  {kind:<{kw}}  {note}" for name, (kind, note) in table.items()]
+    # An extension's operation counts as "extension" ("extension (NAME:OP)" in the table).
+    counts = Counter("extension" if kind.startswith("extension (") else kind
+                     for kind, _ in table.values())
     lines.append("")
     lines.append(", ".join(f"{k}: {counts[k]}" for k in ("HAL operation", "lowered", "folded",
-                                                          "refused")) + f" ({len(table)} builtins)")
+                                                          "extension", "refused"))
+                 + f" ({len(table)} builtins)")
     for code, note in custom_support().items():
         lines.append(f"custom {code}: {note}")
     return "\n".join(lines)

@@ -315,9 +315,7 @@ def _decode(raw: bytes) -> dict[str, Any]:
 def _converter(code: int, ranks: tuple[int, ...]) -> Callable[[Any], Any]:
     """The importer's conversion of one operator (see :mod:`nnhal.tflite.import_ext`)."""
     def convert(call: Any) -> tuple[list[int], list[int]]:
-        if call.n_inputs != len(ranks) or call.n_outputs != 1:
-            raise call.refuse(f"it takes {len(ranks)} inputs and 1 output, not "
-                              f"{call.n_inputs} and {call.n_outputs}")
+        call.expect(len(ranks), 1)
         for k, rank in enumerate(ranks):
             t = call.tensor(k)
             if t is None:

@@ -59,6 +59,9 @@ PLUGIN_GROUP = "nnhal.extensions"
 #: Extension::name: lowercase letters, digits, periods and underscores, at least one period.
 _NAME = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)+")
 _CODE_MAX = (1 << EXTENSION_TYPE_LOW_BITS) - 1
+#: The extensions nnhal itself ships, registered on first lookup (name -> module, attribute).
+SHIPPED = {"org.nnhal.tflite": ("nnhal.extensions.tflite_builtins", "EXTENSION"),
+           "com.google.mediapipe": ("nnhal.extensions.mediapipe", "EXTENSION")}
 
 
 def valid_name(name: object) -> bool:
@@ -89,6 +92,9 @@ class OperandTypeDef:
     params_size: int | None = 0
     check_params: Callable[[bytes], str | None] | None = None
     doc: str = ""
+    #: The TFLite TensorType (schema code, e.g. 8 for COMPLEX64) this type stands for when the
+    #: TFLite importer meets a tensor of a type the HAL lacks (None: none).
+    tflite: int | None = None
 
     def __post_init__(self) -> None:
         if self.dtype is None:
@@ -149,26 +155,30 @@ class OperationId:
 class ExtensionOperation:
     """One operation of an extension: its signature (slots may name :class:`OperandTypeDef`s)
     and its definition (``validate``, ``prepare``, ``kernel``). ``tflite`` names the TFLite
-    operators it stands for (a builtin code, or a custom operator's name), for an importer
-    that maps them to it (:func:`for_tflite`; nnhal's importer does not read it yet)."""
+    operators it stands for (a builtin code, or a custom operator's name): nnhal's importer
+    turns such an operator into this operation (:func:`for_tflite`) with ``tflite_convert``,
+    which reads the operator and gives the operation's operands (see
+    :mod:`nnhal.tflite.import_ext`; None: the operator's inputs and outputs in order)."""
 
     id: OperationId
     signature: Signature
     definition: OperationDef
     tflite: tuple[int | str, ...] = ()
+    tflite_convert: Callable[[Any], Any] | None = None
 
 
 def operation(extension: str, code: int, name: str,
               inputs: Sequence[Slot] | Mapping[str, Sequence[Slot]], outputs: Sequence[Slot],
               definition: OperationDef, variants: Iterable[Variant] = (),
-              doc: str = "", tflite: Iterable[int | str] = ()) -> ExtensionOperation:
+              doc: str = "", tflite: Iterable[int | str] = (),
+              tflite_convert: Callable[[Any], Any] | None = None) -> ExtensionOperation:
     """Declare an extension operation (variants default to feature level 3, HAL 1.2, which
     brought extensions)."""
     op_id = OperationId(extension, code, name)
     signature = sig(op_id, inputs, outputs,  # type: ignore[arg-type]
                     list(variants) or [Variant({}, FeatureLevel.V1_2)], doc)
     definition.op_type = op_id  # type: ignore[assignment]
-    return ExtensionOperation(op_id, signature, definition, tuple(tflite))
+    return ExtensionOperation(op_id, signature, definition, tuple(tflite), tflite_convert)
 
 
 @dataclass(frozen=True)
@@ -271,6 +281,13 @@ def discover(force: bool = False) -> None:
         if force:
             _plugins.clear()
             _errors.clear()
+        for name, where in SHIPPED.items():
+            if name not in _registered:
+                try:
+                    ext = getattr(importlib.import_module(where[0]), where[1])
+                    _registered[name] = ext
+                except Exception as e:  # noqa: BLE001 - a broken shipped one is reported
+                    _errors[name] = f"shipped extension failed to load: {type(e).__name__}: {e}"
         try:
             eps = importlib.metadata.entry_points(group=PLUGIN_GROUP)
         except Exception:  # noqa: BLE001 - broken metadata: no plug-ins
@@ -331,6 +348,30 @@ def for_tflite(operator: int | str) -> tuple[ExtensionDef, ExtensionOperation] |
                 if operator in op.tflite:
                     return ext, op
     return None
+
+
+def for_tflite_type(tensor_type: int) -> tuple[ExtensionDef, OperandTypeDef] | None:
+    """The installed extension operand type that stands for a TFLite TensorType the HAL
+    lacks (first in extension name order), or None."""
+    with _lock:
+        for name in sorted(installed()):
+            ext = _registered.get(name)
+            for t in ext.operand_types if ext is not None else ():
+                if t.tflite is not None and t.tflite == tensor_type:
+                    return ext, t
+    return None
+
+
+def tflite_claims() -> dict[int | str, tuple[ExtensionDef, ExtensionOperation]]:
+    """Every TFLite operator (builtin code or custom name) an installed extension claims."""
+    out: dict[int | str, tuple[ExtensionDef, ExtensionOperation]] = {}
+    with _lock:
+        for name in sorted(installed()):
+            ext = _registered.get(name)
+            for op in ext.operations if ext is not None else ():
+                for key in op.tflite:
+                    out.setdefault(key, (ext, op))
+    return out
 
 
 def declare(ext: Extension) -> None:

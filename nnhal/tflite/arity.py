@@ -134,4 +134,16 @@ ARITY.update({
     "BROADCAST_ARGS": _a(2),
     "ZEROS_LIKE": _a(1),
 })
+#: Builtins nnhal's extension org.nnhal.tflite stands for (nnhal/extensions/tflite_builtins.py).
+ARITY.update({
+    "RFFT2D": _a(2),
+    "COMPLEX_ABS": _a(1),
+    "REAL": _a(1),
+    "IMAG": _a(1),
+    "CUMSUM": _a(2),
+    "SIGN": _a(1),
+    "CEIL": _a(1),
+    "ROUND": _a(1),
+    "COS": _a(1),
+})
 ARITY = {name: _with_options(name, a) for name, a in ARITY.items()}

@@ -5,6 +5,7 @@ use to add scalars, temporaries and operations."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,10 @@ class Unimportable(Exception):
 
 #: (HAL type, scale, zero point, channel quantization) of a tensor.
 HalType = tuple[OperandType, float, int, SymmPerChannelQuantParams | None]
+
+#: The extension table of the model being imported (:class:`nnhal.tflite.import_ext.
+#: ExtensionTable`): a tensor of a type the HAL lacks takes the extension type standing for it.
+EXTENSION_TYPES: ContextVar[Any] = ContextVar("nnhal_tflite_extensions", default=None)
 
 
 def hal_type(t: TfliteTensor) -> HalType:
@@ -65,6 +70,10 @@ def hal_type(t: TfliteTensor) -> HalType:
             raise Unimportable(f"{t.describe()} is int16 with zero point {zp} (the HAL's "
                                f"TENSOR_QUANT16_SYMM has zero point 0)")
         return T.TENSOR_QUANT16_SYMM, scale, 0, None
+    table = EXTENSION_TYPES.get()
+    raw = table.tensor_type(t) if table is not None else None
+    if raw is not None:
+        return raw, 0.0, 0, None  # type: ignore[return-value]
     raise Unimportable(f"{t.describe()} has type {t.type_name}, which has no HAL operand type")
 
 
@@ -75,6 +84,12 @@ def hal_dims(t: TfliteTensor) -> list[int]:
 
 
 def operand_dtype(t: OperandType) -> np.dtype:
+    if int(t) >> 16:  # an extension operand type of the model being imported
+        table = EXTENSION_TYPES.get()
+        found = table.dtype(int(t)) if table is not None else None
+        if found is None:
+            raise Unimportable(f"no numpy type for extension operand type {int(t):#x}")
+        return found
     return np.dtype(np.uint8) if t == T.TENSOR_BOOL8 else np.dtype(t.dtype)
 
 

@@ -73,6 +73,16 @@ class OpInfo:
     custom: bool = False
     #: A custom operator's raw options (its kernel reads them as it likes).
     custom_options: bytes = b""
+    #: The flatbuffer operator of a builtin the importer does not read options of itself.
+    operator: Any = None
+
+    def options_as(self, table: str) -> Any:
+        """The options as the schema table ``table`` (defaults when absent or another)."""
+        if self.operator is not None:
+            return _options(self.operator, table)
+        if self.options is not None and type(self.options).__name__ == table:
+            return self.options
+        return default_options(table)
 
     def describe(self) -> str:
         return f"#{self.index} {self.name}"
@@ -244,6 +254,8 @@ class _Reader:
                       _options(op, arity.options if arity is not None else None), custom)
         if custom and op.CustomOptionsLength():
             info.custom_options = op.CustomOptionsAsNumpy().tobytes()
+        if arity is None and not custom:
+            info.operator = op  # an extension's converter reads its options (options_as)
         if arity is not None:
             problem = arity.problem(len(ins), len(outs))
             if problem is not None:

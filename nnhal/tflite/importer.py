@@ -17,11 +17,13 @@ from typing import Any
 from nnhal.analysis import analyse
 from nnhal.errors import ModelFileError, UnsupportedModelError
 from nnhal.hal.builder import ModelBuilder, SubgraphBuilder
-from nnhal.hal.types import OperandLifeTime, OperandType
+from nnhal.hal.types import OperandLifeTime, OperandType, OperationType, is_extension_type
+from nnhal.ops import extensions as ops_extensions
 from nnhal.ops.catalog import signature
 from nnhal.ops.resolver import OpError
 from nnhal.ops.signature import SignatureError, check
 from nnhal.tflite import (
+    import_ext,
     import_reach,  # noqa: F401  (registers its converters)
     import_recurrent,  # noqa: F401  (registers its converters)
     schema,
@@ -39,23 +41,33 @@ from nnhal.validation import ValidationError
 L = OperandLifeTime
 
 
-#: The classes of :func:`builtin_table`.
+#: The classes of :func:`builtin_table` ("extension (NAME:OP)" is the fifth, per extension).
 KINDS = ("HAL operation", "lowered", "folded", "refused")
+_CODES = {name: code for code, name in schema.BUILTIN_NAMES.items()}
 
 
 def builtin_table() -> dict[str, tuple[str, str]]:
     """Every TFLite builtin -> (kind, how or why): "HAL operation" (one HAL operation, its
     options as operands), "lowered" (a short HAL subgraph computing the same thing),
-    "folded" (only constants: folded at import, refused otherwise) or "refused"."""
+    "folded" (only constants: folded at import, otherwise refused or an extension's),
+    "extension (NAME:OP)" (an installed extension's operation stands for it) or "refused".
+    A builtin with a HAL form keeps its kind; its note then names the extension that takes
+    the forms the HAL refuses."""
     mapped, refused = builtin_support()
     table = {}
     for name, note in mapped.items():
+        ext = import_ext.claim_name(_CODES[name]) if name in _CODES else None
         if name in CONVERTERS:
             kind = "lowered" if name in LOWERED else "HAL operation"
         elif name in VARIABLE_OPS and name != "CALL_ONCE":
             kind = "lowered"  # state inputs and outputs of the model
+        elif ext is not None and name not in FOLDERS:
+            table[name] = (ext, "an installed extension's operation (the HAL has none)")
+            continue
         else:
             kind = "folded"
+        if ext is not None:
+            note += f"; the forms it refuses: {ext}"
         table[name] = (kind, note)
     for name, why in refused.items():
         table[name] = ("refused", why)
@@ -63,8 +75,9 @@ def builtin_table() -> dict[str, tuple[str, str]]:
 
 
 def builtin_support() -> tuple[dict[str, str], dict[str, str]]:
-    """(mapped, refused): every TFLite builtin the importer converts with how, and every one
-    it refuses with why (:func:`builtin_table` says which kind each mapping is)."""
+    """(mapped, refused): every TFLite builtin the importer converts with how (those an
+    installed extension claims included), and every one it refuses with why
+    (:func:`builtin_table` says which kind each mapping is)."""
     mapped = dict(MAPPED)
     for name in FOLDERS:
         mapped.setdefault(name, FOLDED_NOTE)
@@ -76,8 +89,12 @@ def builtin_support() -> tuple[dict[str, str], dict[str, str]]:
         mapped[name] = "resource variable: one extra state input and output of the model"
     mapped["CALL_ONCE"] = "initialisation of resource variables (initial state values)"
     refused = {}
-    for name in schema.BUILTIN_NAMES.values():
+    for code, name in schema.BUILTIN_NAMES.items():
         if name in mapped or name.startswith("PLACEHOLDER"):
+            continue
+        ext = import_ext.claim_name(code)
+        if ext is not None:
+            mapped[name] = f"{ext}: an operation of an installed extension (the HAL has none)"
             continue
         refused[name] = REFUSED.get(name, "no HAL equivalent")
     return dict(sorted(mapped.items())), dict(sorted(refused.items()))
@@ -93,6 +110,8 @@ class _Importer:
         self.referenced: dict[int, SubgraphBuilder] = {}
         self.converting: set[int] = set()
         self.mb = ModelBuilder()
+        #: The model's extensions (prefixes assigned on first use).
+        self.extensions = import_ext.ExtensionTable()
 
     def run(self) -> ImportedModel:
         main = self.subgraphs[0]
@@ -136,6 +155,7 @@ class _Importer:
             raise self._error(self.problems)
         mb.inputs, mb.outputs = inputs, outputs
         model = mb.build()
+        model.extension_name_to_prefix = self.extensions.hal()
         try:
             analyse(model, keep=True)  # a Session or the runtime reads this graph again
         except (ValidationError, OpError) as e:
@@ -182,6 +202,16 @@ class _Importer:
             return SimpleNamespace(type=OperandType(o.type), lifetime=o.lifetime)
 
         for operation in ctx.sb.operations[start:]:
+            if is_extension_type(operation.type):
+                continue  # the analysis checks it against the extension's signature
+            ext_operand = next((i for i in (*operation.inputs, *operation.outputs)
+                                if 0 <= i < len(operands)
+                                and is_extension_type(int(operands[i].type))), None)
+            if ext_operand is not None:
+                raise Unimportable(
+                    f"the HAL's operation {_op_name(operation.type)} takes no extension "
+                    f"operand (operand {ext_operand} is of extension type "
+                    f"{int(operands[ext_operand].type):#x})")
             sig = signature(operation.type)
             if sig is None:
                 continue
@@ -233,14 +263,23 @@ class _Importer:
                         raise Unimportable("resource variables only in the main subgraph")
                     variables.convert(op)
                 elif op.custom:
-                    if op.name not in CUSTOM_CONVERTERS:
+                    if op.name in CUSTOM_CONVERTERS:
+                        CUSTOM_CONVERTERS[op.name](ctx, op)
+                    elif not self._extension(ctx, op, _custom_refusal(op)):
                         raise Unimportable(_custom_refusal(op))
-                    CUSTOM_CONVERTERS[op.name](ctx, op)
                 elif op.name in CONVERTERS:
                     why = kernel_refusal(_rule_op(ctx, op))
                     if why is not None:
-                        raise Unimportable(why)
-                    CONVERTERS[op.name](ctx, op)
+                        self._extension(ctx, op, why)
+                    else:
+                        saved = _Saved(ctx)
+                        try:
+                            CONVERTERS[op.name](ctx, op)
+                        except Unimportable as e:
+                            saved.restore(ctx)
+                            self._extension(ctx, op, str(e))
+                elif import_ext.claim(op) is not None:
+                    self._extension(ctx, op, "")
                 elif op.name in FOLDERS or op.name in ("SHAPE", "RANK", "DENSIFY"):
                     raise Unimportable("no HAL equivalent (folded only when its inputs are "
                                        "constants or, for SHAPE / RANK, its input shape is static)")
@@ -260,6 +299,24 @@ class _Importer:
             ctx.op = None
             if sg.index == 0:
                 self.origin += [op.describe()] * (len(ctx.sb.operations) - len(self.origin))
+
+    def _extension(self, ctx: Context, op: OpInfo, hal_refusal: str) -> bool:
+        """Convert ``op`` into the operation of an installed extension that claims it (True);
+        False when none does. Raises Unimportable naming both refusals when the extension's
+        converter refuses it too (or with ``hal_refusal`` alone when no extension claims it
+        and ``hal_refusal`` is not empty)."""
+        found = import_ext.claim(op)
+        if found is None:
+            if hal_refusal:
+                raise Unimportable(hal_refusal)
+            return False
+        ext, operation = found
+        try:
+            import_ext.convert(ctx, op, self.extensions, ext, operation)
+        except Unimportable as e:
+            prefix = f"{hal_refusal}; " if hal_refusal else ""
+            raise Unimportable(f"{prefix}extension operation {operation.id.name}: {e}") from None
+        return True
 
     def _outputs(self, ctx: Context, sg: SubgraphInfo) -> list[int]:
         """The subgraph's output operands, each written by an operation: a tensor that is an
@@ -301,12 +358,22 @@ def read_tflite(source: str | os.PathLike[str] | bytes, name: str | None = None,
     lf = schema.load(source, name)
     subgraphs = read_model(lf, dynamic_shapes)
     with lf.guard():
-        return _Importer(lf.name, subgraphs).run()
+        importer = _Importer(lf.name, subgraphs)
+        token = import_ext.CURRENT.set(importer.extensions)
+        try:
+            return importer.run()
+        finally:
+            import_ext.CURRENT.reset(token)
 
 
 def custom_support() -> dict[str, str]:
-    """The custom operators the importer maps (custom code -> how); every other is refused."""
-    return dict(CUSTOM_MAPPED)
+    """The custom operators the importer maps (custom code -> how), those of installed
+    extensions included; every other is refused."""
+    out = dict(CUSTOM_MAPPED)
+    for key, (_, operation) in ops_extensions.tflite_claims().items():
+        if isinstance(key, str):
+            out.setdefault(key, f"extension ({operation.id.name})")
+    return dict(sorted(out.items()))
 
 
 __all__ = ["builtin_support", "builtin_table", "custom_support", "read_tflite"]
@@ -327,13 +394,46 @@ def _kind_refusal(op: OpInfo, main: bool) -> str | None:
     if op.name in VARIABLE_OPS:
         return None if main else "resource variables only in the main subgraph"
     if op.custom:
-        return None if op.name in CUSTOM_CONVERTERS else _custom_refusal(op)
-    if op.name in CONVERTERS:
+        return None if op.name in CUSTOM_CONVERTERS or import_ext.claim(op) is not None \
+            else _custom_refusal(op)
+    if op.name in CONVERTERS or import_ext.claim(op) is not None:
         return None
     if op.name in FOLDERS or op.name in ("SHAPE", "RANK", "DENSIFY"):
         return ("no HAL equivalent (folded only when its inputs are constants or, for "
                 "SHAPE / RANK, its input shape is static)")
     return REFUSED.get(op.name, "no HAL equivalent")
+
+
+def _op_name(t: int) -> str:
+    try:
+        return OperationType(t).name
+    except ValueError:
+        return str(t)
+
+
+class _Saved:
+    """The subgraph's state before a converter runs, to undo what it emitted when it
+    refuses the operator midway (an extension then converts it)."""
+
+    def __init__(self, ctx: Context):
+        sb = ctx.sb
+        self.n_operands, self.n_operations = len(sb.operands), len(sb.operations)
+        self.operands, self.outputs = dict(ctx.operands), dict(ctx.output_operands)
+        self.consts = dict(ctx._consts)
+
+    def restore(self, ctx: Context) -> None:
+        sb = ctx.sb
+        fixed = sb._fixed_consumers
+        for operation in sb.operations[self.n_operations:]:
+            for i in operation.inputs:
+                if 0 <= i < self.n_operands and i not in fixed:
+                    sb.operands[i].number_of_consumers -= 1
+        del sb.operations[self.n_operations:]
+        del sb.operands[self.n_operands:]
+        fixed.difference_update({i for i in fixed if i >= self.n_operands})
+        ctx.operands, ctx.output_operands = self.operands, self.outputs
+        ctx._consts = self.consts
+        ctx.pending.clear()
 
 
 def _rule_op(ctx: Context, op: OpInfo) -> RuleOp:

@@ -9,8 +9,10 @@ and against litert running the builtin TRANSPOSE_CONV with the same bias."""
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -21,12 +23,27 @@ from tfl import Graph, Quant, build
 from nnhal.errors import UnsupportedModelError
 from nnhal.hal.types import OperationType
 from nnhal.tflite import builtin_support, builtin_table, custom_support, read_tflite, schema
+from nnhal.tflite.importer import KINDS
 
 DATA = Path(__file__).resolve().parent / "data"
 F, I32 = np.float32, np.int32
 O = OperationType
 
 pytest.importorskip("ai_edge_litert.interpreter")
+
+
+@contextlib.contextmanager
+def _without_tflite_extension() -> Iterator[None]:
+    """nnhal's shipped extension org.nnhal.tflite taken away for a while."""
+    from nnhal.extensions import tflite_builtins
+    from nnhal.ops import extensions
+
+    extensions.lookup(tflite_builtins.NAME)  # registered before it is taken away
+    extensions.unregister(tflite_builtins.NAME)
+    try:
+        yield
+    finally:
+        extensions.register(tflite_builtins.EXTENSION)
 
 
 def _data(name: str) -> bytes:
@@ -85,9 +102,10 @@ def test_bool_reshape_feeding_if() -> None:
 
 
 def test_refusal_names_every_blocking_operator() -> None:
-    """A custom operator, RFFT2D and REAL downstream of it, and an unrelated CUMSUM: one
-    message names all four with their indexes and why."""
-    with pytest.raises(UnsupportedModelError) as e:
+    """A custom operator, RFFT2D and REAL downstream of it, and an unrelated CUMSUM: without
+    nnhal's extension org.nnhal.tflite one message names all four with their indexes and
+    why; with it (the default) only the custom operator is left."""
+    with _without_tflite_extension(), pytest.raises(UnsupportedModelError) as e:
         read_tflite(_data("refused_rfft2d_custom.tflite"))
     msg = str(e.value)
     assert "4 operator(s)" in msg
@@ -96,6 +114,11 @@ def test_refusal_names_every_blocking_operator() -> None:
                  "#2 RFFT2D: no HAL equivalent (its inputs come from a refused operator",
                  "#3 REAL: no HAL equivalent"):
         assert part in msg, msg
+    with pytest.raises(UnsupportedModelError) as e:
+        read_tflite(_data("refused_rfft2d_custom.tflite"))
+    msg = str(e.value)
+    assert "1 operator(s)" in msg and e.value.items == [
+        "#1 BesselI0e: custom operator 'BesselI0e' has no HAL equivalent"], msg
 
 
 # ---- folding ---------------------------------------------------------------------------------
@@ -185,11 +208,29 @@ def test_int32_div_truncates_towards_zero_as_tflite() -> None:
     np.testing.assert_array_equal(got, np.trunc(a / b).astype(I32))
 
 
-def test_float_floor_mod_of_tensors_is_refused() -> None:
-    """Past |x / y| = 2^24 no HAL form computes TFLite's remainder: refused, not wrong."""
-    with pytest.raises(UnsupportedModelError, match=r"#0 FLOOR_MOD: float32 FLOOR_MOD of "
-                                                    r"run-time tensors has no exact HAL form"):
-        read_tflite(_binary("FLOOR_MOD", (2, 3), (3,), F))
+def test_float_floor_mod_of_tensors_is_an_extension_operation() -> None:
+    """Past |x / y| = 2^24 no HAL form computes TFLite's remainder: refused without nnhal's
+    extension org.nnhal.tflite, its FLOOR_MOD with it, bit for bit TFLite's over values
+    spread over 40 decades, signs mixed and zero divisors included."""
+    data = _binary("FLOOR_MOD", (2, 3), (3,), F)
+    with _without_tflite_extension(), pytest.raises(
+            UnsupportedModelError, match=r"#0 FLOOR_MOD: float32 FLOOR_MOD of run-time "
+                                         r"tensors has no exact HAL form"):
+        read_tflite(data)
+    rng = np.random.default_rng(5)
+    n = 3000
+    a = (rng.uniform(-1, 1, (2, n)) * 10.0 ** rng.integers(-20, 20, (2, n))).astype(F)
+    b = (rng.uniform(-1, 1, n) * 10.0 ** rng.integers(-10, 10, n)).astype(F)
+    a[0, :4], b[:4] = [7.5, -7.5, 0.0, 3.0], [2.0, 2.0, -1.5, 0.0]
+    data = _binary("FLOOR_MOD", (2, n), (n,), F)
+    imported = read_tflite(data)
+    assert imported.model.extension_name_to_prefix[0].name == "org.nnhal.tflite"
+    ref = Reference(imported)
+    try:
+        got = ref.run([a, b])[0]
+    finally:
+        ref.close()
+    np.testing.assert_array_equal(got, litert_run(litert(data), [a, b])[0])
 
 
 @pytest.mark.parametrize("const", [False, True], ids=["divisor input", "divisor constant"])
@@ -442,13 +483,18 @@ def test_builtin_table_classifies_every_builtin() -> None:
     names = {n for n in schema.BUILTIN_NAMES.values() if not n.startswith("PLACEHOLDER")}
     assert set(table) == names
     kinds = Counter(kind for kind, _ in table.values())
-    assert set(kinds) == {"HAL operation", "lowered", "folded", "refused"}
+    ext = "extension (org.nnhal.tflite:RFFT2D)"
+    assert set(kinds) >= {"HAL operation", "lowered", "folded", "refused", ext}
+    assert all(k in KINDS or k.startswith("extension (") for k in kinds)
     mapped, refused = builtin_support()
     assert kinds["refused"] == len(refused) and sum(kinds.values()) - len(refused) == len(mapped)
     for name, kind in (("CONV_2D", "HAL operation"), ("FLOOR_DIV", "lowered"),
                        ("FLOOR_MOD", "lowered"), ("SELECT_V2", "lowered"),
-                       ("SHAPE", "folded"), ("RFFT2D", "refused")):
+                       ("SHAPE", "folded"), ("RFFT2D", ext), ("UNIQUE", "refused")):
         assert table[name][0] == kind, (name, table[name])
+    assert "org.nnhal.tflite:FLOOR_MOD" in table["FLOOR_MOD"][1]
+    with _without_tflite_extension():
+        assert builtin_table()["RFFT2D"][0] == "refused"
     assert all(why for kind, why in table.values())
     assert "Convolution2DTransposeBias" in custom_support()
 

@@ -1,0 +1,254 @@
+"""org.nnhal.tflite: TFLite builtins that real models use and the HAL has no operation for.
+
+The TFLite importer turns these builtins into this extension's operations (each claims its
+builtin through ``tflite``, :mod:`nnhal.tflite.import_ext`), so a model using them imports
+instead of being refused; the reference driver offers the extension, and the runtime gives
+these operations to it while other devices (LiteRT) run the rest of the model.
+
+Operand type: TENSOR_COMPLEX64 (code 0), TFLite's COMPLEX64: pairs of float32 (real,
+imaginary), numpy's complex64.
+
+Operations (code: name, after the TFLite builtin of the same name):
+
+* 0 RFFT2D: the 2-D real FFT of the last two dimensions of a float32 tensor, cropped or
+  zero-padded to ``fft_length`` (a constant int32 [2], powers of two as TFLite requires);
+  complex64 output ``[..., fft_length[0], fft_length[1] / 2 + 1]``.
+* 1 COMPLEX_ABS, 2 REAL, 3 IMAG: complex64 -> float32.
+* 4 CUMSUM: cumulative sum of float32 or int32 along a constant axis, with TFLite's
+  ``exclusive`` and ``reverse`` options as BOOL scalars.
+* 5 SIGN, 6 CEIL, 7 ROUND (half to even, as TFLite's), 8 COS: element-wise on float32
+  (SIGN also int32).
+* 9 FLOOR_MOD: float32 floor modulo of run-time tensors with broadcasting, which the HAL
+  cannot compute exactly (the importer uses this only when the HAL form is refused).
+
+Kernels compute as TFLite's reference kernels do, in float32 except RFFT2D (float64 FFT then
+rounded to complex64; TFLite computes in double too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from tflite.BuiltinOperator import BuiltinOperator as B
+from tflite.TensorType import TensorType as TT
+
+from nnhal.core.version import FeatureLevel
+from nnhal.hal.types import ErrorStatus
+from nnhal.hal.types import OperandType as T
+from nnhal.ops.extensions import ExtensionDef, ExtensionOperation, OperandTypeDef, operation
+from nnhal.ops.resolver import OpContext, OperationDef, OpError
+from nnhal.ops.signature import Slot, Variant
+
+#: The extension's name.
+NAME = "org.nnhal.tflite"
+
+TENSOR_COMPLEX64 = OperandTypeDef(
+    NAME, 0, "TENSOR_COMPLEX64", is_tensor=True, byte_size=8, dtype=np.complex64,
+    tflite=TT.COMPLEX64, doc="Complex numbers as pairs of float32 (real, imaginary), as "
+    "TFLite's COMPLEX64.")
+
+F32, I32, BOOL = T.TENSOR_FLOAT32, T.TENSOR_INT32, T.BOOL
+_V = FeatureLevel.V1_2
+
+
+def _broadcast(a: tuple[int, ...] | None, b: tuple[int, ...] | None
+               ) -> tuple[int, ...] | None:
+    if a is None or b is None or not all(a) or not all(b):
+        return None
+    try:
+        return tuple(np.broadcast_shapes(a, b))
+    except ValueError:
+        return None
+
+
+class _Unary(OperationDef):
+    """An element-wise operation of one input; the output's type is ``out`` (None: the
+    input's)."""
+
+    def __init__(self, fn: Callable[[np.ndarray], np.ndarray], out: Any = None):
+        self.fn, self.out = fn, out
+
+    def validate(self, ctx: OpContext) -> None:
+        if self.out is None:
+            ctx.require(ctx.outputs[0].type == ctx.inputs[0].type,
+                        "the output's type must be the input's")
+
+    def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
+        shape = ctx.inputs[0].shape
+        return [tuple(shape)] if shape is not None and all(shape) else None
+
+    def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
+        fn, dtype = self.fn, ctx.outputs[0].dtype
+
+        def run(ins, rt):  # type: ignore[no-untyped-def]
+            return [np.asarray(fn(np.asarray(ins[0])), dtype)]
+
+        return run
+
+
+class _Rfft2d(OperationDef):
+    def validate(self, ctx: OpContext) -> None:
+        ctx.expect_rank(1, 1)
+        lengths = ctx.const_ints(1)
+        ctx.require(lengths is not None and len(lengths) == 2,
+                    "fft_length must be a constant of two values")
+        assert lengths is not None
+        for n in lengths:
+            ctx.require(n > 0 and n & (n - 1) == 0,
+                        f"fft_length values must be powers of two, got {lengths}")
+        rank = ctx.inputs[0].rank
+        ctx.require(rank is None or rank >= 2, f"the input must have rank 2 or more, got {rank}")
+
+    def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
+        shape, lengths = ctx.inputs[0].shape, ctx.const_ints(1)
+        if shape is None or lengths is None:
+            return None
+        return [(*shape[:-2], lengths[0], lengths[1] // 2 + 1)]
+
+    def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
+        lengths = tuple(ctx.const_ints(1) or ())
+
+        def run(ins, rt):  # type: ignore[no-untyped-def]
+            x = np.asarray(ins[0], np.float64)
+            return [np.fft.rfft2(x, s=lengths, axes=(-2, -1)).astype(np.complex64)]
+
+        return run
+
+
+class _Cumsum(OperationDef):
+    def validate(self, ctx: OpContext) -> None:
+        axis = ctx.const_ints(1)
+        ctx.require(axis is not None and len(axis) == 1, "axis must be one constant value")
+        assert axis is not None
+        rank = ctx.inputs[0].rank
+        ctx.require(rank is None or -rank <= axis[0] < rank,
+                    f"axis {axis[0]} is out of range for rank {rank}")
+        ctx.require(ctx.outputs[0].type == ctx.inputs[0].type,
+                    "the output's type must be the input's")
+
+    def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
+        shape = ctx.inputs[0].shape
+        return [tuple(shape)] if shape is not None and all(shape) else None
+
+    def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
+        axis = (ctx.const_ints(1) or [0])[0]
+        exclusive = bool(np.asarray(ctx.const(2)).reshape(-1)[0])
+        reverse = bool(np.asarray(ctx.const(3)).reshape(-1)[0])
+        dtype = ctx.outputs[0].dtype
+
+        def run(ins, rt):  # type: ignore[no-untyped-def]
+            x = np.asarray(ins[0])
+            if reverse:
+                x = np.flip(x, axis)
+            with np.errstate(over="ignore"):
+                out = np.cumsum(x, axis=axis, dtype=dtype)
+            if exclusive:
+                out = np.roll(out, 1, axis=axis)
+                idx = [slice(None)] * out.ndim
+                idx[axis] = slice(0, 1)
+                out[tuple(idx)] = 0
+            if reverse:
+                out = np.flip(out, axis)
+            return [np.ascontiguousarray(out, dtype)]
+
+        return run
+
+
+class _FloorMod(OperationDef):
+    def validate(self, ctx: OpContext) -> None:
+        a, b = ctx.inputs[0].shape, ctx.inputs[1].shape
+        if a is not None and b is not None and all(a) and all(b):
+            ctx.require(_broadcast(tuple(a), tuple(b)) is not None,
+                        f"shapes {list(a)} and {list(b)} do not broadcast")
+
+    def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
+        shape = _broadcast(ctx.inputs[0].shape and tuple(ctx.inputs[0].shape),
+                           ctx.inputs[1].shape and tuple(ctx.inputs[1].shape))
+        return None if shape is None else [shape]
+
+    def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
+        def run(ins, rt):  # type: ignore[no-untyped-def]
+            x, y = np.asarray(ins[0], np.float32), np.asarray(ins[1], np.float32)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                r = np.fmod(x, y)
+                fix = (r != 0) & ((y < 0) != (r < 0))
+                return [np.where(fix, r + y, r).astype(np.float32)]
+
+        return run
+
+
+def _sign(x: np.ndarray) -> np.ndarray:
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+
+
+# ---- converters from TFLite operators -------------------------------------------------------
+
+def _cumsum_from_tflite(call: Any) -> tuple[list[int], list[int]]:
+    call.expect(2)
+    opts = call.options("CumsumOptions")
+    if call.value(1) is None:
+        raise call.refuse("the axis must be a constant")
+    axis = np.asarray(call.value(1), np.int32).reshape(-1)
+    ins = [call.input(0), call.constant(I32, axis), call.scalar(BOOL, bool(opts.Exclusive())),
+           call.scalar(BOOL, bool(opts.Reverse()))]
+    return ins, [call.output(0)]
+
+
+def _rfft2d_from_tflite(call: Any) -> tuple[list[int], list[int]]:
+    call.expect(2)
+    if call.value(1) is None:
+        raise call.refuse("fft_length must be a constant")
+    return [call.input(0), call.input(1)], [call.output(0)]
+
+
+def _op(code: int, name: str, inputs: Any, outputs: Any, definition: OperationDef, doc: str,
+        builtin: int, convert: Any = None, variants: Any = ()) -> ExtensionOperation:
+    return operation(NAME, code, name, inputs, outputs, definition, variants, doc,
+                     tflite=(builtin,), tflite_convert=convert)
+
+
+C64 = (TENSOR_COMPLEX64,)  # a slot takes a tuple of extension types
+_FLOAT_OR_INT = [Variant({"T": F32}, _V), Variant({"T": I32}, _V)]
+
+RFFT2D = _op(0, "RFFT2D", [Slot("input", F32), Slot("fft_length", I32, const=True)],
+             [Slot("output", C64)], _Rfft2d(),
+             "2-D real FFT of the last two dimensions (TFLite RFFT2D)", B.RFFT2D,
+             _rfft2d_from_tflite)
+COMPLEX_ABS = _op(1, "COMPLEX_ABS", [Slot("input", C64)], [Slot("output", F32)],
+                  _Unary(lambda z: np.abs(z), F32), "|z| of each element", B.COMPLEX_ABS)
+REAL = _op(2, "REAL", [Slot("input", C64)], [Slot("output", F32)],
+           _Unary(lambda z: z.real, F32), "the real part of each element", B.REAL)
+IMAG = _op(3, "IMAG", [Slot("input", C64)], [Slot("output", F32)],
+           _Unary(lambda z: z.imag, F32), "the imaginary part of each element", B.IMAG)
+CUMSUM = _op(4, "CUMSUM", [Slot("input", "T"), Slot("axis", I32, const=True),
+                           Slot("exclusive", BOOL, const=True),
+                           Slot("reverse", BOOL, const=True)],
+             [Slot("output", "T")], _Cumsum(), "cumulative sum along an axis (TFLite CUMSUM)",
+             B.CUMSUM, _cumsum_from_tflite, _FLOAT_OR_INT)
+SIGN = _op(5, "SIGN", [Slot("input", "T")], [Slot("output", "T")], _Unary(_sign),
+           "-1, 0 or 1 by the sign of each element (0 for NaN)", B.SIGN,
+           variants=_FLOAT_OR_INT)
+CEIL = _op(6, "CEIL", [Slot("input", F32)], [Slot("output", F32)], _Unary(np.ceil),
+           "the ceiling of each element", B.CEIL)
+ROUND = _op(7, "ROUND", [Slot("input", F32)], [Slot("output", F32)], _Unary(np.rint),
+            "each element rounded to the nearest integer, halves to even", B.ROUND)
+COS = _op(8, "COS", [Slot("input", F32)], [Slot("output", F32)], _Unary(np.cos),
+          "the cosine of each element", B.COS)
+FLOOR_MOD = _op(9, "FLOOR_MOD", [Slot("x", F32), Slot("y", F32)], [Slot("output", F32)],
+                _FloorMod(), "x - floor(x / y) * y as TFLite computes it (fmod, then the "
+                "divisor added when the signs differ), with broadcasting", B.FLOOR_MOD)
+
+#: The extension (registered by :mod:`nnhal.ops.extensions` itself: see its ``SHIPPED``).
+EXTENSION = ExtensionDef(
+    NAME, (TENSOR_COMPLEX64,),
+    (RFFT2D, COMPLEX_ABS, REAL, IMAG, CUMSUM, SIGN, CEIL, ROUND, COS, FLOOR_MOD),
+    doc="TFLite builtins with no HAL operation (nnhal's TFLite importer maps them here).")
+
+
+def _fail(message: str) -> OpError:
+    return OpError(f"{NAME}: {message}", ErrorStatus.GENERAL_FAILURE)
+
+
+__all__ = ["EXTENSION", "NAME", "TENSOR_COMPLEX64"]

@@ -1,0 +1,62 @@
+"""Makes the converter-made .tflite files of tests/tflite/test_import_extensions.py: TFLite
+builtins that have no HAL operation and import as operations of nnhal's extension
+``org.nnhal.tflite``, with TensorFlow's own TFLite converter, into this folder:
+
+- ``rfft2d_spectrum.tflite``: MUL / ADD (HAL operations), RFFT2D at the input's size and
+  RFFT2D cropped and zero-padded (fft_length [4, 32] of an [.., 8, 16] input), COMPLEX_ABS,
+  REAL, IMAG, then LOG / SUB (HAL operations) of their float32 results.
+- ``extension_builtins.tflite``: CUMSUM (exclusive, reverse), SIGN, CEIL, ROUND, COS and a
+  float32 FLOOR_MOD of two run-time tensors (broadcast).
+
+Run once (``python tests/tflite/data/make_extension_models.py``); the tests read the saved
+files and never convert, so CI needs no TensorFlow for them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import tensorflow as tf  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def _convert(fn, specs) -> bytes:
+    concrete = fn.get_concrete_function(*specs)
+    return tf.lite.TFLiteConverter.from_concrete_functions([concrete], fn).convert()
+
+
+@tf.function
+def spectrum(x):
+    y = x * 0.5 + 0.25
+    z = tf.signal.rfft2d(y)
+    cropped = tf.signal.rfft2d(y, fft_length=[4, 32])
+    return (tf.math.log(tf.abs(z) + 1.0), tf.math.real(z) - tf.math.imag(z),
+            tf.math.imag(cropped))
+
+
+@tf.function
+def builtins(a, b):
+    return (tf.math.cumsum(a, axis=1, exclusive=True, reverse=True), tf.math.sign(a),
+            tf.math.ceil(a), tf.math.round(a), tf.math.cos(a), tf.math.floormod(a, b))
+
+
+def main() -> int:
+    f32 = tf.float32
+    files = {
+        "rfft2d_spectrum.tflite": _convert(spectrum, [tf.TensorSpec([2, 8, 16], f32)]),
+        "extension_builtins.tflite": _convert(
+            builtins, [tf.TensorSpec([3, 5], f32), tf.TensorSpec([5], f32)]),
+    }
+    for name, data in files.items():
+        (HERE / name).write_bytes(data)
+        print(f"{name}: {len(data)} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
