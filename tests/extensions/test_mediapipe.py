@@ -485,3 +485,12 @@ def test_bilinear_models_match_mediapipe():
         np.testing.assert_array_equal(got == 0, want == 0)
         zeros.append(int((want == 0).sum()))
     assert zeros[1] > 0 and zeros[2] > zeros[1]
+
+
+def test_face_model_view_names_extension_operations():
+    from nnhal.tflite import read_tflite
+    from nnhal.tools.view import to_dot
+
+    dot = to_dot(read_tflite(MODEL))
+    assert f"{mp.NAME}:TRANSFORM_LANDMARKS #330" in dot
+    assert "operation 65537" not in dot
