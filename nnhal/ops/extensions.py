@@ -60,7 +60,8 @@ PLUGIN_GROUP = "nnhal.extensions"
 _NAME = re.compile(r"[a-z0-9_]+(\.[a-z0-9_]+)+")
 _CODE_MAX = (1 << EXTENSION_TYPE_LOW_BITS) - 1
 #: The extensions nnhal itself ships, registered on first lookup (name -> module, attribute).
-SHIPPED = {"org.nnhal.tflite": ("nnhal.extensions.tflite_builtins", "EXTENSION")}
+SHIPPED = {"org.nnhal.tflite": ("nnhal.extensions.tflite_builtins", "EXTENSION"),
+           "com.google.mediapipe": ("nnhal.extensions.mediapipe", "EXTENSION")}
 
 
 def valid_name(name: object) -> bool:

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 from nnhal.analysis import analyse
 from nnhal.hal.interfaces import IDevice
-from nnhal.hal.types import ErrorStatus, Model, OperationType
+from nnhal.hal.types import ErrorStatus, Model, OperationType, is_extension_type
+from nnhal.ops.extensions import operation_name
 from nnhal.ops.resolver import OpError
 from nnhal.validation import ValidationError
 
 
-def _op_name(t: int, model: Model) -> str:
+def _op_name(t: int) -> str:
     try:
         return OperationType(t).name
     except ValueError:
-        from nnhal.ops.extensions import operation_name
-
-        return operation_name(t, model.extension_name_to_prefix) + " (an extension operation)"
+        return f"operation type {t}"
 
 
 def explain_rejection(model: Model, device: IDevice, status: ErrorStatus) -> str:
@@ -39,8 +38,17 @@ def explain_rejection(model: Model, device: IDevice, status: ErrorStatus) -> str
         got, supported = ErrorStatus.GENERAL_FAILURE, []
     if got != ErrorStatus.NONE or len(supported) != len(model.main.operations):
         supported = list(graph.main.supported)
-    missing = [f"operation {k} ({_op_name(model.main.operations[k].type, model)})"
-               for k, ok in enumerate(supported) if not ok]
+
+    def name(k: int) -> str:
+        t = model.main.operations[k].type
+        if not is_extension_type(t):
+            return _op_name(t)
+        op = operation_name(t, model.extension_name_to_prefix)
+        why = graph.reasons.get((-1, k), "")  # an extension operation the analysis refused
+        why = why.removeprefix(f"{op}: ")  # an OpError names the operation already
+        return op + (f": {why}" if why else "")
+
+    missing = [f"operation {k} ({name(k)})" for k, ok in enumerate(supported) if not ok]
     if missing:
         return "the device does not support " + ", ".join(missing)
     return f"the device refused the model ({ErrorStatus(status).name})"

@@ -6,15 +6,25 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from nnhal.analysis import ModelGraph, analyse
-from nnhal.hal.types import Model, Operand, OperandLifeTime, OperandType, OperationType
+from nnhal.hal.types import (
+    ExtensionNameAndPrefix,
+    Model,
+    Operand,
+    OperandLifeTime,
+    OperandType,
+    OperationType,
+    is_extension_type,
+)
 from nnhal.hal.types import Subgraph as HalSubgraph
 from nnhal.ops.catalog import SIGNATURES
+from nnhal.ops.extensions import operation_name as ext_operation_name
 from nnhal.ops.resolver import OpError
 from nnhal.ops.signature import Slot, input_slots
 from nnhal.tflite.model import ImportedModel
@@ -121,18 +131,15 @@ def short_type(t: int) -> str:
         return f"t{t}"
 
 
-def op_name(t: int, extensions: Any = ()) -> str:
-    """The operation type's name; an extension operation's (``NAME:OP``) when
-    ``extensions``, the model's extensionNameToPrefix, names its extension."""
+def op_name(t: int, extensions: Sequence[ExtensionNameAndPrefix] = ()) -> str:
+    """The HAL operation's name; an extension operation's ``NAME:OP`` through the model's
+    ``extensions`` table (extensionNameToPrefix)."""
+    if is_extension_type(t):
+        return ext_operation_name(t, extensions)
     try:
         return OperationType(t).name
     except ValueError:
-        pass
-    if extensions and int(t) >> 16:
-        from nnhal.ops import extensions as registry
-
-        return registry.operation_name(int(t), extensions)
-    return f"operation {t}"
+        return f"operation {t}"
 
 
 def shape_text(shape: list[int] | None) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from nnhal.conformance.cliutil import device, input_file
 from nnhal.errors import NnhalError
 from nnhal.hal.interfaces import IDevice
-from nnhal.hal.types import ErrorStatus, Model, Operand, OperandType
+from nnhal.hal.types import ErrorStatus, Model, Operand, OperandType, is_extension_type
 from nnhal.tflite.model import ImportedModel
 from nnhal.tools.describe import (
     CONSTANT,
@@ -64,6 +64,7 @@ def device_support(model: Model, devices: Mapping[str, DeviceOrReason],
     operations by index and type; a device that refuses the model says why (``problem``:
     the validation message, which the HAL status alone does not carry)."""
     ops = model.main.operations
+    table = model.extension_name_to_prefix
     out = []
     for name, dev in devices.items():
         entry: dict[str, Any] = {"name": name, "available": not isinstance(dev, str),
@@ -133,18 +134,17 @@ def model_info(imported: ImportedModel | Model,
                    "input": s.input, "output": s.output} for s in imp.state],
     }
     opened: list[IDevice] = []
-    given = devices is not None
     if devices is None:
         devices, opened = registry_devices()
     try:
         info["devices"] = device_support(model, devices, a.problem)
+        info["extension_operations"] = extension_operations(model, info["devices"],
+                                                            a.problem is None)
     finally:
         for dev in opened:
             close = getattr(dev, "close", None)
             if close is not None:
                 close()
-    info["extension_operations"] = extension_operations(model, info["devices"],
-                                                        plan=a.problem is None and not given)
     for d in info["devices"]:
         d.pop("flags", None)
     return info
@@ -155,8 +155,6 @@ def extension_operations(model: Model, support: list[dict[str, Any]], plan: bool
     """Each main operation of a vendor extension: its name, its extension, the devices that
     support it and (``plan``: the runtime's partition over every available device) the one
     that runs it."""
-    from nnhal.hal.types import is_extension_type
-
     table = model.extension_name_to_prefix
     prefixes = {int(e.prefix): e.name for e in table}
     found = [k for k, op in enumerate(model.main.operations) if is_extension_type(op.type)]

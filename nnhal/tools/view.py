@@ -185,7 +185,7 @@ def drawing(imported: ImportedModel | Model | Analysed, subgraph: int = -1,
         device = devices.get(i) if devices and main else None
         if device is not None and device not in used:
             used.append(device)
-        title = f"{op_name(op.type)} #{i}"
+        title = f"{op_name(op.type, a.model.extension_name_to_prefix)} #{i}"
         details = [_clip(", ".join(tensors))] if tensors else []
         options = compact_options(scalars)
         if options:

@@ -67,8 +67,9 @@ def test_device_queries(served):
     assert isinstance(served.get_capabilities(), A.Capabilities)
     assert served.get_type() == A.DeviceType.CPU
     assert isinstance(served.get_version_string(), str)
-    # the reference driver offers nnhal's own extension (TFLite builtins the HAL lacks)
-    assert [e.name for e in served.get_supported_extensions()] == ["org.nnhal.tflite"]
+    # the extensions nnhal ships that the reference driver offers (MediaPipe's operators)
+    assert [e.name for e in served.get_supported_extensions()] == \
+        list(ReferenceDevice.extensions)
     n = served.get_number_of_cache_files_needed()
     assert isinstance(n, A.NumberOfCacheFiles) and n.num_model_cache >= 1
     assert served.get_supported_operations(cv.model_to_aidl(add_model())) == [True]

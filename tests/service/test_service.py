@@ -79,7 +79,8 @@ def test_device_queries_cross(remote):
         assert remote.get_number_of_cache_files_needed() == \
             local.get_number_of_cache_files_needed()
         assert remote.get_supported_extensions() == local.get_supported_extensions()
-        assert [e.name for e in remote.get_supported_extensions()[1]] == ["org.nnhal.tflite"]
+        assert [e.name for e in remote.get_supported_extensions()[1]] == \
+            list(ReferenceDevice.extensions)
         assert remote.get_supported_operations(add_model(DIMS)) == (E.NONE, [True])
     finally:
         local.close()

@@ -48,14 +48,15 @@ class ReferenceDevice(DeviceBase):
     variable ``NNHAL_CACHE_KEY_FILE``, if set) holds the secret that authenticates compilation
     caches, created on first use, so that caches outlive the process; without one, a fresh
     secret per device means caches are valid for this device object only. ``extensions``
-    names the installed vendor extensions it offers (by default the one nnhal ships,
-    ``org.nnhal.tflite``: TFLite builtins the HAL lacks, :mod:`nnhal.extensions.
-    tflite_builtins`; ``()`` offers none; see :mod:`nnhal.ops.extensions`).
+    names the installed vendor extensions it offers (by default those nnhal ships:
+    ``org.nnhal.tflite``, TFLite builtins the HAL lacks, :mod:`nnhal.extensions.
+    tflite_builtins`; ``com.google.mediapipe``, MediaPipe's custom operators,
+    :mod:`nnhal.extensions.mediapipe`; ``()`` offers none; see :mod:`nnhal.ops.extensions`).
     """
 
     version_string = VERSION_STRING
     logger = log
-    extensions: tuple[str, ...] = ("org.nnhal.tflite",)
+    extensions: tuple[str, ...] = ("org.nnhal.tflite", "com.google.mediapipe")
 
     def __init__(self, name: str = "nnhal-reference", workers: int = 4,
                  cache_key_file: str | os.PathLike[str] | None = None,
