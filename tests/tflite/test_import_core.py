@@ -390,10 +390,10 @@ def test_builtin_support_lists_every_builtin_once() -> None:
 def test_every_unsupported_operator_and_tensor_is_named_at_once() -> None:
     g = Graph()
     x = g.input((2, 3), F)
-    a = g.tensor((1, 2, 5), F)
-    g.op("BATCH_MATMUL", [x, g.const(np.ones((1, 3, 5), np.float32))], [a],
+    a = g.tensor((2, 2, 5), F)  # TFLite broadcasts x over the batch of 2: the HAL cannot
+    g.op("BATCH_MATMUL", [x, g.const(np.ones((2, 3, 5), np.float32))], [a],
          ("BatchMatMulOptions", dict(AdjX=False, AdjY=False)))
-    b = g.tensor((1, 2, 5), F)
+    b = g.tensor((2, 2, 5), F)
     g.op("RELU", [a], [b])  # reads a refused result: not reported again
     c = g.tensor((2, 3), F)
     g.op("CUSTOM:MyOp", [x], [c])
@@ -410,7 +410,7 @@ def test_every_unsupported_operator_and_tensor_is_named_at_once() -> None:
     # SHAPE of a static shape folds to an int64 constant, which is reported as an output.
     assert [i.split(":")[0] for i in items] == ["#0 BATCH_MATMUL", "#2 MyOp", "#3 ATAN2",
                                                 "output tensor 6 't6'"]
-    assert "one rank" in items[0] and "custom" in items[1] and "INT64" in items[3]
+    assert "batch dimensions" in items[0] and "custom" in items[1] and "INT64" in items[3]
 
 
 def test_a_fold_only_operator_on_run_time_values_says_so() -> None:
