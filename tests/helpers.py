@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -68,3 +71,37 @@ def wait_for(pred, timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.01)
     return pred()
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def served_process(tmp: Path, driver: str, name: str, path: Sequence[str] = ()
+                   ) -> Iterator[Path]:
+    """``nnhal serve DRIVER`` in its own process (``path``: more PYTHONPATH entries, e.g. a
+    plug-in installed only there), yielding the socket's path once the service registered
+    itself; stopped after."""
+    sock, rt, log = tmp / f"{name}.sock", tmp / "rt", tmp / "service.err"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *path]))
+    with open(log, "wb") as err:  # a file, not a pipe: a chatty service never blocks on it
+        proc = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "serve", driver,
+                                 "--socket", str(sock), "--runtime-dir", str(rt), "--name",
+                                 name], cwd=ROOT, env=env, stderr=err)
+    try:
+        end = time.monotonic() + 60
+        entry = rt / f"{name}.service"
+        while not (entry.exists() and f"pid={proc.pid}\n" in entry.read_text()):
+            if proc.poll() is not None or time.monotonic() > end:
+                proc.kill()
+                raise RuntimeError(f"service did not start: {log.read_text()}")
+            time.sleep(0.02)
+        yield sock
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)

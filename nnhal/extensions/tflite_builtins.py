@@ -66,6 +66,12 @@ def _broadcast(a: tuple[int, ...] | None, b: tuple[int, ...] | None
         return None
 
 
+def _input_shape(ctx: OpContext) -> list[tuple[int, ...] | None] | None:
+    """The output shape of an operation whose output is shaped as its first input."""
+    shape = ctx.inputs[0].shape
+    return [tuple(shape)] if shape is not None and all(shape) else None
+
+
 class _Unary(OperationDef):
     """An element-wise operation of one input; the output's type is ``out`` (None: the
     input's)."""
@@ -79,8 +85,7 @@ class _Unary(OperationDef):
                         "the output's type must be the input's")
 
     def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
-        shape = ctx.inputs[0].shape
-        return [tuple(shape)] if shape is not None and all(shape) else None
+        return _input_shape(ctx)
 
     def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
         fn, dtype = self.fn, ctx.outputs[0].dtype
@@ -132,8 +137,7 @@ class _Cumsum(OperationDef):
                     "the output's type must be the input's")
 
     def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
-        shape = ctx.inputs[0].shape
-        return [tuple(shape)] if shape is not None and all(shape) else None
+        return _input_shape(ctx)
 
     def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
         axis = (ctx.const_ints(1) or [0])[0]
@@ -199,8 +203,7 @@ class _Gelu(OperationDef):
         pass
 
     def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
-        shape = ctx.inputs[0].shape
-        return [tuple(shape)] if shape is not None and all(shape) else None
+        return _input_shape(ctx)
 
     def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
         approximate = bool(np.asarray(ctx.const(1)).reshape(-1)[0])

@@ -5,16 +5,13 @@ by ``nnhal serve fibonacci`` in a process of its own."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from helpers import served_process
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fibonacci"
 
 
@@ -38,27 +35,5 @@ def make_site(root: Path) -> list[str]:
 def fibonacci_service(tmp: Path) -> Iterator[Path]:
     """``nnhal serve fibonacci`` in its own process (the example installed there, not here);
     the socket's path, the service stopped after."""
-    paths = make_site(tmp / "svc-site")
-    sock, rt, log = tmp / "fib.sock", tmp / "rt", tmp / "service.err"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *paths]))
-    with open(log, "wb") as err:  # a file, not a pipe: a chatty service never blocks on it
-        proc = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "serve", "fibonacci",
-                                 "--socket", str(sock), "--runtime-dir", str(rt), "--name",
-                                 "fib"], cwd=ROOT, env=env, stderr=err)
-    try:
-        end = time.monotonic() + 60
-        entry = rt / "fib.service"
-        while not (entry.exists() and f"pid={proc.pid}\n" in entry.read_text()):
-            if proc.poll() is not None or time.monotonic() > end:
-                proc.kill()
-                raise RuntimeError(f"service did not start: {log.read_text()}")
-            time.sleep(0.02)
+    with served_process(tmp, "fibonacci", "fib", make_site(tmp / "svc-site")) as sock:
         yield sock
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)

@@ -7,15 +7,12 @@ compared with ai-edge-litert on the original file within the README's float tole
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import served_process
 from runner import assert_agree, litert, litert_run
 
 from nnhal.hal.types import is_extension_type
@@ -26,7 +23,6 @@ from nnhal.tflite.import_ext import TfliteCall
 pytest.importorskip("ai_edge_litert.interpreter")
 
 DATA = Path(__file__).resolve().parent / "data"
-ROOT = Path(__file__).resolve().parents[2]
 SPECTRUM, COMPLEX, BUILTINS, GELU = (
     DATA / f"{n}.tflite" for n in ("rfft2d_spectrum", "rfft2d_complex", "extension_builtins",
                                    "gelu_gather_nd"))
@@ -198,30 +194,8 @@ def test_a_third_party_extension_claims_a_custom_operator() -> None:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory) -> Iterator[str]:
     """``nnhal serve reference`` in its own process; the device's name for a Session."""
-    tmp = tmp_path_factory.mktemp("tflext-served")
-    sock, rt, log = tmp / "ref.sock", tmp / "rt", tmp / "service.err"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    with open(log, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "serve", "reference",
-                                 "--socket", str(sock), "--runtime-dir", str(rt), "--name",
-                                 "ref"], cwd=ROOT, env=env, stderr=err)
-    try:
-        end = time.monotonic() + 60
-        entry = rt / "ref.service"
-        while not (entry.exists() and f"pid={proc.pid}\n" in entry.read_text()):
-            if proc.poll() is not None or time.monotonic() > end:
-                proc.kill()
-                raise RuntimeError(f"service did not start: {log.read_text()}")
-            time.sleep(0.02)
+    with served_process(tmp_path_factory.mktemp("tflext-served"), "reference", "ref") as sock:
         yield f"remote:{sock}"
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def test_exact_gelu_agrees_with_litert() -> None:
