@@ -260,25 +260,10 @@ def builtin_ref_outputs(path: Path, inputs: Sequence[np.ndarray]) -> list[np.nda
 
 
 def converter_add(tmp: Path) -> Path | None:
-    """A one-ADD [1,16] float32 .tflite made by the TFLite converter (None, said, without
-    TensorFlow)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    try:
-        import tensorflow as tf
-    except Exception as e:  # noqa: BLE001 - any failure to load means "skip"
-        print(f"  the converter's one-ADD file cannot be made (TensorFlow: "
-              f"{type(e).__name__}: {e}): no TFLite figures for one ADD")
-        return None
-    spec = tf.TensorSpec(list(bench_execution.DIMS), tf.float32)
+    """The converter's one-ADD [1,16] float32 file (None, said, without TensorFlow)."""
+    from benchmarks.bench_litert import make_add
 
-    @tf.function(input_signature=[spec, spec])
-    def add(a: object, b: object) -> object:
-        return a + b
-
-    conv = tf.lite.TFLiteConverter.from_concrete_functions([add.get_concrete_function()], add)
-    path = tmp / "add.tflite"
-    path.write_bytes(conv.convert())
-    return path
+    return make_add(tmp, tuple(bench_execution.DIMS))
 
 
 def compare_models(name: str, device: ReferenceDevice, path: Path, rounds: int,
