@@ -196,7 +196,14 @@ class SubgraphPlan:
         for idx, arr in zip(self.input_indexes, inputs):
             slots[idx] = arr
         if self.has_control_flow:
-            return _run_frames(self, slots, rt, plans)
+            prof = _profile.ACTIVE
+            if prof is None:
+                return _run_frames(self, slots, rt, plans)
+            started = time.perf_counter()  # IF/WHILE run on a stack: timed as a whole
+            try:
+                return _run_frames(self, slots, rt, plans)
+            finally:
+                prof.whole_run(time.perf_counter() - started)
         # Chosen once per run: the timed loop only while a profile is collected.
         run_steps = self._run_steps if _profile.ACTIVE is None else self._run_steps_profiled
         pool = self.arena_pool

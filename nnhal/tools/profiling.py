@@ -62,8 +62,10 @@ def profile_report(prof: Profile, model: Model, steps: Sequence[dict[str, Any]],
                                "seconds": seconds, "percent": pct(seconds or 0.0),
                                "timed_by": timed_by, "per_operation": bool(mine)}
         if not mine:
-            row["why_no_operations"] = NO_OP_PROFILE.get(
-                device, "the device recorded no per-operation times")
+            row["why_no_operations"] = NO_OP_PROFILE.get(device) or (
+                "the device timed its whole run only (the reference driver does so for a "
+                "model with IF/WHILE)" if k in prof.driver else
+                "the device recorded no per-operation times")
         step_rows.append(row)
     types: dict[tuple[str, str], dict[str, Any]] = {}
     for o in operations:
