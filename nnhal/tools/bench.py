@@ -1,4 +1,6 @@
-"""``nnhal bench MODEL``: prepare time and execution latency of a model on a device.
+"""``nnhal bench MODEL``: prepare time and execution latency of a model, on the runtime over
+every available device (as ``nnhal run``) or the ``--device`` named; ``--profile`` adds the
+time per operation on the device that ran it (:mod:`nnhal.tools.profiling`).
 
 Inputs are random (seed 0, as ``nnhal run`` makes them) and the same for every run, so the
 figures measure the device, not the data. ``--json`` records them with the machine's load

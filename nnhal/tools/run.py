@@ -1,4 +1,8 @@
-"""``nnhal run MODEL``: run a model once on a device and summarise its outputs.
+"""``nnhal run MODEL``: run a model once and summarise its outputs.
+
+Without ``--device`` the model goes where ``Session(path)`` puts it: through the runtime over
+every available device, which gives each operation to the fastest device that supports it;
+one line says which devices ran what (:func:`ran_on`). ``--device NAME`` pins one driver.
 
 Inputs come from an .npz (keys: the input names, or ``arr_0``... in input order; read by
 :mod:`nnhal.tools.npz`, no further than the model's inputs need) or are random, of each
