@@ -11,7 +11,8 @@ figure is printed with /proc/loadavg.
    models come from ``--models DIR`` (mobilenet_v1.tflite, mobilenet_v1_int8.tflite,
    mobilenet_v2.tflite, mobilenet_v2_int8.tflite) or, without it, are made with TensorFlow
    into a temporary directory (skipped, saying so, when TensorFlow is absent).
-2. One ADD [1,16]: executeSynchronously against bare set + invoke + get (goal: within 10 us),
+2. One ADD [1,16] (a converter-made file, nnhal running its import): executeSynchronously
+   against bare set + invoke + get on that file (goal: within 10 us),
    with the request in plain shared memory (checked for shrinking at every execution) and in
    memory sealed against shrinking (nothing to check), and the reference driver.
 3. prepareModel against prepareModelFromCache on MobileNetV2 float32, each in a fresh process
@@ -222,16 +223,45 @@ def add_model() -> tuple[Model, list[np.ndarray]]:
     return b.build(), [rng.standard_normal((1, 16)).astype(np.float32) for _ in range(2)]
 
 
-def bench_add(lit: LiteRTDevice, ref: ReferenceDevice, rounds: int, reps: int) -> None:
+def make_add(out: Path, dims: tuple[int, ...] = (1, 16)) -> Path | None:
+    """A one-ADD float32 .tflite made by the TFLite converter (a peer runs the converter's
+    file, never one nnhal wrote); None, said, without TensorFlow."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    try:
+        import tensorflow as tf
+    except Exception as e:  # noqa: BLE001 - any failure to load means "skip"
+        print(f"the converter's one-ADD file cannot be made (TensorFlow: {type(e).__name__}: "
+              f"{e}): no ai-edge-litert figure for one ADD")
+        return None
+    spec = tf.TensorSpec(list(dims), tf.float32)
+
+    @tf.function(input_signature=[spec, spec])
+    def add(a: object, b: object) -> object:
+        return a + b
+
+    conv = tf.lite.TFLiteConverter.from_concrete_functions([add.get_concrete_function()], add)
+    path = out / f"add_{'x'.join(map(str, dims))}.tflite"
+    path.write_bytes(conv.convert())
+    return path
+
+
+def bench_add(lit: LiteRTDevice, ref: ReferenceDevice, rounds: int, reps: int,
+              tmp: Path) -> None:
+    """nnhal's import of the converter's one-ADD file on both drivers, against ai-edge-litert
+    on that very file."""
     from ai_edge_litert.interpreter import Interpreter
 
-    from nnhal.tflite import write_tflite
+    from nnhal.tflite import read_tflite
 
-    model, inputs = add_model()
+    path = make_add(tmp)
+    if path is None:
+        return
+    model = read_tflite(path).model
+    _, inputs = add_model()
     pm_lit, pm_ref = prepare(lit, model), prepare(ref, model)
     plain = RequestBuilder(inputs, model=model)
     sealed = RequestBuilder(inputs, model=model, sealed=True)
-    bare = Interpreter(model_content=write_tflite(model), num_threads=lit.threads)
+    bare = Interpreter(model_path=str(path), num_threads=lit.threads)
     bare.allocate_tensors()
     ins = [d["index"] for d in bare.get_input_details()]
     outs = [d["index"] for d in bare.get_output_details()]
@@ -484,7 +514,8 @@ def main() -> int:
             made = tempfile.TemporaryDirectory()
             models = Path(made.name) if make_models(Path(made.name)) else None
         if "add" not in skip:
-            bench_add(lit, ref, args.rounds, 2000)
+            with tempfile.TemporaryDirectory() as d:
+                bench_add(lit, ref, args.rounds, 2000, Path(d))
         if models is not None and "models" not in skip:
             for name in MODELS:
                 path = models / f"{name}.tflite"

@@ -1,22 +1,30 @@
 """nnhal's reference driver against TFLite (ai-edge-litert) on the same models, for issue 12's
-goals. Every model is built as a HAL model, written to .tflite with the project's exporter and
-run on both; times are taken in interleaved rounds (one nnhal run, one litert run, ...) so both
-see the same load, and every figure is printed with /proc/loadavg. Prints figures; asserts
-nothing (speed goals live here, not in tests).
+and issue 29's goals. The peer always runs **the TFLite converter's own file**, never one nnhal
+wrote: the MobileNets are converter-made .tflite files (``--models DIR`` with
+mobilenet_v1.tflite, mobilenet_v2.tflite, mobilenet_v2_int8.tflite, as
+``benchmarks/bench_litert.py``'s ``make_models`` writes them; without it they are made with
+TensorFlow into a temporary folder), which nnhal imports (``read_tflite``) and ai-edge-litert
+opens by path. Times are taken in interleaved rounds (one nnhal run, one litert run, ...) so
+both see the same load, and every figure is printed with /proc/loadavg. Prints figures;
+asserts nothing (speed goals live here, not in tests).
 
 Figures (``--only`` names in brackets):
-  1. [v1, v2] MobileNet V1_0 conformance case and MobileNetV2 224 float32: nnhal / TFLite
-     (2 threads), median of per-round ratios; goal <= 3x.
+  1. [v1, v2] MobileNet V1 and MobileNetV2 224 float32: nnhal / TFLite (2 threads), median of
+     per-round ratios; goal <= 3x.
   2. [int8] full-integer MobileNetV2 (int8 activations, per-channel filters): outputs against
-     TFLite's reference kernels in quantization steps (goal <= 1), nnhal / TFLite default
-     (2 threads); goal <= 4x.
+     TFLite's reference kernels (BUILTIN_REF, on the converter's file) in quantization steps
+     (goal <= 1), nnhal / TFLite default (2 threads); goal <= 4x. Then, a diagnostic that
+     times nothing: the first layer of the HAL-built int8 network (benchmarks/hal_models)
+     whose activation differs from BUILTIN_REF's on nnhal's export of that network.
   3. [add] one ADD [1,16]: executeSynchronously, burst, reusable execution, us per call, against
-     litert set_tensor + invoke + get_tensor; goals 15 / 12 / 8 us.
+     litert set_tensor + invoke + get_tensor on a converter-made one-ADD file; goals 15 / 12 /
+     8 us.
   4. [memory] one MobileNetV2 execution: peak memory against constants + the two largest
      activations (goal <= 2x); minor page faults per execution after the first (goal 0).
   5. [profile] time per operation type of one execution (MobileNet V1, V2 float, V2 int8).
 
-    python benchmarks/bench_vs_tflite.py [--rounds N] [--quick] [--only NAME[,NAME...]]
+    python benchmarks/bench_vs_tflite.py [--models DIR] [--rounds N] [--quick]
+                                         [--only NAME[,NAME...]]
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import os
 import resource
 import statistics
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable, Sequence
@@ -40,12 +49,6 @@ if __package__ in (None, ""):  # run as a script: make the worktree importable
 from benchmarks import bench_execution, hal_models  # noqa: E402
 from benchmarks.step_clock import clock_steps  # noqa: E402
 from nnhal.analysis import analyse  # noqa: E402
-from nnhal.conformance.cases import (  # noqa: E402
-    build_model,
-    default_specs_dir,
-    iter_cases,
-    values_array,
-)
 from nnhal.drivers.reference import ReferenceDevice  # noqa: E402
 from nnhal.hal.builder import RequestBuilder  # noqa: E402
 from nnhal.hal.interfaces import PreparedModelCallback  # noqa: E402
@@ -145,15 +148,18 @@ class NnhalRunner:
 
 
 class LitertRunner:
-    """An ai-edge-litert interpreter on the exported bytes; ``run`` is set_tensor for each
-    input, invoke, get_tensor for each output (outputs in the signature's order)."""
+    """An ai-edge-litert interpreter on a .tflite file (the converter's, for every timed
+    figure) or, for a diagnostic, on bytes; ``run`` is set_tensor for each input, invoke,
+    get_tensor for each output (outputs in the signature's order)."""
 
-    def __init__(self, blob: bytes, inputs: Sequence[np.ndarray], threads: int | None,
+    def __init__(self, source: Path | bytes, inputs: Sequence[np.ndarray], threads: int | None,
                  resolver: object | None = None):
         from ai_edge_litert.interpreter import Interpreter
 
         kw = {} if resolver is None else {"experimental_op_resolver_type": resolver}
-        self.interp = Interpreter(model_content=blob, num_threads=threads, **kw)
+        where = {"model_content": source} if isinstance(source, bytes) else \
+            {"model_path": str(source)}
+        self.interp = Interpreter(num_threads=threads, **where, **kw)
         self.interp.allocate_tensors()
         dets = self.interp.get_output_details()
         by_name = {d["name"]: d["index"] for d in dets}
@@ -186,38 +192,99 @@ def interleaved(fns: Sequence[Callable[[], object]], rounds: int) -> list[list[f
 
 # ---- 1 and 2: whole models -----------------------------------------------------------------
 
-def v1_case() -> tuple[Model, list[np.ndarray]] | None:
-    cases = list(iter_cases(default_specs_dir(), V1_CASE))
-    if not cases:
-        print(f"conformance case {V1_CASE} not found under {default_specs_dir()}")
-        return None
-    data = cases[0].data["model"]
-    main = data["main"]
+def converter_models(folder: Path | None, tmp: Path) -> Path | None:
+    """The folder holding the converter-made MobileNets: ``folder``, or made now into ``tmp``
+    with TensorFlow (None, said, when neither is possible)."""
+    from benchmarks.bench_litert import MODELS, make_models
+
+    if folder is not None:
+        missing = [m for m in MODELS if not (folder / f"{m}.tflite").is_file()]
+        if missing:
+            raise SystemExit(f"--models {folder}: missing {', '.join(missing)} .tflite")
+        return folder
+    return tmp if make_models(tmp) else None
+
+
+def file_model(path: Path, seed: int = 0) -> tuple[Model, list[np.ndarray]]:
+    """A converter's .tflite as nnhal imports it, with random inputs of its input types."""
+    from nnhal.tflite import read_tflite
+
+    imported = read_tflite(path)
+    model = imported.model
+    rng = np.random.default_rng(seed)
     inputs = []
-    for idx in main["inputIndexes"]:
-        o = main["operands"][idx]
-        t = OperandType[o["type"]]
-        inputs.append(values_array(t, o["data"], o["dimensions"]).reshape(o["dimensions"]))
-    return build_model(data), inputs
+    for idx in model.main.input_indexes:
+        o = model.main.operands[idx]
+        t = OperandType(o.type)
+        shape = tuple(int(d) for d in o.dimensions)
+        if t.dtype.kind == "f":
+            inputs.append(rng.uniform(-1, 1, shape).astype(t.dtype))
+        else:
+            lim = np.iinfo(t.dtype)
+            inputs.append(rng.integers(lim.min, lim.max, shape, endpoint=True).astype(t.dtype))
+    return model, inputs
 
 
-def compare_models(name: str, device: ReferenceDevice, model: Model,
-                   inputs: Sequence[np.ndarray], rounds: int, summary: Summary, goal: float,
-                   exact: bool = False, free_device: ReferenceDevice | None = None) -> None:
-    from ai_edge_litert.interpreter import OpResolverType
+_BUILTIN_REF = r"""
+import sys
+import numpy as np
+from ai_edge_litert.interpreter import Interpreter, OpResolverType
+path, arrays = sys.argv[1], np.load(sys.argv[2])
+it = Interpreter(model_path=path, num_threads=1,
+                 experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+it.allocate_tensors()
+for k, d in enumerate(it.get_input_details()):
+    it.set_tensor(d["index"], arrays[f"arr_{k}"])
+it.invoke()
+np.savez(sys.argv[3], *[it.get_tensor(d["index"]) for d in it.get_output_details()])
+"""
+
+
+def builtin_ref_outputs(path: Path, inputs: Sequence[np.ndarray]) -> list[np.ndarray] | None:
+    """The outputs of TFLite's reference kernels (BUILTIN_REF) on ``path``, run in a child
+    process: on some converter files they abort the process (allocate_tensors on the
+    full-integer MobileNetV2 here). None, said, when the child fails."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory() as d:
+        np.savez(Path(d) / "in.npz", *inputs)
+        done = subprocess.run([sys.executable, "-c", _BUILTIN_REF, str(path),
+                               str(Path(d) / "in.npz"), str(Path(d) / "out.npz")],
+                              capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            print(f"  TFLite's BUILTIN_REF kernels failed on {path.name} (exit status "
+                  f"{done.returncode}): no comparison with the reference kernels")
+            return None
+        with np.load(Path(d) / "out.npz") as out:
+            return [out[f"arr_{k}"] for k in range(len(out.files))]
+
+
+def converter_add(tmp: Path) -> Path | None:
+    """The converter's one-ADD [1,16] float32 file (None, said, without TensorFlow)."""
+    from benchmarks.bench_litert import make_add
+
+    return make_add(tmp, tuple(bench_execution.DIMS))
+
+
+def compare_models(name: str, device: ReferenceDevice, path: Path, rounds: int,
+                   summary: Summary, goal: float, exact: bool = False,
+                   free_device: ReferenceDevice | None = None) -> None:
+    """nnhal's import of the converter's file ``path`` on the reference driver against
+    ai-edge-litert on that very file."""
 
     t0 = time.perf_counter()
-    blob = write_tflite(model)
-    export_s = time.perf_counter() - t0
+    model, inputs = file_model(path)
+    import_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     ours = NnhalRunner(device, model, inputs)
     prepare_s = time.perf_counter() - t0
     # The same model on a device that leaves BLAS's threads alone, for comparison.
     free = NnhalRunner(free_device, model, inputs) if free_device is not None else None
-    lite2 = LitertRunner(blob, inputs, 2)
-    lite1 = LitertRunner(blob, inputs, 1)
-    print(f"\n== {name}: {len(model.main.operations)} operations, .tflite {len(blob) / 1e6:.2f} MB"
-          f" (export {export_s:.2f} s, nnhal prepare {prepare_s:.2f} s); load {load()}")
+    lite2 = LitertRunner(path, inputs, 2)
+    lite1 = LitertRunner(path, inputs, 1)
+    print(f"\n== {name}: {path.name} (the converter's), {len(model.main.operations)} operations "
+          f"as imported, {path.stat().st_size / 1e6:.2f} MB (import {import_s:.2f} s, nnhal "
+          f"prepare {prepare_s:.2f} s); load {load()}")
     try:
         ours.run()
         mine = ours.outputs()
@@ -230,7 +297,11 @@ def compare_models(name: str, device: ReferenceDevice, model: Model,
                 print(f"  output {k}: max |nnhal - litert| = {float(np.abs(a - b).max()):.3g} "
                       f"(max |litert| {float(np.abs(b).max()):.3g})")
         if exact:
-            ref = LitertRunner(blob, inputs, 1, OpResolverType.BUILTIN_REF).run()
+            ref = builtin_ref_outputs(path, inputs)
+            if ref is None:
+                summary.add(f"{name}: outputs vs TFLite reference kernels", "<= 1 step",
+                            "not measured (BUILTIN_REF aborts on this file)", None)
+                ref = []
             worst = 0
             for k, (a, b) in enumerate(zip(mine, ref)):
                 d = int(np.abs(a.astype(np.int64) - b.astype(np.int64)).max())
@@ -238,8 +309,9 @@ def compare_models(name: str, device: ReferenceDevice, model: Model,
                 worst = max(worst, d)
                 print(f"  output {k}: max |nnhal - litert BUILTIN_REF| = {d} steps "
                       f"({n} of {a.size} values differ)")
-            summary.add(f"{name}: outputs vs TFLite reference kernels", "<= 1 step",
-                        f"{worst} steps", worst <= 1)
+            if ref:
+                summary.add(f"{name}: outputs vs TFLite reference kernels", "<= 1 step",
+                            f"{worst} steps", worst <= 1)
         engines = [(f"nnhal (driver: BLAS {device.blas_threads or 'free'})", ours.run)]
         if free is not None:
             engines.append((f"nnhal (BLAS left at {BLAS.get()})", free.run))
@@ -268,8 +340,10 @@ def compare_models(name: str, device: ReferenceDevice, model: Model,
 
 def first_divergence(layers: Sequence[hal_models.Layer], quant: hal_models.Quant,
                      x: np.ndarray) -> None:
-    """Every activation of the int8 network on nnhal and on TFLite's reference kernels: the
-    first that differs had identical inputs on both, so it shows one kernel's own difference."""
+    """Every activation of the HAL-built int8 network on nnhal and on TFLite's reference
+    kernels (on nnhal's export of it: the converter cannot expose every activation of a
+    network built here): the first that differs had identical inputs on both, so it shows one
+    kernel's own difference. A diagnostic; nothing is timed."""
     from ai_edge_litert.interpreter import OpResolverType
 
     from nnhal import Session
@@ -293,13 +367,14 @@ def first_divergence(layers: Sequence[hal_models.Layer], quant: hal_models.Quant
 
 # ---- 3: one ADD ------------------------------------------------------------------------------
 
-def bench_add(device: ReferenceDevice, n: int, rounds: int, summary: Summary) -> None:
+def bench_add(device: ReferenceDevice, n: int, rounds: int, summary: Summary,
+              add_path: Path | None) -> None:
+    """``add_path``: the converter's one-ADD file the peer runs (None: no peer figures)."""
     dims = bench_execution.DIMS
-    model = bench_execution.one_add_model()
     pm = bench_execution.prepare(device)
     a = np.arange(16, dtype=np.float32).reshape(dims)
     rb = RequestBuilder([a, a], [a.nbytes])
-    lite = LitertRunner(write_tflite(model), [a, a], 1)
+    lite = LitertRunner(add_path, [a, a], 1) if add_path is not None else None
     _, burst = pm.configure_execution_burst()
     holds = [burst.cache_memory(m) for m in rb.request.pools]
     _, execution = pm.create_reusable_execution(rb.request)
@@ -308,15 +383,16 @@ def bench_add(device: ReferenceDevice, n: int, rounds: int, summary: Summary) ->
             ("executeSynchronously", lambda: pm.execute_synchronously(rb.request), 15.0),
             ("burst.execute (cached)", lambda: burst.execute(rb.request), 12.0),
             ("reusable compute", lambda: execution.compute(), 8.0),
-            ("litert set+invoke+get", lite.run, None),
         ]
+        if lite is not None:
+            paths.append(("litert set+invoke+get", lite.run, None))
+            np.testing.assert_array_equal(lite.run()[0], a + a)
         for _label, fn, _ in paths[:3]:
             bench_execution.checked(fn())
-        np.testing.assert_array_equal(lite.run()[0], a + a)
         print(f"\n== one ADD {dims} float32: {n} calls x {rounds} interleaved rounds; "
               f"load {load()}")
         times = bench_execution.time_paths([(p[0], p[1]) for p in paths], n, rounds)
-        lite_med = statistics.median(times[paths[-1][0]])
+        lite_med = statistics.median(times[paths[-1][0]]) if lite is not None else float("nan")
         print(f"  {'path':<26} {'median us':>10} {'best us':>8} {'x litert':>9} "
               f"{'minor faults/call':>18}")
         for label, fn, goal in paths:
@@ -445,6 +521,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer rounds and calls")
     parser.add_argument("--only", default=None,
                         help=f"comma-separated figures to run: {', '.join(NAMES)}")
+    parser.add_argument("--models", type=Path, default=None,
+                        help="folder of the converter-made MobileNets (mobilenet_v1.tflite, "
+                             "mobilenet_v2.tflite, mobilenet_v2_int8.tflite; default: made "
+                             "with TensorFlow into a temporary folder)")
     parser.add_argument("--blas-threads", type=int, default=None,
                         help="numpy's OpenBLAS threads for the whole run (default: as found)")
     args = parser.parse_args()
@@ -468,43 +548,41 @@ def main() -> None:
     summary = Summary()
     device = ReferenceDevice()
     free_device = ReferenceDevice(blas_threads=0)
-    v1 = v1_case() if {"v1", "profile"} & only else None
-    v2 = hal_models.mobilenet_v2_float() if {"v2", "profile"} & only else None
-    x = hal_models.float_input()
-    int8 = None
-    if {"int8", "profile"} & only:
-        layers = hal_models.mobilenet_v2_layers(0)
-        quant = hal_models.calibrate(layers, x)
-        qx = hal_models.quantize_input(x, quant)
-        int8 = (hal_models.build(layers, quant, extra_outputs=(layers[-2].dst,)), qx,
-                layers, quant)
+    tmp = tempfile.TemporaryDirectory()
+    folder = converter_models(args.models, Path(tmp.name)) \
+        if {"v1", "v2", "int8", "profile"} & only else None
+    files = {} if folder is None else {
+        "v1": folder / "mobilenet_v1.tflite", "v2": folder / "mobilenet_v2.tflite",
+        "int8": folder / "mobilenet_v2_int8.tflite"}
     try:
-        if "v1" in only and v1 is not None:
-            compare_models("MobileNet V1_0 (conformance case)", device, v1[0], v1[1], rounds,
-                           summary, 3.0, free_device=free_device)
-        if "v2" in only and v2 is not None:
-            compare_models("MobileNetV2 224 float32", device, v2, [x], rounds, summary, 3.0,
-                           free_device=free_device)
-        if "int8" in only and int8 is not None:
-            compare_models("MobileNetV2 224 int8 (outputs: softmax, logits)", device, int8[0],
-                           [int8[1]], rounds, summary, 4.0, exact=True,
-                           free_device=free_device)
-            first_divergence(int8[2], int8[3], int8[1])
+        if "v1" in only and files:
+            compare_models("MobileNet V1 224 float32", device, files["v1"], rounds, summary,
+                           3.0, free_device=free_device)
+        if "v2" in only and files:
+            compare_models("MobileNetV2 224 float32", device, files["v2"], rounds, summary,
+                           3.0, free_device=free_device)
+        if "int8" in only and files:
+            compare_models("MobileNetV2 224 int8", device, files["int8"], rounds, summary,
+                           4.0, exact=True, free_device=free_device)
+            x = hal_models.float_input()
+            layers = hal_models.mobilenet_v2_layers(0)
+            quant = hal_models.calibrate(layers, x)
+            first_divergence(layers, quant, hal_models.quantize_input(x, quant))
         if "add" in only:
-            bench_add(device, 200 if args.quick else 1000, max(rounds // 2, 3), summary)
+            bench_add(device, 200 if args.quick else 1000, max(rounds // 2, 3), summary,
+                      converter_add(Path(tmp.name)))
         if "memory" in only:
             bench_memory(device, summary)
-        if "profile" in only:
+        if "profile" in only and files:
             runs = 3 if args.quick else 10
-            if v1 is not None:
-                profile("MobileNet V1_0", device, v1[0], v1[1], runs)
-            if v2 is not None:
-                profile("MobileNetV2 float32", device, v2, [x], runs)
-            if int8 is not None:
-                profile("MobileNetV2 int8", device, int8[0], [int8[1]], runs)
+            for label, key in (("MobileNet V1 float32", "v1"), ("MobileNetV2 float32", "v2"),
+                               ("MobileNetV2 int8", "int8")):
+                model, inputs = file_model(files[key])
+                profile(label, device, model, inputs, runs)
     finally:
         device.close()
         free_device.close()
+        tmp.cleanup()
     summary.print()
 
 

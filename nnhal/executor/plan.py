@@ -18,6 +18,7 @@ from dataclasses import replace
 import numpy as np
 
 from nnhal.analysis import MAX_TENSOR_BYTES, ModelGraph, SubgraphGraph
+from nnhal.executor import profile as _profile
 from nnhal.executor.arena import Arena, ArenaLayout, ArenaPool, plan_offsets
 from nnhal.hal.types import (
     LOOP_TIMEOUT_DEFAULT_NS,
@@ -195,13 +196,22 @@ class SubgraphPlan:
         for idx, arr in zip(self.input_indexes, inputs):
             slots[idx] = arr
         if self.has_control_flow:
-            return _run_frames(self, slots, rt, plans)
+            prof = _profile.ACTIVE
+            if prof is None:
+                return _run_frames(self, slots, rt, plans)
+            started = time.perf_counter()  # IF/WHILE run on a stack: timed as a whole
+            try:
+                return _run_frames(self, slots, rt, plans)
+            finally:
+                prof.whole_run(time.perf_counter() - started)
+        # Chosen once per run: the timed loop only while a profile is collected.
+        run_steps = self._run_steps if _profile.ACTIVE is None else self._run_steps_profiled
         pool = self.arena_pool
         if pool is None:
-            return self._run_steps(slots, rt, None, given, given_outs)
+            return run_steps(slots, rt, None, given, given_outs)
         arena = pool.take()
         try:
-            return self._run_steps(slots, rt, arena, given, given_outs)
+            return run_steps(slots, rt, arena, given, given_outs)
         finally:
             pool.give(arena)
 
@@ -278,6 +288,42 @@ class SubgraphPlan:
             results[k] = np.array(results[k], copy=True)
         return results  # type: ignore[return-value]
 
+    def _run_steps_profiled(self, slots: list[object], rt: RunState, arena: Arena | None,
+                            given: dict[int, np.ndarray] | None,
+                            given_outs: Sequence[list[np.ndarray] | None] | None = None
+                            ) -> list[np.ndarray]:
+        """:meth:`_run_steps` timing each operation into the active profile (a loop of its
+        own, so that the lean one never tests whether to time)."""
+        prof = _profile.ACTIVE
+        clock = time.perf_counter
+        if arena is not None:
+            views, step_outs = arena.views, arena.step_outs
+        else:
+            views, step_outs = None, self.no_outs
+        if given_outs is None:
+            given_outs = self.no_outs
+        for k, (step, outs, mine) in enumerate(zip(self.steps, step_outs, given_outs)):
+            rt.check_deadline()
+            started = clock()
+            ins = [slots[i] for i in step.inputs]
+            into = step.into
+            if into is not None:
+                if outs is None:
+                    outs = mine if mine is not None else step.fresh_outs(views, given)
+                _call_into(step, ins, outs, rt)
+                for idx, out in zip(step.outputs, outs):
+                    slots[idx] = out
+            else:
+                if step.sizer is not None:
+                    step.sizer.check(ins)
+                _store(step, _call(step, ins, rt), slots)
+            if prof is not None:
+                prof.operation(k, _type_name(step.op_type), clock() - started)
+        results = [slots[i] for i in self.output_indexes]
+        for k in self.copy_out:
+            results[k] = np.array(results[k], copy=True)
+        return results  # type: ignore[return-value]
+
 
 #: A step of a run decided once: (step, its kernel, its input arrays, its output arrays).
 FixedStep = tuple[BoundOp, IntoKernel, list[object], list[np.ndarray]]
@@ -286,6 +332,9 @@ FixedStep = tuple[BoundOp, IntoKernel, list[object], list[np.ndarray]]
 def run_fixed(fixed: Sequence[FixedStep], rt: RunState) -> None:
     """Run :meth:`SubgraphPlan.fixed_steps` (no deadline checks between steps: for runs
     without a deadline)."""
+    if _profile.ACTIVE is not None:
+        _run_fixed_profiled(fixed, rt, _profile.ACTIVE)
+        return
     for step, into, ins, outs in fixed:
         try:
             into(ins.copy(), outs, rt)  # a copy: the kernel may do what it likes with its list
@@ -294,6 +343,19 @@ def run_fixed(fixed: Sequence[FixedStep], rt: RunState) -> None:
             if err is e:
                 raise
             raise err from e
+
+
+def _run_fixed_profiled(fixed: Sequence[FixedStep], rt: RunState,
+                        prof: _profile.Profile) -> None:
+    clock = time.perf_counter
+    for k, (step, _into, ins, outs) in enumerate(fixed):
+        started = clock()
+        _call_into(step, ins.copy(), outs, rt)
+        prof.operation(k, _type_name(step.op_type), clock() - started)
+
+
+def _type_name(op_type: object) -> str:
+    return getattr(op_type, "name", None) or str(op_type)
 
 
 def _failure(step: BoundOp, e: Exception) -> Exception:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from nnhal.executor import profile as _profile
 from nnhal.hal.interfaces import IBurst, IExecution, IPreparedModel
 from nnhal.hal.request_layout import ArgSlot, LayoutError, RequestLayout
 from nnhal.hal.types import (
@@ -223,6 +224,8 @@ class PlanPrepared(_RuntimePrepared):
                 loop_timeout: int | None) -> Any:
         """Run every step over ``env`` (operand -> (bytes or None, dims)), which gains the
         values the steps produce; the status (or the zero-sized marker)."""
+        if _profile.ACTIVE is not None:
+            return self._run_env_profiled(_profile.ACTIVE, env, deadline, loop_timeout)
         for step in self.steps:
             if step.device is None:
                 status = self._run_control(step, env, deadline, loop_timeout)
@@ -231,6 +234,27 @@ class PlanPrepared(_RuntimePrepared):
                        for v in (self._value(env, i) for i in step.inputs)):
                     return _ZERO_SIZED
                 status = self._run_step(step, env, deadline, loop_timeout)
+            if status is _ZERO_SIZED or status != ErrorStatus.NONE:
+                return status
+        return ErrorStatus.NONE
+
+    def _run_env_profiled(self, prof: _profile.Profile, env: dict[int, Any],
+                          deadline: int | None, loop_timeout: int | None) -> Any:
+        """:meth:`run_env` timing each step into the profile, with its device."""
+        for k, step in enumerate(self.steps):
+            entered = prof.enter_step(k, step.operations)
+            started = time.perf_counter()
+            try:
+                if step.device is None:
+                    status = self._run_control(step, env, deadline, loop_timeout)
+                elif any(v[0] is not None and any(d == 0 for d in v[1])
+                         for v in (self._value(env, i) for i in step.inputs)):
+                    status = _ZERO_SIZED
+                else:
+                    status = self._run_step(step, env, deadline, loop_timeout)
+            finally:
+                prof.leave_step(entered, step.device.name if step.device is not None
+                                else "runtime", time.perf_counter() - started)
             if status is _ZERO_SIZED or status != ErrorStatus.NONE:
                 return status
         return ErrorStatus.NONE

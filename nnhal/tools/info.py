@@ -134,10 +134,13 @@ def model_info(imported: ImportedModel | Model,
                    "input": s.input, "output": s.output} for s in imp.state],
     }
     opened: list[IDevice] = []
+    registry = devices is None
     if devices is None:
         devices, opened = registry_devices()
     try:
         info["devices"] = device_support(model, devices, a.problem)
+        if registry and a.problem is None:
+            info["runtime"] = runtime_placement(model, devices)
         info["extension_operations"] = extension_operations(model, info["devices"],
                                                             a.problem is None)
     finally:
@@ -148,6 +151,29 @@ def model_info(imported: ImportedModel | Model,
     for d in info["devices"]:
         d.pop("flags", None)
     return info
+
+
+def runtime_placement(model: Model, devices: Mapping[str, DeviceOrReason]) -> dict[str, Any]:
+    """Where the runtime would run each operation over the available ``devices`` (their
+    capabilities and supported operations; nothing is prepared): ``steps`` (device and
+    operations each), or ``problem``. Preparing can still fall back (``nnhal info --plan``
+    compiles for real)."""
+    from nnhal.runtime.codes import PreferenceCode
+    from nnhal.runtime.devices import Device
+    from nnhal.runtime.partition import RUNTIME, NoDevice, assign, group
+
+    try:
+        candidates = [Device(name, d) for name, d in devices.items() if not isinstance(d, str)]
+        if not candidates:
+            return {"problem": "no device is available"}
+        choice = assign(model, candidates, int(PreferenceCode.FAST_SINGLE_ANSWER))
+        runs = group(model, choice)
+    except NoDevice as e:
+        return {"problem": f"no device supports operations {e.operations}"}
+    except Exception as e:  # noqa: BLE001 - a driver that answers wrongly: said, not raised
+        return {"problem": f"{type(e).__name__}: {e}"}
+    return {"steps": [{"device": "runtime" if d == RUNTIME else candidates[d].name,
+                       "operations": ops} for d, ops in runs]}
 
 
 def extension_operations(model: Model, support: list[dict[str, Any]], plan: bool = True
@@ -275,6 +301,13 @@ def render(info: dict[str, Any], console: Any = None) -> None:
     console.print("[bold]devices[/bold]", highlight=False)
     for d in info.get("devices", []):
         console.print("  " + device_line(d), highlight=False, markup=False)
+    runtime = info.get("runtime")
+    if runtime is not None:
+        from nnhal.tools.plan import placement
+
+        where = runtime.get("problem") or placement(runtime["steps"], verb="runs on")
+        console.print(f"  runtime (the default, over every available device): {where}; "
+                      f"nnhal info --plan for its steps", highlight=False, markup=False)
 
 
 def device_line(d: dict[str, Any]) -> str:
@@ -307,16 +340,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def plan_info(imported: ImportedModel | Model, device_names: list[str] | None = None,
               preference: str = "fast") -> list[dict[str, Any]]:
-    """The runtime's steps, each with its operations' names."""
-    from nnhal.tools.plan import compile_plan
+    """The runtime's steps, each with its operations' names and, per operation some device
+    refused (``refused``), why each of those devices refused it."""
+    from nnhal.tools.plan import compile_plan, refusals
 
     model = imported.model if isinstance(imported, ImportedModel) else imported
     steps, comp = compile_plan(model, device_names, preference)
-    comp.free()
+    try:
+        refused = refusals(model, comp)
+    finally:
+        comp.free()
     for s in steps:
         s["operation_names"] = [op_name(model.main.operations[k].type,
                                         model.extension_name_to_prefix)
                                 for k in s["operations"]]
+        s["refused"] = [{"index": k, "operation": name, "devices": refused[k]}
+                        for k, name in zip(s["operations"], s["operation_names"])
+                        if k in refused]
     return steps
 
 
@@ -328,6 +368,9 @@ def render_plan(steps: list[dict[str, Any]]) -> None:
         print(f"  step {k}: {s['device']}: {len(s['operations'])} operations "
               f"{_ranges(s['operations'])} ({ops}); inputs {s['inputs']}, "
               f"outputs {s['outputs']}")
+        for r in s.get("refused", []):
+            why = "; ".join(f"{d} refused it: {reason}" for d, reason in r["devices"].items())
+            print(f"    #{r['index']} {r['operation']} runs on {s['device']}: {why}")
 
 
 def _ranges(xs: list[int]) -> str:

@@ -40,3 +40,55 @@ def compile_plan(model: Model, device_names: Sequence[str] | None = None,
 def operation_devices(steps: Sequence[dict[str, Any]]) -> dict[int, str]:
     """Main-subgraph operation index -> the device of its step."""
     return {k: s["device"] for s in steps for k in s["operations"]}
+
+
+def refusals(model: Model, compilation: Any) -> dict[int, dict[str, str]]:
+    """Main operation index -> {device: why it refuses the operation}, over the devices the
+    compilation chose among (a device that cannot say why: its getSupportedOperations
+    answer)."""
+    from nnhal.runtime.devices import devices as available
+    from nnhal.runtime.partition import supported_by
+
+    candidates = compilation.devices if compilation.devices is not None else available()
+    support = supported_by(model, candidates)
+    out: dict[int, dict[str, str]] = {}
+    for dev, flags in zip(candidates, support):
+        if all(flags):
+            continue
+        why = None
+        ask = getattr(dev.hal, "refusals", None)
+        if callable(ask):
+            try:
+                why = ask(model)
+            except Exception:  # noqa: BLE001 - a driver that cannot say: the flags alone
+                why = None
+        for k, ok in enumerate(flags):
+            if ok:
+                continue
+            reason = why[k] if why is not None and k < len(why) and why[k] else \
+                "getSupportedOperations: not supported"
+            prefix = f"#{k} "
+            if reason.startswith(prefix) and ": " in reason:  # "#k NAME: why" -> "why"
+                reason = reason.split(": ", 1)[1]
+            out.setdefault(k, {})[dev.name] = reason
+    return out
+
+
+def placement(steps: Sequence[dict[str, Any]], pinned: bool = False,
+              verb: str = "ran on") -> str:
+    """Which devices run what, in one line: ``ran on litert (64 operations)`` or ``litert:
+    60 operations, reference: 4 (3 steps)``."""
+    counts: dict[str, int] = {}
+    for s in steps:
+        counts[s["device"]] = counts.get(s["device"], 0) + len(s["operations"])
+    if len(counts) == 1:
+        (device, n), = counts.items()
+        return f"{verb} {device} ({operations(n)}" + \
+            ("; pinned by --device)" if pinned else ")")
+    parts = ", ".join(f"{d}: {operations(n)}" for d, n in counts.items())
+    return f"{parts} ({len(steps)} steps)"
+
+
+def operations(n: int) -> str:
+    return f"{n} operation" + ("" if n == 1 else "s")
+

@@ -1,4 +1,8 @@
-"""``nnhal run MODEL``: run a model once on a device and summarise its outputs.
+"""``nnhal run MODEL``: run a model once and summarise its outputs.
+
+Without ``--device`` the model goes where ``Session(path)`` puts it: through the runtime over
+every available device, which gives each operation to the fastest device that supports it;
+one line says which devices ran what (:func:`ran_on`). ``--device NAME`` pins one driver.
 
 Inputs come from an .npz (keys: the input names, or ``arr_0``... in input order; read by
 :mod:`nnhal.tools.npz`, no further than the model's inputs need) or are random, of each
@@ -42,8 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_device_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", type=device, default="reference",
-                        help="device name (default: reference; remote:PATH for a service)")
+    parser.add_argument("--device", type=device, default=None,
+                        help="run on this one driver (remote:PATH for a service); default: "
+                             "the runtime over every available device, which gives each "
+                             "operation to the fastest device that supports it")
 
 
 def read_model(path: str) -> ImportedModel:
@@ -51,8 +57,25 @@ def read_model(path: str) -> ImportedModel:
     return load_model(path)
 
 
-def open_session(path: str, device: str) -> Session:
+def open_session(path: str, device: str | None) -> Session:
+    """The model prepared on ``device``, or (None) compiled by the runtime over every
+    available device, as ``Session(path)`` does."""
     return Session(read_model(path), device)
+
+
+def ran_on(session: Session) -> str:
+    """Which devices ran what, in one line (the runtime's steps; ``nnhal info --plan`` has
+    the rest), with the runtime's fallbacks to the reference driver when there were any."""
+    from nnhal.tools.plan import placement
+
+    comp = session.compilation
+    line = placement(session.plan, pinned=comp is None)
+    if comp is not None and comp.fell_back:
+        line += "; the runtime fell back to the reference driver (the chosen device " \
+                "failed to prepare the model)"
+    if comp is not None and comp.fallbacks:
+        line += f"; {comp.fallbacks} execution(s) fell back to the reference driver"
+    return line
 
 
 def fail(command: str, message: object, status: int) -> int:
@@ -162,8 +185,8 @@ def main(args: argparse.Namespace) -> int:
         except NnhalError as e:
             return fail("run", e, 1)
         out.print(summary_table(results))
-        out.print(f"device {session.device_name}: prepare {session.prepare_seconds * 1e3:.2f} "
-                  f"ms, execute {execute * 1e3:.3f} ms")
+        out.print(f"{ran_on(session)}: prepare {session.prepare_seconds * 1e3:.2f} ms, "
+                  f"execute {execute * 1e3:.3f} ms")
         if args.outputs:
             try:  # a file object: numpy would add .npz to a name that lacks it
                 with open(args.outputs, "wb") as f:

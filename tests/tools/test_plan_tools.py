@@ -78,3 +78,52 @@ def test_view_plan_colours_each_operation_by_device_with_a_legend(relu_only, tin
     assert view.main(argparse.Namespace(model=tiny_file, output=str(plain), plan=False,
                                         device=None)) == 0
     assert "devices:" not in plain.read_text()
+
+
+def test_info_plan_says_why_each_refused_operation_went_elsewhere(relu_only, tiny_file,
+                                                                   capsys):
+    steps = info.plan_info(tiny(), relu_only)
+    assert [s["refused"] for s in steps] == [
+        [{"index": 0, "operation": "CONV_2D",
+          "devices": {"relu-only": "getSupportedOperations: not supported"}}],
+        [],
+        [{"index": 2, "operation": "ADD",
+          "devices": {"relu-only": "getSupportedOperations: not supported"}}]]
+    info.render_plan(steps)
+    assert "#2 ADD runs on reference: relu-only refused it: getSupportedOperations" in \
+        capsys.readouterr().out
+
+
+def _mul_then_add():
+    """An 8-bit MUL whose input scales' product is 256 times the output's (LiteRT refuses
+    it: TFLite's result differs), then an ADD LiteRT runs."""
+    from nnhal.hal.builder import ModelBuilder
+    from nnhal.hal.types import OperandType as T
+
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_QUANT8_ASYMM, [1, 4], 16.0, 0)
+    y = b.input(T.TENSOR_QUANT8_ASYMM, [1, 4], 16.0, 0)
+    m = b.operand(T.TENSOR_QUANT8_ASYMM, [1, 4], 1.0, 0)
+    b.operation(O.MUL, [x, y, b.scalar(T.INT32, 0)], [m])
+    out = b.output(T.TENSOR_QUANT8_ASYMM, [1, 4], 1.0, 0)
+    b.operation(O.ADD, [m, m, b.scalar(T.INT32, 0)], [out])
+    return b.build()
+
+
+def test_info_plan_gives_litert_s_own_reason():
+    if registry.reason("litert") is not None:
+        pytest.skip(f"litert is not available: {registry.reason('litert')}")
+    steps = info.plan_info(_mul_then_add(), ["reference", "litert"])
+    assert [(s["device"], s["operations"]) for s in steps] == [("reference", [0]),
+                                                               ("litert", [1])]
+    (refused,) = steps[0]["refused"]
+    assert refused["operation"] == "MUL" and "256" in refused["devices"]["litert"]
+
+
+def test_info_names_where_the_runtime_runs_the_model(capsys):
+    data = info.model_info(tiny())
+    fastest = "litert" if registry.reason("litert") is None else "reference"
+    assert data["runtime"] == {"steps": [{"device": fastest, "operations": [0, 1, 2]}]}
+    info.render(data)
+    assert f"runtime (the default, over every available device): runs on {fastest} " \
+           f"(3 operations)" in capsys.readouterr().out

@@ -209,6 +209,140 @@ def test_run_cannot_write_outputs(tmp_path, capsys):
     assert status == 2 and "cannot write" in err and out == ""  # said before the run
 
 
+def _fastest() -> str:
+    """The device the runtime picks for a float32 or 8-bit model every driver runs."""
+    from nnhal.drivers import registry
+
+    return "litert" if registry.reason("litert") is None else "reference"
+
+
+def test_run_defaults_to_the_runtime_and_says_which_device_ran_it(capsys):
+    status, out, err = call(run, capsys, "quant.tflite")
+    assert (status, err) == (0, "")
+    assert f"ran on {_fastest()} (1 operation): prepare " in out and "pinned" not in out
+
+
+def test_run_device_pins_one_driver(capsys):
+    status, out, err = call(run, capsys, "quant.tflite", "--device", "reference")
+    assert (status, err) == (0, "")
+    assert "ran on reference (1 operation; pinned by --device): prepare " in out
+
+
+def test_ran_on_names_every_device_of_a_split_plan(split_runtime, capsys):
+    status, out, err = call(run, capsys, "tiny.tflite")
+    assert (status, err) == (0, "")
+    assert "reference: 2 operations, relu-only: 1 operation (3 steps): prepare" in out
+
+
+@pytest.fixture
+def split_runtime(monkeypatch, tmp_path):
+    """The runtime's devices: the reference driver and one claiming only RELU, so the tiny
+    CONV_2D -> RELU -> ADD model runs in three steps over two devices."""
+    import importlib
+
+    from test_info_view import tiny
+
+    from nnhal.conformance.mode_partitioned import HalfDevice
+    from nnhal.drivers.reference import ReferenceDevice
+    from nnhal.hal.types import OperationType as O
+
+    rt = importlib.import_module("nnhal.runtime.devices")
+    ref, half = ReferenceDevice(), HalfDevice(frozenset({int(O.RELU)}))
+    monkeypatch.setattr(rt, "_devices", [rt.Device("reference", ref),
+                                         rt.Device("relu-only", half)])
+    monkeypatch.setattr(rt, "_named_seen", rt.os.environ.get(rt.DEVICES_ENV, ""))
+    MODELS["tiny.tflite"] = lambda: tiny()
+    (tmp_path / "tiny.tflite").write_bytes(b"placeholder")
+    yield
+    del MODELS["tiny.tflite"]
+    ref.close()
+    half.inner.close()
+
+
+def conv_model(layers: int = 4, size: int = 48, channels: int = 32) -> ImportedModel:
+    """A float32 chain of 3x3 CONV_2D (SAME, RELU) then an ADD and a LOGISTIC: enough work
+    per operation that the kernels, not the bookkeeping, are the run."""
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    x = first = b.input(T.TENSOR_FLOAT32, [1, size, size, channels])
+    for _ in range(layers):
+        w = b.constant(T.TENSOR_FLOAT32,
+                       (rng.standard_normal((channels, 3, 3, channels)) * 0.1).astype(F32))
+        bias = b.constant(T.TENSOR_FLOAT32, np.zeros(channels, F32))
+        y = b.operand(T.TENSOR_FLOAT32, [1, size, size, channels])
+        b.operation(OperationType.CONV_2D, [x, w, bias, *[b.scalar(T.INT32, v)
+                                                          for v in (1, 1, 1, 1)]], [y])
+        x = y
+    s = b.operand(T.TENSOR_FLOAT32, [1, size, size, channels])
+    b.operation(OperationType.ADD, [x, first, b.scalar(T.INT32, 0)], [s])
+    out = b.output(T.TENSOR_FLOAT32, [1, size, size, channels])
+    b.operation(OperationType.LOGISTIC, [s], [out])
+    return ImportedModel(b.build(), ["x"], ["y"], [], "conv.tflite")
+
+
+def test_bench_profile_json_times_each_operation_of_the_reference(tmp_path, capsys):
+    MODELS["conv.tflite"] = conv_model
+    (tmp_path / "conv.tflite").write_bytes(b"placeholder")
+    record = tmp_path / "bench.json"
+    try:
+        status, out, err = call(bench, capsys, "conv.tflite", "--device", "reference",
+                                "--runs", 5, "--warmup", 1, "--profile", "--json", record)
+    finally:
+        del MODELS["conv.tflite"]
+    assert (status, err) == (0, "")
+    assert "slowest operations" in out and "per operation type" in out
+    prof = json.loads(record.read_text())["profile"]
+    assert prof["runs"] == 5
+    ops = prof["operations"]
+    assert [(o["index"], o["type"], o["device"]) for o in ops] == \
+        [(k, "CONV_2D", "reference") for k in range(4)] + \
+        [(4, "ADD", "reference"), (5, "LOGISTIC", "reference")]
+    total = sum(o["seconds"] for o in ops)
+    run_s = prof["run_seconds"]
+    assert 0.6 * run_s <= total <= run_s  # the kernels are most of the run, never more
+    assert total == pytest.approx(prof["attributed_seconds"])
+    assert {t["type"]: t["count"] for t in prof["types"]} == {"CONV_2D": 4, "ADD": 1,
+                                                              "LOGISTIC": 1}
+    assert sum(t["percent"] for t in prof["types"]) == pytest.approx(100 * total / run_s)
+    assert [(s["device"], s["operations"], s["per_operation"]) for s in prof["steps"]] == \
+        [("reference", 6, True)]
+
+
+def test_bench_profile_on_the_runtime_is_per_step_with_the_device(split_runtime, tmp_path,
+                                                                  capsys):
+    record = tmp_path / "bench.json"
+    status, out, err = call(bench, capsys, "tiny.tflite", "--runs", 3, "--warmup", 1,
+                            "--profile", "--json", record)
+    assert (status, err) == (0, "")
+    data = json.loads(record.read_text())
+    prof = data["profile"]
+    steps = prof["steps"]
+    assert [(s["device"], s["operations"], s["timed_by"]) for s in steps] == \
+        [("reference", 1, "runtime"), ("relu-only", 1, "runtime"), ("reference", 1, "runtime")]
+    assert [(o["index"], o["type"], o["device"], o["step"]) for o in prof["operations"]] == \
+        [(0, "CONV_2D", "reference", 0), (1, "RELU", "relu-only", 1), (2, "ADD", "reference", 2)]
+    for s in steps:  # each step's time covers its operation's
+        mine = [o["seconds"] for o in prof["operations"] if o["step"] == s["step"]]
+        assert 0 < sum(mine) <= s["seconds"]
+    assert sum(s["seconds"] for s in steps) <= prof["run_seconds"]
+    assert "steps" in out
+
+
+@pytest.mark.skipif("not __import__('nnhal.drivers.registry', fromlist=['x']).reason('litert') "
+                    "is None", reason="ai-edge-litert is not installed")
+def test_bench_profile_on_litert_is_one_step_and_says_why(tmp_path, capsys):
+    record = tmp_path / "bench.json"
+    status, out, err = call(bench, capsys, "add.tflite", "--device", "litert", "--runs", 3,
+                            "--warmup", 1, "--profile", "--json", record)
+    assert (status, err) == (0, "")
+    prof = json.loads(record.read_text())["profile"]
+    (step,) = prof["steps"]
+    assert (step["device"], step["timed_by"], step["per_operation"]) == ("litert", "driver",
+                                                                         False)
+    assert "per-operation profiler" in step["why_no_operations"] and prof["operations"] == []
+    assert 0 < step["seconds"] <= prof["run_seconds"]
+
+
 # ---- nnhal bench ---------------------------------------------------------------------------
 
 def test_bench_prints_figures_and_writes_json(tmp_path, capsys):
@@ -220,8 +354,14 @@ def test_bench_prints_figures_and_writes_json(tmp_path, capsys):
                    "executions per second"):
         assert figure in out
     data = json.loads(record.read_text())
+    # No --device: the runtime over every available device, which gives the one ADD to the
+    # device whose capabilities are best (LiteRT, when it is installed).
     assert (data["model"], data["device"], data["runs"], data["warmup"]) == \
-        ("add.tflite", "reference", 7, 2)
+        ("add.tflite", _fastest(), 7, 2)
+    assert data["pinned"] is False and data["steps"] == [{"device": _fastest(),
+                                                          "operations": 1}]
+    assert data["placement"] == f"ran on {_fastest()} (1 operation)"
+    assert "profile" not in data
     lat = data["latency_seconds"]
     assert 0 < lat["min"] <= lat["median"] <= lat["p90"] and lat["min"] <= lat["mean"]
     assert data["executions_per_second"] == pytest.approx(1 / lat["mean"])

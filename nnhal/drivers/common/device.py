@@ -149,6 +149,31 @@ class DeviceBase(IDevice):
             return None
         return "unsupported operations: " + ", ".join(graph.unsupported_names())
 
+    def operation_reasons(self, graph: ModelGraph) -> list[str | None]:
+        """Per main operation, None when this driver runs it, else why not (for ``nnhal info
+        --plan``: why an operation went to another device)."""
+        claimed = self.supported(graph)
+        out: list[str | None] = []
+        for k, ((t, _, _), ok, runnable) in enumerate(zip(graph.main.operations, claimed,
+                                                          graph.main.supported)):
+            if ok:
+                out.append(None)
+            elif not runnable:
+                out.append(graph.reasons.get((-1, k)) or "not runnable here")
+            elif is_extension_type(t):
+                out.append("an extension this device does not offer")
+            else:
+                out.append("not supported by this driver")
+        return out
+
+    def refusals(self, model: Model) -> list[str | None] | None:
+        """:meth:`operation_reasons` of a model; None when the model is invalid."""
+        try:
+            return self.operation_reasons(self.analyse(model, own_constants=False))
+        except Exception as e:  # noqa: BLE001 - an invalid model has no per-operation answer
+            self.log(f"invalid model: {type(e).__name__}: {e}")
+            return None
+
     def compile_now(self, model: Model, graph: ModelGraph) -> Any:
         """Work done in prepareModel's calling thread (may raise: the model is refused)."""
         return None

@@ -117,6 +117,9 @@ class LiteRTDevice(DeviceBase):
     def refusal(self, graph: ModelGraph) -> str | None:
         return support.refusal(graph)
 
+    def operation_reasons(self, graph: ModelGraph) -> list[str | None]:
+        return support.operation_reasons(graph)
+
     def compile_now(self, model: Model, graph: ModelGraph) -> bytes:
         # Now, not in the task: the client may change its Model once prepareModel returns.
         return write_tflite(model, graph=graph)  # the graph prepare has: no second analysis

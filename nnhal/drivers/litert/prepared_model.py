@@ -11,6 +11,7 @@ ones its interpreter is allocated for is resized first; output shapes are the in
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,6 +21,7 @@ from nnhal.drivers.common.prepared_model import PreparedModelBase, PreparingDevi
 from nnhal.drivers.litert.cache import LiteRTPlan
 from nnhal.drivers.litert.engine import EnginePool
 from nnhal.executor import RunError, RunState
+from nnhal.executor import profile as _profile
 from nnhal.executor.run import input_shape, read_argument, write_outputs
 from nnhal.hal.request_pool import RequestPool
 from nnhal.hal.types import (
@@ -186,6 +188,18 @@ class LiteRTPreparedModel(PreparedModelBase):
 
     def execute_checked(self, request: Request, pools: Sequence[RequestPool], rt: RunState,
                         prepared: LiteRTRequest | None) -> tuple[ErrorStatus, list[OutputShape]]:
+        prof = _profile.ACTIVE
+        if prof is None:
+            return self._run_checked(request, pools, rt, prepared)
+        # ai-edge-litert's Python API has no per-operation profiler: the whole run is timed.
+        started = time.perf_counter()
+        try:
+            return self._run_checked(request, pools, rt, prepared)
+        finally:
+            prof.whole_run(time.perf_counter() - started)
+
+    def _run_checked(self, request: Request, pools: Sequence[RequestPool], rt: RunState,
+                     prepared: LiteRTRequest | None) -> tuple[ErrorStatus, list[OutputShape]]:
         if prepared is not None and prepared.direct and rt.deadline_ns is None:
             done = self._direct(prepared)
             if done is not None:

@@ -190,6 +190,12 @@ def supported_operations(graph: ModelGraph) -> list[bool]:
     return [why is None for why in _main_reasons(graph)]
 
 
+def operation_reasons(graph: ModelGraph) -> list[str | None]:
+    """Per operation of the main subgraph: None when the LiteRT driver runs it, else one line
+    saying why not."""
+    return _main_reasons(graph)
+
+
 def refusal(graph: ModelGraph) -> str | None:
     """None when every operation of every subgraph is supported, else one line naming the
     first refused operation and why."""
