@@ -219,18 +219,20 @@ def open_device(name: str) -> IDevice:
 
 
 def _reference() -> IDevice:
+    from nnhal.drivers.common.device import default_key_file
     from nnhal.drivers.reference import ReferenceDevice
 
-    return ReferenceDevice()
+    return ReferenceDevice(cache_key_file=default_key_file())
 
 
 register("reference", _reference)
 
 
 def _litert() -> IDevice:
+    from nnhal.drivers.common.device import default_key_file
     from nnhal.drivers.litert import LiteRTDevice
 
-    return LiteRTDevice()
+    return LiteRTDevice(cache_key_file=default_key_file())
 
 
 def _litert_unavailable() -> str | None:
