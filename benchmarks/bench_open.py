@@ -17,7 +17,10 @@ Processes get a bytecode cache (``PYTHONPYCACHEPREFIX``) as an installed nnhal h
 (goal: warm <= 1.2x, cold <= 2x), with /proc/loadavg. ``--breakdown`` adds one warm process
 that times the restore's stages apart. Asserts nothing.
 
+``--force`` caches models under the size the Session skips (to measure whether that pays).
+
     python benchmarks/bench_open.py [MODEL.tflite ...] [--rounds N] [--lazy] [--breakdown]
+                                    [--force]
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ def feeds(infos):
 _NNHAL = """
 import json, sys, time
 t0 = time.perf_counter()
-s = Session(sys.argv[1])
+s = Session(sys.argv[1], cache=True if sys.argv[2:] == ["force"] else None)
 t1 = time.perf_counter()
 x = feeds([(i.shape or (1,), i.dtype) for i in s.inputs])
 t2 = time.perf_counter()
@@ -120,13 +123,14 @@ def load() -> str:
         return " ".join(f.read().split()[:3])
 
 
-def child(code: str, path: str, cache_dir: str, pycache: str) -> dict:
+def child(code: str, path: str, cache_dir: str, pycache: str, force: bool = False) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env.update(PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
                NNHAL_CACHE_DIR=cache_dir, PYTHONPYCACHEPREFIX=pycache,
                TF_CPP_MIN_LOG_LEVEL="3")
     env.pop("NNHAL_CACHE_KEY_FILE", None)
-    done = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", code, path, *(["force"] if force else [])],
+                          capture_output=True, text=True,
                           env=env, timeout=600)
     if done.returncode != 0:
         raise SystemExit(f"child failed:\n{done.stderr[-3000:]}")
@@ -137,12 +141,13 @@ def med(xs) -> float:
     return statistics.median(list(xs))
 
 
-def bench(path: str, rounds: int, lazy: bool, breakdown: bool, pycache: str) -> None:
+def bench(path: str, rounds: int, lazy: bool, breakdown: bool, pycache: str,
+          force: bool = False) -> None:
     pre = _PRE_NNHAL if lazy else _PRE_ALL
     nnhal_code = pre + _FEEDS + _NNHAL
     peer_code = _FEEDS + _LITERT
     with tempfile.TemporaryDirectory() as warm_dir:
-        first = child(nnhal_code, path, warm_dir, pycache)  # fills the caches (and pycache)
+        first = child(nnhal_code, path, warm_dir, pycache, force)  # fills the caches (and pycache)
         child(peer_code, path, warm_dir, pycache)
         if first["restored"]:
             print("(the first process restored: caches were not empty)")
@@ -150,8 +155,8 @@ def bench(path: str, rounds: int, lazy: bool, breakdown: bool, pycache: str) -> 
         for _ in range(rounds):
             rec["litert"].append(child(peer_code, path, warm_dir, pycache))
             with tempfile.TemporaryDirectory() as cold_dir:
-                rec["cold"].append(child(nnhal_code, path, cold_dir, pycache))
-            rec["warm"].append(child(nnhal_code, path, warm_dir, pycache))
+                rec["cold"].append(child(nnhal_code, path, cold_dir, pycache, force))
+            rec["warm"].append(child(nnhal_code, path, warm_dir, pycache, force))
         stages = child(pre + _FEEDS + _BREAKDOWN, path, warm_dir, pycache) if breakdown \
             else None
     peer = [r["open"] + r["run"] for r in rec["litert"]]
@@ -185,6 +190,8 @@ def main() -> None:
     ap.add_argument("--lazy", action="store_true",
                     help="time the modules the Session imports on first use too")
     ap.add_argument("--breakdown", action="store_true")
+    ap.add_argument("--force", action="store_true",
+                    help="Session(path, cache=True): cache models under MIN_BYTES too")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as pycache:
         for m in args.models:
@@ -192,7 +199,7 @@ def main() -> None:
                 print(f"{m}: not found, skipped")
                 continue
             t0 = time.perf_counter()
-            bench(m, args.rounds, args.lazy, args.breakdown, pycache)
+            bench(m, args.rounds, args.lazy, args.breakdown, pycache, args.force)
             print(f"  ({time.perf_counter() - t0:.0f} s)")
 
 

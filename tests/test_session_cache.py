@@ -265,3 +265,34 @@ def test_state_variables_are_restored(home, monkeypatch):
     with Session(src, cache=True) as second:
         assert second.restored
         assert [same(second.run(x), e) for x, e in zip(xs, expected)] == [True] * 3
+
+
+def test_concurrent_first_opens_leave_one_good_entry(home, tmp_path):
+    """Sessions opening the same file at once with an empty cache (each a miss writing the
+    entry and the drivers' files) all run correctly, and the next open restores."""
+    import threading
+
+    path = model_file(tmp_path, "floor_div_mod.tflite")
+    with Session(path, cache=False) as plain:
+        x = {k: np.where(v == 0, 3, v) for k, v in feeds(plain).items()}
+        expected = plain.run(x)
+    results: list[object] = []
+    barrier = threading.Barrier(4)
+
+    def open_and_run() -> None:
+        barrier.wait()
+        try:
+            with Session(path, cache=True) as s:
+                results.append(same(s.run(x), expected))
+        except Exception as e:  # noqa: BLE001 - reported below
+            results.append(e)
+
+    threads = [threading.Thread(target=open_and_run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == [True] * 4
+    assert len(entries(home)) == 1
+    with Session(path, cache=True) as after:
+        assert after.restored and same(after.run(x), expected)

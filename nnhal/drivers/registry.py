@@ -18,6 +18,10 @@ Each entry is a factory plus an availability probe, both called only when asked:
 needs an optional package (a LiteRT-backed one needs ``ai-edge-litert``) registers a probe that
 returns the reason it cannot run instead of failing at import, so listing devices never
 imports what is not installed.
+
+The reference and LiteRT devices opened here authenticate their compilation caches with the
+per-user key file (:func:`nnhal.drivers.common.device.default_key_file`), so what they cache
+outlives the process (the Session cache restores from it).
 """
 
 from __future__ import annotations

@@ -23,9 +23,13 @@ shape is a *miss*: the Session prepares from the file as without a cache and wri
 again. The drivers check their own files (their model caches are authenticated the same way).
 Nothing is unpickled.
 
-Where it does not pay: a model under :data:`MIN_BYTES` is prepared in a few milliseconds,
-about what hashing, reading the entry and restoring cost, so it is not cached (see
-``benchmarks/bench_open.py``). Off with ``Session(..., cache=False)`` or
+Where it does not pay: opening a tiny single-step model from scratch costs about the fixed
+costs a restore has too (opening the devices, the interpreter), so a model under
+:data:`MIN_BYTES` is not cached unless ``cache=True`` (measured in fresh processes with
+``benchmarks/bench_open.py --force``: a 1 KB REVERSE model 38.7 ms cold, writing the cache,
+against 31.7 ms restored; a 1 KB model split over LiteRT and the reference 105 ms against 30 ms:
+partitioned small models gain, and ``cache=True`` is there for them), and a program
+generating many small models would fill the cache with them. Off with ``Session(..., cache=False)`` or
 ``NNHAL_SESSION_CACHE=0``. The entries live in ``session/`` of nnhal's per-user cache
 (``$NNHAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/nnhal``, else ``~/.cache/nnhal``); at most
 :data:`MAX_ENTRIES` are kept, the least recently used going first with their steps' files.
@@ -54,8 +58,8 @@ log = logging.getLogger("nnhal.session")
 
 #: The environment variable that turns the cache off ("0", "off", "false", "no").
 ENV = "NNHAL_SESSION_CACHE"
-#: Files smaller than this are not cached (preparing them costs about what a restore does).
-MIN_BYTES = 64 << 10
+#: Files smaller than this are not cached by default (see the module's text).
+MIN_BYTES = 16 << 10
 #: Entries kept; past it the least recently used go, with the driver caches they name.
 MAX_ENTRIES = 64
 #: Bumped whenever the record's meaning changes.
@@ -286,6 +290,7 @@ class Store:
                              if e.name.endswith(".entry") and e.is_file(follow_symlinks=False))
         except OSError:
             return
+        self._evict_digests()
         extra = len(entries) - MAX_ENTRIES
         if extra <= 0:
             return
@@ -299,6 +304,20 @@ class Store:
                         os.unlink(self.steps / os.path.basename(f))
                     except OSError:
                         pass
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+
+    def _evict_digests(self) -> None:
+        """Past 4 x MAX_ENTRIES remembered file digests, the oldest go (a few bytes each)."""
+        try:
+            memos = sorted((e.stat().st_mtime_ns, e.path)
+                           for e in os.scandir(self.directory / "files")
+                           if e.name.endswith(".digest"))
+        except OSError:
+            return
+        for _, p in memos[:max(0, len(memos) - 4 * MAX_ENTRIES)]:
             try:
                 os.unlink(p)
             except OSError:

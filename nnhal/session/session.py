@@ -123,6 +123,13 @@ class Session:
 
     ``inputs`` / ``outputs`` describe what :meth:`run` takes and returns (state variables
     excluded); ``prepare_seconds`` is how long preparation took.
+
+    From a .tflite path or its bytes, the Session uses the compilation cache
+    (:mod:`nnhal.session.cache`): a second open of the same content (with the same devices,
+    preference, priority and names) restores what the first prepared, without reading the
+    model, analysing or exporting it (``restored`` says so; :attr:`model` reads the file when
+    asked). ``cache=False`` (or ``NNHAL_SESSION_CACHE=0``) never uses it; ``cache=True`` uses
+    it for models of any size.
     """
 
     def __init__(self, model_or_path: ModelSource, device: str | IDevice | None = None, *,
