@@ -296,3 +296,24 @@ def test_concurrent_first_opens_leave_one_good_entry(home, tmp_path):
     assert len(entries(home)) == 1
     with Session(path, cache=True) as after:
         assert after.restored and same(after.run(x), expected)
+
+
+def test_a_restored_session_falls_back_to_the_reference(home, tmp_path):
+    """A driver failing a run of a restored Session: the runtime's CPU fallback reads the
+    model then, and the run still gives the right outputs."""
+    from nnhal.hal.types import ErrorStatus, Timing
+    from nnhal.runtime.plan import FallbackPrepared
+
+    path = model_file(tmp_path, "bmm_f32.tflite")
+    with Session(path, cache=True) as first:
+        x = feeds(first)
+        expected = first.run(x)
+    with Session(path, cache=True) as second:
+        assert second.restored
+        if not isinstance(second._prepared, FallbackPrepared):
+            pytest.skip(f"restored on {second.device_name}: no other device to fall back from")
+        second._prepared.primary.execute_synchronously = \
+            lambda *a, **k: (ErrorStatus.GENERAL_FAILURE, [], Timing())
+        assert second._imported is None  # not read yet
+        assert same(second.run(x), expected)
+        assert second._imported is not None  # read for the fallback

@@ -29,10 +29,11 @@ costs a restore has too (opening the devices, the interpreter), so a model under
 ``benchmarks/bench_open.py --force``: a 1 KB REVERSE model 38.7 ms cold, writing the cache,
 against 31.7 ms restored; a 1 KB model split over LiteRT and the reference 105 ms against 30 ms:
 partitioned small models gain, and ``cache=True`` is there for them), and a program
-generating many small models would fill the cache with them. Off with ``Session(..., cache=False)`` or
-``NNHAL_SESSION_CACHE=0``. The entries live in ``session/`` of nnhal's per-user cache
-(``$NNHAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/nnhal``, else ``~/.cache/nnhal``); at most
-:data:`MAX_ENTRIES` are kept, the least recently used going first with their steps' files.
+generating many small models would fill the cache with them. Off with
+``Session(..., cache=False)`` or ``NNHAL_SESSION_CACHE=0``. The entries live in
+``session/`` of nnhal's per-user cache (``$NNHAL_CACHE_DIR``, else
+``$XDG_CACHE_HOME/nnhal``, else ``~/.cache/nnhal``); at most :data:`MAX_ENTRIES` are kept,
+the least recently used going first with their steps' files.
 """
 
 from __future__ import annotations
@@ -83,8 +84,6 @@ def enabled(cache: bool | None) -> bool:
 def code_fingerprint() -> str:
     """A digest of nnhal's modules (path, size, modification time): an entry written by other
     code (an upgrade, an edit) is never read."""
-    import nnhal
-
     h = blake3.blake3()
 
     def walk(d: str, rel: str) -> None:
@@ -103,7 +102,7 @@ def code_fingerprint() -> str:
                     continue
                 h.update(f"{rel}{e.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
 
-    walk(os.path.dirname(nnhal.__file__), "")
+    walk(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")  # nnhal/
     return h.hexdigest()
 
 

@@ -128,8 +128,8 @@ class Session:
     (:mod:`nnhal.session.cache`): a second open of the same content (with the same devices,
     preference, priority and names) restores what the first prepared, without reading the
     model, analysing or exporting it (``restored`` says so; :attr:`model` reads the file when
-    asked). ``cache=False`` (or ``NNHAL_SESSION_CACHE=0``) never uses it; ``cache=True`` uses
-    it for models of any size.
+    asked; ``compilation`` is None, :attr:`plan` comes from the cache). ``cache=False`` (or
+    ``NNHAL_SESSION_CACHE=0``) never uses it; ``cache=True`` uses it for models of any size.
     """
 
     def __init__(self, model_or_path: ModelSource, device: str | IDevice | None = None, *,
