@@ -19,7 +19,7 @@ that times the restore's stages apart. Asserts nothing.
 
 ``--force`` caches models under the size the Session skips (to measure whether that pays).
 
-    python benchmarks/bench_open.py [MODEL.tflite ...] [--rounds N] [--lazy] [--breakdown]
+    python benchmarks/bench_session_cache.py [MODEL.tflite ...] [--rounds N] [--lazy] [--breakdown]
                                     [--force]
 """
 
