@@ -18,6 +18,10 @@ Each entry is a factory plus an availability probe, both called only when asked:
 needs an optional package (a LiteRT-backed one needs ``ai-edge-litert``) registers a probe that
 returns the reason it cannot run instead of failing at import, so listing devices never
 imports what is not installed.
+
+The reference and LiteRT devices opened here authenticate their compilation caches with the
+per-user key file (:func:`nnhal.drivers.common.device.default_key_file`), so what they cache
+outlives the process (the Session cache restores from it).
 """
 
 from __future__ import annotations
@@ -219,18 +223,20 @@ def open_device(name: str) -> IDevice:
 
 
 def _reference() -> IDevice:
+    from nnhal.drivers.common.device import default_key_file
     from nnhal.drivers.reference import ReferenceDevice
 
-    return ReferenceDevice()
+    return ReferenceDevice(cache_key_file=default_key_file())
 
 
 register("reference", _reference)
 
 
 def _litert() -> IDevice:
+    from nnhal.drivers.common.device import default_key_file
     from nnhal.drivers.litert import LiteRTDevice
 
-    return LiteRTDevice()
+    return LiteRTDevice(cache_key_file=default_key_file())
 
 
 def _litert_unavailable() -> str | None:

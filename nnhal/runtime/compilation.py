@@ -222,9 +222,8 @@ class Compilation:
 
     def _partition_key(self) -> bytes:
         """What the partition depends on besides the model (which the app's token names)."""
-        names = self.devices if self.devices is not None else devices()
-        return ("\0".join(f"{d.name}/{d.version}" for d in names) +
-                f"\0pref{int(self.preference)}").encode()
+        return partition_key(self.devices if self.devices is not None else devices(),
+                             self.preference)
 
     def _steps(self, hal: Any, candidates: Sequence[Device], choice: list[int],
                where: str = "main") -> list[Step]:
@@ -238,8 +237,8 @@ class Compilation:
         steps = build_steps(hal, candidates, group(hal, choice), shapes)
         for step in steps:
             if step.device is not None:
-                key = f"{where}:{','.join(map(str, step.operations))}".encode()
-                step.prepared = self._prepare(step.device, step.model, step=key)
+                step.prepared = self._prepare(step.device, step.model,
+                                              step=step_key(where, step.operations))
                 continue
             op = hal.main.operations[step.operations[0]]
             for i in op.inputs:
@@ -424,17 +423,11 @@ class Compilation:
         the step's place), so a step is found again only for the same split."""
         if self.cache_dir is None or self.token is None:
             return None
-        status, n_model, n_data = device.hal.get_number_of_cache_files_needed()
-        if status != ErrorStatus.NONE or (n_model == 0 and n_data == 0):
+        found = cache_names(self.cache_dir, self.token, device,
+                            None if step is None else self._partition_key() + b"\0" + step)
+        if found is None:
             return None
-        token = hashlib.sha256(self.token + device.name.encode() + b"\0" +
-                               device.version.encode()).digest()
-        if step is not None:
-            split = self._partition_key() + b"\0" + step
-            token = hashlib.sha256(token + b"\0step\0" + split).digest()
-        stem = os.path.join(self.cache_dir, token.hex()[:40])
-        names = [f"{stem}_m{i}" for i in range(n_model)] + \
-            [f"{stem}_d{i}" for i in range(n_data)]
+        token, names, n_model = found
         complete = all(os.path.exists(n) for n in names) and \
             all(os.path.getsize(n) > 0 for n in names[:n_model])
         fds: list[int] = []
@@ -492,6 +485,35 @@ class Compilation:
                     if m is not None:
                         m.close()
         self.prepared = None
+
+
+def partition_key(devices_: Sequence[Device], preference: int) -> bytes:
+    """What a partition depends on besides the model: the devices (names and versions) and
+    the preference."""
+    return ("\0".join(f"{d.name}/{d.version}" for d in devices_) +
+            f"\0pref{int(preference)}").encode()
+
+
+def step_key(where: str, operations: Sequence[int]) -> bytes:
+    """The name of a step's sub-model in its cache token: its place and its operations."""
+    return f"{where}:{','.join(map(str, operations))}".encode()
+
+
+def cache_names(cache_dir: str, token: bytes, device: Device, split: bytes | None = None
+                ) -> tuple[bytes, list[str], int] | None:
+    """(device token, model cache paths then data cache paths, number of model caches) of
+    ``device``'s cache files for the app's ``token``; ``split`` (:func:`partition_key`, NUL,
+    :func:`step_key`) names a step's sub-model. None: the driver caches nothing."""
+    status, n_model, n_data = device.hal.get_number_of_cache_files_needed()
+    if status != ErrorStatus.NONE or (n_model == 0 and n_data == 0):
+        return None
+    dev_token = hashlib.sha256(token + device.name.encode() + b"\0" +
+                               device.version.encode()).digest()
+    if split is not None:
+        dev_token = hashlib.sha256(dev_token + b"\0step\0" + split).digest()
+    stem = os.path.join(cache_dir, dev_token.hex()[:40])
+    return dev_token, [f"{stem}_m{i}" for i in range(n_model)] + \
+        [f"{stem}_d{i}" for i in range(n_data)], n_model
 
 
 def check_compilation(c: Any, what: str) -> Compilation:

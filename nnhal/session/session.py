@@ -123,6 +123,13 @@ class Session:
 
     ``inputs`` / ``outputs`` describe what :meth:`run` takes and returns (state variables
     excluded); ``prepare_seconds`` is how long preparation took.
+
+    From a .tflite path or its bytes, the Session uses the compilation cache
+    (:mod:`nnhal.session.cache`): a second open of the same content (with the same devices,
+    preference, priority and names) restores what the first prepared, without reading the
+    model, analysing or exporting it (``restored`` says so; :attr:`model` reads the file when
+    asked; ``compilation`` is None, :attr:`plan` comes from the cache). ``cache=False`` (or
+    ``NNHAL_SESSION_CACHE=0``) never uses it; ``cache=True`` uses it for models of any size.
     """
 
     def __init__(self, model_or_path: ModelSource, device: str | IDevice | None = None, *,
@@ -130,7 +137,8 @@ class Session:
                  preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
                  priority: Priority = Priority.MEDIUM,
                  input_names: Sequence[str] | None = None,
-                 output_names: Sequence[str] | None = None):
+                 output_names: Sequence[str] | None = None,
+                 cache: bool | None = None):
         self._lock = threading.Lock()
         #: The thread holding ``_lock`` (only that thread sets it to its own id, so a thread
         #: that reads its own id knows it would deadlock).
@@ -143,11 +151,31 @@ class Session:
         self._views: list[np.ndarray] = []
         preference, priority = _check_arguments(device, devices, preference, priority,
                                                 input_names, output_names)
-        self.imported = load_model(model_or_path, input_names, output_names)
-        self.model = self.imported.model
-        self.source = self.imported.source
+        if cache is not None and not isinstance(cache, bool):
+            raise NnhalError(f"cache must be True, False or None, not {cache!r}")
+        self._names = (input_names, output_names)
+        self._imported: ImportedModel | None = None
+        self._imported_lock = threading.Lock()
+        #: The .tflite path or bytes a restored Session reads again only when asked.
+        self._source_arg: Any = None
+        #: Whether this Session was restored from the Session cache (nnhal.session.cache).
+        self.restored = False
+        self._restored_plan: list[dict[str, Any]] | None = None
+        self._digest = b""
+        cached = None
+        if isinstance(model_or_path, (str, os.PathLike, bytes, bytearray)):
+            cached = _cache_source(model_or_path, cache)
+        if cached is None:
+            self._imported = load_model(model_or_path, input_names, output_names)
+            self.source = self._imported.source
+        else:
+            is_bytes = isinstance(model_or_path, (bytes, bytearray))
+            self._source_arg = bytes(model_or_path) if is_bytes else model_or_path
+            self.source = "<bytes>" if is_bytes else os.fspath(model_or_path)
+            self._digest = cached[1]
         self.compilation: Any = None
         self._owned: list[IDevice] = []
+        self._fallback_pm: Any = None
         if device is not None and devices is not None:
             raise NnhalError("give device (one driver) or devices (the runtime), not both")
         self._owns_device = isinstance(device, str)
@@ -160,15 +188,72 @@ class Session:
                 getattr(device, "name", type(device).__name__)
         try:
             started = time.perf_counter()
-            self._prepared = self._prepare(preference, priority) if device is not None \
-                else self._compile(devices, preference, priority)
+            chosen = self._chosen(devices) if device is None else None
+            opened = None if cached is None else self._open_cached(cached[0], chosen,
+                                                                   preference, priority)
+            if not self.restored:
+                if self._imported is None:
+                    self._read_for_miss(cached[2], opened)  # type: ignore[index]
+                self._prepared = self._prepare(preference, priority, opened) \
+                    if device is not None else self._compile(chosen, preference, priority,
+                                                             opened)
+                # After preparing: the driver has validated the model's operands by now.
+                self._describe()
+                if opened is not None:
+                    opened.save(self)
             self.prepare_seconds = time.perf_counter() - started
-            # After preparing: the driver has validated the model's operands by now.
-            self._describe()
         except BaseException:
             self._close_device()
             raise
         self._closed = False
+
+    @property
+    def imported(self) -> ImportedModel:
+        """The model as read (a Session restored from the cache reads its file now)."""
+        if self._imported is None:
+            with self._imported_lock:
+                if self._imported is None:
+                    self._imported = read_bytes_as_model(self._source_bytes(), self.source)
+        return self._imported
+
+    def _read_for_miss(self, data: bytes | None, opened: _Opened | None) -> None:
+        """Read the model to prepare it; the entry is keyed by the bytes actually read."""
+        from nnhal.session import cache as sc
+
+        if data is None:
+            try:
+                with open(self._source_arg, "rb") as f:
+                    data = f.read()
+            except OSError:
+                self._imported = load_model(self._source_arg)  # names the problem
+                raise NnhalError(f"{self.source}: cannot be read") from None
+            digest = sc.content_digest(data)
+            if digest != self._digest and opened is not None:
+                self._digest = digest
+                opened.rekey(digest)
+        self._imported = read_bytes_as_model(data, self.source)
+
+    def _source_bytes(self) -> bytes:
+        """The file's bytes again, the same as when the Session opened (else NnhalError: the
+        restored Session runs the file as it was then)."""
+        from nnhal.session import cache as sc
+
+        src = self._source_arg
+        if isinstance(src, bytes):
+            return src
+        try:
+            with open(src, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise NnhalError(f"{self.source}: cannot read the model again: {e}") from None
+        if sc.content_digest(data) != self._digest:
+            raise NnhalError(f"{self.source}: the file changed since the session opened it")
+        return data
+
+    @property
+    def model(self) -> Model:
+        """The HAL model (a Session restored from the cache reads its file now)."""
+        return self.imported.model
 
     def _describe(self) -> None:
         """Inputs, outputs and state of the prepared model."""
@@ -188,19 +273,25 @@ class Session:
                     and 0 <= sv.output < len(main.output_indexes)):
                 raise NnhalError(f"{self._what()}: state variable '{sv.name}' names input "
                                  f"{sv.input} and output {sv.output}, out of range")
-        state_in = {s.input for s in imp.state}
-        state_out = {s.output for s in imp.state}
         exts = self.model.extension_name_to_prefix
         all_in = [tensor_info(n, main.operands[i], exts)
                   for n, i in zip(imp.input_names, main.input_indexes)]
         all_out = [tensor_info(n, main.operands[i], exts)
                    for n, i in zip(imp.output_names, main.output_indexes)]
+        self._set_io(all_in, all_out, list(imp.state))
+
+    def _set_io(self, all_in: list[TensorInfo], all_out: list[TensorInfo],
+                state: list[StateVariable]) -> None:
+        """What run() needs: every main input and output, the public ones, the state."""
+        self._state_vars = state
+        state_in = {s.input for s in state}
+        state_out = {s.output for s in state}
         self._all_inputs, self._all_outputs = all_in, all_out
         self._public_in = [k for k in range(len(all_in)) if k not in state_in]
         self._public_out = [k for k in range(len(all_out)) if k not in state_out]
         self.inputs: list[TensorInfo] = [all_in[k] for k in self._public_in]
         self.outputs: list[TensorInfo] = [all_out[k] for k in self._public_out]
-        self._initial = [self._initial_value(s) for s in imp.state]
+        self._initial = [self._initial_value(s) for s in state]
         self._state = list(self._initial)
         #: The output sizes the last run needed (grows with OUTPUT_INSUFFICIENT_SIZE).
         self._out_sizes = [_bytes(o, o.shape) if o.fully_known else 0 for o in all_out]
@@ -217,43 +308,56 @@ class Session:
                                     f"{info.shape}")
         return np.ascontiguousarray(conv)
 
-    def _prepare(self, preference: ExecutionPreference, priority: Priority) -> IPreparedModel:
-        cb = PreparedModelCallback()
-        launched = self.device.prepare_model(self.model, preference, priority, None, [], [],
-                                             b"", cb)
-        status, prepared = ErrorStatus(launched), None
-        if launched == ErrorStatus.NONE:
-            try:
-                status, prepared = cb.wait(PREPARE_TIMEOUT)
-            except TimeoutError:
-                raise NnhalError(f"{self._what()}: the device did not finish preparing within "
-                                 f"{PREPARE_TIMEOUT:.0f} s") from None
+    def _prepare(self, preference: ExecutionPreference, priority: Priority,
+                 opened: _Opened | None = None) -> IPreparedModel:
+        files = opened.device_files(self) if opened is not None else None
+        model_fds, data_fds, token = files if files is not None else ([], [], b"")
+        try:
+            cb = PreparedModelCallback()
+            launched = self.device.prepare_model(self.model, preference, priority, None,
+                                                 model_fds, data_fds, token, cb)
+            status, prepared = ErrorStatus(launched), None
+            if launched == ErrorStatus.NONE:
+                try:
+                    status, prepared = cb.wait(PREPARE_TIMEOUT)
+                except TimeoutError:
+                    raise NnhalError(f"{self._what()}: the device did not finish preparing "
+                                     f"within {PREPARE_TIMEOUT:.0f} s") from None
+        finally:
+            for fd in (*model_fds, *data_fds):
+                os.close(fd)
         if status == ErrorStatus.NONE and prepared is not None:
             return prepared
         raise InvalidModelError(
             f"{self._what()}: {explain_rejection(self.model, self.device, status)}", status)
 
-    def _compile(self, devices: Sequence[str | IDevice] | None,
-                 preference: ExecutionPreference, priority: Priority) -> Any:
+    def _chosen(self, devices: Sequence[str | IDevice] | None) -> list[Any] | None:
+        """The runtime's devices for ``devices`` (None: every available one), opening the
+        named ones (the Session closes them)."""
+        from nnhal.runtime.devices import Device
+
+        if devices is None:
+            return None
+        chosen = []
+        for d in devices:
+            if isinstance(d, str):
+                hal = open_device(d)
+                self._owned.append(hal)
+                chosen.append(Device(d, hal))
+            else:
+                chosen.append(Device.of(d, getattr(d, "name", None)))
+        return chosen
+
+    def _compile(self, chosen: list[Any] | None, preference: ExecutionPreference,
+                 priority: Priority, opened: _Opened | None = None) -> Any:
         """Compile through the runtime; the prepared model it runs (one driver's, a plan of
         steps, or one with CPU fallback)."""
         from nnhal.errors import NdkError
         from nnhal.runtime import Compilation
         from nnhal.runtime import NdkModel as RuntimeModel
         from nnhal.runtime.codes import PriorityCode
-        from nnhal.runtime.devices import Device
         from nnhal.runtime.devices import devices as available
 
-        chosen = None
-        if devices is not None:
-            chosen = []
-            for d in devices:
-                if isinstance(d, str):
-                    hal = open_device(d)
-                    self._owned.append(hal)
-                    chosen.append(Device(d, hal))
-                else:
-                    chosen.append(Device.of(d, getattr(d, "name", None)))
         names = [d.name for d in (chosen if chosen is not None else available())]
         self.device_name = "+".join(names)
         try:
@@ -263,6 +367,8 @@ class Session:
             comp.set_priority(int({Priority.LOW: PriorityCode.LOW,
                                    Priority.MEDIUM: PriorityCode.MEDIUM,
                                    Priority.HIGH: PriorityCode.HIGH}[Priority(priority)]))
+            if opened is not None and opened.store is not None:
+                comp.set_caching(str(opened.store.steps), opened.key)
             comp.finish()
         except NdkError as e:
             ref = None
@@ -280,10 +386,62 @@ class Session:
         self.device_name = "+".join(dict.fromkeys(s["device"] for s in comp.plan()))
         return comp.prepared
 
+    # ---- the Session cache (nnhal.session.cache) -------------------------------------------
+    def _open_cached(self, store: Any, chosen: list[Any] | None,
+                     preference: ExecutionPreference, priority: Priority) -> _Opened:
+        """Restore from the Session cache when it holds this file (then ``restored``);
+        else what the miss needs to write the entry."""
+        from nnhal.session import cache as sc
+
+        if self.device is not None:
+            status, version = self.device.get_version_string()
+            config: list[Any] = ["device", self.device_name,
+                                 str(version) if status == ErrorStatus.NONE else ""]
+            candidates: list[Any] = []
+        else:
+            from nnhal.runtime.devices import devices as available
+
+            candidates = list(chosen) if chosen is not None else available()
+            config = ["runtime", chosen is not None, [[d.name, d.version] for d in candidates]]
+        config += [int(preference), int(priority), [list(n) if n is not None else None
+                                                    for n in self._names]]
+        opened = _Opened(store, config, self._digest, candidates, chosen is not None,
+                         preference, priority)
+        record = store.load(opened.key)
+        if record is not None:
+            try:
+                opened.restore(self, record)
+            except Exception as e:  # noqa: BLE001 - a record of the wrong shape: a miss
+                sc.log.info("session cache entry not restored: %s: %s", type(e).__name__, e)
+                self.restored = False
+        return opened
+
+    def _reference_fallback(self) -> IPreparedModel | None:
+        """The whole model on the reference driver, for a restored Session's CPU fallback
+        (reads the file; once)."""
+        with self._imported_lock:
+            done = self._fallback_pm
+        if done is not None:
+            return done or None
+        pm = None
+        try:
+            from nnhal.runtime.devices import devices as available
+
+            ref = next((d for d in available() if d.name == "reference"), None)
+            if ref is not None:
+                pm = _prepare_quietly(ref.hal, self.model)
+        except Exception:  # noqa: BLE001 - no fallback, the failure stands
+            pm = None
+        with self._imported_lock:
+            self._fallback_pm = pm if pm is not None else False
+        return pm
+
     @property
     def plan(self) -> list[dict[str, Any]]:
         """The runtime's steps (device, operations, inputs, outputs); one step on the device
         for a Session made with ``device``."""
+        if self._restored_plan is not None:
+            return [dict(s) for s in self._restored_plan]
         if self.compilation is not None:
             return self.compilation.plan()
         main = self.model.main
@@ -304,7 +462,7 @@ class Session:
             if self._closed:
                 raise NnhalError("the session is closed")
             outs = self._execute(self._with_state(checked))
-            for j, s in enumerate(self.imported.state):
+            for j, s in enumerate(self._state_vars):
                 self._state[j] = outs[s.output]
             return {self._all_outputs[k].name: outs[k] for k in self._public_out}
 
@@ -380,7 +538,7 @@ class Session:
         full: list[np.ndarray] = [None] * len(self._all_inputs)  # type: ignore[list-item]
         for k, arr in zip(self._public_in, checked):
             full[k] = arr
-        for s, value in zip(self.imported.state, self._state):
+        for s, value in zip(self._state_vars, self._state):
             full[s.input] = value
         return full
 
@@ -530,6 +688,294 @@ class Session:
     def __repr__(self) -> str:
         ins = ", ".join(f"{i.name}: {i.dtype}{list(i.shape or [])}" for i in self.inputs)
         return f"Session({self.source!r} on {self.device_name!r}; {ins})"
+
+
+def _cache_source(source: Any, cache: bool | None) -> tuple[Any, bytes, bytes | None] | None:
+    """(the Session cache's store, the content's digest, the bytes when they were read) for a
+    .tflite path or bytes when the cache is to be used for it (:mod:`nnhal.session.cache`),
+    else None."""
+    from nnhal.session import cache as sc
+
+    if not sc.enabled(cache):
+        return None
+    try:
+        size = len(source) if isinstance(source, (bytes, bytearray)) else \
+            os.stat(source).st_size
+    except (OSError, TypeError, ValueError):
+        return None  # load_model names the problem
+    if cache is None and size < sc.MIN_BYTES:
+        return None
+    store = sc.Store.default()
+    if store is None:
+        return None
+    if isinstance(source, (bytes, bytearray)):
+        data = bytes(source)
+        return store, sc.content_digest(data), data
+    try:
+        digest, data = store.file_digest(os.fspath(source))
+    except (OSError, ValueError):
+        return None
+    return store, digest, data
+
+
+def read_bytes_as_model(data: bytes, name: str) -> ImportedModel:
+    """A .tflite file's bytes as the model, named as its source for messages."""
+    from nnhal.tflite import read_tflite  # type: ignore[attr-defined]
+
+    return read_tflite(data, None if name == "<bytes>" else name)
+
+
+def _prepare_quietly(hal: IDevice, model: Model) -> IPreparedModel | None:
+    """``model`` prepared on ``hal`` without caching, or None."""
+    cb = PreparedModelCallback()
+    try:
+        launched = hal.prepare_model(model, ExecutionPreference.FAST_SINGLE_ANSWER,
+                                     Priority.MEDIUM, None, [], [], b"", cb)
+        if launched != ErrorStatus.NONE:
+            return None
+        status, pm = cb.wait(PREPARE_TIMEOUT)
+    except Exception:  # noqa: BLE001 - a driver that raises prepared nothing
+        return None
+    return pm if status == ErrorStatus.NONE else None
+
+
+def _complete(found: Any) -> bool:
+    """Every file of a driver's cache (``cache_names``) is there, the model caches not empty."""
+    if found is None:
+        return False
+    _token, names, n_model = found
+    try:
+        return all(os.path.getsize(n) > 0 for n in names[:n_model]) and \
+            all(os.path.exists(n) for n in names[n_model:])
+    except OSError:
+        return False
+
+
+def _restore(hal: IDevice, found: Any) -> IPreparedModel | None:
+    """prepareModelFromCache on ``found``'s files (``cache_names``), or None."""
+    if not _complete(found):
+        return None
+    token, names, n_model = found
+    fds: list[int] = []
+    try:
+        for n in names:
+            fds.append(os.open(n, os.O_RDONLY | os.O_CLOEXEC))
+        cb = PreparedModelCallback()
+        if hal.prepare_model_from_cache(None, fds[:n_model], fds[n_model:], token,
+                                        cb) != ErrorStatus.NONE:
+            return None
+        status, pm = cb.wait(PREPARE_TIMEOUT)
+        return pm if status == ErrorStatus.NONE else None
+    except Exception:  # noqa: BLE001 - anything: a miss
+        return None
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+class _Opened:
+    """One Session's use of the Session cache: the entry's key, and how to restore the
+    entry or write it after a miss."""
+
+    def __init__(self, store: Any, config: list[Any], digest: bytes, candidates: list[Any],
+                 explicit: bool, preference: ExecutionPreference, priority: Priority):
+        self.store = store
+        self.config = config
+        self.rekey(digest)
+        self.candidates = candidates
+        self.explicit = explicit
+        self.preference = preference
+        self.priority = priority
+
+    def rekey(self, digest: bytes) -> None:
+        """Key the entry by ``digest`` (the content actually read)."""
+        from nnhal.session import cache as sc
+
+        self.key = sc.entry_key(digest, self.config)
+
+    # ---- the device path: the driver's own cache files -----------------------------------
+    def _device_names(self, session: Session) -> Any:
+        from nnhal.runtime.compilation import cache_names
+        from nnhal.runtime.devices import Device
+
+        return cache_names(str(self.store.steps), self.key,
+                           Device.of(session.device, session.device_name))
+
+    def device_files(self, session: Session) -> tuple[list[int], list[int], bytes] | None:
+        """Open (created) cache files for preparing on the Session's device, or None."""
+        found = self._device_names(session)
+        if found is None:
+            return None
+        token, names, n_model = found
+        fds: list[int] = []
+        try:
+            for n in names:
+                fds.append(os.open(n, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            return None
+        return fds[:n_model], fds[n_model:], token
+
+    # ---- restoring --------------------------------------------------------------------------
+    def restore(self, session: Session, record: dict[str, Any]) -> None:
+        """Make ``session`` from ``record``; leaves it unrestored when a driver refuses its
+        cache (raises for a record of the wrong shape)."""
+        from nnhal.session import cache as sc
+
+        ins = [sc.tensor_from(r) for r in record["inputs"]]
+        outs = [sc.tensor_from(r) for r in record["outputs"]]
+        state = [sc.state_from(r) for r in record["state"]]
+        plan = [{"device": str(p["device"]),
+                 "operations": [int(k) for k in p["operations"]],
+                 "inputs": [int(k) for k in p["inputs"]],
+                 "outputs": [int(k) for k in p["outputs"]]} for p in record["plan"]]
+        if record["kind"] == "device" and session.device is not None:
+            prepared = _restore(session.device, self._device_names(session))
+        elif record["kind"] == "runtime" and session.device is None:
+            prepared = self._restore_runtime(session, record)
+        else:
+            return
+        if prepared is None:
+            return
+        session._set_io(ins, outs, state)
+        session._prepared = prepared
+        session._restored_plan = plan
+        session.device_name = str(record["device_name"])
+        session.restored = True
+
+    def _split(self, step: str | None) -> bytes | None:
+        from nnhal.runtime.compilation import partition_key
+
+        if step is None:
+            return None
+        return partition_key(self.candidates, int(self.preference)) + b"\0" + step.encode()
+
+    def _restore_runtime(self, session: Session, record: dict[str, Any]) -> Any:
+        from types import SimpleNamespace
+
+        from nnhal.hal.types import OperandLifeTime, Subgraph
+        from nnhal.runtime.compilation import cache_names
+        from nnhal.runtime.partition import Step
+        from nnhal.runtime.plan import FallbackPrepared, PlanPrepared
+        from nnhal.session import cache as sc
+
+        by_name = {d.name: d for d in self.candidates}
+        done = []
+        for st in record["steps"]:
+            device = by_name[str(st["device"])]
+            step = st["step"]
+            pm = _restore(device.hal, cache_names(str(self.store.steps), self.key, device,
+                                                  self._split(None if step is None
+                                                              else str(step))))
+            if pm is None:
+                return None
+            done.append((device, pm, st))
+        fallback = None if self.explicit else session._reference_fallback
+        ref = None if self.explicit else by_name.get("reference")
+        if len(done) == 1 and done[0][2]["step"] is None:
+            device, pm, _ = done[0]
+            return pm if ref is None or ref is device else FallbackPrepared(pm, fallback)
+        main = record["main"]
+        ins_set = {int(i) for i in main["inputs"]}
+        outs_set = {int(i) for i in main["outputs"]}
+        operands = {}
+        for k, rec in main["operands"].items():
+            i = int(k)
+            life = OperandLifeTime.SUBGRAPH_INPUT if i in ins_set else \
+                OperandLifeTime.SUBGRAPH_OUTPUT if i in outs_set else \
+                OperandLifeTime.TEMPORARY_VARIABLE
+            operands[i] = sc.operand_from(rec, life)
+        skeleton = Subgraph(operands, [], [int(i) for i in main["inputs"]],
+                            [int(i) for i in main["outputs"]])  # type: ignore[arg-type]
+        steps = []
+        for device, pm, st in done:
+            declared = [sc.operand_from(r, OperandLifeTime.SUBGRAPH_OUTPUT)
+                        for r in st["declared"]]
+            sub = SimpleNamespace(main=Subgraph(declared, [], [], list(range(len(declared)))))
+            steps.append(Step(device, [int(k) for k in st["operations"]],
+                              [int(k) for k in st["inputs"]], [int(k) for k in st["outputs"]],
+                              sub, pm))  # type: ignore[arg-type]
+        whole_name = record.get("whole_device")
+        whole_device = by_name.get(str(whole_name)) if whole_name is not None else None
+        kept: list[Any] = []
+
+        def whole() -> IPreparedModel | None:
+            if whole_device is None:
+                return None
+            if not kept:
+                kept.append(_prepare_quietly(whole_device.hal, session.model))
+            return kept[0]
+
+        return PlanPrepared(skeleton, steps, fallback, whole, model=None)
+
+    # ---- writing ----------------------------------------------------------------------------
+    def save(self, session: Session) -> None:
+        """Write the entry of a Session just prepared (never raises)."""
+        from nnhal.session import cache as sc
+
+        try:
+            record = self._record(session)
+        except Exception as e:  # noqa: BLE001 - caching never fails a Session
+            sc.log.info("session cache entry not written: %s: %s", type(e).__name__, e)
+            return
+        if record is not None:
+            self.store.save(self.key, record)
+
+    def _record(self, session: Session) -> dict[str, Any] | None:
+        from nnhal.hal.types import OperandLifeTime, OperandType
+        from nnhal.runtime.compilation import cache_names, step_key
+        from nnhal.session import cache as sc
+
+        infos = [*session._all_inputs, *session._all_outputs]
+        if not all(isinstance(i.type, OperandType) for i in infos):
+            return None  # an extension's type: described by its extension, not cached
+        record: dict[str, Any] = {
+            "inputs": [sc.tensor_record(i) for i in session._all_inputs],
+            "outputs": [sc.tensor_record(i) for i in session._all_outputs],
+            "state": [sc.state_record(sv, v)
+                      for sv, v in zip(session._state_vars, session._initial)],
+            "plan": session.plan, "device_name": session.device_name}
+        files: list[str] = []
+        if session.device is not None:
+            found = self._device_names(session)
+            if not _complete(found):
+                return None
+            files += found[1]
+            record["kind"] = "device"
+        else:
+            comp = session.compilation
+            main = session.model.main
+            constants = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE)
+            whole = comp.device is not None
+            steps, used = [], {*main.input_indexes, *main.output_indexes}
+            for st in comp.steps:
+                if st.device is None or any(main.operands[i].lifetime in constants
+                                            for i in st.inputs):
+                    return None  # the runtime runs an IF/WHILE, or a step reads a constant
+                step = None if whole else step_key("main", st.operations).decode()
+                found = cache_names(str(self.store.steps), self.key, st.device,
+                                    self._split(step))
+                if not _complete(found):
+                    return None
+                files += found[1]
+                sub = st.model.main
+                steps.append({"device": st.device.name, "step": step,
+                              "operations": list(st.operations), "inputs": list(st.inputs),
+                              "outputs": list(st.outputs),
+                              "declared": [sc.operand_record(sub.operands[i])
+                                           for i in sub.output_indexes]})
+                used.update(st.inputs)
+                used.update(st.outputs)
+            whole_device = getattr(comp, "_whole_device", None)
+            record.update(kind="runtime", steps=steps,
+                          whole_device=None if whole_device is None else whole_device.name,
+                          main={"inputs": list(main.input_indexes),
+                                "outputs": list(main.output_indexes),
+                                "operands": {str(i): sc.operand_record(main.operands[i])
+                                             for i in sorted(used)}})
+        record["files"] = [os.path.basename(f) for f in files]
+        return record
 
 
 def _fits(want: tuple[int, ...], shape: tuple[int, ...]) -> bool:

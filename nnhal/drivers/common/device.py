@@ -57,6 +57,33 @@ def cache_key(cache_key_file: str | os.PathLike[str] | None) -> bytes | None:
     return None if cache_key_file is None else load_or_create_key(cache_key_file)
 
 
+#: The name of the per-user key file in nnhal's cache (:func:`default_key_file`).
+DEFAULT_KEY_NAME = "compilation-cache.key"
+
+
+def default_key_file() -> str | None:
+    """The key file of devices opened by name (the registry: what the Session, the runtime and
+    the tools use), so that their compilation caches outlive the process: ``NNHAL_CACHE_KEY_FILE``
+    when set, else :data:`DEFAULT_KEY_NAME` in nnhal's per-user cache (``$NNHAL_CACHE_DIR``,
+    ...) when that directory is private to this user. The file is as trusted as the drivers'
+    private stores beside it (:mod:`nnhal.drivers.common.private_store`). None (a fresh key per
+    device, caches valid for the process only) when there is no usable file; never raises."""
+    from nnhal.ops.native.build import cache_root, check_private_dir
+
+    path = os.environ.get("NNHAL_CACHE_KEY_FILE") or None
+    try:
+        if path is None:
+            root = cache_root()
+            if check_private_dir(root) is not None:
+                return None
+            path = str(root / DEFAULT_KEY_NAME)
+        load_or_create_key(path)
+    except (OSError, ValueError) as e:
+        logging.getLogger("nnhal.drivers").info("compilation caches per process: %s", e)
+        return None
+    return path
+
+
 class DeviceBase(IDevice):
     """An IDevice over worker pools per priority, a token registry of driver buffers and a
     compilation cache; see the module docstring for what a driver gives."""

@@ -1,0 +1,384 @@
+"""The Session's compilation cache: a second open of the same .tflite file is a restore.
+
+A Session made from a .tflite path or its bytes (not from a HAL or imported model) looks up an
+*entry* keyed by the BLAKE3 digest of the file's bytes and of everything else that decides
+what the Session would prepare: this cache's format, nnhal's version and a fingerprint of its
+code (size and modification time of every module, so an edited or upgraded nnhal never reads
+an older entry), the devices (each driver's name and version), the preference, the priority
+and the names given. The entry is plain JSON: the Session's inputs, outputs and state
+variables (names, types, shapes, quantization; state initial values as bytes) and the
+runtime's plan (which device runs which operations, each step's inputs and outputs). Each
+step's prepared model is the driver's own compilation cache (the files the runtime writes
+with ``setCaching``, in the ``steps/`` folder beside the entries), restored with
+``prepareModelFromCache``: a hit reads no flatbuffer into a HAL model, analyses nothing and
+exports nothing. What needs the HAL model later (CPU fallback after a driver failure,
+:attr:`Session.model`, a run whose values between steps are zero-sized) reads the file then.
+
+Trust. An entry is ``magic | u64 length | JSON | HMAC-SHA256 tag`` over the entry key and
+everything before the tag, keyed with the drivers' per-user secret
+(:func:`nnhal.drivers.common.device.default_key_file`); it is written to a temporary file and
+renamed into place, so concurrent writers leave one complete entry. A missing, truncated,
+tampered or foreign entry, a step a driver refuses to restore, or a JSON record of the wrong
+shape is a *miss*: the Session prepares from the file as without a cache and writes the entry
+again. The drivers check their own files (their model caches are authenticated the same way).
+Nothing is unpickled.
+
+Where it does not pay: opening a tiny single-step model from scratch costs about the fixed
+costs a restore has too (opening the devices, the interpreter), so a model under
+:data:`MIN_BYTES` is not cached unless ``cache=True`` (measured in fresh processes with
+``benchmarks/bench_session_cache.py --force``: a 1 KB REVERSE model 38.7 ms cold, writing the cache,
+against 31.7 ms restored; a 1 KB model split over LiteRT and the reference 105 ms against 30 ms:
+partitioned small models gain, and ``cache=True`` is there for them), and a program
+generating many small models would fill the cache with them. Off with
+``Session(..., cache=False)`` or ``NNHAL_SESSION_CACHE=0``. The entries live in
+``session/`` of nnhal's per-user cache (``$NNHAL_CACHE_DIR``, else
+``$XDG_CACHE_HOME/nnhal``, else ``~/.cache/nnhal``); at most :data:`MAX_ENTRIES` are kept,
+the least recently used going first with their steps' files.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import hmac
+import json
+import logging
+import os
+import stat
+import struct
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import blake3
+import numpy as np
+
+log = logging.getLogger("nnhal.session")
+
+#: The environment variable that turns the cache off ("0", "off", "false", "no").
+ENV = "NNHAL_SESSION_CACHE"
+#: Files smaller than this are not cached by default (see the module's text).
+MIN_BYTES = 16 << 10
+#: Entries kept; past it the least recently used go, with the driver caches they name.
+MAX_ENTRIES = 64
+#: Bumped whenever the record's meaning changes.
+FORMAT = 1
+MAGIC = b"NNHALSE1"
+_LEN = struct.Struct("<Q")
+_TAG = 32
+_DOMAIN = b"nnhal session cache entry v1\0"
+#: The largest entry read (it holds descriptions, state initial values and the plan).
+MAX_ENTRY_BYTES = 64 << 20
+
+
+def enabled(cache: bool | None) -> bool:
+    """Whether to use the cache: ``cache`` when given, else the environment's say."""
+    if cache is not None:
+        return bool(cache)
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """A digest of nnhal's modules (path, size, modification time): an entry written by other
+    code (an upgrade, an edit) is never read."""
+    h = blake3.blake3()
+
+    def walk(d: str, rel: str) -> None:
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError:
+            return
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                if e.name != "__pycache__":
+                    walk(e.path, f"{rel}{e.name}/")
+            elif e.name.endswith((".py", ".c", ".so")):
+                try:
+                    st = e.stat()
+                except OSError:
+                    continue
+                h.update(f"{rel}{e.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+
+    walk(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")  # nnhal/
+    return h.hexdigest()
+
+
+#: A file whose modification or change time is this recent is hashed every time (not
+#: remembered): a rewrite within the file system's clock tick would keep both times.
+RACY_NS = 2_000_000_000
+
+
+def content_digest(data: bytes | memoryview) -> bytes:
+    """BLAKE3 of the file's bytes (on every core: a 50 MB model takes a few milliseconds)."""
+    return blake3.blake3(data, max_threads=blake3.blake3.AUTO).digest()
+
+
+def entry_key(digest: bytes, config: list[Any]) -> bytes:
+    """The 32-byte key of an entry (also the runtime's cache token for its steps)."""
+    text = json.dumps([FORMAT, code_fingerprint(), digest.hex(), config],
+                      separators=(",", ":"), sort_keys=True)
+    return blake3.blake3(text.encode()).digest()
+
+
+class Store:
+    """The entries in ``directory`` (``steps/`` holds the drivers' caches), authenticated
+    with ``key``. Every method fails soft: a store that cannot be used is an empty one."""
+
+    def __init__(self, directory: Path, key: bytes):
+        self.directory = directory
+        self.steps = directory / "steps"
+        self._key = key
+
+    @classmethod
+    def default(cls) -> Store | None:
+        """The per-user store, or None (logged) when its directory or key is unusable."""
+        from nnhal.drivers.common.compilation_cache import load_or_create_key
+        from nnhal.drivers.common.device import default_key_file
+        from nnhal.ops.native.build import cache_root, check_private_dir
+
+        directory = cache_root() / "session"
+        for d in (directory, directory / "steps"):
+            bad = check_private_dir(d)
+            if bad is not None:
+                log.info("session cache not used: %s", bad)
+                return None
+        path = default_key_file()
+        if path is None:
+            return None
+        try:
+            return cls(directory, load_or_create_key(path))
+        except (OSError, ValueError) as e:
+            log.info("session cache not used: %s", e)
+            return None
+
+    # ---- file digests remembered by (file, inode, size, times) ------------------------------
+    @staticmethod
+    def _signature(path: str, st: os.stat_result) -> bytes:
+        return (f"{os.path.realpath(path)}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0"
+                f"{st.st_mtime_ns}\0{st.st_ctime_ns}").encode()
+
+    def _memo_path(self, sig: bytes) -> Path:
+        return self.directory / "files" / f"{blake3.blake3(sig).hexdigest()[:40]}.digest"
+
+    def file_digest(self, path: str) -> tuple[bytes, bytes | None]:
+        """(BLAKE3 of the file's content, the content when it had to be read). The digest of
+        a file unchanged since it was last hashed (same path, device, inode, size, modification
+        and change times; the change time cannot be set back) is remembered, so a second open
+        does not read the file. OSError when it cannot be read."""
+        st = os.stat(path)
+        sig = self._signature(path, st)
+        memo = self._memo_path(sig)
+        try:
+            with open(memo, "rb") as f:
+                blob = f.read(2 * _TAG + 1)
+            if len(blob) == 2 * _TAG and hmac.compare_digest(
+                    self._tag(b"file\0" + sig, blob[:_TAG]), blob[_TAG:]):
+                return blob[:_TAG], None
+        except OSError:
+            pass
+        with open(path, "rb") as f:
+            data = f.read()
+        digest = content_digest(data)
+        if len(data) == st.st_size and \
+                time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_NS:
+            try:
+                # Unchanged while it was read: the same signature.
+                if self._signature(path, os.stat(path)) == sig:
+                    self._write(memo, digest + self._tag(b"file\0" + sig, digest))
+            except OSError:
+                pass
+        return digest, data
+
+    def _write(self, target: Path, blob: bytes) -> bool:
+        """``blob`` into ``target``: a temporary file renamed into place."""
+        tmp = None
+        try:
+            target.parent.mkdir(mode=0o700, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+            os.replace(tmp, target)
+            tmp = None
+            return True
+        except OSError as e:
+            log.info("session cache: writing %s failed: %s", target.name, e)
+            return False
+        finally:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+
+    def _path(self, key: bytes) -> Path:
+        return self.directory / f"{key.hex()[:40]}.entry"
+
+    def _tag(self, key: bytes, content: bytes | memoryview) -> bytes:
+        mac = hmac.new(self._key, _DOMAIN, hashlib.sha256)
+        mac.update(key)
+        mac.update(content)
+        return mac.digest()
+
+    def load(self, key: bytes) -> dict[str, Any] | None:
+        """The record of ``key``, or None (absent, or not an entry this user's nnhal wrote for
+        this key)."""
+        path = self._path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ENTRY_BYTES:
+                return None
+            blob = os.pread(fd, st.st_size + 1, 0)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        head = len(MAGIC) + _LEN.size
+        if len(blob) < head + _TAG or blob[:len(MAGIC)] != MAGIC:
+            return self._miss(path, "not an entry")
+        (n,) = _LEN.unpack_from(blob, len(MAGIC))
+        if n != len(blob) - head - _TAG:
+            return self._miss(path, "wrong length")
+        content = memoryview(blob)[:-_TAG]
+        if not hmac.compare_digest(self._tag(key, content), blob[-_TAG:]):
+            return self._miss(path, "integrity check failed")
+        try:
+            record = json.loads(bytes(content[head:]))
+        except ValueError:
+            return self._miss(path, "not JSON")
+        if not isinstance(record, dict) or record.get("format") != FORMAT:
+            return self._miss(path, "another format")
+        try:
+            os.utime(path)  # recently used: evicted last
+        except OSError:
+            pass
+        return record
+
+    @staticmethod
+    def _miss(path: Path, why: str) -> None:
+        log.info("session cache entry %s ignored: %s", path.name, why)
+        return None
+
+    def save(self, key: bytes, record: dict[str, Any]) -> bool:
+        """Write the entry of ``key`` (temporary file, then renamed into place)."""
+        record = {**record, "format": FORMAT}
+        body = json.dumps(record, separators=(",", ":")).encode()
+        content = MAGIC + _LEN.pack(len(body)) + body
+        if not self._write(self._path(key), content + self._tag(key, content)):
+            return False
+        self._evict(record.get("files", []))
+        return True
+
+    def remove(self, key: bytes) -> None:
+        try:
+            os.unlink(self._path(key))
+        except OSError:
+            pass
+
+    def _evict(self, keep: list[str]) -> None:
+        """Past MAX_ENTRIES, the least recently used entries go with the files they name
+        (files another kept entry names stay)."""
+        try:
+            entries = sorted((e.stat().st_mtime_ns, e.path) for e in os.scandir(self.directory)
+                             if e.name.endswith(".entry") and e.is_file(follow_symlinks=False))
+        except OSError:
+            return
+        self._evict_digests()
+        extra = len(entries) - MAX_ENTRIES
+        if extra <= 0:
+            return
+        gone, kept_files = entries[:extra], set(keep)
+        for _, p in entries[extra:]:
+            kept_files.update(self._files_of(p))
+        for _, p in gone:
+            for f in self._files_of(p):
+                if f not in kept_files:
+                    try:
+                        os.unlink(self.steps / os.path.basename(f))
+                    except OSError:
+                        pass
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+
+    def _evict_digests(self) -> None:
+        """Past 4 x MAX_ENTRIES remembered file digests, the oldest go (a few bytes each)."""
+        try:
+            memos = sorted((e.stat().st_mtime_ns, e.path)
+                           for e in os.scandir(self.directory / "files")
+                           if e.name.endswith(".digest"))
+        except OSError:
+            return
+        for _, p in memos[:max(0, len(memos) - 4 * MAX_ENTRIES)]:
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+
+    @staticmethod
+    def _files_of(path: str) -> list[str]:
+        """The step files an entry names (read without verifying: only for eviction)."""
+        try:
+            with open(path, "rb") as f:
+                blob = f.read(MAX_ENTRY_BYTES)
+            files = json.loads(blob[len(MAGIC) + _LEN.size:-_TAG]).get("files", [])
+            return [os.path.basename(str(x)) for x in files]
+        except Exception:  # noqa: BLE001 - an unreadable entry names nothing
+            return []
+
+
+# ---- plain data for what the Session describes ---------------------------------------------
+
+def tensor_record(info: Any) -> dict[str, Any]:
+    return {"name": info.name, "dtype": info.dtype.str,
+            "shape": None if info.shape is None else [int(d) for d in info.shape],
+            "scale": float(info.scale), "zp": int(info.zero_point), "type": int(info.type)}
+
+
+def tensor_from(rec: dict[str, Any]) -> Any:
+    from nnhal.hal.types import OperandType
+    from nnhal.session.info import TensorInfo
+
+    shape = rec["shape"]
+    return TensorInfo(str(rec["name"]), np.dtype(str(rec["dtype"])),
+                      None if shape is None else tuple(int(d) for d in shape),
+                      float(rec["scale"]), int(rec["zp"]), OperandType(int(rec["type"])))
+
+
+def state_record(sv: Any, value: np.ndarray) -> dict[str, Any]:
+    return {"name": sv.name, "input": int(sv.input), "output": int(sv.output),
+            "dtype": value.dtype.str, "shape": [int(d) for d in value.shape],
+            "data": base64.b64encode(np.ascontiguousarray(value).tobytes()).decode("ascii")}
+
+
+def state_from(rec: dict[str, Any]) -> Any:
+    from nnhal.tflite.model import StateVariable
+
+    dtype, shape = np.dtype(str(rec["dtype"])), tuple(int(d) for d in rec["shape"])
+    if dtype.hasobject:
+        raise ValueError("object dtype")
+    raw = base64.b64decode(str(rec["data"]), validate=True)
+    value = np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+    return StateVariable(str(rec["name"]), value, int(rec["input"]), int(rec["output"]))
+
+
+def operand_record(op: Any) -> dict[str, Any]:
+    return {"type": int(op.type), "dims": [int(d) for d in op.dimensions],
+            "scale": float(op.scale), "zp": int(op.zero_point)}
+
+
+def operand_from(rec: dict[str, Any], lifetime: Any) -> Any:
+    from nnhal.hal.types import DataLocation, Operand
+
+    dims = [int(d) for d in rec["dims"]]
+    if any(d < 0 for d in dims):
+        raise ValueError("negative dimension")
+    return Operand(int(rec["type"]), dims, 0, float(rec["scale"]), int(rec["zp"]), lifetime,
+                   DataLocation())

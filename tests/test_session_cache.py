@@ -1,0 +1,319 @@
+"""The Session cache (nnhal.session.cache): a second Session on the same .tflite file is a
+restore (no read into a HAL model, no analysis, no export), with the same outputs; anything
+wrong with an entry or a driver's cache is a miss that prepares from the file."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("nnhal.tflite")
+
+from nnhal.analysis import analyses  # noqa: E402
+from nnhal.session import Session  # noqa: E402
+from nnhal.session import cache as sc  # noqa: E402
+from nnhal.session import session as session_module  # noqa: E402
+
+DATA = Path(__file__).parent / "tflite" / "data"
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch, fresh_runtime):
+    """An empty per-user cache, the runtime's devices opened anew (with its key)."""
+    d = tmp_path / "cache"
+    monkeypatch.setenv("NNHAL_CACHE_DIR", str(d))
+    monkeypatch.delenv("NNHAL_CACHE_KEY_FILE", raising=False)
+    monkeypatch.delenv(sc.ENV, raising=False)
+    return d
+
+
+def model_file(tmp_path: Path, name: str) -> Path:
+    """A copy with old times, so its digest is remembered (fresh files are hashed each time)."""
+    p = tmp_path / name
+    shutil.copyfile(DATA / name, p)
+    old = time.time() - 3600
+    os.utime(p, (old, old))
+    return p
+
+
+def feeds(s: Session, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i in s.inputs:
+        shape = [d or 1 for d in i.shape]
+        out[i.name] = rng.standard_normal(shape).astype(i.dtype) if i.dtype.kind == "f" else \
+            rng.integers(-5, 5, shape).astype(i.dtype)
+    return out
+
+
+def same(a: dict, b: dict) -> bool:
+    return list(a) == list(b) and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def entries(home: Path) -> list[Path]:
+    return sorted((home / "session").glob("*.entry"))
+
+
+def no_reading(monkeypatch) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was read")
+
+    monkeypatch.setattr(session_module, "read_bytes_as_model", refuse)
+    monkeypatch.setattr(session_module, "load_model", refuse)
+
+
+def test_a_second_open_is_a_restore(home, tmp_path, monkeypatch):
+    path = model_file(tmp_path, "bmm_f32.tflite")
+    with Session(path, cache=True) as first:
+        x = feeds(first)
+        expected = first.run(x)
+        assert not first.restored
+    assert len(entries(home)) == 1
+    before = analyses()
+    no_reading(monkeypatch)
+    with Session(path, cache=True) as second:
+        assert second.restored
+        assert [i.name for i in second.inputs] == [i.name for i in first.inputs]
+        assert second.inputs == first.inputs and second.outputs == first.outputs
+        assert second.plan == first.plan and second.device_name == first.device_name
+        assert same(second.run(x), expected)
+    assert analyses() == before  # nothing analysed (nor exported: that analyses too)
+
+
+def test_a_restore_in_a_fresh_process(home, tmp_path):
+    """The drivers' caches outlive the process (the registry's devices share a per-user key)."""
+    path = model_file(tmp_path, "bmm_f32.tflite")
+    with Session(path, cache=True) as first:
+        expected = first.run(feeds(first))
+    code = ("import sys, numpy as np\nfrom nnhal.session import Session\n"
+            "s = Session(sys.argv[1], cache=True)\n"
+            "rng = np.random.default_rng(0)\n"
+            "x = {i.name: rng.standard_normal(i.shape).astype(i.dtype) for i in s.inputs}\n"
+            "out = s.run(x)\nprint(s.restored, repr(next(iter(out.values())).tolist()))\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), NNHAL_CACHE_DIR=str(home),
+               TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    restored, values = done.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert restored == "True"
+    assert np.array_equal(np.array(eval(values), dtype=np.float32),  # noqa: S307 - our output
+                          next(iter(expected.values())))
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "foreign"])
+def test_a_damaged_entry_is_a_miss_with_correct_results(home, tmp_path, damage):
+    path = model_file(tmp_path, "bmm_f32.tflite")
+    with Session(path, cache=True) as first:
+        x = feeds(first)
+        expected = first.run(x)
+    [entry] = entries(home)
+    blob = bytearray(entry.read_bytes())
+    if damage == "flip":
+        blob[len(blob) // 2] ^= 1
+    elif damage == "truncate":
+        del blob[-10:]
+    elif damage == "empty":
+        blob = bytearray()
+    else:  # a valid entry of another model put in its place
+        with Session(model_file(tmp_path, "reverse_f32.tflite"), cache=True):
+            pass
+        other = [e for e in entries(home) if e != entry][0]
+        blob = bytearray(other.read_bytes())
+    entry.write_bytes(bytes(blob))
+    with Session(path, cache=True) as second:
+        assert not second.restored
+        assert same(second.run(x), expected)
+    with Session(path, cache=True) as third:  # the miss wrote the entry again
+        assert third.restored
+        assert same(third.run(x), expected)
+
+
+def test_a_damaged_driver_cache_is_a_miss_with_correct_results(home, tmp_path):
+    path = model_file(tmp_path, "bmm_f32.tflite")
+    with Session(path, cache=True) as first:
+        x = feeds(first)
+        expected = first.run(x)
+    for f in (home / "session" / "steps").glob("*_m*"):
+        blob = bytearray(f.read_bytes())
+        blob[len(blob) // 2] ^= 0x40
+        f.write_bytes(bytes(blob))
+    with Session(path, cache=True) as second:
+        assert not second.restored
+        assert same(second.run(x), expected)
+
+
+def test_other_content_is_a_miss(home, tmp_path):
+    """The same path rewritten with another model (its modification time set back: the
+    change time still differs) is read again, never restored as the old one."""
+    path = model_file(tmp_path, "bmm_f32.tflite")
+    with Session(path, cache=True) as first:
+        assert not first.restored
+    st = path.stat()
+    shutil.copyfile(DATA / "reverse_f32.tflite", path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with Session(path, cache=True) as second:
+        assert not second.restored
+        assert [i.name for i in second.inputs] == ["x"]
+        x = feeds(second)
+        with Session(path, cache=False) as reference:
+            assert same(second.run(x), reference.run(x))
+
+
+def test_bytes_are_cached_by_content(home):
+    data = (DATA / "bmm_f32.tflite").read_bytes()
+    with Session(data, cache=True) as first:
+        x = feeds(first)
+        expected = first.run(x)
+    with Session(bytearray(data), cache=True) as second:
+        assert second.restored and second.source == "<bytes>"
+        assert same(second.run(x), expected)
+    with Session((DATA / "pack_f32.tflite").read_bytes(), cache=True) as other:
+        assert not other.restored
+
+
+def test_cache_false_never_writes(home, tmp_path):
+    path = model_file(tmp_path, "bmm_f32.tflite")
+    for _ in range(2):
+        with Session(path, cache=False) as s:
+            assert not s.restored
+    assert not (home / "session").exists() or not any((home / "session").rglob("*"))
+
+
+def test_the_environment_turns_it_off(home, tmp_path, monkeypatch):
+    monkeypatch.setenv(sc.ENV, "0")
+    path = model_file(tmp_path, "bmm_f32.tflite")
+    for _ in range(2):
+        with Session(path) as s:
+            assert not s.restored
+    assert not entries(home)
+
+
+def test_small_models_are_not_cached_by_default(home, tmp_path):
+    path = model_file(tmp_path, "bmm_f32.tflite")
+    assert path.stat().st_size < sc.MIN_BYTES
+    for _ in range(2):
+        with Session(path) as s:
+            assert not s.restored
+    assert not entries(home)
+
+
+def test_a_device_session_restores(home, tmp_path, monkeypatch):
+    path = model_file(tmp_path, "reverse_f32.tflite")
+    with Session(path, "reference", cache=True) as first:
+        x = feeds(first)
+        expected = first.run(x)
+    no_reading(monkeypatch)
+    with Session(path, "reference", cache=True) as second:
+        assert second.restored and second.device_name == "reference"
+        assert same(second.run(x), expected)
+
+
+def test_a_partitioned_plan_restores(home, tmp_path, monkeypatch):
+    path = model_file(tmp_path, "floor_div_mod.tflite")
+    with Session(path, cache=True) as first:
+        if len(first.plan) < 2:
+            pytest.skip(f"not partitioned here (on {first.device_name}): needs ai-edge-litert")
+        x = {k: np.where(v == 0, 3, v) for k, v in feeds(first).items()}  # no divisor 0
+        expected = first.run(x)
+    before = analyses()
+    no_reading(monkeypatch)
+    with Session(path, cache=True) as second:
+        assert second.restored and second.plan == first.plan
+        assert same(second.run(x), expected)
+    assert analyses() == before
+
+
+def test_a_restored_session_reads_its_model_when_asked(home, tmp_path):
+    path = model_file(tmp_path, "bmm_f32.tflite")
+    with Session(path, cache=True) as first:
+        ops = len(first.model.main.operations)
+    second = Session(path, cache=True)
+    assert second.restored
+    assert len(second.model.main.operations) == ops
+    second.close()
+    third = Session(path, cache=True)
+    assert third.restored
+    path.write_bytes((DATA / "pack_f32.tflite").read_bytes())
+    with pytest.raises(Exception, match="changed since the session opened"):
+        third.model  # noqa: B018
+    third.close()
+
+
+def test_state_variables_are_restored(home, monkeypatch):
+    """A streaming model's state (from the wake-word package, when installed) restores with
+    its initial values, and runs the same sequence."""
+    from test_session import _wakeword_model
+
+    src = Path(_wakeword_model())
+    first = Session(src, cache=True)
+    if not first._state_vars:
+        first.close()
+        pytest.skip("the model has no state variables")
+    xs = [feeds(first, seed) for seed in range(3)]
+    expected = [first.run(x) for x in xs]
+    first.close()
+    no_reading(monkeypatch)
+    with Session(src, cache=True) as second:
+        assert second.restored
+        assert [same(second.run(x), e) for x, e in zip(xs, expected)] == [True] * 3
+
+
+def test_concurrent_first_opens_leave_one_good_entry(home, tmp_path):
+    """Sessions opening the same file at once with an empty cache (each a miss writing the
+    entry and the drivers' files) all run correctly, and the next open restores."""
+    import threading
+
+    path = model_file(tmp_path, "floor_div_mod.tflite")
+    with Session(path, cache=False) as plain:
+        x = {k: np.where(v == 0, 3, v) for k, v in feeds(plain).items()}
+        expected = plain.run(x)
+    results: list[object] = []
+    barrier = threading.Barrier(4)
+
+    def open_and_run() -> None:
+        barrier.wait()
+        try:
+            with Session(path, cache=True) as s:
+                results.append(same(s.run(x), expected))
+        except Exception as e:  # noqa: BLE001 - reported below
+            results.append(e)
+
+    threads = [threading.Thread(target=open_and_run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == [True] * 4
+    assert len(entries(home)) == 1
+    with Session(path, cache=True) as after:
+        assert after.restored and same(after.run(x), expected)
+
+
+def test_a_restored_session_falls_back_to_the_reference(home, tmp_path):
+    """A driver failing a run of a restored Session: the runtime's CPU fallback reads the
+    model then, and the run still gives the right outputs."""
+    from nnhal.hal.types import ErrorStatus, Timing
+    from nnhal.runtime.plan import FallbackPrepared
+
+    path = model_file(tmp_path, "bmm_f32.tflite")
+    with Session(path, cache=True) as first:
+        x = feeds(first)
+        expected = first.run(x)
+    with Session(path, cache=True) as second:
+        assert second.restored
+        if not isinstance(second._prepared, FallbackPrepared):
+            pytest.skip(f"restored on {second.device_name}: no other device to fall back from")
+        second._prepared.primary.execute_synchronously = \
+            lambda *a, **k: (ErrorStatus.GENERAL_FAILURE, [], Timing())
+        assert second._imported is None  # not read yet
+        assert same(second.run(x), expected)
+        assert second._imported is not None  # read for the fallback
