@@ -25,8 +25,8 @@ from rich.table import Table
 
 from nnhal.conformance.cliutil import device, input_file, int_in, output_file
 from nnhal.errors import InputError, ModelFileError, NnhalError, one_line
-from nnhal.session import Session, TensorInfo, load_model
-from nnhal.tflite.model import ImportedModel
+from nnhal.session import Session, TensorInfo
+from nnhal.session.session import ModelSource
 from nnhal.tools.npz import ArgumentProblem, read_feeds
 
 #: Integer inputs that are not quantized (indices, sizes) get values in [0, SMALL_INT).
@@ -52,9 +52,11 @@ def add_device_argument(parser: argparse.ArgumentParser) -> None:
                              "operation to the fastest device that supports it")
 
 
-def read_model(path: str) -> ImportedModel:
-    """The model a command was given (a seam for the tests, which hand in HAL models)."""
-    return load_model(path)
+def read_model(path: str) -> ModelSource:
+    """The model a command was given: its path, so that the Session reads it (or restores it
+    from its content-keyed cache without reading it); a seam for the tests, which hand in HAL
+    models."""
+    return path
 
 
 def open_session(path: str, device: str | None) -> Session:
