@@ -746,11 +746,42 @@ class Conv2D(_ConvBase):
 
     def native_kernel(self, ctx: OpContext, cached: dict, a: _Args) -> Any:
         filt = ctx.const(1)
-        if filt is None or filt.ndim != 4 or filt.shape[3] > NATIVE_DIRECT_MAX_C \
-                or not self._native_ok(ctx, a):
+        if filt is None or filt.ndim != 4:
+            return None
+        if ctx.inputs[0].type not in C.FLOAT_TYPES:
+            return _native_q8_conv(ctx, filt, a)
+        if filt.shape[3] > NATIVE_DIRECT_MAX_C or not self._native_ok(ctx, a):
             return None
         lo, hi = C.float_activation_bounds(a.act)
         return _native.ConvDirectF32(_native.library(), filt, lo, hi)
+
+
+#: The native 8-bit CONV_2D (an int8 GEMM with the byte dot product, bytes identical to the
+#: numpy path): "auto" binds it where the kernels were compiled for AVX-512 VNNI (elsewhere
+#: its plain-C loops are exact but slower than numpy's float32 GEMM), True everywhere the
+#: kernels load, False never.
+NATIVE_Q8_CONV: bool | str = "auto"
+
+
+def _native_q8_conv(ctx: OpContext, filt: np.ndarray, a: _Args) -> Any:
+    """The bound :class:`nnhal.ops.native.ConvQ8` of an 8-bit CONV_2D, or None."""
+    if NATIVE_Q8_CONV is False:
+        return None
+    inp, fi, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+    q8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+    if inp.type not in q8 or out.type != inp.type or fi.type not in (*q8, _PER_CHANNEL) \
+            or ctx.inputs[2].type != T.TENSOR_INT32 or a.nchw or a.act is None:
+        return None
+    lib = _native.library()
+    if lib is None or (NATIVE_Q8_CONV == "auto" and not _native.conv_q8_fast(lib)):
+        return None
+    centred = _centred_filter(filt, fi)
+    rq = _Requant(inp, fi, out)
+    if not _native.ConvQ8.fits(centred, rq.shift):
+        return None
+    lo, hi = C.quant_activation_range(a.act, out.scale, out.zero_point, out.type)
+    return _native.ConvQ8(lib, centred, rq.multiplier, rq.shift, inp.zero_point,
+                          out.zero_point, lo, hi, inp.type.dtype, out.type.dtype, ctx.const(2))
 
 
 @register(O.GROUPED_CONV_2D)

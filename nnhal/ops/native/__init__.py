@@ -24,7 +24,7 @@ from nnhal.ops.native import build as _build
 
 log = logging.getLogger("nnhal.ops.native")
 
-_ABI = 3
+_ABI = 4
 #: Indices of the geometry array (kernels.c's P_* enum).
 _P_COUNT = 16
 
@@ -52,6 +52,10 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         lib.nnhal_dwconv_q8.restype = None
         lib.nnhal_dwconv_q8f.argtypes = [ctypes.c_void_p] * 11
         lib.nnhal_dwconv_q8f.restype = None
+        lib.nnhal_conv_q8.argtypes = [ctypes.c_void_p] * 9
+        lib.nnhal_conv_q8.restype = None
+        lib.nnhal_conv_q8_isa.argtypes = []
+        lib.nnhal_conv_q8_isa.restype = ctypes.c_int64
         return lib, why
     except Exception as e:  # never let a build problem reach a user
         return None, f"native kernels unavailable: {type(e).__name__}: {e}"
@@ -267,3 +271,97 @@ class DepthwiseQ8(DepthwiseF32):
         else:
             self._fnf(x.ctypes.data, out.ctypes.data, geo, self._fptr, *args[:6],
                       acc.ctypes.data)
+
+
+#: Panel geometry of nnhal_conv_q8 (kernels.c's Q8_MR and Q8_NR).
+Q8_MR, Q8_NR = 6, 32
+
+
+def conv_q8_fast(lib: ctypes.CDLL) -> bool:
+    """Whether ``lib``'s 8-bit GEMM convolution was compiled for a byte dot-product
+    instruction set (AVX-512 VNNI); elsewhere it is exact but slower than the numpy path."""
+    return int(lib.nnhal_conv_q8_isa()) > 0
+
+
+class ConvQ8:
+    """8-bit CONV_2D with one group (uint8 or int8 data, per-tensor or per-channel filter)
+    as an int8 GEMM in C, requantised by the reference's int64 fixed-point steps: bytes
+    identical to the numpy path of nnhal.ops.conv (tests/ops/test_native.py).
+
+    ``centred`` is the filter minus its zero point [COUT, KH, KW, C] (int32; every value must
+    fit a signed byte, see :meth:`fits`), packed once for the byte dot product. The input is
+    read as unsigned bytes (int8 data + 128), so each sum carries ``-za * sum(filter)``, folded
+    with the bias into one int64 correction per channel (once for a constant bias).
+    """
+
+    in_dtype = out_dtype = np.dtype(np.int8)
+    bias_dtype = np.dtype(np.int32)
+
+    @staticmethod
+    def fits(centred: np.ndarray, shift: np.ndarray | int = 0) -> bool:
+        """Whether the kernel is exact for this centred filter [COUT, KH, KW, C]: signed
+        bytes, int32 sums (K * 255 * 128 below 2**31), and shifts int64 can take."""
+        if centred.ndim != 4 or centred.size == 0:
+            return False
+        k = centred.shape[1] * centred.shape[2] * centred.shape[3]
+        kp = (k + 3) // 4 * 4
+        sh = np.asarray(shift, np.int64)
+        return (int(centred.min()) >= -128 and int(centred.max()) <= 127
+                and kp * 255 * 128 < 1 << 31 and int(sh.max()) <= 24 and int(sh.min()) >= -62)
+
+    def __init__(self, lib: ctypes.CDLL, centred: np.ndarray, multiplier: np.ndarray,
+                 shift: np.ndarray, in_zero_point: int, out_zero_point: int, lo: int, hi: int,
+                 in_dtype: np.dtype, out_dtype: np.dtype,
+                 const_bias: np.ndarray | None = None) -> None:
+        self._fn = lib.nnhal_conv_q8
+        cout, kh, kw, c = centred.shape
+        self.filt_hw = (kh, kw)
+        self._cout = cout
+        k = kh * kw * c
+        self.kp = kp = (k + 3) // 4 * 4
+        self.coutp = coutp = (cout + Q8_NR - 1) // Q8_NR * Q8_NR
+        flat = np.zeros((coutp, kp), np.int8)
+        flat[:cout, :k] = np.asarray(centred, np.int32).reshape(cout, k)
+        # [COUTP/NR][KP/4][NR][4]: one panel of NR channels, four taps per channel together
+        self.filt = np.ascontiguousarray(
+            flat.reshape(coutp // Q8_NR, Q8_NR, kp // 4, 4).transpose(0, 2, 1, 3))
+        self._fptr = self.filt.ctypes.data
+        self.fsum = np.asarray(centred, np.int64).reshape(cout, k).sum(axis=1)
+        self.in_dtype, self.out_dtype = np.dtype(in_dtype), np.dtype(out_dtype)
+        self.za = int(in_zero_point) + (128 if self.in_dtype == np.int8 else 0)
+        mult = np.broadcast_to(np.asarray(multiplier, np.int64), (cout,))
+        shift = np.broadcast_to(np.asarray(shift, np.int64), (cout,))
+        left, right = np.maximum(shift, 0), np.maximum(-shift, 0)
+        mask = (np.int64(1) << right) - 1
+        #: {multiplier, left shift, right shift, 2**right - 1, (2**right - 1) >> 1} per
+        #: channel, zero-padded to COUTP
+        self.rq = np.zeros((5, coutp), np.int64)
+        self.rq[:, :cout] = (mult, left, right, mask, mask >> 1)
+        self.q = np.array([self.za, out_zero_point, lo, hi, self.in_dtype == np.int8, kp,
+                           coutp], np.int64)
+        self._tail = (self.rq.ctypes.data, self.q.ctypes.data)
+        self._geo: dict = {}
+        self._const_bias = const_bias
+        self._const_corr = None if const_bias is None else self.correction(const_bias)
+
+    def correction(self, bias: np.ndarray) -> np.ndarray:
+        """bias - za * sum(filter), int64 per output channel (zero-padded to COUTP)."""
+        corr = np.zeros(self.coutp, np.int64)
+        corr[:self._cout] = np.asarray(bias, np.int64) - self.za * self.fsum
+        return corr
+
+    def mult(self, c: int) -> int:
+        return 1
+
+    accepts = _Bound.accepts
+    geometry = _Bound.geometry
+
+    def __call__(self, x: np.ndarray, bias: np.ndarray, out: np.ndarray,
+                 stride: tuple[int, int], dilation: tuple[int, int],
+                 pads: tuple[int, int, int, int]) -> None:
+        corr = self._const_corr if bias is self._const_bias and self._const_corr is not None \
+            else self.correction(bias)
+        abuf = np.empty(Q8_MR * self.kp, np.uint8)
+        acc = np.empty(Q8_MR * self.coutp, np.int32)
+        self._fn(x.ctypes.data, out.ctypes.data, self.geometry(x, out, stride, dilation, pads),
+                 self._fptr, corr.ctypes.data, *self._tail, abuf.ctypes.data, acc.ctypes.data)

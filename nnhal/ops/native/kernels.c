@@ -48,7 +48,7 @@ static inline void store8_clamped(float *p, v8f v, float lo, float hi)
 }
 
 /* Version of the parameter layout; the loader checks it. */
-int64_t nnhal_abi_version(void) { return 3; }
+int64_t nnhal_abi_version(void) { return 4; }
 
 /* The taps [k0, k1) of a filter axis of size k that land inside [0, size) from position i0
  * (= output position * stride - padding) with dilation d. */
@@ -675,4 +675,192 @@ void nnhal_dwconv_q8f(const void *in_, void *out_, const int64_t *p, const int32
                     }
                 }
             }
+}
+
+/* ---- 8-bit convolution (one group) as an int8 GEMM -------------------------------------------
+ * out[m][co] = requant(sum_k a[m][k] * f[k][co] + corr[co]) over the patch matrix a of the
+ * input. Bytes of a are unsigned: the input itself (uint8) or the input + 128 (int8, a flip of
+ * the top bit), and za (the input zero point in those units) where a tap falls in the padding,
+ * so every term of the reference's sum (x - zin) * f becomes a * f - za * f; the caller folds
+ * -za * sum_k f and the bias into corr (int64). The filter is signed bytes (the caller checks
+ * it fits), packed as panels of NR output channels: [COUTP / NR][KP / 4][NR][4] (zero-padded
+ * to KP, a multiple of 4, and COUTP, a multiple of NR), the layout of a 4-way byte dot product
+ * (AVX-512 VNNI's vpdpbusd: u8 x s8, sums of four products added to int32 lanes with no
+ * intermediate saturation, so exact). Sums are exact in int32: the caller checks
+ * KP * 255 * 128 < 2**31. The requantisation is the reference's int64 fixed-point steps
+ * (requant above), vectorisable over the channels. Elsewhere than AVX-512 VNNI the same loops
+ * in plain C (exact, slower; nnhal_conv_q8_isa says which was compiled).
+ * q = {za, zout, lo, hi, input signed, KP, COUTP}. */
+
+#define Q8_MR 6
+#define Q8_NR 32
+
+int64_t nnhal_conv_q8_isa(void)
+{
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    return 2;
+#else
+    return 0;
+#endif
+}
+
+/* The patch-matrix rows of Q8_MR output pixels starting at pixel m0 (rows past mend repeat
+ * za; their results are discarded). */
+static void q8_pack_rows(const uint8_t *in, const int64_t *p, int64_t m0, int64_t mend,
+                         uint8_t za, int sin, int64_t kp, uint8_t *abuf)
+{
+    const int64_t h = p[P_H], w = p[P_W], c = p[P_C], oh = p[P_OH], ow = p[P_OW];
+    const int64_t kh = p[P_KH], kw = p[P_KW], sh = p[P_SH], sw = p[P_SW];
+    const int64_t dh = p[P_DH], dw = p[P_DW], pt = p[P_PT], pl = p[P_PL];
+    const uint8_t flip = sin ? 0x80 : 0;
+    for (int64_t i = 0; i < Q8_MR; i++) {
+        uint8_t *row = abuf + i * kp;
+        const int64_t m = m0 + i;
+        if (m >= mend) {
+            memset(row, za, (size_t)kp);
+            continue;
+        }
+        const int64_t b = m / (oh * ow), r = m % (oh * ow);
+        const int64_t iy0 = (r / ow) * sh - pt, ix0 = (r % ow) * sw - pl;
+        uint8_t *dst = row;
+        for (int64_t ky = 0; ky < kh; ky++) {
+            const int64_t iy = iy0 + ky * dh;
+            for (int64_t kx = 0; kx < kw; kx++, dst += c) {
+                const int64_t ix = ix0 + kx * dw;
+                if (iy < 0 || iy >= h || ix < 0 || ix >= w) {
+                    memset(dst, za, (size_t)c);
+                    continue;
+                }
+                const uint8_t *src = in + ((b * h + iy) * w + ix) * c;
+                for (int64_t k = 0; k < c; k++)
+                    dst[k] = src[k] ^ flip;
+            }
+        }
+        memset(dst, 0, (size_t)(kp - kh * kw * c)); /* K padding: the filter is zero there */
+    }
+}
+
+/* acc[i][j] (ldc int32 apart) = sum over KP of the Q8_MR rows of abuf and the NR channels of
+ * one filter panel. */
+static void q8_micro(const uint8_t *abuf, int64_t kp, const int8_t *panel, int32_t *acc,
+                     int64_t ldc)
+{
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,
+            c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    const uint8_t *a0 = abuf, *a1 = a0 + kp, *a2 = a1 + kp, *a3 = a2 + kp, *a4 = a3 + kp,
+                  *a5 = a4 + kp;
+    for (int64_t k = 0; k < kp; k += 4) {
+        const __m512i b0 = _mm512_loadu_si512((const void *)(panel + k * Q8_NR));
+        const __m512i b1 = _mm512_loadu_si512((const void *)(panel + k * Q8_NR + 64));
+        int32_t v;
+        __m512i a;
+        memcpy(&v, a0 + k, 4); a = _mm512_set1_epi32(v);
+        c00 = _mm512_dpbusd_epi32(c00, a, b0); c01 = _mm512_dpbusd_epi32(c01, a, b1);
+        memcpy(&v, a1 + k, 4); a = _mm512_set1_epi32(v);
+        c10 = _mm512_dpbusd_epi32(c10, a, b0); c11 = _mm512_dpbusd_epi32(c11, a, b1);
+        memcpy(&v, a2 + k, 4); a = _mm512_set1_epi32(v);
+        c20 = _mm512_dpbusd_epi32(c20, a, b0); c21 = _mm512_dpbusd_epi32(c21, a, b1);
+        memcpy(&v, a3 + k, 4); a = _mm512_set1_epi32(v);
+        c30 = _mm512_dpbusd_epi32(c30, a, b0); c31 = _mm512_dpbusd_epi32(c31, a, b1);
+        memcpy(&v, a4 + k, 4); a = _mm512_set1_epi32(v);
+        c40 = _mm512_dpbusd_epi32(c40, a, b0); c41 = _mm512_dpbusd_epi32(c41, a, b1);
+        memcpy(&v, a5 + k, 4); a = _mm512_set1_epi32(v);
+        c50 = _mm512_dpbusd_epi32(c50, a, b0); c51 = _mm512_dpbusd_epi32(c51, a, b1);
+    }
+    _mm512_storeu_si512((void *)(acc + 0 * ldc), c00);
+    _mm512_storeu_si512((void *)(acc + 0 * ldc + 16), c01);
+    _mm512_storeu_si512((void *)(acc + 1 * ldc), c10);
+    _mm512_storeu_si512((void *)(acc + 1 * ldc + 16), c11);
+    _mm512_storeu_si512((void *)(acc + 2 * ldc), c20);
+    _mm512_storeu_si512((void *)(acc + 2 * ldc + 16), c21);
+    _mm512_storeu_si512((void *)(acc + 3 * ldc), c30);
+    _mm512_storeu_si512((void *)(acc + 3 * ldc + 16), c31);
+    _mm512_storeu_si512((void *)(acc + 4 * ldc), c40);
+    _mm512_storeu_si512((void *)(acc + 4 * ldc + 16), c41);
+    _mm512_storeu_si512((void *)(acc + 5 * ldc), c50);
+    _mm512_storeu_si512((void *)(acc + 5 * ldc + 16), c51);
+#else
+    for (int64_t i = 0; i < Q8_MR; i++) {
+        int32_t s[Q8_NR] = {0};
+        const uint8_t *a = abuf + i * kp;
+        for (int64_t k = 0; k < kp; k += 4)
+            for (int j = 0; j < Q8_NR; j++) {
+                const int8_t *f = panel + k * Q8_NR + j * 4;
+                s[j] += a[k] * f[0] + a[k + 1] * f[1] + a[k + 2] * f[2] + a[k + 3] * f[3];
+            }
+        memcpy(acc + i * ldc, s, sizeof s);
+    }
+#endif
+}
+
+/* One output pixel's cout results: the reference requantisation of a + corr, per channel with
+ * rq = {multiplier, left shift, right shift, 2**right - 1, (2**right - 1) >> 1}, each
+ * [COUTP] int64 (row i of rq at rq + i * coutp). */
+static inline void q8_requant_row(const int32_t *a, const int64_t *corr, const int64_t *rq,
+                                  int64_t cout, int64_t coutp, int64_t zout, int64_t lo,
+                                  int64_t hi, uint8_t *o)
+{
+    const int64_t *mult = rq, *left = rq + coutp, *right = rq + 2 * coutp,
+                  *mask = rq + 3 * coutp, *half = rq + 4 * coutp;
+    int64_t co = 0;
+#ifdef __AVX512F__
+    const __m512i vlo = _mm512_set1_epi64(lo), vhi = _mm512_set1_epi64(hi),
+                  vz = _mm512_set1_epi64(zout), i32min = _mm512_set1_epi64(INT32_MIN),
+                  i32max = _mm512_set1_epi64(INT32_MAX), nudge = _mm512_set1_epi64(1 << 30),
+                  one = _mm512_set1_epi64(1), zero = _mm512_setzero_si512();
+    for (; co + 8 <= cout; co += 8) {
+        __m512i x = _mm512_cvtepi32_epi64(_mm256_loadu_si256((const __m256i *)(a + co)));
+        x = _mm512_add_epi64(x, _mm512_loadu_si512((const void *)(corr + co)));
+        x = _mm512_sllv_epi64(x, _mm512_loadu_si512((const void *)(left + co)));
+        x = _mm512_min_epi64(_mm512_max_epi64(x, i32min), i32max);
+        /* x and the multiplier are int32: the signed 32 x 32 -> 64 product is exact */
+        __m512i y = _mm512_mul_epi32(x, _mm512_loadu_si512((const void *)(mult + co)));
+        y = _mm512_srai_epi64(_mm512_add_epi64(y, nudge), 31);
+        const __m512i m = _mm512_loadu_si512((const void *)(mask + co));
+        const __m512i rem = _mm512_and_si512(y, m);
+        const __mmask8 neg = _mm512_cmplt_epi64_mask(y, zero);
+        const __m512i thr = _mm512_mask_add_epi64(_mm512_loadu_si512((const void *)(half + co)),
+                                                  neg, _mm512_loadu_si512((const void *)(half + co)), one);
+        __m512i r = _mm512_srav_epi64(y, _mm512_loadu_si512((const void *)(right + co)));
+        r = _mm512_mask_add_epi64(r, _mm512_cmpgt_epi64_mask(rem, thr), r, one);
+        r = _mm512_add_epi64(r, vz);
+        r = _mm512_min_epi64(_mm512_max_epi64(r, vlo), vhi);
+        _mm_storel_epi64((__m128i *)(o + co), _mm512_cvtepi64_epi8(r));
+    }
+#endif
+    for (; co < cout; co++) {
+        int64_t x = ((int64_t)a[co] + corr[co]) * (INT64_C(1) << left[co]);
+        x = x > INT32_MAX ? INT32_MAX : x;
+        x = x < INT32_MIN ? INT32_MIN : x;
+        const int64_t y = (x * mult[co] + (INT64_C(1) << 30)) >> 31;
+        const int64_t thr = half[co] + (y < 0);
+        int64_t r = (y >> right[co]) + ((y & mask[co]) > thr) + zout;
+        r = r < lo ? lo : r;
+        r = r > hi ? hi : r;
+        o[co] = (uint8_t)r;
+    }
+}
+
+void nnhal_conv_q8(const void *in_, void *out_, const int64_t *p, const int8_t *filt,
+                   const int64_t *corr, const int64_t *rq, const int64_t *q, uint8_t *abuf,
+                   int32_t *acc)
+{
+    const int64_t cout = p[P_COUT];
+    const int64_t mtot = p[P_N] * p[P_OH] * p[P_OW];
+    const uint8_t za = (uint8_t)q[0];
+    const int64_t zout = q[1], lo = q[2], hi = q[3];
+    const int sin = (int)q[4];
+    const int64_t kp = q[5], coutp = q[6];
+    uint8_t *out = out_;
+
+    for (int64_t m0 = 0; m0 < mtot; m0 += Q8_MR) {
+        q8_pack_rows(in_, p, m0, mtot, za, sin, kp, abuf);
+        for (int64_t j0 = 0; j0 < coutp; j0 += Q8_NR)
+            q8_micro(abuf, kp, filt + j0 * kp, acc + j0, coutp);
+        const int64_t mr = mtot - m0 < Q8_MR ? mtot - m0 : Q8_MR;
+        for (int64_t i = 0; i < mr; i++)
+            q8_requant_row(acc + i * coutp, corr, rq, cout, coutp, zout, lo, hi,
+                           out + (m0 + i) * cout);
+    }
 }
