@@ -52,10 +52,12 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         lib.nnhal_dwconv_q8.restype = None
         lib.nnhal_dwconv_q8f.argtypes = [ctypes.c_void_p] * 11
         lib.nnhal_dwconv_q8f.restype = None
-        lib.nnhal_conv_q8.argtypes = [ctypes.c_void_p] * 9
+        lib.nnhal_conv_q8.argtypes = [ctypes.c_void_p] * 11
         lib.nnhal_conv_q8.restype = None
         lib.nnhal_conv_q8_isa.argtypes = []
         lib.nnhal_conv_q8_isa.restype = ctypes.c_int64
+        lib.nnhal_dwconv_q8v.argtypes = [ctypes.c_void_p] * 10
+        lib.nnhal_dwconv_q8v.restype = ctypes.c_int64
         return lib, why
     except Exception as e:  # never let a build problem reach a user
         return None, f"native kernels unavailable: {type(e).__name__}: {e}"
@@ -236,6 +238,37 @@ class DepthwiseQ8(DepthwiseF32):
         self._const_bias = const_bias
         self._const_args: tuple | None | bool = False
         self._by_route: tuple | None = None
+        self._vec = None
+        kh, kw = self.filt_hw
+        sh = self.shift_arr.astype(np.int64)
+        if conv_q8_fast(lib) and cout % 16 == 0 and kh * kw * 255 * 255 < 1 << 24 \
+                and int(sh.max()) <= 24 and int(sh.min()) >= -62:
+            # nnhal_dwconv_q8v: float32 sums (exact below 2**24), int64 requantisation
+            mask = (np.int64(1) << np.maximum(-sh, 0)) - 1
+            self._vfilt = np.ascontiguousarray(self.filt, np.float32)
+            self._vrq = np.ascontiguousarray(np.stack(
+                [self.mult_arr.astype(np.int64), np.maximum(sh, 0), np.maximum(-sh, 0), mask,
+                 mask >> 1]))
+            self._vq = np.array([in_zero_point, out_zero_point, lo, hi,
+                                 self.in_dtype == np.int8], np.int64)
+            self._vec = (lib.nnhal_dwconv_q8v, self._vfilt.ctypes.data, self._vrq.ctypes.data,
+                         self._vq.ctypes.data)
+            #: the int32 requantisation's tables (no left shift, right shifts up to 30)
+            self._vrq32 = None
+            if int(sh.max()) <= 0 and int(sh.min()) >= -30:
+                self._vrq32 = np.ascontiguousarray(self._vrq[[0, 2, 3, 4]].astype(np.int32))
+            self._vbias = None if const_bias is None else self._vec_bias(const_bias)
+
+    def _vec_bias(self, bias: np.ndarray) -> tuple:
+        """(int64 bias, int32 bias or None, their pointers): the int32 one where every sum
+        plus bias stays in int32 (sums below 2**24 in magnitude) and the tables allow."""
+        b64 = np.ascontiguousarray(bias, np.int64)
+        b32 = None
+        if self._vrq32 is not None and (b64.size == 0 or
+                                        int(np.abs(b64).max()) + (1 << 24) < 1 << 31):
+            b32 = np.ascontiguousarray(b64, np.int32)
+        return (b64, b32, b64.ctypes.data, 0 if b32 is None else b32.ctypes.data,
+                0 if b32 is None else self._vrq32.ctypes.data)
 
     def _route_args(self, bias: np.ndarray) -> tuple | None:
         """The float-route arguments of the C kernel for ``bias``, or None (int64 steps)."""
@@ -257,8 +290,18 @@ class DepthwiseQ8(DepthwiseF32):
         return args
 
     def __call__(self, x, bias, out, stride, dilation, pads) -> None:
-        acc = np.empty(self._cout, np.int32)
         geo = self.geometry(x, out, stride, dilation, pads)
+        vec = self._vec
+        if vec is not None:
+            vb = self._vbias if bias is self._const_bias and self._vbias is not None \
+                else self._vec_bias(bias)
+            from nnhal.ops.conv_engine import scratch
+
+            xf = scratch("dwq8_x", (x.size,), np.float32)
+            if vec[0](x.ctypes.data, out.ctypes.data, geo, vec[1], vb[2], vec[2], vec[3],
+                      vb[3], vb[4], xf.ctypes.data):
+                return
+        acc = np.empty(self._cout, np.int32)
         if bias is self._const_bias and self._const_args is not False:
             args = self._const_args
         else:
@@ -340,15 +383,26 @@ class ConvQ8:
         self.q = np.array([self.za, out_zero_point, lo, hi, self.in_dtype == np.int8, kp,
                            coutp], np.int64)
         self._tail = (self.rq.ctypes.data, self.q.ctypes.data)
+        #: the int32 requantisation's tables (no left shift, right shifts up to 30)
+        self.rq32 = None
+        if int(shift.max()) <= 0 and int(shift.min()) >= -30:
+            self.rq32 = np.ascontiguousarray(self.rq[[0, 2, 3, 4]].astype(np.int32))
         self._geo: dict = {}
         self._const_bias = const_bias
         self._const_corr = None if const_bias is None else self.correction(const_bias)
 
-    def correction(self, bias: np.ndarray) -> np.ndarray:
-        """bias - za * sum(filter), int64 per output channel (zero-padded to COUTP)."""
+    def correction(self, bias: np.ndarray) -> tuple:
+        """bias - za * sum(filter) per output channel (zero-padded to COUTP): (int64, int32
+        or None, their pointers, the int32 tables' pointer); the int32 one where every sum
+        (below KP * 255 * 128 in magnitude) plus it stays in int32 and the tables allow."""
         corr = np.zeros(self.coutp, np.int64)
         corr[:self._cout] = np.asarray(bias, np.int64) - self.za * self.fsum
-        return corr
+        c32 = None
+        if self.rq32 is not None and \
+                int(np.abs(corr).max()) + self.kp * 255 * 128 < 1 << 31:
+            c32 = corr.astype(np.int32)
+        return (corr, c32, corr.ctypes.data, 0 if c32 is None else c32.ctypes.data,
+                0 if c32 is None else self.rq32.ctypes.data)
 
     def mult(self, c: int) -> int:
         return 1
@@ -364,4 +418,5 @@ class ConvQ8:
         abuf = np.empty(Q8_MR * self.kp, np.uint8)
         acc = np.empty(Q8_MR * self.coutp, np.int32)
         self._fn(x.ctypes.data, out.ctypes.data, self.geometry(x, out, stride, dilation, pads),
-                 self._fptr, corr.ctypes.data, *self._tail, abuf.ctypes.data, acc.ctypes.data)
+                 self._fptr, corr[2], *self._tail, abuf.ctypes.data, acc.ctypes.data, corr[3],
+                 corr[4])
