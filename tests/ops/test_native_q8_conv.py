@@ -125,8 +125,19 @@ def spy(monkeypatch):
     return calls
 
 
-def _against_numpy(monkeypatch, spy, seed: int, count: int) -> None:
+def _against_numpy(monkeypatch, spy, seed: int, count: int) -> dict:
+    """``count`` random cases through the native kernel and the numpy path, byte for byte;
+    returns how many calls requantised in int32 lanes and how many by the int64 steps."""
     monkeypatch.setattr(conv, "NATIVE_Q8_CONV", True)
+    modes = {"int32": 0, "int64": 0}
+    real = native.ConvQ8.correction
+
+    def counting(self, bias):
+        r = real(self, bias)
+        modes["int64" if r[1] is None else "int32"] += 1
+        return r
+
+    monkeypatch.setattr(native.ConvQ8, "correction", counting)
     rng = np.random.default_rng(seed)
     distinct = []
     for i in range(count):
@@ -141,12 +152,15 @@ def _against_numpy(monkeypatch, spy, seed: int, count: int) -> None:
         np.testing.assert_array_equal(native_r, numpy_r, err_msg=f"case {i}")
         distinct.append(len(np.unique(native_r)))
     assert np.median(distinct) >= 10, "too few distinct results: the cases test little"
+    return modes
 
 
 @needs_native
 def test_native_q8_conv_identical_to_numpy(monkeypatch, spy):
-    """300 random cases, byte for byte, each through the native kernel."""
-    _against_numpy(monkeypatch, spy, 20261128, 300)
+    """300 random cases, byte for byte, each through the native kernel, both of its
+    requantisations many times."""
+    modes = _against_numpy(monkeypatch, spy, 20261128, 300)
+    assert min(modes.values()) >= 20, modes
 
 
 @needs_native
@@ -201,3 +215,88 @@ def test_numpy_fallback_matches_brute_force(monkeypatch):
     for i in range(15):
         case = random_case(rng)
         np.testing.assert_array_equal(run_case(case), brute_force(case), err_msg=f"case {i}")
+
+
+# ---- 8-bit depthwise, 16 channels at a time (nnhal_dwconv_q8v) --------------------------------
+
+def random_depthwise(rng: np.random.Generator) -> tuple:
+    """A depthwise case of the 16-lane kernel's shape (multiplier 1, channels a multiple of
+    16), 3x3 in 70% (its interior rows), else 1x1 to 5x5 with dilations; requantisations
+    of both kinds (left shifts, long right shifts and large biases take the int64 steps)."""
+    kh, kw = (3, 3) if rng.random() < 0.7 else (int(v) for v in rng.integers(1, 6, 2))
+    sh, sw = (int(v) for v in rng.integers(1, 3, 2))
+    dh, dw = (1, 1) if (kh, kw) == (3, 3) else (int(v) for v in rng.integers(1, 3, 2))
+    ph, pw = min(2, dh * (kh - 1)), min(2, dw * (kw - 1))
+    pads = tuple(int(rng.integers(0, m + 1)) for m in (ph, ph, pw, pw))
+    h = int(rng.integers(max(1, dh * (kh - 1) + 1 - pads[0] - pads[1]), 12))
+    w = int(rng.integers(max(1, dw * (kw - 1) + 1 - pads[2] - pads[3]), 12))
+    n, c = int(rng.integers(1, 3)), 16 * int(rng.integers(1, 4))
+    t = [U8, S8][int(rng.integers(0, 2))]
+    ftype = [t, PC][int(rng.integers(0, 2))]
+    lo_q, hi_q = (0, 255) if t == U8 else (-128, 127)
+    x = rng.integers(lo_q, hi_q + 1, (n, h, w, c)).astype(t.dtype)
+    if ftype == PC:
+        f = rng.integers(-127, 128, (1, kh, kw, c)).astype(np.int8)
+        fq, cscales = (0.0, 0), list(10 ** rng.uniform(-3.5, -1, c).astype(np.float32))
+    else:
+        f = rng.integers(lo_q, hi_q + 1, (1, kh, kw, c)).astype(t.dtype)
+        fq, cscales = (float(10 ** rng.uniform(-3.5, -1)), int(rng.integers(lo_q, hi_q + 1))), None
+    in_q = (float(10 ** rng.uniform(-2.5, -0.5)), int(rng.integers(lo_q, hi_q + 1)))
+    if rng.random() < 0.6:
+        typical = in_q[0] * float(np.mean(cscales) if cscales else fq[0]) * 74.0 ** 2 * kh
+        out_q = (float(typical / 40 * 10 ** rng.uniform(-1, 1)), int(rng.integers(lo_q, hi_q + 1)))
+        blim = int(74.0 ** 2 * kh * rng.uniform(0, 3)) + 1
+    else:
+        out_q = (float(10 ** rng.uniform(-6, 0.3)), int(rng.integers(lo_q, hi_q + 1)))
+        blim = int(2 ** rng.uniform(2, 30.9))
+    bias = rng.integers(-blim, blim + 1, c).astype(np.int32)
+    act = int(rng.integers(0, 4))
+    return x, f, bias, (sh, sw), (dh, dw), pads, act, t, ftype, fq, cscales, in_q, out_q
+
+
+def run_depthwise(case) -> np.ndarray:
+    x, f, b, (sh, sw), (dh, dw), pads, act, t, ftype, fq, cscales, in_q, out_q = case
+    if ftype == PC:
+        ins = [tensor(t, x, *in_q),
+               tensor(PC, f, const=True, channel_scales=cscales, channel_dim=3),
+               tensor(I32, b, 0.0, 0, const=True)]
+    else:
+        ins = [tensor(t, x, *in_q), tensor(t, f, *fq, const=True),
+               tensor(I32, b, conv.scale_product(in_q[0], fq[0]), 0, const=True)]
+    ins += [i32(pads[2]), i32(pads[3]), i32(pads[0]), i32(pads[1]), i32(sw), i32(sh), i32(1)]
+    ins += [i32(act), tensor(OperandType.BOOL, False), i32(dw), i32(dh)]
+    (r,) = run_op(O.DEPTHWISE_CONV_2D, ins, [output(t, None, *out_q)])
+    return r
+
+
+@needs_native
+def test_depthwise_16_lanes_identical_to_numpy(monkeypatch):
+    """300 random cases of the 16-lane depthwise kernel against the numpy path, byte for
+    byte, with both of its requantisations exercised many times."""
+    if not native.conv_q8_fast(native.library()):
+        pytest.skip("kernels compiled without AVX-512 VNNI: no 16-lane depthwise kernel")
+    monkeypatch.setattr(conv, "NATIVE_Q8_DEPTHWISE", True)
+    modes = {"int32": 0, "int64": 0, "other": 0}
+    real_bias, real_call = native.DepthwiseQ8._vec_bias, native.DepthwiseQ8.__call__
+
+    def counting(self, bias):
+        r = real_bias(self, bias)
+        modes["int64" if r[1] is None else "int32"] += 1
+        return r
+
+    def call(self, *a):
+        if self._vec is None:
+            modes["other"] += 1
+        return real_call(self, *a)
+
+    monkeypatch.setattr(native.DepthwiseQ8, "_vec_bias", counting)
+    monkeypatch.setattr(native.DepthwiseQ8, "__call__", call)
+    rng = np.random.default_rng(99)
+    for i in range(300):
+        case = random_depthwise(rng)
+        native_r = run_depthwise(case)
+        with monkeypatch.context() as mp:
+            mp.setitem(native._state, "lib", None)
+            numpy_r = run_depthwise(case)
+        np.testing.assert_array_equal(native_r, numpy_r, err_msg=f"case {i}")
+    assert modes["int32"] >= 60 and modes["int64"] >= 30, modes
