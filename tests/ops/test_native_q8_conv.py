@@ -273,8 +273,8 @@ def run_depthwise(case) -> np.ndarray:
 def test_depthwise_16_lanes_identical_to_numpy(monkeypatch):
     """300 random cases of the 16-lane depthwise kernel against the numpy path, byte for
     byte, with both of its requantisations exercised many times."""
-    if not native.conv_q8_fast(native.library()):
-        pytest.skip("kernels compiled without AVX-512 VNNI: no 16-lane depthwise kernel")
+    if not native.depthwise_q8_lanes(native.library()):
+        pytest.skip("kernels compiled without AVX-512: no 16-lane depthwise kernel")
     monkeypatch.setattr(conv, "NATIVE_Q8_DEPTHWISE", True)
     modes = {"int32": 0, "int64": 0, "other": 0}
     real_bias, real_call = native.DepthwiseQ8._vec_bias, native.DepthwiseQ8.__call__

@@ -241,7 +241,7 @@ class DepthwiseQ8(DepthwiseF32):
         self._vec = None
         kh, kw = self.filt_hw
         sh = self.shift_arr.astype(np.int64)
-        if conv_q8_fast(lib) and cout % 16 == 0 and kh * kw * 255 * 255 < 1 << 24 \
+        if depthwise_q8_lanes(lib) and cout % 16 == 0 and kh * kw * 255 * 255 < 1 << 24 \
                 and int(sh.max()) <= 24 and int(sh.min()) >= -62:
             # nnhal_dwconv_q8v: float32 sums (exact below 2**24), int64 requantisation
             mask = (np.int64(1) << np.maximum(-sh, 0)) - 1
@@ -323,7 +323,12 @@ Q8_MR, Q8_NR = 6, 32
 def conv_q8_fast(lib: ctypes.CDLL) -> bool:
     """Whether ``lib``'s 8-bit GEMM convolution was compiled for a byte dot-product
     instruction set (AVX-512 VNNI); elsewhere it is exact but slower than the numpy path."""
-    return int(lib.nnhal_conv_q8_isa()) > 0
+    return int(lib.nnhal_conv_q8_isa()) >= 2
+
+
+def depthwise_q8_lanes(lib: ctypes.CDLL) -> bool:
+    """Whether ``lib`` has the 16-lane 8-bit depthwise kernel (compiled for AVX-512)."""
+    return int(lib.nnhal_conv_q8_isa()) >= 1
 
 
 class ConvQ8:

@@ -699,7 +699,9 @@ void nnhal_dwconv_q8f(const void *in_, void *out_, const int64_t *p, const int32
 int64_t nnhal_conv_q8_isa(void)
 {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-    return 2;
+    return 2; /* the byte dot product (and the 16-lane depthwise kernel) */
+#elif defined(__AVX512F__)
+    return 1; /* the 16-lane depthwise kernel only */
 #else
     return 0;
 #endif
@@ -988,7 +990,7 @@ static inline __m512 dwv_convert(const uint8_t *p, int sin, __m512 zin)
     return _mm512_sub_ps(_mm512_cvtepi32_ps(w), zin);
 }
 
-#define dwv_load(p, sin, zin) _mm512_loadu_ps(p)
+#define dwv_load(p) _mm512_loadu_ps(p)
 
 static inline void dwv_store(__m512 acc, const int64_t *corr, const int64_t *rq, int64_t c,
                              int64_t co, const q8_consts *k, uint8_t *o)
@@ -1007,8 +1009,7 @@ static inline void dwv_store(__m512 acc, const int64_t *corr, const int64_t *rq,
 
 static inline __attribute__((always_inline)) void
 dwv_pixel(const float *ib, const int64_t *p, const float *filt, const int64_t *corr,
-          const int64_t *rq, int sin, __m512 zin, const q8_consts *k, int64_t iy0, int64_t ix0,
-          uint8_t *o)
+          const int64_t *rq, const q8_consts *k, int64_t iy0, int64_t ix0, uint8_t *o)
 {
     const int64_t w = p[P_W], c = p[P_C], kw = p[P_KW], dh = p[P_DH], dw = p[P_DW];
     int64_t ky0, ky1, kx0, kx1;
@@ -1020,7 +1021,7 @@ dwv_pixel(const float *ib, const int64_t *p, const float *filt, const int64_t *c
             const float *irow = ib + ((iy0 + ky * dh) * w + ix0) * c + co;
             const float *frow = filt + ky * kw * c + co;
             for (int64_t kx = kx0; kx < kx1; kx++)
-                acc = _mm512_fmadd_ps(dwv_load(irow + kx * dw * c, sin, zin),
+                acc = _mm512_fmadd_ps(dwv_load(irow + kx * dw * c),
                                       _mm512_loadu_ps(frow + kx * c), acc);
         }
         dwv_store(acc, corr, rq, c, co, k, o + co);
@@ -1029,7 +1030,7 @@ dwv_pixel(const float *ib, const int64_t *p, const float *filt, const int64_t *c
 
 static inline __attribute__((always_inline)) void
 dwv_all(const float *xf, void *out_, const int64_t *p, const float *filt, const int64_t *corr,
-        const int64_t *rq, int sin, __m512 zin, const q8_consts *k)
+        const int64_t *rq, const q8_consts *k)
 {
     const int64_t n = p[P_N], h = p[P_H], w = p[P_W], c = p[P_C];
     const int64_t oh = p[P_OH], ow = p[P_OW];
@@ -1050,7 +1051,7 @@ dwv_all(const float *xf, void *out_, const int64_t *p, const float *filt, const 
                     ox = xr;
                 if (ox >= ow)
                     break;
-                dwv_pixel(ib, p, filt, corr, rq, sin, zin, k, iy0, ox * sw - pl, orow + ox * c);
+                dwv_pixel(ib, p, filt, corr, rq, k, iy0, ox * sw - pl, orow + ox * c);
             }
             if (!row_fast)
                 continue;
@@ -1064,15 +1065,15 @@ dwv_all(const float *xf, void *out_, const int64_t *p, const float *filt, const 
                     const __m512i bv = _mm512_loadu_si512((const void *)(k->bias32 + co));
                     for (int64_t ox = xl; ox < xr; ox++) {
                         const int64_t o = (ox * sw - pl) * c + co;
-                        __m512 acc = _mm512_mul_ps(dwv_load(r0 + o, sin, zin), f[0]);
-                        acc = _mm512_fmadd_ps(dwv_load(r0 + o + c, sin, zin), f[1], acc);
-                        acc = _mm512_fmadd_ps(dwv_load(r0 + o + 2 * c, sin, zin), f[2], acc);
-                        acc = _mm512_fmadd_ps(dwv_load(r1 + o, sin, zin), f[3], acc);
-                        acc = _mm512_fmadd_ps(dwv_load(r1 + o + c, sin, zin), f[4], acc);
-                        acc = _mm512_fmadd_ps(dwv_load(r1 + o + 2 * c, sin, zin), f[5], acc);
-                        acc = _mm512_fmadd_ps(dwv_load(r2 + o, sin, zin), f[6], acc);
-                        acc = _mm512_fmadd_ps(dwv_load(r2 + o + c, sin, zin), f[7], acc);
-                        acc = _mm512_fmadd_ps(dwv_load(r2 + o + 2 * c, sin, zin), f[8], acc);
+                        __m512 acc = _mm512_mul_ps(dwv_load(r0 + o), f[0]);
+                        acc = _mm512_fmadd_ps(dwv_load(r0 + o + c), f[1], acc);
+                        acc = _mm512_fmadd_ps(dwv_load(r0 + o + 2 * c), f[2], acc);
+                        acc = _mm512_fmadd_ps(dwv_load(r1 + o), f[3], acc);
+                        acc = _mm512_fmadd_ps(dwv_load(r1 + o + c), f[4], acc);
+                        acc = _mm512_fmadd_ps(dwv_load(r1 + o + 2 * c), f[5], acc);
+                        acc = _mm512_fmadd_ps(dwv_load(r2 + o), f[6], acc);
+                        acc = _mm512_fmadd_ps(dwv_load(r2 + o + c), f[7], acc);
+                        acc = _mm512_fmadd_ps(dwv_load(r2 + o + 2 * c), f[8], acc);
                         _mm_storeu_si128((__m128i *)(orow + ox * c + co), q8_rq16(
                             _mm512_add_epi32(_mm512_cvtps_epi32(acc), bv), &tab, k));
                     }
@@ -1080,15 +1081,15 @@ dwv_all(const float *xf, void *out_, const int64_t *p, const float *filt, const 
                 }
                 for (int64_t ox = xl; ox < xr; ox++) {
                     const int64_t o = (ox * sw - pl) * c + co;
-                    __m512 acc = _mm512_mul_ps(dwv_load(r0 + o, sin, zin), f[0]);
-                    acc = _mm512_fmadd_ps(dwv_load(r0 + o + c, sin, zin), f[1], acc);
-                    acc = _mm512_fmadd_ps(dwv_load(r0 + o + 2 * c, sin, zin), f[2], acc);
-                    acc = _mm512_fmadd_ps(dwv_load(r1 + o, sin, zin), f[3], acc);
-                    acc = _mm512_fmadd_ps(dwv_load(r1 + o + c, sin, zin), f[4], acc);
-                    acc = _mm512_fmadd_ps(dwv_load(r1 + o + 2 * c, sin, zin), f[5], acc);
-                    acc = _mm512_fmadd_ps(dwv_load(r2 + o, sin, zin), f[6], acc);
-                    acc = _mm512_fmadd_ps(dwv_load(r2 + o + c, sin, zin), f[7], acc);
-                    acc = _mm512_fmadd_ps(dwv_load(r2 + o + 2 * c, sin, zin), f[8], acc);
+                    __m512 acc = _mm512_mul_ps(dwv_load(r0 + o), f[0]);
+                    acc = _mm512_fmadd_ps(dwv_load(r0 + o + c), f[1], acc);
+                    acc = _mm512_fmadd_ps(dwv_load(r0 + o + 2 * c), f[2], acc);
+                    acc = _mm512_fmadd_ps(dwv_load(r1 + o), f[3], acc);
+                    acc = _mm512_fmadd_ps(dwv_load(r1 + o + c), f[4], acc);
+                    acc = _mm512_fmadd_ps(dwv_load(r1 + o + 2 * c), f[5], acc);
+                    acc = _mm512_fmadd_ps(dwv_load(r2 + o), f[6], acc);
+                    acc = _mm512_fmadd_ps(dwv_load(r2 + o + c), f[7], acc);
+                    acc = _mm512_fmadd_ps(dwv_load(r2 + o + 2 * c), f[8], acc);
                     dwv_store(acc, corr, rq, c, co, k, orow + ox * c + co);
                 }
             }
@@ -1114,7 +1115,7 @@ int64_t nnhal_dwconv_q8v(const void *in_, void *out_, const int64_t *p, const fl
     const uint8_t *in = in_;
     for (int64_t i = 0; i < total; i += 16)
         _mm512_storeu_ps(xf + i, dwv_convert(in + i, (int)q[4], zin));
-    dwv_all(xf, out_, p, filt, corr, rq, 0, zin, &k);
+    dwv_all(xf, out_, p, filt, corr, rq, &k);
     return 1;
 #else
     (void)in_; (void)out_; (void)p; (void)filt; (void)corr; (void)rq; (void)q; (void)bias32;
