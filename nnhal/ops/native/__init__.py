@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from nnhal.ops.conv_engine import scratch as _scratch
 from nnhal.ops.native import build as _build
 
 log = logging.getLogger("nnhal.ops.native")
@@ -295,9 +296,7 @@ class DepthwiseQ8(DepthwiseF32):
         if vec is not None:
             vb = self._vbias if bias is self._const_bias and self._vbias is not None \
                 else self._vec_bias(bias)
-            from nnhal.ops.conv_engine import scratch
-
-            xf = scratch("dwq8_x", (x.size,), np.float32)
+            xf = _scratch("dwq8_x", (x.size,), np.float32)
             if vec[0](x.ctypes.data, out.ctypes.data, geo, vec[1], vb[2], vec[2], vec[3],
                       vb[3], vb[4], xf.ctypes.data):
                 return
