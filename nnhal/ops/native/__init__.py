@@ -16,11 +16,12 @@ import ctypes
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Iterator
 
 import numpy as np
 
-from nnhal.ops.conv_engine import scratch as _scratch
+from nnhal.ops.conv_engine import scratch_address as _scratch_address
 from nnhal.ops.native import build as _build
 
 log = logging.getLogger("nnhal.ops.native")
@@ -59,6 +60,10 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         lib.nnhal_conv_q8_isa.restype = ctypes.c_int64
         lib.nnhal_dwconv_q8v.argtypes = [ctypes.c_void_p] * 10
         lib.nnhal_dwconv_q8v.restype = ctypes.c_int64
+        lib.nnhal_conv_q8_a.argtypes = [ctypes.c_void_p]
+        lib.nnhal_conv_q8_a.restype = None
+        lib.nnhal_dwconv_q8v_a.argtypes = [ctypes.c_void_p]
+        lib.nnhal_dwconv_q8v_a.restype = ctypes.c_int64
         return lib, why
     except Exception as e:  # never let a build problem reach a user
         return None, f"native kernels unavailable: {type(e).__name__}: {e}"
@@ -107,6 +112,25 @@ def reset() -> None:
     """Forget the loaded state (tests: the next :func:`library` call loads again)."""
     with _lock:
         _state.clear()
+
+
+#: id -> (weak reference, data address) of arrays passed to the 8-bit kernels: an array
+#: object's address never changes, and ``.ctypes.data`` costs more than a small layer.
+_addresses: dict[int, tuple[weakref.ref, int]] = {}
+
+
+def address(a: np.ndarray) -> int:
+    """``a.ctypes.data``, remembered for array views (the executor passes the same arena and
+    request views run after run; a view cannot be resized, so its address is fixed)."""
+    hit = _addresses.get(id(a))
+    if hit is not None and hit[0]() is a:
+        return hit[1]
+    addr = a.ctypes.data
+    if a.base is not None:
+        if len(_addresses) > 256:
+            _addresses.clear()
+        _addresses[id(a)] = (weakref.ref(a), addr)
+    return addr
 
 
 class _Bound:
@@ -252,8 +276,9 @@ class DepthwiseQ8(DepthwiseF32):
                  mask >> 1]))
             self._vq = np.array([in_zero_point, out_zero_point, lo, hi,
                                  self.in_dtype == np.int8], np.int64)
-            self._vec = (lib.nnhal_dwconv_q8v, self._vfilt.ctypes.data, self._vrq.ctypes.data,
-                         self._vq.ctypes.data)
+            self._vec = (lib.nnhal_dwconv_q8v_a, self._vfilt.ctypes.data,
+                         self._vrq.ctypes.data, self._vq.ctypes.data)
+            self._local = threading.local()
             #: the int32 requantisation's tables (no left shift, right shifts up to 30)
             self._vrq32 = None
             if int(sh.max()) <= 0 and int(sh.min()) >= -30:
@@ -296,9 +321,16 @@ class DepthwiseQ8(DepthwiseF32):
         if vec is not None:
             vb = self._vbias if bias is self._const_bias and self._vbias is not None \
                 else self._vec_bias(bias)
-            xf = _scratch("dwq8_x", (x.size,), np.float32)
-            if vec[0](x.ctypes.data, out.ctypes.data, geo, vec[1], vb[2], vec[2], vec[3],
-                      vb[3], vb[4], xf.ctypes.data):
+            args = getattr(self._local, "a", None)
+            if args is None:
+                args = self._local.a = (ctypes.c_int64 * 10)(0, 0, 0, vec[1], 0, vec[2],
+                                                             vec[3], 0, 0, 0)
+            args[0] = address(x)
+            args[1] = address(out)
+            args[2] = geo
+            args[4], args[7], args[8] = vb[2:]
+            args[9] = _scratch_address("dwq8_x", x.size, np.float32)
+            if vec[0](ctypes.addressof(args)):
                 return
         acc = np.empty(self._cout, np.int32)
         if bias is self._const_bias and self._const_args is not False:
@@ -361,6 +393,8 @@ class ConvQ8:
                  in_dtype: np.dtype, out_dtype: np.dtype,
                  const_bias: np.ndarray | None = None) -> None:
         self._fn = lib.nnhal_conv_q8
+        self._fna = lib.nnhal_conv_q8_a
+        self._local = threading.local()
         cout, kh, kw, c = centred.shape
         self.filt_hw = (kh, kw)
         self._cout = cout
@@ -414,13 +448,25 @@ class ConvQ8:
     accepts = _Bound.accepts
     geometry = _Bound.geometry
 
+    def _args(self) -> tuple:
+        """This thread's argument array of nnhal_conv_q8_a (and the buffers it points to)."""
+        st = getattr(self._local, "a", None)
+        if st is None:
+            abuf = np.empty(Q8_MR * self.kp, np.uint8)
+            acc = np.empty(Q8_MR * self.coutp, np.int32)
+            args = (ctypes.c_int64 * 11)(0, 0, 0, self._fptr, 0, *self._tail, abuf.ctypes.data,
+                                         acc.ctypes.data, 0, 0)
+            st = self._local.a = (args, ctypes.addressof(args), abuf, acc)
+        return st
+
     def __call__(self, x: np.ndarray, bias: np.ndarray, out: np.ndarray,
                  stride: tuple[int, int], dilation: tuple[int, int],
                  pads: tuple[int, int, int, int]) -> None:
         corr = self._const_corr if bias is self._const_bias and self._const_corr is not None \
             else self.correction(bias)
-        abuf = np.empty(Q8_MR * self.kp, np.uint8)
-        acc = np.empty(Q8_MR * self.coutp, np.int32)
-        self._fn(x.ctypes.data, out.ctypes.data, self.geometry(x, out, stride, dilation, pads),
-                 self._fptr, corr[2], *self._tail, abuf.ctypes.data, acc.ctypes.data, corr[3],
-                 corr[4])
+        args, ptr = self._args()[:2]
+        args[0] = address(x)
+        args[1] = address(out)
+        args[2] = self.geometry(x, out, stride, dilation, pads)
+        args[4], args[9], args[10] = corr[2:]
+        self._fna(ptr)

@@ -1123,3 +1123,23 @@ int64_t nnhal_dwconv_q8v(const void *in_, void *out_, const int64_t *p, const fl
     return 0;
 #endif
 }
+
+/* The two 8-bit kernels above with their arguments in one int64 array (one ctypes argument
+ * instead of ten: the conversions cost more than a small layer's arithmetic):
+ * a = {in, out, geometry, filter, corr, rq, q, abuf, acc, corr32, rq32} and
+ * {in, out, geometry, filter, corr, rq, q, bias32, rq32, xf}. */
+void nnhal_conv_q8_a(const int64_t *a)
+{
+    nnhal_conv_q8((const void *)a[0], (void *)a[1], (const int64_t *)a[2],
+                  (const int8_t *)a[3], (const int64_t *)a[4], (const int64_t *)a[5],
+                  (const int64_t *)a[6], (uint8_t *)a[7], (int32_t *)a[8],
+                  (const int32_t *)a[9], (const int32_t *)a[10]);
+}
+
+int64_t nnhal_dwconv_q8v_a(const int64_t *a)
+{
+    return nnhal_dwconv_q8v((const void *)a[0], (void *)a[1], (const int64_t *)a[2],
+                            (const float *)a[3], (const int64_t *)a[4], (const int64_t *)a[5],
+                            (const int64_t *)a[6], (const int32_t *)a[7],
+                            (const int32_t *)a[8], (float *)a[9]);
+}
