@@ -300,3 +300,61 @@ def test_depthwise_16_lanes_identical_to_numpy(monkeypatch):
             numpy_r = run_depthwise(case)
         np.testing.assert_array_equal(native_r, numpy_r, err_msg=f"case {i}")
     assert modes["int32"] >= 60 and modes["int64"] >= 30, modes
+
+
+@needs_native
+def test_bound_kernels_from_several_threads(monkeypatch):
+    """One bound 8-bit CONV_2D and DEPTHWISE_CONV_2D called from four threads at once (each
+    thread has its own argument array and scratch): every result is the sequential one."""
+    import threading
+
+    from nnhal.ops.catalog import check_operation, lookup
+    from nnhal.ops.resolver import OpContext
+
+    monkeypatch.setattr(conv, "NATIVE_Q8_CONV", True)
+    rng = np.random.default_rng(8)
+    runs = []
+    for op, fshape, extra, cdim in ((O.CONV_2D, (48, 3, 3, 32), [], 0),
+                                    (O.DEPTHWISE_CONV_2D, (1, 3, 3, 32), [i32(1)], 3)):
+        cout = fshape[0] if op == O.CONV_2D else fshape[3]
+        ins = [tensor(S8, rng.integers(-128, 128, (1, 20, 20, 32)).astype(np.int8), 0.02, -5),
+               tensor(PC, rng.integers(-127, 128, fshape).astype(np.int8), const=True,
+                      channel_scales=list(rng.uniform(0.002, 0.01, cout)), channel_dim=cdim),
+               tensor(I32, rng.integers(-999, 999, cout).astype(np.int32), 0.0, 0, const=True)]
+        ins += [i32(1), i32(1), i32(1), i32(1), i32(1), i32(1), *extra, i32(3)]
+        ctx = OpContext(op_type=op, inputs=[i for i, _ in ins],
+                        outputs=[output(S8, (1, 20, 20, cout), 0.05, -128)])
+        d = lookup(op)
+        check_operation(d, ctx)
+        runs.append((d.kernel_into(ctx), [v for _, v in ins], cout))
+    feeds = [rng.integers(-128, 128, (1, 20, 20, 32)).astype(np.int8) for _ in range(4)]
+    expected = []
+    for run, vals, cout in runs:
+        for x in feeds:
+            out = np.empty((1, 20, 20, cout), np.int8)
+            run([x, *vals[1:]], [out], None)
+            expected.append(out)
+    got: dict[tuple[int, int], np.ndarray] = {}
+    errors = []
+
+    def worker(t: int) -> None:
+        try:
+            for _ in range(30):
+                for k, (run, vals, cout) in enumerate(runs):
+                    out = np.empty((1, 20, 20, cout), np.int8)
+                    run([feeds[t], *vals[1:]], [out], None)
+                    prev = got.setdefault((k, t), out)
+                    if not np.array_equal(prev, out):
+                        errors.append((k, t))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    for k in range(2):
+        for t in range(4):
+            np.testing.assert_array_equal(got[(k, t)], expected[k * 4 + t])
