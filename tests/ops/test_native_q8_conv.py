@@ -358,3 +358,48 @@ def test_bound_kernels_from_several_threads(monkeypatch):
     for k in range(2):
         for t in range(4):
             np.testing.assert_array_equal(got[(k, t)], expected[k * 4 + t])
+
+
+def random_fc(rng: np.random.Generator) -> tuple:
+    """An 8-bit FULLY_CONNECTED: batch 1-5, input size 1-300, 1-70 units, weights whose
+    centred values stay signed bytes, results spread over the output range (or extremes)."""
+    batch, size, units = int(rng.integers(1, 6)), int(rng.integers(1, 301)), int(rng.integers(1, 71))
+    t = [U8, S8][int(rng.integers(0, 2))]
+    lo_q, hi_q = (0, 255) if t == U8 else (-128, 127)
+    x = rng.integers(lo_q, hi_q + 1, (batch, size)).astype(t.dtype)
+    zf = int(rng.integers(lo_q, hi_q + 1))
+    wts = np.clip(rng.integers(-128, 128, (units, size)) + zf, lo_q, hi_q).astype(t.dtype)
+    in_q = (float(10 ** rng.uniform(-2.5, -0.5)), int(rng.integers(lo_q, hi_q + 1)))
+    fq = (float(10 ** rng.uniform(-3.5, -1)), zf)
+    if rng.random() < 0.75:
+        out_q = (float(in_q[0] * fq[0] * 74.0 ** 2 * np.sqrt(size) / 40 * 10 ** rng.uniform(-1, 1)),
+                 int(rng.integers(lo_q, hi_q + 1)))
+    else:
+        out_q = (float(10 ** rng.uniform(-5, 0.3)), int(rng.integers(lo_q, hi_q + 1)))
+    bias = rng.integers(-30000, 30001, units).astype(np.int32)
+    return x, wts, bias, int(rng.integers(0, 4)), t, in_q, fq, out_q
+
+
+def run_fc(case) -> np.ndarray:
+    x, wts, b, act, t, in_q, fq, out_q = case
+    ins = [tensor(t, x, *in_q), tensor(t, wts, *fq, const=True),
+           tensor(I32, b, conv.scale_product(in_q[0], fq[0]), 0, const=True), i32(act)]
+    (r,) = run_op(O.FULLY_CONNECTED, ins, [output(t, None, *out_q)])
+    return r
+
+
+@needs_native
+def test_fully_connected_identical_to_numpy(monkeypatch, spy):
+    """8-bit FULLY_CONNECTED through the native 1x1 convolution: 150 random cases, each
+    through the kernel, byte for byte the numpy path's results."""
+    monkeypatch.setattr(conv, "NATIVE_Q8_CONV", True)
+    rng = np.random.default_rng(31)
+    for i in range(150):
+        case = random_fc(rng)
+        before = len(spy)
+        native_r = run_fc(case)
+        assert len(spy) == before + 1, f"case {i} did not run the native kernel"
+        with monkeypatch.context() as mp:
+            mp.setitem(native._state, "lib", None)
+            numpy_r = run_fc(case)
+        np.testing.assert_array_equal(native_r, numpy_r, err_msg=f"case {i}")
