@@ -363,7 +363,8 @@ def test_bound_kernels_from_several_threads(monkeypatch):
 def random_fc(rng: np.random.Generator) -> tuple:
     """An 8-bit FULLY_CONNECTED: batch 1-5, input size 1-300, 1-70 units, weights whose
     centred values stay signed bytes, results spread over the output range (or extremes)."""
-    batch, size, units = int(rng.integers(1, 6)), int(rng.integers(1, 301)), int(rng.integers(1, 71))
+    batch, size = int(rng.integers(1, 6)), int(rng.integers(1, 301))
+    units = int(rng.integers(1, 71))
     t = [U8, S8][int(rng.integers(0, 2))]
     lo_q, hi_q = (0, 255) if t == U8 else (-128, 127)
     x = rng.integers(lo_q, hi_q + 1, (batch, size)).astype(t.dtype)
