@@ -746,11 +746,65 @@ class Conv2D(_ConvBase):
 
     def native_kernel(self, ctx: OpContext, cached: dict, a: _Args) -> Any:
         filt = ctx.const(1)
-        if filt is None or filt.ndim != 4 or filt.shape[3] > NATIVE_DIRECT_MAX_C \
-                or not self._native_ok(ctx, a):
+        if filt is None or filt.ndim != 4:
+            return None
+        if ctx.inputs[0].type not in C.FLOAT_TYPES:
+            return _native_q8_conv(ctx, filt, a)
+        if filt.shape[3] > NATIVE_DIRECT_MAX_C or not self._native_ok(ctx, a):
             return None
         lo, hi = C.float_activation_bounds(a.act)
         return _native.ConvDirectF32(_native.library(), filt, lo, hi)
+
+
+#: The native 8-bit CONV_2D (an int8 GEMM with the byte dot product, bytes identical to the
+#: numpy path): "auto" binds it where the kernels were compiled for AVX-512 VNNI (elsewhere
+#: its plain-C loops are exact but slower than numpy's float32 GEMM), True everywhere the
+#: kernels load, False never.
+NATIVE_Q8_CONV: bool | str = "auto"
+
+
+def _native_q8_fc(ctx: OpContext, weights: np.ndarray, act: int) -> Any:
+    """An 8-bit FULLY_CONNECTED as the native 1x1 convolution of [batch, 1, 1, input_size]
+    (:class:`nnhal.ops.native.ConvQ8`), or None."""
+    if NATIVE_Q8_CONV is False:
+        return None
+    inp, wt, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+    q8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+    if inp.type not in q8 or out.type != inp.type or wt.type not in q8 \
+            or ctx.inputs[2].type != T.TENSOR_INT32 or weights.ndim != 2:
+        return None
+    lib = _native.library()
+    if lib is None or (NATIVE_Q8_CONV == "auto" and not _native.conv_q8_fast(lib)):
+        return None
+    units, size = weights.shape
+    centred = _centred_filter(weights, wt).reshape(units, 1, 1, size)
+    rq = _Requant(inp, wt, out)
+    if not _native.ConvQ8.fits(centred, rq.shift):
+        return None
+    lo, hi = C.quant_activation_range(act, out.scale, out.zero_point, out.type)
+    return _native.ConvQ8(lib, centred, rq.multiplier, rq.shift, inp.zero_point,
+                          out.zero_point, lo, hi, inp.type.dtype, out.type.dtype, ctx.const(2))
+
+
+def _native_q8_conv(ctx: OpContext, filt: np.ndarray, a: _Args) -> Any:
+    """The bound :class:`nnhal.ops.native.ConvQ8` of an 8-bit CONV_2D, or None."""
+    if NATIVE_Q8_CONV is False:
+        return None
+    inp, fi, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+    q8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+    if inp.type not in q8 or out.type != inp.type or fi.type not in (*q8, _PER_CHANNEL) \
+            or ctx.inputs[2].type != T.TENSOR_INT32 or a.nchw or a.act is None:
+        return None
+    lib = _native.library()
+    if lib is None or (NATIVE_Q8_CONV == "auto" and not _native.conv_q8_fast(lib)):
+        return None
+    centred = _centred_filter(filt, fi)
+    rq = _Requant(inp, fi, out)
+    if not _native.ConvQ8.fits(centred, rq.shift):
+        return None
+    lo, hi = C.quant_activation_range(a.act, out.scale, out.zero_point, out.type)
+    return _native.ConvQ8(lib, centred, rq.multiplier, rq.shift, inp.zero_point,
+                          out.zero_point, lo, hi, inp.type.dtype, out.type.dtype, ctx.const(2))
 
 
 @register(O.GROUPED_CONV_2D)
@@ -982,6 +1036,12 @@ class FullyConnected(_CoreKernels):
         const_w = ctx.const(1)
         static = None if const_w is None or np.ndim(const_w) != 2 else layout(const_w)
         const_act = ctx.const(3)
+        nat = None
+        if static is not None and requant is not None and const_act is not None:
+            try:
+                nat = _native_q8_fc(ctx, const_w, C.activation_code(const_act))
+            except (OpError, ValueError, TypeError, OverflowError):
+                nat = None
         bias_tiles: dict | None = {} if ctx.const(2) is not None else None
         name = self.op_type.name
 
@@ -1002,6 +1062,12 @@ class FullyConnected(_CoreKernels):
                 raise OpError(f"{name}: output shape {dst.shape}, computed {(batch, units)}")
             if batch == 0:
                 return dst
+            if nat is not None and x.flags.c_contiguous and dst.flags.c_contiguous \
+                    and w is const_w and units == nat._cout:
+                x4, d4 = x.reshape(batch, 1, 1, size), dst.reshape(batch, 1, 1, units)
+                if nat.accepts(x4, b, d4):
+                    nat(x4, b, d4, (1, 1), (1, 1), (0, 0, 0, 0))
+                    return dst
             wm, dtype = static if static is not None else layout(w)
             x2 = x.reshape(batch, size)
             if zp_in or x2.dtype != dtype:

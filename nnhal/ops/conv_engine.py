@@ -28,6 +28,8 @@ FLOAT32_EXACT = 1 << 24
 class _Scratch(threading.local):
     def __init__(self) -> None:
         self.flat: dict[tuple[str, str], np.ndarray] = {}
+        #: data addresses of the buffers in ``flat`` (for the native kernels)
+        self.addr: dict[tuple[str, str], int] = {}
 
 
 _SCRATCH = _Scratch()
@@ -45,7 +47,23 @@ def scratch(slot: str, shape: tuple[int, ...], dtype: np.dtype | type) -> np.nda
     if buf is None or buf.size < size:
         buf = np.empty(max(size, 1), dt)
         _SCRATCH.flat[key] = buf
+        _SCRATCH.addr.pop(key, None)
     return buf[:size].reshape(shape)
+
+
+def scratch_address(slot: str, size: int, dtype: np.dtype | type) -> int:
+    """The data address of this thread's buffer ``slot`` holding at least ``size`` elements
+    (what :func:`scratch` would carve from), without making an array view."""
+    key = (slot, np.dtype(dtype).str)
+    buf = _SCRATCH.flat.get(key)
+    if buf is not None and buf.size >= size:
+        addr = _SCRATCH.addr.get(key)
+        if addr is None:
+            addr = _SCRATCH.addr[key] = buf.ctypes.data
+        return addr
+    scratch(slot, (size,), dtype)
+    addr = _SCRATCH.addr[key] = _SCRATCH.flat[key].ctypes.data
+    return addr
 
 
 def exact_dtype(terms: int, max_input: int, max_filter: int) -> type:

@@ -48,7 +48,7 @@ static inline void store8_clamped(float *p, v8f v, float lo, float hi)
 }
 
 /* Version of the parameter layout; the loader checks it. */
-int64_t nnhal_abi_version(void) { return 3; }
+int64_t nnhal_abi_version(void) { return 4; }
 
 /* The taps [k0, k1) of a filter axis of size k that land inside [0, size) from position i0
  * (= output position * stride - padding) with dilation d. */
@@ -675,4 +675,471 @@ void nnhal_dwconv_q8f(const void *in_, void *out_, const int64_t *p, const int32
                     }
                 }
             }
+}
+
+/* ---- 8-bit convolution (one group) as an int8 GEMM -------------------------------------------
+ * out[m][co] = requant(sum_k a[m][k] * f[k][co] + corr[co]) over the patch matrix a of the
+ * input. Bytes of a are unsigned: the input itself (uint8) or the input + 128 (int8, a flip of
+ * the top bit), and za (the input zero point in those units) where a tap falls in the padding,
+ * so every term of the reference's sum (x - zin) * f becomes a * f - za * f; the caller folds
+ * -za * sum_k f and the bias into corr (int64). The filter is signed bytes (the caller checks
+ * it fits), packed as panels of NR output channels: [COUTP / NR][KP / 4][NR][4] (zero-padded
+ * to KP, a multiple of 4, and COUTP, a multiple of NR), the layout of a 4-way byte dot product
+ * (AVX-512 VNNI's vpdpbusd: u8 x s8, sums of four products added to int32 lanes with no
+ * intermediate saturation, so exact). Sums are exact in int32: the caller checks
+ * KP * 255 * 128 < 2**31. The requantisation is the reference's int64 fixed-point steps
+ * (requant above), 8 channels at a time, or, where corr32 and rq32 are given (q8_rq16's
+ * conditions, checked by the caller), 16 at a time in int32 lanes. Elsewhere than AVX-512 VNNI the same loops
+ * in plain C (exact, slower; nnhal_conv_q8_isa says which was compiled).
+ * q = {za, zout, lo, hi, input signed, KP, COUTP}. */
+
+#define Q8_MR 6
+#define Q8_NR 32
+
+int64_t nnhal_conv_q8_isa(void)
+{
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    return 2; /* the byte dot product (and the 16-lane depthwise kernel) */
+#elif defined(__AVX512F__)
+    return 1; /* the 16-lane depthwise kernel only */
+#else
+    return 0;
+#endif
+}
+
+/* dst[k] = src[k] ^ flip for k < n. */
+static inline void q8_copy_flip(uint8_t *dst, const uint8_t *src, int64_t n, uint8_t flip)
+{
+    int64_t k = 0;
+#ifdef __AVX2__
+    const __m256i f32 = _mm256_set1_epi8((char)flip);
+    for (; k + 32 <= n; k += 32)
+        _mm256_storeu_si256((__m256i *)(dst + k), _mm256_xor_si256(
+            _mm256_loadu_si256((const __m256i *)(src + k)), f32));
+    const __m128i f16 = _mm_set1_epi8((char)flip);
+    for (; k + 16 <= n; k += 16)
+        _mm_storeu_si128((__m128i *)(dst + k), _mm_xor_si128(
+            _mm_loadu_si128((const __m128i *)(src + k)), f16));
+#endif
+    for (; k < n; k++)
+        dst[k] = src[k] ^ flip;
+}
+
+/* The patch-matrix rows of Q8_MR output pixels starting at pixel m0 (rows past mend repeat
+ * za; their results are discarded). */
+static void q8_pack_rows(const uint8_t *in, const int64_t *p, int64_t m0, int64_t mend,
+                         uint8_t za, int sin, int64_t kp, uint8_t *abuf)
+{
+    const int64_t h = p[P_H], w = p[P_W], c = p[P_C], oh = p[P_OH], ow = p[P_OW];
+    const int64_t kh = p[P_KH], kw = p[P_KW], sh = p[P_SH], sw = p[P_SW];
+    const int64_t dh = p[P_DH], dw = p[P_DW], pt = p[P_PT], pl = p[P_PL];
+    const uint8_t flip = sin ? 0x80 : 0;
+    if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && h == oh && w == ow
+        && kp == c && m0 + Q8_MR <= mend) {
+        /* a 1x1 convolution of stride 1: the rows are the input's pixels, one span */
+        q8_copy_flip(abuf, in + m0 * c, Q8_MR * c, flip);
+        return;
+    }
+    int64_t b = m0 / (oh * ow), r = m0 % (oh * ow), oy = r / ow, ox = r % ow;
+    for (int64_t i = 0; i < Q8_MR; i++, ox++) {
+        if (ox == ow) {
+            ox = 0;
+            if (++oy == oh) {
+                oy = 0;
+                b++;
+            }
+        }
+        uint8_t *row = abuf + i * kp;
+        const int64_t m = m0 + i;
+        if (m >= mend) {
+            memset(row, za, (size_t)kp);
+            continue;
+        }
+        const int64_t iy0 = oy * sh - pt, ix0 = ox * sw - pl;
+        uint8_t *dst = row;
+        for (int64_t ky = 0; ky < kh; ky++) {
+            const int64_t iy = iy0 + ky * dh;
+            for (int64_t kx = 0; kx < kw; kx++, dst += c) {
+                const int64_t ix = ix0 + kx * dw;
+                if (iy < 0 || iy >= h || ix < 0 || ix >= w) {
+                    memset(dst, za, (size_t)c);
+                    continue;
+                }
+                q8_copy_flip(dst, in + ((b * h + iy) * w + ix) * c, c, flip);
+            }
+        }
+        memset(dst, 0, (size_t)(kp - kh * kw * c)); /* K padding: the filter is zero there */
+    }
+}
+
+/* acc[i][j] (ldc int32 apart) = sum over KP of the Q8_MR rows of abuf and the NR channels of
+ * one filter panel. */
+static void q8_micro(const uint8_t *abuf, int64_t kp, const int8_t *panel, int32_t *acc,
+                     int64_t ldc)
+{
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,
+            c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    const uint8_t *a0 = abuf, *a1 = a0 + kp, *a2 = a1 + kp, *a3 = a2 + kp, *a4 = a3 + kp,
+                  *a5 = a4 + kp;
+    for (int64_t k = 0; k < kp; k += 4) {
+        const __m512i b0 = _mm512_loadu_si512((const void *)(panel + k * Q8_NR));
+        const __m512i b1 = _mm512_loadu_si512((const void *)(panel + k * Q8_NR + 64));
+        int32_t v;
+        __m512i a;
+        memcpy(&v, a0 + k, 4); a = _mm512_set1_epi32(v);
+        c00 = _mm512_dpbusd_epi32(c00, a, b0); c01 = _mm512_dpbusd_epi32(c01, a, b1);
+        memcpy(&v, a1 + k, 4); a = _mm512_set1_epi32(v);
+        c10 = _mm512_dpbusd_epi32(c10, a, b0); c11 = _mm512_dpbusd_epi32(c11, a, b1);
+        memcpy(&v, a2 + k, 4); a = _mm512_set1_epi32(v);
+        c20 = _mm512_dpbusd_epi32(c20, a, b0); c21 = _mm512_dpbusd_epi32(c21, a, b1);
+        memcpy(&v, a3 + k, 4); a = _mm512_set1_epi32(v);
+        c30 = _mm512_dpbusd_epi32(c30, a, b0); c31 = _mm512_dpbusd_epi32(c31, a, b1);
+        memcpy(&v, a4 + k, 4); a = _mm512_set1_epi32(v);
+        c40 = _mm512_dpbusd_epi32(c40, a, b0); c41 = _mm512_dpbusd_epi32(c41, a, b1);
+        memcpy(&v, a5 + k, 4); a = _mm512_set1_epi32(v);
+        c50 = _mm512_dpbusd_epi32(c50, a, b0); c51 = _mm512_dpbusd_epi32(c51, a, b1);
+    }
+    _mm512_storeu_si512((void *)(acc + 0 * ldc), c00);
+    _mm512_storeu_si512((void *)(acc + 0 * ldc + 16), c01);
+    _mm512_storeu_si512((void *)(acc + 1 * ldc), c10);
+    _mm512_storeu_si512((void *)(acc + 1 * ldc + 16), c11);
+    _mm512_storeu_si512((void *)(acc + 2 * ldc), c20);
+    _mm512_storeu_si512((void *)(acc + 2 * ldc + 16), c21);
+    _mm512_storeu_si512((void *)(acc + 3 * ldc), c30);
+    _mm512_storeu_si512((void *)(acc + 3 * ldc + 16), c31);
+    _mm512_storeu_si512((void *)(acc + 4 * ldc), c40);
+    _mm512_storeu_si512((void *)(acc + 4 * ldc + 16), c41);
+    _mm512_storeu_si512((void *)(acc + 5 * ldc), c50);
+    _mm512_storeu_si512((void *)(acc + 5 * ldc + 16), c51);
+#else
+    for (int64_t i = 0; i < Q8_MR; i++) {
+        int32_t s[Q8_NR] = {0};
+        const uint8_t *a = abuf + i * kp;
+        for (int64_t k = 0; k < kp; k += 4)
+            for (int j = 0; j < Q8_NR; j++) {
+                const int8_t *f = panel + k * Q8_NR + j * 4;
+                s[j] += a[k] * f[0] + a[k + 1] * f[1] + a[k + 2] * f[2] + a[k + 3] * f[3];
+            }
+        memcpy(acc + i * ldc, s, sizeof s);
+    }
+#endif
+}
+
+#ifdef __AVX512F__
+/* Constants of the vectorised requantisation. */
+typedef struct {
+    __m512i lo, hi, zout, i32min, i32max, nudge, one, zero, lo32, hi32, zout32, one32;
+    /* the int32 requantisation (q8_rq16) where use32: its tables and the int32 bias */
+    int use32;
+    const int32_t *rq32, *bias32;
+} q8_consts;
+
+static inline q8_consts q8_make_consts(int64_t zout, int64_t lo, int64_t hi)
+{
+    q8_consts k = {_mm512_set1_epi64(lo), _mm512_set1_epi64(hi), _mm512_set1_epi64(zout),
+                   _mm512_set1_epi64(INT32_MIN), _mm512_set1_epi64(INT32_MAX),
+                   _mm512_set1_epi64(1 << 30), _mm512_set1_epi64(1), _mm512_setzero_si512(),
+                   _mm512_set1_epi32((int32_t)lo), _mm512_set1_epi32((int32_t)hi),
+                   _mm512_set1_epi32((int32_t)zout), _mm512_set1_epi32(1), 0, 0, 0};
+    return k;
+}
+
+/* The reference requantisation of 8 channels (a: int32 sums of channels co..co+7): the int64
+ * steps of requant() above, lane by lane, and the 8 result bytes in the low half. */
+static inline __m128i q8_rq8(__m256i a, const int64_t *corr, const int64_t *rq, int64_t ld,
+                             int64_t co, const q8_consts *k)
+{
+    __m512i x = _mm512_add_epi64(_mm512_cvtepi32_epi64(a),
+                                 _mm512_loadu_si512((const void *)(corr + co)));
+    x = _mm512_sllv_epi64(x, _mm512_loadu_si512((const void *)(rq + ld + co)));
+    x = _mm512_min_epi64(_mm512_max_epi64(x, k->i32min), k->i32max);
+    /* x and the multiplier are int32: the signed 32 x 32 -> 64 product is exact */
+    __m512i y = _mm512_mul_epi32(x, _mm512_loadu_si512((const void *)(rq + co)));
+    y = _mm512_srai_epi64(_mm512_add_epi64(y, k->nudge), 31);
+    const __m512i rem = _mm512_and_si512(y, _mm512_loadu_si512((const void *)(rq + 3 * ld + co)));
+    const __m512i half = _mm512_loadu_si512((const void *)(rq + 4 * ld + co));
+    const __m512i thr = _mm512_mask_add_epi64(half, _mm512_cmplt_epi64_mask(y, k->zero), half,
+                                              k->one);
+    __m512i r = _mm512_srav_epi64(y, _mm512_loadu_si512((const void *)(rq + 2 * ld + co)));
+    r = _mm512_mask_add_epi64(r, _mm512_cmpgt_epi64_mask(rem, thr), r, k->one);
+    r = _mm512_min_epi64(_mm512_max_epi64(_mm512_add_epi64(r, k->zout), k->lo), k->hi);
+    return _mm512_cvtepi64_epi8(r);
+}
+
+/* Per-channel tables of q8_rq16 for 16 channels. */
+typedef struct {
+    __m512i mult, mult_odd, right, mask, half;
+} q8_tab16;
+
+/* rq32 = {multiplier, right shift, 2**right - 1, (2**right - 1) >> 1}, each [ld] int32. */
+static inline q8_tab16 q8_load_tab16(const int32_t *rq32, int64_t ld, int64_t co)
+{
+    q8_tab16 t;
+    t.mult = _mm512_loadu_si512((const void *)(rq32 + co));
+    t.mult_odd = _mm512_srli_epi64(t.mult, 32);
+    t.right = _mm512_loadu_si512((const void *)(rq32 + ld + co));
+    t.mask = _mm512_loadu_si512((const void *)(rq32 + 2 * ld + co));
+    t.half = _mm512_loadu_si512((const void *)(rq32 + 3 * ld + co));
+    return t;
+}
+
+/* The reference requantisation of 16 channels in int32 lanes, for x = sum + bias already in
+ * int32 (no left shift, right shifts up to 30: the caller checks both and that x cannot leave
+ * int32): the doubling high multiply's 64-bit products on even and odd lanes apart, then the
+ * rounding divide, the zero point and the clamp; the 16 result bytes. */
+static inline __m128i q8_rq16(__m512i x, const q8_tab16 *t, const q8_consts *k)
+{
+    __m512i pe = _mm512_mul_epi32(x, t->mult);
+    __m512i po = _mm512_mul_epi32(_mm512_srli_epi64(x, 32), t->mult_odd);
+    pe = _mm512_srai_epi64(_mm512_add_epi64(pe, k->nudge), 31);
+    po = _mm512_srai_epi64(_mm512_add_epi64(po, k->nudge), 31);
+    const __m512i y = _mm512_mask_blend_epi32(0xAAAA, pe, _mm512_slli_epi64(po, 32));
+    const __m512i one = k->one32;
+    const __m512i rem = _mm512_and_si512(y, t->mask);
+    const __m512i thr = _mm512_mask_add_epi32(t->half, _mm512_cmplt_epi32_mask(y, k->zero),
+                                              t->half, one);
+    __m512i r = _mm512_srav_epi32(y, t->right);
+    r = _mm512_mask_add_epi32(r, _mm512_cmpgt_epi32_mask(rem, thr), r, one);
+    r = _mm512_add_epi32(r, k->zout32);
+    r = _mm512_min_epi32(_mm512_max_epi32(r, k->lo32), k->hi32);
+    return _mm512_cvtepi32_epi8(r);
+}
+#endif
+
+/* One output pixel's cout results: the reference requantisation of a + corr, per channel with
+ * rq = {multiplier, left shift, right shift, 2**right - 1, (2**right - 1) >> 1}, each
+ * [ld] int64 (row i of rq at rq + i * ld). */
+static inline void q8_requant_row(const int32_t *a, const int64_t *corr, const int64_t *rq,
+                                  int64_t cout, int64_t ld, int64_t zout, int64_t lo,
+                                  int64_t hi, uint8_t *o, const int32_t *corr32,
+                                  const int32_t *rq32)
+{
+#ifndef __AVX512F__
+    (void)corr32; (void)rq32;
+#endif
+    const int64_t *mult = rq, *left = rq + ld, *right = rq + 2 * ld, *mask = rq + 3 * ld,
+                  *half = rq + 4 * ld;
+    int64_t co = 0;
+#ifdef __AVX512F__
+    const q8_consts k = q8_make_consts(zout, lo, hi);
+    if (corr32) {
+        for (; co + 16 <= cout; co += 16) {
+            const q8_tab16 t = q8_load_tab16(rq32, ld, co);
+            _mm_storeu_si128((__m128i *)(o + co), q8_rq16(_mm512_add_epi32(
+                _mm512_loadu_si512((const void *)(a + co)),
+                _mm512_loadu_si512((const void *)(corr32 + co))), &t, &k));
+        }
+    }
+    for (; co + 8 <= cout; co += 8)
+        _mm_storel_epi64((__m128i *)(o + co),
+                         q8_rq8(_mm256_loadu_si256((const __m256i *)(a + co)), corr, rq, ld,
+                                co, &k));
+#endif
+    for (; co < cout; co++) {
+        int64_t x = ((int64_t)a[co] + corr[co]) * (INT64_C(1) << left[co]);
+        x = x > INT32_MAX ? INT32_MAX : x;
+        x = x < INT32_MIN ? INT32_MIN : x;
+        const int64_t y = (x * mult[co] + (INT64_C(1) << 30)) >> 31;
+        const int64_t thr = half[co] + (y < 0);
+        int64_t r = (y >> right[co]) + ((y & mask[co]) > thr) + zout;
+        r = r < lo ? lo : r;
+        r = r > hi ? hi : r;
+        o[co] = (uint8_t)r;
+    }
+}
+
+void nnhal_conv_q8(const void *in_, void *out_, const int64_t *p, const int8_t *filt,
+                   const int64_t *corr, const int64_t *rq, const int64_t *q, uint8_t *abuf,
+                   int32_t *acc, const int32_t *corr32, const int32_t *rq32)
+{
+    const int64_t cout = p[P_COUT];
+    const int64_t mtot = p[P_N] * p[P_OH] * p[P_OW];
+    const uint8_t za = (uint8_t)q[0];
+    const int64_t zout = q[1], lo = q[2], hi = q[3];
+    const int sin = (int)q[4];
+    const int64_t kp = q[5], coutp = q[6];
+    uint8_t *out = out_;
+
+    for (int64_t m0 = 0; m0 < mtot; m0 += Q8_MR) {
+        q8_pack_rows(in_, p, m0, mtot, za, sin, kp, abuf);
+        for (int64_t j0 = 0; j0 < coutp; j0 += Q8_NR)
+            q8_micro(abuf, kp, filt + j0 * kp, acc + j0, coutp);
+        const int64_t mr = mtot - m0 < Q8_MR ? mtot - m0 : Q8_MR;
+        for (int64_t i = 0; i < mr; i++)
+            q8_requant_row(acc + i * coutp, corr, rq, cout, coutp, zout, lo, hi,
+                           out + (m0 + i) * cout, corr32, rq32);
+    }
+}
+
+/* ---- 8-bit depthwise convolution, 16 channels at a time (AVX-512) ---------------------------
+ * Depth multiplier 1, channels a multiple of 16. Sums of (x - zin) * f in float32 lanes: every
+ * product and partial sum is an integer below 2**24 in magnitude (the caller checks
+ * KH * KW * 255 * 255 < 2**24), so each fused multiply-add is exact and the sums equal the
+ * int32 ones. Then the reference requantisation (q8_rq8) with corr = the bias (int64) and
+ * rq as for nnhal_conv_q8 ([5][C]), or, where bias32 and rq32 are given (the caller checks
+ * q8_rq16's conditions), the int32 requantisation. filt is [KH][KW][C] float32 (the centred
+ * filter). q = {zin, zout, lo, hi, input signed}; xf is scratch of N*H*W*C float32. Returns 0 (nothing done) where it does not apply:
+ * the caller then runs nnhal_dwconv_q8 / nnhal_dwconv_q8f. */
+#ifdef __AVX512F__
+/* x - zin as float32 (exact), 16 values. */
+static inline __m512 dwv_convert(const uint8_t *p, int sin, __m512 zin)
+{
+    const __m128i b = _mm_loadu_si128((const __m128i *)p);
+    const __m512i w = sin ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+    return _mm512_sub_ps(_mm512_cvtepi32_ps(w), zin);
+}
+
+#define dwv_load(p) _mm512_loadu_ps(p)
+
+static inline void dwv_store(__m512 acc, const int64_t *corr, const int64_t *rq, int64_t c,
+                             int64_t co, const q8_consts *k, uint8_t *o)
+{
+    const __m512i a = _mm512_cvtps_epi32(acc); /* exact: an integer below 2**24 */
+    if (k->use32) {
+        const q8_tab16 t = q8_load_tab16(k->rq32, c, co);
+        _mm_storeu_si128((__m128i *)o, q8_rq16(_mm512_add_epi32(
+            a, _mm512_loadu_si512((const void *)(k->bias32 + co))), &t, k));
+        return;
+    }
+    const __m128i lo = q8_rq8(_mm512_castsi512_si256(a), corr, rq, c, co, k);
+    const __m128i hi = q8_rq8(_mm512_extracti64x4_epi64(a, 1), corr, rq, c, co + 8, k);
+    _mm_storeu_si128((__m128i *)o, _mm_unpacklo_epi64(lo, hi));
+}
+
+static inline __attribute__((always_inline)) void
+dwv_pixel(const float *ib, const int64_t *p, const float *filt, const int64_t *corr,
+          const int64_t *rq, const q8_consts *k, int64_t iy0, int64_t ix0, uint8_t *o)
+{
+    const int64_t w = p[P_W], c = p[P_C], kw = p[P_KW], dh = p[P_DH], dw = p[P_DW];
+    int64_t ky0, ky1, kx0, kx1;
+    tap_range(iy0, p[P_KH], dh, p[P_H], &ky0, &ky1);
+    tap_range(ix0, kw, dw, w, &kx0, &kx1);
+    for (int64_t co = 0; co < c; co += 16) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t ky = ky0; ky < ky1; ky++) {
+            const float *irow = ib + ((iy0 + ky * dh) * w + ix0) * c + co;
+            const float *frow = filt + ky * kw * c + co;
+            for (int64_t kx = kx0; kx < kx1; kx++)
+                acc = _mm512_fmadd_ps(dwv_load(irow + kx * dw * c),
+                                      _mm512_loadu_ps(frow + kx * c), acc);
+        }
+        dwv_store(acc, corr, rq, c, co, k, o + co);
+    }
+}
+
+static inline __attribute__((always_inline)) void
+dwv_all(const float *xf, void *out_, const int64_t *p, const float *filt, const int64_t *corr,
+        const int64_t *rq, const q8_consts *k)
+{
+    const int64_t n = p[P_N], h = p[P_H], w = p[P_W], c = p[P_C];
+    const int64_t oh = p[P_OH], ow = p[P_OW];
+    const int64_t kh = p[P_KH], kw = p[P_KW], sh = p[P_SH], sw = p[P_SW];
+    const int64_t dh = p[P_DH], dw = p[P_DW], pt = p[P_PT], pl = p[P_PL];
+    const int fast = kh == 3 && kw == 3 && dh == 1 && dw == 1;
+    int64_t xl, xr, yl, yr;
+    interior(ow, sw, pl, kw, dw, w, &xl, &xr);
+    interior(oh, sh, pt, kh, dh, h, &yl, &yr);
+    for (int64_t b = 0; b < n; b++) {
+        const float *ib = xf + b * h * w * c;
+        for (int64_t oy = 0; oy < oh; oy++) {
+            const int64_t iy0 = oy * sh - pt;
+            uint8_t *orow = (uint8_t *)out_ + ((b * oh + oy) * ow) * c;
+            const int row_fast = fast && oy >= yl && oy < yr && xr > xl;
+            for (int64_t ox = 0; ox < ow; ox++) {
+                if (row_fast && ox == xl)
+                    ox = xr;
+                if (ox >= ow)
+                    break;
+                dwv_pixel(ib, p, filt, corr, rq, k, iy0, ox * sw - pl, orow + ox * c);
+            }
+            if (!row_fast)
+                continue;
+            const float *r0 = ib + iy0 * w * c, *r1 = r0 + w * c, *r2 = r1 + w * c;
+            for (int64_t co = 0; co < c; co += 16) {
+                __m512 f[9];
+                for (int t = 0; t < 9; t++)
+                    f[t] = _mm512_loadu_ps(filt + t * c + co);
+                if (k->use32) {
+                    const q8_tab16 tab = q8_load_tab16(k->rq32, c, co);
+                    const __m512i bv = _mm512_loadu_si512((const void *)(k->bias32 + co));
+                    for (int64_t ox = xl; ox < xr; ox++) {
+                        const int64_t o = (ox * sw - pl) * c + co;
+                        __m512 acc = _mm512_mul_ps(dwv_load(r0 + o), f[0]);
+                        acc = _mm512_fmadd_ps(dwv_load(r0 + o + c), f[1], acc);
+                        acc = _mm512_fmadd_ps(dwv_load(r0 + o + 2 * c), f[2], acc);
+                        acc = _mm512_fmadd_ps(dwv_load(r1 + o), f[3], acc);
+                        acc = _mm512_fmadd_ps(dwv_load(r1 + o + c), f[4], acc);
+                        acc = _mm512_fmadd_ps(dwv_load(r1 + o + 2 * c), f[5], acc);
+                        acc = _mm512_fmadd_ps(dwv_load(r2 + o), f[6], acc);
+                        acc = _mm512_fmadd_ps(dwv_load(r2 + o + c), f[7], acc);
+                        acc = _mm512_fmadd_ps(dwv_load(r2 + o + 2 * c), f[8], acc);
+                        _mm_storeu_si128((__m128i *)(orow + ox * c + co), q8_rq16(
+                            _mm512_add_epi32(_mm512_cvtps_epi32(acc), bv), &tab, k));
+                    }
+                    continue;
+                }
+                for (int64_t ox = xl; ox < xr; ox++) {
+                    const int64_t o = (ox * sw - pl) * c + co;
+                    __m512 acc = _mm512_mul_ps(dwv_load(r0 + o), f[0]);
+                    acc = _mm512_fmadd_ps(dwv_load(r0 + o + c), f[1], acc);
+                    acc = _mm512_fmadd_ps(dwv_load(r0 + o + 2 * c), f[2], acc);
+                    acc = _mm512_fmadd_ps(dwv_load(r1 + o), f[3], acc);
+                    acc = _mm512_fmadd_ps(dwv_load(r1 + o + c), f[4], acc);
+                    acc = _mm512_fmadd_ps(dwv_load(r1 + o + 2 * c), f[5], acc);
+                    acc = _mm512_fmadd_ps(dwv_load(r2 + o), f[6], acc);
+                    acc = _mm512_fmadd_ps(dwv_load(r2 + o + c), f[7], acc);
+                    acc = _mm512_fmadd_ps(dwv_load(r2 + o + 2 * c), f[8], acc);
+                    dwv_store(acc, corr, rq, c, co, k, orow + ox * c + co);
+                }
+            }
+        }
+    }
+}
+#endif
+
+int64_t nnhal_dwconv_q8v(const void *in_, void *out_, const int64_t *p, const float *filt,
+                         const int64_t *corr, const int64_t *rq, const int64_t *q,
+                         const int32_t *bias32, const int32_t *rq32, float *xf)
+{
+#ifdef __AVX512F__
+    if (p[P_MULT] != 1 || p[P_C] % 16 != 0 || p[P_COUT] != p[P_C])
+        return 0;
+    q8_consts k = q8_make_consts(q[1], q[2], q[3]);
+    k.use32 = bias32 != 0 && rq32 != 0;
+    k.rq32 = rq32;
+    k.bias32 = bias32;
+    const __m512 zin = _mm512_set1_ps((float)q[0]);
+    /* the input minus its zero point as float32, once (each value is read by KH*KW taps) */
+    const int64_t total = p[P_N] * p[P_H] * p[P_W] * p[P_C];
+    const uint8_t *in = in_;
+    for (int64_t i = 0; i < total; i += 16)
+        _mm512_storeu_ps(xf + i, dwv_convert(in + i, (int)q[4], zin));
+    dwv_all(xf, out_, p, filt, corr, rq, &k);
+    return 1;
+#else
+    (void)in_; (void)out_; (void)p; (void)filt; (void)corr; (void)rq; (void)q; (void)bias32;
+    (void)rq32; (void)xf;
+    return 0;
+#endif
+}
+
+/* The two 8-bit kernels above with their arguments in one int64 array (one ctypes argument
+ * instead of ten: the conversions cost more than a small layer's arithmetic):
+ * a = {in, out, geometry, filter, corr, rq, q, abuf, acc, corr32, rq32} and
+ * {in, out, geometry, filter, corr, rq, q, bias32, rq32, xf}. */
+void nnhal_conv_q8_a(const int64_t *a)
+{
+    nnhal_conv_q8((const void *)a[0], (void *)a[1], (const int64_t *)a[2],
+                  (const int8_t *)a[3], (const int64_t *)a[4], (const int64_t *)a[5],
+                  (const int64_t *)a[6], (uint8_t *)a[7], (int32_t *)a[8],
+                  (const int32_t *)a[9], (const int32_t *)a[10]);
+}
+
+int64_t nnhal_dwconv_q8v_a(const int64_t *a)
+{
+    return nnhal_dwconv_q8v((const void *)a[0], (void *)a[1], (const int64_t *)a[2],
+                            (const float *)a[3], (const int64_t *)a[4], (const int64_t *)a[5],
+                            (const int64_t *)a[6], (const int32_t *)a[7],
+                            (const int32_t *)a[8], (float *)a[9]);
 }
