@@ -281,11 +281,31 @@ def run_depthwise(case) -> np.ndarray:
 
 
 @needs_native
-def test_depthwise_16_lanes_identical_to_numpy(monkeypatch):
-    """300 random cases of the 16-lane depthwise kernel against the numpy path, byte for
-    byte, with both of its requantisations exercised many times."""
+@pytest.mark.parametrize("kind", ["best", "avx2"])
+def test_depthwise_16_lanes_identical_to_numpy(monkeypatch, kind):
+    """300 random cases of the 16-lane depthwise kernel (this machine's best build, and the
+    AVX2 one: two 8-lane halves) against the numpy path, byte for byte, with both of its
+    requantisations exercised many times."""
+    if kind == "avx2":
+        if "avx2" not in build._cpu_flags().split():
+            pytest.skip("this CPU cannot run an AVX2 build")
+        lib, why = build.build(OTHER_BUILDS["avx2"])
+        if lib is None:
+            pytest.skip(f"avx2 build unavailable: {why}")
+        native.reset()
+        monkeypatch.setattr(build, "build_best", lambda: build.build(OTHER_BUILDS["avx2"]))
+        try:
+            assert native.conv_q8_gemm(native.library()) == "avx2"
+            _depthwise_against_numpy(monkeypatch)
+        finally:
+            native.reset()
+    else:
+        _depthwise_against_numpy(monkeypatch)
+
+
+def _depthwise_against_numpy(monkeypatch) -> None:
     if not native.depthwise_q8_lanes(native.library()):
-        pytest.skip("kernels compiled without AVX-512: no 16-lane depthwise kernel")
+        pytest.skip("kernels compiled without AVX-512 or AVX2: no 16-lane depthwise kernel")
     monkeypatch.setattr(conv, "NATIVE_Q8_DEPTHWISE", True)
     modes = {"int32": 0, "int64": 0, "other": 0}
     real_bias, real_call = native.DepthwiseQ8._vec_bias, native.DepthwiseQ8.__call__

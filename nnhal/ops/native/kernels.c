@@ -708,7 +708,7 @@ int64_t nnhal_conv_q8_isa(void)
 #elif defined(__AVX512F__)
     return 1 | 2;
 #elif defined(__AVX2__)
-    return 2;
+    return 1 | 2;
 #else
     return 0;
 #endif
@@ -1071,7 +1071,7 @@ void nnhal_conv_q8(const void *in_, void *out_, const int64_t *p, const int8_t *
     }
 }
 
-/* ---- 8-bit depthwise convolution, 16 channels at a time (AVX-512) ---------------------------
+/* ---- 8-bit depthwise convolution, 16 channels at a time (AVX-512; AVX2 as two halves) -------
  * Depth multiplier 1, channels a multiple of 16. Sums of (x - zin) * f in float32 lanes: every
  * product and partial sum is an integer below 2**24 in magnitude (the caller checks
  * KH * KW * 255 * 255 < 2**24), so each fused multiply-add is exact and the sums equal the
@@ -1195,6 +1195,108 @@ dwv_all(const float *xf, void *out_, const int64_t *p, const float *filt, const 
         }
     }
 }
+#elif defined(__AVX2__)
+/* The same with AVX2: 8 channels per vector (the caller's 16 as two), the int32
+ * requantisation by q8_rq8x32, the int64 steps by the scalar loop of q8_requant_row. */
+typedef struct {
+    int64_t zout, lo, hi;
+    int use32;
+    const int32_t *rq32, *bias32;
+} dwv2_consts;
+
+static inline __m256 dwv2_fma(__m256 a, __m256 b, __m256 c)
+{
+#ifdef __FMA__
+    return _mm256_fmadd_ps(a, b, c);
+#else
+    return _mm256_add_ps(_mm256_mul_ps(a, b), c); /* exact as well: integers below 2**24 */
+#endif
+}
+
+static inline void dwv2_store(__m256 acc, const int64_t *corr, const int64_t *rq, int64_t c,
+                              int64_t co, const dwv2_consts *k, uint8_t *o)
+{
+    const __m256i a = _mm256_cvtps_epi32(acc); /* exact: an integer below 2**24 */
+    if (k->use32) {
+        _mm_storel_epi64((__m128i *)o, q8_rq8x32(_mm256_add_epi32(
+            a, _mm256_loadu_si256((const __m256i *)(k->bias32 + co))), k->rq32, c, co,
+            (int32_t)k->zout, (int32_t)k->lo, (int32_t)k->hi));
+        return;
+    }
+    int32_t t[8];
+    _mm256_storeu_si256((__m256i *)t, a);
+    q8_requant_row(t, corr + co, rq + co, 8, c, k->zout, k->lo, k->hi, o, 0, 0);
+}
+
+static inline __attribute__((always_inline)) void
+dwv2_pixel(const float *ib, const int64_t *p, const float *filt, const int64_t *corr,
+           const int64_t *rq, const dwv2_consts *k, int64_t iy0, int64_t ix0, uint8_t *o)
+{
+    const int64_t w = p[P_W], c = p[P_C], kw = p[P_KW], dh = p[P_DH], dw = p[P_DW];
+    int64_t ky0, ky1, kx0, kx1;
+    tap_range(iy0, p[P_KH], dh, p[P_H], &ky0, &ky1);
+    tap_range(ix0, kw, dw, w, &kx0, &kx1);
+    for (int64_t co = 0; co < c; co += 8) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t ky = ky0; ky < ky1; ky++) {
+            const float *irow = ib + ((iy0 + ky * dh) * w + ix0) * c + co;
+            const float *frow = filt + ky * kw * c + co;
+            for (int64_t kx = kx0; kx < kx1; kx++)
+                acc = dwv2_fma(_mm256_loadu_ps(irow + kx * dw * c),
+                               _mm256_loadu_ps(frow + kx * c), acc);
+        }
+        dwv2_store(acc, corr, rq, c, co, k, o + co);
+    }
+}
+
+static void dwv2_all(const float *xf, void *out_, const int64_t *p, const float *filt,
+                     const int64_t *corr, const int64_t *rq, const dwv2_consts *k)
+{
+    const int64_t n = p[P_N], h = p[P_H], w = p[P_W], c = p[P_C];
+    const int64_t oh = p[P_OH], ow = p[P_OW];
+    const int64_t kh = p[P_KH], kw = p[P_KW], sh = p[P_SH], sw = p[P_SW];
+    const int64_t dh = p[P_DH], dw = p[P_DW], pt = p[P_PT], pl = p[P_PL];
+    const int fast = kh == 3 && kw == 3 && dh == 1 && dw == 1;
+    int64_t xl, xr, yl, yr;
+    interior(ow, sw, pl, kw, dw, w, &xl, &xr);
+    interior(oh, sh, pt, kh, dh, h, &yl, &yr);
+    for (int64_t b = 0; b < n; b++) {
+        const float *ib = xf + b * h * w * c;
+        for (int64_t oy = 0; oy < oh; oy++) {
+            const int64_t iy0 = oy * sh - pt;
+            uint8_t *orow = (uint8_t *)out_ + ((b * oh + oy) * ow) * c;
+            const int row_fast = fast && oy >= yl && oy < yr && xr > xl;
+            for (int64_t ox = 0; ox < ow; ox++) {
+                if (row_fast && ox == xl)
+                    ox = xr;
+                if (ox >= ow)
+                    break;
+                dwv2_pixel(ib, p, filt, corr, rq, k, iy0, ox * sw - pl, orow + ox * c);
+            }
+            if (!row_fast)
+                continue;
+            const float *r0 = ib + iy0 * w * c, *r1 = r0 + w * c, *r2 = r1 + w * c;
+            for (int64_t co = 0; co < c; co += 8) {
+                __m256 f[9];
+                for (int t = 0; t < 9; t++)
+                    f[t] = _mm256_loadu_ps(filt + t * c + co);
+                for (int64_t ox = xl; ox < xr; ox++) {
+                    const int64_t o = (ox * sw - pl) * c + co;
+                    __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(r0 + o), f[0]);
+                    acc = dwv2_fma(_mm256_loadu_ps(r0 + o + c), f[1], acc);
+                    acc = dwv2_fma(_mm256_loadu_ps(r0 + o + 2 * c), f[2], acc);
+                    acc = dwv2_fma(_mm256_loadu_ps(r1 + o), f[3], acc);
+                    acc = dwv2_fma(_mm256_loadu_ps(r1 + o + c), f[4], acc);
+                    acc = dwv2_fma(_mm256_loadu_ps(r1 + o + 2 * c), f[5], acc);
+                    acc = dwv2_fma(_mm256_loadu_ps(r2 + o), f[6], acc);
+                    acc = dwv2_fma(_mm256_loadu_ps(r2 + o + c), f[7], acc);
+                    acc = dwv2_fma(_mm256_loadu_ps(r2 + o + 2 * c), f[8], acc);
+                    dwv2_store(acc, corr, rq, c, co, k, orow + ox * c + co);
+                }
+            }
+        }
+    }
+}
 #endif
 
 int64_t nnhal_dwconv_q8v(const void *in_, void *out_, const int64_t *p, const float *filt,
@@ -1215,6 +1317,21 @@ int64_t nnhal_dwconv_q8v(const void *in_, void *out_, const int64_t *p, const fl
     for (int64_t i = 0; i < total; i += 16)
         _mm512_storeu_ps(xf + i, dwv_convert(in + i, (int)q[4], zin));
     dwv_all(xf, out_, p, filt, corr, rq, &k);
+    return 1;
+#elif defined(__AVX2__)
+    if (p[P_MULT] != 1 || p[P_C] % 16 != 0 || p[P_COUT] != p[P_C])
+        return 0;
+    const int use32 = bias32 != 0 && rq32 != 0;
+    const dwv2_consts k = {q[1], q[2], q[3], use32, rq32, bias32};
+    const __m256 zin = _mm256_set1_ps((float)q[0]);
+    const int64_t total = p[P_N] * p[P_H] * p[P_W] * p[P_C];
+    const uint8_t *in = in_;
+    for (int64_t i = 0; i < total; i += 8) {
+        const __m128i b = _mm_loadl_epi64((const __m128i *)(in + i));
+        const __m256i w = q[4] ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+        _mm256_storeu_ps(xf + i, _mm256_sub_ps(_mm256_cvtepi32_ps(w), zin));
+    }
+    dwv2_all(xf, out_, p, filt, corr, rq, &k);
     return 1;
 #else
     (void)in_; (void)out_; (void)p; (void)filt; (void)corr; (void)rq; (void)q; (void)bias32;
