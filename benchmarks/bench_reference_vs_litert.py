@@ -10,6 +10,11 @@ outputs (identical bytes for integer outputs, the largest difference for float o
 in a timer; medians over the rounds), the table issue 29's item 6 asks for.
 
     python benchmarks/bench_reference_vs_litert.py [MODEL.tflite ...] [--rounds N] [--profile]
+        [--build native|avx2|c]
+
+``--build`` compiles the native kernels for another instruction set than this machine's best
+(``avx2``: -march=haswell, AVX2 without AVX-512, as on most desktops and AMD before Zen 4;
+``c``: no -march, the plain-C loops), to see the speed there without such a machine.
 
 Without models it runs the converter-made MobileNet files of /work/bench-models when present
 (made by ``benchmarks/bench_litert.py``'s ``make_models``).
@@ -30,9 +35,13 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script: make the worktree importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from nnhal.ops import native  # noqa: E402
+from nnhal.ops.native import build as native_build  # noqa: E402
 from nnhal.session import Session  # noqa: E402
 
 DEFAULT_DIR = Path("/work/bench-models")
+BUILDS = {"native": native_build.NATIVE_FLAGS,
+          "avx2": (*native_build.BASE_FLAGS, "-march=haswell"), "c": native_build.BASE_FLAGS}
 DEFAULT_MODELS = ("mobilenet_v2_int8.tflite", "mobilenet_v2.tflite",
                   "mobilenet_v1_int8.tflite", "mobilenet_v1.tflite")
 
@@ -150,7 +159,15 @@ def main() -> int:
     ap.add_argument("models", nargs="*", type=Path)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--profile", action="store_true", help="time per operation type")
+    ap.add_argument("--build", choices=sorted(BUILDS), default="native",
+                    help="the native kernels' instruction set (default: this machine's)")
     args = ap.parse_args()
+    if args.build != "native":
+        flags = BUILDS[args.build]
+        native_build.build_best = lambda: native_build.build(flags)
+    lib = native.library()
+    print(f"native kernels: {native.status()}; 8-bit GEMM: "
+          f"{native.conv_q8_gemm(lib) if lib is not None else 'none (numpy)'}")
     models = args.models or [DEFAULT_DIR / m for m in DEFAULT_MODELS
                              if (DEFAULT_DIR / m).exists()]
     if not models:

@@ -756,10 +756,10 @@ class Conv2D(_ConvBase):
         return _native.ConvDirectF32(_native.library(), filt, lo, hi)
 
 
-#: The native 8-bit CONV_2D (an int8 GEMM with the byte dot product, bytes identical to the
-#: numpy path): "auto" binds it where the kernels were compiled for AVX-512 VNNI (elsewhere
-#: its plain-C loops are exact but slower than numpy's float32 GEMM), True everywhere the
-#: kernels load, False never.
+#: The native 8-bit CONV_2D (an int8 GEMM, bytes identical to the numpy path): "auto" binds
+#: it where the kernels were compiled for AVX-512 VNNI or AVX2 (without either, its plain-C
+#: loops are exact but slower than numpy's float32 GEMM), True everywhere the kernels load,
+#: False never.
 NATIVE_Q8_CONV: bool | str = "auto"
 
 

@@ -163,19 +163,33 @@ def test_native_q8_conv_identical_to_numpy(monkeypatch, spy):
     assert min(modes.values()) >= 20, modes
 
 
+#: Builds other than this machine's best: AVX2 without AVX-512 (most desktops, AMD before
+#: Zen 4: the int16 multiply-add GEMM), AVX-512 without VNNI (the same GEMM, AVX-512's
+#: requantisation) and no -march at all (the plain-C loops); the GEMM each must report.
+OTHER_BUILDS = {"avx2": (*build.BASE_FLAGS, "-march=haswell"),
+                "avx512f": (*build.BASE_FLAGS, "-march=skylake-avx512"), "c": build.BASE_FLAGS}
+GEMM_OF = {"avx2": "avx2", "avx512f": "avx2", "c": "c"}
+
+
 @needs_native
-def test_generic_build_identical_to_numpy(monkeypatch, spy):
-    """The plain-C loops (the kernels compiled without -march=native, as on a machine
-    without the byte dot product) give the same bytes."""
-    lib, why = build.build(build.BASE_FLAGS)
+@pytest.mark.parametrize("kind", sorted(OTHER_BUILDS))
+def test_other_builds_identical_to_numpy(monkeypatch, spy, kind):
+    """The kernels compiled for another instruction set (as on a machine without the byte
+    dot product) give the same bytes."""
+    flags = OTHER_BUILDS[kind]
+    if kind != "c" and kind not in build._cpu_flags().split():
+        pytest.skip(f"this CPU cannot run an {kind} build")
+    lib, why = build.build(flags)
     if lib is None:
-        pytest.skip(f"generic build unavailable: {why}")
+        pytest.skip(f"{kind} build unavailable: {why}")
     native.reset()
     try:
-        monkeypatch.setattr(build, "build_best", lambda: build.build(build.BASE_FLAGS))
+        monkeypatch.setattr(build, "build_best", lambda: build.build(flags))
         assert native.library() is not None
-        assert not native.conv_q8_fast(native.library())
-        _against_numpy(monkeypatch, spy, 7, 60)
+        assert native.conv_q8_gemm(native.library()) == GEMM_OF[kind]
+        assert native.conv_q8_fast(native.library()) == (kind != "c")
+        modes = _against_numpy(monkeypatch, spy, 7, 60)
+        assert min(modes.values()) >= 2, modes
     finally:
         native.reset()
 
@@ -270,11 +284,31 @@ def run_depthwise(case) -> np.ndarray:
 
 
 @needs_native
-def test_depthwise_16_lanes_identical_to_numpy(monkeypatch):
-    """300 random cases of the 16-lane depthwise kernel against the numpy path, byte for
-    byte, with both of its requantisations exercised many times."""
+@pytest.mark.parametrize("kind", ["best", "avx2"])
+def test_depthwise_16_lanes_identical_to_numpy(monkeypatch, kind):
+    """300 random cases of the 16-lane depthwise kernel (this machine's best build, and the
+    AVX2 one: two 8-lane halves) against the numpy path, byte for byte, with both of its
+    requantisations exercised many times."""
+    if kind == "avx2":
+        if "avx2" not in build._cpu_flags().split():
+            pytest.skip("this CPU cannot run an AVX2 build")
+        lib, why = build.build(OTHER_BUILDS["avx2"])
+        if lib is None:
+            pytest.skip(f"avx2 build unavailable: {why}")
+        native.reset()
+        monkeypatch.setattr(build, "build_best", lambda: build.build(OTHER_BUILDS["avx2"]))
+        try:
+            assert native.conv_q8_gemm(native.library()) == "avx2"
+            _depthwise_against_numpy(monkeypatch)
+        finally:
+            native.reset()
+    else:
+        _depthwise_against_numpy(monkeypatch)
+
+
+def _depthwise_against_numpy(monkeypatch) -> None:
     if not native.depthwise_q8_lanes(native.library()):
-        pytest.skip("kernels compiled without AVX-512: no 16-lane depthwise kernel")
+        pytest.skip("kernels compiled without AVX-512 or AVX2: no 16-lane depthwise kernel")
     monkeypatch.setattr(conv, "NATIVE_Q8_DEPTHWISE", True)
     modes = {"int32": 0, "int64": 0, "other": 0}
     real_bias, real_call = native.DepthwiseQ8._vec_bias, native.DepthwiseQ8.__call__

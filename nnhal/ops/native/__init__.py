@@ -26,7 +26,7 @@ from nnhal.ops.native import build as _build
 
 log = logging.getLogger("nnhal.ops.native")
 
-_ABI = 4
+_ABI = 5
 #: Indices of the geometry array (kernels.c's P_* enum).
 _P_COUNT = 16
 
@@ -352,14 +352,22 @@ Q8_MR, Q8_NR = 6, 32
 
 
 def conv_q8_fast(lib: ctypes.CDLL) -> bool:
-    """Whether ``lib``'s 8-bit GEMM convolution was compiled for a byte dot-product
-    instruction set (AVX-512 VNNI); elsewhere it is exact but slower than the numpy path."""
-    return int(lib.nnhal_conv_q8_isa()) >= 2
+    """Whether ``lib``'s 8-bit GEMM convolution was compiled with vector instructions
+    (AVX-512 VNNI's byte dot product or AVX2's int16 multiply-add); the plain-C loops are
+    exact but slower than the numpy path."""
+    return bool(int(lib.nnhal_conv_q8_isa()) & 2)
+
+
+def conv_q8_gemm(lib: ctypes.CDLL) -> str:
+    """Which 8-bit GEMM ``lib`` has: "vnni", "avx2" or "c" (for reports and tests)."""
+    isa = int(lib.nnhal_conv_q8_isa())
+    return "vnni" if isa & 4 else "avx2" if isa & 2 else "c"
 
 
 def depthwise_q8_lanes(lib: ctypes.CDLL) -> bool:
-    """Whether ``lib`` has the 16-lane 8-bit depthwise kernel (compiled for AVX-512)."""
-    return int(lib.nnhal_conv_q8_isa()) >= 1
+    """Whether ``lib`` has the 16-lane 8-bit depthwise kernel (compiled for AVX-512 or
+    AVX2)."""
+    return bool(int(lib.nnhal_conv_q8_isa()) & 1)
 
 
 class ConvQ8:
@@ -452,7 +460,8 @@ class ConvQ8:
         """This thread's argument array of nnhal_conv_q8_a (and the buffers it points to)."""
         st = getattr(self._local, "a", None)
         if st is None:
-            abuf = np.empty(Q8_MR * self.kp, np.uint8)
+            # the packed rows, then (AVX2 builds) the same widened to uint16
+            abuf = np.empty(3 * Q8_MR * self.kp, np.uint8)
             acc = np.empty(Q8_MR * self.coutp, np.int32)
             args = (ctypes.c_int64 * 11)(0, 0, 0, self._fptr, 0, *self._tail, abuf.ctypes.data,
                                          acc.ctypes.data, 0, 0)

@@ -48,7 +48,7 @@ static inline void store8_clamped(float *p, v8f v, float lo, float hi)
 }
 
 /* Version of the parameter layout; the loader checks it. */
-int64_t nnhal_abi_version(void) { return 4; }
+int64_t nnhal_abi_version(void) { return 5; }
 
 /* The taps [k0, k1) of a filter axis of size k that land inside [0, size) from position i0
  * (= output position * stride - padding) with dilation d. */
@@ -689,19 +689,26 @@ void nnhal_dwconv_q8f(const void *in_, void *out_, const int64_t *p, const int32
  * intermediate saturation, so exact). Sums are exact in int32: the caller checks
  * KP * 255 * 128 < 2**31. The requantisation is the reference's int64 fixed-point steps
  * (requant above), 8 channels at a time, or, where corr32 and rq32 are given (q8_rq16's
- * conditions, checked by the caller), 16 at a time in int32 lanes. Elsewhere than AVX-512 VNNI the same loops
- * in plain C (exact, slower; nnhal_conv_q8_isa says which was compiled).
+ * conditions, checked by the caller), 16 at a time in int32 lanes. With AVX2 but not VNNI,
+ * the rows widened to uint16 and AVX2's int16 multiply-add (q8_micro; abuf then holds
+ * 3 * Q8_MR * KP bytes), and the int32 requantisation 8 channels at a time. Without either,
+ * the same loops in plain C (exact, slower; nnhal_conv_q8_isa says which was compiled).
  * q = {za, zout, lo, hi, input signed, KP, COUTP}. */
 
 #define Q8_MR 6
 #define Q8_NR 32
 
+/* Which vector kernels were compiled, as bits: 1 the 16-lane 8-bit depthwise kernel
+ * (AVX-512 or AVX2), 2 a vector GEMM (AVX2 or AVX-512 VNNI), 4 the GEMM is AVX-512 VNNI's
+ * byte dot product (else, with 2, AVX2's int16 multiply-add). */
 int64_t nnhal_conv_q8_isa(void)
 {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-    return 2; /* the byte dot product (and the 16-lane depthwise kernel) */
+    return 1 | 2 | 4;
 #elif defined(__AVX512F__)
-    return 1; /* the 16-lane depthwise kernel only */
+    return 1 | 2;
+#elif defined(__AVX2__)
+    return 1 | 2;
 #else
     return 0;
 #endif
@@ -723,6 +730,19 @@ static inline void q8_copy_flip(uint8_t *dst, const uint8_t *src, int64_t n, uin
 #endif
     for (; k < n; k++)
         dst[k] = src[k] ^ flip;
+}
+
+/* dst[k] = src[k] as uint16, for k < n (a multiple of 4: Q8_MR * KP). */
+static inline void q8_widen(const uint8_t *src, uint16_t *dst, int64_t n)
+{
+    int64_t k = 0;
+#ifdef __AVX2__
+    for (; k + 16 <= n; k += 16)
+        _mm256_storeu_si256((__m256i *)(dst + k),
+                            _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(src + k))));
+#endif
+    for (; k < n; k++)
+        dst[k] = src[k];
 }
 
 /* The patch-matrix rows of Q8_MR output pixels starting at pixel m0 (rows past mend repeat
@@ -812,6 +832,38 @@ static void q8_micro(const uint8_t *abuf, int64_t kp, const int8_t *panel, int32
     _mm512_storeu_si512((void *)(acc + 4 * ldc + 16), c41);
     _mm512_storeu_si512((void *)(acc + 5 * ldc), c50);
     _mm512_storeu_si512((void *)(acc + 5 * ldc + 16), c51);
+#elif defined(__AVX2__)
+    /* abuf here is the rows widened to uint16 (q8_widen). Per 4 channels of the panel, the
+     * 16 filter bytes (4 taps each) widened to int16 and multiplied by the row's 4 taps
+     * broadcast: vpmaddwd adds products pairwise into int32 (exact: |a * f| < 2**15 * 2**8),
+     * so each channel keeps two partial sums (taps 0+1 and 2+3), added at the end. */
+    for (int64_t j = 0; j < Q8_NR; j += 8) {
+        __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,
+                c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+        const uint16_t *a0 = (const uint16_t *)abuf, *a1 = a0 + kp, *a2 = a1 + kp,
+                       *a3 = a2 + kp, *a4 = a3 + kp, *a5 = a4 + kp;
+        const int8_t *fp = panel + j * 4;
+        for (int64_t k = 0; k < kp; k += 4, fp += Q8_NR * 4) {
+            const __m256i f0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)fp));
+            const __m256i f1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(fp + 16)));
+            int64_t v;
+            __m256i a;
+#define Q8_ROW(ci0, ci1, ai) \
+            memcpy(&v, ai + k, 8); a = _mm256_set1_epi64x(v); \
+            ci0 = _mm256_add_epi32(ci0, _mm256_madd_epi16(a, f0)); \
+            ci1 = _mm256_add_epi32(ci1, _mm256_madd_epi16(a, f1));
+            Q8_ROW(c00, c01, a0) Q8_ROW(c10, c11, a1) Q8_ROW(c20, c21, a2)
+            Q8_ROW(c30, c31, a3) Q8_ROW(c40, c41, a4) Q8_ROW(c50, c51, a5)
+#undef Q8_ROW
+        }
+        /* lanes {c0 s01, c0 s23, c1 .., c1 .., c2, .., c3 ..} and the same for c4..c7: the
+         * pairwise add gives {c0 c1 c4 c5 | c2 c3 c6 c7}, the permute puts them in order */
+#define Q8_OUT(ci0, ci1, i) _mm256_storeu_si256((__m256i *)(acc + (i) * ldc + j), \
+            _mm256_permute4x64_epi64(_mm256_hadd_epi32(ci0, ci1), 0xD8));
+        Q8_OUT(c00, c01, 0) Q8_OUT(c10, c11, 1) Q8_OUT(c20, c21, 2)
+        Q8_OUT(c30, c31, 3) Q8_OUT(c40, c41, 4) Q8_OUT(c50, c51, 5)
+#undef Q8_OUT
+    }
 #else
     for (int64_t i = 0; i < Q8_MR; i++) {
         int32_t s[Q8_NR] = {0};
@@ -907,6 +959,39 @@ static inline __m128i q8_rq16(__m512i x, const q8_tab16 *t, const q8_consts *k)
 }
 #endif
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+/* q8_rq16's int32 requantisation on 8 channels (AVX2): x = sum + bias in int32, rq32 as for
+ * q8_rq16. AVX2 has no 64-bit arithmetic shift, but (x * m + 2**30) >> 31 fits int32 (|x|,
+ * m < 2**31), so its low 32 bits are those of the logical shift (even lanes) and the high 32
+ * of a left shift by 1 (odd lanes). Returns the 8 result bytes in the low half. */
+static inline __m128i q8_rq8x32(__m256i x, const int32_t *rq32, int64_t ld, int64_t co,
+                                int32_t zout, int32_t lo, int32_t hi)
+{
+    const __m256i mult = _mm256_loadu_si256((const __m256i *)(rq32 + co));
+    const __m256i nudge = _mm256_set1_epi64x(INT64_C(1) << 30);
+    const __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(x, mult), nudge);
+    const __m256i po = _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(x, 32),
+                                                         _mm256_srli_epi64(mult, 32)), nudge);
+    const __m256i y = _mm256_blend_epi32(_mm256_srli_epi64(pe, 31), _mm256_slli_epi64(po, 1),
+                                         0xAA);
+    const __m256i right = _mm256_loadu_si256((const __m256i *)(rq32 + ld + co));
+    const __m256i mask = _mm256_loadu_si256((const __m256i *)(rq32 + 2 * ld + co));
+    const __m256i half = _mm256_loadu_si256((const __m256i *)(rq32 + 3 * ld + co));
+    /* thr = half + (y < 0); rem > thr adds one: the comparisons give -1 for true */
+    const __m256i thr = _mm256_sub_epi32(half, _mm256_cmpgt_epi32(_mm256_setzero_si256(), y));
+    __m256i r = _mm256_srav_epi32(y, right);
+    r = _mm256_sub_epi32(r, _mm256_cmpgt_epi32(_mm256_and_si256(y, mask), thr));
+    r = _mm256_add_epi32(r, _mm256_set1_epi32(zout));
+    r = _mm256_min_epi32(_mm256_max_epi32(r, _mm256_set1_epi32(lo)), _mm256_set1_epi32(hi));
+    /* the low byte of each lane (either signedness), then the two halves together */
+    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          -1, -1, -1, -1);
+    const __m256i b = _mm256_shuffle_epi8(r, pick);
+    return _mm_unpacklo_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+}
+#endif
+
 /* One output pixel's cout results: the reference requantisation of a + corr, per channel with
  * rq = {multiplier, left shift, right shift, 2**right - 1, (2**right - 1) >> 1}, each
  * [ld] int64 (row i of rq at rq + i * ld). */
@@ -915,7 +1000,7 @@ static inline void q8_requant_row(const int32_t *a, const int64_t *corr, const i
                                   int64_t hi, uint8_t *o, const int32_t *corr32,
                                   const int32_t *rq32)
 {
-#ifndef __AVX512F__
+#if !defined(__AVX512F__) && !defined(__AVX2__)
     (void)corr32; (void)rq32;
 #endif
     const int64_t *mult = rq, *left = rq + ld, *right = rq + 2 * ld, *mask = rq + 3 * ld,
@@ -935,6 +1020,13 @@ static inline void q8_requant_row(const int32_t *a, const int64_t *corr, const i
         _mm_storel_epi64((__m128i *)(o + co),
                          q8_rq8(_mm256_loadu_si256((const __m256i *)(a + co)), corr, rq, ld,
                                 co, &k));
+#elif defined(__AVX2__)
+    if (corr32)
+        for (; co + 8 <= cout; co += 8)
+            _mm_storel_epi64((__m128i *)(o + co), q8_rq8x32(_mm256_add_epi32(
+                _mm256_loadu_si256((const __m256i *)(a + co)),
+                _mm256_loadu_si256((const __m256i *)(corr32 + co))), rq32, ld, co,
+                (int32_t)zout, (int32_t)lo, (int32_t)hi));
 #endif
     for (; co < cout; co++) {
         int64_t x = ((int64_t)a[co] + corr[co]) * (INT64_C(1) << left[co]);
@@ -961,10 +1053,17 @@ void nnhal_conv_q8(const void *in_, void *out_, const int64_t *p, const int8_t *
     const int64_t kp = q[5], coutp = q[6];
     uint8_t *out = out_;
 
+#if defined(__AVX2__) && !(defined(__AVX512VNNI__) && defined(__AVX512BW__))
+    uint8_t *arows = abuf + Q8_MR * kp; /* the rows widened to uint16 (2 * Q8_MR * KP bytes) */
+#else
+    uint8_t *arows = abuf;
+#endif
     for (int64_t m0 = 0; m0 < mtot; m0 += Q8_MR) {
         q8_pack_rows(in_, p, m0, mtot, za, sin, kp, abuf);
+        if (arows != abuf)
+            q8_widen(abuf, (uint16_t *)arows, Q8_MR * kp);
         for (int64_t j0 = 0; j0 < coutp; j0 += Q8_NR)
-            q8_micro(abuf, kp, filt + j0 * kp, acc + j0, coutp);
+            q8_micro(arows, kp, filt + j0 * kp, acc + j0, coutp);
         const int64_t mr = mtot - m0 < Q8_MR ? mtot - m0 : Q8_MR;
         for (int64_t i = 0; i < mr; i++)
             q8_requant_row(acc + i * coutp, corr, rq, cout, coutp, zout, lo, hi,
@@ -972,7 +1071,7 @@ void nnhal_conv_q8(const void *in_, void *out_, const int64_t *p, const int8_t *
     }
 }
 
-/* ---- 8-bit depthwise convolution, 16 channels at a time (AVX-512) ---------------------------
+/* ---- 8-bit depthwise convolution, 16 channels at a time (AVX-512; AVX2 as two halves) -------
  * Depth multiplier 1, channels a multiple of 16. Sums of (x - zin) * f in float32 lanes: every
  * product and partial sum is an integer below 2**24 in magnitude (the caller checks
  * KH * KW * 255 * 255 < 2**24), so each fused multiply-add is exact and the sums equal the
@@ -1096,6 +1195,108 @@ dwv_all(const float *xf, void *out_, const int64_t *p, const float *filt, const 
         }
     }
 }
+#elif defined(__AVX2__)
+/* The same with AVX2: 8 channels per vector (the caller's 16 as two), the int32
+ * requantisation by q8_rq8x32, the int64 steps by the scalar loop of q8_requant_row. */
+typedef struct {
+    int64_t zout, lo, hi;
+    int use32;
+    const int32_t *rq32, *bias32;
+} dwv2_consts;
+
+static inline __m256 dwv2_fma(__m256 a, __m256 b, __m256 c)
+{
+#ifdef __FMA__
+    return _mm256_fmadd_ps(a, b, c);
+#else
+    return _mm256_add_ps(_mm256_mul_ps(a, b), c); /* exact as well: integers below 2**24 */
+#endif
+}
+
+static inline void dwv2_store(__m256 acc, const int64_t *corr, const int64_t *rq, int64_t c,
+                              int64_t co, const dwv2_consts *k, uint8_t *o)
+{
+    const __m256i a = _mm256_cvtps_epi32(acc); /* exact: an integer below 2**24 */
+    if (k->use32) {
+        _mm_storel_epi64((__m128i *)o, q8_rq8x32(_mm256_add_epi32(
+            a, _mm256_loadu_si256((const __m256i *)(k->bias32 + co))), k->rq32, c, co,
+            (int32_t)k->zout, (int32_t)k->lo, (int32_t)k->hi));
+        return;
+    }
+    int32_t t[8];
+    _mm256_storeu_si256((__m256i *)t, a);
+    q8_requant_row(t, corr + co, rq + co, 8, c, k->zout, k->lo, k->hi, o, 0, 0);
+}
+
+static inline __attribute__((always_inline)) void
+dwv2_pixel(const float *ib, const int64_t *p, const float *filt, const int64_t *corr,
+           const int64_t *rq, const dwv2_consts *k, int64_t iy0, int64_t ix0, uint8_t *o)
+{
+    const int64_t w = p[P_W], c = p[P_C], kw = p[P_KW], dh = p[P_DH], dw = p[P_DW];
+    int64_t ky0, ky1, kx0, kx1;
+    tap_range(iy0, p[P_KH], dh, p[P_H], &ky0, &ky1);
+    tap_range(ix0, kw, dw, w, &kx0, &kx1);
+    for (int64_t co = 0; co < c; co += 8) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t ky = ky0; ky < ky1; ky++) {
+            const float *irow = ib + ((iy0 + ky * dh) * w + ix0) * c + co;
+            const float *frow = filt + ky * kw * c + co;
+            for (int64_t kx = kx0; kx < kx1; kx++)
+                acc = dwv2_fma(_mm256_loadu_ps(irow + kx * dw * c),
+                               _mm256_loadu_ps(frow + kx * c), acc);
+        }
+        dwv2_store(acc, corr, rq, c, co, k, o + co);
+    }
+}
+
+static void dwv2_all(const float *xf, void *out_, const int64_t *p, const float *filt,
+                     const int64_t *corr, const int64_t *rq, const dwv2_consts *k)
+{
+    const int64_t n = p[P_N], h = p[P_H], w = p[P_W], c = p[P_C];
+    const int64_t oh = p[P_OH], ow = p[P_OW];
+    const int64_t kh = p[P_KH], kw = p[P_KW], sh = p[P_SH], sw = p[P_SW];
+    const int64_t dh = p[P_DH], dw = p[P_DW], pt = p[P_PT], pl = p[P_PL];
+    const int fast = kh == 3 && kw == 3 && dh == 1 && dw == 1;
+    int64_t xl, xr, yl, yr;
+    interior(ow, sw, pl, kw, dw, w, &xl, &xr);
+    interior(oh, sh, pt, kh, dh, h, &yl, &yr);
+    for (int64_t b = 0; b < n; b++) {
+        const float *ib = xf + b * h * w * c;
+        for (int64_t oy = 0; oy < oh; oy++) {
+            const int64_t iy0 = oy * sh - pt;
+            uint8_t *orow = (uint8_t *)out_ + ((b * oh + oy) * ow) * c;
+            const int row_fast = fast && oy >= yl && oy < yr && xr > xl;
+            for (int64_t ox = 0; ox < ow; ox++) {
+                if (row_fast && ox == xl)
+                    ox = xr;
+                if (ox >= ow)
+                    break;
+                dwv2_pixel(ib, p, filt, corr, rq, k, iy0, ox * sw - pl, orow + ox * c);
+            }
+            if (!row_fast)
+                continue;
+            const float *r0 = ib + iy0 * w * c, *r1 = r0 + w * c, *r2 = r1 + w * c;
+            for (int64_t co = 0; co < c; co += 8) {
+                __m256 f[9];
+                for (int t = 0; t < 9; t++)
+                    f[t] = _mm256_loadu_ps(filt + t * c + co);
+                for (int64_t ox = xl; ox < xr; ox++) {
+                    const int64_t o = (ox * sw - pl) * c + co;
+                    __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(r0 + o), f[0]);
+                    acc = dwv2_fma(_mm256_loadu_ps(r0 + o + c), f[1], acc);
+                    acc = dwv2_fma(_mm256_loadu_ps(r0 + o + 2 * c), f[2], acc);
+                    acc = dwv2_fma(_mm256_loadu_ps(r1 + o), f[3], acc);
+                    acc = dwv2_fma(_mm256_loadu_ps(r1 + o + c), f[4], acc);
+                    acc = dwv2_fma(_mm256_loadu_ps(r1 + o + 2 * c), f[5], acc);
+                    acc = dwv2_fma(_mm256_loadu_ps(r2 + o), f[6], acc);
+                    acc = dwv2_fma(_mm256_loadu_ps(r2 + o + c), f[7], acc);
+                    acc = dwv2_fma(_mm256_loadu_ps(r2 + o + 2 * c), f[8], acc);
+                    dwv2_store(acc, corr, rq, c, co, k, orow + ox * c + co);
+                }
+            }
+        }
+    }
+}
 #endif
 
 int64_t nnhal_dwconv_q8v(const void *in_, void *out_, const int64_t *p, const float *filt,
@@ -1116,6 +1317,21 @@ int64_t nnhal_dwconv_q8v(const void *in_, void *out_, const int64_t *p, const fl
     for (int64_t i = 0; i < total; i += 16)
         _mm512_storeu_ps(xf + i, dwv_convert(in + i, (int)q[4], zin));
     dwv_all(xf, out_, p, filt, corr, rq, &k);
+    return 1;
+#elif defined(__AVX2__)
+    if (p[P_MULT] != 1 || p[P_C] % 16 != 0 || p[P_COUT] != p[P_C])
+        return 0;
+    const int use32 = bias32 != 0 && rq32 != 0;
+    const dwv2_consts k = {q[1], q[2], q[3], use32, rq32, bias32};
+    const __m256 zin = _mm256_set1_ps((float)q[0]);
+    const int64_t total = p[P_N] * p[P_H] * p[P_W] * p[P_C];
+    const uint8_t *in = in_;
+    for (int64_t i = 0; i < total; i += 8) {
+        const __m128i b = _mm_loadl_epi64((const __m128i *)(in + i));
+        const __m256i w = q[4] ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+        _mm256_storeu_ps(xf + i, _mm256_sub_ps(_mm256_cvtepi32_ps(w), zin));
+    }
+    dwv2_all(xf, out_, p, filt, corr, rq, &k);
     return 1;
 #else
     (void)in_; (void)out_; (void)p; (void)filt; (void)corr; (void)rq; (void)q; (void)bias32;
