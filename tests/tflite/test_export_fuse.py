@@ -244,6 +244,35 @@ def test_hal_per_channel_fc_chain_is_a_fully_connected_within_one_step() -> None
     assert len(np.unique(np.concatenate(want))) > 8
 
 
+@pytest.mark.parametrize("t", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
+def test_hal_float_softmax_chain_is_an_8bit_softmax_within_one_step(t: OperandType) -> None:
+    from nnhal.tflite import ImportedModel
+
+    zero = -128 if t == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
+    b = ModelBuilder()
+    x = b.input(t, [3, 7], 0.08, zero + 100)
+    real, prob = (b.operand(T.TENSOR_FLOAT32, [3, 7]) for _ in range(2))
+    b.operation(O.DEQUANTIZE, [x], [real])
+    b.operation(O.SOFTMAX, [real, b.scalar(T.FLOAT32, 0.7)], [prob])
+    y = b.output(t, [3, 7], 1 / 256, zero)
+    b.operation(O.QUANTIZE, [prob], [y])
+    model = b.build()
+    data = write_tflite(model)
+    assert _ops(data) == Counter({"SOFTMAX": 1})
+    rng = np.random.default_rng(7)
+    info = np.iinfo(t.dtype)
+    xs = [rng.integers(info.min, info.max, (3, 7), endpoint=True).astype(t.dtype)
+          for _ in range(32)]
+    ref = Reference(ImportedModel(model, ["input_0"], ["output_0"]))
+    try:
+        want = [ref.run([v])[0] for v in xs]
+    finally:
+        ref.close()
+    got = _run(data, xs)
+    assert max(max_error(g, w) for g, w in zip(got, want)) <= 1
+    assert len(np.unique(np.concatenate(want))) > 16
+
+
 def test_chains_that_are_not_the_operator_stay() -> None:
     # The pooled result is read again (a model output): MEAN keeps the axes, RESHAPE stays.
     assert _ops(write_tflite(_mean_chain(also_output=True).build())) == Counter(
