@@ -209,6 +209,7 @@ def bench_tflite(name: str, path: Path, lit: LiteRTDevice, rounds: int, reps: in
                                    bare.get_tensor(o).astype(np.float64))))
                for k, o in enumerate(outs))
     fns = {"litert": run_lit, "bare": run_bare}
+    session = session and not imported.state  # a Session feeds no state inputs
     reps = max(reps, int(0.02 / max(timed(run_bare, 3), 1e-6)))  # rounds of 20 ms or more
     if session:
         from nnhal import Session
