@@ -31,7 +31,7 @@ import tflite
 from nnhal.analysis import SubgraphGraph
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.tflite.export_context import Converter, ExportOpContext, fused_act
-from nnhal.tflite.export_nn import _bias
+from nnhal.tflite.export_nn import _bias, fully_connected
 from nnhal.tflite.schema import FUSED_NONE, PADDING_VALID
 
 O, T = OperationType, OperandType
@@ -61,7 +61,7 @@ def find_fusions(g: SubgraphGraph) -> dict[int, Fusion]:
         if k in taken:
             continue
         match = {O.DEPTHWISE_CONV_2D: f.mean, O.RESHAPE: f.fully_connected,
-                 O.DEQUANTIZE: f.softmax}.get(t)
+                 O.FULLY_CONNECTED: f.keep_num_dims, O.DEQUANTIZE: f.softmax}.get(t)
         fusion = match(k) if match is not None else None
         if fusion is not None and not taken.intersection(fusion.ops):
             found[k] = fusion
@@ -224,6 +224,22 @@ class _Finder:
                         NewShape=after)
         return Fusion("FULLY_CONNECTED", chain, (ins[0], cins[1], cins[2], act_in), (out,),
                       convert)
+
+    def keep_num_dims(self, k: int) -> Fusion | None:
+        """FULLY_CONNECTED of x [..., K] onto [rows, units] and the RESHAPE to
+        x's [..., units]: one FULLY_CONNECTED with keep_num_dims."""
+        g = self.g
+        _, ins, outs = g.operations[k]
+        xs, ws = self.shape(ins[0]), self.shape(ins[1])
+        r = self.only_reader(outs[0], O.RESHAPE)
+        if r is None or xs is None or ws is None or len(xs) < 3 or len(ws) != 2 or \
+                xs[-1] != ws[1]:
+            return None
+        out = g.operations[r][2][0]
+        if self.shape(out) != xs[:-1] + [ws[0]]:
+            return None
+        return Fusion("FULLY_CONNECTED", (k, r), tuple(ins), (out,),
+                      lambda cx: fully_connected(cx, keep_num_dims=True))
 
     # ---- SOFTMAX ---------------------------------------------------------------------------
 

@@ -67,6 +67,54 @@ def _head(tf, keepdims: bool, tiny: bool) -> bytes:
     return conv.convert()
 
 
+def _dense_3d(tf, int8: bool) -> bytes:
+    """Dense(5, relu) on [1, 4, 6]: a FULLY_CONNECTED with keep_num_dims."""
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    tf.keras.utils.set_random_seed(0)
+    x = tf.keras.Input((4, 6), batch_size=1)
+    model = tf.keras.Model(x, tf.keras.layers.Dense(5, activation="relu")(x))
+    fn = tf.function(lambda v: model(v)).get_concrete_function(
+        tf.TensorSpec((1, 4, 6), tf.float32))
+    conv = tf.lite.TFLiteConverter.from_concrete_functions(
+        [convert_variables_to_constants_v2(fn)])
+    if int8:
+        def representative():
+            rng = np.random.default_rng(0)
+            for _ in range(4):
+                yield [rng.uniform(-1, 1, (1, 4, 6)).astype(np.float32)]
+
+        conv.optimizations = [tf.lite.Optimize.DEFAULT]
+        conv.representative_dataset = representative
+        conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        conv.inference_input_type = tf.int8
+        conv.inference_output_type = tf.int8
+    return conv.convert()
+
+
+@pytest.mark.parametrize("int8", [False, True], ids=["float32", "int8"])
+def test_fully_connected_keeps_num_dims(int8: bool) -> None:
+    """The HAL's FULLY_CONNECTED gives [rows, units]; its RESHAPE to the input's leading
+    dimensions comes back as keep_num_dims (float32: per-tensor weights; int8: the
+    per-channel chain, which keeps them too)."""
+    tf = pytest.importorskip("tensorflow")
+    data = _dense_3d(tf, int8)
+    imported = read_tflite(data)
+    hal = Counter(O(op.type).name for op in imported.model.main.operations)
+    assert hal["RESHAPE"] >= 1  # what the export has to fold
+    again = write_tflite(imported)
+    assert _ops(again) == _ops(data) == Counter(FULLY_CONNECTED=1)
+    keep = [_tensors(d, "FULLY_CONNECTED")[-1].ShapeAsNumpy().tolist() for d in (data, again)]
+    assert keep[0] == keep[1] == [1, 4, 5]
+    rng = np.random.default_rng(8)
+    xs = [rng.integers(-128, 128, (1, 4, 6)).astype(np.int8) if int8 else
+          rng.uniform(-1, 1, (1, 4, 6)).astype(np.float32) for _ in range(4)]
+    for w, g in zip(_run(data, xs), _run(again, xs)):
+        np.testing.assert_array_equal(g, w)
+
+
 @pytest.fixture(scope="module")
 def heads() -> dict[tuple[bool, bool], bytes]:
     tf = pytest.importorskip("tensorflow")
