@@ -331,3 +331,29 @@ def test_chains_that_are_not_the_operator_stay() -> None:
     # The 1x1 image is read again: the convolution stays one.
     assert _ops(write_tflite(_fc_chain(image_output=True).build())) == Counter(
         {"CONV_2D": 1, "RESHAPE": 2})
+
+
+def test_a_chain_whose_operator_is_refused_is_written_operation_by_operation(
+        monkeypatch) -> None:
+    """A fused operator that breaks a kernel rule leaves nothing behind: the chain's own
+    operations are written instead, and the file runs."""
+    import dataclasses
+
+    from nnhal.tflite import export_fuse
+    from nnhal.tflite.export_context import Unexportable
+
+    real = export_fuse._Finder.mean
+
+    def refused(self, k):
+        fusion = real(self, k)
+
+        def convert(cx):
+            cx.emit(0, [cx.t(0)], [cx.o()])  # written, then taken back
+            raise Unexportable("a kernel rule")
+        return None if fusion is None else dataclasses.replace(fusion, convert=convert)
+
+    monkeypatch.setattr(export_fuse._Finder, "mean", refused)
+    data = write_tflite(_mean_chain().build())
+    assert _ops(data) == Counter({"DEPTHWISE_CONV_2D": 1, "RESHAPE": 1})
+    x = np.zeros((1, 3, 4, 2), np.uint8)
+    assert _run(data, [x])[0].shape == (1, 2)
