@@ -10,7 +10,10 @@ figure is printed with /proc/loadavg.
    threads; the figure is the median of the per-round ratios (goal: 1.05 or less). The
    models come from ``--models DIR`` (mobilenet_v1.tflite, mobilenet_v1_int8.tflite,
    mobilenet_v2.tflite, mobilenet_v2_int8.tflite) or, without it, are made with TensorFlow
-   into a temporary directory (skipped, saying so, when TensorFlow is absent).
+   into a temporary directory (skipped, saying so, when TensorFlow is absent). Also
+   ``Session(path, device=<that LiteRTDevice>)`` in the same rounds, and the operators of
+   nnhal's export (what LiteRTDevice runs) against the file's ("as the file" when every
+   operator came back). ``--files F...`` runs the same on any other .tflite files.
 2. One ADD [1,16] (a converter-made file, nnhal running its import): executeSynchronously
    against bare set + invoke + get on that file (goal: within 10 us),
    with the request in plain shared memory (checked for shrinking at every execution) and in
@@ -26,7 +29,7 @@ figure is printed with /proc/loadavg.
    (benchmarks/hal_models), the figures behind the device's capabilities.
 
     python benchmarks/bench_litert.py [--models DIR] [--rounds N] [--threads T] [--capability]
-                                      [--engine-floor]
+                                      [--engine-floor] [--skip PARTS] [--files F...] [--cpu]
 """
 
 from __future__ import annotations
@@ -83,12 +86,17 @@ def prepare(device: object, model: Model) -> object:
     return pm
 
 
+#: The clock: wall time, or with ``--cpu`` this process's CPU time (with ``--threads 1`` on a
+#: machine loaded by others, that measures the work rather than the wait for a core).
+CLOCK: Callable[[], float] = time.perf_counter
+
+
 def timed(fn: Callable[[], object], reps: int) -> float:
     """Seconds per call: the mean over ``reps`` calls."""
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     for _ in range(reps):
         fn()
-    return (time.perf_counter() - t0) / reps
+    return (CLOCK() - t0) / reps
 
 
 def interleaved(fns: dict[str, Callable[[], object]], rounds: int, reps: int
@@ -149,9 +157,11 @@ def random_input(detail: dict, rng: np.random.Generator) -> np.ndarray:
     return rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
 
 
-def bench_tflite(name: str, path: Path, lit: LiteRTDevice, rounds: int, reps: int
-                 ) -> float | None:
-    """LiteRTDevice on the imported model against ai-edge-litert on the original file."""
+def bench_tflite(name: str, path: Path, lit: LiteRTDevice, rounds: int, reps: int,
+                 session: bool = True) -> float | None:
+    """LiteRTDevice on the imported model, and ``Session(path, device=lit)``, against
+    ai-edge-litert on the original file; then the operators nnhal writes against the
+    file's."""
     from ai_edge_litert.interpreter import Interpreter
 
     from nnhal.tflite import read_tflite
@@ -176,7 +186,11 @@ def bench_tflite(name: str, path: Path, lit: LiteRTDevice, rounds: int, reps: in
     ins = [d["index"] for d in in_dets]
     rng = np.random.default_rng(1)
     inputs = [random_input(d, rng) for d in in_dets]
-    pm = prepare(lit, model)
+    try:
+        pm = prepare(lit, model)
+    except SystemExit as e:  # report and go on with the next model
+        print(f"{name}: {e}")
+        return None
     rb = RequestBuilder(inputs, model=model)
     request = rb.request
 
@@ -195,13 +209,49 @@ def bench_tflite(name: str, path: Path, lit: LiteRTDevice, rounds: int, reps: in
     diff = max(float(np.max(np.abs(rb.output(k).astype(np.float64) -
                                    bare.get_tensor(o).astype(np.float64))))
                for k, o in enumerate(outs))
-    t = interleaved({"litert": run_lit, "bare": run_bare}, rounds, reps)
+    fns = {"litert": run_lit, "bare": run_bare}
+    session = session and not imported.state  # a Session feeds no state inputs
+    reps = max(reps, int(0.02 / max(timed(run_bare, 3), 1e-6)))  # rounds of 20 ms or more
+    if session:
+        from nnhal import Session
+
+        sess = Session(path, device=lit)
+        fns["session"] = lambda: sess.run(inputs)
+    t = interleaved(fns, rounds, reps)
     rb.close()
     r = ratios(t["litert"], t["bare"])
     print(f"{name:20s} LiteRTDevice {med(t['litert']) * 1e3:7.3f} ms  ai-edge-litert "
           f"{med(t['bare']) * 1e3:7.3f} ms  ratio {r:5.3f} (goal <= 1.05)  "
           f"[{status.name}, outputs differ by <= {diff:.3g}]  load {load()}", flush=True)
+    if session:
+        print(f"{'':20s} Session(path, device=litert) {med(t['session']) * 1e3:7.3f} ms  "
+              f"ratio {ratios(t['session'], t['bare']):5.3f} (goal <= 1.05)", flush=True)
+        sess.close()
+    print(f"{'':20s} operators {operators_against(blob, model)}", flush=True)
     return r
+
+
+def operators_against(blob: bytes, model: Model) -> str:
+    """What nnhal's export of ``model`` (the flatbuffer LiteRTDevice runs) writes against the
+    file's operators: "as the file (N)" or the counts that differ."""
+    from collections import Counter
+
+    from nnhal.tflite import schema, write_tflite
+    from nnhal.tflite.import_read import read_model
+
+    def count(data: bytes) -> Counter:
+        return Counter(op.name for op in read_model(schema.load(data))[0].ops)
+
+    before = count(blob)
+    try:
+        after = count(write_tflite(model))
+    except Exception as e:  # noqa: BLE001 - report and go on
+        return f"not exported: {type(e).__name__}: {e}"
+    if before == after:
+        return f"as the file ({sum(before.values())})"
+    gone, new = before - after, after - before
+    return "differ: " + ", ".join([f"-{n} {k}" for k, n in sorted(gone.items())] +
+                                  [f"+{n} {k}" for k, n in sorted(new.items())])
 
 
 def runner(pm: object, rb: RequestBuilder) -> Callable[[], object]:
@@ -503,14 +553,23 @@ def main() -> int:
     p.add_argument("--engine-floor", action="store_true",
                    help="also the engine alone: Interpreter against CompiledModel + weight cache")
     p.add_argument("--skip", default="", help="comma-separated parts to skip: models,add,cache")
+    p.add_argument("--files", type=Path, nargs="*", default=[],
+                   help="more .tflite files for section 1 (any converter-made model)")
+    p.add_argument("--cpu", action="store_true",
+                   help="time this process's CPU seconds instead of wall time (use with "
+                        "--threads 1 on a loaded machine)")
     args = p.parse_args()
+    if args.cpu:
+        global CLOCK
+        CLOCK = time.process_time
     skip = set(filter(None, args.skip.split(",")))
     ref, lit = ReferenceDevice(), LiteRTDevice(threads=args.threads)
-    print(f"LiteRT threads {lit.threads}; load {load()}", flush=True)
+    print(f"LiteRT threads {lit.threads}; {'CPU' if args.cpu else 'wall'} time; load {load()}",
+          flush=True)
     made = None
     try:
         models = args.models
-        if models is None and not skip >= {"models", "cache"}:
+        if models is None and not skip >= {"models", "cache"} and not args.files:
             made = tempfile.TemporaryDirectory()
             models = Path(made.name) if make_models(Path(made.name)) else None
         if "add" not in skip:
@@ -523,6 +582,11 @@ def main() -> int:
                     bench_tflite(name, path, lit, args.rounds, 5)
                 else:
                     print(f"{name}: {path} not found")
+        for path in args.files:
+            try:
+                bench_tflite(path.stem[:20], path, lit, args.rounds, 5)
+            except Exception as e:  # noqa: BLE001 - e.g. a custom operator litert lacks
+                print(f"{path.stem[:20]}: {type(e).__name__}: {str(e).splitlines()[0]}")
         if models is not None and "cache" not in skip:
             path = models / "mobilenet_v2.tflite"
             if path.exists():

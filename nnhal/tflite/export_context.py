@@ -63,6 +63,8 @@ class ExportState(Protocol):
     refused: list[str]
     converters: dict[str, Converter]
 
+    def fusions(self, g: SubgraphGraph) -> dict[int, Any]: ...
+
     def subgraph(self, ref: int, passthrough: int = 0) -> int: ...
 
 
@@ -146,20 +148,15 @@ class SubgraphWriter:
             self.ex.refused.append(f"{self.where()}inputs: {e}")
             return
         refused = len(self.ex.refused)
+        fusions = self.ex.fusions(g)
+        written: set[int] = set()  # operations written as part of a chain before them
         for k, (t, ins, outs) in enumerate(g.operations):
-            try:
-                name = OperationType(t).name
-            except ValueError:
-                name = f"extension operation {t:#x}"
-            conv = self.ex.converters.get(name)
-            first = len(self.sg.operators)
-            try:
-                if conv is None:
-                    raise Unexportable(_NO_EQUIVALENT.get(name, "no TFLite builtin equivalent"))
-                conv(ExportOpContext(self, list(ins), list(outs)))
-                self.check_kernels(first)
-            except Unexportable as e:
-                self.ex.refused.append(f"{self.where()}#{k} {name}: {e}")
+            if k in written:
+                continue
+            if k in fusions and self.fuse(fusions[k]):
+                written.update(fusions[k].ops)
+                continue
+            self.convert(k, t, ins, outs)
         if len(self.ex.refused) > refused:
             return  # outputs of refused operations were never made
         try:
@@ -169,6 +166,39 @@ class SubgraphWriter:
             self.sg.outputs = outputs
         except Unexportable as e:
             self.ex.refused.append(f"{self.where()}outputs: {e}")
+
+    def convert(self, k: int, t: int, ins: Any, outs: Any) -> None:
+        """HAL operation ``k`` through its converter; a refusal is collected."""
+        try:
+            name = OperationType(t).name
+        except ValueError:
+            name = f"extension operation {t:#x}"
+        conv = self.ex.converters.get(name)
+        first = len(self.sg.operators)
+        try:
+            if conv is None:
+                raise Unexportable(_NO_EQUIVALENT.get(name, "no TFLite builtin equivalent"))
+            conv(ExportOpContext(self, list(ins), list(outs)))
+            self.check_kernels(first)
+        except Unexportable as e:
+            self.ex.refused.append(f"{self.where()}#{k} {name}: {e}")
+
+    def fuse(self, fusion: Any) -> bool:
+        """Writes a chain of HAL operations as the one TFLite operator it stands for
+        (:mod:`nnhal.tflite.export_fuse`); False, having written nothing that is used, when
+        that operator breaks a kernel rule (the chain is then written operation by
+        operation)."""
+        first, n_tensors = len(self.sg.operators), len(self.sg.tensors)
+        try:
+            fusion.convert(ExportOpContext(self, list(fusion.ins), list(fusion.outs)))
+            self.check_kernels(first)
+        except Unexportable:
+            del self.sg.operators[first:], self.sg.tensors[n_tensors:]
+            for i, t in list(self.tensors.items()):
+                if t >= n_tensors:
+                    del self.tensors[i]
+            return False
+        return True
 
     def check_kernels(self, first: int) -> None:
         """Refuse the operation when a TFLite operator written for it (from ``first`` on)

@@ -375,11 +375,13 @@ def _transpose_conv(cx: ExportOpContext) -> None:
     io.finish()
 
 
-def _fully_connected(cx: ExportOpContext) -> None:
+def fully_connected(cx: ExportOpContext, keep_num_dims: bool = False) -> None:
+    """FULLY_CONNECTED; with ``keep_num_dims`` its output keeps the input's leading
+    dimensions (the HAL's [batch, units] reshaped, which the exporter finds as one chain)."""
     io = _Io(cx, None)
     w = _filter(cx, 1, io)
     cx.emit(BO.FULLY_CONNECTED, [io.x, w, cx.t(2)], [io.y], "FullyConnectedOptions",
-            FusedActivationFunction=fused_act(cx, 3), KeepNumDims=False)
+            FusedActivationFunction=fused_act(cx, 3), KeepNumDims=keep_num_dims)
     io.finish()
 
 
@@ -388,7 +390,7 @@ NN_CONVERTERS.update(
     CHANNEL_SHUFFLE=_channel_shuffle,
     DEPTHWISE_CONV_2D=_depthwise, TRANSPOSE_CONV_2D=_transpose_conv,
     AVERAGE_POOL_2D=_pool(BO.AVERAGE_POOL_2D), MAX_POOL_2D=_pool(BO.MAX_POOL_2D),
-    L2_POOL_2D=_pool(BO.L2_POOL_2D), FULLY_CONNECTED=_fully_connected)
+    L2_POOL_2D=_pool(BO.L2_POOL_2D), FULLY_CONNECTED=fully_connected)
 
 
 # ---- space and resizing -----------------------------------------------------------------------

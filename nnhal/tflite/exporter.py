@@ -21,6 +21,7 @@ from nnhal.ops.resolver import OpError
 from nnhal.ops.signature import SignatureError
 from nnhal.tflite.export_context import SubgraphWriter
 from nnhal.tflite.export_fb import ModelDef, SubgraphDef, serialise
+from nnhal.tflite.export_fuse import find_fusions
 from nnhal.tflite.export_ops import CONVERTERS
 from nnhal.tflite.model import ImportedModel
 from nnhal.validation.model import ValidationError
@@ -77,6 +78,7 @@ class _Exporter:
         self.referenced = referenced
         self.refused: list[str] = []
         self.converters = CONVERTERS
+        self.fusions = find_fusions
         self._cache: dict[tuple[int, int], int] = {}
 
     def convert(self, sgg: SubgraphGraph, name: str, input_names: list[str] | None = None,

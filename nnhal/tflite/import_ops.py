@@ -187,7 +187,8 @@ def _fully_connected_per_channel(ctx: Context, op: OpInfo, act: int) -> None:
     [N, K] as a 1x1 image [N, 1, 1, K], a 1x1 CONV_2D with the [O, 1, 1, K] filter quantized
     per output channel, and the result [N, 1, 1, O] reshaped to the output. The convolution
     requantizes each channel by input_scale * filter_scale[c] / output_scale, as TFLite's
-    per-channel fully connected kernel does, so the integers are the same."""
+    per-channel fully connected kernel does, so the integers are the same. The exporter
+    writes the three back as one FULLY_CONNECTED (:mod:`nnhal.tflite.export_fuse`)."""
     x, w, out_t = ctx.t(op.inputs[0]), ctx.t(op.inputs[1]), ctx.t(op.outputs[0])
     if w.qdim != 0 or len(w.shape) != 2:
         raise Unimportable("per-channel weights quantized along a dimension other than the "
@@ -331,7 +332,8 @@ def _softmax(ctx: Context, op: OpInfo) -> None:
         # The HAL's integer softmax (like TFLite's own reference kernel) scales input
         # differences by a multiplier that must exceed one, so it cannot run an input whose
         # whole range spans under ~4e-6 (a calibration of near-constant logits). TFLite's
-        # int8 kernel computes exp in float; so does this: DEQUANTIZE, SOFTMAX, QUANTIZE.
+        # int8 kernel computes exp in float; so does this: DEQUANTIZE, SOFTMAX, QUANTIZE
+        # (which the exporter writes back as the 8-bit SOFTMAX).
         shape = hal_dims(x)
         real = ctx.tmp(T.TENSOR_FLOAT32, shape)
         prob = ctx.tmp(T.TENSOR_FLOAT32, shape)
@@ -686,7 +688,8 @@ def _spatial_mean(ctx: Context, op: OpInfo, keep: bool) -> None:
     it once by input_scale / (H*W * output_scale), TFLite's real multiplier. TFLite divides
     the count into its integer multiplier (sometimes leaving it with one bit less) where the
     HAL quantizes the float32 product, so an output can differ by one step (measured: none
-    in Keras MobileNet V1/V2, up to 15% of a layer's values in EfficientNet-B0)."""
+    in Keras MobileNet V1/V2, up to 15% of a layer's values in EfficientNet-B0). The exporter
+    writes this convolution back as a MEAN (:mod:`nnhal.tflite.export_fuse`)."""
     x = ctx.t(op.inputs[0])
     n, h, w, c = x.shape
     ht, scale, _, _ = hal_type(x)

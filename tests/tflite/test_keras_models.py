@@ -20,6 +20,7 @@ against them the comparison would measure litert's rounding, not the import.
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -28,7 +29,7 @@ import pytest  # noqa: E402
 from runner import Reference, max_error, tolerance  # noqa: E402
 
 from nnhal.hal.types import OperandLifeTime, OperandType, OperationType  # noqa: E402
-from nnhal.tflite import read_tflite, schema  # noqa: E402
+from nnhal.tflite import read_tflite, schema, write_tflite  # noqa: E402
 from nnhal.tflite.import_read import read_model  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Statistics for quantized inputs:UserWarning")
@@ -168,3 +169,28 @@ def test_per_channel_classifier_is_a_1x1_convolution(keras_tflite: dict[str, byt
     assert [f.dimensions[:3] for f in filters if f.dimensions[1:3] == [1, 1]][-1] == [
         CLASSES, 1, 1]
     assert OperandType(filters[-1].type) == OperandType.TENSOR_QUANT8_SYMM_PER_CHANNEL
+
+
+@pytest.mark.parametrize("name", list(KERAS) + [k + "_int8" for k in KERAS])
+def test_reexport_keeps_operators_and_litert_results(keras_tflite: dict[str, bytes],
+                                                     name: str) -> None:
+    """Read and written again, the file has its operators back (V2 int8: MEAN and the
+    per-channel FULLY_CONNECTED, not the HAL's depthwise and 1x1 convolutions; V1: less the
+    folded SHAPE chain), and litert's default kernels (XNNPACK) give the same results on it
+    as on the file: the same integers, or floats within the agreement tolerance."""
+    data = keras_tflite[name]
+    again = write_tflite(read_tflite(data))
+    folded = Counter(SHAPE=1, STRIDED_SLICE=1, PACK=1) if "v1" in name else Counter()
+    assert Counter(_ops(again)) == Counter(_ops(data)) - folded
+    if name == "mobilenet_v2_int8":
+        assert {"MEAN", "FULLY_CONNECTED"} <= set(_ops(again))
+    rng = np.random.default_rng(2)
+    for _ in range(2):
+        shape = (1, *KERAS[name.removesuffix("_int8")][2])
+        x = rng.integers(-128, 128, shape).astype(np.int8) if name.endswith("_int8") else \
+            rng.uniform(-1, 1, shape).astype(np.float32)
+        want, got = _litert(data, x, False), _litert(again, x, False)
+        if x.dtype == np.int8:
+            np.testing.assert_array_equal(got, want)
+        else:
+            assert max_error(got, want) <= tolerance(want)

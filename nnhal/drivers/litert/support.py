@@ -302,6 +302,12 @@ class _ExportProbe:
         self.converters = CONVERTERS
         self._done: dict[tuple[int, int], int] = {}
 
+    @staticmethod
+    def fusions(g: SubgraphGraph) -> dict:
+        """No chains: each operation is judged on its own, as a partition may cut a chain the
+        export would write as one operator (and that chain falls back to its operations)."""
+        return {}
+
     def subgraph(self, ref: int, passthrough: int = 0) -> int:
         key = (ref, passthrough)
         if key not in self._done:

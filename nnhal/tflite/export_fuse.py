@@ -1,0 +1,276 @@
+"""TFLite operators the HAL cannot hold, found again at export in the HAL form the importer
+gives them, so that a .tflite read and written again keeps the operators it had.
+
+The HAL lacks three things converter-made 8-bit models use, and the importer writes each as
+an equivalent chain (:mod:`nnhal.tflite.import_ops`):
+
+- a MEAN over height and width whose output is quantized unlike its input (the HAL's MEAN
+  keeps the input's scale): a DEPTHWISE_CONV_2D with a constant filter of 1 / (H * W) over
+  the whole image, and a RESHAPE when the axes are dropped;
+- a FULLY_CONNECTED with per-channel weights (the HAL's takes per-tensor ones): RESHAPE to a
+  1x1 image, 1x1 CONV_2D, RESHAPE back;
+- an int8 SOFTMAX of an input too finely scaled for the HAL's integer softmax: DEQUANTIZE,
+  float SOFTMAX, QUANTIZE.
+
+Written back as those chains, the model computes the same thing but not as fast: XNNPACK took
+about 0.5 ms more CPU time for the 7x7 depthwise convolution of 1280 channels onto one pixel
+than for the MEAN it stands for (MobileNetV2 int8: 1.15x the file's 3.3 ms; TFLite's own
+kernels run both alike). Each chain found whole, with constants that make it that operator
+and intermediates nothing else reads, becomes the TFLite operator again. The results agree
+within the rounding of the requantization (the mean's multiplier divided by the count,
+softmax's float exponentials), one step at most, which is the conformance tolerance of 8-bit
+outputs; on the file's own operators ai-edge-litert gives the file's integers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import tflite
+
+from nnhal.analysis import SubgraphGraph
+from nnhal.hal.types import OperandType, OperationType
+from nnhal.tflite.export_context import Converter, ExportOpContext, fused_act
+from nnhal.tflite.export_nn import _bias, fully_connected
+from nnhal.tflite.schema import FUSED_NONE, PADDING_VALID
+
+O, T = OperationType, OperandType
+BO = tflite.BuiltinOperator
+_Q8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """HAL operations ``ops`` (a chain; written where the first is) as one TFLite operator:
+    ``convert`` over an operation whose inputs are ``ins`` and outputs ``outs``."""
+
+    name: str
+    ops: tuple[int, ...]
+    ins: tuple[int, ...]
+    outs: tuple[int, ...]
+    convert: Converter
+
+
+def find_fusions(g: SubgraphGraph) -> dict[int, Fusion]:
+    """The chains of ``g`` to write as one operator, by the index of each chain's first
+    operation."""
+    f = _Finder(g)
+    found: dict[int, Fusion] = {}
+    taken: set[int] = set()
+    for k, (t, _, _) in enumerate(g.operations):
+        if k in taken:
+            continue
+        match = {O.DEPTHWISE_CONV_2D: f.mean, O.RESHAPE: f.fully_connected,
+                 O.FULLY_CONNECTED: f.keep_num_dims, O.DEQUANTIZE: f.softmax}.get(t)
+        fusion = match(k) if match is not None else None
+        if fusion is not None and not taken.intersection(fusion.ops):
+            found[k] = fusion
+            taken.update(fusion.ops)
+    return found
+
+
+class _Finder:
+    def __init__(self, g: SubgraphGraph) -> None:
+        self.g = g
+        self.readers: dict[int, list[int]] = {}
+        for k, (_, ins, _) in enumerate(g.operations):
+            for i in ins:
+                self.readers.setdefault(i, []).append(k)
+        self.edges = set(g.outputs) | set(g.inputs)
+
+    def only_reader(self, i: int, kind: OperationType) -> int | None:
+        """The one operation reading operand ``i`` (as its input 0, of type ``kind``), when
+        nothing else reads it and it is no subgraph edge."""
+        readers = self.readers.get(i, [])
+        if len(readers) != 1 or i in self.edges:
+            return None
+        k = readers[0]
+        t, ins, _ = self.g.operations[k]
+        return k if t == kind and ins[0] == i and i not in ins[1:] else None
+
+    def const(self, i: int) -> np.ndarray | None:
+        info = self.g.operands[i]
+        return np.asarray(info.value) if info.is_const else None
+
+    def scalars(self, ins: list[int] | tuple[int, ...], js: range) -> list | None:
+        out = []
+        for j in js:
+            v = self.const(ins[j]) if j < len(ins) else None
+            if v is None or v.size != 1:
+                return None
+            out.append(v.item())
+        return out
+
+    def shape(self, i: int) -> list[int] | None:
+        s = self.g.shapes[i]
+        return None if s is None or not all(d > 0 for d in s) else [int(d) for d in s]
+
+    def options(self, k: int, explicit_at: int) -> tuple[list, list] | None:
+        """A CONV_2D (``explicit_at`` 7) or DEPTHWISE_CONV_2D (8) operation's padding and
+        the scalars after it (strides, [multiplier,] activation, layout, dilations), with
+        the HAL's defaults for those omitted; None unless every one is a constant."""
+        ins = self.g.operations[k][1]
+        explicit = len(ins) > explicit_at + 2 and \
+            self.g.operands[ins[explicit_at]].type == T.INT32
+        start = 7 if explicit else 4
+        pads = self.scalars(ins, range(3, 7) if explicit else range(3, 4))
+        n_after = explicit_at - 1  # strides, [multiplier,] activation, layout, dilations
+        rest = []
+        for j in range(start, start + n_after):
+            if j < len(ins) and not self.g.operands[ins[j]].omitted:
+                v = self.scalars(ins, range(j, j + 1))
+                if v is None:
+                    return None
+                rest.append(v[0])
+            else:
+                rest.append(None)
+        return (pads, rest) if pads is not None else None
+
+    # ---- MEAN ----------------------------------------------------------------------------
+
+    def mean(self, k: int) -> Fusion | None:
+        """DEPTHWISE_CONV_2D of a constant 1 / (H * W) over the whole [N, H, W, C] image onto
+        [N, 1, 1, C] (no bias, padding, activation, multiplier or dilation, NHWC), and the
+        RESHAPE to [N, C] after it when there is one: MEAN over axes 1 and 2."""
+        g = self.g
+        _, ins, outs = g.operations[k]
+        x, flt, y = g.operands[ins[0]], g.operands[ins[1]], g.operands[outs[0]]
+        xs, ys = self.shape(ins[0]), self.shape(outs[0])
+        if x.type not in _Q8 or y.type != x.type or xs is None or ys is None or len(xs) != 4:
+            return None
+        n, h, w, c = xs
+        parsed = self.options(k, 8)
+        if parsed is None or ys != [n, 1, 1, c]:
+            return None
+        pads, (_, _, mult, act, layout, dw, dh) = parsed
+        if not (pads == [PADDING_VALID] or pads == [0, 0, 0, 0]) or mult != 1 or \
+                act not in (None, FUSED_NONE) or layout or (dw or 1) != 1 or (dh or 1) != 1:
+            return None
+        fv, bv = self.const(ins[1]), self.const(ins[2])
+        if fv is None or bv is None or flt.channel_scales is not None or \
+                list(fv.shape) != [1, h, w, c] or fv.size == 0 or np.any(bv != 0):
+            return None
+        first = int(fv.reshape(-1)[0])
+        if np.any(fv != first):
+            return None
+        if abs((first - flt.zero_point) * flt.scale * h * w - 1.0) > 1e-6:
+            return None
+        chain, out, keep = (k,), outs[0], True
+        r = self.only_reader(outs[0], O.RESHAPE)
+        if r is not None and self.shape(g.operations[r][2][0]) == [n, c]:
+            chain, out, keep = (k, r), g.operations[r][2][0], False
+
+        def convert(cx: ExportOpContext) -> None:
+            cx.emit(BO.MEAN, [cx.t(0), cx.ints([1, 2])], [cx.o()], "ReducerOptions",
+                    KeepDims=keep)
+        return Fusion("MEAN", chain, (ins[0],), (out,), convert)
+
+    # ---- FULLY_CONNECTED --------------------------------------------------------------------
+
+    def fully_connected(self, k: int) -> Fusion | None:
+        """RESHAPE of x to [rows, 1, 1, K], a 1x1 CONV_2D with a constant [O, 1, 1, K] int8
+        filter quantized per output channel (NHWC, no padding), and the RESHAPE of its
+        [rows, 1, 1, O] result when there is one: FULLY_CONNECTED with those weights."""
+        g = self.g
+        _, ins, outs = g.operations[k]
+        xs, image = self.shape(ins[0]), self.shape(outs[0])
+        conv = self.only_reader(outs[0], O.CONV_2D)
+        if conv is None or xs is None or image is None or len(image) != 4 or \
+                image[1:3] != [1, 1]:
+            return None
+        rows, depth = image[0], image[3]
+        _, cins, couts = g.operations[conv]
+        x, flt = g.operands[ins[0]], g.operands[cins[1]]
+        fv = self.const(cins[1])
+        if x.type != T.TENSOR_QUANT8_ASYMM_SIGNED or flt.channel_scales is None or \
+                flt.channel_dim != 0 or fv is None or fv.ndim != 4 or \
+                list(fv.shape[1:]) != [1, 1, depth] or \
+                not (g.operands[cins[2]].is_const or g.operands[cins[2]].omitted):
+            return None
+        units = int(fv.shape[0])
+        parsed = self.options(conv, 7)
+        if parsed is None or self.shape(couts[0]) != [rows, 1, 1, units]:
+            return None
+        pads, (_, _, act, layout, _, _) = parsed
+        if pads not in ([PADDING_VALID], [0, 0, 0, 0]) or layout:
+            return None
+        chain, out = (k, conv), couts[0]
+        r = self.only_reader(couts[0], O.RESHAPE)
+        if r is not None and self.shape(g.operations[r][2][0]) is not None:
+            chain, out = (k, conv, r), g.operations[r][2][0]
+        out_shape = self.shape(out)
+        if out_shape is None:
+            return None
+        if len(xs) > 2 and xs[-1] == depth and out_shape == xs[:-1] + [units]:
+            keep, after = True, None
+        elif out_shape == [rows, units]:
+            keep, after = False, None
+        else:
+            keep, after = False, out_shape
+        act_in = cins[9] if len(pads) == 4 else cins[6]
+
+        def convert(cx: ExportOpContext) -> None:
+            weights = cx.w.constant(cx.const(1).reshape(units, depth), cx.info(1),
+                                    f"w{len(cx.w.sg.tensors)}")
+            # A bias of zeros (the importer's, where the file had none) is left out again.
+            zeros = cx.present(2) and not np.any(cx.const(2))
+            bias = -1 if zeros else _bias(cx, 2, 1)
+            y = cx.o() if after is None else cx.temp([rows, units], cx.o())
+            cx.emit(BO.FULLY_CONNECTED, [cx.t(0), weights, bias], [y],
+                    "FullyConnectedOptions", FusedActivationFunction=fused_act(cx, 3),
+                    KeepNumDims=keep)
+            if after is not None:
+                cx.emit(BO.RESHAPE, [y, cx.ints(after)], [cx.o()], "ReshapeOptions",
+                        NewShape=after)
+        return Fusion("FULLY_CONNECTED", chain, (ins[0], cins[1], cins[2], act_in), (out,),
+                      convert)
+
+    def keep_num_dims(self, k: int) -> Fusion | None:
+        """FULLY_CONNECTED of x [..., K] onto [rows, units] and the RESHAPE to
+        x's [..., units]: one FULLY_CONNECTED with keep_num_dims."""
+        g = self.g
+        _, ins, outs = g.operations[k]
+        xs, ws = self.shape(ins[0]), self.shape(ins[1])
+        r = self.only_reader(outs[0], O.RESHAPE)
+        if r is None or xs is None or ws is None or len(xs) < 3 or len(ws) != 2 or \
+                xs[-1] != ws[1]:
+            return None
+        out = g.operations[r][2][0]
+        if self.shape(out) != xs[:-1] + [ws[0]]:
+            return None
+        return Fusion("FULLY_CONNECTED", (k, r), tuple(ins), (out,),
+                      lambda cx: fully_connected(cx, keep_num_dims=True))
+
+    # ---- SOFTMAX ---------------------------------------------------------------------------
+
+    def softmax(self, k: int) -> Fusion | None:
+        """DEQUANTIZE of an 8-bit tensor, float32 SOFTMAX along the last axis, QUANTIZE to
+        the same type at scale 1/256 (zero point -128 for int8, 0 for uint8): the 8-bit
+        SOFTMAX, whose output TFLite quantizes that way."""
+        g = self.g
+        _, ins, outs = g.operations[k]
+        x = g.operands[ins[0]]
+        if x.type not in _Q8 or g.operands[outs[0]].type != T.TENSOR_FLOAT32:
+            return None
+        s = self.only_reader(outs[0], O.SOFTMAX)
+        if s is None:
+            return None
+        _, sins, souts = g.operations[s]
+        q = self.only_reader(souts[0], O.QUANTIZE)
+        xs = self.shape(ins[0])
+        beta = self.scalars(sins, range(1, 2))
+        axis = self.scalars(sins, range(2, 3)) if len(sins) > 2 else [-1]
+        if q is None or xs is None or beta is None or axis is None or \
+                axis[0] not in (-1, len(xs) - 1):
+            return None
+        out = g.operations[q][2][0]
+        y = g.operands[out]
+        zero = -128 if x.type == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
+        if y.type != x.type or y.scale != 1.0 / 256 or y.zero_point != zero or \
+                not np.isfinite(beta[0]) or beta[0] <= 0:
+            return None
+
+        def convert(cx: ExportOpContext) -> None:
+            cx.emit(BO.SOFTMAX, [cx.t(0)], [cx.o()], "SoftmaxOptions", Beta=float(beta[0]))
+        return Fusion("SOFTMAX", (k, s, q), (ins[0],), (out,), convert)
