@@ -26,6 +26,8 @@ import fcntl
 import mmap
 import os
 import threading
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -96,9 +98,31 @@ class SharedMemory:
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview, name: str = ASHMEM) -> SharedMemory:
-        mem = cls.ashmem(len(data), name)
-        if len(data):
-            mem.array()[:] = np.frombuffer(data, dtype=np.uint8)
+        return cls.from_parts(len(data), [(0, data)] if len(data) else [], name)
+
+    @classmethod
+    def from_parts(cls, size: int, parts: Sequence[tuple[int, Any]], name: str = ASHMEM
+                   ) -> SharedMemory:
+        """Anonymous shared memory of ``size`` bytes holding each ``(offset, data)`` part
+        (bytes-like, or a C-contiguous array), zeros elsewhere. Written with ``pwrite``,
+        unmapped: the kernel fills its pages directly, where copying through a fresh mapping
+        takes a page fault per page in this process (several times the copy itself for
+        megabytes of weights)."""
+        mem = cls.ashmem(size, name)
+        try:
+            for offset, data in parts:
+                if isinstance(data, np.ndarray):
+                    data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+                view = memoryview(data).cast("B")
+                if offset < 0 or offset + len(view) > size:
+                    raise MemoryError_(f"part [{offset}, {offset + len(view)}) outside memory "
+                                       f"of size {size}")
+                while len(view):
+                    written = os.pwrite(mem.fd, view, offset)
+                    view, offset = view[written:], offset + written
+        except BaseException:
+            mem.close()
+            raise
         return mem
 
     # ---- mapping -----------------------------------------------------------------------
