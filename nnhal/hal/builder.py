@@ -2,8 +2,9 @@
 
 Constants up to 128 bytes go into ``operandValues`` (CONSTANT_COPY); larger ones, and every
 constant asked for as CONSTANT_REFERENCE, into one shared-memory pool that all subgraphs of the
-model share. Values are placed at 8-byte aligned offsets. Requests put inputs and outputs in
-shared memory.
+model share; the pool is sealed when the model is built (its bytes can never change, see
+:attr:`nnhal.memory.SharedMemory.immutable`). Values are placed at 8-byte aligned offsets.
+Requests put inputs and outputs in shared memory.
 
 A model with control flow: :meth:`ModelBuilder.subgraph` gives a builder for one referenced
 subgraph (``Model.referenced[k]`` in creation order) and :meth:`SubgraphBuilder.reference`
@@ -104,10 +105,12 @@ class _Constants:
         return L.CONSTANT_REFERENCE, DataLocation(0, off, n)
 
     def pool_memory(self) -> SharedMemory | None:
-        """The pool as one shared memory (None when empty)."""
+        """The pool as one shared memory (None when empty), sealed: a model's constants
+        never change, so whoever reads them (the analysis, a driver, a served driver in
+        another process) may keep views instead of copies."""
         if not self.pool_size:
             return None
-        return SharedMemory.from_parts(self.pool_size, self.parts)
+        return SharedMemory.from_parts(self.pool_size, self.parts, seal=True)
 
 
 class SubgraphBuilder:
