@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,20 +189,53 @@ def _signature(b: flatbuffers.Builder, key: str, inputs: list[tuple[str, int]],
                                       "SubgraphIndex": 0})
 
 
-def serialise(model: ModelDef) -> bytes:
-    """The .tflite bytes (schema version 3, identifier TFL3) of ``model``."""
+def _outside(b: flatbuffers.Builder, size: int) -> tuple[int, int]:
+    """A Buffer table whose data lies past the flatbuffer (``offset`` and ``size``, the
+    schema's form for large models): the offset is written as a placeholder, patched once the
+    flatbuffer's length is known. (The table, where the placeholder sits, counted from the
+    end of the builder's bytes.)"""
+    _fn("Buffer", "Start")(b)
+    _fn("Buffer", "AddOffset")(b, _PLACEHOLDER_OFFSET)  # non-zero: always written
+    at = b.Offset()
+    _fn("Buffer", "AddSize")(b, size)
+    return _fn("Buffer", "End")(b), at
+
+
+#: Any value above 1 (TFLite's sign of data outside the flatbuffer) holds the offset's place.
+_PLACEHOLDER_OFFSET = 1 << 40
+_U64 = struct.Struct("<Q")
+
+
+def serialise(model: ModelDef, *, data_outside: bool = False) -> bytes:
+    """The .tflite bytes (schema version 3, identifier TFL3) of ``model``.
+
+    ``data_outside``: constant data goes after the flatbuffer (each Buffer's ``offset`` and
+    ``size``, which TFLite reads since 2.14, for models past 2 GB), so the weights are
+    copied once, straight into the result, and the builder holds only the small tables;
+    otherwise inside (each Buffer's ``data``), which every TFLite reader takes."""
     codes = sorted({op.code for sg in model.subgraphs for op in sg.operators})
     opcodes = {code: k for k, code in enumerate(codes)}
-    # Room for everything, so the builder never grows: the data, and a generous bound on the
-    # tables, vectors and strings around it.
+    # Room for everything, so the builder never grows: the data (when inside), and a
+    # generous bound on the tables, vectors and strings around it.
     names = sum(len(t.name) for sg in model.subgraphs for t in sg.tensors)
     items = sum(len(sg.tensors) + len(sg.operators) for sg in model.subgraphs)
     scales = sum(len(t.scales or ()) for sg in model.subgraphs for t in sg.tensors)
-    size = sum(_nbytes(d) + 2 * _BUFFER_ALIGN + 32 for d in model.buffers) + \
-        4 * names + 512 * items + 16 * scales + 65536
+    size = sum((0 if data_outside else _nbytes(d)) + 2 * _BUFFER_ALIGN + 32
+               for d in model.buffers) + 4 * names + 512 * items + 16 * scales + 65536
     b = flatbuffers.Builder(size)
     # Buffers first: the largest children, at the end of the file.
-    buffers = [_buffer(b, data) for data in model.buffers]
+    outside: list[tuple[int, int, bytes | np.ndarray]] = []  # (placeholder, offset, data)
+    buffers = []
+    end = 0  # where the next outside buffer starts, counted from the first one's start
+    for data in model.buffers:
+        n = _nbytes(data)
+        if data_outside and n:
+            table, at = _outside(b, n)
+            outside.append((at, end, data))
+            end = _align(end + n)
+            buffers.append(table)
+        else:
+            buffers.append(_buffer(b, data))
     subgraphs = [_subgraph(b, sg, opcodes) for sg in model.subgraphs]
     codes_tables = [_table(b, "OperatorCode", {
         "DeprecatedBuiltinCode": min(code, _PLACEHOLDER_FOR_GREATER_OP_CODES),
@@ -218,4 +252,19 @@ def serialise(model: ModelDef) -> bytes:
         "Buffers": _offsets(b, "Model", "Buffers", buffers),
         "SignatureDefs": signatures})
     b.Finish(root, file_identifier=FILE_IDENTIFIER)
-    return bytes(memoryview(b.Bytes)[b.Head():])  # one copy (Output() slices, then bytes())
+    if not outside:
+        return bytes(memoryview(b.Bytes)[b.Head():])  # one copy (Output() slices, then bytes())
+    flat = bytearray(memoryview(b.Bytes)[b.Head():])
+    base = _align(len(flat))
+    pieces: list[Any] = [flat, bytes(base - len(flat))]
+    for at, offset, data in outside:
+        _U64.pack_into(flat, len(flat) - at, base + offset)
+        pieces.append(data.reshape(-1).view(np.uint8) if isinstance(data, np.ndarray) else data)
+        pad = _align(_nbytes(data)) - _nbytes(data)
+        if pad:
+            pieces.append(bytes(pad))
+    return b"".join(pieces)  # the one copy of the weights
+
+
+def _align(n: int) -> int:
+    return (n + _BUFFER_ALIGN - 1) // _BUFFER_ALIGN * _BUFFER_ALIGN

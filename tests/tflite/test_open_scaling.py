@@ -100,3 +100,35 @@ def test_litert_support_rules_run_once_per_graph():
     finally:
         support._export_refusals = real
     assert len(probes) == 1
+
+
+def test_weights_after_the_flatbuffer_are_the_same_model():
+    """``data_outside`` (what the LiteRT driver writes) puts the weights after the flatbuffer,
+    16-aligned, each Buffer naming its offset and size: nnhal reads the same model back, and
+    ai-edge-litert computes exactly what it computes from the usual layout."""
+    model = conv_chain(3, 64)
+    inside, outside = write_tflite(model), write_tflite(model, data_outside=True)
+    again = read_tflite(outside).model
+    assert [(o.type, o.inputs, o.outputs) for o in again.main.operations] == \
+        [(o.type, o.inputs, o.outputs) for o in read_tflite(inside).model.main.operations]
+    import tflite
+
+    root = tflite.Model.GetRootAsModel(outside, 0)
+    placed = [root.Buffers(k) for k in range(root.BuffersLength())]
+    placed = [(b.Offset(), b.Size()) for b in placed if b.Size()]
+    assert len(placed) == 6 and all(b.DataLength() == 0 for b in
+                                    (root.Buffers(k) for k in range(root.BuffersLength())))
+    ends = sorted(placed)
+    assert all(off % 16 == 0 and off + size <= len(outside) for off, size in ends)
+    assert all(a[0] + a[1] <= b[0] for a, b in zip(ends, ends[1:]))  # no overlap
+    assert sum(size for _, size in placed) == 3 * (64 * 64 + 64 * 4)
+    interpreter = pytest.importorskip("ai_edge_litert.interpreter")
+    x = np.random.default_rng(0).integers(-128, 128, (1, 4, 4, 64), dtype=np.int8)
+    outs = []
+    for data in (inside, outside):
+        it = interpreter.Interpreter(model_content=data)
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+        outs.append(it.get_tensor(it.get_output_details()[0]["index"]).copy())
+    assert np.array_equal(outs[0], outs[1])
