@@ -70,7 +70,8 @@ t1 = time.perf_counter()
 s.run(feeds)
 t2 = time.perf_counter()
 print(json.dumps({"open": t1 - t0, "run": t2 - t1, "total": t2 - t0,
-                  "imported": len(sys.modules) - mods, "device": s.device_name}))
+                  "imported": len(sys.modules) - mods, "device": s.device_name,
+                  "nnhal": __import__("nnhal").__file__}))
 """
 
 #: The stages of one nnhal open, timed in a fresh process by wrapping the functions that do
@@ -165,8 +166,9 @@ def _env(cache: str, root: Path = ROOT) -> dict[str, str]:
 
 def child(code: str, args: list[str], root: Path = ROOT) -> dict:
     with tempfile.TemporaryDirectory(prefix="nnhal-open-") as cache:
+        # cwd: ``python -c`` puts the current folder first on sys.path, before PYTHONPATH.
         done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
-                              text=True, env=_env(cache, root), timeout=600)
+                              text=True, env=_env(cache, root), timeout=600, cwd=root)
     if done.returncode != 0:
         raise SystemExit(f"a child failed ({args[:2]}):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
