@@ -216,18 +216,30 @@ def bench(paths: list[Path], rounds: int, threads: int, baseline: Path | None) -
         print(f"{line}  {nn[-1]['device']} ({nn[-1]['imported']} modules imported by the open)")
 
 
-def breakdown(paths: list[Path], baseline: Path | None) -> None:
-    print(f"\nstages of one open, fresh process, imports warm (load {load()}; ms, calls)")
+def breakdown(paths: list[Path], baseline: Path | None, rounds: int) -> None:
+    print(f"\nstages of one open, fresh processes, imports warm, medians of {rounds} "
+          f"(load {load()}; ms, calls)")
+    roots = [ROOT, *([baseline] if baseline else [])]
     for p in paths:
-        for root in (ROOT, *([baseline] if baseline else [])):
-            r = child(_BREAKDOWN, [str(p), json.dumps(STAGES)], root)
-            print(f"{p.name}{' (baseline)' if root != ROOT else ''}: Session(path) "
-                  f"{r['open'] * 1e3:.1f}, first run {r['run'] * 1e3:.1f}, analyses "
-                  f"{r['analyses']}, device {r['device']}")
+        got: dict[Path, list[dict]] = {r: [] for r in roots}
+        for _ in range(rounds):
+            for root in roots:
+                got[root].append(child(_BREAKDOWN, [str(p), json.dumps(STAGES)], root))
+        head = f"{p.name}:"
+        for root in roots:
+            rs = got[root]
+            head += (f"  {'baseline' if root != ROOT else 'this'}: Session(path) "
+                     f"{med(r['open'] for r in rs) * 1e3:.1f}, first run "
+                     f"{med(r['run'] for r in rs) * 1e3:.1f}, analyses {rs[-1]['analyses']}")
+        print(f"{head}  (device {got[ROOT][-1]['device']})")
         for _, label in STAGES:
-            if label in r["stages"]:
-                seconds, n = r["stages"][label]
-                print(f"    {label:34s} {seconds * 1e3:7.1f}  x{n}")
+            cells = []
+            for root in roots:
+                rs = [r["stages"].get(label) for r in got[root]]
+                cells.append(f"{med(x[0] if x else 0.0 for x in rs) * 1e3:7.1f}  "
+                             f"x{max((x[1] if x else 0) for x in rs):<3d}")
+            print(f"    {label:34s} " + "   ".join(cells))
+    print(f"(load after: {load()})")
 
 
 def main() -> int:
@@ -245,7 +257,7 @@ def main() -> int:
         return 0
     bench(paths, args.rounds, args.threads, args.baseline)
     if args.breakdown:
-        breakdown(paths, args.baseline)
+        breakdown(paths, args.baseline, max(1, args.rounds // 2))
     return 0
 
 

@@ -5,6 +5,7 @@ tensor's shape, and whatever a corrupted file raises becomes a ModelFileError (t
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -341,8 +342,10 @@ def _options(op: tflite.Operator, table: str | None) -> Any:
     return opts
 
 
+@functools.cache
 def default_options(table: str) -> Any:
-    """An options table with every field at its schema default."""
+    """An options table with every field at its schema default (one per table, shared: a
+    reader that nobody writes to)."""
     b = flatbuffers.Builder(16)
     b.StartObject(0)
     b.Finish(b.EndObject())
