@@ -231,7 +231,7 @@ def _unshared(arr: np.ndarray, dtype: str) -> np.ndarray:
 
 def _set_quant(t: TensorDef, info: OperandInfo) -> None:
     if info.channel_scales is not None:
-        t.scales = [float(s) for s in info.channel_scales]
+        t.scales = np.asarray(info.channel_scales, dtype=np.float64).tolist()
         t.zero_points = [0] * len(t.scales)
         t.quantized_dimension = int(info.channel_dim)
     elif info.type in _QUANT or (info.type == T.TENSOR_INT32 and info.scale > 0):
