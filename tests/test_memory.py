@@ -395,3 +395,34 @@ def test_analysis_views_a_sealed_pool_and_copies_an_open_one():
     assert not np.shares_memory(copied, model.pools[0].array())
     model.pools[0].array()[:4] = 255  # the client changes its memory: the graph keeps its copy
     assert np.array_equal(copied, np.arange(1024, dtype=np.float32))
+
+
+def test_a_memory_sealed_against_writing_is_refused_as_a_request_pool():
+    """A sealed (immutable) memory maps read-only: as a request's pool (whose outputs are
+    written) it is INVALID_ARGUMENT, never a failure in the middle of a run."""
+    from nnhal.drivers.reference import ReferenceDevice
+    from nnhal.hal.builder import ModelBuilder
+    from nnhal.hal.interfaces import PreparedModelCallback
+    from nnhal.hal.types import DataLocation, ErrorStatus, MeasureTiming, MemoryPool, Request
+    from nnhal.hal.types import OperandType as T
+    from nnhal.hal.types import OperationType as O
+    from nnhal.hal.types import RequestArgument as Arg
+
+    b = ModelBuilder()
+    x, out = b.input(T.TENSOR_FLOAT32, [4]), b.output(T.TENSOR_FLOAT32, [4])
+    b.operation(O.ADD, [x, x, b.scalar(T.INT32, 0)], [out])
+    dev = ReferenceDevice()
+    try:
+        cb = PreparedModelCallback()
+        dev.prepare_model(b.build(), callback=cb)
+        status, pm = cb.wait(30)
+        assert status == ErrorStatus.NONE
+        inp = SharedMemory.from_bytes(np.ones(4, np.float32).tobytes())
+        sealed = SharedMemory.from_parts(16, [], seal=True)
+        req = Request([Arg(False, DataLocation(0, 0, 16), [])],
+                      [Arg(False, DataLocation(1, 0, 16), [])],
+                      [MemoryPool.of(inp), MemoryPool.of(sealed)])
+        assert pm.execute_synchronously(req, MeasureTiming.NO)[0] == \
+            ErrorStatus.INVALID_ARGUMENT
+    finally:
+        dev.close()
