@@ -267,6 +267,7 @@ from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.builder import ModelBuilder
 from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import ErrorStatus, OperandType as T, OperationType as O
+from nnhal.memory import SharedMemory
 
 b = ModelBuilder()
 x = b.input(T.TENSOR_FLOAT32, [4096])
@@ -275,6 +276,13 @@ act = b.scalar(T.INT32, 0)
 out = b.output(T.TENSOR_FLOAT32, [4096])
 b.operation(O.ADD, [x, c, act], [out])
 model = b.build()
+try:  # the builder's pool is sealed: nobody can shrink (or write) it
+    os.ftruncate(model.pools[0].fd, 4096)
+    raise SystemExit("the builder's pool could be shrunk")
+except PermissionError:
+    pass
+# A client's own pool, unsealed, holding the same bytes.
+model.pools[0] = SharedMemory.from_bytes(model.pools[0].read(0, model.pools[0].size))
 dev = ReferenceDevice()
 assert dev.get_supported_operations(model)[0] == ErrorStatus.NONE  # maps the pool
 os.ftruncate(model.pools[0].fd, 4096)
@@ -332,3 +340,89 @@ def test_ashmem_created_sealed_is_never_checked():
     finally:
         sealed.close()
         plain.close()
+
+
+def test_from_parts_writes_each_part_and_seals_for_good():
+    """A pool written from parts (bytes and arrays) holds them at their offsets, zeros
+    between; sealed, nobody can write, shrink or grow it, it maps read-only and says it is
+    immutable, so readers may view it instead of copying."""
+    import fcntl
+
+    parts = [(0, b"abc"), (8, np.arange(4, dtype=np.int32)), (32, memoryview(b"z" * 5))]
+    open_, sealed = SharedMemory.from_parts(40, parts), SharedMemory.from_parts(40, parts,
+                                                                                 seal=True)
+    try:
+        want = b"abc" + b"\0" * 5 + np.arange(4, dtype=np.int32).tobytes() + b"\0" * 8 + b"z" * 5
+        for mem in (open_, sealed):
+            assert mem.read(0, 40) == want + b"\0" * 3
+        assert not open_.immutable and open_.array().flags.writeable
+        assert sealed.immutable and not sealed.array().flags.writeable
+        with pytest.raises(ValueError):
+            sealed.write(0, b"x")
+        for change in (lambda: os.ftruncate(sealed.fd, 8), lambda: os.ftruncate(sealed.fd, 80),
+                       lambda: os.pwrite(sealed.fd, b"x", 0),
+                       lambda: fcntl.fcntl(sealed.fd, fcntl.F_ADD_SEALS, 0)):
+            with pytest.raises(PermissionError):
+                change()
+        with pytest.raises(MemoryError_):
+            SharedMemory.from_parts(4, [(2, b"abc")])
+    finally:
+        open_.close()
+        sealed.close()
+
+
+def test_analysis_views_a_sealed_pool_and_copies_an_open_one():
+    """A ModelBuilder pool is sealed: the analysis keeps views of it (a model's weights are
+    not copied again); a client's own, writable pool is still copied (owned constants)."""
+    from nnhal.analysis import analyse
+    from nnhal.hal.builder import ModelBuilder
+    from nnhal.hal.types import OperandType as T
+    from nnhal.hal.types import OperationType as O
+
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [1024])
+    c = b.constant(T.TENSOR_FLOAT32, np.arange(1024, dtype=np.float32))
+    out = b.output(T.TENSOR_FLOAT32, [1024])
+    b.operation(O.ADD, [x, c, b.scalar(T.INT32, 0)], [out])
+    model = b.build()
+    pool = model.pools[0]
+    value = analyse(model).main.operands[c].value
+    assert pool.immutable and np.shares_memory(value, pool.array())
+    assert np.array_equal(value, np.arange(1024, dtype=np.float32))
+
+    model.pools[0] = SharedMemory.from_bytes(pool.read(0, pool.size))  # writable, unsealed
+    copied = analyse(model).main.operands[c].value
+    assert not np.shares_memory(copied, model.pools[0].array())
+    model.pools[0].array()[:4] = 255  # the client changes its memory: the graph keeps its copy
+    assert np.array_equal(copied, np.arange(1024, dtype=np.float32))
+
+
+def test_a_memory_sealed_against_writing_is_refused_as_a_request_pool():
+    """A sealed (immutable) memory maps read-only: as a request's pool (whose outputs are
+    written) it is INVALID_ARGUMENT, never a failure in the middle of a run."""
+    from nnhal.drivers.reference import ReferenceDevice
+    from nnhal.hal.builder import ModelBuilder
+    from nnhal.hal.interfaces import PreparedModelCallback
+    from nnhal.hal.types import DataLocation, ErrorStatus, MeasureTiming, MemoryPool, Request
+    from nnhal.hal.types import OperandType as T
+    from nnhal.hal.types import OperationType as O
+    from nnhal.hal.types import RequestArgument as Arg
+
+    b = ModelBuilder()
+    x, out = b.input(T.TENSOR_FLOAT32, [4]), b.output(T.TENSOR_FLOAT32, [4])
+    b.operation(O.ADD, [x, x, b.scalar(T.INT32, 0)], [out])
+    dev = ReferenceDevice()
+    try:
+        cb = PreparedModelCallback()
+        dev.prepare_model(b.build(), callback=cb)
+        status, pm = cb.wait(30)
+        assert status == ErrorStatus.NONE
+        inp = SharedMemory.from_bytes(np.ones(4, np.float32).tobytes())
+        sealed = SharedMemory.from_parts(16, [], seal=True)
+        req = Request([Arg(False, DataLocation(0, 0, 16), [])],
+                      [Arg(False, DataLocation(1, 0, 16), [])],
+                      [MemoryPool.of(inp), MemoryPool.of(sealed)])
+        assert pm.execute_synchronously(req, MeasureTiming.NO)[0] == \
+            ErrorStatus.INVALID_ARGUMENT
+    finally:
+        dev.close()

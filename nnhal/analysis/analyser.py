@@ -90,7 +90,9 @@ def operand_info(op: Operand, value: object = None) -> OperandInfo:
 
 
 def map_pools(model: Model) -> list[np.ndarray]:
-    """The model's constant pools as byte arrays (ValidationError when one cannot be mapped)."""
+    """The model's constant pools as byte arrays (ValidationError when one cannot be mapped);
+    read-only exactly for the pools whose bytes can never change
+    (:attr:`~nnhal.memory.SharedMemory.immutable`)."""
     arrays = []
     for i, pool in enumerate(model.pools):
         if not isinstance(pool, SharedMemory):
@@ -145,6 +147,8 @@ def analyse(model: Model, *, own_constants: bool = True,
 
     ``own_constants`` copies each constant once, so the graph keeps nothing of the client's
     memory (a prepared model); without it constants are views (getSupportedOperations).
+    Constants in a sealed pool (:attr:`~nnhal.memory.SharedMemory.immutable`, as every
+    ModelBuilder and importer model has) are views either way: nobody can change them.
     ``keep`` (constants owned) keeps the graph for this model object, and any later call for
     the same object, unedited, returns it instead of analysing again (:mod:`.kept`): the
     runtime and the importer keep the models they make, so each is analysed once.
@@ -234,8 +238,11 @@ def _decode_operands(sg: Subgraph, values: np.ndarray, pools: Sequence[np.ndarra
         if lt == L.CONSTANT_COPY:
             value = decode_constant(op, values[loc.offset:loc.offset + loc.length], copy=own)
         elif lt == L.CONSTANT_REFERENCE:
-            raw = pools[loc.pool_index][loc.offset:loc.offset + loc.length]
-            value = decode_constant(op, raw, copy=own)
+            pool = pools[loc.pool_index]
+            raw = pool[loc.offset:loc.offset + loc.length]
+            # A sealed pool (mapped read-only) never changes: a view owns as much as a copy
+            # would, and a model's weights are not copied again.
+            value = decode_constant(op, raw, copy=own and pool.flags.writeable)
         elif lt == L.SUBGRAPH:
             value = int(loc.offset)
         infos.append(operand_info(op, value))

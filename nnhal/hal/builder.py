@@ -2,8 +2,9 @@
 
 Constants up to 128 bytes go into ``operandValues`` (CONSTANT_COPY); larger ones, and every
 constant asked for as CONSTANT_REFERENCE, into one shared-memory pool that all subgraphs of the
-model share. Values are placed at 8-byte aligned offsets. Requests put inputs and outputs in
-shared memory.
+model share; the pool is sealed when the model is built (its bytes can never change, see
+:attr:`nnhal.memory.SharedMemory.immutable`). Values are placed at 8-byte aligned offsets.
+Requests put inputs and outputs in shared memory.
 
 A model with control flow: :meth:`ModelBuilder.subgraph` gives a builder for one referenced
 subgraph (``Model.referenced[k]`` in creation order) and :meth:`SubgraphBuilder.reference`
@@ -60,21 +61,56 @@ def _append_aligned(buf: bytearray, blob: bytes) -> int:
     return off
 
 
+def _immutable(arr: np.ndarray) -> bool:
+    """Whether ``arr`` is C-contiguous and can never change: read-only all the way down to a
+    ``bytes`` object (a view of a file's bytes, as the TFLite importer's constants are)."""
+    if not arr.flags.c_contiguous:
+        return False
+    base: Any = arr
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj if base.readonly else None
+    return type(base) is bytes
+
+
 class _Constants:
-    """The constant storage of one model: operandValues and the single constant pool."""
+    """The constant storage of one model: operandValues and the single constant pool.
+
+    The pool's contents are kept as parts (bytes, or arrays that cannot change) until
+    :meth:`pool_memory` writes each once into the shared memory: a large model's weights
+    are copied once on their way from wherever they are to the pool, not appended to a
+    growing buffer and copied again."""
 
     def __init__(self) -> None:
         self.values = bytearray()
-        self.pool = bytearray()
+        #: (offset, bytes or immutable array) per pool constant, in offset order.
+        self.parts: list[tuple[int, bytes | np.ndarray]] = []
+        self.pool_size = 0
 
-    def place(self, blob: bytes, lifetime: OperandLifeTime | None) -> tuple[OperandLifeTime,
-                                                                           DataLocation]:
-        """Where a constant goes: inline when it is small and not asked for as a reference."""
-        if lifetime != L.CONSTANT_REFERENCE and len(blob) <= MAX_INLINE:
-            return L.CONSTANT_COPY, DataLocation(0, _append_aligned(self.values, blob),
-                                                 len(blob))
-        return L.CONSTANT_REFERENCE, DataLocation(0, _append_aligned(self.pool, blob),
-                                                  len(blob))
+    def place(self, blob: bytes | np.ndarray, lifetime: OperandLifeTime | None
+              ) -> tuple[OperandLifeTime, DataLocation]:
+        """Where a constant goes: inline when it is small and not asked for as a reference.
+        ``blob``: bytes, or an array that :func:`_immutable` accepts (kept, not copied)."""
+        n = blob.nbytes if isinstance(blob, np.ndarray) else len(blob)
+        if lifetime != L.CONSTANT_REFERENCE and n <= MAX_INLINE:
+            data = blob.tobytes() if isinstance(blob, np.ndarray) else blob
+            return L.CONSTANT_COPY, DataLocation(0, _append_aligned(self.values, data), n)
+        off = _align(self.pool_size)
+        if n:
+            self.parts.append((off, blob))
+        self.pool_size = off + n
+        return L.CONSTANT_REFERENCE, DataLocation(0, off, n)
+
+    def pool_memory(self) -> SharedMemory | None:
+        """The pool as one shared memory (None when empty), sealed: a model's constants
+        never change, so whoever reads them (the analysis, a driver, a served driver in
+        another process) may keep views instead of copies."""
+        if not self.pool_size:
+            return None
+        return SharedMemory.from_parts(self.pool_size, self.parts, seal=True)
 
 
 class SubgraphBuilder:
@@ -151,7 +187,9 @@ class SubgraphBuilder:
         arr = np.asarray(value, dtype=np.uint8 if t.dtype == np.bool_ else t.dtype)
         if dims is None:
             dims = () if t.is_scalar else arr.shape
-        lt, loc = self._constants.place(arr.tobytes(), lifetime)
+        # A view of immutable bytes (an imported file's weights) is kept as it is; anything
+        # else is copied now, as the caller may change it before the model is built.
+        lt, loc = self._constants.place(arr if _immutable(arr) else arr.tobytes(), lifetime)
         return self._add(Operand(type=t, dimensions=list(dims), scale=scale,
                                  zero_point=zero_point, lifetime=lt, location=loc,
                                  extra_params=channel_quant), consumers)
@@ -205,8 +243,8 @@ class ModelBuilder(SubgraphBuilder):
         return sb
 
     def build(self) -> Model:
-        pool = self._constants.pool
-        pools = [SharedMemory.from_bytes(bytes(pool))] if pool else []
+        pool = self._constants.pool_memory()
+        pools = [pool] if pool is not None else []
         return Model(main=self.build_subgraph(),
                      referenced=[sb.build_subgraph() for sb in self.referenced],
                      operand_values=bytes(self._constants.values), pools=pools,

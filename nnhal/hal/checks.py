@@ -264,7 +264,14 @@ def _check_operand(op: object, where: str) -> None:
         raise _fail(f"{where}: extraParams", "None, channel quantization or bytes", extra)
     _uint32(extra.channel_dim, f"{where}: extraParams.channelQuant.channelDim")
     _list(extra.scales, f"{where}: extraParams.channelQuant.scales")
-    for k, s in enumerate(extra.scales):
+    scales = extra.scales
+    if set(map(type, scales)) <= {float}:
+        # One vectorised check for the common case (a filter has thousands of channels);
+        # anything else is checked one by one below, which names the bad entry.
+        arr = np.asarray(scales, dtype=np.float64)
+        if bool(np.all(np.abs(arr) <= FLOAT32_MAX)):  # False for NaN and infinities too
+            return
+    for k, s in enumerate(scales):
         _float(s, f"{where}: extraParams.channelQuant.scales[{k}]")
 
 

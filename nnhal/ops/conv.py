@@ -298,6 +298,15 @@ def conv_multiplier(input_scale: float, filter_scale: float, output_scale: float
     return scale_product(input_scale, filter_scale) / float(np.float32(output_scale))
 
 
+def conv_multipliers(input_scale: float, filter_scales: Any, output_scale: float
+                     ) -> np.ndarray:
+    """:func:`conv_multiplier` of each filter scale at once (float64; the same values: the
+    products are float32 products either way, the division float64)."""
+    with np.errstate(over="ignore", under="ignore"):
+        products = np.float32(input_scale) * np.asarray(filter_scales, dtype=np.float32)
+    return products.astype(np.float64) / float(np.float32(output_scale))
+
+
 class _Requant:
     """int32 accumulator (+ bias) -> quantized output, per tensor or per output channel."""
 
@@ -363,7 +372,7 @@ def _check_quant(ctx: OpContext, channel_dim: int | None) -> None:
         ctx.require(abs(product - bias.scale) <= 1e-6 * min(product, bias.scale),
                     "bias scale must equal input_scale * filter_scale")
     scales = filt.channel_scales if per_channel else [filt.scale]
-    ctx.require(all(conv_multiplier(inp.scale, float(f), out.scale) < 2.0**31 for f in scales),
+    ctx.require(bool(np.all(conv_multipliers(inp.scale, scales, out.scale) < 2.0**31)),
                 "requantisation multiplier out of range")
 
 

@@ -484,7 +484,9 @@ class NdkModel:
             subgraphs.append(Subgraph(ops, [Operation(o.type, list(o.inputs), list(o.outputs))
                                             for o in m.operations],
                                       list(m.inputs), list(m.outputs)))
-        pools = [SharedMemory.from_bytes(bytes(large))] + [m.shared for m in memories]
+        # The runtime's own copy of the large values, sealed: drivers view it, never copy.
+        pools = [SharedMemory.from_parts(len(large), [(0, large)] if large else [],
+                                         seal=True)] + [m.shared for m in memories]
         used = [extension_prefix(x.type) for sg in subgraphs for x in (*sg.operands,
                                                                        *sg.operations)
                 if is_extension_type(x.type)]

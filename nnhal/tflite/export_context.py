@@ -121,16 +121,14 @@ class SubgraphWriter:
         """A constant tensor; float16 ones stored as float16 behind a DEQUANTIZE."""
         arr = np.asarray(value)
         if info is not None and info.type in _FLOAT16:
-            data = arr.astype("<f2")
-            buf = self.ex.model.add_buffer(data.tobytes())
+            buf = self.ex.model.add_buffer(_unshared(arr, "<f2"))
             t16 = self.new(name + "_f16", list(arr.shape), TT.FLOAT16, buffer=buf)
             t32 = self.new(name, list(arr.shape), TT.FLOAT32)
             self.emit(BO.DEQUANTIZE, [t16], [t32])
             return t32
         if tt is None:
             tt = TENSOR_TYPES[info.type] if info is not None else TT.INT32
-        data = arr.astype(_NUMPY[tt])
-        buf = self.ex.model.add_buffer(data.tobytes())
+        buf = self.ex.model.add_buffer(_unshared(arr, _NUMPY[tt]))
         return self.new(name, list(arr.shape), tt, info, buffer=buf)
 
     def emit(self, code: int, inputs: list[int], outputs: list[int],
@@ -251,9 +249,19 @@ class SubgraphWriter:
         return t
 
 
+def _unshared(arr: np.ndarray, dtype: str) -> np.ndarray:
+    """``arr`` as ``dtype`` for a buffer, copied only where needed: a read-only array (an
+    analysed constant, which nobody changes) is kept as it is, so exporting a model copies
+    its weights once, when serialised; a writable one may still change, so it is copied."""
+    data = arr.astype(dtype, copy=False)
+    if data is arr and arr.flags.writeable:
+        data = arr.copy()
+    return data
+
+
 def _set_quant(t: TensorDef, info: OperandInfo) -> None:
     if info.channel_scales is not None:
-        t.scales = [float(s) for s in info.channel_scales]
+        t.scales = np.asarray(info.channel_scales, dtype=np.float64).tolist()
         t.zero_points = [0] * len(t.scales)
         t.quantized_dimension = int(info.channel_dim)
     elif info.type in _QUANT or (info.type == T.TENSOR_INT32 and info.scale > 0):

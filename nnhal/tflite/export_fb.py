@@ -3,11 +3,18 @@ through the ``tflite`` package's generated builder functions (no hand-written en
 
 Converters fill plain lists (tensors, operators, buffers); only :func:`serialise` touches the
 builder, which must create every child (string, vector, table) before its parent.
+
+Constant data is most of a model's bytes, so it is never handled element by element nor
+copied on the way: a buffer is kept as the exporter's read-only array (a view of the
+analysis' constant), and serialising copies it once, into a builder sized up front so that
+it never grows (each doubling would copy everything written so far).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,16 +70,24 @@ class SubgraphDef:
 @dataclass
 class ModelDef:
     subgraphs: list[SubgraphDef] = field(default_factory=list)
-    buffers: list[bytes] = field(default_factory=lambda: [b""])
+    #: Constant data: bytes, or a C-contiguous array nobody writes to (no copy is made).
+    buffers: list[bytes | np.ndarray] = field(default_factory=lambda: [b""])
     description: str = "nnhal"
     #: (signature key, [(name, tensor index)] inputs, outputs) of subgraph 0.
     signature: tuple[str, list[tuple[str, int]], list[tuple[str, int]]] | None = None
 
-    def add_buffer(self, data: bytes) -> int:
-        self.buffers.append(bytes(data))
+    def add_buffer(self, data: bytes | np.ndarray) -> int:
+        """A buffer holding ``data``: bytes, or an array that stays unchanged until the model
+        is serialised (kept as it is, not copied)."""
+        if isinstance(data, np.ndarray):
+            data = np.ascontiguousarray(data)
+        else:
+            data = bytes(data)
+        self.buffers.append(data)
         return len(self.buffers) - 1
 
 
+@functools.cache
 def _fn(module: str, name: str) -> Any:
     return getattr(importlib.import_module(f"tflite.{module}"), f"{module}{name}")
 
@@ -105,12 +120,22 @@ def _options(b: flatbuffers.Builder, name: str, options: dict[str, Any]) -> int:
     return _table(b, name, fields)
 
 
-def _buffer(b: flatbuffers.Builder, data: bytes) -> int:
-    if not data:
+def _nbytes(data: bytes | np.ndarray) -> int:
+    return data.nbytes if isinstance(data, np.ndarray) else len(data)
+
+
+def _buffer(b: flatbuffers.Builder, data: bytes | np.ndarray) -> int:
+    n = _nbytes(data)
+    if not n:
         return _table(b, "Buffer", {})
-    b.Prep(_BUFFER_ALIGN, len(data))  # the vector's first byte lands on the boundary
-    vec = b.CreateNumpyVector(np.frombuffer(data, dtype=np.uint8))
-    return _table(b, "Buffer", {"Data": vec})
+    # A ubyte vector whose first byte lands on the boundary, its bytes copied once (what
+    # the builder's CreateByteVector does, which takes bytes only).
+    b.Prep(_BUFFER_ALIGN, n)
+    b.StartVector(1, n, 1)
+    b.head -= n
+    raw = data.reshape(-1).view(np.uint8) if isinstance(data, np.ndarray) else data
+    b.Bytes[b.head:b.head + n] = raw if isinstance(raw, bytes) else memoryview(raw)
+    return _table(b, "Buffer", {"Data": b.EndVector()})
 
 
 def _tensor(b: flatbuffers.Builder, t: TensorDef) -> int:
@@ -164,14 +189,53 @@ def _signature(b: flatbuffers.Builder, key: str, inputs: list[tuple[str, int]],
                                       "SubgraphIndex": 0})
 
 
-def serialise(model: ModelDef) -> bytes:
-    """The .tflite bytes (schema version 3, identifier TFL3) of ``model``."""
+def _outside(b: flatbuffers.Builder, size: int) -> tuple[int, int]:
+    """A Buffer table whose data lies past the flatbuffer (``offset`` and ``size``, the
+    schema's form for large models): the offset is written as a placeholder, patched once the
+    flatbuffer's length is known. (The table, where the placeholder sits, counted from the
+    end of the builder's bytes.)"""
+    _fn("Buffer", "Start")(b)
+    _fn("Buffer", "AddOffset")(b, _PLACEHOLDER_OFFSET)  # non-zero: always written
+    at = b.Offset()
+    _fn("Buffer", "AddSize")(b, size)
+    return _fn("Buffer", "End")(b), at
+
+
+#: Any value above 1 (TFLite's sign of data outside the flatbuffer) holds the offset's place.
+_PLACEHOLDER_OFFSET = 1 << 40
+_U64 = struct.Struct("<Q")
+
+
+def serialise(model: ModelDef, *, data_outside: bool = False) -> bytes:
+    """The .tflite bytes (schema version 3, identifier TFL3) of ``model``.
+
+    ``data_outside``: constant data goes after the flatbuffer (each Buffer's ``offset`` and
+    ``size``, which TFLite reads since 2.14, for models past 2 GB), so the weights are
+    copied once, straight into the result, and the builder holds only the small tables;
+    otherwise inside (each Buffer's ``data``), which every TFLite reader takes."""
     codes = sorted({op.code for sg in model.subgraphs for op in sg.operators})
     opcodes = {code: k for k, code in enumerate(codes)}
-    size = sum(len(d) + _BUFFER_ALIGN for d in model.buffers) + 4096
+    # Room for everything, so the builder never grows: the data (when inside), and a
+    # generous bound on the tables, vectors and strings around it.
+    names = sum(len(t.name) for sg in model.subgraphs for t in sg.tensors)
+    items = sum(len(sg.tensors) + len(sg.operators) for sg in model.subgraphs)
+    scales = sum(len(t.scales or ()) for sg in model.subgraphs for t in sg.tensors)
+    size = sum((0 if data_outside else _nbytes(d)) + 2 * _BUFFER_ALIGN + 32
+               for d in model.buffers) + 4 * names + 512 * items + 16 * scales + 65536
     b = flatbuffers.Builder(size)
     # Buffers first: the largest children, at the end of the file.
-    buffers = [_buffer(b, data) for data in model.buffers]
+    outside: list[tuple[int, int, bytes | np.ndarray]] = []  # (placeholder, offset, data)
+    buffers = []
+    end = 0  # where the next outside buffer starts, counted from the first one's start
+    for data in model.buffers:
+        n = _nbytes(data)
+        if data_outside and n:
+            table, at = _outside(b, n)
+            outside.append((at, end, data))
+            end = _align(end + n)
+            buffers.append(table)
+        else:
+            buffers.append(_buffer(b, data))
     subgraphs = [_subgraph(b, sg, opcodes) for sg in model.subgraphs]
     codes_tables = [_table(b, "OperatorCode", {
         "DeprecatedBuiltinCode": min(code, _PLACEHOLDER_FOR_GREATER_OP_CODES),
@@ -188,4 +252,19 @@ def serialise(model: ModelDef) -> bytes:
         "Buffers": _offsets(b, "Model", "Buffers", buffers),
         "SignatureDefs": signatures})
     b.Finish(root, file_identifier=FILE_IDENTIFIER)
-    return bytes(b.Output())
+    if not outside:
+        return bytes(memoryview(b.Bytes)[b.Head():])  # one copy (Output() slices, then bytes())
+    flat = bytearray(memoryview(b.Bytes)[b.Head():])
+    base = _align(len(flat))
+    pieces: list[Any] = [flat, bytes(base - len(flat))]
+    for at, offset, data in outside:
+        _U64.pack_into(flat, len(flat) - at, base + offset)
+        pieces.append(data.reshape(-1).view(np.uint8) if isinstance(data, np.ndarray) else data)
+        pad = _align(_nbytes(data)) - _nbytes(data)
+        if pad:
+            pieces.append(bytes(pad))
+    return b"".join(pieces)  # the one copy of the weights
+
+
+def _align(n: int) -> int:
+    return (n + _BUFFER_ALIGN - 1) // _BUFFER_ALIGN * _BUFFER_ALIGN

@@ -114,7 +114,8 @@ def _bias(cx: ExportOpContext, j: int, filter_j: int) -> int:
         return cx.t(j)
     t = cx.t(j)
     tensor = cx.w.sg.tensors[t]
-    tensor.scales = [float(cx.info(0).scale * s) for s in f.channel_scales]
+    scales = np.asarray(f.channel_scales, dtype=np.float32)
+    tensor.scales = (cx.info(0).scale * scales).astype(np.float64).tolist()  # float32 products
     tensor.zero_points = [0] * len(tensor.scales)
     tensor.quantized_dimension = 0
     return t

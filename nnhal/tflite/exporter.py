@@ -29,13 +29,16 @@ from nnhal.validation.model import ValidationError
 
 def write_tflite(model: Model | ImportedModel, input_names: list[str] | None = None,
                  output_names: list[str] | None = None, *,
-                 graph: ModelGraph | None = None) -> bytes:
+                 graph: ModelGraph | None = None, data_outside: bool = False) -> bytes:
     """The .tflite bytes of ``model``, with a "serving_default" signature.
 
     Raises InvalidModelError (the validation message) for an invalid model, and
     UnsupportedModelError naming each operation ("#index TYPE: reason") without an exact
     TFLite equivalent. Names default to the ImportedModel's, else input_0... / output_0...
     ``graph`` is the model's analysis when the caller (a driver's prepare) has it already.
+    ``data_outside``: constant data after the flatbuffer (Buffer ``offset`` / ``size``, read
+    by TFLite 2.14 and later), which writes large models faster (see
+    :func:`~nnhal.tflite.export_fb.serialise`); by default inside, as every reader takes it.
     """
     if isinstance(model, ImportedModel):
         input_names = input_names or model.input_names
@@ -56,7 +59,7 @@ def write_tflite(model: Model | ImportedModel, input_names: list[str] | None = N
     sg = ex.model.subgraphs[0]
     ex.model.signature = ("serving_default", list(zip(input_names, sg.inputs)),
                           list(zip(output_names, sg.outputs)))
-    return serialise(ex.model)
+    return serialise(ex.model, data_outside=data_outside)
 
 
 def _names(names: list[str] | None, n: int, prefix: str) -> list[str]:

@@ -60,7 +60,7 @@ def hal_type(t: TfliteTensor) -> HalType:
                 raise Unimportable(f"{t.describe()}: per-channel quantization is only for int8 "
                                    f"with zero points 0 in the HAL")
             return (T.TENSOR_QUANT8_SYMM_PER_CHANNEL, 0.0, 0,
-                    SymmPerChannelQuantParams([float(s) for s in t.scales], t.qdim))
+                    SymmPerChannelQuantParams(t.scales.astype(np.float64).tolist(), t.qdim))
         scale, zp = float(t.scales[0]), int(t.zero_points[0])
         if tt == TT.UINT8:
             return T.TENSOR_QUANT8_ASYMM, scale, zp, None

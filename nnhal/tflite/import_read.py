@@ -5,6 +5,7 @@ tensor's shape, and whatever a corrupted file raises becomes a ModelFileError (t
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,11 +137,12 @@ class _Reader:
     def fail(self, problem: str) -> ModelFileError:
         return ModelFileError(self.name, f"corrupted: {problem}")
 
-    def buffer_bytes(self, k: int, where: str) -> bytes | None:
+    def buffer_bytes(self, k: int, where: str) -> np.ndarray | None:
         """Buffer ``k``'s data as TFLite's InterpreterBuilder takes it: none for buffer 0 (the
         schema's empty sentinel, whatever it holds); a data vector, when present, even empty
         (a constant of 0 bytes, which a tensor of any element is refused for); else bytes
-        past the flatbuffer when ``offset`` > 1; else none (a tensor computed at run time)."""
+        past the flatbuffer when ``offset`` > 1; else none (a tensor computed at run time).
+        A read-only uint8 view of the file's bytes: weights are never copied here."""
         if k == 0:
             return None
         if not 0 <= k < self.buffers.size:
@@ -148,13 +150,13 @@ class _Reader:
         data = self.data
         f = schema.fields(data, int(self.buffers[k]), 3)
         if f[_B_DATA]:
-            return schema.vector(data, f[_B_DATA], "u1").tobytes()
+            return schema.vector(data, f[_B_DATA], "u1")
         off, size = schema.scalar(data, f[_B_OFFSET], _U64), schema.scalar(data, f[_B_SIZE], _U64)
         if off > 1:  # data past the flatbuffer (large models)
             if off + size > len(data):
                 raise ModelFileError(self.name, f"truncated: buffer {k} ends at byte "
                                                 f"{off + size} of {len(data)}")
-            return data[off:off + size]
+            return np.frombuffer(data, np.uint8, size, off)
         return None
 
     def tensor(self, pos: int, i: int, where: str, used: bool) -> TfliteTensor:
@@ -195,14 +197,14 @@ class _Reader:
             if used:
                 sparsity = tflite.SparsityParameters()
                 sparsity.Init(data, schema.table(data, f[_T_SPARSITY]))
-                info.sparse_value = densify(np.frombuffer(content, dtype), shape, sparsity,
+                info.sparse_value = densify(_typed(content, dtype), shape, sparsity,
                                             self.name, what)
             return info
         count = int(np.prod(shape, dtype=np.int64)) if shape else 1
         if len(content) != count * dtype.itemsize:
             raise self.fail(f"{what} has {len(content)} bytes of data for shape {list(shape)}")
         if used:
-            info.value = np.frombuffer(content, dtype).reshape(shape).copy()
+            info.value = _typed(content, dtype).reshape(shape)
         return info
 
     def quantization(self, info: TfliteTensor, pos: int, dims: list[int], what: str) -> None:
@@ -316,6 +318,16 @@ class _Reader:
 _NONE = np.empty(0, np.int32)
 
 
+def _typed(content: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A buffer's bytes as ``dtype``: a read-only view of the file (the file's bytes are
+    immutable, so the view is as safe as a copy and costs nothing), copied only when the
+    data is not aligned for its type."""
+    if content.size % dtype.itemsize:
+        raise ValueError(f"{content.size} bytes of data for {dtype} elements")
+    arr = content.view(dtype)
+    return arr if arr.flags.aligned else arr.copy()
+
+
 def _options(op: tflite.Operator, table: str | None) -> Any:
     """The operator's options as ``table``: the schema's defaults when the file has none or
     has another table (TFLite reads those as absent); None when the builtin reads none."""
@@ -330,8 +342,10 @@ def _options(op: tflite.Operator, table: str | None) -> Any:
     return opts
 
 
+@functools.cache
 def default_options(table: str) -> Any:
-    """An options table with every field at its schema default."""
+    """An options table with every field at its schema default (one per table, shared: a
+    reader that nobody writes to)."""
     b = flatbuffers.Builder(16)
     b.StartObject(0)
     b.Finish(b.EndObject())

@@ -160,7 +160,8 @@ class _Walk:
         entry = 4 + 2 * (k - 1)
         off = np.where(vsize > entry, self.u16(np.where(vsize > entry, vt + entry, 0)), 0)
         kind = np.where(off != 0, self.u8[np.where(off != 0, pos + off, 0)], 0)
-        for t in np.unique(kind).tolist():
+        # (sorted(set()): np.unique would import numpy.ma, tens of ms on a first open)
+        for t in sorted(set(kind.tolist())):
             member = _UNIONS[enum].get(t)
             if member is not None:  # NONE, and types unknown here, are accepted unread
                 self.table(member, target[kind == t], depth + 1)

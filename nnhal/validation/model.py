@@ -112,7 +112,8 @@ def validate_operand(op: Operand, where: str, prefixes: set[int]) -> None:
             raise _fail(f"{where}: the channel dimension must be known")
         if len(cq.scales) != n:
             raise _fail(f"{where}: {len(cq.scales)} channel scales for {n} channels")
-        if any(not (np.isfinite(s) and s > 0) for s in cq.scales):
+        scales = np.asarray(cq.scales, dtype=np.float64)
+        if not bool(np.all(np.isfinite(scales) & (scales > 0))):
             raise _fail(f"{where}: channel scales must be positive")
     elif op.extra_params is not None:
         raise _fail(f"{where}: {t.name} takes no extra parameters")

@@ -123,6 +123,8 @@ class DriverBurst(IBurst):
             array = mem.array()
         except Exception:  # noqa: BLE001 - unmappable: nothing to cache
             return None
+        if mem.immutable:  # sealed against writing: never a request's memory
+            return None
         with self._cache_lock:
             self._purge()
             entry = self._cache.get(id(mem))

@@ -60,6 +60,8 @@ def resolve_pools(request: Request, buffers: TokenRegistry[RequestBuffer]
             arrays.append(mem.mapped())  # its size is checked when the run starts
         except MemoryError_ as e:
             raise ValidationError(f"request pool {i}: {e}") from e
+        if mem.immutable:  # mapped read-only: a request's memory is written (outputs)
+            raise ValidationError(f"request pool {i}: the memory is sealed against writing")
         sizes.append(mem.size)
     return arrays, sizes
 

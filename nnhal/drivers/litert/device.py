@@ -122,7 +122,9 @@ class LiteRTDevice(DeviceBase):
 
     def compile_now(self, model: Model, graph: ModelGraph) -> bytes:
         # Now, not in the task: the client may change its Model once prepareModel returns.
-        return write_tflite(model, graph=graph)  # the graph prepare has: no second analysis
+        # The graph prepare has (no second analysis); the weights after the flatbuffer, which
+        # ai-edge-litert reads, so they are copied once, straight into the bytes it maps.
+        return write_tflite(model, graph=graph, data_outside=True)
 
     def build(self, graph: ModelGraph, compiled: Any, priority: Priority,
               deadline: int | None) -> tuple[ErrorStatus, IPreparedModel | None]:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import threading
+import weakref
 from collections.abc import Iterable
 
 import numpy as np
@@ -207,7 +209,26 @@ def refusal(graph: ModelGraph) -> str | None:
 
 # ---- the rules ----------------------------------------------------------------------------
 
+#: The reasons found per graph: a prepare asks again (``refusal``) what the support query
+#: asked of the same analysed graph, and the answer is an export's worth of work.
+_reasons_of: weakref.WeakKeyDictionary[ModelGraph, tuple[str | None, ...]] = \
+    weakref.WeakKeyDictionary()
+_reasons_lock = threading.Lock()
+
+
 def _main_reasons(graph: ModelGraph) -> list[str | None]:
+    """Per main operation, why it is refused (None: supported); once per graph (graphs are
+    immutable)."""
+    with _reasons_lock:
+        found = _reasons_of.get(graph)
+    if found is None:
+        found = tuple(_find_reasons(graph))
+        with _reasons_lock:
+            _reasons_of[graph] = found
+    return list(found)
+
+
+def _find_reasons(graph: ModelGraph) -> list[str | None]:
     export = _export_refusals(graph)
     sub_reason: dict[int, str | None] = {}
 
