@@ -17,7 +17,8 @@ ratios.
 support queries, export, the interpreter, the first run), how often each ran, and how many
 analyses the open ran (``nnhal.analysis.analyses()``: one is the goal).
 
-    python benchmarks/bench_open_stages.py [--rounds N] [--breakdown] [--baseline DIR] MODEL.tflite [...]
+    python benchmarks/bench_open_stages.py [--rounds N] [--breakdown] [--baseline DIR]
+                                           MODEL.tflite [...]
 
 ``--baseline DIR`` times the nnhal of another checkout (``git worktree add DIR <commit>``)
 in the same rounds, for before/after figures under the same load.
