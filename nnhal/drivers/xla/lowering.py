@@ -339,17 +339,45 @@ def _conv(op: Op) -> Sequence[Any]:
     w = op.x(1)
     _, h, wd, c = x.shape
     _, kh, kw, _ = w.shape
-    if op.type == O.CONV_2D:
-        groups, spec = 1, ("NHWC", "OHWI", "NHWC")
-    else:  # filter [1, kh, kw, c * multiplier]: one group per input channel
-        groups, spec = c, ("NHWC", "HWIO", "NHWC")
-        w = w.reshape(kh, kw, 1, w.shape[3])
-    y = op.lax.conv_general_dilated(
-        x, w, window_strides=tuple(int(s) for s in a.stride), padding=_pads(a, h, wd, kh, kw),
-        rhs_dilation=tuple(int(d) for d in a.dilation), dimension_numbers=spec,
-        feature_group_count=groups, precision=op.precision)
+    pads = _pads(a, h, wd, kh, kw)
+    if op.type == O.DEPTHWISE_CONV_2D:
+        y = _depthwise(op, x, w[0], a, pads)
+    elif kh == kw == 1 and tuple(a.stride) == (1, 1) and not any(map(any, pads)):
+        # A pointwise convolution is one matrix product (the channels of every pixel).
+        y = op.jnp.matmul(x.reshape(-1, c), w.reshape(w.shape[0], c).T,
+                          precision=op.precision).reshape(*x.shape[:3], w.shape[0])
+    else:
+        y = op.lax.conv_general_dilated(
+            x, w, window_strides=tuple(int(s) for s in a.stride), padding=pads,
+            rhs_dilation=tuple(int(d) for d in a.dilation),
+            dimension_numbers=("NHWC", "OHWI", "NHWC"), precision=op.precision)
     y = op.act(y + op.x(2), int(a.act))
     return [_from_nhwc(op, y, nchw)]
+
+
+def _depthwise(op: Op, x: Any, w: Any, a: Any, pads: list[tuple[int, int]]) -> Any:
+    """A depthwise convolution as a sum of kh * kw shifted, strided slices times one filter
+    tap each: XLA fuses it into one loop over the output (its grouped convolution with one
+    group per channel ran several times slower on the CPU)."""
+    jnp, lax = op.jnp, op.lax
+    kh, kw, cm = w.shape
+    c = x.shape[3]
+    if cm != c:
+        x = jnp.repeat(x, cm // c, axis=3)  # output channel c * multiplier + m reads channel c
+    x = jnp.pad(x, ((0, 0), pads[0], pads[1], (0, 0)))
+    sh, sw = (int(s) for s in a.stride)
+    dh, dw = (int(d) for d in a.dilation)
+    n, hp, wp, _ = x.shape
+    oh = (hp - ((kh - 1) * dh + 1)) // sh + 1
+    ow = (wp - ((kw - 1) * dw + 1)) // sw + 1
+    y = None
+    for i in range(kh):
+        for j in range(kw):
+            tap = lax.slice(x, (0, i * dh, j * dw, 0),
+                            (n, i * dh + (oh - 1) * sh + 1, j * dw + (ow - 1) * sw + 1, cm),
+                            (1, sh, sw, 1)) * w[i, j]
+            y = tap if y is None else y + tap
+    return y
 
 
 def _pool_params(op: Op) -> Any:
@@ -421,7 +449,6 @@ def _resize_supports(op: Op) -> str | None:
 @_lowering(O.RESIZE_BILINEAR, O.RESIZE_NEAREST_NEIGHBOR, supports=_resize_supports)
 def _resize(op: Op) -> Sequence[Any]:
     nchw, align, half = _resize_params(op)
-    jnp = op.jnp
     x = _to_nhwc(op, op.x(0), nchw)
     _, h, w, _ = x.shape
     out = op.out_shape()
