@@ -468,6 +468,250 @@ def _resize(op: Op) -> Sequence[Any]:
     return [_from_nhwc(op, y, nchw)]
 
 
+# ---- more elementwise, normalization, layout ----------------------------------------------
+
+_UNARY.update({
+    O.LOG: lambda jnp, x: jnp.log(x),
+    O.SIN: lambda jnp, x: jnp.sin(x),
+    O.FLOOR: lambda jnp, x: jnp.floor(x),
+})
+for _t in (O.LOG, O.SIN, O.FLOOR):
+    LOWERINGS[_t] = LOWERINGS[O.RELU]
+
+
+@_lowering(O.POW, consts=lambda op: ())
+def _pow(op: Op) -> Sequence[Any]:
+    return [op.jnp.power(op.x(0), op.x(1))]
+
+
+@_lowering(O.ELU)
+def _elu(op: Op) -> Sequence[Any]:
+    x, alpha = op.x(0), np.float32(op.scalar(1))
+    return [op.jnp.where(x < 0, alpha * op.jnp.expm1(x), x)]
+
+
+@_lowering(O.LOG_SOFTMAX)
+def _log_softmax(op: Op) -> Sequence[Any]:
+    jnp = op.jnp
+    x = op.x(0) * np.float32(op.scalar(1))
+    axis = int(op.scalar(2))
+    z = x - jnp.max(x, axis=axis, keepdims=True)
+    return [z - jnp.log(jnp.sum(jnp.exp(z), axis=axis, keepdims=True))]
+
+
+@_lowering(O.L2_NORMALIZATION)
+def _l2_norm(op: Op) -> Sequence[Any]:
+    jnp = op.jnp
+    x = op.x(0)
+    axis = int(op.scalar(1, -1))
+    norm = jnp.sqrt(jnp.sum(x * x, axis=axis, keepdims=True))
+    return [x / jnp.maximum(norm, np.float32(1e-6))]
+
+
+@_lowering(O.LOCAL_RESPONSE_NORMALIZATION)
+def _lrn(op: Op) -> Sequence[Any]:
+    jnp, lax = op.jnp, op.lax
+    x = op.x(0)
+    radius = int(op.scalar(1))
+    bias, alpha, beta = (np.float32(op.scalar(k)) for k in (2, 3, 4))
+    axis = int(op.scalar(5, -1)) % x.ndim
+    dims = [1] * x.ndim
+    dims[axis] = 2 * radius + 1
+    pads = [(0, 0)] * x.ndim
+    pads[axis] = (radius, radius)
+    window = lax.reduce_window(x * x, 0.0, lax.add, tuple(dims), (1,) * x.ndim, tuple(pads))
+    return [x * jnp.power(bias + alpha * window, -beta)]
+
+
+def _instance_norm_supports(op: Op) -> str | None:
+    return None if op.info(0).type == T.TENSOR_FLOAT32 else \
+        "float16: the reference computes it in float64"
+
+
+@_lowering(O.INSTANCE_NORMALIZATION, supports=_instance_norm_supports)
+def _instance_norm(op: Op) -> Sequence[Any]:
+    jnp = op.jnp
+    x = op.x(0)
+    gamma, beta, eps = (np.float32(op.scalar(k)) for k in (1, 2, 3))
+    spatial = (2, 3) if bool(op.scalar(4)) else (1, 2)
+    mean = jnp.mean(x, axis=spatial, keepdims=True)
+    var = jnp.mean((x - mean) ** 2, axis=spatial, keepdims=True)
+    return [(x - mean) * gamma / jnp.sqrt(var + eps) + beta]
+
+
+@_lowering(O.DEPTH_TO_SPACE, O.SPACE_TO_DEPTH, types=FLOATS_INT)
+def _depth_space(op: Op) -> Sequence[Any]:
+    bs = int(op.scalar(1))
+    nchw = bool(op.scalar(2, False))
+    x = _to_nhwc(op, op.x(0), nchw)
+    n, h, w, c = x.shape
+    if op.type == O.DEPTH_TO_SPACE:
+        co = c // (bs * bs)
+        y = x.reshape(n, h, w, bs, bs, co).transpose(0, 1, 3, 2, 4, 5)
+        y = y.reshape(n, h * bs, w * bs, co)
+    else:
+        y = x.reshape(n, h // bs, bs, w // bs, bs, c).transpose(0, 1, 3, 2, 4, 5)
+        y = y.reshape(n, h // bs, w // bs, bs * bs * c)
+    return [_from_nhwc(op, y, nchw)]
+
+
+@_lowering(O.CHANNEL_SHUFFLE, types=FLOATS_INT)
+def _channel_shuffle(op: Op) -> Sequence[Any]:
+    x = op.x(0)
+    groups = int(op.scalar(1))
+    axis = int(op.scalar(2)) % x.ndim
+    c = x.shape[axis]
+    shape = (*x.shape[:axis], groups, c // groups, *x.shape[axis + 1:])
+    y = op.jnp.swapaxes(x.reshape(shape), axis, axis + 1)
+    return [y.reshape(x.shape)]
+
+
+@_lowering(O.TILE, types=FLOATS_INT)
+def _tile(op: Op) -> Sequence[Any]:
+    reps = tuple(int(m) for m in np.asarray(op.value(1)).reshape(-1))
+    return [op.jnp.tile(op.x(0), reps)]
+
+
+@_lowering(O.SPLIT, types=FLOATS_INT)
+def _split(op: Op) -> Sequence[Any]:
+    x = op.x(0)
+    axis = int(op.scalar(1)) % x.ndim
+    return op.jnp.split(x, int(op.scalar(2)), axis=axis)
+
+
+def _gather_supports(op: Op) -> str | None:
+    shape = op.info(0).shape
+    axis = int(op.scalar(1)) % len(shape)  # type: ignore[arg-type]
+    idx = np.asarray(op.value(2))
+    if idx.size and (idx.min() < 0 or idx.max() >= shape[axis]):  # type: ignore[index]
+        return "indices out of range"
+    return None
+
+
+@_lowering(O.GATHER, types=FLOATS_INT, supports=_gather_supports)
+def _gather(op: Op) -> Sequence[Any]:
+    x = op.x(0)
+    axis = int(op.scalar(1)) % x.ndim
+    return [op.jnp.take(x, np.asarray(op.value(2)).astype(np.int32), axis=axis)]
+
+
+def _strided_plan(op: Op) -> Any:
+    from nnhal.ops import indexing
+
+    ints = [[int(v) for v in np.asarray(op.value(k)).reshape(-1)] for k in (1, 2, 3)]
+    masks = [int(op.scalar(k)) for k in (4, 5, 6)]
+    return indexing._strided_plan(op.info(0).shape, *ints, *masks)
+
+
+def _strided_supports(op: Op) -> str | None:
+    try:
+        plan, _ = _strided_plan(op)
+    except OpError as e:
+        return str(e)
+    return "an empty selection" if any(count == 0 for _, count, _ in plan) else None
+
+
+@_lowering(O.STRIDED_SLICE, types=FLOATS_INT, supports=_strided_supports)
+def _strided_slice(op: Op) -> Sequence[Any]:
+    plan, _ = _strided_plan(op)
+    x = op.x(0)
+    index = []
+    for start, count, stride in plan:
+        last = start + stride * (count - 1)
+        stop = last + (1 if stride > 0 else -1)
+        index.append(slice(start, None if stop < 0 else stop, stride))
+    return [x[tuple(index)].reshape(op.out_shape())]
+
+
+def _grouped_supports(op: Op) -> str | None:
+    if op.info(1).type != op.info(0).type or op.info(2).type != op.info(0).type:
+        return "filter or bias of another type than the input"
+    try:
+        a = _grouped_args(op)
+    except OpError as e:
+        return str(e)
+    return f"padding scheme {a.code}" if a.code is not None and a.code not in (1, 2) else None
+
+
+def _grouped_args(op: Op) -> Any:
+    shim = _Shim(op)
+    layout = conv_rules._select(shim, 9, 12, has_extra=True)  # type: ignore[arg-type]
+    return conv_rules._resolve(layout, conv_rules._static_values(shim))  # type: ignore
+
+
+@_lowering(O.GROUPED_CONV_2D, consts=_conv_consts, supports=_grouped_supports)
+def _grouped_conv(op: Op) -> Sequence[Any]:
+    a = _grouped_args(op)
+    nchw = bool(a.nchw)
+    x = _to_nhwc(op, op.x(0), nchw)
+    w = op.x(1)
+    _, h, wd, _ = x.shape
+    _, kh, kw, _ = w.shape
+    y = op.lax.conv_general_dilated(
+        x, w, window_strides=tuple(int(s) for s in a.stride), padding=_pads(a, h, wd, kh, kw),
+        rhs_dilation=tuple(int(d) for d in a.dilation),
+        dimension_numbers=("NHWC", "OHWI", "NHWC"), feature_group_count=int(a.extra),
+        precision=op.precision)
+    return [_from_nhwc(op, op.act(y + op.x(2), int(a.act)), nchw)]
+
+
+def _tconv_args(op: Op) -> Any:
+    if op.n == 9:
+        layout = conv_rules._make_layout(op.n, True, False, out_shape=True)
+    elif op.n == 11:
+        layout = conv_rules._make_layout(op.n, False, False)
+    else:
+        raise OpError(f"unsupported number of inputs {op.n}")
+    return conv_rules._resolve(layout, conv_rules._static_values(_Shim(op)))  # type: ignore
+
+
+def _tconv_pads(op: Op, a: Any, kh: int, kw: int) -> list[tuple[int, int]]:
+    if a.pads is not None:
+        left, right, top, bottom = (int(p) for p in a.pads)
+        return [(top, bottom), (left, right)]
+    shape = [int(v) for v in np.asarray(a.out_shape).reshape(-1)]
+    oh, ow = (shape[2], shape[3]) if a.nchw else (shape[1], shape[2])
+    top, bottom = conv_rules.explicit_padding(oh, a.stride[0], 1, kh, a.code, transpose=True)
+    left, right = conv_rules.explicit_padding(ow, a.stride[1], 1, kw, a.code, transpose=True)
+    return [(top, bottom), (left, right)]
+
+
+def _tconv_supports(op: Op) -> str | None:
+    if op.info(1).type != op.info(0).type or op.info(2).type != op.info(0).type:
+        return "filter or bias of another type than the input"
+    try:
+        a = _tconv_args(op)
+    except OpError as e:
+        return str(e)
+    if a.code is not None and a.code not in (1, 2):
+        return f"padding scheme {a.code}"
+    return None
+
+
+def _tconv_consts(op: Op) -> Sequence[int]:
+    return range(3, op.n)
+
+
+@_lowering(O.TRANSPOSE_CONV_2D, consts=_tconv_consts, supports=_tconv_supports)
+def _transpose_conv(op: Op) -> Sequence[Any]:
+    a = _tconv_args(op)
+    nchw = bool(a.nchw)
+    x = _to_nhwc(op, op.x(0), nchw)
+    w = op.x(1)  # [out, kh, kw, in]
+    _, kh, kw, _ = w.shape
+    sh, sw = (int(s) for s in a.stride)
+    (top, bottom), (left, right) = _tconv_pads(op, a, kh, kw)
+    # out[o] = sum over i*s + k - head = o: the input dilated by the stride, padded by k - 1
+    # on both sides, convolved with the flipped filter; the paddings then cut from the result.
+    y = op.lax.conv_general_dilated(
+        x, w[:, ::-1, ::-1, :], window_strides=(1, 1),
+        padding=[(kh - 1, kh - 1), (kw - 1, kw - 1)], lhs_dilation=(sh, sw),
+        dimension_numbers=("NHWC", "OHWI", "NHWC"), precision=op.precision)
+    oh, ow = y.shape[1] - top - bottom, y.shape[2] - left - right
+    y = y[:, top:top + oh, left:left + ow, :]
+    return [_from_nhwc(op, op.act(y + op.x(2), int(a.act)), nchw)]
+
+
 # ---- support ------------------------------------------------------------------------------
 
 def _known(info: OperandInfo, shape: Any) -> bool:
