@@ -35,6 +35,8 @@ T = OperandType
 
 FLOATS = frozenset({T.TENSOR_FLOAT32, T.TENSOR_FLOAT16})
 FLOATS_INT = FLOATS | {T.TENSOR_INT32}
+#: Every type an operand computed with may have (each lowering narrows its input 0).
+RUNS = FLOATS_INT | {T.TENSOR_BOOL8}
 #: Constant tensors with more elements than this are passed to the compiled function as
 #: arguments held in device memory (the weights); smaller ones are compiled in.
 WEIGHT_MIN_ELEMENTS = 64
@@ -712,6 +714,72 @@ def _transpose_conv(op: Op) -> Sequence[Any]:
     return [_from_nhwc(op, op.act(y + op.x(2), int(a.act)), nchw)]
 
 
+# ---- booleans and batches ------------------------------------------------------------------
+
+_COMPARE = {O.EQUAL: "equal", O.NOT_EQUAL: "not_equal", O.GREATER: "greater",
+            O.GREATER_EQUAL: "greater_equal", O.LESS: "less", O.LESS_EQUAL: "less_equal"}
+
+
+@_lowering(*_COMPARE, types=RUNS, consts=lambda op: ())
+def _compare(op: Op) -> Sequence[Any]:
+    return [getattr(op.jnp, _COMPARE[op.type])(op.x(0), op.x(1))]  # type: ignore[index]
+
+
+_LOGICAL = {O.LOGICAL_AND: "logical_and", O.LOGICAL_OR: "logical_or"}
+
+
+@_lowering(*_LOGICAL, types=frozenset({T.TENSOR_BOOL8}), consts=lambda op: ())
+def _logical(op: Op) -> Sequence[Any]:
+    return [getattr(op.jnp, _LOGICAL[op.type])(op.x(0), op.x(1))]  # type: ignore[index]
+
+
+@_lowering(O.LOGICAL_NOT, types=frozenset({T.TENSOR_BOOL8}))
+def _logical_not(op: Op) -> Sequence[Any]:
+    return [op.jnp.logical_not(op.x(0))]
+
+
+def _select_values(op: Op) -> Sequence[Any]:
+    return [op.jnp.where(op.x(0), op.x(1), op.x(2))]
+
+
+def _select_supports(op: Op) -> str | None:
+    return None if op.info(1).type in RUNS else f"values of type {op.info(1).type.name}"
+
+
+LOWERINGS[O.SELECT] = Lowering(_select_values, frozenset({T.TENSOR_BOOL8}), lambda op: (),
+                               _select_supports)
+
+
+@_lowering(O.REDUCE_ANY, O.REDUCE_ALL, types=frozenset({T.TENSOR_BOOL8}))
+def _reduce_bool(op: Op) -> Sequence[Any]:
+    x = op.x(0)
+    f = op.jnp.any if op.type == O.REDUCE_ANY else op.jnp.all
+    return [f(x, axis=_axes(op, x.ndim)).reshape(op.out_shape())]
+
+
+@_lowering(O.SPACE_TO_BATCH_ND, O.BATCH_TO_SPACE_ND, types=FLOATS_INT)
+def _space_batch(op: Op) -> Sequence[Any]:
+    jnp = op.jnp
+    bh, bw = (int(b) for b in np.asarray(op.value(1)).reshape(-1))
+    to_batch = op.type == O.SPACE_TO_BATCH_ND
+    layout = 3 if to_batch else 2
+    nchw = bool(op.scalar(layout, False))
+    x = _to_nhwc(op, op.x(0), nchw)
+    if to_batch:
+        pads = np.asarray(op.value(2)).reshape(2, 2)
+        x = jnp.pad(x, ((0, 0), (int(pads[0, 0]), int(pads[0, 1])),
+                        (int(pads[1, 0]), int(pads[1, 1])), (0, 0)))
+        n, h, w, c = x.shape
+        y = x.reshape(n, h // bh, bh, w // bw, bw, c).transpose(2, 4, 0, 1, 3, 5)
+        y = y.reshape(bh * bw * n, h // bh, w // bw, c)
+    else:
+        nb, h, w, c = x.shape
+        n = nb // (bh * bw)
+        y = x.reshape(bh, bw, n, h, w, c).transpose(2, 3, 0, 4, 1, 5)
+        y = y.reshape(n, h * bh, w * bw, c)
+    return [_from_nhwc(op, y, nchw)]
+
+
 # ---- support ------------------------------------------------------------------------------
 
 def _known(info: OperandInfo, shape: Any) -> bool:
@@ -732,7 +800,7 @@ def why_not(graph: SubgraphGraph, k: int) -> str | None:
         return f"input type {op.info(0).type.name}"
     for o in outs:
         info = graph.operands[o]
-        if info.type not in FLOATS_INT:
+        if info.type not in RUNS:
             return f"output type {info.type.name}"
         if not _known(info, graph.shapes[o]):
             return "output shape not known at prepare"
@@ -745,7 +813,7 @@ def why_not(graph: SubgraphGraph, k: int) -> str | None:
             if not info.is_const:
                 return f"input {j} is given at run time"
             continue
-        if info.type.is_tensor and (info.type not in FLOATS_INT
+        if info.type.is_tensor and (info.type not in RUNS
                                     or not _known(info, graph.shapes[i])):
             return f"input {j}: type {info.type.name} or shape not known at prepare"
     try:
@@ -772,7 +840,7 @@ def refusal(graph: ModelGraph) -> str | None:
             return f"operation {k} ({name}): {why}"
     for i in (*main.inputs, *main.outputs):
         info = main.operands[i]
-        if info.type not in FLOATS_INT or not _known(info, main.shapes[i]):
+        if info.type not in RUNS or not _known(info, main.shapes[i]):
             return f"model operand {i}: type {info.type.name} or shape not known at prepare"
     return None
 
@@ -795,7 +863,7 @@ def weights_of(graph: ModelGraph) -> list[Weight]:
     out = []
     for i in sorted(used | set(main.outputs)):
         info = main.operands[i]
-        if info.is_const and info.type.is_tensor and info.type in FLOATS_INT and \
+        if info.is_const and info.type.is_tensor and info.type in RUNS and \
                 math.prod(main.shapes[i] or (0,)) > WEIGHT_MIN_ELEMENTS:
             out.append(Weight(i, np.dtype(info.type.dtype).str, tuple(main.shapes[i])))
     return out

@@ -24,6 +24,7 @@ from nnhal.hal.request_pool import RequestPool
 from nnhal.hal.types import (
     ErrorStatus,
     MemoryPool,
+    OperandType,
     OutputShape,
     Priority,
     Request,
@@ -31,6 +32,8 @@ from nnhal.hal.types import (
 )
 from nnhal.memory import SharedMemory
 from nnhal.memory.pool import watch_of
+
+_BOOL8 = OperandType.TENSOR_BOOL8
 
 
 class XlaRequest:
@@ -76,8 +79,8 @@ class XlaPreparedModel(PreparedModelBase):
                 loc = arg.location
                 nbytes = t.byte_size * math.prod(shape)
                 raw = pool[loc.offset:loc.offset + nbytes]
-                arrays.append(raw.view(t.dtype).reshape(shape) if t.is_tensor
-                              else raw.view(t.dtype)[0])
+                arrays.append((raw != 0).reshape(shape) if t == _BOOL8 else
+                              raw.view(t.dtype).reshape(shape))
             else:
                 info = self.graph.main.operands[idx]
                 arrays.append(pool.read_input(info, shape))
