@@ -129,6 +129,30 @@ def test_asynchronous_burst_reusable_and_fenced(pm, rb):
     assert fence.wait(30) == FenceState.SIGNALED and callback.get_execution_info()[0] == E.NONE
 
 
+def test_concurrent_executions_each_get_their_own_result(pm):
+    import threading
+
+    errors = []
+
+    def work(seed: int) -> None:
+        a, b = float_inputs(seed, DIMS)
+        builder = RequestBuilder([a, b], [a.nbytes])
+        try:
+            for _ in range(20):
+                if pm.execute_synchronously(builder.request)[0] != E.NONE or \
+                        not np.array_equal(builder.output(0, np.float32, DIMS), a + b):
+                    errors.append(seed)
+        finally:
+            builder.close()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
 def test_passed_deadline_is_refused(pm, rb):
     past = time.monotonic_ns() - 1
     assert pm.execute_synchronously(rb.request, MeasureTiming.NO, past)[0] == \
