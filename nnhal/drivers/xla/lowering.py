@@ -126,6 +126,8 @@ class Lowering:
     types: frozenset[OperandType] = FLOATS
     consts: Callable[[Op], Sequence[int]] = lambda op: range(1, op.n)
     supports: Callable[[Op], str | None] = lambda op: None
+    #: The input whose type ``types`` checks (PACK's data starts after its axis).
+    first: int = 0
 
 
 LOWERINGS: dict[OperationType, Lowering] = {}
@@ -780,6 +782,40 @@ def _space_batch(op: Op) -> Sequence[Any]:
     return [_from_nhwc(op, y, nchw)]
 
 
+# ---- feature levels 6 and 7 (AIDL v2, v3) -------------------------------------------------
+
+@_lowering(O.BATCH_MATMUL, consts=lambda op: (2, 3))
+def _batch_matmul(op: Op) -> Sequence[Any]:
+    jnp = op.jnp
+    x, y = op.x(0), op.x(1)
+    if op.scalar(2, False):
+        x = jnp.swapaxes(x, -1, -2)
+    if op.scalar(3, False):
+        y = jnp.swapaxes(y, -1, -2)
+    return [jnp.matmul(x, y, precision=op.precision)]
+
+
+def _pack(op: Op) -> Sequence[Any]:
+    return [op.jnp.stack([op.x(k) for k in range(1, op.n)], axis=int(op.scalar(0)))]
+
+
+LOWERINGS[O.PACK] = Lowering(_pack, FLOATS_INT, lambda op: (0,), first=1)
+
+
+@_lowering(O.MIRROR_PAD, types=FLOATS_INT)
+def _mirror_pad(op: Op) -> Sequence[Any]:
+    pads = np.asarray(op.value(1)).reshape(-1, 2)
+    mode = "reflect" if int(op.scalar(2)) == 0 else "symmetric"
+    return [op.jnp.pad(op.x(0), [(int(a), int(b)) for a, b in pads], mode=mode)]
+
+
+@_lowering(O.REVERSE, types=FLOATS_INT)
+def _reverse(op: Op) -> Sequence[Any]:
+    x = op.x(0)
+    axes = tuple(int(a) % x.ndim for a in np.asarray(op.value(1)).reshape(-1))
+    return [op.jnp.flip(x, axis=axes)]
+
+
 # ---- support ------------------------------------------------------------------------------
 
 def _known(info: OperandInfo, shape: Any) -> bool:
@@ -796,8 +832,8 @@ def why_not(graph: SubgraphGraph, k: int) -> str | None:
     if lowering is None:
         return f"{OperationType(t).name} is not lowered"
     op = Op(graph, graph.operations[k])
-    if op.info(0).type not in lowering.types:
-        return f"input type {op.info(0).type.name}"
+    if op.info(lowering.first).type not in lowering.types:
+        return f"input type {op.info(lowering.first).type.name}"
     for o in outs:
         info = graph.operands[o]
         if info.type not in RUNS:
