@@ -49,6 +49,35 @@ def platform(device: Any) -> str:
     return f"jax {jax.__version__} {device.platform} {device.device_kind}"
 
 
+def _putter(device: Any) -> Any:
+    """A function moving one host array to ``device``: JAX's batched transfer called directly
+    (6 us for two small inputs here, against 57 us through ``jax.device_put``'s Python
+    layers), or ``jax.device_put`` when this JAX has no such private entry point."""
+    import jax
+
+    try:
+        from jax._src import core
+        from jax._src.lib import xla_client as xc
+
+        sharding = jax.sharding.SingleDeviceSharding(device)
+        avals: dict[tuple[Any, ...], Any] = {}
+        batched = xc.batched_device_put
+
+        def put(x: np.ndarray) -> Any:
+            key = (x.shape, x.dtype)
+            aval = avals.get(key)
+            if aval is None:
+                aval = avals[key] = core.ShapedArray(x.shape, x.dtype)
+            return batched(aval, sharding, [x], [device], True)
+
+        probe = np.arange(3, dtype=np.float32)
+        if not np.array_equal(np.asarray(put(probe)), probe):
+            raise RuntimeError("batched_device_put gave another array")
+        return put
+    except Exception:  # noqa: BLE001 - another JAX: its public call
+        return lambda x: jax.device_put(x, device)
+
+
 class Executable:
     """One compiled model: the loaded executable, its weights in device memory, and the
     device. :meth:`run` takes the inputs as host arrays and returns the outputs as host
@@ -64,11 +93,11 @@ class Executable:
         self.device = device
         self.weight_table = list(weight_table)
         self.weights = [jax.device_put(v, device) for v in weight_values]
-        self._put = jax.device_put
+        self._put = _putter(device)
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        put, device = self._put, self.device
-        args = [*self.weights, *(put(a, device) for a in inputs)]
+        put = self._put
+        args = [*self.weights, *[put(a) for a in inputs]]
         results = self.loaded.execute_sharded(args).disassemble_into_single_device_arrays()
         return [np.asarray(r[0]) for r in results]
 
