@@ -29,6 +29,43 @@ def load() -> str:
     return Path("/proc/loadavg").read_text().split(" ", 3)[:3].__str__()
 
 
+def logits_model(model: str):
+    """The model with its final SOFTMAX made an identity (the logits out): a random-weight
+    MobileNet's probabilities are all 1/1000, its logits are not, so they are compared."""
+    from nnhal.hal.types import OperationType
+    from nnhal.tflite import read_tflite
+
+    m = read_tflite(model).model
+    main = m.main
+    last = main.operations[-1]
+    if last.type != OperationType.SOFTMAX or last.outputs != main.output_indexes:
+        return None
+    # The SOFTMAX becomes MAXIMUM(x, x): x itself, the model's output.
+    x, beta = last.inputs[0], last.inputs[1]
+    last.type = int(OperationType.MAXIMUM)
+    last.inputs = [x, x]
+    main.operands[x].number_of_consumers += 1
+    main.operands[beta].number_of_consumers -= 1
+    return m
+
+
+def compare_logits(model: str) -> None:
+    from nnhal.session import Session
+
+    m = logits_model(model)
+    if m is None:
+        return
+    outs = []
+    for dev in ("xla", "reference"):
+        s = Session(m, device=dev)
+        feeds = {i.name: np.random.default_rng(0).random(i.shape, np.float32) for i in s.inputs}
+        outs.append(next(iter(s.run(feeds).values())))
+    span = float(np.ptp(outs[1])) or 1.0
+    print(f"logits (the SOFTMAX made an identity): xla - reference max |diff| "
+          f"{np.abs(outs[0] - outs[1]).max():.3g}, {np.abs(outs[0] - outs[1]).max() / span:.2g}"
+          f" of their range {span:.3g}")
+
+
 def interleaved(model: str, rounds: int) -> None:
     from nnhal.drivers.registry import reason
     from nnhal.session import Session
@@ -106,6 +143,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--fresh", type=int, default=3)
     args = ap.parse_args()
+    compare_logits(args.model)
     interleaved(args.model, args.rounds)
     fresh(args.model, args.fresh)
 
