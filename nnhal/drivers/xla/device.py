@@ -38,11 +38,13 @@ VERSION_STRING = "nnhal-xla-0.1"
 
 # Performance relative to the reference driver (lower is better; the reference reports 1.0,
 # LiteRT 0.4 for float32). On the CPU, benchmarks/bench_xla.py measured MobileNetV2 224
-# float32 through Session in interleaved rounds on 2 loaded cores: xla 13.1 ms, LiteRT 8.2 ms,
-# the reference 11.9 ms at load 2.8 (1.10x the reference's time); 19.4, 9.5 and 15.2 ms at
-# load 4.7 (1.28x). XLA's CPU code is
-# not faster than either CPU driver here, so the figure says so and the runtime keeps float32
-# work on LiteRT or the reference when they can run it. On a GPU the figure is an estimate
+# float32 through Session in interleaved rounds on this project's 2 cores: xla 12.3 ms,
+# LiteRT 4.4 ms, the reference 12.7 ms when quiet (load 0.5: 0.86x the reference's time);
+# 13.1, 8.2 and 11.9 ms at load 2.8 (1.10x); 19.4, 9.5 and 15.2 ms at load 4.7 (1.28x). XLA's
+# CPU code is 2-3x slower than LiteRT's XNNPACK and about as fast as the reference, while each
+# preparation costs seconds of XLA compilation where the reference's takes milliseconds: the
+# figure (1.2) says "no faster than the reference", so the runtime keeps float32 work on LiteRT
+# or the reference when they can run it. On a GPU the figure is an estimate
 # from the H100 measurements (about 1.1 ms against 12 ms for the reference on a CPU),
 # not measured by this driver yet.
 #: float32 / float16 tensors on the CPU backend.
