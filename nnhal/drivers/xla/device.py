@@ -111,6 +111,14 @@ class XlaDevice(DeviceBase):
     def supported(self, graph: ModelGraph) -> list[bool]:
         return lowering.supported_operations(graph)
 
+    def operation_reasons(self, graph: ModelGraph) -> list[str | None]:
+        """Per main operation, None when it lowers, else why not (``nnhal info --plan``)."""
+        main = graph.main
+        return [None if ok and why is None else why or "not runnable here"
+                for ok, why in zip(main.supported,
+                                   (lowering.why_not(main, k) if ok else None
+                                    for k, ok in enumerate(main.supported)))]
+
     def refusal(self, graph: ModelGraph) -> str | None:
         if self.engine_unavailable is not None:
             return self.engine_unavailable
