@@ -308,3 +308,52 @@ def test_a_real_model_matches_the_reference_driver():
     for k, w in want.items():
         span = float(np.ptp(w)) or 1.0
         assert np.abs(got[k] - w).max() <= 1e-4 * span, k
+
+
+# ---- operations the conformance cases do not cover in float ------------------------------
+
+def _tconv_model(implicit: bool, stride: int, nchw: bool):
+    rng = np.random.default_rng(stride + 2 * implicit + 4 * nchw)
+    b = ModelBuilder()
+    in_shape = (1, 3, 5, 5) if nchw else (1, 5, 5, 3)
+    x = b.input(T.TENSOR_FLOAT32, in_shape)
+    w = b.constant(T.TENSOR_FLOAT32, rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    bias = b.constant(T.TENSOR_FLOAT32, rng.standard_normal(4).astype(np.float32))
+    if implicit:
+        size = 5 * stride
+        oshape = (1, 4, size, size) if nchw else (1, size, size, 4)
+        params = [b.constant(T.TENSOR_INT32, np.array(oshape, np.int32)),
+                  b.scalar(T.INT32, 1)]  # SAME
+    else:
+        size = (5 - 1) * stride + 3 - 1 - 0
+        oshape = (1, 4, size, size) if nchw else (1, size, size, 4)
+        params = [b.scalar(T.INT32, v) for v in (1, 0, 1, 0)]  # left, right, top, bottom
+    params += [b.scalar(T.INT32, stride), b.scalar(T.INT32, stride), b.scalar(T.INT32, 1),
+               b.scalar(T.BOOL, nchw)]
+    o = b.output(T.TENSOR_FLOAT32, oshape)
+    b.operation(O.TRANSPOSE_CONV_2D, [x, w, bias, *params], [o])
+    return b.build(), in_shape, oshape
+
+
+@pytest.mark.parametrize("implicit", [False, True])
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("nchw", [False, True])
+def test_transpose_conv_matches_the_reference(device, implicit, stride, nchw):
+    from nnhal.drivers.reference import ReferenceDevice
+
+    model, in_shape, oshape = _tconv_model(implicit, stride, nchw)
+    assert device.get_supported_operations(model) == (E.NONE, [True])
+    x = np.random.default_rng(9).standard_normal(in_shape).astype(np.float32)
+    results = []
+    ref = ReferenceDevice()
+    try:
+        for dev in (device, ref):
+            rb = RequestBuilder([x], [4 * int(np.prod(oshape))], model=model)
+            try:
+                assert prepare(dev, model).execute_synchronously(rb.request)[0] == E.NONE
+                results.append(rb.output(0, np.float32, oshape).copy())
+            finally:
+                rb.close()
+    finally:
+        ref.close()
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-5)
