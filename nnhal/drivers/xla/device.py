@@ -109,6 +109,8 @@ class XlaDevice(DeviceBase):
 
     # ---- DeviceBase -------------------------------------------------------------------------
     def supported(self, graph: ModelGraph) -> list[bool]:
+        if self.engine_unavailable is not None:  # made directly, without JAX: runs nothing
+            return [False] * len(graph.main.operations)
         return lowering.supported_operations(graph)
 
     def operation_reasons(self, graph: ModelGraph) -> list[str | None]:
