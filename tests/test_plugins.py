@@ -66,8 +66,8 @@ def plugin_site(tmp_path, monkeypatch):
 
 def test_plugins_are_listed_after_the_built_ins_without_being_imported(plugin_site):
     names = registry.device_names()
-    assert names[:2] == ["reference", "litert"]
-    assert names[2:] == ["vendor", "vendor-offline", "vendor-broken", "vendor-odd"]
+    assert names[:3] == ["reference", "litert", "xla"]
+    assert names[3:] == ["vendor", "vendor-offline", "vendor-broken", "vendor-odd"]
     assert "fakevendor_nn" not in sys.modules  # listing names imports nothing
 
 

@@ -26,7 +26,7 @@ def test_reference_is_registered_and_available():
 
 
 def test_unknown_name_lists_the_devices():
-    with pytest.raises(NnhalError, match="^unknown device 'x'; devices: reference, litert$"):
+    with pytest.raises(NnhalError, match="^unknown device 'x'; devices: reference, litert, xla$"):
         registry.open_device("x")
 
 
@@ -39,7 +39,7 @@ def test_an_unavailable_device_says_why_without_importing_it(restore_registry):
 
     registry.register("litert", factory, lambda: "needs ai-edge-litert (pip install "
                                                         "nnhal[litert])")
-    assert registry.device_names()[-1] == "litert"
+    assert "litert" in registry.device_names()
     assert registry.available()["litert"] == \
         "needs ai-edge-litert (pip install nnhal[litert])"
     with pytest.raises(NnhalError, match="device 'litert' is not available: needs ai-edge"):

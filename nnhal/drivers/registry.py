@@ -246,3 +246,18 @@ def _litert_unavailable() -> str | None:
 
 
 register("litert", _litert, _litert_unavailable)
+
+
+def _xla() -> IDevice:
+    from nnhal.drivers.xla import XlaDevice
+
+    return XlaDevice()
+
+
+def _xla_unavailable() -> str | None:
+    from nnhal.drivers.xla import unavailable
+
+    return unavailable()
+
+
+register("xla", _xla, _xla_unavailable)

@@ -1,0 +1,117 @@
+"""The XLA driver's compilation cache, in the common authenticated container
+(:mod:`nnhal.drivers.common.compilation_cache`).
+
+The *data cache* is the compiled executable's bytes (``Client.serialize_executable``: the
+machine code XLA made, loaded again without compiling) followed by the weights, each tensor's
+bytes in argument order. The *model cache* body holds, after the common head, the main inputs
+and outputs as the LiteRT driver encodes them (:func:`nnhal.drivers.litert.cache.encode_io`,
+with this driver's version) and this driver's record: the platform the executable was compiled
+for (JAX version, platform, device kind: a cache from another one is refused, never loaded),
+the executable's length and the weights' table. Everything is bound by the HMAC of the model
+cache (the data cache through its digest), so only bytes this driver wrote are ever loaded: an
+XLA executable is code. No pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from typing import Any
+
+import numpy as np
+
+from nnhal.analysis import ModelGraph
+from nnhal.drivers.common.compilation_cache import (
+    BODY_HEAD_SIZE,
+    CacheError,
+    CompilationCache,
+    Loaded,
+    encode_head,
+)
+from nnhal.drivers.litert.cache import decode_io, encode_io
+from nnhal.drivers.xla.engine import Executable, platform, restore
+from nnhal.drivers.xla.lowering import Weight
+from nnhal.hal.interfaces import IPreparedModel
+from nnhal.hal.types import Model, Priority
+
+_LEN = struct.Struct("<I")
+
+
+class XlaPlan:
+    """What an XLA prepared model runs: the main inputs and outputs (a graph without
+    operations when restored) and the executable. Shared by the prepared models restored from
+    one cache while any of them lives."""
+
+    def __init__(self, graph: ModelGraph, executable: Executable):
+        self.graph = graph
+        self.executable = executable
+
+
+class XlaCache(CompilationCache):
+    """Serialized executables in the common container (see the module's text)."""
+
+    def __init__(self, driver_version: str, key: bytes | None, device: Any):
+        super().__init__(driver_version, key)
+        #: The JAX device restored executables load on (None: JAX is not available).
+        self.device = device
+
+    def encode(self, model: Model, priority: Priority, prepared: IPreparedModel
+               ) -> tuple[bytes, bytes, XlaPlan] | None:
+        plan = getattr(prepared, "plan", None)
+        if not isinstance(plan, XlaPlan):
+            return None
+        exe = plan.executable
+        code = exe.serialize()
+        parts = [code]
+        table = []
+        for w, arr in zip(exe.weight_table, exe.weight_bytes()):
+            parts.append(np.ascontiguousarray(arr, dtype=np.dtype(w.dtype)).tobytes())
+            table.append([w.index, w.dtype, list(w.shape)])
+        data = b"".join(parts)
+        io = encode_io(plan.graph, self.driver_version)
+        mine = json.dumps({"platform": platform(exe.device), "code": len(code),
+                           "weights": table}, separators=(",", ":")).encode()
+        body = encode_head(priority, plan.graph.relaxed, data) + _LEN.pack(len(io)) + io + mine
+        return body, data, plan
+
+    def decode(self, loaded: Loaded) -> tuple[ModelGraph, int, list[Weight], Loaded]:
+        body = bytes(loaded.body)
+        try:
+            (n,) = _LEN.unpack_from(body, BODY_HEAD_SIZE)
+            start = BODY_HEAD_SIZE + _LEN.size
+            io = body[start:start + n]
+            rec = json.loads(body[start + n:])
+            # decode_io reads its JSON after a body head: give it one (its bytes unused).
+            graph = decode_io(b"\0" * BODY_HEAD_SIZE + io, self.driver_version)
+            weights = [Weight(int(i), str(np.dtype(d).str), tuple(int(x) for x in s))
+                       for i, d, s in rec["weights"]]
+            code = int(rec["code"])
+            where = str(rec["platform"])
+        except CacheError:
+            raise
+        except (ValueError, TypeError, KeyError, struct.error) as e:
+            raise CacheError(f"malformed model cache: {type(e).__name__}: {e}") from e
+        if self.device is None:
+            raise CacheError("jax is not available")
+        here = platform(self.device)
+        if where != here:
+            raise CacheError(f"compiled for {where}, this device is {here}")
+        size = code + sum(np.dtype(w.dtype).itemsize * math.prod(w.shape) for w in weights)
+        if size != loaded.head.data_length:
+            raise CacheError("data cache length does not match the executable and weights")
+        # ``loaded.data`` is read only by bind, once its digest has matched.
+        return graph, code, weights, loaded
+
+    def bind(self, image: tuple[ModelGraph, int, list[Weight], Loaded]) -> XlaPlan:
+        graph, code, weights, loaded = image
+        data = memoryview(loaded.data)
+        values = []
+        pos = code
+        for w in weights:
+            n = np.dtype(w.dtype).itemsize * math.prod(w.shape)
+            values.append(np.frombuffer(data[pos:pos + n], dtype=np.dtype(w.dtype))
+                          .reshape(w.shape))
+            pos += n
+        exe = restore(bytes(data[:code]), self.device, weights, values)
+        return XlaPlan(graph, exe)

