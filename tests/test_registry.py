@@ -62,3 +62,27 @@ def test_a_probe_or_factory_that_breaks_is_a_reason_not_a_crash(restore_registry
     assert registry.available()["noimport"] is None
     with pytest.raises(NnhalError, match="'noimport' is not available: No module named"):
         registry.open_device("noimport")
+
+
+def test_a_device_can_keep_out_of_the_runtimes_default_list(restore_registry):
+    probed = []
+    registry.register("quiet", ReferenceDevice, lambda: probed.append(1), lambda: False)
+    registry.register("loud", ReferenceDevice, None, lambda: True)
+    registry.register("broken", ReferenceDevice, None, lambda: 1 / 0)
+    names = registry.runtime_names()
+    assert "loud" in names and "quiet" not in names and "broken" not in names
+    assert probed == []  # kept out before its probe (the costly part) runs
+    assert registry.available()["quiet"] is None  # still openable by name
+
+
+def test_xla_joins_the_runtime_only_with_an_accelerator(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in registry._JAX_ACCELERATORS
+                        else real(name, *a))
+    assert "xla" not in registry.runtime_names()
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "jax_plugins" else real(name, *a))
+    assert registry._xla_listed()

@@ -43,6 +43,9 @@ Probe = Callable[[], "str | None"]
 class _Entry:
     factory: Callable[[], IDevice | aidl.IDevice]
     probe: Probe | None = None
+    #: Whether the runtime lists the device without being asked (``runtime_names``); called
+    #: before the probe, so a device that costs much to load can stay out cheaply.
+    listed: Callable[[], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class _PluginEntry(_Entry):
     @classmethod
     def of(cls, ep: Any) -> _PluginEntry:
         p = _Plugin(ep)
-        return cls(p.factory, p.probe, p)
+        return cls(p.factory, p.probe, plugin=p)
 
 
 _DEVICES: dict[str, _Entry] = {}
@@ -100,10 +103,11 @@ def reason(name: str) -> str | None:
 
 
 def register(name: str, factory: Callable[[], IDevice | aidl.IDevice],
-             probe: Probe | None = None) -> None:
+             probe: Probe | None = None, listed: Callable[[], bool] | None = None) -> None:
     """Make ``name`` openable; ``factory`` and ``probe`` are called lazily (replaces an entry
-    of the same name). The factory may make a canonical or an AIDL device."""
-    _DEVICES[name] = _Entry(factory, probe)
+    of the same name). The factory may make a canonical or an AIDL device. ``listed`` (default:
+    always) says whether the runtime's default device list includes it."""
+    _DEVICES[name] = _Entry(factory, probe, listed)
 
 
 #: The entry-point group of plug-in drivers.
@@ -197,6 +201,22 @@ def available() -> dict[str, str | None]:
     return {name: _reason(entry) for name, entry in _DEVICES.items()}
 
 
+def runtime_names() -> list[str]:
+    """The devices the runtime lists unless told otherwise: every available one that does not
+    keep itself out (``listed``)."""
+    discover()
+    names = []
+    for name, entry in _DEVICES.items():
+        try:
+            if entry.listed is not None and not entry.listed():
+                continue
+        except Exception:  # noqa: BLE001 - a predicate that breaks keeps its device out
+            continue
+        if _reason(entry) is None:
+            names.append(name)
+    return names
+
+
 def open_device(name: str) -> IDevice:
     """A new device object (the caller closes it, if it has ``close``); NnhalError naming the
     known devices for an unknown name, or the reason for an unavailable one."""
@@ -249,9 +269,10 @@ register("litert", _litert, _litert_unavailable)
 
 
 def _xla() -> IDevice:
+    from nnhal.drivers.common.device import default_key_file
     from nnhal.drivers.xla import XlaDevice
 
-    return XlaDevice()
+    return XlaDevice(cache_key_file=default_key_file())
 
 
 def _xla_unavailable() -> str | None:
@@ -260,4 +281,17 @@ def _xla_unavailable() -> str | None:
     return unavailable()
 
 
-register("xla", _xla, _xla_unavailable)
+#: JAX's accelerator plug-ins (installed beside jaxlib for CUDA, ROCm or TPU).
+_JAX_ACCELERATORS = ("jax_plugins", "jax_cuda12_plugin", "jax_cuda13_plugin", "libtpu")
+
+
+def _xla_listed() -> bool:
+    """On a CPU, XLA runs slower than LiteRT and no faster than the reference, and loading JAX
+    costs about a second: the runtime lists it only where JAX has an accelerator plug-in
+    (``--device xla``, ``devices=["xla"]`` and ``$NNHAL_DEVICES`` still reach it)."""
+    import importlib.util
+
+    return any(importlib.util.find_spec(m) is not None for m in _JAX_ACCELERATORS)
+
+
+register("xla", _xla, _xla_unavailable, _xla_listed)

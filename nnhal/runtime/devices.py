@@ -1,5 +1,6 @@
 """The devices the runtime sees: every available device of
-:mod:`nnhal.drivers.registry`, opened once per process, in registration order (the
+:mod:`nnhal.drivers.registry` that it lists by default (``registry.runtime_names``: XLA only
+where JAX has an accelerator), opened once per process, in registration order (the
 reference driver first), then the devices named in ``$NNHAL_DEVICES``.
 
 **Named devices.** The registry lists the services registered in the runtime directory
@@ -134,17 +135,16 @@ def named_devices(value: str | None = None) -> list[str]:
 
 
 def devices() -> list[Device]:
-    """Every available registered device, then every device ``$NNHAL_DEVICES`` names (each
-    opened once, kept for the process)."""
+    """Every available registered device the registry lists for the runtime
+    (:func:`~nnhal.drivers.registry.runtime_names`), then every device ``$NNHAL_DEVICES``
+    names (each opened once, kept for the process)."""
     global _devices, _named_seen
     from nnhal.drivers import registry
 
     with _lock:
         if _devices is None:
             found = []
-            for name, why in registry.available().items():
-                if why is not None:
-                    continue
+            for name in registry.runtime_names():
                 try:
                     found.append(Device(name, registry.open_device(name)))
                 except (NnhalError, Exception):  # noqa: BLE001 - a broken driver is absent
