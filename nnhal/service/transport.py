@@ -140,6 +140,9 @@ YIELD_GAVE_S = 50e-6
 SKIP_LOOKS = 16
 #: How often a Looker reads the load average (seconds), and the cores this process may use.
 LOAD_CHECK_S = 0.5
+#: ``NNHAL_SERVICE_LOOK=0`` in a process's environment: its Lookers never look (every wait
+#: blocks in the kernel at once: no core spent polling, each message costs a wake-up).
+LOOK_ENV = "NNHAL_SERVICE_LOOK"
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
     (os.cpu_count() or 1)
 
@@ -166,16 +169,20 @@ class Looker:
     now (or the two sides share it): the look ends there and the next SKIP_LOOKS looks are
     not made."""
 
-    __slots__ = ("skip", "checked", "busy")
+    __slots__ = ("skip", "checked", "busy", "enabled")
 
     def __init__(self) -> None:
         self.skip = 0
         self.checked = -LOAD_CHECK_S
         self.busy = False
+        #: False: never look (LOOK_ENV set to 0 when this Looker was made).
+        self.enabled = os.environ.get(LOOK_ENV, "").strip() != "0"
 
     def wanted(self) -> bool:
         """Whether to look this time (else the caller blocks at once, and sleeps towards
         nothing either)."""
+        if not self.enabled:
+            return False
         t = time.perf_counter()
         if t - self.checked >= LOAD_CHECK_S:
             self.checked = t
@@ -198,8 +205,10 @@ class Looker:
                 return False
             os.sched_yield()
             if now() - t > YIELD_GAVE_S:
+                if poll(0):  # the core went to the peer's work, most likely: it paid
+                    return True
                 self.skip = SKIP_LOOKS
-                return bool(poll(0))
+                return False
         return True
 
 

@@ -147,6 +147,24 @@ def test_kill_during_a_repeated_synchronous_execution(sock, monkeypatch):
         assert pm.execute_synchronously(rb.request)[0] == E.DEVICE_UNAVAILABLE
 
 
+def test_kill_while_a_repeated_execution_looks_for_its_reply(sock, monkeypatch):
+    # Awake and polling for the reply (not blocked in the kernel): the end of the socket is
+    # what the look finds, at once, not after its window.
+    from nnhal.service import client
+
+    monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)  # a busy machine does not end it
+    monkeypatch.setattr(client, "REPLY_LOOK_S", 0.55)  # looks from about 50 ms in
+    with served_pm(sock, delay=0.6) as (proc, dev, pm, rb):
+        for _ in range(3):
+            assert pm.execute_synchronously(rb.request)[0] == E.NONE
+        (status, shapes, _), after = kill_during(
+            proc, lambda: pm.execute_synchronously(rb.request), settle=0.35)
+        assert status == E.DEVICE_UNAVAILABLE and shapes == [] and after < 0.5
+        assert dev.conn.looked == 1 and dev.conn.found == 1  # the look found the end
+        assert pm.execute_synchronously(rb.request)[0] == E.DEVICE_UNAVAILABLE
+
+
 def test_kill_during_asynchronous_execution(slow_pm):
     proc, dev, pm, rb = slow_pm
     cb = ExecutionCallback()

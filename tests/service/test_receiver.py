@@ -219,6 +219,11 @@ def test_a_look_is_not_made_on_a_busy_machine_nor_after_a_yield_gave_the_core_aw
     assert clock[0] < 0.01 and len(polls) == 2  # one more look after the long yield
     assert [looker.wanted() for _ in range(transport.SKIP_LOOKS + 1)] == \
         [False] * transport.SKIP_LOOKS + [True]
+    # A long yield after which the message is there (the core went to the peer's own work):
+    # the look paid, and the next ones are made.
+    came = iter([[], [1]])
+    assert looker.until(lambda _: next(came), clock[0] + 5.0)
+    assert looker.wanted()
     # Quick yields (nobody else wants the core): on to the end.
     monkeypatch.setattr(transport.os, "sched_yield", lambda: None)
     polls.clear()
@@ -234,6 +239,18 @@ def test_a_look_is_not_made_on_a_busy_machine_nor_after_a_yield_gave_the_core_aw
     assert not looker.wanted()  # read every LOAD_CHECK_S only
     clock[0] += transport.LOAD_CHECK_S
     assert looker.wanted()
+
+
+def test_no_look_is_wanted_when_looking_is_turned_off(monkeypatch):
+    from nnhal.service import transport
+
+    monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert transport.Looker().wanted()
+    monkeypatch.setenv(transport.LOOK_ENV, "0")
+    looker = transport.Looker()
+    assert not any(looker.wanted() for _ in range(100))
+    monkeypatch.setenv(transport.LOOK_ENV, "1")
+    assert transport.Looker().wanted()
 
 
 def test_a_look_through_the_receiver_reads_what_came_and_next_returns_it(pair):
