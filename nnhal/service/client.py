@@ -118,7 +118,9 @@ def _bound_of(given: float | None, env: str, default: float) -> float:
 #: A repeated synchronous execution looks for its reply (poll, yield) from this long before
 #: the shortest of its recent round trips until this long after the longest, sleeping until
 #: the look begins, so that the reply finds the caller awake (see Connection._await_reply).
-REPLY_LOOK_S = 150e-6
+#: The sleep ends by a timer, and waking an idle virtual core for it takes up to about 100 us
+#: itself: 150 us before often found the caller still waking.
+REPLY_LOOK_S = 300e-6
 #: Round trips of the repeated message remembered for that (the window follows their spread),
 #: and the widest spread looked over, as a fraction of the shortest: past it, the look ends
 #: there and a later reply is blocked on (an outlier must not make every call spin).

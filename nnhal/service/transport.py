@@ -133,18 +133,37 @@ def send_message(sock: socket.socket, kind: int, call_id: int, body: bytes | byt
         raise Closed(str(e)) from None
 
 
-#: A yield that kept the core away this long gave it to another task (one that runs while
-#: nothing else waits returns in a microsecond or two).
-YIELD_GAVE_S = 50e-6
+#: A yield that kept the core away this long gave it to another task's time slice (one that
+#: runs while nothing else waits returns in a microsecond or two; one that lets the peer's
+#: own threads finish a piece of their work, e.g. a BLAS worker's share of a matrix
+#: product, in tens to hundreds of microseconds, and the look goes on through those).
+YIELD_GAVE_S = 1e-3
 #: Looks not made after a look that a yield ended (see Looker).
 SKIP_LOOKS = 16
 #: How often a Looker reads the load average (seconds), and the cores this process may use.
 LOAD_CHECK_S = 0.5
+#: The share of time (percent, over the last 10 s) in which some task waited for a core
+#: (Linux's CPU pressure, /proc/pressure/cpu) from which a load average at or past the cores
+#: is believed: below it the load is the served work's own (its driver's threads, this
+#: very look), which has a core to spare.
+PRESSURE_BUSY = 20.0
+_PRESSURE = "/proc/pressure/cpu"
 #: ``NNHAL_SERVICE_LOOK=0`` in a process's environment: its Lookers never look (every wait
 #: blocks in the kernel at once: no core spent polling, each message costs a wake-up).
 LOOK_ENV = "NNHAL_SERVICE_LOOK"
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
     (os.cpu_count() or 1)
+
+
+def cpu_pressure() -> float | None:
+    """The share of the last 10 s (percent) in which some task waited for a core; None where
+    the kernel does not say (no PSI)."""
+    try:
+        with open(_PRESSURE, "rb") as f:
+            line = f.readline()
+        return float(line.split(b"avg10=", 1)[1].split(None, 1)[0])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class Looker:
@@ -158,16 +177,21 @@ class Looker:
     by the message, and on a virtual machine waking a sleeping core costs tens of
     microseconds each way.
 
-    Looking takes a core, which pays only while the machine has one to spare: while the
-    load average (read every LOAD_CHECK_S) is at least the cores this process may use, no
-    look is made (:meth:`wanted`). A thread that looks on a loaded machine crowds the other side
-    (the driver's thread) and the other tasks onto the cores left, and waits out their time
-    slices when it yields; one that blocks is woken by the message and, having slept, is
-    given a core first (on this project's 2-core VM at load 2.2-3.8, looking on both sides
-    made the served MobileNet's round trip 224 us beyond the driver, blocking 180 us). And
-    a yield that keeps the core away for YIELD_GAVE_S says other tasks want this very core
-    now (or the two sides share it): the look ends there and the next SKIP_LOOKS looks are
-    not made."""
+    Looking takes a core, which pays only while the machine has one to spare: while the load
+    average (read every LOAD_CHECK_S) is at least the cores this process may use, and the
+    CPU pressure says tasks did wait for a core (PRESSURE_BUSY; the load average also counts
+    the served work's own threads, a driver's BLAS workers spinning between matrix products
+    among them, which alone bring a 2-core machine's to 2), no look is made
+    (:meth:`wanted`); ``NNHAL_SERVICE_LOOK=0`` turns looking off. A thread that looks on a
+    loaded machine crowds the other side (the driver's thread) and the other tasks onto the
+    cores left, and waits out their time slices when it yields; one that blocks is woken by
+    the message and, having slept, is given a core first (on this project's 2-core VM at
+    load 2.2-3.8, looking on both sides made the served MobileNet's round trip 224 us beyond
+    the driver, blocking 180 us; with both sides forced to look at load 4-8, a yield often
+    lost the core for a whole tick: milliseconds). And a yield that keeps the core away for
+    YIELD_GAVE_S says other tasks want this very core now: the look ends there and, unless
+    the message came meanwhile (the core went to the peer's own work), the next SKIP_LOOKS
+    looks are not made."""
 
     __slots__ = ("skip", "checked", "busy", "enabled")
 
@@ -190,6 +214,9 @@ class Looker:
                 self.busy = os.getloadavg()[0] >= _CORES
             except OSError:  # no load average here: look
                 self.busy = False
+            if self.busy:
+                pressure = cpu_pressure()
+                self.busy = pressure is None or pressure >= PRESSURE_BUSY
         if self.skip:
             self.skip -= 1
             return False

@@ -231,7 +231,11 @@ def test_a_look_is_not_made_on_a_busy_machine_nor_after_a_yield_gave_the_core_aw
     assert not looker.until(poll, end)
     assert clock[0] >= end and len(polls) > 1000
     assert looker.until(lambda _: [1], clock[0] + 1)  # a message ends the look at once
-    # A load average of the process's cores or more: no look, until read again below them.
+    # A load average of the process's cores or more: no look, until read again below them;
+    # unless the CPU pressure says nothing waited for a core (the load is the served work's
+    # own), or where there is no pressure to read, it is believed.
+    pressure: list[float | None] = [None]
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: pressure[0])
     load[0] = float(transport._CORES)
     clock[0] += transport.LOAD_CHECK_S
     assert not looker.wanted()
@@ -239,6 +243,26 @@ def test_a_look_is_not_made_on_a_busy_machine_nor_after_a_yield_gave_the_core_aw
     assert not looker.wanted()  # read every LOAD_CHECK_S only
     clock[0] += transport.LOAD_CHECK_S
     assert looker.wanted()
+    load[0] = float(transport._CORES) + 1
+    for p, wanted in ((transport.PRESSURE_BUSY - 1, True), (transport.PRESSURE_BUSY, False),
+                      (None, False), (0.0, True)):
+        pressure[0] = p
+        clock[0] += transport.LOAD_CHECK_S
+        assert looker.wanted() is wanted, p
+
+
+def test_the_cpu_pressure_is_read_where_the_kernel_gives_it(tmp_path, monkeypatch):
+    from nnhal.service import transport
+
+    psi = tmp_path / "cpu"
+    psi.write_text("some avg10=42.97 avg60=45.01 avg300=18.70 total=3490960699\n"
+                   "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    monkeypatch.setattr(transport, "_PRESSURE", str(psi))
+    assert transport.cpu_pressure() == 42.97
+    psi.write_text("garbage\n")
+    assert transport.cpu_pressure() is None
+    monkeypatch.setattr(transport, "_PRESSURE", str(tmp_path / "absent"))
+    assert transport.cpu_pressure() is None
 
 
 def test_no_look_is_wanted_when_looking_is_turned_off(monkeypatch):
