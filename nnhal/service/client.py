@@ -125,6 +125,9 @@ REPLY_LOOK_S = 300e-6
 #: and the widest spread looked over, as a fraction of the shortest: past it, the look ends
 #: there and a later reply is blocked on (an outlier must not make every call spin).
 REPLY_TRIPS, REPLY_SPREAD = 8, 0.25
+#: The longest look for a reply, however wide the spread of the round trips (a long
+#: execution's spread would otherwise be spun through: 50 ms of a 200 ms one).
+REPLY_LOOK_MAX_S = 2e-3
 _FD_SETSIZE = 1024  # select() takes no descriptor past it
 _REPLY = Kind.REPLY
 _NO_POOLS: list[Any] = []  # a Recent's mapped pools, which same_request does not read
@@ -627,8 +630,8 @@ class Connection:
     def _await_reply(self, sent: float) -> None:
         """Before blocking on the reply of a repeated execution: look for it from
         REPLY_LOOK_S before the shortest of the message's recent round trips after ``sent``
-        until REPLY_LOOK_S after the longest (at most REPLY_SPREAD past the shortest),
-        sleeping until the look begins.
+        until REPLY_LOOK_S after the longest (at most REPLY_SPREAD past the shortest, and
+        at most REPLY_LOOK_MAX_S of looking), sleeping until the look begins.
 
         A caller blocked in the kernel is woken by the reply, and on a virtual machine that
         wake-up (and the service's send that causes it) costs tens of microseconds: 30 us
@@ -658,7 +661,8 @@ class Connection:
                 return
             if ready:
                 return
-        if self.looker.until(self.receiver.ready, sent + hi + REPLY_LOOK_S):
+        end = min(sent + hi + REPLY_LOOK_S, time.perf_counter() + REPLY_LOOK_MAX_S)
+        if self.looker.until(self.receiver.ready, end):
             self.found += 1
 
     def _pass_reading(self) -> None:

@@ -330,6 +330,7 @@ def test_no_look_is_made_when_looking_is_turned_off(tmp_path, monkeypatch):
 def test_a_repeated_execution_looks_for_its_reply_over_its_recent_round_trips(
         service, monkeypatch):
     monkeypatch.setattr(client, "REPLY_LOOK_S", 0.05)  # wide: the test's timing is loose
+    monkeypatch.setattr(client, "REPLY_LOOK_MAX_S", 1.0)
     monkeypatch.setattr(client, "REPLY_TRIPS", 2)  # the window follows the last two
     monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)  # a busy machine does not end it
     monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # nor skip it
@@ -364,6 +365,35 @@ def test_a_repeated_execution_looks_for_its_reply_over_its_recent_round_trips(
     assert pm.execute_synchronously(other.request)[0] == E.NONE  # now it has one
     assert conn.sent_again == 9 and conn.looked == 7
     other.close()
+    rb.close()
+    remote.close()
+
+
+def test_a_look_for_a_reply_is_bounded_however_wide_the_round_trips_spread(service,
+                                                                          monkeypatch):
+    monkeypatch.setattr(client, "REPLY_LOOK_S", 0.01)
+    monkeypatch.setattr(client, "REPLY_SPREAD", 10.0)  # the window would span 0.09-0.3 s
+    monkeypatch.setattr(client, "REPLY_LOOK_MAX_S", 0.02)
+    monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)
+    monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    remote = RemoteDevice(service.path)
+    pm = prepare(remote)
+    rb = RequestBuilder(list(float_inputs(15, DIMS)), [64])
+    windows: list[float] = []
+
+    class Recorded(transport.Looker):
+        def until(self, poll, end):
+            windows.append(end - time.perf_counter())
+            return super().until(poll, end)
+    remote.conn.looker = Recorded()
+    try:
+        for delay in (0.0, 0.0, 0.1, 0.3, 0.3, 0.1, 0.3):  # (the third measures the first)
+            service.test_delay = delay
+            assert pm.execute_synchronously(rb.request)[0] == E.NONE
+    finally:
+        service.test_delay = 0.0
+    assert len(windows) >= 3 and all(w <= 0.02 for w in windows), windows
+    assert remote.conn.looked == len(windows)
     rb.close()
     remote.close()
 

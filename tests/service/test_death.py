@@ -155,6 +155,7 @@ def test_kill_while_a_repeated_execution_looks_for_its_reply(sock, monkeypatch):
     monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)  # a busy machine does not end it
     monkeypatch.setattr(client, "REPLY_LOOK_S", 0.55)  # looks from about 50 ms in
+    monkeypatch.setattr(client, "REPLY_LOOK_MAX_S", 5.0)
     with served_pm(sock, delay=0.6) as (proc, dev, pm, rb):
         for _ in range(3):
             assert pm.execute_synchronously(rb.request)[0] == E.NONE
