@@ -138,8 +138,10 @@ def send_message(sock: socket.socket, kind: int, call_id: int, body: bytes | byt
 #: own threads finish a piece of their work, e.g. a BLAS worker's share of a matrix
 #: product, in tens to hundreds of microseconds, and the look goes on through those).
 YIELD_GAVE_S = 1e-3
-#: Looks not made after a look that a yield ended (see Looker).
+#: Looks not made after a look that a yield ended, or after MISSED_LOOKS looks in a row
+#: ended by their window without the message (see Looker).
 SKIP_LOOKS = 16
+MISSED_LOOKS = 8
 #: How often a Looker reads the load average (seconds), and the cores this process may use.
 LOAD_CHECK_S = 0.5
 #: The share of time (percent, over the last 10 s) in which some task waited for a core
@@ -191,12 +193,14 @@ class Looker:
     lost the core for a whole tick: milliseconds). And a yield that keeps the core away for
     YIELD_GAVE_S says other tasks want this very core now: the look ends there and, unless
     the message came meanwhile (the core went to the peer's own work), the next SKIP_LOOKS
-    looks are not made."""
+    looks are not made. So are they after MISSED_LOOKS looks in a row whose window ended
+    without the message (a window that does not fit the peer only burns the core)."""
 
-    __slots__ = ("skip", "checked", "busy", "enabled")
+    __slots__ = ("skip", "checked", "busy", "enabled", "missed")
 
     def __init__(self) -> None:
         self.skip = 0
+        self.missed = 0  # looks in a row that their window ended without the message
         self.checked = -LOAD_CHECK_S
         self.busy = False
         #: False: never look (LOOK_ENV set to 0 when this Looker was made).
@@ -229,13 +233,19 @@ class Looker:
         while not poll(0):
             t = now()
             if t >= end:
+                self.missed += 1
+                if self.missed >= MISSED_LOOKS:  # the window does not fit the peer: rest
+                    self.missed = 0
+                    self.skip = SKIP_LOOKS
                 return False
             os.sched_yield()
             if now() - t > YIELD_GAVE_S:
                 if poll(0):  # the core went to the peer's work, most likely: it paid
+                    self.missed = 0
                     return True
                 self.skip = SKIP_LOOKS
                 return False
+        self.missed = 0
         return True
 
 

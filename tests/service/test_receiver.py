@@ -265,6 +265,35 @@ def test_the_cpu_pressure_is_read_where_the_kernel_gives_it(tmp_path, monkeypatc
     assert transport.cpu_pressure() is None
 
 
+def test_looks_rest_after_missing_their_message_several_times_in_a_row(monkeypatch):
+    # A window that never fits the peer only burns a core: MISSED_LOOKS looks in a row that
+    # end without the message, then SKIP_LOOKS not made; one that finds it starts the count
+    # again.
+    from nnhal.service import transport
+
+    clock = [0.0]
+
+    def now() -> float:
+        clock[0] += 1e-5
+        return clock[0]
+    monkeypatch.setattr(transport.time, "perf_counter", now)
+    monkeypatch.setattr(transport.os, "sched_yield", lambda: None)
+    monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    looker = transport.Looker()
+
+    def miss() -> bool:
+        return looker.until(lambda _: [], clock[0] + 1e-3)
+    for _ in range(transport.MISSED_LOOKS - 1):
+        assert looker.wanted() and not miss()
+    assert looker.until(lambda _: [1], clock[0] + 1e-3)  # found: the count starts again
+    for _ in range(transport.MISSED_LOOKS - 1):
+        assert looker.wanted() and not miss()
+    assert looker.wanted()
+    assert not miss()  # the MISSED_LOOKS-th in a row
+    assert [looker.wanted() for _ in range(transport.SKIP_LOOKS + 1)] == \
+        [False] * transport.SKIP_LOOKS + [True]
+
+
 def test_no_look_is_wanted_when_looking_is_turned_off(monkeypatch):
     from nnhal.service import transport
 
