@@ -145,10 +145,11 @@ MISSED_LOOKS = 8
 #: How often a Looker reads the load average (seconds), and the cores this process may use.
 LOAD_CHECK_S = 0.5
 #: The share of time (percent, over the last 10 s) in which some task waited for a core
-#: (Linux's CPU pressure, /proc/pressure/cpu) from which a load average at or past the cores
-#: is believed: below it the load is the served work's own (its driver's threads, this
-#: very look), which has a core to spare.
-PRESSURE_BUSY = 20.0
+#: (Linux's CPU pressure, /proc/pressure/cpu) from which no look is made. On this project's
+#: 2-core VM a served MobileNet loop, looking, raised it to 1-5% on its own (its load
+#: average towards 2: the driver's BLAS workers spin between matrix products), and other
+#: work running there to 30-98%.
+PRESSURE_BUSY = 10.0
 _PRESSURE = "/proc/pressure/cpu"
 #: ``NNHAL_SERVICE_LOOK=0`` in a process's environment: its Lookers never look (every wait
 #: blocks in the kernel at once: no core spent polling, each message costs a wake-up).
@@ -179,22 +180,24 @@ class Looker:
     by the message, and on a virtual machine waking a sleeping core costs tens of
     microseconds each way.
 
-    Looking takes a core, which pays only while the machine has one to spare: while the load
-    average (read every LOAD_CHECK_S) is at least the cores this process may use, and the
-    CPU pressure says tasks did wait for a core (PRESSURE_BUSY; the load average also counts
-    the served work's own threads, a driver's BLAS workers spinning between matrix products
-    among them, which alone bring a 2-core machine's to 2), no look is made
-    (:meth:`wanted`); ``NNHAL_SERVICE_LOOK=0`` turns looking off. A thread that looks on a
-    loaded machine crowds the other side (the driver's thread) and the other tasks onto the
-    cores left, and waits out their time slices when it yields; one that blocks is woken by
-    the message and, having slept, is given a core first (on this project's 2-core VM at
-    load 2.2-3.8, looking on both sides made the served MobileNet's round trip 224 us beyond
-    the driver, blocking 180 us; with both sides forced to look at load 4-8, a yield often
-    lost the core for a whole tick: milliseconds). And a yield that keeps the core away for
-    YIELD_GAVE_S says other tasks want this very core now: the look ends there and, unless
-    the message came meanwhile (the core went to the peer's own work), the next SKIP_LOOKS
-    looks are not made. So are they after MISSED_LOOKS looks in a row whose window ended
-    without the message (a window that does not fit the peer only burns the core)."""
+    Looking takes a core, which pays only while the machine has one to spare: while the CPU
+    pressure (read every LOAD_CHECK_S) says tasks waited for a core PRESSURE_BUSY of the
+    time or more, or, where the kernel gives no pressure, while the load average is at least
+    the cores this process may use, no look is made (:meth:`wanted`; the load average also
+    counts the served work's own threads, a driver's BLAS workers spinning between matrix
+    products among them, which alone bring a 2-core machine's to 2, and follows a change of
+    load over a minute, the pressure over seconds); ``NNHAL_SERVICE_LOOK=0`` turns looking
+    off. A thread that looks on a loaded machine crowds the other side (the driver's thread)
+    and the other tasks onto the cores left, and waits out their time slices when it yields;
+    one that blocks is woken by the message and, having slept, is given a core first (on
+    this project's 2-core VM at load 2.2-3.8, looking on both sides made the served
+    MobileNet's round trip 224 us beyond the driver, blocking 180 us; with both sides forced
+    to look at load 4-8, a yield often lost the core for a whole tick: milliseconds). And a
+    yield that keeps the core away for YIELD_GAVE_S says other tasks want this very core
+    now: the look ends there and, unless the message came meanwhile (the core went to the
+    peer's own work), the next SKIP_LOOKS looks are not made. So are they after MISSED_LOOKS
+    looks in a row whose window ended without the message (a window that does not fit the
+    peer only burns the core)."""
 
     __slots__ = ("skip", "checked", "busy", "enabled", "missed")
 
@@ -214,13 +217,14 @@ class Looker:
         t = time.perf_counter()
         if t - self.checked >= LOAD_CHECK_S:
             self.checked = t
-            try:
-                self.busy = os.getloadavg()[0] >= _CORES
-            except OSError:  # no load average here: look
-                self.busy = False
-            if self.busy:
-                pressure = cpu_pressure()
-                self.busy = pressure is None or pressure >= PRESSURE_BUSY
+            pressure = cpu_pressure()
+            if pressure is not None:
+                self.busy = pressure >= PRESSURE_BUSY
+            else:  # no pressure here: the load average, which also counts the served work
+                try:
+                    self.busy = os.getloadavg()[0] >= _CORES
+                except OSError:  # no load average either: look
+                    self.busy = False
         if self.skip:
             self.skip -= 1
             return False

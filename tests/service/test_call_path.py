@@ -204,6 +204,7 @@ def test_the_reading_thread_looks_for_a_next_call_only_after_a_quick_one(service
     # machine running the tests must not make the service skip its looks either.
     monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)
     monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
     for _ in range(2):  # two pauses end the looking (one does not)
         assert pm.execute_synchronously(rb.request)[0] == E.NONE
         time.sleep(0.05)
@@ -235,6 +236,7 @@ def test_the_reading_threads_look_follows_the_clients_return(service, remote, mo
     rb = RequestBuilder(list(float_inputs(10, DIMS)), [64])
     monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)
     monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
     monkeypatch.setattr(server, "NEXT_CALL_LOOK_S", 0.1)
     monkeypatch.setattr(server, "NEXT_CALL_LOOK_MAX_S", 0.4)
     assert pm.execute_synchronously(rb.request)[0] == E.NONE
@@ -265,6 +267,7 @@ def test_repeated_executions_found_by_looking_all_answer_right(service, monkeypa
     # time, each answer the right one.
     monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)
     monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
     monkeypatch.setattr(client, "REPLY_LOOK_S", 0.002)
     monkeypatch.setattr(server, "NEXT_CALL_LOOK_S", 0.01)
     dev = RemoteDevice(service.path)
@@ -289,6 +292,7 @@ def test_a_client_gone_during_the_services_look_ends_its_session_at_once(service
     # The look polls the socket: the client's end is found there, not after the window.
     monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)
     monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
     monkeypatch.setattr(server, "NEXT_CALL_LOOK_S", 30.0)
     monkeypatch.setattr(server, "NEXT_CALL_LOOK_MAX_S", 30.0)
     dev = RemoteDevice(service.path)
@@ -311,6 +315,7 @@ def test_no_look_is_made_when_looking_is_turned_off(tmp_path, monkeypatch):
     # are the same.
     monkeypatch.setenv(transport.LOOK_ENV, "0")
     monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
     monkeypatch.setattr(server, "NEXT_CALL_LOOK_S", 0.5)
     monkeypatch.setattr(server, "NEXT_CALL_LOOK_MAX_S", 0.5)
     with served(tmp_path / "off.sock") as svc:
@@ -334,6 +339,7 @@ def test_a_repeated_execution_looks_for_its_reply_over_its_recent_round_trips(
     monkeypatch.setattr(client, "REPLY_TRIPS", 2)  # the window follows the last two
     monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)  # a busy machine does not end it
     monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # nor skip it
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
     remote = RemoteDevice(service.path)
     pm = prepare(remote)
     a, b = float_inputs(11, DIMS)
@@ -376,6 +382,7 @@ def test_a_look_for_a_reply_is_bounded_however_wide_the_round_trips_spread(servi
     monkeypatch.setattr(client, "REPLY_LOOK_MAX_S", 0.02)
     monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)
     monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
     remote = RemoteDevice(service.path)
     pm = prepare(remote)
     rb = RequestBuilder(list(float_inputs(15, DIMS)), [64])

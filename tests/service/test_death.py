@@ -134,6 +134,7 @@ def test_kill_during_a_repeated_synchronous_execution(sock, monkeypatch):
     # The same execution again takes the client's short way (its message remembered, the
     # reply read by the caller): it fails as the first one does.
     monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # it looks
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
     with served_pm(sock, delay=0.6) as (proc, dev, pm, rb):
         # The first defines the memories; the second is remembered; the third goes the
         # short way and measures its round trip, which the next one sleeps towards.
@@ -153,6 +154,7 @@ def test_kill_while_a_repeated_execution_looks_for_its_reply(sock, monkeypatch):
     from nnhal.service import client
 
     monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
     monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)  # a busy machine does not end it
     monkeypatch.setattr(client, "REPLY_LOOK_S", 0.55)  # looks from about 50 ms in
     monkeypatch.setattr(client, "REPLY_LOOK_MAX_S", 5.0)

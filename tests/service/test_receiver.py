@@ -210,9 +210,11 @@ def test_a_look_is_not_made_on_a_busy_machine_nor_after_a_yield_gave_the_core_aw
         polls.append(1)
         return []
     load = [0.0]
+    pressure: list[float | None] = [None]  # None: the kernel gives none
     monkeypatch.setattr(transport.time, "perf_counter", now)
     monkeypatch.setattr(transport.os, "sched_yield", slow_yield)
     monkeypatch.setattr(transport.os, "getloadavg", lambda: (load[0], 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: pressure[0])
     looker = transport.Looker()
     assert looker.wanted()
     assert not looker.until(poll, 5.0)
@@ -231,11 +233,8 @@ def test_a_look_is_not_made_on_a_busy_machine_nor_after_a_yield_gave_the_core_aw
     assert not looker.until(poll, end)
     assert clock[0] >= end and len(polls) > 1000
     assert looker.until(lambda _: [1], clock[0] + 1)  # a message ends the look at once
-    # A load average of the process's cores or more: no look, until read again below them;
-    # unless the CPU pressure says nothing waited for a core (the load is the served work's
-    # own), or where there is no pressure to read, it is believed.
-    pressure: list[float | None] = [None]
-    monkeypatch.setattr(transport, "cpu_pressure", lambda: pressure[0])
+    # Without CPU pressure to read: a load average of the process's cores or more, no look,
+    # until read again below them.
     load[0] = float(transport._CORES)
     clock[0] += transport.LOAD_CHECK_S
     assert not looker.wanted()
@@ -243,12 +242,16 @@ def test_a_look_is_not_made_on_a_busy_machine_nor_after_a_yield_gave_the_core_aw
     assert not looker.wanted()  # read every LOAD_CHECK_S only
     clock[0] += transport.LOAD_CHECK_S
     assert looker.wanted()
-    load[0] = float(transport._CORES) + 1
-    for p, wanted in ((transport.PRESSURE_BUSY - 1, True), (transport.PRESSURE_BUSY, False),
-                      (None, False), (0.0, True)):
-        pressure[0] = p
+    # With it, the pressure alone says: a load average past the cores with nothing waiting
+    # for a core is the served work's own (its driver's threads, the looks), a low one with
+    # tasks waiting is other work starting.
+    more = float(transport._CORES + 1)
+    for ld, p, wanted in ((more, transport.PRESSURE_BUSY - 1, True),
+                          (more, transport.PRESSURE_BUSY, False),
+                          (0.0, 50.0, False), (0.0, 0.0, True), (more, None, False)):
+        load[0], pressure[0] = ld, p
         clock[0] += transport.LOAD_CHECK_S
-        assert looker.wanted() is wanted, p
+        assert looker.wanted() is wanted, (ld, p)
 
 
 def test_the_cpu_pressure_is_read_where_the_kernel_gives_it(tmp_path, monkeypatch):
@@ -279,6 +282,7 @@ def test_looks_rest_after_missing_their_message_several_times_in_a_row(monkeypat
     monkeypatch.setattr(transport.time, "perf_counter", now)
     monkeypatch.setattr(transport.os, "sched_yield", lambda: None)
     monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
     looker = transport.Looker()
 
     def miss() -> bool:
@@ -298,6 +302,7 @@ def test_no_look_is_wanted_when_looking_is_turned_off(monkeypatch):
     from nnhal.service import transport
 
     monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
     assert transport.Looker().wanted()
     monkeypatch.setenv(transport.LOOK_ENV, "0")
     looker = transport.Looker()
