@@ -375,6 +375,34 @@ def test_a_repeated_execution_looks_for_its_reply_over_its_recent_round_trips(
     remote.close()
 
 
+def test_a_message_that_comes_back_finds_its_round_trips_again(service, monkeypatch):
+    # A client alternating between two requests (two models, say) looks for the reply of
+    # the first again at its first repeat: its round trips were kept, by its bytes.
+    monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)
+    monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
+    remote = RemoteDevice(service.path)
+    pm = prepare(remote)
+    a, b = float_inputs(16, DIMS)
+    first, second = RequestBuilder([a, b], [64]), RequestBuilder([b, a], [64])
+    conn = remote.conn
+    for _ in range(4):
+        assert pm.execute_synchronously(first.request)[0] == E.NONE
+    assert conn.looked == 1
+    for _ in range(2):  # another message: no round trip of its own yet, so no look
+        assert pm.execute_synchronously(second.request)[0] == E.NONE
+    assert conn.looked == 1
+    for _ in range(2):  # the first again: encoded again, then its first repeat looks
+        assert pm.execute_synchronously(first.request)[0] == E.NONE
+        np.testing.assert_array_equal(first.output(0, np.float32, DIMS), a + b)
+    assert conn.looked == 2
+    # Only the last REPLY_MESSAGES messages are remembered.
+    assert len(conn._trips) <= client.REPLY_MESSAGES
+    first.close()
+    second.close()
+    remote.close()
+
+
 def test_a_look_for_a_reply_is_bounded_however_wide_the_round_trips_spread(service,
                                                                           monkeypatch):
     monkeypatch.setattr(client, "REPLY_LOOK_S", 0.01)
