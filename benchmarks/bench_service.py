@@ -50,7 +50,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def load() -> str:
-    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+    """The load average, and the CPU pressure where the kernel gives it (the share of the
+    last 10 s in which some task waited for a core: what says whether a core was spare, which
+    the service's looks depend on; see nnhal.service.transport.Looker)."""
+    from nnhal.service.transport import cpu_pressure
+
+    pressure = cpu_pressure()
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + (
+        "" if pressure is None else f", cpu pressure {pressure:.1f}%")
 
 
 def prepare(device, model):

@@ -31,6 +31,17 @@ from pathlib import Path
 MOBILENET_BLOCK, ADD_BLOCK = 4, 100
 
 
+def load() -> str:
+    pressure = None
+    try:
+        with open("/proc/pressure/cpu", "rb") as f:  # (this script may run any tree's code)
+            pressure = float(f.readline().split(b"avg10=", 1)[1].split(None, 1)[0])
+    except (OSError, IndexError, ValueError):
+        pass
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + (
+        "" if pressure is None else f", cpu pressure {pressure:.1f}%")
+
+
 def worker(specs: Path) -> None:
     """Run in a tree (its root the working directory and PYTHONPATH): answer block commands
     on stdin."""
@@ -122,7 +133,7 @@ def main() -> None:
         return json.loads(p.stdout.readline())  # type: ignore[union-attr]
 
     got = {t: {"mobilenet": [], "add": [], "burst": []} for t in trees}
-    print("load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(load())
     for r in range(args.rounds):
         order = list(zip(trees, workers))
         for what, n in (("mobilenet", MOBILENET_BLOCK), ("add", ADD_BLOCK),
@@ -133,7 +144,7 @@ def main() -> None:
         p.stdin.write("quit 0\n")  # type: ignore[union-attr]
         p.stdin.flush()  # type: ignore[union-attr]
         p.wait(30)
-    print("load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(load())
     for tree in trees:
         d = got[tree]
         beyond = statistics.median(x[0] for x in d["mobilenet"])

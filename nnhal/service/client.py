@@ -118,11 +118,18 @@ def _bound_of(given: float | None, env: str, default: float) -> float:
 #: A repeated synchronous execution looks for its reply (poll, yield) from this long before
 #: the shortest of its recent round trips until this long after the longest, sleeping until
 #: the look begins, so that the reply finds the caller awake (see Connection._await_reply).
-REPLY_LOOK_S = 150e-6
+#: The sleep ends by a timer, and waking an idle virtual core for it takes up to about 100 us
+#: itself: 150 us before often found the caller still waking.
+REPLY_LOOK_S = 300e-6
 #: Round trips of the repeated message remembered for that (the window follows their spread),
 #: and the widest spread looked over, as a fraction of the shortest: past it, the look ends
 #: there and a later reply is blocked on (an outlier must not make every call spin).
 REPLY_TRIPS, REPLY_SPREAD = 8, 0.25
+#: Messages whose round trips are remembered (Connection._trips).
+REPLY_MESSAGES = 4
+#: The longest look for a reply, however wide the spread of the round trips (a long
+#: execution's spread would otherwise be spun through: 50 ms of a 200 ms one).
+REPLY_LOOK_MAX_S = 2e-3
 _FD_SETSIZE = 1024  # select() takes no descriptor past it
 _REPLY = Kind.REPLY
 _NO_POOLS: list[Any] = []  # a Recent's mapped pools, which same_request does not read
@@ -294,6 +301,10 @@ class Connection:
         self.sent_again = 0  # executions sent the short way (exec_again)
         #: The last round trips of the repeated message, seconds (none: not known).
         self._again_took: deque[float] = deque(maxlen=REPLY_TRIPS)
+        #: The round trips of the last few messages sent again, by their bytes: a client that
+        #: alternates between requests (two models, or one execution among other calls)
+        #: finds its message's round trips again when the message comes back.
+        self._trips: dict[bytes, deque[float]] = {}
         self.looker = Looker()  # used by the thread that reads (_await_reply)
         self.looked = 0  # ... that looked for their reply (_await_reply)
         self.found = 0  # ... whose reply came while looking
@@ -414,8 +425,17 @@ class Connection:
         wr.opt_i64(deadline, "deadline")
         wr.opt_i64(loop, "loopTimeout")
         if known is not None and self._last_request.remembered():
-            known.message = (key, bytes(wr.buf[start:]))
-        self._again_took.clear()  # a new message: its round trip is not known yet
+            body = bytes(wr.buf[start:])
+            known.message = (key, body)
+            trips = self._trips.pop(body, None)  # (re-inserted: the newest last)
+            if trips is None:
+                trips = deque(maxlen=REPLY_TRIPS)
+                if len(self._trips) >= REPLY_MESSAGES:
+                    del self._trips[next(iter(self._trips))]
+            self._trips[body] = trips
+            self._again_took = trips
+        else:  # a message not sent again: its round trip is not looked for
+            self._again_took = deque(maxlen=REPLY_TRIPS)
 
     def _unlearn(self, mems: list[SharedMemory]) -> None:
         self._last_request.clear()
@@ -625,8 +645,8 @@ class Connection:
     def _await_reply(self, sent: float) -> None:
         """Before blocking on the reply of a repeated execution: look for it from
         REPLY_LOOK_S before the shortest of the message's recent round trips after ``sent``
-        until REPLY_LOOK_S after the longest (at most REPLY_SPREAD past the shortest),
-        sleeping until the look begins.
+        until REPLY_LOOK_S after the longest (at most REPLY_SPREAD past the shortest, and
+        at most REPLY_LOOK_MAX_S of looking), sleeping until the look begins.
 
         A caller blocked in the kernel is woken by the reply, and on a virtual machine that
         wake-up (and the service's send that causes it) costs tens of microseconds: 30 us
@@ -656,7 +676,8 @@ class Connection:
                 return
             if ready:
                 return
-        if self.looker.until(self.receiver.ready, sent + hi + REPLY_LOOK_S):
+        end = min(sent + hi + REPLY_LOOK_S, time.perf_counter() + REPLY_LOOK_MAX_S)
+        if self.looker.until(self.receiver.ready, end):
             self.found += 1
 
     def _pass_reading(self) -> None:

@@ -119,12 +119,18 @@ LIMIT_ENV = {"partial_s": "NNHAL_SERVE_PARTIAL_S", "min_rate": "NNHAL_SERVE_MIN_
 #: message in (only when the client sent one meanwhile).
 HANDOFF_S = 0.002
 
-#: Seconds the reading thread keeps looking for a client's next message after a reply, when
-#: one of the client's two previous ones came within that time (one pause, e.g. the client
-#: working between two series of calls, does not end the looking). A client calling back to
-#: back then finds the thread awake: waking a sleeping thread (and an idle vCPU) costs more
-#: than the look, about 6 us of a served ADD and 1% of a served MobileNet here.
+#: Seconds the reading thread keeps looking for a client's next message after a reply, at
+#: least and at most. It looks when one of the client's two previous messages came within
+#: NEXT_CALL_LOOK_MAX_S of a reply (one pause, e.g. the client working between two series of
+#: calls, does not end the looking), for twice the longer of those two gaps (a look that
+#: ends too early measures the next gap long, and so widens the next look), within these
+#: bounds. A client calling back to back then finds the thread awake: waking a sleeping
+#: thread (and an idle vCPU) costs tens of microseconds on a virtual machine each way,
+#: several percent of a served MobileNet. A client's gap is its own work between two calls
+#: plus both hand-overs: 60-250 us for a loop of MobileNet executions on this project's
+#: 2-core VM, depending on whether the client itself was awake for the reply.
 NEXT_CALL_LOOK_S = 150e-6
+NEXT_CALL_LOOK_MAX_S = 1e-3
 
 #: Seconds a send to a client may block (it does not read) before the client is dropped.
 SEND_TIMEOUT_S = 5
@@ -262,16 +268,18 @@ class ClientSession:
         watcher passes it on once a call has run HANDOFF_S and the client has sent more, so
         a long call never holds the client's next message for longer than about that. After
         a reply it looks for the next message a while before sleeping when the client came
-        back that quickly once of the last two times (NEXT_CALL_LOOK_S)."""
+        back quickly once of the last two times (NEXT_CALL_LOOK_S, NEXT_CALL_LOOK_MAX_S)."""
         done = True
-        replied: float | None = None  # when this thread last replied, for NEXT_CALL_LOOK_S
-        # The client's last message came within NEXT_CALL_LOOK_S of a reply; the one before.
-        quick = was_quick = False
+        replied: float | None = None  # when this thread last replied
+        # How long after a reply the client's last message came, and the one before (None:
+        # not within NEXT_CALL_LOOK_MAX_S).
+        gap: float | None = None
+        was_gap: float | None = None
         try:
             while not self.closed:
-                if (quick or was_quick) and replied is not None and \
+                if replied is not None and (gap is not None or was_gap is not None) and \
                         not self.receiver.pending():
-                    self._look_for_next(replied)
+                    self._look_for_next(replied, max(gap or 0.0, was_gap or 0.0))
                 try:
                     kind, call_id, body, fds = self.receiver.next(self.limits.max_body,
                                                                   drop_large=False)
@@ -298,7 +306,8 @@ class ClientSession:
                     return
                 self.service.messages += 1
                 if replied is not None:
-                    was_quick, quick = quick, time.perf_counter() - replied < NEXT_CALL_LOOK_S
+                    took = time.perf_counter() - replied
+                    was_gap, gap = gap, took if took < NEXT_CALL_LOOK_MAX_S else None
                     replied = None
                 if kind is _SYNC and not fds:
                     args = self.decoded.get((_SYNC, bytes(body)))
@@ -345,12 +354,15 @@ class ClientSession:
             return None
         return self._call(_SYNC, call_id, args, True, _execute_sync)
 
-    def _look_for_next(self, since: float) -> None:
-        """Poll for the client's next message until NEXT_CALL_LOOK_S after ``since``, yielding
+    def _look_for_next(self, since: float, gap: float) -> None:
+        """Poll for the client's next message until twice ``gap`` (the client's recent
+        return) after ``since``, within NEXT_CALL_LOOK_S and NEXT_CALL_LOOK_MAX_S, yielding
         the core between looks (the client may be waking on it)."""
+        if not self.looker.wanted():
+            return
         self.service.looks += 1
-        if self.looker.wanted() and \
-                self.looker.until(self.receiver.ready, since + NEXT_CALL_LOOK_S):
+        look = min(NEXT_CALL_LOOK_MAX_S, max(NEXT_CALL_LOOK_S, 2 * gap))
+        if self.looker.until(self.receiver.ready, since + look):
             self.service.found += 1
 
     def _pass_reading(self) -> bool:
@@ -1597,7 +1609,7 @@ class Service:
         self._wake_r, self._wake_w = os.pipe()
         self._fence_ids = 0
         self.messages = 0
-        self.looks = 0  # times a reading thread looked for a next message after a reply
+        self.looks = 0  # looks a reading thread made for a next message after a reply
         self.found = 0  # ... and found it there
         self.test_delay = float(os.environ.get(TEST_DELAY_ENV) or 0.0)
         self.sock = self._listen()

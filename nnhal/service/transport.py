@@ -133,15 +133,40 @@ def send_message(sock: socket.socket, kind: int, call_id: int, body: bytes | byt
         raise Closed(str(e)) from None
 
 
-#: A yield that kept the core away this long gave it to another task (one that runs while
-#: nothing else waits returns in a microsecond or two).
-YIELD_GAVE_S = 50e-6
-#: Looks not made after a look that a yield ended (see Looker).
+#: A yield that kept the core away this long gave it to another task's time slice (one that
+#: runs while nothing else waits returns in a microsecond or two; one that lets the peer's
+#: own threads finish a piece of their work, e.g. a BLAS worker's share of a matrix
+#: product, in tens to hundreds of microseconds, and the look goes on through those).
+YIELD_GAVE_S = 1e-3
+#: Looks not made after a look that a yield ended, or after MISSED_LOOKS looks in a row
+#: ended by their window without the message (see Looker).
 SKIP_LOOKS = 16
+MISSED_LOOKS = 8
 #: How often a Looker reads the load average (seconds), and the cores this process may use.
 LOAD_CHECK_S = 0.5
+#: The share of time (percent, over the last 10 s) in which some task waited for a core
+#: (Linux's CPU pressure, /proc/pressure/cpu) from which no look is made. On this project's
+#: 2-core VM a served MobileNet loop, looking, raised it to 1-5% on its own (its load
+#: average towards 2: the driver's BLAS workers spin between matrix products), and other
+#: work running there to 30-98%.
+PRESSURE_BUSY = 10.0
+_PRESSURE = "/proc/pressure/cpu"
+#: ``NNHAL_SERVICE_LOOK=0`` in a process's environment: its Lookers never look (every wait
+#: blocks in the kernel at once: no core spent polling, each message costs a wake-up).
+LOOK_ENV = "NNHAL_SERVICE_LOOK"
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
     (os.cpu_count() or 1)
+
+
+def cpu_pressure() -> float | None:
+    """The share of the last 10 s (percent) in which some task waited for a core; None where
+    the kernel does not say (no PSI)."""
+    try:
+        with open(_PRESSURE, "rb") as f:
+            line = f.readline()
+        return float(line.split(b"avg10=", 1)[1].split(None, 1)[0])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class Looker:
@@ -155,34 +180,51 @@ class Looker:
     by the message, and on a virtual machine waking a sleeping core costs tens of
     microseconds each way.
 
-    Looking takes a core, which pays only while the machine has one to spare: while the
-    load average (read every LOAD_CHECK_S) is at least the cores this process may use, no
-    look is made (:meth:`wanted`). A thread that looks on a loaded machine crowds the other side
-    (the driver's thread) and the other tasks onto the cores left, and waits out their time
-    slices when it yields; one that blocks is woken by the message and, having slept, is
-    given a core first (on this project's 2-core VM at load 2.2-3.8, looking on both sides
-    made the served MobileNet's round trip 224 us beyond the driver, blocking 180 us). And
-    a yield that keeps the core away for YIELD_GAVE_S says other tasks want this very core
-    now (or the two sides share it): the look ends there and the next SKIP_LOOKS looks are
-    not made."""
+    Looking takes a core, which pays only while the machine has one to spare: while the CPU
+    pressure (read every LOAD_CHECK_S) says tasks waited for a core PRESSURE_BUSY of the
+    time or more, or, where the kernel gives no pressure, while the load average is at least
+    the cores this process may use, no look is made (:meth:`wanted`; the load average also
+    counts the served work's own threads, a driver's BLAS workers spinning between matrix
+    products among them, which alone bring a 2-core machine's to 2, and follows a change of
+    load over a minute, the pressure over seconds); ``NNHAL_SERVICE_LOOK=0`` turns looking
+    off. A thread that looks on a loaded machine crowds the other side (the driver's thread)
+    and the other tasks onto the cores left, and waits out their time slices when it yields;
+    one that blocks is woken by the message and, having slept, is given a core first (on
+    this project's 2-core VM at load 2.2-3.8, looking on both sides made the served
+    MobileNet's round trip 224 us beyond the driver, blocking 180 us; with both sides forced
+    to look at load 4-8, a yield often lost the core for a whole tick: milliseconds). And a
+    yield that keeps the core away for YIELD_GAVE_S says other tasks want this very core
+    now: the look ends there and, unless the message came meanwhile (the core went to the
+    peer's own work), the next SKIP_LOOKS looks are not made. So are they after MISSED_LOOKS
+    looks in a row whose window ended without the message (a window that does not fit the
+    peer only burns the core)."""
 
-    __slots__ = ("skip", "checked", "busy")
+    __slots__ = ("skip", "checked", "busy", "enabled", "missed")
 
     def __init__(self) -> None:
         self.skip = 0
+        self.missed = 0  # looks in a row that their window ended without the message
         self.checked = -LOAD_CHECK_S
         self.busy = False
+        #: False: never look (LOOK_ENV set to 0 when this Looker was made).
+        self.enabled = os.environ.get(LOOK_ENV, "").strip() != "0"
 
     def wanted(self) -> bool:
         """Whether to look this time (else the caller blocks at once, and sleeps towards
         nothing either)."""
+        if not self.enabled:
+            return False
         t = time.perf_counter()
         if t - self.checked >= LOAD_CHECK_S:
             self.checked = t
-            try:
-                self.busy = os.getloadavg()[0] >= _CORES
-            except OSError:  # no load average here: look
-                self.busy = False
+            pressure = cpu_pressure()
+            if pressure is not None:
+                self.busy = pressure >= PRESSURE_BUSY
+            else:  # no pressure here: the load average, which also counts the served work
+                try:
+                    self.busy = os.getloadavg()[0] >= _CORES
+                except OSError:  # no load average either: look
+                    self.busy = False
         if self.skip:
             self.skip -= 1
             return False
@@ -195,11 +237,19 @@ class Looker:
         while not poll(0):
             t = now()
             if t >= end:
+                self.missed += 1
+                if self.missed >= MISSED_LOOKS:  # the window does not fit the peer: rest
+                    self.missed = 0
+                    self.skip = SKIP_LOOKS
                 return False
             os.sched_yield()
             if now() - t > YIELD_GAVE_S:
+                if poll(0):  # the core went to the peer's work, most likely: it paid
+                    self.missed = 0
+                    return True
                 self.skip = SKIP_LOOKS
-                return bool(poll(0))
+                return False
+        self.missed = 0
         return True
 
 

@@ -199,11 +199,12 @@ def test_the_reading_thread_looks_for_a_next_call_only_after_a_quick_one(service
                                                                          monkeypatch):
     pm = prepare(remote)
     rb = RequestBuilder(list(float_inputs(9, DIMS)), [64])
-    monkeypatch.setattr(server, "NEXT_CALL_LOOK_S", 0.005)
+    monkeypatch.setattr(server, "NEXT_CALL_LOOK_MAX_S", 0.005)
     # In one process the other side's turn with the GIL would read as a busy core; a busy
     # machine running the tests must not make the service skip its looks either.
     monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)
     monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
     for _ in range(2):  # two pauses end the looking (one does not)
         assert pm.execute_synchronously(rb.request)[0] == E.NONE
         time.sleep(0.05)
@@ -212,6 +213,7 @@ def test_the_reading_thread_looks_for_a_next_call_only_after_a_quick_one(service
         assert pm.execute_synchronously(rb.request)[0] == E.NONE
         time.sleep(0.05)
     assert service.looks == before
+    monkeypatch.setattr(server, "NEXT_CALL_LOOK_MAX_S", 0.5)
     monkeypatch.setattr(server, "NEXT_CALL_LOOK_S", 0.5)
     for _ in range(5):  # back to back: found awake
         assert pm.execute_synchronously(rb.request)[0] == E.NONE
@@ -226,12 +228,118 @@ def test_the_reading_thread_looks_for_a_next_call_only_after_a_quick_one(service
     rb.close()
 
 
+def test_the_reading_threads_look_follows_the_clients_return(service, remote, monkeypatch):
+    # Twice the longer of the client's last two returns, within NEXT_CALL_LOOK_S and
+    # NEXT_CALL_LOOK_MAX_S: a client that works a while between calls still finds the thread
+    # awake, one calling back to back is not waited for longer than it needs.
+    pm = prepare(remote)
+    rb = RequestBuilder(list(float_inputs(10, DIMS)), [64])
+    monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)
+    monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
+    monkeypatch.setattr(server, "NEXT_CALL_LOOK_S", 0.1)
+    monkeypatch.setattr(server, "NEXT_CALL_LOOK_MAX_S", 0.4)
+    assert pm.execute_synchronously(rb.request)[0] == E.NONE
+    s = session_of(service)
+    windows: list[float] = []
+
+    class Recorded(transport.Looker):
+        def until(self, poll, end):
+            windows.append(end - time.perf_counter())
+            return super().until(poll, end)
+    monkeypatch.setattr(s, "looker", Recorded())
+    for _ in range(4):  # back to back: the shortest look
+        assert pm.execute_synchronously(rb.request)[0] == E.NONE
+    time.sleep(0.2)  # (the last look ends)
+    assert windows and all(w <= 0.1 for w in windows), windows
+    windows.clear()
+    for _ in range(4):  # 30 ms of work between calls: looks of 60 ms or more
+        assert pm.execute_synchronously(rb.request)[0] == E.NONE
+        time.sleep(0.03)
+    assert len(windows) >= 3 and all(0.05 <= w <= 0.4 for w in windows[1:]), windows
+    assert service.found >= 3
+    rb.close()
+
+
+def test_repeated_executions_found_by_looking_all_answer_right(service, monkeypatch):
+    # Both sides awake for each other (the service looking for the next call, the client for
+    # its reply, after sleeping towards it): new input values in the same memories every
+    # time, each answer the right one.
+    monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)
+    monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
+    monkeypatch.setattr(client, "REPLY_LOOK_S", 0.002)
+    monkeypatch.setattr(server, "NEXT_CALL_LOOK_S", 0.01)
+    dev = RemoteDevice(service.path)
+    pm = prepare(dev)
+    a, b = float_inputs(14, DIMS)
+    rb = RequestBuilder([a, b], [64])
+    rng = np.random.default_rng(14)
+    for i in range(200):
+        x = rng.standard_normal(DIMS).astype(np.float32)
+        rb.input_view(0)[:] = x.reshape(-1).view(np.uint8)
+        status, shapes, _ = pm.execute_synchronously(rb.request)
+        assert status == E.NONE and list(shapes[0].dimensions) == list(DIMS)
+        np.testing.assert_array_equal(rb.output(0, np.float32, DIMS), x + b, err_msg=str(i))
+    conn = dev.conn
+    assert conn.sent_again >= 197 and conn.looked >= 150 and conn.found >= 100
+    assert service.looks >= 150 and service.found >= 100
+    dev.close()
+    rb.close()
+
+
+def test_a_client_gone_during_the_services_look_ends_its_session_at_once(service, monkeypatch):
+    # The look polls the socket: the client's end is found there, not after the window.
+    monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)
+    monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
+    monkeypatch.setattr(server, "NEXT_CALL_LOOK_S", 30.0)
+    monkeypatch.setattr(server, "NEXT_CALL_LOOK_MAX_S", 30.0)
+    dev = RemoteDevice(service.path)
+    pm = prepare(dev)
+    rb = RequestBuilder(list(float_inputs(12, DIMS)), [64])
+    for _ in range(3):  # quick calls: after each reply the service looks (up to 30 s)
+        assert pm.execute_synchronously(rb.request)[0] == E.NONE
+    assert service.looks >= 1
+    start = time.monotonic()
+    dev.close()
+    while service.sessions and time.monotonic() < start + 5:
+        time.sleep(0.01)
+    assert not service.sessions and time.monotonic() - start < 1.0
+    assert service.objects() == 0
+    rb.close()
+
+
+def test_no_look_is_made_when_looking_is_turned_off(tmp_path, monkeypatch):
+    # NNHAL_SERVICE_LOOK=0: neither side polls (every wait blocks at once), and the answers
+    # are the same.
+    monkeypatch.setenv(transport.LOOK_ENV, "0")
+    monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
+    monkeypatch.setattr(server, "NEXT_CALL_LOOK_S", 0.5)
+    monkeypatch.setattr(server, "NEXT_CALL_LOOK_MAX_S", 0.5)
+    with served(tmp_path / "off.sock") as svc:
+        dev = RemoteDevice(svc.path)
+        pm = prepare(dev)
+        a, b = float_inputs(13, DIMS)
+        rb = RequestBuilder([a, b], [64])
+        for _ in range(20):
+            assert pm.execute_synchronously(rb.request)[0] == E.NONE
+            np.testing.assert_array_equal(rb.output(0, np.float32, DIMS), a + b)
+        assert dev.conn.sent_again >= 17 and dev.conn.looked == 0
+        assert svc.looks == 0
+        dev.close()
+        rb.close()
+
+
 def test_a_repeated_execution_looks_for_its_reply_over_its_recent_round_trips(
         service, monkeypatch):
     monkeypatch.setattr(client, "REPLY_LOOK_S", 0.05)  # wide: the test's timing is loose
+    monkeypatch.setattr(client, "REPLY_LOOK_MAX_S", 1.0)
     monkeypatch.setattr(client, "REPLY_TRIPS", 2)  # the window follows the last two
     monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)  # a busy machine does not end it
     monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # nor skip it
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
     remote = RemoteDevice(service.path)
     pm = prepare(remote)
     a, b = float_inputs(11, DIMS)
@@ -263,6 +371,64 @@ def test_a_repeated_execution_looks_for_its_reply_over_its_recent_round_trips(
     assert pm.execute_synchronously(other.request)[0] == E.NONE  # now it has one
     assert conn.sent_again == 9 and conn.looked == 7
     other.close()
+    rb.close()
+    remote.close()
+
+
+def test_a_message_that_comes_back_finds_its_round_trips_again(service, monkeypatch):
+    # A client alternating between two requests (two models, say) looks for the reply of
+    # the first again at its first repeat: its round trips were kept, by its bytes.
+    monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)
+    monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
+    remote = RemoteDevice(service.path)
+    pm = prepare(remote)
+    a, b = float_inputs(16, DIMS)
+    first, second = RequestBuilder([a, b], [64]), RequestBuilder([b, a], [64])
+    conn = remote.conn
+    for _ in range(4):
+        assert pm.execute_synchronously(first.request)[0] == E.NONE
+    assert conn.looked == 1
+    for _ in range(2):  # another message: no round trip of its own yet, so no look
+        assert pm.execute_synchronously(second.request)[0] == E.NONE
+    assert conn.looked == 1
+    for _ in range(2):  # the first again: encoded again, then its first repeat looks
+        assert pm.execute_synchronously(first.request)[0] == E.NONE
+        np.testing.assert_array_equal(first.output(0, np.float32, DIMS), a + b)
+    assert conn.looked == 2
+    # Only the last REPLY_MESSAGES messages are remembered.
+    assert len(conn._trips) <= client.REPLY_MESSAGES
+    first.close()
+    second.close()
+    remote.close()
+
+
+def test_a_look_for_a_reply_is_bounded_however_wide_the_round_trips_spread(service,
+                                                                          monkeypatch):
+    monkeypatch.setattr(client, "REPLY_LOOK_S", 0.01)
+    monkeypatch.setattr(client, "REPLY_SPREAD", 10.0)  # the window would span 0.09-0.3 s
+    monkeypatch.setattr(client, "REPLY_LOOK_MAX_S", 0.02)
+    monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)
+    monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
+    remote = RemoteDevice(service.path)
+    pm = prepare(remote)
+    rb = RequestBuilder(list(float_inputs(15, DIMS)), [64])
+    windows: list[float] = []
+
+    class Recorded(transport.Looker):
+        def until(self, poll, end):
+            windows.append(end - time.perf_counter())
+            return super().until(poll, end)
+    remote.conn.looker = Recorded()
+    try:
+        for delay in (0.0, 0.0, 0.1, 0.3, 0.3, 0.1, 0.3):  # (the third measures the first)
+            service.test_delay = delay
+            assert pm.execute_synchronously(rb.request)[0] == E.NONE
+    finally:
+        service.test_delay = 0.0
+    assert len(windows) >= 3 and all(w <= 0.02 for w in windows), windows
+    assert remote.conn.looked == len(windows)
     rb.close()
     remote.close()
 

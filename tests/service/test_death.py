@@ -134,6 +134,7 @@ def test_kill_during_a_repeated_synchronous_execution(sock, monkeypatch):
     # The same execution again takes the client's short way (its message remembered, the
     # reply read by the caller): it fails as the first one does.
     monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # it looks
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
     with served_pm(sock, delay=0.6) as (proc, dev, pm, rb):
         # The first defines the memories; the second is remembered; the third goes the
         # short way and measures its round trip, which the next one sleeps towards.
@@ -144,6 +145,26 @@ def test_kill_during_a_repeated_synchronous_execution(sock, monkeypatch):
             proc, lambda: pm.execute_synchronously(rb.request))
         assert status == E.DEVICE_UNAVAILABLE and shapes == [] and after < 1.0
         assert dev.conn.looked == 1  # it slept towards the expected reply when killed
+        assert pm.execute_synchronously(rb.request)[0] == E.DEVICE_UNAVAILABLE
+
+
+def test_kill_while_a_repeated_execution_looks_for_its_reply(sock, monkeypatch):
+    # Awake and polling for the reply (not blocked in the kernel): the end of the socket is
+    # what the look finds, at once, not after its window.
+    from nnhal.service import client
+
+    monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
+    monkeypatch.setattr(transport, "YIELD_GAVE_S", 10.0)  # a busy machine does not end it
+    monkeypatch.setattr(client, "REPLY_LOOK_S", 0.55)  # looks from about 50 ms in
+    monkeypatch.setattr(client, "REPLY_LOOK_MAX_S", 5.0)
+    with served_pm(sock, delay=0.6) as (proc, dev, pm, rb):
+        for _ in range(3):
+            assert pm.execute_synchronously(rb.request)[0] == E.NONE
+        (status, shapes, _), after = kill_during(
+            proc, lambda: pm.execute_synchronously(rb.request), settle=0.35)
+        assert status == E.DEVICE_UNAVAILABLE and shapes == [] and after < 0.5
+        assert dev.conn.looked == 1 and dev.conn.found == 1  # the look found the end
         assert pm.execute_synchronously(rb.request)[0] == E.DEVICE_UNAVAILABLE
 
 

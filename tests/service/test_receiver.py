@@ -210,15 +210,22 @@ def test_a_look_is_not_made_on_a_busy_machine_nor_after_a_yield_gave_the_core_aw
         polls.append(1)
         return []
     load = [0.0]
+    pressure: list[float | None] = [None]  # None: the kernel gives none
     monkeypatch.setattr(transport.time, "perf_counter", now)
     monkeypatch.setattr(transport.os, "sched_yield", slow_yield)
     monkeypatch.setattr(transport.os, "getloadavg", lambda: (load[0], 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: pressure[0])
     looker = transport.Looker()
     assert looker.wanted()
     assert not looker.until(poll, 5.0)
     assert clock[0] < 0.01 and len(polls) == 2  # one more look after the long yield
     assert [looker.wanted() for _ in range(transport.SKIP_LOOKS + 1)] == \
         [False] * transport.SKIP_LOOKS + [True]
+    # A long yield after which the message is there (the core went to the peer's own work):
+    # the look paid, and the next ones are made.
+    came = iter([[], [1]])
+    assert looker.until(lambda _: next(came), clock[0] + 5.0)
+    assert looker.wanted()
     # Quick yields (nobody else wants the core): on to the end.
     monkeypatch.setattr(transport.os, "sched_yield", lambda: None)
     polls.clear()
@@ -226,7 +233,8 @@ def test_a_look_is_not_made_on_a_busy_machine_nor_after_a_yield_gave_the_core_aw
     assert not looker.until(poll, end)
     assert clock[0] >= end and len(polls) > 1000
     assert looker.until(lambda _: [1], clock[0] + 1)  # a message ends the look at once
-    # A load average of the process's cores or more: no look, until read again below them.
+    # Without CPU pressure to read: a load average of the process's cores or more, no look,
+    # until read again below them.
     load[0] = float(transport._CORES)
     clock[0] += transport.LOAD_CHECK_S
     assert not looker.wanted()
@@ -234,6 +242,73 @@ def test_a_look_is_not_made_on_a_busy_machine_nor_after_a_yield_gave_the_core_aw
     assert not looker.wanted()  # read every LOAD_CHECK_S only
     clock[0] += transport.LOAD_CHECK_S
     assert looker.wanted()
+    # With it, the pressure alone says: a load average past the cores with nothing waiting
+    # for a core is the served work's own (its driver's threads, the looks), a low one with
+    # tasks waiting is other work starting.
+    more = float(transport._CORES + 1)
+    for ld, p, wanted in ((more, transport.PRESSURE_BUSY - 1, True),
+                          (more, transport.PRESSURE_BUSY, False),
+                          (0.0, 50.0, False), (0.0, 0.0, True), (more, None, False)):
+        load[0], pressure[0] = ld, p
+        clock[0] += transport.LOAD_CHECK_S
+        assert looker.wanted() is wanted, (ld, p)
+
+
+def test_the_cpu_pressure_is_read_where_the_kernel_gives_it(tmp_path, monkeypatch):
+    from nnhal.service import transport
+
+    psi = tmp_path / "cpu"
+    psi.write_text("some avg10=42.97 avg60=45.01 avg300=18.70 total=3490960699\n"
+                   "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    monkeypatch.setattr(transport, "_PRESSURE", str(psi))
+    assert transport.cpu_pressure() == 42.97
+    psi.write_text("garbage\n")
+    assert transport.cpu_pressure() is None
+    monkeypatch.setattr(transport, "_PRESSURE", str(tmp_path / "absent"))
+    assert transport.cpu_pressure() is None
+
+
+def test_looks_rest_after_missing_their_message_several_times_in_a_row(monkeypatch):
+    # A window that never fits the peer only burns a core: MISSED_LOOKS looks in a row that
+    # end without the message, then SKIP_LOOKS not made; one that finds it starts the count
+    # again.
+    from nnhal.service import transport
+
+    clock = [0.0]
+
+    def now() -> float:
+        clock[0] += 1e-5
+        return clock[0]
+    monkeypatch.setattr(transport.time, "perf_counter", now)
+    monkeypatch.setattr(transport.os, "sched_yield", lambda: None)
+    monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
+    looker = transport.Looker()
+
+    def miss() -> bool:
+        return looker.until(lambda _: [], clock[0] + 1e-3)
+    for _ in range(transport.MISSED_LOOKS - 1):
+        assert looker.wanted() and not miss()
+    assert looker.until(lambda _: [1], clock[0] + 1e-3)  # found: the count starts again
+    for _ in range(transport.MISSED_LOOKS - 1):
+        assert looker.wanted() and not miss()
+    assert looker.wanted()
+    assert not miss()  # the MISSED_LOOKS-th in a row
+    assert [looker.wanted() for _ in range(transport.SKIP_LOOKS + 1)] == \
+        [False] * transport.SKIP_LOOKS + [True]
+
+
+def test_no_look_is_wanted_when_looking_is_turned_off(monkeypatch):
+    from nnhal.service import transport
+
+    monkeypatch.setattr(transport.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(transport, "cpu_pressure", lambda: None)
+    assert transport.Looker().wanted()
+    monkeypatch.setenv(transport.LOOK_ENV, "0")
+    looker = transport.Looker()
+    assert not any(looker.wanted() for _ in range(100))
+    monkeypatch.setenv(transport.LOOK_ENV, "1")
+    assert transport.Looker().wanted()
 
 
 def test_a_look_through_the_receiver_reads_what_came_and_next_returns_it(pair):
