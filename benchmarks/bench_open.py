@@ -257,6 +257,11 @@ def child(code: str, argv: list[str], cache_dir: Path | None, root: Path = ROOT)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _sync() -> None:
+    if hasattr(os, "sync"):
+        os.sync()
+
+
 @functools.cache
 def _pycache() -> str:
     """The children's bytecode cache (one per run of this script, removed at exit)."""
@@ -303,15 +308,20 @@ class Opens:
         for root in self.roots:  # fill the kept caches (twice: the drivers' private copies)
             for _ in range(2):
                 child(self.code, self.argv(path), warm[root], root)
+        _sync()
         t: dict[tuple[Path, str], list[dict]] = {(r, k): [] for r in self.roots
                                                  for k in ("cold", "kept")}
         peer = []
         for r in range(self.rounds):
             peer.append(child(_PEER, [str(path), str(self.threads), "0"], None))
+            for root in self.roots:
+                t[(root, "kept")].append(child(self.code, self.argv(path), warm[root], root))
             for k, root in enumerate(self.roots):
                 cold = self.cache_dir(f"cold-{path.stem}-{k}-{r}")
                 t[(root, "cold")].append(child(self.code, self.argv(path), cold, root))
-                t[(root, "kept")].append(child(self.code, self.argv(path), warm[root], root))
+                # A cold open writes its caches (megabytes): on disk before the next process,
+                # whose time would otherwise include the write-back.
+                _sync()
         for root in self.roots:
             who = "" if root == ROOT else f"baseline {root}: "
             for kind, what in (("cold", "caches cold"), ("kept", "caches kept")):
