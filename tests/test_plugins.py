@@ -104,3 +104,24 @@ def test_a_factory_returning_something_else_is_refused(monkeypatch):
     with pytest.raises(NnhalError, match="'odd' is not available: its factory returned "
                                          "object, not an IDevice"):
         registry.open_device("odd")
+
+
+def test_the_quick_look_for_plugins_finds_them_and_defers_what_it_cannot_read(
+        tmp_path, monkeypatch, plugin_site):
+    assert registry._maybe_plugins()  # the fake distribution names the group
+    bare = tmp_path / "bare"
+    (bare / "other-1.0.dist-info").mkdir(parents=True)
+    (bare / "other-1.0.dist-info" / "entry_points.txt").write_text(
+        "[console_scripts]\nother = other:main\n")
+    (bare / "plain-2.0.dist-info").mkdir()  # no entry points at all
+    monkeypatch.setattr(sys, "path", [str(bare), str(tmp_path / "absent")])
+    assert not registry._maybe_plugins()  # nothing names the group: no full scan
+    scanned = []
+    monkeypatch.setattr(registry.importlib.metadata, "entry_points",
+                        lambda **k: scanned.append(k) or ())
+    registry.discover(force=True)
+    assert scanned == []  # the full scan of every distribution was skipped
+    zipped = tmp_path / "site.zip"
+    zipped.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip archive
+    monkeypatch.setattr(sys, "path", [str(bare), str(zipped)])
+    assert registry._maybe_plugins()  # a zip on the path: the full scan decides

@@ -27,6 +27,8 @@ outlives the process (the Session cache restores from it).
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -122,7 +124,7 @@ def discover(force: bool = False) -> None:
         return
     _discovered = True
     try:
-        eps = importlib.metadata.entry_points(group=PLUGIN_GROUP)
+        eps = importlib.metadata.entry_points(group=PLUGIN_GROUP) if _maybe_plugins() else ()
     except Exception:  # noqa: BLE001 - broken metadata: no plug-ins
         return
     for ep in eps:
@@ -130,6 +132,46 @@ def discover(force: bool = False) -> None:
             continue
         _DEVICES[ep.name] = _PluginEntry.of(ep)
     _discover_services()
+
+
+def _maybe_plugins() -> bool:
+    """Whether a distribution on ``sys.path`` may declare an entry point of
+    :data:`PLUGIN_GROUP`: False only when no ``entry_points.txt`` of a directory on the path
+    names the group. ``importlib.metadata`` parses every installed distribution's entry points
+    (milliseconds with a hundred installed, on every process's first device listing); this
+    reads the files as bytes and looks for the name. Anything it does not read the way
+    ``importlib.metadata`` would (a zip or an egg on the path, a finder of distributions
+    other than the standard one) answers True: the full scan then decides."""
+    from importlib.machinery import PathFinder
+
+    if any(f is not PathFinder and hasattr(f, "find_distributions") for f in sys.meta_path):
+        return True
+    needle = PLUGIN_GROUP.encode()
+    for entry in sys.path:
+        if not isinstance(entry, str):
+            return True
+        try:
+            listing = os.scandir(entry or ".")
+        except NotADirectoryError:  # a zip file on the path
+            return True
+        except OSError:  # absent or unreadable: importlib.metadata finds nothing there either
+            continue
+        with listing:
+            for e in listing:
+                low = e.name.lower()
+                if low.endswith(".egg"):
+                    return True
+                if not low.endswith((".dist-info", ".egg-info")):
+                    continue
+                try:
+                    with open(os.path.join(e.path, "entry_points.txt"), "rb") as f:
+                        if needle in f.read():
+                            return True
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                except OSError:
+                    return True
+    return False
 
 
 def _discover_services() -> None:

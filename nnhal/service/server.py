@@ -1614,6 +1614,11 @@ class Service:
         self.test_delay = float(os.environ.get(TEST_DELAY_ENV) or 0.0)
         self.sock = self._listen()
         self.watcher = _Watcher(self)
+        # A served driver's threads now, not on its first client's request (an in-process
+        # device starts them on first use: nnhal.drivers.common.device.DeviceBase).
+        start = getattr(getattr(device, "workers", None), "start", None)
+        if callable(start):
+            start()
 
     def _listen(self) -> socket.socket:
         p = Path(self.path)

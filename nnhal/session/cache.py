@@ -26,7 +26,7 @@ Nothing is unpickled.
 Where it does not pay: opening a tiny single-step model from scratch costs about the fixed
 costs a restore has too (opening the devices, the interpreter), so a model under
 :data:`MIN_BYTES` is not cached unless ``cache=True`` (measured in fresh processes with
-``benchmarks/bench_session_cache.py --force``: a 1 KB REVERSE model 38.7 ms cold, writing the cache,
+``benchmarks/bench_open.py --force``: a 1 KB REVERSE model 38.7 ms cold, writing the cache,
 against 31.7 ms restored; a 1 KB model split over LiteRT and the reference 105 ms against 30 ms:
 partitioned small models gain, and ``cache=True`` is there for them), and a program
 generating many small models would fill the cache with them. Off with

@@ -109,9 +109,11 @@ class DeviceBase(IDevice):
         #: The memory-domain buffers of this device, by token.
         self.buffers: TokenRegistry[RequestBuffer] = TokenRegistry()
         self._cache = cache
-        # A service starts its workers with itself: the first preparation or execution of each
-        # priority then does not pay for creating a thread (about 0.5 ms here).
-        self.workers.start()
+        # Threads are started on first use, not here: an in-process device that restores from
+        # its cache and executes synchronously (the Session's warm open) never needs one, and
+        # starting six costs milliseconds on a loaded machine. A service starts them with
+        # itself (nnhal.service.server.Service), so its clients' first preparation or
+        # execution of each priority does not pay for creating a thread.
 
     # ---- what a driver gives ----------------------------------------------------------------
     def supported(self, graph: ModelGraph) -> list[bool]:
