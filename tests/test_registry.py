@@ -82,7 +82,10 @@ def test_xla_joins_the_runtime_only_with_an_accelerator(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name in registry._JAX_ACCELERATORS
                         else real(name, *a))
+    registry._xla_listed.cache_clear()
     assert "xla" not in registry.runtime_names()
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: object() if name == "jax_plugins" else real(name, *a))
+    registry._xla_listed.cache_clear()
     assert registry._xla_listed()
+    registry._xla_listed.cache_clear()

@@ -26,6 +26,7 @@ outlives the process (the Session cache restores from it).
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import sys
@@ -327,10 +328,12 @@ def _xla_unavailable() -> str | None:
 _JAX_ACCELERATORS = ("jax_plugins", "jax_cuda12_plugin", "jax_cuda13_plugin", "libtpu")
 
 
+@functools.cache
 def _xla_listed() -> bool:
     """On a CPU, XLA runs slower than LiteRT and no faster than the reference, and loading JAX
     costs about a second: the runtime lists it only where JAX has an accelerator plug-in
-    (``--device xla``, ``devices=["xla"]`` and ``$NNHAL_DEVICES`` still reach it)."""
+    (``--device xla``, ``devices=["xla"]`` and ``$NNHAL_DEVICES`` still reach it). Asked once
+    per process: plug-ins installed while it runs are not looked for again."""
     import importlib.util
 
     return any(importlib.util.find_spec(m) is not None for m in _JAX_ACCELERATORS)
