@@ -417,3 +417,9 @@ class FallbackPrepared(_RuntimePrepared):
             if ref is not None:
                 return ref.execute_synchronously(request, measure, deadline, loop_timeout)
         return result
+
+    def bind_arrays(self, shapes: Sequence[tuple[int, ...]]) -> Any:
+        """The driver's own binding: a run it cannot do answers None, and the caller's run by
+        request then falls back here."""
+        bind = getattr(self.primary, "bind_arrays", None)
+        return bind(shapes) if bind is not None else None
