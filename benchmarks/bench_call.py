@@ -78,22 +78,34 @@ def bench(path: Path, threads: int | None, rounds: int) -> None:
 
     from nnhal import Session
 
+    sessions: dict[str, Session] = {}
+    refused: list[str] = []
     if threads is None:
-        s_lit = Session(path, device="litert", cache=False)
-        s_rt = Session(path, cache=False)
+        opens = {"litert": lambda: Session(path, device="litert", cache=False),
+                 "runtime": lambda: Session(path, cache=False)}
     else:
         from nnhal.drivers.litert import LiteRTDevice
 
-        s_lit = Session(path, device=LiteRTDevice(threads=threads), cache=False)
-        s_rt = Session(path, devices=[LiteRTDevice(threads=threads), "reference"],
-                       cache=False)
+        opens = {"litert": lambda: Session(path, device=LiteRTDevice(threads=threads),
+                                           cache=False),
+                 "runtime": lambda: Session(path, devices=[LiteRTDevice(threads=threads),
+                                                           "reference"], cache=False)}
+    for kind, open_ in opens.items():
+        try:
+            sessions[kind] = open_()
+        except Exception as e:  # noqa: BLE001 - e.g. LiteRT refusing an operation
+            refused.append(f"{kind}: {type(e).__name__}: {str(e)[-90:]}")
+    if not sessions:
+        print(f"{path.name}: " + "; ".join(refused))
+        return
+    first = next(iter(sessions.values()))
     peer = Interpreter(model_path=str(path), num_threads=threads or os.cpu_count() or 1)
     peer.allocate_tensors()
-    feeds = feeds_for(s_lit.inputs, np.random.default_rng(0))
+    feeds = feeds_for(first.inputs, np.random.default_rng(0))
     details = peer.get_input_details()
     by_name = {d["name"]: d for d in details}
-    if all(i.name in by_name for i in s_lit.inputs):
-        details = [by_name[i.name] for i in s_lit.inputs]
+    if all(i.name in by_name for i in first.inputs):
+        details = [by_name[i.name] for i in first.inputs]
     if len(details) != len(feeds):
         print(f"{path.name}: the peer has {len(details)} inputs, the Session "
               f"{len(feeds)}: skipped")
@@ -108,8 +120,9 @@ def bench(path: Path, threads: int | None, rounds: int) -> None:
         for o in outs:
             peer.get_tensor(o)
 
-    fns = {"peer": run_peer, "litert": lambda: s_lit.run(feeds),
-           "runtime": lambda: s_rt.run(feeds)}
+    fns: dict[str, Callable[[], object]] = {"peer": run_peer}
+    for kind, sess in sessions.items():
+        fns[kind] = lambda sess=sess: sess.run(feeds)
     for fn in fns.values():
         fn()
         fn()
@@ -125,11 +138,13 @@ def bench(path: Path, threads: int | None, rounds: int) -> None:
         extra = med([(a - b) * 1e6 for a, b in zip(t[k], p)])
         return f"{k} {med(t[k]) * 1e6:9.1f} us {ratio:6.3f}x {extra:+7.1f} us"
 
-    state = f", {len(s_lit._state_vars)} state" if s_lit._state_vars else ""
-    print(f"{path.name[:34]:34s} peer {med(p) * 1e6:9.1f} us | {row('litert')} | "
-          f"{row('runtime')} [{s_rt.device_name}{state}]  load {load()}", flush=True)
-    s_lit.close()
-    s_rt.close()
+    state = f", {len(first._state_vars)} state" if first._state_vars else ""
+    rows = [row(k) for k in sessions] + refused
+    where = f" [{sessions['runtime'].device_name}{state}]" if "runtime" in sessions else state
+    print(f"{path.name[:34]:34s} peer {med(p) * 1e6:9.1f} us | " + " | ".join(rows) +
+          f"{where}  load {load()}", flush=True)
+    for sess in sessions.values():
+        sess.close()
 
 
 def default_models(tmp: Path, add: bool) -> list[Path]:
