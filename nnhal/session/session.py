@@ -13,6 +13,17 @@ converted before the lock is taken, because converting runs the caller's code (`
 a mapping's ``__getitem__``...), which must never run under a lock it could ask for again; a
 call that re-enters the Session from such code, or from a driver while the lock is held, is
 an NnhalError instead of a deadlock.
+
+Repeated runs: after a good run, its feed layout is bound (:class:`_Bound`). Feeds that are a
+dict (or list) of plain numpy arrays of the very dtypes and shapes of that run are taken as
+checked (the full check passed on them) and run with nothing made per run: the request memory
+and views of its outputs are reused, and where the prepared model binds arrays itself
+(:meth:`~nnhal.hal.interfaces.IPreparedModel.bind_arrays`: the LiteRT driver, also behind the
+runtime's CPU fallback) the arrays go straight into its interpreter and the outputs straight
+out of it, as ai-edge-litert's own ``set_tensor`` + ``invoke`` + ``get_tensor`` (one copy in,
+one out). Anything else takes the general way, which checks (and converts) it and binds its
+layout in turn; a binding that cannot run a feed hands that run, and the layout's later ones,
+back to requests, so failures are reported (and fall back) as before.
 """
 
 from __future__ import annotations
