@@ -324,3 +324,24 @@ def test_a_profiled_bound_run_is_timed():
             s.run([ones, ones])
         assert s._bound.runner is not None
         assert sum(prof.driver.values()) > 0
+
+
+def test_a_session_binds_again_for_another_prepared_model():
+    """The binding belongs to the prepared model it was made with: runs after the Session's
+    prepared model changed go the general way once, then bind to the new one."""
+    with _session(add_model((2,)), "reference") as s:
+        ones = np.ones(2, F32)
+        s.run([ones, ones])
+        first = s._bound
+        real = s._prepared
+
+        class Forwarding:
+            def execute_synchronously(self, request, measure):
+                return real.execute_synchronously(request, measure)
+
+        s._prepared = Forwarding()
+        assert s.run([ones, ones])["output_0"].tolist() == [2, 2]
+        assert s._bound is not first and s._bound.prepared is s._prepared
+        s._prepared = real
+        assert s.run([ones, ones])["output_0"].tolist() == [2, 2]
+        assert s._bound.prepared is real

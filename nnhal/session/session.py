@@ -641,7 +641,8 @@ class Session:
             outs = self._outputs(layout, *self._call(layout))
         except LayoutError as e:
             raise self._layout_failed(e) from None
-        if self._bound is None:
+        bound = self._bound
+        if bound is None or bound.layout is not layout or bound.prepared is not self._prepared:
             try:
                 self._bound = _Bound.of(self, layout, arrays, outs)
             except LayoutError:  # views it cannot make: runs keep the general way
