@@ -180,6 +180,27 @@ class IPreparedModel(ABC):
         None: a face runs it on a thread of its own."""
         return None
 
+    # ---- nnhal's in-process shortcut (no HAL counterpart) ------------------------------------
+    def bind_arrays(self, shapes: Sequence[tuple[int, ...]]) -> ArrayRun | None:
+        """Runs of this model, in this process, with every main input given as a numpy array
+        of these ``shapes`` (in the model's input order) and of its operand's numpy dtype,
+        skipping request memory: what a :class:`~nnhal.session.Session` uses for repeated
+        runs of one input layout once a run by request has succeeded. None (the default): not
+        offered; the caller keeps using requests."""
+        return None
+
+
+class ArrayRun(ABC):
+    """What :meth:`IPreparedModel.bind_arrays` returns: one input layout bound once."""
+
+    @abstractmethod
+    def run(self, inputs: Sequence[Any]) -> list[Any] | None:
+        """Run once: ``inputs`` match the bound shapes and dtypes (the caller checked them; the
+        arrays are only read); fresh arrays for every main output, in the model's declared
+        shapes, or None when this run did not succeed here (nothing the caller sees has
+        changed: the caller then runs the same inputs by request, which reports the failure
+        or falls back). Never raises."""
+
 
 class IDevice(ABC):
     """The canonical IDevice: HAL 1.3's methods and AIDL v4's ``prepare_model_with_config``."""

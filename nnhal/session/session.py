@@ -13,11 +13,23 @@ converted before the lock is taken, because converting runs the caller's code (`
 a mapping's ``__getitem__``...), which must never run under a lock it could ask for again; a
 call that re-enters the Session from such code, or from a driver while the lock is held, is
 an NnhalError instead of a deadlock.
+
+Repeated runs: after a good run, its feed layout is bound (:class:`_Bound`). Feeds that are a
+dict (or list) of plain numpy arrays of the very dtypes and shapes of that run are taken as
+checked (the full check passed on them) and run with nothing made per run: the request memory
+and views of its outputs are reused, and where the prepared model binds arrays itself
+(:meth:`~nnhal.hal.interfaces.IPreparedModel.bind_arrays`: the LiteRT driver, also behind the
+runtime's CPU fallback) the arrays go straight into its interpreter and the outputs straight
+out of it, as ai-edge-litert's own ``set_tensor`` + ``invoke`` + ``get_tensor`` (one copy in,
+one out). Anything else takes the general way, which checks (and converts) it and binds its
+layout in turn; a binding that cannot run a feed hands that run, and the layout's later ones,
+back to requests, so failures are reported (and fall back) as before.
 """
 
 from __future__ import annotations
 
 import itertools
+import operator
 import os
 import threading
 import time
@@ -43,6 +55,10 @@ from nnhal.hal.types import (
 from nnhal.session.explain import explain_rejection
 from nnhal.session.info import MAX_FEED_BYTES, TensorInfo, check_feed, tensor_info
 from nnhal.tflite.model import ImportedModel, StateVariable
+
+_CONVERTING = ("Session.run() was called while converting the feeds of another run of the "
+               "same session (from a feed's __array__, __len__, __getitem__...): convert the "
+               "feeds before calling run")
 
 #: Seconds to wait for a driver to report a preparation before calling it hung.
 PREPARE_TIMEOUT = 600.0
@@ -143,12 +159,14 @@ class Session:
         #: The thread holding ``_lock`` (only that thread sets it to its own id, so a thread
         #: that reads its own id knows it would deadlock).
         self._owner: int | None = None
-        #: Per thread: whether this Session is converting that thread's feeds.
-        self._converting = threading.local()
+        #: The threads converting feeds for a run of this Session now.
+        self._converting: set[int] = set()
         self._closed = True  # until prepared: close() must be safe after a failed __init__
         self._layout: RequestLayout | None = None
         self._layout_key: tuple = ()
         self._views: list[np.ndarray] = []
+        #: The feed layout of the last good run, bound for runs of it again (see _Bound).
+        self._bound: _Bound | None = None
         preference, priority = _check_arguments(device, devices, preference, priority,
                                                 input_names, output_names)
         if cache is not None and not isinstance(cache, bool):
@@ -291,6 +309,14 @@ class Session:
         self._public_out = [k for k in range(len(all_out)) if k not in state_out]
         self.inputs: list[TensorInfo] = [all_in[k] for k in self._public_in]
         self.outputs: list[TensorInfo] = [all_out[k] for k in self._public_out]
+        self._out_names = [(all_out[k].name, k) for k in self._public_out]
+        self._state_out = [s.output for s in state]
+        #: The state inputs are the last inputs, in the state's order (as the importer makes
+        #: them): every input of a run is the feeds followed by the state.
+        self._state_last = [s.input for s in state] == \
+            list(range(len(self._public_in), len(all_in))) and \
+            self._public_in == list(range(len(self._public_in)))
+        self._bound = None
         self._initial = [self._initial_value(s) for s in state]
         self._state = list(self._initial)
         #: The output sizes the last run needed (grows with OUTPUT_INSUFFICIENT_SIZE).
@@ -457,14 +483,57 @@ class Session:
         every output by name, in :attr:`outputs` order, each a fresh array of its real shape.
         InputError before anything runs when a feed does not match (or its conversion
         fails); ExecutionError when the driver fails."""
+        bound = self._bound
+        if bound is not None:
+            arrays = bound.match(feeds)
+            if arrays is not None:  # the feeds of the bound layout: checked already
+                return self._run_bound(bound, arrays)
         checked = self._convert(feeds)  # the caller's code runs here, with no lock held
         with self._exclusive("run"):
             if self._closed:
                 raise NnhalError("the session is closed")
-            outs = self._execute(self._with_state(checked))
-            for j, s in enumerate(self._state_vars):
-                self._state[j] = outs[s.output]
-            return {self._all_outputs[k].name: outs[k] for k in self._public_out}
+            return self._results(self._execute(self._with_state(checked)))
+
+    def _results(self, outs: list[np.ndarray]) -> dict[str, np.ndarray]:
+        """The state carried on, the public outputs by name (the lock held)."""
+        if self._state_out:
+            self._state = [outs[k] for k in self._state_out]
+        return {name: outs[k] for name, k in self._out_names}
+
+    def _run_bound(self, bound: _Bound, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
+        """:meth:`run` of feeds that match ``bound``: the path of every repeated run, so
+        :meth:`_exclusive`, :meth:`_with_state` and :meth:`_results` are inline here."""
+        me = threading.get_ident()
+        if self._owner == me:
+            raise NnhalError("Session.run() was called from inside a run of the same session "
+                             "(by its driver or a callback): a session cannot be re-entered")
+        if me in self._converting:
+            raise NnhalError(_CONVERTING)
+        with self._lock:
+            self._owner = me
+            try:
+                if self._closed:
+                    raise NnhalError("the session is closed")
+                state_out = self._state_out
+                full = arrays if not state_out else arrays + self._state \
+                    if self._state_last else self._with_state(arrays)
+                outs = None
+                if bound is self._bound and bound.prepared is self._prepared:
+                    runner = bound.runner
+                    if runner is not None:
+                        outs = runner.run(full)
+                        if outs is None or not (bound.checked or bound.same_outputs(outs)):
+                            bound.runner = None  # this layout goes by request from now on
+                            outs = None
+                    if outs is None:
+                        outs = self._run_layout(bound, full)
+                if outs is None:  # bound meanwhile to another layout: the general way
+                    outs = self._execute(full)
+                if state_out:
+                    self._state = [outs[k] for k in state_out]
+                return {name: outs[k] for name, k in self._out_names}
+            finally:
+                self._owner = None
 
     @contextmanager
     def _exclusive(self, what: str) -> Iterator[None]:
@@ -485,11 +554,10 @@ class Session:
         """The public feeds checked and converted (see :func:`check_feed`). Whatever the
         feeds' own code raises is an InputError; a run it starts on this Session is refused
         (it would convert the same feeds again, without end)."""
-        if getattr(self._converting, "active", False):
-            raise NnhalError("Session.run() was called while converting the feeds of another "
-                             "run of the same session (from a feed's __array__, __len__, "
-                             "__getitem__...): convert the feeds before calling run")
-        self._converting.active = True
+        me = threading.get_ident()
+        if me in self._converting:
+            raise NnhalError(_CONVERTING)
+        self._converting.add(me)
         try:
             return self._checked(feeds)
         except NnhalError:
@@ -499,7 +567,7 @@ class Session:
         except Exception as e:  # noqa: BLE001 - the feeds' own code, whatever it raises
             raise InputError(f"the feeds cannot be read: {one_line(e)}") from None
         finally:
-            self._converting.active = False
+            self._converting.discard(me)
 
     def _checked(self, feeds: Feeds) -> list[np.ndarray]:
         infos = self.inputs
@@ -551,40 +619,78 @@ class Session:
         if self._layout is not None:
             self._layout.close()
             self._layout = None
+            self._bound = None
         ins = self._all_inputs
         # Dimensions go in the request only where the model leaves some unknown.
         layout = RequestLayout(
             [ArgSlot(_bytes(i, s), () if i.fully_known else s) for i, s in zip(ins, key)],
             [ArgSlot(n) for n in self._out_sizes], max_output_bytes=MAX_FEED_BYTES,
-            both_pools=True)
+            both_pools=True, sealed=True)  # the Session never shrinks it: nothing to check
         self._views = [layout.input_view(k).view(i.dtype).reshape(s)
                        for k, (i, s) in enumerate(zip(ins, key))]
         self._layout, self._layout_key = layout, key
         return layout
 
     def _execute(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """One run by request (feeds copied into the request memory), then this layout bound
+        for the runs after it."""
         try:
             layout = self._layout_for(arrays)
             for view, arr in zip(self._views, arrays):
                 np.copyto(view, arr, casting="no")
+            outs = self._outputs(layout, *self._call(layout))
+        except LayoutError as e:
+            raise self._layout_failed(e) from None
+        bound = self._bound
+        if bound is None or bound.layout is not layout or bound.prepared is not self._prepared:
+            try:
+                self._bound = _Bound.of(self, layout, arrays, outs)
+            except LayoutError:  # views it cannot make: runs keep the general way
+                self._bound = None
+        return outs
+
+    def _run_layout(self, bound: _Bound, full: list[np.ndarray]) -> list[np.ndarray] | None:
+        """A run of the bound layout by request, its outputs read from views made once; None
+        when the layout is not the Session's any more."""
+        layout = bound.layout
+        if layout is not self._layout:
+            return None
+        try:
+            for view, arr in zip(self._views, full):
+                np.copyto(view, arr, casting="no")
             status, shapes = self._call(layout)
-            if status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and \
-                    len(shapes) == len(self._all_outputs):
-                layout.grow(self._needs(shapes))
-                self._out_sizes = list(layout.out_sizes)
-                status, shapes = self._call(layout)
-            if status != ErrorStatus.NONE:
-                raise ExecutionError(f"{self._what()}: execution failed: {_status_name(status)}"
-                                     f"{_hint(status)}", status)
-            return [self._read(layout, k, self._real_shape(k, shapes))
-                    for k in range(len(shapes))] \
-                if len(shapes) == len(self._all_outputs) else self._declared_outputs(layout)
-        except LayoutError as e:  # the layout may be half made or half grown: not reused
-            if self._layout is not None:
-                self._layout.close()
-                self._layout = None
-            raise ExecutionError(f"{self._what()}: {e}",
-                                 ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT) from None
+            views = bound.out_views
+            if status == ErrorStatus.NONE and views is not None and len(shapes) == len(views) \
+                    and all(s.dimensions == d for s, d in zip(shapes, bound.dims)):
+                return [v.copy() for v in views]
+            return self._outputs(layout, status, shapes)
+        except LayoutError as e:
+            raise self._layout_failed(e) from None
+
+    def _layout_failed(self, e: LayoutError) -> ExecutionError:
+        """The layout may be half made or half grown: not reused."""
+        self._bound = None
+        if self._layout is not None:
+            self._layout.close()
+            self._layout = None
+        return ExecutionError(f"{self._what()}: {e}", ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT)
+
+    def _outputs(self, layout: RequestLayout, status: int,
+                 shapes: list[OutputShape]) -> list[np.ndarray]:
+        """The outputs of a run by request that answered ``status`` and ``shapes`` (run again
+        once with bigger output memory on OUTPUT_INSUFFICIENT_SIZE)."""
+        if status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and \
+                len(shapes) == len(self._all_outputs):
+            self._bound = None  # its views are of the memory growing replaces
+            layout.grow(self._needs(shapes))
+            self._out_sizes = list(layout.out_sizes)
+            status, shapes = self._call(layout)
+        if status != ErrorStatus.NONE:
+            raise ExecutionError(f"{self._what()}: execution failed: {_status_name(status)}"
+                                 f"{_hint(status)}", status)
+        return [self._read(layout, k, self._real_shape(k, shapes))
+                for k in range(len(shapes))] \
+            if len(shapes) == len(self._all_outputs) else self._declared_outputs(layout)
 
     def _needs(self, shapes: Sequence[OutputShape]) -> list[int]:
         """Bytes each output needs for the shapes a driver reported."""
@@ -652,6 +758,7 @@ class Session:
             if self._closed:
                 return
             self._closed = True
+            self._bound = None
             if self._layout is not None:
                 self._layout.close()
                 self._layout = None
@@ -976,6 +1083,103 @@ class _Opened:
                                              for i in sorted(used)}})
         record["files"] = [os.path.basename(f) for f in files]
         return record
+
+
+class _Bound:
+    """The feed layout of a Session's last good run, bound for runs of it again: feeds that
+    are plain numpy arrays of the very dtypes and shapes that run had are taken as checked (the
+    full check passed on them), the request memory and views of its outputs are reused, and a
+    driver's own binding (``bind_arrays``) runs them without request memory. Anything else
+    (another shape, a list, a conversion) takes the general way, which checks it, and binds
+    its layout in turn."""
+
+    __slots__ = ("prepared", "count", "getter", "signature", "layout", "dims", "out_dtypes",
+                 "out_views", "runner", "checked")
+
+    def __init__(self) -> None:
+        self.prepared: Any = None
+        #: The public inputs: how many, a dict's values of them in order, and per input the
+        #: (dtype, shape) of its feed.
+        self.count = 0
+        self.getter: Any = None
+        self.signature: list[tuple[np.dtype, tuple[int, ...]]] = []
+        self.layout: RequestLayout | None = None
+        #: Per output: its dimensions in the bound run, and its dtype.
+        self.dims: list[list[int]] = []
+        self.out_dtypes: list[np.dtype] = []
+        #: Per output: a typed view of its place in the request memory (None: a bool output,
+        #: read by the general way).
+        self.out_views: list[np.ndarray] | None = None
+        self.runner: Any = None
+        #: Whether the driver's binding answered outputs of the bound run's shapes once.
+        self.checked = False
+
+    @classmethod
+    def of(cls, session: Session, layout: RequestLayout, arrays: Sequence[np.ndarray],
+           outs: Sequence[np.ndarray]) -> _Bound | None:
+        """The layout of a run by request that gave ``outs``; None when a state variable's
+        value would leave it (its output of another shape or dtype than its input's)."""
+        for j, sv in enumerate(session._state_vars):
+            given, got, initial = arrays[sv.input], outs[sv.output], session._initial[j]
+            if got.shape != given.shape or got.dtype != given.dtype or \
+                    initial.shape != given.shape:
+                return None
+        b = cls()
+        b.prepared = session._prepared
+        names = [i.name for i in session.inputs]
+        b.count = len(names)
+        b.getter = operator.itemgetter(*names) if names else lambda feeds: ()
+        b.signature = [(i.dtype, tuple(arrays[k].shape))
+                       for i, k in zip(session.inputs, session._public_in)]
+        b.layout = layout
+        b.dims = [list(o.shape) for o in outs]
+        b.out_dtypes = [o.dtype for o in outs]
+        if not any(o.dtype == np.bool_ for o in outs):
+            b.out_views = [layout.output_view(k, o.nbytes).view(o.dtype).reshape(o.shape)
+                           for k, o in enumerate(outs)]
+        bind = getattr(b.prepared, "bind_arrays", None)
+        if bind is not None:
+            try:
+                b.runner = bind([tuple(a.shape) for a in arrays])
+            except Exception:  # noqa: BLE001 - a driver that cannot bind: runs go by request
+                b.runner = None
+        return b
+
+    def match(self, feeds: Any) -> list[np.ndarray] | None:
+        """The feeds as arrays in input order when they are a dict by name or a list of
+        plain arrays of the bound dtypes and shapes, else None. Runs none of the caller's code
+        (a dict and a list exactly, ndarrays exactly)."""
+        kind = type(feeds)
+        if kind is dict:
+            if len(feeds) != self.count:
+                return None
+            try:
+                got = self.getter(feeds)
+            except KeyError:
+                return None
+            arrays = [got] if self.count == 1 else list(got)
+        elif kind is list or kind is tuple:
+            if len(feeds) != self.count:
+                return None
+            arrays = list(feeds)
+        else:
+            return None
+        signature = self.signature
+        k = 0
+        for a in arrays:
+            # (dtype, shape) compared as a tuple: the very dtype object by identity, else ==.
+            if type(a) is not np.ndarray or (a.dtype, a.shape) != signature[k]:
+                return None
+            k += 1
+        return arrays
+
+    def same_outputs(self, outs: Sequence[np.ndarray]) -> bool:
+        """Whether a driver binding's outputs are of the bound run's shapes and dtypes (asked
+        once: the binding promises the model's declared shapes)."""
+        self.checked = len(outs) == len(self.dims) and all(
+            type(o) is np.ndarray and list(o.shape) == d and o.dtype == t
+            for o, d, t in zip(outs, self.dims, self.out_dtypes))
+        return self.checked
 
 
 def _fits(want: tuple[int, ...], shape: tuple[int, ...]) -> bool:

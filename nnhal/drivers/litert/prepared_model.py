@@ -23,6 +23,7 @@ from nnhal.drivers.litert.engine import EnginePool
 from nnhal.executor import RunError, RunState
 from nnhal.executor import profile as _profile
 from nnhal.executor.run import input_shape, read_argument, write_outputs
+from nnhal.hal.interfaces import ArrayRun
 from nnhal.hal.request_pool import RequestPool
 from nnhal.hal.types import (
     ErrorStatus,
@@ -115,6 +116,51 @@ def _place(arg: object, pools: Sequence[RequestPool], t: OperandType,
     return raw.view(t.dtype).reshape(tuple(shape))  # type: ignore[arg-type]
 
 
+class LiteRTArrays(ArrayRun):
+    """Runs of one input layout with the caller's arrays (see
+    :meth:`LiteRTPreparedModel.bind_arrays`): each input set straight from the caller's array
+    into the interpreter (one copy, as ``set_tensor``), each output copied straight out of it
+    into a fresh array (one copy, as ``get_tensor``); no request memory in between."""
+
+    __slots__ = ("pm", "engines", "shapes", "known", "log")
+
+    def __init__(self, pm: LiteRTPreparedModel, shapes: list[tuple[int, ...]]):
+        self.pm = pm
+        self.engines = pm.engines
+        self.shapes = shapes
+        self.known: list[tuple[int, ...]] = pm._known  # type: ignore[assignment]
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray] | None:
+        prof = _profile.ACTIVE
+        started = time.perf_counter() if prof is not None else 0.0
+        engines = self.engines
+        engine = engines.take()
+        try:
+            if engine.shapes != self.shapes:
+                engine.fit(self.shapes)  # before ``w`` is held: resizing counts references
+            w = engine.interpreter._interpreter
+            set_tensor = w.SetTensor
+            for idx, arr in zip(engine.inputs, inputs):
+                set_tensor(idx, arr)
+            w.Invoke()
+            get = w.GetTensor
+            outs = [get(idx, 0) for idx in engine.outputs]  # copies, as get_tensor's
+            del w, set_tensor, get
+        except Exception as e:  # noqa: BLE001 - the engine is not trusted again (not given back)
+            self.pm.device.log(f"bound run failed: {type(e).__name__}: {e}")
+            return None
+        engines.give(engine)
+        known = self.known
+        for k, out in enumerate(outs):
+            if out.shape != known[k]:  # TFLite's [] for the HAL's [1], say
+                if out.size != math.prod(known[k]):
+                    return None  # the request way reports the shape the interpreter gives
+                outs[k] = out.reshape(known[k])
+        if prof is not None:
+            prof.whole_run(time.perf_counter() - started)
+        return outs
+
+
 class LiteRTPreparedModel(PreparedModelBase):
     """IPreparedModel of the LiteRT driver: a flatbuffer and its interpreters."""
 
@@ -152,6 +198,23 @@ class LiteRTPreparedModel(PreparedModelBase):
             shapes.append(input_shape(info.shape or (), arg.dimensions)
                           if info.type.is_tensor else ())
         return shapes
+
+    def bind_arrays(self, shapes: Sequence[tuple[int, ...]]) -> LiteRTArrays | None:
+        """Offered when every input and output is a non-boolean tensor, every output's shape
+        is known and the interpreters can be called directly (``Engine.direct``)."""
+        main = self.graph.main
+        if len(shapes) != len(main.inputs) or any(k is None for k in self._known):
+            return None
+        for idx in (*main.inputs, *main.outputs):
+            t = main.operands[idx].type
+            if not t.is_tensor or t in _BOOLS:
+                return None
+        engine = self.engines.take()
+        direct = engine.direct
+        self.engines.give(engine)
+        if not direct:
+            return None
+        return LiteRTArrays(self, [tuple(int(d) for d in s) for s in shapes])
 
     def request_plan(self, request: Request, pools: Sequence[RequestPool]
                      ) -> LiteRTRequest | None:
