@@ -120,12 +120,13 @@ def _options(b: flatbuffers.Builder, name: str, options: dict[str, Any]) -> int:
     return _table(b, name, fields)
 
 
-def _nbytes(data: bytes | np.ndarray) -> int:
+def _data_len(data: bytes | np.ndarray) -> int:
+    """A constant's byte length, bytes or array alike (not the operand size rule)."""
     return data.nbytes if isinstance(data, np.ndarray) else len(data)
 
 
 def _buffer(b: flatbuffers.Builder, data: bytes | np.ndarray) -> int:
-    n = _nbytes(data)
+    n = _data_len(data)
     if not n:
         return _table(b, "Buffer", {})
     # A ubyte vector whose first byte lands on the boundary, its bytes copied once (what
@@ -220,7 +221,7 @@ def serialise(model: ModelDef, *, data_outside: bool = False) -> bytes:
     names = sum(len(t.name) for sg in model.subgraphs for t in sg.tensors)
     items = sum(len(sg.tensors) + len(sg.operators) for sg in model.subgraphs)
     scales = sum(len(t.scales or ()) for sg in model.subgraphs for t in sg.tensors)
-    size = sum((0 if data_outside else _nbytes(d)) + 2 * _BUFFER_ALIGN + 32
+    size = sum((0 if data_outside else _data_len(d)) + 2 * _BUFFER_ALIGN + 32
                for d in model.buffers) + 4 * names + 512 * items + 16 * scales + 65536
     b = flatbuffers.Builder(size)
     # Buffers first: the largest children, at the end of the file.
@@ -228,7 +229,7 @@ def serialise(model: ModelDef, *, data_outside: bool = False) -> bytes:
     buffers = []
     end = 0  # where the next outside buffer starts, counted from the first one's start
     for data in model.buffers:
-        n = _nbytes(data)
+        n = _data_len(data)
         if data_outside and n:
             table, at = _outside(b, n)
             outside.append((at, end, data))
@@ -260,7 +261,7 @@ def serialise(model: ModelDef, *, data_outside: bool = False) -> bytes:
     for at, offset, data in outside:
         _U64.pack_into(flat, len(flat) - at, base + offset)
         pieces.append(data.reshape(-1).view(np.uint8) if isinstance(data, np.ndarray) else data)
-        pad = _align(_nbytes(data)) - _nbytes(data)
+        pad = _align(_data_len(data)) - _data_len(data)
         if pad:
             pieces.append(bytes(pad))
     return b"".join(pieces)  # the one copy of the weights
