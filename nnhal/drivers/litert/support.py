@@ -133,9 +133,6 @@ EDGE_FLOAT: dict[str, tuple[tuple[str, ...], str]] = {
                                      "0.3997)"),
     "UNIDIRECTIONAL_SEQUENCE_RNN": (_F32, "a state that overflows float32 gives NaN where the "
                                     "reference gives inf, 0 / -1 where it gives NaN or 1"),
-    "RESIZE_BILINEAR": (_F32, "XNNPACK interpolates as a + (b - a) t: between +-3.4e38 it "
-                        "overflows (-inf where the reference gives 0, NaN where it gives "
-                        "21834.7)"),
 }
 for _name, (_types, _why) in EDGE_FLOAT.items():
     REFUSED.setdefault(_name, []).append((" or ".join(_types) + " input", _why))
@@ -321,6 +318,7 @@ class _ExportProbe:
         self.referenced = graph.referenced
         self.refused: list[str] = []
         self.converters = CONVERTERS
+        self.exact_resize = True  # the driver's export (device.compile_now)
         self._done: dict[tuple[int, int], int] = {}
 
     @staticmethod
