@@ -87,8 +87,9 @@ NONFINITE_DIFFERENCES: dict[str, tuple[tuple[str, ...], str]] = {
                         "NaN)"),
     "AVERAGE_POOL_2D": (_F, "a window with NaN or both infinities gives -inf (0 / -1 "
                         "after an activation) where the reference gives NaN"),
-    "RESIZE_BILINEAR": (("FLOAT16",), "interpolating next to an infinity gives NaN (inf x 0) "
-                        "where the reference gives the infinity"),
+    "RESIZE_BILINEAR": (_F, "interpolating next to an infinity gives NaN (inf x 0) "
+                        "where the reference gives the infinity (float32 downscaling: "
+                        "a finite value, 1.96)"),
     "RNN": (_F, "with RELU / RELU1 / RELU6, a NaN state becomes 0 / -1 where the reference "
                 "keeps NaN"),
     "UNIDIRECTIONAL_SEQUENCE_RNN": (("FLOAT16",), "as RNN: with an activation, NaN becomes "
