@@ -62,6 +62,7 @@ class ExportState(Protocol):
     referenced: tuple[SubgraphGraph, ...]
     refused: list[str]
     converters: dict[str, Converter]
+    exact_resize: bool
 
     def fusions(self, g: SubgraphGraph) -> dict[int, Any]: ...
 

@@ -419,11 +419,26 @@ def _space_to_batch(cx: ExportOpContext) -> None:
 def _resize(code: int, options: str) -> Converter:
     def convert(cx: ExportOpContext) -> None:
         io = _Io(cx, 3)
-        cx.emit(code, [io.x, cx.ints(io.out_shape[1:3])], [io.y], options,
+        x, y = io.x, io.y
+        halve = code == BO.RESIZE_BILINEAR and cx.w.ex.exact_resize and \
+            cx.w.sg.tensors[x].type == TT.FLOAT32
+        if halve:
+            # XNNPACK interpolates as a + (b - a) t, and b - a overflows for finite inputs
+            # beyond +-1.7e38: on half the input it cannot, and interpolation is linear, so
+            # doubling after gives the same result (scaling by 2 is exact for normal floats).
+            x, y = cx.temp(io.in_shape, io.x), cx.temp(io.out_shape, io.y)
+            cx.emit(BO.MUL, [io.x, _f32(cx, 0.5)], [x], "MulOptions", FusedActivationFunction=0)
+        cx.emit(code, [x, cx.ints(io.out_shape[1:3])], [y], options,
                 AlignCorners=bool(cx.scalar(4, False)),
                 HalfPixelCenters=bool(cx.scalar(5, False)))
+        if halve:
+            cx.emit(BO.MUL, [y, _f32(cx, 2.0)], [io.y], "MulOptions", FusedActivationFunction=0)
         io.finish()
     return convert
+
+
+def _f32(cx: ExportOpContext, v: float) -> int:
+    return cx.w.constant(np.float32(v), None, f"s{len(cx.w.sg.tensors)}", TT.FLOAT32)
 
 
 NN_CONVERTERS.update(

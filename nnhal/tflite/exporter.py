@@ -29,7 +29,8 @@ from nnhal.validation.model import ValidationError
 
 def write_tflite(model: Model | ImportedModel, input_names: list[str] | None = None,
                  output_names: list[str] | None = None, *,
-                 graph: ModelGraph | None = None, data_outside: bool = False) -> bytes:
+                 graph: ModelGraph | None = None, data_outside: bool = False,
+                 exact_resize: bool = False) -> bytes:
     """The .tflite bytes of ``model``, with a "serving_default" signature.
 
     Raises InvalidModelError (the validation message) for an invalid model, and
@@ -39,6 +40,9 @@ def write_tflite(model: Model | ImportedModel, input_names: list[str] | None = N
     ``data_outside``: constant data after the flatbuffer (Buffer ``offset`` / ``size``, read
     by TFLite 2.14 and later), which writes large models faster (see
     :func:`~nnhal.tflite.export_fb.serialise`); by default inside, as every reader takes it.
+    ``exact_resize``: float32 RESIZE_BILINEAR on half the input, doubled after, so that
+    XNNPACK's a + (b - a) t cannot overflow where the exact result is finite (the LiteRT
+    driver's form; two elementwise operators more).
     """
     if isinstance(model, ImportedModel):
         input_names = input_names or model.input_names
@@ -53,6 +57,7 @@ def write_tflite(model: Model | ImportedModel, input_names: list[str] | None = N
     input_names = _names(input_names, len(main.inputs), "input")
     output_names = _names(output_names, len(main.outputs), "output")
     ex = _Exporter(graph.referenced)
+    ex.exact_resize = exact_resize
     ex.convert(main, "main", input_names, output_names)
     if ex.refused:
         raise UnsupportedModelError("cannot export to TFLite", ex.refused)
@@ -82,6 +87,8 @@ class _Exporter:
         self.refused: list[str] = []
         self.converters = CONVERTERS
         self.fusions = find_fusions
+        #: float32 RESIZE_BILINEAR as MUL 0.5, RESIZE_BILINEAR, MUL 2 (see export_nn._resize)
+        self.exact_resize = False
         self._cache: dict[tuple[int, int], int] = {}
 
     def convert(self, sgg: SubgraphGraph, name: str, input_names: list[str] | None = None,

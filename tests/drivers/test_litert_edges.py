@@ -49,8 +49,7 @@ NARROWED: dict[str, tuple[str, ...]] = {
     **{f"RSQRT[T={t}]": ("",) for t in ("FLOAT32", "FLOAT16")},
     **{f"{op}[T=FLOAT32]": ("",) for op in ("EXP", "LOG", "SIN", "SQRT",
                                              "UNIDIRECTIONAL_SEQUENCE_RNN")},
-    **{f"{op}[T=FLOAT32,S=FLOAT32]": ("",) for op in ("RESIZE_BILINEAR",
-                                                       "INSTANCE_NORMALIZATION")},
+    "INSTANCE_NORMALIZATION[T=FLOAT32,S=FLOAT32]": ("",),
     "LOG_SOFTMAX[T=FLOAT32,S=FLOAT32]": ("beta 1000000.0",),
     **{f"TOPK_V2[T={t}]": ("",) for t in ("FLOAT32", "FLOAT16", "INT32", "QUANT8_ASYMM",
                                          "QUANT8_ASYMM_SIGNED")},
@@ -88,8 +87,9 @@ NONFINITE_DIFFERENCES: dict[str, tuple[tuple[str, ...], str]] = {
                         "NaN)"),
     "AVERAGE_POOL_2D": (_F, "a window with NaN or both infinities gives -inf (0 / -1 "
                         "after an activation) where the reference gives NaN"),
-    "RESIZE_BILINEAR": (("FLOAT16",), "interpolating next to an infinity gives NaN (inf x 0) "
-                        "where the reference gives the infinity"),
+    "RESIZE_BILINEAR": (_F, "interpolating next to an infinity gives NaN (inf x 0) "
+                        "where the reference gives the infinity (float32 downscaling: "
+                        "a finite value, 1.96)"),
     "RNN": (_F, "with RELU / RELU1 / RELU6, a NaN state becomes 0 / -1 where the reference "
                 "keeps NaN"),
     "UNIDIRECTIONAL_SEQUENCE_RNN": (("FLOAT16",), "as RNN: with an activation, NaN becomes "

@@ -124,7 +124,7 @@ class LiteRTDevice(DeviceBase):
         # Now, not in the task: the client may change its Model once prepareModel returns.
         # The graph prepare has (no second analysis); the weights after the flatbuffer, which
         # ai-edge-litert reads, so they are copied once, straight into the bytes it maps.
-        return write_tflite(model, graph=graph, data_outside=True)
+        return write_tflite(model, graph=graph, data_outside=True, exact_resize=True)
 
     def build(self, graph: ModelGraph, compiled: Any, priority: Priority,
               deadline: int | None) -> tuple[ErrorStatus, IPreparedModel | None]:
