@@ -1229,8 +1229,9 @@ static inline void dwv2_store(__m256 acc, const int64_t *corr, const int64_t *rq
 }
 
 static inline __attribute__((always_inline)) void
-dwv2_pixel(const float *ib, const int64_t *p, const float *filt, const int64_t *corr,
-           const int64_t *rq, const dwv2_consts *k, int64_t iy0, int64_t ix0, uint8_t *o)
+dwv2_pixel(const float *ib, int64_t ring, const int64_t *p, const float *filt,
+           const int64_t *corr, const int64_t *rq, const dwv2_consts *k, int64_t iy0,
+           int64_t ix0, uint8_t *o)
 {
     const int64_t w = p[P_W], c = p[P_C], kw = p[P_KW], dh = p[P_DH], dw = p[P_DW];
     int64_t ky0, ky1, kx0, kx1;
@@ -1239,7 +1240,7 @@ dwv2_pixel(const float *ib, const int64_t *p, const float *filt, const int64_t *
     for (int64_t co = 0; co < c; co += 8) {
         __m256 acc = _mm256_setzero_ps();
         for (int64_t ky = ky0; ky < ky1; ky++) {
-            const float *irow = ib + ((iy0 + ky * dh) * w + ix0) * c + co;
+            const float *irow = ib + (((iy0 + ky * dh) % ring) * w + ix0) * c + co;
             const float *frow = filt + ky * kw * c + co;
             for (int64_t kx = kx0; kx < kx1; kx++)
                 acc = dwv2_fma(_mm256_loadu_ps(irow + kx * dw * c),
@@ -1249,8 +1250,32 @@ dwv2_pixel(const float *ib, const int64_t *p, const float *filt, const int64_t *
     }
 }
 
-static void dwv2_all(const float *xf, void *out_, const int64_t *p, const float *filt,
-                     const int64_t *corr, const int64_t *rq, const dwv2_consts *k)
+/* Input rows iy in [*done, upto) of batch b as float32 (x - zin, exact), row iy at
+ * xf + (iy % ring) * W * C: a ring of the rows one output row reads, converted just before
+ * they are read, so they stay in cache (a pass over the whole input first would write and
+ * read back 4 bytes a value through memory). */
+static inline void dwv2_convert_rows(const uint8_t *in, float *xf, const int64_t *p, int64_t b,
+                                     int64_t ring, int64_t *done, int64_t upto, int sin,
+                                     __m256 zin)
+{
+    const int64_t h = p[P_H], wc = p[P_W] * p[P_C];
+    upto = upto > h ? h : upto;
+    for (int64_t iy = *done; iy < upto; iy++) {
+        const uint8_t *src = in + (b * h + iy) * wc;
+        float *dst = xf + (iy % ring) * wc;
+        for (int64_t i = 0; i < wc; i += 8) {
+            const __m128i v = _mm_loadl_epi64((const __m128i *)(src + i));
+            const __m256i w = sin ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
+            _mm256_storeu_ps(dst + i, _mm256_sub_ps(_mm256_cvtepi32_ps(w), zin));
+        }
+    }
+    if (upto > *done)
+        *done = upto;
+}
+
+static void dwv2_all(const uint8_t *in, int sin, __m256 zin, float *xf, void *out_,
+                     const int64_t *p, const float *filt, const int64_t *corr,
+                     const int64_t *rq, const dwv2_consts *k)
 {
     const int64_t n = p[P_N], h = p[P_H], w = p[P_W], c = p[P_C];
     const int64_t oh = p[P_OH], ow = p[P_OW];
@@ -1260,10 +1285,14 @@ static void dwv2_all(const float *xf, void *out_, const int64_t *p, const float 
     int64_t xl, xr, yl, yr;
     interior(ow, sw, pl, kw, dw, w, &xl, &xr);
     interior(oh, sh, pt, kh, dh, h, &yl, &yr);
+    /* the rows one output row reads (all of them where that is the whole height) */
+    const int64_t ring = (kh - 1) * dh + 1 < h ? (kh - 1) * dh + 1 : h;
     for (int64_t b = 0; b < n; b++) {
-        const float *ib = xf + b * h * w * c;
+        const float *ib = xf;
+        int64_t done = 0;
         for (int64_t oy = 0; oy < oh; oy++) {
             const int64_t iy0 = oy * sh - pt;
+            dwv2_convert_rows(in, xf, p, b, ring, &done, iy0 + (kh - 1) * dh + 1, sin, zin);
             uint8_t *orow = (uint8_t *)out_ + ((b * oh + oy) * ow) * c;
             const int row_fast = fast && oy >= yl && oy < yr && xr > xl;
             for (int64_t ox = 0; ox < ow; ox++) {
@@ -1271,11 +1300,12 @@ static void dwv2_all(const float *xf, void *out_, const int64_t *p, const float 
                     ox = xr;
                 if (ox >= ow)
                     break;
-                dwv2_pixel(ib, p, filt, corr, rq, k, iy0, ox * sw - pl, orow + ox * c);
+                dwv2_pixel(ib, ring, p, filt, corr, rq, k, iy0, ox * sw - pl, orow + ox * c);
             }
             if (!row_fast)
                 continue;
-            const float *r0 = ib + iy0 * w * c, *r1 = r0 + w * c, *r2 = r1 + w * c;
+            const float *r0 = ib + (iy0 % ring) * w * c, *r1 = ib + ((iy0 + 1) % ring) * w * c,
+                        *r2 = ib + ((iy0 + 2) % ring) * w * c;
             for (int64_t co = 0; co < c; co += 8) {
                 __m256 f[9];
                 for (int t = 0; t < 9; t++)
@@ -1323,15 +1353,7 @@ int64_t nnhal_dwconv_q8v(const void *in_, void *out_, const int64_t *p, const fl
         return 0;
     const int use32 = bias32 != 0 && rq32 != 0;
     const dwv2_consts k = {q[1], q[2], q[3], use32, rq32, bias32};
-    const __m256 zin = _mm256_set1_ps((float)q[0]);
-    const int64_t total = p[P_N] * p[P_H] * p[P_W] * p[P_C];
-    const uint8_t *in = in_;
-    for (int64_t i = 0; i < total; i += 8) {
-        const __m128i b = _mm_loadl_epi64((const __m128i *)(in + i));
-        const __m256i w = q[4] ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
-        _mm256_storeu_ps(xf + i, _mm256_sub_ps(_mm256_cvtepi32_ps(w), zin));
-    }
-    dwv2_all(xf, out_, p, filt, corr, rq, &k);
+    dwv2_all(in_, (int)q[4], _mm256_set1_ps((float)q[0]), xf, out_, p, filt, corr, rq, &k);
     return 1;
 #else
     (void)in_; (void)out_; (void)p; (void)filt; (void)corr; (void)rq; (void)q; (void)bias32;
