@@ -964,31 +964,59 @@ static inline __m128i q8_rq16(__m512i x, const q8_tab16 *t, const q8_consts *k)
  * q8_rq16. AVX2 has no 64-bit arithmetic shift, but (x * m + 2**30) >> 31 fits int32 (|x|,
  * m < 2**31), so its low 32 bits are those of the logical shift (even lanes) and the high 32
  * of a left shift by 1 (odd lanes). Returns the 8 result bytes in the low half. */
-static inline __m128i q8_rq8x32(__m256i x, const int32_t *rq32, int64_t ld, int64_t co,
-                                int32_t zout, int32_t lo, int32_t hi)
+/* q8_rq8x32's per-channel tables for 8 channels (loaded once for all the pixels that use
+ * them: the byte stores between uses may alias them, so the compiler could not hoist them). */
+typedef struct {
+    __m256i mult, mult_odd, right, mask, half;
+} q8_tab8;
+
+static inline q8_tab8 q8_load_tab8(const int32_t *rq32, int64_t ld, int64_t co)
 {
-    const __m256i mult = _mm256_loadu_si256((const __m256i *)(rq32 + co));
+    q8_tab8 t;
+    t.mult = _mm256_loadu_si256((const __m256i *)(rq32 + co));
+    t.mult_odd = _mm256_srli_epi64(t.mult, 32);
+    t.right = _mm256_loadu_si256((const __m256i *)(rq32 + ld + co));
+    t.mask = _mm256_loadu_si256((const __m256i *)(rq32 + 2 * ld + co));
+    t.half = _mm256_loadu_si256((const __m256i *)(rq32 + 3 * ld + co));
+    return t;
+}
+
+/* q8_rq8x32 with its tables given: the 8 results as int32 lanes, already clamped to
+ * [lo, hi] (so within the output type's range). */
+static inline __m256i q8_rq8x32t(__m256i x, const q8_tab8 *t, __m256i zout, __m256i lo,
+                                 __m256i hi)
+{
     const __m256i nudge = _mm256_set1_epi64x(INT64_C(1) << 30);
-    const __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(x, mult), nudge);
+    const __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(x, t->mult), nudge);
     const __m256i po = _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(x, 32),
-                                                         _mm256_srli_epi64(mult, 32)), nudge);
+                                                         t->mult_odd), nudge);
     const __m256i y = _mm256_blend_epi32(_mm256_srli_epi64(pe, 31), _mm256_slli_epi64(po, 1),
                                          0xAA);
-    const __m256i right = _mm256_loadu_si256((const __m256i *)(rq32 + ld + co));
-    const __m256i mask = _mm256_loadu_si256((const __m256i *)(rq32 + 2 * ld + co));
-    const __m256i half = _mm256_loadu_si256((const __m256i *)(rq32 + 3 * ld + co));
     /* thr = half + (y < 0); rem > thr adds one: the comparisons give -1 for true */
-    const __m256i thr = _mm256_sub_epi32(half, _mm256_cmpgt_epi32(_mm256_setzero_si256(), y));
-    __m256i r = _mm256_srav_epi32(y, right);
-    r = _mm256_sub_epi32(r, _mm256_cmpgt_epi32(_mm256_and_si256(y, mask), thr));
-    r = _mm256_add_epi32(r, _mm256_set1_epi32(zout));
-    r = _mm256_min_epi32(_mm256_max_epi32(r, _mm256_set1_epi32(lo)), _mm256_set1_epi32(hi));
-    /* the low byte of each lane (either signedness), then the two halves together */
+    const __m256i thr = _mm256_sub_epi32(t->half,
+                                         _mm256_cmpgt_epi32(_mm256_setzero_si256(), y));
+    __m256i r = _mm256_srav_epi32(y, t->right);
+    r = _mm256_sub_epi32(r, _mm256_cmpgt_epi32(_mm256_and_si256(y, t->mask), thr));
+    r = _mm256_add_epi32(r, zout);
+    return _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
+}
+
+/* The low byte of each of the 8 int32 lanes (either signedness), in the low 8 bytes. */
+static inline __m128i q8_bytes8(__m256i r)
+{
     const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                                           -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1,
                                           -1, -1, -1, -1);
     const __m256i b = _mm256_shuffle_epi8(r, pick);
     return _mm_unpacklo_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+}
+
+static inline __m128i q8_rq8x32(__m256i x, const int32_t *rq32, int64_t ld, int64_t co,
+                                int32_t zout, int32_t lo, int32_t hi)
+{
+    const q8_tab8 t = q8_load_tab8(rq32, ld, co);
+    return q8_bytes8(q8_rq8x32t(x, &t, _mm256_set1_epi32(zout), _mm256_set1_epi32(lo),
+                                _mm256_set1_epi32(hi)));
 }
 #endif
 
@@ -1065,6 +1093,28 @@ void nnhal_conv_q8(const void *in_, void *out_, const int64_t *p, const int8_t *
         for (int64_t j0 = 0; j0 < coutp; j0 += Q8_NR)
             q8_micro(arows, kp, filt + j0 * kp, acc + j0, coutp);
         const int64_t mr = mtot - m0 < Q8_MR ? mtot - m0 : Q8_MR;
+#if defined(__AVX2__) && !defined(__AVX512F__)
+        if (corr32) {
+            /* 8 channels at a time for all the rows: the tables loaded once */
+            const __m256i vz = _mm256_set1_epi32((int32_t)zout), vlo = _mm256_set1_epi32(
+                (int32_t)lo), vhi = _mm256_set1_epi32((int32_t)hi);
+            const int64_t c8 = cout & ~INT64_C(7);
+            for (int64_t co = 0; co < c8; co += 8) {
+                const q8_tab8 t = q8_load_tab8(rq32, coutp, co);
+                const __m256i cv = _mm256_loadu_si256((const __m256i *)(corr32 + co));
+                for (int64_t i = 0; i < mr; i++)
+                    _mm_storel_epi64((__m128i *)(out + (m0 + i) * cout + co), q8_bytes8(
+                        q8_rq8x32t(_mm256_add_epi32(_mm256_loadu_si256(
+                            (const __m256i *)(acc + i * coutp + co)), cv), &t, vz, vlo,
+                                   vhi)));
+            }
+            if (c8 < cout)
+                for (int64_t i = 0; i < mr; i++)
+                    q8_requant_row(acc + i * coutp + c8, corr + c8, rq + c8, cout - c8, coutp,
+                                   zout, lo, hi, out + (m0 + i) * cout + c8, 0, 0);
+            continue;
+        }
+#endif
         for (int64_t i = 0; i < mr; i++)
             q8_requant_row(acc + i * coutp, corr, rq, cout, coutp, zout, lo, hi,
                            out + (m0 + i) * cout, corr32, rq32);
@@ -1310,6 +1360,30 @@ static void dwv2_all(const uint8_t *in, int sin, __m256 zin, float *xf, void *ou
                 __m256 f[9];
                 for (int t = 0; t < 9; t++)
                     f[t] = _mm256_loadu_ps(filt + t * c + co);
+                if (k->use32) {
+                    const q8_tab8 t = q8_load_tab8(k->rq32, c, co);
+                    const __m256i bv = _mm256_loadu_si256((const __m256i *)(k->bias32 + co));
+                    const __m256i vz = _mm256_set1_epi32((int32_t)k->zout);
+                    const __m256i vlo = _mm256_set1_epi32((int32_t)k->lo);
+                    const __m256i vhi = _mm256_set1_epi32((int32_t)k->hi);
+                    for (int64_t ox = xl; ox < xr; ox++) {
+                        const int64_t o = (ox * sw - pl) * c + co;
+                        __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(r0 + o), f[0]);
+                        acc = dwv2_fma(_mm256_loadu_ps(r0 + o + c), f[1], acc);
+                        acc = dwv2_fma(_mm256_loadu_ps(r0 + o + 2 * c), f[2], acc);
+                        acc = dwv2_fma(_mm256_loadu_ps(r1 + o), f[3], acc);
+                        acc = dwv2_fma(_mm256_loadu_ps(r1 + o + c), f[4], acc);
+                        acc = dwv2_fma(_mm256_loadu_ps(r1 + o + 2 * c), f[5], acc);
+                        acc = dwv2_fma(_mm256_loadu_ps(r2 + o), f[6], acc);
+                        acc = dwv2_fma(_mm256_loadu_ps(r2 + o + c), f[7], acc);
+                        acc = dwv2_fma(_mm256_loadu_ps(r2 + o + 2 * c), f[8], acc);
+                        /* exact: an integer below 2**24 */
+                        const __m256i x = _mm256_add_epi32(_mm256_cvtps_epi32(acc), bv);
+                        _mm_storel_epi64((__m128i *)(orow + ox * c + co),
+                                         q8_bytes8(q8_rq8x32t(x, &t, vz, vlo, vhi)));
+                    }
+                    continue;
+                }
                 for (int64_t ox = xl; ox < xr; ox++) {
                     const int64_t o = (ox * sw - pl) * c + co;
                     __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(r0 + o), f[0]);
