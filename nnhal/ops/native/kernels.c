@@ -792,6 +792,41 @@ static void q8_pack_rows(const uint8_t *in, const int64_t *p, int64_t m0, int64_
     }
 }
 
+#if defined(__AVX2__) && !(defined(__AVX512VNNI__) && defined(__AVX512BW__))
+/* q8_micro's AVX2 loop for 3 rows widened to uint16 (a0, kp apart). Per 4 channels of the
+ * panel, the 16 filter bytes (4 taps each) widened to int16 and multiplied by the row's 4 taps
+ * broadcast: vpmaddwd adds products pairwise into int32 (exact: |a * f| < 2**15 * 2**8), so
+ * each channel keeps two partial sums (taps 0+1 and 2+3), added at the end. */
+static inline __attribute__((always_inline)) void
+q8_micro3(const uint16_t *a0, int64_t kp, const int8_t *panel, int32_t *acc, int64_t ldc)
+{
+    const uint16_t *a1 = a0 + kp, *a2 = a1 + kp;
+    for (int64_t j = 0; j < Q8_NR; j += 8) {
+        __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,
+                c21 = c00;
+        const int8_t *fp = panel + j * 4;
+        for (int64_t k = 0; k < kp; k += 4, fp += Q8_NR * 4) {
+            const __m256i f0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)fp));
+            const __m256i f1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(fp + 16)));
+            int64_t v;
+            __m256i a;
+#define Q8_ROW(ci0, ci1, ai) \
+            memcpy(&v, ai + k, 8); a = _mm256_set1_epi64x(v); \
+            ci0 = _mm256_add_epi32(ci0, _mm256_madd_epi16(a, f0)); \
+            ci1 = _mm256_add_epi32(ci1, _mm256_madd_epi16(a, f1));
+            Q8_ROW(c00, c01, a0) Q8_ROW(c10, c11, a1) Q8_ROW(c20, c21, a2)
+#undef Q8_ROW
+        }
+        /* lanes {c0 s01, c0 s23, c1 .., c1 .., c2, .., c3 ..} and the same for c4..c7: the
+         * pairwise add gives {c0 c1 c4 c5 | c2 c3 c6 c7}, the permute puts them in order */
+#define Q8_OUT(ci0, ci1, i) _mm256_storeu_si256((__m256i *)(acc + (i) * ldc + j), \
+            _mm256_permute4x64_epi64(_mm256_hadd_epi32(ci0, ci1), 0xD8));
+        Q8_OUT(c00, c01, 0) Q8_OUT(c10, c11, 1) Q8_OUT(c20, c21, 2)
+#undef Q8_OUT
+    }
+}
+#endif
+
 /* acc[i][j] (ldc int32 apart) = sum over KP of the Q8_MR rows of abuf and the NR channels of
  * one filter panel. */
 static void q8_micro(const uint8_t *abuf, int64_t kp, const int8_t *panel, int32_t *acc,
@@ -833,37 +868,12 @@ static void q8_micro(const uint8_t *abuf, int64_t kp, const int8_t *panel, int32
     _mm512_storeu_si512((void *)(acc + 5 * ldc), c50);
     _mm512_storeu_si512((void *)(acc + 5 * ldc + 16), c51);
 #elif defined(__AVX2__)
-    /* abuf here is the rows widened to uint16 (q8_widen). Per 4 channels of the panel, the
-     * 16 filter bytes (4 taps each) widened to int16 and multiplied by the row's 4 taps
-     * broadcast: vpmaddwd adds products pairwise into int32 (exact: |a * f| < 2**15 * 2**8),
-     * so each channel keeps two partial sums (taps 0+1 and 2+3), added at the end. */
-    for (int64_t j = 0; j < Q8_NR; j += 8) {
-        __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,
-                c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-        const uint16_t *a0 = (const uint16_t *)abuf, *a1 = a0 + kp, *a2 = a1 + kp,
-                       *a3 = a2 + kp, *a4 = a3 + kp, *a5 = a4 + kp;
-        const int8_t *fp = panel + j * 4;
-        for (int64_t k = 0; k < kp; k += 4, fp += Q8_NR * 4) {
-            const __m256i f0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)fp));
-            const __m256i f1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(fp + 16)));
-            int64_t v;
-            __m256i a;
-#define Q8_ROW(ci0, ci1, ai) \
-            memcpy(&v, ai + k, 8); a = _mm256_set1_epi64x(v); \
-            ci0 = _mm256_add_epi32(ci0, _mm256_madd_epi16(a, f0)); \
-            ci1 = _mm256_add_epi32(ci1, _mm256_madd_epi16(a, f1));
-            Q8_ROW(c00, c01, a0) Q8_ROW(c10, c11, a1) Q8_ROW(c20, c21, a2)
-            Q8_ROW(c30, c31, a3) Q8_ROW(c40, c41, a4) Q8_ROW(c50, c51, a5)
-#undef Q8_ROW
-        }
-        /* lanes {c0 s01, c0 s23, c1 .., c1 .., c2, .., c3 ..} and the same for c4..c7: the
-         * pairwise add gives {c0 c1 c4 c5 | c2 c3 c6 c7}, the permute puts them in order */
-#define Q8_OUT(ci0, ci1, i) _mm256_storeu_si256((__m256i *)(acc + (i) * ldc + j), \
-            _mm256_permute4x64_epi64(_mm256_hadd_epi32(ci0, ci1), 0xD8));
-        Q8_OUT(c00, c01, 0) Q8_OUT(c10, c11, 1) Q8_OUT(c20, c21, 2)
-        Q8_OUT(c30, c31, 3) Q8_OUT(c40, c41, 4) Q8_OUT(c50, c51, 5)
-#undef Q8_OUT
-    }
+    /* abuf here is the rows widened to uint16 (q8_widen): two passes of 3 rows each
+     * (q8_micro3), so the 6 accumulators, 2 filter vectors and the broadcast row stay in
+     * AVX2's 16 registers (6 rows at once spilled accumulators to the stack every step). */
+    const uint16_t *a = (const uint16_t *)abuf;
+    q8_micro3(a, kp, panel, acc, ldc);
+    q8_micro3(a + 3 * kp, kp, panel, acc + 3 * ldc, ldc);
 #else
     for (int64_t i = 0; i < Q8_MR; i++) {
         int32_t s[Q8_NR] = {0};
