@@ -792,6 +792,41 @@ static void q8_pack_rows(const uint8_t *in, const int64_t *p, int64_t m0, int64_
     }
 }
 
+#if defined(__AVX2__) && !(defined(__AVX512VNNI__) && defined(__AVX512BW__))
+/* q8_micro's AVX2 loop for 3 rows widened to uint16 (a0, kp apart). Per 4 channels of the
+ * panel, the 16 filter bytes (4 taps each) widened to int16 and multiplied by the row's 4 taps
+ * broadcast: vpmaddwd adds products pairwise into int32 (exact: |a * f| < 2**15 * 2**8), so
+ * each channel keeps two partial sums (taps 0+1 and 2+3), added at the end. */
+static inline __attribute__((always_inline)) void
+q8_micro3(const uint16_t *a0, int64_t kp, const int8_t *panel, int32_t *acc, int64_t ldc)
+{
+    const uint16_t *a1 = a0 + kp, *a2 = a1 + kp;
+    for (int64_t j = 0; j < Q8_NR; j += 8) {
+        __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,
+                c21 = c00;
+        const int8_t *fp = panel + j * 4;
+        for (int64_t k = 0; k < kp; k += 4, fp += Q8_NR * 4) {
+            const __m256i f0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)fp));
+            const __m256i f1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(fp + 16)));
+            int64_t v;
+            __m256i a;
+#define Q8_ROW(ci0, ci1, ai) \
+            memcpy(&v, ai + k, 8); a = _mm256_set1_epi64x(v); \
+            ci0 = _mm256_add_epi32(ci0, _mm256_madd_epi16(a, f0)); \
+            ci1 = _mm256_add_epi32(ci1, _mm256_madd_epi16(a, f1));
+            Q8_ROW(c00, c01, a0) Q8_ROW(c10, c11, a1) Q8_ROW(c20, c21, a2)
+#undef Q8_ROW
+        }
+        /* lanes {c0 s01, c0 s23, c1 .., c1 .., c2, .., c3 ..} and the same for c4..c7: the
+         * pairwise add gives {c0 c1 c4 c5 | c2 c3 c6 c7}, the permute puts them in order */
+#define Q8_OUT(ci0, ci1, i) _mm256_storeu_si256((__m256i *)(acc + (i) * ldc + j), \
+            _mm256_permute4x64_epi64(_mm256_hadd_epi32(ci0, ci1), 0xD8));
+        Q8_OUT(c00, c01, 0) Q8_OUT(c10, c11, 1) Q8_OUT(c20, c21, 2)
+#undef Q8_OUT
+    }
+}
+#endif
+
 /* acc[i][j] (ldc int32 apart) = sum over KP of the Q8_MR rows of abuf and the NR channels of
  * one filter panel. */
 static void q8_micro(const uint8_t *abuf, int64_t kp, const int8_t *panel, int32_t *acc,
@@ -833,37 +868,12 @@ static void q8_micro(const uint8_t *abuf, int64_t kp, const int8_t *panel, int32
     _mm512_storeu_si512((void *)(acc + 5 * ldc), c50);
     _mm512_storeu_si512((void *)(acc + 5 * ldc + 16), c51);
 #elif defined(__AVX2__)
-    /* abuf here is the rows widened to uint16 (q8_widen). Per 4 channels of the panel, the
-     * 16 filter bytes (4 taps each) widened to int16 and multiplied by the row's 4 taps
-     * broadcast: vpmaddwd adds products pairwise into int32 (exact: |a * f| < 2**15 * 2**8),
-     * so each channel keeps two partial sums (taps 0+1 and 2+3), added at the end. */
-    for (int64_t j = 0; j < Q8_NR; j += 8) {
-        __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,
-                c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-        const uint16_t *a0 = (const uint16_t *)abuf, *a1 = a0 + kp, *a2 = a1 + kp,
-                       *a3 = a2 + kp, *a4 = a3 + kp, *a5 = a4 + kp;
-        const int8_t *fp = panel + j * 4;
-        for (int64_t k = 0; k < kp; k += 4, fp += Q8_NR * 4) {
-            const __m256i f0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)fp));
-            const __m256i f1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(fp + 16)));
-            int64_t v;
-            __m256i a;
-#define Q8_ROW(ci0, ci1, ai) \
-            memcpy(&v, ai + k, 8); a = _mm256_set1_epi64x(v); \
-            ci0 = _mm256_add_epi32(ci0, _mm256_madd_epi16(a, f0)); \
-            ci1 = _mm256_add_epi32(ci1, _mm256_madd_epi16(a, f1));
-            Q8_ROW(c00, c01, a0) Q8_ROW(c10, c11, a1) Q8_ROW(c20, c21, a2)
-            Q8_ROW(c30, c31, a3) Q8_ROW(c40, c41, a4) Q8_ROW(c50, c51, a5)
-#undef Q8_ROW
-        }
-        /* lanes {c0 s01, c0 s23, c1 .., c1 .., c2, .., c3 ..} and the same for c4..c7: the
-         * pairwise add gives {c0 c1 c4 c5 | c2 c3 c6 c7}, the permute puts them in order */
-#define Q8_OUT(ci0, ci1, i) _mm256_storeu_si256((__m256i *)(acc + (i) * ldc + j), \
-            _mm256_permute4x64_epi64(_mm256_hadd_epi32(ci0, ci1), 0xD8));
-        Q8_OUT(c00, c01, 0) Q8_OUT(c10, c11, 1) Q8_OUT(c20, c21, 2)
-        Q8_OUT(c30, c31, 3) Q8_OUT(c40, c41, 4) Q8_OUT(c50, c51, 5)
-#undef Q8_OUT
-    }
+    /* abuf here is the rows widened to uint16 (q8_widen): two passes of 3 rows each
+     * (q8_micro3), so the 6 accumulators, 2 filter vectors and the broadcast row stay in
+     * AVX2's 16 registers (6 rows at once spilled accumulators to the stack every step). */
+    const uint16_t *a = (const uint16_t *)abuf;
+    q8_micro3(a, kp, panel, acc, ldc);
+    q8_micro3(a + 3 * kp, kp, panel, acc + 3 * ldc, ldc);
 #else
     for (int64_t i = 0; i < Q8_MR; i++) {
         int32_t s[Q8_NR] = {0};
@@ -964,31 +974,59 @@ static inline __m128i q8_rq16(__m512i x, const q8_tab16 *t, const q8_consts *k)
  * q8_rq16. AVX2 has no 64-bit arithmetic shift, but (x * m + 2**30) >> 31 fits int32 (|x|,
  * m < 2**31), so its low 32 bits are those of the logical shift (even lanes) and the high 32
  * of a left shift by 1 (odd lanes). Returns the 8 result bytes in the low half. */
-static inline __m128i q8_rq8x32(__m256i x, const int32_t *rq32, int64_t ld, int64_t co,
-                                int32_t zout, int32_t lo, int32_t hi)
+/* q8_rq8x32's per-channel tables for 8 channels (loaded once for all the pixels that use
+ * them: the byte stores between uses may alias them, so the compiler could not hoist them). */
+typedef struct {
+    __m256i mult, mult_odd, right, mask, half;
+} q8_tab8;
+
+static inline q8_tab8 q8_load_tab8(const int32_t *rq32, int64_t ld, int64_t co)
 {
-    const __m256i mult = _mm256_loadu_si256((const __m256i *)(rq32 + co));
+    q8_tab8 t;
+    t.mult = _mm256_loadu_si256((const __m256i *)(rq32 + co));
+    t.mult_odd = _mm256_srli_epi64(t.mult, 32);
+    t.right = _mm256_loadu_si256((const __m256i *)(rq32 + ld + co));
+    t.mask = _mm256_loadu_si256((const __m256i *)(rq32 + 2 * ld + co));
+    t.half = _mm256_loadu_si256((const __m256i *)(rq32 + 3 * ld + co));
+    return t;
+}
+
+/* q8_rq8x32 with its tables given: the 8 results as int32 lanes, already clamped to
+ * [lo, hi] (so within the output type's range). */
+static inline __m256i q8_rq8x32t(__m256i x, const q8_tab8 *t, __m256i zout, __m256i lo,
+                                 __m256i hi)
+{
     const __m256i nudge = _mm256_set1_epi64x(INT64_C(1) << 30);
-    const __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(x, mult), nudge);
+    const __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(x, t->mult), nudge);
     const __m256i po = _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(x, 32),
-                                                         _mm256_srli_epi64(mult, 32)), nudge);
+                                                         t->mult_odd), nudge);
     const __m256i y = _mm256_blend_epi32(_mm256_srli_epi64(pe, 31), _mm256_slli_epi64(po, 1),
                                          0xAA);
-    const __m256i right = _mm256_loadu_si256((const __m256i *)(rq32 + ld + co));
-    const __m256i mask = _mm256_loadu_si256((const __m256i *)(rq32 + 2 * ld + co));
-    const __m256i half = _mm256_loadu_si256((const __m256i *)(rq32 + 3 * ld + co));
     /* thr = half + (y < 0); rem > thr adds one: the comparisons give -1 for true */
-    const __m256i thr = _mm256_sub_epi32(half, _mm256_cmpgt_epi32(_mm256_setzero_si256(), y));
-    __m256i r = _mm256_srav_epi32(y, right);
-    r = _mm256_sub_epi32(r, _mm256_cmpgt_epi32(_mm256_and_si256(y, mask), thr));
-    r = _mm256_add_epi32(r, _mm256_set1_epi32(zout));
-    r = _mm256_min_epi32(_mm256_max_epi32(r, _mm256_set1_epi32(lo)), _mm256_set1_epi32(hi));
-    /* the low byte of each lane (either signedness), then the two halves together */
+    const __m256i thr = _mm256_sub_epi32(t->half,
+                                         _mm256_cmpgt_epi32(_mm256_setzero_si256(), y));
+    __m256i r = _mm256_srav_epi32(y, t->right);
+    r = _mm256_sub_epi32(r, _mm256_cmpgt_epi32(_mm256_and_si256(y, t->mask), thr));
+    r = _mm256_add_epi32(r, zout);
+    return _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
+}
+
+/* The low byte of each of the 8 int32 lanes (either signedness), in the low 8 bytes. */
+static inline __m128i q8_bytes8(__m256i r)
+{
     const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                                           -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1,
                                           -1, -1, -1, -1);
     const __m256i b = _mm256_shuffle_epi8(r, pick);
     return _mm_unpacklo_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+}
+
+static inline __m128i q8_rq8x32(__m256i x, const int32_t *rq32, int64_t ld, int64_t co,
+                                int32_t zout, int32_t lo, int32_t hi)
+{
+    const q8_tab8 t = q8_load_tab8(rq32, ld, co);
+    return q8_bytes8(q8_rq8x32t(x, &t, _mm256_set1_epi32(zout), _mm256_set1_epi32(lo),
+                                _mm256_set1_epi32(hi)));
 }
 #endif
 
@@ -1065,6 +1103,28 @@ void nnhal_conv_q8(const void *in_, void *out_, const int64_t *p, const int8_t *
         for (int64_t j0 = 0; j0 < coutp; j0 += Q8_NR)
             q8_micro(arows, kp, filt + j0 * kp, acc + j0, coutp);
         const int64_t mr = mtot - m0 < Q8_MR ? mtot - m0 : Q8_MR;
+#if defined(__AVX2__) && !defined(__AVX512F__)
+        if (corr32) {
+            /* 8 channels at a time for all the rows: the tables loaded once */
+            const __m256i vz = _mm256_set1_epi32((int32_t)zout), vlo = _mm256_set1_epi32(
+                (int32_t)lo), vhi = _mm256_set1_epi32((int32_t)hi);
+            const int64_t c8 = cout & ~INT64_C(7);
+            for (int64_t co = 0; co < c8; co += 8) {
+                const q8_tab8 t = q8_load_tab8(rq32, coutp, co);
+                const __m256i cv = _mm256_loadu_si256((const __m256i *)(corr32 + co));
+                for (int64_t i = 0; i < mr; i++)
+                    _mm_storel_epi64((__m128i *)(out + (m0 + i) * cout + co), q8_bytes8(
+                        q8_rq8x32t(_mm256_add_epi32(_mm256_loadu_si256(
+                            (const __m256i *)(acc + i * coutp + co)), cv), &t, vz, vlo,
+                                   vhi)));
+            }
+            if (c8 < cout)
+                for (int64_t i = 0; i < mr; i++)
+                    q8_requant_row(acc + i * coutp + c8, corr + c8, rq + c8, cout - c8, coutp,
+                                   zout, lo, hi, out + (m0 + i) * cout + c8, 0, 0);
+            continue;
+        }
+#endif
         for (int64_t i = 0; i < mr; i++)
             q8_requant_row(acc + i * coutp, corr, rq, cout, coutp, zout, lo, hi,
                            out + (m0 + i) * cout, corr32, rq32);
@@ -1229,8 +1289,9 @@ static inline void dwv2_store(__m256 acc, const int64_t *corr, const int64_t *rq
 }
 
 static inline __attribute__((always_inline)) void
-dwv2_pixel(const float *ib, const int64_t *p, const float *filt, const int64_t *corr,
-           const int64_t *rq, const dwv2_consts *k, int64_t iy0, int64_t ix0, uint8_t *o)
+dwv2_pixel(const float *ib, int64_t ring, const int64_t *p, const float *filt,
+           const int64_t *corr, const int64_t *rq, const dwv2_consts *k, int64_t iy0,
+           int64_t ix0, uint8_t *o)
 {
     const int64_t w = p[P_W], c = p[P_C], kw = p[P_KW], dh = p[P_DH], dw = p[P_DW];
     int64_t ky0, ky1, kx0, kx1;
@@ -1239,7 +1300,7 @@ dwv2_pixel(const float *ib, const int64_t *p, const float *filt, const int64_t *
     for (int64_t co = 0; co < c; co += 8) {
         __m256 acc = _mm256_setzero_ps();
         for (int64_t ky = ky0; ky < ky1; ky++) {
-            const float *irow = ib + ((iy0 + ky * dh) * w + ix0) * c + co;
+            const float *irow = ib + (((iy0 + ky * dh) % ring) * w + ix0) * c + co;
             const float *frow = filt + ky * kw * c + co;
             for (int64_t kx = kx0; kx < kx1; kx++)
                 acc = dwv2_fma(_mm256_loadu_ps(irow + kx * dw * c),
@@ -1249,8 +1310,32 @@ dwv2_pixel(const float *ib, const int64_t *p, const float *filt, const int64_t *
     }
 }
 
-static void dwv2_all(const float *xf, void *out_, const int64_t *p, const float *filt,
-                     const int64_t *corr, const int64_t *rq, const dwv2_consts *k)
+/* Input rows iy in [*done, upto) of batch b as float32 (x - zin, exact), row iy at
+ * xf + (iy % ring) * W * C: a ring of the rows one output row reads, converted just before
+ * they are read, so they stay in cache (a pass over the whole input first would write and
+ * read back 4 bytes a value through memory). */
+static inline void dwv2_convert_rows(const uint8_t *in, float *xf, const int64_t *p, int64_t b,
+                                     int64_t ring, int64_t *done, int64_t upto, int sin,
+                                     __m256 zin)
+{
+    const int64_t h = p[P_H], wc = p[P_W] * p[P_C];
+    upto = upto > h ? h : upto;
+    for (int64_t iy = *done; iy < upto; iy++) {
+        const uint8_t *src = in + (b * h + iy) * wc;
+        float *dst = xf + (iy % ring) * wc;
+        for (int64_t i = 0; i < wc; i += 8) {
+            const __m128i v = _mm_loadl_epi64((const __m128i *)(src + i));
+            const __m256i w = sin ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
+            _mm256_storeu_ps(dst + i, _mm256_sub_ps(_mm256_cvtepi32_ps(w), zin));
+        }
+    }
+    if (upto > *done)
+        *done = upto;
+}
+
+static void dwv2_all(const uint8_t *in, int sin, __m256 zin, float *xf, void *out_,
+                     const int64_t *p, const float *filt, const int64_t *corr,
+                     const int64_t *rq, const dwv2_consts *k)
 {
     const int64_t n = p[P_N], h = p[P_H], w = p[P_W], c = p[P_C];
     const int64_t oh = p[P_OH], ow = p[P_OW];
@@ -1260,10 +1345,14 @@ static void dwv2_all(const float *xf, void *out_, const int64_t *p, const float 
     int64_t xl, xr, yl, yr;
     interior(ow, sw, pl, kw, dw, w, &xl, &xr);
     interior(oh, sh, pt, kh, dh, h, &yl, &yr);
+    /* the rows one output row reads (all of them where that is the whole height) */
+    const int64_t ring = (kh - 1) * dh + 1 < h ? (kh - 1) * dh + 1 : h;
     for (int64_t b = 0; b < n; b++) {
-        const float *ib = xf + b * h * w * c;
+        const float *ib = xf;
+        int64_t done = 0;
         for (int64_t oy = 0; oy < oh; oy++) {
             const int64_t iy0 = oy * sh - pt;
+            dwv2_convert_rows(in, xf, p, b, ring, &done, iy0 + (kh - 1) * dh + 1, sin, zin);
             uint8_t *orow = (uint8_t *)out_ + ((b * oh + oy) * ow) * c;
             const int row_fast = fast && oy >= yl && oy < yr && xr > xl;
             for (int64_t ox = 0; ox < ow; ox++) {
@@ -1271,15 +1360,40 @@ static void dwv2_all(const float *xf, void *out_, const int64_t *p, const float 
                     ox = xr;
                 if (ox >= ow)
                     break;
-                dwv2_pixel(ib, p, filt, corr, rq, k, iy0, ox * sw - pl, orow + ox * c);
+                dwv2_pixel(ib, ring, p, filt, corr, rq, k, iy0, ox * sw - pl, orow + ox * c);
             }
             if (!row_fast)
                 continue;
-            const float *r0 = ib + iy0 * w * c, *r1 = r0 + w * c, *r2 = r1 + w * c;
+            const float *r0 = ib + (iy0 % ring) * w * c, *r1 = ib + ((iy0 + 1) % ring) * w * c,
+                        *r2 = ib + ((iy0 + 2) % ring) * w * c;
             for (int64_t co = 0; co < c; co += 8) {
                 __m256 f[9];
                 for (int t = 0; t < 9; t++)
                     f[t] = _mm256_loadu_ps(filt + t * c + co);
+                if (k->use32) {
+                    const q8_tab8 t = q8_load_tab8(k->rq32, c, co);
+                    const __m256i bv = _mm256_loadu_si256((const __m256i *)(k->bias32 + co));
+                    const __m256i vz = _mm256_set1_epi32((int32_t)k->zout);
+                    const __m256i vlo = _mm256_set1_epi32((int32_t)k->lo);
+                    const __m256i vhi = _mm256_set1_epi32((int32_t)k->hi);
+                    for (int64_t ox = xl; ox < xr; ox++) {
+                        const int64_t o = (ox * sw - pl) * c + co;
+                        __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(r0 + o), f[0]);
+                        acc = dwv2_fma(_mm256_loadu_ps(r0 + o + c), f[1], acc);
+                        acc = dwv2_fma(_mm256_loadu_ps(r0 + o + 2 * c), f[2], acc);
+                        acc = dwv2_fma(_mm256_loadu_ps(r1 + o), f[3], acc);
+                        acc = dwv2_fma(_mm256_loadu_ps(r1 + o + c), f[4], acc);
+                        acc = dwv2_fma(_mm256_loadu_ps(r1 + o + 2 * c), f[5], acc);
+                        acc = dwv2_fma(_mm256_loadu_ps(r2 + o), f[6], acc);
+                        acc = dwv2_fma(_mm256_loadu_ps(r2 + o + c), f[7], acc);
+                        acc = dwv2_fma(_mm256_loadu_ps(r2 + o + 2 * c), f[8], acc);
+                        /* exact: an integer below 2**24 */
+                        const __m256i x = _mm256_add_epi32(_mm256_cvtps_epi32(acc), bv);
+                        _mm_storel_epi64((__m128i *)(orow + ox * c + co),
+                                         q8_bytes8(q8_rq8x32t(x, &t, vz, vlo, vhi)));
+                    }
+                    continue;
+                }
                 for (int64_t ox = xl; ox < xr; ox++) {
                     const int64_t o = (ox * sw - pl) * c + co;
                     __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(r0 + o), f[0]);
@@ -1323,15 +1437,7 @@ int64_t nnhal_dwconv_q8v(const void *in_, void *out_, const int64_t *p, const fl
         return 0;
     const int use32 = bias32 != 0 && rq32 != 0;
     const dwv2_consts k = {q[1], q[2], q[3], use32, rq32, bias32};
-    const __m256 zin = _mm256_set1_ps((float)q[0]);
-    const int64_t total = p[P_N] * p[P_H] * p[P_W] * p[P_C];
-    const uint8_t *in = in_;
-    for (int64_t i = 0; i < total; i += 8) {
-        const __m128i b = _mm_loadl_epi64((const __m128i *)(in + i));
-        const __m256i w = q[4] ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
-        _mm256_storeu_ps(xf + i, _mm256_sub_ps(_mm256_cvtepi32_ps(w), zin));
-    }
-    dwv2_all(xf, out_, p, filt, corr, rq, &k);
+    dwv2_all(in_, (int)q[4], _mm256_set1_ps((float)q[0]), xf, out_, p, filt, corr, rq, &k);
     return 1;
 #else
     (void)in_; (void)out_; (void)p; (void)filt; (void)corr; (void)rq; (void)q; (void)bias32;
