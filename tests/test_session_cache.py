@@ -22,7 +22,6 @@ from nnhal.session import cache as sc  # noqa: E402
 from nnhal.session import session as session_module  # noqa: E402
 
 DATA = Path(__file__).parent / "tflite" / "data"
-ROOT = Path(__file__).parent.parent
 
 
 @pytest.fixture
@@ -98,8 +97,12 @@ def test_a_restore_in_a_fresh_process(home, tmp_path):
             "rng = np.random.default_rng(0)\n"
             "x = {i.name: rng.standard_normal(i.shape).astype(i.dtype) for i in s.inputs}\n"
             "out = s.run(x)\nprint(s.restored, repr(next(iter(out.values())).tolist()))\n")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), NNHAL_CACHE_DIR=str(home),
-               TF_CPP_MIN_LOG_LEVEL="3")
+    # The child imports the nnhal this process runs (the checkout, or the installed copy that
+    # CI's tests import): the entry's key names the code that wrote it.
+    import nnhal
+
+    env = dict(os.environ, PYTHONPATH=str(Path(nnhal.__file__).resolve().parent.parent),
+               NNHAL_CACHE_DIR=str(home), TF_CPP_MIN_LOG_LEVEL="3")
     done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
                           text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
