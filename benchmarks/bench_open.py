@@ -369,6 +369,7 @@ class Opens:
 
 def bench_steady(path: Path, device: str, threads: int, rounds: int, reps: int) -> None:
     from ai_edge_litert.interpreter import Interpreter
+    from bench_call import feeds_for  # the same inputs as the per-call benchmark
 
     import nnhal.drivers.litert  # noqa: F401 - imported before the clock, as in the children
     import nnhal.drivers.reference  # noqa: F401
@@ -380,16 +381,7 @@ def bench_steady(path: Path, device: str, threads: int, rounds: int, reps: int) 
     t0 = time.perf_counter()
     session = Session(path, device or None)
     prepare = time.perf_counter() - t0
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for i in session.inputs:
-        shape = [d or 1 for d in i.shape]
-        if i.dtype.kind == "f":
-            feeds[i.name] = rng.uniform(-1, 1, shape).astype(i.dtype)
-        else:
-            lim = np.iinfo(i.dtype)
-            feeds[i.name] = rng.integers(lim.min, lim.max, shape, endpoint=True
-                                         ).astype(i.dtype)
+    feeds = feeds_for(session.inputs, np.random.default_rng(0))
     t0 = time.perf_counter()
     it = Interpreter(model_path=str(path), num_threads=threads)
     it.allocate_tensors()
