@@ -72,15 +72,21 @@ def random_case(rng: np.random.Generator, fits: bool = True) -> tuple:
     return x, f, bias, (sh, sw), (dh, dw), pads, act, t, ftype, fq, cscales, in_q, out_q
 
 
-def run_case(case) -> np.ndarray:
-    x, f, b, (sh, sw), (dh, dw), pads, act, t, ftype, fq, cscales, in_q, out_q = case
+def conv_inputs(case, channel_dim: int) -> list:
+    """The input, filter and bias operands of a case (the filter per-channel along
+    channel_dim, or per-tensor with the bias scale the HAL requires)."""
+    x, f, b, _, _, _, _, t, ftype, fq, cscales, in_q, _ = case
     if ftype == PC:
-        ins = [tensor(t, x, *in_q),
-               tensor(PC, f, const=True, channel_scales=cscales, channel_dim=0),
-               tensor(I32, b, 0.0, 0, const=True)]
-    else:
-        ins = [tensor(t, x, *in_q), tensor(t, f, *fq, const=True),
-               tensor(I32, b, conv.scale_product(in_q[0], fq[0]), 0, const=True)]
+        return [tensor(t, x, *in_q),
+                tensor(PC, f, const=True, channel_scales=cscales, channel_dim=channel_dim),
+                tensor(I32, b, 0.0, 0, const=True)]
+    return [tensor(t, x, *in_q), tensor(t, f, *fq, const=True),
+            tensor(I32, b, conv.scale_product(in_q[0], fq[0]), 0, const=True)]
+
+
+def run_case(case) -> np.ndarray:
+    _, _, _, (sh, sw), (dh, dw), pads, act, t, _, _, _, _, out_q = case
+    ins = conv_inputs(case, 0)
     ins += [i32(pads[2]), i32(pads[3]), i32(pads[0]), i32(pads[1]), i32(sw), i32(sh)]
     ins += [i32(act), tensor(OperandType.BOOL, False), i32(dw), i32(dh)]
     (r,) = run_op(O.CONV_2D, ins, [output(t, None, *out_q)])
@@ -269,14 +275,8 @@ def random_depthwise(rng: np.random.Generator) -> tuple:
 
 
 def run_depthwise(case) -> np.ndarray:
-    x, f, b, (sh, sw), (dh, dw), pads, act, t, ftype, fq, cscales, in_q, out_q = case
-    if ftype == PC:
-        ins = [tensor(t, x, *in_q),
-               tensor(PC, f, const=True, channel_scales=cscales, channel_dim=3),
-               tensor(I32, b, 0.0, 0, const=True)]
-    else:
-        ins = [tensor(t, x, *in_q), tensor(t, f, *fq, const=True),
-               tensor(I32, b, conv.scale_product(in_q[0], fq[0]), 0, const=True)]
+    _, _, _, (sh, sw), (dh, dw), pads, act, t, _, _, _, _, out_q = case
+    ins = conv_inputs(case, 3)
     ins += [i32(pads[2]), i32(pads[3]), i32(pads[0]), i32(pads[1]), i32(sw), i32(sh), i32(1)]
     ins += [i32(act), tensor(OperandType.BOOL, False), i32(dw), i32(dh)]
     (r,) = run_op(O.DEPTHWISE_CONV_2D, ins, [output(t, None, *out_q)])

@@ -138,6 +138,23 @@ def _run(data: bytes, xs: list[np.ndarray]) -> list[np.ndarray]:
     return out
 
 
+def _within_one_step_of_the_hal_form(model, data: bytes, xs: list[np.ndarray],
+                                     distinct: int) -> None:
+    """The written file on ai-edge-litert within one quantization step of the HAL model on
+    the reference driver, over inputs whose results take more than ``distinct`` values (so
+    that agreement is not that of a constant)."""
+    from nnhal.tflite import ImportedModel
+
+    ref = Reference(ImportedModel(model, ["input_0"], ["output_0"]))
+    try:
+        want = [ref.run([x])[0] for x in xs]
+    finally:
+        ref.close()
+    got = _run(data, xs)
+    assert max(max_error(g, w) for g, w in zip(got, want)) <= 1
+    assert len(np.unique(np.concatenate(want))) > distinct
+
+
 def _tensors(data: bytes, op_name: str) -> list:
     """The input and output tensors (tflite.Tensor) of the file's first ``op_name``."""
     import tflite
@@ -231,16 +248,7 @@ def test_hal_mean_chain_is_a_mean_within_one_step(t: OperandType) -> None:
     info = np.iinfo(t.dtype)
     xs = [rng.integers(info.min, info.max, (1, 3, 4, 2), endpoint=True).astype(t.dtype)
           for _ in range(64)]
-    from nnhal.tflite import ImportedModel
-
-    ref = Reference(ImportedModel(model, ["input_0"], ["output_0"]))
-    try:
-        want = [ref.run([x])[0] for x in xs]
-    finally:
-        ref.close()
-    got = _run(data, xs)
-    assert max(max_error(g, w) for g, w in zip(got, want)) <= 1
-    assert len(np.unique(np.concatenate(want))) > 8
+    _within_one_step_of_the_hal_form(model, data, xs, 8)
 
 
 def _fc_chain(*, image_output: bool = False) -> ModelBuilder:
@@ -271,8 +279,6 @@ def _fc_chain(*, image_output: bool = False) -> ModelBuilder:
 
 
 def test_hal_per_channel_fc_chain_is_a_fully_connected_within_one_step() -> None:
-    from nnhal.tflite import ImportedModel
-
     model = _fc_chain().build()
     data = write_tflite(model)
     assert _ops(data) == Counter({"FULLY_CONNECTED": 1})
@@ -282,20 +288,11 @@ def test_hal_per_channel_fc_chain_is_a_fully_connected_within_one_step() -> None
     assert len(weights.Quantization().ScaleAsNumpy()) == 3
     rng = np.random.default_rng(6)
     xs = [rng.integers(-128, 128, (2, 6)).astype(np.int8) for _ in range(32)]
-    ref = Reference(ImportedModel(model, ["input_0"], ["output_0"]))
-    try:
-        want = [ref.run([x])[0] for x in xs]
-    finally:
-        ref.close()
-    got = _run(data, xs)
-    assert max(max_error(g, w) for g, w in zip(got, want)) <= 1
-    assert len(np.unique(np.concatenate(want))) > 8
+    _within_one_step_of_the_hal_form(model, data, xs, 8)
 
 
 @pytest.mark.parametrize("t", [T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED])
 def test_hal_float_softmax_chain_is_an_8bit_softmax_within_one_step(t: OperandType) -> None:
-    from nnhal.tflite import ImportedModel
-
     zero = -128 if t == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
     b = ModelBuilder()
     x = b.input(t, [3, 7], 0.08, zero + 100)
@@ -311,14 +308,7 @@ def test_hal_float_softmax_chain_is_an_8bit_softmax_within_one_step(t: OperandTy
     info = np.iinfo(t.dtype)
     xs = [rng.integers(info.min, info.max, (3, 7), endpoint=True).astype(t.dtype)
           for _ in range(32)]
-    ref = Reference(ImportedModel(model, ["input_0"], ["output_0"]))
-    try:
-        want = [ref.run([v])[0] for v in xs]
-    finally:
-        ref.close()
-    got = _run(data, xs)
-    assert max(max_error(g, w) for g, w in zip(got, want)) <= 1
-    assert len(np.unique(np.concatenate(want))) > 16
+    _within_one_step_of_the_hal_form(model, data, xs, 16)
 
 
 def test_chains_that_are_not_the_operator_stay() -> None:
