@@ -509,6 +509,36 @@ class _ConvBase(_CoreKernels):
             raise ctx_fail(f"filter depth {fshape[3]} does not match input depth {cin}")
 
     # -- shared logic --
+    def _run_args(self, layout: _Layout, static: _Args | None, omitted: Sequence[bool],
+                  requant: Any, ins: Sequence[Any]) -> tuple:
+        """What a run needs before computing, each checked against the run's own operands
+        (``static``: the parameters when all are constants, else read from ``ins``): the
+        parameters, the input in NHWC, batch, output depth, paddings and output size."""
+        name = self.op_type.name
+        if static is not None:
+            a = static
+        else:
+            a = _resolve(layout, _run_values(omitted, ins))
+            _check_args(a, self.transpose)
+        x = ins[0]
+        if x.ndim != 4 or ins[1].ndim != 4 or ins[2].ndim != 1:
+            raise OpError(f"{name}: bad input ranks")
+        if a.nchw:
+            x = x.transpose(0, 2, 3, 1)
+        n, h, w, cin = x.shape
+        if h <= 0 or w <= 0 or cin <= 0:
+            raise OpError(f"{name}: input dims must be positive, got {ins[0].shape}")
+        fshape = ins[1].shape
+        self.check_channels(lambda m: OpError(f"{name}: {m}"), cin, fshape, a)
+        cout, kh, kw = self.filter_geometry(fshape)
+        if min(fshape) <= 0 or ins[2].shape[0] != cout or (
+                requant is not None and requant.multiplier.size not in (1, cout)):
+            raise OpError(f"{name}: filter/bias shape mismatch")
+        geo = self.geometry(a, h, w, kh, kw)
+        if geo is None:  # pragma: no cover - every parameter is known at run time
+            raise OpError(f"{name}: unknown parameters")
+        return a, x, n, cout, *geo
+
     def _common_validate(self, ctx: OpContext) -> _Layout:
         layout = self.layout(ctx)
         _check_quant(ctx, self.channel_dim)
@@ -671,29 +701,8 @@ class _ConvBase(_CoreKernels):
                 if hit is not None and dst.shape == hit[1] and nat.accepts(x, ins[2], dst):
                     nat(x, ins[2], dst, static.stride, static.dilation, hit[0])
                     return dst
-            if all_const:
-                a = static
-            else:
-                a = _resolve(layout, _run_values(omitted, ins))
-                _check_args(a, self.transpose)
-            x = ins[0]
-            if x.ndim != 4 or ins[1].ndim != 4 or ins[2].ndim != 1:
-                raise OpError(f"{name}: bad input ranks")
-            if a.nchw:
-                x = x.transpose(0, 2, 3, 1)
-            n, h, w, cin = x.shape
-            if h <= 0 or w <= 0 or cin <= 0:
-                raise OpError(f"{name}: input dims must be positive, got {ins[0].shape}")
-            fshape = ins[1].shape
-            self.check_channels(lambda m: OpError(f"{name}: {m}"), cin, fshape, a)
-            cout, kh, kw = self.filter_geometry(fshape)
-            if min(fshape) <= 0 or ins[2].shape[0] != cout or (
-                    requant is not None and requant.multiplier.size not in (1, cout)):
-                raise OpError(f"{name}: filter/bias shape mismatch")
-            geo = self.geometry(a, h, w, kh, kw)
-            if geo is None:  # pragma: no cover - every parameter is known at run time
-                raise OpError(f"{name}: unknown parameters")
-            pads, (oh, ow) = geo
+            a, x, n, cout, pads, (oh, ow) = self._run_args(
+                layout, static if all_const else None, omitted, requant, ins)
             shape = self._order(n, oh, ow, cout, bool(a.nchw))
             if dst is None:
                 dst = np.empty(shape, odt)
@@ -704,7 +713,7 @@ class _ConvBase(_CoreKernels):
             if nat is not None and not a.nchw and nat.accepts(x, ins[2], dst):
                 nat(x, ins[2], dst, a.stride, a.dilation, pads)
                 if all_const and len(seen) < 8:
-                    seen[(x.shape, fshape, ins[2].shape)] = (pads, shape)
+                    seen[(x.shape, ins[1].shape, ins[2].shape)] = (pads, shape)
                 return dst
             wts = cached.get("w")
             if wts is None:
@@ -949,30 +958,8 @@ class TransposeConv2D(_ConvBase):
         cached: dict[str, Any] = {}
 
         def run(ins, rt):
-            if all_const:
-                a = static
-            else:
-                a = _resolve(layout, _run_values(omitted, ins))
-                _check_args(a, self.transpose)
-            x = ins[0]
-            if x.ndim != 4 or ins[1].ndim != 4 or ins[2].ndim != 1:
-                raise OpError(f"{self.op_type.name}: bad input ranks")
-            if a.nchw:
-                x = x.transpose(0, 2, 3, 1)
-            n, h, w, cin = x.shape
-            if h <= 0 or w <= 0 or cin <= 0:
-                raise OpError(f"{self.op_type.name}: input dims must be positive, got "
-                              f"{ins[0].shape}")
-            fshape = ins[1].shape
-            self.check_channels(lambda m: OpError(f"{self.op_type.name}: {m}"), cin, fshape, a)
-            cout, kh, kw = self.filter_geometry(fshape)
-            if min(fshape) <= 0 or ins[2].shape[0] != cout or (
-                    requant is not None and requant.multiplier.size not in (1, cout)):
-                raise OpError(f"{self.op_type.name}: filter/bias shape mismatch")
-            geo = self.geometry(a, h, w, kh, kw)
-            if geo is None:  # pragma: no cover - every parameter is known at run time
-                raise OpError(f"{self.op_type.name}: unknown parameters")
-            pads, (oh, ow) = geo
+            a, x, n, cout, pads, (oh, ow) = self._run_args(
+                layout, static if all_const else None, omitted, requant, ins)
             if cache_weights and "w" in cached:
                 wts = cached["w"]
             else:
