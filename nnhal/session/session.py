@@ -33,6 +33,7 @@ import operator
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -167,6 +168,10 @@ class Session:
         self._views: list[np.ndarray] = []
         #: The feed layout of the last good run, bound for runs of it again (see _Bound).
         self._bound: _Bound | None = None
+        #: The state values (see ``_state``) and the driver binding that holds the newer
+        #: ones inside its interpreter (None: ``_state_values`` are the state).
+        self._state_values: list[np.ndarray] = []
+        self._state_holder: Any = None
         preference, priority = _check_arguments(device, devices, preference, priority,
                                                 input_names, output_names)
         if cache is not None and not isinstance(cache, bool):
@@ -321,6 +326,27 @@ class Session:
         self._state = list(self._initial)
         #: The output sizes the last run needed (grows with OUTPUT_INSUFFICIENT_SIZE).
         self._out_sizes = [_bytes(o, o.shape) if o.fully_known else 0 for o in all_out]
+
+    @property
+    def _state(self) -> list[np.ndarray]:
+        """The state values the next run reads: a stateful driver binding that holds them
+        (``_state_holder``) hands them back first, and holds them no more."""
+        holder = self._state_holder
+        if holder is not None:
+            self._state_holder = None
+            values = holder.read()
+            if values is None:
+                self._state_values = list(self._initial)
+                raise ExecutionError(f"{self._what()}: the driver lost the stream's state; it "
+                                     f"starts again from its initial value",
+                                     ErrorStatus.GENERAL_FAILURE)
+            self._state_values = values
+        return self._state_values
+
+    @_state.setter
+    def _state(self, values: list[np.ndarray]) -> None:
+        self._state_values = values
+        self._state_holder = None
 
     # ---- preparation -----------------------------------------------------------------------
     def _initial_value(self, s: StateVariable) -> np.ndarray:
@@ -514,12 +540,16 @@ class Session:
             try:
                 if self._closed:
                     raise NnhalError("the session is closed")
+                if bound.stateful:
+                    done = self._run_stateful(bound, arrays)
+                    if done is not None:
+                        return done
                 state_out = self._state_out
                 full = arrays if not state_out else arrays + self._state \
                     if self._state_last else self._with_state(arrays)
                 outs = None
                 if bound is self._bound and bound.prepared is self._prepared:
-                    runner = bound.runner
+                    runner = None if bound.stateful else bound.runner
                     if runner is not None:
                         outs = runner.run(full)
                         if outs is None or not (bound.checked or bound.same_outputs(outs)):
@@ -534,6 +564,38 @@ class Session:
                 return {name: outs[k] for name, k in self._out_names}
             finally:
                 self._owner = None
+
+    def _run_stateful(self, bound: _Bound, arrays: list[np.ndarray]
+                      ) -> dict[str, np.ndarray] | None:
+        """A bound run on a driver binding that keeps the state in its interpreter (the lock
+        held); None when it did not run there (its state handed back: the caller runs it by
+        request)."""
+        runner = bound.runner
+        if runner is None or bound is not self._bound or bound.prepared is not self._prepared:
+            return None
+        if self._state_holder is not runner:
+            values = self._state  # from another holder, if one has them
+            if not runner.load(values):
+                bound.runner = None  # this layout goes by request from now on
+                return None
+            self._state_holder = runner
+        outs = runner.run(arrays)
+        if outs is not None and (bound.checked or bound.same_outputs(outs)):
+            if bound.checked and bound.fast is None:
+                bound.fast = self.__dict__["run"] = _stateful_fast(self, bound)
+            return dict(zip(bound.names, outs))
+        self._stateful_failed(bound)
+        if outs is not None:  # the state moved on: this run cannot be run again by request
+            raise ExecutionError(f"{self._what()}: the driver's binding gave outputs of other "
+                                 f"shapes than the model's", ErrorStatus.GENERAL_FAILURE)
+        return None
+
+    def _stateful_failed(self, bound: _Bound) -> None:
+        """A stateful binding's run failed: not used again, its state handed back (the state
+        before that run; ExecutionError when the driver lost it)."""
+        bound.runner = None
+        bound.fast = None
+        _ = self._state
 
     @contextmanager
     def _exclusive(self, what: str) -> Iterator[None]:
@@ -759,6 +821,7 @@ class Session:
                 return
             self._closed = True
             self._bound = None
+            self._state_holder = None
             if self._layout is not None:
                 self._layout.close()
                 self._layout = None
@@ -1094,7 +1157,7 @@ class _Bound:
     its layout in turn."""
 
     __slots__ = ("prepared", "count", "getter", "signature", "layout", "dims", "out_dtypes",
-                 "out_views", "runner", "checked")
+                 "out_views", "runner", "checked", "stateful", "names", "answers", "fast")
 
     def __init__(self) -> None:
         self.prepared: Any = None
@@ -1113,6 +1176,16 @@ class _Bound:
         self.runner: Any = None
         #: Whether the driver's binding answered outputs of the bound run's shapes once.
         self.checked = False
+        #: Whether ``runner`` keeps the state itself (``bind_arrays_with_state``): it takes
+        #: the public inputs and gives the public outputs, named by ``names``.
+        self.stateful = False
+        self.names: list[str] = []
+        #: Per output the driver's binding gives (all, or the public ones when stateful):
+        #: its dimensions and dtype in the bound run.
+        self.answers: list[tuple[list[int], np.dtype]] = []
+        #: A stateful binding's whole run from the feeds, once it answered well
+        #: (:func:`_stateful_fast`): the outputs by name, or None to take the usual way.
+        self.fast: Any = None
 
     @classmethod
     def of(cls, session: Session, layout: RequestLayout, arrays: Sequence[np.ndarray],
@@ -1137,10 +1210,25 @@ class _Bound:
         if not any(o.dtype == np.bool_ for o in outs):
             b.out_views = [layout.output_view(k, o.nbytes).view(o.dtype).reshape(o.shape)
                            for k, o in enumerate(outs)]
+        shapes = [tuple(a.shape) for a in arrays]
+        if session._state_vars:
+            bind_state = getattr(b.prepared, "bind_arrays_with_state", None)
+            if bind_state is not None:
+                try:
+                    b.runner = bind_state(shapes, [(sv.input, sv.output)
+                                                   for sv in session._state_vars])
+                except Exception:  # noqa: BLE001 - a driver that cannot: the state is carried
+                    b.runner = None
+                if b.runner is not None:
+                    b.stateful = True
+                    b.names = [name for name, _ in session._out_names]
+                    b.answers = [(b.dims[k], b.out_dtypes[k]) for k in session._public_out]
+                    return b
+        b.answers = list(zip(b.dims, b.out_dtypes))
         bind = getattr(b.prepared, "bind_arrays", None)
         if bind is not None:
             try:
-                b.runner = bind([tuple(a.shape) for a in arrays])
+                b.runner = bind(shapes)
             except Exception:  # noqa: BLE001 - a driver that cannot bind: runs go by request
                 b.runner = None
         return b
@@ -1176,10 +1264,73 @@ class _Bound:
     def same_outputs(self, outs: Sequence[np.ndarray]) -> bool:
         """Whether a driver binding's outputs are of the bound run's shapes and dtypes (asked
         once: the binding promises the model's declared shapes)."""
-        self.checked = len(outs) == len(self.dims) and all(
+        self.checked = len(outs) == len(self.answers) and all(
             type(o) is np.ndarray and list(o.shape) == d and o.dtype == t
-            for o, d, t in zip(outs, self.dims, self.out_dtypes))
+            for o, (d, t) in zip(outs, self.answers))
         return self.checked
+
+
+def _stateful_fast(session: Session, bound: _Bound) -> Any:
+    """``session.run`` for runs of ``bound``'s stateful binding straight from the feeds, in
+    the common case: a dict of plain arrays of the bound dtypes and shapes, the binding
+    holding the state, the Session's lock free. Anything else goes to :meth:`Session.run`
+    (which checks, waits for the lock or reports), as does everything once the binding no
+    longer holds the state (a run by request, a reset, another layout, ``close``): every check
+    of the usual way is kept, in fewer steps, so that a stream's call costs about what
+    ai-edge-litert's own ``set_tensor`` + ``invoke`` + ``get_tensor`` do.
+
+    Installed as the instance's ``run`` (it shadows the method). It holds the instance's
+    ``__dict__`` and a weak reference to the Session, never the Session itself, so a dropped
+    Session is still closed at once by its ``__del__``."""
+    runner = bound.runner
+    run = runner.run
+    lock = session._lock
+    state = session.__dict__
+    converting = session._converting
+    me = weakref.ref(session)
+    usual = Session.run
+    get_ident = threading.get_ident
+    ndarray = np.ndarray
+    names = list(bound.names)
+
+    if bound.count == 1 and len(names) == 1:
+        key, out_name = session.inputs[0].name, names[0]
+        dtype, shape = bound.signature[0]
+
+        def fast(feeds: Feeds) -> dict[str, np.ndarray]:
+            if type(feeds) is dict and len(feeds) == 1 and not converting:
+                a = feeds.get(key)
+                if type(a) is ndarray and a.shape == shape and \
+                        (a.dtype is dtype or a.dtype == dtype) and lock.acquire(False):
+                    try:
+                        if state["_state_holder"] is runner and state["_bound"] is bound:
+                            state["_owner"] = get_ident()
+                            outs = run((a,))
+                            if outs is not None:
+                                return {out_name: outs[0]}
+                            me()._stateful_failed(bound)  # type: ignore[union-attr]
+                    finally:
+                        state["_owner"] = None
+                        lock.release()
+            return usual(me(), feeds)  # type: ignore[arg-type]
+    else:
+        def fast(feeds: Feeds) -> dict[str, np.ndarray]:
+            if type(feeds) is dict and not converting:
+                arrays = bound.match(feeds)
+                if arrays is not None and lock.acquire(False):
+                    try:
+                        if state["_state_holder"] is runner and state["_bound"] is bound:
+                            state["_owner"] = get_ident()
+                            outs = run(arrays)
+                            if outs is not None:
+                                return dict(zip(names, outs))
+                            me()._stateful_failed(bound)  # type: ignore[union-attr]
+                    finally:
+                        state["_owner"] = None
+                        lock.release()
+            return usual(me(), feeds)  # type: ignore[arg-type]
+    fast.__doc__ = usual.__doc__
+    return fast
 
 
 def _fits(want: tuple[int, ...], shape: tuple[int, ...]) -> bool:
