@@ -230,6 +230,12 @@ class StateArrayRun(ArrayRun):
         inputs' shapes), or None when it cannot be read. After a run answered None: the state
         before that run, or None when that run may have changed it. Never raises."""
 
+    def run_one(self, x: Any) -> Any | None:
+        """:meth:`run` of a model with one input and one output besides the state: the output,
+        or None. A binding may do it in fewer steps."""
+        outs = self.run((x,))
+        return None if outs is None else outs[0]
+
 
 class IDevice(ABC):
     """The canonical IDevice: HAL 1.3's methods and AIDL v4's ``prepare_model_with_config``."""

@@ -1275,9 +1275,12 @@ def _stateful_fast(session: Session, bound: _Bound) -> Any:
     the common case: a dict of plain arrays of the bound dtypes and shapes, the binding
     holding the state, the Session's lock free. Anything else goes to :meth:`Session.run`
     (which checks, waits for the lock or reports), as does everything once the binding no
-    longer holds the state (a run by request, a reset, another layout, ``close``): every check
-    of the usual way is kept, in fewer steps, so that a stream's call costs about what
-    ai-edge-litert's own ``set_tensor`` + ``invoke`` + ``get_tensor`` do.
+    longer holds the state (a run by request, a reset, another layout, ``close``: each takes
+    the state back first, so a binding holding it is the Session's bound one). Every check of
+    the usual way is kept, in fewer steps, so that a stream's call costs about what
+    ai-edge-litert's own ``set_tensor`` + ``invoke`` + ``get_tensor`` do. The lock's owner is
+    noted only when something is to be reported (a failed run): the binding's run calls no
+    Python code that could call the Session again.
 
     Installed as the instance's ``run`` (it shadows the method). It holds the instance's
     ``__dict__`` and a weak reference to the Session, never the Session itself, so a dropped
@@ -1289,13 +1292,22 @@ def _stateful_fast(session: Session, bound: _Bound) -> Any:
     converting = session._converting
     me = weakref.ref(session)
     usual = Session.run
-    get_ident = threading.get_ident
     ndarray = np.ndarray
     names = list(bound.names)
+
+    def failed() -> None:
+        """The run failed: the state before it back from the binding (under the lock, its
+        owner noted), and the usual way runs the feeds by request."""
+        state["_owner"] = threading.get_ident()
+        try:
+            me()._stateful_failed(bound)  # type: ignore[union-attr]
+        finally:
+            state["_owner"] = None
 
     if bound.count == 1 and len(names) == 1:
         key, out_name = session.inputs[0].name, names[0]
         dtype, shape = bound.signature[0]
+        run_one = runner.run_one
 
         def fast(feeds: Feeds) -> dict[str, np.ndarray]:
             if type(feeds) is dict and len(feeds) == 1 and not converting:
@@ -1303,14 +1315,12 @@ def _stateful_fast(session: Session, bound: _Bound) -> Any:
                 if type(a) is ndarray and a.shape == shape and \
                         (a.dtype is dtype or a.dtype == dtype) and lock.acquire(False):
                     try:
-                        if state["_state_holder"] is runner and state["_bound"] is bound:
-                            state["_owner"] = get_ident()
-                            outs = run((a,))
-                            if outs is not None:
-                                return {out_name: outs[0]}
-                            me()._stateful_failed(bound)  # type: ignore[union-attr]
+                        if state["_state_holder"] is runner:
+                            out = run_one(a)
+                            if out is not None:
+                                return {out_name: out}
+                            failed()
                     finally:
-                        state["_owner"] = None
                         lock.release()
             return usual(me(), feeds)  # type: ignore[arg-type]
     else:
@@ -1319,14 +1329,12 @@ def _stateful_fast(session: Session, bound: _Bound) -> Any:
                 arrays = bound.match(feeds)
                 if arrays is not None and lock.acquire(False):
                     try:
-                        if state["_state_holder"] is runner and state["_bound"] is bound:
-                            state["_owner"] = get_ident()
+                        if state["_state_holder"] is runner:
                             outs = run(arrays)
                             if outs is not None:
                                 return dict(zip(names, outs))
-                            me()._stateful_failed(bound)  # type: ignore[union-attr]
+                            failed()
                     finally:
-                        state["_owner"] = None
                         lock.release()
             return usual(me(), feeds)  # type: ignore[arg-type]
     fast.__doc__ = usual.__doc__

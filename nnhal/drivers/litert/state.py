@@ -38,7 +38,8 @@ class LiteRTStateArrays(StateArrayRun):
     time (a Session runs under its lock)."""
 
     __slots__ = ("engine", "form", "wrapper", "set_tensor", "invoke", "get_tensor", "inputs",
-                 "outputs", "reshapes", "state_dtypes", "state_shapes", "log", "in0", "out0")
+                 "outputs", "reshapes", "state_dtypes", "state_shapes", "log", "in0", "out0",
+                 "failure")
 
     def __init__(self, engine: Engine, form: StateForm, state_dtypes: list[np.dtype],
                  state_shapes: list[tuple[int, ...]], log: Any):
@@ -62,6 +63,9 @@ class LiteRTStateArrays(StateArrayRun):
         #: The first input's and output's tensor (for the one-in, one-out form).
         self.in0 = self.inputs[0] if self.inputs else -1
         self.out0 = self.outputs[0] if self.outputs else -1
+        #: Why the last run failed, logged by :meth:`read` (not by :meth:`run`, which the
+        #: caller may call holding a lock a log handler could ask for).
+        self.failure: str | None = None
 
     @classmethod
     def make(cls, form: StateForm, threads: int, shapes: Sequence[tuple[int, ...]],
@@ -123,7 +127,7 @@ class LiteRTStateArrays(StateArrayRun):
             get = self.get_tensor
             outs = [get(idx, 0) for idx in self.outputs]  # copies, as get_tensor's
         except Exception as e:  # noqa: BLE001 - the caller runs it by request
-            self.log(f"bound stateful run failed: {type(e).__name__}: {e}")
+            self.failure = f"{type(e).__name__}: {e}"
             return None
         for k, shape in self.reshapes:
             outs[k] = outs[k].reshape(shape)
@@ -151,6 +155,9 @@ class LiteRTStateArrays(StateArrayRun):
 
     def read(self) -> list[np.ndarray] | None:
         form = self.form
+        if self.failure is not None:
+            self.log(f"bound stateful run failed: {self.failure}")
+            self.failure = None
         try:
             sub = form.get_subgraph
             self.invoke(sub)
@@ -168,12 +175,17 @@ class _OneToOne(LiteRTStateArrays):
     __slots__ = ()
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray] | None:
+        out = self.run_one(inputs[0])
+        return None if out is None else [out]
+
+    def run_one(self, x: np.ndarray) -> np.ndarray | None:
         if _profile.ACTIVE is not None:
-            return super().run(inputs)
+            outs = super().run((x,))
+            return None if outs is None else outs[0]
         try:
-            self.set_tensor(self.in0, inputs[0])
+            self.set_tensor(self.in0, x)
             self.invoke()
-            return [self.get_tensor(self.out0, 0)]
+            return self.get_tensor(self.out0, 0)  # a copy, as get_tensor's
         except Exception as e:  # noqa: BLE001 - the caller runs it by request
-            self.log(f"bound stateful run failed: {type(e).__name__}: {e}")
+            self.failure = f"{type(e).__name__}: {e}"
             return None
