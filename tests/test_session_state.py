@@ -113,12 +113,36 @@ def test_the_state_read_back_is_the_carried_state():
         assert _in_interpreter(s)
 
 
-def test_a_failed_call_hands_the_state_back_and_goes_by_request():
+def test_a_failed_call_hands_the_state_back_and_goes_by_request(monkeypatch):
+    """A call that fails in the binding (the direct way's, then the usual one's) leaves the
+    state as it was before it: the Session runs it by request from that state."""
+    from nnhal.drivers.litert.state import LiteRTStateArrays
+
+    made = LiteRTStateArrays.one_call
+    calls = []
+
+    def failing_once(self):
+        one = made(self)
+
+        def call(x):
+            calls.append(x)
+            if len(calls) == 2:
+                self.failure = "RuntimeError: injected"
+                return None
+            return one(x)
+        return call
+
+    monkeypatch.setattr(LiteRTStateArrays, "one_call", failing_once)
     with Session(accumulator(), "litert") as s:
         ones = np.ones(2, F32)
+        assert [s.run({"x": ones})["y"].tolist() for _ in range(3)] == [[1, 1], [2, 2], [3, 3]]
+        assert _in_interpreter(s) and len(calls) == 1  # the third call: the direct way's
+        assert s.run({"x": ones})["y"].tolist() == [4, 4]  # failed there, then by request
+        assert s._bound.runner is None
+        assert [s.run({"x": ones})["y"].tolist() for _ in range(2)] == [[5, 5], [6, 6]]
+    with Session(accumulator(), "litert") as s:
         for _ in range(3):
             s.run({"x": ones})
-        assert _in_interpreter(s)
         runner = s._bound.runner
         invoke = runner.invoke
 
@@ -128,9 +152,10 @@ def test_a_failed_call_hands_the_state_back_and_goes_by_request():
             return invoke(*args)
 
         runner.invoke = fail
-        assert s.run({"x": ones})["y"].tolist() == [4, 4]  # by request, from the state before
+        del s.__dict__["run"]  # the usual way's call of the binding
+        s._bound.fast = None
+        assert s.run({"x": ones})["y"].tolist() == [4, 4]
         assert s._bound.runner is None
-        assert [s.run({"x": ones})["y"].tolist() for _ in range(2)] == [[5, 5], [6, 6]]
 
 
 def test_a_lost_state_is_an_error_and_the_stream_restarts():
@@ -144,6 +169,8 @@ def test_a_lost_state_is_an_error_and_the_stream_restarts():
             raise RuntimeError("injected")
 
         runner.invoke = fail
+        del s.__dict__["run"]  # the usual way's call of the binding, which uses it
+        s._bound.fast = None
         with pytest.raises(ExecutionError, match="lost the stream's state"):
             s.run({"x": ones})
         assert s.run({"x": ones})["y"].tolist() == [1, 1]

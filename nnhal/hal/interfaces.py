@@ -230,11 +230,14 @@ class StateArrayRun(ArrayRun):
         inputs' shapes), or None when it cannot be read. After a run answered None: the state
         before that run, or None when that run may have changed it. Never raises."""
 
-    def run_one(self, x: Any) -> Any | None:
-        """:meth:`run` of a model with one input and one output besides the state: the output,
-        or None. A binding may do it in fewer steps."""
-        outs = self.run((x,))
-        return None if outs is None else outs[0]
+    def one_call(self) -> Any:
+        """For a model with one input and one output besides the state: a callable taking
+        the input array and giving the output (or None, as :meth:`run`), which a binding may
+        make in fewer steps than :meth:`run` (a closure over its engine's calls)."""
+        def one(x: Any) -> Any | None:
+            outs = self.run((x,))
+            return None if outs is None else outs[0]
+        return one
 
 
 class IDevice(ABC):

@@ -1287,7 +1287,7 @@ def _stateful_fast(session: Session, bound: _Bound) -> Any:
     Session is still closed at once by its ``__del__``."""
     runner = bound.runner
     run = runner.run
-    lock = session._lock
+    acquire, release = session._lock.acquire, session._lock.release
     state = session.__dict__
     converting = session._converting
     me = weakref.ref(session)
@@ -1307,13 +1307,13 @@ def _stateful_fast(session: Session, bound: _Bound) -> Any:
     if bound.count == 1 and len(names) == 1:
         key, out_name = session.inputs[0].name, names[0]
         dtype, shape = bound.signature[0]
-        run_one = runner.run_one
+        run_one = runner.one_call()
 
         def fast(feeds: Feeds) -> dict[str, np.ndarray]:
             if type(feeds) is dict and len(feeds) == 1 and not converting:
                 a = feeds.get(key)
                 if type(a) is ndarray and a.shape == shape and \
-                        (a.dtype is dtype or a.dtype == dtype) and lock.acquire(False):
+                        (a.dtype is dtype or a.dtype == dtype) and acquire(False):
                     try:
                         if state["_state_holder"] is runner:
                             out = run_one(a)
@@ -1321,13 +1321,13 @@ def _stateful_fast(session: Session, bound: _Bound) -> Any:
                                 return {out_name: out}
                             failed()
                     finally:
-                        lock.release()
+                        release()
             return usual(me(), feeds)  # type: ignore[arg-type]
     else:
         def fast(feeds: Feeds) -> dict[str, np.ndarray]:
             if type(feeds) is dict and not converting:
                 arrays = bound.match(feeds)
-                if arrays is not None and lock.acquire(False):
+                if arrays is not None and acquire(False):
                     try:
                         if state["_state_holder"] is runner:
                             outs = run(arrays)
@@ -1335,7 +1335,7 @@ def _stateful_fast(session: Session, bound: _Bound) -> Any:
                                 return dict(zip(names, outs))
                             failed()
                     finally:
-                        lock.release()
+                        release()
             return usual(me(), feeds)  # type: ignore[arg-type]
     fast.__doc__ = usual.__doc__
     return fast

@@ -101,8 +101,6 @@ class LiteRTStateArrays(StateArrayRun):
             run.reshapes = tuple(reshapes)
             if run.read() is None:
                 return None
-            if len(run.inputs) == 1 and len(run.outputs) == 1 and not reshapes:
-                run.__class__ = _OneToOne
             return run
         except Exception as e:  # noqa: BLE001 - the state stays with the caller
             log(f"stateful binding refused: {type(e).__name__}: {e}")
@@ -135,6 +133,29 @@ class LiteRTStateArrays(StateArrayRun):
             prof.whole_run(time.perf_counter() - started)
         return outs
 
+    def one_call(self) -> Any:
+        """One input, one output, no reshape (a wake-word model): a closure doing the peer's
+        own call, one ``SetTensor``, ``Invoke``, one ``GetTensor``, with nothing around them
+        but the profiler's check; else the general run's."""
+        if len(self.inputs) != 1 or len(self.outputs) != 1 or self.reshapes:
+            return super().one_call()
+        set_tensor, invoke, get_tensor = self.set_tensor, self.invoke, self.get_tensor
+        in0, out0, general = self.in0, self.out0, self.run
+        profile = _profile
+
+        def one(x: np.ndarray) -> np.ndarray | None:
+            if profile.ACTIVE is not None:
+                outs = general((x,))
+                return None if outs is None else outs[0]
+            try:
+                set_tensor(in0, x)
+                invoke()
+                return get_tensor(out0, 0)  # a copy, as get_tensor's
+            except Exception as e:  # noqa: BLE001 - the caller runs it by request
+                self.failure = f"{type(e).__name__}: {e}"
+                return None
+        return one
+
     def load(self, values: Sequence[np.ndarray]) -> bool:
         form = self.form
         try:
@@ -165,27 +186,4 @@ class LiteRTStateArrays(StateArrayRun):
                     for idx, shape in zip(form.get_outputs, self.state_shapes)]
         except Exception as e:  # noqa: BLE001 - the caller then says the state is lost
             self.log(f"state not read: {type(e).__name__}: {e}")
-            return None
-
-
-class _OneToOne(LiteRTStateArrays):
-    """One input, one output, no reshape (a wake-word model): the call as the peer's own,
-    one ``SetTensor``, ``Invoke``, one ``GetTensor``, with nothing around them."""
-
-    __slots__ = ()
-
-    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray] | None:
-        out = self.run_one(inputs[0])
-        return None if out is None else [out]
-
-    def run_one(self, x: np.ndarray) -> np.ndarray | None:
-        if _profile.ACTIVE is not None:
-            outs = super().run((x,))
-            return None if outs is None else outs[0]
-        try:
-            self.set_tensor(self.in0, x)
-            self.invoke()
-            return self.get_tensor(self.out0, 0)  # a copy, as get_tensor's
-        except Exception as e:  # noqa: BLE001 - the caller runs it by request
-            self.failure = f"{type(e).__name__}: {e}"
             return None
