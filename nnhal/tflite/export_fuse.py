@@ -1,7 +1,7 @@
 """TFLite operators the HAL cannot hold, found again at export in the HAL form the importer
 gives them, so that a .tflite read and written again keeps the operators it had.
 
-The HAL lacks three things converter-made 8-bit models use, and the importer writes each as
+The HAL lacks these things converter-made models use, and the importer writes each as
 an equivalent chain (:mod:`nnhal.tflite.import_ops`):
 
 - a MEAN over height and width whose output is quantized unlike its input (the HAL's MEAN
@@ -10,7 +10,9 @@ an equivalent chain (:mod:`nnhal.tflite.import_ops`):
 - a FULLY_CONNECTED with per-channel weights (the HAL's takes per-tensor ones): RESHAPE to a
   1x1 image, 1x1 CONV_2D, RESHAPE back;
 - an int8 SOFTMAX of an input too finely scaled for the HAL's integer softmax: DEQUANTIZE,
-  float SOFTMAX, QUANTIZE.
+  float SOFTMAX, QUANTIZE;
+- a QUANTIZE of an 8-bit tensor (a requantization, int8 to uint8 say): DEQUANTIZE, QUANTIZE;
+- a SPLIT_V: one SLICE per output.
 
 Written back as those chains, the model computes the same thing but not as fast: XNNPACK took
 about 0.5 ms more CPU time for the 7x7 depthwise convolution of 1280 channels onto one pixel
