@@ -581,8 +581,9 @@ class Session:
             self._state_holder = runner
         outs = runner.run(arrays)
         if outs is not None and (bound.checked or bound.same_outputs(outs)):
-            if bound.checked and bound.fast is None:
-                bound.fast = self.__dict__["run"] = _stateful_fast(self, bound)
+            if bound.checked and not bound.fast:
+                bound.fast = True
+                self.__dict__["run"] = _stateful_fast(self, bound)
             return dict(zip(bound.names, outs))
         self._stateful_failed(bound)
         if outs is not None:  # the state moved on: this run cannot be run again by request
@@ -594,7 +595,6 @@ class Session:
         """A stateful binding's run failed: not used again, its state handed back (the state
         before that run; ExecutionError when the driver lost it)."""
         bound.runner = None
-        bound.fast = None
         _ = self._state
 
     @contextmanager
@@ -822,6 +822,7 @@ class Session:
             self._closed = True
             self._bound = None
             self._state_holder = None
+            self.__dict__.pop("run", None)  # a stateful binding's direct way, and its binding
             if self._layout is not None:
                 self._layout.close()
                 self._layout = None
@@ -1183,9 +1184,9 @@ class _Bound:
         #: Per output the driver's binding gives (all, or the public ones when stateful):
         #: its dimensions and dtype in the bound run.
         self.answers: list[tuple[list[int], np.dtype]] = []
-        #: A stateful binding's whole run from the feeds, once it answered well
-        #: (:func:`_stateful_fast`): the outputs by name, or None to take the usual way.
-        self.fast: Any = None
+        #: Whether the Session's ``run`` is this stateful binding's direct way
+        #: (:func:`_stateful_fast`), made once the binding answered well.
+        self.fast = False
 
     @classmethod
     def of(cls, session: Session, layout: RequestLayout, arrays: Sequence[np.ndarray],
