@@ -570,8 +570,14 @@ class Session:
         """A bound run on a driver binding that keeps the state in its interpreter (the lock
         held); None when it did not run there (its state handed back: the caller runs it by
         request)."""
+        if bound is not self._bound or bound.prepared is not self._prepared:
+            return None
+        if bound.pending:
+            bound.bind_state()
+            if not bound.stateful:
+                return None  # the usual bound way, with the plain binding
         runner = bound.runner
-        if runner is None or bound is not self._bound or bound.prepared is not self._prepared:
+        if runner is None:
             return None
         if self._state_holder is not runner:
             values = self._state  # from another holder, if one has them
@@ -1158,7 +1164,8 @@ class _Bound:
     its layout in turn."""
 
     __slots__ = ("prepared", "count", "getter", "signature", "layout", "dims", "out_dtypes",
-                 "out_views", "runner", "checked", "stateful", "names", "answers", "fast")
+                 "out_views", "runner", "checked", "stateful", "names", "answers", "fast", "shapes",
+                 "pairs", "pending")
 
     def __init__(self) -> None:
         self.prepared: Any = None
@@ -1187,6 +1194,11 @@ class _Bound:
         #: Whether the Session's ``run`` is this stateful binding's direct way
         #: (:func:`_stateful_fast`), made once the binding answered well.
         self.fast = False
+        #: Per main input, its shape in the bound run; the state pairs (main input, main
+        #: output); whether the stateful binding is still to be made (at the next run).
+        self.shapes: list[tuple[int, ...]] = []
+        self.pairs: list[tuple[int, int]] = []
+        self.pending = False
 
     @classmethod
     def of(cls, session: Session, layout: RequestLayout, arrays: Sequence[np.ndarray],
@@ -1211,28 +1223,41 @@ class _Bound:
         if not any(o.dtype == np.bool_ for o in outs):
             b.out_views = [layout.output_view(k, o.nbytes).view(o.dtype).reshape(o.shape)
                            for k, o in enumerate(outs)]
-        shapes = [tuple(a.shape) for a in arrays]
-        if session._state_vars:
-            bind_state = getattr(b.prepared, "bind_arrays_with_state", None)
-            if bind_state is not None:
-                try:
-                    b.runner = bind_state(shapes, [(sv.input, sv.output)
-                                                   for sv in session._state_vars])
-                except Exception:  # noqa: BLE001 - a driver that cannot: the state is carried
-                    b.runner = None
-                if b.runner is not None:
-                    b.stateful = True
-                    b.names = [name for name, _ in session._out_names]
-                    b.answers = [(b.dims[k], b.out_dtypes[k]) for k in session._public_out]
-                    return b
-        b.answers = list(zip(b.dims, b.out_dtypes))
-        bind = getattr(b.prepared, "bind_arrays", None)
+        b.shapes = [tuple(a.shape) for a in arrays]
+        if session._state_vars and \
+                getattr(b.prepared, "bind_arrays_with_state", None) is not None:
+            # Bound at the first run of this layout again, not now: a stream's first result
+            # waits for no flatbuffer or interpreter it may never use again.
+            b.stateful = b.pending = True
+            b.names = [name for name, _ in session._out_names]
+            b.answers = [(b.dims[k], b.out_dtypes[k]) for k in session._public_out]
+            b.pairs = [(sv.input, sv.output) for sv in session._state_vars]
+            return b
+        b.bind_plain()
+        return b
+
+    def bind_plain(self) -> None:
+        """The driver's binding of arrays with the state carried (or none: by request)."""
+        self.stateful = False
+        self.answers = list(zip(self.dims, self.out_dtypes))
+        bind = getattr(self.prepared, "bind_arrays", None)
+        self.runner = None
         if bind is not None:
             try:
-                b.runner = bind(shapes)
+                self.runner = bind(self.shapes)
             except Exception:  # noqa: BLE001 - a driver that cannot bind: runs go by request
-                b.runner = None
-        return b
+                self.runner = None
+
+    def bind_state(self) -> None:
+        """The driver's stateful binding, made at the first run that uses it; where the
+        driver does not make one, its binding with the state carried."""
+        self.pending = False
+        try:
+            self.runner = self.prepared.bind_arrays_with_state(self.shapes, self.pairs)
+        except Exception:  # noqa: BLE001 - a driver that cannot: the state is carried
+            self.runner = None
+        if self.runner is None:
+            self.bind_plain()
 
     def match(self, feeds: Any) -> list[np.ndarray] | None:
         """The feeds as arrays in input order when they are a dict by name or a list of

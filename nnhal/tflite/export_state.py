@@ -119,6 +119,17 @@ def _field(obj: Any, slot: int) -> int | None:
     return tab.Indirect(tab.Pos + o) if o else None
 
 
+def _tables(buf: bytes, obj: Any, slot: int) -> list[int]:
+    """The absolute positions of the tables of the vector in offset field ``slot`` of
+    ``obj``'s table, read at once (each element is an offset from where it sits)."""
+    at = _field(obj, slot)
+    if at is None:
+        return []
+    n = int(np.frombuffer(buf, "<u4", 1, at)[0])
+    where = at + 4 + 4 * np.arange(n, dtype=np.int64)
+    return (where + np.frombuffer(buf, "<u4", n, at + 4)).tolist()
+
+
 def state_as_variables(flatbuffer: bytes, pairs: Sequence[tuple[int, int]]) -> StateForm:
     """``flatbuffer`` with each pair (main input position, main output position) kept as a
     resource variable (see the module's docstring); StateFormError when a pair does not fit
@@ -182,11 +193,12 @@ def state_as_variables(flatbuffer: bytes, pairs: Sequence[tuple[int, int]]) -> S
 
     # Subgraph 0: handles after the old tensors; the reads first, the assignments last.
     handles = [n_tensors + j for j in range(k)]
-    tensors = [w.old(main.Tensors(t)._tab.Pos) for t in range(n_tensors)]
+    old_tensors = _tables(flatbuffer, main, 0)
+    tensors = [w.old(p) for p in old_tensors]
     tensors += [handle_tensor() for _ in range(k)]
     ops = [var_handle(j, handles[j]) for j in range(k)]
     ops += [op(read_code, [handles[j]], [state_in[j]]) for j in range(k)]
-    ops += [w.old(main.Operators(j)._tab.Pos) for j in range(main.OperatorsLength())]
+    ops += [w.old(p) for p in _tables(flatbuffer, main, 3)]
     ops += [op(assign_code, [handles[j], state_out[j]], []) for j in range(k)]
     dropped_in = {i for i, _ in pairs}
     dropped_out = {o for _, o in pairs}
@@ -199,7 +211,7 @@ def state_as_variables(flatbuffer: bytes, pairs: Sequence[tuple[int, int]]) -> S
         "Name": None if name is None else w.old(name)})
 
     # The setter and the getter: handles 0..k-1, values k..2k-1 (the state inputs' tables).
-    values = [w.old(main.Tensors(t)._tab.Pos) for t in state_in]
+    values = [w.old(old_tensors[t]) for t in state_in]
 
     def side(name: str, setter: bool) -> int:
         ts = [handle_tensor() for _ in range(k)] + values
@@ -216,17 +228,19 @@ def state_as_variables(flatbuffer: bytes, pairs: Sequence[tuple[int, int]]) -> S
 
     setter = side("nnhal_set_state", True)
     getter = side("nnhal_get_state", False)
-    subgraphs = [new_main] + [w.old(model.Subgraphs(j)._tab.Pos)
-                              for j in range(1, n_subgraphs)] + [setter, getter]
+    subgraphs = [new_main] + [w.old(p) for p in _tables(flatbuffer, model, 2)[1:]] + \
+        [setter, getter]
 
-    codes = [w.old(model.OperatorCodes(j)._tab.Pos) for j in range(n_codes)]
+    codes = [w.old(p) for p in _tables(flatbuffer, model, 1)]
     codes += [w.table("OperatorCode", {
         "DeprecatedBuiltinCode": min(int(c), _PLACEHOLDER_FOR_GREATER_OP_CODES),
         "BuiltinCode": int(c), "Version": 1}) for c in _CODES]
 
     buffers, moved = [], []  # moved: (where its offset field sits, the old offset)
-    for j in range(n_buffers):
-        buf = model.Buffers(j)
+    buffer_cls = _reader("Buffer")
+    for pos in _tables(flatbuffer, model, 4):
+        buf = buffer_cls()
+        buf.Init(flatbuffer, pos)
         offset = int(buf.Offset())
         if offset > 1:
             _fn("Buffer", "Start")(b)
@@ -236,7 +250,7 @@ def state_as_variables(flatbuffer: bytes, pairs: Sequence[tuple[int, int]]) -> S
             buffers.append(_fn("Buffer", "End")(b))
             moved.append((at, offset))
         else:
-            buffers.append(w.old(buf._tab.Pos))
+            buffers.append(w.old(pos))
     buffers.append(w.table("Buffer", {}))
 
     description = _field(model, 3)
