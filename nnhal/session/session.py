@@ -1337,7 +1337,10 @@ def _stateful_fast(session: Session, bound: _Bound) -> Any:
 
         def fast(feeds: Feeds) -> dict[str, np.ndarray]:
             if type(feeds) is dict and len(feeds) == 1 and not converting:
-                a = feeds.get(key)
+                try:
+                    a = feeds[key]
+                except KeyError:
+                    a = None
                 if type(a) is ndarray and a.shape == shape and \
                         (a.dtype is dtype or a.dtype == dtype) and acquire(False):
                     try:
