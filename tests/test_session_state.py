@@ -265,3 +265,19 @@ def test_a_dropped_stream_is_freed_at_once():
         assert ref() is None
     finally:
         gc.enable()
+
+
+def test_without_a_stateful_binding_the_state_is_carried_as_before(monkeypatch):
+    """A prepared model that offers no stateful binding (here LiteRT's, refused) binds
+    arrays with the state carried in and out, as before, and streams the same."""
+    from nnhal.drivers.litert.prepared_model import LiteRTArrays, LiteRTPreparedModel
+
+    monkeypatch.setattr(LiteRTPreparedModel, "bind_arrays_with_state", lambda *a: None)
+    path = DATA / "streaming_int8.tflite"
+    peer = Peer(path)
+    with Session(path, device="litert", cache=False) as s:
+        key = s.inputs[0].name
+        for x in _inputs(s, 12, seed=9):
+            np.testing.assert_array_equal(_out(s, {key: x}), peer(x).reshape(1, 3))
+        assert not s._bound.stateful and isinstance(s._bound.runner, LiteRTArrays)
+        assert "run" not in s.__dict__
