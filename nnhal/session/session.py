@@ -24,6 +24,13 @@ out of it, as ai-edge-litert's own ``set_tensor`` + ``invoke`` + ``get_tensor`` 
 one out). Anything else takes the general way, which checks (and converts) it and binds its
 layout in turn; a binding that cannot run a feed hands that run, and the layout's later ones,
 back to requests, so failures are reported (and fall back) as before.
+
+Streaming models: where the prepared model keeps a stream's state itself
+(:meth:`~nnhal.hal.interfaces.IPreparedModel.bind_arrays_with_state`: the LiteRT driver, as
+resource variables in an interpreter of the binding's own), the bound layout's binding is made
+at its second run and holds the state (``_state_holder``) until anything else needs it, which
+takes it back first (the ``_state`` property); once it answered, the instance's ``run`` is a
+closure for the common case (:func:`_stateful_fast`).
 """
 
 from __future__ import annotations
