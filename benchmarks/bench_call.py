@@ -10,7 +10,8 @@ For each .tflite file (the converter's own, never one nnhal wrote), in interleav
 - **runtime**: ``Session(path)`` (the runtime over every available device);
 
 each ``run`` fed a dict of numpy arrays of the inputs' dtypes and shapes (the state of a
-streaming model is carried by the Session). The figures are the median per-call time, the
+streaming model is the Session's: kept in LiteRT's interpreter by a stateful binding, else
+carried in and out). The figures are the median per-call time, the
 median of the per-round ratios to the peer (goal: 1.05 or less) and the median per-round
 difference in microseconds (the fixed cost of a call). ``--threads T`` gives the peer and
 nnhal's LiteRT driver T threads (default: every core, the driver's default; with T set,

@@ -189,6 +189,16 @@ class IPreparedModel(ABC):
         offered; the caller keeps using requests."""
         return None
 
+    def bind_arrays_with_state(self, shapes: Sequence[tuple[int, ...]],
+                               state: Sequence[tuple[int, int]]) -> StateArrayRun | None:
+        """As :meth:`bind_arrays`, for a streaming model whose ``state`` pairs (main input
+        index, main output index) carry each output to that input of the next run: the
+        prepared model keeps those values itself between runs (a TFLite interpreter's resource
+        variables), so runs take and give only the other inputs and outputs. ``shapes`` are
+        every main input's, the state inputs' included. None (the default): not offered; the
+        caller carries the state through :meth:`bind_arrays` or requests."""
+        return None
+
 
 class ArrayRun(ABC):
     """What :meth:`IPreparedModel.bind_arrays` returns: one input layout bound once."""
@@ -200,6 +210,34 @@ class ArrayRun(ABC):
         shapes, or None when this run did not succeed here (nothing the caller sees has
         changed: the caller then runs the same inputs by request, which reports the failure
         or falls back). Never raises."""
+
+
+class StateArrayRun(ArrayRun):
+    """What :meth:`IPreparedModel.bind_arrays_with_state` returns: :meth:`run` takes the
+    main inputs that are not state inputs and gives the main outputs that are not state
+    outputs (each in the model's order), the state staying in the binding from one run to the
+    next. :meth:`load` the state before the first run."""
+
+    @abstractmethod
+    def load(self, values: Sequence[Any]) -> bool:
+        """Make ``values`` (one per state pair, in the pairs' order, of the state inputs'
+        shapes and dtypes) the state the next run reads; False when it could not (the
+        binding is not used again). Never raises."""
+
+    @abstractmethod
+    def read(self) -> list[Any] | None:
+        """The state the next run would read (fresh arrays, in the pairs' order, of the state
+        inputs' shapes), or None when it cannot be read. After a run answered None: the state
+        before that run, or None when that run may have changed it. Never raises."""
+
+    def one_call(self) -> Any:
+        """For a model with one input and one output besides the state: a callable taking
+        the input array and giving the output (or None, as :meth:`run`), which a binding may
+        make in fewer steps than :meth:`run` (a closure over its engine's calls)."""
+        def one(x: Any) -> Any | None:
+            outs = self.run((x,))
+            return None if outs is None else outs[0]
+        return one
 
 
 class IDevice(ABC):

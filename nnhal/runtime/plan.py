@@ -448,3 +448,10 @@ class FallbackPrepared(_RuntimePrepared):
         request then falls back here."""
         bind = getattr(self.primary, "bind_arrays", None)
         return bind(shapes) if bind is not None else None
+
+    def bind_arrays_with_state(self, shapes: Sequence[tuple[int, ...]],
+                               state: Sequence[tuple[int, int]]) -> Any:
+        """The driver's own stateful binding (a failed run hands its state back, and the
+        caller's run by request then falls back here)."""
+        bind = getattr(self.primary, "bind_arrays_with_state", None)
+        return bind(shapes, state) if bind is not None else None

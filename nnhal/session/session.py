@@ -24,6 +24,13 @@ out of it, as ai-edge-litert's own ``set_tensor`` + ``invoke`` + ``get_tensor`` 
 one out). Anything else takes the general way, which checks (and converts) it and binds its
 layout in turn; a binding that cannot run a feed hands that run, and the layout's later ones,
 back to requests, so failures are reported (and fall back) as before.
+
+Streaming models: where the prepared model keeps a stream's state itself
+(:meth:`~nnhal.hal.interfaces.IPreparedModel.bind_arrays_with_state`: the LiteRT driver, as
+resource variables in an interpreter of the binding's own), the bound layout's binding is made
+at its second run and holds the state (``_state_holder``) until anything else needs it, which
+takes it back first (the ``_state`` property); once it answered, the instance's ``run`` is a
+closure for the common case (:func:`_stateful_fast`).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import operator
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -167,6 +175,10 @@ class Session:
         self._views: list[np.ndarray] = []
         #: The feed layout of the last good run, bound for runs of it again (see _Bound).
         self._bound: _Bound | None = None
+        #: The state values (see ``_state``) and the driver binding that holds the newer
+        #: ones inside its interpreter (None: ``_state_values`` are the state).
+        self._state_values: list[np.ndarray] = []
+        self._state_holder: Any = None
         preference, priority = _check_arguments(device, devices, preference, priority,
                                                 input_names, output_names)
         if cache is not None and not isinstance(cache, bool):
@@ -321,6 +333,27 @@ class Session:
         self._state = list(self._initial)
         #: The output sizes the last run needed (grows with OUTPUT_INSUFFICIENT_SIZE).
         self._out_sizes = [_bytes(o, o.shape) if o.fully_known else 0 for o in all_out]
+
+    @property
+    def _state(self) -> list[np.ndarray]:
+        """The state values the next run reads: a stateful driver binding that holds them
+        (``_state_holder``) hands them back first, and holds them no more."""
+        holder = self._state_holder
+        if holder is not None:
+            self._state_holder = None
+            values = holder.read()
+            if values is None:
+                self._state_values = list(self._initial)
+                raise ExecutionError(f"{self._what()}: the driver lost the stream's state; it "
+                                     f"starts again from its initial value",
+                                     ErrorStatus.GENERAL_FAILURE)
+            self._state_values = values
+        return self._state_values
+
+    @_state.setter
+    def _state(self, values: list[np.ndarray]) -> None:
+        self._state_values = values
+        self._state_holder = None
 
     # ---- preparation -----------------------------------------------------------------------
     def _initial_value(self, s: StateVariable) -> np.ndarray:
@@ -514,12 +547,16 @@ class Session:
             try:
                 if self._closed:
                     raise NnhalError("the session is closed")
+                if bound.stateful:
+                    done = self._run_stateful(bound, arrays)
+                    if done is not None:
+                        return done
                 state_out = self._state_out
                 full = arrays if not state_out else arrays + self._state \
                     if self._state_last else self._with_state(arrays)
                 outs = None
                 if bound is self._bound and bound.prepared is self._prepared:
-                    runner = bound.runner
+                    runner = None if bound.stateful else bound.runner
                     if runner is not None:
                         outs = runner.run(full)
                         if outs is None or not (bound.checked or bound.same_outputs(outs)):
@@ -534,6 +571,44 @@ class Session:
                 return {name: outs[k] for name, k in self._out_names}
             finally:
                 self._owner = None
+
+    def _run_stateful(self, bound: _Bound, arrays: list[np.ndarray]
+                      ) -> dict[str, np.ndarray] | None:
+        """A bound run on a driver binding that keeps the state in its interpreter (the lock
+        held); None when it did not run there (its state handed back: the caller runs it by
+        request)."""
+        if bound is not self._bound or bound.prepared is not self._prepared:
+            return None
+        if bound.pending:
+            bound.bind_state()
+            if not bound.stateful:
+                return None  # the usual bound way, with the plain binding
+        runner = bound.runner
+        if runner is None:
+            return None
+        if self._state_holder is not runner:
+            values = self._state  # from another holder, if one has them
+            if not runner.load(values):
+                bound.runner = None  # this layout goes by request from now on
+                return None
+            self._state_holder = runner
+        outs = runner.run(arrays)
+        if outs is not None and (bound.checked or bound.same_outputs(outs)):
+            if bound.checked and not bound.fast:
+                bound.fast = True
+                self.__dict__["run"] = _stateful_fast(self, bound)
+            return dict(zip(bound.names, outs))
+        self._stateful_failed(bound)
+        if outs is not None:  # the state moved on: this run cannot be run again by request
+            raise ExecutionError(f"{self._what()}: the driver's binding gave outputs of other "
+                                 f"shapes than the model's", ErrorStatus.GENERAL_FAILURE)
+        return None
+
+    def _stateful_failed(self, bound: _Bound) -> None:
+        """A stateful binding's run failed: not used again, its state handed back (the state
+        before that run; ExecutionError when the driver lost it)."""
+        bound.runner = None
+        _ = self._state
 
     @contextmanager
     def _exclusive(self, what: str) -> Iterator[None]:
@@ -759,6 +834,8 @@ class Session:
                 return
             self._closed = True
             self._bound = None
+            self._state_holder = None
+            self.__dict__.pop("run", None)  # a stateful binding's direct way, and its binding
             if self._layout is not None:
                 self._layout.close()
                 self._layout = None
@@ -1094,7 +1171,8 @@ class _Bound:
     its layout in turn."""
 
     __slots__ = ("prepared", "count", "getter", "signature", "layout", "dims", "out_dtypes",
-                 "out_views", "runner", "checked")
+                 "out_views", "runner", "checked", "stateful", "names", "answers", "fast", "shapes",
+                 "pairs", "pending")
 
     def __init__(self) -> None:
         self.prepared: Any = None
@@ -1113,6 +1191,21 @@ class _Bound:
         self.runner: Any = None
         #: Whether the driver's binding answered outputs of the bound run's shapes once.
         self.checked = False
+        #: Whether ``runner`` keeps the state itself (``bind_arrays_with_state``): it takes
+        #: the public inputs and gives the public outputs, named by ``names``.
+        self.stateful = False
+        self.names: list[str] = []
+        #: Per output the driver's binding gives (all, or the public ones when stateful):
+        #: its dimensions and dtype in the bound run.
+        self.answers: list[tuple[list[int], np.dtype]] = []
+        #: Whether the Session's ``run`` is this stateful binding's direct way
+        #: (:func:`_stateful_fast`), made once the binding answered well.
+        self.fast = False
+        #: Per main input, its shape in the bound run; the state pairs (main input, main
+        #: output); whether the stateful binding is still to be made (at the next run).
+        self.shapes: list[tuple[int, ...]] = []
+        self.pairs: list[tuple[int, int]] = []
+        self.pending = False
 
     @classmethod
     def of(cls, session: Session, layout: RequestLayout, arrays: Sequence[np.ndarray],
@@ -1137,13 +1230,41 @@ class _Bound:
         if not any(o.dtype == np.bool_ for o in outs):
             b.out_views = [layout.output_view(k, o.nbytes).view(o.dtype).reshape(o.shape)
                            for k, o in enumerate(outs)]
-        bind = getattr(b.prepared, "bind_arrays", None)
+        b.shapes = [tuple(a.shape) for a in arrays]
+        if session._state_vars and \
+                getattr(b.prepared, "bind_arrays_with_state", None) is not None:
+            # Bound at the first run of this layout again, not now: a stream's first result
+            # waits for no flatbuffer or interpreter it may never use again.
+            b.stateful = b.pending = True
+            b.names = [name for name, _ in session._out_names]
+            b.answers = [(b.dims[k], b.out_dtypes[k]) for k in session._public_out]
+            b.pairs = [(sv.input, sv.output) for sv in session._state_vars]
+            return b
+        b.bind_plain()
+        return b
+
+    def bind_plain(self) -> None:
+        """The driver's binding of arrays with the state carried (or none: by request)."""
+        self.stateful = False
+        self.answers = list(zip(self.dims, self.out_dtypes))
+        bind = getattr(self.prepared, "bind_arrays", None)
+        self.runner = None
         if bind is not None:
             try:
-                b.runner = bind([tuple(a.shape) for a in arrays])
+                self.runner = bind(self.shapes)
             except Exception:  # noqa: BLE001 - a driver that cannot bind: runs go by request
-                b.runner = None
-        return b
+                self.runner = None
+
+    def bind_state(self) -> None:
+        """The driver's stateful binding, made at the first run that uses it; where the
+        driver does not make one, its binding with the state carried."""
+        self.pending = False
+        try:
+            self.runner = self.prepared.bind_arrays_with_state(self.shapes, self.pairs)
+        except Exception:  # noqa: BLE001 - a driver that cannot: the state is carried
+            self.runner = None
+        if self.runner is None:
+            self.bind_plain()
 
     def match(self, feeds: Any) -> list[np.ndarray] | None:
         """The feeds as arrays in input order when they are a dict by name or a list of
@@ -1176,10 +1297,84 @@ class _Bound:
     def same_outputs(self, outs: Sequence[np.ndarray]) -> bool:
         """Whether a driver binding's outputs are of the bound run's shapes and dtypes (asked
         once: the binding promises the model's declared shapes)."""
-        self.checked = len(outs) == len(self.dims) and all(
+        self.checked = len(outs) == len(self.answers) and all(
             type(o) is np.ndarray and list(o.shape) == d and o.dtype == t
-            for o, d, t in zip(outs, self.dims, self.out_dtypes))
+            for o, (d, t) in zip(outs, self.answers))
         return self.checked
+
+
+def _stateful_fast(session: Session, bound: _Bound) -> Any:
+    """``session.run`` for runs of ``bound``'s stateful binding straight from the feeds, in
+    the common case: a dict of plain arrays of the bound dtypes and shapes, the binding
+    holding the state, the Session's lock free. Anything else goes to :meth:`Session.run`
+    (which checks, waits for the lock or reports), as does everything once the binding no
+    longer holds the state (a run by request, a reset, another layout, ``close``: each takes
+    the state back first, so a binding holding it is the Session's bound one). Every check of
+    the usual way is kept, in fewer steps, so that a stream's call costs about what
+    ai-edge-litert's own ``set_tensor`` + ``invoke`` + ``get_tensor`` do. The lock's owner is
+    noted only when something is to be reported (a failed run): the binding's run calls no
+    Python code that could call the Session again.
+
+    Installed as the instance's ``run`` (it shadows the method). It holds the instance's
+    ``__dict__`` and a weak reference to the Session, never the Session itself, so a dropped
+    Session is still closed at once by its ``__del__``."""
+    runner = bound.runner
+    run = runner.run
+    acquire, release = session._lock.acquire, session._lock.release
+    state = session.__dict__
+    converting = session._converting
+    me = weakref.ref(session)
+    usual = Session.run
+    ndarray = np.ndarray
+    names = list(bound.names)
+
+    def failed() -> None:
+        """The run failed: the state before it back from the binding (under the lock, its
+        owner noted), and the usual way runs the feeds by request."""
+        state["_owner"] = threading.get_ident()
+        try:
+            me()._stateful_failed(bound)  # type: ignore[union-attr]
+        finally:
+            state["_owner"] = None
+
+    if bound.count == 1 and len(names) == 1:
+        key, out_name = session.inputs[0].name, names[0]
+        dtype, shape = bound.signature[0]
+        run_one = runner.one_call()
+
+        def fast(feeds: Feeds) -> dict[str, np.ndarray]:
+            if type(feeds) is dict and len(feeds) == 1 and not converting:
+                try:
+                    a = feeds[key]
+                except KeyError:
+                    a = None
+                if type(a) is ndarray and a.shape == shape and \
+                        (a.dtype is dtype or a.dtype == dtype) and acquire(False):
+                    try:
+                        if state["_state_holder"] is runner:
+                            out = run_one(a)
+                            if out is not None:
+                                return {out_name: out}
+                            failed()
+                    finally:
+                        release()
+            return usual(me(), feeds)  # type: ignore[arg-type]
+    else:
+        def fast(feeds: Feeds) -> dict[str, np.ndarray]:
+            if type(feeds) is dict and not converting:
+                arrays = bound.match(feeds)
+                if arrays is not None and acquire(False):
+                    try:
+                        if state["_state_holder"] is runner:
+                            outs = run(arrays)
+                            if outs is not None:
+                                return dict(zip(names, outs))
+                            failed()
+                    finally:
+                        release()
+            return usual(me(), feeds)  # type: ignore[arg-type]
+    fast.__doc__ = usual.__doc__
+    return fast
 
 
 def _fits(want: tuple[int, ...], shape: tuple[int, ...]) -> bool:

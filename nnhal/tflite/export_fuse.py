@@ -1,7 +1,7 @@
 """TFLite operators the HAL cannot hold, found again at export in the HAL form the importer
 gives them, so that a .tflite read and written again keeps the operators it had.
 
-The HAL lacks three things converter-made 8-bit models use, and the importer writes each as
+The HAL lacks these things converter-made models use, and the importer writes each as
 an equivalent chain (:mod:`nnhal.tflite.import_ops`):
 
 - a MEAN over height and width whose output is quantized unlike its input (the HAL's MEAN
@@ -10,7 +10,9 @@ an equivalent chain (:mod:`nnhal.tflite.import_ops`):
 - a FULLY_CONNECTED with per-channel weights (the HAL's takes per-tensor ones): RESHAPE to a
   1x1 image, 1x1 CONV_2D, RESHAPE back;
 - an int8 SOFTMAX of an input too finely scaled for the HAL's integer softmax: DEQUANTIZE,
-  float SOFTMAX, QUANTIZE.
+  float SOFTMAX, QUANTIZE;
+- a QUANTIZE of an 8-bit tensor (a requantization, int8 to uint8 say): DEQUANTIZE, QUANTIZE;
+- a SPLIT_V: one SLICE per output.
 
 Written back as those chains, the model computes the same thing but not as fast: XNNPACK took
 about 0.5 ms more CPU time for the 7x7 depthwise convolution of 1280 channels onto one pixel
@@ -62,7 +64,8 @@ def find_fusions(g: SubgraphGraph) -> dict[int, Fusion]:
         if k in taken:
             continue
         match = {O.DEPTHWISE_CONV_2D: f.mean, O.RESHAPE: f.fully_connected,
-                 O.FULLY_CONNECTED: f.keep_num_dims, O.DEQUANTIZE: f.softmax}.get(t)
+                 O.FULLY_CONNECTED: f.keep_num_dims, O.DEQUANTIZE: f.dequantized,
+                 O.SLICE: f.split_v}.get(t)
         fusion = match(k) if match is not None else None
         if fusion is not None and not taken.intersection(fusion.ops):
             found[k] = fusion
@@ -274,3 +277,85 @@ class _Finder:
         def convert(cx: ExportOpContext) -> None:
             cx.emit(BO.SOFTMAX, [cx.t(0)], [cx.o()], "SoftmaxOptions", Beta=float(beta[0]))
         return Fusion("SOFTMAX", (k, s, q), (ins[0],), (out,), convert)
+
+    # ---- QUANTIZE of an 8-bit tensor (requantization) -------------------------------------
+
+    def dequantized(self, k: int) -> Fusion | None:
+        """What a DEQUANTIZE starts: an 8-bit SOFTMAX, else a requantization."""
+        return self.softmax(k) or self.requantize(k)
+
+    def requantize(self, k: int) -> Fusion | None:
+        """DEQUANTIZE of an 8-bit tensor to float32 and QUANTIZE of that (nothing else reading
+        it) to an 8-bit type: TFLite's QUANTIZE of the 8-bit tensor, which requantizes (the
+        importer's form of a converter's int8 -> uint8 QUANTIZE, as a wake-word model's
+        output has it)."""
+        g = self.g
+        _, ins, outs = g.operations[k]
+        if g.operands[ins[0]].type not in _Q8 or g.operands[outs[0]].type != T.TENSOR_FLOAT32:
+            return None
+        q = self.only_reader(outs[0], O.QUANTIZE)
+        if q is None:
+            return None
+        out = g.operations[q][2][0]
+        if g.operands[out].type not in _Q8 or self.shape(ins[0]) is None:
+            return None
+
+        def convert(cx: ExportOpContext) -> None:
+            cx.emit(BO.QUANTIZE, [cx.t(0)], [cx.o()])
+        return Fusion("QUANTIZE", (k, q), (ins[0],), (out,), convert)
+
+    # ---- SPLIT_V ---------------------------------------------------------------------------
+
+    def _slice_axis(self, k: int, dims: list[int]) -> tuple[int, int, int] | None:
+        """(axis, begin, size) of a SLICE with constant begin and size that takes all of its
+        input but along one axis, else None."""
+        ins = self.g.operations[k][1]
+        begin, size = self.const(ins[1]), self.const(ins[2])
+        if begin is None or size is None or begin.size != len(dims) or \
+                size.size != len(dims):
+            return None
+        begin, size = begin.reshape(-1).tolist(), size.reshape(-1).tolist()
+        size = [d - b if n == -1 else n for n, b, d in zip(size, begin, dims)]
+        cut = [a for a in range(len(dims)) if begin[a] != 0 or size[a] != dims[a]]
+        if len(cut) != 1 or size[cut[0]] <= 0:
+            return None
+        return cut[0], begin[cut[0]], size[cut[0]]
+
+    def split_v(self, k: int) -> Fusion | None:
+        """SLICEs of one tensor, each all of it but along one axis, whose pieces tile that
+        axis (the importer's form of SPLIT_V, one SLICE per output): SPLIT_V, written where
+        the first of them is."""
+        g = self.g
+        x = g.operations[k][1][0]
+        dims = self.shape(x)
+        if dims is None or x in g.outputs:
+            return None
+        mine = self._slice_axis(k, dims)
+        if mine is None:
+            return None
+        pieces: list[tuple[int, int, int]] = []  # (begin, size, operation)
+        for r in self.readers.get(x, []):
+            t, ins, _ = g.operations[r]
+            if t != O.SLICE or ins[0] != x:
+                continue
+            cut = self._slice_axis(r, dims)
+            if cut is not None and cut[0] == mine[0]:
+                pieces.append((cut[1], cut[2], r))
+        pieces.sort()
+        axis = mine[0]
+        at = 0
+        for begin, size, _ in pieces:
+            if begin != at:
+                return None
+            at += size
+        ops = [r for _, _, r in pieces]
+        if at != dims[axis] or len(pieces) < 2 or min(ops) != k or len(set(ops)) != len(ops):
+            return None
+        sizes = [size for _, size, _ in pieces]
+        outs = tuple(g.operations[r][2][0] for r in ops)
+
+        def convert(cx: ExportOpContext) -> None:
+            cx.emit(BO.SPLIT_V, [cx.t(0), cx.ints(sizes), cx.ints(axis)],
+                    [cx.o(j) for j in range(len(outs))], "SplitVOptions",
+                    NumSplits=len(outs))
+        return Fusion("SPLIT_V", tuple(ops), (x,), outs, convert)

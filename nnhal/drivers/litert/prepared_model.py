@@ -20,6 +20,7 @@ from nnhal.analysis import ModelGraph
 from nnhal.drivers.common.prepared_model import PreparedModelBase, PreparingDevice
 from nnhal.drivers.litert.cache import LiteRTPlan
 from nnhal.drivers.litert.engine import EnginePool
+from nnhal.drivers.litert.state import LiteRTStateArrays
 from nnhal.executor import RunError, RunState
 from nnhal.executor import profile as _profile
 from nnhal.executor.run import input_shape, read_argument, write_outputs
@@ -36,6 +37,7 @@ from nnhal.hal.types import (
 )
 from nnhal.memory import SharedMemory
 from nnhal.memory.pool import watch_of
+from nnhal.tflite.export_state import StateForm, StateFormError, state_as_variables
 
 _BOOLS = (OperandType.BOOL, OperandType.TENSOR_BOOL8)
 _NONE = ErrorStatus.NONE
@@ -177,6 +179,8 @@ class LiteRTPreparedModel(PreparedModelBase):
         self._known: list[tuple[int, ...] | None] = [
             tuple(main.shapes[i]) if main.shapes[i] and 0 not in main.shapes[i] else None
             for i in main.outputs]
+        #: The flatbuffer with state pairs as resource variables, per pairs (None: refused).
+        self._state_forms: dict[tuple[tuple[int, int], ...], StateForm | None] = {}
 
     @property
     def flatbuffer(self) -> bytes:
@@ -215,6 +219,40 @@ class LiteRTPreparedModel(PreparedModelBase):
         if not direct:
             return None
         return LiteRTArrays(self, [tuple(int(d) for d in s) for s in shapes])
+
+    def bind_arrays_with_state(self, shapes: Sequence[tuple[int, ...]],
+                               state: Sequence[tuple[int, int]]) -> LiteRTStateArrays | None:
+        """Offered as :meth:`bind_arrays` is, when the flatbuffer takes the pairs as resource
+        variables (:mod:`nnhal.drivers.litert.state`); each binding has an interpreter of
+        its own, which holds its stream's state."""
+        main = self.graph.main
+        pairs = tuple((int(i), int(o)) for i, o in state)
+        if not pairs or len(shapes) != len(main.inputs) or \
+                any(k is None for k in self._known):
+            return None
+        for idx in (*main.inputs, *main.outputs):
+            t = main.operands[idx].type
+            if not t.is_tensor or t in _BOOLS:
+                return None
+        if pairs not in self._state_forms:
+            try:
+                self._state_forms[pairs] = state_as_variables(self.flatbuffer, pairs)
+            except StateFormError as e:
+                self.device.log(f"state kept as inputs and outputs: {e}")
+                self._state_forms[pairs] = None
+        form = self._state_forms[pairs]
+        if form is None:
+            return None
+        state_in = {i for i, _ in pairs}
+        state_out = {o for _, o in pairs}
+        shapes = [tuple(int(d) for d in s) for s in shapes]
+        dtypes = [main.operands[i].type.dtype for i in main.inputs]
+        return LiteRTStateArrays.make(
+            form, self.engines.threads,
+            [s for k, s in enumerate(shapes) if k not in state_in],
+            [k for j, k in enumerate(self._known) if j not in state_out],  # type: ignore[misc]
+            [dtypes[i] for i, _ in pairs], [shapes[i] for i, _ in pairs],
+            [d for k, d in enumerate(dtypes) if k not in state_in], self.device.log)
 
     def request_plan(self, request: Request, pools: Sequence[RequestPool]
                      ) -> LiteRTRequest | None:
