@@ -427,6 +427,21 @@ class ClientSession:
                 _untake(args)
                 r.discard()
                 return
+            at = _FENCES_AT.get(kind)
+            if at is not None:
+                # Its waitFor fences are known from here, before the next message is read:
+                # the call runs on another thread once the reading is passed on, and the
+                # client's FENCE_STATE for a fence may be right behind the call.
+                try:
+                    args = (*args[:at], self.wait_fences(args[at]), *args[at + 1:])
+                except _Fail as e:
+                    log.info("%s: %s refused: %s", self.peer, kind.name, e)
+                    with self.lock:
+                        self.outstanding -= 1
+                    self.error(call_id, e.status)
+                    _untake(args)
+                    r.discard()
+                    return
         r.commit()
         with self.lock:
             for ident, mem in r.defined.items():
@@ -577,19 +592,26 @@ class ClientSession:
 
     # ---- fences ---------------------------------------------------------------------------
     def wait_fences(self, specs: list[tuple[int, int]]) -> list[SyncFence]:
-        fences = []
+        """A fenced call's waitFor fences, those still active registered for the client's
+        FENCE_STATE (by the thread that reads, as the call is decoded: see dispatch); all or
+        none (_Fail for an id in use or given twice)."""
+        fences, active = [], {}
         for fence_id, state in specs:
             fence = SyncFence()
             if state == w.FENCE_SIGNALED:
                 fence.signal()
             elif state == w.FENCE_ERROR:
                 fence.set_error()
+            elif fence_id in active:
+                raise _Fail(ErrorStatus.INVALID_ARGUMENT, "fence id given twice")
             else:
-                with self.lock:
-                    if fence_id in self.fences:
-                        raise _Fail(ErrorStatus.INVALID_ARGUMENT, "fence id reused")
-                    self.fences[fence_id] = fence
+                active[fence_id] = fence
             fences.append(fence)
+        if active:
+            with self.lock:
+                if not self.fences.keys().isdisjoint(active):
+                    raise _Fail(ErrorStatus.INVALID_ARGUMENT, "fence id reused")
+                self.fences.update(active)
         return fences
 
     def fenced_reply(self, call_id: int, result: tuple) -> None:
@@ -1200,11 +1222,10 @@ def _execute_sync(s: ClientSession, cid: int, pm: int, request: Any, measure: in
     return _shapes_body(prepared.execute_synchronously(request, measure, deadline, loop))
 
 
-def _execute_fenced(s: ClientSession, cid: int, pm: int, request: Any, specs: list,
-                    measure: int, deadline: int | None, loop: int | None,
-                    duration: int | None) -> None:
+def _execute_fenced(s: ClientSession, cid: int, pm: int, request: Any,
+                    fences: list[SyncFence], measure: int, deadline: int | None,
+                    loop: int | None, duration: int | None) -> None:
     prepared = s.get(_PM, pm)
-    fences = s.wait_fences(specs)
     s.fenced_reply(cid, prepared.execute_fenced(request, fences, measure, deadline, loop,
                                                 duration))
 
@@ -1295,10 +1316,9 @@ def _compute(s: ClientSession, cid: int, ex: int, deadline: int | None) -> Write
     return _shapes_reply(execution.compute(deadline))
 
 
-def _compute_fenced(s: ClientSession, cid: int, ex: int, specs: list, deadline: int | None,
-                    timeout: int | None) -> None:
+def _compute_fenced(s: ClientSession, cid: int, ex: int, fences: list[SyncFence],
+                    deadline: int | None, timeout: int | None) -> None:
     execution = s.get(_EXEC, ex)
-    fences = s.wait_fences(specs)
     s.fenced_reply(cid, execution.compute_fenced(fences, deadline, timeout))
 
 
@@ -1343,11 +1363,10 @@ def _execute_sync_with_config(s: ClientSession, cid: int, pm: int, request: Any,
     return _shapes_reply(prepared.execute_synchronously_with_config(request, config, deadline))
 
 
-def _execute_fenced_with_config(s: ClientSession, cid: int, pm: int, request: Any, specs: list,
-                                config: ExecutionConfig, deadline: int | None,
-                                duration: int | None) -> None:
+def _execute_fenced_with_config(s: ClientSession, cid: int, pm: int, request: Any,
+                                fences: list[SyncFence], config: ExecutionConfig,
+                                deadline: int | None, duration: int | None) -> None:
     prepared = s.get(_PM, pm)
-    fences = s.wait_fences(specs)
     s.fenced_reply(cid, prepared.execute_fenced_with_config(request, fences, config, deadline,
                                                             duration))
 
@@ -1429,6 +1448,8 @@ _MEMO_SIZE = 64
 #: Calls that may wait for a message of the client (its fences): never run unread.
 _WAITS_FOR_CLIENT = frozenset({Kind.EXECUTE_FENCED, Kind.COMPUTE_FENCED,
                                Kind.EXECUTE_FENCED_WITH_CONFIG})
+#: Where in those calls' decoded arguments their waitFor fences are (registered as decoded).
+_FENCES_AT = {Kind.EXECUTE_FENCED: 2, Kind.COMPUTE_FENCED: 1, Kind.EXECUTE_FENCED_WITH_CONFIG: 2}
 
 
 # ---- the service ---------------------------------------------------------------------------------
