@@ -452,6 +452,42 @@ class Receiver:
             self.close()
             raise
 
+    def take(self, expected: bytes, tail: int, end: float | None = None) -> bytes | None:
+        """The last ``tail`` bytes of the next message when that message is ``expected`` (its
+        header included: kind, call id, lengths, no descriptors) followed by ``tail`` bytes,
+        consumed; else None, with nothing consumed (``next`` reads it). Why: the reply of a
+        repeated execution repeats bytes that decoded before, and one comparison of them costs
+        less than cutting the message out and decoding it (each step runs with cold caches
+        after the driver's work). Waits as ``next`` does, and raises as it does."""
+        if self.charged:
+            self._uncharge()
+        self.deadline = end
+        self.first = time.monotonic() if self.end > self.start else None
+        need = len(expected) + tail
+        if self.torn or need > len(self.buf):
+            return None
+        try:
+            while self.end - self.start < need:
+                if self.end - self.start >= HEADER_SIZE and \
+                        not self.buf.startswith(expected[:HEADER_SIZE], self.start):
+                    return None  # another message: its length may be less than ``need``
+                self._fill()
+            s = self.start
+            if self.reads or not self.buf.startswith(expected, s):
+                return None
+            self.start = s + need
+            return bytes(self.view[s + len(expected):s + need])
+        except TimedOut:
+            if self.pending():
+                self.torn = True  # part of a message came, and then nothing
+            raise
+        except WireError:
+            self.torn = True  # what was read is lost with it: next() says the stream broke
+            raise
+        except BaseException:
+            self.close()
+            raise
+
     def close(self) -> None:
         """Close the descriptors of messages not returned; give back the budget."""
         for _, _, fds in self.reads:
