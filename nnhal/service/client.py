@@ -580,16 +580,16 @@ class Connection:
             if known is not None and replies.result is last.fitted:
                 # The reply of last time, bar its timing: recognised by its bytes.
                 try:
-                    timing = self.receiver.take(
+                    got = self.receiver.take(
                         _HEADER_PACK(w.MAGIC, w.VERSION, _REPLY, call_id,
                                      len(known) + _TIMING_SIZE, 0, 0) + known,
                         _TIMING_SIZE, slot.bound.end)
                 except (TimedOut, Closed, WireError, OSError):
-                    timing = None  # the general way below meets it again and says so
-                if timing is not None:
+                    got = None  # the general way below meets it again and says so
+                if got is not None:
                     self.pending.pop(call_id, None)
                     self._again_took.append(time.perf_counter() - sent)
-                    return replies.again(timing)
+                    return replies.again(got[1])
             while not slot.done:
                 msg = self._next_message(slot)
                 if msg is None:

@@ -138,6 +138,7 @@ SEND_TIMEOUT_S = 5
 _PM, _BURST, _EXEC, _BUFFER = "prepared model", "burst", "execution", "buffer"
 _NONE, _INSUFFICIENT = ErrorStatus.NONE, ErrorStatus.OUTPUT_INSUFFICIENT_SIZE
 _SYNC = Kind.EXECUTE_SYNCHRONOUSLY
+_HEADER = w.HEADER
 
 
 class _Fail(Exception):
@@ -178,6 +179,10 @@ class ClientSession:
         #: stay, so it is cleared when one goes); what the request means is the driver's to
         #: check, once per distinct request (PreparedModelBase._recent).
         self.decoded: dict[tuple[Kind, bytes], tuple] = {}
+        #: The last message that ran the short way (_sync_again): its bytes with call id 0,
+        #: and its key in ``decoded`` (which says whether it still decodes to the same call),
+        #: for the thread that reads (run).
+        self._again: tuple[bytes, tuple[Kind, bytes]] | None = None
         #: The reading thread's look for the client's next message (_look_for_next).
         self.looker = Looker()
         #: When the call being run by the thread that reads started (nobody reads meanwhile).
@@ -280,9 +285,17 @@ class ClientSession:
                 if replied is not None and (gap is not None or was_gap is not None) and \
                         not self.receiver.pending():
                     self._look_for_next(replied, max(gap or 0.0, was_gap or 0.0))
+                again, got = self._again, None
                 try:
-                    kind, call_id, body, fds = self.receiver.next(self.limits.max_body,
-                                                                  drop_large=False)
+                    if again is not None:
+                        # The short way's message again, bar its call id: compared whole
+                        # instead of cut out of the stream (Receiver.take).
+                        got = self.receiver.take(again[0], 0, None, True)
+                    if got is not None:
+                        kind, call_id, body, fds = _SYNC, got[0], again[1][1], []
+                    else:
+                        kind, call_id, body, fds = self.receiver.next(self.limits.max_body,
+                                                                      drop_large=False)
                 except TooLarge as e:
                     # Refused before a byte of it is held; the rest of it is not read either:
                     # the connection ends (a client never sends past the bound).
@@ -310,8 +323,12 @@ class ClientSession:
                     was_gap, gap = gap, took if took < NEXT_CALL_LOOK_MAX_S else None
                     replied = None
                 if kind is _SYNC and not fds:
-                    args = self.decoded.get((_SYNC, bytes(body)))
+                    key = again[1] if got is not None else (_SYNC, bytes(body))
+                    args = self.decoded.get(key)
                     if args is not None:  # a repeated synchronous execution: the short way
+                        if got is None:
+                            self._again = (_HEADER.pack(w.MAGIC, w.VERSION, _SYNC, 0,
+                                                        len(key[1]), 0, 0) + key[1], key)
                         del body
                         kept = self._sync_again(call_id, args)
                         if kept is False:
@@ -320,7 +337,8 @@ class ClientSession:
                         if kept:
                             replied = time.perf_counter()
                         continue
-                job = self.dispatch(kind, call_id, body, fds)
+                job = self.dispatch(kind, call_id, memoryview(body) if got is not None else body,
+                                    fds)
                 del body  # not held while waiting for the next message (Limits.max_held)
                 if job is None:
                     continue

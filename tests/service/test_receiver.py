@@ -342,13 +342,13 @@ def test_take_consumes_only_the_message_it_expects(pair):
     body, tail = b"shapes" * 3, bytes(range(16))
     expected = w.pack_header(w.Kind.REPLY, 7, len(body) + 16, 0) + body
     send_message(a, w.Kind.REPLY, 7, body + tail)
-    assert rx.take(expected, 16) == tail
+    assert rx.take(expected, 16) == (7, tail)
     # In pieces: the header first, the rest later.
     whole = expected + tail
     t = threading.Timer(0.05, lambda: a.sendall(whole[w.HEADER_SIZE + 3:]))
     a.sendall(whole[:w.HEADER_SIZE + 3])
     t.start()
-    assert rx.take(expected, 16) == tail
+    assert rx.take(expected, 16) == (7, tail)
     t.join()
     mem = SharedMemory.ashmem(4096)
     others = [(w.Kind.ERROR, 7, b"\0\0\0\0", []),  # shorter: not waited for
@@ -362,6 +362,12 @@ def test_take_consumes_only_the_message_it_expects(pair):
         assert (got[0], got[1], bytes(got[2]), len(got[3])) == (kind, cid, data, len(fds))
         for fd in got[3]:
             os.close(fd)
+    # Any call id (the service's way): the message's own is returned.
+    send_message(a, w.Kind.REPLY, 1234, body + tail)
+    assert rx.take(expected, 16, any_call=True) == (1234, tail)
+    send_message(a, w.Kind.REPLY, 99, body[:-1] + b"X" + tail)
+    assert rx.take(expected, 16, any_call=True) is None
+    assert bytes(rx.next()[2]) == body[:-1] + b"X" + tail
     mem.close()
     a.close()  # the end of the stream: raised as next() raises it
     with pytest.raises(Closed):
