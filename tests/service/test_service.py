@@ -4,6 +4,7 @@ client holds released when it leaves, bounds, hostile input, permissions and reg
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import socket
 import stat
@@ -168,6 +169,27 @@ def test_a_fence_state_right_behind_its_fenced_call(remote, monkeypatch, reusabl
     assert status == E.NONE and gate.state == FenceState.SIGNALED
     assert fence.wait(10) == FenceState.SIGNALED and cb.get_execution_info()[0] == E.NONE
     check(rb)
+    rb.close()
+
+
+def test_a_fence_id_given_twice_or_still_waiting_is_refused(service, remote, monkeypatch):
+    """A waitFor fence id the service still waits on, or one given twice in a call, is
+    INVALID_ARGUMENT, with nothing kept of that call: the fence registered before it still
+    completes its execution, and the connection goes on."""
+    _, _, pm = prepare(remote)
+    rb = request()
+    monkeypatch.setattr(remote.conn, "fence_ids", itertools.repeat(5))  # every fence: id 5
+    assert pm.execute_fenced(rb.request, [SyncFence(), SyncFence()])[0] == E.INVALID_ARGUMENT
+    gate = SyncFence()
+    status, fence, _ = pm.execute_fenced(rb.request, [gate])
+    assert status == E.NONE
+    assert pm.execute_fenced(rb.request, [SyncFence()])[0] == E.INVALID_ARGUMENT
+    (session,) = service.sessions
+    assert list(session.fences) == [5] and session.outstanding == 0
+    gate.signal()
+    assert fence.wait(10) == FenceState.SIGNALED
+    check(rb)
+    assert remote.get_type()[0] == E.NONE
     rb.close()
 
 
