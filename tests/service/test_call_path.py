@@ -428,7 +428,9 @@ def test_a_look_for_a_reply_is_bounded_however_wide_the_round_trips_spread(servi
     finally:
         service.test_delay = 0.0
     assert len(windows) >= 3 and all(w <= 0.02 for w in windows), windows
-    assert remote.conn.looked == len(windows)
+    # Every look counted is one of these, or a sleep towards its reply that a late timer (a
+    # loaded machine) ended only after the reply had come: that one looks no more.
+    assert len(windows) <= remote.conn.looked <= len(windows) + 1
     rb.close()
     remote.close()
 
