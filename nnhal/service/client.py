@@ -583,7 +583,8 @@ class Connection:
                     got = self.receiver.take(
                         _HEADER_PACK(w.MAGIC, w.VERSION, _REPLY, call_id,
                                      len(known) + _TIMING_SIZE, 0, 0) + known,
-                        _TIMING_SIZE, slot.bound.end)
+                        _TIMING_SIZE,
+                        slot.bound.end if not self.bounds else self._next_end(slot))
                 except (TimedOut, Closed, WireError, OSError):
                     got = None  # the general way below meets it again and says so
                 if got is not None:
