@@ -10,7 +10,9 @@
   service, the child's own memory), about the least a blocking transport costs. For each,
   wall time minus the time the driver measured in its own process: the boundary's cost,
   apart from the driver's speed in another process (which moves the ratio by several percent
-  from run to run here).
+  from run to run here);
+* with part ``timeline``: a served MobileNet's round trip step by step, both processes'
+  calls stamped on one clock (where the time beyond the driver goes).
 
 Prints figures with the load average; asserts nothing.
 
@@ -306,6 +308,133 @@ def bench_mobilenet(devices: dict, specs: Path, rounds: int, floor: bool) -> Non
         built.close()
 
 
+#: The calls stamped by part ``timeline`` (their starts and ends), on each side.
+TIMELINE_CLIENT = [("nnhal.service.client:RemotePreparedModel.execute_synchronously", "C.exec"),
+                   ("nnhal.service.client:Connection.exec_again", "C.again"),
+                   ("nnhal.service.client:_LastRequest.get", "C.same"),
+                   ("nnhal.service.client:send_message", "C.send"),
+                   ("nnhal.service.client:Connection._await_reply", "C.look"),
+                   ("nnhal.service.transport:Receiver.take", "C.take"),
+                   ("nnhal.service.transport:Receiver._fill", "C.fill"),
+                   ("nnhal.service.client:_RepeatedResults.again", "C.result"),
+                   ("nnhal.service.client:Connection._pass_reading", "C.pass")]
+TIMELINE_SERVICE = [("nnhal.service.transport:Receiver.take", "S.take"),
+                    ("nnhal.service.transport:Receiver._fill", "S.fill"),
+                    ("nnhal.service.server:ClientSession._sync_again", "S.again"),
+                    ("nnhal.service.server:_Watcher.arm", "S.arm"),
+                    ("nnhal.service.server:_Watcher.disarm", "S.disarm"),
+                    ("nnhal.service.server:ClientSession.get", "S.handle"),
+                    ("nnhal.drivers.common.prepared_model:PreparedModelBase."
+                     "execute_synchronously", "S.driver"),
+                    ("nnhal.service.server:_shapes_body", "S.body"),
+                    ("nnhal.service.server:send_message", "S.send")]
+
+
+def stamp_calls(targets: list[tuple[str, str]], events: list) -> None:
+    """Wrap each target (``module:Class.attr`` or ``module:function``) so that its start and
+    end append (label + '<' or '>', perf_counter_ns) to ``events``."""
+    import importlib
+
+    for target, label in targets:
+        module, _, path = target.partition(":")
+        owner: object = importlib.import_module(module)
+        *outer, name = path.split(".")
+        for part in outer:
+            owner = getattr(owner, part)
+        real = getattr(owner, name)
+
+        def stamped(*a, _real=real, _label=label, **k):
+            events.append((_label + "<", time.perf_counter_ns()))
+            try:
+                return _real(*a, **k)
+            finally:
+                events.append((_label + ">", time.perf_counter_ns()))
+        setattr(owner, name, stamped)
+
+
+def timeline_service(sock: str, out: str) -> None:
+    """Part ``timeline``'s service: the reference driver served with its calls stamped; the
+    stamps written to ``out`` (JSON) at SIGTERM."""
+    import json
+    import signal
+
+    from nnhal.service.server import Service
+
+    events: list = []
+    stamp_calls(TIMELINE_SERVICE, events)
+    svc = Service(ReferenceDevice(), sock)
+
+    def dump(*_) -> None:
+        with open(out, "w") as f:
+            json.dump(events, f)
+        os._exit(0)
+    signal.signal(signal.SIGTERM, dump)
+    svc.serve_forever()
+
+
+def bench_timeline(specs: Path, rounds: int) -> None:
+    """Where a served MobileNet synchronous execution's time beyond the driver goes: both
+    sides' calls stamped (perf_counter_ns, one clock for both processes), and for the commonest
+    sequence of stamps, each step's median. Each stamp costs about a microsecond itself, so
+    the steps add up to more than an unstamped round trip; compare steps, not totals."""
+    import bisect
+    import json
+
+    m = mobilenet_model(specs)
+    if m is None:
+        print(f"MobileNet V1_0 case not found under {specs}: skipped")
+        return
+    events: list = []
+    stamp_calls(TIMELINE_CLIENT, events)
+    with tempfile.TemporaryDirectory() as tmp:
+        sock, out = Path(tmp) / "t.sock", Path(tmp) / "stamps.json"
+        proc = subprocess.Popen([sys.executable, __file__, "--timeline-service", str(sock),
+                                 str(out)], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        end = time.monotonic() + 30
+        while True:
+            try:
+                dev = RemoteDevice(sock)
+                break
+            except OSError:
+                if time.monotonic() > end or proc.poll() is not None:
+                    proc.kill()
+                    raise SystemExit("the stamped service did not start") from None
+                time.sleep(0.05)
+        pm = prepare(dev, build_model(m))
+        built = build_request(m)
+        for _ in range(5):
+            pm.execute_synchronously(built.request, MeasureTiming.YES)
+        events.clear()
+        marks = []
+        for _ in range(rounds * BLOCK):
+            t0 = time.perf_counter_ns()
+            pm.execute_synchronously(built.request, MeasureTiming.YES)
+            marks.append((t0, time.perf_counter_ns()))
+        dev.close()
+        proc.terminate()
+        proc.wait(30)
+        stamps = sorted([tuple(e) for e in json.loads(out.read_text())] + events,
+                        key=lambda e: e[1])
+        built.close()
+    times = [t for _, t in stamps]
+    sequences: dict[tuple, list[list[int]]] = {}
+    for t0, t1 in marks:
+        seq = stamps[bisect.bisect_left(times, t0):bisect.bisect_right(times, t1)]
+        sequences.setdefault(tuple(e[0] for e in seq), []).append([t for _, t in seq])
+    labels, runs = max(sequences.items(), key=lambda kv: len(kv[1]))
+    print(f"stamped served MobileNet V1_0: the commonest sequence, {len(runs)} of {len(marks)} "
+          f"executions (C. client, S. service; <: a call starts, >: it ends)")
+    outside = 0.0
+    for k, (a, b) in enumerate(zip(labels, labels[1:])):
+        med = statistics.median(r[k + 1] - r[k] for r in runs) / 1e3
+        if (a, b) == ("S.driver<", "S.driver>"):
+            print(f"  {a:>10} -> {b:<10} {med:8.1f} us  (the driver)")
+            continue
+        outside += med
+        print(f"  {a:>10} -> {b:<10} {med:8.1f} us")
+    print(f"  steps outside the driver call: {outside:.1f} us")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--specs", type=Path, default=None)
@@ -313,11 +442,16 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--parts", default="add,pieces,mobilenet",
                         help="comma-separated parts to run (add, pieces, mobilenet, floor: "
-                             "the bare socket beside MobileNet, a third process)")
+                             "the bare socket beside MobileNet, a third process; timeline: "
+                             "where a served MobileNet round trip's time goes, step by step)")
     parser.add_argument("--floor-child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--timeline-service", nargs=2, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.floor_child is not None:
         floor_child(args.floor_child, args.specs or default_specs_dir())
+        return
+    if args.timeline_service is not None:
+        timeline_service(*args.timeline_service)
         return
     parts = set(args.parts.split(","))
     with tempfile.TemporaryDirectory() as tmp:
@@ -337,6 +471,9 @@ def main() -> None:
             if "mobilenet" in parts:
                 bench_mobilenet(devices, args.specs or default_specs_dir(), args.rounds,
                                 "floor" in parts)
+                print(load())
+            if "timeline" in parts:
+                bench_timeline(args.specs or default_specs_dir(), args.rounds)
                 print(load())
         finally:
             remote.close()

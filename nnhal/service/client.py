@@ -134,6 +134,8 @@ _FD_SETSIZE = 1024  # select() takes no descriptor past it
 _REPLY = Kind.REPLY
 _NO_POOLS: list[Any] = []  # a Recent's mapped pools, which same_request does not read
 _TIMING_FROM = w.TIMING.unpack_from
+_TIMING_SIZE = w.TIMING.size
+_HEADER_PACK = w.HEADER.pack
 #: Each kind's name, for the bounds every call makes (an enum's ``name`` is a Python-level
 #: property in 3.11: a call more on every execution).
 _NAMES = {k: k.name for k in Kind}
@@ -573,6 +575,22 @@ class Connection:
         try:
             if not self.receiver.pending():
                 self._await_reply(sent)
+            replies = self.shapes_replies
+            known = replies.data
+            if known is not None and replies.result is last.fitted:
+                # The reply of last time, bar its timing: recognised by its bytes.
+                try:
+                    got = self.receiver.take(
+                        _HEADER_PACK(w.MAGIC, w.VERSION, _REPLY, call_id,
+                                     len(known) + _TIMING_SIZE, 0, 0) + known,
+                        _TIMING_SIZE,
+                        slot.bound.end if not self.bounds else self._next_end(slot))
+                except (TimedOut, Closed, WireError, OSError):
+                    got = None  # the general way below meets it again and says so
+                if got is not None:
+                    self.pending.pop(call_id, None)
+                    self._again_took.append(time.perf_counter() - sent)
+                    return replies.again(got[1])
             while not slot.done:
                 msg = self._next_message(slot)
                 if msg is None:
@@ -581,7 +599,6 @@ class Connection:
                 if rid == call_id and rkind is _REPLY and not fds:
                     self.pending.pop(call_id, None)
                     self._again_took.append(time.perf_counter() - sent)
-                    replies = self.shapes_replies
                     try:
                         result = replies.get(body, _shapes_result)
                     except Exception:  # noqa: BLE001 - a reply that does not decode
@@ -1070,6 +1087,15 @@ class _RepeatedResults:
         for s in shapes:
             copies.append(OutputShape(list(s.dimensions), s.is_sufficient))
         return status, copies, timing
+
+    def again(self, tail: bytes) -> tuple[ErrorStatus, list[OutputShape], Timing]:
+        """The result of the bytes decoded last (``data``) followed by the timing ``tail``
+        (Receiver.take found them)."""
+        status, shapes = self.result  # type: ignore[misc]
+        copies = []  # (a loop, not a comprehension: no call more in 3.11)
+        for s in shapes:
+            copies.append(OutputShape(list(s.dimensions), s.is_sufficient))
+        return status, copies, Timing(*_TIMING_FROM(tail))
 
     def __call__(self, r: Reader) -> tuple[ErrorStatus, list[OutputShape], Timing]:
         """As a reply decoder: the whole body (_shapes_result)."""

@@ -138,6 +138,7 @@ SEND_TIMEOUT_S = 5
 _PM, _BURST, _EXEC, _BUFFER = "prepared model", "burst", "execution", "buffer"
 _NONE, _INSUFFICIENT = ErrorStatus.NONE, ErrorStatus.OUTPUT_INSUFFICIENT_SIZE
 _SYNC = Kind.EXECUTE_SYNCHRONOUSLY
+_HEADER = w.HEADER
 
 
 class _Fail(Exception):
@@ -178,6 +179,10 @@ class ClientSession:
         #: stay, so it is cleared when one goes); what the request means is the driver's to
         #: check, once per distinct request (PreparedModelBase._recent).
         self.decoded: dict[tuple[Kind, bytes], tuple] = {}
+        #: The last message that ran the short way (_sync_again): its bytes with call id 0,
+        #: and its key in ``decoded`` (which says whether it still decodes to the same call),
+        #: for the thread that reads (run).
+        self._again: tuple[bytes, tuple[Kind, bytes]] | None = None
         #: The reading thread's look for the client's next message (_look_for_next).
         self.looker = Looker()
         #: When the call being run by the thread that reads started (nobody reads meanwhile).
@@ -280,9 +285,17 @@ class ClientSession:
                 if replied is not None and (gap is not None or was_gap is not None) and \
                         not self.receiver.pending():
                     self._look_for_next(replied, max(gap or 0.0, was_gap or 0.0))
+                again, got = self._again, None
                 try:
-                    kind, call_id, body, fds = self.receiver.next(self.limits.max_body,
-                                                                  drop_large=False)
+                    if again is not None:
+                        # The short way's message again, bar its call id: compared whole
+                        # instead of cut out of the stream (Receiver.take).
+                        got = self.receiver.take(again[0], 0, None, True)
+                    if got is not None:
+                        kind, call_id, body, fds = _SYNC, got[0], again[1][1], []
+                    else:
+                        kind, call_id, body, fds = self.receiver.next(self.limits.max_body,
+                                                                      drop_large=False)
                 except TooLarge as e:
                     # Refused before a byte of it is held; the rest of it is not read either:
                     # the connection ends (a client never sends past the bound).
@@ -310,8 +323,12 @@ class ClientSession:
                     was_gap, gap = gap, took if took < NEXT_CALL_LOOK_MAX_S else None
                     replied = None
                 if kind is _SYNC and not fds:
-                    args = self.decoded.get((_SYNC, bytes(body)))
+                    key = again[1] if got is not None else (_SYNC, bytes(body))
+                    args = self.decoded.get(key)
                     if args is not None:  # a repeated synchronous execution: the short way
+                        if got is None:
+                            self._again = (_HEADER.pack(w.MAGIC, w.VERSION, _SYNC, 0,
+                                                        len(key[1]), 0, 0) + key[1], key)
                         del body
                         kept = self._sync_again(call_id, args)
                         if kept is False:
@@ -320,7 +337,8 @@ class ClientSession:
                         if kept:
                             replied = time.perf_counter()
                         continue
-                job = self.dispatch(kind, call_id, body, fds)
+                job = self.dispatch(kind, call_id, memoryview(body) if got is not None else body,
+                                    fds)
                 del body  # not held while waiting for the next message (Limits.max_held)
                 if job is None:
                     continue
@@ -427,6 +445,21 @@ class ClientSession:
                 _untake(args)
                 r.discard()
                 return
+            at = _FENCES_AT.get(kind)
+            if at is not None:
+                # Its waitFor fences are known from here, before the next message is read:
+                # the call runs on another thread once the reading is passed on, and the
+                # client's FENCE_STATE for a fence may be right behind the call.
+                try:
+                    args = (*args[:at], self.wait_fences(args[at]), *args[at + 1:])
+                except _Fail as e:
+                    log.info("%s: %s refused: %s", self.peer, kind.name, e)
+                    with self.lock:
+                        self.outstanding -= 1
+                    self.error(call_id, e.status)
+                    _untake(args)
+                    r.discard()
+                    return
         r.commit()
         with self.lock:
             for ident, mem in r.defined.items():
@@ -577,19 +610,26 @@ class ClientSession:
 
     # ---- fences ---------------------------------------------------------------------------
     def wait_fences(self, specs: list[tuple[int, int]]) -> list[SyncFence]:
-        fences = []
+        """A fenced call's waitFor fences, those still active registered for the client's
+        FENCE_STATE (by the thread that reads, as the call is decoded: see dispatch); all or
+        none (_Fail for an id in use or given twice)."""
+        fences, active = [], {}
         for fence_id, state in specs:
             fence = SyncFence()
             if state == w.FENCE_SIGNALED:
                 fence.signal()
             elif state == w.FENCE_ERROR:
                 fence.set_error()
+            elif fence_id in active:
+                raise _Fail(ErrorStatus.INVALID_ARGUMENT, "fence id given twice")
             else:
-                with self.lock:
-                    if fence_id in self.fences:
-                        raise _Fail(ErrorStatus.INVALID_ARGUMENT, "fence id reused")
-                    self.fences[fence_id] = fence
+                active[fence_id] = fence
             fences.append(fence)
+        if active:
+            with self.lock:
+                if not self.fences.keys().isdisjoint(active):
+                    raise _Fail(ErrorStatus.INVALID_ARGUMENT, "fence id reused")
+                self.fences.update(active)
         return fences
 
     def fenced_reply(self, call_id: int, result: tuple) -> None:
@@ -1200,11 +1240,10 @@ def _execute_sync(s: ClientSession, cid: int, pm: int, request: Any, measure: in
     return _shapes_body(prepared.execute_synchronously(request, measure, deadline, loop))
 
 
-def _execute_fenced(s: ClientSession, cid: int, pm: int, request: Any, specs: list,
-                    measure: int, deadline: int | None, loop: int | None,
-                    duration: int | None) -> None:
+def _execute_fenced(s: ClientSession, cid: int, pm: int, request: Any,
+                    fences: list[SyncFence], measure: int, deadline: int | None,
+                    loop: int | None, duration: int | None) -> None:
     prepared = s.get(_PM, pm)
-    fences = s.wait_fences(specs)
     s.fenced_reply(cid, prepared.execute_fenced(request, fences, measure, deadline, loop,
                                                 duration))
 
@@ -1295,10 +1334,9 @@ def _compute(s: ClientSession, cid: int, ex: int, deadline: int | None) -> Write
     return _shapes_reply(execution.compute(deadline))
 
 
-def _compute_fenced(s: ClientSession, cid: int, ex: int, specs: list, deadline: int | None,
-                    timeout: int | None) -> None:
+def _compute_fenced(s: ClientSession, cid: int, ex: int, fences: list[SyncFence],
+                    deadline: int | None, timeout: int | None) -> None:
     execution = s.get(_EXEC, ex)
-    fences = s.wait_fences(specs)
     s.fenced_reply(cid, execution.compute_fenced(fences, deadline, timeout))
 
 
@@ -1343,11 +1381,10 @@ def _execute_sync_with_config(s: ClientSession, cid: int, pm: int, request: Any,
     return _shapes_reply(prepared.execute_synchronously_with_config(request, config, deadline))
 
 
-def _execute_fenced_with_config(s: ClientSession, cid: int, pm: int, request: Any, specs: list,
-                                config: ExecutionConfig, deadline: int | None,
-                                duration: int | None) -> None:
+def _execute_fenced_with_config(s: ClientSession, cid: int, pm: int, request: Any,
+                                fences: list[SyncFence], config: ExecutionConfig,
+                                deadline: int | None, duration: int | None) -> None:
     prepared = s.get(_PM, pm)
-    fences = s.wait_fences(specs)
     s.fenced_reply(cid, prepared.execute_fenced_with_config(request, fences, config, deadline,
                                                             duration))
 
@@ -1429,6 +1466,8 @@ _MEMO_SIZE = 64
 #: Calls that may wait for a message of the client (its fences): never run unread.
 _WAITS_FOR_CLIENT = frozenset({Kind.EXECUTE_FENCED, Kind.COMPUTE_FENCED,
                                Kind.EXECUTE_FENCED_WITH_CONFIG})
+#: Where in those calls' decoded arguments their waitFor fences are (registered as decoded).
+_FENCES_AT = {Kind.EXECUTE_FENCED: 2, Kind.COMPUTE_FENCED: 1, Kind.EXECUTE_FENCED_WITH_CONFIG: 2}
 
 
 # ---- the service ---------------------------------------------------------------------------------

@@ -428,7 +428,9 @@ def test_a_look_for_a_reply_is_bounded_however_wide_the_round_trips_spread(servi
     finally:
         service.test_delay = 0.0
     assert len(windows) >= 3 and all(w <= 0.02 for w in windows), windows
-    assert remote.conn.looked == len(windows)
+    # Every look counted is one of these, or a sleep towards its reply that a late timer (a
+    # loaded machine) ended only after the reply had come: that one looks no more.
+    assert len(windows) <= remote.conn.looked <= len(windows) + 1
     rb.close()
     remote.close()
 
@@ -490,13 +492,16 @@ def test_a_released_buffer_s_token_is_not_remembered_as_valid(service, remote):
     rb = RequestBuilder([a, b], [a.nbytes])
     req = Request(rb.request.inputs, [RequestArgument(False, DataLocation(1, 0, 0), [])],
                   [rb.request.pools[0], MemoryPool.of_token(token)])
-    for _ in range(2):
+    for _ in range(3):  # the third runs the short way: its bytes are compared as they come
         assert pm.execute_synchronously(req)[0] == E.NONE
+    assert session_of(service)._again is not None
     buf.close()
     del buf
     gc.collect()
     remote.get_type()  # carries the RELEASE
+    # The same bytes again: recognised as they come, but no longer known to decode alike.
     assert pm.execute_synchronously(req)[0] == E.INVALID_ARGUMENT
+    assert remote.get_type()[0] == E.NONE
     rb.close()
 
 

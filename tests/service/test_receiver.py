@@ -331,3 +331,44 @@ def test_a_look_through_the_receiver_reads_what_came_and_next_returns_it(pair):
     assert rx.ready()
     with pytest.raises(Closed):
         rx.next()
+
+
+def test_take_consumes_only_the_message_it_expects(pair):
+    """Receiver.take (a repeated reply recognised by its bytes) returns the tail of the very
+    message it expects, however its bytes arrive, and leaves any other message, shorter or
+    the same length, with or without descriptors, to next()."""
+    a, b = pair
+    rx = Receiver(b, tick=0.05)
+    body, tail = b"shapes" * 3, bytes(range(16))
+    expected = w.pack_header(w.Kind.REPLY, 7, len(body) + 16, 0) + body
+    send_message(a, w.Kind.REPLY, 7, body + tail)
+    assert rx.take(expected, 16) == (7, tail)
+    # In pieces: the header first, the rest later.
+    whole = expected + tail
+    t = threading.Timer(0.05, lambda: a.sendall(whole[w.HEADER_SIZE + 3:]))
+    a.sendall(whole[:w.HEADER_SIZE + 3])
+    t.start()
+    assert rx.take(expected, 16) == (7, tail)
+    t.join()
+    mem = SharedMemory.ashmem(4096)
+    others = [(w.Kind.ERROR, 7, b"\0\0\0\0", []),  # shorter: not waited for
+              (w.Kind.REPLY, 8, body + tail, []),  # another call's
+              (w.Kind.REPLY, 7, body[:-1] + b"X" + tail, []),  # other bytes
+              (w.Kind.REPLY, 7, body + tail, [mem.fd])]  # with a descriptor
+    for kind, cid, data, fds in others:
+        send_message(a, kind, cid, data, fds)
+        assert rx.take(expected, 16) is None
+        got = rx.next()
+        assert (got[0], got[1], bytes(got[2]), len(got[3])) == (kind, cid, data, len(fds))
+        for fd in got[3]:
+            os.close(fd)
+    # Any call id (the service's way): the message's own is returned.
+    send_message(a, w.Kind.REPLY, 1234, body + tail)
+    assert rx.take(expected, 16, any_call=True) == (1234, tail)
+    send_message(a, w.Kind.REPLY, 99, body[:-1] + b"X" + tail)
+    assert rx.take(expected, 16, any_call=True) is None
+    assert bytes(rx.next()[2]) == body[:-1] + b"X" + tail
+    mem.close()
+    a.close()  # the end of the stream: raised as next() raises it
+    with pytest.raises(Closed):
+        rx.take(expected, 16)

@@ -4,6 +4,7 @@ client holds released when it leaves, bounds, hostile input, permissions and reg
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import socket
 import stat
@@ -34,7 +35,7 @@ from nnhal.hal.types import (
 from nnhal.hidl import ExecutionCallback
 from nnhal.hidl import execute as execute_1_3
 from nnhal.memory import SharedMemory
-from nnhal.service import registration
+from nnhal.service import registration, server
 from nnhal.service import wire as w
 from nnhal.service.client import RemoteDevice
 from nnhal.service.server import SEND_TIMEOUT_S, Limits, Service
@@ -134,6 +135,61 @@ def test_fenced_execution_waits_for_the_clients_fence(remote):
     bad.set_error()
     assert fence2.wait(10) == FenceState.ERROR
     assert cb2.get_execution_info()[0] != E.NONE
+    rb.close()
+
+
+@pytest.mark.parametrize("reusable", [False, True])
+def test_a_fence_state_right_behind_its_fenced_call(remote, monkeypatch, reusable):
+    """The client's FENCE_STATE for a waitFor fence may be read before the fenced call
+    itself has started on its own thread (the reading is passed on first): the service
+    knows the fence from the call's decoding, so its state is not lost. (It was, on a loaded
+    machine: the call's thread came later than the next reader, and the execution waited
+    for a state already dropped, until the client's 300 s bound closed the connection.)"""
+    _, _, pm = prepare(remote)
+    rb = request()
+    kind = w.Kind.COMPUTE_FENCED if reusable else w.Kind.EXECUTE_FENCED
+    real, started = server._HANDLERS[kind], threading.Event()
+
+    def late(*args):  # the call's thread comes late, as on a loaded machine
+        started.set()
+        time.sleep(0.3)
+        return real(*args)
+
+    monkeypatch.setitem(server._HANDLERS, kind, late)
+    gate = SyncFence()
+    signal = threading.Thread(target=lambda: started.wait(10) and gate.signal())
+    signal.start()
+    if reusable:
+        status, ex = pm.create_reusable_execution(rb.request)
+        assert status == E.NONE
+        status, fence, cb = ex.compute_fenced([gate])
+    else:
+        status, fence, cb = pm.execute_fenced(rb.request, [gate])
+    signal.join(10)
+    assert status == E.NONE and gate.state == FenceState.SIGNALED
+    assert fence.wait(10) == FenceState.SIGNALED and cb.get_execution_info()[0] == E.NONE
+    check(rb)
+    rb.close()
+
+
+def test_a_fence_id_given_twice_or_still_waiting_is_refused(service, remote, monkeypatch):
+    """A waitFor fence id the service still waits on, or one given twice in a call, is
+    INVALID_ARGUMENT, with nothing kept of that call: the fence registered before it still
+    completes its execution, and the connection goes on."""
+    _, _, pm = prepare(remote)
+    rb = request()
+    monkeypatch.setattr(remote.conn, "fence_ids", itertools.repeat(5))  # every fence: id 5
+    assert pm.execute_fenced(rb.request, [SyncFence(), SyncFence()])[0] == E.INVALID_ARGUMENT
+    gate = SyncFence()
+    status, fence, _ = pm.execute_fenced(rb.request, [gate])
+    assert status == E.NONE
+    assert pm.execute_fenced(rb.request, [SyncFence()])[0] == E.INVALID_ARGUMENT
+    (session,) = service.sessions
+    assert list(session.fences) == [5] and session.outstanding == 0
+    gate.signal()
+    assert fence.wait(10) == FenceState.SIGNALED
+    check(rb)
+    assert remote.get_type()[0] == E.NONE
     rb.close()
 
 
