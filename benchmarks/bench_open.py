@@ -158,7 +158,8 @@ STAGES = [
 RESTORE_STAGES = [
     ("nnhal.session.session:_cache_source", "the store, the file's digest"),
     ("nnhal.session.cache:entry_key", "entry key (code fingerprint)"),
-    ("nnhal.session.cache:code_fingerprint", "  code fingerprint"),
+    ("nnhal.session.cache:code_fingerprint", "  code fingerprint (maybe in a thread)"),
+    ("nnhal.session.cache:Fingerprint.settle", "code fingerprint checked (the wait)"),
     ("nnhal.runtime.devices:devices", "devices opened / listed"),
     ("nnhal.drivers.registry:discover", "  plug-in discovery"),
     ("nnhal.session.cache:Store.load", "entry read, authenticated"),

@@ -39,7 +39,6 @@ the least recently used going first with their steps' files.
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import hmac
 import json
@@ -48,6 +47,7 @@ import os
 import stat
 import struct
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -80,10 +80,29 @@ def enabled(cache: bool | None) -> bool:
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-@functools.lru_cache(maxsize=1)
+_fingerprint_lock = threading.Lock()
+#: This process's code fingerprint, once computed.
+_fingerprint: str | None = None
+
+
+def _package_dir() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # nnhal/
+
+
 def code_fingerprint() -> str:
     """A digest of nnhal's modules (path, size, modification time): an entry written by other
-    code (an upgrade, an edit) is never read."""
+    code (an upgrade, an edit) is never read. Computed once per process (about 1 ms: a stat
+    of each of some 200 files; a file edited in place changes nothing else, so nothing
+    cheaper would see it); :class:`Fingerprint` keeps it off a restore's way."""
+    global _fingerprint
+    if _fingerprint is None:
+        value = _walk(_package_dir())
+        with _fingerprint_lock:
+            _fingerprint = value
+    return _fingerprint
+
+
+def _walk(top: str) -> str:
     h = blake3.blake3()
 
     def walk(d: str, rel: str) -> None:
@@ -102,8 +121,61 @@ def code_fingerprint() -> str:
                     continue
                 h.update(f"{rel}{e.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
 
-    walk(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")  # nnhal/
+    walk(top, "")
     return h.hexdigest()
+
+
+class Fingerprint:
+    """The code fingerprint of one open, in two steps: :attr:`guess` at once (this process's
+    when known, else the one the last process remembered for this copy of nnhal, in the
+    store's ``code/`` folder), and :meth:`settle`, the verified one. Between the two, a thread
+    computes it: the stat calls release the GIL, and so does the interpreter's allocation a
+    LiteRT restore waits for, so the check costs a restore little. The guess only chooses the
+    entry tried: nothing restored is used before :meth:`settle` has confirmed it (see
+    ``_Opened.settle`` in :mod:`nnhal.session.session`)."""
+
+    def __init__(self, directory: Path | None):
+        self._thread: threading.Thread | None = None
+        self._memo = None if directory is None else \
+            directory / "code" / blake3.blake3(_package_dir().encode()).hexdigest()[:32]
+        known = _fingerprint
+        if known is not None:
+            self.guess = known
+            return
+        remembered = self._remembered()
+        if remembered is None:
+            self.guess = code_fingerprint()
+            self._remember(self.guess)
+            return
+        self.guess = remembered
+        self._thread = threading.Thread(target=code_fingerprint, daemon=True,
+                                        name="nnhal-code-fingerprint")
+        self._thread.start()
+
+    def _remembered(self) -> str | None:
+        if self._memo is None:
+            return None
+        try:
+            with open(self._memo, "rb") as f:
+                text = f.read(65).decode("ascii")
+        except (OSError, UnicodeDecodeError):
+            return None
+        return text if len(text) == 64 else None
+
+    def _remember(self, value: str) -> None:
+        if self._memo is not None and self._remembered() != value:
+            _write_file(self._memo, value.encode("ascii"))
+
+    def settle(self) -> str:
+        """The fingerprint of the code running (remembered for the next process when the
+        guess was another)."""
+        if self._thread is not None:
+            self._thread.join()  # returns at once in a forked child: computed below then
+            self._thread = None
+        value = code_fingerprint()
+        if value != self.guess:
+            self._remember(value)
+        return value
 
 
 #: A file whose modification or change time is this recent is hashed every time (not
@@ -116,11 +188,34 @@ def content_digest(data: bytes | memoryview) -> bytes:
     return blake3.blake3(data, max_threads=blake3.blake3.AUTO).digest()
 
 
-def entry_key(digest: bytes, config: list[Any]) -> bytes:
-    """The 32-byte key of an entry (also the runtime's cache token for its steps)."""
-    text = json.dumps([FORMAT, code_fingerprint(), digest.hex(), config],
+def entry_key(digest: bytes, config: list[Any], code: str | None = None) -> bytes:
+    """The 32-byte key of an entry (also the runtime's cache token for its steps), for the
+    code fingerprint ``code`` (default: this process's)."""
+    text = json.dumps([FORMAT, code or code_fingerprint(), digest.hex(), config],
                       separators=(",", ":"), sort_keys=True)
     return blake3.blake3(text.encode()).digest()
+
+
+def _write_file(target: Path, blob: bytes) -> bool:
+    """``blob`` into ``target``: a temporary file renamed into place (its folder made 0700)."""
+    tmp = None
+    try:
+        target.parent.mkdir(mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, target)
+        tmp = None
+        return True
+    except OSError as e:
+        log.info("session cache: writing %s failed: %s", target.name, e)
+        return False
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 class Store:
@@ -193,25 +288,7 @@ class Store:
         return digest, data
 
     def _write(self, target: Path, blob: bytes) -> bool:
-        """``blob`` into ``target``: a temporary file renamed into place."""
-        tmp = None
-        try:
-            target.parent.mkdir(mode=0o700, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-            os.replace(tmp, target)
-            tmp = None
-            return True
-        except OSError as e:
-            log.info("session cache: writing %s failed: %s", target.name, e)
-            return False
-        finally:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
+        return _write_file(target, blob)
 
     def _path(self, key: bytes) -> Path:
         return self.directory / f"{key.hex()[:40]}.entry"

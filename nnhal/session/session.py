@@ -207,8 +207,8 @@ class Session:
         try:
             started = time.perf_counter()
             chosen = self._chosen(devices) if device is None else None
-            opened = None if cached is None else self._open_cached(cached[0], chosen,
-                                                                   preference, priority)
+            opened = None if cached is None else self._open_cached(
+                cached[0], cached[3], chosen, preference, priority)
             if not self.restored:
                 if self._imported is None:
                     self._read_for_miss(cached[2], opened)  # type: ignore[index]
@@ -413,10 +413,12 @@ class Session:
         return comp.prepared
 
     # ---- the Session cache (nnhal.session.cache) -------------------------------------------
-    def _open_cached(self, store: Any, chosen: list[Any] | None,
+    def _open_cached(self, store: Any, code: Any, chosen: list[Any] | None,
                      preference: ExecutionPreference, priority: Priority) -> _Opened:
         """Restore from the Session cache when it holds this file (then ``restored``);
-        else what the miss needs to write the entry."""
+        else what the miss needs to write the entry. The entry tried first is keyed with the
+        code fingerprint's guess (``code``, :class:`nnhal.session.cache.Fingerprint`); when
+        the verified one differs, the guess's restore is dropped and the right key tried."""
         from nnhal.session import cache as sc
 
         if self.device is not None:
@@ -432,14 +434,22 @@ class Session:
         config += [int(preference), int(priority), [list(n) if n is not None else None
                                                     for n in self._names]]
         opened = _Opened(store, config, self._digest, candidates, chosen is not None,
-                         preference, priority)
-        record = store.load(opened.key)
-        if record is not None:
-            try:
-                opened.restore(self, record)
-            except Exception as e:  # noqa: BLE001 - a record of the wrong shape: a miss
-                sc.log.info("session cache entry not restored: %s: %s", type(e).__name__, e)
-                self.restored = False
+                         preference, priority, code)
+        for _ in range(2):
+            key = opened.key
+            record = store.load(key)
+            if record is not None:
+                try:
+                    opened.restore(self, record)
+                except Exception as e:  # noqa: BLE001 - a record of the wrong shape: a miss
+                    sc.log.info("session cache entry not restored: %s: %s",
+                                type(e).__name__, e)
+                    self.restored = False
+            if self.restored:
+                break
+            opened.settle()  # the key is the verified one from here: a miss writes it
+            if opened.key == key:
+                break
         return opened
 
     def _reference_fallback(self) -> IPreparedModel | None:
@@ -797,10 +807,11 @@ class Session:
         return f"Session({self.source!r} on {self.device_name!r}; {ins})"
 
 
-def _cache_source(source: Any, cache: bool | None) -> tuple[Any, bytes, bytes | None] | None:
-    """(the Session cache's store, the content's digest, the bytes when they were read) for a
-    .tflite path or bytes when the cache is to be used for it (:mod:`nnhal.session.cache`),
-    else None."""
+def _cache_source(source: Any, cache: bool | None
+                  ) -> tuple[Any, bytes, bytes | None, Any] | None:
+    """(the Session cache's store, the content's digest, the bytes when they were read, the
+    code fingerprint being verified) for a .tflite path or bytes when the cache is to be used
+    for it (:mod:`nnhal.session.cache`), else None."""
     from nnhal.session import cache as sc
 
     if not sc.enabled(cache):
@@ -817,12 +828,13 @@ def _cache_source(source: Any, cache: bool | None) -> tuple[Any, bytes, bytes | 
         return None
     if isinstance(source, (bytes, bytearray)):
         data = bytes(source)
-        return store, sc.content_digest(data), data
+        return store, sc.content_digest(data), data, sc.Fingerprint(store.directory)
     try:
+        code = sc.Fingerprint(store.directory)  # its check runs while the open goes on
         digest, data = store.file_digest(os.fspath(source))
     except (OSError, ValueError):
         return None
-    return store, digest, data
+    return store, digest, data, code
 
 
 def read_bytes_as_model(data: bytes, name: str) -> ImportedModel:
@@ -885,9 +897,14 @@ class _Opened:
     entry or write it after a miss."""
 
     def __init__(self, store: Any, config: list[Any], digest: bytes, candidates: list[Any],
-                 explicit: bool, preference: ExecutionPreference, priority: Priority):
+                 explicit: bool, preference: ExecutionPreference, priority: Priority,
+                 code: Any):
         self.store = store
         self.config = config
+        self._code = code
+        #: The code fingerprint the key is made with: the guess until :meth:`settle`.
+        self.fingerprint: str = code.guess
+        self._settled = False
         self.rekey(digest)
         self.candidates = candidates
         self.explicit = explicit
@@ -898,7 +915,22 @@ class _Opened:
         """Key the entry by ``digest`` (the content actually read)."""
         from nnhal.session import cache as sc
 
-        self.key = sc.entry_key(digest, self.config)
+        self.digest = digest
+        self.key = sc.entry_key(digest, self.config, self.fingerprint)
+
+    def settle(self) -> bool:
+        """Verify the code fingerprint the key was made with; True when it was not this
+        code's (the key is then remade with the right one, and anything restored with the
+        other must be dropped)."""
+        if self._settled:
+            return False
+        self._settled = True
+        real = self._code.settle()
+        if real == self.fingerprint:
+            return False
+        self.fingerprint = real
+        self.rekey(self.digest)
+        return True
 
     # ---- the device path: the driver's own cache files -----------------------------------
     def _device_names(self, session: Session) -> Any:
@@ -943,8 +975,8 @@ class _Opened:
             prepared = self._restore_runtime(session, record)
         else:
             return
-        if prepared is None:
-            return
+        if prepared is None or self.settle():
+            return  # refused, or restored with another code's key: dropped
         session._set_io(ins, outs, state)
         session._prepared = prepared
         session._restored_plan = plan
