@@ -38,6 +38,7 @@ the least recently used going first with their steps' files.
 
 from __future__ import annotations
 
+import _thread
 import base64
 import hashlib
 import hmac
@@ -126,16 +127,17 @@ def _walk(top: str) -> str:
 
 
 class Fingerprint:
-    """The code fingerprint of one open, in two steps: :attr:`guess` at once (this process's
-    when known, else the one the last process remembered for this copy of nnhal, in the
-    store's ``code/`` folder), and :meth:`settle`, the verified one. Between the two, a thread
-    computes it: the stat calls release the GIL, and so does the interpreter's allocation a
-    LiteRT restore waits for, so the check costs a restore little. The guess only chooses the
-    entry tried: nothing restored is used before :meth:`settle` has confirmed it (see
-    ``_Opened.settle`` in :mod:`nnhal.session.session`)."""
+    """The code fingerprint of one open, in steps: :attr:`guess` at once (this process's when
+    known, else the one the last process remembered for this copy of nnhal, in the store's
+    ``code/`` folder); :meth:`begin`, when the guess has found an entry, computes the real
+    one in a thread while the drivers restore (the stat calls release the GIL, and so does
+    the interpreter's allocation a LiteRT restore waits for); :meth:`settle`, the verified
+    one. The guess only chooses the entry tried: nothing restored is used before
+    :meth:`settle` has confirmed it (``_Opened.settle`` in :mod:`nnhal.session.session`)."""
 
     def __init__(self, directory: Path | None):
-        self._thread: threading.Thread | None = None
+        self._done: Any = None
+        self._pid = 0
         self._memo = None if directory is None else \
             directory / "code" / blake3.blake3(_package_dir().encode()).hexdigest()[:32]
         known = _fingerprint
@@ -148,9 +150,24 @@ class Fingerprint:
             self._remember(self.guess)
             return
         self.guess = remembered
-        self._thread = threading.Thread(target=code_fingerprint, daemon=True,
-                                        name="nnhal-code-fingerprint")
-        self._thread.start()
+
+    def begin(self) -> None:
+        """Start computing the real fingerprint (nothing when known already)."""
+        if _fingerprint is not None or self._done is not None:
+            return
+        done = threading.Lock()
+        done.acquire()
+
+        def compute() -> None:
+            try:
+                code_fingerprint()
+            finally:
+                done.release()
+
+        # Not threading.Thread: its start() waits until the thread runs (milliseconds when
+        # the cores are busy), which is what this is to keep off the open's way.
+        self._done, self._pid = done, os.getpid()
+        _thread.start_new_thread(compute, ())
 
     def _remembered(self) -> str | None:
         if self._memo is None:
@@ -169,9 +186,9 @@ class Fingerprint:
     def settle(self) -> str:
         """The fingerprint of the code running (remembered for the next process when the
         guess was another)."""
-        if self._thread is not None:
-            self._thread.join()  # returns at once in a forked child: computed below then
-            self._thread = None
+        done, self._done = self._done, None
+        if done is not None and os.getpid() == self._pid:  # (a forked child computes it below)
+            done.acquire()
         value = code_fingerprint()
         if value != self.guess:
             self._remember(value)

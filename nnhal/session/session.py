@@ -439,6 +439,7 @@ class Session:
             key = opened.key
             record = store.load(key)
             if record is not None:
+                code.begin()  # checked while the drivers restore
                 try:
                     opened.restore(self, record)
                 except Exception as e:  # noqa: BLE001 - a record of the wrong shape: a miss
