@@ -4,7 +4,9 @@ A Session made from a .tflite path or its bytes (not from a HAL or imported mode
 *entry* keyed by the BLAKE3 digest of the file's bytes and of everything else that decides
 what the Session would prepare: this cache's format, nnhal's version and a fingerprint of its
 code (size and modification time of every module, so an edited or upgraded nnhal never reads
-an older entry), the devices (each driver's name and version), the preference, the priority
+an older entry; a new process looks the entry up with the fingerprint the last one remembered
+and checks it while the drivers restore, dropping the restore when it was wrong:
+:class:`Fingerprint`), the devices (each driver's name and version), the preference, the priority
 and the names given. The entry is plain JSON: the Session's inputs, outputs and state
 variables (names, types, shapes, quantization; state initial values as bytes) and the
 runtime's plan (which device runs which operations, each step's inputs and outputs). Each
