@@ -86,6 +86,8 @@ def enabled(cache: bool | None) -> bool:
 _fingerprint_lock = threading.Lock()
 #: This process's code fingerprint, once computed.
 _fingerprint: str | None = None
+#: The memo files (Fingerprint) this process has checked hold its fingerprint.
+_confirmed: set[Path] = set()
 
 
 def _package_dir() -> str:
@@ -145,6 +147,9 @@ class Fingerprint:
         known = _fingerprint
         if known is not None:
             self.guess = known
+            if self._memo is not None and self._memo not in _confirmed:
+                self._remember(known)  # once per process: for the next one
+                _confirmed.add(self._memo)
             return
         remembered = self._remembered()
         if remembered is None:
