@@ -157,9 +157,11 @@ STAGES = [
     ("nnhal.drivers.litert.engine:Engine.__init__", "    interpreter + allocate"),
 ]
 
-#: The stages of a restore from the Session cache (caches kept).
+#: The stages of a restore from the Session cache (caches kept); a stage moved between
+#: checkouts is named at each place, under one label.
 RESTORE_STAGES = [
     ("nnhal.session.session:_cache_source", "the store, the file's digest"),
+    ("nnhal.session.restore:cache_source", "the store, the file's digest"),
     ("nnhal.session.cache:entry_key", "entry key (code fingerprint)"),
     ("nnhal.session.cache:code_fingerprint", "  code fingerprint (maybe in a thread)"),
     ("nnhal.session.cache:Fingerprint.settle", "code fingerprint checked (the wait)"),
@@ -167,6 +169,7 @@ RESTORE_STAGES = [
     ("nnhal.drivers.registry:discover", "  plug-in discovery"),
     ("nnhal.session.cache:Store.load", "entry read, authenticated"),
     ("nnhal.session.session:_Opened.restore", "restore"),
+    ("nnhal.session.restore:Opened.restore", "restore"),
     ("nnhal.drivers.common.compilation_cache:CompilationCache.prepare_from_cache",
      "  prepareModelFromCache"),
     ("nnhal.drivers.litert.engine:Engine.__init__", "    interpreter + allocate"),
@@ -364,7 +367,7 @@ class Opens:
                          f"{med(r['run'] for r in rs) * 1e3:.1f}, analyses "
                          f"{rs[-1]['analyses']}")
             print(head + f"  load {load()}")
-            for _, label in stages:
+            for label in dict.fromkeys(label for _, label in stages):  # a label may repeat
                 cells = []
                 for root in self.roots:
                     rs = [r["stages"].get(label) for r in got[root]]
