@@ -9,7 +9,9 @@ LiteRT driver uses (every core, or ``--threads``).
 
 - **open** (fresh processes, imports excluded: each child imports its engine, then starts the
   clock): nnhal ``Session(path)`` + one ``run``, against ``Interpreter`` + ``allocate_tensors``
-  + one ``invoke``; *prepare* is the part before the first run, *first* the first run. nnhal
+  + one ``invoke``; *prepare* is the part before the first run, *first* the first run; *open
+  CPU* the process's CPU time over the same spans (every thread's: less swayed than the wall
+  clock by other work on a loaded machine, but it counts work a spare core would overlap). nnhal
   runs twice per round: with its caches cold (an empty ``$NNHAL_CACHE_DIR``, only the
   machine's native-kernel build linked in: that is built once per machine, not per model) and
   with its caches kept from an earlier process of the same model.
@@ -75,9 +77,9 @@ import json, sys, time
 import numpy as np
 from nnhal import Session
 path, device = sys.argv[1], sys.argv[2] or None
-t0 = time.perf_counter()
+c0, t0 = time.process_time(), time.perf_counter()
 s = Session(path, device, cache=True if sys.argv[4:] == ["force"] else None)
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 rng = np.random.default_rng(int(sys.argv[3]))
 feeds = {}
 for i in s.inputs:
@@ -87,11 +89,11 @@ for i in s.inputs:
     else:
         lim = np.iinfo(i.dtype)
         feeds[i.name] = rng.integers(lim.min, lim.max, shape, endpoint=True).astype(i.dtype)
-t2 = time.perf_counter()
+c2, t2 = time.process_time(), time.perf_counter()
 s.run(feeds)
-t3 = time.perf_counter()
+t3, c3 = time.perf_counter(), time.process_time()
 print(json.dumps({"prepare": t1 - t0, "first": t3 - t2, "open": (t1 - t0) + (t3 - t2),
-                  "restored": s.restored}))
+                  "cpu": (c1 - c0) + (c3 - c2), "restored": s.restored}))
 """
 
 #: Imported before the clock with ``--preimport``: every module the open could load.
@@ -108,10 +110,10 @@ import json, sys, time
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 path, threads = sys.argv[1], int(sys.argv[2])
-t0 = time.perf_counter()
+c0, t0 = time.process_time(), time.perf_counter()
 it = Interpreter(model_path=path, num_threads=threads)
 it.allocate_tensors()
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 rng = np.random.default_rng(int(sys.argv[3]))
 feeds = []
 for d in it.get_input_details():
@@ -123,13 +125,14 @@ for d in it.get_input_details():
         feeds.append((d["index"], rng.integers(lim.min, lim.max, shape,
                                                endpoint=True).astype(dtype)))
 outs = [d["index"] for d in it.get_output_details()]
-t2 = time.perf_counter()
+c2, t2 = time.process_time(), time.perf_counter()
 for i, x in feeds:
     it.set_tensor(i, x)
 it.invoke()
 res = [it.get_tensor(o) for o in outs]
-t3 = time.perf_counter()
-print(json.dumps({"prepare": t1 - t0, "first": t3 - t2, "open": (t1 - t0) + (t3 - t2)}))
+t3, c3 = time.perf_counter(), time.process_time()
+print(json.dumps({"prepare": t1 - t0, "first": t3 - t2, "open": (t1 - t0) + (t3 - t2),
+                  "cpu": (c1 - c0) + (c3 - c2)}))
 """
 
 
@@ -154,15 +157,19 @@ STAGES = [
     ("nnhal.drivers.litert.engine:Engine.__init__", "    interpreter + allocate"),
 ]
 
-#: The stages of a restore from the Session cache (caches kept).
+#: The stages of a restore from the Session cache (caches kept); a stage moved between
+#: checkouts is named at each place, under one label.
 RESTORE_STAGES = [
     ("nnhal.session.session:_cache_source", "the store, the file's digest"),
+    ("nnhal.session.restore:cache_source", "the store, the file's digest"),
     ("nnhal.session.cache:entry_key", "entry key (code fingerprint)"),
-    ("nnhal.session.cache:code_fingerprint", "  code fingerprint"),
+    ("nnhal.session.cache:code_fingerprint", "  code fingerprint (maybe in a thread)"),
+    ("nnhal.session.cache:Fingerprint.settle", "code fingerprint checked (the wait)"),
     ("nnhal.runtime.devices:devices", "devices opened / listed"),
     ("nnhal.drivers.registry:discover", "  plug-in discovery"),
     ("nnhal.session.cache:Store.load", "entry read, authenticated"),
     ("nnhal.session.session:_Opened.restore", "restore"),
+    ("nnhal.session.restore:Opened.restore", "restore"),
     ("nnhal.drivers.common.compilation_cache:CompilationCache.prepare_from_cache",
      "  prepareModelFromCache"),
     ("nnhal.drivers.litert.engine:Engine.__init__", "    interpreter + allocate"),
@@ -327,10 +334,12 @@ class Opens:
             for kind, what in (("cold", "caches cold"), ("kept", "caches kept")):
                 mine = t[(root, kind)]
                 parts = []
-                for key in ("open", "prepare", "first"):
+                for key in ("open", "cpu", "prepare", "first"):
+                    if not all(key in x for x in (*mine, *peer)):
+                        continue
                     a, b = [x[key] for x in mine], [x[key] for x in peer]
-                    parts.append(f"{key} {med(a) * 1e3:.1f} vs {med(b) * 1e3:.1f} ms "
-                                 f"({ratio(a, b):.2f}x)")
+                    parts.append(f"{'open CPU' if key == 'cpu' else key} {med(a) * 1e3:.1f} vs "
+                                 f"{med(b) * 1e3:.1f} ms ({ratio(a, b):.2f}x)")
                 restored = sum(bool(x.get("restored")) for x in mine)
                 print(f"  {who}open, fresh processes, {what}"
                       f"{', preimported' if self.preimport else ''}: " + "; ".join(parts)
@@ -358,7 +367,7 @@ class Opens:
                          f"{med(r['run'] for r in rs) * 1e3:.1f}, analyses "
                          f"{rs[-1]['analyses']}")
             print(head + f"  load {load()}")
-            for _, label in stages:
+            for label in dict.fromkeys(label for _, label in stages):  # a label may repeat
                 cells = []
                 for root in self.roots:
                     rs = [r["stages"].get(label) for r in got[root]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -125,3 +126,36 @@ def test_the_quick_look_for_plugins_finds_them_and_defers_what_it_cannot_read(
     zipped.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip archive
     monkeypatch.setattr(sys, "path", [str(bare), str(zipped)])
     assert registry._maybe_plugins()  # a zip on the path: the full scan decides
+
+
+def test_the_look_along_the_path_is_remembered_until_a_directory_on_it_changes(
+        tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    (site / "other-1.0.dist-info").mkdir(parents=True)
+    monkeypatch.setenv("NNHAL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(sys, "path", [str(site)])
+    monkeypatch.setattr(registry, "_facts", None)
+    monkeypatch.setattr(registry, "RACY_NS", 0)  # the folders were made just now
+    assert registry._path_facts() == (False, registry._xla_listed())
+    assert (tmp_path / "cache" / registry.PATH_MEMO).is_file()
+
+    def looked():
+        raise AssertionError("looked again")
+
+    monkeypatch.setattr(registry, "_maybe_plugins", looked)
+    monkeypatch.setattr(registry, "_facts", None)  # a new process: the memo answers
+    assert registry._path_facts()[0] is False
+    # A distribution installed: its folder changes the directory, so the path is read again.
+    time.sleep(0.05)  # past the file system clock's tick
+    dist = site / "vendor_nn-1.0.dist-info"
+    dist.mkdir()
+    (dist / "entry_points.txt").write_text(f"[{registry.PLUGIN_GROUP}]\nv = vendor_nn:make\n")
+    monkeypatch.undo()
+    monkeypatch.setenv("NNHAL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(sys, "path", [str(site)])
+    monkeypatch.setattr(registry, "_facts", None)
+    monkeypatch.setattr(registry, "RACY_NS", 0)
+    assert registry._path_facts()[0] is True
+    monkeypatch.setattr(registry, "_facts", None)
+    monkeypatch.setattr(registry, "_maybe_plugins", looked)
+    assert registry._path_facts()[0] is True  # remembered in turn

@@ -75,8 +75,11 @@ def test_a_device_can_keep_out_of_the_runtimes_default_list(restore_registry):
     assert registry.available()["quiet"] is None  # still openable by name
 
 
-def test_xla_joins_the_runtime_only_with_an_accelerator(monkeypatch):
+def test_xla_joins_the_runtime_only_with_an_accelerator(monkeypatch, tmp_path):
     import importlib.util
+
+    monkeypatch.setenv("NNHAL_CACHE_DIR", str(tmp_path))  # nothing remembered from elsewhere
+    monkeypatch.setattr(registry, "_facts", None)
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",

@@ -116,6 +116,67 @@ def test_a_restore_in_a_fresh_process(home, tmp_path):
     assert np.isfinite(np.array(eval(seen[1][1]), dtype=np.float32)).all()  # noqa: S307
 
 
+@pytest.mark.parametrize("device", [None, "reference"])
+def test_an_entry_of_other_code_is_never_restored(home, tmp_path, monkeypatch, device):
+    """A new process opens with the code fingerprint the last one remembered (its check runs
+    meanwhile): when nnhal changed since, what the remembered one finds is dropped."""
+    path = model_file(tmp_path, "reverse_f32.tflite")
+    with Session(path, device, cache=True) as first:
+        x = feeds(first)
+        expected = first.run(x)
+    monkeypatch.setattr(sc, "_fingerprint", None)  # a new process of the same code
+    with Session(path, device, cache=True) as same_code:
+        assert same_code.restored
+    monkeypatch.setattr(sc, "_fingerprint", None)  # a new process of edited code
+    monkeypatch.setattr(sc, "_walk", lambda top: "e" * 64)
+    with Session(path, device, cache=True) as edited:
+        assert not edited.restored  # the old code's entry, found by the guess, was dropped
+        assert same(edited.run(x), expected)
+    assert len(entries(home)) == 2
+    monkeypatch.setattr(sc, "_fingerprint", None)  # the edited code remembered: it restores
+    with Session(path, device, cache=True) as again:
+        assert again.restored and same(again.run(x), expected)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_fingerprint_check_begun_before_a_fork_settles_in_the_child(home, monkeypatch):
+    """The check's thread does not exist in a forked child: the child computes it itself."""
+    real = sc.code_fingerprint()
+    store = sc.Store.default()
+    monkeypatch.setattr(sc, "_confirmed", set())
+    sc.Fingerprint(store.directory)  # remembered for the next "process"
+    monkeypatch.setattr(sc, "_fingerprint", None)
+    slow = sc._walk
+
+    def walk(top):
+        time.sleep(0.3)
+        return slow(top)
+
+    monkeypatch.setattr(sc, "_walk", walk)
+    fp = sc.Fingerprint(store.directory)
+    assert fp.guess == real
+    fp.begin()
+    assert fp._done is not None  # the check runs in a thread
+    pid = os.fork()
+    if pid == 0:  # the child: settle, and say whether it got the right value
+        try:
+            os._exit(0 if fp.settle() == real else 1)
+        finally:
+            os._exit(2)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.02)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the child hung waiting for its parent's thread")
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert fp.settle() == real  # and the parent's own check finishes
+
+
 @pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "foreign"])
 def test_a_damaged_entry_is_a_miss_with_correct_results(home, tmp_path, damage):
     path = model_file(tmp_path, "bmm_f32.tflite")

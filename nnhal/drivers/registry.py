@@ -30,6 +30,7 @@ import functools
 import importlib.metadata
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -125,7 +126,8 @@ def discover(force: bool = False) -> None:
         return
     _discovered = True
     try:
-        eps = importlib.metadata.entry_points(group=PLUGIN_GROUP) if _maybe_plugins() else ()
+        maybe = _maybe_plugins() if force else _path_facts()[0]
+        eps = importlib.metadata.entry_points(group=PLUGIN_GROUP) if maybe else ()
     except Exception:  # noqa: BLE001 - broken metadata: no plug-ins
         return
     for ep in eps:
@@ -173,6 +175,91 @@ def _maybe_plugins() -> bool:
                 except OSError:
                     return True
     return False
+
+
+#: The file, in nnhal's per-user cache, remembering what the look along ``sys.path`` found.
+PATH_MEMO = "path-facts.json"
+
+
+def _path_state() -> list[Any] | None:
+    """What the answers of :func:`_maybe_plugins` and :func:`_xla_listed` depend on: every
+    ``sys.path`` entry with its directory's identity and modification time (installing or
+    removing a distribution or a module creates or deletes an entry there, which changes the
+    time), and the import system's finders. None when an entry is not a plain string."""
+    kinds = [f if isinstance(f, type) else type(f) for f in sys.meta_path]
+    state: list[Any] = [[f"{k.__module__}.{k.__qualname__}" for k in kinds]]
+    for entry in sys.path:
+        if not isinstance(entry, str):
+            return None
+        try:
+            st = os.stat(entry or ".")
+        except OSError:
+            state.append([entry])
+            continue
+        state.append([entry, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns])
+    return state
+
+
+_facts: tuple[bool, bool] | None = None
+#: A directory whose times are this recent is not remembered (see _remembered_facts).
+RACY_NS = 2_000_000_000
+
+
+def _path_facts() -> tuple[bool, bool]:
+    """(:func:`_maybe_plugins`, :func:`_xla_listed`): asked once per process, and remembered
+    across processes while every directory on ``sys.path`` is unchanged (:func:`_path_state`):
+    together they read about a hundred files (about 1 ms) on every process's first device
+    listing. An installer adds or removes a distribution's ``.dist-info`` folder and never
+    edits one in place, so a changed installation changes a directory on the path;
+    ``discover(force=True)`` looks again regardless. The memo lives in nnhal's private
+    per-user cache; any trouble reading or writing it just means looking."""
+    global _facts
+    if _facts is None:
+        _facts = _remembered_facts()
+    return _facts
+
+
+def _remembered_facts() -> tuple[bool, bool]:
+    import json
+    import tempfile
+
+    from nnhal.ops.native.build import cache_root, check_private_dir
+
+    state = _path_state()
+    try:
+        memo = cache_root() / PATH_MEMO if state is not None else None
+    except RuntimeError:  # no home directory
+        memo = None
+    if memo is not None:
+        try:
+            with open(memo, "rb") as f:
+                rec = json.loads(f.read())
+            if rec["state"] == state:
+                return bool(rec["plugins"]), bool(rec["xla"])
+        except Exception:  # noqa: BLE001 - absent, unreadable or stale: look
+            pass
+    facts = _maybe_plugins(), _xla_listed()
+    # A directory changed within the clock's tick of now could change again keeping its times.
+    recent = time.time_ns() - RACY_NS
+    if memo is None or any(len(e) > 1 and max(e[3], e[4]) > recent for e in state[1:]) or \
+            check_private_dir(memo.parent) is not None:
+        return facts
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=memo.parent, prefix=".tmp-")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"state": state, "plugins": facts[0], "xla": facts[1]}, f)
+        os.replace(tmp, memo)
+        tmp = None
+    except OSError:
+        pass
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return facts
 
 
 def _discover_services() -> None:
@@ -333,10 +420,16 @@ def _xla_listed() -> bool:
     """On a CPU, XLA runs slower than LiteRT and no faster than the reference, and loading JAX
     costs about a second: the runtime lists it only where JAX has an accelerator plug-in
     (``--device xla``, ``devices=["xla"]`` and ``$NNHAL_DEVICES`` still reach it). Asked once
-    per process: plug-ins installed while it runs are not looked for again."""
+    per process (plug-ins installed while it runs are not looked for again), and remembered
+    across processes with the plug-ins' look (:func:`_path_facts`)."""
     import importlib.util
 
     return any(importlib.util.find_spec(m) is not None for m in _JAX_ACCELERATORS)
 
 
-register("xla", _xla, _xla_unavailable, _xla_listed)
+def _xla_listed_here() -> bool:
+    """:func:`_xla_listed` as remembered with the plug-ins' look (:func:`_path_facts`)."""
+    return _path_facts()[1]
+
+
+register("xla", _xla, _xla_unavailable, _xla_listed_here)

@@ -4,7 +4,9 @@ A Session made from a .tflite path or its bytes (not from a HAL or imported mode
 *entry* keyed by the BLAKE3 digest of the file's bytes and of everything else that decides
 what the Session would prepare: this cache's format, nnhal's version and a fingerprint of its
 code (size and modification time of every module, so an edited or upgraded nnhal never reads
-an older entry), the devices (each driver's name and version), the preference, the priority
+an older entry; a new process looks the entry up with the fingerprint the last one remembered
+and checks it while the drivers restore, dropping the restore when it was wrong:
+:class:`Fingerprint`), the devices (each driver's name and version), the preference, the priority
 and the names given. The entry is plain JSON: the Session's inputs, outputs and state
 variables (names, types, shapes, quantization; state initial values as bytes) and the
 runtime's plan (which device runs which operations, each step's inputs and outputs). Each
@@ -38,8 +40,8 @@ the least recently used going first with their steps' files.
 
 from __future__ import annotations
 
+import _thread
 import base64
-import functools
 import hashlib
 import hmac
 import json
@@ -48,6 +50,7 @@ import os
 import stat
 import struct
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -80,10 +83,31 @@ def enabled(cache: bool | None) -> bool:
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-@functools.lru_cache(maxsize=1)
+_fingerprint_lock = threading.Lock()
+#: This process's code fingerprint, once computed.
+_fingerprint: str | None = None
+#: The memo files (Fingerprint) this process has checked hold its fingerprint.
+_confirmed: set[Path] = set()
+
+
+def _package_dir() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # nnhal/
+
+
 def code_fingerprint() -> str:
     """A digest of nnhal's modules (path, size, modification time): an entry written by other
-    code (an upgrade, an edit) is never read."""
+    code (an upgrade, an edit) is never read. Computed once per process (about 1 ms: a stat
+    of each of some 200 files; a file edited in place changes nothing else, so nothing
+    cheaper would see it); :class:`Fingerprint` keeps it off a restore's way."""
+    global _fingerprint
+    if _fingerprint is None:
+        value = _walk(_package_dir())
+        with _fingerprint_lock:
+            _fingerprint = value
+    return _fingerprint
+
+
+def _walk(top: str) -> str:
     h = blake3.blake3()
 
     def walk(d: str, rel: str) -> None:
@@ -102,8 +126,80 @@ def code_fingerprint() -> str:
                     continue
                 h.update(f"{rel}{e.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
 
-    walk(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")  # nnhal/
+    walk(top, "")
     return h.hexdigest()
+
+
+class Fingerprint:
+    """The code fingerprint of one open, in steps: :attr:`guess` at once (this process's when
+    known, else the one the last process remembered for this copy of nnhal, in the store's
+    ``code/`` folder); :meth:`begin`, when the guess has found an entry, computes the real
+    one in a thread while the drivers restore (the stat calls release the GIL, and so does
+    the interpreter's allocation a LiteRT restore waits for); :meth:`settle`, the verified
+    one. The guess only chooses the entry tried: nothing restored is used before
+    :meth:`settle` has confirmed it (``_Opened.settle`` in :mod:`nnhal.session.session`)."""
+
+    def __init__(self, directory: Path | None):
+        self._done: Any = None
+        self._pid = 0
+        self._memo = None if directory is None else \
+            directory / "code" / blake3.blake3(_package_dir().encode()).hexdigest()[:32]
+        known = _fingerprint
+        if known is not None:
+            self.guess = known
+            if self._memo is not None and self._memo not in _confirmed:
+                self._remember(known)  # once per process: for the next one
+                _confirmed.add(self._memo)
+            return
+        remembered = self._remembered()
+        if remembered is None:
+            self.guess = code_fingerprint()
+            self._remember(self.guess)
+            return
+        self.guess = remembered
+
+    def begin(self) -> None:
+        """Start computing the real fingerprint (nothing when known already)."""
+        if _fingerprint is not None or self._done is not None:
+            return
+        done = threading.Lock()
+        done.acquire()
+
+        def compute() -> None:
+            try:
+                code_fingerprint()
+            finally:
+                done.release()
+
+        # Not threading.Thread: its start() waits until the thread runs (milliseconds when
+        # the cores are busy), which is what this is to keep off the open's way.
+        self._done, self._pid = done, os.getpid()
+        _thread.start_new_thread(compute, ())
+
+    def _remembered(self) -> str | None:
+        if self._memo is None:
+            return None
+        try:
+            with open(self._memo, "rb") as f:
+                text = f.read(65).decode("ascii")
+        except (OSError, UnicodeDecodeError):
+            return None
+        return text if len(text) == 64 else None
+
+    def _remember(self, value: str) -> None:
+        if self._memo is not None and self._remembered() != value:
+            _write_file(self._memo, value.encode("ascii"))
+
+    def settle(self) -> str:
+        """The fingerprint of the code running (remembered for the next process when the
+        guess was another)."""
+        done, self._done = self._done, None
+        if done is not None and os.getpid() == self._pid:  # (a forked child computes it below)
+            done.acquire()
+        value = code_fingerprint()
+        if value != self.guess:
+            self._remember(value)
+        return value
 
 
 #: A file whose modification or change time is this recent is hashed every time (not
@@ -116,11 +212,34 @@ def content_digest(data: bytes | memoryview) -> bytes:
     return blake3.blake3(data, max_threads=blake3.blake3.AUTO).digest()
 
 
-def entry_key(digest: bytes, config: list[Any]) -> bytes:
-    """The 32-byte key of an entry (also the runtime's cache token for its steps)."""
-    text = json.dumps([FORMAT, code_fingerprint(), digest.hex(), config],
+def entry_key(digest: bytes, config: list[Any], code: str | None = None) -> bytes:
+    """The 32-byte key of an entry (also the runtime's cache token for its steps), for the
+    code fingerprint ``code`` (default: this process's)."""
+    text = json.dumps([FORMAT, code or code_fingerprint(), digest.hex(), config],
                       separators=(",", ":"), sort_keys=True)
     return blake3.blake3(text.encode()).digest()
+
+
+def _write_file(target: Path, blob: bytes) -> bool:
+    """``blob`` into ``target``: a temporary file renamed into place (its folder made 0700)."""
+    tmp = None
+    try:
+        target.parent.mkdir(mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, target)
+        tmp = None
+        return True
+    except OSError as e:
+        log.info("session cache: writing %s failed: %s", target.name, e)
+        return False
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 class Store:
@@ -193,25 +312,7 @@ class Store:
         return digest, data
 
     def _write(self, target: Path, blob: bytes) -> bool:
-        """``blob`` into ``target``: a temporary file renamed into place."""
-        tmp = None
-        try:
-            target.parent.mkdir(mode=0o700, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-            os.replace(tmp, target)
-            tmp = None
-            return True
-        except OSError as e:
-            log.info("session cache: writing %s failed: %s", target.name, e)
-            return False
-        finally:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
+        return _write_file(target, blob)
 
     def _path(self, key: bytes) -> Path:
         return self.directory / f"{key.hex()[:40]}.entry"

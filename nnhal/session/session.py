@@ -62,14 +62,19 @@ from nnhal.hal.types import (
 )
 from nnhal.session.explain import explain_rejection
 from nnhal.session.info import MAX_FEED_BYTES, TensorInfo, check_feed, tensor_info
+from nnhal.session.restore import (
+    PREPARE_TIMEOUT,
+    Opened,
+    cache_source,
+    open_cached,
+    prepare_quietly,
+)
 from nnhal.tflite.model import ImportedModel, StateVariable
 
 _CONVERTING = ("Session.run() was called while converting the feeds of another run of the "
                "same session (from a feed's __array__, __len__, __getitem__...): convert the "
                "feeds before calling run")
 
-#: Seconds to wait for a driver to report a preparation before calling it hung.
-PREPARE_TIMEOUT = 600.0
 
 ModelSource = Model | ImportedModel | str | os.PathLike | bytes
 Feeds = Mapping[str, Any] | Sequence[Any]
@@ -194,7 +199,7 @@ class Session:
         self._digest = b""
         cached = None
         if isinstance(model_or_path, (str, os.PathLike, bytes, bytearray)):
-            cached = _cache_source(model_or_path, cache)
+            cached = cache_source(model_or_path, cache)
         if cached is None:
             self._imported = load_model(model_or_path, input_names, output_names)
             self.source = self._imported.source
@@ -219,8 +224,8 @@ class Session:
         try:
             started = time.perf_counter()
             chosen = self._chosen(devices) if device is None else None
-            opened = None if cached is None else self._open_cached(cached[0], chosen,
-                                                                   preference, priority)
+            opened = None if cached is None else open_cached(
+                self, cached[0], cached[3], chosen, preference, priority)
             if not self.restored:
                 if self._imported is None:
                     self._read_for_miss(cached[2], opened)  # type: ignore[index]
@@ -246,7 +251,7 @@ class Session:
                     self._imported = read_bytes_as_model(self._source_bytes(), self.source)
         return self._imported
 
-    def _read_for_miss(self, data: bytes | None, opened: _Opened | None) -> None:
+    def _read_for_miss(self, data: bytes | None, opened: Opened | None) -> None:
         """Read the model to prepare it; the entry is keyed by the bytes actually read."""
         from nnhal.session import cache as sc
 
@@ -368,7 +373,7 @@ class Session:
         return np.ascontiguousarray(conv)
 
     def _prepare(self, preference: ExecutionPreference, priority: Priority,
-                 opened: _Opened | None = None) -> IPreparedModel:
+                 opened: Opened | None = None) -> IPreparedModel:
         files = opened.device_files(self) if opened is not None else None
         model_fds, data_fds, token = files if files is not None else ([], [], b"")
         try:
@@ -408,7 +413,7 @@ class Session:
         return chosen
 
     def _compile(self, chosen: list[Any] | None, preference: ExecutionPreference,
-                 priority: Priority, opened: _Opened | None = None) -> Any:
+                 priority: Priority, opened: Opened | None = None) -> Any:
         """Compile through the runtime; the prepared model it runs (one driver's, a plan of
         steps, or one with CPU fallback)."""
         from nnhal.errors import NdkError
@@ -445,36 +450,7 @@ class Session:
         self.device_name = "+".join(dict.fromkeys(s["device"] for s in comp.plan()))
         return comp.prepared
 
-    # ---- the Session cache (nnhal.session.cache) -------------------------------------------
-    def _open_cached(self, store: Any, chosen: list[Any] | None,
-                     preference: ExecutionPreference, priority: Priority) -> _Opened:
-        """Restore from the Session cache when it holds this file (then ``restored``);
-        else what the miss needs to write the entry."""
-        from nnhal.session import cache as sc
-
-        if self.device is not None:
-            status, version = self.device.get_version_string()
-            config: list[Any] = ["device", self.device_name,
-                                 str(version) if status == ErrorStatus.NONE else ""]
-            candidates: list[Any] = []
-        else:
-            from nnhal.runtime.devices import devices as available
-
-            candidates = list(chosen) if chosen is not None else available()
-            config = ["runtime", chosen is not None, [[d.name, d.version] for d in candidates]]
-        config += [int(preference), int(priority), [list(n) if n is not None else None
-                                                    for n in self._names]]
-        opened = _Opened(store, config, self._digest, candidates, chosen is not None,
-                         preference, priority)
-        record = store.load(opened.key)
-        if record is not None:
-            try:
-                opened.restore(self, record)
-            except Exception as e:  # noqa: BLE001 - a record of the wrong shape: a miss
-                sc.log.info("session cache entry not restored: %s: %s", type(e).__name__, e)
-                self.restored = False
-        return opened
-
+    # ---- the Session cache: nnhal.session.restore -----------------------------------------
     def _reference_fallback(self) -> IPreparedModel | None:
         """The whole model on the reference driver, for a restored Session's CPU fallback
         (reads the file; once)."""
@@ -488,7 +464,7 @@ class Session:
 
             ref = next((d for d in available() if d.name == "reference"), None)
             if ref is not None:
-                pm = _prepare_quietly(ref.hal, self.model)
+                pm = prepare_quietly(ref.hal, self.model)
         except Exception:  # noqa: BLE001 - no fallback, the failure stands
             pm = None
         with self._imported_lock:
@@ -874,292 +850,11 @@ class Session:
         return f"Session({self.source!r} on {self.device_name!r}; {ins})"
 
 
-def _cache_source(source: Any, cache: bool | None) -> tuple[Any, bytes, bytes | None] | None:
-    """(the Session cache's store, the content's digest, the bytes when they were read) for a
-    .tflite path or bytes when the cache is to be used for it (:mod:`nnhal.session.cache`),
-    else None."""
-    from nnhal.session import cache as sc
-
-    if not sc.enabled(cache):
-        return None
-    try:
-        size = len(source) if isinstance(source, (bytes, bytearray)) else \
-            os.stat(source).st_size
-    except (OSError, TypeError, ValueError):
-        return None  # load_model names the problem
-    if cache is None and size < sc.MIN_BYTES:
-        return None
-    store = sc.Store.default()
-    if store is None:
-        return None
-    if isinstance(source, (bytes, bytearray)):
-        data = bytes(source)
-        return store, sc.content_digest(data), data
-    try:
-        digest, data = store.file_digest(os.fspath(source))
-    except (OSError, ValueError):
-        return None
-    return store, digest, data
-
-
 def read_bytes_as_model(data: bytes, name: str) -> ImportedModel:
     """A .tflite file's bytes as the model, named as its source for messages."""
     from nnhal.tflite import read_tflite  # type: ignore[attr-defined]
 
     return read_tflite(data, None if name == "<bytes>" else name)
-
-
-def _prepare_quietly(hal: IDevice, model: Model) -> IPreparedModel | None:
-    """``model`` prepared on ``hal`` without caching, or None."""
-    cb = PreparedModelCallback()
-    try:
-        launched = hal.prepare_model(model, ExecutionPreference.FAST_SINGLE_ANSWER,
-                                     Priority.MEDIUM, None, [], [], b"", cb)
-        if launched != ErrorStatus.NONE:
-            return None
-        status, pm = cb.wait(PREPARE_TIMEOUT)
-    except Exception:  # noqa: BLE001 - a driver that raises prepared nothing
-        return None
-    return pm if status == ErrorStatus.NONE else None
-
-
-def _complete(found: Any) -> bool:
-    """Every file of a driver's cache (``cache_names``) is there, the model caches not empty."""
-    if found is None:
-        return False
-    _token, names, n_model = found
-    try:
-        return all(os.path.getsize(n) > 0 for n in names[:n_model]) and \
-            all(os.path.exists(n) for n in names[n_model:])
-    except OSError:
-        return False
-
-
-def _restore(hal: IDevice, found: Any) -> IPreparedModel | None:
-    """prepareModelFromCache on ``found``'s files (``cache_names``), or None."""
-    if not _complete(found):
-        return None
-    token, names, n_model = found
-    fds: list[int] = []
-    try:
-        for n in names:
-            fds.append(os.open(n, os.O_RDONLY | os.O_CLOEXEC))
-        cb = PreparedModelCallback()
-        if hal.prepare_model_from_cache(None, fds[:n_model], fds[n_model:], token,
-                                        cb) != ErrorStatus.NONE:
-            return None
-        status, pm = cb.wait(PREPARE_TIMEOUT)
-        return pm if status == ErrorStatus.NONE else None
-    except Exception:  # noqa: BLE001 - anything: a miss
-        return None
-    finally:
-        for fd in fds:
-            os.close(fd)
-
-
-class _Opened:
-    """One Session's use of the Session cache: the entry's key, and how to restore the
-    entry or write it after a miss."""
-
-    def __init__(self, store: Any, config: list[Any], digest: bytes, candidates: list[Any],
-                 explicit: bool, preference: ExecutionPreference, priority: Priority):
-        self.store = store
-        self.config = config
-        self.rekey(digest)
-        self.candidates = candidates
-        self.explicit = explicit
-        self.preference = preference
-        self.priority = priority
-
-    def rekey(self, digest: bytes) -> None:
-        """Key the entry by ``digest`` (the content actually read)."""
-        from nnhal.session import cache as sc
-
-        self.key = sc.entry_key(digest, self.config)
-
-    # ---- the device path: the driver's own cache files -----------------------------------
-    def _device_names(self, session: Session) -> Any:
-        from nnhal.runtime.compilation import cache_names
-        from nnhal.runtime.devices import Device
-
-        return cache_names(str(self.store.steps), self.key,
-                           Device.of(session.device, session.device_name))
-
-    def device_files(self, session: Session) -> tuple[list[int], list[int], bytes] | None:
-        """Open (created) cache files for preparing on the Session's device, or None."""
-        found = self._device_names(session)
-        if found is None:
-            return None
-        token, names, n_model = found
-        fds: list[int] = []
-        try:
-            for n in names:
-                fds.append(os.open(n, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
-        except OSError:
-            for fd in fds:
-                os.close(fd)
-            return None
-        return fds[:n_model], fds[n_model:], token
-
-    # ---- restoring --------------------------------------------------------------------------
-    def restore(self, session: Session, record: dict[str, Any]) -> None:
-        """Make ``session`` from ``record``; leaves it unrestored when a driver refuses its
-        cache (raises for a record of the wrong shape)."""
-        from nnhal.session import cache as sc
-
-        ins = [sc.tensor_from(r) for r in record["inputs"]]
-        outs = [sc.tensor_from(r) for r in record["outputs"]]
-        state = [sc.state_from(r) for r in record["state"]]
-        plan = [{"device": str(p["device"]),
-                 "operations": [int(k) for k in p["operations"]],
-                 "inputs": [int(k) for k in p["inputs"]],
-                 "outputs": [int(k) for k in p["outputs"]]} for p in record["plan"]]
-        if record["kind"] == "device" and session.device is not None:
-            prepared = _restore(session.device, self._device_names(session))
-        elif record["kind"] == "runtime" and session.device is None:
-            prepared = self._restore_runtime(session, record)
-        else:
-            return
-        if prepared is None:
-            return
-        session._set_io(ins, outs, state)
-        session._prepared = prepared
-        session._restored_plan = plan
-        session.device_name = str(record["device_name"])
-        session.restored = True
-
-    def _split(self, step: str | None) -> bytes | None:
-        from nnhal.runtime.compilation import partition_key
-
-        if step is None:
-            return None
-        return partition_key(self.candidates, int(self.preference)) + b"\0" + step.encode()
-
-    def _restore_runtime(self, session: Session, record: dict[str, Any]) -> Any:
-        from types import SimpleNamespace
-
-        from nnhal.hal.types import OperandLifeTime, Subgraph
-        from nnhal.runtime.compilation import cache_names
-        from nnhal.runtime.partition import Step
-        from nnhal.runtime.plan import FallbackPrepared, PlanPrepared
-        from nnhal.session import cache as sc
-
-        by_name = {d.name: d for d in self.candidates}
-        done = []
-        for st in record["steps"]:
-            device = by_name[str(st["device"])]
-            step = st["step"]
-            pm = _restore(device.hal, cache_names(str(self.store.steps), self.key, device,
-                                                  self._split(None if step is None
-                                                              else str(step))))
-            if pm is None:
-                return None
-            done.append((device, pm, st))
-        fallback = None if self.explicit else session._reference_fallback
-        ref = None if self.explicit else by_name.get("reference")
-        if len(done) == 1 and done[0][2]["step"] is None:
-            device, pm, _ = done[0]
-            return pm if ref is None or ref is device else FallbackPrepared(pm, fallback)
-        main = record["main"]
-        ins_set = {int(i) for i in main["inputs"]}
-        outs_set = {int(i) for i in main["outputs"]}
-        operands = {}
-        for k, rec in main["operands"].items():
-            i = int(k)
-            life = OperandLifeTime.SUBGRAPH_INPUT if i in ins_set else \
-                OperandLifeTime.SUBGRAPH_OUTPUT if i in outs_set else \
-                OperandLifeTime.TEMPORARY_VARIABLE
-            operands[i] = sc.operand_from(rec, life)
-        skeleton = Subgraph(operands, [], [int(i) for i in main["inputs"]],
-                            [int(i) for i in main["outputs"]])  # type: ignore[arg-type]
-        steps = []
-        for device, pm, st in done:
-            declared = [sc.operand_from(r, OperandLifeTime.SUBGRAPH_OUTPUT)
-                        for r in st["declared"]]
-            sub = SimpleNamespace(main=Subgraph(declared, [], [], list(range(len(declared)))))
-            steps.append(Step(device, [int(k) for k in st["operations"]],
-                              [int(k) for k in st["inputs"]], [int(k) for k in st["outputs"]],
-                              sub, pm))  # type: ignore[arg-type]
-        whole_name = record.get("whole_device")
-        whole_device = by_name.get(str(whole_name)) if whole_name is not None else None
-        kept: list[Any] = []
-
-        def whole() -> IPreparedModel | None:
-            if whole_device is None:
-                return None
-            if not kept:
-                kept.append(_prepare_quietly(whole_device.hal, session.model))
-            return kept[0]
-
-        return PlanPrepared(skeleton, steps, fallback, whole, model=None)
-
-    # ---- writing ----------------------------------------------------------------------------
-    def save(self, session: Session) -> None:
-        """Write the entry of a Session just prepared (never raises)."""
-        from nnhal.session import cache as sc
-
-        try:
-            record = self._record(session)
-        except Exception as e:  # noqa: BLE001 - caching never fails a Session
-            sc.log.info("session cache entry not written: %s: %s", type(e).__name__, e)
-            return
-        if record is not None:
-            self.store.save(self.key, record)
-
-    def _record(self, session: Session) -> dict[str, Any] | None:
-        from nnhal.hal.types import OperandLifeTime, OperandType
-        from nnhal.runtime.compilation import cache_names, step_key
-        from nnhal.session import cache as sc
-
-        infos = [*session._all_inputs, *session._all_outputs]
-        if not all(isinstance(i.type, OperandType) for i in infos):
-            return None  # an extension's type: described by its extension, not cached
-        record: dict[str, Any] = {
-            "inputs": [sc.tensor_record(i) for i in session._all_inputs],
-            "outputs": [sc.tensor_record(i) for i in session._all_outputs],
-            "state": [sc.state_record(sv, v)
-                      for sv, v in zip(session._state_vars, session._initial)],
-            "plan": session.plan, "device_name": session.device_name}
-        files: list[str] = []
-        if session.device is not None:
-            found = self._device_names(session)
-            if not _complete(found):
-                return None
-            files += found[1]
-            record["kind"] = "device"
-        else:
-            comp = session.compilation
-            main = session.model.main
-            constants = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE)
-            whole = comp.device is not None
-            steps, used = [], {*main.input_indexes, *main.output_indexes}
-            for st in comp.steps:
-                if st.device is None or any(main.operands[i].lifetime in constants
-                                            for i in st.inputs):
-                    return None  # the runtime runs an IF/WHILE, or a step reads a constant
-                step = None if whole else step_key("main", st.operations).decode()
-                found = cache_names(str(self.store.steps), self.key, st.device,
-                                    self._split(step))
-                if not _complete(found):
-                    return None
-                files += found[1]
-                sub = st.model.main
-                steps.append({"device": st.device.name, "step": step,
-                              "operations": list(st.operations), "inputs": list(st.inputs),
-                              "outputs": list(st.outputs),
-                              "declared": [sc.operand_record(sub.operands[i])
-                                           for i in sub.output_indexes]})
-                used.update(st.inputs)
-                used.update(st.outputs)
-            whole_device = getattr(comp, "_whole_device", None)
-            record.update(kind="runtime", steps=steps,
-                          whole_device=None if whole_device is None else whole_device.name,
-                          main={"inputs": list(main.input_indexes),
-                                "outputs": list(main.output_indexes),
-                                "operands": {str(i): sc.operand_record(main.operands[i])
-                                             for i in sorted(used)}})
-        record["files"] = [os.path.basename(f) for f in files]
-        return record
 
 
 class _Bound:
