@@ -324,3 +324,33 @@ def test_a_restored_session_falls_back_to_the_reference(home, tmp_path):
         assert second._imported is None  # not read yet
         assert same(second.run(x), expected)
         assert second._imported is not None  # read for the fallback
+
+
+def test_the_entry_is_written_off_the_first_results_path(home, tmp_path, monkeypatch):
+    """The drivers' cache saves (megabytes to disk) and the entry come after the Session is
+    ready: it runs while they are held; close() waits for them; the next open restores."""
+    import threading
+
+    from nnhal.drivers.common import compilation_cache as cc
+
+    path = model_file(tmp_path, "bmm_f32.tflite")
+    release = threading.Event()
+    real_save = cc.CompilationCache.save
+
+    def held_save(self, *args, **kwargs):
+        assert release.wait(20)
+        return real_save(self, *args, **kwargs)
+
+    monkeypatch.setattr(cc.CompilationCache, "save", held_save)
+    first = Session(path, cache=True)
+    try:
+        assert not first.restored
+        x = feeds(first)
+        expected = first.run(x)  # ready and running while the saves are held
+        assert not entries(home)
+    finally:
+        release.set()
+        first.close()
+    assert len(entries(home)) == 1
+    with Session(path, cache=True) as second:
+        assert second.restored and same(second.run(x), expected)

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from nnhal.drivers.common.compilation_cache import SAVE_WAIT_S, late_saves
 from nnhal.drivers.registry import open_device
 from nnhal.errors import ExecutionError, InputError, InvalidModelError, NnhalError, one_line
 from nnhal.hal.interfaces import IDevice, IPreparedModel, PreparedModelCallback
@@ -180,6 +181,8 @@ class Session:
         self.restored = False
         self._restored_plan: list[dict[str, Any]] | None = None
         self._digest = b""
+        #: The thread writing this Session's cache entry (see _PendingSaves), or None.
+        self._saver: threading.Thread | None = None
         cached = None
         if isinstance(model_or_path, (str, os.PathLike, bytes, bytearray)):
             cached = _cache_source(model_or_path, cache)
@@ -218,7 +221,9 @@ class Session:
                 # After preparing: the driver has validated the model's operands by now.
                 self._describe()
                 if opened is not None:
-                    opened.save(self)
+                    # Off the first result's path: the drivers write their caches after
+                    # notifying (late_saves), then the entry that names them is written.
+                    self._saver = _PENDING.start(opened, self)
             self.prepare_seconds = time.perf_counter() - started
         except BaseException:
             self._close_device()
@@ -340,8 +345,9 @@ class Session:
         model_fds, data_fds, token = files if files is not None else ([], [], b"")
         try:
             cb = PreparedModelCallback()
-            launched = self.device.prepare_model(self.model, preference, priority, None,
-                                                 model_fds, data_fds, token, cb)
+            with late_saves():
+                launched = self.device.prepare_model(self.model, preference, priority, None,
+                                                     model_fds, data_fds, token, cb)
             status, prepared = ErrorStatus(launched), None
             if launched == ErrorStatus.NONE:
                 try:
@@ -395,7 +401,8 @@ class Session:
                                    Priority.HIGH: PriorityCode.HIGH}[Priority(priority)]))
             if opened is not None and opened.store is not None:
                 comp.set_caching(str(opened.store.steps), opened.key)
-            comp.finish()
+            with late_saves():  # the entry is written once the drivers' saves are
+                comp.finish()
         except NdkError as e:
             ref = None
             try:
@@ -433,6 +440,7 @@ class Session:
                                                     for n in self._names]]
         opened = _Opened(store, config, self._digest, candidates, chosen is not None,
                          preference, priority)
+        _PENDING.wait(opened.key)  # an entry this process is writing is read once written
         record = store.load(opened.key)
         if record is not None:
             try:
@@ -759,6 +767,9 @@ class Session:
                 return
             self._closed = True
             self._bound = None
+            if self._saver is not None:  # its entry written before the devices close
+                self._saver.join(SAVE_WAIT_S)
+                self._saver = None
             if self._layout is not None:
                 self._layout.close()
                 self._layout = None
@@ -878,6 +889,70 @@ def _restore(hal: IDevice, found: Any) -> IPreparedModel | None:
     finally:
         for fd in fds:
             os.close(fd)
+
+
+class _PendingSaves:
+    """The Session cache entries this process is writing, each on a thread of its own: it
+    waits for the drivers' late saves (their cache files, which the entry names), then writes
+    the entry. A second open of the same key waits for it; exit waits, bounded."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._threads: dict[bytes, threading.Thread] = {}
+        self._atexit = False
+
+    def start(self, opened: _Opened, session: Session) -> threading.Thread:
+        comp = session.compilation
+        hals = [session.device] if session.device is not None else \
+            [st.device.hal for st in (comp.steps if comp is not None else [])
+             if st.device is not None]
+        key = opened.key
+
+        def work() -> None:
+            from nnhal.session import cache as sc
+
+            try:
+                for hal in dict.fromkeys(hals):
+                    wait = getattr(hal, "wait_cache_saves", None)
+                    if wait is not None and not wait(SAVE_WAIT_S):
+                        sc.log.info("session cache entry not written: a driver's cache "
+                                    "save did not finish in %.0f s", SAVE_WAIT_S)
+                        return
+                opened.save(session)
+            except Exception as e:  # noqa: BLE001 - caching never fails a Session
+                sc.log.info("session cache entry not written: %s: %s", type(e).__name__, e)
+            finally:
+                with self._lock:
+                    if self._threads.get(key) is threading.current_thread():
+                        del self._threads[key]
+
+        t = threading.Thread(target=work, name="nnhal-session-cache", daemon=True)
+        with self._lock:
+            self._threads[key] = t
+            if not self._atexit:
+                import atexit
+
+                atexit.register(self.join_all)
+                self._atexit = True
+        t.start()
+        return t
+
+    def wait(self, key: bytes, timeout: float = SAVE_WAIT_S) -> None:
+        with self._lock:
+            t = self._threads.get(key)
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout)
+
+    def join_all(self, timeout: float = SAVE_WAIT_S) -> None:
+        """Wait (at most ``timeout`` in all) for every entry being written."""
+        end = time.monotonic() + timeout
+        with self._lock:
+            threads = list(self._threads.values())
+        for t in threads:
+            t.join(max(0.0, end - time.monotonic()))
+
+
+_PENDING = _PendingSaves()
 
 
 class _Opened:

@@ -24,8 +24,10 @@ from nnhal.drivers.common.callbacks import notify_prepared
 from nnhal.drivers.common.compilation_cache import (
     NUM_DATA_CACHE,
     NUM_MODEL_CACHE,
+    SAVE_WAIT_S,
     CompilationCache,
     load_or_create_key,
+    saves_may_be_late,
 )
 from nnhal.drivers.common.tokens import TokenRegistry
 from nnhal.drivers.common.workers import WorkerPools
@@ -288,21 +290,38 @@ class DeviceBase(IDevice):
             return ErrorStatus.NONE
         priority = Priority(priority)
         save = self._cache.open_save(model_cache, data_cache, token)  # None: do not save
+        # A client in late_saves() gets its result before the caches are written (the job
+        # holds its own descriptors); restores from this driver wait for such saves.
+        late = save is not None and saves_may_be_late()
+        if late:
+            self._cache.begin_late_save()
 
         def task() -> None:
-            status, prepared = self.build(graph, compiled, priority, deadline)
-            if save is not None:  # before notifying: the client may close its fds after
-                self._cache.save(save, model, priority, prepared)
-            notify_prepared(callback, status, prepared)
-            if save is not None:
-                self._cache.finish_save(save)
+            try:
+                status, prepared = self.build(graph, compiled, priority, deadline)
+                if save is not None and not late:  # before notifying: as the HAL expects
+                    self._cache.save(save, model, priority, prepared)
+                notify_prepared(callback, status, prepared)
+                if save is not None:
+                    if late:
+                        self._cache.save(save, model, priority, prepared)
+                    self._cache.finish_save(save)
+            finally:
+                if late:
+                    self._cache.end_late_save()
 
         try:
             self.executor_for(priority).submit(task)
         except Exception:  # noqa: BLE001 - e.g. the pool was shut down
+            if late:
+                self._cache.end_late_save()
             notify_prepared(callback, ErrorStatus.GENERAL_FAILURE, None)
             return ErrorStatus.GENERAL_FAILURE
         return ErrorStatus.NONE
+
+    def wait_cache_saves(self, timeout: float = SAVE_WAIT_S) -> bool:
+        """Wait for this driver's late cache saves (late_saves); False on timeout."""
+        return self._cache.wait_saved(timeout)
 
     def _refuse(self, callback: IPreparedModelCallback, status: ErrorStatus,
                 why: str) -> ErrorStatus:
