@@ -334,19 +334,24 @@ def test_the_entry_is_written_off_the_first_results_path(home, tmp_path, monkeyp
     from nnhal.drivers.common import compilation_cache as cc
 
     path = model_file(tmp_path, "bmm_f32.tflite")
-    release = threading.Event()
+    release, started = threading.Event(), threading.Event()
     real_save = cc.CompilationCache.save
 
     def held_save(self, *args, **kwargs):
+        started.set()
         assert release.wait(20)
         return real_save(self, *args, **kwargs)
 
     monkeypatch.setattr(cc.CompilationCache, "save", held_save)
+    monkeypatch.setattr(cc, "LATE_SAVE_DELAY_S", 30.0)
     first = Session(path, cache=True)
     try:
         assert not first.restored
         x = feeds(first)
+        time.sleep(0.05)
+        assert not started.is_set()  # the saves wait for the first result
         expected = first.run(x)  # ready and running while the saves are held
+        assert started.wait(10)
         assert not entries(home)
     finally:
         release.set()

@@ -183,6 +183,9 @@ class Session:
         self._digest = b""
         #: The thread writing this Session's cache entry (see _PendingSaves), or None.
         self._saver: threading.Thread | None = None
+        #: Set once the first run is done (or at close): the drivers' late cache saves wait
+        #: for it, so that they do not slow the first result down.
+        self._first_done = threading.Event()
         cached = None
         if isinstance(model_or_path, (str, os.PathLike, bytes, bytearray)):
             cached = _cache_source(model_or_path, cache)
@@ -226,6 +229,7 @@ class Session:
                     self._saver = _PENDING.start(opened, self)
             self.prepare_seconds = time.perf_counter() - started
         except BaseException:
+            self._first_done.set()
             self._close_device()
             raise
         self._closed = False
@@ -345,7 +349,7 @@ class Session:
         model_fds, data_fds, token = files if files is not None else ([], [], b"")
         try:
             cb = PreparedModelCallback()
-            with late_saves():
+            with late_saves(self._first_done):
                 launched = self.device.prepare_model(self.model, preference, priority, None,
                                                      model_fds, data_fds, token, cb)
             status, prepared = ErrorStatus(launched), None
@@ -401,7 +405,7 @@ class Session:
                                    Priority.HIGH: PriorityCode.HIGH}[Priority(priority)]))
             if opened is not None and opened.store is not None:
                 comp.set_caching(str(opened.store.steps), opened.key)
-            with late_saves():  # the entry is written once the drivers' saves are
+            with late_saves(self._first_done):  # the entry: once the drivers' saves are
                 comp.finish()
         except NdkError as e:
             ref = None
@@ -497,10 +501,13 @@ class Session:
             if arrays is not None:  # the feeds of the bound layout: checked already
                 return self._run_bound(bound, arrays)
         checked = self._convert(feeds)  # the caller's code runs here, with no lock held
-        with self._exclusive("run"):
-            if self._closed:
-                raise NnhalError("the session is closed")
-            return self._results(self._execute(self._with_state(checked)))
+        try:
+            with self._exclusive("run"):
+                if self._closed:
+                    raise NnhalError("the session is closed")
+                return self._results(self._execute(self._with_state(checked)))
+        finally:
+            self._first_done.set()
 
     def _results(self, outs: list[np.ndarray]) -> dict[str, np.ndarray]:
         """The state carried on, the public outputs by name (the lock held)."""
@@ -767,6 +774,7 @@ class Session:
                 return
             self._closed = True
             self._bound = None
+            self._first_done.set()
             if self._saver is not None:  # its entry written before the devices close
                 self._saver.join(SAVE_WAIT_S)
                 self._saver = None

@@ -262,29 +262,34 @@ def load_or_create_key(path: str | os.PathLike[str]) -> bytes:
 
 # ---- the cache ------------------------------------------------------------------------------
 
-#: Whether prepareModel calls made in this context may save after notifying (late_saves).
-_LATE_SAVES: contextvars.ContextVar[bool] = contextvars.ContextVar("nnhal_late_cache_saves",
-                                                                  default=False)
+#: Whether prepareModel calls made in this context may save after notifying (late_saves):
+#: True, or the event to wait for before saving.
+_LATE_SAVES: contextvars.ContextVar[bool | threading.Event] = contextvars.ContextVar(
+    "nnhal_late_cache_saves", default=False)
 
 #: Seconds a restore (or a client) waits for this cache object's late saves.
 SAVE_WAIT_S = 60.0
+#: Seconds a late save waits for its ``after`` event before saving anyway.
+LATE_SAVE_DELAY_S = 1.0
 
 
 @contextmanager
-def late_saves() -> Iterator[None]:
-    """prepareModel calls made inside may write their caches after notifying the callback.
-    For an in-process client that neither reads nor changes the files until
-    :meth:`CompilationCache.wait_saved` (or a restore, which waits itself) says they are
-    written; a driver that knows nothing of it saves before notifying, as usual."""
-    token = _LATE_SAVES.set(True)
+def late_saves(after: threading.Event | None = None) -> Iterator[None]:
+    """prepareModel calls made inside may write their caches after notifying the callback
+    (once ``after`` is set, or :data:`LATE_SAVE_DELAY_S` later: e.g. once the client's first
+    execution is done, which the save would slow down). For an in-process client that
+    neither reads nor changes the files until :meth:`CompilationCache.wait_saved` (or a
+    restore, which waits itself) says they are written; a driver that knows nothing of it
+    saves before notifying, as usual."""
+    token = _LATE_SAVES.set(after if after is not None else True)
     try:
         yield
     finally:
         _LATE_SAVES.reset(token)
 
 
-def saves_may_be_late() -> bool:
-    """Whether the calling context asked for :func:`late_saves`."""
+def saves_may_be_late() -> bool | threading.Event:
+    """Whether the calling context asked for :func:`late_saves` (its event, if it gave one)."""
     return _LATE_SAVES.get()
 
 

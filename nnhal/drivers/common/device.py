@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +20,7 @@ from typing import Any
 
 from nnhal.analysis import ModelGraph, analyse
 from nnhal.core.version import FeatureLevel
+from nnhal.drivers.common import compilation_cache
 from nnhal.drivers.common.buffer import allocate
 from nnhal.drivers.common.callbacks import notify_prepared
 from nnhal.drivers.common.compilation_cache import (
@@ -292,7 +294,7 @@ class DeviceBase(IDevice):
         save = self._cache.open_save(model_cache, data_cache, token)  # None: do not save
         # A client in late_saves() gets its result before the caches are written (the job
         # holds its own descriptors); restores from this driver wait for such saves.
-        late = save is not None and saves_may_be_late()
+        late = saves_may_be_late() if save is not None else False
         if late:
             self._cache.begin_late_save()
 
@@ -304,6 +306,8 @@ class DeviceBase(IDevice):
                 notify_prepared(callback, status, prepared)
                 if save is not None:
                     if late:
+                        if isinstance(late, threading.Event):  # the client's first result
+                            late.wait(compilation_cache.LATE_SAVE_DELAY_S)
                         self._cache.save(save, model, priority, prepared)
                     self._cache.finish_save(save)
             finally:
