@@ -53,6 +53,7 @@ from nnhal.hal.types import (
     Priority,
     value_nbytes,
 )
+from nnhal.session import pending
 from nnhal.session.explain import explain_rejection
 from nnhal.session.info import MAX_FEED_BYTES, TensorInfo, check_feed, tensor_info
 from nnhal.tflite.model import ImportedModel, StateVariable
@@ -226,7 +227,7 @@ class Session:
                 if opened is not None:
                     # Off the first result's path: the drivers write their caches after
                     # notifying (late_saves), then the entry that names them is written.
-                    self._saver = _PENDING.start(opened, self)
+                    self._saver = pending.start(opened, self)
             self.prepare_seconds = time.perf_counter() - started
         except BaseException:
             self._first_done.set()
@@ -444,7 +445,7 @@ class Session:
                                                     for n in self._names]]
         opened = _Opened(store, config, self._digest, candidates, chosen is not None,
                          preference, priority)
-        _PENDING.wait(opened.key)  # an entry this process is writing is read once written
+        pending.wait(opened.key)  # an entry this process is writing is read once written
         record = store.load(opened.key)
         if record is not None:
             try:
@@ -897,70 +898,6 @@ def _restore(hal: IDevice, found: Any) -> IPreparedModel | None:
     finally:
         for fd in fds:
             os.close(fd)
-
-
-class _PendingSaves:
-    """The Session cache entries this process is writing, each on a thread of its own: it
-    waits for the drivers' late saves (their cache files, which the entry names), then writes
-    the entry. A second open of the same key waits for it; exit waits, bounded."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._threads: dict[bytes, threading.Thread] = {}
-        self._atexit = False
-
-    def start(self, opened: _Opened, session: Session) -> threading.Thread:
-        comp = session.compilation
-        hals = [session.device] if session.device is not None else \
-            [st.device.hal for st in (comp.steps if comp is not None else [])
-             if st.device is not None]
-        key = opened.key
-
-        def work() -> None:
-            from nnhal.session import cache as sc
-
-            try:
-                for hal in dict.fromkeys(hals):
-                    wait = getattr(hal, "wait_cache_saves", None)
-                    if wait is not None and not wait(SAVE_WAIT_S):
-                        sc.log.info("session cache entry not written: a driver's cache "
-                                    "save did not finish in %.0f s", SAVE_WAIT_S)
-                        return
-                opened.save(session)
-            except Exception as e:  # noqa: BLE001 - caching never fails a Session
-                sc.log.info("session cache entry not written: %s: %s", type(e).__name__, e)
-            finally:
-                with self._lock:
-                    if self._threads.get(key) is threading.current_thread():
-                        del self._threads[key]
-
-        t = threading.Thread(target=work, name="nnhal-session-cache", daemon=True)
-        with self._lock:
-            self._threads[key] = t
-            if not self._atexit:
-                import atexit
-
-                atexit.register(self.join_all)
-                self._atexit = True
-        t.start()
-        return t
-
-    def wait(self, key: bytes, timeout: float = SAVE_WAIT_S) -> None:
-        with self._lock:
-            t = self._threads.get(key)
-        if t is not None and t is not threading.current_thread():
-            t.join(timeout)
-
-    def join_all(self, timeout: float = SAVE_WAIT_S) -> None:
-        """Wait (at most ``timeout`` in all) for every entry being written."""
-        end = time.monotonic() + timeout
-        with self._lock:
-            threads = list(self._threads.values())
-        for t in threads:
-            t.join(max(0.0, end - time.monotonic()))
-
-
-_PENDING = _PendingSaves()
 
 
 class _Opened:
