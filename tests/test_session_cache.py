@@ -359,3 +359,28 @@ def test_the_entry_is_written_off_the_first_results_path(home, tmp_path, monkeyp
     assert len(entries(home)) == 1
     with Session(path, cache=True) as second:
         assert second.restored and same(second.run(x), expected)
+
+
+def test_a_file_not_seen_before_is_hashed_while_it_is_read(home, tmp_path, monkeypatch):
+    """A file whose digest is not remembered (and could be: not changed lately) is hashed on
+    another thread while the Session reads it; the entry's key is the same, the digest is
+    remembered, and the next open restores without reading the file."""
+    monkeypatch.setattr(sc, "RACY_NS", -1)  # every file old enough to be remembered
+    path = model_file(tmp_path, "bmm_f32.tflite")
+    hashed = []
+    real = sc.Digesting.__init__
+
+    def counted(self, data, done=None):
+        hashed.append(sc.content_digest(data))
+        real(self, data, done)
+
+    monkeypatch.setattr(sc.Digesting, "__init__", counted)
+    with Session(path, cache=True) as first:
+        x = feeds(first)
+        expected = first.run(x)
+        assert not first.restored
+    assert hashed == [sc.content_digest(path.read_bytes())]
+    no_reading(monkeypatch)
+    with Session(path, cache=True) as second:
+        assert second.restored and same(second.run(x), expected)
+    assert len(hashed) == 1  # remembered: not hashed again

@@ -197,6 +197,14 @@ class Session:
             is_bytes = isinstance(model_or_path, (bytes, bytearray))
             self._source_arg = bytes(model_or_path) if is_bytes else model_or_path
             self.source = "<bytes>" if is_bytes else os.fspath(model_or_path)
+            if not isinstance(cached[1], bytes):
+                # Being hashed on another core: read the model meanwhile (a miss needs it; a
+                # hit, on content found under another name, reads it for nothing).
+                try:
+                    self._imported = read_bytes_as_model(cached[2], self.source)
+                finally:
+                    digest = cached[1].result()
+                cached = (cached[0], digest, cached[2])
             self._digest = cached[1]
         self.compilation: Any = None
         self._owned: list[IDevice] = []
@@ -839,7 +847,8 @@ def _cache_source(source: Any, cache: bool | None) -> tuple[Any, bytes, bytes | 
         data = bytes(source)
         return store, sc.content_digest(data), data
     try:
-        digest, data = store.file_digest(os.fspath(source))
+        # Content not seen before (likely a miss): hashed while the Session reads it.
+        digest, data = store.file_digest(os.fspath(source), background=True)
     except (OSError, ValueError):
         return None
     return store, digest, data
