@@ -182,7 +182,7 @@ class Session:
         self.restored = False
         self._restored_plan: list[dict[str, Any]] | None = None
         self._digest = b""
-        #: The thread writing this Session's cache entry (see _PendingSaves), or None.
+        #: The thread writing this Session's cache entry (nnhal.session.pending), or None.
         self._saver: threading.Thread | None = None
         #: Set once the first run is done (or at close): the drivers' late cache saves wait
         #: for it, so that they do not slow the first result down.
