@@ -675,3 +675,33 @@ def test_saves_outside_late_saves_come_before_the_notification(device, files):
     mc, dc = files
     prepare(device, const_model(), mc, dc)
     assert size(mc[0]) > 0 and size(dc[0]) > 0  # written by the time the callback came
+
+
+def test_a_late_save_holds_up_only_its_own_files(device, tmp_path, monkeypatch):
+    """A late save waiting for its client's first result delays neither a restore of other
+    files nor another preparation (a split model prepares its steps one after the other)."""
+    import threading
+
+    from nnhal.drivers.common import compilation_cache as cc
+
+    monkeypatch.setattr(cc, "LATE_SAVE_DELAY_S", 30.0)
+    gate = threading.Event()
+    opened = [open(tmp_path / n, "w+b") for n in ("ma", "da", "mb", "db")]  # noqa: SIM115
+    try:
+        ma, da, mb, db = ([f] for f in opened)
+        with cc.late_saves(gate):
+            prepare(device, const_model(), ma, da, token=bytes(range(32)))
+        t0 = time.monotonic()
+        prepare(device, const_model(), mb, db)  # saved before notifying, as usual
+        status, pm = restore(device, mb, db)
+        assert status == ErrorStatus.NONE and pm is not None
+        assert time.monotonic() - t0 < 10  # not held up by the gated save
+        assert not device.wait_cache_saves(0.01) and size(ma[0]) == 0
+        gate.set()
+        assert device.wait_cache_saves(10)
+        status, pm = restore(device, ma, da, token=bytes(range(32)))
+        assert status == ErrorStatus.NONE
+    finally:
+        gate.set()
+        for f in opened:
+            f.close()

@@ -354,8 +354,8 @@ class CompilationCache:
         self.driver_version = driver_version
         self._live: weakref.WeakValueDictionary[bytes, Any] = weakref.WeakValueDictionary()
         self._lock = threading.Lock()
-        #: Late saves (late_saves) begun and not finished, and their condition.
-        self._pending = 0
+        #: Late saves (late_saves) begun and not finished, by cache token, and their condition.
+        self._pending: dict[bytes, int] = {}
         self._saved = threading.Condition(threading.Lock())
 
     # ---- the driver's encoding -------------------------------------------------------------
@@ -406,22 +406,29 @@ class CompilationCache:
             pass
 
     # ---- saving ---------------------------------------------------------------------------
-    def begin_late_save(self) -> None:
-        """Count a save that will run after its notification (end it with end_late_save)."""
+    def begin_late_save(self, token: bytes) -> None:
+        """Count a save of cache ``token`` that will run after its notification (end it with
+        end_late_save)."""
         with self._saved:
-            self._pending += 1
+            self._pending[token] = self._pending.get(token, 0) + 1
 
-    def end_late_save(self) -> None:
+    def end_late_save(self, token: bytes) -> None:
         with self._saved:
-            self._pending -= 1
-            if self._pending <= 0:
-                self._pending = 0
-                self._saved.notify_all()
+            left = self._pending.get(token, 0) - 1
+            if left > 0:
+                self._pending[token] = left
+            else:
+                self._pending.pop(token, None)
+            self._saved.notify_all()
 
-    def wait_saved(self, timeout: float = SAVE_WAIT_S) -> bool:
-        """Wait until no late save is under way; False when ``timeout`` passed first."""
+    def wait_saved(self, timeout: float = SAVE_WAIT_S, token: bytes | None = None) -> bool:
+        """Wait until no late save (of cache ``token``, or of any) is under way; False when
+        ``timeout`` passed first. A late save may wait for its client's first result: wait
+        for the saves of the files at hand only."""
         with self._saved:
-            return self._saved.wait_for(lambda: self._pending == 0, timeout)
+            return self._saved.wait_for(
+                lambda: not self._pending if token is None else token not in self._pending,
+                timeout)
 
     def open_save(self, model_cache: Any, data_cache: Any, token: Any) -> SaveJob | None:
         """A SaveJob when the cache arguments of prepareModel are usable, else None.
@@ -498,8 +505,8 @@ class CompilationCache:
     def load(self, model_fd: int, data_fd: int, token: bytes) -> Loaded:
         """Read both files and verify the model cache. The data cache is verified by its
         digest later, unless a live plan has the same tag: then it is not needed at all.
-        Late saves of this cache object land first (they may be writing these files)."""
-        if not self.wait_saved():
+        Late saves of this token land first (they may be writing these files)."""
+        if not self.wait_saved(token=token):
             raise CacheError("a save of this driver's caches did not finish in time")
         blob = read_file(model_fd, MAX_MODEL_CACHE_BYTES)
         if len(blob) < _HEADER.size + _BODY_HEAD.size + TAG_SIZE:

@@ -296,7 +296,7 @@ class DeviceBase(IDevice):
         # holds its own descriptors); restores from this driver wait for such saves.
         late = saves_may_be_late() if save is not None else False
         if late:
-            self._cache.begin_late_save()
+            self._cache.begin_late_save(save.token)  # type: ignore[union-attr]
 
         def task() -> None:
             try:
@@ -312,20 +312,22 @@ class DeviceBase(IDevice):
                     self._cache.finish_save(save)
             finally:
                 if late:
-                    self._cache.end_late_save()
+                    self._cache.end_late_save(save.token)  # type: ignore[union-attr]
 
         try:
             self.executor_for(priority).submit(task)
         except Exception:  # noqa: BLE001 - e.g. the pool was shut down
             if late:
-                self._cache.end_late_save()
+                self._cache.end_late_save(save.token)  # type: ignore[union-attr]
             notify_prepared(callback, ErrorStatus.GENERAL_FAILURE, None)
             return ErrorStatus.GENERAL_FAILURE
         return ErrorStatus.NONE
 
-    def wait_cache_saves(self, timeout: float = SAVE_WAIT_S) -> bool:
-        """Wait for this driver's late cache saves (late_saves); False on timeout."""
-        return self._cache.wait_saved(timeout)
+    def wait_cache_saves(self, timeout: float = SAVE_WAIT_S, token: bytes | None = None
+                         ) -> bool:
+        """Wait for this driver's late cache saves (late_saves) of cache ``token`` (None:
+        all); False on timeout."""
+        return self._cache.wait_saved(timeout, token)
 
     def _refuse(self, callback: IPreparedModelCallback, status: ErrorStatus,
                 why: str) -> ErrorStatus:
