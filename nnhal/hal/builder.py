@@ -109,16 +109,17 @@ class _Constants:
         off = _align(self.pool_size)
         if n:
             self.parts.append((off, blob))
-            if self._writer is not None:
-                self._writer.write(off, blob)
-            elif n >= BACKGROUND_BYTES and not self._no_writer:
-                try:
+            try:
+                if self._writer is not None:
+                    self._writer.write(off, blob)
+                elif n >= BACKGROUND_BYTES and not self._no_writer:
                     self._writer = PartsWriter()
-                except OSError:  # e.g. out of descriptors: pool_memory writes it all
-                    self._no_writer = True
-                else:
                     for part in self.parts:
                         self._writer.write(*part)
+            except (OSError, RuntimeError):
+                # No descriptor, or no thread (the interpreter is exiting): pool_memory
+                # writes every part itself.
+                self._writer, self._no_writer = None, True
         self.pool_size = off + n
         return L.CONSTANT_REFERENCE, DataLocation(0, off, n)
 
