@@ -210,3 +210,51 @@ def test_case_builder_names_what_is_malformed():
            "referenced": []}
     with pytest.raises(MalformedCase, match="ValueError"):
         build_model(bad)
+
+
+def test_large_pools_are_written_while_building(monkeypatch):
+    """From the first large constant on, the pool is written on a background thread as the
+    constants come: the model holds the same sealed bytes as one written at build time, a
+    second build gives them again, and a builder dropped unbuilt leaves no descriptor."""
+    import gc
+    import os
+
+    from nnhal.hal import builder as builder_module
+
+    rng = np.random.default_rng(0)
+    values = [rng.standard_normal(n).astype(np.float32) for n in (40, 300_000, 70, 5000)]
+
+    def make(threshold):
+        monkeypatch.setattr(builder_module, "BACKGROUND_BYTES", threshold)
+        b = ModelBuilder()
+        idx = [b.constant(T.TENSOR_FLOAT32, v) for v in values]
+        return b, idx
+
+    b, idx = make(1 << 20)  # the second constant (1.2 MB) starts the writer
+    assert b._constants._writer is not None
+    m, again = b.build(), b.build()
+    b2, _ = make(1 << 60)
+    assert b2._constants._writer is None
+    plain = b2.build()
+    for model in (m, again):
+        pool = model.pools[0]
+        assert pool.size == plain.pools[0].size
+        assert np.array_equal(pool.array(), plain.pools[0].array())
+        assert pool.immutable
+        for i, v in zip(idx, values):
+            loc = model.main.operands[i].location
+            if model.main.operands[i].lifetime == L.CONSTANT_REFERENCE:
+                got = pool.array()[loc.offset:loc.offset + loc.length].view(np.float32)
+                assert np.array_equal(got, v)
+    fds = len(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        dropped, _ = make(1 << 20)
+        del dropped
+    gc.collect()
+    import time as _time
+
+    deadline = _time.monotonic() + 5
+    while len(os.listdir("/proc/self/fd")) > fds and _time.monotonic() < deadline:
+        _time.sleep(0.01)
+        gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= fds

@@ -634,3 +634,74 @@ def test_key_file_without_hard_links(tmp_path, monkeypatch):
     assert len(first) == 32 and path.stat().st_mode & 0o777 == 0o600
     assert load_or_create_key(path) == first
     assert [p.name for p in tmp_path.iterdir()] == ["key"]  # no temporary file left behind
+
+
+def test_late_save_notifies_first_and_a_restore_waits_for_it(device, files, monkeypatch):
+    """Inside late_saves() the callback comes before the caches are written (the first result
+    does not wait for them); a restore from the same driver waits for the save to land."""
+    import threading
+
+    from nnhal.drivers.common import compilation_cache as cc
+
+    mc, dc = files
+    release, saving = threading.Event(), threading.Event()
+    real_save = cc.CompilationCache.save
+
+    def slow_save(self, *args, **kwargs):
+        saving.set()
+        assert release.wait(10)
+        return real_save(self, *args, **kwargs)
+
+    monkeypatch.setattr(cc.CompilationCache, "save", slow_save)
+    with cc.late_saves():
+        writer = prepare(device, const_model(), mc, dc)  # notified while the save is held
+    assert saving.wait(10)
+    assert device.wait_cache_saves(0.05) is False  # still under way
+    expected = run(writer)
+    device._cache.forget_live_plans()
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(restore(device, mc, dc)))
+    t.start()
+    time.sleep(0.05)
+    assert not got  # waiting for the save, not failing on half-written files
+    release.set()
+    t.join(10)
+    status, pm = got[0]
+    assert status == ErrorStatus.NONE and np.array_equal(run(pm), expected)
+    assert device.wait_cache_saves(0) is True
+
+
+def test_saves_outside_late_saves_come_before_the_notification(device, files):
+    mc, dc = files
+    prepare(device, const_model(), mc, dc)
+    assert size(mc[0]) > 0 and size(dc[0]) > 0  # written by the time the callback came
+
+
+def test_a_late_save_holds_up_only_its_own_files(device, tmp_path, monkeypatch):
+    """A late save waiting for its client's first result delays neither a restore of other
+    files nor another preparation (a split model prepares its steps one after the other)."""
+    import threading
+
+    from nnhal.drivers.common import compilation_cache as cc
+
+    monkeypatch.setattr(cc, "LATE_SAVE_DELAY_S", 30.0)
+    gate = threading.Event()
+    opened = [open(tmp_path / n, "w+b") for n in ("ma", "da", "mb", "db")]  # noqa: SIM115
+    try:
+        ma, da, mb, db = ([f] for f in opened)
+        with cc.late_saves(gate):
+            prepare(device, const_model(), ma, da, token=bytes(range(32)))
+        t0 = time.monotonic()
+        prepare(device, const_model(), mb, db)  # saved before notifying, as usual
+        status, pm = restore(device, mb, db)
+        assert status == ErrorStatus.NONE and pm is not None
+        assert time.monotonic() - t0 < 10  # not held up by the gated save
+        assert not device.wait_cache_saves(0.01) and size(ma[0]) == 0
+        gate.set()
+        assert device.wait_cache_saves(10)
+        status, pm = restore(device, ma, da, token=bytes(range(32)))
+        assert status == ErrorStatus.NONE
+    finally:
+        gate.set()
+        for f in opened:
+            f.close()

@@ -385,3 +385,63 @@ def test_a_restored_session_falls_back_to_the_reference(home, tmp_path):
         assert second._imported is None  # not read yet
         assert same(second.run(x), expected)
         assert second._imported is not None  # read for the fallback
+
+
+def test_the_entry_is_written_off_the_first_results_path(home, tmp_path, monkeypatch):
+    """The drivers' cache saves (megabytes to disk) and the entry come after the Session is
+    ready: it runs while they are held; close() waits for them; the next open restores."""
+    import threading
+
+    from nnhal.drivers.common import compilation_cache as cc
+
+    path = model_file(tmp_path, "bmm_f32.tflite")
+    release, started = threading.Event(), threading.Event()
+    real_save = cc.CompilationCache.save
+
+    def held_save(self, *args, **kwargs):
+        started.set()
+        assert release.wait(20)
+        return real_save(self, *args, **kwargs)
+
+    monkeypatch.setattr(cc.CompilationCache, "save", held_save)
+    monkeypatch.setattr(cc, "LATE_SAVE_DELAY_S", 30.0)
+    first = Session(path, cache=True)
+    try:
+        assert not first.restored
+        x = feeds(first)
+        time.sleep(0.05)
+        assert not started.is_set()  # the saves wait for the first result
+        expected = first.run(x)  # ready and running while the saves are held
+        assert started.wait(10)
+        assert not entries(home)
+    finally:
+        release.set()
+        first.close()
+    assert len(entries(home)) == 1
+    with Session(path, cache=True) as second:
+        assert second.restored and same(second.run(x), expected)
+
+
+def test_a_file_not_seen_before_is_hashed_while_it_is_read(home, tmp_path, monkeypatch):
+    """A file whose digest is not remembered (and could be: not changed lately) is hashed on
+    another thread while the Session reads it; the entry's key is the same, the digest is
+    remembered, and the next open restores without reading the file."""
+    monkeypatch.setattr(sc, "RACY_NS", -1)  # every file old enough to be remembered
+    path = model_file(tmp_path, "bmm_f32.tflite")
+    hashed = []
+    real = sc.Digesting.__init__
+
+    def counted(self, data, done=None):
+        hashed.append(sc.content_digest(data))
+        real(self, data, done)
+
+    monkeypatch.setattr(sc.Digesting, "__init__", counted)
+    with Session(path, cache=True) as first:
+        x = feeds(first)
+        expected = first.run(x)
+        assert not first.restored
+    assert hashed == [sc.content_digest(path.read_bytes())]
+    no_reading(monkeypatch)
+    with Session(path, cache=True) as second:
+        assert second.restored and same(second.run(x), expected)
+    assert len(hashed) == 1  # remembered: not hashed again

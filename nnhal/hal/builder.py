@@ -39,9 +39,13 @@ from nnhal.hal.types import (
     operand_nbytes,
 )
 from nnhal.memory import SharedMemory
+from nnhal.memory.pool import PartsWriter
 
 #: Constants larger than this many bytes go to a pool, as the NNAPI runtime does.
 MAX_INLINE = 128
+#: A pool part this large starts writing the pool on a background thread (PartsWriter) while
+#: the builder goes on: a large model's weights are copied while the rest is converted.
+BACKGROUND_BYTES = 1 << 20
 #: Alignment of every value in operandValues, the constant pool and request pools.
 ALIGN = 8
 
@@ -89,6 +93,10 @@ class _Constants:
         #: (offset, bytes or immutable array) per pool constant, in offset order.
         self.parts: list[tuple[int, bytes | np.ndarray]] = []
         self.pool_size = 0
+        #: Writing the pool already, from the first large part on (PartsWriter), until the
+        #: first pool_memory; after it (or when one could not be made), never again.
+        self._writer: PartsWriter | None = None
+        self._no_writer = False
 
     def place(self, blob: bytes | np.ndarray, lifetime: OperandLifeTime | None
               ) -> tuple[OperandLifeTime, DataLocation]:
@@ -101,6 +109,17 @@ class _Constants:
         off = _align(self.pool_size)
         if n:
             self.parts.append((off, blob))
+            try:
+                if self._writer is not None:
+                    self._writer.write(off, blob)
+                elif n >= BACKGROUND_BYTES and not self._no_writer:
+                    self._writer = PartsWriter()
+                    for part in self.parts:
+                        self._writer.write(*part)
+            except (OSError, RuntimeError):
+                # No descriptor, or no thread (the interpreter is exiting): pool_memory
+                # writes every part itself.
+                self._writer, self._no_writer = None, True
         self.pool_size = off + n
         return L.CONSTANT_REFERENCE, DataLocation(0, off, n)
 
@@ -108,8 +127,12 @@ class _Constants:
         """The pool as one shared memory (None when empty), sealed: a model's constants
         never change, so whoever reads them (the analysis, a driver, a served driver in
         another process) may keep views instead of copies."""
+        self._no_writer = True
+        writer, self._writer = self._writer, None
         if not self.pool_size:
             return None
+        if writer is not None:
+            return writer.finish(self.pool_size, seal=True)
         return SharedMemory.from_parts(self.pool_size, self.parts, seal=True)
 
 

@@ -116,18 +116,9 @@ class SharedMemory:
         mem = cls.ashmem(size, name)
         try:
             for offset, data in parts:
-                if isinstance(data, np.ndarray):
-                    data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-                view = memoryview(data).cast("B")
-                if offset < 0 or offset + len(view) > size:
-                    raise MemoryError_(f"part [{offset}, {offset + len(view)}) outside memory "
-                                       f"of size {size}")
-                while len(view):
-                    written = os.pwrite(mem.fd, view, offset)
-                    view, offset = view[written:], offset + written
+                _write_part(mem.fd, offset, data, size)
             if seal:
-                fcntl.fcntl(mem.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK
-                            | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+                _seal_all(mem.fd)
         except BaseException:
             mem.close()
             raise
@@ -274,6 +265,84 @@ class SharedMemory:
 
     def __repr__(self) -> str:
         return f"SharedMemory({self.name!r}, size={self.size}, offset={self.offset})"
+
+
+def _write_part(fd: int, offset: int, data: Any, size: int | None = None) -> None:
+    """``data`` (bytes-like, or a C-contiguous array) at ``offset`` of file ``fd``."""
+    if isinstance(data, np.ndarray):
+        data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    view = memoryview(data).cast("B")
+    if offset < 0 or (size is not None and offset + len(view) > size):
+        raise MemoryError_(f"part [{offset}, {offset + len(view)}) outside memory of size "
+                           f"{size}")
+    while len(view):
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
+def _seal_all(fd: int) -> None:
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK
+                | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+
+
+class PartsWriter:
+    """Anonymous shared memory written part by part on a background thread as the parts
+    come (a model's weights while its builder converts the rest: ``pwrite`` releases the
+    GIL), then :meth:`finish` as :meth:`SharedMemory.from_parts` would have made it. The
+    parts must never change (bytes, or arrays that cannot). A writer dropped unfinished
+    closes its file once its writes are done (each holds the writer)."""
+
+    _pool: Any = None
+    _pool_lock = threading.Lock()
+
+    def __init__(self, name: str = ASHMEM):
+        self.name = name
+        self.fd = os.memfd_create(f"nnhal-{name}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        self._writes: list[Any] = []
+
+    @classmethod
+    def _executor(cls) -> Any:
+        with cls._pool_lock:
+            if cls._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                cls._pool = ThreadPoolExecutor(1, thread_name_prefix="nnhal-pool-writer")
+            return cls._pool
+
+    def write(self, offset: int, data: Any) -> None:
+        self._writes.append(self._executor().submit(PartsWriter._run, self, offset, data))
+
+    @staticmethod
+    def _run(writer: PartsWriter, offset: int, data: Any) -> None:
+        _write_part(writer.fd, offset, data)
+
+    def finish(self, size: int, *, seal: bool = False) -> SharedMemory:
+        """The memory of ``size`` bytes holding every part written (zeros elsewhere);
+        raises what a write raised."""
+        writes, self._writes = self._writes, []
+        try:
+            for w in writes:
+                w.result()
+            os.ftruncate(self.fd, size)
+            if seal:
+                _seal_all(self.fd)
+        except BaseException:
+            self._close()
+            raise
+        mem = SharedMemory(self.name, self.fd, size)
+        self.fd = -1
+        return mem
+
+    def _close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __del__(self) -> None:
+        self._close()  # every write (each holds the writer) is done by now
 
 
 _SEAL_SHRINK = getattr(fcntl, "F_SEAL_SHRINK", 0)

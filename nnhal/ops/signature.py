@@ -190,6 +190,13 @@ def _describe(types: tuple[OperandType, ...] | None) -> str:
     return "any type" if types is None else " or ".join(t.name for t in types)
 
 
+#: check()'s answers by (signature, presence, input types and lifetimes, output types): a
+#: model repeats a few operand patterns (and an import and its analysis check the same
+#: operations), so most checks are one lookup. Bounded: cleared when full.
+_CHECKED: dict[tuple, tuple[Signature, FeatureLevel | str]] = {}
+_CHECKED_MAX = 4096
+
+
 def check(signature: Signature, inputs: Sequence[object], outputs: Sequence[object],
           presence: bool = True) -> FeatureLevel:
     """The lowest feature level at which the operands fit one form and one variant; raise
@@ -201,6 +208,45 @@ def check(signature: Signature, inputs: Sequence[object], outputs: Sequence[obje
     ``presence=False`` checks counts and types only: the NDK's addOperation comes before the
     values (constant or omitted) are necessarily set.
     """
+    try:  # only operands of plain HAL types (an extension's types are checked each time)
+        key = (id(signature), presence,
+               *[(_plain(i.type), int(getattr(i, "lifetime", -1) or 0))  # type: ignore[attr-defined]
+                 for i in inputs],
+               None, *[_plain(o.type) for o in outputs])  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        key = None
+    if key is not None:
+        found = _CHECKED.get(key)
+        if found is not None and found[0] is signature:
+            if isinstance(found[1], str):
+                raise SignatureError(found[1])
+            return found[1]
+    try:
+        level = _check(signature, inputs, outputs, presence)
+    except SignatureError as e:
+        if key is not None:
+            _remember(key, signature, str(e))
+        raise
+    if key is not None:
+        _remember(key, signature, level)
+    return level
+
+
+def _plain(t: object) -> int:
+    """A plain HAL operand type as its value, else TypeError (not remembered)."""
+    if type(t) is not OperandType:
+        raise TypeError
+    return int(t)  # type: ignore[call-overload]
+
+
+def _remember(key: tuple, signature: Signature, answer: FeatureLevel | str) -> None:
+    if len(_CHECKED) >= _CHECKED_MAX:
+        _CHECKED.clear()
+    _CHECKED[key] = (signature, answer)
+
+
+def _check(signature: Signature, inputs: Sequence[object], outputs: Sequence[object],
+           presence: bool) -> FeatureLevel:
     name = signature.op.name
     candidates = [s for f in signature.forms if (s := _spread(f, len(inputs))) is not None]
     if not candidates:

@@ -428,6 +428,9 @@ class Compilation:
         if found is None:
             return None
         token, names, n_model = found
+        wait = getattr(device.hal, "wait_cache_saves", None)
+        if wait is not None:  # a late save (late_saves) may be writing these very files
+            wait(token=token)
         complete = all(os.path.exists(n) for n in names) and \
             all(os.path.getsize(n) > 0 for n in names[:n_model])
         fds: list[int] = []

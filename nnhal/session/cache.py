@@ -212,6 +212,33 @@ def content_digest(data: bytes | memoryview) -> bytes:
     return blake3.blake3(data, max_threads=blake3.blake3.AUTO).digest()
 
 
+class Digesting:
+    """:func:`content_digest` of bytes being computed on a thread of its own (one core: the
+    caller's Python runs on the other meanwhile; blake3 releases the GIL), then ``done``
+    called with it (e.g. to remember it)."""
+
+    def __init__(self, data: bytes, done: Any = None):
+        self._digest: bytes | None = None
+        self._error: BaseException | None = None
+
+        def work() -> None:
+            try:
+                self._digest = blake3.blake3(data).digest()
+                if done is not None:
+                    done(self._digest)
+            except BaseException as e:  # noqa: BLE001 - raised by result()
+                self._error = e
+
+        self._thread = threading.Thread(target=work, name="nnhal-digest", daemon=True)
+        self._thread.start()
+
+    def result(self) -> bytes:
+        self._thread.join()
+        if self._digest is None:
+            raise self._error if self._error is not None else OSError("digest failed")
+        return self._digest
+
+
 def entry_key(digest: bytes, config: list[Any], code: str | None = None) -> bytes:
     """The 32-byte key of an entry (also the runtime's cache token for its steps), for the
     code fingerprint ``code`` (default: this process's)."""
@@ -282,11 +309,25 @@ class Store:
     def _memo_path(self, sig: bytes) -> Path:
         return self.directory / "files" / f"{blake3.blake3(sig).hexdigest()[:40]}.digest"
 
-    def file_digest(self, path: str) -> tuple[bytes, bytes | None]:
+    def file_digest(self, path: str, *, background: bool = False
+                    ) -> tuple[bytes | Digesting, bytes | None]:
         """(BLAKE3 of the file's content, the content when it had to be read). The digest of
         a file unchanged since it was last hashed (same path, device, inode, size, modification
         and change times; the change time cannot be set back) is remembered, so a second open
-        does not read the file. OSError when it cannot be read."""
+        does not read the file. OSError when it cannot be read. ``background``: the digest of
+        a file not remembered although it could be (not changed in the last RACY_NS: a miss,
+        unless the same content was opened under another name) is a :class:`Digesting`,
+        hashed and remembered on a thread of its own while the caller reads the content."""
+        if background:
+            found = self._remembered(path)
+            if found[0] is not None:
+                return found[0], None
+            st, sig, memo = found[1:]
+            if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_NS:
+                with open(path, "rb") as f:
+                    data = f.read()
+                return Digesting(data, lambda digest: self._remember(
+                    path, st, sig, memo, data, digest)), data
         st = os.stat(path)
         sig = self._signature(path, st)
         memo = self._memo_path(sig)
@@ -310,6 +351,32 @@ class Store:
             except OSError:
                 pass
         return digest, data
+
+    def _remembered(self, path: str) -> tuple[bytes | None, os.stat_result, bytes, Path]:
+        """(the remembered digest of ``path`` or None, its stat, signature and memo path)."""
+        st = os.stat(path)
+        sig = self._signature(path, st)
+        memo = self._memo_path(sig)
+        try:
+            with open(memo, "rb") as f:
+                blob = f.read(2 * _TAG + 1)
+            if len(blob) == 2 * _TAG and hmac.compare_digest(
+                    self._tag(b"file\0" + sig, blob[:_TAG]), blob[_TAG:]):
+                return blob[:_TAG], st, sig, memo
+        except OSError:
+            pass
+        return None, st, sig, memo
+
+    def _remember(self, path: str, st: os.stat_result, sig: bytes, memo: Path, data: bytes,
+                  digest: bytes) -> None:
+        """Remember ``digest`` of ``data`` read from ``path`` (as file_digest does)."""
+        if len(data) == st.st_size and \
+                time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_NS:
+            try:
+                if self._signature(path, os.stat(path)) == sig:
+                    self._write(memo, digest + self._tag(b"file\0" + sig, digest))
+            except OSError:
+                pass
 
     def _write(self, target: Path, blob: bytes) -> bool:
         return _write_file(target, blob)

@@ -11,6 +11,7 @@ from typing import Any
 
 from nnhal.hal.interfaces import IDevice, IPreparedModel, PreparedModelCallback
 from nnhal.hal.types import ErrorStatus, ExecutionPreference, Model, Priority
+from nnhal.session import pending
 
 #: The Session being opened (``nnhal.session.session.Session``, not imported: that module
 #: imports this one).
@@ -44,7 +45,8 @@ def cache_source(source: Any, cache: bool | None
         return store, sc.content_digest(data), data, sc.Fingerprint(store.directory)
     try:
         code = sc.Fingerprint(store.directory)  # the guess; checked once it finds an entry
-        digest, data = store.file_digest(os.fspath(source))
+        # Content not seen before (likely a miss): hashed while the Session reads it.
+        digest, data = store.file_digest(os.fspath(source), background=True)
     except (OSError, ValueError):
         return None
     return store, digest, data, code
@@ -74,6 +76,7 @@ def open_cached(session: Session, store: Any, code: Any, chosen: list[Any] | Non
                     preference, priority, code)
     for _ in range(2):
         key = opened.key
+        pending.wait(key)  # an entry this process is writing is read once written
         record = store.load(key)
         if record is not None:
             code.begin()  # checked while the drivers restore

@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from nnhal.drivers.common.compilation_cache import SAVE_WAIT_S, late_saves
 from nnhal.drivers.registry import open_device
 from nnhal.errors import ExecutionError, InputError, InvalidModelError, NnhalError, one_line
 from nnhal.hal.interfaces import IDevice, IPreparedModel, PreparedModelCallback
@@ -60,6 +61,7 @@ from nnhal.hal.types import (
     Priority,
     value_nbytes,
 )
+from nnhal.session import pending
 from nnhal.session.explain import explain_rejection
 from nnhal.session.info import MAX_FEED_BYTES, TensorInfo, check_feed, tensor_info
 from nnhal.session.restore import (
@@ -197,6 +199,11 @@ class Session:
         self.restored = False
         self._restored_plan: list[dict[str, Any]] | None = None
         self._digest = b""
+        #: The thread writing this Session's cache entry (nnhal.session.pending), or None.
+        self._saver: threading.Thread | None = None
+        #: Set once the first run is done (or at close): the drivers' late cache saves wait
+        #: for it, so that they do not slow the first result down.
+        self._first_done = threading.Event()
         cached = None
         if isinstance(model_or_path, (str, os.PathLike, bytes, bytearray)):
             cached = cache_source(model_or_path, cache)
@@ -207,6 +214,14 @@ class Session:
             is_bytes = isinstance(model_or_path, (bytes, bytearray))
             self._source_arg = bytes(model_or_path) if is_bytes else model_or_path
             self.source = "<bytes>" if is_bytes else os.fspath(model_or_path)
+            if not isinstance(cached[1], bytes):
+                # Being hashed on another core: read the model meanwhile (a miss needs it; a
+                # hit, on content found under another name, reads it for nothing).
+                try:
+                    self._imported = read_bytes_as_model(cached[2], self.source)
+                finally:
+                    digest = cached[1].result()
+                cached = (cached[0], digest, *cached[2:])
             self._digest = cached[1]
         self.compilation: Any = None
         self._owned: list[IDevice] = []
@@ -235,9 +250,12 @@ class Session:
                 # After preparing: the driver has validated the model's operands by now.
                 self._describe()
                 if opened is not None:
-                    opened.save(self)
+                    # Off the first result's path: the drivers write their caches after
+                    # notifying (late_saves), then the entry that names them is written.
+                    self._saver = pending.start(opened, self)
             self.prepare_seconds = time.perf_counter() - started
         except BaseException:
+            self._first_done.set()
             self._close_device()
             raise
         self._closed = False
@@ -378,8 +396,9 @@ class Session:
         model_fds, data_fds, token = files if files is not None else ([], [], b"")
         try:
             cb = PreparedModelCallback()
-            launched = self.device.prepare_model(self.model, preference, priority, None,
-                                                 model_fds, data_fds, token, cb)
+            with late_saves(self._first_done):
+                launched = self.device.prepare_model(self.model, preference, priority, None,
+                                                     model_fds, data_fds, token, cb)
             status, prepared = ErrorStatus(launched), None
             if launched == ErrorStatus.NONE:
                 try:
@@ -433,7 +452,8 @@ class Session:
                                    Priority.HIGH: PriorityCode.HIGH}[Priority(priority)]))
             if opened is not None and opened.store is not None:
                 comp.set_caching(str(opened.store.steps), opened.key)
-            comp.finish()
+            with late_saves(self._first_done):  # the entry: once the drivers' saves are
+                comp.finish()
         except NdkError as e:
             ref = None
             try:
@@ -498,10 +518,13 @@ class Session:
             if arrays is not None:  # the feeds of the bound layout: checked already
                 return self._run_bound(bound, arrays)
         checked = self._convert(feeds)  # the caller's code runs here, with no lock held
-        with self._exclusive("run"):
-            if self._closed:
-                raise NnhalError("the session is closed")
-            return self._results(self._execute(self._with_state(checked)))
+        try:
+            with self._exclusive("run"):
+                if self._closed:
+                    raise NnhalError("the session is closed")
+                return self._results(self._execute(self._with_state(checked)))
+        finally:
+            self._first_done.set()
 
     def _results(self, outs: list[np.ndarray]) -> dict[str, np.ndarray]:
         """The state carried on, the public outputs by name (the lock held)."""
@@ -812,6 +835,10 @@ class Session:
             self._bound = None
             self._state_holder = None
             self.__dict__.pop("run", None)  # a stateful binding's direct way, and its binding
+            self._first_done.set()
+            if self._saver is not None:  # its entry written before the devices close
+                self._saver.join(SAVE_WAIT_S)
+                self._saver = None
             if self._layout is not None:
                 self._layout.close()
                 self._layout = None

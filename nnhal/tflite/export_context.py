@@ -81,6 +81,9 @@ class SubgraphWriter:
         self.input_names, self.output_names = input_names, output_names
         self.passthrough = passthrough
         self.tensors: dict[int, int] = {}
+        #: When set, only these operations are converted (and the outputs are not): a probe
+        #: of some operations on their own.
+        self.only: set[int] | None = None
 
     # ---- tensors ---------------------------------------------------------------------------
 
@@ -149,15 +152,16 @@ class SubgraphWriter:
         refused = len(self.ex.refused)
         fusions = self.ex.fusions(g)
         written: set[int] = set()  # operations written as part of a chain before them
+        only = self.only
         for k, (t, ins, outs) in enumerate(g.operations):
-            if k in written:
+            if k in written or (only is not None and k not in only):
                 continue
             if k in fusions and self.fuse(fusions[k]):
                 written.update(fusions[k].ops)
                 continue
             self.convert(k, t, ins, outs)
-        if len(self.ex.refused) > refused:
-            return  # outputs of refused operations were never made
+        if len(self.ex.refused) > refused or only is not None:
+            return  # outputs of refused (or skipped) operations were never made
         try:
             outputs = [self.edge_output(k, i) for k, i in enumerate(g.outputs)]
             outputs += self.sg.inputs[len(self.sg.inputs) - self.passthrough:] \

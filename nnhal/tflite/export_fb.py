@@ -87,6 +87,182 @@ class ModelDef:
         return len(self.buffers) - 1
 
 
+class _Builder(flatbuffers.Builder):
+    """flatbuffers.Builder with its hot paths lean: the very same bytes (the same alignment,
+    vtable sharing and layout), without the per-scalar range checks, nesting assertions and
+    one-byte padding loops that make up most of a model's table time. Values are range
+    checked by ``struct`` instead (an out-of-range one raises struct.error). The builder is
+    sized up front (see :func:`serialise`); growing falls back to the base class."""
+
+    def Prep(self, size: int, additionalBytes: int) -> None:  # noqa: N802, N803
+        if size > self.minalign:
+            self.minalign = size
+        head = self.head
+        pad = -(len(self.Bytes) - head + additionalBytes) & (size - 1)
+        if head < pad + size + additionalBytes:
+            super().Prep(size, additionalBytes)  # grows the buffer
+            return
+        if pad:
+            head -= pad
+            self.Bytes[head:head + pad] = bytes(pad)
+            self.head = head
+
+    def _slot(self, pack: Any, width: int, slot: int, x: Any, d: Any) -> None:
+        if x != d:
+            self.Prep(width, 0)
+            self.head -= width
+            pack(self.Bytes, self.head, x)
+            self.current_vtable[slot] = len(self.Bytes) - self.head
+
+    def PrependBoolSlot(self, o: int, x: Any, d: Any) -> None:  # noqa: N802
+        self._slot(_BOOL.pack_into, 1, o, x, d)
+
+    def PrependInt8Slot(self, o: int, x: Any, d: Any) -> None:  # noqa: N802
+        self._slot(_I8.pack_into, 1, o, x, d)
+
+    def PrependUint8Slot(self, o: int, x: Any, d: Any) -> None:  # noqa: N802
+        self._slot(_U8.pack_into, 1, o, x, d)
+
+    def PrependInt16Slot(self, o: int, x: Any, d: Any) -> None:  # noqa: N802
+        self._slot(_I16.pack_into, 2, o, x, d)
+
+    def PrependUint16Slot(self, o: int, x: Any, d: Any) -> None:  # noqa: N802
+        self._slot(_U16.pack_into, 2, o, x, d)
+
+    def PrependInt32Slot(self, o: int, x: Any, d: Any) -> None:  # noqa: N802
+        self._slot(_I32.pack_into, 4, o, x, d)
+
+    def PrependUint32Slot(self, o: int, x: Any, d: Any) -> None:  # noqa: N802
+        self._slot(_U32.pack_into, 4, o, x, d)
+
+    def PrependInt64Slot(self, o: int, x: Any, d: Any) -> None:  # noqa: N802
+        self._slot(_I64.pack_into, 8, o, x, d)
+
+    def PrependUint64Slot(self, o: int, x: Any, d: Any) -> None:  # noqa: N802
+        self._slot(_U64.pack_into, 8, o, x, d)
+
+    def PrependFloat32Slot(self, o: int, x: Any, d: Any) -> None:  # noqa: N802
+        self._slot(_F32.pack_into, 4, o, x, d)
+
+    def PrependFloat64Slot(self, o: int, x: Any, d: Any) -> None:  # noqa: N802
+        self._slot(_F64.pack_into, 8, o, x, d)
+
+    def PrependUOffsetTRelative(self, off: int) -> None:  # noqa: N802
+        self.Prep(4, 0)
+        here = len(self.Bytes) - self.head
+        if off > here:
+            raise flatbuffers.builder.OffsetArithmeticError(
+                "flatbuffers: Offset arithmetic error.")
+        self.head -= 4
+        _U32.pack_into(self.Bytes, self.head, here - off + 4)
+
+    def PrependUOffsetTRelativeSlot(self, o: int, x: int, d: int) -> None:  # noqa: N802
+        if x != d:
+            self.PrependUOffsetTRelative(x)
+            self.current_vtable[o] = len(self.Bytes) - self.head
+
+    def StartObject(self, numfields: int) -> None:  # noqa: N802
+        self.current_vtable = [0] * numfields
+        self.objectEnd = len(self.Bytes) - self.head
+        self.nested = True
+
+    def EndObject(self) -> int:  # noqa: N802
+        """The object's soffset and its vtable, shared with an equal one written before."""
+        self.nested = False
+        self.Prep(4, 0)
+        self.head -= 4  # the soffset, written below
+        buf = self.Bytes
+        object_offset = len(buf) - self.head
+        vtable = self.current_vtable
+        n = len(vtable)
+        while n and not vtable[n - 1]:
+            n -= 1  # trailing absent fields: not written
+        fields = [object_offset - e if e else 0 for e in vtable[:n]]
+        object_size = object_offset - self.objectEnd
+        # The base class's key: the field offsets last to first, then the object's size.
+        key = (*reversed(fields), object_size)
+        found = self.vtables.get(key)
+        object_start = len(buf) - object_offset
+        if found is None:
+            head = self.head - 2 * (n + 2)
+            struct.pack_into(f"<{n + 2}H", buf, head, 2 * (n + 2), object_size, *fields)
+            self.head = head
+            _I32.pack_into(buf, object_start, (len(buf) - head) - object_offset)
+            self.vtables[key] = len(buf) - head
+        else:
+            self.head = object_start
+            _I32.pack_into(buf, object_start, found - object_offset)
+        self.current_vtable = None
+        return object_offset
+
+    def StartVector(self, elemSize: int, numElems: int, alignment: int) -> int:  # noqa: N802, N803
+        self.nested = True
+        self.vectorNumElems = numElems
+        self.Prep(4, elemSize * numElems)
+        self.Prep(alignment, elemSize * numElems)
+        return len(self.Bytes) - self.head
+
+    def EndVector(self, numElems: int | None = None) -> int:  # noqa: N802, N803
+        self.nested = False
+        self.head -= 4
+        _U32.pack_into(self.Bytes, self.head, self.vectorNumElems)
+        self.vectorNumElems = None
+        return len(self.Bytes) - self.head
+
+    def CreateString(self, s: str | bytes, encoding: str = "utf-8",  # noqa: N802
+                     errors: str = "strict") -> int:
+        x = s.encode(encoding, errors) if isinstance(s, str) else bytes(s)
+        n = len(x)
+        self.Prep(4, n + 1)
+        head = self.head - 1 - n
+        self.Bytes[head + n] = 0
+        self.Bytes[head:head + n] = x
+        self.head = head
+        self.vectorNumElems = n
+        return self.EndVector()
+
+    def create_numbers(self, values: list | tuple, dtype: str) -> int:
+        """A vector of a list of numbers of ``dtype`` ("<i4", "<f4", "<i8"): what
+        CreateNumpyVector writes of ``np.asarray(values, dtype)``, without the array."""
+        code, width = _NUMBER_CODES[dtype]
+        n = len(values)
+        try:
+            payload = struct.pack(f"<{n}{code}", *values)
+        except (struct.error, TypeError, OverflowError):  # numpy's conversion rules, then
+            return self.CreateNumpyVector(np.asarray(values, dtype=dtype).reshape(-1))
+        self.StartVector(width, n, width)
+        head = self.head - len(payload)
+        self.Bytes[head:self.head] = payload
+        self.head = head
+        self.vectorNumElems = n
+        return self.EndVector()
+
+    def CreateNumpyVector(self, x: np.ndarray) -> int:  # noqa: N802
+        if x.ndim > 1 or x.dtype.kind not in "biuf":
+            return super().CreateNumpyVector(x)  # its errors
+        payload = x.astype(x.dtype.newbyteorder("<"), copy=False).tobytes()
+        self.StartVector(x.itemsize, x.size, x.dtype.alignment)
+        head = self.head - len(payload)
+        self.Bytes[head:self.head] = payload
+        self.head = head
+        self.vectorNumElems = x.size
+        return self.EndVector()
+
+
+#: struct's code and width of the dtypes _numbers writes.
+_NUMBER_CODES = {"<i4": ("i", 4), "<f4": ("f", 4), "<i8": ("q", 8)}
+_BOOL = struct.Struct("<?")
+_I8 = struct.Struct("<b")
+_U8 = struct.Struct("<B")
+_I16 = struct.Struct("<h")
+_U16 = struct.Struct("<H")
+_I32 = struct.Struct("<i")
+_U32 = struct.Struct("<I")
+_I64 = struct.Struct("<q")
+_F32 = struct.Struct("<f")
+_F64 = struct.Struct("<d")
+
+
 @functools.cache
 def _fn(module: str, name: str) -> Any:
     return getattr(importlib.import_module(f"tflite.{module}"), f"{module}{name}")
@@ -100,16 +276,28 @@ def _offsets(b: flatbuffers.Builder, module: str, vec: str, items: list[int]) ->
 
 
 def _numbers(b: flatbuffers.Builder, values: Any, dtype: str) -> int:
+    if isinstance(b, _Builder) and isinstance(values, (list, tuple)):
+        return b.create_numbers(values, dtype)
     return b.CreateNumpyVector(np.asarray(values, dtype=dtype).reshape(-1))
+
+
+@functools.cache
+def _table_fns(module: str) -> tuple[Any, Any, dict[str, Any]]:
+    """The generated Start, End and Add<field> functions of table ``module``."""
+    mod = importlib.import_module(f"tflite.{module}")
+    add = f"{module}Add"
+    return (getattr(mod, f"{module}Start"), getattr(mod, f"{module}End"),
+            {k[len(add):]: f for k, f in vars(mod).items() if k.startswith(add)})
 
 
 def _table(b: flatbuffers.Builder, module: str, fields: dict[str, Any]) -> int:
     """A table whose children are already built: ``fields`` maps a field to its value."""
-    _fn(module, "Start")(b)
+    start, end, adders = _table_fns(module)
+    start(b)
     for key, value in fields.items():
         if value is not None:
-            _fn(module, f"Add{key}")(b, value)
-    return _fn(module, "End")(b)
+            adders[key](b, value)
+    return end(b)
 
 
 def _options(b: flatbuffers.Builder, name: str, options: dict[str, Any]) -> int:
@@ -207,13 +395,15 @@ _PLACEHOLDER_OFFSET = 1 << 40
 _U64 = struct.Struct("<Q")
 
 
-def serialise(model: ModelDef, *, data_outside: bool = False) -> bytes:
+def serialise(model: ModelDef, *, data_outside: bool = False,
+              builder: type[flatbuffers.Builder] = _Builder) -> bytes:
     """The .tflite bytes (schema version 3, identifier TFL3) of ``model``.
 
     ``data_outside``: constant data goes after the flatbuffer (each Buffer's ``offset`` and
     ``size``, which TFLite reads since 2.14, for models past 2 GB), so the weights are
     copied once, straight into the result, and the builder holds only the small tables;
-    otherwise inside (each Buffer's ``data``), which every TFLite reader takes."""
+    otherwise inside (each Buffer's ``data``), which every TFLite reader takes.
+    ``builder``: flatbuffers.Builder writes the very same bytes, slower."""
     codes = sorted({op.code for sg in model.subgraphs for op in sg.operators})
     opcodes = {code: k for k, code in enumerate(codes)}
     # Room for everything, so the builder never grows: the data (when inside), and a
@@ -223,7 +413,7 @@ def serialise(model: ModelDef, *, data_outside: bool = False) -> bytes:
     scales = sum(len(t.scales or ()) for sg in model.subgraphs for t in sg.tensors)
     size = sum((0 if data_outside else _data_len(d)) + 2 * _BUFFER_ALIGN + 32
                for d in model.buffers) + 4 * names + 512 * items + 16 * scales + 65536
-    b = flatbuffers.Builder(size)
+    b = builder(size)
     # Buffers first: the largest children, at the end of the file.
     outside: list[tuple[int, int, bytes | np.ndarray]] = []  # (placeholder, offset, data)
     buffers = []

@@ -14,6 +14,9 @@ exports as float32: TFLite has no such flag, and float32 is what relaxation allo
 
 from __future__ import annotations
 
+import threading
+import weakref
+
 from nnhal.analysis import ModelGraph, SubgraphGraph, analyse
 from nnhal.errors import InvalidModelError, NnhalError, UnsupportedModelError
 from nnhal.hal.types import ErrorStatus, Model
@@ -56,15 +59,48 @@ def write_tflite(model: Model | ImportedModel, input_names: list[str] | None = N
     main = graph.main
     input_names = _names(input_names, len(main.inputs), "input")
     output_names = _names(output_names, len(main.outputs), "output")
+    with _converted_lock:
+        done = _converted.pop(graph, None)
+    if done is not None and done[0] == (exact_resize, input_names, output_names):
+        converted, refused = done[1], []  # converted already, by the support probe
+    else:
+        converted, refused = convert_model(graph, input_names, output_names,
+                                           exact_resize=exact_resize)
+    if refused:
+        raise UnsupportedModelError("cannot export to TFLite", refused)
+    return serialise(converted, data_outside=data_outside)
+
+
+def convert_model(graph: ModelGraph, input_names: list[str], output_names: list[str], *,
+                  exact_resize: bool = False) -> tuple[ModelDef, list[str]]:
+    """The analysed model converted to TFLite operators (not serialised yet), with the
+    signature when nothing was refused, and every refusal ("#index TYPE: reason")."""
     ex = _Exporter(graph.referenced)
     ex.exact_resize = exact_resize
-    ex.convert(main, "main", input_names, output_names)
-    if ex.refused:
-        raise UnsupportedModelError("cannot export to TFLite", ex.refused)
-    sg = ex.model.subgraphs[0]
-    ex.model.signature = ("serving_default", list(zip(input_names, sg.inputs)),
-                          list(zip(output_names, sg.outputs)))
-    return serialise(ex.model, data_outside=data_outside)
+    ex.convert(graph.main, "main", input_names, output_names)
+    if not ex.refused:
+        sg = ex.model.subgraphs[0]
+        ex.model.signature = ("serving_default", list(zip(input_names, sg.inputs)),
+                              list(zip(output_names, sg.outputs)))
+    return ex.model, ex.refused
+
+
+#: Conversions done ahead of write_tflite for an analysed graph (graphs are immutable), with
+#: the settings they were made with; write_tflite takes one (once) instead of converting
+#: again: the LiteRT driver's support probe converts what its prepare then writes.
+_converted: weakref.WeakKeyDictionary[ModelGraph, tuple[tuple[bool, list[str], list[str]],
+                                                        ModelDef]] = weakref.WeakKeyDictionary()
+_converted_lock = threading.Lock()
+
+
+def keep_converted(graph: ModelGraph, converted: ModelDef, *, exact_resize: bool) -> None:
+    """Keep ``converted`` (made by :func:`convert_model` with the default names) for the next
+    write_tflite of ``graph`` with those settings."""
+    main = graph.main
+    key = (exact_resize, _names(None, len(main.inputs), "input"),
+           _names(None, len(main.outputs), "output"))
+    with _converted_lock:
+        _converted[graph] = (key, converted)
 
 
 def _names(names: list[str] | None, n: int, prefix: str) -> list[str]:

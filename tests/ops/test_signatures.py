@@ -69,3 +69,37 @@ def test_wrong_count_and_type_are_named():
     ctx = OpContext(op_type=OperationType.ADD, inputs=ins, outputs=outs)
     with pytest.raises(OpError, match=r"ADD: input 1 \(input1\) has type TENSOR_INT32"):
         check_operation(lookup(OperationType.ADD), ctx)
+
+
+def test_remembered_answers_are_the_answers():
+    """check() remembers its answers by operand types and lifetimes: asked again, with the same
+    or other operand objects, it answers the same (a level, or the same SignatureError)."""
+    from types import SimpleNamespace
+
+    from nnhal.ops.signature import SignatureError, check
+
+    sig = SIGNATURES[OperationType.ADD]
+    T, L = OperandType, OperandLifeTime
+
+    def ops(*specs):
+        return [SimpleNamespace(type=t, lifetime=lt) for t, lt in specs]
+
+    good = ops((T.TENSOR_FLOAT32, L.SUBGRAPH_INPUT), (T.TENSOR_FLOAT32, L.CONSTANT_COPY),
+               (T.INT32, L.CONSTANT_COPY))
+    bad = ops((T.TENSOR_FLOAT32, L.SUBGRAPH_INPUT), (T.TENSOR_INT32, L.CONSTANT_COPY),
+              (T.INT32, L.CONSTANT_COPY))
+    out = ops((T.TENSOR_FLOAT32, L.SUBGRAPH_OUTPUT))
+    first = check(sig, good, out)
+    assert check(sig, ops(*[(i.type, i.lifetime) for i in good]), out) == first
+    messages = []
+    for _ in range(2):
+        with pytest.raises(SignatureError) as e:
+            check(sig, bad, out)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1] and "input 1" in messages[0]
+    # The same types with another lifetime: an input left out, refused as before.
+    omitted = ops((T.TENSOR_FLOAT32, L.NO_VALUE), *[(i.type, i.lifetime) for i in good[1:]])
+    for _ in range(2):
+        with pytest.raises(SignatureError, match="omitted"):
+            check(sig, omitted, out)
+    assert check(sig, good, out) == first

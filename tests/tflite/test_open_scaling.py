@@ -102,6 +102,43 @@ def test_litert_support_rules_run_once_per_graph():
     assert len(probes) == 1
 
 
+def test_litert_prepare_writes_what_its_support_probe_converted():
+    """The probe behind the LiteRT driver's support rules is the driver's own export,
+    converted once: prepareModel serialises that conversion instead of converting again, and
+    writes exactly the bytes a fresh export writes."""
+    pytest.importorskip("ai_edge_litert")
+    import nnhal.tflite.exporter as exporter
+    from nnhal import Session
+    from nnhal.analysis import analyse
+
+    conversions, written = [], []
+    real_convert, real_serialise = exporter.convert_model, exporter.serialise
+
+    def counted(*a, **k):
+        conversions.append(a[0])
+        return real_convert(*a, **k)
+
+    def kept(model, **k):
+        written.append(real_serialise(model, **k))
+        return written[-1]
+
+    model = conv_chain(3, 8)
+    import nnhal.drivers.litert.support as support
+    support_convert = support.convert_model
+    exporter.convert_model = support.convert_model = counted
+    exporter.serialise = kept
+    try:
+        with Session(model, devices=["litert"]) as s:
+            assert s.device_name == "litert"
+    finally:
+        exporter.convert_model, support.convert_model = real_convert, support_convert
+        exporter.serialise = real_serialise
+    assert len(conversions) == 1 and len(written) == 1
+    fresh = write_tflite(model, graph=analyse(model, own_constants=False), data_outside=True,
+                         exact_resize=True)
+    assert written[0] == fresh
+
+
 def test_weights_after_the_flatbuffer_are_the_same_model():
     """``data_outside`` (what the LiteRT driver writes) puts the weights after the flatbuffer,
     16-aligned, each Buffer naming its offset and size: nnhal reads the same model back, and

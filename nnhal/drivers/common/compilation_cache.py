@@ -22,6 +22,13 @@ the verified model cache names a data cache the driver has such a copy of, the r
 copy and neither reads nor hashes the client's data cache (only its length is checked, as for a
 live plan); should the copy fail to build, the client's files are restored the usual way.
 
+An in-process client that leaves the cache files alone until the driver has written them
+may ask for the save after the notification (:func:`late_saves`, around its prepareModel
+call): the first result then does not wait for megabytes of cache written to disk. Such saves
+are counted (:meth:`CompilationCache.wait_saved`) and every restore from this cache object
+waits for them first; the model cache is still invalidated first and written last, so a
+process that dies mid-save leaves no cache that restores.
+
 While what was built for a given cache is still alive in this process (its prepared model is
 still held by a client), a restore of that exact cache (same tag) reuses it instead of building
 it again: the driver's plans must be immutable and safe to share between prepared models.
@@ -38,6 +45,7 @@ Layout, little-endian. Model cache::
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import hmac
 import logging
@@ -50,7 +58,8 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -253,6 +262,37 @@ def load_or_create_key(path: str | os.PathLike[str]) -> bytes:
 
 # ---- the cache ------------------------------------------------------------------------------
 
+#: Whether prepareModel calls made in this context may save after notifying (late_saves):
+#: True, or the event to wait for before saving.
+_LATE_SAVES: contextvars.ContextVar[bool | threading.Event] = contextvars.ContextVar(
+    "nnhal_late_cache_saves", default=False)
+
+#: Seconds a restore (or a client) waits for this cache object's late saves.
+SAVE_WAIT_S = 60.0
+#: Seconds a late save waits for its ``after`` event before saving anyway.
+LATE_SAVE_DELAY_S = 1.0
+
+
+@contextmanager
+def late_saves(after: threading.Event | None = None) -> Iterator[None]:
+    """prepareModel calls made inside may write their caches after notifying the callback
+    (once ``after`` is set, or :data:`LATE_SAVE_DELAY_S` later: e.g. once the client's first
+    execution is done, which the save would slow down). For an in-process client that
+    neither reads nor changes the files until :meth:`CompilationCache.wait_saved` (or a
+    restore, which waits itself) says they are written; a driver that knows nothing of it
+    saves before notifying, as usual."""
+    token = _LATE_SAVES.set(after if after is not None else True)
+    try:
+        yield
+    finally:
+        _LATE_SAVES.reset(token)
+
+
+def saves_may_be_late() -> bool | threading.Event:
+    """Whether the calling context asked for :func:`late_saves` (its event, if it gave one)."""
+    return _LATE_SAVES.get()
+
+
 class SaveJob:
     """Duplicated descriptors of validated cache handles, owned until :meth:`close`."""
 
@@ -314,6 +354,9 @@ class CompilationCache:
         self.driver_version = driver_version
         self._live: weakref.WeakValueDictionary[bytes, Any] = weakref.WeakValueDictionary()
         self._lock = threading.Lock()
+        #: Late saves (late_saves) begun and not finished, by cache token, and their condition.
+        self._pending: dict[bytes, int] = {}
+        self._saved = threading.Condition(threading.Lock())
 
     # ---- the driver's encoding -------------------------------------------------------------
     def encode(self, model: Model, priority: Priority, prepared: IPreparedModel
@@ -363,6 +406,30 @@ class CompilationCache:
             pass
 
     # ---- saving ---------------------------------------------------------------------------
+    def begin_late_save(self, token: bytes) -> None:
+        """Count a save of cache ``token`` that will run after its notification (end it with
+        end_late_save)."""
+        with self._saved:
+            self._pending[token] = self._pending.get(token, 0) + 1
+
+    def end_late_save(self, token: bytes) -> None:
+        with self._saved:
+            left = self._pending.get(token, 0) - 1
+            if left > 0:
+                self._pending[token] = left
+            else:
+                self._pending.pop(token, None)
+            self._saved.notify_all()
+
+    def wait_saved(self, timeout: float = SAVE_WAIT_S, token: bytes | None = None) -> bool:
+        """Wait until no late save (of cache ``token``, or of any) is under way; False when
+        ``timeout`` passed first. A late save may wait for its client's first result: wait
+        for the saves of the files at hand only."""
+        with self._saved:
+            return self._saved.wait_for(
+                lambda: not self._pending if token is None else token not in self._pending,
+                timeout)
+
     def open_save(self, model_cache: Any, data_cache: Any, token: Any) -> SaveJob | None:
         """A SaveJob when the cache arguments of prepareModel are usable, else None.
 
@@ -437,7 +504,10 @@ class CompilationCache:
     # ---- restoring ------------------------------------------------------------------------
     def load(self, model_fd: int, data_fd: int, token: bytes) -> Loaded:
         """Read both files and verify the model cache. The data cache is verified by its
-        digest later, unless a live plan has the same tag: then it is not needed at all."""
+        digest later, unless a live plan has the same tag: then it is not needed at all.
+        Late saves of this token land first (they may be writing these files)."""
+        if not self.wait_saved(token=token):
+            raise CacheError("a save of this driver's caches did not finish in time")
         blob = read_file(model_fd, MAX_MODEL_CACHE_BYTES)
         if len(blob) < _HEADER.size + _BODY_HEAD.size + TAG_SIZE:
             raise CacheError("model cache too short")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,13 +20,16 @@ from typing import Any
 
 from nnhal.analysis import ModelGraph, analyse
 from nnhal.core.version import FeatureLevel
+from nnhal.drivers.common import compilation_cache
 from nnhal.drivers.common.buffer import allocate
 from nnhal.drivers.common.callbacks import notify_prepared
 from nnhal.drivers.common.compilation_cache import (
     NUM_DATA_CACHE,
     NUM_MODEL_CACHE,
+    SAVE_WAIT_S,
     CompilationCache,
     load_or_create_key,
+    saves_may_be_late,
 )
 from nnhal.drivers.common.tokens import TokenRegistry
 from nnhal.drivers.common.workers import WorkerPools
@@ -288,21 +292,42 @@ class DeviceBase(IDevice):
             return ErrorStatus.NONE
         priority = Priority(priority)
         save = self._cache.open_save(model_cache, data_cache, token)  # None: do not save
+        # A client in late_saves() gets its result before the caches are written (the job
+        # holds its own descriptors); restores from this driver wait for such saves.
+        late = saves_may_be_late() if save is not None else False
+        if late:
+            self._cache.begin_late_save(save.token)  # type: ignore[union-attr]
 
         def task() -> None:
-            status, prepared = self.build(graph, compiled, priority, deadline)
-            if save is not None:  # before notifying: the client may close its fds after
-                self._cache.save(save, model, priority, prepared)
-            notify_prepared(callback, status, prepared)
-            if save is not None:
-                self._cache.finish_save(save)
+            try:
+                status, prepared = self.build(graph, compiled, priority, deadline)
+                if save is not None and not late:  # before notifying: as the HAL expects
+                    self._cache.save(save, model, priority, prepared)
+                notify_prepared(callback, status, prepared)
+                if save is not None:
+                    if late:
+                        if isinstance(late, threading.Event):  # the client's first result
+                            late.wait(compilation_cache.LATE_SAVE_DELAY_S)
+                        self._cache.save(save, model, priority, prepared)
+                    self._cache.finish_save(save)
+            finally:
+                if late:
+                    self._cache.end_late_save(save.token)  # type: ignore[union-attr]
 
         try:
             self.executor_for(priority).submit(task)
         except Exception:  # noqa: BLE001 - e.g. the pool was shut down
+            if late:
+                self._cache.end_late_save(save.token)  # type: ignore[union-attr]
             notify_prepared(callback, ErrorStatus.GENERAL_FAILURE, None)
             return ErrorStatus.GENERAL_FAILURE
         return ErrorStatus.NONE
+
+    def wait_cache_saves(self, timeout: float = SAVE_WAIT_S, token: bytes | None = None
+                         ) -> bool:
+        """Wait for this driver's late cache saves (late_saves) of cache ``token`` (None:
+        all); False on timeout."""
+        return self._cache.wait_saved(timeout, token)
 
     def _refuse(self, callback: IPreparedModelCallback, status: ErrorStatus,
                 why: str) -> ErrorStatus:

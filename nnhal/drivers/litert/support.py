@@ -28,7 +28,9 @@ from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops.catalog import SIGNATURES
 from nnhal.tflite.export_context import SubgraphWriter
 from nnhal.tflite.export_fb import ModelDef, SubgraphDef
+from nnhal.tflite.export_fuse import find_fusions
 from nnhal.tflite.export_ops import CONVERTERS
+from nnhal.tflite.exporter import convert_model, keep_converted
 
 O = OperationType
 T = OperandType
@@ -289,6 +291,8 @@ def _reasons(graph: ModelGraph, g: SubgraphGraph, exported: dict[int, str],
 def _export_refusals(graph: ModelGraph) -> dict[int, dict[int, str]]:
     """Per subgraph (-1 main), per operation index: the exporter's refusal. A refusal not tied
     to one operation (inputs / outputs) marks every operation of that subgraph."""
+    if not graph.referenced:
+        return {-1: _main_export_refusals(graph)}
     state = _ExportProbe(graph)
     result: dict[int, dict[int, str]] = {}
     for sgg in graph.subgraphs:
@@ -299,20 +303,55 @@ def _export_refusals(graph: ModelGraph) -> dict[int, dict[int, str]]:
             SubgraphWriter(state, sgg, SubgraphDef("probe"), names, onames, 0).run()
         except Exception as e:  # noqa: BLE001 - an exporter bug must read as a refusal
             state.refused.append(f"inputs: exporter failed: {type(e).__name__}: {e}")
-        per: dict[int, str] = {}
-        prefix = "" if sgg.index == -1 else f"subgraph {sgg.index} "
-        for item in state.refused:
-            if not item.startswith(prefix):
-                continue  # a referenced subgraph's refusal: judged with that subgraph
-            rest = item[len(prefix):]
-            if rest.startswith("#"):
-                head, _, why = rest.partition(" ")
-                per.setdefault(int(head[1:]), "exporter: " + why.partition(": ")[2])
-            else:
-                for k in range(len(sgg.operations)):
-                    per.setdefault(k, "exporter: " + rest)
-        result[sgg.index] = per
+        result[sgg.index] = _per_operation(state.refused, sgg)
     return result
+
+
+def _main_export_refusals(graph: ModelGraph) -> dict[int, str]:
+    """The probe of a model without subgraphs: the driver's own export, converted (not
+    serialised) and kept for its prepare to write (one conversion, not two), with each
+    operation of a chain it writes as one operator judged again on its own (a partition may
+    cut the chain)."""
+    main = graph.main
+    chained = {k for f in find_fusions(main).values() for k in f.ops}
+    names = [f"input_{k}" for k in range(len(main.inputs))]
+    onames = [f"output_{k}" for k in range(len(main.outputs))]
+    try:
+        converted, refused = convert_model(graph, names, onames, exact_resize=True)
+    except Exception as e:  # noqa: BLE001 - an exporter bug must read as a refusal
+        converted, refused = None, [f"inputs: exporter failed: {type(e).__name__}: {e}"]
+    per = {k: why for k, why in _per_operation(refused, main).items() if k not in chained}
+    if chained:
+        state = _ExportProbe(graph)
+        writer = SubgraphWriter(state, main, SubgraphDef("probe"), names, onames, 0)
+        writer.only = chained
+        try:
+            writer.run()
+        except Exception as e:  # noqa: BLE001
+            state.refused.append(f"inputs: exporter failed: {type(e).__name__}: {e}")
+        for k, why in _per_operation(state.refused, main).items():
+            per.setdefault(k, why)
+    if converted is not None and not refused:
+        keep_converted(graph, converted, exact_resize=True)
+    return per
+
+
+def _per_operation(refused: list[str], sgg: SubgraphGraph) -> dict[int, str]:
+    """The exporter's refusals of ``sgg`` by operation index (a referenced subgraph's own
+    refusals are judged with that subgraph)."""
+    per: dict[int, str] = {}
+    prefix = "" if sgg.index == -1 else f"subgraph {sgg.index} "
+    for item in refused:
+        if not item.startswith(prefix):
+            continue
+        rest = item[len(prefix):]
+        if rest.startswith("#"):
+            head, _, why = rest.partition(" ")
+            per.setdefault(int(head[1:]), "exporter: " + why.partition(": ")[2])
+        else:
+            for k in range(len(sgg.operations)):
+                per.setdefault(k, "exporter: " + rest)
+    return per
 
 
 class _ExportProbe:
