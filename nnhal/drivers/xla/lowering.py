@@ -5,10 +5,11 @@ operations), in :data:`LOWERINGS`.
 An operation is supported when every operand it computes with has a type the lowering
 accepts and a shape the analysis knows fully at prepare (XLA compiles for static shapes: an
 output whose shape only a run can tell is refused), every parameter XLA needs at compile time
-is a constant, and the lowering's own predicate accepts it. Quantized types are refused: XLA
-would compute them in floating point, not with the reference integer arithmetic. float16
-computes in float32 and rounds each operation's result to float16, as the reference driver
-does. :data:`REFUSED` words each refusal for the docs and ``nnhal info``.
+is a constant, and the lowering's own predicate accepts it. Quantized 8-bit types compute
+the reference driver's integer arithmetic exactly (:mod:`nnhal.drivers.xla.quantized` adds
+those forms); the other quantized types are refused. float16 computes in float32 and
+rounds each operation's result to float16, as the reference driver does. :data:`REFUSED`
+words each refusal for the docs and ``nnhal info``.
 
 Nothing here imports JAX at module level: the lowerings receive ``jnp`` and ``lax`` through
 their :class:`Op`, so listing what the driver supports needs no JAX at all.
@@ -35,23 +36,31 @@ T = OperandType
 
 FLOATS = frozenset({T.TENSOR_FLOAT32, T.TENSOR_FLOAT16})
 FLOATS_INT = FLOATS | {T.TENSOR_INT32}
+#: The types computed as they are stored (no quantization parameters).
+PLAIN = FLOATS_INT | {T.TENSOR_BOOL8}
+#: The quantized types some lowering computes with (see :mod:`nnhal.drivers.xla.quantized`).
+QUANTIZED = frozenset({T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED,
+                       T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL})
 #: Every type an operand computed with may have (each lowering narrows its input 0).
-RUNS = FLOATS_INT | {T.TENSOR_BOOL8}
+RUNS = PLAIN | QUANTIZED
 #: Constant tensors with more elements than this are passed to the compiled function as
 #: arguments held in device memory (the weights); smaller ones are compiled in.
 WEIGHT_MIN_ELEMENTS = 64
 
 #: Per operation type or "*": (kind of case refused, why).
 REFUSED: dict[str, list[tuple[str, str]]] = {
-    "*": [("quantized operand types (8/16-bit, per-channel)",
-           "XLA would compute them in floating point, not with the reference integer "
-           "arithmetic (fixed-point multipliers, rounding, saturation)"),
+    "*": [("16-bit quantized types (TENSOR_QUANT16_SYMM / _ASYMM), and 8-bit quantized "
+           "operands of operations without a quantized lowering (see nnhal.drivers.xla."
+           "quantized: conv, depthwise, fully connected, pooling, elementwise tables, "
+           "QUANTIZE, DEQUANTIZE, data movement)",
+           "not lowered with the reference integer arithmetic (computing them in floating "
+           "point would not agree)"),
           ("an operand whose shape is not fully known at prepare (unknown dimensions or "
            "rank, zero-sized tensors)", "XLA compiles for static shapes"),
           ("a parameter given at run time (strides, axes, paddings, shapes, flags...)",
            "XLA needs it when compiling"),
           ("operation types without a lowering (control flow, recurrent, detection, "
-           "quantization...)", "not lowered yet")],
+           "random...)", "not lowered yet")],
     "DIV": [("TENSOR_INT32", "not lowered: the HAL's flooring division by zero is defined")],
     "INSTANCE_NORMALIZATION": [("TENSOR_FLOAT16", "the reference computes it in float64; "
                                 "float32 arithmetic was not shown to agree")],
@@ -59,7 +68,15 @@ REFUSED: dict[str, list[tuple[str, str]]] = {
     "STRIDED_SLICE": [("an empty selection", "zero-sized tensors are refused")],
     "SOFTMAX": [("beta not finite and positive", "not shown to agree")],
     "BATCH_MATMUL": [("TENSOR_INT32", "XLA's int32 products wrap; not shown to agree")],
-    "CONCATENATION": [("inputs of different types", "quantized inputs are requantized")],
+    "CONCATENATION": [("inputs of different types", "not lowered")],
+    "CONV_2D": [("quantized, when the int32 accumulator could overflow (kernel size x input "
+                 "and filter ranges beyond 2**31)", "the reference sums exactly")],
+    "DEPTHWISE_CONV_2D": [("quantized, when the int32 accumulator could overflow",
+                           "the reference sums exactly")],
+    "FULLY_CONNECTED": [("quantized, when the int32 accumulator could overflow",
+                         "the reference sums exactly")],
+    "DEQUANTIZE": [("TENSOR_QUANT8_SYMM_PER_CHANNEL input", "not lowered")],
+    "ADD": [("quantized inputs of different widths (only 8-bit pairs)", "not lowered")],
 }
 
 
@@ -230,9 +247,11 @@ LOWERINGS[O.CONCATENATION] = Lowering(_concat, FLOATS_INT, _concat_consts, _conc
 @_lowering(O.PAD, O.PAD_V2)
 def _pad(op: Op) -> Sequence[Any]:
     pads = np.asarray(op.value(1)).reshape(-1, 2)
-    value = op.scalar(2, 0.0) if op.type == O.PAD_V2 else 0.0
     x = op.x(0)
-    return [op.jnp.pad(x, [(int(a), int(b)) for a, b in pads], constant_values=value)]
+    # PAD fills with the logical zero: the zero point of a quantized tensor (0 for floats).
+    value = op.scalar(2, 0.0) if op.type == O.PAD_V2 else op.info(0).zero_point
+    return [op.jnp.pad(x, [(int(a), int(b)) for a, b in pads],
+                       constant_values=np.asarray(value).astype(x.dtype))]
 
 
 @_lowering(O.SLICE, types=FLOATS_INT)
@@ -729,7 +748,7 @@ _COMPARE = {O.EQUAL: "equal", O.NOT_EQUAL: "not_equal", O.GREATER: "greater",
             O.GREATER_EQUAL: "greater_equal", O.LESS: "less", O.LESS_EQUAL: "less_equal"}
 
 
-@_lowering(*_COMPARE, types=RUNS, consts=lambda op: ())
+@_lowering(*_COMPARE, types=PLAIN, consts=lambda op: ())
 def _compare(op: Op) -> Sequence[Any]:
     return [getattr(op.jnp, _COMPARE[op.type])(op.x(0), op.x(1))]  # type: ignore[index]
 
@@ -752,7 +771,7 @@ def _select_values(op: Op) -> Sequence[Any]:
 
 
 def _select_supports(op: Op) -> str | None:
-    return None if op.info(1).type in RUNS else f"values of type {op.info(1).type.name}"
+    return None if op.info(1).type in PLAIN else f"values of type {op.info(1).type.name}"
 
 
 LOWERINGS[O.SELECT] = Lowering(_select_values, frozenset({T.TENSOR_BOOL8}), lambda op: (),
@@ -777,7 +796,8 @@ def _space_batch(op: Op) -> Sequence[Any]:
     if to_batch:
         pads = np.asarray(op.value(2)).reshape(2, 2)
         x = jnp.pad(x, ((0, 0), (int(pads[0, 0]), int(pads[0, 1])),
-                        (int(pads[1, 0]), int(pads[1, 1])), (0, 0)))
+                        (int(pads[1, 0]), int(pads[1, 1])), (0, 0)),
+                    constant_values=np.asarray(op.info(0).zero_point).astype(x.dtype))
         n, h, w, c = x.shape
         y = x.reshape(n, h // bh, bh, w // bw, bw, c).transpose(2, 4, 0, 1, 3, 5)
         y = y.reshape(bh * bw * n, h // bh, w // bw, c)
@@ -863,6 +883,11 @@ def why_not(graph: SubgraphGraph, k: int) -> str | None:
         return lowering.supports(op)
     except Exception as e:  # noqa: BLE001 - a parameter the rules cannot read: refused
         return f"{type(e).__name__}: {e}"
+
+
+def uses_quantized(graph: ModelGraph) -> bool:
+    """Whether the main subgraph has a quantized operand (its lowering needs 64-bit types)."""
+    return any(info.type in QUANTIZED for info in graph.main.operands)
 
 
 def supported_operations(graph: ModelGraph) -> list[bool]:
@@ -955,3 +980,9 @@ def build_function(graph: ModelGraph, weights: Sequence[Weight], precision: Any
         return tuple(outs)
 
     return fn
+
+
+# The quantized forms (after every float lowering they extend is declared).
+from nnhal.drivers.xla import quantized as _quantized  # noqa: E402
+
+_quantized.register()
