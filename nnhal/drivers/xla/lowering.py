@@ -337,10 +337,32 @@ def _conv_supports(op: Op) -> str | None:
         _, a = _conv_args(op)
     except OpError as e:
         return str(e)
-    if op.info(1).type != op.info(0).type or op.info(2).type != op.info(0).type:
-        return "filter or bias of another type than the input"
+    why = _types_agree(op)
+    if why is not None:
+        return why
     if a.code is not None and a.code not in (1, 2):
         return f"padding scheme {a.code}"
+    return None
+
+
+def _terms(op: Op) -> tuple[Any, Any, Callable[[Any, int], Any], Any]:
+    """What a convolution or dense layer multiplies and how it finishes: (input, filter,
+    ``finish(sum, activation)``, the accumulator's dtype or None). Floats: the operands as
+    they are, then the bias and the activation. Quantized: the stored values minus their zero
+    points as int32, summed exactly in int32, then the reference requantisation
+    (:func:`nnhal.drivers.xla.quantized.conv_terms`)."""
+    if op.info(0).type in QUANTIZED:
+        return _quantized.conv_terms(op)
+    return op.x(0), op.x(1), lambda y, act: op.act(y + op.x(2), act), None
+
+
+def _types_agree(op: Op) -> str | None:
+    """A convolution's or dense layer's filter and bias types (and, quantized, the rules of
+    :func:`nnhal.drivers.xla.quantized.weights_supports`)."""
+    if op.info(0).type in QUANTIZED:
+        return _quantized.weights_supports(op)
+    if op.info(1).type != op.info(0).type or op.info(2).type != op.info(0).type:
+        return "filter or bias of another type than the input"
     return None
 
 
@@ -365,8 +387,8 @@ def _pads(a: Any, h: int, w: int, kh: int, kw: int) -> list[tuple[int, int]]:
 def _conv(op: Op) -> Sequence[Any]:
     _, a = _conv_args(op)
     nchw = bool(a.nchw)
-    x = _to_nhwc(op, op.x(0), nchw)
-    w = op.x(1)
+    x, w, finish, acc = _terms(op)
+    x = _to_nhwc(op, x, nchw)
     _, h, wd, c = x.shape
     _, kh, kw, _ = w.shape
     pads = _pads(a, h, wd, kh, kw)
@@ -374,15 +396,15 @@ def _conv(op: Op) -> Sequence[Any]:
         y = _depthwise(op, x, w[0], a, pads)
     elif kh == kw == 1 and tuple(a.stride) == (1, 1) and not any(map(any, pads)):
         # A pointwise convolution is one matrix product (the channels of every pixel).
-        y = op.jnp.matmul(x.reshape(-1, c), w.reshape(w.shape[0], c).T,
-                          precision=op.precision).reshape(*x.shape[:3], w.shape[0])
+        y = op.jnp.matmul(x.reshape(-1, c), w.reshape(w.shape[0], c).T, precision=op.precision,
+                          preferred_element_type=acc).reshape(*x.shape[:3], w.shape[0])
     else:
         y = op.lax.conv_general_dilated(
             x, w, window_strides=tuple(int(s) for s in a.stride), padding=pads,
             rhs_dilation=tuple(int(d) for d in a.dilation),
-            dimension_numbers=("NHWC", "OHWI", "NHWC"), precision=op.precision)
-    y = op.act(y + op.x(2), int(a.act))
-    return [_from_nhwc(op, y, nchw)]
+            dimension_numbers=("NHWC", "OHWI", "NHWC"), precision=op.precision,
+            preferred_element_type=acc)
+    return [_from_nhwc(op, finish(y, int(a.act)), nchw)]
 
 
 def _depthwise(op: Op, x: Any, w: Any, a: Any, pads: list[tuple[int, int]]) -> Any:
@@ -450,17 +472,15 @@ def _pool(op: Op) -> Sequence[Any]:
 
 
 def _fc_supports(op: Op) -> str | None:
-    if op.info(1).type != op.info(0).type or op.info(2).type != op.info(0).type:
-        return "weights or bias of another type than the input"
-    return None
+    return _types_agree(op)
 
 
 @_lowering(O.FULLY_CONNECTED, consts=lambda op: (3,), supports=_fc_supports)
 def _fully_connected(op: Op) -> Sequence[Any]:
-    w = op.x(1)
-    x = op.x(0).reshape(-1, w.shape[1])
-    y = op.jnp.matmul(x, w.T, precision=op.precision) + op.x(2)
-    return [op.act(y, int(op.scalar(3)))]
+    x, w, finish, acc = _terms(op)
+    y = op.jnp.matmul(x.reshape(-1, w.shape[1]), w.T, precision=op.precision,
+                      preferred_element_type=acc)
+    return [finish(y, int(op.scalar(3)))]
 
 
 # ---- resize ---------------------------------------------------------------------------------
@@ -654,8 +674,9 @@ def _strided_slice(op: Op) -> Sequence[Any]:
 
 
 def _grouped_supports(op: Op) -> str | None:
-    if op.info(1).type != op.info(0).type or op.info(2).type != op.info(0).type:
-        return "filter or bias of another type than the input"
+    why = _types_agree(op)
+    if why is not None:
+        return why
     try:
         a = _grouped_args(op)
     except OpError as e:
@@ -673,16 +694,16 @@ def _grouped_args(op: Op) -> Any:
 def _grouped_conv(op: Op) -> Sequence[Any]:
     a = _grouped_args(op)
     nchw = bool(a.nchw)
-    x = _to_nhwc(op, op.x(0), nchw)
-    w = op.x(1)
+    x, w, finish, acc = _terms(op)
+    x = _to_nhwc(op, x, nchw)
     _, h, wd, _ = x.shape
     _, kh, kw, _ = w.shape
     y = op.lax.conv_general_dilated(
         x, w, window_strides=tuple(int(s) for s in a.stride), padding=_pads(a, h, wd, kh, kw),
         rhs_dilation=tuple(int(d) for d in a.dilation),
         dimension_numbers=("NHWC", "OHWI", "NHWC"), feature_group_count=int(a.extra),
-        precision=op.precision)
-    return [_from_nhwc(op, op.act(y + op.x(2), int(a.act)), nchw)]
+        precision=op.precision, preferred_element_type=acc)
+    return [_from_nhwc(op, finish(y, int(a.act)), nchw)]
 
 
 def _tconv_args(op: Op) -> Any:
@@ -707,8 +728,9 @@ def _tconv_pads(op: Op, a: Any, kh: int, kw: int) -> list[tuple[int, int]]:
 
 
 def _tconv_supports(op: Op) -> str | None:
-    if op.info(1).type != op.info(0).type or op.info(2).type != op.info(0).type:
-        return "filter or bias of another type than the input"
+    why = _types_agree(op)
+    if why is not None:
+        return why
     try:
         a = _tconv_args(op)
     except OpError as e:
@@ -726,8 +748,8 @@ def _tconv_consts(op: Op) -> Sequence[int]:
 def _transpose_conv(op: Op) -> Sequence[Any]:
     a = _tconv_args(op)
     nchw = bool(a.nchw)
-    x = _to_nhwc(op, op.x(0), nchw)
-    w = op.x(1)  # [out, kh, kw, in]
+    x, w, finish, acc = _terms(op)  # w: [out, kh, kw, in]
+    x = _to_nhwc(op, x, nchw)
     _, kh, kw, _ = w.shape
     sh, sw = (int(s) for s in a.stride)
     (top, bottom), (left, right) = _tconv_pads(op, a, kh, kw)
@@ -736,10 +758,16 @@ def _transpose_conv(op: Op) -> Sequence[Any]:
     y = op.lax.conv_general_dilated(
         x, w[:, ::-1, ::-1, :], window_strides=(1, 1),
         padding=[(kh - 1, kh - 1), (kw - 1, kw - 1)], lhs_dilation=(sh, sw),
-        dimension_numbers=("NHWC", "OHWI", "NHWC"), precision=op.precision)
-    oh, ow = y.shape[1] - top - bottom, y.shape[2] - left - right
+        dimension_numbers=("NHWC", "OHWI", "NHWC"), precision=op.precision,
+        preferred_element_type=acc)
+    out = op.out_shape()
+    oh, ow = (out[2], out[3]) if nchw else (out[1], out[2])
+    # Output positions past the last one a filter tap reaches (a filter smaller than the
+    # stride) get no term: zeros, then the bias.
+    y = op.jnp.pad(y, ((0, 0), (0, max(0, top + oh - y.shape[1])),
+                       (0, max(0, left + ow - y.shape[2])), (0, 0)))
     y = y[:, top:top + oh, left:left + ow, :]
-    return [_from_nhwc(op, op.act(y + op.x(2), int(a.act)), nchw)]
+    return [_from_nhwc(op, finish(y, int(a.act)), nchw)]
 
 
 # ---- booleans and batches ------------------------------------------------------------------

@@ -34,7 +34,7 @@ from nnhal.drivers.xla import lowering as L
 from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops import conv as conv_ops
-from nnhal.ops.resolver import OpContext, OperandInfo, OpError, definitions
+from nnhal.ops.resolver import OpContext, OperandInfo, definitions
 
 O = OperationType
 T = OperandType
@@ -169,15 +169,26 @@ def _bound(op: L.Op, k: int) -> int:
     return max(zp - lo, hi - zp)
 
 
-def _weights_supports(op: L.Op, terms: int, channel_dim: int | None) -> str | None:
-    """The quantization rules shared by convolutions and dense layers."""
+#: Per operation: (the filter's dimensions one output sums over, a per-channel filter's
+#: channel dimension).
+_TERMS: dict[OperationType, tuple[tuple[int, ...], int | None]] = {
+    O.CONV_2D: ((1, 2, 3), 0), O.DEPTHWISE_CONV_2D: ((1, 2), 3),
+    O.GROUPED_CONV_2D: ((1, 2, 3), 0), O.TRANSPOSE_CONV_2D: ((1, 2, 3), 0),
+    O.FULLY_CONNECTED: ((1,), None)}
+
+
+def weights_supports(op: L.Op) -> str | None:
+    """The quantization rules of a convolution or dense layer: filter and bias types, and an
+    int32 accumulator that cannot overflow (the reference sums exactly)."""
     filt = op.info(1)
     if filt.type not in (op.info(0).type, PER_CHANNEL):
         return f"filter of type {filt.type.name}"
     if op.info(2).type != T.TENSOR_INT32:
         return f"bias of type {op.info(2).type.name}"
+    dims, channel_dim = _TERMS[O(op.type)]
     if filt.type == PER_CHANNEL and filt.channel_dim != channel_dim:
         return f"per-channel filter along dimension {filt.channel_dim}"
+    terms = int(np.prod([filt.shape[d] for d in dims]))  # type: ignore[index]
     if terms * _bound(op, 0) * _bound(op, 1) > _INT32_MAX:
         return "an int32 accumulator could overflow"
     return None
@@ -189,47 +200,12 @@ def _requant(op: L.Op) -> Any:
 
 # ---- convolutions and dense layers ---------------------------------------------------------
 
-def _conv_supports(op: L.Op) -> str | None:
-    try:
-        layout, a = L._conv_args(op)
-    except OpError as e:
-        return str(e)
-    if a.code is not None and a.code not in (1, 2):
-        return f"padding scheme {a.code}"
-    fshape = op.info(1).shape
-    terms = fshape[1] * fshape[2] * (fshape[3] if op.type == O.CONV_2D else 1)
-    return _weights_supports(op, terms, 0 if op.type == O.CONV_2D else 3)
-
-
-def _conv_lower(op: L.Op) -> Sequence[Any]:
-    jnp, lax = op.jnp, op.lax
-    _, a = L._conv_args(op)
-    nchw = bool(a.nchw)
-    x = L._to_nhwc(op, _centred(op, 0), nchw)
-    w = _centred(op, 1)
-    _, h, wd, c = x.shape
-    _, kh, kw, _ = w.shape
-    pads = L._pads(a, h, wd, kh, kw)
-    if op.type == O.DEPTHWISE_CONV_2D:
-        acc = L._depthwise(op, x, w[0], a, pads)  # int32 taps: exact sums
-    else:
-        acc = lax.conv_general_dilated(
-            x, w, window_strides=tuple(int(s) for s in a.stride), padding=pads,
-            rhs_dilation=tuple(int(d) for d in a.dilation),
-            dimension_numbers=("NHWC", "OHWI", "NHWC"), preferred_element_type=jnp.int32)
-    y = requantize(op, acc, op.x(2), _requant(op), int(a.act))
-    return [L._from_nhwc(op, y, nchw)]
-
-
-def _fc_supports(op: L.Op) -> str | None:
-    return _weights_supports(op, int(op.info(1).shape[1]), 0)  # type: ignore[index]
-
-
-def _fc_lower(op: L.Op) -> Sequence[Any]:
-    w = _centred(op, 1)
-    x = _centred(op, 0).reshape(-1, w.shape[1])
-    acc = op.jnp.matmul(x, w.T, preferred_element_type=op.jnp.int32)
-    return [requantize(op, acc, op.x(2), _requant(op), int(op.scalar(3)))]
+def conv_terms(op: L.Op) -> tuple[Any, Any, Callable[[Any, int], Any], Any]:
+    """A quantized convolution's or dense layer's terms for the float lowerings' shared code
+    (see :func:`nnhal.drivers.xla.lowering._terms`)."""
+    rq = _requant(op)
+    return (_centred(op, 0), _centred(op, 1),
+            lambda acc, act: requantize(op, acc, op.x(2), rq, act), op.jnp.int32)
 
 
 # ---- pooling -------------------------------------------------------------------------------
@@ -357,10 +333,9 @@ def register() -> None:
     for t in _TABLE_BINARY:
         _with_quantized(t, _binary_lower, consts=lambda op: range(2, op.n),
                         supports=_binary_supports)
-    for t in (O.CONV_2D, O.DEPTHWISE_CONV_2D):
-        _with_quantized(t, _conv_lower, consts=L._conv_consts, supports=_conv_supports)
-    _with_quantized(O.FULLY_CONNECTED, _fc_lower, consts=lambda op: (3,),
-                    supports=_fc_supports)
+    for t in _TERMS:  # the float lowerings, through lowering._terms and _types_agree
+        base = L.LOWERINGS[t]
+        L.LOWERINGS[t] = dataclasses.replace(base, types=base.types | Q8)
     for t in (O.AVERAGE_POOL_2D, O.MAX_POOL_2D):
         _with_quantized(t, _pool_lower, supports=_pool_supports)
     _with_quantized(O.QUANTIZE, _quantize_lower, L.FLOATS)
