@@ -34,6 +34,7 @@ from nnhal.drivers.xla import lowering as L
 from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops import conv as conv_ops
+from nnhal.ops import elementwise
 from nnhal.ops.resolver import OpContext, OperandInfo, definitions
 
 O = OperationType
@@ -279,6 +280,48 @@ def _concat_lower(op: L.Op) -> Sequence[Any]:
     return [jnp.concatenate(parts, axis=int(op.scalar(op.n - 1)))]
 
 
+def _mean_lower(op: L.Op) -> Sequence[Any]:
+    """The reference's quantized MEAN: the stored values summed in int32, divided by the
+    count truncating toward zero, saturated."""
+    jnp = op.jnp
+    x = op.x(0)
+    axes = L._axes(op, x.ndim)
+    count = int(np.prod([x.shape[a] for a in axes]))
+    total = jnp.sum(x.astype(jnp.int32), axis=axes, dtype=jnp.int32)
+    lo, hi = C.qrange(op.info(0).type)
+    q = jnp.abs(total) // count * jnp.sign(total)
+    return [jnp.clip(q, lo, hi).astype(x.dtype).reshape(op.out_shape())]
+
+
+def _mean_supports(op: L.Op) -> str | None:
+    shape = op.info(0).shape
+    axes = L._axes(op, len(shape))  # type: ignore[arg-type]
+    if int(np.prod([shape[a] for a in axes])) * 256 > _INT32_MAX:  # type: ignore[index]
+        return "a sum that could overflow int32"
+    return None
+
+
+def _select_lower(op: L.Op) -> Sequence[Any]:
+    """Each value input through the reference's requantisation table into the output's
+    parameters, then the choice."""
+    jnp = op.jnp
+    out = op.out_info()
+    picked = []
+    for k in (1, 2):
+        info = op.info(k)
+        table = jnp.asarray(elementwise.requantize_table(info, out))
+        idx = op.x(k).astype(jnp.int32) - C.qrange(info.type)[0]
+        picked.append(jnp.take(table, idx, axis=0))
+    return [jnp.where(op.x(0), picked[0], picked[1])]
+
+
+def _select_supports(op: L.Op) -> str | None:
+    t = op.info(1).type
+    if t not in Q8 or op.info(2).type != t:
+        return f"values of types {t.name} and {op.info(2).type.name}"
+    return None
+
+
 # ---- registration: each operation type keeps its float lowering for other types -----------
 
 #: Shape and data movement: stored values moved unchanged (the HAL keeps the quantization;
@@ -288,7 +331,11 @@ _MOVES = (O.RESHAPE, O.SQUEEZE, O.EXPAND_DIMS, O.TRANSPOSE, O.SLICE, O.STRIDED_S
           O.SPACE_TO_BATCH_ND, O.CHANNEL_SHUFFLE, O.REVERSE, O.PACK, O.MIRROR_PAD, O.PAD,
           O.PAD_V2)
 _TABLE_UNARY = (O.RELU, O.RELU1, O.RELU6, O.LOGISTIC, O.TANH, O.HARD_SWISH, O.DEQUANTIZE)
-_TABLE_BINARY = (O.ADD, O.SUB, O.MUL, O.MAXIMUM, O.MINIMUM)
+_TABLE_BINARY = (O.ADD, O.SUB, O.MUL, O.MAXIMUM, O.MINIMUM, O.PRELU, O.EQUAL, O.NOT_EQUAL,
+                 O.GREATER, O.GREATER_EQUAL, O.LESS, O.LESS_EQUAL)
+#: Operations on the stored values whose float lowering computes the reference's result for
+#: 8-bit integers as well (the HAL keeps the input's quantization, or the result is an index).
+_SAME_LOWERING = (O.ARGMAX, O.ARGMIN, O.REDUCE_MAX, O.REDUCE_MIN, O.RESIZE_NEAREST_NEIGHBOR)
 
 
 def _with_quantized(op_type: OperationType, lower: Callable[[L.Op], Sequence[Any]],
@@ -323,7 +370,7 @@ def _with_quantized(op_type: OperationType, lower: Callable[[L.Op], Sequence[Any
 
 def register() -> None:
     """Add every quantized lowering to :data:`nnhal.drivers.xla.lowering.LOWERINGS`."""
-    for t in _MOVES:
+    for t in (*_MOVES, *_SAME_LOWERING):
         base = L.LOWERINGS[t]
         L.LOWERINGS[t] = dataclasses.replace(base, types=base.types | Q8)
     _with_quantized(O.CONCATENATION, _concat_lower, supports=L._concat_types)
@@ -339,3 +386,13 @@ def register() -> None:
     for t in (O.AVERAGE_POOL_2D, O.MAX_POOL_2D):
         _with_quantized(t, _pool_lower, supports=_pool_supports)
     _with_quantized(O.QUANTIZE, _quantize_lower, L.FLOATS)
+    _with_quantized(O.MEAN, _mean_lower, supports=_mean_supports)
+    base = L.LOWERINGS[O.SELECT]
+
+    def select(op: L.Op) -> Sequence[Any]:
+        return (_select_lower if op.info(1).type in Q8 else base.lower)(op)
+
+    def select_supports(op: L.Op) -> str | None:
+        return (_select_supports if op.info(1).type in Q8 else base.supports)(op)
+
+    L.LOWERINGS[O.SELECT] = dataclasses.replace(base, lower=select, supports=select_supports)
