@@ -35,6 +35,7 @@ from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops import conv as conv_ops
 from nnhal.ops import elementwise
+from nnhal.ops import softmax as softmax_ops
 from nnhal.ops.resolver import OpContext, OperandInfo, definitions
 
 O = OperationType
@@ -301,6 +302,26 @@ def _mean_supports(op: L.Op) -> str | None:
     return None
 
 
+def _softmax_lower(op: L.Op) -> Sequence[Any]:
+    """The reference's fixed-point softmax, the very function, traced with ``jax.numpy``."""
+    jnp = op.jnp
+    x = op.x(0)
+    axis = int(op.scalar(2, -1)) % x.ndim
+    info = op.info(0)
+    r = softmax_ops.quant_softmax_last_axis(jnp.moveaxis(x, axis, -1), float(op.scalar(1)),
+                                            info.scale, info.type, jnp)
+    return [jnp.moveaxis(r, -1, axis)]
+
+
+def _softmax_supports(op: L.Op) -> str | None:
+    why = L._softmax_supports(op)
+    if why is None:
+        real = float(op.scalar(1)) * op.info(0).scale * (1 << 26)
+        if not real > 1.0:
+            return "an input multiplier not above one (the reference fails the execution)"
+    return why
+
+
 def _select_lower(op: L.Op) -> Sequence[Any]:
     """Each value input through the reference's requantisation table into the output's
     parameters, then the choice."""
@@ -387,6 +408,7 @@ def register() -> None:
         _with_quantized(t, _pool_lower, supports=_pool_supports)
     _with_quantized(O.QUANTIZE, _quantize_lower, L.FLOATS)
     _with_quantized(O.MEAN, _mean_lower, supports=_mean_supports)
+    _with_quantized(O.SOFTMAX, _softmax_lower, supports=_softmax_supports)
     base = L.LOWERINGS[O.SELECT]
 
     def select(op: L.Op) -> Sequence[Any]:
