@@ -512,9 +512,13 @@ def _resize(op: Op) -> Sequence[Any]:
         x0, x1, dx = resize_rules._bilinear_axis(w, ow, align, half)
         dy = dy[None, :, None, None]
         dx = dx[None, None, :, None]
-        r0, r1 = x[:, y0], x[:, y1]
+        stored = x.dtype
+        r0, r1 = x[:, y0].astype(np.float32), x[:, y1].astype(np.float32)
         y = (r0[:, :, x0] * (1 - dy) * (1 - dx) + r1[:, :, x0] * dy * (1 - dx)
              + r0[:, :, x1] * (1 - dy) * dx + r1[:, :, x1] * dy * dx)
+        if op.info(0).type in QUANTIZED:  # the stored integers interpolated, rounded half up
+            lo, hi = np.iinfo(stored).min, np.iinfo(stored).max
+            y = op.jnp.clip(op.jnp.floor(y + np.float32(0.5)), lo, hi).astype(stored)
     return [_from_nhwc(op, y, nchw)]
 
 

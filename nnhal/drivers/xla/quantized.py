@@ -356,7 +356,8 @@ _TABLE_BINARY = (O.ADD, O.SUB, O.MUL, O.MAXIMUM, O.MINIMUM, O.PRELU, O.EQUAL, O.
                  O.GREATER, O.GREATER_EQUAL, O.LESS, O.LESS_EQUAL)
 #: Operations on the stored values whose float lowering computes the reference's result for
 #: 8-bit integers as well (the HAL keeps the input's quantization, or the result is an index).
-_SAME_LOWERING = (O.ARGMAX, O.ARGMIN, O.REDUCE_MAX, O.REDUCE_MIN, O.RESIZE_NEAREST_NEIGHBOR)
+_SAME_LOWERING = (O.ARGMAX, O.ARGMIN, O.REDUCE_MAX, O.REDUCE_MIN, O.RESIZE_NEAREST_NEIGHBOR,
+                  O.RESIZE_BILINEAR)
 
 
 def _with_quantized(op_type: OperationType, lower: Callable[[L.Op], Sequence[Any]],
