@@ -34,7 +34,7 @@ from nnhal.drivers.xla import lowering as L
 from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops import conv as conv_ops
-from nnhal.ops import elementwise
+from nnhal.ops import elementwise, normalization
 from nnhal.ops import softmax as softmax_ops
 from nnhal.ops.resolver import OpContext, OperandInfo, definitions
 
@@ -322,6 +322,13 @@ def _softmax_supports(op: L.Op) -> str | None:
     return why
 
 
+def _l2_norm_lower(op: L.Op) -> Sequence[Any]:
+    """The reference's integer L2 normalization, the very function, traced."""
+    x = op.x(0)
+    axis = int(op.scalar(1, -1)) % x.ndim
+    return [normalization.quant_l2_normalize(x, op.info(0), axis, op.jnp)]
+
+
 def _select_lower(op: L.Op) -> Sequence[Any]:
     """Each value input through the reference's requantisation table into the output's
     parameters, then the choice."""
@@ -410,6 +417,7 @@ def register() -> None:
     _with_quantized(O.QUANTIZE, _quantize_lower, L.FLOATS)
     _with_quantized(O.MEAN, _mean_lower, supports=_mean_supports)
     _with_quantized(O.SOFTMAX, _softmax_lower, supports=_softmax_supports)
+    _with_quantized(O.L2_NORMALIZATION, _l2_norm_lower)
     base = L.LOWERINGS[O.SELECT]
 
     def select(op: L.Op) -> Sequence[Any]:
