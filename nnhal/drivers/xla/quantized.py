@@ -51,10 +51,6 @@ TYPES = Q8_ANY | {PER_CHANNEL}
 _INT32_MAX = 2**31 - 1
 
 
-def is_quantized(op: L.Op, k: int = 0) -> bool:
-    return op.info(k).type in TYPES
-
-
 # ---- the reference kernel over every input value ---------------------------------------------
 
 class _Run:
