@@ -46,8 +46,6 @@ Q8 = frozenset({T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED})
 #: Input-0 types of the tables' unary operations (DEQUANTIZE also reads TENSOR_QUANT8_SYMM).
 Q8_ANY = Q8 | {T.TENSOR_QUANT8_SYMM}
 PER_CHANNEL = T.TENSOR_QUANT8_SYMM_PER_CHANNEL
-#: Every quantized type an operand the driver computes with may have.
-TYPES = Q8_ANY | {PER_CHANNEL}
 _INT32_MAX = 2**31 - 1
 
 
