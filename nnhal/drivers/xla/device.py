@@ -52,10 +52,11 @@ CPU_FLOAT_PERF = 1.2
 #: float32 / float16 tensors on a GPU.
 GPU_FLOAT_PERF = 0.1
 #: 8-bit quantized tensors (the reference integer arithmetic: int32 sums, 64-bit
-#: requantisation, table lookups). benchmarks/bench_xla.py measured pymicro-wakeword's int8
-#: streaming models through Session in interleaved rounds at load 7: xla 0.23-0.52 ms per
-#: call, the reference 0.18-0.30 ms (1.25-1.33x its time), LiteRT 0.17-0.23 ms. Not measured on
-#: a GPU: the same figure there, so the runtime keeps quantized work elsewhere when it can.
+#: requantisation, table lookups). benchmarks/bench_xla.py measured pymicro-wakeword's four
+#: int8 streaming models through Session in interleaved rounds (60, load 5.2-5.7): xla
+#: 0.24-0.38 ms per call, the reference 0.17-0.30 ms (1.29-1.41x its time), LiteRT 0.04-0.23
+#: ms. Not measured on a GPU: the same figure there, so the runtime keeps quantized work
+#: elsewhere when it can.
 QUANT_PERF = 1.3
 #: Scalars and tiny models: each execution pays JAX's dispatch and a device round trip.
 SCALAR_PERF = 2.0
