@@ -3,7 +3,9 @@ through ``Session(path, device=...)`` on xla, LiteRT and the reference driver in
 rounds (median of per-round ratios), the outputs' largest difference from the reference, and
 prepareModel against prepareModelFromCache, each the first call of a fresh process sharing a
 cache key file (as when an app starts again). Asserts nothing; prints /proc/loadavg with
-every figure.
+every figure. Quantized models too (integer inputs get random values of their whole range;
+a streaming model's state is carried from call to call, as in an app), e.g. the wake-word
+models of pymicro-wakeword with ``--fresh 0``.
 
     python benchmarks/bench_xla.py [--model FILE] [--rounds N] [--fresh N]
 """
@@ -66,6 +68,15 @@ def compare_logits(model: str) -> None:
           f" of their range {span:.3g}")
 
 
+def feed(info, rng: np.random.Generator) -> np.ndarray:
+    """Random values for one input: [0, 1) for floats, the whole range for integers."""
+    dtype = np.dtype(info.dtype)
+    if dtype.kind in "iu":
+        lim = np.iinfo(dtype)
+        return rng.integers(lim.min, lim.max, info.shape, endpoint=True).astype(dtype)
+    return rng.random(info.shape).astype(dtype)
+
+
 def interleaved(model: str, rounds: int) -> None:
     from nnhal.drivers.registry import reason
     from nnhal.session import Session
@@ -74,10 +85,11 @@ def interleaved(model: str, rounds: int) -> None:
     sessions = {n: Session(model, device=n) for n in names}
     first = sessions["xla"]
     rng = np.random.default_rng(0)
-    feeds = {i.name: rng.random(i.shape, np.float32) for i in first.inputs}
+    feeds = {i.name: feed(i, rng) for i in first.inputs}
     outs = {n: s.run(feeds) for n, s in sessions.items()}
     for k, ref in outs["reference"].items():
-        got = outs["xla"][k]
+        got, ref = outs["xla"][k], ref.astype(np.float64)
+        got = got.astype(np.float64)
         scale = float(np.abs(ref).max()) or 1.0
         print(f"output {k}: xla - reference max |diff| {np.abs(got - ref).max():.3g} "
               f"(largest |value| {scale:.3g})")
@@ -145,7 +157,8 @@ def main() -> None:
     args = ap.parse_args()
     compare_logits(args.model)
     interleaved(args.model, args.rounds)
-    fresh(args.model, args.fresh)
+    if args.fresh:
+        fresh(args.model, args.fresh)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -126,42 +127,46 @@ def quantize_multiplier_smaller_than_one(real: float) -> tuple[int, int]:
     return q, -shift
 
 
-def srdhm(a: np.ndarray, b: int | np.ndarray) -> np.ndarray:
-    """SaturatingRoundingDoublingHighMul on int64 arrays holding int32 values."""
-    a = np.asarray(a, dtype=np.int64)
-    b64 = np.asarray(b, dtype=np.int64)
+def srdhm(a: np.ndarray, b: int | np.ndarray, xp: Any = np) -> np.ndarray:
+    """SaturatingRoundingDoublingHighMul on int64 arrays holding int32 values.
+
+    ``xp`` is the array namespace (numpy, or ``jax.numpy`` with 64-bit types enabled: the XLA
+    driver traces these very formulas, so both drivers compute one arithmetic)."""
+    a = xp.asarray(a, dtype=xp.int64)
+    b64 = xp.asarray(b, dtype=xp.int64)
     ab = a * b64
-    nudge = np.where(ab >= 0, np.int64(1 << 30), np.int64(1 - (1 << 30)))
+    nudge = xp.where(ab >= 0, xp.int64(1 << 30), xp.int64(1 - (1 << 30)))
     s = ab + nudge
     # C++ division truncates toward zero.
-    res = np.where(s >= 0, s >> 31, -((-s) >> 31))
+    res = xp.where(s >= 0, s >> 31, -((-s) >> 31))
     overflow = (a == INT32_MIN) & (b64 == INT32_MIN)
-    if np.any(overflow):
-        res = np.where(overflow, INT32_MAX, res)
+    if xp is not np or np.any(overflow):
+        res = xp.where(overflow, INT32_MAX, res)
     return res
 
 
-def rounding_divide_by_pot(x: np.ndarray, exponent: int | np.ndarray) -> np.ndarray:
+def rounding_divide_by_pot(x: np.ndarray, exponent: int | np.ndarray,
+                           xp: Any = np) -> np.ndarray:
     """RoundingDivideByPOT: divide by 2**exponent rounding half away from zero."""
-    x = np.asarray(x, dtype=np.int64)
-    exponent = np.asarray(exponent, dtype=np.int64)
-    mask = (np.int64(1) << exponent) - 1
+    x = xp.asarray(x, dtype=xp.int64)
+    exponent = xp.asarray(exponent, dtype=xp.int64)
+    mask = xp.left_shift(xp.int64(1), exponent) - 1
     remainder = x & mask
     threshold = (mask >> 1) + (x < 0)
     return (x >> exponent) + (remainder > threshold)
 
 
 def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: int | np.ndarray,
-                                     shift: int | np.ndarray) -> np.ndarray:
+                                     shift: int | np.ndarray, xp: Any = np) -> np.ndarray:
     """MultiplyByQuantizedMultiplier (TFLite): x * multiplier * 2**(shift - 31), rounded."""
-    shift = np.asarray(shift, dtype=np.int64)
+    shift = np.asarray(shift, dtype=np.int64)  # a constant of the operation
     left = np.maximum(shift, 0)
     right = np.maximum(-shift, 0)
-    x = np.asarray(x, dtype=np.int64) * (np.int64(1) << left)
+    x = xp.asarray(x, dtype=xp.int64) * (np.int64(1) << left)
     # Shifting can leave the int32 range only for pathological multipliers; saturate as C++
     # wraps are undefined behaviour anyway.
-    x = np.clip(x, INT32_MIN, INT32_MAX)
-    return rounding_divide_by_pot(srdhm(x, multiplier), right)
+    x = xp.clip(x, INT32_MIN, INT32_MAX)
+    return rounding_divide_by_pot(srdhm(x, multiplier, xp), right, xp)
 
 
 def requantize(acc: np.ndarray, real_multiplier: float | np.ndarray, zero_point: int,

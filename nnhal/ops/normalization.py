@@ -7,12 +7,14 @@ and the output has the fixed scale 1/128, so results match within rounding of on
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops import fixedpoint as FP
-from nnhal.ops.resolver import OpContext, OperationDef, OpError, Shape, register
+from nnhal.ops.resolver import OpContext, OperandInfo, OperationDef, OpError, Shape, register
 from nnhal.ops.signature import V1_0, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType
@@ -44,35 +46,50 @@ SIGNATURES = [
 _L2_OUT_ZP = {T.TENSOR_QUANT8_ASYMM: 128, T.TENSOR_QUANT8_ASYMM_SIGNED: 0}
 
 
-def inv_sqrt_multiplier(sq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def inv_sqrt_multiplier(sq: np.ndarray, xp: Any = np) -> tuple[np.ndarray, np.ndarray]:
     """GetInvSqrtQuantizedMultiplierExp: 1/sqrt(sq) as (Q0.31 multiplier, right shift).
 
-    Sums of 0 and 1 give (INT32_MAX, 0), so an all-zero slice normalizes to zero.
+    Sums of 0 and 1 give (INT32_MAX, 0), so an all-zero slice normalizes to zero. ``xp``: the
+    array namespace (the XLA driver traces this with ``jax.numpy``: its loop runs the bound
+    of 16 steps, numpy's stops once no value is left to reduce).
     """
-    sq = np.asarray(sq, dtype=np.int64)
+    sq = xp.asarray(sq, dtype=xp.int64)
     tiny = sq <= 1
-    v = np.where(tiny, 4, sq)
-    shift = np.full(v.shape, 11, dtype=np.int64)
-    while True:
+    v = xp.where(tiny, 4, sq)
+    shift = xp.full(v.shape, 11, dtype=xp.int64)
+    for _ in range(16):  # int64 sums below 2**61 are under 2**29 after 16 quarterings
         big = v >= (1 << 29)
-        if not big.any():
+        if xp is np and not big.any():
             break
-        v = np.where(big, v // 4, v)
+        v = xp.where(big, v // 4, v)
         shift = shift + big
-    pairs = (32 - FP.bit_length(v) - 1) // 2 - 1
+    pairs = (32 - FP.bit_length(v, xp) - 1) // 2 - 1
     shift = shift - pairs
     v = v << (2 * pairs)
-    half_input = C.rounding_divide_by_pot(v >> 1, 1)   # Q3.28
+    half_input = C.rounding_divide_by_pot(v >> 1, 1, xp)   # Q3.28
     half_three = np.int64((1 << 28) + (1 << 27))
-    x = np.full(v.shape, 1 << 28, dtype=np.int64)      # 1.0 in Q3.28
+    x = xp.full(v.shape, 1 << 28, dtype=xp.int64)      # 1.0 in Q3.28
     for _ in range(5):
-        x3 = FP.saturating_shift_left(C.srdhm(C.srdhm(x, x), x), 6)
-        x = FP.saturating_shift_left(C.srdhm(half_three, x) - C.srdhm(half_input, x3), 3)
-    x = C.srdhm(x, 1518500250)                          # times sqrt(2)/2
+        x3 = FP.saturating_shift_left(C.srdhm(C.srdhm(x, x, xp), x, xp), 6, xp)
+        x = FP.saturating_shift_left(
+            C.srdhm(half_three, x, xp) - C.srdhm(half_input, x3, xp), 3, xp)
+    x = C.srdhm(x, 1518500250, xp)                          # times sqrt(2)/2
     neg = shift < 0
-    x = np.where(neg, x << np.where(neg, -shift, 0), x)
-    shift = np.where(neg, 0, shift)
-    return np.where(tiny, C.INT32_MAX, x), np.where(tiny, 0, shift)
+    x = xp.where(neg, x << xp.where(neg, -shift, 0), x)
+    shift = xp.where(neg, 0, shift)
+    return xp.where(tiny, C.INT32_MAX, x), xp.where(tiny, 0, shift)
+
+
+def quant_l2_normalize(x: np.ndarray, info: OperandInfo, axis: int,
+                       xp: Any = np) -> np.ndarray:
+    """The upstream integer L2 normalization of a uint8/int8 array along ``axis`` (output
+    scale 1/128 and the fixed zero point)."""
+    t = info.type
+    diff = x.astype(xp.int64) - info.zero_point
+    mult, shift = inv_sqrt_multiplier((diff * diff).sum(axis=axis, keepdims=True), xp)
+    scaled = C.rounding_divide_by_pot(C.srdhm(diff * 128, mult, xp), shift, xp) + _L2_OUT_ZP[t]
+    qmin, qmax = C.qrange(t)
+    return xp.clip(scaled, qmin, qmax).astype(t.dtype)
 
 
 class _SameShape(OperationDef):
@@ -94,8 +111,7 @@ class L2Normalization(_SameShape):
     def kernel(self, ctx: OpContext):
         t = ctx.inputs[0].type
         dt = t.dtype
-        zp = ctx.inputs[0].zero_point
-        out_zp = _L2_OUT_ZP.get(t, 0)
+        info = ctx.inputs[0]
 
         def run(ins, rt):
             x = ins[0]
@@ -109,11 +125,7 @@ class L2Normalization(_SameShape):
                 norm = np.sqrt((xf * xf).sum(axis=axis, keepdims=True, dtype=np.float32))
                 r = xf / np.maximum(norm, np.float32(1e-6))
                 return [r.astype(dt)]
-            diff = x.astype(np.int64) - zp
-            mult, shift = inv_sqrt_multiplier((diff * diff).sum(axis=axis, keepdims=True))
-            scaled = C.rounding_divide_by_pot(C.srdhm(diff * 128, mult), shift) + out_zp
-            qmin, qmax = C.qrange(t)
-            return [np.clip(scaled, qmin, qmax).astype(dt)]
+            return [quant_l2_normalize(x, info, axis)]
 
         return run
 

@@ -8,6 +8,7 @@ fixed-point reciprocal, so the outputs match the reference driver bit for bit.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -64,29 +65,32 @@ def _input_radius(integer_bits: int, left_shift: int) -> int:
     return int(math.floor(max_rescaled))
 
 
-def quant_softmax_last_axis(x: np.ndarray, beta: float, scale: float, t: OperandType) -> np.ndarray:
-    """The upstream fixed-point softmax over the last axis of a uint8/int8 array."""
+def quant_softmax_last_axis(x: np.ndarray, beta: float, scale: float, t: OperandType,
+                            xp: Any = np) -> np.ndarray:
+    """The upstream fixed-point softmax over the last axis of a uint8/int8 array (``xp``: the
+    array namespace; the XLA driver traces this function with ``jax.numpy``)."""
     real = min(1.0 * beta * scale * (1 << (31 - _SCALED_DIFF_INT_BITS)), (1 << 31) - 1.0)
     mult, left_shift = _quantize_multiplier_gt_one(real)
     diff_min = -_input_radius(_SCALED_DIFF_INT_BITS, left_shift)
 
-    xi = x.astype(np.int64)
+    xi = x.astype(xp.int64)
     diff = xi - xi.max(axis=-1, keepdims=True)
     valid = diff >= diff_min
-    scaled = C.srdhm(np.where(valid, diff, 0) * np.int64(1 << left_shift), mult)
-    exps = FP.exp_on_negative_values(scaled, _SCALED_DIFF_INT_BITS)
+    scaled = C.srdhm(xp.where(valid, diff, 0) * np.int64(1 << left_shift), mult, xp)
+    exps = FP.exp_on_negative_values(scaled, _SCALED_DIFF_INT_BITS, xp)
     # Rescale<12>: Q0.31 -> Q12.19 before accumulating.
-    rescaled = C.rounding_divide_by_pot(exps, _ACCUM_INT_BITS)
-    total = np.where(valid, rescaled, 0).sum(axis=-1, keepdims=True)
-    headroom_plus_one = 32 - FP.bit_length(total)
+    rescaled = C.rounding_divide_by_pot(exps, _ACCUM_INT_BITS, xp)
+    total = xp.where(valid, rescaled, 0).sum(axis=-1, keepdims=True)
+    headroom_plus_one = 32 - FP.bit_length(total, xp)
     bits_over_unit = _ACCUM_INT_BITS - headroom_plus_one
     shifted_minus_one = (total << headroom_plus_one) - (1 << 31)
-    shifted_scale = FP.one_over_one_plus_x(shifted_minus_one)
-    out = C.rounding_divide_by_pot(C.srdhm(shifted_scale, exps), bits_over_unit + 31 - 8)
+    shifted_scale = FP.one_over_one_plus_x(shifted_minus_one, xp)
+    out = C.rounding_divide_by_pot(C.srdhm(shifted_scale, exps, xp), bits_over_unit + 31 - 8,
+                                   xp)
     qmin, qmax = C.qrange(t)
     if t == T.TENSOR_QUANT8_ASYMM_SIGNED:
         out = out - 128
-    out = np.where(valid, np.clip(out, qmin, qmax), qmin)
+    out = xp.where(valid, xp.clip(out, qmin, qmax), qmin)
     return out.astype(t.dtype)
 
 

@@ -184,12 +184,19 @@ def test_refusals_say_why(device):
     b.operation(O.ADD, [x, y, b.scalar(T.INT32, 0)], [o])
     assert device.get_supported_operations(b.build()) == (E.NONE, [False])
     prepare(device, b.build(), E.INVALID_ARGUMENT)
-    # Quantized: not the reference integer arithmetic.
-    assert device.get_supported_operations(add_model(DIMS, quant=True)) == (E.NONE, [False])
+    # A quantized dense layer whose int32 accumulator could overflow (33,100 terms of
+    # 255 x 255): the reference sums exactly, so XLA refuses rather than wrap.
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_QUANT8_ASYMM, (1, 33100), scale=0.5, zero_point=0)
+    w = b.input(T.TENSOR_QUANT8_ASYMM, (1, 33100), scale=0.5, zero_point=0)
+    bias = b.input(T.TENSOR_INT32, (1,), scale=0.25)
+    o = b.output(T.TENSOR_QUANT8_ASYMM, (1, 1), scale=1000.0, zero_point=0)
+    b.operation(O.FULLY_CONNECTED, [x, w, bias, b.scalar(T.INT32, 0)], [o])
     from nnhal.analysis import analyse
     from nnhal.drivers.xla.lowering import refusal
 
-    assert "TENSOR_QUANT8_ASYMM" in refusal(analyse(add_model(DIMS, quant=True)))
+    assert device.get_supported_operations(b.build()) == (E.NONE, [False])
+    assert "int32 accumulator could overflow" in refusal(analyse(b.build()))
 
 
 def test_float16_rounds_each_result(device):
@@ -357,3 +364,97 @@ def test_transpose_conv_matches_the_reference(device, implicit, stride, nchw):
     finally:
         ref.close()
     np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-5)
+
+
+# ---- quantized models: the reference driver's integer arithmetic, bit for bit ---------------
+
+def _same_as_reference(path: Path, calls: int, feeds) -> None:
+    """``calls`` runs of one Session per driver on the same feeds (``feeds(inputs, rng)``):
+    every output, and the state a streaming model carries to its next call, equal."""
+    from nnhal.session import Session
+
+    xla, ref = Session(str(path), device="xla"), Session(str(path), device="reference")
+    rng = np.random.default_rng(7)
+    try:
+        for _ in range(calls):
+            f = feeds(xla.inputs, rng)
+            got, want = xla.run(f), ref.run(f)
+            assert got.keys() == want.keys()
+            for k, w in want.items():
+                np.testing.assert_array_equal(got[k], w, err_msg=k)
+            for a, b in zip(xla._state, ref._state, strict=True):  # the carried state
+                np.testing.assert_array_equal(a, b)
+    finally:
+        xla.close()
+        ref.close()
+
+
+QUANT_MODEL = Path(__file__).resolve().parents[1] / "tflite" / "data" / "xla_quant_int8.tflite"
+
+
+def test_a_converter_made_int8_model_equals_the_reference():
+    # QUANTIZE, per-channel CONV_2D (RELU6) and DEPTHWISE_CONV_2D, ADD, MUL, PAD, both
+    # poolings, a requantising CONCATENATION, FULLY_CONNECTED, LOGISTIC, DEQUANTIZE
+    # (tests/tflite/data/make_xla_quant.py).
+    _same_as_reference(QUANT_MODEL, 4, lambda ins, rng: {
+        i.name: rng.uniform(-1.5, 1.5, i.shape).astype(np.float32) for i in ins})
+
+
+def _wake_word_models() -> list[Path]:
+    try:
+        files = md.files("pymicro-wakeword") or []
+    except md.PackageNotFoundError:
+        return []
+    return sorted(Path(f.locate()) for f in files if str(f).endswith(".tflite"))
+
+
+WAKE_WORDS = _wake_word_models()
+
+
+@pytest.mark.skipif(not WAKE_WORDS, reason="pymicro-wakeword is not installed (test extra)")
+@pytest.mark.parametrize("path", WAKE_WORDS, ids=lambda p: p.stem)
+def test_wake_word_models_equal_the_reference_over_streamed_calls(path):
+    # int8 streaming models (state carried between calls as state inputs and outputs):
+    # feature frames of each sign and level, so the probabilities and the state move.
+    def frames(ins, rng):
+        lo = int(rng.integers(-128, 60))
+        return {i.name: rng.integers(lo, 128, i.shape).astype(i.dtype) for i in ins}
+
+    _same_as_reference(path, 8, frames)
+
+
+def test_a_quantized_model_restored_from_the_cache_runs_from_another_thread(device, files):
+    # Traced with JAX's 64-bit types enabled only while compiling: the executable restored
+    # from the cache, run on another thread, still computes the reference's integers.
+    import threading
+
+    from nnhal.drivers.reference import ReferenceDevice
+    from nnhal.tflite import read_tflite
+
+    model = read_tflite(QUANT_MODEL.read_bytes()).model
+    x = np.random.default_rng(3).uniform(-1, 1, (1, 12, 12, 3)).astype(np.float32)
+    mc, dc = files
+    prepare(device, model, E.NONE, mc, dc, TOKEN)
+    device._cache.forget_live_plans()
+    status, restored = restore(device, mc, dc)
+    assert status == E.NONE
+
+    def run_on(pm, results):
+        rb = RequestBuilder([x], [4 * 5], model=model)
+        try:
+            assert pm.execute_synchronously(rb.request)[0] == E.NONE
+            results.append(rb.output(0, np.float32, (1, 5)).copy())
+        finally:
+            rb.close()
+
+    got: list[np.ndarray] = []
+    worker = threading.Thread(target=run_on, args=(restored, got))
+    worker.start()
+    worker.join()
+    ref = ReferenceDevice()
+    try:
+        run_on(prepare(ref, model), got)
+    finally:
+        ref.close()
+    assert len(got) == 2
+    np.testing.assert_array_equal(got[0], got[1])

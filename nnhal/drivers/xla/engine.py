@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from nnhal.analysis import ModelGraph
-from nnhal.drivers.xla.lowering import Weight, build_function, weights_of
+from nnhal.drivers.xla.lowering import Weight, build_function, uses_quantized, weights_of
 
 
 def unavailable() -> str | None:
@@ -112,7 +112,13 @@ class Executable:
 def compile_graph(graph: ModelGraph, device: Any) -> Executable:
     """The main subgraph lowered and compiled ahead of time for ``device``. float32 models
     compute at full float32 precision (HIGHEST: no TF32 or bfloat16 passes on a GPU); a
-    relaxed model lets XLA choose its default (faster) precision."""
+    relaxed model lets XLA choose its default (faster) precision.
+
+    A model with quantized operands is traced with JAX's 64-bit types enabled (the reference
+    requantisation's products need them; see :mod:`nnhal.drivers.xla.quantized`), in a
+    ``jax.enable_x64`` block: scoped to this thread and this compilation, never the process's
+    setting. The executable keeps the model's own input and output types, so running it (from
+    any thread, or restored from the cache) needs no such flag."""
     import jax
     from jax import lax
 
@@ -125,7 +131,7 @@ def compile_graph(graph: ModelGraph, device: Any) -> Executable:
     specs = [jax.ShapeDtypeStruct(w.shape, np.dtype(w.dtype)) for w in table]
     specs += [jax.ShapeDtypeStruct(tuple(main.shapes[i]), main.operands[i].type.dtype)
               for i in main.inputs]
-    with jax.default_device(device):
+    with jax.default_device(device), jax.enable_x64(uses_quantized(graph)):
         compiled = jax.jit(fn, keep_unused=True).lower(*specs).compile()
     return Executable(compiled.runtime_executable(), device, table, values)
 

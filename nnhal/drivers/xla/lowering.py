@@ -5,10 +5,11 @@ operations), in :data:`LOWERINGS`.
 An operation is supported when every operand it computes with has a type the lowering
 accepts and a shape the analysis knows fully at prepare (XLA compiles for static shapes: an
 output whose shape only a run can tell is refused), every parameter XLA needs at compile time
-is a constant, and the lowering's own predicate accepts it. Quantized types are refused: XLA
-would compute them in floating point, not with the reference integer arithmetic. float16
-computes in float32 and rounds each operation's result to float16, as the reference driver
-does. :data:`REFUSED` words each refusal for the docs and ``nnhal info``.
+is a constant, and the lowering's own predicate accepts it. Quantized 8-bit types compute
+the reference driver's integer arithmetic exactly (:mod:`nnhal.drivers.xla.quantized` adds
+those forms); the other quantized types are refused. float16 computes in float32 and
+rounds each operation's result to float16, as the reference driver does. :data:`REFUSED`
+words each refusal for the docs and ``nnhal info``.
 
 Nothing here imports JAX at module level: the lowerings receive ``jnp`` and ``lax`` through
 their :class:`Op`, so listing what the driver supports needs no JAX at all.
@@ -35,23 +36,31 @@ T = OperandType
 
 FLOATS = frozenset({T.TENSOR_FLOAT32, T.TENSOR_FLOAT16})
 FLOATS_INT = FLOATS | {T.TENSOR_INT32}
+#: The types computed as they are stored (no quantization parameters).
+PLAIN = FLOATS_INT | {T.TENSOR_BOOL8}
+#: The quantized types some lowering computes with (see :mod:`nnhal.drivers.xla.quantized`).
+QUANTIZED = frozenset({T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED,
+                       T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL})
 #: Every type an operand computed with may have (each lowering narrows its input 0).
-RUNS = FLOATS_INT | {T.TENSOR_BOOL8}
+RUNS = PLAIN | QUANTIZED
 #: Constant tensors with more elements than this are passed to the compiled function as
 #: arguments held in device memory (the weights); smaller ones are compiled in.
 WEIGHT_MIN_ELEMENTS = 64
 
 #: Per operation type or "*": (kind of case refused, why).
 REFUSED: dict[str, list[tuple[str, str]]] = {
-    "*": [("quantized operand types (8/16-bit, per-channel)",
-           "XLA would compute them in floating point, not with the reference integer "
-           "arithmetic (fixed-point multipliers, rounding, saturation)"),
+    "*": [("16-bit quantized types (TENSOR_QUANT16_SYMM / _ASYMM), and 8-bit quantized "
+           "operands of operations without a quantized lowering (see nnhal.drivers.xla."
+           "quantized: conv, depthwise, fully connected, pooling, elementwise tables, "
+           "QUANTIZE, DEQUANTIZE, data movement)",
+           "not lowered with the reference integer arithmetic (computing them in floating "
+           "point would not agree)"),
           ("an operand whose shape is not fully known at prepare (unknown dimensions or "
            "rank, zero-sized tensors)", "XLA compiles for static shapes"),
           ("a parameter given at run time (strides, axes, paddings, shapes, flags...)",
            "XLA needs it when compiling"),
           ("operation types without a lowering (control flow, recurrent, detection, "
-           "quantization...)", "not lowered yet")],
+           "random...)", "not lowered yet")],
     "DIV": [("TENSOR_INT32", "not lowered: the HAL's flooring division by zero is defined")],
     "INSTANCE_NORMALIZATION": [("TENSOR_FLOAT16", "the reference computes it in float64; "
                                 "float32 arithmetic was not shown to agree")],
@@ -59,7 +68,15 @@ REFUSED: dict[str, list[tuple[str, str]]] = {
     "STRIDED_SLICE": [("an empty selection", "zero-sized tensors are refused")],
     "SOFTMAX": [("beta not finite and positive", "not shown to agree")],
     "BATCH_MATMUL": [("TENSOR_INT32", "XLA's int32 products wrap; not shown to agree")],
-    "CONCATENATION": [("inputs of different types", "quantized inputs are requantized")],
+    "CONCATENATION": [("inputs of different types", "not lowered")],
+    "CONV_2D": [("quantized, when the int32 accumulator could overflow (kernel size x input "
+                 "and filter ranges beyond 2**31)", "the reference sums exactly")],
+    "DEPTHWISE_CONV_2D": [("quantized, when the int32 accumulator could overflow",
+                           "the reference sums exactly")],
+    "FULLY_CONNECTED": [("quantized, when the int32 accumulator could overflow",
+                         "the reference sums exactly")],
+    "DEQUANTIZE": [("TENSOR_QUANT8_SYMM_PER_CHANNEL input", "not lowered")],
+    "ADD": [("quantized inputs of different widths (only 8-bit pairs)", "not lowered")],
 }
 
 
@@ -230,9 +247,11 @@ LOWERINGS[O.CONCATENATION] = Lowering(_concat, FLOATS_INT, _concat_consts, _conc
 @_lowering(O.PAD, O.PAD_V2)
 def _pad(op: Op) -> Sequence[Any]:
     pads = np.asarray(op.value(1)).reshape(-1, 2)
-    value = op.scalar(2, 0.0) if op.type == O.PAD_V2 else 0.0
     x = op.x(0)
-    return [op.jnp.pad(x, [(int(a), int(b)) for a, b in pads], constant_values=value)]
+    # PAD fills with the logical zero: the zero point of a quantized tensor (0 for floats).
+    value = op.scalar(2, 0.0) if op.type == O.PAD_V2 else op.info(0).zero_point
+    return [op.jnp.pad(x, [(int(a), int(b)) for a, b in pads],
+                       constant_values=np.asarray(value).astype(x.dtype))]
 
 
 @_lowering(O.SLICE, types=FLOATS_INT)
@@ -318,10 +337,32 @@ def _conv_supports(op: Op) -> str | None:
         _, a = _conv_args(op)
     except OpError as e:
         return str(e)
-    if op.info(1).type != op.info(0).type or op.info(2).type != op.info(0).type:
-        return "filter or bias of another type than the input"
+    why = _types_agree(op)
+    if why is not None:
+        return why
     if a.code is not None and a.code not in (1, 2):
         return f"padding scheme {a.code}"
+    return None
+
+
+def _terms(op: Op) -> tuple[Any, Any, Callable[[Any, int], Any], Any]:
+    """What a convolution or dense layer multiplies and how it finishes: (input, filter,
+    ``finish(sum, activation)``, the accumulator's dtype or None). Floats: the operands as
+    they are, then the bias and the activation. Quantized: the stored values minus their zero
+    points as int32, summed exactly in int32, then the reference requantisation
+    (:func:`nnhal.drivers.xla.quantized.conv_terms`)."""
+    if op.info(0).type in QUANTIZED:
+        return _quantized.conv_terms(op)
+    return op.x(0), op.x(1), lambda y, act: op.act(y + op.x(2), act), None
+
+
+def _types_agree(op: Op) -> str | None:
+    """A convolution's or dense layer's filter and bias types (and, quantized, the rules of
+    :func:`nnhal.drivers.xla.quantized.weights_supports`)."""
+    if op.info(0).type in QUANTIZED:
+        return _quantized.weights_supports(op)
+    if op.info(1).type != op.info(0).type or op.info(2).type != op.info(0).type:
+        return "filter or bias of another type than the input"
     return None
 
 
@@ -346,8 +387,8 @@ def _pads(a: Any, h: int, w: int, kh: int, kw: int) -> list[tuple[int, int]]:
 def _conv(op: Op) -> Sequence[Any]:
     _, a = _conv_args(op)
     nchw = bool(a.nchw)
-    x = _to_nhwc(op, op.x(0), nchw)
-    w = op.x(1)
+    x, w, finish, acc = _terms(op)
+    x = _to_nhwc(op, x, nchw)
     _, h, wd, c = x.shape
     _, kh, kw, _ = w.shape
     pads = _pads(a, h, wd, kh, kw)
@@ -355,15 +396,15 @@ def _conv(op: Op) -> Sequence[Any]:
         y = _depthwise(op, x, w[0], a, pads)
     elif kh == kw == 1 and tuple(a.stride) == (1, 1) and not any(map(any, pads)):
         # A pointwise convolution is one matrix product (the channels of every pixel).
-        y = op.jnp.matmul(x.reshape(-1, c), w.reshape(w.shape[0], c).T,
-                          precision=op.precision).reshape(*x.shape[:3], w.shape[0])
+        y = op.jnp.matmul(x.reshape(-1, c), w.reshape(w.shape[0], c).T, precision=op.precision,
+                          preferred_element_type=acc).reshape(*x.shape[:3], w.shape[0])
     else:
         y = op.lax.conv_general_dilated(
             x, w, window_strides=tuple(int(s) for s in a.stride), padding=pads,
             rhs_dilation=tuple(int(d) for d in a.dilation),
-            dimension_numbers=("NHWC", "OHWI", "NHWC"), precision=op.precision)
-    y = op.act(y + op.x(2), int(a.act))
-    return [_from_nhwc(op, y, nchw)]
+            dimension_numbers=("NHWC", "OHWI", "NHWC"), precision=op.precision,
+            preferred_element_type=acc)
+    return [_from_nhwc(op, finish(y, int(a.act)), nchw)]
 
 
 def _depthwise(op: Op, x: Any, w: Any, a: Any, pads: list[tuple[int, int]]) -> Any:
@@ -431,17 +472,15 @@ def _pool(op: Op) -> Sequence[Any]:
 
 
 def _fc_supports(op: Op) -> str | None:
-    if op.info(1).type != op.info(0).type or op.info(2).type != op.info(0).type:
-        return "weights or bias of another type than the input"
-    return None
+    return _types_agree(op)
 
 
 @_lowering(O.FULLY_CONNECTED, consts=lambda op: (3,), supports=_fc_supports)
 def _fully_connected(op: Op) -> Sequence[Any]:
-    w = op.x(1)
-    x = op.x(0).reshape(-1, w.shape[1])
-    y = op.jnp.matmul(x, w.T, precision=op.precision) + op.x(2)
-    return [op.act(y, int(op.scalar(3)))]
+    x, w, finish, acc = _terms(op)
+    y = op.jnp.matmul(x.reshape(-1, w.shape[1]), w.T, precision=op.precision,
+                      preferred_element_type=acc)
+    return [finish(y, int(op.scalar(3)))]
 
 
 # ---- resize ---------------------------------------------------------------------------------
@@ -473,9 +512,13 @@ def _resize(op: Op) -> Sequence[Any]:
         x0, x1, dx = resize_rules._bilinear_axis(w, ow, align, half)
         dy = dy[None, :, None, None]
         dx = dx[None, None, :, None]
-        r0, r1 = x[:, y0], x[:, y1]
+        stored = x.dtype
+        r0, r1 = x[:, y0].astype(np.float32), x[:, y1].astype(np.float32)
         y = (r0[:, :, x0] * (1 - dy) * (1 - dx) + r1[:, :, x0] * dy * (1 - dx)
              + r0[:, :, x1] * (1 - dy) * dx + r1[:, :, x1] * dy * dx)
+        if op.info(0).type in QUANTIZED:  # the stored integers interpolated, rounded half up
+            lo, hi = np.iinfo(stored).min, np.iinfo(stored).max
+            y = op.jnp.clip(op.jnp.floor(y + np.float32(0.5)), lo, hi).astype(stored)
     return [_from_nhwc(op, y, nchw)]
 
 
@@ -635,8 +678,9 @@ def _strided_slice(op: Op) -> Sequence[Any]:
 
 
 def _grouped_supports(op: Op) -> str | None:
-    if op.info(1).type != op.info(0).type or op.info(2).type != op.info(0).type:
-        return "filter or bias of another type than the input"
+    why = _types_agree(op)
+    if why is not None:
+        return why
     try:
         a = _grouped_args(op)
     except OpError as e:
@@ -654,16 +698,16 @@ def _grouped_args(op: Op) -> Any:
 def _grouped_conv(op: Op) -> Sequence[Any]:
     a = _grouped_args(op)
     nchw = bool(a.nchw)
-    x = _to_nhwc(op, op.x(0), nchw)
-    w = op.x(1)
+    x, w, finish, acc = _terms(op)
+    x = _to_nhwc(op, x, nchw)
     _, h, wd, _ = x.shape
     _, kh, kw, _ = w.shape
     y = op.lax.conv_general_dilated(
         x, w, window_strides=tuple(int(s) for s in a.stride), padding=_pads(a, h, wd, kh, kw),
         rhs_dilation=tuple(int(d) for d in a.dilation),
         dimension_numbers=("NHWC", "OHWI", "NHWC"), feature_group_count=int(a.extra),
-        precision=op.precision)
-    return [_from_nhwc(op, op.act(y + op.x(2), int(a.act)), nchw)]
+        precision=op.precision, preferred_element_type=acc)
+    return [_from_nhwc(op, finish(y, int(a.act)), nchw)]
 
 
 def _tconv_args(op: Op) -> Any:
@@ -688,8 +732,9 @@ def _tconv_pads(op: Op, a: Any, kh: int, kw: int) -> list[tuple[int, int]]:
 
 
 def _tconv_supports(op: Op) -> str | None:
-    if op.info(1).type != op.info(0).type or op.info(2).type != op.info(0).type:
-        return "filter or bias of another type than the input"
+    why = _types_agree(op)
+    if why is not None:
+        return why
     try:
         a = _tconv_args(op)
     except OpError as e:
@@ -707,8 +752,8 @@ def _tconv_consts(op: Op) -> Sequence[int]:
 def _transpose_conv(op: Op) -> Sequence[Any]:
     a = _tconv_args(op)
     nchw = bool(a.nchw)
-    x = _to_nhwc(op, op.x(0), nchw)
-    w = op.x(1)  # [out, kh, kw, in]
+    x, w, finish, acc = _terms(op)  # w: [out, kh, kw, in]
+    x = _to_nhwc(op, x, nchw)
     _, kh, kw, _ = w.shape
     sh, sw = (int(s) for s in a.stride)
     (top, bottom), (left, right) = _tconv_pads(op, a, kh, kw)
@@ -717,10 +762,16 @@ def _transpose_conv(op: Op) -> Sequence[Any]:
     y = op.lax.conv_general_dilated(
         x, w[:, ::-1, ::-1, :], window_strides=(1, 1),
         padding=[(kh - 1, kh - 1), (kw - 1, kw - 1)], lhs_dilation=(sh, sw),
-        dimension_numbers=("NHWC", "OHWI", "NHWC"), precision=op.precision)
-    oh, ow = y.shape[1] - top - bottom, y.shape[2] - left - right
+        dimension_numbers=("NHWC", "OHWI", "NHWC"), precision=op.precision,
+        preferred_element_type=acc)
+    out = op.out_shape()
+    oh, ow = (out[2], out[3]) if nchw else (out[1], out[2])
+    # Output positions past the last one a filter tap reaches (a filter smaller than the
+    # stride) get no term: zeros, then the bias.
+    y = op.jnp.pad(y, ((0, 0), (0, max(0, top + oh - y.shape[1])),
+                       (0, max(0, left + ow - y.shape[2])), (0, 0)))
     y = y[:, top:top + oh, left:left + ow, :]
-    return [_from_nhwc(op, op.act(y + op.x(2), int(a.act)), nchw)]
+    return [_from_nhwc(op, finish(y, int(a.act)), nchw)]
 
 
 # ---- booleans and batches ------------------------------------------------------------------
@@ -729,7 +780,7 @@ _COMPARE = {O.EQUAL: "equal", O.NOT_EQUAL: "not_equal", O.GREATER: "greater",
             O.GREATER_EQUAL: "greater_equal", O.LESS: "less", O.LESS_EQUAL: "less_equal"}
 
 
-@_lowering(*_COMPARE, types=RUNS, consts=lambda op: ())
+@_lowering(*_COMPARE, types=PLAIN, consts=lambda op: ())
 def _compare(op: Op) -> Sequence[Any]:
     return [getattr(op.jnp, _COMPARE[op.type])(op.x(0), op.x(1))]  # type: ignore[index]
 
@@ -752,7 +803,7 @@ def _select_values(op: Op) -> Sequence[Any]:
 
 
 def _select_supports(op: Op) -> str | None:
-    return None if op.info(1).type in RUNS else f"values of type {op.info(1).type.name}"
+    return None if op.info(1).type in PLAIN else f"values of type {op.info(1).type.name}"
 
 
 LOWERINGS[O.SELECT] = Lowering(_select_values, frozenset({T.TENSOR_BOOL8}), lambda op: (),
@@ -777,7 +828,8 @@ def _space_batch(op: Op) -> Sequence[Any]:
     if to_batch:
         pads = np.asarray(op.value(2)).reshape(2, 2)
         x = jnp.pad(x, ((0, 0), (int(pads[0, 0]), int(pads[0, 1])),
-                        (int(pads[1, 0]), int(pads[1, 1])), (0, 0)))
+                        (int(pads[1, 0]), int(pads[1, 1])), (0, 0)),
+                    constant_values=np.asarray(op.info(0).zero_point).astype(x.dtype))
         n, h, w, c = x.shape
         y = x.reshape(n, h // bh, bh, w // bw, bw, c).transpose(2, 4, 0, 1, 3, 5)
         y = y.reshape(bh * bw * n, h // bh, w // bw, c)
@@ -863,6 +915,11 @@ def why_not(graph: SubgraphGraph, k: int) -> str | None:
         return lowering.supports(op)
     except Exception as e:  # noqa: BLE001 - a parameter the rules cannot read: refused
         return f"{type(e).__name__}: {e}"
+
+
+def uses_quantized(graph: ModelGraph) -> bool:
+    """Whether the main subgraph has a quantized operand (its lowering needs 64-bit types)."""
+    return any(info.type in QUANTIZED for info in graph.main.operands)
 
 
 def supported_operations(graph: ModelGraph) -> list[bool]:
@@ -955,3 +1012,9 @@ def build_function(graph: ModelGraph, weights: Sequence[Weight], precision: Any
         return tuple(outs)
 
     return fn
+
+
+# The quantized forms (after every float lowering they extend is declared).
+from nnhal.drivers.xla import quantized as _quantized  # noqa: E402
+
+_quantized.register()
