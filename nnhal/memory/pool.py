@@ -350,7 +350,7 @@ class PartsWriter:
 
     #: Parts are handed to the thread in batches of about this many bytes (one job, a few
     #: ``pwritev`` calls each), not one by one.
-    BATCH_BYTES = 1 << 20
+    BATCH_BYTES = 1 << 22
 
     def __init__(self, name: str = ASHMEM):
         self.name = name
