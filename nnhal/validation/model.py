@@ -55,6 +55,7 @@ def _extension_prefixes(model: Model) -> set[int]:
 
 #: Operand types by value (a dict look-up, where the enum's call costs a microsecond).
 _TYPES: dict[int, T] = {int(t): t for t in T}
+_LIFETIMES: dict[int, L] = {int(t): t for t in L}
 #: The zero point range of each asymmetric quantized type (the others: 0).
 _ZERO_POINTS = {T.TENSOR_QUANT8_ASYMM: (0, 255), T.TENSOR_QUANT8_ASYMM_SIGNED: (-128, 127),
                 T.TENSOR_QUANT16_ASYMM: (0, 65535)}
@@ -171,10 +172,12 @@ def validate_subgraph(sg: Subgraph, name: str, model: Model, pool_sizes: Sequenc
     n = len(sg.operands)
     for i, op in enumerate(sg.operands):
         where = f"{name} operand {i}"
-        try:
-            lt = L(op.lifetime)
-        except ValueError:
-            raise _fail(f"{where}: invalid lifetime {op.lifetime}") from None
+        lt = _LIFETIMES.get(op.lifetime)
+        if lt is None:
+            try:
+                lt = L(op.lifetime)
+            except ValueError:
+                raise _fail(f"{where}: invalid lifetime {op.lifetime}") from None
         op.lifetime = lt
         validate_operand(op, where, prefixes)
         _validate_location(op, where, model, pool_sizes)
