@@ -85,8 +85,12 @@ def validate_operand(op: Operand, where: str, prefixes: set[int]) -> None:
         raise _fail(f"{where}: invalid operand type {raw_type}")
     if t in (T.OEM, T.TENSOR_OEM_BYTE):
         raise _fail(f"{where}: OEM operand types are deprecated and not supported")
-    if any((not isinstance(d, (int, np.integer))) or d < 0 or d > 0xFFFFFFFF
-           for d in op.dimensions):
+    for d in op.dimensions:  # a loop: a generator per operand costs more than its checks
+        if type(d) is int:
+            if 0 <= d <= 0xFFFFFFFF:
+                continue
+        elif isinstance(d, (int, np.integer)) and 0 <= d <= 0xFFFFFFFF:
+            continue
         raise _fail(f"{where}: invalid dimensions {list(op.dimensions)}")
     if (t.is_scalar or t == T.SUBGRAPH) and op.dimensions:
         raise _fail(f"{where}: scalar {t.name} must have no dimensions")
