@@ -47,7 +47,6 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.core import gcpause
 from nnhal.drivers.common.compilation_cache import SAVE_WAIT_S, late_saves
 from nnhal.drivers.registry import open_device
 from nnhal.errors import ExecutionError, InputError, InvalidModelError, NnhalError, one_line
@@ -171,14 +170,6 @@ class Session:
                  input_names: Sequence[str] | None = None,
                  output_names: Sequence[str] | None = None,
                  cache: bool | None = None):
-        with gcpause.paused():  # an open allocates many objects, few in cycles
-            self._open(model_or_path, device, devices, preference, priority, input_names,
-                       output_names, cache)
-
-    def _open(self, model_or_path: ModelSource, device: str | IDevice | None,
-              devices: Sequence[str | IDevice] | None, preference: ExecutionPreference,
-              priority: Priority, input_names: Sequence[str] | None,
-              output_names: Sequence[str] | None, cache: bool | None) -> None:
         self._lock = threading.Lock()
         #: The thread holding ``_lock`` (only that thread sets it to its own id, so a thread
         #: that reads its own id knows it would deadlock).

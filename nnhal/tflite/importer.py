@@ -15,7 +15,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from nnhal.analysis import analyse
-from nnhal.core import gcpause
 from nnhal.errors import ModelFileError, UnsupportedModelError
 from nnhal.hal.builder import ModelBuilder, SubgraphBuilder
 from nnhal.hal.types import OperandLifeTime, OperandType, OperationType, is_extension_type
@@ -356,16 +355,15 @@ def read_tflite(source: str | os.PathLike[str] | bytes, name: str | None = None,
 
     Raises ModelFileError for a file that cannot be read, UnsupportedModelError naming every
     operator (index and name) and tensor that has no HAL equivalent."""
-    with gcpause.paused():  # many small objects, few in cycles
-        lf = schema.load(source, name)
-        subgraphs = read_model(lf, dynamic_shapes)
-        with lf.guard():
-            importer = _Importer(lf.name, subgraphs)
-            token = import_ext.CURRENT.set(importer.extensions)
-            try:
-                return importer.run()
-            finally:
-                import_ext.CURRENT.reset(token)
+    lf = schema.load(source, name)
+    subgraphs = read_model(lf, dynamic_shapes)
+    with lf.guard():
+        importer = _Importer(lf.name, subgraphs)
+        token = import_ext.CURRENT.set(importer.extensions)
+        try:
+            return importer.run()
+        finally:
+            import_ext.CURRENT.reset(token)
 
 
 def custom_support() -> dict[str, str]:
