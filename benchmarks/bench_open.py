@@ -320,10 +320,14 @@ class Opens:
                                                  for k in ("cold", "kept")}
         peer = []
         for r in range(self.rounds):
+            # Each round in the other order: whichever checkout runs first after the peer
+            # measured up to 1x slower in an A/A comparison on a loaded machine.
+            order = self.roots if r % 2 == 0 else self.roots[::-1]
             peer.append(child(_PEER, [str(path), str(self.threads), "0"], None))
-            for root in self.roots:
+            for root in order:
                 t[(root, "kept")].append(child(self.code, self.argv(path), warm[root], root))
-            for k, root in enumerate(self.roots):
+            for root in order:
+                k = self.roots.index(root)
                 cold = self.cache_dir(f"cold-{path.stem}-{k}-{r}")
                 t[(root, "cold")].append(child(self.code, self.argv(path), cold, root))
                 # A cold open writes its caches (megabytes): on disk before the next process,
@@ -353,7 +357,8 @@ class Opens:
         for kind, stages in (("cold", STAGES), ("kept", RESTORE_STAGES)):
             got: dict[Path, list[dict]] = {r: [] for r in self.roots}
             for i in range(n):
-                for k, root in enumerate(self.roots):
+                for root in (self.roots if i % 2 == 0 else self.roots[::-1]):
+                    k = self.roots.index(root)
                     d = warm[root] if kind == "kept" else \
                         self.cache_dir(f"stages-{path.stem}-{k}-{i}")
                     got[root].append(child(_STAGED, [*self.argv(path)[:2],

@@ -371,6 +371,41 @@ def test_from_parts_writes_each_part_and_seals_for_good():
         sealed.close()
 
 
+def test_parts_in_batches_land_where_they_belong(monkeypatch):
+    """Parts written in runs (one pwritev each: small gaps as zeros, a large gap, a part
+    before the last one or past IOV_MAX starting a new run), by from_parts and by the
+    background PartsWriter in batches, even when a pwritev writes only part of a run."""
+    from nnhal.memory import pool
+
+    rng = np.random.default_rng(0)
+    parts, off = [], 0
+    for k in range(300):
+        blob = rng.integers(0, 256, int(rng.integers(1, 300)), dtype=np.uint8)
+        blob.flags.writeable = False
+        parts.append((off, blob if k % 2 else blob.tobytes()))
+        off += blob.size + int(rng.choice([0, 3, 7, 500]))
+    parts.append((1, b"early"))  # before the previous part: a run of its own
+    size = off + 8
+    want = bytearray(size)
+    for o, d in parts:
+        want[o:o + len(bytes(d))] = bytes(d)
+    real = os.pwritev
+    monkeypatch.setattr(pool, "_IOV_MAX", 16)
+    monkeypatch.setattr(os, "pwritev", lambda fd, bufs, o: real(fd, bufs[:3], o))  # short
+    mem = SharedMemory.from_parts(size, parts)
+    writer = pool.PartsWriter()
+    writer.BATCH_BYTES = 4096
+    for o, d in parts:
+        writer.write(o, d)
+    batched = writer.finish(size, seal=True)
+    try:
+        assert mem.read(0, size) == bytes(want)
+        assert batched.read(0, size) == bytes(want)
+    finally:
+        mem.close()
+        batched.close()
+
+
 def test_analysis_views_a_sealed_pool_and_copies_an_open_one():
     """A ModelBuilder pool is sealed: the analysis keeps views of it (a model's weights are
     not copied again); a client's own, writable pool is still copied (owned constants)."""

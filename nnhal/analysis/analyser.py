@@ -21,6 +21,7 @@ from nnhal.analysis.graph import ModelGraph, OperationTuple, SubgraphGraph
 from nnhal.core.version import FeatureLevel
 from nnhal.hal.checks import InvalidArgument, check_model_fields
 from nnhal.hal.types import (
+    LIFETIMES,
     ExtensionOperandType,
     Model,
     Operand,
@@ -85,8 +86,13 @@ def operand_info(op: Operand, value: object = None) -> OperandInfo:
         type=t, shape=operand_shape(op), scale=float(op.scale), zero_point=int(op.zero_point),
         channel_scales=None if cq is None else np.asarray(cq.scales, dtype=np.float32),
         channel_dim=0 if cq is None else int(cq.channel_dim),
-        lifetime=OperandLifeTime(op.lifetime), value=value,
+        lifetime=_lifetime(op.lifetime), value=value,
         extension_params=None if ext is None else bytes(ext))
+
+
+def _lifetime(value: int) -> OperandLifeTime:
+    found = LIFETIMES.get(value)
+    return found if found is not None else OperandLifeTime(value)
 
 
 def map_pools(model: Model) -> list[np.ndarray]:

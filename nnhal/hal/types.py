@@ -193,13 +193,17 @@ class ExtensionOperandType(int):
         return self
 
 
+_OPERAND_TYPES: dict[int, OperandType] = {int(t): t for t in OperandType}
+
+
 def operand_type(value: int) -> OperandType | ExtensionOperandType:
     """An operand's type as an object with ``is_tensor``, ``byte_size``, ``dtype``, ``name``:
     the HAL's enum, or the resolved extension type as it is (ValueError for any other
     value)."""
     if isinstance(value, ExtensionOperandType):
         return value
-    return OperandType(value)
+    found = _OPERAND_TYPES.get(value)  # a look-up: the enum's call costs a microsecond
+    return found if found is not None else OperandType(value)
 
 
 def operand_nbytes(op: Operand) -> int | None:
@@ -540,3 +544,7 @@ class Extension:
 
     name: str
     operand_types: list[ExtensionOperandTypeInformation] = field(default_factory=list)
+
+
+#: Lifetimes by value (a look-up for hot paths; ``OperandLifeTime(x)`` for what is not here).
+LIFETIMES: dict[int, OperandLifeTime] = {int(t): t for t in OperandLifeTime}

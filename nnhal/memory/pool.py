@@ -115,8 +115,7 @@ class SharedMemory:
         then view instead of copying)."""
         mem = cls.ashmem(size, name)
         try:
-            for offset, data in parts:
-                _write_part(mem.fd, offset, data, size)
+            _write_parts(mem.fd, parts, size)
             if seal:
                 _seal_all(mem.fd)
         except BaseException:
@@ -267,17 +266,71 @@ class SharedMemory:
         return f"SharedMemory({self.name!r}, size={self.size}, offset={self.offset})"
 
 
-def _write_part(fd: int, offset: int, data: Any, size: int | None = None) -> None:
-    """``data`` (bytes-like, or a C-contiguous array) at ``offset`` of file ``fd``."""
+def _part_view(offset: int, data: Any, size: int | None) -> memoryview:
+    """``data`` (bytes-like, or a C-contiguous array) as bytes, checked to fit at ``offset``."""
     if isinstance(data, np.ndarray):
         data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
     view = memoryview(data).cast("B")
     if offset < 0 or (size is not None and offset + len(view) > size):
         raise MemoryError_(f"part [{offset}, {offset + len(view)}) outside memory of size "
                            f"{size}")
+    return view
+
+
+def _write_part(fd: int, offset: int, data: Any, size: int | None = None) -> None:
+    """``data`` (bytes-like, or a C-contiguous array) at ``offset`` of file ``fd``."""
+    view = _part_view(offset, data, size)
     while len(view):
         written = os.pwrite(fd, view, offset)
         view, offset = view[written:], offset + written
+
+
+#: Buffers per ``pwritev`` (the system's IOV_MAX, at most 1024).
+_IOV_MAX = max(2, min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16, 1024))
+#: A gap this small between consecutive parts is written as zeros, keeping one ``pwritev``.
+_MAX_GAP = 64
+_ZEROS = bytes(_MAX_GAP)
+
+
+def _write_parts(fd: int, parts: Sequence[tuple[int, Any]], size: int | None = None) -> None:
+    """Each ``(offset, data)`` part at its offset of file ``fd``: runs of nearly adjacent
+    parts (a model's aligned constants) in one ``pwritev`` each, so a hundred weights cost a
+    few system calls and GIL hand-overs instead of a hundred (on a writer thread, each
+    hand-over could stall the converting thread)."""
+    if not hasattr(os, "pwritev"):
+        for offset, data in parts:
+            _write_part(fd, offset, data, size)
+        return
+    run: list[Any] = []
+    start = end = 0
+    for offset, data in parts:
+        view = _part_view(offset, data, size)
+        if not len(view):
+            continue
+        if run and (offset < end or offset - end > _MAX_GAP or len(run) >= _IOV_MAX - 1):
+            _pwritev_all(fd, run, start)
+            run = []
+        if not run:
+            start = end = offset
+        if offset > end:
+            run.append(_ZEROS[:offset - end])
+        run.append(view)
+        end = offset + len(view)
+    if run:
+        _pwritev_all(fd, run, start)
+
+
+def _pwritev_all(fd: int, bufs: list[Any], offset: int) -> None:
+    """``bufs`` back to back from ``offset``; what one ``pwritev`` leaves (a short write)
+    written piece by piece."""
+    written = os.pwritev(fd, bufs, offset)
+    pos = 0
+    for buf in bufs:
+        n = len(buf)
+        if pos + n > written:
+            skip = max(written - pos, 0)
+            _write_part(fd, offset + pos + skip, memoryview(buf)[skip:])
+        pos += n
 
 
 def _seal_all(fd: int) -> None:
@@ -295,10 +348,16 @@ class PartsWriter:
     _pool: Any = None
     _pool_lock = threading.Lock()
 
+    #: Parts are handed to the thread in batches of about this many bytes (one job, a few
+    #: ``pwritev`` calls each), not one by one.
+    BATCH_BYTES = 1 << 22
+
     def __init__(self, name: str = ASHMEM):
         self.name = name
         self.fd = os.memfd_create(f"nnhal-{name}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         self._writes: list[Any] = []
+        self._pending: list[tuple[int, Any]] = []
+        self._pending_bytes = 0
 
     @classmethod
     def _executor(cls) -> Any:
@@ -310,15 +369,34 @@ class PartsWriter:
             return cls._pool
 
     def write(self, offset: int, data: Any) -> None:
-        self._writes.append(self._executor().submit(PartsWriter._run, self, offset, data))
+        """Queue ``data`` for ``offset``; written with the batch it completes (or at
+        :meth:`finish`)."""
+        self._pending.append((offset, data))
+        self._pending_bytes += data.nbytes if isinstance(data, np.ndarray) else len(data)
+        if self._pending_bytes >= self.BATCH_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            parts = self._pending
+            self._pending, self._pending_bytes = [], 0
+            try:
+                self._writes.append(self._executor().submit(PartsWriter._run, self, parts))
+            except RuntimeError:  # no thread (the interpreter is exiting): written here
+                _write_parts(self.fd, parts)
 
     @staticmethod
-    def _run(writer: PartsWriter, offset: int, data: Any) -> None:
-        _write_part(writer.fd, offset, data)
+    def _run(writer: PartsWriter, parts: list[tuple[int, Any]]) -> None:
+        _write_parts(writer.fd, parts)
 
     def finish(self, size: int, *, seal: bool = False) -> SharedMemory:
         """The memory of ``size`` bytes holding every part written (zeros elsewhere);
         raises what a write raised."""
+        try:
+            self._flush()
+        except BaseException:
+            self._close()
+            raise
         writes, self._writes = self._writes, []
         try:
             for w in writes:

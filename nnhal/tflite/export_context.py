@@ -80,6 +80,10 @@ class SubgraphWriter:
         self.is_main = sgg.index == -1
         self.input_names, self.output_names = input_names, output_names
         self.passthrough = passthrough
+        #: The kernel rules' view of each tensor, with what it was made from (the tensor and
+        #: its type, scales, zero points and name, held, so compared by identity): a tensor
+        #: written by one operator and read by the next is converted once.
+        self._rule_views: dict[int, tuple[Any, ...]] = {}
         self.tensors: dict[int, int] = {}
         #: When set, only these operations are converted (and the outputs are not): a probe
         #: of some operations on their own.
@@ -207,13 +211,19 @@ class SubgraphWriter:
         """Refuse the operation when a TFLite operator written for it (from ``first`` on)
         breaks a kernel rule (:mod:`nnhal.tflite.kernel_rules`): TFLite would refuse it or
         abort the process that runs it."""
-        tensors = self.sg.tensors
+        tensors, cache = self.sg.tensors, self._rule_views
 
         def view(i: int) -> RuleTensor | None:
             if i < 0:
                 return None
             t = tensors[i]
-            return rule_tensor(t.type, t.scales, t.zero_points, f"tensor {i} '{t.name}'")
+            hit = cache.get(i)
+            if hit is not None and hit[0] is t and hit[1] is t.scales and \
+                    hit[2] is t.zero_points and hit[3] == t.type and hit[4] == t.name:
+                return hit[5]
+            rt = rule_tensor(t.type, t.scales, t.zero_points, f"tensor {i} '{t.name}'")
+            cache[i] = (t, t.scales, t.zero_points, t.type, t.name, rt)
+            return rt
 
         for op in self.sg.operators[first:]:
             name = builtin_name(op.code)

@@ -4,6 +4,7 @@ use to add scalars, temporaries and operations."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import Any
@@ -53,7 +54,11 @@ def hal_type(t: TfliteTensor) -> HalType:
     if tt in (TT.UINT8, TT.INT8, TT.INT16):
         if not t.quantized:
             raise Unimportable(f"{t.describe()} is {t.type_name} without quantization parameters")
-        if np.any(t.scales <= 0) or not np.all(np.isfinite(t.scales)):
+        if t.scales.size == 1:  # per tensor (most): no array arithmetic
+            one = float(t.scales[0])
+            if not (one > 0 and math.isfinite(one)):
+                raise Unimportable(f"{t.describe()} has a non-positive quantization scale")
+        elif np.any(t.scales <= 0) or not np.all(np.isfinite(t.scales)):
             raise Unimportable(f"{t.describe()} has a non-positive quantization scale")
         if t.scales.size > 1:
             if tt != TT.INT8 or np.any(t.zero_points != 0):

@@ -113,6 +113,10 @@ _Q_SCALE, _Q_ZERO_POINT, _Q_DIM = 2, 3, 6
 _B_DATA, _B_OFFSET, _B_SIZE = range(3)
 _SG_TENSORS, _SG_INPUTS, _SG_OUTPUTS, _SG_OPERATORS, _SG_NAME = range(5)
 _M_BUFFERS = 4
+_O_OPCODE, _O_INPUTS, _O_OUTPUTS, _O_OPTIONS_TYPE, _O_OPTIONS, _O_CUSTOM_OPTIONS = range(6)
+#: The union tag of each builtin options table.
+_OPTION_KINDS: dict[str, int] = {k: v for k, v in vars(BuiltinOptions).items()
+                                 if not k.startswith("_") and isinstance(v, int)}
 #: Builtin options naming subgraphs, checked against the subgraph count when read.
 _SUBGRAPH_FIELDS = {"IF": ("ThenSubgraphIndex", "ElseSubgraphIndex"),
                     "WHILE": ("CondSubgraphIndex", "BodySubgraphIndex"),
@@ -133,6 +137,7 @@ class _Reader:
         model_fields = schema.fields(self.data, lf.model._tab.Pos, _M_BUFFERS + 1)
         self.buffers = schema.tables(self.data, model_fields[_M_BUFFERS])
         self.n_subgraphs = lf.model.SubgraphsLength()
+        self._opcodes: dict[int, tuple[int, bool, str]] = {}
 
     def fail(self, problem: str) -> ModelFileError:
         return ModelFileError(self.name, f"corrupted: {problem}")
@@ -237,26 +242,40 @@ class _Reader:
                 raise self.fail(f"{what} refers to tensor {v} of {count}")
         return out
 
-    def operator(self, op: tflite.Operator, k: int, n_t: int, where: str) -> OpInfo:
-        model = self.lf.model
-        n_codes = model.OperatorCodesLength()
-        oc_index = int(op.OpcodeIndex())
-        if not 0 <= oc_index < n_codes:
-            raise self.fail(f"{where} operator {k} has opcode index {oc_index} of {n_codes}")
-        oc = model.OperatorCodes(oc_index)
-        code = schema.builtin_code(self.data, oc)
-        custom = code == tflite.BuiltinOperator.CUSTOM
-        name = ((oc.CustomCode() or b"?").decode("utf-8", "replace") if custom
-                else schema.builtin_name(code))
+    def opcode(self, oc_index: int, k: int, where: str) -> tuple[int, bool, str]:
+        """(code, custom, name) of operator code ``oc_index``, read once per code."""
+        found = self._opcodes.get(oc_index)
+        if found is None:
+            model = self.lf.model
+            n_codes = model.OperatorCodesLength()
+            if not 0 <= oc_index < n_codes:
+                raise self.fail(f"{where} operator {k} has opcode index {oc_index} of "
+                                f"{n_codes}")
+            oc = model.OperatorCodes(oc_index)
+            code = schema.builtin_code(self.data, oc)
+            custom = code == tflite.BuiltinOperator.CUSTOM
+            name = ((oc.CustomCode() or b"?").decode("utf-8", "replace") if custom
+                    else schema.builtin_name(code))
+            found = self._opcodes[oc_index] = (code, custom, name)
+        return found
+
+    def operator(self, pos: int, k: int, n_t: int, where: str) -> OpInfo:
+        data = self.data
+        f = schema.fields(data, pos, _O_CUSTOM_OPTIONS + 1)
+        code, custom, name = self.opcode(schema.scalar(data, f[_O_OPCODE], _U32), k, where)
         at = f"{where} operator {k} ({name})"
-        ins = self.indexes(op.InputsAsNumpy() if op.InputsLength() else _NONE, n_t, at)
-        outs = self.indexes(op.OutputsAsNumpy() if op.OutputsLength() else _NONE, n_t, at)
+        ins = self.indexes(schema.vector(data, f[_O_INPUTS], "<i4"), n_t, at)
+        outs = self.indexes(schema.vector(data, f[_O_OUTPUTS], "<i4"), n_t, at)
         arity = None if custom else ARITY.get(name)
-        info = OpInfo(k, name, code, ins, outs,
-                      _options(op, arity.options if arity is not None else None), custom)
-        if custom and op.CustomOptionsLength():
-            info.custom_options = op.CustomOptionsAsNumpy().tobytes()
+        options = None
+        if arity is not None and arity.options is not None:
+            options = self.options(f, arity.options)
+        info = OpInfo(k, name, code, ins, outs, options, custom)
+        if custom and f[_O_CUSTOM_OPTIONS]:
+            info.custom_options = schema.vector(data, f[_O_CUSTOM_OPTIONS], "u1").tobytes()
         if arity is None and not custom:
+            op = tflite.Operator()
+            op.Init(data, pos)
             info.operator = op  # an extension's converter reads its options (options_as)
         if arity is not None:
             problem = arity.problem(len(ins), len(outs))
@@ -279,6 +298,15 @@ class _Reader:
                                 f"({field_name})")
         return info
 
+    def options(self, f: tuple[int, ...], table: str) -> Any:
+        """The operator's options (fields ``f``) as ``table``, as :func:`_options` reads them."""
+        kind = schema.scalar(self.data, f[_O_OPTIONS_TYPE], _U8)
+        if kind != _OPTION_KINDS[table] or not f[_O_OPTIONS]:
+            return default_options(table)
+        opts = getattr(tflite, table)()
+        opts.Init(self.data, schema.table(self.data, f[_O_OPTIONS]))
+        return opts
+
     def subgraph(self, s: int) -> SubgraphInfo:
         data, limit = self.data, len(self.data)
         sg = self.lf.model.Subgraphs(s)
@@ -286,8 +314,9 @@ class _Reader:
         where = f"subgraph {s}"
         positions = schema.tables(data, f[_SG_TENSORS])
         n_t = _bounded(positions.size, limit, "tensors", self.name)
-        n_ops = _bounded(sg.OperatorsLength(), limit, "operators", self.name)
-        ops = [self.operator(sg.Operators(k), k, n_t, where) for k in range(n_ops)]
+        op_positions = schema.tables(data, f[_SG_OPERATORS])
+        _bounded(op_positions.size, limit, "operators", self.name)
+        ops = [self.operator(int(p), k, n_t, where) for k, p in enumerate(op_positions.tolist())]
         ins = self.indexes(schema.vector(data, f[_SG_INPUTS], "<i4"), n_t, f"{where} inputs")
         outs = self.indexes(schema.vector(data, f[_SG_OUTPUTS], "<i4"), n_t,
                             f"{where} outputs")
@@ -314,8 +343,6 @@ class _Reader:
                                 f"{tensors[i].describe()}, a constant")
         return SubgraphInfo(s, schema.string(data, f[_SG_NAME]), tensors, ops, ins, outs)
 
-
-_NONE = np.empty(0, np.int32)
 
 
 def _typed(content: np.ndarray, dtype: np.dtype) -> np.ndarray:

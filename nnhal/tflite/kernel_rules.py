@@ -63,9 +63,16 @@ class RuleOp:
 
 def rule_tensor(ttype: int, scales: Any, zero_points: Any, label: str) -> RuleTensor:
     """A :class:`RuleTensor` from whatever sequences (or None) the caller holds."""
-    return RuleTensor(int(ttype), np.asarray(scales if scales is not None else [], np.float64)
-                      .reshape(-1), np.asarray(zero_points if zero_points is not None else [],
-                                               np.int64).reshape(-1), label)
+    return RuleTensor(int(ttype), _EMPTY_F64 if scales is None else
+                      np.asarray(scales, np.float64).reshape(-1),
+                      _EMPTY_I64 if zero_points is None else
+                      np.asarray(zero_points, np.int64).reshape(-1), label)
+
+
+_EMPTY_F64 = np.empty(0, np.float64)
+_EMPTY_F64.flags.writeable = False
+_EMPTY_I64 = np.empty(0, np.int64)
+_EMPTY_I64.flags.writeable = False
 
 
 def _is_power_of_two(scale: float) -> bool:
@@ -133,6 +140,12 @@ def _normal_scales(op: RuleOp) -> str | None:
     and nothing a model means needs one."""
     for t in (*op.inputs, *op.outputs):
         if t is None or not t.quantized:
+            continue
+        if t.scales.size == 1:  # per tensor (most): no array arithmetic
+            one = abs(float(np.float32(t.scales[0])))
+            if 0 < one < _FLOAT32_TINY:
+                return (f"{t.label} has a subnormal float32 scale {float(t.scales[0]):.3g}, "
+                        f"on which TFLite's kernels crash")
             continue
         s = np.abs(t.scales.astype(np.float32))
         bad = (s > 0) & (s < _FLOAT32_TINY)

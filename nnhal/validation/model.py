@@ -53,6 +53,14 @@ def _extension_prefixes(model: Model) -> set[int]:
     return {int(e.prefix) for e in model.extension_name_to_prefix}
 
 
+#: Operand types by value (a dict look-up, where the enum's call costs a microsecond).
+_TYPES: dict[int, T] = {int(t): t for t in T}
+_LIFETIMES: dict[int, L] = {int(t): t for t in L}
+#: The zero point range of each asymmetric quantized type (the others: 0).
+_ZERO_POINTS = {T.TENSOR_QUANT8_ASYMM: (0, 255), T.TENSOR_QUANT8_ASYMM_SIGNED: (-128, 127),
+                T.TENSOR_QUANT16_ASYMM: (0, 65535)}
+
+
 def validate_operand(op: Operand, where: str, prefixes: set[int]) -> None:
     """Type, dimensions and quantization parameters of one operand."""
     raw_type = int(op.type)
@@ -72,14 +80,17 @@ def validate_operand(op: Operand, where: str, prefixes: set[int]) -> None:
             raise _fail(f"{where}: extension operand of type {raw_type:#x} has extraParams "
                         f"that are not extension data")
         return
-    try:
-        t = T(raw_type)
-    except ValueError:
-        raise _fail(f"{where}: invalid operand type {raw_type}") from None
+    t = _TYPES.get(raw_type)
+    if t is None:
+        raise _fail(f"{where}: invalid operand type {raw_type}")
     if t in (T.OEM, T.TENSOR_OEM_BYTE):
         raise _fail(f"{where}: OEM operand types are deprecated and not supported")
-    if any((not isinstance(d, (int, np.integer))) or d < 0 or d > 0xFFFFFFFF
-           for d in op.dimensions):
+    for d in op.dimensions:  # a loop: a generator per operand costs more than its checks
+        if type(d) is int:
+            if 0 <= d <= 0xFFFFFFFF:
+                continue
+        elif isinstance(d, (int, np.integer)) and 0 <= d <= 0xFFFFFFFF:
+            continue
         raise _fail(f"{where}: invalid dimensions {list(op.dimensions)}")
     if (t.is_scalar or t == T.SUBGRAPH) and op.dimensions:
         raise _fail(f"{where}: scalar {t.name} must have no dimensions")
@@ -90,8 +101,7 @@ def validate_operand(op: Operand, where: str, prefixes: set[int]) -> None:
              T.TENSOR_QUANT16_ASYMM, T.TENSOR_QUANT16_SYMM):
         if scale <= 0:
             raise _fail(f"{where}: {t.name} needs a positive scale, got {op.scale}")
-        lo, hi = {T.TENSOR_QUANT8_ASYMM: (0, 255), T.TENSOR_QUANT8_ASYMM_SIGNED: (-128, 127),
-                  T.TENSOR_QUANT16_ASYMM: (0, 65535)}.get(t, (0, 0))
+        lo, hi = _ZERO_POINTS.get(t, (0, 0))
         if not lo <= zp <= hi:
             raise _fail(f"{where}: {t.name} zeroPoint {zp} outside [{lo}, {hi}]")
     elif t == T.TENSOR_INT32:
@@ -166,10 +176,12 @@ def validate_subgraph(sg: Subgraph, name: str, model: Model, pool_sizes: Sequenc
     n = len(sg.operands)
     for i, op in enumerate(sg.operands):
         where = f"{name} operand {i}"
-        try:
-            lt = L(op.lifetime)
-        except ValueError:
-            raise _fail(f"{where}: invalid lifetime {op.lifetime}") from None
+        lt = _LIFETIMES.get(op.lifetime)
+        if lt is None:
+            try:
+                lt = L(op.lifetime)
+            except ValueError:
+                raise _fail(f"{where}: invalid lifetime {op.lifetime}") from None
         op.lifetime = lt
         validate_operand(op, where, prefixes)
         _validate_location(op, where, model, pool_sizes)
