@@ -345,6 +345,12 @@ def _conv_supports(op: Op) -> str | None:
     return None
 
 
+#: The quantized terms of the convolutions and dense layers (``conv_terms``,
+#: ``weights_supports``), filled in by :func:`nnhal.drivers.xla.quantized.register`, which
+#: the package runs on import: this module declares the float forms and never imports those.
+QUANTIZED_TERMS: dict[str, Callable[[Op], Any]] = {}
+
+
 def _terms(op: Op) -> tuple[Any, Any, Callable[[Any, int], Any], Any]:
     """What a convolution or dense layer multiplies and how it finishes: (input, filter,
     ``finish(sum, activation)``, the accumulator's dtype or None). Floats: the operands as
@@ -352,7 +358,7 @@ def _terms(op: Op) -> tuple[Any, Any, Callable[[Any, int], Any], Any]:
     points as int32, summed exactly in int32, then the reference requantisation
     (:func:`nnhal.drivers.xla.quantized.conv_terms`)."""
     if op.info(0).type in QUANTIZED:
-        return _quantized.conv_terms(op)
+        return QUANTIZED_TERMS["conv_terms"](op)
     return op.x(0), op.x(1), lambda y, act: op.act(y + op.x(2), act), None
 
 
@@ -360,7 +366,8 @@ def _types_agree(op: Op) -> str | None:
     """A convolution's or dense layer's filter and bias types (and, quantized, the rules of
     :func:`nnhal.drivers.xla.quantized.weights_supports`)."""
     if op.info(0).type in QUANTIZED:
-        return _quantized.weights_supports(op)
+        check = QUANTIZED_TERMS.get("weights_supports")
+        return "quantized forms not registered" if check is None else check(op)
     if op.info(1).type != op.info(0).type or op.info(2).type != op.info(0).type:
         return "filter or bias of another type than the input"
     return None
@@ -1012,9 +1019,3 @@ def build_function(graph: ModelGraph, weights: Sequence[Weight], precision: Any
         return tuple(outs)
 
     return fn
-
-
-# The quantized forms (after every float lowering they extend is declared).
-from nnhal.drivers.xla import quantized as _quantized  # noqa: E402
-
-_quantized.register()

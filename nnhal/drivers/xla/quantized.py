@@ -392,7 +392,9 @@ def _with_quantized(op_type: OperationType, lower: Callable[[L.Op], Sequence[Any
 
 
 def register() -> None:
-    """Add every quantized lowering to :data:`nnhal.drivers.xla.lowering.LOWERINGS`."""
+    """Add every quantized lowering to :data:`nnhal.drivers.xla.lowering.LOWERINGS` (and
+    the convolutions' terms to its ``QUANTIZED_TERMS``); the package runs it once, on import."""
+    L.QUANTIZED_TERMS.update(conv_terms=conv_terms, weights_supports=weights_supports)
     for t in (*_MOVES, *_SAME_LOWERING):
         base = L.LOWERINGS[t]
         L.LOWERINGS[t] = dataclasses.replace(base, types=base.types | Q8)
