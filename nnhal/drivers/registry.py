@@ -221,9 +221,8 @@ def _path_facts() -> tuple[bool, bool]:
 
 def _remembered_facts() -> tuple[bool, bool]:
     import json
-    import tempfile
 
-    from nnhal.ops.native.build import cache_root, check_private_dir
+    from nnhal.ops.native.build import cache_root, check_private_dir, write_replacing
 
     state = _path_state()
     try:
@@ -244,21 +243,11 @@ def _remembered_facts() -> tuple[bool, bool]:
     if memo is None or any(len(e) > 1 and max(e[3], e[4]) > recent for e in state[1:]) or \
             check_private_dir(memo.parent) is not None:
         return facts
-    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=memo.parent, prefix=".tmp-")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"state": state, "plugins": facts[0], "xla": facts[1]}, f)
-        os.replace(tmp, memo)
-        tmp = None
+        write_replacing(memo, json.dumps({"state": state, "plugins": facts[0],
+                                          "xla": facts[1]}).encode())
     except OSError:
         pass
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
     return facts
 
 

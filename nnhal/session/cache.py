@@ -49,7 +49,6 @@ import logging
 import os
 import stat
 import struct
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -249,24 +248,15 @@ def entry_key(digest: bytes, config: list[Any], code: str | None = None) -> byte
 
 def _write_file(target: Path, blob: bytes) -> bool:
     """``blob`` into ``target``: a temporary file renamed into place (its folder made 0700)."""
-    tmp = None
+    from nnhal.ops.native.build import write_replacing
+
     try:
         target.parent.mkdir(mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-        os.replace(tmp, target)
-        tmp = None
+        write_replacing(target, blob)
         return True
     except OSError as e:
         log.info("session cache: writing %s failed: %s", target.name, e)
         return False
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
 
 
 class Store:

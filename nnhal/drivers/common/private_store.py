@@ -26,10 +26,9 @@ from __future__ import annotations
 import logging
 import os
 import stat
-import tempfile
 from pathlib import Path
 
-from nnhal.ops.native.build import cache_root, check_private_dir
+from nnhal.ops.native.build import cache_root, check_private_dir, write_replacing
 
 log = logging.getLogger(__name__)
 
@@ -150,24 +149,11 @@ class PrivateStore:
                 return True  # written before (the name is the content's digest)
         except OSError:
             pass  # absent; anything else under the name is replaced
-        tmp = None
         try:
-            fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-            tmp = None
+            write_replacing(target, data, durable=True)
         except OSError as e:
             log.info("private store: writing %s failed: %s", target.name, e)
             return False
-        finally:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
         self._evict(d)
         return True
 

@@ -332,17 +332,25 @@ def _conv_consts(op: Op) -> Sequence[int]:
     return range(3, op.n)  # every parameter; the filter and bias may come at run time
 
 
-def _conv_supports(op: Op) -> str | None:
-    try:
-        _, a = _conv_args(op)
-    except OpError as e:
-        return str(e)
-    why = _types_agree(op)
-    if why is not None:
-        return why
-    if a.code is not None and a.code not in (1, 2):
-        return f"padding scheme {a.code}"
-    return None
+def _conv_kind_supports(args: Callable[[Op], Any]) -> Callable[[Op], str | None]:
+    """The support check of a convolution whose parameters ``args`` resolves: filter and
+    bias types, then the parameters, then an implicit padding scheme XLA knows."""
+
+    def supports(op: Op) -> str | None:
+        why = _types_agree(op)
+        if why is not None:
+            return why
+        try:
+            a = args(op)
+        except OpError as e:
+            return str(e)
+        return f"padding scheme {a.code}" if a.code is not None and a.code not in (1, 2) \
+            else None
+
+    return supports
+
+
+_conv_supports = _conv_kind_supports(lambda op: _conv_args(op)[1])
 
 
 #: The quantized terms of the convolutions and dense layers (``conv_terms``,
@@ -684,24 +692,13 @@ def _strided_slice(op: Op) -> Sequence[Any]:
     return [x[tuple(index)].reshape(op.out_shape())]
 
 
-def _grouped_supports(op: Op) -> str | None:
-    why = _types_agree(op)
-    if why is not None:
-        return why
-    try:
-        a = _grouped_args(op)
-    except OpError as e:
-        return str(e)
-    return f"padding scheme {a.code}" if a.code is not None and a.code not in (1, 2) else None
-
-
 def _grouped_args(op: Op) -> Any:
     shim = _Shim(op)
     layout = conv_rules._select(shim, 9, 12, has_extra=True)  # type: ignore[arg-type]
     return conv_rules._resolve(layout, conv_rules._static_values(shim))  # type: ignore
 
 
-@_lowering(O.GROUPED_CONV_2D, consts=_conv_consts, supports=_grouped_supports)
+@_lowering(O.GROUPED_CONV_2D, consts=_conv_consts, supports=_conv_kind_supports(_grouped_args))
 def _grouped_conv(op: Op) -> Sequence[Any]:
     a = _grouped_args(op)
     nchw = bool(a.nchw)
@@ -738,24 +735,11 @@ def _tconv_pads(op: Op, a: Any, kh: int, kw: int) -> list[tuple[int, int]]:
     return [(top, bottom), (left, right)]
 
 
-def _tconv_supports(op: Op) -> str | None:
-    why = _types_agree(op)
-    if why is not None:
-        return why
-    try:
-        a = _tconv_args(op)
-    except OpError as e:
-        return str(e)
-    if a.code is not None and a.code not in (1, 2):
-        return f"padding scheme {a.code}"
-    return None
-
-
 def _tconv_consts(op: Op) -> Sequence[int]:
     return range(3, op.n)
 
 
-@_lowering(O.TRANSPOSE_CONV_2D, consts=_tconv_consts, supports=_tconv_supports)
+@_lowering(O.TRANSPOSE_CONV_2D, consts=_tconv_consts, supports=_conv_kind_supports(_tconv_args))
 def _transpose_conv(op: Op) -> Sequence[Any]:
     a = _tconv_args(op)
     nchw = bool(a.nchw)

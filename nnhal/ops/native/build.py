@@ -81,6 +81,27 @@ def check_private_dir(d: Path) -> str | None:
     return None
 
 
+def write_replacing(target: Path, data: bytes, durable: bool = False) -> None:
+    """``data`` under ``target`` whole or not at all, for the per-user cache's files: a
+    temporary file beside it, renamed into place (flushed to disk first when ``durable``, so
+    that a crash never leaves a short file under the name). Raises OSError, leaving no
+    temporary file behind."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def build_best() -> tuple[ctypes.CDLL | None, str]:
     """:data:`NATIVE_FLAGS`, else (a compiler without -march=native) :data:`BASE_FLAGS`."""
     lib, why = build(NATIVE_FLAGS)
