@@ -398,6 +398,39 @@ def _pads(a: Any, h: int, w: int, kh: int, kw: int) -> list[tuple[int, int]]:
     return [(int(top), int(bottom)), (int(left), int(right))]
 
 
+def _convolve(op: Op, x: Any, w: Any, stride: Sequence[int], pads: Sequence[tuple[int, int]],
+              acc: Any, rhs_dilation: Sequence[int] = (1, 1),
+              lhs_dilation: Sequence[int] = (1, 1), groups: int = 1) -> Any:
+    """An NHWC input convolved with an OHWI filter. Floats: XLA's convolution. Integer sums
+    (the quantized forms): the input's kh * kw strided windows side by side and one int32
+    matrix product with the filter, because XLA's GPU backend has no integer convolution
+    (its matrix products take int32); the sum is the same exact int32 sum on every backend."""
+    stride, rhs_dilation, lhs_dilation = (tuple(int(v) for v in t)
+                                          for t in (stride, rhs_dilation, lhs_dilation))
+    if acc is None:
+        return op.lax.conv_general_dilated(
+            x, w, window_strides=stride, padding=[tuple(p) for p in pads],
+            lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation,
+            dimension_numbers=("NHWC", "OHWI", "NHWC"), feature_group_count=groups,
+            precision=op.precision, preferred_element_type=acc)
+    jnp, lax = op.jnp, op.lax
+    (top, bottom), (left, right) = pads
+    x = lax.pad(x, np.zeros((), x.dtype), ((0, 0, 0), (top, bottom, lhs_dilation[0] - 1),
+                                           (left, right, lhs_dilation[1] - 1), (0, 0, 0)))
+    n, hp, wp, c = x.shape
+    o, kh, kw, cg = w.shape
+    (sh, sw), (dh, dw) = stride, rhs_dilation
+    oh = (hp - ((kh - 1) * dh + 1)) // sh + 1
+    ow = (wp - ((kw - 1) * dw + 1)) // sw + 1
+    taps = [lax.slice(x, (0, i * dh, j * dw, 0),
+                      (n, i * dh + (oh - 1) * sh + 1, j * dw + (ow - 1) * sw + 1, c),
+                      (1, sh, sw, 1)) for i in range(kh) for j in range(kw)]
+    patches = jnp.stack(taps, axis=3).reshape(n, oh, ow, kh * kw, groups, cg)
+    filt = w.reshape(groups, o // groups, kh * kw, cg)
+    y = jnp.einsum("nhwkgc,gokc->nhwgo", patches, filt, preferred_element_type=acc)
+    return y.reshape(n, oh, ow, o)
+
+
 @_lowering(O.CONV_2D, O.DEPTHWISE_CONV_2D, consts=_conv_consts, supports=_conv_supports)
 def _conv(op: Op) -> Sequence[Any]:
     _, a = _conv_args(op)
@@ -414,11 +447,7 @@ def _conv(op: Op) -> Sequence[Any]:
         y = op.jnp.matmul(x.reshape(-1, c), w.reshape(w.shape[0], c).T, precision=op.precision,
                           preferred_element_type=acc).reshape(*x.shape[:3], w.shape[0])
     else:
-        y = op.lax.conv_general_dilated(
-            x, w, window_strides=tuple(int(s) for s in a.stride), padding=pads,
-            rhs_dilation=tuple(int(d) for d in a.dilation),
-            dimension_numbers=("NHWC", "OHWI", "NHWC"), precision=op.precision,
-            preferred_element_type=acc)
+        y = _convolve(op, x, w, a.stride, pads, acc, rhs_dilation=a.dilation)
     return [_from_nhwc(op, finish(y, int(a.act)), nchw)]
 
 
@@ -706,11 +735,8 @@ def _grouped_conv(op: Op) -> Sequence[Any]:
     x = _to_nhwc(op, x, nchw)
     _, h, wd, _ = x.shape
     _, kh, kw, _ = w.shape
-    y = op.lax.conv_general_dilated(
-        x, w, window_strides=tuple(int(s) for s in a.stride), padding=_pads(a, h, wd, kh, kw),
-        rhs_dilation=tuple(int(d) for d in a.dilation),
-        dimension_numbers=("NHWC", "OHWI", "NHWC"), feature_group_count=int(a.extra),
-        precision=op.precision, preferred_element_type=acc)
+    y = _convolve(op, x, w, a.stride, _pads(a, h, wd, kh, kw), acc, rhs_dilation=a.dilation,
+                  groups=int(a.extra))
     return [_from_nhwc(op, finish(y, int(a.act)), nchw)]
 
 
@@ -750,11 +776,8 @@ def _transpose_conv(op: Op) -> Sequence[Any]:
     (top, bottom), (left, right) = _tconv_pads(op, a, kh, kw)
     # out[o] = sum over i*s + k - head = o: the input dilated by the stride, padded by k - 1
     # on both sides, convolved with the flipped filter; the paddings then cut from the result.
-    y = op.lax.conv_general_dilated(
-        x, w[:, ::-1, ::-1, :], window_strides=(1, 1),
-        padding=[(kh - 1, kh - 1), (kw - 1, kw - 1)], lhs_dilation=(sh, sw),
-        dimension_numbers=("NHWC", "OHWI", "NHWC"), precision=op.precision,
-        preferred_element_type=acc)
+    y = _convolve(op, x, w[:, ::-1, ::-1, :], (1, 1), [(kh - 1, kh - 1), (kw - 1, kw - 1)],
+                  acc, lhs_dilation=(sh, sw))
     out = op.out_shape()
     oh, ow = (out[2], out[3]) if nchw else (out[1], out[2])
     # Output positions past the last one a filter tap reaches (a filter smaller than the

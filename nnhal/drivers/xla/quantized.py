@@ -9,8 +9,9 @@ Two ways keep XLA's results equal to the reference's, bit for bit, rather than c
   input (256 values, or the 65,536 pairs); the compiled function looks each element up. No
   second copy of those formulas exists to drift from the first.
 * **Accumulate, then requantise with the reference's formulas.** Convolutions and dense layers
-  sum ``(x - zx) * (w - zw)`` exactly in int32 (``preferred_element_type``; refused where the
-  sum could leave int32), add the int32 bias and requantise through
+  sum ``(x - zx) * (w - zw)`` exactly in int32 (``preferred_element_type``, in matrix products
+  only: XLA's GPU backend has no integer convolution, see ``lowering._convolve``; refused where
+  the sum could leave int32), add the int32 bias and requantise through
   :func:`nnhal.ops.common.multiply_by_quantized_multiplier` itself, called with ``jax.numpy``
   as its array namespace. Its 64-bit products need JAX's 64-bit types, which
   :func:`nnhal.drivers.xla.engine.compile_graph` enables only while tracing a model that has
