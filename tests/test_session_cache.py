@@ -177,6 +177,27 @@ def test_a_fingerprint_check_begun_before_a_fork_settles_in_the_child(home, monk
     assert fp.settle() == real  # and the parent's own check finishes
 
 
+@pytest.mark.parametrize("cache", ["1", "0"])
+def test_the_fingerprint_is_computed_while_nnhal_session_imports(cache):
+    """Importing nnhal.session starts the code fingerprint on a thread (an open then finds it
+    known), the very value a walk of the files gives; with the cache off, nothing is started."""
+    import nnhal
+
+    code = ("import time\nimport nnhal.session\nfrom nnhal.session import cache as sc\n"
+            "t = time.monotonic()\n"
+            "while sc._early is not None and sc._early[0].locked() and time.monotonic() - t < 30:\n"
+            "    time.sleep(0.005)\n"
+            "print(sc._early is not None, sc._fingerprint == sc._walk(sc._package_dir()))\n")
+    env = dict(os.environ, PYTHONPATH=str(Path(nnhal.__file__).resolve().parent.parent),
+               TF_CPP_MIN_LOG_LEVEL="3")
+    env[sc.ENV] = cache
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    started, right = done.stdout.split()
+    assert (started, right) == (("True", "True") if cache == "1" else ("False", "False"))
+
+
 @pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "foreign"])
 def test_a_damaged_entry_is_a_miss_with_correct_results(home, tmp_path, damage):
     path = model_file(tmp_path, "bmm_f32.tflite")

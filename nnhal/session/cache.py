@@ -82,9 +82,12 @@ def enabled(cache: bool | None) -> bool:
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-_fingerprint_lock = threading.Lock()
-#: This process's code fingerprint, once computed.
+#: This process's code fingerprint, once computed (set by one assignment: no lock, which a
+#: forked child could inherit held).
 _fingerprint: str | None = None
+#: The computation :func:`fingerprint_early` started: (a lock held until it is done, the pid
+#: of the process that started it), or None.
+_early: tuple[Any, int] | None = None
 #: The memo files (Fingerprint) this process has checked hold its fingerprint.
 _confirmed: set[Path] = set()
 
@@ -100,10 +103,39 @@ def code_fingerprint() -> str:
     cheaper would see it); :class:`Fingerprint` keeps it off a restore's way."""
     global _fingerprint
     if _fingerprint is None:
-        value = _walk(_package_dir())
-        with _fingerprint_lock:
-            _fingerprint = value
+        _fingerprint = _walk(_package_dir())
     return _fingerprint
+
+
+def fingerprint_early() -> None:
+    """Start computing the code fingerprint on a thread of its own, when the cache is on and
+    it is not known yet: called as ``nnhal.session`` is imported, so that it is done long
+    before that import (which loads numpy, the runtime, the drivers and ai-edge-litert, a few
+    hundred ms) ends, and a Session's open finds it computed instead of checking a guess
+    while its drivers restore. An interpreter's allocation, which a LiteRT restore spends most
+    of its time in, holds the GIL: a check begun there only ran once it returned, and the
+    open waited for it (about 1 ms, plus the switches between the two threads). Here it
+    costs the import its own time on the GIL, about 1 ms, and nothing when the cache is off."""
+    global _early
+    if _fingerprint is not None or _early is not None or not enabled(None):
+        return
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def compute() -> None:
+        try:
+            code_fingerprint()
+        except BaseException:  # noqa: BLE001 - computed again (and raised) where needed
+            pass
+        finally:
+            done.release()
+
+    _early = (done, os.getpid())
+    try:
+        # Not threading.Thread: its start() waits until the thread runs.
+        _thread.start_new_thread(compute, ())
+    except RuntimeError:  # no thread to be had: computed when an open needs it
+        _early = None
 
 
 def _walk(top: str) -> str:
@@ -158,8 +190,13 @@ class Fingerprint:
         self.guess = remembered
 
     def begin(self) -> None:
-        """Start computing the real fingerprint (nothing when known already)."""
+        """Start computing the real fingerprint (nothing when known already; the import's
+        computation, :func:`fingerprint_early`, waited for when it is still running)."""
         if _fingerprint is not None or self._done is not None:
+            return
+        early = _early
+        if early is not None and early[1] == os.getpid() and early[0].locked():
+            self._done, self._pid = early
             return
         done = threading.Lock()
         done.acquire()
@@ -194,7 +231,8 @@ class Fingerprint:
         guess was another)."""
         done, self._done = self._done, None
         if done is not None and os.getpid() == self._pid:  # (a forked child computes it below)
-            done.acquire()
+            done.acquire()  # released at once: another open may be waiting on the same lock
+            done.release()
         value = code_fingerprint()
         if value != self.guess:
             self._remember(value)
