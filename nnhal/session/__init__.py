@@ -28,8 +28,10 @@ def _preload() -> None:
     import nnhal.service.discovery
     import nnhal.session.cache  # noqa: F401
     from nnhal.drivers.litert.engine import unavailable
+    from nnhal.drivers.registry import look_along_path
 
     unavailable()  # imports ai-edge-litert when it can (a failure is the device's to report)
+    look_along_path()  # whether plug-in drivers may be installed, as the imports just looked
 
 
 _preload()
