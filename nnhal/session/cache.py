@@ -4,14 +4,15 @@ A Session made from a .tflite path or its bytes (not from a HAL or imported mode
 *entry* keyed by the BLAKE3 digest of the file's bytes and of everything else that decides
 what the Session would prepare: this cache's format, nnhal's version and a fingerprint of its
 code (size and modification time of every module, so an edited or upgraded nnhal never reads
-an older entry; a new process looks the entry up with the fingerprint the last one remembered
-and checks it while the drivers restore, dropping the restore when it was wrong:
-:class:`Fingerprint`), the devices (each driver's name and version), the preference, the priority
-and the names given. The entry is plain JSON: the Session's inputs, outputs and state
-variables (names, types, shapes, quantization; state initial values as bytes) and the
-runtime's plan (which device runs which operations, each step's inputs and outputs). Each
-step's prepared model is the driver's own compilation cache (the files the runtime writes
-with ``setCaching``, in the ``steps/`` folder beside the entries), restored with
+an older entry; computed on a thread while ``nnhal.session`` imports, :func:`fingerprint_early`,
+so an open finds it known; when it is not yet, the open looks the entry up with the fingerprint
+the last process remembered and checks it before using the restore, dropping the restore when
+it was wrong: :class:`Fingerprint`), the devices (each driver's name and version), the
+preference, the priority and the names given. The entry is plain JSON: the Session's inputs,
+outputs and state variables (names, types, shapes, quantization; state initial values as
+bytes) and the runtime's plan (which device runs which operations, each step's inputs and
+outputs). Each step's prepared model is the driver's own compilation cache (the files the
+runtime writes with ``setCaching``, in the ``steps/`` folder beside the entries), restored with
 ``prepareModelFromCache``: a hit reads no flatbuffer into a HAL model, analyses nothing and
 exports nothing. What needs the HAL model later (CPU fallback after a driver failure,
 :attr:`Session.model`, a run whose values between steps are zero-sized) reads the file then.
@@ -164,10 +165,14 @@ class Fingerprint:
     """The code fingerprint of one open, in steps: :attr:`guess` at once (this process's when
     known, else the one the last process remembered for this copy of nnhal, in the store's
     ``code/`` folder); :meth:`begin`, when the guess has found an entry, computes the real
-    one in a thread while the drivers restore (the stat calls release the GIL, and so does
-    the interpreter's allocation a LiteRT restore waits for); :meth:`settle`, the verified
-    one. The guess only chooses the entry tried: nothing restored is used before
-    :meth:`settle` has confirmed it (``_Opened.settle`` in :mod:`nnhal.session.session`)."""
+    one in a thread while the drivers restore (or waits for the import's,
+    :func:`fingerprint_early`); :meth:`settle`, the verified one. The guess only chooses the
+    entry tried: nothing restored is used before :meth:`settle` has confirmed it
+    (``Opened.settle`` in :mod:`nnhal.session.restore`). That thread gets little done during
+    a restore: ai-edge-litert's ``allocate_tensors`` and ``invoke`` hold the GIL (measured:
+    a spinning Python thread ran no iteration during either), so the open waited for it
+    after the allocation (about 1.1 ms for MobileNetV2 int8), which is why the import
+    computes it now."""
 
     def __init__(self, directory: Path | None):
         self._done: Any = None
