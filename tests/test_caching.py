@@ -636,6 +636,25 @@ def test_key_file_without_hard_links(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["key"]  # no temporary file left behind
 
 
+def test_a_key_file_read_before_is_read_again_when_it_changed(tmp_path):
+    """A process remembers the keys it read, never past a change of the file: a key made
+    readable by others is refused, a replaced one is the new one."""
+    from nnhal.drivers.common.compilation_cache import load_or_create_key
+
+    path = tmp_path / "key"
+    first = load_or_create_key(path)
+    assert load_or_create_key(path) == first
+    path.chmod(0o644)
+    with pytest.raises(ValueError, match="0600"):
+        load_or_create_key(path)
+    other = bytes(range(32))
+    replacement = tmp_path / "new"
+    replacement.write_bytes(other)
+    replacement.chmod(0o600)
+    os.replace(replacement, path)
+    assert load_or_create_key(path) == other
+
+
 def test_late_save_notifies_first_and_a_restore_waits_for_it(device, files, monkeypatch):
     """Inside late_saves() the callback comes before the caches are written (the first result
     does not wait for them); a restore from the same driver waits for the save to land."""

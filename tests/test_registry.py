@@ -92,3 +92,18 @@ def test_xla_joins_the_runtime_only_with_an_accelerator(monkeypatch, tmp_path):
     registry._xla_listed.cache_clear()
     assert registry._xla_listed()
     registry._xla_listed.cache_clear()
+
+
+def test_the_look_along_the_path_is_taken_again_when_the_path_changed(monkeypatch, tmp_path):
+    """Importing nnhal.session looks along sys.path; a path changed since is looked at again
+    (an answer for the old path is never taken for the new one)."""
+    import sys
+
+    monkeypatch.setenv("NNHAL_CACHE_DIR", str(tmp_path / "cache"))
+    sentinel = (True, True)
+    monkeypatch.setattr(registry, "_facts", sentinel)
+    monkeypatch.setattr(registry, "_facts_path", list(sys.path))
+    assert registry._path_facts() is sentinel  # the same path: the answer stands
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert registry._path_facts() is not sentinel
+    assert registry._facts_path == sys.path

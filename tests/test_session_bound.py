@@ -345,3 +345,36 @@ def test_a_session_binds_again_for_another_prepared_model():
         s._prepared = real
         assert s.run([ones, ones])["output_0"].tolist() == [2, 2]
         assert s._bound.prepared is real
+
+
+def test_the_first_run_goes_by_arrays_where_the_driver_binds_them():
+    """A model without state on a driver that binds arrays: the first run makes no request
+    memory (as ai-edge-litert's own first invoke), and a run the binding cannot do later goes
+    by request, binding that layout; the answers are the general way's."""
+    with _session(add_model((2,)), "litert") as s:
+        a, b = np.array([1, 2], F32), np.array([3, 4], F32)
+        first = s.run({"input_0": a, "input_1": b})
+        assert first["output_0"].tolist() == [4, 6]
+        assert s._layout is None and s._bound is not None and s._bound.layout is None
+        assert s.run(ByRequest({"input_0": b, "input_1": b}))["output_0"].tolist() == [6, 8]
+        assert s._layout is not None
+        assert s.run([a, a])["output_0"].tolist() == [2, 4]
+
+
+def test_a_first_run_the_binding_cannot_do_goes_by_request(monkeypatch):
+    from nnhal.drivers.litert.prepared_model import LiteRTArrays
+
+    _litert_or_skip()
+    monkeypatch.setattr(LiteRTArrays, "run", lambda self, inputs: None)
+    with _session(add_model((2,)), "litert") as s:
+        ones = np.ones(2, F32)
+        assert s.run([ones, ones])["output_0"].tolist() == [2, 2]
+        assert s._layout is not None and s._bound.layout is s._layout
+
+
+def test_a_stateful_first_run_still_goes_by_request():
+    _litert_or_skip()
+    with Session(accumulator(), "litert") as s:
+        assert s.run({"x": np.ones(2, F32)})["y"].tolist() == [1, 1]
+        assert s._layout is not None
+        assert s.run({"x": np.ones(2, F32)})["y"].tolist() == [2, 2]

@@ -177,6 +177,49 @@ def test_a_fingerprint_check_begun_before_a_fork_settles_in_the_child(home, monk
     assert fp.settle() == real  # and the parent's own check finishes
 
 
+@pytest.mark.parametrize("cache", ["1", "0"])
+def test_the_fingerprint_is_computed_while_nnhal_session_imports(cache):
+    """Importing nnhal.session starts the code fingerprint on a thread (an open then finds it
+    known), the very value a walk of the files gives; with the cache off, nothing is started."""
+    import nnhal
+
+    code = ("import time\nimport nnhal.session\nfrom nnhal.session import cache as sc\n"
+            "t = time.monotonic()\n"
+            "while sc._early is not None and sc._early[0].locked() and time.monotonic() - t < 30:\n"
+            "    time.sleep(0.005)\n"
+            "print(sc._early is not None, sc._fingerprint == sc._walk(sc._package_dir()))\n")
+    env = dict(os.environ, PYTHONPATH=str(Path(nnhal.__file__).resolve().parent.parent),
+               TF_CPP_MIN_LOG_LEVEL="3")
+    env[sc.ENV] = cache
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    started, right = done.stdout.split()
+    assert (started, right) == (("True", "True") if cache == "1" else ("False", "False"))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_fork_while_the_import_computes_the_fingerprint_settles_in_the_child():
+    """A child forked at once after the import (its thread perhaps still running, absent in
+    the child) gets the right fingerprint and never waits on the parent's thread."""
+    import nnhal
+
+    code = ("import os, sys\nimport nnhal.session\nfrom nnhal.session import cache as sc\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    fp = sc.Fingerprint(None)\n"
+            "    fp.begin()\n"
+            "    os._exit(0 if fp.settle() == sc._walk(sc._package_dir()) else 1)\n"
+            "_, status = os.waitpid(pid, 0)\n"
+            "sys.exit(os.waitstatus_to_exitcode(status))\n")
+    env = dict(os.environ, PYTHONPATH=str(Path(nnhal.__file__).resolve().parent.parent),
+               TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop(sc.ENV, None)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 @pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "foreign"])
 def test_a_damaged_entry_is_a_miss_with_correct_results(home, tmp_path, damage):
     path = model_file(tmp_path, "bmm_f32.tflite")
@@ -382,6 +425,7 @@ def test_a_restored_session_falls_back_to_the_reference(home, tmp_path):
             pytest.skip(f"restored on {second.device_name}: no other device to fall back from")
         second._prepared.primary.execute_synchronously = \
             lambda *a, **k: (ErrorStatus.GENERAL_FAILURE, [], Timing())
+        second._prepared.primary.bind_arrays = lambda shapes: None  # the run goes by request
         assert second._imported is None  # not read yet
         assert same(second.run(x), expected)
         assert second._imported is not None  # read for the fallback

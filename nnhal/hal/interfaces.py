@@ -184,9 +184,9 @@ class IPreparedModel(ABC):
     def bind_arrays(self, shapes: Sequence[tuple[int, ...]]) -> ArrayRun | None:
         """Runs of this model, in this process, with every main input given as a numpy array
         of these ``shapes`` (in the model's input order) and of its operand's numpy dtype,
-        skipping request memory: what a :class:`~nnhal.session.Session` uses for repeated
-        runs of one input layout once a run by request has succeeded. None (the default): not
-        offered; the caller keeps using requests."""
+        skipping request memory: what a :class:`~nnhal.session.Session` uses for its first
+        run of a model without state and for repeated runs of one input layout. None (the
+        default): not offered; the caller keeps using requests."""
         return None
 
     def bind_arrays_with_state(self, shapes: Sequence[tuple[int, ...]],

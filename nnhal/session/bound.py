@@ -43,6 +43,8 @@ class Bound:
         self.count = 0
         self.getter: Any = None
         self.signature: list[tuple[np.dtype, tuple[int, ...]]] = []
+        #: The request memory of the bound run (None: bound from a run the driver's binding
+        #: did, :meth:`of_arrays`).
         self.layout: RequestLayout | None = None
         #: Per output: its dimensions in the bound run, and its dtype.
         self.dims: list[list[int]] = []
@@ -103,6 +105,27 @@ class Bound:
             b.pairs = [(sv.input, sv.output) for sv in session._state_vars]
             return b
         b.bind_plain()
+        return b
+
+    @classmethod
+    def of_arrays(cls, session: Session, arrays: Sequence[np.ndarray],
+                  outs: Sequence[np.ndarray], runner: Any) -> Bound:
+        """The layout of a first run that ``runner`` (the driver's ``bind_arrays``) ran and
+        that gave ``outs``, of the outputs' declared shapes and dtypes (checked), for a model
+        without state: bound with no request memory (``layout`` None), which a run the
+        binding cannot do makes by the general way, binding that layout in turn."""
+        b = cls()
+        b.prepared = session._prepared
+        names = [i.name for i in session.inputs]
+        b.count = len(names)
+        b.getter = operator.itemgetter(*names) if names else lambda feeds: ()
+        b.signature = [(i.dtype, tuple(arrays[k].shape))
+                       for i, k in zip(session.inputs, session._public_in)]
+        b.dims = [list(o.shape) for o in outs]
+        b.out_dtypes = [o.dtype for o in outs]
+        b.shapes = [tuple(a.shape) for a in arrays]
+        b.answers = list(zip(b.dims, b.out_dtypes))
+        b.runner = runner  # (its answers checked again at the next run, as any binding's)
         return b
 
     def bind_plain(self) -> None:

@@ -4,14 +4,15 @@ A Session made from a .tflite path or its bytes (not from a HAL or imported mode
 *entry* keyed by the BLAKE3 digest of the file's bytes and of everything else that decides
 what the Session would prepare: this cache's format, nnhal's version and a fingerprint of its
 code (size and modification time of every module, so an edited or upgraded nnhal never reads
-an older entry; a new process looks the entry up with the fingerprint the last one remembered
-and checks it while the drivers restore, dropping the restore when it was wrong:
-:class:`Fingerprint`), the devices (each driver's name and version), the preference, the priority
-and the names given. The entry is plain JSON: the Session's inputs, outputs and state
-variables (names, types, shapes, quantization; state initial values as bytes) and the
-runtime's plan (which device runs which operations, each step's inputs and outputs). Each
-step's prepared model is the driver's own compilation cache (the files the runtime writes
-with ``setCaching``, in the ``steps/`` folder beside the entries), restored with
+an older entry; computed on a thread while ``nnhal.session`` imports, :func:`fingerprint_early`,
+so an open finds it known; when it is not yet, the open looks the entry up with the fingerprint
+the last process remembered and checks it before using the restore, dropping the restore when
+it was wrong: :class:`Fingerprint`), the devices (each driver's name and version), the
+preference, the priority and the names given. The entry is plain JSON: the Session's inputs,
+outputs and state variables (names, types, shapes, quantization; state initial values as
+bytes) and the runtime's plan (which device runs which operations, each step's inputs and
+outputs). Each step's prepared model is the driver's own compilation cache (the files the
+runtime writes with ``setCaching``, in the ``steps/`` folder beside the entries), restored with
 ``prepareModelFromCache``: a hit reads no flatbuffer into a HAL model, analyses nothing and
 exports nothing. What needs the HAL model later (CPU fallback after a driver failure,
 :attr:`Session.model`, a run whose values between steps are zero-sized) reads the file then.
@@ -42,7 +43,6 @@ from __future__ import annotations
 
 import _thread
 import base64
-import hashlib
 import hmac
 import json
 import logging
@@ -82,9 +82,12 @@ def enabled(cache: bool | None) -> bool:
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-_fingerprint_lock = threading.Lock()
-#: This process's code fingerprint, once computed.
+#: This process's code fingerprint, once computed (set by one assignment: no lock, which a
+#: forked child could inherit held).
 _fingerprint: str | None = None
+#: The computation :func:`fingerprint_early` started: (a lock held until it is done, the pid
+#: of the process that started it), or None.
+_early: tuple[Any, int] | None = None
 #: The memo files (Fingerprint) this process has checked hold its fingerprint.
 _confirmed: set[Path] = set()
 
@@ -100,10 +103,39 @@ def code_fingerprint() -> str:
     cheaper would see it); :class:`Fingerprint` keeps it off a restore's way."""
     global _fingerprint
     if _fingerprint is None:
-        value = _walk(_package_dir())
-        with _fingerprint_lock:
-            _fingerprint = value
+        _fingerprint = _walk(_package_dir())
     return _fingerprint
+
+
+def fingerprint_early() -> None:
+    """Start computing the code fingerprint on a thread of its own, when the cache is on and
+    it is not known yet: called as ``nnhal.session`` is imported, so that it is done long
+    before that import (which loads numpy, the runtime, the drivers and ai-edge-litert, a few
+    hundred ms) ends, and a Session's open finds it computed instead of checking a guess
+    while its drivers restore. An interpreter's allocation, which a LiteRT restore spends most
+    of its time in, holds the GIL: a check begun there only ran once it returned, and the
+    open waited for it (about 1 ms, plus the switches between the two threads). Here it
+    costs the import its own time on the GIL, about 1 ms, and nothing when the cache is off."""
+    global _early
+    if _fingerprint is not None or _early is not None or not enabled(None):
+        return
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def compute() -> None:
+        try:
+            code_fingerprint()
+        except BaseException:  # noqa: BLE001 - computed again (and raised) where needed
+            pass
+        finally:
+            done.release()
+
+    _early = (done, os.getpid())
+    try:
+        # Not threading.Thread: its start() waits until the thread runs.
+        _thread.start_new_thread(compute, ())
+    except RuntimeError:  # no thread to be had: computed when an open needs it
+        _early = None
 
 
 def _walk(top: str) -> str:
@@ -133,10 +165,14 @@ class Fingerprint:
     """The code fingerprint of one open, in steps: :attr:`guess` at once (this process's when
     known, else the one the last process remembered for this copy of nnhal, in the store's
     ``code/`` folder); :meth:`begin`, when the guess has found an entry, computes the real
-    one in a thread while the drivers restore (the stat calls release the GIL, and so does
-    the interpreter's allocation a LiteRT restore waits for); :meth:`settle`, the verified
-    one. The guess only chooses the entry tried: nothing restored is used before
-    :meth:`settle` has confirmed it (``_Opened.settle`` in :mod:`nnhal.session.session`)."""
+    one in a thread while the drivers restore (or waits for the import's,
+    :func:`fingerprint_early`); :meth:`settle`, the verified one. The guess only chooses the
+    entry tried: nothing restored is used before :meth:`settle` has confirmed it
+    (``Opened.settle`` in :mod:`nnhal.session.restore`). That thread gets little done during
+    a restore: ai-edge-litert's ``allocate_tensors`` and ``invoke`` hold the GIL (measured:
+    a spinning Python thread ran no iteration during either), so the open waited for it
+    after the allocation (about 1.1 ms for MobileNetV2 int8), which is why the import
+    computes it now."""
 
     def __init__(self, directory: Path | None):
         self._done: Any = None
@@ -158,8 +194,13 @@ class Fingerprint:
         self.guess = remembered
 
     def begin(self) -> None:
-        """Start computing the real fingerprint (nothing when known already)."""
+        """Start computing the real fingerprint (nothing when known already; the import's
+        computation, :func:`fingerprint_early`, waited for when it is still running)."""
         if _fingerprint is not None or self._done is not None:
+            return
+        early = _early
+        if early is not None and early[1] == os.getpid() and early[0].locked():
+            self._done, self._pid = early
             return
         done = threading.Lock()
         done.acquire()
@@ -194,7 +235,8 @@ class Fingerprint:
         guess was another)."""
         done, self._done = self._done, None
         if done is not None and os.getpid() == self._pid:  # (a forked child computes it below)
-            done.acquire()
+            done.acquire()  # released at once: another open may be waiting on the same lock
+            done.release()
         value = code_fingerprint()
         if value != self.guess:
             self._remember(value)
@@ -375,7 +417,7 @@ class Store:
         return self.directory / f"{key.hex()[:40]}.entry"
 
     def _tag(self, key: bytes, content: bytes | memoryview) -> bytes:
-        mac = hmac.new(self._key, _DOMAIN, hashlib.sha256)
+        mac = hmac.new(self._key, _DOMAIN, "sha256")  # by name: about 20 us less per call
         mac.update(key)
         mac.update(content)
         return mac.digest()

@@ -66,12 +66,19 @@ def _cpu_flags() -> str:
 
 def check_private_dir(d: Path) -> str | None:
     """None when ``d`` is a directory private to this user (created 0700 if absent), else the
-    reason it is not."""
+    reason it is not. One ``stat`` when it exists (each open of a Session checks a few)."""
     try:
-        d.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = d.stat()
+        st = os.stat(d)
+    except FileNotFoundError:
+        st = None
     except OSError as e:
         return f"cache directory {d}: {e}"
+    if st is None:
+        try:
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+            st = d.stat()
+        except OSError as e:
+            return f"cache directory {d}: {e}"
     if not stat.S_ISDIR(st.st_mode):
         return f"cache path {d} is not a directory"
     if hasattr(os, "getuid") and st.st_uid != os.getuid():
