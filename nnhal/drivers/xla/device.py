@@ -10,19 +10,25 @@ inputs in and the outputs out.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import nnhal.drivers.xla.lowering as lowering
 from nnhal.analysis import MAX_TENSOR_BYTES, ModelGraph
+from nnhal.drivers.common.buffer import allocate
 from nnhal.drivers.common.device import DeviceBase, cache_key
+from nnhal.drivers.xla.buffer import DeviceBufferCore
 from nnhal.drivers.xla.cache import XlaCache, XlaPlan
-from nnhal.drivers.xla.engine import compile_graph, default_device, unavailable
+from nnhal.drivers.xla.engine import compile_graph, default_device, putter, unavailable
 from nnhal.drivers.xla.prepared_model import XlaPreparedModel
-from nnhal.hal.interfaces import IPreparedModel
+from nnhal.hal.interfaces import IBuffer, IPreparedModel
 from nnhal.hal.types import (
+    BufferDesc,
+    BufferRole,
     Capabilities,
     DeviceType,
     ErrorStatus,
@@ -89,6 +95,8 @@ class XlaDevice(DeviceBase):
         #: the device, not of the first preparation.
         self.engine_unavailable = unavailable()
         self.device: Any = None if self.engine_unavailable else default_device()
+        #: A host array to the device: what copyFrom of this device's buffers uses.
+        self._put: Any = None if self.device is None else putter(self.device)
         super().__init__(name, workers, max_tensor_bytes,
                          XlaCache(VERSION_STRING, cache_key(cache_key_file), self.device))
 
@@ -120,6 +128,14 @@ class XlaDevice(DeviceBase):
             operand_performance=[OperandPerformance(int(t), PerformanceInfo(perf(t), perf(t)))
                                  for t in types],
             if_performance=never, while_performance=never)
+
+    def allocate(self, desc: BufferDesc, prepared_models: Sequence[IPreparedModel],
+                 input_roles: Sequence[BufferRole], output_roles: Sequence[BufferRole]
+                 ) -> tuple[ErrorStatus, IBuffer | None, int]:
+        """The common allocate's rules, the buffer's data in device memory
+        (:mod:`nnhal.drivers.xla.buffer`)."""
+        return allocate(self, self.buffers, desc, prepared_models, input_roles, output_roles,
+                        core=functools.partial(DeviceBufferCore, put=self._put))
 
     # ---- DeviceBase -------------------------------------------------------------------------
     def supported(self, graph: ModelGraph) -> list[bool]:
