@@ -85,6 +85,9 @@ class XlaPreparedModel(PreparedModelBase):
         #: Per main input: (operand index, type, shape, dtype).
         self._inputs = [(i, main.operands[i].type, tuple(main.shapes[i] or ()))
                         for i in main.inputs]
+        #: Per main output: (type, shape).
+        self.outputs = [(main.operands[i].type, tuple(main.shapes[i] or ()))
+                        for i in main.outputs]
 
     @property
     def signature(self) -> Subgraph:
