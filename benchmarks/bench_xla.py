@@ -18,6 +18,10 @@ Parts (``--parts``, comma-separated; default ``logits,compare,fresh``):
 * ``overhead``: one ADD [1,16] through ``executeSynchronously``, a burst and the engine's own
   call, against the bare XLA executable on device arrays (the floor): what an execution
   costs beyond the device's own work.
+* ``components``: where an execution of the model on xla spends its time, float32 and
+  relaxed: the executable on device inputs, each transfer (the input from a numpy array and
+  from shared memory, float16 input, pinned host memory, the output back), ``run_host``,
+  ``executeSynchronously``, a burst and ``Session.run`` (medians of 7 rounds of ``--calls``).
 * ``roundtrip``: two executions chained through an IBuffer (execution 1 writes it, execution
   2 reads it; the data stays in device memory) against the same chain through shared memory
   (``--shape``: the tensor's dimensions).
@@ -288,6 +292,118 @@ def overhead(rounds: int) -> None:
         dev.close()
 
 
+def _median_us(fn, calls: int, rounds: int = 7) -> float:
+    fn()
+    fn()
+    out = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        out.append((time.perf_counter() - t) / calls * 1e6)
+    return statistics.median(out)
+
+
+def components(model: str, calls: int) -> None:
+    """Each part of one execution of ``model`` (one input) on xla, float32 and relaxed."""
+    import jax
+
+    from nnhal.drivers.xla import XlaDevice
+
+    dev = XlaDevice()
+    d = dev.device
+    print(f"components on {d.platform} ({d.device_kind}), jax {jax.__version__}  load {load()}")
+    try:
+        for relaxed in (False, True):
+            _components(dev, model, relaxed, calls)
+    finally:
+        dev.close()
+
+
+def _components(dev, model: str, relaxed: bool, calls: int) -> None:
+    import jax
+
+    from nnhal.hal.builder import RequestBuilder
+    from nnhal.memory import SharedMemory
+    from nnhal.session import Session
+    from nnhal.tflite import read_tflite
+
+    d = dev.device
+    m = read_tflite(model).model
+    if len(m.main.input_indexes) != 1:
+        print("components: models of one input only")
+        return
+    m.relax_computation_float32_to_float16 = relaxed
+    t = time.perf_counter()
+    pm = _prepare(dev, m)
+    exe = pm.plan.executable
+    kinds = sorted({str(w.dtype) for w in exe.weights})
+    print(f"relaxed={relaxed}: prepare {time.perf_counter() - t:.1f} s, weights {kinds}")
+    info = m.main.operands[m.main.input_indexes[0]]
+    rng = np.random.default_rng(0)
+    x = feed(type("I", (), {"dtype": np.dtype(info.type.dtype),
+                            "shape": tuple(info.dimensions)})(), rng)
+    shm = SharedMemory.from_bytes(x.tobytes())
+    xs = shm.array().view(x.dtype).reshape(x.shape)  # as the driver reads a request
+    args = [*exe.weights, exe.put(x)]
+
+    def executable() -> None:
+        for r in exe._execute(args).disassemble_into_single_device_arrays():
+            r[0].block_until_ready()
+
+    outs = [r[0] for r in exe._execute(args).disassemble_into_single_device_arrays()]
+    for o in outs:
+        o.block_until_ready()
+    sharding = jax.sharding.SingleDeviceSharding(d)
+    res = {"the executable (device inputs, waited for)": _median_us(executable, calls),
+           f"input to device ({x.nbytes / 1e3:.0f} kB numpy)":
+               _median_us(lambda: exe.put(x).block_until_ready(), calls),
+           "input to device (from shared memory)":
+               _median_us(lambda: exe.put(xs).block_until_ready(), calls)}
+    if x.dtype == np.float32:
+        x16 = x.astype(np.float16)
+        res["input cast to float16 on the host"] = _median_us(
+            lambda: x.astype(np.float16), calls)
+        res["float16 input to device"] = _median_us(
+            lambda: exe.put(x16).block_until_ready(), calls)
+    try:
+        pinned = jax.sharding.SingleDeviceSharding(d, memory_kind="pinned_host")
+        px = jax.device_put(x, pinned)
+        res["input to pinned host memory"] = _median_us(
+            lambda: jax.device_put(x, pinned).block_until_ready(), calls)
+        res["pinned host memory to device"] = _median_us(
+            lambda: jax.device_put(px, sharding).block_until_ready(), calls)
+    except Exception as e:  # noqa: BLE001 - a backend without pinned host memory
+        print(f"  pinned host memory: {type(e).__name__}: {e}")
+
+    def back() -> float:
+        o = exe._execute(args).disassemble_into_single_device_arrays()[0][0]
+        o.block_until_ready()
+        t = time.perf_counter()
+        np.asarray(o)
+        return time.perf_counter() - t
+
+    res[f"output 0 to host ({outs[0].nbytes / 1e3:.1f} kB, after the run)"] = \
+        statistics.median(back() for _ in range(calls)) * 1e6
+    res["Executable.run_host (numpy input)"] = _median_us(lambda: exe.run_host([x]), calls)
+    res["Executable.run_host (shared-memory input)"] = _median_us(
+        lambda: exe.run_host([xs]), calls)
+    rb = RequestBuilder([x], model=m)
+    _, burst = pm.configure_execution_burst()
+    res["executeSynchronously"] = _median_us(lambda: pm.execute_synchronously(rb.request),
+                                             calls)
+    res["burst execute"] = _median_us(lambda: burst.execute(rb.request), calls)
+    session = Session(m, device=dev)
+    feeds = {i.name: x for i in session.inputs}
+    res["Session.run"] = _median_us(lambda: session.run(feeds), calls)
+    for k, v in res.items():
+        print(f"  {k:52s} {v:9.1f} us")
+    print(f"  load {load()}")
+    session.close()
+    rb.close()
+    shm.close()
+
+
 def roundtrip(rounds: int, shape: tuple[int, ...]) -> None:
     """out1 = a + b into an IBuffer, then out2 = out1 + b from it; against the same through
     shared memory (out1 copied to the host and back)."""
@@ -364,12 +480,14 @@ def main() -> None:
     ap.add_argument("--fresh", type=int, default=3)
     ap.add_argument("--parts", default="logits,compare,fresh",
                     help="comma-separated: logits, compare, relaxed, fresh, overhead, "
-                         "roundtrip")
+                         "components, roundtrip")
+    ap.add_argument("--calls", type=int, default=100,
+                    help="calls per round of the components part")
     ap.add_argument("--shape", default="1,112,112,32",
                     help="the round trip's tensor dimensions")
     args = ap.parse_args()
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    known = {"logits", "compare", "relaxed", "fresh", "overhead", "roundtrip"}
+    known = {"logits", "compare", "relaxed", "fresh", "overhead", "components", "roundtrip"}
     if set(parts) - known:
         ap.error(f"unknown parts {sorted(set(parts) - known)}; known: {sorted(known)}")
     if "logits" in parts:
@@ -382,6 +500,8 @@ def main() -> None:
         fresh(args.model, args.fresh)
     if "overhead" in parts:
         overhead(args.rounds)
+    if "components" in parts:
+        components(args.model, args.calls)
     if "roundtrip" in parts:
         roundtrip(args.rounds, tuple(int(d) for d in args.shape.split(",")))
 

@@ -574,8 +574,9 @@ def test_relaxed_model_computes_in_float16_when_forced(device, float_reference, 
     # HARD_SWISH, pooling, MEAN, FULLY_CONNECTED and SOFTMAX.
     x, want = float_reference
     relaxed = _float_model(True)
+    monkeypatch.delenv("NNHAL_XLA_RELAXED", raising=False)
     default = prepare(device, relaxed)
-    assert _weight_dtypes(default) == {np.dtype(np.float32)}
+    assert _weight_dtypes(default) == {np.dtype(np.float16 if device.on_gpu else np.float32)}
     monkeypatch.setenv("NNHAL_XLA_RELAXED", "float16")
     mc, dc = files
     fast = prepare(device, relaxed, E.NONE, mc, dc, TOKEN)
