@@ -609,3 +609,47 @@ def test_models_not_relaxed_never_compute_in_float16(device, float_reference, mo
     # An unknown setting fails the preparation (said in the log), never a silent default.
     monkeypatch.setenv("NNHAL_XLA_RELAXED", "float8")
     prepare(device, _float_model(True), E.GENERAL_FAILURE)
+
+
+def test_runtime_device_memory_is_an_xla_buffer_on_the_device(device):
+    # ANeuralNetworksMemory_createFromDesc over an xla compilation: the driver's buffer, its
+    # data the executable's device array from one execution to the next.
+    from nnhal.runtime import Device
+    from nnhal.runtime import ndk as N
+
+    ok = 0
+    _, m = N.ANeuralNetworksModel_create()
+    t = N.ANeuralNetworksOperandType(int(T.TENSOR_FLOAT32), [1, 16])
+    for operand in (t, t, N.ANeuralNetworksOperandType(int(T.INT32)), t):
+        assert N.ANeuralNetworksModel_addOperand(m, operand) == ok
+    assert N.ANeuralNetworksModel_setOperandValue(m, 2, np.int32(0).tobytes(), 4) == ok
+    assert N.ANeuralNetworksModel_addOperation(m, int(O.ADD), [0, 1, 2], [3]) == ok
+    assert N.ANeuralNetworksModel_identifyInputsAndOutputs(m, [0, 1], [3]) == ok
+    assert N.ANeuralNetworksModel_finish(m) == ok
+    _, c = N.ANeuralNetworksCompilation_createForDevices(m, [Device.of(device, "xla")])
+    assert N.ANeuralNetworksCompilation_finish(c) == ok
+    _, d = N.ANeuralNetworksMemoryDesc_create()
+    assert N.ANeuralNetworksMemoryDesc_addInputRole(d, c, 0, 1.0) == ok
+    assert N.ANeuralNetworksMemoryDesc_addOutputRole(d, c, 0, 1.0) == ok
+    assert N.ANeuralNetworksMemoryDesc_finish(d) == ok
+    code, mem = N.ANeuralNetworksMemory_createFromDesc(d)
+    assert code == ok and mem.buffer is not None and mem.shared is None
+    x = np.arange(16, dtype=np.float32).reshape(1, 16)
+    y = np.ones((1, 16), np.float32)
+    out = np.zeros((1, 16), np.float32)
+
+    def execution():
+        _, e = N.ANeuralNetworksExecution_create(c)
+        assert N.ANeuralNetworksExecution_setInput(e, 1, None, y, y.nbytes) == ok
+        return e
+
+    e = execution()
+    assert N.ANeuralNetworksExecution_setInput(e, 0, None, x, x.nbytes) == ok
+    assert N.ANeuralNetworksExecution_setOutputFromMemory(e, 0, None, mem, 0, 0) == ok
+    assert N.ANeuralNetworksExecution_compute(e) == ok
+    assert device.buffers.lookup(mem.token).on_device()
+    e = execution()
+    assert N.ANeuralNetworksExecution_setInputFromMemory(e, 0, None, mem, 0, 0) == ok
+    assert N.ANeuralNetworksExecution_setOutput(e, 0, None, out, out.nbytes) == ok
+    assert N.ANeuralNetworksExecution_compute(e) == ok
+    np.testing.assert_array_equal(out, x + 2)
