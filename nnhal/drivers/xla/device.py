@@ -5,7 +5,8 @@ GPU when there is one, else the CPU), its weights kept in device memory.
 Validation is the shared analysis's (the same statuses for invalid models as every driver);
 which operations run is :func:`nnhal.drivers.xla.lowering.why_not`'s rule. Prepare does all of
 the work (tracing, XLA's compilation, moving the weights to the device); an execution moves the
-inputs in and the outputs out.
+inputs in and the outputs out, except those in the device's own memory-domain buffers
+(:mod:`nnhal.drivers.xla.buffer`), which stay in device memory between executions.
 """
 
 from __future__ import annotations
