@@ -458,3 +458,198 @@ def test_a_quantized_model_restored_from_the_cache_runs_from_another_thread(devi
         ref.close()
     assert len(got) == 2
     np.testing.assert_array_equal(got[0], got[1])
+
+
+# ---- memory domains in device memory ---------------------------------------------------------
+
+def _arg(pool, offset=0, length=0):
+    from nnhal.hal.types import DataLocation, RequestArgument
+
+    return RequestArgument(False, DataLocation(pool, offset, length), [])
+
+
+def test_buffers_stay_on_the_device_between_executions(device, pm, monkeypatch):
+    from nnhal.hal.types import BufferDesc, BufferRole, MemoryPool, Request
+    from nnhal.memory import SharedMemory
+
+    a, b = float_inputs(9, DIMS)
+    n = a.nbytes
+    status, buf, token = device.allocate(BufferDesc([]), [pm], [BufferRole(0, 0, 1.0)],
+                                         [BufferRole(0, 0, 1.0)])
+    assert status == E.NONE
+    core = device.buffers.lookup(token)
+    ins = SharedMemory.from_bytes(a.tobytes() + b.tobytes())
+    out = SharedMemory.ashmem(n)
+    try:
+        pools = [MemoryPool.of(ins), MemoryPool.of_token(token), MemoryPool.of(out)]
+        first = Request([_arg(0, 0, n), _arg(0, n, n)], [_arg(1)], pools)
+        second = Request([_arg(1), _arg(0, n, n)], [_arg(2, 0, n)], pools)
+        # Execution 1 writes the buffer: its data is the executable's own device array.
+        assert pm.execute_synchronously(first)[0] == E.NONE
+        held = core.snapshot()
+        assert core.on_device() and not isinstance(held, np.ndarray)
+        # Execution 2 reads it: that very device array is the executable's argument, and
+        # only the input from shared memory is moved to the device.
+        exe = pm.plan.executable
+        puts, seen = [], []
+        real_put, real_execute = exe.put, exe._execute
+        monkeypatch.setattr(exe, "put", lambda x: puts.append(x) or real_put(x))
+        monkeypatch.setattr(exe, "_execute", lambda args: seen.append(args) or real_execute(args))
+        status, shapes, _ = pm.execute_synchronously(second)
+        assert status == E.NONE and shapes[0].dimensions == list(DIMS)
+        assert seen[0][len(exe.weights)] is held and len(puts) == 1
+        np.testing.assert_array_equal(puts[0], b)
+        np.testing.assert_allclose(out.array().view(np.float32).reshape(DIMS), a + b + b,
+                                   rtol=1e-6)
+        monkeypatch.undo()
+        # copyTo and copyFrom are the transfers; a copied-in buffer feeds executions too.
+        back = SharedMemory.ashmem(n)
+        try:
+            assert buf.copy_to(back) == E.NONE
+            np.testing.assert_allclose(back.array().view(np.float32).reshape(DIMS), a + b,
+                                       rtol=1e-6)
+            back.array()[:] = np.full(DIMS, 3.0, np.float32).reshape(-1).view(np.uint8)
+            assert buf.copy_from(back, list(DIMS)) == E.NONE
+        finally:
+            back.close()
+        assert core.on_device()
+        assert pm.execute_synchronously(second)[0] == E.NONE
+        np.testing.assert_allclose(out.array().view(np.float32).reshape(DIMS), 3.0 + b,
+                                   rtol=1e-6)
+        # A failed execution leaves its output buffer uninitialised, as the common one does.
+        monkeypatch.setattr(exe, "_execute", lambda args: 1 / 0)
+        assert pm.execute_synchronously(first)[0] == E.GENERAL_FAILURE
+        assert core.snapshot() is None
+        monkeypatch.undo()
+        assert pm.execute_synchronously(second)[0] == E.GENERAL_FAILURE  # uninitialised
+    finally:
+        buf.close()
+        ins.close()
+        out.close()
+
+
+# ---- relaxed models in float16 ---------------------------------------------------------------
+
+FLOAT_MODEL = Path(__file__).resolve().parents[1] / "tflite" / "data" / "xla_float.tflite"
+#: The conformance harness's tolerance of relaxed and float16 cases (absolute and relative).
+F16_TOL = 5 * 0.0009765625
+
+
+def _float_model(relaxed: bool):
+    from nnhal.tflite import read_tflite
+
+    model = read_tflite(FLOAT_MODEL.read_bytes()).model
+    model.relax_computation_float32_to_float16 = relaxed
+    return model
+
+
+def _run_float(pm, model, x):
+    rb = RequestBuilder([x], model=model)
+    try:
+        assert pm.execute_synchronously(rb.request)[0] == E.NONE
+        return [rb.output(k).copy() for k in range(2)]
+    finally:
+        rb.close()
+
+
+@pytest.fixture(scope="module")
+def float_reference():
+    from nnhal.drivers.reference import ReferenceDevice
+
+    ref = ReferenceDevice()
+    x = np.random.default_rng(11).uniform(-1, 1, (1, 16, 16, 3)).astype(np.float32)
+    model = _float_model(False)
+    yield x, _run_float(prepare(ref, model), model, x)
+    ref.close()
+
+
+def _weight_dtypes(pm):
+    return {np.dtype(w.dtype) for w in pm.plan.executable.weights}
+
+
+def test_relaxed_model_computes_in_float16_when_forced(device, float_reference, files,
+                                                       monkeypatch):
+    # The CPU keeps float32 unless told: NNHAL_XLA_RELAXED=float16 is what a GPU does.
+    # Converter-made (tests/tflite/data/make_xla_float.py): convolutions, a residual ADD,
+    # HARD_SWISH, pooling, MEAN, FULLY_CONNECTED and SOFTMAX.
+    x, want = float_reference
+    relaxed = _float_model(True)
+    monkeypatch.delenv("NNHAL_XLA_RELAXED", raising=False)
+    default = prepare(device, relaxed)
+    assert _weight_dtypes(default) == {np.dtype(np.float16 if device.on_gpu else np.float32)}
+    monkeypatch.setenv("NNHAL_XLA_RELAXED", "float16")
+    mc, dc = files
+    fast = prepare(device, relaxed, E.NONE, mc, dc, TOKEN)
+    assert _weight_dtypes(fast) == {np.dtype(np.float16)}  # cast once, at prepare
+    hlo = fast.plan.executable.loaded.hlo_modules()[0].to_string()
+    assert "f16[" in hlo and "convolution" in hlo
+    got = _run_float(fast, relaxed, x)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == np.float32  # outputs cast back to the model's type
+        err = np.abs(g - w)
+        assert (err <= F16_TOL * (1 + np.abs(w))).all(), err.max()
+        assert err.max() > 1e-6  # float16 arithmetic really ran: float32 gives ~1e-7
+    # Restored from the cache: the float16 weights and executable, the same results.
+    device._cache.forget_live_plans()
+    status, restored = restore(device, mc, dc)
+    assert status == E.NONE and _weight_dtypes(restored) == {np.dtype(np.float16)}
+    for g, r in zip(got, _run_float(restored, relaxed, x), strict=True):
+        np.testing.assert_array_equal(g, r)
+
+
+def test_models_not_relaxed_never_compute_in_float16(device, float_reference, monkeypatch):
+    x, want = float_reference
+    monkeypatch.setenv("NNHAL_XLA_RELAXED", "float16")
+    model = _float_model(False)
+    pm = prepare(device, model)
+    assert _weight_dtypes(pm) == {np.dtype(np.float32)}
+    assert "f16[" not in pm.plan.executable.loaded.hlo_modules()[0].to_string()
+    for g, w in zip(_run_float(pm, model, x), want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    # An unknown setting fails the preparation (said in the log), never a silent default.
+    monkeypatch.setenv("NNHAL_XLA_RELAXED", "float8")
+    prepare(device, _float_model(True), E.GENERAL_FAILURE)
+
+
+def test_runtime_device_memory_is_an_xla_buffer_on_the_device(device):
+    # ANeuralNetworksMemory_createFromDesc over an xla compilation: the driver's buffer, its
+    # data the executable's device array from one execution to the next.
+    from nnhal.runtime import Device
+    from nnhal.runtime import ndk as N
+
+    ok = 0
+    _, m = N.ANeuralNetworksModel_create()
+    t = N.ANeuralNetworksOperandType(int(T.TENSOR_FLOAT32), [1, 16])
+    for operand in (t, t, N.ANeuralNetworksOperandType(int(T.INT32)), t):
+        assert N.ANeuralNetworksModel_addOperand(m, operand) == ok
+    assert N.ANeuralNetworksModel_setOperandValue(m, 2, np.int32(0).tobytes(), 4) == ok
+    assert N.ANeuralNetworksModel_addOperation(m, int(O.ADD), [0, 1, 2], [3]) == ok
+    assert N.ANeuralNetworksModel_identifyInputsAndOutputs(m, [0, 1], [3]) == ok
+    assert N.ANeuralNetworksModel_finish(m) == ok
+    _, c = N.ANeuralNetworksCompilation_createForDevices(m, [Device.of(device, "xla")])
+    assert N.ANeuralNetworksCompilation_finish(c) == ok
+    _, d = N.ANeuralNetworksMemoryDesc_create()
+    assert N.ANeuralNetworksMemoryDesc_addInputRole(d, c, 0, 1.0) == ok
+    assert N.ANeuralNetworksMemoryDesc_addOutputRole(d, c, 0, 1.0) == ok
+    assert N.ANeuralNetworksMemoryDesc_finish(d) == ok
+    code, mem = N.ANeuralNetworksMemory_createFromDesc(d)
+    assert code == ok and mem.buffer is not None and mem.shared is None
+    x = np.arange(16, dtype=np.float32).reshape(1, 16)
+    y = np.ones((1, 16), np.float32)
+    out = np.zeros((1, 16), np.float32)
+
+    def execution():
+        _, e = N.ANeuralNetworksExecution_create(c)
+        assert N.ANeuralNetworksExecution_setInput(e, 1, None, y, y.nbytes) == ok
+        return e
+
+    e = execution()
+    assert N.ANeuralNetworksExecution_setInput(e, 0, None, x, x.nbytes) == ok
+    assert N.ANeuralNetworksExecution_setOutputFromMemory(e, 0, None, mem, 0, 0) == ok
+    assert N.ANeuralNetworksExecution_compute(e) == ok
+    assert device.buffers.lookup(mem.token).on_device()
+    e = execution()
+    assert N.ANeuralNetworksExecution_setInputFromMemory(e, 0, None, mem, 0, 0) == ok
+    assert N.ANeuralNetworksExecution_setOutput(e, 0, None, out, out.nbytes) == ok
+    assert N.ANeuralNetworksExecution_compute(e) == ok
+    np.testing.assert_array_equal(out, x + 2)

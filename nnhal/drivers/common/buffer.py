@@ -12,7 +12,9 @@ A buffer is split in two objects so that the client's handle decides its lifetim
 The data of an initialized buffer is an immutable numpy snapshot that every write replaces
 (never mutates), so readers take the current snapshot under the lock and use it without
 holding the lock: concurrent reads never block each other and a concurrent write never tears a
-read.
+read. A driver whose buffers live in device memory subclasses :class:`BufferCore` (its
+snapshot an immutable device array; :meth:`BufferCore._freeze` and :meth:`BufferCore.host`
+the transfers) and passes it to :func:`allocate`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -134,6 +136,10 @@ class BufferCore:
         with self._lock:
             self._data = arr
 
+    def host(self, data: Any) -> np.ndarray:
+        """A snapshot as a host array (for copyTo; a device buffer's transfer)."""
+        return data
+
     def _freeze(self, arr: np.ndarray) -> np.ndarray:
         """A private, read-only copy in the form the executor produces (bools as np.bool_)."""
         want = np.dtype(np.bool_) if self.type in (OperandType.BOOL, OperandType.TENSOR_BOOL8) \
@@ -151,7 +157,7 @@ class BufferCore:
         data = self.snapshot()
         if data is None:
             return ErrorStatus.GENERAL_FAILURE
-        raw = encode(data)
+        raw = encode(self.host(data))
         if dst.size != raw.size:
             return ErrorStatus.INVALID_ARGUMENT
         try:
@@ -406,17 +412,19 @@ def check_allocate(device: AllocatingDevice, desc: BufferDesc,
 
 def allocate(device: AllocatingDevice, tokens: TokenRegistry[RequestBuffer], desc: BufferDesc,
              prepared_models: Sequence[IPreparedModel], input_roles: Sequence[BufferRole],
-             output_roles: Sequence[BufferRole]
+             output_roles: Sequence[BufferRole], *,
+             core: Callable[..., BufferCore] = BufferCore
              ) -> tuple[ErrorStatus, IBuffer | None, int]:
     """IDevice::allocate for ``device``, whose buffers ``tokens`` names: (NONE, buffer, token)
-    or (status, None, 0)."""
+    or (status, None, 0). ``core`` makes the buffer's state (called as :class:`BufferCore`
+    is), for a driver whose buffers hold device arrays."""
     try:
         check_allocate_args(desc, prepared_models, input_roles, output_roles)
         t, dims, roles = check_allocate(device, desc, prepared_models, input_roles,
                                         output_roles)
         try:
             token, core = tokens.register(
-                lambda token: BufferCore(token, t, dims, list(prepared_models), roles))
+                lambda token: core(token, t, dims, list(prepared_models), roles))
         except TokenRegistryFull as e:
             raise AllocateError(ErrorStatus.GENERAL_FAILURE, str(e)) from None
     except AllocateError as e:

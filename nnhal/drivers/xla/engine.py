@@ -14,13 +14,26 @@ executables are safe to run from many threads at once.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from nnhal.analysis import ModelGraph
-from nnhal.drivers.xla.lowering import Weight, build_function, uses_quantized, weights_of
+from nnhal.drivers.xla.lowering import (
+    Weight,
+    build_function,
+    fast_weights,
+    uses_quantized,
+    weights_of,
+)
+
+#: How a relaxed float32 model computes: ``float16`` (the fast format), ``float32`` (as
+#: written, XLA's default precision), or unset: float16 on an accelerator, float32 on the CPU
+#: (whose float16 arithmetic is slower than its float32). Read at each preparation.
+RELAXED_ENV = "NNHAL_XLA_RELAXED"
+_RELAXED_CHOICES = {"float16": np.dtype(np.float16), "float32": None}
 
 
 def unavailable() -> str | None:
@@ -49,7 +62,19 @@ def platform(device: Any) -> str:
     return f"jax {jax.__version__} {device.platform} {device.device_kind}"
 
 
-def _putter(device: Any) -> Any:
+def relaxed_dtype(device: Any) -> np.dtype | None:
+    """The fast dtype relaxed float models compute in on ``device`` (None: float32); see
+    :data:`RELAXED_ENV`. An unknown value is an error, not a silent default."""
+    want = os.environ.get(RELAXED_ENV, "").strip().lower()
+    if not want:
+        return None if device.platform == "cpu" else np.dtype(np.float16)
+    if want not in _RELAXED_CHOICES:
+        raise ValueError(f"{RELAXED_ENV}={want!r}: expected one of "
+                         f"{', '.join(_RELAXED_CHOICES)}")
+    return _RELAXED_CHOICES[want]
+
+
+def putter(device: Any) -> Any:
     """A function moving one host array to ``device``: JAX's batched transfer called directly
     (6 us for two small inputs here, against 57 us through ``jax.device_put``'s Python
     layers), or ``jax.device_put`` when this JAX has no such private entry point."""
@@ -80,10 +105,11 @@ def _putter(device: Any) -> Any:
 
 class Executable:
     """One compiled model: the loaded executable, its weights in device memory, and the
-    device. :meth:`run` takes the inputs as host arrays and returns the outputs as host
-    arrays (views of the device buffers on the CPU)."""
+    device. :meth:`run` takes the inputs as host arrays or device arrays (a memory domain's
+    buffer: passed as they are, no copy) and returns the outputs as device arrays;
+    :meth:`run_host` returns them as host arrays (views of the device buffers on the CPU)."""
 
-    __slots__ = ("loaded", "device", "weights", "weight_table", "_put")
+    __slots__ = ("loaded", "device", "weights", "weight_table", "put", "_execute", "_on_cpu")
 
     def __init__(self, loaded: Any, device: Any, weight_table: Sequence[Weight],
                  weight_values: Sequence[np.ndarray]):
@@ -93,13 +119,28 @@ class Executable:
         self.device = device
         self.weight_table = list(weight_table)
         self.weights = [jax.device_put(v, device) for v in weight_values]
-        self._put = _putter(device)
+        #: One host array to the device (a host-to-device transfer on an accelerator).
+        self.put = putter(device)
+        self._execute = loaded.execute_sharded
+        self._on_cpu = device.platform == "cpu"
 
-    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        put = self._put
-        args = [*self.weights, *[put(a) for a in inputs]]
-        results = self.loaded.execute_sharded(args).disassemble_into_single_device_arrays()
-        return [np.asarray(r[0]) for r in results]
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        """The outputs as device arrays, left on the device (nothing waits for them)."""
+        put = self.put
+        args = self.weights + [put(a) if isinstance(a, np.ndarray) else a for a in inputs]
+        return [r[0] for r in self._execute(args).disassemble_into_single_device_arrays()]
+
+    def to_host(self, outs: Sequence[Any]) -> list[np.ndarray]:
+        """Device arrays as host arrays. On an accelerator every transfer is started before
+        the first is waited for (one wait, the copies overlapped); on the CPU a host array is
+        a view of the device buffer."""
+        if not self._on_cpu and len(outs) > 1:
+            for r in outs:
+                r.copy_to_host_async()
+        return [np.asarray(r) for r in outs]
+
+    def run_host(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        return self.to_host(self.run(inputs))
 
     def serialize(self) -> bytes:
         return bytes(self.device.client.serialize_executable(self.loaded))
@@ -112,7 +153,9 @@ class Executable:
 def compile_graph(graph: ModelGraph, device: Any) -> Executable:
     """The main subgraph lowered and compiled ahead of time for ``device``. float32 models
     compute at full float32 precision (HIGHEST: no TF32 or bfloat16 passes on a GPU); a
-    relaxed model lets XLA choose its default (faster) precision.
+    relaxed model lets XLA choose its default (faster) precision and, without quantized
+    operands, computes in float16 where :func:`relaxed_dtype` says so (on a GPU): its float
+    weights cast once here, its activations in float16, its outputs cast back.
 
     A model with quantized operands is traced with JAX's 64-bit types enabled (the reference
     requantisation's products need them; see :mod:`nnhal.drivers.xla.quantized`), in a
@@ -123,15 +166,22 @@ def compile_graph(graph: ModelGraph, device: Any) -> Executable:
     from jax import lax
 
     main = graph.main
+    quantized = uses_quantized(graph)
     table = weights_of(graph)
     precision = None if graph.relaxed else lax.Precision.HIGHEST
-    fn = build_function(graph, table, precision)
-    values = [np.asarray(main.operands[w.index].value, dtype=np.dtype(w.dtype)).reshape(w.shape)
-              for w in table]
+    fast = relaxed_dtype(device) if graph.relaxed and not quantized else None
+    if fast is not None:
+        table = fast_weights(graph, table, fast)
+    fn = build_function(graph, table, precision, fast)
+    # float32 -> float16 rounds to nearest; beyond float16's range it is inf, as the HAL's
+    # relaxed computation allows.
+    with np.errstate(over="ignore"):
+        values = [np.asarray(main.operands[w.index].value).astype(np.dtype(w.dtype))
+                  .reshape(w.shape) for w in table]
     specs = [jax.ShapeDtypeStruct(w.shape, np.dtype(w.dtype)) for w in table]
     specs += [jax.ShapeDtypeStruct(tuple(main.shapes[i]), main.operands[i].type.dtype)
               for i in main.inputs]
-    with jax.default_device(device), jax.enable_x64(uses_quantized(graph)):
+    with jax.default_device(device), jax.enable_x64(quantized):
         compiled = jax.jit(fn, keep_unused=True).lower(*specs).compile()
     return Executable(compiled.runtime_executable(), device, table, values)
 

@@ -8,8 +8,10 @@ output whose shape only a run can tell is refused), every parameter XLA needs at
 is a constant, and the lowering's own predicate accepts it. Quantized 8-bit types compute
 the reference driver's integer arithmetic exactly (:mod:`nnhal.drivers.xla.quantized` adds
 those forms); the other quantized types are refused. float16 computes in float32 and
-rounds each operation's result to float16, as the reference driver does. :data:`REFUSED`
-words each refusal for the docs and ``nnhal info``.
+rounds each operation's result to float16, as the reference driver does; a relaxed model may
+instead compute in a fast format (``build_function``'s ``compute``: float16 activations and
+weights, the accumulating operations of :data:`WIDENED` still in float32).
+:data:`REFUSED` words each refusal for the docs and ``nnhal info``.
 
 Nothing here imports JAX at module level: the lowerings receive ``jnp`` and ``lax`` through
 their :class:`Op`, so listing what the driver supports needs no JAX at all.
@@ -80,19 +82,31 @@ REFUSED: dict[str, list[tuple[str, str]]] = {
 }
 
 
+#: Operations a relaxed model in a fast format still computes in float32 (their inputs
+#: widened, their result rounded to the fast format): sums of squares and of exponentials,
+#: products and powers leave float16's range (65504) on ordinary values, and these
+#: operations are a small part of a model's work.
+WIDENED = frozenset({O.SOFTMAX, O.LOG_SOFTMAX, O.L2_NORMALIZATION,
+                     O.LOCAL_RESPONSE_NORMALIZATION, O.INSTANCE_NORMALIZATION, O.L2_POOL_2D,
+                     O.MEAN, O.REDUCE_SUM, O.REDUCE_PROD, O.POW, O.EXP})
+
+
 class Op:
     """One analysed operation as its lowering sees it: operand descriptions with inferred
-    shapes, constant values, and (when lowering) the JAX values of its inputs."""
+    shapes, constant values, and (when lowering) the JAX values of its inputs. ``widen``: the
+    dtypes :meth:`x` widens to float32 (float16 unless a relaxed model computes in a fast
+    format)."""
 
-    __slots__ = ("type", "graph", "ins", "outs", "env", "jnp", "lax", "precision")
+    __slots__ = ("type", "graph", "ins", "outs", "env", "jnp", "lax", "precision", "widen")
 
     def __init__(self, graph: SubgraphGraph, op: tuple[int, tuple[int, ...], tuple[int, ...]],
                  env: dict[int, Any] | None = None, jnp: Any = None, lax: Any = None,
-                 precision: Any = None):
+                 precision: Any = None, widen: tuple[Any, ...] = (np.float16,)):
         self.type, self.ins, self.outs = op
         self.graph = graph
         self.env = env
         self.jnp, self.lax, self.precision = jnp, lax, precision
+        self.widen = widen
 
     # ---- reading operands ---------------------------------------------------------------
     @property
@@ -125,9 +139,10 @@ class Op:
         return default if v is None else np.asarray(v).item()
 
     def x(self, k: int) -> Any:
-        """Input k as a JAX value to compute with (float16 widened to float32)."""
+        """Input k as a JAX value to compute with (float16 widened to float32, unless the
+        model computes in a fast format)."""
         v = self.env[self.ins[k]]  # type: ignore[index]
-        return v.astype(self.jnp.float32) if v.dtype == self.jnp.float16 else v
+        return v.astype(self.jnp.float32) if v.dtype in self.widen else v
 
     # ---- results ----------------------------------------------------------------------------
     def act(self, y: Any, code: int) -> Any:
@@ -983,42 +998,57 @@ def weights_of(graph: ModelGraph) -> list[Weight]:
     return out
 
 
-def build_function(graph: ModelGraph, weights: Sequence[Weight], precision: Any
-                   ) -> Callable[..., tuple[Any, ...]]:
-    """The main subgraph as one function of (weights..., inputs...) returning the outputs."""
+def build_function(graph: ModelGraph, weights: Sequence[Weight], precision: Any,
+                   compute: Any = None) -> Callable[..., tuple[Any, ...]]:
+    """The main subgraph as one function of (weights..., inputs...) returning the outputs.
+
+    ``compute`` (a relaxed model only; None: the stored types): the fast float dtype
+    (float16) every float operand is computed and kept in. The float inputs are cast to
+    it on entry, the float weights must be given in it (:func:`fast_weights`), the outputs
+    are cast back to their stored types; the operations of :data:`WIDENED` compute in
+    float32."""
     import jax.numpy as jnp
     from jax import lax
 
     main = graph.main
     n_w = len(weights)
+    fast = None if compute is None else np.dtype(compute)
+    plain_widen: tuple[Any, ...] = (np.float16,) if fast is None else ()
+    wide = (np.float16,) if fast is None else (fast,)
+
+    def stored(i: int) -> Any:
+        """The dtype operand i is computed and kept in."""
+        t = main.operands[i].type
+        return fast if fast is not None and t in FLOATS else t.dtype
 
     def fn(*args: Any) -> tuple[Any, ...]:
         env: dict[int, Any] = {}
         for w, a in zip(weights, args[:n_w]):
             env[w.index] = a
         for i, a in zip(main.inputs, args[n_w:]):
-            env[i] = a
+            env[i] = a.astype(fast) if fast is not None and \
+                main.operands[i].type in FLOATS else a
 
         def constant(i: int) -> Any:
             info = main.operands[i]
             if info.lifetime in (OperandLifeTime.CONSTANT_COPY,
                                  OperandLifeTime.CONSTANT_REFERENCE) and info.value is not None:
-                v = np.asarray(info.value, dtype=info.type.dtype) if info.type.is_tensor \
+                v = np.asarray(info.value, dtype=stored(i)) if info.type.is_tensor \
                     else np.asarray(info.value)
                 env[i] = jnp.asarray(v.reshape(main.shapes[i] or v.shape))
                 return env[i]
             return None
 
         for op in main.operations:
-            _, ins, outs = op
+            kind, ins, outs = op
             for i in ins:
                 if i not in env and not main.operands[i].omitted:
                     constant(i)
-            results = LOWERINGS[OperationType(op[0])].lower(
-                Op(main, op, env, jnp, lax, precision))
+            results = LOWERINGS[OperationType(kind)].lower(
+                Op(main, op, env, jnp, lax, precision,
+                   wide if kind in WIDENED else plain_widen))
             for o, r in zip(outs, results):
-                info = main.operands[o]
-                env[o] = jnp.asarray(r).astype(info.type.dtype).reshape(main.shapes[o])
+                env[o] = jnp.asarray(r).astype(stored(o)).reshape(main.shapes[o])
         outs = []
         for i in main.outputs:
             v = env[i] if i in env else constant(i)
@@ -1026,3 +1056,11 @@ def build_function(graph: ModelGraph, weights: Sequence[Weight], precision: Any
         return tuple(outs)
 
     return fn
+
+
+def fast_weights(graph: ModelGraph, weights: Sequence[Weight], compute: Any) -> list[Weight]:
+    """The weight table of a model computed in the fast dtype ``compute``: its float weights
+    stored in that dtype (cast once, at prepare)."""
+    main = graph.main
+    return [Weight(w.index, np.dtype(compute).str, w.shape)
+            if main.operands[w.index].type in FLOATS else w for w in weights]

@@ -5,7 +5,12 @@ reusable, memory domains, deadlines, timing) over one compiled XLA executable.
 Inputs go from views of the request's pools to the device (one copy, ``device_put``);
 outputs come back as host arrays and are copied into the request's pools (one copy), or
 reported with OUTPUT_INSUFFICIENT_SIZE. Every shape is static (the driver refuses models whose
-shapes only a run can tell), so output shapes are the ones the analysis inferred.
+shapes only a run can tell), so output shapes are the ones the analysis inferred, and a bound
+request (a burst's, a reusable execution's) decides once where each output's bytes go.
+
+A memory domain's buffer (:mod:`nnhal.drivers.xla.buffer`) holds a device array: an input
+read from one is passed to the executable as it is, an output written to one stays on the
+device; only outputs bound for shared memory come to the host.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ class XlaRequest:
     """A validated request bound once (a reusable execution, a burst's repeated request):
     views of its inputs in shared memory, decided here."""
 
-    __slots__ = ("request", "pools", "watch", "buffers", "inputs")
+    __slots__ = ("request", "pools", "watch", "buffers", "inputs", "direct", "shapes")
 
     def __init__(self, pm: XlaPreparedModel, request: Request, pools: Sequence[RequestPool]):
         self.request = request
@@ -49,6 +54,24 @@ class XlaRequest:
         self.watch = watch_of([m for m in mems if isinstance(m, SharedMemory)])
         self.buffers = any(not isinstance(p, np.ndarray) for p in pools)
         self.inputs = pm.read_inputs(request, pools)
+        #: Per output, the bytes of its pool it is written to (None: no value), when every
+        #: output is in shared memory and fits; else None (write_outputs decides per run).
+        self.direct: list[np.ndarray | None] | None = None
+        #: The output shapes reported by a run written through ``direct``.
+        self.shapes: list[OutputShape] = []
+        direct: list[np.ndarray | None] = []
+        shapes = []
+        for arg, (t, shape) in zip(request.outputs, pm.outputs):
+            shapes.append(OutputShape(dimensions=list(shape), is_sufficient=True))
+            if arg.has_no_value:
+                direct.append(None)
+                continue
+            pool = pools[arg.location.pool_index]
+            nbytes = t.byte_size * math.prod(shape)
+            if not isinstance(pool, np.ndarray) or nbytes > arg.location.length:
+                return
+            direct.append(pool[arg.location.offset:arg.location.offset + nbytes])
+        self.direct, self.shapes = direct, shapes
 
 
 class XlaPreparedModel(PreparedModelBase):
@@ -62,6 +85,9 @@ class XlaPreparedModel(PreparedModelBase):
         #: Per main input: (operand index, type, shape, dtype).
         self._inputs = [(i, main.operands[i].type, tuple(main.shapes[i] or ()))
                         for i in main.inputs]
+        #: Per main output: (type, shape).
+        self.outputs = [(main.operands[i].type, tuple(main.shapes[i] or ()))
+                        for i in main.outputs]
 
     @property
     def signature(self) -> Subgraph:
@@ -96,8 +122,32 @@ class XlaPreparedModel(PreparedModelBase):
 
     def execute_checked(self, request: Request, pools: Sequence[RequestPool], rt: RunState,
                         prepared: XlaRequest | None) -> tuple[ErrorStatus, list[OutputShape]]:
-        inputs = prepared.inputs if prepared is not None else self.read_inputs(request, pools)
+        exe = self.plan.executable
+        if prepared is not None:  # every pool is shared memory
+            if rt.deadline_ns is not None:
+                rt.check_deadline()
+            outs = exe.to_host(exe.run(prepared.inputs))
+            direct = prepared.direct
+            if direct is None:
+                return write_outputs(request, pools, outs)
+            for dst, out in zip(direct, outs):
+                if dst is not None:
+                    dst[:] = out.reshape(-1).view(np.uint8)
+            return ErrorStatus.NONE, list(prepared.shapes)
+        inputs = self.read_inputs(request, pools)
         if rt.deadline_ns is not None:
             rt.check_deadline()
-        outs = self.plan.executable.run(inputs)
+        outs = exe.run(inputs)
+        # Outputs bound for shared memory come to the host; those written to a buffer stay
+        # on the device (waited for, so that the execution has finished when it returns).
+        host, kept = [], []
+        for k, arg in enumerate(request.outputs):
+            if not arg.has_no_value:
+                pool = pools[arg.location.pool_index]
+                (host if isinstance(pool, np.ndarray) else kept).append(k)
+        for k in kept:
+            outs[k].block_until_ready()
+        if host:
+            for k, arr in zip(host, exe.to_host([outs[k] for k in host])):
+                outs[k] = arr
         return write_outputs(request, pools, outs)
