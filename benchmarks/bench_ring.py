@@ -60,7 +60,8 @@ def start_peer(mode: str) -> tuple[subprocess.Popen, socket.socket, ChannelPair 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     proc = subprocess.Popen([sys.executable, __file__, "--peer", mode, str(theirs.fileno())],
                             pass_fds=[theirs.fileno()], cwd=ROOT,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                            env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                                [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])))
     theirs.close()
     pair = None
     if mode != "socket":

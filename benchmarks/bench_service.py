@@ -51,6 +51,13 @@ from nnhal.service.client import RemoteBurst, RemoteDevice
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def child_env() -> dict[str, str]:
+    """This environment with the checkout first on PYTHONPATH; what was there stays after it
+    (packages installed beside the interpreter's own, as on a machine the tree was copied to)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+
+
 def load() -> str:
     """The load average, and the CPU pressure where the kernel gives it (the share of the
     last 10 s in which some task waited for a core: what says whether a core was spare, which
@@ -98,7 +105,7 @@ def pct(xs: list[float], q: float) -> float:
 def start_service(sock: Path) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "nnhal.cli", "serve", "reference",
                              "--socket", str(sock)], cwd=ROOT,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                            env=child_env())
     end = time.monotonic() + 30
     while True:
         try:
@@ -240,7 +247,7 @@ class BareSocket:
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--floor-child", str(theirs.fileno()), "--specs",
              str(specs)], pass_fds=[theirs.fileno()], cwd=ROOT,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+            env=child_env())
         theirs.close()
         self.sock.settimeout(300)
         if self.sock.recv(1) != b"r":
@@ -389,7 +396,7 @@ def bench_timeline(specs: Path, rounds: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         sock, out = Path(tmp) / "t.sock", Path(tmp) / "stamps.json"
         proc = subprocess.Popen([sys.executable, __file__, "--timeline-service", str(sock),
-                                 str(out)], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                                 str(out)], cwd=ROOT, env=child_env())
         end = time.monotonic() + 30
         while True:
             try:
