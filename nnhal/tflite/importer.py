@@ -110,6 +110,8 @@ class _Importer:
         self.referenced: dict[int, SubgraphBuilder] = {}
         self.converting: set[int] = set()
         self.mb = ModelBuilder()
+        #: The file's bytes, whose views (the weights) the pool takes whole.
+        self.source: bytes | None = None
         #: The model's extensions (prefixes assigned on first use).
         self.extensions = import_ext.ExtensionTable()
 
@@ -127,6 +129,8 @@ class _Importer:
                 except Unimportable as e:
                     self.problems.append(f"{op.describe()}: {e}")
         mb = ModelBuilder()
+        if self.source is not None:
+            mb.use_source(self.source)  # weights placed where they lie in the file
         self.mb = mb
         skip = {op.index for op in main.ops if op.name in VARIABLE_OPS}
         folded = fold(main, skip)
@@ -359,6 +363,7 @@ def read_tflite(source: str | os.PathLike[str] | bytes, name: str | None = None,
     subgraphs = read_model(lf, dynamic_shapes)
     with lf.guard():
         importer = _Importer(lf.name, subgraphs)
+        importer.source = lf.data
         token = import_ext.CURRENT.set(importer.extensions)
         try:
             return importer.run()
