@@ -117,6 +117,20 @@ class _Constants:
         if type(data) is bytes and data:
             self._source = data
             self._source_at = np.frombuffer(data, np.uint8).ctypes.data
+            if len(data) >= BACKGROUND_BYTES:
+                self._source_part()  # large: weights are likely; copied while reading on
+
+    def _source_part(self) -> int:
+        """Where the source starts in the pool, made a part of it (and its copy into the
+        pool started) on the first call."""
+        if self._source_base is None:
+            src = self._source
+            self._source_base = _align(self.pool_size, 64)
+            self._add_part(self._source_base, src)  # type: ignore[arg-type]
+            self.pool_size = self._source_base + len(src)  # type: ignore[arg-type]
+            if self._writer is not None:
+                self._writer.flush()  # the copy starts now, while the import goes on
+        return self._source_base
 
     def _in_source(self, blob: np.ndarray, n: int) -> int | None:
         """The pool offset of ``blob`` when it is a view of the source aligned for its
@@ -127,13 +141,7 @@ class _Constants:
         off = blob.ctypes.data - self._source_at
         if off < 0 or off + n > len(src) or off % blob.dtype.alignment:  # type: ignore[arg-type]
             return None
-        if self._source_base is None:
-            self._source_base = _align(self.pool_size, 64)
-            self._add_part(self._source_base, src)  # type: ignore[arg-type]
-            self.pool_size = self._source_base + len(src)  # type: ignore[arg-type]
-            if self._writer is not None:
-                self._writer.flush()  # the copy starts now, while the import goes on
-        return self._source_base + off
+        return self._source_part() + off
 
     def _add_part(self, off: int, blob: bytes | np.ndarray) -> None:
         n = blob.nbytes if isinstance(blob, np.ndarray) else len(blob)

@@ -101,7 +101,8 @@ def builtin_support() -> tuple[dict[str, str], dict[str, str]]:
 
 
 class _Importer:
-    def __init__(self, file: str, subgraphs: list[SubgraphInfo]):
+    def __init__(self, file: str, subgraphs: list[SubgraphInfo],
+                 mb: ModelBuilder | None = None):
         self.file = file
         self.subgraphs = subgraphs
         self.problems: list[str] = []
@@ -109,9 +110,9 @@ class _Importer:
         self.origin: list[str] = []
         self.referenced: dict[int, SubgraphBuilder] = {}
         self.converting: set[int] = set()
-        self.mb = ModelBuilder()
-        #: The file's bytes, whose views (the weights) the pool takes whole.
-        self.source: bytes | None = None
+        #: The model's builder (given: one whose pool takes the file's bytes whole, see
+        #: ModelBuilder.use_source).
+        self.mb = mb if mb is not None else ModelBuilder()
         #: The model's extensions (prefixes assigned on first use).
         self.extensions = import_ext.ExtensionTable()
 
@@ -128,10 +129,7 @@ class _Importer:
                     initial.update(initial_values(self.subgraphs[k]))
                 except Unimportable as e:
                     self.problems.append(f"{op.describe()}: {e}")
-        mb = ModelBuilder()
-        if self.source is not None:
-            mb.use_source(self.source)  # weights placed where they lie in the file
-        self.mb = mb
+        mb = self.mb
         skip = {op.index for op in main.ops if op.name in VARIABLE_OPS}
         folded = fold(main, skip)
         ctx = Context(main, mb, main.outputs, self._reference)
@@ -360,10 +358,13 @@ def read_tflite(source: str | os.PathLike[str] | bytes, name: str | None = None,
     Raises ModelFileError for a file that cannot be read, UnsupportedModelError naming every
     operator (index and name) and tensor that has no HAL equivalent."""
     lf = schema.load(source, name)
+    # The pool's builder first: a large file's copy into the pool starts now, on the
+    # writer thread, while its tables are read and its operators converted.
+    mb = ModelBuilder()
+    mb.use_source(lf.data)
     subgraphs = read_model(lf, dynamic_shapes)
     with lf.guard():
-        importer = _Importer(lf.name, subgraphs)
-        importer.source = lf.data
+        importer = _Importer(lf.name, subgraphs, mb)
         token = import_ext.CURRENT.set(importer.extensions)
         try:
             return importer.run()
