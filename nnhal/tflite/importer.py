@@ -17,7 +17,12 @@ from typing import Any
 from nnhal.analysis import analyse
 from nnhal.errors import ModelFileError, UnsupportedModelError
 from nnhal.hal.builder import ModelBuilder, SubgraphBuilder
-from nnhal.hal.types import OperandLifeTime, OperandType, OperationType, is_extension_type
+from nnhal.hal.types import (
+    OperandLifeTime,
+    OperationType,
+    is_extension_type,
+    operand_type,
+)
 from nnhal.ops import extensions as ops_extensions
 from nnhal.ops.catalog import signature
 from nnhal.ops.resolver import OpError
@@ -201,7 +206,7 @@ class _Importer:
 
         def info(i: int) -> SimpleNamespace:
             o = operands[i]
-            return SimpleNamespace(type=OperandType(o.type), lifetime=o.lifetime)
+            return SimpleNamespace(type=operand_type(o.type), lifetime=o.lifetime)
 
         for operation in ctx.sb.operations[start:]:
             if is_extension_type(operation.type):
