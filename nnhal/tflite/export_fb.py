@@ -604,66 +604,16 @@ def serialise(model: ModelDef, *, data_outside: bool = False,
     copied once, straight into the result, and the builder holds only the small tables;
     otherwise inside (each Buffer's ``data``), which every TFLite reader takes.
     ``builder``: flatbuffers.Builder writes the very same bytes, slower."""
-    b, outside = _build(model, data_outside, builder)
-    if not outside:
-        return bytes(memoryview(b.Bytes)[b.Head():])  # one copy (Output() slices, then bytes())
-    flat = _patched(b, outside, None)
-    pieces: list[Any] = [flat, bytes(_align(len(flat)) - len(flat))]
-    for _, _, data in outside:
-        pieces.append(data.reshape(-1).view(np.uint8) if isinstance(data, np.ndarray) else data)
-        pad = _align(_data_len(data)) - _data_len(data)
-        if pad:
-            pieces.append(bytes(pad))
-    return b"".join(pieces)  # the one copy of the weights
-
-
-def outside_plan(model: ModelDef) -> tuple[int, list[tuple[int, bytes | np.ndarray]], int]:
-    """Where :func:`serialise_tables` puts the data, before any table is built: (the data's
-    start, a page boundary past any size the tables can take; each non-empty buffer's
-    ``(file offset, data)``; the file's size). A caller can write the weights while the
-    tables are built."""
-    data_at = -(-_table_room(model, True) // _PAGE) * _PAGE
-    pieces, end = [], 0
-    for data in model.buffers:
-        n = _data_len(data)
-        if n:
-            pieces.append((data_at + end, data))
-            end = _align(end + n)
-    return data_at, pieces, data_at + end
-
-
-def serialise_tables(model: ModelDef, data_at: int) -> bytes:
-    """The flatbuffer of ``serialise(model, data_outside=True)`` with the data placed from
-    ``data_at`` on (:func:`outside_plan`: the caller writes it there; the bytes between are
-    zeros); ValueError when the tables do not fit below ``data_at``."""
-    b, outside = _build(model, True, _Builder)
-    flat = _patched(b, outside, data_at)
-    if len(flat) > data_at:
-        raise ValueError(f"the flatbuffer's tables ({len(flat)} bytes) run past {data_at}")
-    return bytes(flat)
-
-
-#: The data of serialise_tables starts on this boundary (a mapped file's page).
-_PAGE = 4096
-
-
-def _table_room(model: ModelDef, data_outside: bool) -> int:
-    """Room for everything, so the builder never grows: the data (when inside), and a
-    generous bound on the tables, vectors and strings around it."""
+    codes = sorted({op.code for sg in model.subgraphs for op in sg.operators})
+    opcodes = {code: k for k, code in enumerate(codes)}
+    # Room for everything, so the builder never grows: the data (when inside), and a
+    # generous bound on the tables, vectors and strings around it.
     names = sum(len(t.name) for sg in model.subgraphs for t in sg.tensors)
     items = sum(len(sg.tensors) + len(sg.operators) for sg in model.subgraphs)
     scales = sum(len(t.scales or ()) for sg in model.subgraphs for t in sg.tensors)
-    return sum((0 if data_outside else _data_len(d)) + 2 * _BUFFER_ALIGN + 32
+    size = sum((0 if data_outside else _data_len(d)) + 2 * _BUFFER_ALIGN + 32
                for d in model.buffers) + 4 * names + 512 * items + 16 * scales + 65536
-
-
-def _build(model: ModelDef, data_outside: bool, builder: type[flatbuffers.Builder]
-           ) -> tuple[flatbuffers.Builder, list[tuple[int, int, bytes | np.ndarray]]]:
-    """The finished builder, and (placeholder, offset past the flatbuffer, data) of each
-    buffer whose data lies outside it."""
-    codes = sorted({op.code for sg in model.subgraphs for op in sg.operators})
-    opcodes = {code: k for k, code in enumerate(codes)}
-    b = builder(_table_room(model, data_outside))
+    b = builder(size)
     # Buffers first: the largest children, at the end of the file.
     outside: list[tuple[int, int, bytes | np.ndarray]] = []  # (placeholder, offset, data)
     buffers = []
@@ -693,18 +643,18 @@ def _build(model: ModelDef, data_outside: bool, builder: type[flatbuffers.Builde
         "Buffers": _offsets(b, "Model", "Buffers", buffers),
         "SignatureDefs": signatures})
     b.Finish(root, file_identifier=FILE_IDENTIFIER)
-    return b, outside
-
-
-def _patched(b: flatbuffers.Builder, outside: list[tuple[int, int, bytes | np.ndarray]],
-             data_at: int | None) -> bytearray:
-    """The flatbuffer's bytes with each outside buffer's offset filled in: its data from
-    ``data_at`` on (None: the first boundary past the flatbuffer)."""
+    if not outside:
+        return bytes(memoryview(b.Bytes)[b.Head():])  # one copy (Output() slices, then bytes())
     flat = bytearray(memoryview(b.Bytes)[b.Head():])
-    base = _align(len(flat)) if data_at is None else data_at
-    for at, offset, _ in outside:
+    base = _align(len(flat))
+    pieces: list[Any] = [flat, bytes(base - len(flat))]
+    for at, offset, data in outside:
         _U64.pack_into(flat, len(flat) - at, base + offset)
-    return flat
+        pieces.append(data.reshape(-1).view(np.uint8) if isinstance(data, np.ndarray) else data)
+        pad = _align(_data_len(data)) - _data_len(data)
+        if pad:
+            pieces.append(bytes(pad))
+    return b"".join(pieces)  # the one copy of the weights
 
 
 def _align(n: int) -> int:

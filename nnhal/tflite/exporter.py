@@ -47,15 +47,6 @@ def write_tflite(model: Model | ImportedModel, input_names: list[str] | None = N
     XNNPACK's a + (b - a) t cannot overflow where the exact result is finite (the LiteRT
     driver's form; two elementwise operators more).
     """
-    return serialise(converted_model(model, input_names, output_names, graph=graph,
-                                     exact_resize=exact_resize), data_outside=data_outside)
-
-
-def converted_model(model: Model | ImportedModel, input_names: list[str] | None = None,
-                    output_names: list[str] | None = None, *,
-                    graph: ModelGraph | None = None, exact_resize: bool = False) -> ModelDef:
-    """What :func:`write_tflite` serialises (the same arguments, the same errors): for a
-    caller that writes the flatbuffer its own way (:mod:`nnhal.tflite.export_fb`)."""
     if isinstance(model, ImportedModel):
         input_names = input_names or model.input_names
         output_names = output_names or model.output_names
@@ -77,7 +68,7 @@ def converted_model(model: Model | ImportedModel, input_names: list[str] | None 
                                            exact_resize=exact_resize)
     if refused:
         raise UnsupportedModelError("cannot export to TFLite", refused)
-    return converted
+    return serialise(converted, data_outside=data_outside)
 
 
 def convert_model(graph: ModelGraph, input_names: list[str], output_names: list[str], *,

@@ -76,7 +76,7 @@ def test_restore_runs_the_cached_flatbuffer_without_exporting(saved, monkeypatch
     def no_export(*a, **k):
         raise AssertionError("exported again")
 
-    monkeypatch.setattr(dev_mod, "converted_model", no_export)
+    monkeypatch.setattr(dev_mod, "write_tflite", no_export)
     status, pm = restore(device, mc, dc)
     assert status == E.NONE and pm.plan is not writer.plan
     assert pm.priority == Priority.HIGH

@@ -16,10 +16,9 @@ from typing import Any
 import nnhal.drivers.litert.support as support
 from nnhal.analysis import MAX_TENSOR_BYTES, ModelGraph
 from nnhal.drivers.common.device import DeviceBase, cache_key
-from nnhal.drivers.common.private_store import PrivateStore, StoredFile, default_store_dir
+from nnhal.drivers.common.private_store import PrivateStore, default_store_dir
 from nnhal.drivers.litert.cache import LiteRTCache, LiteRTPlan
 from nnhal.drivers.litert.engine import Engine, EnginePool, unavailable
-from nnhal.drivers.litert.flatfile import flatbuffer_of
 from nnhal.drivers.litert.prepared_model import LiteRTPreparedModel
 from nnhal.hal.interfaces import IPreparedModel
 from nnhal.hal.types import (
@@ -31,7 +30,7 @@ from nnhal.hal.types import (
     PerformanceInfo,
     Priority,
 )
-from nnhal.tflite.exporter import converted_model
+from nnhal.tflite import write_tflite
 
 log = logging.getLogger("nnhal.drivers.litert")
 
@@ -121,13 +120,11 @@ class LiteRTDevice(DeviceBase):
     def operation_reasons(self, graph: ModelGraph) -> list[str | None]:
         return support.operation_reasons(graph)
 
-    def compile_now(self, model: Model, graph: ModelGraph) -> bytes | StoredFile:
+    def compile_now(self, model: Model, graph: ModelGraph) -> bytes:
         # Now, not in the task: the client may change its Model once prepareModel returns.
         # The graph prepare has (no second analysis); the weights after the flatbuffer, which
-        # ai-edge-litert reads: copied once, by the kernel from the model's pool into a sealed
-        # file the interpreter maps, while the tables are built (flatfile).
-        converted = converted_model(model, graph=graph, exact_resize=True)
-        return flatbuffer_of(converted, model.pools)
+        # ai-edge-litert reads, so they are copied once, straight into the bytes it maps.
+        return write_tflite(model, graph=graph, data_outside=True, exact_resize=True)
 
     def build(self, graph: ModelGraph, compiled: Any, priority: Priority,
               deadline: int | None) -> tuple[ErrorStatus, IPreparedModel | None]:
