@@ -312,3 +312,24 @@ def test_a_source_no_constant_uses_costs_nothing():
     m = b.build()
     assert b._constants._source_base is None
     assert m.pools[0].size == 256 and m.main.operands[c].location.offset == 0
+
+
+def test_scalars_store_what_constants_store():
+    """scalar() packs Python numbers itself: the same bytes, lifetime and location rules as
+    constant(), and the same errors for values out of range."""
+    b = ModelBuilder()
+    cases = [(T.INT32, 3), (T.INT32, -2**31), (T.INT32, True), (T.UINT32, 7), (T.FLOAT32, 0.1),
+             (T.FLOAT32, 3), (T.FLOAT32, float("nan")), (T.FLOAT32, -0.0), (T.BOOL, True),
+             (T.BOOL, 2), (T.FLOAT16, 0.1), (T.INT32, np.int32(5))]
+    for t, v in cases:
+        i, j = b.scalar(t, v), b.constant(t, v)
+        a, c = b.operands[i], b.operands[j]
+        assert (a.lifetime, a.dimensions, a.location.length) == \
+            (c.lifetime, c.dimensions, c.location.length)
+        assert a.lifetime == L.CONSTANT_COPY and a.dimensions == []
+        vals = b._constants.values
+        assert vals[a.location.offset:a.location.offset + a.location.length] == \
+            vals[c.location.offset:c.location.offset + c.location.length], (t, v)
+    for t, v in [(T.INT32, 2**31), (T.UINT32, -1)]:
+        with pytest.raises(OverflowError):
+            b.scalar(t, v)

@@ -19,6 +19,7 @@ adds the SUBGRAPH operand that names it::
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,6 +52,13 @@ ALIGN = 8
 
 L = OperandLifeTime
 _CONSTANT = (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)
+#: struct's packing of the scalar types that take a Python int, float or bool as numpy does
+#: (round to nearest; out of range raises, and constant() then says what numpy says; BOOL
+#: only from a bool: numpy keeps any other byte).
+_SCALAR_PACKS = {OperandType.INT32: struct.Struct("<i").pack,
+                 OperandType.UINT32: struct.Struct("<I").pack,
+                 OperandType.FLOAT32: struct.Struct("<f").pack,
+                 OperandType.BOOL: struct.Struct("<?").pack}
 
 
 def _align(n: int, a: int = ALIGN) -> int:
@@ -271,6 +279,19 @@ class SubgraphBuilder:
                                  extra_params=channel_quant), consumers)
 
     def scalar(self, t: OperandType, value: Any, *, consumers: int | None = None) -> int:
+        pack = _SCALAR_PACKS.get(t)
+        if pack is not None and (type(value) is bool if t == OperandType.BOOL else
+                                 type(value) in (int, float, bool)):
+            # The bytes constant() would store, without an array on the way (a model has
+            # hundreds of these); a value struct cannot take goes there, for its rules.
+            try:
+                blob = pack(value)
+            except (struct.error, OverflowError):
+                pass
+            else:
+                lt, loc = self._constants.place(blob, None)
+                return self._add(Operand(type=t, dimensions=[], lifetime=lt, location=loc),
+                                 consumers)
         return self.constant(t, value, consumers=consumers)
 
     def omitted(self, t: OperandType | int, dims: Sequence[int] = (), scale: float = 0.0,
