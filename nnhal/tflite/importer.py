@@ -40,6 +40,7 @@ from nnhal.tflite.import_reach import CUSTOM_CONVERTERS, CUSTOM_MAPPED, LOWERED
 from nnhal.tflite.import_read import OpInfo, SubgraphInfo, read_model
 from nnhal.tflite.kernel_rules import RuleOp, kernel_refusal, rule_tensor
 from nnhal.tflite.model import ImportedModel, StateVariable
+from nnhal.tflite.schema import TT
 from nnhal.tflite.variables import VARIABLE_OPS, Variables, initial_values
 from nnhal.validation import ValidationError
 
@@ -363,11 +364,13 @@ def read_tflite(source: str | os.PathLike[str] | bytes, name: str | None = None,
     Raises ModelFileError for a file that cannot be read, UnsupportedModelError naming every
     operator (index and name) and tensor that has no HAL equivalent."""
     lf = schema.load(source, name)
-    # The pool's builder first: a large file's copy into the pool starts now, on the
-    # writer thread, while its tables are read and its operators converted.
-    mb = ModelBuilder()
-    mb.use_source(lf.data)
     subgraphs = read_model(lf, dynamic_shapes)
+    mb = ModelBuilder()
+    if 2 * _weights_as_stored(subgraphs) >= len(lf.data):
+        # Mostly weights the HAL takes as they are (not float16 ones, widened): the file is
+        # their pool part, copied whole now, on the writer thread, while the operators are
+        # converted (a file of other weights is not copied for nothing).
+        mb.use_source(lf.data)
     with lf.guard():
         importer = _Importer(lf.name, subgraphs, mb)
         token = import_ext.CURRENT.set(importer.extensions)
@@ -375,6 +378,18 @@ def read_tflite(source: str | os.PathLike[str] | bytes, name: str | None = None,
             return importer.run()
         finally:
             import_ext.CURRENT.reset(token)
+
+
+def _weights_as_stored(subgraphs: list[SubgraphInfo]) -> int:
+    """Bytes of the constant tensors whose data a HAL constant can be a view of (float16
+    ones are widened, sparse ones densified: copies)."""
+    total = 0
+    for sg in subgraphs:
+        for t in sg.tensors:
+            v = t.value
+            if v is not None and t.ttype != TT.FLOAT16 and t.sparse_value is None:
+                total += v.nbytes
+    return total
 
 
 def custom_support() -> dict[str, str]:
