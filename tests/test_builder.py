@@ -258,3 +258,78 @@ def test_large_pools_are_written_while_building(monkeypatch):
         _time.sleep(0.01)
         gc.collect()
     assert len(os.listdir("/proc/self/fd")) <= fds
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_views_of_a_source_are_placed_where_they_lie(monkeypatch, large):
+    """A builder given its source's bytes (an imported file) places each constant that is an
+    element-aligned view of them at its offset in one pool part holding the whole source
+    (copied once; for a large source, from the start, on the writer thread); any other
+    constant (a copy, a view of other bytes, a misaligned view) is placed after it."""
+    from nnhal.hal import builder as builder_module
+
+    monkeypatch.setattr(builder_module, "BACKGROUND_BYTES", 4096 if large else 1 << 60)
+    rng = np.random.default_rng(3)
+    src = rng.integers(0, 256, 8192, dtype=np.uint8).tobytes()
+    b = ModelBuilder()
+    b.use_source(src)
+    assert (b._constants._source_base is not None) == large  # large: part of the pool now
+    x = b.input(T.TENSOR_FLOAT32, [1])
+    view = np.frombuffer(src, np.float32, 64, 1028)  # element-aligned, not 8-aligned
+    odd = np.frombuffer(src, np.float32, 64, 2)  # a float32 view at byte 2: copied
+    other = np.frombuffer(bytes(bytearray(src)), np.float32, 64, 1024)  # other bytes: copied
+    own = rng.standard_normal(64).astype(np.float32)
+    small = np.frombuffer(src, np.int32, 2, 4000)  # inline, as any small constant
+    idx = [b.constant(T.TENSOR_FLOAT32, v) for v in (view, odd, other, own)]
+    tiny = b.constant(T.TENSOR_INT32, small)
+    sb = b.subgraph()
+    sub = sb.constant(T.TENSOR_FLOAT32, np.frombuffer(src, np.float32, 64, 4096))
+    b.operation(O.ADD, [x, x, b.scalar(T.INT32, 0)], [b.output(T.TENSOR_FLOAT32, [1])])
+    m = b.build()
+    ops = m.main.operands
+    base = b._constants._source_base
+    assert base is not None and m.pools[0].size >= base + len(src)
+    pool = m.pools[0].array()
+    assert pool[base:base + len(src)].tobytes() == src  # the whole source, once
+    assert ops[idx[0]].location.offset == base + 1028
+    assert m.referenced[0].operands[sub].location.offset == base + 4096
+    for i in idx[1:]:
+        assert ops[i].location.offset >= base + len(src)  # placed after it
+    for i, v in zip([*idx, tiny], (view, odd, other, own, small)):
+        o = ops[i]
+        where = m.operand_values if o.lifetime == L.CONSTANT_COPY else pool
+        got = bytes(where[o.location.offset:o.location.offset + o.location.length])
+        assert got == v.tobytes()  # (bytes: random bytes as floats hold NaNs)
+    assert ops[tiny].lifetime == L.CONSTANT_COPY
+    assert m.pools[0].immutable
+
+
+def test_a_source_no_constant_uses_costs_nothing():
+    """A small source no constant is a view of never becomes part of the pool."""
+    b = ModelBuilder()
+    b.use_source(bytes(range(256)) * 4)
+    c = b.constant(T.TENSOR_FLOAT32, np.ones(64, np.float32))
+    m = b.build()
+    assert b._constants._source_base is None
+    assert m.pools[0].size == 256 and m.main.operands[c].location.offset == 0
+
+
+def test_scalars_store_what_constants_store():
+    """scalar() packs Python numbers itself: the same bytes, lifetime and location rules as
+    constant(), and the same errors for values out of range."""
+    b = ModelBuilder()
+    cases = [(T.INT32, 3), (T.INT32, -2**31), (T.INT32, True), (T.UINT32, 7), (T.FLOAT32, 0.1),
+             (T.FLOAT32, 3), (T.FLOAT32, float("nan")), (T.FLOAT32, -0.0), (T.BOOL, True),
+             (T.BOOL, 2), (T.FLOAT16, 0.1), (T.INT32, np.int32(5))]
+    for t, v in cases:
+        i, j = b.scalar(t, v), b.constant(t, v)
+        a, c = b.operands[i], b.operands[j]
+        assert (a.lifetime, a.dimensions, a.location.length) == \
+            (c.lifetime, c.dimensions, c.location.length)
+        assert a.lifetime == L.CONSTANT_COPY and a.dimensions == []
+        vals = b._constants.values
+        assert vals[a.location.offset:a.location.offset + a.location.length] == \
+            vals[c.location.offset:c.location.offset + c.location.length], (t, v)
+    for t, v in [(T.INT32, 2**31), (T.UINT32, -1)]:
+        with pytest.raises(OverflowError):
+            b.scalar(t, v)

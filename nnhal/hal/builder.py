@@ -19,6 +19,7 @@ adds the SUBGRAPH operand that names it::
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,6 +52,13 @@ ALIGN = 8
 
 L = OperandLifeTime
 _CONSTANT = (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)
+#: struct's packing of the scalar types that take a Python int, float or bool as numpy does
+#: (round to nearest; out of range raises, and constant() then says what numpy says; BOOL
+#: only from a bool: numpy keeps any other byte).
+_SCALAR_PACKS = {OperandType.INT32: struct.Struct("<i").pack,
+                 OperandType.UINT32: struct.Struct("<I").pack,
+                 OperandType.FLOAT32: struct.Struct("<f").pack,
+                 OperandType.BOOL: struct.Struct("<?").pack}
 
 
 def _align(n: int, a: int = ALIGN) -> int:
@@ -68,16 +76,22 @@ def _append_aligned(buf: bytearray, blob: bytes) -> int:
 def _immutable(arr: np.ndarray) -> bool:
     """Whether ``arr`` is C-contiguous and can never change: read-only all the way down to a
     ``bytes`` object (a view of a file's bytes, as the TFLite importer's constants are)."""
+    return _bytes_under(arr) is not None
+
+
+def _bytes_under(arr: np.ndarray) -> bytes | None:
+    """The ``bytes`` object a C-contiguous array is a read-only view of, all the way down;
+    None when it is anything else."""
     if not arr.flags.c_contiguous:
-        return False
+        return None
     base: Any = arr
     while isinstance(base, np.ndarray):
         if base.flags.writeable:
-            return False
+            return None
         base = base.base
     if isinstance(base, memoryview):
         base = base.obj if base.readonly else None
-    return type(base) is bytes
+    return base if type(base) is bytes else None
 
 
 class _Constants:
@@ -97,6 +111,60 @@ class _Constants:
         #: first pool_memory; after it (or when one could not be made), never again.
         self._writer: PartsWriter | None = None
         self._no_writer = False
+        #: The bytes the constants are mostly views of (an imported file), its address, and
+        #: where it starts in the pool once a constant is placed in it (None: not yet).
+        self._source: bytes | None = None
+        self._source_at = 0
+        self._source_base: int | None = None
+
+    def use_source(self, data: bytes) -> None:
+        """Constants that are views of ``data`` (an imported file's bytes) are placed where
+        they lie in it: the whole of ``data`` becomes one part of the pool, written at once
+        (on the writer thread from the first such constant on) instead of weight by weight,
+        and their locations are their offsets in it."""
+        if type(data) is bytes and data:
+            self._source = data
+            self._source_at = np.frombuffer(data, np.uint8).ctypes.data
+            if len(data) >= BACKGROUND_BYTES:
+                self._source_part()  # large: weights are likely; copied while reading on
+
+    def _source_part(self) -> int:
+        """Where the source starts in the pool, made a part of it (and its copy into the
+        pool started) on the first call."""
+        if self._source_base is None:
+            src = self._source
+            self._source_base = _align(self.pool_size, 64)
+            self._add_part(self._source_base, src)  # type: ignore[arg-type]
+            self.pool_size = self._source_base + len(src)  # type: ignore[arg-type]
+            if self._writer is not None:
+                self._writer.flush()  # the copy starts now, while the import goes on
+        return self._source_base
+
+    def _in_source(self, blob: np.ndarray, n: int) -> int | None:
+        """The pool offset of ``blob`` when it is a view of the source aligned for its
+        elements (a converter aligns buffers to 16 bytes; some lie 4 past that), else None."""
+        src = self._source
+        if _bytes_under(blob) is not src:
+            return None
+        off = blob.ctypes.data - self._source_at
+        if off < 0 or off + n > len(src) or off % blob.dtype.alignment:  # type: ignore[arg-type]
+            return None
+        return self._source_part() + off
+
+    def _add_part(self, off: int, blob: bytes | np.ndarray) -> None:
+        n = blob.nbytes if isinstance(blob, np.ndarray) else len(blob)
+        self.parts.append((off, blob))
+        try:
+            if self._writer is not None:
+                self._writer.write(off, blob)
+            elif n >= BACKGROUND_BYTES and not self._no_writer:
+                self._writer = PartsWriter()
+                for part in self.parts:
+                    self._writer.write(*part)
+        except (OSError, RuntimeError):
+            # No descriptor, or no thread (the interpreter is exiting): pool_memory
+            # writes every part itself.
+            self._writer, self._no_writer = None, True
 
     def place(self, blob: bytes | np.ndarray, lifetime: OperandLifeTime | None
               ) -> tuple[OperandLifeTime, DataLocation]:
@@ -106,20 +174,13 @@ class _Constants:
         if lifetime != L.CONSTANT_REFERENCE and n <= MAX_INLINE:
             data = blob.tobytes() if isinstance(blob, np.ndarray) else blob
             return L.CONSTANT_COPY, DataLocation(0, _append_aligned(self.values, data), n)
+        if n and self._source is not None and isinstance(blob, np.ndarray):
+            at = self._in_source(blob, n)
+            if at is not None:
+                return L.CONSTANT_REFERENCE, DataLocation(0, at, n)
         off = _align(self.pool_size)
         if n:
-            self.parts.append((off, blob))
-            try:
-                if self._writer is not None:
-                    self._writer.write(off, blob)
-                elif n >= BACKGROUND_BYTES and not self._no_writer:
-                    self._writer = PartsWriter()
-                    for part in self.parts:
-                        self._writer.write(*part)
-            except (OSError, RuntimeError):
-                # No descriptor, or no thread (the interpreter is exiting): pool_memory
-                # writes every part itself.
-                self._writer, self._no_writer = None, True
+            self._add_part(off, blob)
         self.pool_size = off + n
         return L.CONSTANT_REFERENCE, DataLocation(0, off, n)
 
@@ -218,6 +279,19 @@ class SubgraphBuilder:
                                  extra_params=channel_quant), consumers)
 
     def scalar(self, t: OperandType, value: Any, *, consumers: int | None = None) -> int:
+        pack = _SCALAR_PACKS.get(t)
+        if pack is not None and (type(value) is bool if t == OperandType.BOOL else
+                                 type(value) in (int, float, bool)):
+            # The bytes constant() would store, without an array on the way (a model has
+            # hundreds of these); a value struct cannot take goes there, for its rules.
+            try:
+                blob = pack(value)
+            except (struct.error, OverflowError):
+                pass
+            else:
+                lt, loc = self._constants.place(blob, None)
+                return self._add(Operand(type=t, dimensions=[], lifetime=lt, location=loc),
+                                 consumers)
         return self.constant(t, value, consumers=consumers)
 
     def omitted(self, t: OperandType | int, dims: Sequence[int] = (), scale: float = 0.0,
@@ -258,6 +332,12 @@ class ModelBuilder(SubgraphBuilder):
         super().__init__()
         self.relaxed = relaxed
         self.referenced: list[SubgraphBuilder] = []
+
+    def use_source(self, data: bytes) -> None:
+        """Constants given as views of ``data`` (an imported file's bytes: immutable) are
+        placed in the pool at their offsets in it, ``data`` copied into the pool whole, once
+        (see :meth:`_Constants.use_source`)."""
+        self._constants.use_source(data)
 
     def subgraph(self) -> SubgraphBuilder:
         """A builder for the next referenced subgraph; it shares this model's constants."""

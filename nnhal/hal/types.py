@@ -128,10 +128,10 @@ def value_nbytes(operand_type: int, dims: Sequence[int] | None = (), *,
         if not t.is_tensor:
             return t.byte_size
     else:
-        try:
-            t = OperandType(int(operand_type))
-        except ValueError:
+        found = _OPERAND_TYPES.get(int(operand_type))  # a look-up, not the enum's call
+        if found is None:
             return None
+        t = found
     if t is OperandType.SUBGRAPH:
         return 0
     if t in _SCALAR_TYPES:

@@ -376,6 +376,10 @@ class PartsWriter:
         if self._pending_bytes >= self.BATCH_BYTES:
             self._flush()
 
+    def flush(self) -> None:
+        """Hand the parts queued so far to the writer thread now (not with a later batch)."""
+        self._flush()
+
     def _flush(self) -> None:
         if self._pending:
             parts = self._pending

@@ -13,7 +13,7 @@ from tflite.TensorType import TensorType as TT
 from nnhal.analysis import SubgraphGraph
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops.resolver import OperandInfo
-from nnhal.tflite.export_fb import ModelDef, OperatorDef, SubgraphDef, TensorDef
+from nnhal.tflite.export_fb import ModelDef, OperatorDef, SubgraphDef, TensorDef, channel_quant
 from nnhal.tflite.kernel_rules import RuleOp, RuleTensor, kernel_refusal, rule_tensor
 from nnhal.tflite.schema import ACTIVATIONS_BACK, builtin_name
 
@@ -221,7 +221,9 @@ class SubgraphWriter:
             if hit is not None and hit[0] is t and hit[1] is t.scales and \
                     hit[2] is t.zero_points and hit[3] == t.type and hit[4] == t.name:
                 return hit[5]
-            rt = rule_tensor(t.type, t.scales, t.zero_points, f"tensor {i} '{t.name}'")
+            arrays = t.quant_arrays()
+            scales, zero_points = arrays if arrays is not None else (t.scales, t.zero_points)
+            rt = rule_tensor(t.type, scales, zero_points, f"tensor {i} '{t.name}'")
             cache[i] = (t, t.scales, t.zero_points, t.type, t.name, rt)
             return rt
 
@@ -276,9 +278,7 @@ def _unshared(arr: np.ndarray, dtype: str) -> np.ndarray:
 
 def _set_quant(t: TensorDef, info: OperandInfo) -> None:
     if info.channel_scales is not None:
-        t.scales = np.asarray(info.channel_scales, dtype=np.float64).tolist()
-        t.zero_points = [0] * len(t.scales)
-        t.quantized_dimension = int(info.channel_dim)
+        channel_quant(t, info.channel_scales, info.channel_dim)
     elif info.type in _QUANT or (info.type == T.TENSOR_INT32 and info.scale > 0):
         t.scales, t.zero_points = [float(info.scale)], [int(info.zero_point)]
 

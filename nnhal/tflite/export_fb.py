@@ -43,6 +43,27 @@ class TensorDef:
     shape_signature: list[int] | None = None
     #: State a stateful kernel (RNN, SVDF...) updates in place.
     is_variable: bool = False
+    #: (scales, zero_points, their float64 and int64 arrays) as :func:`channel_quant` set
+    #: them: the arrays stand for the lists while those are the very same objects (per-channel
+    #: lists run to thousands of numbers, and each conversion costs tens of microseconds).
+    arrays: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
+
+    def quant_arrays(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The scales and zero points as arrays when :func:`channel_quant` set them and they
+        are still the ones set; else None."""
+        a = self.arrays
+        if a is not None and a[0] is self.scales and a[1] is self.zero_points:
+            return a[2], a[3]
+        return None
+
+
+def channel_quant(t: TensorDef, scales: np.ndarray, dim: int = 0) -> None:
+    """Per-channel scales (zero points 0) along ``dim`` for ``t``, as lists and as arrays."""
+    arr = np.asarray(scales, dtype=np.float64).reshape(-1)
+    t.scales = arr.tolist()
+    t.zero_points = [0] * len(t.scales)
+    t.quantized_dimension = int(dim)
+    t.arrays = (t.scales, t.zero_points, arr, np.zeros(arr.size, np.int64))
 
 
 @dataclass
@@ -230,12 +251,34 @@ class _Builder(flatbuffers.Builder):
             payload = struct.pack(f"<{n}{code}", *values)
         except (struct.error, TypeError, OverflowError):  # numpy's conversion rules, then
             return self.CreateNumpyVector(np.asarray(values, dtype=dtype).reshape(-1))
-        self.StartVector(width, n, width)
-        head = self.head - len(payload)
-        self.Bytes[head:self.head] = payload
+        nbytes = len(payload)
+        head = self.head
+        if head < nbytes + 16:  # the builder may grow: the general way
+            self.StartVector(width, n, width)
+            head = self.head - nbytes
+            self.Bytes[head:self.head] = payload
+            self.head = head
+            self.vectorNumElems = n
+            return self.EndVector()
+        # StartVector's two Preps (4 for the length word, then the element width) pad to
+        # the larger alignment at once; then the payload and the length word.
+        buf = self.Bytes
+        size = len(buf)
+        align = 8 if width == 8 else 4
+        if align > self.minalign:
+            self.minalign = align
+        pad = (head - size - nbytes) & (align - 1)
+        if pad:
+            head -= pad
+            buf[head:head + pad] = _PAD[:pad]
+        head -= nbytes
+        buf[head:head + nbytes] = payload
+        head -= 4
+        _U32.pack_into(buf, head, n)
         self.head = head
-        self.vectorNumElems = n
-        return self.EndVector()
+        self.vectorNumElems = None
+        self.nested = False
+        return size - head
 
     def CreateNumpyVector(self, x: np.ndarray) -> int:  # noqa: N802
         if x.ndim > 1 or x.dtype.kind not in "biuf":
@@ -248,6 +291,90 @@ class _Builder(flatbuffers.Builder):
         self.vectorNumElems = x.size
         return self.EndVector()
 
+    def table(self, numfields: int, items: list[tuple[int, int, Any, Any]]) -> int | None:
+        """A whole table at once: ``items`` are (slot, width, ``pack_into`` or None for an
+        offset, value) in the order the generated adders would prepend them, defaults left
+        out. The very bytes StartObject, each adder and EndObject write, for a few Python
+        calls instead of four per field; None when the builder could have to grow (the
+        caller then goes the generated way)."""
+        head = self.head
+        if head < 16 * len(items) + 2 * numfields + 32:
+            return None
+        buf = self.Bytes
+        n = len(buf)
+        self.objectEnd = n - head
+        vtable = [0] * numfields
+        minalign = self.minalign
+        for slot, width, pack, x in items:
+            if width > minalign:
+                minalign = width
+            pad = (head - n) & (width - 1)  # what Prep(width, 0) pads
+            if pad:
+                head -= pad
+                buf[head:head + pad] = _PAD[:pad]
+            if pack is None:  # PrependUOffsetTRelative
+                here = n - head
+                if x > here:
+                    raise flatbuffers.builder.OffsetArithmeticError(
+                        "flatbuffers: Offset arithmetic error.")
+                head -= 4
+                _U32.pack_into(buf, head, here - x + 4)
+            else:
+                head -= width
+                pack(buf, head, x)
+            vtable[slot] = n - head
+        # EndObject: the soffset, then the vtable unless an equal one was written before.
+        pad = (head - n) & 3
+        if pad:
+            head -= pad
+            buf[head:head + pad] = _PAD[:pad]
+        self.minalign = max(minalign, 4)
+        head -= 4
+        object_offset = n - head
+        k = numfields
+        while k and not vtable[k - 1]:
+            k -= 1  # trailing absent fields: not written
+        fields = [object_offset - e if e else 0 for e in vtable[:k]]
+        object_size = object_offset - self.objectEnd
+        key = (*reversed(fields), object_size)
+        found = self.vtables.get(key)
+        if found is None:
+            vhead = head - 2 * (k + 2)
+            struct.pack_into(f"<{k + 2}H", buf, vhead, 2 * (k + 2), object_size, *fields)
+            _I32.pack_into(buf, head, (n - vhead) - object_offset)
+            self.vtables[key] = n - vhead
+            head = vhead
+        else:
+            _I32.pack_into(buf, head, found - object_offset)
+        self.head = head
+        self.current_vtable = None
+        self.nested = False
+        return object_offset
+
+    def offsets_vector(self, items: list[int]) -> int:
+        """A vector of offsets to ``items`` (children written before): what
+        ``Start...Vector`` (4-byte elements), PrependUOffsetTRelative on each, last first, and
+        EndVector write."""
+        count = len(items)
+        if self.head < 4 * count + 16:
+            self.StartVector(4, count, 4)
+            for off in reversed(items):
+                self.PrependUOffsetTRelative(off)
+            return self.EndVector()
+        self.StartVector(4, count, 4)  # aligns for the elements and the length word
+        buf = self.Bytes
+        n = len(buf)
+        head = self.head
+        for off in reversed(items):
+            here = n - head
+            if off > here:
+                raise flatbuffers.builder.OffsetArithmeticError(
+                    "flatbuffers: Offset arithmetic error.")
+            head -= 4
+            _U32.pack_into(buf, head, here - off + 4)
+        self.head = head
+        return self.EndVector()
+
 
 #: struct's code and width of the dtypes _numbers writes.
 _NUMBER_CODES = {"<i4": ("i", 4), "<f4": ("f", 4), "<i8": ("q", 8)}
@@ -258,9 +385,12 @@ _I16 = struct.Struct("<h")
 _U16 = struct.Struct("<H")
 _I32 = struct.Struct("<i")
 _U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
 _I64 = struct.Struct("<q")
 _F32 = struct.Struct("<f")
 _F64 = struct.Struct("<d")
+#: Padding bytes (at most 7 per field).
+_PAD = bytes(8)
 
 
 @functools.cache
@@ -269,6 +399,8 @@ def _fn(module: str, name: str) -> Any:
 
 
 def _offsets(b: flatbuffers.Builder, module: str, vec: str, items: list[int]) -> int:
+    if type(b) is _Builder:
+        return b.offsets_vector(items)
     _fn(module, f"Start{vec}Vector")(b, len(items))
     for off in reversed(items):
         b.PrependUOffsetTRelative(off)
@@ -290,8 +422,72 @@ def _table_fns(module: str) -> tuple[Any, Any, dict[str, Any]]:
             {k[len(add):]: f for k, f in vars(mod).items() if k.startswith(add)})
 
 
+class _Recorder:
+    """Stands for the builder while a table's generated functions run once, to learn each
+    field's slot, kind and default (:func:`_layout`)."""
+
+    def __init__(self) -> None:
+        self.numfields = -1
+        self.calls: list[tuple[str, int, Any]] = []
+
+    def StartObject(self, numfields: int) -> None:  # noqa: N802
+        self.numfields = numfields
+
+    def __getattr__(self, name: str) -> Any:
+        def record(slot: int, x: Any, d: Any) -> None:
+            self.calls.append((name, slot, d))
+        return record
+
+
+#: The builder's scalar slot methods: the width and packer of each.
+_SLOT_KINDS: dict[str, tuple[int, Any]] = {
+    "PrependBoolSlot": (1, _BOOL.pack_into), "PrependInt8Slot": (1, _I8.pack_into),
+    "PrependUint8Slot": (1, _U8.pack_into), "PrependInt16Slot": (2, _I16.pack_into),
+    "PrependUint16Slot": (2, _U16.pack_into), "PrependInt32Slot": (4, _I32.pack_into),
+    "PrependUint32Slot": (4, _U32.pack_into), "PrependInt64Slot": (8, _I64.pack_into),
+    "PrependUint64Slot": (8, _U64.pack_into), "PrependFloat32Slot": (4, _F32.pack_into),
+    "PrependFloat64Slot": (8, _F64.pack_into), "PrependUOffsetTRelativeSlot": (4, None)}
+
+
+@functools.cache
+def _layout(module: str) -> tuple[int, dict[str, tuple[int, int, Any, Any]]] | None:
+    """(field count, field -> (slot, width, packer or None for an offset, default)) of table
+    ``module``, learnt from its generated functions; None when one does anything else (that
+    table then goes the generated way)."""
+    start, _, adders = _table_fns(module)
+    rec = _Recorder()
+    start(rec)
+    spec = {}
+    for key, add in adders.items():
+        rec.calls.clear()
+        try:
+            add(rec, 1)
+        except Exception:  # noqa: BLE001 - an adder that wants more than a number
+            return None
+        if len(rec.calls) != 1 or rec.calls[0][0] not in _SLOT_KINDS:
+            return None
+        name, slot, default = rec.calls[0]
+        width, pack = _SLOT_KINDS[name]
+        spec[key] = (slot, width, pack, default)
+    return (rec.numfields, spec) if rec.numfields >= 0 else None
+
+
 def _table(b: flatbuffers.Builder, module: str, fields: dict[str, Any]) -> int:
     """A table whose children are already built: ``fields`` maps a field to its value."""
+    if type(b) is _Builder:
+        layout = _layout(module)
+        if layout is not None:
+            numfields, spec = layout
+            items = []
+            for key, value in fields.items():
+                if value is not None:
+                    slot, width, pack, default = spec[key]
+                    if value != default:
+                        items.append((slot, width, pack,
+                                      int(value) if pack is None else value))
+            done = b.table(numfields, items)
+            if done is not None:
+                return done
     start, end, adders = _table_fns(module)
     start(b)
     for key, value in fields.items():
@@ -333,8 +529,13 @@ def _tensor(b: flatbuffers.Builder, t: TensorDef) -> int:
     signature = _numbers(b, t.shape_signature, "<i4") if t.shape_signature else None
     quant = None
     if t.scales is not None:
-        scale = _numbers(b, t.scales, "<f4")
-        zp = _numbers(b, t.zero_points or [0] * len(t.scales), "<i8")
+        arrays = t.quant_arrays() if type(b) is _Builder else None
+        if arrays is not None:  # the same numbers, without packing thousands one by one
+            scale = b.CreateNumpyVector(arrays[0].astype("<f4"))
+            zp = b.CreateNumpyVector(arrays[1].astype("<i8", copy=False))
+        else:
+            scale = _numbers(b, t.scales, "<f4")
+            zp = _numbers(b, t.zero_points or [0] * len(t.scales), "<i8")
         quant = _table(b, "QuantizationParameters", {
             "Scale": scale, "ZeroPoint": zp, "QuantizedDimension": t.quantized_dimension})
     return _table(b, "Tensor", {"Shape": shape, "Type": t.type, "Buffer": t.buffer,
@@ -392,7 +593,6 @@ def _outside(b: flatbuffers.Builder, size: int) -> tuple[int, int]:
 
 #: Any value above 1 (TFLite's sign of data outside the flatbuffer) holds the offset's place.
 _PLACEHOLDER_OFFSET = 1 << 40
-_U64 = struct.Struct("<Q")
 
 
 def serialise(model: ModelDef, *, data_outside: bool = False,

@@ -11,6 +11,7 @@ from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.types import OperandType
 from nnhal.tflite.export_context import Converter, ExportOpContext, Unexportable, fused_act
+from nnhal.tflite.export_fb import channel_quant
 from nnhal.tflite.schema import PADDINGS_BACK
 
 T = OperandType
@@ -115,9 +116,7 @@ def _bias(cx: ExportOpContext, j: int, filter_j: int) -> int:
     t = cx.t(j)
     tensor = cx.w.sg.tensors[t]
     scales = np.asarray(f.channel_scales, dtype=np.float32)
-    tensor.scales = (cx.info(0).scale * scales).astype(np.float64).tolist()  # float32 products
-    tensor.zero_points = [0] * len(tensor.scales)
-    tensor.quantized_dimension = 0
+    channel_quant(tensor, cx.info(0).scale * scales)  # float32 products
     return t
 
 
@@ -257,10 +256,7 @@ def _split0(cx: ExportOpContext, t: int, groups: int, scales: np.ndarray | None)
 
 
 def _set_scales(cx: ExportOpContext, t: int, scales: np.ndarray) -> None:
-    tensor = cx.w.sg.tensors[t]
-    tensor.scales = [float(v) for v in scales]
-    tensor.zero_points = [0] * len(tensor.scales)
-    tensor.quantized_dimension = 0
+    channel_quant(cx.w.sg.tensors[t], scales)
 
 
 def _grouped_conv(cx: ExportOpContext) -> None:

@@ -17,7 +17,12 @@ from typing import Any
 from nnhal.analysis import analyse
 from nnhal.errors import ModelFileError, UnsupportedModelError
 from nnhal.hal.builder import ModelBuilder, SubgraphBuilder
-from nnhal.hal.types import OperandLifeTime, OperandType, OperationType, is_extension_type
+from nnhal.hal.types import (
+    OperandLifeTime,
+    OperationType,
+    is_extension_type,
+    operand_type,
+)
 from nnhal.ops import extensions as ops_extensions
 from nnhal.ops.catalog import signature
 from nnhal.ops.resolver import OpError
@@ -35,6 +40,7 @@ from nnhal.tflite.import_reach import CUSTOM_CONVERTERS, CUSTOM_MAPPED, LOWERED
 from nnhal.tflite.import_read import OpInfo, SubgraphInfo, read_model
 from nnhal.tflite.kernel_rules import RuleOp, kernel_refusal, rule_tensor
 from nnhal.tflite.model import ImportedModel, StateVariable
+from nnhal.tflite.schema import TT
 from nnhal.tflite.variables import VARIABLE_OPS, Variables, initial_values
 from nnhal.validation import ValidationError
 
@@ -101,7 +107,8 @@ def builtin_support() -> tuple[dict[str, str], dict[str, str]]:
 
 
 class _Importer:
-    def __init__(self, file: str, subgraphs: list[SubgraphInfo]):
+    def __init__(self, file: str, subgraphs: list[SubgraphInfo],
+                 mb: ModelBuilder | None = None):
         self.file = file
         self.subgraphs = subgraphs
         self.problems: list[str] = []
@@ -109,7 +116,9 @@ class _Importer:
         self.origin: list[str] = []
         self.referenced: dict[int, SubgraphBuilder] = {}
         self.converting: set[int] = set()
-        self.mb = ModelBuilder()
+        #: The model's builder (given: one whose pool takes the file's bytes whole, see
+        #: ModelBuilder.use_source).
+        self.mb = mb if mb is not None else ModelBuilder()
         #: The model's extensions (prefixes assigned on first use).
         self.extensions = import_ext.ExtensionTable()
 
@@ -126,8 +135,7 @@ class _Importer:
                     initial.update(initial_values(self.subgraphs[k]))
                 except Unimportable as e:
                     self.problems.append(f"{op.describe()}: {e}")
-        mb = ModelBuilder()
-        self.mb = mb
+        mb = self.mb
         skip = {op.index for op in main.ops if op.name in VARIABLE_OPS}
         folded = fold(main, skip)
         ctx = Context(main, mb, main.outputs, self._reference)
@@ -199,7 +207,7 @@ class _Importer:
 
         def info(i: int) -> SimpleNamespace:
             o = operands[i]
-            return SimpleNamespace(type=OperandType(o.type), lifetime=o.lifetime)
+            return SimpleNamespace(type=operand_type(o.type), lifetime=o.lifetime)
 
         for operation in ctx.sb.operations[start:]:
             if is_extension_type(operation.type):
@@ -357,13 +365,31 @@ def read_tflite(source: str | os.PathLike[str] | bytes, name: str | None = None,
     operator (index and name) and tensor that has no HAL equivalent."""
     lf = schema.load(source, name)
     subgraphs = read_model(lf, dynamic_shapes)
+    mb = ModelBuilder()
+    if 2 * _weights_as_stored(subgraphs) >= len(lf.data):
+        # Mostly weights the HAL takes as they are (not float16 ones, widened): the file is
+        # their pool part, copied whole now, on the writer thread, while the operators are
+        # converted (a file of other weights is not copied for nothing).
+        mb.use_source(lf.data)
     with lf.guard():
-        importer = _Importer(lf.name, subgraphs)
+        importer = _Importer(lf.name, subgraphs, mb)
         token = import_ext.CURRENT.set(importer.extensions)
         try:
             return importer.run()
         finally:
             import_ext.CURRENT.reset(token)
+
+
+def _weights_as_stored(subgraphs: list[SubgraphInfo]) -> int:
+    """Bytes of the constant tensors whose data a HAL constant can be a view of (float16
+    ones are widened, sparse ones densified: copies)."""
+    total = 0
+    for sg in subgraphs:
+        for t in sg.tensors:
+            v = t.value
+            if v is not None and t.ttype != TT.FLOAT16 and t.sparse_value is None:
+                total += v.nbytes
+    return total
 
 
 def custom_support() -> dict[str, str]:

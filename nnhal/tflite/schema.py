@@ -12,11 +12,13 @@ over a verified but meaningless file may still raise into one
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tflite
@@ -85,9 +87,17 @@ def fields(data: bytes, pos: int, n: int) -> tuple[int, ...]:
     microseconds per field, which a file of many tensors multiplies. The file was verified
     when loaded (:func:`load`), so the vtable is whole and each field inside the file."""
     vt = pos - _I32(data, pos)[0]
-    size = _U16(data, vt)[0]
-    offsets = struct.unpack_from(f"<{max(size - 4, 0) // 2}H", data, vt + 4)[:n]
-    return tuple(pos + o if o else 0 for o in offsets) + (0,) * (n - len(offsets))
+    k = min(max(_U16(data, vt)[0] - 4, 0) // 2, n)  # only the entries asked for are read
+    offsets = _vtable_reader(k)(data, vt + 4)
+    if k == n:
+        return tuple([pos + o if o else 0 for o in offsets])
+    return tuple([pos + o if o else 0 for o in offsets]) + (0,) * (n - k)
+
+
+@functools.cache
+def _vtable_reader(k: int) -> Any:
+    """``unpack_from`` of ``k`` vtable entries (compiled once per count)."""
+    return struct.Struct(f"<{k}H").unpack_from
 
 
 def scalar(data: bytes, pos: int, fmt: struct.Struct, default: int = 0) -> int:

@@ -48,3 +48,41 @@ def test_out_of_range_scalars_still_raise():
         serialise(ModelDef([sg]), builder=flatbuffers.Builder)
     with pytest.raises(Exception):  # noqa: B017,PT011
         serialise(ModelDef([sg]))
+
+
+def test_per_channel_scales_written_from_arrays_are_the_same_bytes():
+    """Per-channel scales (filters, and the biases' implicit ones) go to the builder as arrays
+    when the exporter set them (TensorDef.arrays): the very bytes of the lists' path."""
+    import numpy as np
+
+    from nnhal.hal.builder import ModelBuilder
+    from nnhal.hal.types import OperandType as T
+    from nnhal.hal.types import OperationType as O
+    from nnhal.hal.types import SymmPerChannelQuantParams
+
+    rng = np.random.default_rng(7)
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 4, 4, 3], 0.5, 1)
+    for k in range(2):
+        scales = [float(s) for s in rng.uniform(1e-3, 1e-2, 3).astype(np.float32)]
+        w = b.constant(T.TENSOR_QUANT8_SYMM_PER_CHANNEL,
+                       rng.integers(-127, 128, (3, 1, 1, 3), dtype=np.int8),
+                       channel_quant=SymmPerChannelQuantParams(scales, 0))
+        bias = b.constant(T.TENSOR_INT32, rng.integers(-100, 100, 3, dtype=np.int32))
+        y = (b.output if k else b.operand)(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 4, 4, 3], 0.25, -3)
+        b.operation(O.CONV_2D, [x, w, bias, *(b.scalar(T.INT32, v) for v in (1, 1, 1, 0))],
+                    [y])
+        x = y
+    graph = analyse(b.build(), own_constants=False)
+    converted, refused = convert_model(graph, ["x"], ["y"])
+    assert not refused
+    with_arrays = [t for t in converted.subgraphs[0].tensors if t.quant_arrays() is not None]
+    assert len(with_arrays) == 4  # two filters, two biases
+    for outside in (False, True):
+        want = serialise(converted, data_outside=outside, builder=flatbuffers.Builder)
+        assert serialise(converted, data_outside=outside) == want
+    # A list replaced after the fact is what is written, not the arrays of the old one.
+    t = with_arrays[0]
+    t.scales = [s * 2 for s in t.scales]
+    assert t.quant_arrays() is None
+    assert serialise(converted) == serialise(converted, builder=flatbuffers.Builder)
