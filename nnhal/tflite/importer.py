@@ -284,6 +284,14 @@ class _Importer:
                         except Unimportable as e:
                             saved.restore(ctx)
                             self._extension(ctx, op, str(e))
+                        except (ValueError, TypeError, KeyError):
+                            # A HAL converter meeting a type the HAL lacks (complex64)
+                            if not any(i >= 0 and self.extensions.tensor_type(ctx.t(i))
+                                       is not None for i in (*op.inputs, *op.outputs)):
+                                raise
+                            saved.restore(ctx)
+                            self._extension(ctx, op, "the HAL's form takes no extension "
+                                                     "operand")
                 elif import_ext.claim(op) is not None:
                     self._extension(ctx, op, "")
                 elif op.name in FOLDERS or op.name in ("SHAPE", "RANK", "DENSIFY"):

@@ -11,6 +11,10 @@ builtins that have no HAL operation and import as operations of nnhal's extensio
 - ``rfft2d_complex.tflite``: RFFT2D whose complex64 result is the model's output.
 - ``extension_builtins.tflite``: CUMSUM (exclusive, reverse), SIGN, CEIL, ROUND, COS and a
   float32 FLOOR_MOD of two run-time tensors (broadcast).
+- ``complex_movement.tflite``: BirdNET's STFT tail (EXPAND_DIMS, RFFT2D, SQUEEZE of the
+  complex64 result, CAST to float32: the real part) and RESHAPEs of complex64 before IMAG /
+  COMPLEX_ABS (the converter makes no complex64 TRANSPOSE or SLICE builtin: those need
+  TF Select; tests build them by hand).
 
 Run once (``python tests/tflite/data/make_extension_models.py``); the tests read the saved
 files and never convert, so CI needs no TensorFlow for them.
@@ -61,6 +65,14 @@ def builtins(a, b):
             tf.math.ceil(a), tf.math.round(a), tf.math.cos(a), tf.math.floormod(a, b))
 
 
+@tf.function
+def complex_movement(x):
+    z = tf.signal.rfft2d(tf.expand_dims(x, 2))           # [3, 4, 1, 9]
+    frames = tf.cast(tf.squeeze(z, axis=2), tf.float32)  # the real part, as BirdNET's
+    flat = tf.reshape(z, [3, 36])
+    return frames * 2.0, tf.math.imag(flat), tf.abs(tf.expand_dims(z, 0))
+
+
 def main() -> int:
     f32 = tf.float32
     files = {
@@ -69,6 +81,7 @@ def main() -> int:
         "rfft2d_complex.tflite": _convert(complex_out, [tf.TensorSpec([3, 4, 8], f32)]),
         "extension_builtins.tflite": _convert(
             builtins, [tf.TensorSpec([3, 5], f32), tf.TensorSpec([5], f32)]),
+        "complex_movement.tflite": _convert(complex_movement, [tf.TensorSpec([3, 4, 16], f32)]),
     }
     for name, data in files.items():
         (HERE / name).write_bytes(data)
