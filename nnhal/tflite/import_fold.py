@@ -489,7 +489,10 @@ def _infer_shapes(sg: SubgraphInfo, op: OpInfo) -> None:
     placeholder: for element-wise operators, slices and reshapes of static inputs with
     constant parameters, and GATHERs of static inputs and indices, which is what shape
     arithmetic folded upstream feeds (x[:, :n] then a RESHAPE to frames; BirdNET's framing
-    GATHER). Any other output keeps the file's shape."""
+    GATHER), and what follows such frames (:func:`_infer_more`). An output this cannot
+    infer keeps the file's shape, unless an input's shape was inferred unlike the file's:
+    its computed dimensions are then unknown (0), for the analysis to infer, not the
+    placeholder the converter wrote."""
     outs = [sg.tensors[o] for o in op.outputs if o >= 0]
     outs = [t for t in outs if t.signature is not None and -1 in t.signature]
     if not outs:
