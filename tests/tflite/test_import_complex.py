@@ -167,3 +167,52 @@ def test_a_good_hal_squeeze_runs() -> None:
     with Session(model, "reference") as s:
         got = list(s.run([z]).values())[0]
     np.testing.assert_array_equal(got, z.reshape(2, 5))
+
+
+STFT = DATA / "stft_net.tflite"
+
+
+def test_birdnet_like_front_end_runs_as_litert_runs_it() -> None:
+    """The converter writes every shape below a run-time framing as a placeholder ([1, 1, ...]
+    where shape_signature says -1): the importer infers them (GATHER, EXPAND_DIMS, RFFT2D,
+    SQUEEZE, TRANSPOSE, CONV_2D, PAD, pooling, CONCATENATION, MEAN, FULLY_CONNECTED), so SHAPE
+    arithmetic below folds and the model runs on either driver, LiteRT whole."""
+    from nnhal.tools.info import plan_info
+
+    imported = read_tflite(STFT)
+    assert {"org.nnhal.tflite:RFFT2D", "org.nnhal.tflite:SQUEEZE",
+            "org.nnhal.tflite:CAST"} <= set(_ext_ops(imported))
+    assert [s["device"] for s in plan_info(imported)] == ["litert"]
+    it = litert(str(STFT))
+    for device in ("reference", "litert", None):
+        with (Session(str(STFT), device) if device else Session(str(STFT))) as s:
+            for seed in range(3):
+                x = np.random.default_rng(seed).uniform(-1, 1, (1, 512)).astype(F)
+                assert_agree(list(s.run([x]).values()), litert_run(it, [x]),
+                             f"{device} seed {seed}")
+
+
+def test_a_computed_dimension_that_cannot_be_inferred_becomes_unknown() -> None:
+    """Below a shape inferred unlike the file's placeholder, an operator the importer cannot
+    infer (here REVERSE_V2 after a BATCH_MATMUL it has no rule for) gets 0 (unknown) in each
+    computed dimension, never the stale placeholder; the analysis infers the real one."""
+    from tfl import Graph, build
+
+    g = Graph()
+    x = g.input((2, 6), F)
+    # the placeholder [1, 6] where the real shape, from the constant slice size, is [2, 6]
+    y = g.tensor((1, 6), F, signature=(-1, 6))
+    g.op("SLICE", [x, g.const(np.array([0, 0], np.int32)), g.const(np.array([2, 6], np.int32))],
+         [y])
+    w = g.const(np.eye(6, dtype=F))
+    z = g.tensor((1, 6), F, signature=(-1, 6))
+    g.op("BATCH_MATMUL", [y, w], [z])
+    r = g.tensor((1, 6), F, signature=(-1, 6))
+    g.op("REVERSE_V2", [z, g.const(np.array([1], np.int32))], [r])
+    g.output(r)
+    data = build(g)
+    xs = np.arange(12, dtype=F).reshape(2, 6)
+    with Session(data, "reference") as s:
+        got = list(s.run([xs]).values())[0]
+    np.testing.assert_array_equal(got, xs[:, ::-1])
+    np.testing.assert_array_equal(got, litert_run(litert(data), [xs])[0])
