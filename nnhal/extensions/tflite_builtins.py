@@ -30,7 +30,8 @@ Operations (code: name, after the TFLite builtin of the same name):
 * 17 CAST: complex64 -> float32, the real part, as TFLite's CAST.
 
 Export: the complex64 family (RFFT2D, COMPLEX_ABS, REAL, IMAG and 12-17) goes back to its
-TFLite builtin (``tflite_export``), which ai-edge-litert runs, so the LiteRT driver offers
+TFLite builtin (``tflite_export``: the builtin's code, or the name of the HAL operation whose
+export the data movement shares), which ai-edge-litert runs, so the LiteRT driver offers
 those operations; the rest stay the reference driver's.
 
 Kernels compute as TFLite's reference kernels do, in float32 except RFFT2D (float64 FFT then
@@ -523,26 +524,6 @@ def _cast_from_tflite(call: Any) -> tuple[list[int], list[int]]:
     return [call.input(0)], [call.output(0)]
 
 
-# ---- export back to TFLite ------------------------------------------------------------------
-
-def _export_builtin(builtin: int) -> Callable[[Any], None]:
-    """The operation as TFLite's ``builtin`` of the same operands, no options."""
-    def export(cx: Any) -> None:
-        cx.emit(builtin, [cx.t(j) for j in range(cx.n)], [cx.o()])
-
-    return export
-
-
-def _export_as_hal(name: str) -> Callable[[Any], None]:
-    """The operation as the HAL operation ``name`` it mirrors exports (same operands)."""
-    def export(cx: Any) -> None:
-        from nnhal.tflite.export_ops import CONVERTERS
-
-        CONVERTERS[name](cx)
-
-    return export
-
-
 def _op(code: int, name: str, inputs: Any, outputs: Any, definition: OperationDef, doc: str,
         builtin: int, convert: Any = None, variants: Any = (), export: Any = None
         ) -> ExtensionOperation:
@@ -556,16 +537,16 @@ _FLOAT_OR_INT = [Variant({"T": F32}, _V), Variant({"T": I32}, _V)]
 RFFT2D = _op(0, "RFFT2D", [Slot("input", F32), Slot("fft_length", I32, const=True)],
              [Slot("output", C64)], _Rfft2d(),
              "2-D real FFT of the last two dimensions (TFLite RFFT2D)", B.RFFT2D,
-             _rfft2d_from_tflite, export=_export_builtin(B.RFFT2D))
+             _rfft2d_from_tflite, export=B.RFFT2D)
 COMPLEX_ABS = _op(1, "COMPLEX_ABS", [Slot("input", C64)], [Slot("output", F32)],
                   _Unary(lambda z: np.abs(z), F32), "|z| of each element", B.COMPLEX_ABS,
-                  export=_export_builtin(B.COMPLEX_ABS))
+                  export=B.COMPLEX_ABS)
 REAL = _op(2, "REAL", [Slot("input", C64)], [Slot("output", F32)],
            _Unary(lambda z: z.real, F32), "the real part of each element", B.REAL,
-           export=_export_builtin(B.REAL))
+           export=B.REAL)
 IMAG = _op(3, "IMAG", [Slot("input", C64)], [Slot("output", F32)],
            _Unary(lambda z: z.imag, F32), "the imaginary part of each element", B.IMAG,
-           export=_export_builtin(B.IMAG))
+           export=B.IMAG)
 CUMSUM = _op(4, "CUMSUM", [Slot("input", "T"), Slot("axis", I32, const=True),
                            Slot("exclusive", BOOL, const=True),
                            Slot("reverse", BOOL, const=True)],
@@ -596,26 +577,26 @@ GATHER_ND = _op(11, "GATHER_ND", [Slot("params", "T"), Slot("indices", I32)],
 _AXES = Slot("axes", I32, const=True)
 SQUEEZE = _op(12, "SQUEEZE", [Slot("input", C64), _AXES], [Slot("output", C64)], _Squeeze(),
               "the HAL's SQUEEZE of complex64 (constant axes)", B.SQUEEZE,
-              _squeeze_from_tflite, export=_export_as_hal("SQUEEZE"))
+              _squeeze_from_tflite, export="SQUEEZE")
 RESHAPE = _op(13, "RESHAPE", [Slot("input", C64), Slot("shape", I32, const=True)],
               [Slot("output", C64)], _Reshape(),
               "the HAL's RESHAPE of complex64 (a constant shape, no -1)", B.RESHAPE,
-              _reshape_from_tflite, export=_export_as_hal("RESHAPE"))
+              _reshape_from_tflite, export="RESHAPE")
 EXPAND_DIMS = _op(14, "EXPAND_DIMS", [Slot("input", C64), Slot("axis", T.INT32, const=True)],
                   [Slot("output", C64)], _ExpandDims(),
                   "the HAL's EXPAND_DIMS of complex64 (a constant axis)", B.EXPAND_DIMS,
-                  _expand_dims_from_tflite, export=_export_as_hal("EXPAND_DIMS"))
+                  _expand_dims_from_tflite, export="EXPAND_DIMS")
 TRANSPOSE = _op(15, "TRANSPOSE", [Slot("input", C64), Slot("perm", I32, const=True)],
                 [Slot("output", C64)], _Transpose(),
                 "the HAL's TRANSPOSE of complex64 (a constant permutation)", B.TRANSPOSE,
-                _transpose_from_tflite, export=_export_as_hal("TRANSPOSE"))
+                _transpose_from_tflite, export="TRANSPOSE")
 SLICE = _op(16, "SLICE", [Slot("input", C64), Slot("begin", I32, const=True),
                           Slot("size", I32, const=True)], [Slot("output", C64)], _Slice(),
             "the HAL's SLICE of complex64 (constant begin and size)", B.SLICE,
-            _slice_from_tflite, export=_export_as_hal("SLICE"))
+            _slice_from_tflite, export="SLICE")
 CAST = _op(17, "CAST", [Slot("input", C64)], [Slot("output", F32)],
            _Unary(lambda z: z.real, F32), "complex64 to float32: the real part (TFLite CAST)",
-           B.CAST, _cast_from_tflite, export=_export_builtin(B.CAST))
+           B.CAST, _cast_from_tflite, export=B.CAST)
 
 #: The extension (registered by :mod:`nnhal.ops.extensions` itself: see its ``SHIPPED``).
 EXTENSION = ExtensionDef(

@@ -291,7 +291,17 @@ def _extension_converter(ex: Any, t: int) -> tuple[str, Converter | None]:
     op_id = found[0]
     ext = lookup(op_id.extension)
     operation = ext.operation(op_id.code) if ext is not None else None
-    return op_id.name, getattr(operation, "tflite_export", None)
+    how = getattr(operation, "tflite_export", None)
+    if isinstance(how, str):  # the export of the HAL operation of that name
+        return op_id.name, ex.converters.get(how)
+    if isinstance(how, int):  # that builtin of the operation's operands
+        code = int(how)
+
+        def builtin(cx: ExportOpContext) -> None:
+            cx.emit(code, [cx.t(j) for j in range(cx.n)], [cx.o()])
+
+        return op_id.name, builtin
+    return op_id.name, how
 
 
 def _unshared(arr: np.ndarray, dtype: str) -> np.ndarray:
