@@ -23,6 +23,16 @@ Operations (code: name, after the TFLite builtin of the same name):
 * 10 GELU: float32, ``approximate`` (BOOL) as TFLite's option (erf form, or tanh form).
 * 11 GATHER_ND: float32, int32 or 8-bit quantized params, int32 indices; an index out of
   bounds fails the execution, as TFLite's kernel does.
+* 12 SQUEEZE, 13 RESHAPE, 14 EXPAND_DIMS, 15 TRANSPOSE, 16 SLICE: data movement of complex64
+  tensors (the HAL's operations of these names take no extension operand), with the HAL
+  operations' operands and rules (constant axes, shape, axis, permutation, begin and size;
+  RESHAPE's shape has no -1: the importer writes TFLite's output shape).
+* 17 CAST: complex64 -> float32, the real part, as TFLite's CAST.
+
+Export: the complex64 family (RFFT2D, COMPLEX_ABS, REAL, IMAG and 12-17) goes back to its
+TFLite builtin (``tflite_export``: the builtin's code, or the name of the HAL operation whose
+export the data movement shares), which ai-edge-litert runs, so the LiteRT driver offers
+those operations; the rest stay the reference driver's.
 
 Kernels compute as TFLite's reference kernels do, in float32 except RFFT2D (float64 FFT then
 rounded to complex64; TFLite computes in double too).
@@ -251,6 +261,167 @@ class _GatherNd(OperationDef):
         return run
 
 
+def _require_c64(ctx: OpContext) -> None:
+    ctx.require(ctx.outputs[0].type == ctx.inputs[0].type,
+                "the output's type must be the input's")
+
+
+def _known(shape: Any) -> bool:
+    return shape is not None and all(shape)
+
+
+class _Squeeze(OperationDef):
+    """The HAL's SQUEEZE on complex64: the named size-1 axes dropped."""
+
+    def validate(self, ctx: OpContext) -> None:
+        _require_c64(ctx)
+        axes, rank = ctx.const_ints(1), ctx.inputs[0].rank
+        ctx.require(axes is not None, "the axes must be a constant")
+        assert axes is not None
+        ctx.require(len(set(axes)) == len(axes), f"the axes {axes} repeat")
+        if rank is not None:
+            for a in axes:
+                ctx.require(-rank <= a < rank, f"axis {a} is out of range for rank {rank}")
+                d = ctx.dim(0, a)
+                ctx.require(d is None or d == 1, f"axis {a} has size {d}, not 1")
+            if len({a % rank for a in axes}) != len(axes):
+                ctx.fail(f"the axes {axes} repeat")
+
+    def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
+        shape, axes = ctx.inputs[0].shape, ctx.const_ints(1) or []
+        if shape is None:
+            return None
+        drop = {a % len(shape) for a in axes}
+        return [tuple(d for k, d in enumerate(shape) if k not in drop)]
+
+    def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
+        axes = tuple(ctx.const_ints(1) or ())
+
+        def run(ins, rt):  # type: ignore[no-untyped-def]
+            return [np.squeeze(np.asarray(ins[0]), axis=axes)]
+
+        return run
+
+
+class _Reshape(OperationDef):
+    """The HAL's RESHAPE on complex64, with a constant shape of positive sizes."""
+
+    def validate(self, ctx: OpContext) -> None:
+        _require_c64(ctx)
+        shape = ctx.const_ints(1)
+        ctx.require(shape is not None, "the shape must be a constant")
+        assert shape is not None
+        ctx.require(all(d > 0 for d in shape), f"the shape {shape} must have positive sizes")
+        src = ctx.inputs[0].shape
+        if _known(src):
+            n_in, n_out = int(np.prod(src, dtype=np.int64)), int(np.prod(shape, dtype=np.int64))
+            ctx.require(n_in == n_out, f"the shape {shape} holds {n_out} elements, the input "
+                        f"{n_in}")
+
+    def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
+        shape = ctx.const_ints(1)
+        return None if shape is None else [tuple(shape)]
+
+    def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
+        shape = tuple(ctx.const_ints(1) or ())
+
+        def run(ins, rt):  # type: ignore[no-untyped-def]
+            x = np.asarray(ins[0])
+            if x.size != int(np.prod(shape, dtype=np.int64)):
+                raise _fail(f"RESHAPE: {x.size} elements do not fill shape {list(shape)}")
+            return [x.reshape(shape)]
+
+        return run
+
+
+class _ExpandDims(OperationDef):
+    def validate(self, ctx: OpContext) -> None:
+        _require_c64(ctx)
+        axis, rank = ctx.const_int(1), ctx.inputs[0].rank
+        ctx.require(axis is not None, "the axis must be a constant")
+        assert axis is not None
+        ctx.require(rank is None or -(rank + 1) <= axis <= rank,
+                    f"axis {axis} is out of range for rank {rank}")
+
+    def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
+        shape, axis = ctx.inputs[0].shape, ctx.const_int(1)
+        if shape is None or axis is None:
+            return None
+        k = axis % (len(shape) + 1)
+        return [(*shape[:k], 1, *shape[k:])]
+
+    def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
+        axis = int(ctx.const_int(1) or 0)
+
+        def run(ins, rt):  # type: ignore[no-untyped-def]
+            return [np.expand_dims(np.asarray(ins[0]), axis)]
+
+        return run
+
+
+class _Transpose(OperationDef):
+    def validate(self, ctx: OpContext) -> None:
+        _require_c64(ctx)
+        perm, rank = ctx.const_ints(1), ctx.inputs[0].rank
+        ctx.require(perm is not None, "the permutation must be a constant")
+        assert perm is not None
+        ctx.require(rank is None or sorted(perm) == list(range(rank)),
+                    f"{perm} is not a permutation of the input's {rank} axes")
+
+    def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
+        shape, perm = ctx.inputs[0].shape, ctx.const_ints(1)
+        if shape is None or perm is None or sorted(perm) != list(range(len(shape))):
+            return None
+        return [tuple(shape[p] for p in perm)]
+
+    def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
+        perm = tuple(ctx.const_ints(1) or ())
+
+        def run(ins, rt):  # type: ignore[no-untyped-def]
+            return [np.ascontiguousarray(np.transpose(np.asarray(ins[0]), perm))]
+
+        return run
+
+
+class _Slice(OperationDef):
+    """The HAL's SLICE on complex64: ``size`` -1 takes the rest of the axis."""
+
+    def validate(self, ctx: OpContext) -> None:
+        _require_c64(ctx)
+        begin, size, rank = ctx.const_ints(1), ctx.const_ints(2), ctx.inputs[0].rank
+        ctx.require(begin is not None and size is not None, "begin and size must be constants")
+        assert begin is not None and size is not None
+        ctx.require(len(begin) == len(size) and (rank is None or len(begin) == rank),
+                    f"begin {begin} and size {size} must have one value per input axis")
+        for k, (b, n) in enumerate(zip(begin, size)):
+            d = ctx.dim(0, k)
+            ctx.require(b >= 0 and (n == -1 or n > 0), f"axis {k}: begin {b}, size {n}")
+            ctx.require(d is None or b + (1 if n == -1 else n) <= d,
+                        f"axis {k}: begin {b} and size {n} leave the dimension {d}")
+
+    def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
+        shape, begin, size = ctx.inputs[0].shape, ctx.const_ints(1), ctx.const_ints(2)
+        if shape is None or begin is None or size is None or len(size) != len(shape):
+            return None
+        return [tuple((d - b if d else 0) if n == -1 else n
+                      for d, b, n in zip(shape, begin, size))]
+
+    def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
+        begin, size = ctx.const_ints(1) or [], ctx.const_ints(2) or []
+
+        def run(ins, rt):  # type: ignore[no-untyped-def]
+            x = np.asarray(ins[0])
+            idx = []
+            for d, b, n in zip(x.shape, begin, size):
+                end = d if n == -1 else b + n
+                if end > d:
+                    raise _fail(f"SLICE: {b} + {n} is past the dimension {d}")
+                idx.append(slice(b, end))
+            return [np.ascontiguousarray(x[tuple(idx)])]
+
+        return run
+
+
 def _sign(x: np.ndarray) -> np.ndarray:
     return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
 
@@ -281,10 +452,83 @@ def _gelu_from_tflite(call: Any) -> tuple[list[int], list[int]]:
     return [call.input(0), call.scalar(BOOL, approximate)], [call.output(0)]
 
 
+def _complex_only(call: Any) -> None:
+    t = call.tensor(0)
+    if t is None or t.ttype != TT.COMPLEX64:
+        raise call.refuse("the extension's form takes complex64 only")
+
+
+def _const_input(call: Any, k: int, what: str) -> np.ndarray:
+    v = call.value(k)
+    if v is None:
+        raise call.refuse(f"the {what} must be a constant")
+    return np.asarray(v, np.int64).reshape(-1)
+
+
+def _squeeze_from_tflite(call: Any) -> tuple[list[int], list[int]]:
+    call.expect(1)
+    _complex_only(call)
+    axes = [int(a) for a in call.options("SqueezeOptions").SqueezeDimsAsNumpy()
+            ] if call.options("SqueezeOptions").SqueezeDimsLength() else []
+    if not axes:  # every size-1 axis, as TFLite's kernel squeezes them
+        t = call.tensor(0)
+        if not t.static:
+            raise call.refuse("squeezing every size-1 axis needs the input's shape")
+        axes = [k for k, d in enumerate(t.shape) if d == 1]
+        if not axes:
+            raise call.refuse("the input has no size-1 axis to squeeze")
+    return [call.input(0), call.constant(I32, np.asarray(axes, np.int32))], [call.output(0)]
+
+
+def _reshape_from_tflite(call: Any) -> tuple[list[int], list[int]]:
+    if call.n_inputs not in (1, 2) or call.n_outputs != 1:
+        call.expect(2)
+    _complex_only(call)
+    out = call.tensor(0, output=True)
+    if out is None or not out.static:
+        raise call.refuse("the output's shape must be known")
+    shape = np.asarray(out.shape, np.int32)
+    return [call.input(0), call.constant(I32, shape)], [call.output(0)]
+
+
+def _expand_dims_from_tflite(call: Any) -> tuple[list[int], list[int]]:
+    call.expect(2)
+    _complex_only(call)
+    axis = _const_input(call, 1, "axis")
+    if axis.size != 1:
+        raise call.refuse(f"the axis must be one value, got {axis.tolist()}")
+    return [call.input(0), call.scalar(T.INT32, int(axis[0]))], [call.output(0)]
+
+
+def _transpose_from_tflite(call: Any) -> tuple[list[int], list[int]]:
+    call.expect(2)
+    _complex_only(call)
+    perm = _const_input(call, 1, "permutation")
+    return [call.input(0), call.constant(I32, perm.astype(np.int32))], [call.output(0)]
+
+
+def _slice_from_tflite(call: Any) -> tuple[list[int], list[int]]:
+    call.expect(3)
+    _complex_only(call)
+    begin, size = _const_input(call, 1, "begin"), _const_input(call, 2, "size")
+    return [call.input(0), call.constant(I32, begin.astype(np.int32)),
+            call.constant(I32, size.astype(np.int32))], [call.output(0)]
+
+
+def _cast_from_tflite(call: Any) -> tuple[list[int], list[int]]:
+    call.expect(1)
+    _complex_only(call)
+    out = call.tensor(0, output=True)
+    if out is None or out.ttype != TT.FLOAT32:
+        raise call.refuse("the extension's CAST gives float32 only (the real part)")
+    return [call.input(0)], [call.output(0)]
+
+
 def _op(code: int, name: str, inputs: Any, outputs: Any, definition: OperationDef, doc: str,
-        builtin: int, convert: Any = None, variants: Any = ()) -> ExtensionOperation:
+        builtin: int, convert: Any = None, variants: Any = (), export: Any = None
+        ) -> ExtensionOperation:
     return operation(NAME, code, name, inputs, outputs, definition, variants, doc,
-                     tflite=(builtin,), tflite_convert=convert)
+                     tflite=(builtin,), tflite_convert=convert, tflite_export=export)
 
 
 C64 = (TENSOR_COMPLEX64,)  # a slot takes a tuple of extension types
@@ -293,13 +537,16 @@ _FLOAT_OR_INT = [Variant({"T": F32}, _V), Variant({"T": I32}, _V)]
 RFFT2D = _op(0, "RFFT2D", [Slot("input", F32), Slot("fft_length", I32, const=True)],
              [Slot("output", C64)], _Rfft2d(),
              "2-D real FFT of the last two dimensions (TFLite RFFT2D)", B.RFFT2D,
-             _rfft2d_from_tflite)
+             _rfft2d_from_tflite, export=B.RFFT2D)
 COMPLEX_ABS = _op(1, "COMPLEX_ABS", [Slot("input", C64)], [Slot("output", F32)],
-                  _Unary(lambda z: np.abs(z), F32), "|z| of each element", B.COMPLEX_ABS)
+                  _Unary(lambda z: np.abs(z), F32), "|z| of each element", B.COMPLEX_ABS,
+                  export=B.COMPLEX_ABS)
 REAL = _op(2, "REAL", [Slot("input", C64)], [Slot("output", F32)],
-           _Unary(lambda z: z.real, F32), "the real part of each element", B.REAL)
+           _Unary(lambda z: z.real, F32), "the real part of each element", B.REAL,
+           export=B.REAL)
 IMAG = _op(3, "IMAG", [Slot("input", C64)], [Slot("output", F32)],
-           _Unary(lambda z: z.imag, F32), "the imaginary part of each element", B.IMAG)
+           _Unary(lambda z: z.imag, F32), "the imaginary part of each element", B.IMAG,
+           export=B.IMAG)
 CUMSUM = _op(4, "CUMSUM", [Slot("input", "T"), Slot("axis", I32, const=True),
                            Slot("exclusive", BOOL, const=True),
                            Slot("reverse", BOOL, const=True)],
@@ -327,11 +574,35 @@ GATHER_ND = _op(11, "GATHER_ND", [Slot("params", "T"), Slot("indices", I32)],
                 "slices of params named by the last axis of indices (TFLite GATHER_ND)",
                 B.GATHER_ND, variants=[Variant({"T": t}, _V) for t in (F32, I32, Q8, Q8S)])
 
+_AXES = Slot("axes", I32, const=True)
+SQUEEZE = _op(12, "SQUEEZE", [Slot("input", C64), _AXES], [Slot("output", C64)], _Squeeze(),
+              "the HAL's SQUEEZE of complex64 (constant axes)", B.SQUEEZE,
+              _squeeze_from_tflite, export="SQUEEZE")
+RESHAPE = _op(13, "RESHAPE", [Slot("input", C64), Slot("shape", I32, const=True)],
+              [Slot("output", C64)], _Reshape(),
+              "the HAL's RESHAPE of complex64 (a constant shape, no -1)", B.RESHAPE,
+              _reshape_from_tflite, export="RESHAPE")
+EXPAND_DIMS = _op(14, "EXPAND_DIMS", [Slot("input", C64), Slot("axis", T.INT32, const=True)],
+                  [Slot("output", C64)], _ExpandDims(),
+                  "the HAL's EXPAND_DIMS of complex64 (a constant axis)", B.EXPAND_DIMS,
+                  _expand_dims_from_tflite, export="EXPAND_DIMS")
+TRANSPOSE = _op(15, "TRANSPOSE", [Slot("input", C64), Slot("perm", I32, const=True)],
+                [Slot("output", C64)], _Transpose(),
+                "the HAL's TRANSPOSE of complex64 (a constant permutation)", B.TRANSPOSE,
+                _transpose_from_tflite, export="TRANSPOSE")
+SLICE = _op(16, "SLICE", [Slot("input", C64), Slot("begin", I32, const=True),
+                          Slot("size", I32, const=True)], [Slot("output", C64)], _Slice(),
+            "the HAL's SLICE of complex64 (constant begin and size)", B.SLICE,
+            _slice_from_tflite, export="SLICE")
+CAST = _op(17, "CAST", [Slot("input", C64)], [Slot("output", F32)],
+           _Unary(lambda z: z.real, F32), "complex64 to float32: the real part (TFLite CAST)",
+           B.CAST, _cast_from_tflite, export=B.CAST)
+
 #: The extension (registered by :mod:`nnhal.ops.extensions` itself: see its ``SHIPPED``).
 EXTENSION = ExtensionDef(
     NAME, (TENSOR_COMPLEX64,),
     (RFFT2D, COMPLEX_ABS, REAL, IMAG, CUMSUM, SIGN, CEIL, ROUND, COS, FLOOR_MOD, GELU,
-     GATHER_ND),
+     GATHER_ND, SQUEEZE, RESHAPE, EXPAND_DIMS, TRANSPOSE, SLICE, CAST),
     doc="TFLite builtins with no HAL operation (nnhal's TFLite importer maps them here).")
 
 

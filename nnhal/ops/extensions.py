@@ -158,27 +158,36 @@ class ExtensionOperation:
     operators it stands for (a builtin code, or a custom operator's name): nnhal's importer
     turns such an operator into this operation (:func:`for_tflite`) with ``tflite_convert``,
     which reads the operator and gives the operation's operands (see
-    :mod:`nnhal.tflite.import_ext`; None: the operator's inputs and outputs in order)."""
+    :mod:`nnhal.tflite.import_ext`; None: the operator's inputs and outputs in order).
+    ``tflite_export`` writes the operation back to TFLite: a builtin code (that builtin of
+    the operation's operands, no options), the name of a HAL operation of the same operands
+    (its export), or a callable given the exporter's operation context
+    (:class:`nnhal.tflite.export_context.ExportOpContext`); None: it has no TFLite form, and
+    the LiteRT driver does not run it."""
 
     id: OperationId
     signature: Signature
     definition: OperationDef
     tflite: tuple[int | str, ...] = ()
     tflite_convert: Callable[[Any], Any] | None = None
+    tflite_export: int | str | Callable[[Any], None] | None = None
 
 
 def operation(extension: str, code: int, name: str,
               inputs: Sequence[Slot] | Mapping[str, Sequence[Slot]], outputs: Sequence[Slot],
               definition: OperationDef, variants: Iterable[Variant] = (),
               doc: str = "", tflite: Iterable[int | str] = (),
-              tflite_convert: Callable[[Any], Any] | None = None) -> ExtensionOperation:
+              tflite_convert: Callable[[Any], Any] | None = None,
+              tflite_export: int | str | Callable[[Any], None] | None = None
+              ) -> ExtensionOperation:
     """Declare an extension operation (variants default to feature level 3, HAL 1.2, which
     brought extensions)."""
     op_id = OperationId(extension, code, name)
     signature = sig(op_id, inputs, outputs,  # type: ignore[arg-type]
                     list(variants) or [Variant({}, FeatureLevel.V1_2)], doc)
     definition.op_type = op_id  # type: ignore[assignment]
-    return ExtensionOperation(op_id, signature, definition, tuple(tflite), tflite_convert)
+    return ExtensionOperation(op_id, signature, definition, tuple(tflite), tflite_convert,
+                              tflite_export)
 
 
 @dataclass(frozen=True)

@@ -92,8 +92,11 @@ def _is_tensor(t: int) -> bool:
 def _cost(device: Any, model: Model, k: int, preference: int) -> float:
     sg = model.main
     op = sg.operations[k]
+    # Extension types are left out: no device reports a performance for them (a model's
+    # prefix is its own), so the operation is judged by its other tensors.
     types = {int(sg.operands[i].type) for i in (*op.inputs, *op.outputs)
-             if _is_tensor(sg.operands[i].type)} or {int(OperandType.TENSOR_FLOAT32)}
+             if _is_tensor(sg.operands[i].type) and not int(sg.operands[i].type) >> 16
+             } or {int(OperandType.TENSOR_FLOAT32)}
     perfs = [device.performance(t, model.relax_computation_float32_to_float16) for t in types]
     if preference == PreferenceCode.LOW_POWER:
         return sum(p.power_usage for p in perfs)

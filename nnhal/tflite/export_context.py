@@ -33,7 +33,8 @@ _QUANT = {T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_S
           T.TENSOR_QUANT16_SYMM, T.TENSOR_QUANT16_ASYMM}
 _FLOAT16 = {T.TENSOR_FLOAT16, T.FLOAT16}
 _NUMPY = {TT.FLOAT32: "<f4", TT.FLOAT16: "<f2", TT.INT32: "<i4", TT.UINT32: "<u4",
-          TT.BOOL: "u1", TT.UINT8: "u1", TT.INT8: "i1", TT.INT16: "<i2", TT.UINT16: "<u2"}
+          TT.COMPLEX64: "<c8", TT.BOOL: "u1", TT.UINT8: "u1", TT.INT8: "i1", TT.INT16: "<i2",
+          TT.UINT16: "<u2"}
 
 
 class Unexportable(Exception):
@@ -114,14 +115,17 @@ class SubgraphWriter:
         info = self.g.shaped(i)
         if info.omitted:
             return -1
-        if info.type not in TENSOR_TYPES:
-            raise Unexportable(f"operand #{i} of type {info.type.name} has no TFLite type")
+        tt = TENSOR_TYPES.get(info.type)
+        if tt is None:
+            tt = _extension_tensor_type(info.type)
+        if tt is None:
+            raise Unexportable(f"operand #{i} of type {_type_name(info.type)} has no TFLite "
+                               f"type")
         if info.is_const:
-            self.tensors[i] = self.constant(info.value, info, f"c{i}")
+            self.tensors[i] = self.constant(info.value, info, f"c{i}", tt)
         else:
             shape, sig = self.shape(i)
-            self.tensors[i] = self.new(f"t{i}", shape, TENSOR_TYPES[info.type], info,
-                                       signature=sig)
+            self.tensors[i] = self.new(f"t{i}", shape, tt, info, signature=sig)
         return self.tensors[i]
 
     def constant(self, value: Any, info: OperandInfo | None, name: str,
@@ -178,9 +182,9 @@ class SubgraphWriter:
         """HAL operation ``k`` through its converter; a refusal is collected."""
         try:
             name = OperationType(t).name
+            conv = self.ex.converters.get(name)
         except ValueError:
-            name = f"extension operation {t:#x}"
-        conv = self.ex.converters.get(name)
+            name, conv = _extension_converter(self.ex, t)
         first = len(self.sg.operators)
         try:
             if conv is None:
@@ -264,6 +268,42 @@ class SubgraphWriter:
         if self.is_main:
             self.sg.tensors[t].name = self.output_names[k]
         return t
+
+
+def _extension_tensor_type(t: Any) -> int | None:
+    """The TFLite type an extension operand type stands for (its ``tflite``), or None."""
+    definition = getattr(t, "definition", None)
+    tt = getattr(definition, "tflite", None)
+    return None if tt is None or not getattr(definition, "is_tensor", False) else int(tt)
+
+
+def _type_name(t: Any) -> str:
+    definition = getattr(t, "definition", None)
+    return getattr(definition, "full_name", None) or getattr(t, "name", None) or str(int(t))
+
+
+def _extension_converter(ex: Any, t: int) -> tuple[str, Converter | None]:
+    """An extension operation's name and its ``tflite_export`` (None: it has none), from the
+    analysis' table of the model's extension operations (``ex.extension_ops``)."""
+    from nnhal.ops.extensions import lookup
+
+    found = getattr(ex, "extension_ops", {}).get(int(t))
+    if found is None:
+        return f"extension operation {t:#x}", None
+    op_id = found[0]
+    ext = lookup(op_id.extension)
+    operation = ext.operation(op_id.code) if ext is not None else None
+    how = getattr(operation, "tflite_export", None)
+    if isinstance(how, str):  # the export of the HAL operation of that name
+        return op_id.name, ex.converters.get(how)
+    if isinstance(how, int):  # that builtin of the operation's operands
+        code = int(how)
+
+        def builtin(cx: ExportOpContext) -> None:
+            cx.emit(code, [cx.t(j) for j in range(cx.n)], [cx.o()])
+
+        return op_id.name, builtin
+    return op_id.name, how
 
 
 def _unshared(arr: np.ndarray, dtype: str) -> np.ndarray:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Mapping
+from typing import Any
 
 from nnhal.analysis import ModelGraph, SubgraphGraph, analyse
 from nnhal.errors import InvalidModelError, NnhalError, UnsupportedModelError
@@ -77,6 +79,7 @@ def convert_model(graph: ModelGraph, input_names: list[str], output_names: list[
     signature when nothing was refused, and every refusal ("#index TYPE: reason")."""
     ex = _Exporter(graph.referenced)
     ex.exact_resize = exact_resize
+    ex.extension_ops = graph.extension_ops
     ex.convert(graph.main, "main", input_names, output_names)
     if not ex.refused:
         sg = ex.model.subgraphs[0]
@@ -125,6 +128,9 @@ class _Exporter:
         self.fusions = find_fusions
         #: float32 RESIZE_BILINEAR as MUL 0.5, RESIZE_BILINEAR, MUL 2 (see export_nn._resize)
         self.exact_resize = False
+        #: The model's extension operations (the analysis' table): those with a
+        #: ``tflite_export`` are written through it.
+        self.extension_ops: Mapping[int, Any] = {}
         self._cache: dict[tuple[int, int], int] = {}
 
     def convert(self, sgg: SubgraphGraph, name: str, input_names: list[str] | None = None,

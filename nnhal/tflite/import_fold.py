@@ -9,6 +9,7 @@ arithmetic, casts, and dequantization (float32 products, as TFLite's kernel comp
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from tflite.TensorType import TensorType as TT
@@ -488,13 +489,35 @@ def _infer_shapes(sg: SubgraphInfo, op: OpInfo) -> None:
     placeholder: for element-wise operators, slices and reshapes of static inputs with
     constant parameters, and GATHERs of static inputs and indices, which is what shape
     arithmetic folded upstream feeds (x[:, :n] then a RESHAPE to frames; BirdNET's framing
-    GATHER). Any other output keeps the file's shape."""
+    GATHER), and what follows such frames (:func:`_infer_more`). An output this cannot
+    infer keeps the file's shape, unless an input's shape was inferred unlike the file's:
+    its computed dimensions are then unknown (0), for the analysis to infer, not the
+    placeholder the converter wrote."""
     outs = [sg.tensors[o] for o in op.outputs if o >= 0]
-    if len(outs) != 1 or outs[0].signature is None or -1 not in outs[0].signature:
+    outs = [t for t in outs if t.signature is not None and -1 in t.signature]
+    if not outs:
         return
     ins = [sg.tensors[i] if i >= 0 else None for i in op.inputs]
-    if not ins or ins[0] is None or not ins[0].static:
+    changed: set[int] = sg.extra.setdefault("shape_changed", set())
+    shape = _inferred(op, ins, sg) if len(op.outputs) == 1 and ins and ins[0] is not None \
+        and ins[0].static else None
+    if shape is not None and len(shape) == len(outs[0].signature) and \
+            all(s in (-1, d) for s, d in zip(outs[0].signature, shape)):
+        if tuple(shape) != tuple(outs[0].shape):
+            outs[0].shape = tuple(int(d) for d in shape)
+            changed.add(outs[0].index)
         return
+    if any(t is not None and t.index in changed for t in ins):
+        # Downstream of a shape the file's placeholder got wrong, the placeholder of every
+        # computed dimension is suspect: unknown (0) instead, for the analysis to infer.
+        for t in outs:
+            unknown = tuple(0 if s == -1 else d for s, d in zip(t.signature, t.shape))
+            if len(unknown) == len(t.shape) and unknown != tuple(t.shape):
+                t.shape = unknown
+                changed.add(t.index)
+
+
+def _inferred(op: OpInfo, ins: list[Any], sg: SubgraphInfo) -> tuple[int, ...] | None:
     shape: tuple[int, ...] | None = None
     try:
         if op.name in _ELEMENTWISE:
@@ -522,9 +545,102 @@ def _infer_shapes(sg: SubgraphInfo, op: OpInfo) -> None:
                 ins[1].value is not None:
             shape = np.empty(ins[0].shape, np.bool_).reshape(
                 [int(d) for d in ins[1].value.reshape(-1)]).shape
+        else:
+            shape = _infer_more(op, ins)
     except (_NoFold, ValueError, IndexError, TypeError, AttributeError):
-        return
-    if shape is None or len(shape) != len(outs[0].signature) or \
-            any(s not in (-1, d) for s, d in zip(outs[0].signature, shape)):
-        return
-    outs[0].shape = tuple(int(d) for d in shape)
+        return None
+    return None if shape is None else tuple(int(d) for d in shape)
+
+
+#: Operators whose output has their first input's shape (besides :data:`_ELEMENTWISE`).
+_SAME_SHAPE = {"COMPLEX_ABS", "REAL", "IMAG", "REVERSE_V2", "SOFTMAX", "LOG_SOFTMAX",
+               "L2_NORMALIZATION", "CUMSUM"}
+
+
+def _infer_more(op: OpInfo, ins: list[Any]) -> tuple[int, ...] | None:
+    """:func:`_infer_shapes` for what follows a framing (BirdNET's STFT: EXPAND_DIMS, RFFT2D,
+    SQUEEZE, the complex parts, then FULLY_CONNECTED and TRANSPOSE of the frames); None
+    where the operator or its parameters give nothing certain."""
+    dims = tuple(ins[0].shape)
+
+    def const(k: int) -> list[int] | None:
+        t = ins[k] if len(ins) > k else None
+        return None if t is None or t.value is None else [int(v) for v in
+                                                          np.asarray(t.value).reshape(-1)]
+
+    if op.name in _SAME_SHAPE:
+        return dims
+    if op.name == "EXPAND_DIMS":
+        axis = const(1)
+        if axis is None or len(axis) != 1 or not -len(dims) - 1 <= axis[0] <= len(dims):
+            return None
+        k = axis[0] % (len(dims) + 1)
+        return (*dims[:k], 1, *dims[k:])
+    if op.name == "SQUEEZE":
+        axes = list(op.options.SqueezeDimsAsNumpy()) if op.options is not None and \
+            op.options.SqueezeDimsLength() else [k for k, d in enumerate(dims) if d == 1]
+        if any(not -len(dims) <= a < len(dims) or dims[a] != 1 for a in axes):
+            return None
+        drop = {a % len(dims) for a in axes}
+        return tuple(d for k, d in enumerate(dims) if k not in drop)
+    if op.name == "RFFT2D":
+        n = const(1)
+        if n is None or len(n) != 2 or len(dims) < 2:
+            return None
+        return (*dims[:-2], n[0], n[1] // 2 + 1)
+    if op.name == "TRANSPOSE":
+        perm = const(1)
+        if perm is None or sorted(perm) != list(range(len(dims))):
+            return None
+        return tuple(dims[p] for p in perm)
+    if op.name == "CONCATENATION" and all(t is not None and t.static for t in ins):
+        axis = op.options.Axis() if op.options is not None else 0
+        axis += len(dims) if axis < 0 else 0
+        if not 0 <= axis < len(dims) or any(len(t.shape) != len(dims) for t in ins):
+            return None
+        return (*dims[:axis], sum(int(t.shape[axis]) for t in ins), *dims[axis + 1:])
+    if op.name in ("PAD", "PADV2", "MIRROR_PAD"):
+        pads = const(1)
+        if pads is None or len(pads) != 2 * len(dims):
+            return None
+        return tuple(d + pads[2 * k] + pads[2 * k + 1] for k, d in enumerate(dims))
+    if op.name in ("MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "REDUCE_ANY",
+                   "REDUCE_ALL"):
+        axes = const(1)
+        if axes is None or any(not -len(dims) <= a < len(dims) for a in axes):
+            return None
+        drop = {a % len(dims) for a in axes}
+        keep = op.options is not None and bool(op.options.KeepDims())
+        return tuple(1 if k in drop else d for k, d in enumerate(dims)) if keep else \
+            tuple(d for k, d in enumerate(dims) if k not in drop)
+    if op.name in ("CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D",
+                   "L2_POOL_2D") and len(dims) == 4 and op.options is not None:
+        o = op.options
+        if op.name in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+            f = ins[1] if len(ins) > 1 else None
+            if f is None or not f.static or len(f.shape) != 4:
+                return None
+            kh, kw = int(f.shape[1]), int(f.shape[2])
+            channels = int(f.shape[0] if op.name == "CONV_2D" else f.shape[3])
+            dh, dw = int(o.DilationHFactor()), int(o.DilationWFactor())
+        else:
+            kh, kw, channels, dh, dw = int(o.FilterHeight()), int(o.FilterWidth()), dims[3], 1, 1
+        sh, sw = int(o.StrideH()), int(o.StrideW())
+        if min(kh, kw, sh, sw, dh, dw) <= 0:
+            return None
+
+        def side(n: int, k: int, s: int, d: int) -> int:
+            # TFLite's padding: SAME (0) ceil(n / s), VALID (1) ceil((n - effective k + 1) / s)
+            return (n + s - 1) // s if o.Padding() == 0 else (n - (k - 1) * d - 1) // s + 1
+
+        oh, ow = side(dims[1], kh, sh, dh), side(dims[2], kw, sw, dw)
+        return None if oh <= 0 or ow <= 0 else (dims[0], oh, ow, channels)
+    if op.name == "FULLY_CONNECTED" and len(ins) > 1 and ins[1] is not None and \
+            ins[1].static and len(ins[1].shape) == 2:
+        units, depth = ins[1].shape
+        total = int(np.prod(dims, dtype=np.int64))
+        keep = op.options is not None and bool(op.options.KeepNumDims())
+        if not dims or depth <= 0 or total % depth or (keep and dims[-1] != depth):
+            return None
+        return (*dims[:-1], units) if keep else (total // depth, units)
+    return None

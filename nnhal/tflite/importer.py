@@ -263,6 +263,7 @@ class _Importer:
                 continue
             ctx.op = op
             start = len(ctx.sb.operations)
+            checked = False
             try:
                 if op.index in sg.extra.get("fold_refused", {}):
                     raise Unimportable(sg.extra["fold_refused"][op.index])
@@ -283,9 +284,22 @@ class _Importer:
                         saved = _Saved(ctx)
                         try:
                             CONVERTERS[op.name](ctx, op)
+                            # Checked here: a HAL form the HAL's signature refuses (an
+                            # extension operand, complex64 say) goes to an extension too.
+                            ctx.flush()
+                            self._check_emitted(ctx, start)
+                            checked = True
                         except Unimportable as e:
                             saved.restore(ctx)
                             self._extension(ctx, op, str(e))
+                        except (ValueError, TypeError, KeyError):
+                            # A HAL converter meeting a type the HAL lacks (complex64)
+                            if not any(i >= 0 and self.extensions.tensor_type(ctx.t(i))
+                                       is not None for i in (*op.inputs, *op.outputs)):
+                                raise
+                            saved.restore(ctx)
+                            self._extension(ctx, op, "the HAL's form takes no extension "
+                                                     "operand")
                 elif import_ext.claim(op) is not None:
                     self._extension(ctx, op, "")
                 elif op.name in FOLDERS or op.name in ("SHAPE", "RANK", "DENSIFY"):
@@ -293,8 +307,9 @@ class _Importer:
                                        "constants or, for SHAPE / RANK, its input shape is static)")
                 else:
                     raise Unimportable(REFUSED.get(op.name, "no HAL equivalent"))
-                ctx.flush()
-                self._check_emitted(ctx, start)
+                if not checked:
+                    ctx.flush()
+                    self._check_emitted(ctx, start)
             except (Unimportable, IndexError, ValueError, TypeError, KeyError) as e:
                 # The latter: an operator whose tensors contradict its kind (too few inputs,
                 # shapes of the wrong rank), reported against it rather than as a traceback.

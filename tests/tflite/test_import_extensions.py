@@ -80,20 +80,24 @@ def test_rfft2d_within_a_float32_rounding_of_litert() -> None:
 
 
 def test_session_partitions_and_agrees() -> None:
-    """Session over every device: LiteRT (when available) runs the HAL operations, the
-    reference driver the extension's; the same outputs as litert."""
+    """Session over every device: LiteRT (when available) runs the HAL operations and the
+    extension's complex64 family (exported as their builtins), the reference driver the
+    extension's other operations; the same outputs as litert."""
     from nnhal.tools.info import plan_info
 
     steps = plan_info(read_tflite(SPECTRUM))
     assert {s["device"] for s in steps} == {"reference", "litert"}
     for step in steps:
         for name in step["operation_names"]:
-            # every extension operation on the reference; LOG too (LiteRT's log(3.4e38) is
-            # inf, so it does not claim float32 LOG: nnhal.drivers.litert.support)
-            if name.startswith("org.nnhal.tflite:"):
+            # LOG on the reference (LiteRT's log(3.4e38) is inf, so it does not claim
+            # float32 LOG: nnhal.drivers.litert.support)
+            assert step["device"] == ("reference" if name == "LOG" else "litert"), \
+                (name, step["device"])
+    steps = plan_info(read_tflite(BUILTINS))
+    for step in steps:
+        for name in step["operation_names"]:
+            if name.startswith("org.nnhal.tflite:"):  # CUMSUM, SIGN...: no TFLite export
                 assert step["device"] == "reference", (name, step["device"])
-            elif name != "LOG":
-                assert step["device"] == "litert", (name, step["device"])
     for path in (SPECTRUM, COMPLEX, BUILTINS):
         inputs = _inputs(path, 1)
         with Session(str(path)) as s:
@@ -120,9 +124,12 @@ def test_nnhal_info_names_extension_operations_and_their_device() -> None:
     ext = info["extension_operations"]
     assert [e["operation"] for e in ext][:2] == ["org.nnhal.tflite:RFFT2D",
                                                  "org.nnhal.tflite:COMPLEX_ABS"]
-    assert all(e["extension"] == "org.nnhal.tflite" and e["runs_on"] == "reference"
-               and "reference" in e["supported_by"] and "litert" not in e["supported_by"]
+    assert all(e["extension"] == "org.nnhal.tflite" and e["runs_on"] == "litert"
+               and "reference" in e["supported_by"] and "litert" in e["supported_by"]
                for e in ext), ext
+    others = model_info(read_tflite(BUILTINS))["extension_operations"]
+    assert others and all(e["runs_on"] == "reference" and "litert" not in e["supported_by"]
+                          for e in others), others
     assert info["operations"]["org.nnhal.tflite:RFFT2D"] == 2
     assert info["outputs"][0]["type"] == "TENSOR_FLOAT32"
     complex_out = model_info(read_tflite(COMPLEX))["outputs"][0]

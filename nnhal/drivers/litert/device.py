@@ -79,6 +79,9 @@ class LiteRTDevice(DeviceBase):
 
     version_string = VERSION_STRING
     logger = log
+    #: nnhal's TFLite builtins extension: the operations of it that go back to a TFLite
+    #: builtin (``tflite_export``: the complex64 family) run here, the rest are refused.
+    extensions: tuple[str, ...] = ("org.nnhal.tflite",)
 
     def __init__(self, name: str = "nnhal-litert", threads: int | None = None,
                  workers: int = 4, max_tensor_bytes: int = MAX_TENSOR_BYTES,
@@ -112,7 +115,10 @@ class LiteRTDevice(DeviceBase):
 
     # ---- DeviceBase -------------------------------------------------------------------------
     def supported(self, graph: ModelGraph) -> list[bool]:
-        return support.supported_operations(graph)
+        ok = support.supported_operations(graph)
+        if not graph.extension_ops:
+            return ok
+        return [a and b for a, b in zip(ok, self.claimed(graph))]
 
     def refusal(self, graph: ModelGraph) -> str | None:
         return support.refusal(graph)

@@ -271,7 +271,12 @@ def _reasons(graph: ModelGraph, g: SubgraphGraph, exported: dict[int, str],
         try:
             name = OperationType(t).name
         except ValueError:
-            out.append(f"#{k} extension operation {t:#x}: not exportable")
+            found = graph.extension_ops.get(int(t))
+            if found is None or _exporter_of(found[0]) is None:
+                out.append(f"#{k} extension operation {t:#x}: not exportable")
+            else:  # written as the TFLite builtin it stands for: the probe's verdict
+                why = exported.get(k)
+                out.append(None if why is None else f"#{k} {found[0].name}: {why}")
             continue
         why = _rule(graph, g, name, list(ins), list(outs))
         if why is None and k in exported:
@@ -286,6 +291,15 @@ def _reasons(graph: ModelGraph, g: SubgraphGraph, exported: dict[int, str],
                         break
         out.append(None if why is None else f"#{k} {name}: {why}")
     return out
+
+
+def _exporter_of(op_id: object) -> object | None:
+    """The ``tflite_export`` of an extension operation (None: it has no TFLite form)."""
+    from nnhal.ops.extensions import lookup
+
+    ext = lookup(op_id.extension)  # type: ignore[attr-defined]
+    operation = ext.operation(op_id.code) if ext is not None else None  # type: ignore[attr-defined]
+    return getattr(operation, "tflite_export", None)
 
 
 def _export_refusals(graph: ModelGraph) -> dict[int, dict[int, str]]:
@@ -364,6 +378,7 @@ class _ExportProbe:
         self.refused: list[str] = []
         self.converters = CONVERTERS
         self.exact_resize = True  # the driver's export (device.compile_now)
+        self.extension_ops = graph.extension_ops
         self._done: dict[tuple[int, int], int] = {}
 
     @staticmethod

@@ -11,6 +11,15 @@ builtins that have no HAL operation and import as operations of nnhal's extensio
 - ``rfft2d_complex.tflite``: RFFT2D whose complex64 result is the model's output.
 - ``extension_builtins.tflite``: CUMSUM (exclusive, reverse), SIGN, CEIL, ROUND, COS and a
   float32 FLOOR_MOD of two run-time tensors (broadcast).
+- ``complex_movement.tflite``: BirdNET's STFT tail (EXPAND_DIMS, RFFT2D, SQUEEZE of the
+  complex64 result, CAST to float32: the real part) and RESHAPEs of complex64 before IMAG /
+  COMPLEX_ABS (the converter makes no complex64 TRANSPOSE or SLICE builtin: those need
+  TF Select; tests build them by hand).
+- ``stft_net.tflite``: BirdNET's front end in small, with a dynamic batch ([None, 512]): the
+  converter leaves the framing as run-time shape arithmetic (SHAPE, SPLIT_V, RANGE, ...,
+  GATHER) and writes every shape below it as a placeholder ([1, 1, ...], -1 in
+  shape_signature); then EXPAND_DIMS, RFFT2D, SQUEEZE, CAST, TRANSPOSE, CONV_2D, PAD,
+  MAX_POOL_2D, CONCATENATION, MEAN, FULLY_CONNECTED.
 
 Run once (``python tests/tflite/data/make_extension_models.py``); the tests read the saved
 files and never convert, so CI needs no TensorFlow for them.
@@ -24,6 +33,7 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -61,6 +71,31 @@ def builtins(a, b):
             tf.math.ceil(a), tf.math.round(a), tf.math.cos(a), tf.math.floormod(a, b))
 
 
+@tf.function
+def complex_movement(x):
+    z = tf.signal.rfft2d(tf.expand_dims(x, 2))           # [3, 4, 1, 9]
+    frames = tf.cast(tf.squeeze(z, axis=2), tf.float32)  # the real part, as BirdNET's
+    flat = tf.reshape(z, [3, 36])
+    return frames * 2.0, tf.math.imag(flat), tf.abs(tf.expand_dims(z, 0))
+
+
+_W = np.random.default_rng(0).standard_normal((3, 3, 1, 4)).astype(np.float32) * 0.1
+_DW = np.random.default_rng(1).standard_normal((4, 5)).astype(np.float32) * 0.1
+
+
+@tf.function
+def stft_net(x):
+    frames = tf.signal.frame(x, 64, 32)                      # [b, 15, 64]: BirdNET's GATHER
+    z = tf.signal.rfft2d(tf.expand_dims(frames * 0.5, 2))    # [b, 15, 1, 33] complex64
+    mag = tf.cast(tf.squeeze(z, axis=2), tf.float32)          # the real part
+    spec = tf.expand_dims(tf.transpose(mag * mag, [0, 2, 1]), 3)
+    y = tf.nn.conv2d(spec, tf.constant(_W), 2, "SAME")
+    y = tf.nn.max_pool2d(tf.pad(y, [[0, 0], [1, 1], [0, 0], [0, 0]]), 2, 2, "VALID")
+    y = tf.concat([y, y * 2.0], axis=3)
+    dense = tf.concat([tf.constant(_DW), tf.constant(_DW)], 0)
+    return tf.nn.sigmoid(tf.matmul(tf.reduce_mean(y, axis=[1, 2]), dense))
+
+
 def main() -> int:
     f32 = tf.float32
     files = {
@@ -69,6 +104,8 @@ def main() -> int:
         "rfft2d_complex.tflite": _convert(complex_out, [tf.TensorSpec([3, 4, 8], f32)]),
         "extension_builtins.tflite": _convert(
             builtins, [tf.TensorSpec([3, 5], f32), tf.TensorSpec([5], f32)]),
+        "complex_movement.tflite": _convert(complex_movement, [tf.TensorSpec([3, 4, 16], f32)]),
+        "stft_net.tflite": _convert(stft_net, [tf.TensorSpec([None, 512], f32)]),
     }
     for name, data in files.items():
         (HERE / name).write_bytes(data)
