@@ -105,3 +105,21 @@ def served_process(tmp: Path, driver: str, name: str, path: Sequence[str] = ()
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+def assert_reference_refuses(model: Model) -> None:
+    """The reference driver supports none of ``model`` (or refuses the query) and refuses to
+    prepare it: a bad operation never reaches a kernel."""
+    from nnhal.hal.interfaces import PreparedModelCallback
+    from nnhal.hal.types import ErrorStatus
+
+    dev = ReferenceDevice()
+    try:
+        status, flags = dev.get_supported_operations(model)
+        assert status != ErrorStatus.NONE or not any(flags), (status, flags)
+        cb = PreparedModelCallback()
+        dev.prepare_model(model, callback=cb)
+        got, prepared = cb.wait(30)
+        assert got != ErrorStatus.NONE and prepared is None
+    finally:
+        dev.close()

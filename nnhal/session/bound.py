@@ -81,16 +81,8 @@ class Bound:
             if got.shape != given.shape or got.dtype != given.dtype or \
                     initial.shape != given.shape:
                 return None
-        b = cls()
-        b.prepared = session._prepared
-        names = [i.name for i in session.inputs]
-        b.count = len(names)
-        b.getter = operator.itemgetter(*names) if names else lambda feeds: ()
-        b.signature = [(i.dtype, tuple(arrays[k].shape))
-                       for i, k in zip(session.inputs, session._public_in)]
+        b = cls._of_run(session, arrays, outs)
         b.layout = layout
-        b.dims = [list(o.shape) for o in outs]
-        b.out_dtypes = [o.dtype for o in outs]
         if not any(o.dtype == np.bool_ for o in outs):
             b.out_views = [layout.output_view(k, o.nbytes).view(o.dtype).reshape(o.shape)
                            for k, o in enumerate(outs)]
@@ -108,12 +100,10 @@ class Bound:
         return b
 
     @classmethod
-    def of_arrays(cls, session: Session, arrays: Sequence[np.ndarray],
-                  outs: Sequence[np.ndarray], runner: Any) -> Bound:
-        """The layout of a first run that ``runner`` (the driver's ``bind_arrays``) ran and
-        that gave ``outs``, of the outputs' declared shapes and dtypes (checked), for a model
-        without state: bound with no request memory (``layout`` None), which a run the
-        binding cannot do makes by the general way, binding that layout in turn."""
+    def _of_run(cls, session: Session, arrays: Sequence[np.ndarray],
+                outs: Sequence[np.ndarray]) -> Bound:
+        """What every bound layout holds of the run it was bound from: the prepared model,
+        the feeds' order, dtypes and shapes, the outputs' dimensions and dtypes."""
         b = cls()
         b.prepared = session._prepared
         names = [i.name for i in session.inputs]
@@ -123,6 +113,16 @@ class Bound:
                        for i, k in zip(session.inputs, session._public_in)]
         b.dims = [list(o.shape) for o in outs]
         b.out_dtypes = [o.dtype for o in outs]
+        return b
+
+    @classmethod
+    def of_arrays(cls, session: Session, arrays: Sequence[np.ndarray],
+                  outs: Sequence[np.ndarray], runner: Any) -> Bound:
+        """The layout of a first run that ``runner`` (the driver's ``bind_arrays``) ran and
+        that gave ``outs``, of the outputs' declared shapes and dtypes (checked), for a model
+        without state: bound with no request memory (``layout`` None), which a run the
+        binding cannot do makes by the general way, binding that layout in turn."""
+        b = cls._of_run(session, arrays, outs)
         b.shapes = [tuple(a.shape) for a in arrays]
         b.answers = list(zip(b.dims, b.out_dtypes))
         b.runner = runner  # (its answers checked again at the next run, as any binding's)

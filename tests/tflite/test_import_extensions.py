@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import served_process
+from helpers import assert_reference_refuses, served_process
 from runner import assert_agree, litert, litert_run
 
 from nnhal.hal.types import is_extension_type
@@ -279,21 +279,7 @@ def _hal_model(fft_length, in_dims=(2, 8), out_dims=(2, 5), const=True):
 def test_bad_rfft2d_operations_are_refused_not_run(fft_length, in_dims, const, why) -> None:
     """What TFLite's RFFT2D Prepare refuses: the reference driver supports no such
     operation (it never reaches a kernel), and a prepared one is refused."""
-    from nnhal.drivers.reference import ReferenceDevice
-    from nnhal.hal.interfaces import PreparedModelCallback
-    from nnhal.hal.types import ErrorStatus
-
-    model = _hal_model(fft_length, in_dims, const=const)
-    dev = ReferenceDevice()
-    try:
-        status, flags = dev.get_supported_operations(model)
-        assert status != ErrorStatus.NONE or flags == [False], (status, flags)
-        cb = PreparedModelCallback()
-        dev.prepare_model(model, callback=cb)
-        got, prepared = cb.wait(30)
-        assert got != ErrorStatus.NONE and prepared is None
-    finally:
-        dev.close()
+    assert_reference_refuses(_hal_model(fft_length, in_dims, const=const))
 
 
 def test_a_good_hal_rfft2d_model_prepares_and_runs() -> None:
