@@ -487,6 +487,10 @@ def _reshape_from_tflite(call: Any) -> tuple[list[int], list[int]]:
     out = call.tensor(0, output=True)
     if out is None or not out.static:
         raise call.refuse("the output's shape must be known")
+    target = call.reshape_target()  # TFLite's, which the declared shape only hints at
+    if target is None or target != list(out.shape):
+        raise call.refuse(f"the new shape {target if target is not None else '(run time)'} "
+                          f"is not the output's declared {list(out.shape)}")
     shape = np.asarray(out.shape, np.int32)
     return [call.input(0), call.constant(I32, shape)], [call.output(0)]
 
