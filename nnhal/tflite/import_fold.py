@@ -16,6 +16,7 @@ from tflite.TensorType import TensorType as TT
 
 from nnhal.tflite import schema
 from nnhal.tflite.import_read import OpInfo, SubgraphInfo, TfliteTensor
+from nnhal.tflite.kernel_rules import RuleOp, kernel_refusal, rule_tensor
 
 
 class _NoFold(Exception):
@@ -412,6 +413,22 @@ def _set(t: TfliteTensor, value: np.ndarray) -> None:
     t.shape = tuple(t.value.shape)
 
 
+def rule_op(tensors: list[TfliteTensor], op: OpInfo) -> RuleOp:
+    """The operator as :mod:`nnhal.tflite.kernel_rules` reads it."""
+    def view(i: int) -> Any:
+        if i < 0:
+            return None
+        t = tensors[i]
+        return rule_tensor(t.ttype, t.scales, t.zero_points, t.describe())
+
+    def option(name: str, default: Any) -> Any:
+        get = getattr(op.options, name, None)
+        return default if get is None else get()
+
+    return RuleOp(op.name, [view(i) for i in op.inputs], [view(i) for i in op.outputs],
+                  option)
+
+
 def fold(sg: SubgraphInfo, skip: set[int]) -> set[int]:
     """Fold what can be folded, in operator order; the indexes of the folded operators.
     Operators in ``skip`` (resource variables) are left alone."""
@@ -439,6 +456,9 @@ def fold(sg: SubgraphInfo, skip: set[int]) -> set[int]:
                     continue
                 _set(outs[0], np.asarray(src.shape if op.name == "SHAPE" else len(src.shape)))
             elif op.name in FOLDERS:
+                why = kernel_refusal(rule_op(sg.tensors, op))
+                if why is not None:  # what TFLite refuses is neither folded nor converted
+                    raise FoldRefusal(why)
                 values = _vals(sg, op)
                 if not values or any(v is None for v, i in zip(values, op.inputs) if i >= 0):
                     _infer_shapes(sg, op)

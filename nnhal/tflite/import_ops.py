@@ -409,8 +409,13 @@ def _reshape_target(ctx: Context, op: OpInfo) -> list[int] | None:
     if len(opts) > _RESHAPE_MAX_DIMS:  # TFLite's parser refuses the options themselves
         raise Unimportable(f"new_shape has {len(opts)} dimensions (TFLite holds at most "
                            f"{_RESHAPE_MAX_DIMS})")
-    if len(op.inputs) == 2:
+    if len(op.inputs) == 2 and op.inputs[1] >= 0:
         shape = ctx.t(op.inputs[1])
+        if shape.value is None and not shape.has_data and op.inputs[1] not in ctx.operands \
+                and shape.has_rank and len(shape.shape) == 1 and not shape.zero_sized:
+            # Even one that is then ignored: TFLite's Invoke refuses an input without data
+            # (only a shape input of another rank is spared).
+            raise Unimportable(f"{shape.describe()} is read before any operator writes it")
         if shape.ttype == TT.INT32 and shape.has_rank and len(shape.shape) == 1:
             value = ctx.value(op.inputs[1])
             return None if value is None else [int(d) for d in value]
