@@ -429,6 +429,13 @@ def rule_op(tensors: list[TfliteTensor], op: OpInfo) -> RuleOp:
                   option)
 
 
+def _refused(sg: SubgraphInfo, op: OpInfo) -> None:
+    """What TFLite's Prepare refuses is not folded (nor converted): FoldRefusal."""
+    why = kernel_refusal(rule_op(sg.tensors, op))
+    if why is not None:
+        raise FoldRefusal(why)
+
+
 def fold(sg: SubgraphInfo, skip: set[int]) -> set[int]:
     """Fold what can be folded, in operator order; the indexes of the folded operators.
     Operators in ``skip`` (resource variables) are left alone."""
@@ -454,15 +461,14 @@ def fold(sg: SubgraphInfo, skip: set[int]) -> set[int]:
                 src = sg.tensors[op.inputs[0]]
                 if not src.static:
                     continue
+                _refused(sg, op)
                 _set(outs[0], np.asarray(src.shape if op.name == "SHAPE" else len(src.shape)))
             elif op.name in FOLDERS:
-                why = kernel_refusal(rule_op(sg.tensors, op))
-                if why is not None:  # what TFLite refuses is neither folded nor converted
-                    raise FoldRefusal(why)
                 values = _vals(sg, op)
                 if not values or any(v is None for v, i in zip(values, op.inputs) if i >= 0):
                     _infer_shapes(sg, op)
                     continue
+                _refused(sg, op)
                 fn, moves = FOLDERS[op.name]
                 if moves:
                     _moves(sg, op)

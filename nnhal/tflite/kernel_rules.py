@@ -225,10 +225,16 @@ _INDEX_INPUTS: dict[tuple[str, int], tuple[int, ...]] = {
     **{("SLICE", k): _INDEX_TYPES for k in (1, 2)},
 }
 
+#: Operators whose options count their inputs (False) or outputs (True), as TFLite's Prepare
+#: checks: (the options field, whether it counts outputs).
+_COUNTED = {"PACK": ("ValuesCount", False), "SPLIT": ("NumSplits", True),
+            "SPLIT_V": ("NumSplits", True), "UNPACK": ("Num", True)}
+
 
 def _types(op: RuleOp) -> str | None:
-    """The type agreements TFLite's Prepare checks (nnhal would otherwise compute, or fold
-    at import, what TFLite refuses: an index input read as float, mixed-type arithmetic)."""
+    """The type and count agreements TFLite's Prepare checks (nnhal would otherwise compute,
+    or fold at import, what TFLite refuses: an index input read as float, mixed-type
+    arithmetic, a PACK of other inputs than its options count)."""
     name = op.name
     if name in _SAME_INPUT_TYPES and len(op.inputs) == 2:
         a, b = op.inputs
@@ -240,6 +246,20 @@ def _types(op: RuleOp) -> str | None:
         if odd is not None:
             return (f"{odd.label} differs in type from {ts[0].label}, which TFLite's kernel "
                     f"refuses")
+    counted = _COUNTED.get(name)
+    if counted is not None:
+        field, outputs = counted
+        n = len(op.outputs if outputs else op.inputs)
+        said = int(op.option(field, 0))
+        if said != n:
+            return (f"its options' {field} is {said} for {n} "
+                    f"{'outputs' if outputs else 'inputs'}, which TFLite's kernel refuses")
+    if name == "SHAPE" and op.outputs:
+        # TFLite's Prepare gives the output this type, whatever the file declares.
+        out_type = int(op.option("OutType", TT.INT32))
+        if out_type not in _INDEX_TYPES or out_type != op.outputs[0].ttype:
+            return (f"its options' out_type {out_type} is not int32 or int64 or not the "
+                    f"type of {op.outputs[0].label}")
     for k, t in enumerate(op.inputs):
         allowed = _INDEX_INPUTS.get((name, k))
         if allowed is not None and t is not None and t.ttype not in allowed:

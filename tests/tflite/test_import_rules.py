@@ -455,6 +455,33 @@ def _folded_shape(op: str, second: np.ndarray) -> bytes:
     return build(g)
 
 
+def _counted(op: str, count: int) -> bytes:
+    """x [6] reshaped to [2, 3] by a shape that PACK, or SPLIT_V and PACK, make of
+    constants (folded at import), the options' count ``count`` (right: 2); or SHAPE of x
+    with out_type ``count`` (right: INT32) as the new shape of a RESHAPE to [6]."""
+    g = Graph()
+    x = g.input((6,), F, name="x")
+    if op == "SHAPE":
+        shape = g.tensor((1,), np.int32)
+        g.op("SHAPE", [x], [shape], ("ShapeOptions", dict(OutType=count)))
+        y = g.tensor((6,), F, name="y")
+    else:
+        shape = g.tensor((2,), np.int32)
+        parts = [g.const(np.int32(2)), g.const(np.int32(3))]
+        if op == "SPLIT_V":
+            parts = [g.tensor((1,), np.int32), g.tensor((1,), np.int32)]
+            g.op("SPLIT_V", [g.const(np.int32([2, 3])), g.const(np.int32([1, 1])),
+                             g.const(np.int32(0))], parts, ("SplitVOptions",
+                                                            dict(NumSplits=count)))
+            g.op("CONCATENATION", parts, [shape], ("ConcatenationOptions", dict(Axis=0)))
+        else:
+            g.op("PACK", parts, [shape], ("PackOptions", dict(ValuesCount=count, Axis=0)))
+        y = g.tensor((2, 3), F, name="y")
+    g.op("RESHAPE", [x, shape], [y])
+    g.output(y)
+    return build(g)
+
+
 def _complex_buffer(short: bool) -> bytes:
     """An unused complex64 [2] constant whose buffer holds 8 bytes (short) or 16."""
     g = Graph()
@@ -515,6 +542,18 @@ PREPARE_REFUSED = {
     "folded_concatenation_of_mixed_types": (
         lambda: _folded_shape("CONCATENATION", np.int64([3])), UnsupportedModelError,
         r"differs in type", lambda: _folded_shape("CONCATENATION", np.int32([3]))),
+    "pack_values_count_not_its_inputs": (lambda: _counted("PACK", 3), UnsupportedModelError,
+                                         r"ValuesCount is 3 for 2 inputs",
+                                         lambda: _counted("PACK", 2)),
+    "split_v_num_splits_not_its_outputs": (lambda: _counted("SPLIT_V", 5),
+                                           UnsupportedModelError, r"NumSplits is 5 for 2 out",
+                                           lambda: _counted("SPLIT_V", 2)),
+    "shape_out_type_not_an_integer": (lambda: _counted("SHAPE", TT.FLOAT32),
+                                      UnsupportedModelError, r"out_type 0 is not int32",
+                                      lambda: _counted("SHAPE", TT.INT32)),
+    "shape_out_type_not_its_outputs": (lambda: _counted("SHAPE", TT.INT64),
+                                       UnsupportedModelError, r"out_type 4 is not .* type of",
+                                       lambda: _counted("SHAPE", TT.INT32)),
     "complex64_buffer_too_short": (lambda: _complex_buffer(True), ModelFileError,
                                    r"has 8 bytes of data for shape \[2\]",
                                    lambda: _complex_buffer(False)),
