@@ -480,6 +480,11 @@ def _cumsum_from_tflite(call: Any) -> tuple[list[int], list[int]]:
     opts = call.options("CumsumOptions")
     if call.value(1) is None:
         raise call.refuse("the axis must be a constant")
+    t, at = call.tensor(0), call.tensor(1)
+    if at is None or at.ttype != TT.INT32 or np.size(call.value(1)) != 1:
+        raise call.refuse("the axis must be one int32 value (TFLite's kernel refuses others)")
+    if t is None or t.ttype not in (TT.FLOAT32, TT.INT32):
+        raise call.refuse("the extension's CUMSUM takes float32 or int32")
     axis = np.asarray(call.value(1), np.int32).reshape(-1)
     ins = [call.input(0), call.constant(I32, axis), call.scalar(BOOL, bool(opts.Exclusive())),
            call.scalar(BOOL, bool(opts.Reverse()))]
@@ -491,7 +496,27 @@ def _rfft2d_from_tflite(call: Any) -> tuple[list[int], list[int]]:
     if call.value(1) is None:
         raise call.refuse("fft_length must be a constant")
     _refuse_if(call, _fft_problem(_const_input(call, 1, "fft_length").tolist()))
+    t = call.tensor(0)
+    if t is None or t.ttype != TT.FLOAT32 or (t.has_rank and len(t.shape) < 2):
+        raise call.refuse("the input must be float32 of rank 2 or more")
+    out = call.tensor(0, output=True)
+    if t.static and out is not None and out.static:
+        n0, n1 = _const_input(call, 1, "fft_length").tolist()
+        want = [*t.shape[:-2], n0, n1 // 2 + 1]  # TFLite's Prepare resizes the output so
+        if list(out.shape) != want:
+            raise call.refuse(f"the output's declared shape {list(out.shape)} is not the "
+                              f"{want} fft_length {[n0, n1]} gives")
     return [call.input(0), call.input(1)], [call.output(0)]
+
+
+def _from_complex(call: Any) -> tuple[list[int], list[int]]:
+    """COMPLEX_ABS, REAL, IMAG: complex64 in, float32 out (TFLite's Prepare refuses others)."""
+    call.expect(1)
+    _complex_only(call)
+    out = call.tensor(0, output=True)
+    if out is None or out.ttype != TT.FLOAT32:
+        raise call.refuse("the output must be float32")
+    return [call.input(0)], [call.output(0)]
 
 
 def _gelu_from_tflite(call: Any) -> tuple[list[int], list[int]]:
@@ -608,13 +633,13 @@ RFFT2D = _op(0, "RFFT2D", [Slot("input", F32), Slot("fft_length", I32, const=Tru
              _rfft2d_from_tflite, export=B.RFFT2D)
 COMPLEX_ABS = _op(1, "COMPLEX_ABS", [Slot("input", C64)], [Slot("output", F32)],
                   _Unary(lambda z: np.abs(z), F32), "|z| of each element", B.COMPLEX_ABS,
-                  export=B.COMPLEX_ABS)
+                  _from_complex, export=B.COMPLEX_ABS)
 REAL = _op(2, "REAL", [Slot("input", C64)], [Slot("output", F32)],
            _Unary(lambda z: z.real, F32), "the real part of each element", B.REAL,
-           export=B.REAL)
+           _from_complex, export=B.REAL)
 IMAG = _op(3, "IMAG", [Slot("input", C64)], [Slot("output", F32)],
            _Unary(lambda z: z.imag, F32), "the imaginary part of each element", B.IMAG,
-           export=B.IMAG)
+           _from_complex, export=B.IMAG)
 CUMSUM = _op(4, "CUMSUM", [Slot("input", "T"), Slot("axis", I32, const=True),
                            Slot("exclusive", BOOL, const=True),
                            Slot("reverse", BOOL, const=True)],

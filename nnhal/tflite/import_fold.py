@@ -122,14 +122,27 @@ def _reshape_to(sg: SubgraphInfo, op: OpInfo, x: np.ndarray, shape: list[int]) -
 
 
 def _reshape(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    """TFLite's target: the shape input when it is a 1-D int32 tensor, else the options'
+    new_shape ([0], or none, is the scalar []); the declared output shape is only a hint its
+    Prepare overwrites, so one that disagrees is refused, not folded to (unless its
+    shape_signature marks it a placeholder, which the folded value replaces)."""
     out = sg.tensors[op.outputs[0]]
-    if len(v) > 1 and v[1] is not None:
-        return v[0].reshape([int(d) for d in np.asarray(v[1]).reshape(-1)])
-    if out.static:
-        return v[0].reshape(out.shape)
-    if op.options is not None and op.options.NewShapeLength():
-        return v[0].reshape([int(d) for d in op.options.NewShapeAsNumpy()])
-    raise _NoFold
+    target: list[int] | None = None
+    if len(op.inputs) > 1 and op.inputs[1] >= 0:
+        st = sg.tensors[op.inputs[1]]
+        if st.ttype == TT.INT32 and st.has_rank and len(st.shape) == 1 and v[1] is not None:
+            target = [int(d) for d in np.asarray(v[1]).reshape(-1)]
+    if target is None:
+        opts = [int(d) for d in op.options.NewShapeAsNumpy()] if op.options is not None and \
+            op.options.NewShapeLength() else []
+        target = [] if opts == [0] else opts
+    result = v[0].reshape(target)  # ValueError (not folded) where the counts differ
+    placeholder = out.signature is not None and -1 in out.signature  # a converter's guess
+    if out.has_rank and (out.static or out.zero_sized) and not placeholder and \
+            list(result.shape) != list(out.shape):
+        raise FoldRefusal(f"new shape {list(result.shape)} is not the output's declared "
+                          f"{list(out.shape)}")
+    return result
 
 
 def _concat(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:

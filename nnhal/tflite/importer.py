@@ -300,6 +300,9 @@ class _Importer:
                             self._extension(ctx, op, "the HAL's form takes no extension "
                                                      "operand")
                 elif import_ext.claim(op) is not None:
+                    why = kernel_refusal(_rule_op(ctx, op))
+                    if why is not None:  # what TFLite refuses, no extension runs either
+                        raise Unimportable(why)
                     self._extension(ctx, op, "")
                 elif op.name in FOLDERS or op.name in ("SHAPE", "RANK", "DENSIFY"):
                     raise Unimportable("no HAL equivalent (folded only when its inputs are "

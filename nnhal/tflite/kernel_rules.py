@@ -218,6 +218,7 @@ _INDEX_TYPES = (TT.INT32, TT.INT64)
 #: axes, positions, bounds): another is refused in Prepare, never read as numbers.
 _INDEX_INPUTS: dict[tuple[str, int], tuple[int, ...]] = {
     ("GATHER", 1): (TT.INT16, *_INDEX_TYPES),
+    ("CUMSUM", 1): (TT.INT32,),
     **{(name, 1): _INDEX_TYPES for name in (
         "MEAN", "SUM", "REDUCE_PROD", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_ANY",
         "REDUCE_ALL", "PAD", "PADV2", "MIRROR_PAD", "TRANSPOSE", "TILE", "EXPAND_DIMS")},

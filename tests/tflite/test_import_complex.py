@@ -302,3 +302,53 @@ def test_an_operator_writing_a_complex64_tensor_with_data_is_refused() -> None:
         with pytest.raises(ModelFileError, match=message) as e:
             read_tflite(build(g), name="m.tflite")
         assert "\n" not in str(e.value)
+
+
+def _claimed(kind: str) -> bytes:
+    """One builtin the extension claims, with what TFLite's Prepare refuses."""
+    from tfl import Graph, build
+    from tflite.TensorType import TensorType as TT
+
+    g = Graph()
+    if kind in ("imag_of_float", "cumsum_int64_axis", "cumsum_two_axes"):
+        x = g.input((2, 8), F)
+        y = g.tensor((2, 8), F)
+        if kind == "imag_of_float":
+            g.op("IMAG", [x], [y])
+        else:
+            axis = np.int64([1]) if kind == "cumsum_int64_axis" else np.int32([0, 1])
+            g.op("CUMSUM", [x, g.const(axis)], [y], ("CumsumOptions", {}))
+        g.output(y)
+        return build(g)
+    x = g.input((2, 1, 8) if kind != "rfft2d_of_rank_1" else (8,), F)
+    lengths = {"rfft2d_fft_length_odd": [1, 6]}.get(kind, [1, 8])
+    out = {"rfft2d_output_not_its_fft_length": (2, 1, 9), "rfft2d_of_rank_1": (1, 5)}.get(
+        kind, (2, 1, 4 if kind == "rfft2d_fft_length_odd" else 5))
+    z = g.tensor(out, TT.COMPLEX64)
+    g.op("RFFT2D", [x, g.const(np.array(lengths, np.int32))], [z])
+    r = g.tensor(out, F)
+    g.op("REAL", [z], [r])
+    g.output(r)
+    return build(g)
+
+
+@pytest.mark.parametrize("kind", ["imag_of_float", "cumsum_int64_axis", "cumsum_two_axes",
+                                  "rfft2d_fft_length_odd", "rfft2d_output_not_its_fft_length",
+                                  "rfft2d_of_rank_1"])
+def test_claimed_builtins_tflite_refuses_are_refused_at_import(kind: str) -> None:
+    """Found by the import fuzz test on the converter-made seeds: the extension's rules
+    (types, fft_length, the output RFFT2D gives) checked as the operator is read, as
+    TFLite's Prepare checks them, not only when a driver prepares the model."""
+    from oracle import verdicts
+
+    from nnhal.errors import UnsupportedModelError
+
+    data = _claimed(kind)
+    with pytest.raises(UnsupportedModelError) as e:
+        read_tflite(data, name="m.tflite")
+    assert "\n" not in str(e.value)
+    if kind != "rfft2d_output_not_its_fft_length":
+        # (TFLite resizes that output to what fft_length gives, which the operators after
+        # it may refuse, as a mutant's RESHAPE did; nnhal refuses the declared shape.)
+        assert verdicts([data])[0] != "ok", kind
+    assert verdicts([_claimed("rfft2d_ok")]) == ["ok"]

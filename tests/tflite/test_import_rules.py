@@ -482,6 +482,20 @@ def _counted(op: str, count: int) -> bytes:
     return build(g)
 
 
+def _folded_reshape(shape: np.ndarray | None) -> bytes:
+    """x [2, 3] + a constant [6] reshaped to the declared [2, 3] by ``shape`` (folded at
+    import; None: no shape input and no options, TFLite's target [])."""
+    g = Graph()
+    x = g.input((2, 3), F, name="x")
+    r = g.tensor((2, 3), F)
+    ins = [g.const(np.arange(6, dtype=F))] + ([] if shape is None else [g.const(shape)])
+    g.op("RESHAPE", ins, [r])
+    y = g.tensor((2, 3), F, name="y")
+    g.op("ADD", [x, r], [y], ("AddOptions", dict(FusedActivationFunction=0)))
+    g.output(y)
+    return build(g)
+
+
 def _complex_buffer(short: bool) -> bytes:
     """An unused complex64 [2] constant whose buffer holds 8 bytes (short) or 16."""
     g = Graph()
@@ -554,6 +568,12 @@ PREPARE_REFUSED = {
     "shape_out_type_not_its_outputs": (lambda: _counted("SHAPE", TT.INT64),
                                        UnsupportedModelError, r"out_type 4 is not .* type of",
                                        lambda: _counted("SHAPE", TT.INT32)),
+    "folded_reshape_without_a_target": (lambda: _folded_reshape(None), UnsupportedModelError,
+                                        r"new shape \[\] does not hold",
+                                        lambda: _folded_reshape(np.int32([2, 3]))),
+    "folded_reshape_by_a_shape_of_rank_2": (lambda: _folded_reshape(np.int32([[2, 3]])),
+                                            UnsupportedModelError,
+                                            r"new shape \[\] does not hold", None),
     "complex64_buffer_too_short": (lambda: _complex_buffer(True), ModelFileError,
                                    r"has 8 bytes of data for shape \[2\]",
                                    lambda: _complex_buffer(False)),
