@@ -219,6 +219,9 @@ _INDEX_TYPES = (TT.INT32, TT.INT64)
 _INDEX_INPUTS: dict[tuple[str, int], tuple[int, ...]] = {
     ("GATHER", 1): (TT.INT16, *_INDEX_TYPES),
     ("CUMSUM", 1): (TT.INT32,),
+    ("SPLIT", 0): (TT.INT32,),
+    ("SPLIT_V", 1): _INDEX_TYPES,
+    ("SPLIT_V", 2): (TT.INT32,),
     **{(name, 1): _INDEX_TYPES for name in (
         "MEAN", "SUM", "REDUCE_PROD", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_ANY",
         "REDUCE_ALL", "PAD", "PADV2", "MIRROR_PAD", "TRANSPOSE", "TILE", "EXPAND_DIMS")},

@@ -496,6 +496,22 @@ def _folded_reshape(shape: np.ndarray | None) -> bytes:
     return build(g)
 
 
+def _split_v(axis: np.ndarray) -> bytes:
+    """x [6] reshaped to [2, 3] by a shape SPLIT_V takes apart along ``axis`` (folded; TFLite
+    reads a float axis's bits as an int: 1.0 is out of range, where nnhal read axis 1)."""
+    g = Graph()
+    x = g.input((6,), F, name="x")
+    parts = [g.tensor((1,), np.int32), g.tensor((1,), np.int32)]
+    g.op("SPLIT_V", [g.const(np.int32([2, 3])), g.const(np.int32([1, 1])), g.const(axis)],
+         parts, ("SplitVOptions", dict(NumSplits=2)))
+    shape = g.tensor((2,), np.int32)
+    g.op("CONCATENATION", parts, [shape], ("ConcatenationOptions", dict(Axis=0)))
+    y = g.tensor((2, 3), F, name="y")
+    g.op("RESHAPE", [x, shape], [y])
+    g.output(y)
+    return build(g)
+
+
 def _complex_buffer(short: bool) -> bytes:
     """An unused complex64 [2] constant whose buffer holds 8 bytes (short) or 16."""
     g = Graph()
@@ -574,6 +590,9 @@ PREPARE_REFUSED = {
     "folded_reshape_by_a_shape_of_rank_2": (lambda: _folded_reshape(np.int32([[2, 3]])),
                                             UnsupportedModelError,
                                             r"new shape \[\] does not hold", None),
+    "split_v_float_axis": (lambda: _split_v(np.float32(1)), UnsupportedModelError,
+                           r"input 2\) is of a type TFLite's kernel refuses",
+                           lambda: _split_v(np.int32(0))),
     "complex64_buffer_too_short": (lambda: _complex_buffer(True), ModelFileError,
                                    r"has 8 bytes of data for shape \[2\]",
                                    lambda: _complex_buffer(False)),
