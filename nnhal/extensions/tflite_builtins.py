@@ -106,16 +106,74 @@ class _Unary(OperationDef):
         return run
 
 
+#: A shape as the rules below read it: None for an unknown rank, None for an unknown size.
+Shape = tuple[int | None, ...] | None
+
+
+def _fft_problem(lengths: list[int]) -> str | None:
+    """TFLite's RFFT2D: two lengths, each a power of two."""
+    if len(lengths) != 2:
+        return "fft_length must be a constant of two values"
+    if not all(n > 0 and n & (n - 1) == 0 for n in lengths):
+        return f"fft_length values must be powers of two, got {lengths}"
+    return None
+
+
+def _squeeze_problem(axes: list[int], shape: Shape) -> str | None:
+    if len(set(axes)) != len(axes):
+        return f"the axes {axes} repeat"
+    if shape is None:
+        return None
+    rank = len(shape)
+    for a in axes:
+        if not -rank <= a < rank:
+            return f"axis {a} is out of range for rank {rank}"
+        if shape[a] is not None and shape[a] != 1:
+            return f"axis {a} has size {shape[a]}, not 1"
+    if len({a % rank for a in axes}) != len(axes):
+        return f"the axes {axes} repeat"
+    return None
+
+
+def _expand_problem(axis: int, shape: Shape) -> str | None:
+    rank = None if shape is None else len(shape)
+    if rank is not None and not -(rank + 1) <= axis <= rank:
+        return f"axis {axis} is out of range for rank {rank}"
+    return None
+
+
+def _perm_problem(perm: list[int], shape: Shape) -> str | None:
+    rank = None if shape is None else len(shape)
+    if rank is not None and sorted(perm) != list(range(rank)):
+        return f"{perm} is not a permutation of the input's {rank} axes"
+    return None
+
+
+def _slice_problem(begin: list[int], size: list[int], shape: Shape) -> str | None:
+    if len(begin) != len(size) or (shape is not None and len(begin) != len(shape)):
+        return (f"begin {begin} and size {size} must have one value per input axis")
+    for k, (b, n) in enumerate(zip(begin, size)):
+        d = None if shape is None else shape[k]
+        if not (b >= 0 and (n == -1 or n > 0)):
+            return f"axis {k}: begin {b}, size {n}"
+        if d is not None and b + (1 if n == -1 else n) > d:
+            return f"axis {k}: begin {b} and size {n} leave the dimension {d}"
+    return None
+
+
+def _ctx_shape(ctx: OpContext) -> Shape:
+    shape = ctx.inputs[0].shape
+    return None if shape is None else tuple(int(d) if d else None for d in shape)
+
+
 class _Rfft2d(OperationDef):
     def validate(self, ctx: OpContext) -> None:
         ctx.expect_rank(1, 1)
         lengths = ctx.const_ints(1)
-        ctx.require(lengths is not None and len(lengths) == 2,
-                    "fft_length must be a constant of two values")
+        ctx.require(lengths is not None, "fft_length must be a constant of two values")
         assert lengths is not None
-        for n in lengths:
-            ctx.require(n > 0 and n & (n - 1) == 0,
-                        f"fft_length values must be powers of two, got {lengths}")
+        why = _fft_problem(lengths)
+        ctx.require(why is None, why or "")
         rank = ctx.inputs[0].rank
         ctx.require(rank is None or rank >= 2, f"the input must have rank 2 or more, got {rank}")
 
@@ -275,17 +333,11 @@ class _Squeeze(OperationDef):
 
     def validate(self, ctx: OpContext) -> None:
         _require_c64(ctx)
-        axes, rank = ctx.const_ints(1), ctx.inputs[0].rank
+        axes = ctx.const_ints(1)
         ctx.require(axes is not None, "the axes must be a constant")
         assert axes is not None
-        ctx.require(len(set(axes)) == len(axes), f"the axes {axes} repeat")
-        if rank is not None:
-            for a in axes:
-                ctx.require(-rank <= a < rank, f"axis {a} is out of range for rank {rank}")
-                d = ctx.dim(0, a)
-                ctx.require(d is None or d == 1, f"axis {a} has size {d}, not 1")
-            if len({a % rank for a in axes}) != len(axes):
-                ctx.fail(f"the axes {axes} repeat")
+        why = _squeeze_problem(axes, _ctx_shape(ctx))
+        ctx.require(why is None, why or "")
 
     def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
         shape, axes = ctx.inputs[0].shape, ctx.const_ints(1) or []
@@ -337,11 +389,11 @@ class _Reshape(OperationDef):
 class _ExpandDims(OperationDef):
     def validate(self, ctx: OpContext) -> None:
         _require_c64(ctx)
-        axis, rank = ctx.const_int(1), ctx.inputs[0].rank
+        axis = ctx.const_int(1)
         ctx.require(axis is not None, "the axis must be a constant")
         assert axis is not None
-        ctx.require(rank is None or -(rank + 1) <= axis <= rank,
-                    f"axis {axis} is out of range for rank {rank}")
+        why = _expand_problem(axis, _ctx_shape(ctx))
+        ctx.require(why is None, why or "")
 
     def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
         shape, axis = ctx.inputs[0].shape, ctx.const_int(1)
@@ -362,11 +414,11 @@ class _ExpandDims(OperationDef):
 class _Transpose(OperationDef):
     def validate(self, ctx: OpContext) -> None:
         _require_c64(ctx)
-        perm, rank = ctx.const_ints(1), ctx.inputs[0].rank
+        perm = ctx.const_ints(1)
         ctx.require(perm is not None, "the permutation must be a constant")
         assert perm is not None
-        ctx.require(rank is None or sorted(perm) == list(range(rank)),
-                    f"{perm} is not a permutation of the input's {rank} axes")
+        why = _perm_problem(perm, _ctx_shape(ctx))
+        ctx.require(why is None, why or "")
 
     def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
         shape, perm = ctx.inputs[0].shape, ctx.const_ints(1)
@@ -388,16 +440,11 @@ class _Slice(OperationDef):
 
     def validate(self, ctx: OpContext) -> None:
         _require_c64(ctx)
-        begin, size, rank = ctx.const_ints(1), ctx.const_ints(2), ctx.inputs[0].rank
+        begin, size = ctx.const_ints(1), ctx.const_ints(2)
         ctx.require(begin is not None and size is not None, "begin and size must be constants")
         assert begin is not None and size is not None
-        ctx.require(len(begin) == len(size) and (rank is None or len(begin) == rank),
-                    f"begin {begin} and size {size} must have one value per input axis")
-        for k, (b, n) in enumerate(zip(begin, size)):
-            d = ctx.dim(0, k)
-            ctx.require(b >= 0 and (n == -1 or n > 0), f"axis {k}: begin {b}, size {n}")
-            ctx.require(d is None or b + (1 if n == -1 else n) <= d,
-                        f"axis {k}: begin {b} and size {n} leave the dimension {d}")
+        why = _slice_problem(begin, size, _ctx_shape(ctx))
+        ctx.require(why is None, why or "")
 
     def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
         shape, begin, size = ctx.inputs[0].shape, ctx.const_ints(1), ctx.const_ints(2)
@@ -433,6 +480,11 @@ def _cumsum_from_tflite(call: Any) -> tuple[list[int], list[int]]:
     opts = call.options("CumsumOptions")
     if call.value(1) is None:
         raise call.refuse("the axis must be a constant")
+    t, at = call.tensor(0), call.tensor(1)
+    if at is None or at.ttype != TT.INT32 or np.size(call.value(1)) != 1:
+        raise call.refuse("the axis must be one int32 value (TFLite's kernel refuses others)")
+    if t is None or t.ttype not in (TT.FLOAT32, TT.INT32):
+        raise call.refuse("the extension's CUMSUM takes float32 or int32")
     axis = np.asarray(call.value(1), np.int32).reshape(-1)
     ins = [call.input(0), call.constant(I32, axis), call.scalar(BOOL, bool(opts.Exclusive())),
            call.scalar(BOOL, bool(opts.Reverse()))]
@@ -443,7 +495,28 @@ def _rfft2d_from_tflite(call: Any) -> tuple[list[int], list[int]]:
     call.expect(2)
     if call.value(1) is None:
         raise call.refuse("fft_length must be a constant")
+    _refuse_if(call, _fft_problem(_const_input(call, 1, "fft_length").tolist()))
+    t = call.tensor(0)
+    if t is None or t.ttype != TT.FLOAT32 or (t.has_rank and len(t.shape) < 2):
+        raise call.refuse("the input must be float32 of rank 2 or more")
+    out = call.tensor(0, output=True)
+    if t.static and out is not None and out.static:
+        n0, n1 = _const_input(call, 1, "fft_length").tolist()
+        want = [*t.shape[:-2], n0, n1 // 2 + 1]  # TFLite's Prepare resizes the output so
+        if list(out.shape) != want:
+            raise call.refuse(f"the output's declared shape {list(out.shape)} is not the "
+                              f"{want} fft_length {[n0, n1]} gives")
     return [call.input(0), call.input(1)], [call.output(0)]
+
+
+def _from_complex(call: Any) -> tuple[list[int], list[int]]:
+    """COMPLEX_ABS, REAL, IMAG: complex64 in, float32 out (TFLite's Prepare refuses others)."""
+    call.expect(1)
+    _complex_only(call)
+    out = call.tensor(0, output=True)
+    if out is None or out.ttype != TT.FLOAT32:
+        raise call.refuse("the output must be float32")
+    return [call.input(0)], [call.output(0)]
 
 
 def _gelu_from_tflite(call: Any) -> tuple[list[int], list[int]]:
@@ -456,6 +529,18 @@ def _complex_only(call: Any) -> None:
     t = call.tensor(0)
     if t is None or t.ttype != TT.COMPLEX64:
         raise call.refuse("the extension's form takes complex64 only")
+
+
+def _refuse_if(call: Any, why: str | None) -> None:
+    """The operation's own rule checked at import: TFLite's Prepare refuses the file too."""
+    if why is not None:
+        raise call.refuse(why)
+
+
+def _call_shape(call: Any) -> Shape:
+    t = call.tensor(0)
+    return None if t is None or not t.has_rank else tuple(
+        int(d) if d > 0 else None for d in t.shape)
 
 
 def _const_input(call: Any, k: int, what: str) -> np.ndarray:
@@ -477,6 +562,7 @@ def _squeeze_from_tflite(call: Any) -> tuple[list[int], list[int]]:
         axes = [k for k, d in enumerate(t.shape) if d == 1]
         if not axes:
             raise call.refuse("the input has no size-1 axis to squeeze")
+    _refuse_if(call, _squeeze_problem(axes, _call_shape(call)))
     return [call.input(0), call.constant(I32, np.asarray(axes, np.int32))], [call.output(0)]
 
 
@@ -487,6 +573,10 @@ def _reshape_from_tflite(call: Any) -> tuple[list[int], list[int]]:
     out = call.tensor(0, output=True)
     if out is None or not out.static:
         raise call.refuse("the output's shape must be known")
+    target = call.reshape_target()  # TFLite's, which the declared shape only hints at
+    if target is None or target != list(out.shape):
+        raise call.refuse(f"the new shape {target if target is not None else '(run time)'} "
+                          f"is not the output's declared {list(out.shape)}")
     shape = np.asarray(out.shape, np.int32)
     return [call.input(0), call.constant(I32, shape)], [call.output(0)]
 
@@ -497,6 +587,7 @@ def _expand_dims_from_tflite(call: Any) -> tuple[list[int], list[int]]:
     axis = _const_input(call, 1, "axis")
     if axis.size != 1:
         raise call.refuse(f"the axis must be one value, got {axis.tolist()}")
+    _refuse_if(call, _expand_problem(int(axis[0]), _call_shape(call)))
     return [call.input(0), call.scalar(T.INT32, int(axis[0]))], [call.output(0)]
 
 
@@ -504,6 +595,7 @@ def _transpose_from_tflite(call: Any) -> tuple[list[int], list[int]]:
     call.expect(2)
     _complex_only(call)
     perm = _const_input(call, 1, "permutation")
+    _refuse_if(call, _perm_problem(perm.tolist(), _call_shape(call)))
     return [call.input(0), call.constant(I32, perm.astype(np.int32))], [call.output(0)]
 
 
@@ -511,6 +603,7 @@ def _slice_from_tflite(call: Any) -> tuple[list[int], list[int]]:
     call.expect(3)
     _complex_only(call)
     begin, size = _const_input(call, 1, "begin"), _const_input(call, 2, "size")
+    _refuse_if(call, _slice_problem(begin.tolist(), size.tolist(), _call_shape(call)))
     return [call.input(0), call.constant(I32, begin.astype(np.int32)),
             call.constant(I32, size.astype(np.int32))], [call.output(0)]
 
@@ -540,13 +633,13 @@ RFFT2D = _op(0, "RFFT2D", [Slot("input", F32), Slot("fft_length", I32, const=Tru
              _rfft2d_from_tflite, export=B.RFFT2D)
 COMPLEX_ABS = _op(1, "COMPLEX_ABS", [Slot("input", C64)], [Slot("output", F32)],
                   _Unary(lambda z: np.abs(z), F32), "|z| of each element", B.COMPLEX_ABS,
-                  export=B.COMPLEX_ABS)
+                  _from_complex, export=B.COMPLEX_ABS)
 REAL = _op(2, "REAL", [Slot("input", C64)], [Slot("output", F32)],
            _Unary(lambda z: z.real, F32), "the real part of each element", B.REAL,
-           export=B.REAL)
+           _from_complex, export=B.REAL)
 IMAG = _op(3, "IMAG", [Slot("input", C64)], [Slot("output", F32)],
            _Unary(lambda z: z.imag, F32), "the imaginary part of each element", B.IMAG,
-           export=B.IMAG)
+           _from_complex, export=B.IMAG)
 CUMSUM = _op(4, "CUMSUM", [Slot("input", "T"), Slot("axis", I32, const=True),
                            Slot("exclusive", BOOL, const=True),
                            Slot("reverse", BOOL, const=True)],

@@ -51,4 +51,12 @@ def explain_rejection(model: Model, device: IDevice, status: ErrorStatus) -> str
     missing = [f"operation {k} ({name(k)})" for k, ok in enumerate(supported) if not ok]
     if missing:
         return "the device does not support " + ", ".join(missing)
+    refusal = getattr(device, "refusal", None)  # a driver of this package says why
+    if refusal is not None:
+        try:
+            why = refusal(graph)
+        except Exception:  # noqa: BLE001 - no reason to give: the status alone
+            why = None
+        if why:
+            return f"the device refused the model ({ErrorStatus(status).name}): {why}"
     return f"the device refused the model ({ErrorStatus(status).name})"

@@ -135,6 +135,14 @@ class TfliteCall:
         i = self.op.inputs[k]
         return None if i < 0 else self._ctx.value(i)
 
+    def reshape_target(self) -> list[int] | None:
+        """A RESHAPE's output shape as TFLite's Prepare resolves it (from an int32 shape
+        vector, else the options; the declared output shape is only its hint), refused as
+        it refuses it; None when only known at run time."""
+        from nnhal.tflite.import_ops import reshape_target
+
+        return reshape_target(self._ctx, self.op)
+
     def expect(self, inputs: int, outputs: int = 1) -> None:
         """Refuse an operator of another input or output count than its kernel takes."""
         if (self.n_inputs, self.n_outputs) != (inputs, outputs):

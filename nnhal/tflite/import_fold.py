@@ -16,6 +16,7 @@ from tflite.TensorType import TensorType as TT
 
 from nnhal.tflite import schema
 from nnhal.tflite.import_read import OpInfo, SubgraphInfo, TfliteTensor
+from nnhal.tflite.kernel_rules import RuleOp, kernel_refusal, rule_tensor
 
 
 class _NoFold(Exception):
@@ -121,14 +122,27 @@ def _reshape_to(sg: SubgraphInfo, op: OpInfo, x: np.ndarray, shape: list[int]) -
 
 
 def _reshape(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
+    """TFLite's target: the shape input when it is a 1-D int32 tensor, else the options'
+    new_shape ([0], or none, is the scalar []); the declared output shape is only a hint its
+    Prepare overwrites, so one that disagrees is refused, not folded to (unless its
+    shape_signature marks it a placeholder, which the folded value replaces)."""
     out = sg.tensors[op.outputs[0]]
-    if len(v) > 1 and v[1] is not None:
-        return v[0].reshape([int(d) for d in np.asarray(v[1]).reshape(-1)])
-    if out.static:
-        return v[0].reshape(out.shape)
-    if op.options is not None and op.options.NewShapeLength():
-        return v[0].reshape([int(d) for d in op.options.NewShapeAsNumpy()])
-    raise _NoFold
+    target: list[int] | None = None
+    if len(op.inputs) > 1 and op.inputs[1] >= 0:
+        st = sg.tensors[op.inputs[1]]
+        if st.ttype == TT.INT32 and st.has_rank and len(st.shape) == 1 and v[1] is not None:
+            target = [int(d) for d in np.asarray(v[1]).reshape(-1)]
+    if target is None:
+        opts = [int(d) for d in op.options.NewShapeAsNumpy()] if op.options is not None and \
+            op.options.NewShapeLength() else []
+        target = [] if opts == [0] else opts
+    result = v[0].reshape(target)  # ValueError (not folded) where the counts differ
+    placeholder = out.signature is not None and -1 in out.signature  # a converter's guess
+    if out.has_rank and (out.static or out.zero_sized) and not placeholder and \
+            list(result.shape) != list(out.shape):
+        raise FoldRefusal(f"new shape {list(result.shape)} is not the output's declared "
+                          f"{list(out.shape)}")
+    return result
 
 
 def _concat(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
@@ -412,6 +426,29 @@ def _set(t: TfliteTensor, value: np.ndarray) -> None:
     t.shape = tuple(t.value.shape)
 
 
+def rule_op(tensors: list[TfliteTensor], op: OpInfo) -> RuleOp:
+    """The operator as :mod:`nnhal.tflite.kernel_rules` reads it."""
+    def view(i: int) -> Any:
+        if i < 0:
+            return None
+        t = tensors[i]
+        return rule_tensor(t.ttype, t.scales, t.zero_points, t.describe())
+
+    def option(name: str, default: Any) -> Any:
+        get = getattr(op.options, name, None)
+        return default if get is None else get()
+
+    return RuleOp(op.name, [view(i) for i in op.inputs], [view(i) for i in op.outputs],
+                  option)
+
+
+def _refused(sg: SubgraphInfo, op: OpInfo) -> None:
+    """What TFLite's Prepare refuses is not folded (nor converted): FoldRefusal."""
+    why = kernel_refusal(rule_op(sg.tensors, op))
+    if why is not None:
+        raise FoldRefusal(why)
+
+
 def fold(sg: SubgraphInfo, skip: set[int]) -> set[int]:
     """Fold what can be folded, in operator order; the indexes of the folded operators.
     Operators in ``skip`` (resource variables) are left alone."""
@@ -437,12 +474,14 @@ def fold(sg: SubgraphInfo, skip: set[int]) -> set[int]:
                 src = sg.tensors[op.inputs[0]]
                 if not src.static:
                     continue
+                _refused(sg, op)
                 _set(outs[0], np.asarray(src.shape if op.name == "SHAPE" else len(src.shape)))
             elif op.name in FOLDERS:
                 values = _vals(sg, op)
                 if not values or any(v is None for v, i in zip(values, op.inputs) if i >= 0):
                     _infer_shapes(sg, op)
                     continue
+                _refused(sg, op)
                 fn, moves = FOLDERS[op.name]
                 if moves:
                     _moves(sg, op)

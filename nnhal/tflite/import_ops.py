@@ -409,8 +409,13 @@ def _reshape_target(ctx: Context, op: OpInfo) -> list[int] | None:
     if len(opts) > _RESHAPE_MAX_DIMS:  # TFLite's parser refuses the options themselves
         raise Unimportable(f"new_shape has {len(opts)} dimensions (TFLite holds at most "
                            f"{_RESHAPE_MAX_DIMS})")
-    if len(op.inputs) == 2:
+    if len(op.inputs) == 2 and op.inputs[1] >= 0:
         shape = ctx.t(op.inputs[1])
+        if shape.value is None and not shape.has_data and op.inputs[1] not in ctx.operands \
+                and shape.has_rank and len(shape.shape) == 1 and not shape.zero_sized:
+            # Even one that is then ignored: TFLite's Invoke refuses an input without data
+            # (only a shape input of another rank is spared).
+            raise Unimportable(f"{shape.describe()} is read before any operator writes it")
         if shape.ttype == TT.INT32 and shape.has_rank and len(shape.shape) == 1:
             value = ctx.value(op.inputs[1])
             return None if value is None else [int(d) for d in value]
@@ -424,14 +429,24 @@ def _check_new_shape(ctx: Context, op: OpInfo) -> None:
     -1, inferred from the non-zero dimensions; no other negative; the element counts equal)
     and refuses the model otherwise; the declared output shape is only a hint it
     overwrites, so one that disagrees would silently give another result here."""
+    new = reshape_target(ctx, op)
+    out = ctx.t(op.outputs[0])
+    if new is not None and out.static and list(out.shape) != new:
+        raise Unimportable(f"new shape {new} is not the output's declared {list(out.shape)}")
+
+
+def reshape_target(ctx: Context, op: OpInfo) -> list[int] | None:
+    """The output shape TFLite's RESHAPE gives (its -1 resolved), refused as its Prepare
+    refuses it; None when only known at run time (a computed shape input, an input of
+    unknown dimensions with a -1 to infer)."""
     new = _reshape_target(ctx, op)
     if new is None:
-        return
+        return None
     if sum(d == -1 for d in new) > 1 or any(d < -1 for d in new):
         raise Unimportable(f"new shape {new} is not a shape (one -1 at most, no other negative)")
-    x, out = ctx.t(op.inputs[0]), ctx.t(op.outputs[0])
+    x = ctx.t(op.inputs[0])
     if not (x.has_rank and (x.static or x.zero_sized)):
-        return
+        return None if -1 in new else new
     count = int(np.prod(x.shape, dtype=object)) if x.static else 0
     if -1 in new:
         rest = int(np.prod([d for d in new if d not in (-1, 0)], dtype=object))
@@ -444,8 +459,7 @@ def _check_new_shape(ctx: Context, op: OpInfo) -> None:
         new = [inferred if d == -1 else d for d in new]
     if int(np.prod(new, dtype=object)) != count:
         raise Unimportable(f"new shape {new} does not hold the input's {count} elements")
-    if out.static and list(out.shape) != new:
-        raise Unimportable(f"new shape {new} is not the output's declared {list(out.shape)}")
+    return new
 
 
 @_conv("RESHAPE", "RESHAPE (new shape from the output, the shape input or the options; "

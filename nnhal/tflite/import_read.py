@@ -45,6 +45,8 @@ class TfliteTensor:
     zero_sized: bool = False
     #: The file's shape_signature (-1 marks a dimension TFLite's Prepare computes), if any.
     signature: tuple[int, ...] | None = None
+    #: Has a buffer of data (a constant, whether or not its type is one nnhal holds).
+    has_data: bool = False
 
     @property
     def type_name(self) -> str:
@@ -122,6 +124,10 @@ _SUBGRAPH_FIELDS = {"IF": ("ThenSubgraphIndex", "ElseSubgraphIndex"),
                     "WHILE": ("CondSubgraphIndex", "BodySubgraphIndex"),
                     "CALL_ONCE": ("InitSubgraphIndex",)}
 
+#: Bytes per element of the fixed-size types nnhal reads no value of (their buffers are still
+#: checked as TFLite checks them).
+_FIXED_SIZES = {TT.COMPLEX64: 8, TT.COMPLEX128: 16}
+
 _U8, _I8 = struct.Struct("<B"), struct.Struct("<b")
 _I32, _U32, _U64 = struct.Struct("<i"), struct.Struct("<I"), struct.Struct("<Q")
 
@@ -196,7 +202,13 @@ class _Reader:
         if info.is_variable:
             raise self.fail(f"{what} is a variable with a constant buffer")
         dtype = schema.DTYPES.get(info.ttype)
+        info.has_data = dtype is not None or len(content) > 0
         if dtype is None:  # string and other types we cannot hold; reported when used
+            size = _FIXED_SIZES.get(info.ttype)
+            if size is not None and len(content) and not f[_T_SPARSITY] and \
+                    len(content) < size * int(np.prod(shape, dtype=np.int64)):
+                raise self.fail(f"{what} has {len(content)} bytes of data for shape "
+                                f"{list(shape)}")
             return info
         if f[_T_SPARSITY]:
             if used:
@@ -206,7 +218,9 @@ class _Reader:
                                             self.name, what)
             return info
         count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        if len(content) != count * dtype.itemsize:
+        if len(content) != count * dtype.itemsize and (used or len(content) < count *
+                                                       dtype.itemsize):
+            # TFLite refuses a buffer shorter than its tensor, used or not
             raise self.fail(f"{what} has {len(content)} bytes of data for shape {list(shape)}")
         if used:
             info.value = _typed(content, dtype).reshape(shape)
@@ -338,7 +352,7 @@ class _Reader:
             if i in graph_inputs:
                 raise self.fail(f"{where} operator {k} ({ops[k].name}) writes "
                                 f"{tensors[i].describe()}, an input of the subgraph")
-            if tensors[i].value is not None or tensors[i].sparse_value is not None:
+            if tensors[i].has_data:
                 raise self.fail(f"{where} operator {k} ({ops[k].name}) writes "
                                 f"{tensors[i].describe()}, a constant")
         return SubgraphInfo(s, schema.string(data, f[_SG_NAME]), tensors, ops, ins, outs)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 from types import SimpleNamespace
-from typing import Any
 
 from nnhal.analysis import analyse
 from nnhal.errors import ModelFileError, UnsupportedModelError
@@ -34,11 +33,11 @@ from nnhal.tflite import (
     schema,
 )
 from nnhal.tflite.import_ctx import Context, Unimportable, hal_dims, hal_type
-from nnhal.tflite.import_fold import FOLDED_NOTE, FOLDERS, fold
+from nnhal.tflite.import_fold import FOLDED_NOTE, FOLDERS, fold, rule_op
 from nnhal.tflite.import_ops import CONVERTERS, MAPPED, REFUSED
 from nnhal.tflite.import_reach import CUSTOM_CONVERTERS, CUSTOM_MAPPED, LOWERED
 from nnhal.tflite.import_read import OpInfo, SubgraphInfo, read_model
-from nnhal.tflite.kernel_rules import RuleOp, kernel_refusal, rule_tensor
+from nnhal.tflite.kernel_rules import RuleOp, kernel_refusal
 from nnhal.tflite.model import ImportedModel, StateVariable
 from nnhal.tflite.schema import TT
 from nnhal.tflite.variables import VARIABLE_OPS, Variables, initial_values
@@ -301,6 +300,9 @@ class _Importer:
                             self._extension(ctx, op, "the HAL's form takes no extension "
                                                      "operand")
                 elif import_ext.claim(op) is not None:
+                    why = kernel_refusal(_rule_op(ctx, op))
+                    if why is not None:  # what TFLite refuses, no extension runs either
+                        raise Unimportable(why)
                     self._extension(ctx, op, "")
                 elif op.name in FOLDERS or op.name in ("SHAPE", "RANK", "DENSIFY"):
                     raise Unimportable("no HAL equivalent (folded only when its inputs are "
@@ -479,15 +481,4 @@ class _Saved:
 
 def _rule_op(ctx: Context, op: OpInfo) -> RuleOp:
     """The operator as :mod:`nnhal.tflite.kernel_rules` reads it."""
-    def view(i: int) -> Any:
-        if i < 0:
-            return None
-        t = ctx.t(i)
-        return rule_tensor(t.ttype, t.scales, t.zero_points, t.describe())
-
-    def option(name: str, default: Any) -> Any:
-        get = getattr(op.options, name, None)
-        return default if get is None else get()
-
-    return RuleOp(op.name, [view(i) for i in op.inputs], [view(i) for i in op.outputs],
-                  option)
+    return rule_op(ctx.sg.tensors, op)

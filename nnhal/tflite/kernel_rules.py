@@ -206,6 +206,71 @@ def _concatenation(op: RuleOp) -> str | None:
     return None
 
 
+#: Operators whose two inputs TFLite's Prepare requires to be of one type.
+_SAME_INPUT_TYPES = frozenset({
+    "ADD", "SUB", "MUL", "DIV", "FLOOR_DIV", "FLOOR_MOD", "MAXIMUM", "MINIMUM",
+    "SQUARED_DIFFERENCE", "POW", "EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER",
+    "GREATER_EQUAL"})
+#: Operators whose every input and output TFLite's Prepare requires to be of one type.
+_ALL_SAME_TYPES = frozenset({"CONCATENATION", "PACK"})
+_INDEX_TYPES = (TT.INT32, TT.INT64)
+#: (operator, input) -> the types TFLite's kernel takes for that index input (a shape,
+#: axes, positions, bounds): another is refused in Prepare, never read as numbers.
+_INDEX_INPUTS: dict[tuple[str, int], tuple[int, ...]] = {
+    ("GATHER", 1): (TT.INT16, *_INDEX_TYPES),
+    ("CUMSUM", 1): (TT.INT32,),
+    ("SPLIT", 0): (TT.INT32,),
+    ("SPLIT_V", 1): _INDEX_TYPES,
+    ("SPLIT_V", 2): (TT.INT32,),
+    **{(name, 1): _INDEX_TYPES for name in (
+        "MEAN", "SUM", "REDUCE_PROD", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_ANY",
+        "REDUCE_ALL", "PAD", "PADV2", "MIRROR_PAD", "TRANSPOSE", "TILE", "EXPAND_DIMS")},
+    **{("STRIDED_SLICE", k): _INDEX_TYPES for k in (1, 2, 3)},
+    **{("SLICE", k): _INDEX_TYPES for k in (1, 2)},
+}
+
+#: Operators whose options count their inputs (False) or outputs (True), as TFLite's Prepare
+#: checks: (the options field, whether it counts outputs).
+_COUNTED = {"PACK": ("ValuesCount", False), "SPLIT": ("NumSplits", True),
+            "SPLIT_V": ("NumSplits", True), "UNPACK": ("Num", True)}
+
+
+def _types(op: RuleOp) -> str | None:
+    """The type and count agreements TFLite's Prepare checks (nnhal would otherwise compute,
+    or fold at import, what TFLite refuses: an index input read as float, mixed-type
+    arithmetic, a PACK of other inputs than its options count)."""
+    name = op.name
+    if name in _SAME_INPUT_TYPES and len(op.inputs) == 2:
+        a, b = op.inputs
+        if a is not None and b is not None and a.ttype != b.ttype:
+            return f"{a.label} and {b.label} differ in type, which TFLite's kernel refuses"
+    elif name in _ALL_SAME_TYPES and op.inputs:
+        ts = [t for t in (*op.inputs, *op.outputs) if t is not None]
+        odd = next((t for t in ts if t.ttype != ts[0].ttype), None)
+        if odd is not None:
+            return (f"{odd.label} differs in type from {ts[0].label}, which TFLite's kernel "
+                    f"refuses")
+    counted = _COUNTED.get(name)
+    if counted is not None:
+        field, outputs = counted
+        n = len(op.outputs if outputs else op.inputs)
+        said = int(op.option(field, 0))
+        if said != n:
+            return (f"its options' {field} is {said} for {n} "
+                    f"{'outputs' if outputs else 'inputs'}, which TFLite's kernel refuses")
+    if name == "SHAPE" and op.outputs:
+        # TFLite's Prepare gives the output this type, whatever the file declares.
+        out_type = int(op.option("OutType", TT.INT32))
+        if out_type not in _INDEX_TYPES or out_type != op.outputs[0].ttype:
+            return (f"its options' out_type {out_type} is not int32 or int64 or not the "
+                    f"type of {op.outputs[0].label}")
+    for k, t in enumerate(op.inputs):
+        allowed = _INDEX_INPUTS.get((name, k))
+        if allowed is not None and t is not None and t.ttype not in allowed:
+            return f"{t.label} (input {k}) is of a type TFLite's kernel refuses there"
+    return None
+
+
 #: Builtin name -> its rule: None when TFLite's kernel runs the operator, else why not
 #: (:func:`kernel_refusal` applies these and the rules every operator has).
 RULES: dict[str, Callable[[RuleOp], str | None]] = {
@@ -220,7 +285,7 @@ RULES: dict[str, Callable[[RuleOp], str | None]] = {
 
 def kernel_refusal(op: RuleOp) -> str | None:
     """Why TFLite's kernel would refuse (or abort on) this operator, or None."""
-    why = _normal_scales(op)
+    why = _normal_scales(op) or _types(op)
     if why is None and op.name in RULES:
         why = RULES[op.name](op)
     return why

@@ -606,9 +606,52 @@ def test_models_not_relaxed_never_compute_in_float16(device, float_reference, mo
     assert "f16[" not in pm.plan.executable.loaded.hlo_modules()[0].to_string()
     for g, w in zip(_run_float(pm, model, x), want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
-    # An unknown setting fails the preparation (said in the log), never a silent default.
+    # An unknown setting refuses a relaxed model, never a silent default.
     monkeypatch.setenv("NNHAL_XLA_RELAXED", "float8")
-    prepare(device, _float_model(True), E.GENERAL_FAILURE)
+    prepare(device, _float_model(True), E.INVALID_ARGUMENT)
+
+
+@pytest.mark.parametrize("value", ["float8", "1", "fp16", " ", "x" * 5000])
+def test_an_unknown_relaxed_setting_is_refused_saying_why(value, monkeypatch):
+    """A Session says which setting and what it takes (in one short line), not only a
+    status; models that are not relaxed do not read the setting."""
+    from nnhal.session import Session
+
+    monkeypatch.setenv("NNHAL_XLA_RELAXED", value)
+    model = _float_model(True)
+    if not value.strip():
+        with Session(model, "xla") as s:
+            assert s.run([np.zeros((1, 16, 16, 3), np.float32)])
+        return
+    with pytest.raises(NnhalError) as e:
+        Session(model, "xla")
+    text = str(e.value)
+    assert "NNHAL_XLA_RELAXED=" in text and "expected one of float16, float32" in text
+    assert "\n" not in text and len(text) < 400
+    with Session(_float_model(False), "xla") as s:
+        assert s.run([np.zeros((1, 16, 16, 3), np.float32)])
+
+
+def test_a_restore_compiled_in_another_relaxed_arithmetic_is_refused(device, files,
+                                                                      monkeypatch):
+    """The cache of a relaxed model compiled in float16 is not restored once the setting
+    asks float32 (live or from the files): the client compiles again; the same setting
+    restores it."""
+    mc, dc = files
+    relaxed = _float_model(True)
+    monkeypatch.setenv("NNHAL_XLA_RELAXED", "float16")
+    pm = prepare(device, relaxed, E.NONE, mc, dc, TOKEN)
+    assert _weight_dtypes(pm) == {np.dtype(np.float16)}
+    for live in (True, False):
+        if not live:
+            device._cache.forget_live_plans()
+        monkeypatch.setenv("NNHAL_XLA_RELAXED", "float32")
+        assert restore(device, mc, dc)[0] == E.GENERAL_FAILURE
+        monkeypatch.setenv("NNHAL_XLA_RELAXED", "bogus")
+        assert restore(device, mc, dc)[0] == E.GENERAL_FAILURE
+        monkeypatch.setenv("NNHAL_XLA_RELAXED", "float16")
+        status, again = restore(device, mc, dc)
+        assert status == E.NONE and _weight_dtypes(again) == {np.dtype(np.float16)}
 
 
 def test_runtime_device_memory_is_an_xla_buffer_on_the_device(device):

@@ -203,3 +203,139 @@ def test_a_computed_dimension_that_cannot_be_inferred_becomes_unknown() -> None:
         got = list(s.run([xs]).values())[0]
     np.testing.assert_array_equal(got, xs[:, ::-1])
     np.testing.assert_array_equal(got, litert_run(litert(data), [xs])[0])
+
+
+# ---- hostile files: what TFLite computes or refuses, never a result of the declared shapes ----
+
+def _complex_reshape(shape_input: str, out: tuple[int, ...] = (2, 5)) -> bytes:
+    """RFFT2D of x [2, 1, 8] (complex64 [2, 1, 5]), RESHAPE to ``out`` by a shape input that
+    is a constant ([2, 5] "good", [5, 2] "other"), a tensor nothing writes ("unwritten"),
+    then REAL."""
+    from tfl import Graph, build
+    from tflite.TensorType import TensorType as TT
+
+    g = Graph()
+    x = g.input((2, 1, 8), F)
+    z = g.tensor((2, 1, 5), TT.COMPLEX64)
+    g.op("RFFT2D", [x, g.const(np.array([1, 8], np.int32))], [z])
+    shape = g.tensor((2,), np.int32) if shape_input == "unwritten" else g.const(
+        np.int32([2, 5] if shape_input == "good" else [5, 2]))
+    y = g.tensor(out, TT.COMPLEX64)
+    g.op("RESHAPE", [z, shape], [y])
+    r = g.tensor(out, F)
+    g.op("REAL", [y], [r])
+    g.output(r)
+    return build(g)
+
+
+def test_complex_reshape_takes_tflites_target_not_the_declared_shape() -> None:
+    """TFLite's RESHAPE overwrites the declared output shape with its target: a file whose
+    declared shape disagrees (same element count) is refused rather than given the declared
+    shape; the agreeing file runs as litert runs it."""
+    from nnhal.errors import UnsupportedModelError
+
+    good = _complex_reshape("good")
+    x = _x((2, 1, 8), 3)
+    with Session(good, "reference") as s:
+        assert_agree(list(s.run([x]).values()), litert_run(litert(good), [x]), "good")
+    other = _complex_reshape("other")
+    assert litert_run(litert(other), [x])[0].shape == (5, 2)  # TFLite's result's shape
+    with pytest.raises(UnsupportedModelError, match=r"new shape \[5, 2\] is not the output's "
+                                                    r"declared \[2, 5\]") as e:
+        read_tflite(other, name="m.tflite")
+    assert "\n" not in str(e.value)
+
+
+def test_reshape_shape_input_that_nothing_writes_is_refused() -> None:
+    """TFLite's Invoke refuses an operator input without data, even the RESHAPE shape input
+    an importer could ignore; nnhal refuses the file, for complex64 and float32 alike."""
+    from tfl import Graph, build
+
+    from nnhal.errors import UnsupportedModelError
+
+    g = Graph()
+    x = g.input((6,), F)
+    y = g.tensor((2, 3), F)
+    g.op("RESHAPE", [x, g.tensor((2,), np.int32)], [y])
+    g.output(y)
+    for data in (_complex_reshape("unwritten"), build(g)):
+        with pytest.raises(UnsupportedModelError, match="is read before any operator writes"):
+            read_tflite(data, name="m.tflite")
+        with pytest.raises((RuntimeError, ValueError), match="lacks data"):
+            it = litert(data)
+            it.set_tensor(it.get_input_details()[0]["index"],
+                          np.zeros(it.get_input_details()[0]["shape"], F))
+            it.invoke()
+
+
+def test_an_operator_writing_a_complex64_tensor_with_data_is_refused() -> None:
+    """The writer check covers tensors of every type, not only those nnhal holds values of,
+    and a complex64 buffer shorter than its tensor is refused as TFLite refuses it."""
+    from tfl import Graph, build
+    from tflite.TensorType import TensorType as TT
+
+    from nnhal.errors import ModelFileError
+
+    for n, message in ((10, r"\(RFFT2D\) writes tensor 1 't1', a constant"),
+                       (1, "has 8 bytes of data")):
+        g = Graph()
+        x = g.input((2, 1, 8), F)
+        z = g.tensor((2, 1, 5), TT.COMPLEX64)
+        g.tensors[z].value = np.zeros(n, np.complex64)  # RFFT2D's output given data
+        g.op("RFFT2D", [x, g.const(np.array([1, 8], np.int32))], [z])
+        r = g.tensor((2, 1, 5), F)
+        g.op("REAL", [z], [r])
+        g.output(r)
+        with pytest.raises(ModelFileError, match=message) as e:
+            read_tflite(build(g), name="m.tflite")
+        assert "\n" not in str(e.value)
+
+
+def _claimed(kind: str) -> bytes:
+    """One builtin the extension claims, with what TFLite's Prepare refuses."""
+    from tfl import Graph, build
+    from tflite.TensorType import TensorType as TT
+
+    g = Graph()
+    if kind in ("imag_of_float", "cumsum_int64_axis", "cumsum_two_axes"):
+        x = g.input((2, 8), F)
+        y = g.tensor((2, 8), F)
+        if kind == "imag_of_float":
+            g.op("IMAG", [x], [y])
+        else:
+            axis = np.int64([1]) if kind == "cumsum_int64_axis" else np.int32([0, 1])
+            g.op("CUMSUM", [x, g.const(axis)], [y], ("CumsumOptions", {}))
+        g.output(y)
+        return build(g)
+    x = g.input((2, 1, 8) if kind != "rfft2d_of_rank_1" else (8,), F)
+    lengths = {"rfft2d_fft_length_odd": [1, 6]}.get(kind, [1, 8])
+    out = {"rfft2d_output_not_its_fft_length": (2, 1, 9), "rfft2d_of_rank_1": (1, 5)}.get(
+        kind, (2, 1, 4 if kind == "rfft2d_fft_length_odd" else 5))
+    z = g.tensor(out, TT.COMPLEX64)
+    g.op("RFFT2D", [x, g.const(np.array(lengths, np.int32))], [z])
+    r = g.tensor(out, F)
+    g.op("REAL", [z], [r])
+    g.output(r)
+    return build(g)
+
+
+@pytest.mark.parametrize("kind", ["imag_of_float", "cumsum_int64_axis", "cumsum_two_axes",
+                                  "rfft2d_fft_length_odd", "rfft2d_output_not_its_fft_length",
+                                  "rfft2d_of_rank_1"])
+def test_claimed_builtins_tflite_refuses_are_refused_at_import(kind: str) -> None:
+    """Found by the import fuzz test on the converter-made seeds: the extension's rules
+    (types, fft_length, the output RFFT2D gives) checked as the operator is read, as
+    TFLite's Prepare checks them, not only when a driver prepares the model."""
+    from oracle import verdicts
+
+    from nnhal.errors import UnsupportedModelError
+
+    data = _claimed(kind)
+    with pytest.raises(UnsupportedModelError) as e:
+        read_tflite(data, name="m.tflite")
+    assert "\n" not in str(e.value)
+    if kind != "rfft2d_output_not_its_fft_length":
+        # (TFLite resizes that output to what fft_length gives, which the operators after
+        # it may refuse, as a mutant's RESHAPE did; nnhal refuses the declared shape.)
+        assert verdicts([data])[0] != "ok", kind
+    assert verdicts([_claimed("rfft2d_ok")]) == ["ok"]

@@ -420,6 +420,114 @@ def _variable(handle_shape: tuple) -> bytes:
     return build(g, init)
 
 
+def _gather(positions: np.ndarray) -> bytes:
+    g = Graph()
+    x = g.input((3, 2), F, name="x")
+    y = g.tensor((2, 2), F, name="y")
+    g.op("GATHER", [x, g.const(positions)], [y], ("GatherOptions", dict(Axis=0)))
+    g.output(y)
+    return build(g)
+
+
+def _mean(axis: np.ndarray) -> bytes:
+    g = Graph()
+    x = g.input((2, 3), F, name="x")
+    y = g.tensor((2,), F, name="y")
+    g.op("MEAN", [x, g.const(axis)], [y], ("ReducerOptions", dict(KeepDims=False)))
+    g.output(y)
+    return build(g)
+
+
+def _folded_shape(op: str, second: np.ndarray) -> bytes:
+    """x [6] reshaped to a shape computed from constants by ``op`` (folded at import)."""
+    g = Graph()
+    x = g.input((6,), F, name="x")
+    shape = g.tensor((2,), np.int32)
+    if op == "ADD":
+        g.op("ADD", [g.const(np.int32([1, 2])), g.const(second)], [shape],
+             ("AddOptions", dict(FusedActivationFunction=0)))
+    else:
+        g.op("CONCATENATION", [g.const(np.int32([2])), g.const(second)], [shape],
+             ("ConcatenationOptions", dict(Axis=0)))
+    y = g.tensor((2, 3), F, name="y")
+    g.op("RESHAPE", [x, shape], [y])
+    g.output(y)
+    return build(g)
+
+
+def _counted(op: str, count: int) -> bytes:
+    """x [6] reshaped to [2, 3] by a shape that PACK, or SPLIT_V and PACK, make of
+    constants (folded at import), the options' count ``count`` (right: 2); or SHAPE of x
+    with out_type ``count`` (right: INT32) as the new shape of a RESHAPE to [6]."""
+    g = Graph()
+    x = g.input((6,), F, name="x")
+    if op == "SHAPE":
+        shape = g.tensor((1,), np.int32)
+        g.op("SHAPE", [x], [shape], ("ShapeOptions", dict(OutType=count)))
+        y = g.tensor((6,), F, name="y")
+    else:
+        shape = g.tensor((2,), np.int32)
+        parts = [g.const(np.int32(2)), g.const(np.int32(3))]
+        if op == "SPLIT_V":
+            parts = [g.tensor((1,), np.int32), g.tensor((1,), np.int32)]
+            g.op("SPLIT_V", [g.const(np.int32([2, 3])), g.const(np.int32([1, 1])),
+                             g.const(np.int32(0))], parts, ("SplitVOptions",
+                                                            dict(NumSplits=count)))
+            g.op("CONCATENATION", parts, [shape], ("ConcatenationOptions", dict(Axis=0)))
+        else:
+            g.op("PACK", parts, [shape], ("PackOptions", dict(ValuesCount=count, Axis=0)))
+        y = g.tensor((2, 3), F, name="y")
+    g.op("RESHAPE", [x, shape], [y])
+    g.output(y)
+    return build(g)
+
+
+def _folded_reshape(shape: np.ndarray | None) -> bytes:
+    """x [2, 3] + a constant [6] reshaped to the declared [2, 3] by ``shape`` (folded at
+    import; None: no shape input and no options, TFLite's target [])."""
+    g = Graph()
+    x = g.input((2, 3), F, name="x")
+    r = g.tensor((2, 3), F)
+    ins = [g.const(np.arange(6, dtype=F))] + ([] if shape is None else [g.const(shape)])
+    g.op("RESHAPE", ins, [r])
+    y = g.tensor((2, 3), F, name="y")
+    g.op("ADD", [x, r], [y], ("AddOptions", dict(FusedActivationFunction=0)))
+    g.output(y)
+    return build(g)
+
+
+def _split_v(axis: np.ndarray) -> bytes:
+    """x [6] reshaped to [2, 3] by a shape SPLIT_V takes apart along ``axis`` (folded; TFLite
+    reads a float axis's bits as an int: 1.0 is out of range, where nnhal read axis 1)."""
+    g = Graph()
+    x = g.input((6,), F, name="x")
+    parts = [g.tensor((1,), np.int32), g.tensor((1,), np.int32)]
+    g.op("SPLIT_V", [g.const(np.int32([2, 3])), g.const(np.int32([1, 1])), g.const(axis)],
+         parts, ("SplitVOptions", dict(NumSplits=2)))
+    shape = g.tensor((2,), np.int32)
+    g.op("CONCATENATION", parts, [shape], ("ConcatenationOptions", dict(Axis=0)))
+    y = g.tensor((2, 3), F, name="y")
+    g.op("RESHAPE", [x, shape], [y])
+    g.output(y)
+    return build(g)
+
+
+def _complex_buffer(short: bool) -> bytes:
+    """An unused complex64 [2] constant whose buffer holds 8 bytes (short) or 16."""
+    g = Graph()
+    x = g.input((2,), F, name="x")
+    y = g.tensor((2,), F, name="y")
+    g.op("ADD", [x, x], [y], ("AddOptions", dict(FusedActivationFunction=0)))
+    g.const(np.zeros(2 if short else 4, np.int32), name="c", shape=(2,))  # retyped below
+    g.output(y)
+    data = bytearray(build(g))
+    sg = tflite.Model.GetRootAs(bytes(data)).Subgraphs(0)
+    for i in range(sg.TensorsLength()):
+        if sg.Tensors(i).Name() == b"c":
+            struct.pack_into("<b", data, _field(sg.Tensors(i), 1), TT.COMPLEX64)
+    return bytes(data)
+
+
 #: What TFLite's InterpreterBuilder or a kernel's Prepare refuses, found by the fuzz test
 #: beyond its first seed: (file, the error class, what the message says), and a file of
 #: the same kind TFLite accepts, which nnhal must read.
@@ -448,6 +556,46 @@ PREPARE_REFUSED = {
     "resource_handle_of_two_elements": (lambda: _variable((2,)), UnsupportedModelError,
                                         r"a resource handle is one element",
                                         lambda: _variable(())),
+    # Found by mutating today's seeds (tests/tflite/data: stft_net, complex_movement, ...):
+    "gather_float_positions": (lambda: _gather(np.float32([0, 2])), UnsupportedModelError,
+                               r"input 1\) is of a type TFLite's kernel refuses",
+                               lambda: _gather(np.int32([0, 2]))),
+    "gather_uint8_positions": (lambda: _gather(np.uint8([0, 2])), UnsupportedModelError,
+                                r"input 1\) is of a type TFLite's kernel refuses",
+                                lambda: _gather(np.int64([0, 2]))),
+    "mean_uint8_axis": (lambda: _mean(np.uint8([1])), UnsupportedModelError,
+                         r"input 1\) is of a type TFLite's kernel refuses",
+                         lambda: _mean(np.int32([1]))),
+    "folded_add_of_mixed_types": (lambda: _folded_shape("ADD", np.int64([1, 1])),
+                                  UnsupportedModelError, r"differ in type",
+                                  lambda: _folded_shape("ADD", np.int32([1, 1]))),
+    "folded_concatenation_of_mixed_types": (
+        lambda: _folded_shape("CONCATENATION", np.int64([3])), UnsupportedModelError,
+        r"differs in type", lambda: _folded_shape("CONCATENATION", np.int32([3]))),
+    "pack_values_count_not_its_inputs": (lambda: _counted("PACK", 3), UnsupportedModelError,
+                                         r"ValuesCount is 3 for 2 inputs",
+                                         lambda: _counted("PACK", 2)),
+    "split_v_num_splits_not_its_outputs": (lambda: _counted("SPLIT_V", 5),
+                                           UnsupportedModelError, r"NumSplits is 5 for 2 out",
+                                           lambda: _counted("SPLIT_V", 2)),
+    "shape_out_type_not_an_integer": (lambda: _counted("SHAPE", TT.FLOAT32),
+                                      UnsupportedModelError, r"out_type 0 is not int32",
+                                      lambda: _counted("SHAPE", TT.INT32)),
+    "shape_out_type_not_its_outputs": (lambda: _counted("SHAPE", TT.INT64),
+                                       UnsupportedModelError, r"out_type 4 is not .* type of",
+                                       lambda: _counted("SHAPE", TT.INT32)),
+    "folded_reshape_without_a_target": (lambda: _folded_reshape(None), UnsupportedModelError,
+                                        r"new shape \[\] does not hold",
+                                        lambda: _folded_reshape(np.int32([2, 3]))),
+    "folded_reshape_by_a_shape_of_rank_2": (lambda: _folded_reshape(np.int32([[2, 3]])),
+                                            UnsupportedModelError,
+                                            r"new shape \[\] does not hold", None),
+    "split_v_float_axis": (lambda: _split_v(np.float32(1)), UnsupportedModelError,
+                           r"input 2\) is of a type TFLite's kernel refuses",
+                           lambda: _split_v(np.int32(0))),
+    "complex64_buffer_too_short": (lambda: _complex_buffer(True), ModelFileError,
+                                   r"has 8 bytes of data for shape \[2\]",
+                                   lambda: _complex_buffer(False)),
 }
 
 

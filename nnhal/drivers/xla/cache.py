@@ -30,22 +30,56 @@ from nnhal.drivers.common.compilation_cache import (
     encode_head,
 )
 from nnhal.drivers.litert.cache import decode_io, encode_io
-from nnhal.drivers.xla.engine import Executable, platform, restore
-from nnhal.drivers.xla.lowering import Weight
+from nnhal.drivers.xla.engine import (
+    RELAXED_ENV,
+    Executable,
+    platform,
+    relaxed_dtype,
+    restore,
+)
+from nnhal.drivers.xla.lowering import Weight, uses_quantized
 from nnhal.hal.interfaces import IPreparedModel
 from nnhal.hal.types import Model, Priority
 
 _LEN = struct.Struct("<I")
 
 
+def relaxed_name(graph: ModelGraph, device: Any) -> str | None:
+    """What a relaxed float model computes in on ``device`` now (:data:`RELAXED_ENV`;
+    raises ValueError for a value it does not know); None for a model that is not relaxed
+    or is quantized (its arithmetic is the model's own)."""
+    if not graph.relaxed or uses_quantized(graph):
+        return None
+    fast = relaxed_dtype(device)
+    return "float32" if fast is None else str(fast)
+
+
 class XlaPlan:
     """What an XLA prepared model runs: the main inputs and outputs (a graph without
     operations when restored) and the executable. Shared by the prepared models restored from
-    one cache while any of them lives."""
+    one cache while any of them lives. ``relaxed_in``: what a relaxed float model was
+    compiled to compute in (see :func:`relaxed_name`), which a restore checks against the
+    setting of the time."""
 
-    def __init__(self, graph: ModelGraph, executable: Executable):
+    def __init__(self, graph: ModelGraph, executable: Executable,
+                 relaxed_in: str | None = None):
         self.graph = graph
         self.executable = executable
+        self.relaxed_in = relaxed_in
+
+    def check_relaxed(self, device: Any) -> None:
+        """Raises CacheError when :data:`RELAXED_ENV` now asks another arithmetic than the
+        executable was compiled in (the model is compiled again rather than restored)."""
+        if self.relaxed_in is None:
+            return
+        try:
+            fast = relaxed_dtype(device)
+        except ValueError as e:
+            raise CacheError(str(e)) from None
+        now = "float32" if fast is None else str(fast)
+        if now != self.relaxed_in:
+            raise CacheError(f"relaxed arithmetic compiled in {self.relaxed_in}, "
+                             f"{RELAXED_ENV} now asks {now}")
 
 
 class XlaCache(CompilationCache):
@@ -70,12 +104,16 @@ class XlaCache(CompilationCache):
             table.append([w.index, w.dtype, list(w.shape)])
         data = b"".join(parts)
         io = encode_io(plan.graph, self.driver_version)
-        mine = json.dumps({"platform": platform(exe.device), "code": len(code),
-                           "weights": table}, separators=(",", ":")).encode()
+        record: dict[str, Any] = {"platform": platform(exe.device), "code": len(code),
+                                  "weights": table}
+        if plan.relaxed_in is not None:
+            record["relaxed"] = plan.relaxed_in
+        mine = json.dumps(record, separators=(",", ":")).encode()
         body = encode_head(priority, plan.graph.relaxed, data) + _LEN.pack(len(io)) + io + mine
         return body, data, plan
 
-    def decode(self, loaded: Loaded) -> tuple[ModelGraph, int, list[Weight], Loaded]:
+    def decode(self, loaded: Loaded
+               ) -> tuple[ModelGraph, int, list[Weight], Loaded, str | None]:
         body = bytes(loaded.body)
         try:
             (n,) = _LEN.unpack_from(body, BODY_HEAD_SIZE)
@@ -88,6 +126,7 @@ class XlaCache(CompilationCache):
                        for i, d, s in rec["weights"]]
             code = int(rec["code"])
             where = str(rec["platform"])
+            compiled_in = rec.get("relaxed")
         except CacheError:
             raise
         except (ValueError, TypeError, KeyError, struct.error) as e:
@@ -97,14 +136,18 @@ class XlaCache(CompilationCache):
         here = platform(self.device)
         if where != here:
             raise CacheError(f"compiled for {where}, this device is {here}")
+
         size = code + sum(np.dtype(w.dtype).itemsize * math.prod(w.shape) for w in weights)
         if size != loaded.head.data_length:
             raise CacheError("data cache length does not match the executable and weights")
         # ``loaded.data`` is read only by bind, once its digest has matched.
-        return graph, code, weights, loaded
+        if compiled_in is not None and compiled_in not in ("float16", "float32"):
+            raise CacheError(f"malformed model cache: relaxed {compiled_in!r}")
+        return graph, code, weights, loaded, compiled_in
 
-    def bind(self, image: tuple[ModelGraph, int, list[Weight], Loaded]) -> XlaPlan:
-        graph, code, weights, loaded = image
+    def bind(self, image: tuple[ModelGraph, int, list[Weight], Loaded, str | None]
+             ) -> XlaPlan:
+        graph, code, weights, loaded, compiled_in = image
         data = memoryview(loaded.data)
         values = []
         pos = code
@@ -114,4 +157,4 @@ class XlaCache(CompilationCache):
                           .reshape(w.shape))
             pos += n
         exe = restore(bytes(data[:code]), self.device, weights, values)
-        return XlaPlan(graph, exe)
+        return XlaPlan(graph, exe, compiled_in)

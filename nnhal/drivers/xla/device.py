@@ -23,8 +23,14 @@ from nnhal.analysis import MAX_TENSOR_BYTES, ModelGraph
 from nnhal.drivers.common.buffer import allocate
 from nnhal.drivers.common.device import DeviceBase, cache_key
 from nnhal.drivers.xla.buffer import DeviceBufferCore
-from nnhal.drivers.xla.cache import XlaCache, XlaPlan
-from nnhal.drivers.xla.engine import compile_graph, default_device, putter, unavailable
+from nnhal.drivers.xla.cache import XlaCache, XlaPlan, relaxed_name
+from nnhal.drivers.xla.engine import (
+    compile_graph,
+    default_device,
+    putter,
+    relaxed_dtype,
+    unavailable,
+)
 from nnhal.drivers.xla.prepared_model import XlaPreparedModel
 from nnhal.hal.interfaces import IBuffer, IPreparedModel
 from nnhal.hal.types import (
@@ -162,18 +168,26 @@ class XlaDevice(DeviceBase):
     def refusal(self, graph: ModelGraph) -> str | None:
         if self.engine_unavailable is not None:
             return self.engine_unavailable
+        if graph.relaxed and not lowering.uses_quantized(graph):
+            try:  # the setting a relaxed model compiles under: a bad value refuses it here,
+                relaxed_dtype(self.device)  # with its reason, not as a failed compilation
+            except ValueError as e:
+                return str(e)
         return lowering.refusal(graph)
 
     def build(self, graph: ModelGraph, compiled: Any, priority: Priority,
               deadline: int | None) -> tuple[ErrorStatus, IPreparedModel | None]:
         try:
+            relaxed_in = relaxed_name(graph, self.device)
             exe = compile_graph(graph, self.device)
         except Exception as e:  # noqa: BLE001 - a lowering or XLA failure: not prepared
             self.log(f"prepare failed: {type(e).__name__}: {e}")
             return ErrorStatus.GENERAL_FAILURE, None
         if deadline is not None and time.monotonic_ns() > deadline:
             return ErrorStatus.MISSED_DEADLINE_TRANSIENT, None
-        return ErrorStatus.NONE, XlaPreparedModel(self, XlaPlan(graph, exe), priority)
+        return ErrorStatus.NONE, XlaPreparedModel(self, XlaPlan(graph, exe, relaxed_in),
+                                                  priority)
 
     def restored(self, plan: XlaPlan, priority: Priority) -> XlaPreparedModel:
+        plan.check_relaxed(self.device)  # a live plan too: NNHAL_XLA_RELAXED may have changed
         return XlaPreparedModel(self, plan, priority)

@@ -69,7 +69,8 @@ def relaxed_dtype(device: Any) -> np.dtype | None:
     if not want:
         return None if device.platform == "cpu" else np.dtype(np.float16)
     if want not in _RELAXED_CHOICES:
-        raise ValueError(f"{RELAXED_ENV}={want!r}: expected one of "
+        shown = want if len(want) <= 40 else want[:40] + "..."
+        raise ValueError(f"{RELAXED_ENV}={shown!r}: expected one of "
                          f"{', '.join(_RELAXED_CHOICES)}")
     return _RELAXED_CHOICES[want]
 
