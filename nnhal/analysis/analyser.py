@@ -22,6 +22,7 @@ from nnhal.core.version import FeatureLevel
 from nnhal.hal.checks import InvalidArgument, check_model_fields
 from nnhal.hal.types import (
     LIFETIMES,
+    ChannelScales,
     ExtensionOperandType,
     Model,
     Operand,
@@ -84,10 +85,16 @@ def operand_info(op: Operand, value: object = None) -> OperandInfo:
     ext = op.extra_params if isinstance(op.extra_params, (bytes, bytearray)) else None
     return OperandInfo(
         type=t, shape=operand_shape(op), scale=float(op.scale), zero_point=int(op.zero_point),
-        channel_scales=None if cq is None else np.asarray(cq.scales, dtype=np.float32),
+        channel_scales=None if cq is None else _channel_scales(cq.scales),
         channel_dim=0 if cq is None else int(cq.channel_dim),
         lifetime=_lifetime(op.lifetime), value=value,
         extension_params=None if ext is None else bytes(ext))
+
+
+def _channel_scales(scales: Sequence[float]) -> np.ndarray:
+    if type(scales) is ChannelScales:  # its array, made once
+        return scales.array.astype(np.float32)
+    return np.asarray(scales, dtype=np.float32)
 
 
 def _lifetime(value: int) -> OperandLifeTime:

@@ -14,6 +14,7 @@ from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.builder import SubgraphBuilder
 from nnhal.hal.types import (
+    ChannelScales,
     OperandLifeTime,
     OperandType,
     OperationType,
@@ -65,7 +66,7 @@ def hal_type(t: TfliteTensor) -> HalType:
                 raise Unimportable(f"{t.describe()}: per-channel quantization is only for int8 "
                                    f"with zero points 0 in the HAL")
             return (T.TENSOR_QUANT8_SYMM_PER_CHANNEL, 0.0, 0,
-                    SymmPerChannelQuantParams(t.scales.astype(np.float64).tolist(), t.qdim))
+                    SymmPerChannelQuantParams(ChannelScales(t.scales), t.qdim))
         scale, zp = float(t.scales[0]), int(t.zero_points[0])
         if tt == TT.UINT8:
             return T.TENSOR_QUANT8_ASYMM, scale, zp, None

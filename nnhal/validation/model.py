@@ -8,12 +8,14 @@ locations, graph structure and order, subgraph references and cycles.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 
 import numpy as np
 
 from nnhal.hal.types import (
+    ChannelScales,
     DataLocation,
     ExecutionPreference,
     Model,
@@ -122,8 +124,13 @@ def validate_operand(op: Operand, where: str, prefixes: set[int]) -> None:
             raise _fail(f"{where}: the channel dimension must be known")
         if len(cq.scales) != n:
             raise _fail(f"{where}: {len(cq.scales)} channel scales for {n} channels")
-        scales = np.asarray(cq.scales, dtype=np.float64)
-        if not bool(np.all(np.isfinite(scales) & (scales > 0))):
+        if type(cq.scales) is ChannelScales:  # its bounds, computed once (NaN fails both)
+            lo, hi = cq.scales.bounds
+            ok = lo > 0 and hi < math.inf
+        else:
+            scales = np.asarray(cq.scales, dtype=np.float64)
+            ok = bool(np.all(np.isfinite(scales) & (scales > 0)))
+        if not ok:
             raise _fail(f"{where}: channel scales must be positive")
     elif op.extra_params is not None:
         raise _fail(f"{where}: {t.name} takes no extra parameters")
