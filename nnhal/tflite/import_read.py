@@ -45,6 +45,8 @@ class TfliteTensor:
     zero_sized: bool = False
     #: The file's shape_signature (-1 marks a dimension TFLite's Prepare computes), if any.
     signature: tuple[int, ...] | None = None
+    #: :func:`~nnhal.tflite.import_ctx.hal_type`'s answer, with what it was computed from.
+    hal_memo: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def type_name(self) -> str:
