@@ -137,6 +137,18 @@ def _mutations():
         m.main.operands[0].extra_params = SymmPerChannelQuantParams([1.0], 0)
 
     # Frozen scales (as the importer makes them) are checked by their bounds: each bad kind.
+    # An input (no value) with a location: each field alone, and a DataLocation subclass.
+    def input_location_pool(m):
+        m.main.operands[0].location = DataLocation(1, 0, 0)
+
+    def input_location_offset(m):
+        m.main.operands[0].location = DataLocation(0, 8, 0)
+
+    def input_location_subclass(m):
+        class Other(DataLocation):
+            pass
+        m.main.operands[0].location = Other(0, 0, 0)
+
     def per_channel_frozen_nan_scale(m):
         m.main.operands[0].type = T.TENSOR_QUANT8_SYMM_PER_CHANNEL
         m.main.operands[0].extra_params = SymmPerChannelQuantParams(
