@@ -5,6 +5,7 @@ every reader, never change under the array, and leave every check as strict as a
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import pickle
 
@@ -23,6 +24,8 @@ def test_a_list_to_every_reader():
     assert all(type(x) is float for x in s)
     assert json.loads(json.dumps(s)) == [0.5, 0.25]
     assert s.array.tolist() == [0.5, 0.25] and not s.array.flags.writeable
+    assert ChannelScales(x for x in (0.5, 0.25)) == s  # any iterable, as list() takes
+    assert dataclasses.asdict(SymmPerChannelQuantParams(s, 0))["scales"] == s
     for other in (copy.copy(s), copy.deepcopy(s), pickle.loads(pickle.dumps(s))):
         assert type(other) is ChannelScales and other == s
         assert other.array.tolist() == s.array.tolist()

@@ -396,6 +396,8 @@ class ChannelScales(list):
     __slots__ = ("_array", "_bounds")
 
     def __init__(self, values: object = ()) -> None:
+        if not isinstance(values, (np.ndarray, list, tuple)):
+            values = list(values)  # type: ignore[call-overload]  # any iterable, as list()
         arr = np.array(values, dtype=np.float64).reshape(-1)  # a copy nobody else holds
         arr.flags.writeable = False
         super().__init__(arr.tolist())
