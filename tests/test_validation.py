@@ -9,6 +9,7 @@ from helpers import add_model, float_inputs
 from nnhal.hal.builder import ModelBuilder, RequestBuilder
 from nnhal.hal.interfaces import PreparedModelCallback
 from nnhal.hal.types import (
+    ChannelScales,
     DataLocation,
     ErrorStatus,
     ExecutionPreference,
@@ -134,6 +135,41 @@ def _mutations():
     def per_channel_bad_scales(m):
         m.main.operands[0].type = T.TENSOR_QUANT8_SYMM_PER_CHANNEL
         m.main.operands[0].extra_params = SymmPerChannelQuantParams([1.0], 0)
+
+    # Frozen scales (as the importer makes them) are checked by their bounds: each bad kind.
+    # An input (no value) with a location: each field alone, and a DataLocation subclass.
+    def input_location_pool(m):
+        m.main.operands[0].location = DataLocation(1, 0, 0)
+
+    def input_location_offset(m):
+        m.main.operands[0].location = DataLocation(0, 8, 0)
+
+    def input_location_subclass(m):
+        class Other(DataLocation):
+            pass
+        m.main.operands[0].location = Other(0, 0, 0)
+
+    def per_channel_frozen_nan_scale(m):
+        m.main.operands[0].type = T.TENSOR_QUANT8_SYMM_PER_CHANNEL
+        m.main.operands[0].extra_params = SymmPerChannelQuantParams(
+            ChannelScales([1.0, float("nan")]), 0)
+
+    def per_channel_frozen_zero_scale(m):
+        m.main.operands[0].type = T.TENSOR_QUANT8_SYMM_PER_CHANNEL
+        m.main.operands[0].extra_params = SymmPerChannelQuantParams(ChannelScales([0.5, 0.0]), 0)
+
+    def per_channel_frozen_infinite_scale(m):
+        m.main.operands[0].type = T.TENSOR_QUANT8_SYMM_PER_CHANNEL
+        m.main.operands[0].extra_params = SymmPerChannelQuantParams(
+            ChannelScales([float("inf"), 1.0]), 0)
+
+    def per_channel_frozen_scale_past_float32(m):
+        m.main.operands[0].type = T.TENSOR_QUANT8_SYMM_PER_CHANNEL
+        m.main.operands[0].extra_params = SymmPerChannelQuantParams(ChannelScales([1e39, 1.0]), 0)
+
+    def per_channel_frozen_scale_count(m):
+        m.main.operands[0].type = T.TENSOR_QUANT8_SYMM_PER_CHANNEL
+        m.main.operands[0].extra_params = SymmPerChannelQuantParams(ChannelScales([1.0]), 0)
 
     return {k: v for k, v in locals().items() if callable(v)}
 

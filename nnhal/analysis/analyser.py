@@ -22,6 +22,7 @@ from nnhal.core.version import FeatureLevel
 from nnhal.hal.checks import InvalidArgument, check_model_fields
 from nnhal.hal.types import (
     LIFETIMES,
+    ChannelScales,
     ExtensionOperandType,
     Model,
     Operand,
@@ -53,12 +54,15 @@ MAX_TENSOR_BYTES = 1 << 32
 
 def operand_shape(op: Operand) -> tuple[int, ...] | None:
     """Model dimensions as an inference shape: ``None`` for a tensor of unknown rank."""
-    t = operand_type(op.type)
+    return _shape(operand_type(op.type), op.dimensions)
+
+
+def _shape(t: Any, dimensions: Sequence[int]) -> tuple[int, ...] | None:
     if t.is_scalar or t == OperandType.SUBGRAPH:
         return ()
-    if not op.dimensions:
+    if not dimensions:
         return None
-    return tuple(int(d) for d in op.dimensions)
+    return tuple(map(int, dimensions))
 
 
 def decode_constant(op: Operand, raw: np.ndarray, *, copy: bool = True) -> np.ndarray:
@@ -80,14 +84,26 @@ def decode_constant(op: Operand, raw: np.ndarray, *, copy: bool = True) -> np.nd
 
 def operand_info(op: Operand, value: object = None) -> OperandInfo:
     t = operand_type(op.type)
-    cq = op.extra_params if isinstance(op.extra_params, SymmPerChannelQuantParams) else None
-    ext = op.extra_params if isinstance(op.extra_params, (bytes, bytearray)) else None
+    extra = op.extra_params
+    if extra is None:  # most operands: neither channel quantization nor extension data
+        return OperandInfo(type=t, shape=_shape(t, op.dimensions), scale=float(op.scale),
+                           zero_point=int(op.zero_point), lifetime=_lifetime(op.lifetime),
+                           value=value)
+    cq = extra if isinstance(extra, SymmPerChannelQuantParams) else None
+    ext = extra if isinstance(extra, (bytes, bytearray)) else None
     return OperandInfo(
-        type=t, shape=operand_shape(op), scale=float(op.scale), zero_point=int(op.zero_point),
-        channel_scales=None if cq is None else np.asarray(cq.scales, dtype=np.float32),
+        type=t, shape=_shape(t, op.dimensions), scale=float(op.scale),
+        zero_point=int(op.zero_point),
+        channel_scales=None if cq is None else _channel_scales(cq.scales),
         channel_dim=0 if cq is None else int(cq.channel_dim),
         lifetime=_lifetime(op.lifetime), value=value,
         extension_params=None if ext is None else bytes(ext))
+
+
+def _channel_scales(scales: Sequence[float]) -> np.ndarray:
+    if type(scales) is ChannelScales:  # its array, made once
+        return scales.array.astype(np.float32)
+    return np.asarray(scales, dtype=np.float32)
 
 
 def _lifetime(value: int) -> OperandLifeTime:

@@ -21,7 +21,7 @@ import weakref
 from typing import Any
 
 from nnhal.analysis.graph import ModelGraph
-from nnhal.hal.types import Model, Subgraph
+from nnhal.hal.types import ChannelScales, Model, Subgraph
 
 _lock = threading.Lock()
 _count = 0
@@ -41,10 +41,15 @@ def counted() -> None:
         _count += 1
 
 
+def _scales(scales: object) -> object:
+    """Frozen scales stand for themselves (compared by value, no copy); others are copied."""
+    return scales if type(scales) is ChannelScales else tuple(scales)  # type: ignore
+
+
 def _subgraph(sg: Subgraph) -> tuple:
     return (tuple((o.type, tuple(o.dimensions), o.number_of_consumers, o.scale, o.zero_point,
                    o.lifetime, o.location,
-                   (tuple(o.extra_params.scales), o.extra_params.channel_dim)
+                   (_scales(o.extra_params.scales), o.extra_params.channel_dim)
                    if hasattr(o.extra_params, "scales") else o.extra_params)
                   for o in sg.operands),
             tuple((o.type, tuple(o.inputs), tuple(o.outputs)) for o in sg.operations),

@@ -46,6 +46,7 @@ from nnhal.hal.types import (
     BYTE_SIZE_OF_CACHE_TOKEN,
     BufferDesc,
     BufferRole,
+    ChannelScales,
     DataLocation,
     ExecutionPreference,
     ExtensionNameAndPrefix,
@@ -265,7 +266,10 @@ def _check_operand(op: object, where: str) -> None:
     _uint32(extra.channel_dim, f"{where}: extraParams.channelQuant.channelDim")
     _list(extra.scales, f"{where}: extraParams.channelQuant.scales")
     scales = extra.scales
-    if set(map(type, scales)) <= {float}:
+    if type(scales) is ChannelScales:  # floats by construction, their bounds known
+        if scales.bounds[1] <= FLOAT32_MAX:  # False for NaN and infinities too
+            return
+    elif set(map(type, scales)) <= {float}:
         # One vectorised check for the common case (a filter has thousands of channels);
         # anything else is checked one by one below, which names the bad entry.
         arr = np.asarray(scales, dtype=np.float64)

@@ -24,7 +24,7 @@ __all__ = [
     "OperationType", "OperandLifeTime", "ErrorStatus", "DeviceType", "ExecutionPreference",
     "Priority", "MeasureTiming", "Timing", "NO_TIMING", "OutputShape",
     "PerformanceInfo", "OperandPerformance", "Capabilities", "DataLocation",
-    "SymmPerChannelQuantParams", "Operand", "Operation", "Subgraph", "Model",
+    "SymmPerChannelQuantParams", "ChannelScales", "Operand", "Operation", "Subgraph", "Model",
     "ExtensionNameAndPrefix", "RequestArgument", "MemoryPool", "Request", "BufferDesc",
     "BufferRole", "Extension", "ExtensionOperandTypeInformation",
     "is_extension_type", "extension_prefix", "extension_low", "make_extension_type",
@@ -383,9 +383,54 @@ class DataLocation:
     length: int = 0
 
 
+class ChannelScales(list):
+    """Per-channel scales that cannot change, with their float64 array made once.
+
+    A filter has up to thousands of channels: the field checks, the validation and the
+    analysis each read :attr:`array` instead of converting the list again (the importer
+    makes its scales so). Still a list of Python floats (equal to one, JSON and the wire
+    take it), but frozen: every mutator raises TypeError, so the array always holds the
+    same numbers. ``list(scales)`` gives an ordinary, mutable copy.
+    """
+
+    __slots__ = ("_array", "_bounds")
+
+    def __init__(self, values: object = ()) -> None:
+        if not isinstance(values, (np.ndarray, list, tuple)):
+            values = list(values)  # type: ignore[call-overload]  # any iterable, as list()
+        arr = np.array(values, dtype=np.float64).reshape(-1)  # a copy nobody else holds
+        arr.flags.writeable = False
+        super().__init__(arr.tolist())
+        self._array = arr
+        # NaN propagates into both (every comparison with it then fails, as the checks need).
+        self._bounds = (float(arr.min()), float(np.abs(arr).max())) if arr.size else \
+            (float("inf"), 0.0)
+
+    @property
+    def array(self) -> np.ndarray:
+        """The scales as a read-only float64 array."""
+        return self._array
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """(the smallest scale, the largest magnitude), NaN when a scale is NaN; (inf, 0)
+        when there is none: what the checks of every scale reduce to, computed once."""
+        return self._bounds
+
+    def __reduce__(self) -> tuple:  # copy, deepcopy and pickle: rebuilt, not appended to
+        return (ChannelScales, (self._array.tolist(),))
+
+    def _frozen(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("ChannelScales cannot change; edit list(scales) and assign it")
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _frozen  # type: ignore[assignment]
+    append = extend = insert = pop = remove = clear = sort = reverse = _frozen  # type: ignore
+
+
 @dataclass
 class SymmPerChannelQuantParams:
-    """SymmPerChannelQuantParams (1.2): Operand.ExtraParams.channelQuant."""
+    """SymmPerChannelQuantParams (1.2): Operand.ExtraParams.channelQuant. ``scales`` may be
+    a :class:`ChannelScales` (frozen, with its array)."""
 
     scales: list[float]
     channel_dim: int

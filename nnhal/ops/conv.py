@@ -361,19 +361,27 @@ def _check_quant(ctx: OpContext, channel_dim: int | None) -> None:
         ctx.require(filt.channel_dim == channel_dim,
                     f"per-channel filter must have channelDim {channel_dim}")
         scales = np.asarray(filt.channel_scales)
-        ctx.require(bool(np.all(scales > 0)), "per-channel scales must be positive")
+        # Every scale positive: the smallest is (NaN fails, as it fails every comparison).
+        ctx.require(scales.size == 0 or bool(scales.min() > 0),
+                    "per-channel scales must be positive")
         channels = ctx.dim(1, channel_dim) if channel_dim is not None else None
         if channels is not None:
             ctx.require(len(scales) == channels,
                         "per-channel scale count does not match the filter")
+        largest = float(scales.max()) if scales.size else None
     else:
         product = scale_product(inp.scale, filt.scale)
         ctx.require(product > 0, "filter scale must be positive")
         ctx.require(abs(product - bias.scale) <= 1e-6 * min(product, bias.scale),
                     "bias scale must equal input_scale * filter_scale")
-    scales = filt.channel_scales if per_channel else [filt.scale]
-    ctx.require(bool(np.all(conv_multipliers(inp.scale, scales, out.scale) < 2.0**31)),
-                "requantisation multiplier out of range")
+        largest = float(filt.scale)
+    # Every multiplier in range: the largest is, the one of the largest filter scale (each is
+    # a float32 product then a division by the same number, both monotonic). An output scale
+    # that is 0 in float32 makes them infinite (or NaN): out of range.
+    if largest is not None:
+        out32 = float(np.float32(out.scale))
+        ctx.require(out32 > 0 and scale_product(inp.scale, largest) / out32 < 2.0**31,
+                    "requantisation multiplier out of range")
 
 
 # ---- numeric engines (NHWC, float64) ------------------------------------------------------------

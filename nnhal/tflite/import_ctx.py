@@ -14,6 +14,7 @@ from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.builder import SubgraphBuilder
 from nnhal.hal.types import (
+    ChannelScales,
     OperandLifeTime,
     OperandType,
     OperationType,
@@ -40,7 +41,26 @@ EXTENSION_TYPES: ContextVar[Any] = ContextVar("nnhal_tflite_extensions", default
 
 
 def hal_type(t: TfliteTensor) -> HalType:
-    """The HAL operand type of a tensor, from its TFLite type and quantization."""
+    """The HAL operand type of a tensor, from its TFLite type and quantization.
+
+    Asked several times per tensor (by the converter of each operator reading it, then for
+    its operand), so the answer is kept on the tensor while its type and quantization stay
+    the same objects; a per-channel one is checked and frozen (ChannelScales) once, each
+    caller getting its own SymmPerChannelQuantParams around the shared frozen scales."""
+    memo = t.hal_memo
+    if memo is not None and memo[0] is t.scales and memo[1] is t.zero_points and \
+            memo[2] == t.ttype and memo[3] == t.qdim:
+        ht, sc, zp, cs = memo[4]
+        return ht, sc, zp, None if cs is None else SymmPerChannelQuantParams(cs, t.qdim)
+    got = _hal_type(t)
+    if isinstance(got[0], T):  # not an extension's type (its table is the caller's context)
+        cq = got[3]
+        t.hal_memo = (t.scales, t.zero_points, t.ttype, t.qdim,
+                      (*got[:3], None if cq is None else cq.scales))
+    return got
+
+
+def _hal_type(t: TfliteTensor) -> HalType:
     tt = t.ttype
     if tt == TT.FLOAT32:
         return T.TENSOR_FLOAT32, 0.0, 0, None
@@ -65,7 +85,7 @@ def hal_type(t: TfliteTensor) -> HalType:
                 raise Unimportable(f"{t.describe()}: per-channel quantization is only for int8 "
                                    f"with zero points 0 in the HAL")
             return (T.TENSOR_QUANT8_SYMM_PER_CHANNEL, 0.0, 0,
-                    SymmPerChannelQuantParams(t.scales.astype(np.float64).tolist(), t.qdim))
+                    SymmPerChannelQuantParams(ChannelScales(t.scales), t.qdim))
         scale, zp = float(t.scales[0]), int(t.zero_points[0])
         if tt == TT.UINT8:
             return T.TENSOR_QUANT8_ASYMM, scale, zp, None

@@ -47,6 +47,8 @@ class TfliteTensor:
     signature: tuple[int, ...] | None = None
     #: Has a buffer of data (a constant, whether or not its type is one nnhal holds).
     has_data: bool = False
+    #: :func:`~nnhal.tflite.import_ctx.hal_type`'s answer, with what it was computed from.
+    hal_memo: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def type_name(self) -> str:

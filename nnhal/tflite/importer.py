@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from types import SimpleNamespace
+from typing import Any
 
 from nnhal.analysis import analyse
 from nnhal.errors import ModelFileError, UnsupportedModelError
@@ -203,22 +203,21 @@ class _Importer:
         """The operations just emitted fit their HAL signatures (operand types and counts),
         so a type the HAL does not take is reported against the TFLite operator."""
         operands = ctx.sb.operands
+        n = len(operands)
 
-        def info(i: int) -> SimpleNamespace:
+        def info(i: int) -> _TypeAndLifetime:
             o = operands[i]
-            return SimpleNamespace(type=operand_type(o.type), lifetime=o.lifetime)
+            return _TypeAndLifetime(operand_type(o.type), o.lifetime)
 
         for operation in ctx.sb.operations[start:]:
             if is_extension_type(operation.type):
                 continue  # the analysis checks it against the extension's signature
-            ext_operand = next((i for i in (*operation.inputs, *operation.outputs)
-                                if 0 <= i < len(operands)
-                                and is_extension_type(int(operands[i].type))), None)
-            if ext_operand is not None:
-                raise Unimportable(
-                    f"the HAL's operation {_op_name(operation.type)} takes no extension "
-                    f"operand (operand {ext_operand} is of extension type "
-                    f"{int(operands[ext_operand].type):#x})")
+            for i in (*operation.inputs, *operation.outputs):
+                if 0 <= i < n and is_extension_type(int(operands[i].type)):
+                    raise Unimportable(
+                        f"the HAL's operation {_op_name(operation.type)} takes no extension "
+                        f"operand (operand {i} is of extension type "
+                        f"{int(operands[i].type):#x})")
             sig = signature(operation.type)
             if sig is None:
                 continue
@@ -477,6 +476,15 @@ class _Saved:
         ctx.operands, ctx.output_operands = self.operands, self.outputs
         ctx._consts = self.consts
         ctx.pending.clear()
+
+
+class _TypeAndLifetime:
+    """What a signature check reads of an operand (lighter than an operand info)."""
+
+    __slots__ = ("type", "lifetime")
+
+    def __init__(self, type_: Any, lifetime: Any) -> None:
+        self.type, self.lifetime = type_, lifetime
 
 
 def _rule_op(ctx: Context, op: OpInfo) -> RuleOp:

@@ -8,12 +8,14 @@ locations, graph structure and order, subgraph references and cycles.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 
 import numpy as np
 
 from nnhal.hal.types import (
+    ChannelScales,
     DataLocation,
     ExecutionPreference,
     Model,
@@ -56,6 +58,9 @@ def _extension_prefixes(model: Model) -> set[int]:
 #: Operand types by value (a dict look-up, where the enum's call costs a microsecond).
 _TYPES: dict[int, T] = {int(t): t for t in T}
 _LIFETIMES: dict[int, L] = {int(t): t for t in L}
+#: The types with a positive scale.
+_QUANT_TYPES = frozenset({T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED,
+                          T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_ASYMM, T.TENSOR_QUANT16_SYMM})
 #: The zero point range of each asymmetric quantized type (the others: 0).
 _ZERO_POINTS = {T.TENSOR_QUANT8_ASYMM: (0, 255), T.TENSOR_QUANT8_ASYMM_SIGNED: (-128, 127),
                 T.TENSOR_QUANT16_ASYMM: (0, 65535)}
@@ -95,10 +100,9 @@ def validate_operand(op: Operand, where: str, prefixes: set[int]) -> None:
     if (t.is_scalar or t == T.SUBGRAPH) and op.dimensions:
         raise _fail(f"{where}: scalar {t.name} must have no dimensions")
     scale, zp = float(op.scale), int(op.zero_point)
-    if not np.isfinite(scale) or scale < 0:
+    if not math.isfinite(scale) or scale < 0:
         raise _fail(f"{where}: invalid scale {op.scale}")
-    if t in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM,
-             T.TENSOR_QUANT16_ASYMM, T.TENSOR_QUANT16_SYMM):
+    if t in _QUANT_TYPES:
         if scale <= 0:
             raise _fail(f"{where}: {t.name} needs a positive scale, got {op.scale}")
         lo, hi = _ZERO_POINTS.get(t, (0, 0))
@@ -122,8 +126,13 @@ def validate_operand(op: Operand, where: str, prefixes: set[int]) -> None:
             raise _fail(f"{where}: the channel dimension must be known")
         if len(cq.scales) != n:
             raise _fail(f"{where}: {len(cq.scales)} channel scales for {n} channels")
-        scales = np.asarray(cq.scales, dtype=np.float64)
-        if not bool(np.all(np.isfinite(scales) & (scales > 0))):
+        if type(cq.scales) is ChannelScales:  # its bounds, computed once (NaN fails both)
+            lo, hi = cq.scales.bounds
+            ok = lo > 0 and hi < math.inf
+        else:
+            scales = np.asarray(cq.scales, dtype=np.float64)
+            ok = bool(np.all(np.isfinite(scales) & (scales > 0)))
+        if not ok:
             raise _fail(f"{where}: channel scales must be positive")
     elif op.extra_params is not None:
         raise _fail(f"{where}: {t.name} takes no extra parameters")
@@ -163,9 +172,10 @@ def _validate_location(op: Operand, where: str, model: Model, pool_sizes: Sequen
             raise _fail(f"{where}: SUBGRAPH operand has an invalid location")
         if loc.offset >= len(model.referenced):
             raise _fail(f"{where}: subgraph reference {loc.offset} out of range")
-    else:
-        if loc != DataLocation(0, 0, 0):
-            raise _fail(f"{where}: lifetime {L(lt).name} must have an empty location")
+    # Not a constant nor a reference: an empty location (a DataLocation of another class is
+    # never equal to one, as the dataclass compares).
+    elif type(loc) is not DataLocation or loc.pool_index or loc.offset or loc.length:
+        raise _fail(f"{where}: lifetime {L(lt).name} must have an empty location")
     if int(op.type) == T.SUBGRAPH and lt != L.SUBGRAPH:
         raise _fail(f"{where}: SUBGRAPH operand must have lifetime SUBGRAPH")
 

@@ -623,3 +623,51 @@ def test_float_epilogue_into_matches_plain_bias_activation(shape, code):
     C.bias_activation_into(want_s, bias, code)
     float_epilogue_into(strided, bias, code)
     np.testing.assert_array_equal(strided, want_s)
+
+
+def _q8_conv(filter_scales, *, in_scale=0.5, out_scale=1.0, filter_type=None):
+    """A quantized CONV_2D as the analysis gets it: per-channel filter scales (a list), or
+    per tensor (a float)."""
+    from nnhal.hal.builder import ModelBuilder
+    from nnhal.hal.types import SymmPerChannelQuantParams
+
+    T = OperandType
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 2, 2, 1], in_scale, 0)
+    if isinstance(filter_scales, list):
+        w = b.constant(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, np.ones((2, 1, 1, 1), np.int8),
+                       channel_quant=SymmPerChannelQuantParams(filter_scales, 0))
+        bias = b.constant(T.TENSOR_INT32, np.zeros(2, np.int32))
+    else:
+        w = b.constant(T.TENSOR_QUANT8_ASYMM_SIGNED, np.ones((2, 1, 1, 1), np.int8),
+                       scale=filter_scales)
+        bias = b.constant(T.TENSOR_INT32, np.zeros(2, np.int32),
+                          scale=float(np.float32(in_scale) * np.float32(filter_scales)))
+    y = b.output(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 2, 2, 2], out_scale, 0)
+    b.operation(OperationType.CONV_2D, [x, w, bias, *(b.scalar(T.INT32, v) for v in
+                                                      (0, 0, 0, 0, 1, 1, 0))], [y])
+    return b.build()
+
+
+@pytest.mark.parametrize("model, why", [
+    (lambda: _q8_conv([0.5, 1e-46]), "per-channel scales must be positive"),  # 0 in float32
+    (lambda: _q8_conv([0.5, 2.0], in_scale=1e30, out_scale=1e-10), "multiplier out of range"),
+    (lambda: _q8_conv([0.5, 2.0], out_scale=1e-46), "multiplier out of range"),  # 0 in float32
+    (lambda: _q8_conv(0.5, in_scale=1e30, out_scale=1e-10), "multiplier out of range"),
+])
+def test_quantized_convolution_rules_refuse(model, why):
+    from nnhal.analysis import analyse
+    from nnhal.validation import ValidationError
+
+    with pytest.raises((OpError, ValidationError), match=why):
+        analyse(model())
+
+
+@pytest.mark.parametrize("model", [
+    lambda: _q8_conv([0.5, 2.0]), lambda: _q8_conv([1e-30, 3e5], in_scale=1.0),
+    lambda: _q8_conv(0.25),
+])
+def test_quantized_convolution_rules_accept(model):
+    from nnhal.analysis import analyse
+
+    assert analyse(model()).main.supported == (True,)

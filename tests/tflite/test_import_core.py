@@ -12,10 +12,10 @@ from tfl import Graph, Quant, build, one_op
 from tflite.TensorType import TensorType as TT
 
 from nnhal.errors import ModelFileError, UnsupportedModelError
-from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
+from nnhal.hal.types import ChannelScales, OperandLifeTime, OperandType, OperationType
 from nnhal.tflite import builtin_support, read_tflite, schema
-from nnhal.tflite.import_ctx import hal_type
-from nnhal.tflite.import_read import read_model
+from nnhal.tflite.import_ctx import Unimportable, hal_type
+from nnhal.tflite.import_read import TfliteTensor, read_model
 
 F = np.float32
 T = OperandType
@@ -84,7 +84,21 @@ def test_per_channel_int8_weights_become_symm_per_channel() -> None:
     assert T(filt.type) == T.TENSOR_QUANT8_SYMM_PER_CHANNEL
     assert filt.extra_params.scales == pytest.approx([0.1, 0.2, 0.3])
     assert filt.extra_params.channel_dim == 0
+    assert type(filt.extra_params.scales) is ChannelScales  # frozen, with its array
     assert (T(bias.type), bias.scale) == (T.TENSOR_INT32, 0.0)
+
+
+def test_hal_type_is_kept_per_tensor_until_its_quantization_changes() -> None:
+    t = TfliteTensor(0, "w", TT.INT8, (2, 1), scales=np.array([0.5, 0.25], np.float32),
+                     zero_points=np.zeros(2, np.int64))
+    a, b = hal_type(t), hal_type(t)
+    assert a[0] == b[0] == T.TENSOR_QUANT8_SYMM_PER_CHANNEL
+    assert a[3] is not b[3] and a[3].scales is b[3].scales  # own params, shared frozen scales
+    t.scales = np.array([0.5, -1.0], np.float32)  # replaced: judged again
+    with pytest.raises(Unimportable, match="non-positive"):
+        hal_type(t)
+    t.scales, t.zero_points = np.array([0.5], np.float32), np.zeros(1, np.int64)
+    assert hal_type(t)[:3] == (T.TENSOR_QUANT8_ASYMM_SIGNED, 0.5, 0)
 
 
 def test_quantized_bias_scale_is_the_product_the_hal_requires() -> None:

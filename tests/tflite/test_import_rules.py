@@ -623,3 +623,22 @@ def test_what_tflite_prepare_refuses_is_refused_in_one_line(kind: str, prepare_v
     if prepare_verdicts:
         assert prepare_verdicts[kind][0] != "ok", f"ai-edge-litert accepts {kind}"
         assert prepare_verdicts[kind][1:] in ([], ["ok"])
+
+
+@pytest.mark.parametrize("scales, refused", [
+    ([0.5, 0.25, 1.0], False),
+    ([0.5, 1e-40, 1.0], True),  # one subnormal float32 among normal ones
+    ([0.0, 0.5], False),  # zero is not subnormal (the type mapping judges it)
+    ([float("nan"), 0.5], False),  # nor NaN
+    ([1e-46, 0.5], False),  # rounds to float32 zero
+    ([-1e-40, 0.5], True),
+])
+def test_per_channel_subnormal_scale_rule(scales, refused) -> None:
+    from nnhal.tflite.kernel_rules import RuleOp, kernel_refusal, rule_tensor
+
+    w = rule_tensor(TT.INT8, scales, [0] * len(scales), "filter")
+    op = RuleOp("ABS", [w], [rule_tensor(TT.INT8, [0.5], [0], "out")], lambda k, d: d)
+    why = kernel_refusal(op)
+    assert (why is not None) == refused
+    if refused:
+        assert "filter has a subnormal float32 scale" in why
