@@ -433,15 +433,10 @@ class Compilation:
             wait(token=token)
         complete = all(os.path.exists(n) for n in names) and \
             all(os.path.getsize(n) > 0 for n in names[:n_model])
-        fds: list[int] = []
-        try:
-            for n in names:
-                fds.append(os.open(n, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
-        except OSError:
-            for fd in fds:
-                os.close(fd)
+        opened = open_cache_files(names, n_model)
+        if opened is None:
             return None  # caching never fails a compilation
-        return fds[:n_model], fds[n_model:], token, complete
+        return opened[0], opened[1], token, complete
 
     # ---- runtime memory for pointer arguments --------------------------------------------
     def take_memory(self, size: int) -> SharedMemory:
@@ -517,6 +512,21 @@ def cache_names(cache_dir: str, token: bytes, device: Device, split: bytes | Non
     stem = os.path.join(cache_dir, dev_token.hex()[:40])
     return dev_token, [f"{stem}_m{i}" for i in range(n_model)] + \
         [f"{stem}_d{i}" for i in range(n_data)], n_model
+
+
+def open_cache_files(names: Sequence[str], n_model: int
+                     ) -> tuple[list[int], list[int]] | None:
+    """:func:`cache_names`' files opened (created, private): (model cache fds, data cache
+    fds), or None, nothing left open, when one cannot be."""
+    fds: list[int] = []
+    try:
+        for n in names:
+            fds.append(os.open(n, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        return None
+    return fds[:n_model], fds[n_model:]
 
 
 def check_compilation(c: Any, what: str) -> Compilation:

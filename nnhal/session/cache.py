@@ -119,6 +119,15 @@ def fingerprint_early() -> None:
     global _early
     if _fingerprint is not None or _early is not None or not enabled(None):
         return
+    _early = _start_computing()
+
+
+def _start_computing() -> tuple[Any, int] | None:
+    """:func:`code_fingerprint` computed on a new thread: (a lock held until it is done, this
+    process's pid), or None when no thread can be had (it is computed where it is needed).
+    Not threading.Thread: its start() waits until the thread runs (milliseconds when the cores
+    are busy), which is what this is to keep off the open's way. A failure is left for the
+    caller's own call of :func:`code_fingerprint` to raise."""
     done = _thread.allocate_lock()
     done.acquire()
 
@@ -130,12 +139,11 @@ def fingerprint_early() -> None:
         finally:
             done.release()
 
-    _early = (done, os.getpid())
     try:
-        # Not threading.Thread: its start() waits until the thread runs.
         _thread.start_new_thread(compute, ())
-    except RuntimeError:  # no thread to be had: computed when an open needs it
-        _early = None
+    except RuntimeError:
+        return None
+    return done, os.getpid()
 
 
 def _walk(top: str) -> str:
@@ -202,19 +210,9 @@ class Fingerprint:
         if early is not None and early[1] == os.getpid() and early[0].locked():
             self._done, self._pid = early
             return
-        done = threading.Lock()
-        done.acquire()
-
-        def compute() -> None:
-            try:
-                code_fingerprint()
-            finally:
-                done.release()
-
-        # Not threading.Thread: its start() waits until the thread runs (milliseconds when
-        # the cores are busy), which is what this is to keep off the open's way.
-        self._done, self._pid = done, os.getpid()
-        _thread.start_new_thread(compute, ())
+        started = _start_computing()
+        if started is not None:
+            self._done, self._pid = started
 
     def _remembered(self) -> str | None:
         if self._memo is None:

@@ -195,16 +195,11 @@ class Opened:
         found = self._device_names(session)
         if found is None:
             return None
+        from nnhal.runtime.compilation import open_cache_files
+
         token, names, n_model = found
-        fds: list[int] = []
-        try:
-            for n in names:
-                fds.append(os.open(n, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
-        except OSError:
-            for fd in fds:
-                os.close(fd)
-            return None
-        return fds[:n_model], fds[n_model:], token
+        opened = open_cache_files(names, n_model)
+        return None if opened is None else (opened[0], opened[1], token)
 
     # ---- restoring --------------------------------------------------------------------------
     def restore(self, session: Session, record: dict[str, Any]) -> None:
