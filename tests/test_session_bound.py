@@ -378,3 +378,82 @@ def test_a_stateful_first_run_still_goes_by_request():
         assert s.run({"x": np.ones(2, F32)})["y"].tolist() == [1, 1]
         assert s._layout is not None
         assert s.run({"x": np.ones(2, F32)})["y"].tolist() == [2, 2]
+
+
+def test_a_model_without_state_gets_the_direct_way_and_the_same_answers():
+    """Once LiteRT's binding answered well, ``run`` is a closure straight to the binding
+    (:func:`nnhal.session.bound.plain_fast`); its answers are the general way's, and any other
+    feed still goes the general way, which checks it."""
+    with _session(add_model((2,)), "litert") as s:
+        ones = np.ones(2, F32)
+        s.run({"input_0": ones, "input_1": ones})
+        assert "run" not in s.__dict__
+        s.run({"input_0": ones, "input_1": ones})
+        assert "run" in s.__dict__  # installed at the first bound run of the binding
+        rng = np.random.default_rng(3)
+        for _ in range(5):
+            a, b = rng.standard_normal(2).astype(F32), rng.standard_normal(2).astype(F32)
+            got = s.run({"input_0": a, "input_1": b})["output_0"]
+            want = s.run(ByRequest({"input_0": a, "input_1": b}))["output_0"]
+            assert got.tolist() == want.tolist() == (a + b).tolist()
+        with pytest.raises(InputError):
+            s.run({"input_0": ones.astype(np.float64), "input_1": ones})
+        with pytest.raises(InputError):
+            s.run({"input_0": ones, "input_2": ones})
+        # Another shape the model refuses, then the bound layout again: still right.
+        with pytest.raises(InputError):
+            s.run({"input_0": np.ones(3, F32), "input_1": np.ones(3, F32)})
+        assert s.run({"input_0": ones, "input_1": ones})["output_0"].tolist() == [2, 2]
+    with pytest.raises(NnhalError, match="closed"):
+        s.run({"input_0": ones, "input_1": ones})
+
+
+def test_the_direct_way_falls_back_when_its_binding_fails():
+    with _session(add_model((2,)), "litert") as s:
+        ones = np.ones(2, F32)
+        s.run([ones, ones])
+        s.run([ones, ones])
+        assert "run" in s.__dict__
+        bound = s._bound
+        direct = bound.runner.direct()
+        calls = []
+
+        def failing(inputs):
+            calls.append(1)
+            return None
+
+        bound.runner.direct = lambda: failing
+        s.__dict__.pop("run")
+        bound.fast = False
+        s.run([ones, ones])  # installs the direct way over the failing call
+        assert s.run({"input_0": ones, "input_1": np.array([1, 2], F32)})["output_0"] \
+            .tolist() == [2, 3]
+        assert calls == [1] and bound.runner is None  # by request from then on
+        assert s.run({"input_0": ones, "input_1": ones})["output_0"].tolist() == [2, 2]
+        assert direct([ones, ones]) is not None  # the real binding's direct way still runs
+
+
+def test_a_run_from_inside_the_direct_way_is_refused_not_a_deadlock():
+    """A binding that calls Python code (an extension's, say) which runs the same Session:
+    NnhalError, not a wait on the Session's own lock."""
+    with _session(add_model((2,)), "litert") as s:
+        ones = np.ones(2, F32)
+        s.run([ones, ones])
+        s.run([ones, ones])
+        bound = s._bound
+        real = bound.runner.direct()
+        seen = []
+
+        def reenter(inputs):
+            try:
+                s.run({"input_0": ones, "input_1": ones})
+            except NnhalError as e:
+                seen.append(str(e))
+            return real(inputs)
+
+        bound.runner.direct = lambda: reenter
+        s.__dict__.pop("run")
+        bound.fast = False
+        s.run([ones, ones])
+        assert s.run({"input_0": ones, "input_1": ones})["output_0"].tolist() == [2, 2]
+        assert seen and "re-entered" in seen[0]

@@ -3,7 +3,8 @@
 After a good run, its feed layout is bound: feeds of the very dtypes and shapes that run had
 are taken as checked, the request memory is reused, and a driver's own binding runs them; a
 streaming model's binding may keep its state itself, and then the Session's ``run`` becomes
-a closure for the common case (:func:`stateful_fast`).
+a closure for the common case (:func:`stateful_fast`), as it does for a model without state
+once its binding answered well (:func:`plain_fast`).
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ class Bound:
         #: Per output the driver's binding gives (all, or the public ones when stateful):
         #: its dimensions and dtype in the bound run.
         self.answers: list[tuple[list[int], np.dtype]] = []
-        #: Whether the Session's ``run`` is this stateful binding's direct way
-        #: (:func:`stateful_fast`), made once the binding answered well.
+        #: Whether the Session's ``run`` is this binding's direct way (:func:`stateful_fast`,
+        #: :func:`plain_fast`), made once the binding answered well.
         self.fast = False
         #: Per main input, its shape in the bound run; the state pairs (main input, main
         #: output); whether the stateful binding is still to be made (at the next run).
@@ -172,9 +173,10 @@ class Bound:
             return None
         signature = self.signature
         k = 0
+        ndarray = np.ndarray
         for a in arrays:
             # (dtype, shape) compared as a tuple: the very dtype object by identity, else ==.
-            if type(a) is not np.ndarray or (a.dtype, a.shape) != signature[k]:
+            if type(a) is not ndarray or (a.dtype, a.shape) != signature[k]:
                 return None
             k += 1
         return arrays
@@ -186,6 +188,48 @@ class Bound:
             type(o) is np.ndarray and list(o.shape) == d and o.dtype == t
             for o, (d, t) in zip(outs, self.answers))
         return self.checked
+
+
+def plain_fast(session: Session, bound: Bound) -> Any:
+    """``session.run`` for runs of ``bound``'s driver binding straight from the feeds, for a
+    model without state, in the common case: a dict of plain arrays of the bound dtypes and
+    shapes, ``bound`` still the Session's bound layout with its binding, the Session's lock
+    free. Anything else goes to :meth:`Session.run`, as :func:`stateful_fast` does (a layout
+    bound anew, a failed binding, ``close``: each replaces the Session's bound layout or its
+    binding first), so that a call costs about what ai-edge-litert's own ``set_tensor`` +
+    ``invoke`` + ``get_tensor`` do. Installed, and holding the Session, as
+    :func:`stateful_fast` is."""
+    runner = bound.runner
+    call = runner.direct()
+    acquire, release = session._lock.acquire, session._lock.release
+    state = session.__dict__
+    converting = session._converting
+    me = weakref.ref(session)
+    usual = type(session).run
+    names = [name for name, _ in session._out_names]
+    one = len(names) == 1
+    match = bound.match
+    ident = threading.get_ident
+
+    def fast(feeds: Feeds) -> dict[str, np.ndarray]:
+        if type(feeds) is dict and not converting:
+            arrays = match(feeds)
+            if arrays is not None and acquire(False):
+                try:
+                    if state["_bound"] is bound and bound.runner is runner:
+                        # The owner noted: a driver's binding may run an extension's Python
+                        # code, which must not wait for this lock (Session.run reports it).
+                        state["_owner"] = ident()
+                        outs = call(arrays)
+                        if outs is not None:
+                            return {names[0]: outs[0]} if one else dict(zip(names, outs))
+                        bound.runner = None  # by request from now on, which reports
+                finally:
+                    state["_owner"] = None
+                    release()
+        return usual(me(), feeds)  # type: ignore[arg-type]
+    fast.__doc__ = usual.__doc__
+    return fast
 
 
 def stateful_fast(session: Session, bound: Bound) -> Any:

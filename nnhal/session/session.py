@@ -61,7 +61,7 @@ from nnhal.hal.types import (
     value_nbytes,
 )
 from nnhal.session import pending
-from nnhal.session.bound import Bound, stateful_fast
+from nnhal.session.bound import Bound, plain_fast, stateful_fast
 from nnhal.session.explain import explain_rejection
 from nnhal.session.info import MAX_FEED_BYTES, TensorInfo, check_feed, tensor_info
 from nnhal.session.restore import (
@@ -594,6 +594,9 @@ class Session:
                         if outs is None or not (bound.checked or bound.same_outputs(outs)):
                             bound.runner = None  # this layout goes by request from now on
                             outs = None
+                        elif not state_out and not bound.fast:
+                            bound.fast = True
+                            self.__dict__["run"] = plain_fast(self, bound)
                     if outs is None:
                         outs = self._run_layout(bound, full)
                 if outs is None:  # bound meanwhile to another layout: the general way

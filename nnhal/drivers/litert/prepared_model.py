@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -135,31 +136,66 @@ class LiteRTArrays(ArrayRun):
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray] | None:
         prof = _profile.ACTIVE
         started = time.perf_counter() if prof is not None else 0.0
-        engines = self.engines
-        engine = engines.take()
+        engine = self.engines.take()
+        if engine.shapes != self.shapes:
+            try:
+                engine.fit(self.shapes)
+            except Exception as e:  # noqa: BLE001 - the engine is not trusted again
+                self.pm.device.log(f"bound run failed: {type(e).__name__}: {e}")
+                return None
+        outs = self._invoke(engine, inputs)
+        if prof is not None and outs is not None:
+            prof.whole_run(time.perf_counter() - started)
+        return outs
+
+    def direct(self) -> Any:
+        """:meth:`run` as ai-edge-litert's own calls, with nothing around them but taking
+        a free interpreter already fitted to this layout (any other case, and a profiled
+        run, is :meth:`run`'s)."""
+        free = self.engines._free
+        take, give = free.pop, free.append
+        shapes, invoke, general = self.shapes, self._invoke, self.run
+        profile = _profile
+
+        def run(inputs: Sequence[np.ndarray]) -> list[np.ndarray] | None:
+            if profile.ACTIVE is None and free:
+                try:
+                    engine = take()
+                except IndexError:  # taken meanwhile by another thread
+                    return general(inputs)
+                if engine.shapes == shapes:
+                    return invoke(engine, inputs)
+                give(engine)
+            return general(inputs)
+        return run
+
+    def _invoke(self, engine: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray] | None:
+        """One run on ``engine`` (fitted to this layout), given back after it; None when it
+        failed (the engine is not trusted again: not given back) or its outputs do not fit
+        the model's shapes."""
         try:
-            if engine.shapes != self.shapes:
-                engine.fit(self.shapes)  # before ``w`` is held: resizing counts references
             w = engine.interpreter._interpreter
             set_tensor = w.SetTensor
             for idx, arr in zip(engine.inputs, inputs):
                 set_tensor(idx, arr)
             w.Invoke()
             get = w.GetTensor
-            outs = [get(idx, 0) for idx in engine.outputs]  # copies, as get_tensor's
+            outs = []
+            for idx in engine.outputs:
+                outs.append(get(idx, 0))  # copies, as get_tensor's
             del w, set_tensor, get
-        except Exception as e:  # noqa: BLE001 - the engine is not trusted again (not given back)
+        except Exception as e:  # noqa: BLE001
             self.pm.device.log(f"bound run failed: {type(e).__name__}: {e}")
             return None
-        engines.give(engine)
+        self.engines.give(engine)
         known = self.known
-        for k, out in enumerate(outs):
+        k = 0
+        for out in outs:
             if out.shape != known[k]:  # TFLite's [] for the HAL's [1], say
                 if out.size != math.prod(known[k]):
                     return None  # the request way reports the shape the interpreter gives
                 outs[k] = out.reshape(known[k])
-        if prof is not None:
-            prof.whole_run(time.perf_counter() - started)
+            k += 1
         return outs
 
 
