@@ -90,7 +90,7 @@ def oracle_requant(acc, bias, inp_scale, filt_scales, out_scale, out_zp, t, act)
         shifts.append(s)
     m = np.array(mults, np.int64) if len(mults) > 1 else np.int64(mults[0])
     s = np.array(shifts, np.int64) if len(shifts) > 1 else np.int64(shifts[0])
-    r = C.multiply_by_quantized_multiplier(total, m, s) + out_zp
+    r = C.requantize_int32_sum(total, m, s) + out_zp
     lo, hi = C.quant_activation_range(act, out_scale, out_zp, t)
     return np.clip(r, lo, hi).astype(t.dtype)
 
@@ -398,7 +398,7 @@ def test_quant_binary_table_matches_kernel(op, t, act):
 
 def _reference_requant(acc, bias, m, s, zp, lo, hi):
     x = acc.astype(np.int64) + bias.astype(np.int64)
-    return np.clip(C.multiply_by_quantized_multiplier(x, m, s) + zp, lo, hi)
+    return np.clip(C.requantize_int32_sum(x, m, s) + zp, lo, hi)
 
 
 @pytest.mark.parametrize("per_channel", [False, True])
