@@ -13,7 +13,8 @@ Two ways keep XLA's results equal to the reference's, bit for bit, rather than c
   only: XLA's GPU backend has no integer convolution, see ``lowering._convolve``; refused where
   the sum could leave int32), add the int32 bias and requantise through
   :func:`nnhal.ops.common.requantize_int32_sum` itself (sum + bias wraps in int32, as the
-  reference's accumulator does), called with ``jax.numpy`` as its array namespace. Its 64-bit products need JAX's 64-bit types, which
+  reference's accumulator does), called with ``jax.numpy`` as its array namespace. Its
+  64-bit products need JAX's 64-bit types, which
   :func:`nnhal.drivers.xla.engine.compile_graph` enables only while tracing a model that has
   quantized operands (``jax.enable_x64`` is scoped to that thread and that block; the compiled
   executable takes and returns the model's own types and runs from any thread, fresh or
