@@ -922,7 +922,7 @@ static inline __m128i q8_rq8(__m256i a, const int64_t *corr, const int64_t *rq, 
     __m512i x = _mm512_add_epi64(_mm512_cvtepi32_epi64(a),
                                  _mm512_loadu_si512((const void *)(corr + co)));
     x = _mm512_sllv_epi64(x, _mm512_loadu_si512((const void *)(rq + ld + co)));
-    x = _mm512_cvtepi32_epi64(_mm512_cvtepi64_epi32(x)); /* wrap32 */
+    x = _mm512_srai_epi64(_mm512_slli_epi64(x, 32), 32); /* wrap32: two one-uop shifts */
     /* x and the multiplier are int32: the signed 32 x 32 -> 64 product is exact */
     __m512i y = _mm512_mul_epi32(x, _mm512_loadu_si512((const void *)(rq + co)));
     y = _mm512_srai_epi64(_mm512_add_epi64(y, k->nudge), 31);
