@@ -210,3 +210,22 @@ def test_long_sum_that_leaves_int32_wraps_as_tflite():
     total = n * 255 * -255 + 1000
     assert total < I32MIN and want.tolist() == [[255]]  # wrapped positive, saturated high
     assert nnhal_run(data, xs, "reference").tolist() == [[255]]
+
+
+def test_litert_driver_refuses_only_a_left_shift_that_may_wrap():
+    """XNNPACK saturates where the reference's left shift wraps, so the LiteRT driver does not
+    claim a multiplier above 1 whose shifted sum + bias may leave int32; biases at the limits
+    with a multiplier below 1 (XNNPACK wraps the sum as the reference does), and a multiplier
+    above 1 whose shift cannot leave int32, stay claimed."""
+    from nnhal.analysis import analyse
+    from nnhal.drivers.litert.support import operation_reasons
+    from nnhal.tflite import read_tflite
+
+    for op, kind in CASES:
+        for shift_left, bias in ((False, LIMITS), (True, SHIFTED), (True, [5, -7])):
+            data, _ = build(op, kind, bias, shift_left)
+            (why,) = operation_reasons(analyse(read_tflite(data).model, own_constants=False))
+            if bias is SHIFTED:
+                assert why is not None and "XNNPACK requantises in float32" in why, (op, kind)
+            else:
+                assert why is None, (op, kind, shift_left, why)
