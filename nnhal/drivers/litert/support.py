@@ -178,7 +178,8 @@ EDGE_RULES: dict[str, tuple[str, str]] = {
             "sum + bias may leave int32", "XNNPACK requantises in float32 and saturates where "
             "the reference kernels' int32 shift wraps: up to 255 steps off "
             "(tests/ops/test_conv_bias_limits.py)")
-       for op in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")},
+       for op in ("CONV_2D", "DEPTHWISE_CONV_2D", "GROUPED_CONV_2D", "TRANSPOSE_CONV_2D",
+                  "FULLY_CONNECTED")},
 }
 for _name, _entry in EDGE_RULES.items():
     REFUSED.setdefault(_name, []).append(_entry)
@@ -531,7 +532,8 @@ def _edge_rule(g: SubgraphGraph, name: str, ins: list[int], outs: list[int]) -> 
 
 
 #: The filter dimensions one output of each accumulating operation sums over.
-_TERMS = {"CONV_2D": (1, 2, 3), "DEPTHWISE_CONV_2D": (1, 2), "FULLY_CONNECTED": (1,)}
+_TERMS = {"CONV_2D": (1, 2, 3), "DEPTHWISE_CONV_2D": (1, 2), "GROUPED_CONV_2D": (1, 2, 3),
+          "TRANSPOSE_CONV_2D": (1, 2, 3), "FULLY_CONNECTED": (1,)}
 
 
 def _left_shift_may_wrap(g: SubgraphGraph, name: str, ins: list[int], outs: list[int]) -> bool:
