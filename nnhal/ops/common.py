@@ -156,6 +156,31 @@ def rounding_divide_by_pot(x: np.ndarray, exponent: int | np.ndarray,
     return (x >> exponent) + (remainder > threshold)
 
 
+def wrap32(x: np.ndarray, xp: Any = np) -> np.ndarray:
+    """Two's-complement int32 wrap-around of int64 values: what the reference's C++ int32
+    arithmetic gives on overflow (formally undefined behaviour; its compilers wrap)."""
+    return ((xp.asarray(x, dtype=xp.int64) + (1 << 31)) & 0xFFFF_FFFF) - (1 << 31)
+
+
+def requantize_int32_sum(total: np.ndarray, multiplier: int | np.ndarray,
+                         shift: int | np.ndarray, xp: Any = np) -> np.ndarray:
+    """The requantisation of a convolution's or dense layer's ``total`` (the exact sum of
+    products plus the bias, in int64) as the reference kernels compute it.
+
+    TFLite's kernels (reference and optimised) and the NNAPI CPU executor hold the sum and the
+    bias in one int32 accumulator, so a total beyond int32 wraps modulo 2**32 (a bias near
+    +-2**31 flips the result's sign: measured against ai-edge-litert, XNNPACK and TFLite's
+    builtin and reference kernels all wrap, tests/ops/test_conv_bias_limits.py), and
+    MultiplyByQuantizedMultiplier's left shift (a multiplier above 1) is an int32 product,
+    which wraps too (TFLite's builtin and reference convolutions; XNNPACK saturates there).
+    Then the rounding doubling high multiply and the rounding right shift."""
+    shift = np.asarray(shift, dtype=np.int64)  # a constant of the operation
+    x = wrap32(total, xp)
+    if np.any(shift > 0):
+        x = wrap32(x * (np.int64(1) << np.maximum(shift, 0)), xp)
+    return rounding_divide_by_pot(srdhm(x, multiplier, xp), np.maximum(-shift, 0), xp)
+
+
 def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: int | np.ndarray,
                                      shift: int | np.ndarray, xp: Any = np) -> np.ndarray:
     """MultiplyByQuantizedMultiplier (TFLite): x * multiplier * 2**(shift - 31), rounded."""

@@ -325,24 +325,28 @@ class _Requant:
         self.out = out
         self.fast = Requantizer(self.multiplier, self.shift, out.zero_point)
 
-    def into(self, acc: np.ndarray, bias: np.ndarray, act: int, dst: np.ndarray) -> None:
+    def into(self, acc: np.ndarray, bias: np.ndarray, act: int, dst: np.ndarray,
+             bound: int | None = None) -> None:
         """Requantise an exact integer-valued accumulator (float32 or float64) plus the int32
-        bias into ``dst`` (any layout of the output's shape)."""
+        bias into ``dst`` (any layout of the output's shape). ``bound`` is the largest
+        magnitude the accumulator can have (None: unknown), which decides whether the fast
+        routes, exact only where sum + bias stays in int32, may run."""
         out = self.out
         lo, hi = C.quant_activation_range(act, out.scale, out.zero_point, out.type)
-        if self.fast.into(acc, bias, lo, hi, dst):
+        if self.fast.into(acc, bias, lo, hi, dst, bound):
             return
         total = acc.astype(np.int64)
         total += bias.astype(np.int64)
-        r = C.multiply_by_quantized_multiplier(total, self.multiplier, self.shift)
+        r = C.requantize_int32_sum(total, self.multiplier, self.shift)
         r += out.zero_point
         np.clip(r, lo, hi, out=r)
         np.copyto(dst, r, casting="unsafe")
 
-    def __call__(self, acc: np.ndarray, act: int) -> np.ndarray:
+    def __call__(self, total: np.ndarray, act: int) -> np.ndarray:
+        """The output of ``total`` (the exact int64 sum plus the bias)."""
         out = self.out
         lo, hi = C.quant_activation_range(act, out.scale, out.zero_point, out.type)
-        r = C.multiply_by_quantized_multiplier(acc, self.multiplier, self.shift)
+        r = C.requantize_int32_sum(total, self.multiplier, self.shift)
         return np.clip(r + out.zero_point, lo, hi).astype(out.type.dtype)
 
 
@@ -650,12 +654,15 @@ class _ConvBase(_CoreKernels):
                 inp: OperandInfo) -> ConvWeights:
         """The filter laid out for :func:`conv_into` in the compute dtype it decides."""
         centred = _centred_filter(filt, info)
+        bound = None
         if info.type in C.FLOAT_TYPES:
             dtype: type = np.float32
         else:
-            dtype = exact_dtype(self.terms(filt.shape), _input_bound(inp),
-                                int(np.abs(centred).max(initial=0)))
-        return conv_weights(self.layout_filter(centred), self.groups(a, filt.shape), dtype)
+            terms, largest = self.terms(filt.shape), int(np.abs(centred).max(initial=0))
+            dtype = exact_dtype(terms, _input_bound(inp), largest)
+            bound = terms * _input_bound(inp) * largest
+        return conv_weights(self.layout_filter(centred), self.groups(a, filt.shape), dtype,
+                            bound)
 
     def native_kernel(self, ctx: OpContext, cached: dict, a: _Args) -> Any:
         """The native float32 kernel of this operation with its constant filter (see
@@ -733,7 +740,7 @@ class _ConvBase(_CoreKernels):
             acc = y if direct else scratch("acc", (n, oh, ow, cout), wts.dtype)
             conv_into(padded_input(x, pads, wts.dtype, zp_in), wts, a.stride, a.dilation, acc)
             if requant is not None:
-                requant.into(acc, ins[2], a.act, y)
+                requant.into(acc, ins[2], a.act, y, wts.bound)
             else:
                 float_epilogue_into(acc, ins[2], a.act, bias_tiles)
                 if acc is not y:
@@ -894,7 +901,7 @@ class DepthwiseConv2D(_ConvBase):
         q8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
         if inp.type not in q8 or out.type != inp.type or fi.type not in (*q8, _PER_CHANNEL) \
                 or ctx.inputs[2].type != T.TENSOR_INT32 or a.nchw or a.act is None \
-                or filt.shape[1] * filt.shape[2] * 255 * 255 >= 1 << 31 \
+                or filt.shape[1] * filt.shape[2] * 255 * 255 + (1 << 22) > C.INT32_MAX \
                 or _native.library() is None:
             return None
         rq = _Requant(inp, fi, out)
@@ -1028,14 +1035,16 @@ class FullyConnected(_CoreKernels):
         zp_in = 0 if requant is None else inp.zero_point
         odt = out.type.dtype
 
-        def layout(w: np.ndarray) -> tuple[np.ndarray, type]:
-            """[input_size, units] in the compute dtype, and that dtype."""
+        def layout(w: np.ndarray) -> tuple[np.ndarray, type, int | None]:
+            """[input_size, units] in the compute dtype, that dtype, and the largest
+            magnitude of a quantized sum (None for floats)."""
             centred = _centred_filter(w, wt)
             if requant is None:
-                return np.ascontiguousarray(centred.T), np.float32
-            dtype = exact_dtype(w.shape[1], _input_bound(inp),
-                                int(np.abs(centred).max(initial=0)))
-            return np.ascontiguousarray(centred.T.astype(dtype)), dtype
+                return np.ascontiguousarray(centred.T), np.float32, None
+            largest = int(np.abs(centred).max(initial=0))
+            dtype = exact_dtype(w.shape[1], _input_bound(inp), largest)
+            return (np.ascontiguousarray(centred.T.astype(dtype)), dtype,
+                    w.shape[1] * _input_bound(inp) * largest)
 
         const_w = ctx.const(1)
         static = None if const_w is None or np.ndim(const_w) != 2 else layout(const_w)
@@ -1072,7 +1081,7 @@ class FullyConnected(_CoreKernels):
                 if nat.accepts(x4, b, d4):
                     nat(x4, b, d4, (1, 1), (1, 1), (0, 0, 0, 0))
                     return dst
-            wm, dtype = static if static is not None else layout(w)
+            wm, dtype, bound = static if static is not None else layout(w)
             x2 = x.reshape(batch, size)
             if zp_in or x2.dtype != dtype:
                 xc = scratch("pad", (batch, size), dtype)
@@ -1082,7 +1091,7 @@ class FullyConnected(_CoreKernels):
             acc = dst if direct else scratch("acc", (batch, units), dtype)
             np.matmul(x2, wm, out=acc)
             if requant is not None:
-                requant.into(acc, b, act, dst)
+                requant.into(acc, b, act, dst, bound)
             else:
                 float_epilogue_into(acc, b, act, bias_tiles)
                 if acc is not dst:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nnhal.ops.common import activation_into, bias_activation_into
+from nnhal.ops.common import INT32_MAX, activation_into, bias_activation_into
 
 #: Largest integer below which every float32 integer (and sum of them) is exact.
 FLOAT32_EXACT = 1 << 24
@@ -116,12 +116,16 @@ class ConvWeights:
     cout: int
     mat: np.ndarray
     dtype: type
+    #: the largest magnitude of one output's sum (quantized filters; None: not known)
+    bound: int | None = None
     #: depthwise filters tiled over an output width, by width (see _depthwise_flat_weights)
     tiled: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
 
-def conv_weights(filt: np.ndarray, groups: int, dtype: type) -> ConvWeights:
-    """``filt`` is [depth_out, kh, kw, depth_group] (zero point already removed)."""
+def conv_weights(filt: np.ndarray, groups: int, dtype: type,
+                 bound: int | None = None) -> ConvWeights:
+    """``filt`` is [depth_out, kh, kw, depth_group] (zero point already removed); ``bound``
+    as :attr:`ConvWeights.bound`."""
     cout, kh, kw, cg = filt.shape
     og = cout // groups
     f = filt.astype(dtype, copy=False)
@@ -131,7 +135,7 @@ def conv_weights(filt: np.ndarray, groups: int, dtype: type) -> ConvWeights:
         mat = f.reshape(groups, og, kh, kw).transpose(2, 3, 0, 1)
     else:
         mat = f.reshape(groups, og, kh * kw * cg).transpose(0, 2, 1)
-    return ConvWeights(groups, kh, kw, cout, np.ascontiguousarray(mat), dtype)
+    return ConvWeights(groups, kh, kw, cout, np.ascontiguousarray(mat), dtype, bound)
 
 
 def conv_into(xp: np.ndarray, w: ConvWeights, stride: tuple[int, int],
@@ -451,14 +455,22 @@ class Requantizer:
         return route
 
     def into(self, acc: np.ndarray, bias: np.ndarray, lo: int, hi: int,
-             dst: np.ndarray) -> bool:
+             dst: np.ndarray, bound: int | None = None) -> bool:
         """Requantise ``acc + bias`` into ``dst`` (an 8-bit array of ``acc``'s shape, any
-        layout); False, having written nothing, when neither fast route is exact."""
+        layout); False, having written nothing, when neither fast route is exact.
+
+        ``bound`` is the largest ``|acc|`` possible (None: unknown; a float32 accumulator is
+        below 2**24 whatever it says). Both routes assume ``acc + bias`` stays in int32, where
+        the reference's int32 accumulator does not wrap: the float64 route (whose bias is
+        below 2**22) runs only where ``bound + 2**22`` is in int32."""
         if dst.dtype.itemsize != 1 or acc.dtype not in (np.float32, np.float64) or acc.ndim < 1:
             return False
         cout = acc.shape[-1]
         route = None
-        if acc.flags.c_contiguous and cout > 0 and self.multiplier.size in (1, cout):
+        if acc.dtype == np.float32:
+            bound = FLOAT32_EXACT
+        if acc.flags.c_contiguous and cout > 0 and self.multiplier.size in (1, cout) \
+                and bound is not None and bound + _U_EXACT <= INT32_MAX:
             route = self._route(bias, cout, lo, hi)
         if route is None:
             return requantize_into(acc, bias, self.multiplier, self.shift, self.zero_point,

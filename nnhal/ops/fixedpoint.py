@@ -20,12 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.ops.common import INT32_MAX, INT32_MIN, rounding_divide_by_pot, srdhm
-
-
-def wrap32(x: np.ndarray, xp: Any = np) -> np.ndarray:
-    """Two's-complement int32 wrap-around of int64 values (C++ int32 addition)."""
-    return ((xp.asarray(x, dtype=xp.int64) + (1 << 31)) & 0xFFFF_FFFF) - (1 << 31)
+from nnhal.ops.common import INT32_MAX, INT32_MIN, rounding_divide_by_pot, srdhm, wrap32
 
 
 def saturating_shift_left(x: np.ndarray, exponent: int, xp: Any = np) -> np.ndarray:

@@ -95,8 +95,7 @@ def _mbqm(x: np.ndarray, mult: int, shift: int) -> np.ndarray:
     return C.rounding_divide_by_pot(C.srdhm(x, mult), max(-shift, 0))
 
 
-def _wrap32(x: np.ndarray) -> np.ndarray:
-    return ((np.asarray(x, dtype=np.int64) + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+_wrap32 = C.wrap32
 
 
 def _checked_log2(x: float) -> int | None:

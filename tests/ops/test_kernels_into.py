@@ -90,7 +90,7 @@ def oracle_requant(acc, bias, inp_scale, filt_scales, out_scale, out_zp, t, act)
         shifts.append(s)
     m = np.array(mults, np.int64) if len(mults) > 1 else np.int64(mults[0])
     s = np.array(shifts, np.int64) if len(shifts) > 1 else np.int64(shifts[0])
-    r = C.multiply_by_quantized_multiplier(total, m, s) + out_zp
+    r = C.requantize_int32_sum(total, m, s) + out_zp
     lo, hi = C.quant_activation_range(act, out_scale, out_zp, t)
     return np.clip(r, lo, hi).astype(t.dtype)
 
@@ -398,7 +398,7 @@ def test_quant_binary_table_matches_kernel(op, t, act):
 
 def _reference_requant(acc, bias, m, s, zp, lo, hi):
     x = acc.astype(np.int64) + bias.astype(np.int64)
-    return np.clip(C.multiply_by_quantized_multiplier(x, m, s) + zp, lo, hi)
+    return np.clip(C.requantize_int32_sum(x, m, s) + zp, lo, hi)
 
 
 @pytest.mark.parametrize("per_channel", [False, True])
@@ -493,16 +493,17 @@ def test_requantizer_float_route_is_bit_exact_at_ties_and_extremes(per_channel, 
         mm, ss = (m, s) if per_channel else (m.reshape(()), s.reshape(()))
         rq = Requantizer(mm, ss, zp)
         want = _reference_requant(acc, bias, mm, ss, zp, lo, hi)
+        bound = int(np.abs(acc).max())
         for dt in (np.float32, np.float64):
             a = acc.astype(dt)
             dst = np.full(acc.shape, 99, np.int8 if signed else np.uint8)
-            assert rq.into(a, bias, lo, hi, dst)
+            assert rq.into(a, bias, lo, hi, dst, bound)
             np.testing.assert_array_equal(dst, want, err_msg=f"trial {trial} {dt}")
         used += rq._route(bias, acc.shape[-1], lo, hi) is not None
         # an NCHW output seen as NHWC: any destination layout
         a4 = acc.reshape(1, 1, -1, acc.shape[-1])
         back = np.zeros((1, acc.shape[-1], 1, acc.shape[0]), dst.dtype)
-        assert rq.into(a4, bias, lo, hi, back.transpose(0, 2, 3, 1))
+        assert rq.into(a4, bias, lo, hi, back.transpose(0, 2, 3, 1), bound)
         np.testing.assert_array_equal(back.transpose(0, 2, 3, 1)[0, 0], want)
     assert used >= 35  # the float route took (nearly) every case
 
@@ -553,6 +554,25 @@ def test_requantizer_outside_the_float_bound_still_exact():
     dst = np.zeros(acc.shape, np.int8)
     assert not rq.into(acc, np.zeros(3, np.int32), -128, 127, dst)
     assert not dst.any()
+
+
+def test_requantizer_float64_needs_a_bound_inside_int32():
+    """The float64 route assumes acc + bias stays in int32 (where the reference's int32
+    accumulator does not wrap): without a bound on |acc|, or with one that lets the sum
+    leave int32, a float64 accumulator is refused (the caller then runs the wrapping int64
+    steps); a float32 one is below 2**24 whatever the bound says."""
+    from nnhal.ops.conv_engine import Requantizer
+    m, s = C.quantize_multiplier(2.0 ** -8)
+    rq = Requantizer(np.int64(m), np.int64(s), 0)
+    acc = np.array([[-5.0, 0.0, 7.0]])
+    b = np.array([3, 2, 1], np.int32)
+    assert rq._route(b, 3, -128, 127) is not None
+    dst = np.zeros(acc.shape, np.int8)
+    assert not rq.into(acc, b, -128, 127, dst)
+    assert not rq.into(acc, b, -128, 127, dst, (1 << 31) - (1 << 22))
+    assert not dst.any()
+    assert rq.into(acc, b, -128, 127, dst, (1 << 31) - 1 - (1 << 22))
+    assert rq.into(acc.astype(np.float32), b, -128, 127, dst, None)
 
 
 # ---- BLAS thread control ----------------------------------------------------------------------

@@ -95,7 +95,8 @@ def run_case(case) -> np.ndarray:
 
 def brute_force(case) -> np.ndarray:
     """The reference arithmetic written out: int64 sums of (x - zin) * (f - zf) over the
-    taps inside the input, + bias, MultiplyByQuantizedMultiplier per channel, + zp, clamp."""
+    taps inside the input, + bias (wrapping in int32), MultiplyByQuantizedMultiplier per
+    channel, + zp, clamp."""
     x, f, b, (sh, sw), (dh, dw), pads, act, t, ftype, fq, cscales, in_q, out_q = case
     n, h, w, c = x.shape
     cout, kh, kw, _ = f.shape
@@ -115,8 +116,8 @@ def brute_force(case) -> np.ndarray:
     scales = cscales if ftype == PC else [fq[0]] * cout
     pairs = [C.quantize_multiplier(conv.conv_multiplier(in_q[0], float(s), out_q[0]))
              for s in scales]
-    r = C.multiply_by_quantized_multiplier(acc + b, np.array([p[0] for p in pairs]),
-                                           np.array([p[1] for p in pairs])) + out_q[1]
+    r = C.requantize_int32_sum(acc + b, np.array([p[0] for p in pairs]),
+                               np.array([p[1] for p in pairs])) + out_q[1]
     lo, hi = C.quant_activation_range(act, out_q[0], out_q[1], t)
     return np.clip(r, lo, hi).astype(t.dtype)
 

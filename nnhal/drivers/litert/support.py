@@ -25,7 +25,9 @@ import numpy as np
 
 from nnhal.analysis import ModelGraph, SubgraphGraph
 from nnhal.hal.types import OperandType, OperationType
+from nnhal.ops import common as C
 from nnhal.ops.catalog import SIGNATURES
+from nnhal.ops.conv import _input_bound, _Requant, conv_multipliers
 from nnhal.tflite.export_context import SubgraphWriter
 from nnhal.tflite.export_fb import ModelDef, SubgraphDef
 from nnhal.tflite.export_fuse import find_fusions
@@ -172,6 +174,12 @@ EDGE_RULES: dict[str, tuple[str, str]] = {
                     "overflows (beta 1e6 on 3.4e38: NaN where the reference gives 0 and -inf)"),
     "TANH": ("8-bit quantized with an input scale of 8 or more", "as LOGISTIC: input 0 gives 0 "
              "where the reference gives -1; 7.99 agrees"),
+    **{op: ("8-bit quantized with a requantisation multiplier above 1 whose left shift of "
+            "sum + bias may leave int32", "XNNPACK requantises in float32 and saturates where "
+            "the reference kernels' int32 shift wraps: up to 255 steps off "
+            "(tests/ops/test_conv_bias_limits.py)")
+       for op in ("CONV_2D", "DEPTHWISE_CONV_2D", "GROUPED_CONV_2D", "TRANSPOSE_CONV_2D",
+                  "FULLY_CONNECTED")},
 }
 for _name, _entry in EDGE_RULES.items():
     REFUSED.setdefault(_name, []).append(_entry)
@@ -518,7 +526,44 @@ def _edge_rule(g: SubgraphGraph, name: str, ins: list[int], outs: list[int]) -> 
     elif name in ("LOGISTIC", "TANH") and t_in in _Q8:
         if g.operands[ins[0]].scale >= (4.0 if name == "LOGISTIC" else 8.0):
             return EDGE_RULES[name][1]
+    elif name in _TERMS and t_in in _Q8 and _left_shift_may_wrap(g, name, ins, outs):
+        return EDGE_RULES[name][1]
     return None
+
+
+#: The filter dimensions one output of each accumulating operation sums over.
+_TERMS = {"CONV_2D": (1, 2, 3), "DEPTHWISE_CONV_2D": (1, 2), "GROUPED_CONV_2D": (1, 2, 3),
+          "TRANSPOSE_CONV_2D": (1, 2, 3), "FULLY_CONNECTED": (1,)}
+
+
+def _left_shift_may_wrap(g: SubgraphGraph, name: str, ins: list[int], outs: list[int]) -> bool:
+    """Whether a quantized convolution's or dense layer's multiplier above 1 may shift
+    sum + bias out of int32 (where the reference kernels wrap and XNNPACK saturates):
+    the largest |sum + bias| the operand types and constants allow, shifted left by the
+    largest shift. A multiplier below 1 (every real model measured) never shifts left.
+    XNNPACK takes these operations only with a constant filter and bias: otherwise TFLite's
+    own kernel runs, which wraps as the reference does (measured on ai-edge-litert 2.3 with
+    either one a model input; tests/ops/test_conv_bias_limits.py checks it still holds)."""
+    x, f, b, y = g.operands[ins[0]], g.operands[ins[1]], g.operands[ins[2]], g.operands[outs[0]]
+    if not (f.is_const and b.is_const):
+        return False
+    try:
+        scales = f.channel_scales if f.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL else [f.scale]
+        if float(np.max(conv_multipliers(x.scale, scales, y.scale), initial=0.0)) < 0.5:
+            return False  # no channel shifts left (one vectorised test; the usual case)
+        left = int(np.max(_Requant(x, f, y).shift))
+    except (ValueError, TypeError, OverflowError, ZeroDivisionError):
+        return True  # validation words what is wrong; claim nothing unsure
+    if left <= 0:
+        return False
+    shape = g.shapes[ins[1]]
+    if shape is None or len(shape) <= max(_TERMS[name]) or 0 in shape:
+        return True
+    terms = int(np.prod([shape[d] for d in _TERMS[name]]))
+    zf = 0 if f.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL else f.zero_point
+    fmax = int(np.abs(np.asarray(f.value, np.int64) - zf).max(initial=0))
+    bmax = int(np.abs(np.asarray(b.value, np.int64)).max(initial=0))
+    return (terms * _input_bound(x) * fmax + bmax) << left > C.INT32_MAX
 
 
 def _scalar(g: SubgraphGraph, i: int) -> int | None:

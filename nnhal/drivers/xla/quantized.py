@@ -12,8 +12,9 @@ Two ways keep XLA's results equal to the reference's, bit for bit, rather than c
   sum ``(x - zx) * (w - zw)`` exactly in int32 (``preferred_element_type``, in matrix products
   only: XLA's GPU backend has no integer convolution, see ``lowering._convolve``; refused where
   the sum could leave int32), add the int32 bias and requantise through
-  :func:`nnhal.ops.common.multiply_by_quantized_multiplier` itself, called with ``jax.numpy``
-  as its array namespace. Its 64-bit products need JAX's 64-bit types, which
+  :func:`nnhal.ops.common.requantize_int32_sum` itself (sum + bias wraps in int32, as the
+  reference's accumulator does), called with ``jax.numpy`` as its array namespace. Its
+  64-bit products need JAX's 64-bit types, which
   :func:`nnhal.drivers.xla.engine.compile_graph` enables only while tracing a model that has
   quantized operands (``jax.enable_x64`` is scoped to that thread and that block; the compiled
   executable takes and returns the model's own types and runs from any thread, fresh or
@@ -141,7 +142,7 @@ def requantize(op: L.Op, acc: Any, bias: Any, rq: Any, act: int) -> Any:
     and the output type."""
     jnp = op.jnp
     total = acc.astype(_int64(op)) + bias.astype(jnp.int64)
-    r = C.multiply_by_quantized_multiplier(total, rq.multiplier, rq.shift, jnp)
+    r = C.requantize_int32_sum(total, rq.multiplier, rq.shift, jnp)
     out = rq.out
     lo, hi = C.quant_activation_range(act, out.scale, out.zero_point, out.type)
     return jnp.clip(r + out.zero_point, lo, hi).astype(out.type.dtype)

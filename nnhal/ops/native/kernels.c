@@ -334,11 +334,19 @@ static inline int64_t rdbp64(int64_t x, int64_t e)
     return (x >> e) + (rem > thr);
 }
 
+/* The int32 value of x modulo 2**32: the reference keeps sum + bias in an int32 accumulator
+ * and shifts it left as an int32 product, both wrapping (nnhal.ops.common.wrap32). The
+ * conversion of an out-of-range value to int32_t is modular with the compilers used here. */
+static inline int64_t wrap32(int64_t x)
+{
+    return (int32_t)(uint32_t)(uint64_t)x;
+}
+
+/* x: sum + bias, exact in int64 (|x| < 2**33, so the left shift of up to 24 cannot leave
+ * int64); wrapping after the shift equals wrapping before and after it. */
 static inline int64_t requant(int64_t x, int64_t m, int64_t left, int64_t right)
 {
-    x *= INT64_C(1) << left;
-    x = x > INT32_MAX ? INT32_MAX : x;
-    x = x < INT32_MIN ? INT32_MIN : x;
+    x = wrap32(x * (INT64_C(1) << left));
     return rdbp64(srdhm64(x, m), right);
 }
 
@@ -891,7 +899,7 @@ static void q8_micro(const uint8_t *abuf, int64_t kp, const int8_t *panel, int32
 #ifdef __AVX512F__
 /* Constants of the vectorised requantisation. */
 typedef struct {
-    __m512i lo, hi, zout, i32min, i32max, nudge, one, zero, lo32, hi32, zout32, one32;
+    __m512i lo, hi, zout, nudge, one, zero, lo32, hi32, zout32, one32;
     /* the int32 requantisation (q8_rq16) where use32: its tables and the int32 bias */
     int use32;
     const int32_t *rq32, *bias32;
@@ -900,7 +908,6 @@ typedef struct {
 static inline q8_consts q8_make_consts(int64_t zout, int64_t lo, int64_t hi)
 {
     q8_consts k = {_mm512_set1_epi64(lo), _mm512_set1_epi64(hi), _mm512_set1_epi64(zout),
-                   _mm512_set1_epi64(INT32_MIN), _mm512_set1_epi64(INT32_MAX),
                    _mm512_set1_epi64(1 << 30), _mm512_set1_epi64(1), _mm512_setzero_si512(),
                    _mm512_set1_epi32((int32_t)lo), _mm512_set1_epi32((int32_t)hi),
                    _mm512_set1_epi32((int32_t)zout), _mm512_set1_epi32(1), 0, 0, 0};
@@ -915,7 +922,7 @@ static inline __m128i q8_rq8(__m256i a, const int64_t *corr, const int64_t *rq, 
     __m512i x = _mm512_add_epi64(_mm512_cvtepi32_epi64(a),
                                  _mm512_loadu_si512((const void *)(corr + co)));
     x = _mm512_sllv_epi64(x, _mm512_loadu_si512((const void *)(rq + ld + co)));
-    x = _mm512_min_epi64(_mm512_max_epi64(x, k->i32min), k->i32max);
+    x = _mm512_srai_epi64(_mm512_slli_epi64(x, 32), 32); /* wrap32: two one-uop shifts */
     /* x and the multiplier are int32: the signed 32 x 32 -> 64 product is exact */
     __m512i y = _mm512_mul_epi32(x, _mm512_loadu_si512((const void *)(rq + co)));
     y = _mm512_srai_epi64(_mm512_add_epi64(y, k->nudge), 31);
@@ -1067,9 +1074,7 @@ static inline void q8_requant_row(const int32_t *a, const int64_t *corr, const i
                 (int32_t)zout, (int32_t)lo, (int32_t)hi));
 #endif
     for (; co < cout; co++) {
-        int64_t x = ((int64_t)a[co] + corr[co]) * (INT64_C(1) << left[co]);
-        x = x > INT32_MAX ? INT32_MAX : x;
-        x = x < INT32_MIN ? INT32_MIN : x;
+        const int64_t x = wrap32(((int64_t)a[co] + corr[co]) * (INT64_C(1) << left[co]));
         const int64_t y = (x * mult[co] + (INT64_C(1) << 30)) >> 31;
         const int64_t thr = half[co] + (y < 0);
         int64_t r = (y >> right[co]) + ((y & mask[co]) > thr) + zout;
