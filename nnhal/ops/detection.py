@@ -15,7 +15,16 @@ import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
-from nnhal.ops.resolver import OpContext, OperandInfo, OperationDef, OpError, register
+from nnhal.ops.resolver import (
+    OpContext,
+    OperandInfo,
+    OperationDef,
+    OpError,
+    Shape,
+    elements,
+    register,
+    visits,
+)
 from nnhal.ops.signature import V1_2, V1_3, Slot, Variant, sig, variants
 
 T = OperandType
@@ -310,6 +319,13 @@ def _soft_kernel(method: int, iou_threshold: float, sigma: float):
 class BoxWithNmsLimit(OperationDef):
     """Per-class soft/hard NMS over each batch's boxes; outputs grouped by batch and class."""
 
+    def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
+        """Greedy NMS per class compares each kept box with the rest: boxes squared."""
+        shape = ctx.inputs[0].shape
+        n = shape[0] if shape and shape[0] > 0 else 1
+        classes = elements(shape[1:]) if shape else 1
+        return visits(ctx, outputs) + n * n * classes
+
     def validate(self, ctx: OpContext) -> None:
         if ctx.inputs[0].type in C.QUANT8_TYPES:
             require_quant(ctx, ctx.inputs[1], "input 1")
@@ -405,6 +421,16 @@ def _stable_class_score_sort(group: list[int], scores: np.ndarray, nc: int) -> l
 class GenerateProposals(OperationDef):
     """Anchors + deltas -> proposals, top-k pre-filter, size filter, hard NMS per image."""
 
+    def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
+        """Per image, NMS over the proposals the top-k keeps: their count squared."""
+        shape = ctx.inputs[0].shape
+        batches = shape[0] if shape and shape[0] > 0 else 1
+        per_image = elements(shape[1:]) if shape else 1
+        top = ctx.const_int(6)
+        if top is not None and top > 0:
+            per_image = min(per_image, top)
+        return visits(ctx, outputs) + batches * per_image * per_image
+
     def validate(self, ctx: OpContext) -> None:
         if ctx.inputs[0].type in C.QUANT8_TYPES:
             require_quant(ctx, ctx.inputs[2], "input 2", zero_point=None)
@@ -499,6 +525,16 @@ class GenerateProposals(OperationDef):
 @register(O.DETECTION_POSTPROCESSING)
 class DetectionPostprocessing(OperationDef):
     """SSD-style decoding of anchor deltas followed by regular or fast (single) NMS."""
+
+    def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
+        """NMS over the anchors: their count squared, per class for the regular one."""
+        shape = ctx.inputs[0].shape
+        if not shape or len(shape) != 3:
+            return visits(ctx, outputs)
+        batches, anchors, classes = (max(d, 1) for d in shape)
+        regular = ctx.const(7)
+        per_class = classes if regular is None or bool(regular) else 1
+        return visits(ctx, outputs) + batches * anchors * anchors * per_class
 
     def validate(self, ctx: OpContext) -> None:
         for i, r in enumerate((3, 3, 2)):

@@ -86,7 +86,8 @@ class LiteRTDevice(DeviceBase):
     def __init__(self, name: str = "nnhal-litert", threads: int | None = None,
                  workers: int = 4, max_tensor_bytes: int = MAX_TENSOR_BYTES,
                  cache_key_file: str | os.PathLike[str] | None = None,
-                 store_dir: str | os.PathLike[str] | None = None, private_store: bool = True):
+                 store_dir: str | os.PathLike[str] | None = None, private_store: bool = True,
+                 max_work: int | None = None):
         self.threads = max(1, int(threads if threads is not None else (os.cpu_count() or 1)))
         #: None, or why ai-edge-litert cannot be loaded. Loading it is part of opening the
         #: device (tens of ms the first time in a process), as a driver service loads its
@@ -97,7 +98,7 @@ class LiteRTDevice(DeviceBase):
                              default_store_dir("litert")) if private_store else None
         super().__init__(name, workers, max_tensor_bytes,
                          LiteRTCache(VERSION_STRING, cache_key(cache_key_file), self.threads,
-                                     store))
+                                     store), max_work)
 
     # ---- IDevice ----------------------------------------------------------------------------
     def get_capabilities(self) -> tuple[ErrorStatus, Capabilities]:

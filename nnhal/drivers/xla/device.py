@@ -103,7 +103,8 @@ class XlaDevice(DeviceBase):
 
     def __init__(self, name: str = "nnhal-xla", workers: int = 4,
                  max_tensor_bytes: int = MAX_TENSOR_BYTES,
-                 cache_key_file: str | os.PathLike[str] | None = None):
+                 cache_key_file: str | os.PathLike[str] | None = None,
+                 max_work: int | None = None):
         #: None, or why JAX cannot be used. Loading it (and its backend) is part of opening
         #: the device, not of the first preparation.
         self.engine_unavailable = unavailable()
@@ -111,7 +112,8 @@ class XlaDevice(DeviceBase):
         #: A host array to the device: what copyFrom of this device's buffers uses.
         self._put: Any = None if self.device is None else putter(self.device)
         super().__init__(name, workers, max_tensor_bytes,
-                         XlaCache(VERSION_STRING, cache_key(cache_key_file), self.device))
+                         XlaCache(VERSION_STRING, cache_key(cache_key_file), self.device),
+                         max_work)
 
     @property
     def on_gpu(self) -> bool:
