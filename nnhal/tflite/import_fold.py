@@ -432,7 +432,8 @@ def rule_op(tensors: list[TfliteTensor], op: OpInfo) -> RuleOp:
         if i < 0:
             return None
         t = tensors[i]
-        return rule_tensor(t.ttype, t.scales, t.zero_points, t.describe())
+        return rule_tensor(t.ttype, t.scales, t.zero_points, t.describe(),
+                           t.shape if t.has_rank else None)
 
     def option(name: str, default: Any) -> Any:
         get = getattr(op.options, name, None)
