@@ -213,3 +213,33 @@ def test_the_kept_graph_is_keyed_by_the_bound(device):
     assert status == E.NONE
     req = RequestBuilder([np.ones((4, 8), np.float32)], [4 * 32])
     assert pm.execute_synchronously(req.request)[0] == E.NONE
+
+
+def test_work_known_only_at_run_time_is_bounded_before_the_kernel_runs():
+    """The same class with the PAD's size given at run time: the pool's shapes are unknown
+    at prepare, so its step checks its estimate from the run-time shapes."""
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [1, 1, 16, 1])
+    pads = b.input(T.TENSOR_INT32, [4, 2])
+    padded = b.operand(T.TENSOR_FLOAT32, [0, 0, 0, 0])
+    b.operation(O.PAD, [x, pads], [padded])
+    y = b.output(T.TENSOR_FLOAT32, [0, 0, 0, 0])
+    params = [b.scalar(T.INT32, v) for v in (0, 0, 0, 0, 1, 1, 65_536, 1, 0)]
+    b.operation(O.MAX_POOL_2D, [padded, *params], [y])
+    dev = ReferenceDevice(max_work=10**9)
+    try:
+        _, status, pm = prepare(dev, b.build())
+        assert status == E.NONE
+
+        def run(pad: int) -> ErrorStatus:
+            req = RequestBuilder([np.ones((1, 1, 16, 1), np.float32),
+                                  np.array([[0, 0], [0, 0], [0, pad], [0, 0]], np.int32)],
+                                 [4 * (16 + pad)])
+            return pm.execute_synchronously(req.request)[0]
+
+        t0 = time.perf_counter()
+        assert run(1_000_000) == E.RESOURCE_EXHAUSTED_TRANSIENT
+        assert time.perf_counter() - t0 < 1.0
+        assert run(65_536) == E.NONE  # 16 outputs of 65,536 each: under the bound
+    finally:
+        dev.close()

@@ -10,10 +10,11 @@ from nnhal.analysis.analyser import (
     max_work_default,
     operand_info,
     operand_shape,
+    work_of,
 )
 from nnhal.analysis.graph import ModelGraph, OperationTuple, SubgraphGraph
 from nnhal.analysis.kept import analyses
 
 __all__ = ["MAX_TENSOR_BYTES", "MAX_WORK", "ModelGraph", "OperationTuple", "SubgraphGraph",
            "analyse", "analyses", "decode_constant", "io_signature", "map_pools",
-           "max_work_default", "operand_info", "operand_shape"]
+           "max_work_default", "operand_info", "operand_shape", "work_of"]

@@ -290,7 +290,7 @@ _UNITS = "multiply-adds or element visits"
 _KNOB = "max_work, NNHAL_MAX_WORK"
 
 
-def _work_of(definition: Any, ctx: OpContext, outputs: list[Shape]) -> int:
+def work_of(definition: Any, ctx: OpContext, outputs: Sequence[Shape]) -> int:
     """An operation's own estimate; the default one (every element once) when it declares
     none or its formula fails on what it was given (an estimate never refuses a model)."""
     estimate = getattr(definition, "work", None)
@@ -437,7 +437,7 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
                                  f"{i} of shape {list(shapes[i] or ())} needs {nbytes} bytes, "
                                  f"more than the {max_bytes} this device allows")
                 ok = False
-        amount = _work_of(definition, ctx, [shapes[i] for i in outs_idx])
+        amount = work_of(definition, ctx, [shapes[i] for i in outs_idx])
         works.append(amount)
         why = work.add(f"{name} operation {k} ({ctx.op_type.name})", amount)
         if why is not None:

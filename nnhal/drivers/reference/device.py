@@ -76,6 +76,7 @@ class ReferenceDevice(DeviceBase):
         super().__init__(name, workers, max_tensor_bytes,
                          PlanCache(VERSION_STRING, cache_key(cache_key_file), max_tensor_bytes),
                          max_work)
+        self._cache.max_work = self.max_work  # type: ignore[attr-defined]
 
     # ---- IDevice ----------------------------------------------------------------------------
     def get_capabilities(self) -> tuple[ErrorStatus, Capabilities]:
@@ -95,7 +96,7 @@ class ReferenceDevice(DeviceBase):
     def build(self, graph: ModelGraph, compiled: Any, priority: Priority,
               deadline: int | None) -> tuple[ErrorStatus, IPreparedModel | None]:
         try:
-            plan = ModelPlan(graph, self.max_tensor_bytes)
+            plan = ModelPlan(graph, self.max_tensor_bytes, self.max_work)
         except OpError as e:
             self.log(f"prepare failed: {e}")
             return ErrorStatus.INVALID_ARGUMENT, None
