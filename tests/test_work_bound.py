@@ -243,3 +243,24 @@ def test_work_known_only_at_run_time_is_bounded_before_the_kernel_runs():
         assert run(65_536) == E.NONE  # 16 outputs of 65,536 each: under the bound
     finally:
         dev.close()
+
+
+@pytest.mark.parametrize("driver", ["litert", "xla"])
+def test_the_other_drivers_hold_the_same_bound(driver):
+    if driver == "litert":
+        from nnhal.drivers.litert import LiteRTDevice as Device
+    else:
+        from nnhal.drivers.xla import XlaDevice as Device
+    dev = Device(max_work=10**9)
+    try:
+        if dev.engine_unavailable is not None:
+            pytest.skip(f"{driver}: {dev.engine_unavailable}")
+        model = pad_pool_model(100_000, 65_536)  # 34,481 x 65,536: 2.26e9
+        assert dev.get_supported_operations(model) == (E.NONE, [True, False])
+        assert "main operation 1 (MAX_POOL_2D) needs about 2.26e+09" in dev.refusals(model)[1]
+        t0 = time.perf_counter()
+        launch, status, _ = prepare(dev, model)
+        assert launch == status == E.RESOURCE_EXHAUSTED_PERSISTENT
+        assert time.perf_counter() - t0 < 1.0
+    finally:
+        dev.close()

@@ -116,16 +116,19 @@ class LiteRTDevice(DeviceBase):
 
     # ---- DeviceBase -------------------------------------------------------------------------
     def supported(self, graph: ModelGraph) -> list[bool]:
+        # What the analysis found this device cannot take (a temporary or a work estimate
+        # past its bounds, an extension it does not offer) is not claimed either.
         ok = support.supported_operations(graph)
-        if not graph.extension_ops:
-            return ok
         return [a and b for a, b in zip(ok, self.claimed(graph))]
 
     def refusal(self, graph: ModelGraph) -> str | None:
         return support.refusal(graph)
 
     def operation_reasons(self, graph: ModelGraph) -> list[str | None]:
-        return support.operation_reasons(graph)
+        reasons = support.operation_reasons(graph)
+        return [why if why is not None or runnable else
+                graph.reasons.get((-1, k)) or "not runnable here"
+                for k, (why, runnable) in enumerate(zip(reasons, self.claimed(graph)))]
 
     def compile_now(self, model: Model, graph: ModelGraph) -> bytes:
         # Now, not in the task: the client may change its Model once prepareModel returns.

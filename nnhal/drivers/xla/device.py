@@ -162,10 +162,11 @@ class XlaDevice(DeviceBase):
     def operation_reasons(self, graph: ModelGraph) -> list[str | None]:
         """Per main operation, None when it lowers, else why not (``nnhal info --plan``)."""
         main = graph.main
-        return [None if ok and why is None else why or "not runnable here"
-                for ok, why in zip(main.supported,
-                                   (lowering.why_not(main, k) if ok else None
-                                    for k, ok in enumerate(main.supported)))]
+        return [None if ok and why is None else
+                why or graph.reasons.get((-1, k)) or "not runnable here"
+                for k, (ok, why) in enumerate(zip(main.supported,
+                                                  (lowering.why_not(main, k) if ok else None
+                                                   for k, ok in enumerate(main.supported))))]
 
     def refusal(self, graph: ModelGraph) -> str | None:
         if self.engine_unavailable is not None:
