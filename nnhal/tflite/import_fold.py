@@ -440,7 +440,7 @@ def rule_op(tensors: list[TfliteTensor], op: OpInfo) -> RuleOp:
         return default if get is None else get()
 
     return RuleOp(op.name, [view(i) for i in op.inputs], [view(i) for i in op.outputs],
-                  option)
+                  option, None if op.custom else op.version)
 
 
 def _refused(sg: SubgraphInfo, op: OpInfo) -> None:

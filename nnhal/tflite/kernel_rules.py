@@ -17,6 +17,7 @@ import numpy as np
 from tflite.TensorType import TensorType as TT
 
 from nnhal.ops.common import quantize_multiplier
+from nnhal.tflite.op_versions import version_refusal
 
 _QUANTIZED = (TT.UINT8, TT.INT8, TT.INT16)
 #: TFLite's kernels keep strides in int16.
@@ -61,6 +62,8 @@ class RuleOp:
     inputs: list[RuleTensor | None]
     outputs: list[RuleTensor]
     option: Callable[[str, Any], Any]
+    #: Its operator code's version (None for a custom operator).
+    version: int | None = 1
 
 
 def rule_tensor(ttype: int, scales: Any, zero_points: Any, label: str,
@@ -332,7 +335,8 @@ RULES: dict[str, Callable[[RuleOp], str | None]] = {
 
 def kernel_refusal(op: RuleOp) -> str | None:
     """Why TFLite's kernel would refuse (or abort on) this operator, or None."""
-    why = _normal_scales(op) or _types(op)
+    why = None if op.version is None else version_refusal(op.name, op.version)
+    why = why or _normal_scales(op) or _types(op)
     if why is None and op.name in RULES:
         why = RULES[op.name](op)
     return why
