@@ -264,3 +264,46 @@ def test_the_other_drivers_hold_the_same_bound(driver):
         assert time.perf_counter() - t0 < 1.0
     finally:
         dev.close()
+
+
+def _estimate(op: OperationType, inputs: list, outputs: list[tuple[int, ...]]) -> int:
+    """``op``'s own estimate for these operands (each a (type, value, const) triple)."""
+    from nnhal.ops.catalog import lookup
+    from nnhal.ops.resolver import OpContext
+    from nnhal.ops.testing import output, tensor
+
+    infos = [tensor(t, v, const=c)[0] for t, v, c in inputs]
+    ctx = OpContext(op_type=op, inputs=infos,
+                    outputs=[output(T.TENSOR_FLOAT32, s) for s in outputs])
+    return lookup(op).work(ctx, outputs)
+
+
+def _zeros(*shape: int) -> np.ndarray:
+    return np.zeros(shape, np.float32)
+
+
+def test_estimates_of_scatter_recurrence_and_nms():
+    f, i = T.TENSOR_FLOAT32, T.INT32
+    # TRANSPOSE_CONV_2D: each of the 4 x 4 x 8 inputs feeds 3 x 3 x 16 outputs.
+    work = _estimate(O.TRANSPOSE_CONV_2D, [
+        (f, _zeros(1, 4, 4, 8), False), (f, _zeros(16, 3, 3, 8), True), (f, _zeros(16), True),
+        (T.TENSOR_INT32, np.array([1, 8, 8, 16], np.int32), True), (i, 1, True), (i, 2, True),
+        (i, 2, True), (i, 0, True), (T.BOOL, False, True)], [(1, 8, 8, 16)])
+    assert 128 * 144 < work < 128 * 144 + 5_000
+    # RNN: each of 2 rows meets the 400 x 300 weights and the 400 x 400 recurrent ones.
+    work = _estimate(O.RNN, [
+        (f, _zeros(2, 300), False), (f, _zeros(400, 300), True), (f, _zeros(400, 400), True),
+        (f, _zeros(400), True), (f, _zeros(2, 400), False), (i, 0, True)], [(2, 400), (2, 400)])
+    assert 2 * (400 * 300 + 400 * 400) < work < 2 * (400 * 700 + 400 * 2) + 300_000
+    # BOX_WITH_NMS_LIMIT: 1,000 boxes compared pairwise in each of 3 classes.
+    work = _estimate(O.BOX_WITH_NMS_LIMIT, [
+        (f, _zeros(1000, 3), False), (f, _zeros(1000, 12), False),
+        (T.TENSOR_INT32, np.zeros(1000, np.int32), False), (T.FLOAT32, 0.1, True),
+        (i, -1, True), (i, 0, True), (T.FLOAT32, 0.5, True), (T.FLOAT32, 0.5, True),
+        (T.FLOAT32, 0.1, True)], [(0,), (0, 4), (0,), (0,)])
+    assert 3 * 1000 * 1000 <= work < 3 * 1000 * 1000 + 50_000
+    # MAX_POOL_2D (implicit padding): 16 outputs, each a 5 x 7 window.
+    work = _estimate(O.MAX_POOL_2D, [
+        (f, _zeros(1, 4, 4, 1), False), (i, 1, True), (i, 1, True), (i, 1, True),
+        (i, 7, True), (i, 5, True), (i, 0, True)], [(1, 4, 4, 1)])
+    assert 16 * 35 < work < 16 * 35 + 100
