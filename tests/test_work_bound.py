@@ -119,6 +119,13 @@ def test_a_normal_model_is_accepted_and_runs(device):
     np.testing.assert_array_equal(y, want)
 
 
+def test_nnhal_info_gives_the_estimate():
+    from nnhal.tools.info import model_info
+
+    model = fc_model(10, 100, 100)
+    assert model_info(model, devices={})["work"] == analyse(model, own_constants=False).work
+
+
 def test_the_bound_is_configurable(monkeypatch):
     model = fc_model(10, 100, 100)  # 1e5 multiply-adds and some element visits
     work = analyse(model, own_constants=False).work
