@@ -147,7 +147,8 @@ def test_the_bound_is_configurable(monkeypatch):
         env.close()
     monkeypatch.setenv("NNHAL_MAX_WORK", "lots")  # unreadable: the default, said once
     assert ReferenceDevice().max_work == MAX_WORK
-    for bad in (0, -1, 0.5, "1e9", True, float("nan")):
+    assert ReferenceDevice(max_work=1e12).max_work == 10**12
+    for bad in (0, -1, 0.5, "1e9", True, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="max_work must be a positive number"):
             ReferenceDevice(max_work=bad)
 

@@ -90,7 +90,8 @@ def default_key_file() -> str | None:
 
 def _positive(value: object) -> int:
     """A work bound as given to a constructor: a positive whole number (1e12 spellings too)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1 or \
+            value == float("inf"):
         raise ValueError(f"max_work must be a positive number, got {value!r}")
     return int(value)
 
