@@ -436,12 +436,13 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
                 too_large.append(f"{name} operation {k} ({ctx.op_type.name}): output operand "
                                  f"{i} of shape {list(shapes[i] or ())} needs {nbytes} bytes, "
                                  f"more than the {max_bytes} this device allows")
+                reasons[(index, k)] = too_large[-1]
                 ok = False
         amount = work_of(definition, ctx, [shapes[i] for i in outs_idx])
         works.append(amount)
         why = work.add(f"{name} operation {k} ({ctx.op_type.name})", amount)
         if why is not None:
-            reasons[(index, k)] = why
+            reasons.setdefault((index, k), why)  # a too-large temporary says it first
             ok = False
         supported.append(ok)
     return SubgraphGraph(index, tuple(infos), tuple(shapes), tuple(operations),  # type: ignore
