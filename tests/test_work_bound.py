@@ -315,3 +315,31 @@ def test_estimates_of_scatter_recurrence_and_nms():
         (f, _zeros(1, 4, 4, 1), False), (i, 1, True), (i, 1, True), (i, 1, True),
         (i, 7, True), (i, 5, True), (i, 0, True)], [(1, 4, 4, 1)])
     assert 16 * 35 < work < 16 * 35 + 100
+
+
+def test_a_cache_written_under_a_looser_bound_is_not_restored_under_a_tighter_one(tmp_path):
+    """Devices sharing a key file restore each other's caches; the bound is the restoring
+    device's (a cached graph is not analysed again, so its plan's binding sums the work)."""
+    key = tmp_path / "key"
+    model = fc_model(100, 100, 100)  # 1e6 multiply-adds
+    loose = ReferenceDevice(cache_key_file=key)
+    tight = ReferenceDevice(cache_key_file=key, max_work=100_000)
+    token = bytes(range(32))
+    try:
+        with open(tmp_path / "model", "w+b") as mc, open(tmp_path / "data", "w+b") as dc:
+            cb = PreparedModelCallback()
+            assert loose.prepare_model(model, 1, 1, None, [mc], [dc], token, cb) == E.NONE
+            assert cb.wait(30)[0] == E.NONE
+
+            def restore(dev):
+                cb = PreparedModelCallback()
+                dev.prepare_model_from_cache(None, [mc], [dc], token, cb)
+                return cb.wait(30)
+
+            assert restore(loose)[0] == E.NONE
+            status, pm = restore(tight)
+            assert status != E.NONE and pm is None
+            assert prepare(tight, model)[1] == E.RESOURCE_EXHAUSTED_PERSISTENT
+    finally:
+        loose.close()
+        tight.close()

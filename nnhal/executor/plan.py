@@ -537,8 +537,16 @@ class ModelPlan:
         self.required_inputs = graph.required_inputs
         self.main = SubgraphPlan(graph.main)
         self.referenced = [SubgraphPlan(g) for g in graph.referenced]
+        #: A graph decoded from a compilation cache (no min_level: it was not analysed here)
+        #: is held to this device's work bound while its kernels are bound; the cache may have
+        #: been written under a looser one (another process's NNHAL_MAX_WORK, one key file).
+        self._work: int | None = 0 if graph.min_level is None else None
         for plan in [*self.referenced, self.main]:
             self._bind(plan)
+        if self._work is not None and self._work > self.max_work:
+            raise OpError(f"one execution needs about {self._work:.3g} multiply-adds or "
+                          f"element visits, more than the {self.max_work:.3g} this device "
+                          f"allows", ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT)
         #: Whether a step multiplies matrices through BLAS (a driver may then limit BLAS's
         #: threads around executions: see nnhal.ops.blas).
         self.uses_blas = any(step.op_type in _BLAS_OPS
@@ -571,6 +579,8 @@ class ModelPlan:
                    for i in in_idx]
             ctx = OpContext(op_type=op_type, inputs=ins, outputs=[infos[i] for i in out_idx],
                             relaxed=self.relaxed, subgraphs=self.referenced)
+            if self._work is not None:
+                self._work += work_of(definition, ctx, [shapes[i] for i in out_idx])
             into = None
             if all(_known(infos[i], shapes[i]) for i in out_idx):
                 into = definition.kernel_into(ctx)  # type: ignore[attr-defined]
