@@ -303,13 +303,18 @@ def test_estimates_of_scatter_recurrence_and_nms():
         (f, _zeros(2, 300), False), (f, _zeros(400, 300), True), (f, _zeros(400, 400), True),
         (f, _zeros(400), True), (f, _zeros(2, 400), False), (i, 0, True)], [(2, 400), (2, 400)])
     assert 2 * (400 * 300 + 400 * 400) < work < 2 * (400 * 700 + 400 * 2) + 300_000
-    # BOX_WITH_NMS_LIMIT: 1,000 boxes compared pairwise in each of 3 classes.
-    work = _estimate(O.BOX_WITH_NMS_LIMIT, [
-        (f, _zeros(1000, 3), False), (f, _zeros(1000, 12), False),
-        (T.TENSOR_INT32, np.zeros(1000, np.int32), False), (T.FLOAT32, 0.1, True),
-        (i, -1, True), (i, 0, True), (T.FLOAT32, 0.5, True), (T.FLOAT32, 0.5, True),
-        (T.FLOAT32, 0.1, True)], [(0,), (0, 4), (0,), (0,)])
-    assert 3 * 1000 * 1000 <= work < 3 * 1000 * 1000 + 50_000
+    # BOX_WITH_NMS_LIMIT: in each of 3 classes, each box kept (all 1,000 without a limit,
+    # else at most max_detections) is compared with the rest, an interpreted step each.
+    from nnhal.ops.detection import INTERPRETED
+
+    for max_det, rounds in ((-1, 1000), (10, 10)):
+        work = _estimate(O.BOX_WITH_NMS_LIMIT, [
+            (f, _zeros(1000, 3), False), (f, _zeros(1000, 12), False),
+            (T.TENSOR_INT32, np.zeros(1000, np.int32), False), (T.FLOAT32, 0.1, True),
+            (i, max_det, True), (i, 0, True), (T.FLOAT32, 0.5, True), (T.FLOAT32, 0.5, True),
+            (T.FLOAT32, 0.1, True)], [(0,), (0, 4), (0,), (0,)])
+        expected = INTERPRETED * 3 * 1000 * rounds
+        assert expected <= work < expected + 50_000
     # MAX_POOL_2D (implicit padding): 16 outputs, each a 5 x 7 window.
     work = _estimate(O.MAX_POOL_2D, [
         (f, _zeros(1, 4, 4, 1), False), (i, 1, True), (i, 1, True), (i, 1, True),
@@ -343,3 +348,25 @@ def test_a_cache_written_under_a_looser_bound_is_not_restored_under_a_tighter_on
     finally:
         loose.close()
         tight.close()
+
+
+def test_a_quadratic_nms_is_refused_at_prepare(device):
+    """20,000 boxes of one class (and the background) without a detection limit: the
+    reference's greedy loop would compare them pairwise for minutes; 2,000 run."""
+    def nms_model(n: int) -> Model:
+        b = ModelBuilder()
+        scores = b.input(T.TENSOR_FLOAT32, [n, 2])
+        rois = b.input(T.TENSOR_FLOAT32, [n, 8])
+        batches = b.input(T.TENSOR_INT32, [n])
+        params = [b.scalar(T.FLOAT32, 0.0), b.scalar(T.INT32, -1), b.scalar(T.INT32, 0),
+                  b.scalar(T.FLOAT32, 0.5), b.scalar(T.FLOAT32, 0.5), b.scalar(T.FLOAT32, 0.0)]
+        outs = [b.output(T.TENSOR_FLOAT32, [0]), b.output(T.TENSOR_FLOAT32, [0, 4]),
+                b.output(T.TENSOR_INT32, [0]), b.output(T.TENSOR_INT32, [0])]
+        b.operation(O.BOX_WITH_NMS_LIMIT, [scores, rois, batches, *params], outs)
+        return b.build()
+
+    t0 = time.perf_counter()
+    launch, status, _ = prepare(device, nms_model(20_000))
+    assert launch == status == E.RESOURCE_EXHAUSTED_PERSISTENT
+    assert time.perf_counter() - t0 < 1.0
+    assert prepare(device, nms_model(2_000))[1] == E.NONE

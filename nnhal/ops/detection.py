@@ -105,6 +105,21 @@ SIGNATURES = [AXIS_ALIGNED_BBOX_TRANSFORM_SIGNATURE, BOX_WITH_NMS_LIMIT_SIGNATUR
 
 # ---- shared helpers -------------------------------------------------------------------------
 
+#: Work units (:meth:`~nnhal.ops.resolver.OperationDef.work`) one comparison of greedy NMS
+#: counts for: the reference runs NMS as an interpreted loop over the candidates (about 2e7
+#: comparisons a second measured here, where vectorised kernels visit about 1e10 elements
+#: a second). 100 keeps real detection models far under the default bound (Faster R-CNN's
+#: 1,000 boxes x 91 classes x 100 detections: 9e8) and a hostile NMS to seconds.
+INTERPRETED = 100
+
+
+def _rounds(candidates: int, limit: int | None, unlimited_below: int = 0) -> int:
+    """How many boxes greedy NMS keeps at most: all candidates, or the limit when one is
+    given (a limit below ``unlimited_below`` means none)."""
+    if limit is None or limit < unlimited_below:
+        return max(candidates, 1)
+    return max(min(candidates, limit), 1)
+
 def require_quant(ctx: OpContext, info: OperandInfo, what: str, scale: float = ROI_SCALE,
                   zero_point: int | None = 0) -> None:
     """Check a fixed quantization (the reference compares the scale as a float32)."""
@@ -320,11 +335,12 @@ class BoxWithNmsLimit(OperationDef):
     """Per-class soft/hard NMS over each batch's boxes; outputs grouped by batch and class."""
 
     def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
-        """Greedy NMS per class compares each kept box with the rest: boxes squared."""
+        """Greedy NMS per class compares each box it keeps (at most max_detections) with
+        the rest, in an interpreted loop."""
         shape = ctx.inputs[0].shape
         n = shape[0] if shape and shape[0] > 0 else 1
         classes = elements(shape[1:]) if shape else 1
-        return visits(ctx, outputs) + n * n * classes
+        return visits(ctx, outputs) + INTERPRETED * classes * n * _rounds(n, ctx.const_int(4))
 
     def validate(self, ctx: OpContext) -> None:
         if ctx.inputs[0].type in C.QUANT8_TYPES:
@@ -422,14 +438,16 @@ class GenerateProposals(OperationDef):
     """Anchors + deltas -> proposals, top-k pre-filter, size filter, hard NMS per image."""
 
     def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
-        """Per image, NMS over the proposals the top-k keeps: their count squared."""
+        """Per image, NMS over the proposals the top-k keeps, each one kept (at most
+        post_nms_top_n) compared with the rest in an interpreted loop."""
         shape = ctx.inputs[0].shape
         batches = shape[0] if shape and shape[0] > 0 else 1
         per_image = elements(shape[1:]) if shape else 1
         top = ctx.const_int(6)
         if top is not None and top > 0:
             per_image = min(per_image, top)
-        return visits(ctx, outputs) + batches * per_image * per_image
+        rounds = _rounds(per_image, ctx.const_int(7), unlimited_below=1)
+        return visits(ctx, outputs) + INTERPRETED * batches * per_image * rounds
 
     def validate(self, ctx: OpContext) -> None:
         if ctx.inputs[0].type in C.QUANT8_TYPES:
@@ -527,14 +545,18 @@ class DetectionPostprocessing(OperationDef):
     """SSD-style decoding of anchor deltas followed by regular or fast (single) NMS."""
 
     def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
-        """NMS over the anchors: their count squared, per class for the regular one."""
+        """NMS over the anchors in an interpreted loop, each kept one compared with the
+        rest: per class up to max_detections_per_class (regular), or once up to
+        max_detections (fast)."""
         shape = ctx.inputs[0].shape
         if not shape or len(shape) != 3:
             return visits(ctx, outputs)
         batches, anchors, classes = (max(d, 1) for d in shape)
         regular = ctx.const(7)
-        per_class = classes if regular is None or bool(regular) else 1
-        return visits(ctx, outputs) + batches * anchors * anchors * per_class
+        regular = regular is None or bool(regular)
+        rounds = _rounds(anchors, ctx.const_int(10 if regular else 8))
+        passes = classes if regular else 1
+        return visits(ctx, outputs) + INTERPRETED * batches * passes * anchors * rounds
 
     def validate(self, ctx: OpContext) -> None:
         for i, r in enumerate((3, 3, 2)):
