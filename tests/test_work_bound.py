@@ -305,7 +305,7 @@ def test_estimates_of_scatter_recurrence_and_nms():
     assert 2 * (400 * 300 + 400 * 400) < work < 2 * (400 * 700 + 400 * 2) + 300_000
     # BOX_WITH_NMS_LIMIT: in each of 3 classes, each box kept (all 1,000 without a limit,
     # else at most max_detections) is compared with the rest, an interpreted step each.
-    from nnhal.ops.detection import INTERPRETED
+    from nnhal.ops.resolver import INTERPRETED_STEP
 
     for max_det, rounds in ((-1, 1000), (10, 10)):
         work = _estimate(O.BOX_WITH_NMS_LIMIT, [
@@ -313,7 +313,7 @@ def test_estimates_of_scatter_recurrence_and_nms():
             (T.TENSOR_INT32, np.zeros(1000, np.int32), False), (T.FLOAT32, 0.1, True),
             (i, max_det, True), (i, 0, True), (T.FLOAT32, 0.5, True), (T.FLOAT32, 0.5, True),
             (T.FLOAT32, 0.1, True)], [(0,), (0, 4), (0,), (0,)])
-        expected = INTERPRETED * 3 * 1000 * rounds
+        expected = INTERPRETED_STEP * 3 * 1000 * rounds
         assert expected <= work < expected + 50_000
     # MAX_POOL_2D (implicit padding): 16 outputs, each a 5 x 7 window.
     work = _estimate(O.MAX_POOL_2D, [
@@ -370,3 +370,27 @@ def test_a_quadratic_nms_is_refused_at_prepare(device):
     assert launch == status == E.RESOURCE_EXHAUSTED_PERSISTENT
     assert time.perf_counter() - t0 < 1.0
     assert prepare(device, nms_model(2_000))[1] == E.NONE
+
+
+@pytest.mark.parametrize("op", [O.ROI_ALIGN, O.ROI_POOLING])
+def test_a_million_regions_are_refused_at_prepare(device, op):
+    """The reference loops over regions in Python (tens of microseconds each): a million
+    one-pixel regions of a 4 x 4 map would take a minute; a thousand run."""
+    def roi_model(n: int) -> Model:
+        b = ModelBuilder()
+        feat = b.input(T.TENSOR_FLOAT32, [1, 4, 4, 1])
+        rois = b.input(T.TENSOR_FLOAT32, [n, 4])
+        batches = b.input(T.TENSOR_INT32, [n])
+        params = [b.scalar(T.INT32, 1), b.scalar(T.INT32, 1), b.scalar(T.FLOAT32, 1.0),
+                  b.scalar(T.FLOAT32, 1.0)]
+        if op == O.ROI_ALIGN:
+            params += [b.scalar(T.INT32, 1), b.scalar(T.INT32, 1)]
+        out = b.output(T.TENSOR_FLOAT32, [n, 1, 1, 1])
+        b.operation(op, [feat, rois, batches, *params, b.scalar(T.BOOL, False)], [out])
+        return b.build()
+
+    t0 = time.perf_counter()
+    launch, status, _ = prepare(device, roi_model(1_000_000))
+    assert launch == status == E.RESOURCE_EXHAUSTED_PERSISTENT
+    assert time.perf_counter() - t0 < 1.0
+    assert prepare(device, roi_model(1_000))[1] == E.NONE

@@ -16,6 +16,7 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.resolver import (
+    INTERPRETED_STEP,
     OpContext,
     OperandInfo,
     OperationDef,
@@ -105,12 +106,6 @@ SIGNATURES = [AXIS_ALIGNED_BBOX_TRANSFORM_SIGNATURE, BOX_WITH_NMS_LIMIT_SIGNATUR
 
 # ---- shared helpers -------------------------------------------------------------------------
 
-#: Work units (:meth:`~nnhal.ops.resolver.OperationDef.work`) one comparison of greedy NMS
-#: counts for: the reference runs NMS as an interpreted loop over the candidates (about 2e7
-#: comparisons a second measured here, where vectorised kernels visit about 1e10 elements
-#: a second). 100 keeps real detection models far under the default bound (Faster R-CNN's
-#: 1,000 boxes x 91 classes x 100 detections: 9e8) and a hostile NMS to seconds.
-INTERPRETED = 100
 
 
 def _rounds(candidates: int, limit: int | None, unlimited_below: int = 0) -> int:
@@ -340,7 +335,7 @@ class BoxWithNmsLimit(OperationDef):
         shape = ctx.inputs[0].shape
         n = shape[0] if shape and shape[0] > 0 else 1
         classes = elements(shape[1:]) if shape else 1
-        return visits(ctx, outputs) + INTERPRETED * classes * n * _rounds(n, ctx.const_int(4))
+        return visits(ctx, outputs) + INTERPRETED_STEP * classes * n * _rounds(n, ctx.const_int(4))
 
     def validate(self, ctx: OpContext) -> None:
         if ctx.inputs[0].type in C.QUANT8_TYPES:
@@ -447,7 +442,7 @@ class GenerateProposals(OperationDef):
         if top is not None and top > 0:
             per_image = min(per_image, top)
         rounds = _rounds(per_image, ctx.const_int(7), unlimited_below=1)
-        return visits(ctx, outputs) + INTERPRETED * batches * per_image * rounds
+        return visits(ctx, outputs) + INTERPRETED_STEP * batches * per_image * rounds
 
     def validate(self, ctx: OpContext) -> None:
         if ctx.inputs[0].type in C.QUANT8_TYPES:
@@ -556,7 +551,7 @@ class DetectionPostprocessing(OperationDef):
         regular = regular is None or bool(regular)
         rounds = _rounds(anchors, ctx.const_int(10 if regular else 8))
         passes = classes if regular else 1
-        return visits(ctx, outputs) + INTERPRETED * batches * passes * anchors * rounds
+        return visits(ctx, outputs) + INTERPRETED_STEP * batches * passes * anchors * rounds
 
     def validate(self, ctx: OpContext) -> None:
         for i, r in enumerate((3, 3, 2)):

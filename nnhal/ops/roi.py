@@ -23,6 +23,7 @@ from nnhal.ops.detection import (
     to_float,
 )
 from nnhal.ops.resolver import (
+    INTERPRETED_ITERATION,
     OpContext,
     OperandInfo,
     OperationDef,
@@ -132,6 +133,12 @@ def _finish(out: np.ndarray, nchw: bool) -> np.ndarray:
 
 # ---- ROI_ALIGN ----------------------------------------------------------------------------------
 
+def _regions(ctx: OpContext) -> int:
+    """How many regions (rows of the rois input) a ROI operation loops over."""
+    shape = ctx.inputs[1].shape
+    return shape[0] if shape and shape[0] > 0 else 1
+
+
 def _bin_spans(ctx: OpContext, layout: int) -> tuple[int, int]:
     """The most feature-map rows and columns one output bin of a region can span."""
     shape = ctx.inputs[0].shape
@@ -153,7 +160,8 @@ class RoiAlign(OperationDef):
         rows, cols = _bin_spans(ctx, 9)
         rows = ctx.const_int(7) or rows
         cols = ctx.const_int(8) or cols
-        return visits(ctx, outputs) + 4 * elements(outputs[0]) * max(rows, 1) * max(cols, 1)
+        return visits(ctx, outputs) + 4 * elements(outputs[0]) * max(rows, 1) * max(cols, 1) \
+            + INTERPRETED_ITERATION * _regions(ctx)
 
     def validate(self, ctx: OpContext) -> None:
         _validate_roi_op(ctx, has_sampling=True)
@@ -248,9 +256,18 @@ class RoiPooling(OperationDef):
     """Max over integer-aligned bins of each region."""
 
     def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
-        """Each output value is the maximum over its bin (a region spans at most the map)."""
-        rows, cols = _bin_spans(ctx, 7)
-        return visits(ctx, outputs) + elements(outputs[0]) * (rows + 1) * (cols + 1)
+        """Per region (an interpreted iteration), the reference masks the whole feature map
+        once per output row, then the rows it kept once per output column."""
+        shape = ctx.inputs[0].shape
+        nchw = ctx.const(7)
+        per_region = 1
+        if shape is not None and len(shape) == 4:
+            h, w, depth = ((shape[2], shape[3], shape[1]) if nchw is not None and bool(nchw)
+                           else shape[1:])
+            out_h, out_w = max(ctx.const_int(3) or 1, 1), max(ctx.const_int(4) or 1, 1)
+            per_region = max(depth, 1) * max(w, 1) * out_h * (max(h, 1) + out_w)
+        regions = _regions(ctx)
+        return visits(ctx, outputs) + regions * (per_region + INTERPRETED_ITERATION)
 
     def validate(self, ctx: OpContext) -> None:
         _validate_roi_op(ctx, has_sampling=False)
