@@ -180,6 +180,7 @@ def test_known_huge_temporary_is_refused_at_prepare(device):
     model = tile_model(False)
     status, flags = device.get_supported_operations(model)
     assert status == ErrorStatus.NONE and flags == [False]
+    assert "needs 400000000000 bytes" in device.refusals(model)[0]  # nnhal info --plan
     launch, status, _ = prepare(device, model)
     assert launch == status == ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT
 

@@ -2,16 +2,19 @@
 
 from nnhal.analysis.analyser import (
     MAX_TENSOR_BYTES,
+    MAX_WORK,
     analyse,
     decode_constant,
     io_signature,
     map_pools,
+    max_work_default,
     operand_info,
     operand_shape,
+    work_of,
 )
 from nnhal.analysis.graph import ModelGraph, OperationTuple, SubgraphGraph
 from nnhal.analysis.kept import analyses
 
-__all__ = ["MAX_TENSOR_BYTES", "ModelGraph", "OperationTuple", "SubgraphGraph", "analyse",
-           "analyses", "decode_constant", "io_signature", "map_pools", "operand_info",
-           "operand_shape"]
+__all__ = ["MAX_TENSOR_BYTES", "MAX_WORK", "ModelGraph", "OperationTuple", "SubgraphGraph",
+           "analyse", "analyses", "decode_constant", "io_signature", "map_pools",
+           "max_work_default", "operand_info", "operand_shape", "work_of"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -38,7 +39,7 @@ from nnhal.hal.types import (
 from nnhal.memory import MemoryError_, SharedMemory
 from nnhal.ops import extensions
 from nnhal.ops.catalog import check_operation, lookup, signature
-from nnhal.ops.resolver import OpContext, OperandInfo, OpError, Shape
+from nnhal.ops.resolver import OpContext, OperandInfo, OpError, Shape, visits
 from nnhal.ops.signature import check, input_slots, omittable_positions
 from nnhal.validation import ValidationError, validate_model
 
@@ -50,6 +51,32 @@ Exts = Mapping[int, tuple[str, Any]]
 #: Default bound on one tensor's bytes: a temporary whose known size exceeds it is refused at
 #: prepare (RESOURCE_EXHAUSTED_PERSISTENT) rather than failing an allocation at execution.
 MAX_TENSOR_BYTES = 1 << 32
+#: Default bound on one execution's work (:meth:`~nnhal.ops.resolver.OperationDef.work`:
+#: roughly multiply-adds or element visits, summed over every operation of every subgraph
+#: once): a model estimated beyond it is refused at prepare (RESOURCE_EXHAUSTED_PERSISTENT)
+#: rather than computing for minutes. MobileNetV2 224 is about 3e8.
+MAX_WORK = 10**10
+
+
+def max_work_default() -> int:
+    """``$NNHAL_MAX_WORK`` (a positive number, ``1e12`` spellings too) or :data:`MAX_WORK`;
+    an unreadable value is logged once and ignored."""
+    raw = os.environ.get("NNHAL_MAX_WORK", "").strip()
+    if not raw:
+        return MAX_WORK
+    try:
+        value = int(float(raw))
+        if value > 0:
+            return value
+    except (ValueError, OverflowError):
+        pass
+    if raw not in _BAD_LOGGED:
+        _BAD_LOGGED.add(raw)
+        log.warning("NNHAL_MAX_WORK=%r is not a positive number; using %d", raw, MAX_WORK)
+    return MAX_WORK
+
+
+_BAD_LOGGED: set[str] = set()
 
 
 def operand_shape(op: Operand) -> tuple[int, ...] | None:
@@ -164,7 +191,8 @@ def callees_first(model: Model) -> list[int]:
 
 
 def analyse(model: Model, *, own_constants: bool = True,
-            max_tensor_bytes: int = MAX_TENSOR_BYTES, keep: bool = False) -> ModelGraph:
+            max_tensor_bytes: int = MAX_TENSOR_BYTES, max_work: int | None = None,
+            keep: bool = False) -> ModelGraph:
     """Check ``model`` against every rule once; raise ValidationError or OpError if invalid.
 
     ``own_constants`` copies each constant once, so the graph keeps nothing of the client's
@@ -174,18 +202,22 @@ def analyse(model: Model, *, own_constants: bool = True,
     ``keep`` (constants owned) keeps the graph for this model object, and any later call for
     the same object, unedited, returns it instead of analysing again (:mod:`.kept`): the
     runtime and the importer keep the models they make, so each is analysed once.
+    ``max_work`` (None: :func:`max_work_default`) bounds the estimated work of one execution
+    (``ModelGraph.too_much_work``).
     """
-    graph = kept.lookup(model, max_tensor_bytes)
+    limits = (max_tensor_bytes, max_work_default() if max_work is None else int(max_work))
+    graph = kept.lookup(model, limits)
     if graph is not None:
         return graph
     snap = kept.snapshot(model) if keep else None
-    graph = _analyse(model, own_constants or keep, max_tensor_bytes)
+    graph = _analyse(model, own_constants or keep, *limits)
     if keep:
-        kept.keep(model, snap, max_tensor_bytes, graph)
+        kept.keep(model, snap, limits, graph)
     return graph
 
 
-def _analyse(model: Model, own_constants: bool, max_tensor_bytes: int) -> ModelGraph:
+def _analyse(model: Model, own_constants: bool, max_tensor_bytes: int,
+             max_work: int) -> ModelGraph:
     kept.counted()
     try:
         check_model_fields(model)  # Python types and ranges of every field, before any rule
@@ -200,12 +232,13 @@ def _analyse(model: Model, own_constants: bool, max_tensor_bytes: int) -> ModelG
     exts = extensions.resolve(model.extension_name_to_prefix)
     ext_ops: dict[int, tuple[Any, Any]] = {}
     reasons: dict[tuple[int, int], str] = {}
+    work = _Work(max_work)
     for i in callees_first(model):
         graphs[i] = _analyse_subgraph(model.referenced[i], i, values, pools, own_constants,
                                       relaxed, graphs, max_tensor_bytes, too_large, exts,
-                                      ext_ops, reasons)
+                                      ext_ops, reasons, work)
     main = _analyse_subgraph(model.main, -1, values, pools, own_constants, relaxed, graphs,
-                             max_tensor_bytes, too_large, exts, ext_ops, reasons)
+                             max_tensor_bytes, too_large, exts, ext_ops, reasons, work)
     levels = [g.min_level for g in (main, *graphs)]  # type: ignore[union-attr]
     if relaxed:
         levels.append(FeatureLevel.V1_1)  # relaxComputationFloat32toFloat16 came with 1.1
@@ -213,7 +246,60 @@ def _analyse(model: Model, own_constants: bool, max_tensor_bytes: int) -> ModelG
         levels.append(FeatureLevel.V1_2)  # vendor extensions came with 1.2
     return ModelGraph(main, tuple(graphs), relaxed,  # type: ignore[arg-type]
                       io_signature(model.main, main.operands), required_inputs(main),
-                      tuple(too_large), max(levels), ext_ops, reasons)
+                      tuple(too_large), max(levels), ext_ops, reasons, work.total,
+                      work.refusal())
+
+
+class _Work:
+    """The work estimates of one analysis: their sum, the heaviest operation, and the bound
+    they are held to (each operation alone, and the model as a whole)."""
+
+    __slots__ = ("bound", "total", "heaviest", "heaviest_at", "over")
+
+    def __init__(self, bound: int):
+        self.bound = bound
+        self.total = 0
+        self.heaviest = -1
+        self.heaviest_at = ""
+        self.over: str | None = None  # the first operation beyond the bound on its own
+
+    def add(self, where: str, amount: int) -> str | None:
+        """Count one operation's estimate; why not, when it alone exceeds the bound."""
+        self.total += amount
+        if amount > self.heaviest:
+            self.heaviest, self.heaviest_at = amount, where
+        if amount <= self.bound:
+            return None
+        why = (f"{where} needs about {amount:.3g} {_UNITS}, more than the {self.bound:.3g} "
+               f"this device allows ({_KNOB})")
+        if self.over is None:
+            self.over = why
+        return why
+
+    def refusal(self) -> str | None:
+        if self.over is not None:
+            return self.over
+        if self.total > self.bound:
+            return (f"one execution needs about {self.total:.3g} {_UNITS} (the heaviest: "
+                    f"{self.heaviest_at}, {self.heaviest:.3g}), more than the "
+                    f"{self.bound:.3g} this device allows ({_KNOB})")
+        return None
+
+
+_UNITS = "multiply-adds or element visits"
+_KNOB = "max_work, NNHAL_MAX_WORK"
+
+
+def work_of(definition: Any, ctx: OpContext, outputs: Sequence[Shape]) -> int:
+    """An operation's own estimate; the default one (every element once) when it declares
+    none or its formula fails on what it was given (an estimate never refuses a model)."""
+    estimate = getattr(definition, "work", None)
+    if estimate is not None:
+        try:
+            return max(int(estimate(ctx, outputs)), 0)
+        except Exception as e:  # noqa: BLE001 - an estimate is advice, never a verdict
+            log.debug("%s: work estimate failed: %s", ctx.op_type, e)
+    return visits(ctx, outputs)
 
 
 def _extension_operand(op: Operand, where: str, exts: Exts) -> Operand | None:
@@ -275,13 +361,14 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
                       pools: Sequence[np.ndarray], own: bool, relaxed: bool,
                       callees: Sequence[SubgraphGraph | None], max_bytes: int,
                       too_large: list[str], exts: Exts, ext_ops: dict[int, tuple[Any, Any]],
-                      reasons: dict[tuple[int, int], str]) -> SubgraphGraph:
+                      reasons: dict[tuple[int, int], str], work: _Work) -> SubgraphGraph:
     name = "main" if index < 0 else f"subgraph {index}"
     infos = _decode_operands(sg, values, pools, own, exts, name)
     shapes: list[Shape] = [None if info is None else info.shape for info in infos]
     shaped: dict[int, OperandInfo] = {}  # operand -> info carrying its inferred shape
     operations: list[OperationTuple] = []
     supported: list[bool] = []
+    works: list[int] = []
     level = FeatureLevel.V1_0
     for k, operation in enumerate(sg.operations):
         ins_idx, outs_idx = tuple(operation.inputs), tuple(operation.outputs)
@@ -299,6 +386,7 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
             definition = lookup(operation.type)
         if definition is None or any(infos[i] is None for i in (*ins_idx, *outs_idx)):
             supported.append(False)  # valid, but not something this nnhal can run
+            works.append(0)
             continue
         ins = []
         for i in ins_idx:
@@ -324,6 +412,7 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
                 reasons[(index, k)] = str(e) or type(e).__name__
                 log.debug("%s operation %d: %s", name, k, reasons[(index, k)])
                 supported.append(False)
+                works.append(0)
                 continue
             level = max(level, op_level)
             ext_ops[int(operation.type)] = (ext_op.id, definition)
@@ -347,11 +436,18 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
                 too_large.append(f"{name} operation {k} ({ctx.op_type.name}): output operand "
                                  f"{i} of shape {list(shapes[i] or ())} needs {nbytes} bytes, "
                                  f"more than the {max_bytes} this device allows")
+                reasons[(index, k)] = too_large[-1]
                 ok = False
+        amount = work_of(definition, ctx, [shapes[i] for i in outs_idx])
+        works.append(amount)
+        why = work.add(f"{name} operation {k} ({ctx.op_type.name})", amount)
+        if why is not None:
+            reasons.setdefault((index, k), why)  # a too-large temporary says it first
+            ok = False
         supported.append(ok)
     return SubgraphGraph(index, tuple(infos), tuple(shapes), tuple(operations),  # type: ignore
                          tuple(sg.input_indexes), tuple(sg.output_indexes), tuple(supported),
-                         level)
+                         level, tuple(works))
 
 
 def _check_declared(op_type: OperationType, name: str, k: int, index: int,

@@ -38,6 +38,9 @@ class SubgraphGraph:
     outputs: tuple[int, ...]
     supported: tuple[bool, ...] = ()
     min_level: FeatureLevel = FeatureLevel.V1_0
+    #: Per operation, its work estimate (:meth:`nnhal.ops.resolver.OperationDef.work`; 0
+    #: for one nnhal cannot run).
+    work: tuple[int, ...] = ()
 
     @property
     def input_infos(self) -> list[OperandInfo]:
@@ -80,8 +83,15 @@ class ModelGraph:
     #: Extension operation value -> (its id, its definition), for each one the analysis
     #: accepted (what the plan binds; see nnhal.ops.extensions).
     extension_ops: Mapping[int, tuple[Any, Any]] = field(default_factory=dict)
-    #: (subgraph index, operation) -> why an extension operation is supported by nobody here.
+    #: (subgraph index, operation) -> why an operation is supported by nobody here (an
+    #: extension operation's refusal, an operation whose work alone exceeds the bound).
     reasons: Mapping[tuple[int, int], str] = field(default_factory=dict)
+    #: The estimated work of one execution: every operation of every subgraph once (a WHILE
+    #: body's iterations are bounded by the loop timeout, not here).
+    work: int = 0
+    #: Why one execution would do more work than the analysis' bound allows (one line
+    #: naming the operation), or None.
+    too_much_work: str | None = None
 
     @property
     def subgraphs(self) -> tuple[SubgraphGraph, ...]:

@@ -25,8 +25,8 @@ from nnhal.hal.types import ChannelScales, Model, Subgraph
 
 _lock = threading.Lock()
 _count = 0
-#: id(model) -> (weak reference to it, its snapshot, max_tensor_bytes, graph)
-_kept: dict[int, tuple[weakref.ref, tuple, int, ModelGraph]] = {}
+#: id(model) -> (weak reference to it, its snapshot, the analysis' limits, graph)
+_kept: dict[int, tuple[weakref.ref, tuple, tuple, ModelGraph]] = {}
 
 
 def analyses() -> int:
@@ -70,17 +70,18 @@ def snapshot(model: Model) -> tuple | None:
         return None
 
 
-def lookup(model: Any, max_tensor_bytes: int) -> ModelGraph | None:
-    """The graph kept for this very object, when it has not been edited since."""
+def lookup(model: Any, limits: tuple) -> ModelGraph | None:
+    """The graph kept for this very object, when it has not been edited since and was
+    analysed under the same ``limits`` (max_tensor_bytes, max_work)."""
     entry = _kept.get(id(model))
-    if entry is None or entry[0]() is not model or entry[2] != max_tensor_bytes:
+    if entry is None or entry[0]() is not model or entry[2] != limits:
         return None
     if snapshot(model) != entry[1]:
         return None
     return entry[3]
 
 
-def keep(model: Model, snap: tuple | None, max_tensor_bytes: int, graph: ModelGraph) -> None:
+def keep(model: Model, snap: tuple | None, limits: tuple, graph: ModelGraph) -> None:
     """Keep ``graph`` (constants owned) for ``model`` as ``snap`` saw it, while it lives."""
     if snap is None:
         return
@@ -90,7 +91,7 @@ def keep(model: Model, snap: tuple | None, max_tensor_bytes: int, graph: ModelGr
     except TypeError:
         return
     with _lock:
-        _kept[key] = (ref, snap, max_tensor_bytes, graph)
+        _kept[key] = (ref, snap, limits, graph)
 
 
 def _forget(key: int, ref: weakref.ref) -> None:

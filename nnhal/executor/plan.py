@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from nnhal.analysis import MAX_TENSOR_BYTES, ModelGraph, SubgraphGraph
+from nnhal.analysis import MAX_TENSOR_BYTES, ModelGraph, SubgraphGraph, max_work_default, work_of
 from nnhal.executor import profile as _profile
 from nnhal.executor.arena import Arena, ArenaLayout, ArenaPool, plan_offsets
 from nnhal.hal.types import (
@@ -112,24 +112,36 @@ class BoundOp:
 
 class _Sizer:
     """Infers a step's output shapes from the run-time inputs and refuses outputs over the
-    device's limit, so a TILE or FILL to 10**11 elements fails cleanly instead of allocating."""
+    device's limit, so a TILE or FILL to 10**11 elements fails cleanly instead of allocating,
+    and a step whose work estimate from those shapes exceeds the device's bound (a PAD given
+    its size at run time feeding a wide pool) fails instead of computing for minutes."""
 
-    __slots__ = ("definition", "ctx", "limit")
+    __slots__ = ("definition", "ctx", "limit", "max_work")
 
-    def __init__(self, definition: object, ctx: OpContext, limit: int):
+    def __init__(self, definition: object, ctx: OpContext, limit: int, max_work: int):
         self.definition = definition
         self.ctx = ctx
         self.limit = limit
+        self.max_work = max_work
 
     def check(self, ins: Sequence[object]) -> None:
         ctx = self.ctx
         infos = [info if arr is None else replace(
                      info, shape=np.shape(arr), value=arr, lifetime=_CONST)
                  for info, arr in zip(ctx.inputs, ins)]
+        now = replace(ctx, inputs=infos)
         try:
-            shapes = self.definition.prepare(replace(ctx, inputs=infos))  # type: ignore
+            shapes = self.definition.prepare(now)  # type: ignore[attr-defined]
         except Exception:  # noqa: BLE001 - the kernel reports bad values itself
             return
+        outs = list(shapes) if shapes else [None] * len(ctx.outputs)
+        work = work_of(self.definition, now, [o.shape if s is None else s
+                                              for s, o in zip(outs, ctx.outputs)])
+        if work > self.max_work:
+            raise RunError(
+                ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+                f"{ctx.op_type.name}: these inputs need about {work:.3g} multiply-adds or "
+                f"element visits, more than the {self.max_work:.3g} this device allows")
         for out, shape in zip(ctx.outputs, shapes or ()):
             if shape is None or not out.type.is_tensor:
                 continue
@@ -513,16 +525,28 @@ class ModelPlan:
     verified compilation cache) already carries every operand's checked description.
     """
 
-    def __init__(self, graph: ModelGraph, max_tensor_bytes: int = MAX_TENSOR_BYTES):
+    def __init__(self, graph: ModelGraph, max_tensor_bytes: int = MAX_TENSOR_BYTES,
+                 max_work: int | None = None):
         self.graph = graph
         self.max_tensor_bytes = max_tensor_bytes
+        #: The device's work bound, held at run time by the steps whose shapes were not all
+        #: known at prepare (the analysis held the others to it).
+        self.max_work = max_work_default() if max_work is None else max_work
         self.relaxed = graph.relaxed
         self.signature = graph.signature
         self.required_inputs = graph.required_inputs
         self.main = SubgraphPlan(graph.main)
         self.referenced = [SubgraphPlan(g) for g in graph.referenced]
+        #: A graph decoded from a compilation cache (no min_level: it was not analysed here)
+        #: is held to this device's work bound while its kernels are bound; the cache may have
+        #: been written under a looser one (another process's NNHAL_MAX_WORK, one key file).
+        self._work: int | None = 0 if graph.min_level is None else None
         for plan in [*self.referenced, self.main]:
             self._bind(plan)
+        if self._work is not None and self._work > self.max_work:
+            raise OpError(f"one execution needs about {self._work:.3g} multiply-adds or "
+                          f"element visits, more than the {self.max_work:.3g} this device "
+                          f"allows", ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT)
         #: Whether a step multiplies matrices through BLAS (a driver may then limit BLAS's
         #: threads around executions: see nnhal.ops.blas).
         self.uses_blas = any(step.op_type in _BLAS_OPS
@@ -555,6 +579,8 @@ class ModelPlan:
                    for i in in_idx]
             ctx = OpContext(op_type=op_type, inputs=ins, outputs=[infos[i] for i in out_idx],
                             relaxed=self.relaxed, subgraphs=self.referenced)
+            if self._work is not None:
+                self._work += work_of(definition, ctx, [shapes[i] for i in out_idx])
             into = None
             if all(_known(infos[i], shapes[i]) for i in out_idx):
                 into = definition.kernel_into(ctx)  # type: ignore[attr-defined]
@@ -565,7 +591,7 @@ class ModelPlan:
                 step.out_specs = tuple((infos[i].type.dtype, tuple(shapes[i])) for i in out_idx)
             elif any(infos[i].type.is_tensor and (shapes[i] is None or 0 in shapes[i])
                      for i in out_idx):
-                step.sizer = _Sizer(definition, ctx, self.max_tensor_bytes)
+                step.sizer = _Sizer(definition, ctx, self.max_tensor_bytes, self.max_work)
             plan.steps.append(step)
         plan.no_outs = [None] * len(plan.steps)
         if not plan.has_control_flow:

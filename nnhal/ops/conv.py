@@ -35,7 +35,16 @@ from nnhal.ops.conv_engine import (
     padded_input,
     scratch,
 )
-from nnhal.ops.resolver import OpContext, OperandInfo, OperationDef, OpError, register
+from nnhal.ops.resolver import (
+    OpContext,
+    OperandInfo,
+    OperationDef,
+    OpError,
+    Shape,
+    elements,
+    register,
+    visits,
+)
 from nnhal.ops.signature import V1_0, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType
@@ -638,6 +647,13 @@ class _ConvBase(_CoreKernels):
         a = _resolve(self.layout(ctx), _static_values(ctx))
         return [self._infer(ctx, a)]
 
+    def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
+        """Each output value sums :meth:`terms` products."""
+        fshape = ctx.inputs[1].shape
+        terms = self.terms(tuple(max(d, 1) for d in fshape)) if fshape and len(fshape) == 4 \
+            else 1
+        return visits(ctx, outputs) + elements(outputs[0]) * terms
+
     # -- kernels --
     def terms(self, fshape: Sequence[int]) -> int:
         """Products summed per output value (bounds the exactness of float32 sums)."""
@@ -954,6 +970,12 @@ class TransposeConv2D(_ConvBase):
         mat = real.transpose(3, 1, 2, 0).reshape(cin, kh * kw * cout)
         return _Weights(1, kh, kw, cout, np.ascontiguousarray(mat))
 
+    def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
+        """Each input value scatters into a filter's worth of outputs (kh x kw x depth_out)."""
+        fshape = ctx.inputs[1].shape
+        spread = elements(fshape[:3]) if fshape and len(fshape) == 4 else 1
+        return visits(ctx, outputs) + elements(ctx.inputs[0].shape) * spread
+
     def compute(self, x, wts, a, pads, out_hw):
         return _transpose_conv(x, wts, a.stride, pads, out_hw)
 
@@ -1028,6 +1050,12 @@ class FullyConnected(_CoreKernels):
 
     def prepare(self, ctx: OpContext):
         return [self._infer(ctx)]
+
+    def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
+        """Each output value sums input_size products."""
+        wshape = ctx.inputs[1].shape
+        size = max(wshape[1], 1) if wshape and len(wshape) == 2 else 1
+        return visits(ctx, outputs) + elements(outputs[0]) * size
 
     def _core(self, ctx: OpContext) -> Callable[[Sequence[Any], np.ndarray | None], np.ndarray]:
         inp, wt, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]

@@ -15,7 +15,17 @@ import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
-from nnhal.ops.resolver import OpContext, OperandInfo, OperationDef, OpError, register
+from nnhal.ops.resolver import (
+    INTERPRETED_STEP,
+    OpContext,
+    OperandInfo,
+    OperationDef,
+    OpError,
+    Shape,
+    elements,
+    register,
+    visits,
+)
 from nnhal.ops.signature import V1_2, V1_3, Slot, Variant, sig, variants
 
 T = OperandType
@@ -95,6 +105,15 @@ SIGNATURES = [AXIS_ALIGNED_BBOX_TRANSFORM_SIGNATURE, BOX_WITH_NMS_LIMIT_SIGNATUR
 
 
 # ---- shared helpers -------------------------------------------------------------------------
+
+
+
+def _rounds(candidates: int, limit: int | None, unlimited_below: int = 0) -> int:
+    """How many boxes greedy NMS keeps at most: all candidates, or the limit when one is
+    given (a limit below ``unlimited_below`` means none)."""
+    if limit is None or limit < unlimited_below:
+        return max(candidates, 1)
+    return max(min(candidates, limit), 1)
 
 def require_quant(ctx: OpContext, info: OperandInfo, what: str, scale: float = ROI_SCALE,
                   zero_point: int | None = 0) -> None:
@@ -310,6 +329,14 @@ def _soft_kernel(method: int, iou_threshold: float, sigma: float):
 class BoxWithNmsLimit(OperationDef):
     """Per-class soft/hard NMS over each batch's boxes; outputs grouped by batch and class."""
 
+    def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
+        """Greedy NMS per class compares each box it keeps (at most max_detections) with
+        the rest, in an interpreted loop."""
+        shape = ctx.inputs[0].shape
+        n = shape[0] if shape and shape[0] > 0 else 1
+        classes = elements(shape[1:]) if shape else 1
+        return visits(ctx, outputs) + INTERPRETED_STEP * classes * n * _rounds(n, ctx.const_int(4))
+
     def validate(self, ctx: OpContext) -> None:
         if ctx.inputs[0].type in C.QUANT8_TYPES:
             require_quant(ctx, ctx.inputs[1], "input 1")
@@ -405,6 +432,18 @@ def _stable_class_score_sort(group: list[int], scores: np.ndarray, nc: int) -> l
 class GenerateProposals(OperationDef):
     """Anchors + deltas -> proposals, top-k pre-filter, size filter, hard NMS per image."""
 
+    def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
+        """Per image, NMS over the proposals the top-k keeps, each one kept (at most
+        post_nms_top_n) compared with the rest in an interpreted loop."""
+        shape = ctx.inputs[0].shape
+        batches = shape[0] if shape and shape[0] > 0 else 1
+        per_image = elements(shape[1:]) if shape else 1
+        top = ctx.const_int(6)
+        if top is not None and top > 0:
+            per_image = min(per_image, top)
+        rounds = _rounds(per_image, ctx.const_int(7), unlimited_below=1)
+        return visits(ctx, outputs) + INTERPRETED_STEP * batches * per_image * rounds
+
     def validate(self, ctx: OpContext) -> None:
         if ctx.inputs[0].type in C.QUANT8_TYPES:
             require_quant(ctx, ctx.inputs[2], "input 2", zero_point=None)
@@ -499,6 +538,20 @@ class GenerateProposals(OperationDef):
 @register(O.DETECTION_POSTPROCESSING)
 class DetectionPostprocessing(OperationDef):
     """SSD-style decoding of anchor deltas followed by regular or fast (single) NMS."""
+
+    def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
+        """NMS over the anchors in an interpreted loop, each kept one compared with the
+        rest: per class up to max_detections_per_class (regular), or once up to
+        max_detections (fast)."""
+        shape = ctx.inputs[0].shape
+        if not shape or len(shape) != 3:
+            return visits(ctx, outputs)
+        batches, anchors, classes = (max(d, 1) for d in shape)
+        regular = ctx.const(7)
+        regular = regular is None or bool(regular)
+        rounds = _rounds(anchors, ctx.const_int(10 if regular else 8))
+        passes = classes if regular else 1
+        return visits(ctx, outputs) + INTERPRETED_STEP * batches * passes * anchors * rounds
 
     def validate(self, ctx: OpContext) -> None:
         for i, r in enumerate((3, 3, 2)):

@@ -9,12 +9,13 @@ the published algorithm and vectorised over all (seed, row) keys, which share on
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops.lstm import expect_rank_if_given, value_given, with_required
-from nnhal.ops.resolver import OpContext, OperationDef, OpError, register
+from nnhal.ops.resolver import OpContext, OperationDef, OpError, Shape, elements, register, visits
 from nnhal.ops.signature import V1_0, V1_2, Slot, sig, variants
 
 T = OperandType
@@ -193,6 +194,11 @@ def projection_bits(hash_seeds: np.ndarray, x: np.ndarray, weight: np.ndarray | 
 
 @register(OperationType.LSH_PROJECTION)
 class LshProjection(OperationDef):
+    def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
+        """Every hash function and bit hashes the whole input."""
+        return visits(ctx, outputs) + elements(ctx.inputs[0].shape) * \
+            elements(ctx.inputs[1].shape)
+
     def validate(self, ctx: OpContext) -> None:
         ctx.expect_rank(0, 2)
         expect_rank_if_given(ctx, 2, 1)

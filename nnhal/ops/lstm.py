@@ -20,7 +20,7 @@ import numpy as np
 
 from nnhal.core.version import FeatureLevel
 from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
-from nnhal.ops.resolver import OpContext, OperandInfo, OperationDef, OpError, register
+from nnhal.ops.resolver import OpContext, OperandInfo, OpError, RecurrentDef, register
 from nnhal.ops.signature import (
     V1_0,
     V1_2,
@@ -469,7 +469,7 @@ _LSTM_IDX_LN = _cell_index(1, 23)
 
 
 @register(O.LSTM)
-class Lstm(OperationDef):
+class Lstm(RecurrentDef):
     """One LSTM time step; 23 inputs (HAL 1.0) or 27 with layer normalisation (HAL 1.2)."""
 
     def validate(self, ctx: OpContext) -> None:
@@ -540,7 +540,7 @@ _UNI_IDX = _cell_index(1, 24)
 
 
 @register(O.UNIDIRECTIONAL_SEQUENCE_LSTM)
-class UnidirectionalSequenceLstm(OperationDef):
+class UnidirectionalSequenceLstm(RecurrentDef):
     """LSTM unrolled over a sequence; since HAL 1.3 it may also output the final states."""
 
     def validate(self, ctx: OpContext) -> None:
@@ -607,7 +607,7 @@ _BI_AUX = 39
 
 
 @register(O.BIDIRECTIONAL_SEQUENCE_LSTM)
-class BidirectionalSequenceLstm(OperationDef):
+class BidirectionalSequenceLstm(RecurrentDef):
     """Forward and backward LSTMs over one sequence, with optional auxiliary input
     (cross-linking with aux weights, parallel linking without) and merged outputs."""
 

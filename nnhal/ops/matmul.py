@@ -19,7 +19,7 @@ import numpy as np
 from nnhal.core.version import FeatureLevel
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
-from nnhal.ops.resolver import OpContext, OperationDef, OpError, Shape, register
+from nnhal.ops.resolver import OpContext, OperationDef, OpError, Shape, elements, register, visits
 from nnhal.ops.shape import const_bool, flag
 from nnhal.ops.signature import Slot, sig, variants
 
@@ -91,6 +91,14 @@ class BatchMatmul(OperationDef):
             known = lhs if lhs is not None else rhs
             return [None if known is None else (0,) * len(known)]
         return [matmul_shape(lhs, rhs, const_bool(ctx, 2), const_bool(ctx, 3))]
+
+    def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
+        """Each output value sums one row of lhs by one column of rhs."""
+        lhs = ctx.inputs[0].shape
+        inner = 1
+        if lhs and len(lhs) >= 2:
+            inner = max(lhs[-2] if const_bool(ctx, 2) else lhs[-1], 1)
+        return visits(ctx, outputs) + elements(outputs[0]) * inner
 
     def kernel(self, ctx: OpContext):
         core = self._core(ctx)

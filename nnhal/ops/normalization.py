@@ -7,6 +7,7 @@ and the output has the fixed scale 1/128, so results match within rounding of on
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,16 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops import fixedpoint as FP
-from nnhal.ops.resolver import OpContext, OperandInfo, OperationDef, OpError, Shape, register
+from nnhal.ops.resolver import (
+    OpContext,
+    OperandInfo,
+    OperationDef,
+    OpError,
+    Shape,
+    elements,
+    register,
+    visits,
+)
 from nnhal.ops.signature import V1_0, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType
@@ -139,6 +149,17 @@ class LocalResponseNormalization(_SameShape):
         ctx.require(radius is None or radius >= 0, "radius must not be negative")
         bias = ctx.const_float(2)
         ctx.require(bias is None or bias != 0.0, "bias must not be zero")
+
+    def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
+        """Each element sums the squares of its window: 2 * radius + 1 neighbours along the
+        axis, at most the whole axis."""
+        shape = ctx.inputs[0].shape
+        radius = max(ctx.const_int(1) or 0, 0)
+        axis = ctx.const_int(5) if ctx.has_value(5) else -1
+        depth = radius * 2 + 1
+        if shape and axis is not None and -len(shape) <= axis < len(shape) and shape[axis] > 0:
+            depth = min(depth, shape[axis])
+        return visits(ctx, outputs) + elements(shape) * depth
 
     def kernel(self, ctx: OpContext):
         dt = ctx.inputs[0].type.dtype

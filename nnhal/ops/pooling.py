@@ -8,6 +8,7 @@ stored integers (input and output share scale and zero point) with integer round
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -16,7 +17,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
-from nnhal.ops.resolver import OpContext, OperationDef, OpError, Shape, register
+from nnhal.ops.resolver import OpContext, OperationDef, OpError, Shape, elements, register, visits
 from nnhal.ops.signature import V1_0, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType
@@ -195,6 +196,12 @@ class _Pool(OperationDef):
             if oh <= 0 or ow <= 0:
                 raise ctx.fail("output size must be positive")
         return [(b, c, oh, ow) if nchw else (b, oh, ow, c)]
+
+    def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
+        """Every output element reads its window (filter width x height)."""
+        first = 7 if len(ctx.inputs) >= 10 else 4  # filter_w, then filter_h
+        area = max(ctx.const_int(first) or 1, 1) * max(ctx.const_int(first + 1) or 1, 1)
+        return visits(ctx, outputs) + elements(outputs[0]) * area
 
     def kernel(self, ctx: OpContext):
         n = len(ctx.inputs)

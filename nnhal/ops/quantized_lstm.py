@@ -16,7 +16,7 @@ from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops import recurrent_fixedpoint as FP
 from nnhal.ops.lstm import expect_rank_if_given, value_given, with_required
-from nnhal.ops.resolver import OpContext, OperationDef, OpError, register
+from nnhal.ops.resolver import OpContext, OpError, RecurrentDef, register
 from nnhal.ops.signature import V1_2, V1_3, Slot, Variant, sig
 
 T = OperandType
@@ -113,7 +113,7 @@ def _close(a: float, b: float) -> bool:
 # ---- QUANTIZED_16BIT_LSTM ----------------------------------------------------------------------
 
 @register(OperationType.QUANTIZED_16BIT_LSTM)
-class Quantized16BitLstm(OperationDef):
+class Quantized16BitLstm(RecurrentDef):
     """Single LSTM step with uint8 activations/weights and a 16-bit (Q4.11) cell state."""
 
     def validate(self, ctx: OpContext) -> None:
@@ -258,7 +258,7 @@ _QLSTM_REQUIRED = (0, 2, 3, 4, 6, 7, 8, 13, 14, 15, 18, 19)
 
 
 @register(OperationType.QUANTIZED_LSTM)
-class QuantizedLstm(OperationDef):
+class QuantizedLstm(RecurrentDef):
     """Integer LSTM step (int8 activations, int16 gates and cell state) with optional CIFG,
     peephole, projection and layer normalisation."""
 

@@ -7,10 +7,21 @@ is used. The CDF is built in float64 over the finite logits, as the reference do
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
-from nnhal.ops.resolver import OpContext, OperationDef, OpError, register
+from nnhal.ops.resolver import (
+    INTERPRETED_ITERATION,
+    OpContext,
+    OperationDef,
+    OpError,
+    Shape,
+    elements,
+    register,
+    visits,
+)
 from nnhal.ops.signature import V1_2, Slot, sig, variants
 
 T = OperandType
@@ -27,6 +38,14 @@ SIGNATURES = [
 
 @register(OperationType.RANDOM_MULTINOMIAL)
 class RandomMultinomial(OperationDef):
+    def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
+        """Each draw searches its row's classes; each row is an interpreted iteration."""
+        shape = ctx.inputs[0].shape
+        classes = shape[-1] if shape and shape[-1] > 0 else 1
+        rows = shape[0] if shape and shape[0] > 0 else 1
+        return visits(ctx, outputs) + elements(outputs[0]) * classes + \
+            INTERPRETED_ITERATION * rows
+
     def validate(self, ctx: OpContext) -> None:
         ctx.expect_rank(0, 2)
         ctx.expect_rank(2, 1)

@@ -10,12 +10,13 @@ uint8 and int8 results exactly 128 apart (as the quantization coupling tests req
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
-from nnhal.ops.resolver import OpContext, OperationDef, OpError, Shape, register
+from nnhal.ops.resolver import OpContext, OperationDef, OpError, Shape, elements, register, visits
 from nnhal.ops.signature import V1_0, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType
@@ -206,7 +207,9 @@ class _Resize(OperationDef):
 
 @register(O.RESIZE_BILINEAR)
 class ResizeBilinear(_Resize):
-    pass
+    def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
+        """Each output value blends four input values."""
+        return visits(ctx, outputs) + 4 * elements(outputs[0])
 
 
 @register(O.RESIZE_NEAREST_NEIGHBOR)

@@ -13,7 +13,7 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.lstm import f32, value_given, with_required
-from nnhal.ops.resolver import OpContext, OperationDef, OpError, register
+from nnhal.ops.resolver import OpContext, OpError, RecurrentDef, register
 from nnhal.ops.signature import V1_0, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType
@@ -89,7 +89,7 @@ def run_rnn(x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray, h0: np.n
 
 
 @register(O.RNN)
-class Rnn(OperationDef):
+class Rnn(RecurrentDef):
     def validate(self, ctx: OpContext) -> None:
         C.check_activation(ctx, 5)
         for i, rank in ((0, 2), (1, 2), (2, 2), (3, 1), (4, 2)):
@@ -120,7 +120,7 @@ class Rnn(OperationDef):
 
 
 @register(O.UNIDIRECTIONAL_SEQUENCE_RNN)
-class UnidirectionalSequenceRnn(OperationDef):
+class UnidirectionalSequenceRnn(RecurrentDef):
     def validate(self, ctx: OpContext) -> None:
         C.check_activation(ctx, 5)
         tm = ctx.const_int(6)
@@ -165,7 +165,7 @@ class UnidirectionalSequenceRnn(OperationDef):
 
 
 @register(O.BIDIRECTIONAL_SEQUENCE_RNN)
-class BidirectionalSequenceRnn(OperationDef):
+class BidirectionalSequenceRnn(RecurrentDef):
     """Forward and backward RNNs; auxiliary input with weights cross-links, without weights
     it replaces the backward cell's input (parallel linking, HAL 1.3)."""
 

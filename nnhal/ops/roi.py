@@ -7,6 +7,8 @@ because floor/ceil/round of those coordinates decide which feature-map cells are
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
@@ -20,7 +22,17 @@ from nnhal.ops.detection import (
     scalar,
     to_float,
 )
-from nnhal.ops.resolver import OpContext, OperandInfo, OperationDef, OpError, register
+from nnhal.ops.resolver import (
+    INTERPRETED_ITERATION,
+    OpContext,
+    OperandInfo,
+    OperationDef,
+    OpError,
+    Shape,
+    elements,
+    register,
+    visits,
+)
 from nnhal.ops.signature import Slot, sig
 
 T = OperandType
@@ -121,9 +133,35 @@ def _finish(out: np.ndarray, nchw: bool) -> np.ndarray:
 
 # ---- ROI_ALIGN ----------------------------------------------------------------------------------
 
+def _regions(ctx: OpContext) -> int:
+    """How many regions (rows of the rois input) a ROI operation loops over."""
+    shape = ctx.inputs[1].shape
+    return shape[0] if shape and shape[0] > 0 else 1
+
+
+def _bin_spans(ctx: OpContext, layout: int) -> tuple[int, int]:
+    """The most feature-map rows and columns one output bin of a region can span."""
+    shape = ctx.inputs[0].shape
+    nchw = ctx.const(layout)
+    out_h, out_w = max(ctx.const_int(3) or 1, 1), max(ctx.const_int(4) or 1, 1)
+    if shape is None or len(shape) != 4:
+        return 1, 1
+    h, w = (shape[2], shape[3]) if nchw is not None and bool(nchw) else (shape[1], shape[2])
+    return -(-max(h, 1) // out_h), -(-max(w, 1) // out_w)
+
+
 @register(O.ROI_ALIGN)
 class RoiAlign(OperationDef):
     """Average of bilinear samples on a regular grid inside each output bin."""
+
+    def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
+        """Four taps per sample, samples per bin given, or adaptive (a region spans at most
+        the feature map: its size over the bin count, rounded up)."""
+        rows, cols = _bin_spans(ctx, 9)
+        rows = ctx.const_int(7) or rows
+        cols = ctx.const_int(8) or cols
+        return visits(ctx, outputs) + 4 * elements(outputs[0]) * max(rows, 1) * max(cols, 1) \
+            + INTERPRETED_ITERATION * _regions(ctx)
 
     def validate(self, ctx: OpContext) -> None:
         _validate_roi_op(ctx, has_sampling=True)
@@ -216,6 +254,20 @@ def _sample_axis(step, start, bin_size, n_out: int, n_samp: int, size: int):
 @register(O.ROI_POOLING)
 class RoiPooling(OperationDef):
     """Max over integer-aligned bins of each region."""
+
+    def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
+        """Per region (an interpreted iteration), the reference masks the whole feature map
+        once per output row, then the rows it kept once per output column."""
+        shape = ctx.inputs[0].shape
+        nchw = ctx.const(7)
+        per_region = 1
+        if shape is not None and len(shape) == 4:
+            h, w, depth = ((shape[2], shape[3], shape[1]) if nchw is not None and bool(nchw)
+                           else shape[1:])
+            out_h, out_w = max(ctx.const_int(3) or 1, 1), max(ctx.const_int(4) or 1, 1)
+            per_region = max(depth, 1) * max(w, 1) * out_h * (max(h, 1) + out_w)
+        regions = _regions(ctx)
+        return visits(ctx, outputs) + regions * (per_region + INTERPRETED_ITERATION)
 
     def validate(self, ctx: OpContext) -> None:
         _validate_roi_op(ctx, has_sampling=False)

@@ -12,7 +12,7 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.lstm import expect_rank_if_given, f32, value_given, with_required
-from nnhal.ops.resolver import OpContext, OperationDef, OpError, register
+from nnhal.ops.resolver import OpContext, OpError, RecurrentDef, register
 from nnhal.ops.signature import V1_0, V1_2, Slot, sig, variants
 
 T = OperandType
@@ -32,7 +32,7 @@ SIGNATURES = [SVDF_SIGNATURE]
 
 
 @register(OperationType.SVDF)
-class Svdf(OperationDef):
+class Svdf(RecurrentDef):
     def validate(self, ctx: OpContext) -> None:
         C.check_activation(ctx, 6)
         for i, r in ((0, 2), (1, 2), (2, 2), (4, 2)):

@@ -32,6 +32,8 @@ def explain_rejection(model: Model, device: IDevice, status: ErrorStatus) -> str
         return f"invalid model: {type(e).__name__}: {e}"
     if graph.too_large:
         return f"model too large: {graph.too_large[0]}"
+    if graph.too_much_work:
+        return f"too much work: {graph.too_much_work}"
     try:
         got, supported = device.get_supported_operations(model)
     except Exception:  # noqa: BLE001 - fall back on what the analysis decided

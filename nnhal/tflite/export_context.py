@@ -221,14 +221,18 @@ class SubgraphWriter:
             if i < 0:
                 return None
             t = tensors[i]
+            sig = t.shape_signature
+            shape = tuple(t.shape) if sig is None else tuple(
+                0 if d < 0 else s for d, s in zip(sig, t.shape))  # -1: not known yet
             hit = cache.get(i)
             if hit is not None and hit[0] is t and hit[1] is t.scales and \
-                    hit[2] is t.zero_points and hit[3] == t.type and hit[4] == t.name:
-                return hit[5]
+                    hit[2] is t.zero_points and hit[3] == t.type and hit[4] == t.name and \
+                    hit[5] == shape:
+                return hit[6]
             arrays = t.quant_arrays()
             scales, zero_points = arrays if arrays is not None else (t.scales, t.zero_points)
-            rt = rule_tensor(t.type, scales, zero_points, f"tensor {i} '{t.name}'")
-            cache[i] = (t, t.scales, t.zero_points, t.type, t.name, rt)
+            rt = rule_tensor(t.type, scales, zero_points, f"tensor {i} '{t.name}'", shape)
+            cache[i] = (t, t.scales, t.zero_points, t.type, t.name, shape, rt)
             return rt
 
         for op in self.sg.operators[first:]:

@@ -432,14 +432,15 @@ def rule_op(tensors: list[TfliteTensor], op: OpInfo) -> RuleOp:
         if i < 0:
             return None
         t = tensors[i]
-        return rule_tensor(t.ttype, t.scales, t.zero_points, t.describe())
+        return rule_tensor(t.ttype, t.scales, t.zero_points, t.describe(),
+                           t.shape if t.has_rank else None)
 
     def option(name: str, default: Any) -> Any:
         get = getattr(op.options, name, None)
         return default if get is None else get()
 
     return RuleOp(op.name, [view(i) for i in op.inputs], [view(i) for i in op.outputs],
-                  option)
+                  option, None if op.custom else op.version)
 
 
 def _refused(sg: SubgraphInfo, op: OpInfo) -> None:

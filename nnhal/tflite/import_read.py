@@ -80,6 +80,8 @@ class OpInfo:
     custom_options: bytes = b""
     #: The flatbuffer operator of a builtin the importer does not read options of itself.
     operator: Any = None
+    #: Its operator code's version (TFLite's resolver registers a span per builtin).
+    version: int = 1
 
     def options_as(self, table: str) -> Any:
         """The options as the schema table ``table`` (defaults when absent or another)."""
@@ -258,8 +260,8 @@ class _Reader:
                 raise self.fail(f"{what} refers to tensor {v} of {count}")
         return out
 
-    def opcode(self, oc_index: int, k: int, where: str) -> tuple[int, bool, str]:
-        """(code, custom, name) of operator code ``oc_index``, read once per code."""
+    def opcode(self, oc_index: int, k: int, where: str) -> tuple[int, bool, str, int]:
+        """(code, custom, name, version) of operator code ``oc_index``, read once per code."""
         found = self._opcodes.get(oc_index)
         if found is None:
             model = self.lf.model
@@ -272,13 +274,14 @@ class _Reader:
             custom = code == tflite.BuiltinOperator.CUSTOM
             name = ((oc.CustomCode() or b"?").decode("utf-8", "replace") if custom
                     else schema.builtin_name(code))
-            found = self._opcodes[oc_index] = (code, custom, name)
+            found = self._opcodes[oc_index] = (code, custom, name, int(oc.Version()))
         return found
 
     def operator(self, pos: int, k: int, n_t: int, where: str) -> OpInfo:
         data = self.data
         f = schema.fields(data, pos, _O_CUSTOM_OPTIONS + 1)
-        code, custom, name = self.opcode(schema.scalar(data, f[_O_OPCODE], _U32), k, where)
+        code, custom, name, version = self.opcode(schema.scalar(data, f[_O_OPCODE], _U32), k,
+                                                  where)
         at = f"{where} operator {k} ({name})"
         ins = self.indexes(schema.vector(data, f[_O_INPUTS], "<i4"), n_t, at)
         outs = self.indexes(schema.vector(data, f[_O_OUTPUTS], "<i4"), n_t, at)
@@ -286,7 +289,7 @@ class _Reader:
         options = None
         if arity is not None and arity.options is not None:
             options = self.options(f, arity.options)
-        info = OpInfo(k, name, code, ins, outs, options, custom)
+        info = OpInfo(k, name, code, ins, outs, options, custom, version=version)
         if custom and f[_O_CUSTOM_OPTIONS]:
             info.custom_options = schema.vector(data, f[_O_CUSTOM_OPTIONS], "u1").tobytes()
         if arity is None and not custom:

@@ -39,6 +39,7 @@ from nnhal.tflite.import_reach import CUSTOM_CONVERTERS, CUSTOM_MAPPED, LOWERED
 from nnhal.tflite.import_read import OpInfo, SubgraphInfo, read_model
 from nnhal.tflite.kernel_rules import RuleOp, kernel_refusal
 from nnhal.tflite.model import ImportedModel, StateVariable
+from nnhal.tflite.op_versions import version_refusal
 from nnhal.tflite.schema import TT
 from nnhal.tflite.variables import VARIABLE_OPS, Variables, initial_values
 from nnhal.validation import ValidationError
@@ -265,6 +266,9 @@ class _Importer:
             try:
                 if op.index in sg.extra.get("fold_refused", {}):
                     raise Unimportable(sg.extra["fold_refused"][op.index])
+                too_new = None if op.custom else version_refusal(op.name, op.version)
+                if too_new is not None:  # before any converter or extension reads it
+                    raise Unimportable(too_new)
                 if op.name in VARIABLE_OPS:
                     if variables is None:
                         raise Unimportable("resource variables only in the main subgraph")

@@ -17,6 +17,7 @@ import numpy as np
 from tflite.TensorType import TensorType as TT
 
 from nnhal.ops.common import quantize_multiplier
+from nnhal.tflite.op_versions import version_refusal
 
 _QUANTIZED = (TT.UINT8, TT.INT8, TT.INT16)
 #: TFLite's kernels keep strides in int16.
@@ -34,6 +35,8 @@ class RuleTensor:
     scales: np.ndarray
     zero_points: np.ndarray
     label: str
+    #: Its dimensions as known before TFLite's Prepare (0 where unknown), or None.
+    shape: tuple[int, ...] | None = None
 
     @property
     def quantized(self) -> bool:
@@ -59,14 +62,18 @@ class RuleOp:
     inputs: list[RuleTensor | None]
     outputs: list[RuleTensor]
     option: Callable[[str, Any], Any]
+    #: Its operator code's version (None for a custom operator).
+    version: int | None = 1
 
 
-def rule_tensor(ttype: int, scales: Any, zero_points: Any, label: str) -> RuleTensor:
+def rule_tensor(ttype: int, scales: Any, zero_points: Any, label: str,
+                shape: Any = None) -> RuleTensor:
     """A :class:`RuleTensor` from whatever sequences (or None) the caller holds."""
     return RuleTensor(int(ttype), _EMPTY_F64 if scales is None else
                       np.asarray(scales, np.float64).reshape(-1),
                       _EMPTY_I64 if zero_points is None else
-                      np.asarray(zero_points, np.int64).reshape(-1), label)
+                      np.asarray(zero_points, np.int64).reshape(-1), label,
+                      None if shape is None else tuple(max(int(d), 0) for d in shape))
 
 
 _EMPTY_F64 = np.empty(0, np.float64)
@@ -181,7 +188,8 @@ def _bias_scale(op: RuleOp) -> str | None:
 
 
 def _convolution(op: RuleOp) -> str | None:
-    """The bias scale, and strides that fit the int16 TFLite's convolutions keep them in."""
+    """The bias scale, strides and SAME paddings that fit the int16 TFLite's convolutions
+    keep them in."""
     why = _bias_scale(op)
     if why is not None:
         return why
@@ -189,6 +197,43 @@ def _convolution(op: RuleOp) -> str | None:
         stride = int(op.option(key, 1))
         if stride > _INT16_MAX:
             return f"stride_{what} {stride} is over {_INT16_MAX} (TFLite keeps strides in int16)"
+    filt = op.inputs[1] if len(op.inputs) > 1 else None
+    if filt is None or filt.shape is None or len(filt.shape) != 4:
+        return None
+    # CONV_2D's filter is [out, h, w, in], DEPTHWISE_CONV_2D's [1, h, w, out].
+    return _same_padding(op, filt.shape[1], filt.shape[2], int(op.option("DilationHFactor", 1)),
+                         int(op.option("DilationWFactor", 1)))
+
+
+def _pool(op: RuleOp) -> str | None:
+    """A SAME padding that fits the int16 TFLite's pooling keeps it in."""
+    return _same_padding(op, int(op.option("FilterHeight", 1)), int(op.option("FilterWidth", 1)),
+                         1, 1)
+
+
+#: TFLite's Padding enum: SAME.
+_SAME = 0
+
+
+def _same_padding(op: RuleOp, kh: int, kw: int, dh: int, dw: int) -> str | None:
+    """TFLite's Prepare computes a SAME window's padding per side (half the total, the odd one
+    apart) and refuses it past int16, where its kernels keep it: a window tens of thousands
+    wide over a small input. Unknown input sizes are Prepare's to check."""
+    if int(op.option("Padding", _SAME)) != _SAME:
+        return None
+    x = op.inputs[0] if op.inputs else None
+    if x is None or x.shape is None or len(x.shape) != 4:
+        return None
+    for what, size, k, stride, dilation in (
+            ("height", x.shape[1], kh, int(op.option("StrideH", 1)), dh),
+            ("width", x.shape[2], kw, int(op.option("StrideW", 1)), dw)):
+        if size <= 0 or k <= 0 or stride <= 0 or dilation <= 0:
+            continue
+        out = (size + stride - 1) // stride
+        total = max((out - 1) * stride + (k - 1) * dilation + 1 - size, 0)
+        if total // 2 > _INT16_MAX:
+            return (f"its SAME padding of {total // 2} along the {what} is over {_INT16_MAX} "
+                    f"(TFLite keeps paddings in int16)")
     return None
 
 
@@ -281,13 +326,17 @@ RULES: dict[str, Callable[[RuleOp], str | None]] = {
     "FULLY_CONNECTED": _bias_scale,
     "CONV_2D": _convolution,
     "DEPTHWISE_CONV_2D": _convolution,
+    "AVERAGE_POOL_2D": _pool,
+    "MAX_POOL_2D": _pool,
+    "L2_POOL_2D": _pool,
     "CONCATENATION": _concatenation,
 }
 
 
 def kernel_refusal(op: RuleOp) -> str | None:
     """Why TFLite's kernel would refuse (or abort on) this operator, or None."""
-    why = _normal_scales(op) or _types(op)
+    why = None if op.version is None else version_refusal(op.name, op.version)
+    why = why or _normal_scales(op) or _types(op)
     if why is None and op.name in RULES:
         why = RULES[op.name](op)
     return why

@@ -124,6 +124,9 @@ def model_info(imported: ImportedModel | Model,
         "operations": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
         "operation_count": sum(counts.values()),
         "parameters": params,
+        # The analysis' estimate of one execution (multiply-adds or element visits; what
+        # a device's max_work bounds); None for an invalid model.
+        "work": None if a.graph is None else a.graph.work,
         "constant_bytes": nbytes,
         "constants": nconst,
         "subgraphs": [{"index": k - 1, "name": "main" if k == 0 else f"subgraph {k - 1}",
@@ -251,7 +254,9 @@ def render(info: dict[str, Any], console: Any = None) -> None:
     title = info["source"] or "model"
     console.print(f"[bold]{title}[/bold]: {info['operation_count']} operations, "
                   f"{info['parameters']:,} parameters, {_size(info['constant_bytes'])} of "
-                  f"constants" + (" (float32 relaxed to float16)" if info["relaxed"] else ""),
+                  f"constants" + (" (float32 relaxed to float16)" if info["relaxed"] else "")
+                  + ("" if info["work"] is None else
+                     f", work ~{info['work']:.2g} a run"),
                   highlight=False)
     if info["problem"]:
         console.print(f"[red]invalid model[/red]: {info['problem']}", highlight=False)

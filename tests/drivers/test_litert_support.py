@@ -164,6 +164,25 @@ def test_exporter_refusal_names_the_operation() -> None:
     assert why is not None and why.startswith("#0 ROI_ALIGN: exporter: "), why
 
 
+def _same_max_pool(filter_h: int) -> Model:
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [1, 4, 1, 1])
+    out = b.output(T.TENSOR_FLOAT32, [1, 4, 1, 1])
+    params = [b.scalar(T.INT32, v) for v in (1, 1, 1, 1, filter_h, 0)]  # SAME, strides 1
+    b.operation(O.MAX_POOL_2D, [x, *params], [out])
+    return b.build()
+
+
+def test_a_same_padding_past_int16_is_not_claimed() -> None:
+    """TFLite's Prepare refuses a SAME padding past int16 (kernel_rules); the exporter checks
+    what it writes, so the driver never hands ai-edge-litert such a pool."""
+    assert supported_operations(_graph(_same_max_pool(65_536))) == [True]
+    g = _graph(_same_max_pool(65_537))
+    assert supported_operations(g) == [False]
+    why = refusal(g)
+    assert why is not None and "SAME padding of 32768 along the height" in why, why
+
+
 def test_int32_div_is_refused_because_litert_fails_division_by_zero() -> None:
     """The exporter writes the HAL's flooring int32 DIV as TFLite's FLOOR_DIV (TFLite's DIV
     would give -22 / 7 = -3 where the HAL gives -4), which agrees; the driver still refuses

@@ -240,20 +240,24 @@ def _subgraph(b: flatbuffers.Builder, g: Graph, codes: dict[str, int],
     return sm.SubGraphEnd(b)
 
 
-def build(main: Graph, *extra: Graph, version: int = 3, external: bool = False) -> bytes:
+def build(main: Graph, *extra: Graph, version: int = 3, external: bool = False,
+          op_versions: dict[str, int] | None = None) -> bytes:
     """The .tflite bytes of a model whose subgraph 0 is ``main``; ``external`` puts constant
-    data past the flatbuffer (Buffer.offset / size), as large models do."""
+    data past the flatbuffer (Buffer.offset / size), as large models do; ``op_versions``
+    gives builtins' operator code versions (else the lowest TFLite registers)."""
+    versions = {**_VERSIONS, **(op_versions or {})}
     if not external:
-        return _build(main, extra, version, None)
+        return _build(main, extra, version, None, versions)
     base = 1 << 12
     while True:
-        data = _build(main, extra, version, base)
+        data = _build(main, extra, version, base, versions)
         if data is not None:
             return data
         base *= 2
 
 
-def _build(main: Graph, extra: tuple, version: int, base: int | None) -> bytes | None:
+def _build(main: Graph, extra: tuple, version: int, base: int | None,
+           versions: dict[str, int]) -> bytes | None:
     b = flatbuffers.Builder(1024)
     codes: dict[str, int] = {}
     buffers: list[bytes] = [b""]
@@ -268,7 +272,7 @@ def _build(main: Graph, extra: tuple, version: int, base: int | None) -> bytes |
             cm.OperatorCodeAddCustomCode(b, custom)
         cm.OperatorCodeAddBuiltinCode(b, code)
         cm.OperatorCodeAddDeprecatedBuiltinCode(b, min(code, 127))
-        cm.OperatorCodeAddVersion(b, _VERSIONS.get(name, 1))
+        cm.OperatorCodeAddVersion(b, versions.get(name, 1))
         code_offsets.append(cm.OperatorCodeEnd(b))
     buffer_offsets, tail, places = [], bytearray(), []
     for data in buffers:

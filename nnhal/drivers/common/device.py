@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from nnhal.analysis import ModelGraph, analyse
+from nnhal.analysis import ModelGraph, analyse, max_work_default
 from nnhal.core.version import FeatureLevel
 from nnhal.drivers.common import compilation_cache
 from nnhal.drivers.common.buffer import allocate
@@ -88,6 +88,14 @@ def default_key_file() -> str | None:
     return path
 
 
+def _positive(value: object) -> int:
+    """A work bound as given to a constructor: a positive whole number (1e12 spellings too)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1 or \
+            value == float("inf"):
+        raise ValueError(f"max_work must be a positive number, got {value!r}")
+    return int(value)
+
+
 class DeviceBase(IDevice):
     """An IDevice over worker pools per priority, a token registry of driver buffers and a
     compilation cache; see the module docstring for what a driver gives."""
@@ -106,9 +114,14 @@ class DeviceBase(IDevice):
     extensions: tuple[str, ...] = ()
 
     def __init__(self, name: str, workers: int, max_tensor_bytes: int,
-                 cache: CompilationCache):
+                 cache: CompilationCache, max_work: int | None = None):
         self.name = name
         self.max_tensor_bytes = max_tensor_bytes
+        #: The bound on one execution's estimated work (multiply-adds or element visits,
+        #: :meth:`nnhal.ops.resolver.OperationDef.work`): a model beyond it is refused at
+        #: prepare, an operation beyond it alone is not claimed. None: ``$NNHAL_MAX_WORK``,
+        #: else :data:`nnhal.analysis.MAX_WORK`.
+        self.max_work = max_work_default() if max_work is None else _positive(max_work)
         self.workers = WorkerPools(workers)
         #: The memory-domain buffers of this device, by token.
         self.buffers: TokenRegistry[RequestBuffer] = TokenRegistry()
@@ -234,7 +247,7 @@ class DeviceBase(IDevice):
     def analyse(self, model: Model, *, own_constants: bool = True) -> ModelGraph:
         """The model checked once (raises ValidationError or OpError when it is invalid)."""
         return analyse(model, own_constants=own_constants,
-                       max_tensor_bytes=self.max_tensor_bytes)
+                       max_tensor_bytes=self.max_tensor_bytes, max_work=self.max_work)
 
     # ---- IDevice ----------------------------------------------------------------------------
     def get_supported_operations(self, model: Model) -> tuple[ErrorStatus, list[bool]]:
@@ -279,6 +292,9 @@ class DeviceBase(IDevice):
         if graph.too_large:
             return self._refuse(callback, ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
                                 f"refused: {graph.too_large[0]}")
+        if graph.too_much_work:
+            return self._refuse(callback, ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
+                                f"refused: {graph.too_much_work}")
         try:
             why = self.refusal(graph)
             compiled = self.compile_now(model, graph) if why is None else None

@@ -86,7 +86,8 @@ class LiteRTDevice(DeviceBase):
     def __init__(self, name: str = "nnhal-litert", threads: int | None = None,
                  workers: int = 4, max_tensor_bytes: int = MAX_TENSOR_BYTES,
                  cache_key_file: str | os.PathLike[str] | None = None,
-                 store_dir: str | os.PathLike[str] | None = None, private_store: bool = True):
+                 store_dir: str | os.PathLike[str] | None = None, private_store: bool = True,
+                 max_work: int | None = None):
         self.threads = max(1, int(threads if threads is not None else (os.cpu_count() or 1)))
         #: None, or why ai-edge-litert cannot be loaded. Loading it is part of opening the
         #: device (tens of ms the first time in a process), as a driver service loads its
@@ -97,7 +98,7 @@ class LiteRTDevice(DeviceBase):
                              default_store_dir("litert")) if private_store else None
         super().__init__(name, workers, max_tensor_bytes,
                          LiteRTCache(VERSION_STRING, cache_key(cache_key_file), self.threads,
-                                     store))
+                                     store), max_work)
 
     # ---- IDevice ----------------------------------------------------------------------------
     def get_capabilities(self) -> tuple[ErrorStatus, Capabilities]:
@@ -115,16 +116,19 @@ class LiteRTDevice(DeviceBase):
 
     # ---- DeviceBase -------------------------------------------------------------------------
     def supported(self, graph: ModelGraph) -> list[bool]:
+        # What the analysis found this device cannot take (a temporary or a work estimate
+        # past its bounds, an extension it does not offer) is not claimed either.
         ok = support.supported_operations(graph)
-        if not graph.extension_ops:
-            return ok
         return [a and b for a, b in zip(ok, self.claimed(graph))]
 
     def refusal(self, graph: ModelGraph) -> str | None:
         return support.refusal(graph)
 
     def operation_reasons(self, graph: ModelGraph) -> list[str | None]:
-        return support.operation_reasons(graph)
+        reasons = support.operation_reasons(graph)
+        return [why if why is not None or runnable else
+                graph.reasons.get((-1, k)) or "not runnable here"
+                for k, (why, runnable) in enumerate(zip(reasons, self.claimed(graph)))]
 
     def compile_now(self, model: Model, graph: ModelGraph) -> bytes:
         # Now, not in the task: the client may change its Model once prepareModel returns.

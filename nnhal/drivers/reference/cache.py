@@ -455,13 +455,15 @@ def _operand(rec: tuple[Any, ...], otype: Any, dims: list[int],
 class PlanCache(CompilationCache):
     """The reference driver's compilation cache: plan images in the common container.
 
-    ``max_tensor_bytes`` bounds the temporaries of restored plans, as for prepared ones.
+    ``max_tensor_bytes`` bounds the temporaries of restored plans, and ``max_work`` the
+    run-time work of their steps of shapes unknown at prepare, as for prepared ones.
     """
 
     def __init__(self, driver_version: str = "", key: bytes | None = None,
-                 max_tensor_bytes: int = MAX_TENSOR_BYTES):
+                 max_tensor_bytes: int = MAX_TENSOR_BYTES, max_work: int | None = None):
         super().__init__(driver_version, key)
         self.max_tensor_bytes = max_tensor_bytes
+        self.max_work = max_work
 
     def encode(self, model: Model, priority: Priority, prepared: IPreparedModel
                ) -> tuple[bytes, bytes, ModelPlan] | None:
@@ -475,4 +477,4 @@ class PlanCache(CompilationCache):
         return decode_image(loaded.body, loaded.head, loaded.data, self.driver_version)
 
     def bind(self, image: PlanImage) -> ModelPlan:
-        return ModelPlan(image.graph, self.max_tensor_bytes)
+        return ModelPlan(image.graph, self.max_tensor_bytes, self.max_work)

@@ -52,6 +52,8 @@ class ReferenceDevice(DeviceBase):
     ``org.nnhal.tflite``, TFLite builtins the HAL lacks, :mod:`nnhal.extensions.
     tflite_builtins`; ``com.google.mediapipe``, MediaPipe's custom operators,
     :mod:`nnhal.extensions.mediapipe`; ``()`` offers none; see :mod:`nnhal.ops.extensions`).
+    ``max_work`` bounds one execution's estimated work (default ``$NNHAL_MAX_WORK``, else
+    :data:`nnhal.analysis.MAX_WORK`): a model beyond it is refused at prepare.
     """
 
     version_string = VERSION_STRING
@@ -61,7 +63,7 @@ class ReferenceDevice(DeviceBase):
     def __init__(self, name: str = "nnhal-reference", workers: int = 4,
                  cache_key_file: str | os.PathLike[str] | None = None,
                  max_tensor_bytes: int = MAX_TENSOR_BYTES, blas_threads: int | None = None,
-                 extensions: tuple[str, ...] | None = None):
+                 extensions: tuple[str, ...] | None = None, max_work: int | None = None):
         #: BLAS threads while a model with GEMMs executes (0: leave BLAS alone). One by
         #: default: the driver's own worker and a second BLAS thread fight over the cores of a
         #: small machine (2 threads measured up to 8x slower under load, never faster by more
@@ -72,7 +74,9 @@ class ReferenceDevice(DeviceBase):
             self.extensions = tuple(extensions)
         # compilation caching: reference/cache.py (the plan image), common/compilation_cache.py
         super().__init__(name, workers, max_tensor_bytes,
-                         PlanCache(VERSION_STRING, cache_key(cache_key_file), max_tensor_bytes))
+                         PlanCache(VERSION_STRING, cache_key(cache_key_file), max_tensor_bytes),
+                         max_work)
+        self._cache.max_work = self.max_work  # type: ignore[attr-defined]
 
     # ---- IDevice ----------------------------------------------------------------------------
     def get_capabilities(self) -> tuple[ErrorStatus, Capabilities]:
@@ -92,7 +96,7 @@ class ReferenceDevice(DeviceBase):
     def build(self, graph: ModelGraph, compiled: Any, priority: Priority,
               deadline: int | None) -> tuple[ErrorStatus, IPreparedModel | None]:
         try:
-            plan = ModelPlan(graph, self.max_tensor_bytes)
+            plan = ModelPlan(graph, self.max_tensor_bytes, self.max_work)
         except OpError as e:
             self.log(f"prepare failed: {e}")
             return ErrorStatus.INVALID_ARGUMENT, None

@@ -103,7 +103,8 @@ class XlaDevice(DeviceBase):
 
     def __init__(self, name: str = "nnhal-xla", workers: int = 4,
                  max_tensor_bytes: int = MAX_TENSOR_BYTES,
-                 cache_key_file: str | os.PathLike[str] | None = None):
+                 cache_key_file: str | os.PathLike[str] | None = None,
+                 max_work: int | None = None):
         #: None, or why JAX cannot be used. Loading it (and its backend) is part of opening
         #: the device, not of the first preparation.
         self.engine_unavailable = unavailable()
@@ -111,7 +112,8 @@ class XlaDevice(DeviceBase):
         #: A host array to the device: what copyFrom of this device's buffers uses.
         self._put: Any = None if self.device is None else putter(self.device)
         super().__init__(name, workers, max_tensor_bytes,
-                         XlaCache(VERSION_STRING, cache_key(cache_key_file), self.device))
+                         XlaCache(VERSION_STRING, cache_key(cache_key_file), self.device),
+                         max_work)
 
     @property
     def on_gpu(self) -> bool:
@@ -160,10 +162,11 @@ class XlaDevice(DeviceBase):
     def operation_reasons(self, graph: ModelGraph) -> list[str | None]:
         """Per main operation, None when it lowers, else why not (``nnhal info --plan``)."""
         main = graph.main
-        return [None if ok and why is None else why or "not runnable here"
-                for ok, why in zip(main.supported,
-                                   (lowering.why_not(main, k) if ok else None
-                                    for k, ok in enumerate(main.supported)))]
+        return [None if ok and why is None else
+                why or graph.reasons.get((-1, k)) or "not runnable here"
+                for k, (ok, why) in enumerate(zip(main.supported,
+                                                  (lowering.why_not(main, k) if ok else None
+                                                   for k, ok in enumerate(main.supported))))]
 
     def refusal(self, graph: ModelGraph) -> str | None:
         if self.engine_unavailable is not None:
