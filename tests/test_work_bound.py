@@ -71,7 +71,7 @@ def device():
 
 @pytest.mark.parametrize("op", [O.MAX_POOL_2D, O.AVERAGE_POOL_2D, O.L2_POOL_2D])
 def test_the_pad_and_pool_class_is_refused_at_prepare_quickly(device, op):
-    model = pad_pool_model(1_000_000, 65_536, op)
+    model = pad_pool_model(1_000_000, 200_000, op)  # 1.6e11 window visits
     t0 = time.perf_counter()
     launch, status, pm = prepare(device, model)
     took = time.perf_counter() - t0
@@ -84,7 +84,7 @@ def test_the_pad_and_pool_class_is_refused_at_prepare_quickly(device, op):
     why = graph.too_much_work
     assert why is not None and "\n" not in why
     assert f"main operation 1 ({op.name})" in why and "NNHAL_MAX_WORK" in why
-    assert graph.main.work[1] > 1_000_000 * 65_536 // 2
+    assert graph.main.work[1] > 800_000 * 200_000
     assert device.refusals(model)[1] == why  # nnhal info --plan says why
     assert explain_rejection(model, device, E.RESOURCE_EXHAUSTED_PERSISTENT) == \
         f"too much work: {why}"
@@ -263,9 +263,10 @@ def test_the_other_drivers_hold_the_same_bound(driver):
     try:
         if dev.engine_unavailable is not None:
             pytest.skip(f"{driver}: {dev.engine_unavailable}")
-        model = pad_pool_model(100_000, 65_536)  # 34,481 x 65,536: 2.26e9
-        assert dev.get_supported_operations(model) == (E.NONE, [True, False])
-        assert "main operation 1 (MAX_POOL_2D) needs about 2.26e+09" in dev.refusals(model)[1]
+        # (Not a pool: LiteRT leaves one this heavy to the reference before any bound.)
+        model = fc_model(2000, 1000, 1000)  # 2e9 multiply-adds
+        assert dev.get_supported_operations(model) == (E.NONE, [False])
+        assert "main operation 0 (FULLY_CONNECTED) needs about 2.01e+09" in dev.refusals(model)[0]
         t0 = time.perf_counter()
         launch, status, _ = prepare(dev, model)
         assert launch == status == E.RESOURCE_EXHAUSTED_PERSISTENT
@@ -351,8 +352,8 @@ def test_a_cache_written_under_a_looser_bound_is_not_restored_under_a_tighter_on
 
 
 def test_a_quadratic_nms_is_refused_at_prepare(device):
-    """20,000 boxes of one class (and the background) without a detection limit: the
-    reference's greedy loop would compare them pairwise for minutes; 2,000 run."""
+    """40,000 boxes of one class (and the background) without a detection limit: the
+    reference's greedy loop would compare them pairwise for over a minute; 2,000 run."""
     def nms_model(n: int) -> Model:
         b = ModelBuilder()
         scores = b.input(T.TENSOR_FLOAT32, [n, 2])
@@ -366,7 +367,7 @@ def test_a_quadratic_nms_is_refused_at_prepare(device):
         return b.build()
 
     t0 = time.perf_counter()
-    launch, status, _ = prepare(device, nms_model(20_000))
+    launch, status, _ = prepare(device, nms_model(40_000))
     assert launch == status == E.RESOURCE_EXHAUSTED_PERSISTENT
     assert time.perf_counter() - t0 < 1.0
     assert prepare(device, nms_model(2_000))[1] == E.NONE

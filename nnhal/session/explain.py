@@ -50,7 +50,19 @@ def explain_rejection(model: Model, device: IDevice, status: ErrorStatus) -> str
         why = why.removeprefix(f"{op}: ")  # an OpError names the operation already
         return op + (f": {why}" if why else "")
 
-    missing = [f"operation {k} ({name(k)})" for k, ok in enumerate(supported) if not ok]
+    words: list[str | None] = []
+    reasons = getattr(device, "operation_reasons", None)  # a driver of this package says why
+    if reasons is not None and not all(supported):
+        try:
+            words = list(reasons(graph))
+        except Exception:  # noqa: BLE001 - the operations named without a reason
+            words = []
+
+    def why(k: int) -> str:
+        said = words[k] if k < len(words) else None
+        return f": {said.split(': ', 1)[-1]}" if said else ""
+
+    missing = [f"operation {k} ({name(k)}){why(k)}" for k, ok in enumerate(supported) if not ok]
     if missing:
         return "the device does not support " + ", ".join(missing)
     refusal = getattr(device, "refusal", None)  # a driver of this package says why

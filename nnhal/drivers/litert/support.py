@@ -272,6 +272,15 @@ def _find_reasons(graph: ModelGraph) -> list[str | None]:
     return reasons
 
 
+_POOLS = ("AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D")
+#: The largest pooling (its work estimate, :attr:`SubgraphGraph.work`) claimed. Measured with
+#: ai-edge-litert 2.3 here: its pools visit about 1e9 window elements a second, both in
+#: ``allocate_tensors`` and in each ``invoke`` (a PAD of a million columns into a MAX_POOL
+#: 65,536 wide: 6.1e10, four minutes), where the reference's visit about 1e10. A real model's
+#: pools are far below (MobileNet's global pool: 6e4).
+MAX_POOL_WORK = 10**9
+
+
 def _reasons(graph: ModelGraph, g: SubgraphGraph, exported: dict[int, str],
              sub: object) -> list[str | None]:
     out: list[str | None] = []
@@ -287,6 +296,10 @@ def _reasons(graph: ModelGraph, g: SubgraphGraph, exported: dict[int, str],
                 out.append(None if why is None else f"#{k} {found[0].name}: {why}")
             continue
         why = _rule(graph, g, name, list(ins), list(outs))
+        if why is None and name in _POOLS and k < len(g.work) and g.work[k] > MAX_POOL_WORK:
+            why = (f"a window of about {g.work[k]:.2g} element visits: ai-edge-litert visits "
+                   f"about 1e9 a second at prepare and again at each run, the reference ten "
+                   f"times that")
         if why is None and k in exported:
             why = exported[k]
         if why is None and name in ("IF", "WHILE"):
