@@ -316,7 +316,7 @@ def conv_multipliers(input_scale: float, filter_scales: Any, output_scale: float
     return products.astype(np.float64) / float(np.float32(output_scale))
 
 
-class _Requant:
+class ConvRequant:
     """int32 accumulator (+ bias) -> quantized output, per tensor or per output channel."""
 
     def __init__(self, inp: OperandInfo, filt: OperandInfo, out: OperandInfo):
@@ -460,7 +460,7 @@ def _centred_filter(filt: np.ndarray, info: OperandInfo) -> np.ndarray:
     return np.asarray(filt, dtype=np.int32) - np.int32(zp)
 
 
-def _input_bound(info: OperandInfo) -> int:
+def input_bound(info: OperandInfo) -> int:
     """Largest magnitude of a quantized input's stored value minus its zero point."""
     lo, hi = C.qrange(info.type)
     return max(info.zero_point - lo, hi - info.zero_point)
@@ -475,7 +475,7 @@ def _as_real(x: np.ndarray, info: OperandInfo) -> np.ndarray:
 
 
 def _finish(acc: np.ndarray, bias: np.ndarray, act: int, out: OperandInfo,
-            requant: _Requant | None) -> np.ndarray:
+            requant: ConvRequant | None) -> np.ndarray:
     """Add the bias, apply the activation and convert to the output type."""
     if requant is None:
         r = acc + bias.astype(np.float64)
@@ -675,8 +675,8 @@ class _ConvBase(_CoreKernels):
             dtype: type = np.float32
         else:
             terms, largest = self.terms(filt.shape), int(np.abs(centred).max(initial=0))
-            dtype = exact_dtype(terms, _input_bound(inp), largest)
-            bound = terms * _input_bound(inp) * largest
+            dtype = exact_dtype(terms, input_bound(inp), largest)
+            bound = terms * input_bound(inp) * largest
         return conv_weights(self.layout_filter(centred), self.groups(a, filt.shape), dtype,
                             bound)
 
@@ -697,7 +697,7 @@ class _ConvBase(_CoreKernels):
         layout = self.layout(ctx)
         inp, filt, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
         quant = inp.type not in C.FLOAT_TYPES
-        requant = _Requant(inp, filt, out) if quant else None
+        requant = ConvRequant(inp, filt, out) if quant else None
         zp_in = inp.zero_point if quant else 0
         odt = out.type.dtype
         values = _static_values(ctx)
@@ -827,7 +827,7 @@ def _native_q8_fc(ctx: OpContext, weights: np.ndarray, act: int) -> Any:
         return None
     units, size = weights.shape
     centred = _centred_filter(weights, wt).reshape(units, 1, 1, size)
-    rq = _Requant(inp, wt, out)
+    rq = ConvRequant(inp, wt, out)
     if not _native.ConvQ8.fits(centred, rq.shift):
         return None
     lo, hi = C.quant_activation_range(act, out.scale, out.zero_point, out.type)
@@ -848,7 +848,7 @@ def _native_q8_conv(ctx: OpContext, filt: np.ndarray, a: _Args) -> Any:
     if lib is None or (NATIVE_Q8_CONV == "auto" and not _native.conv_q8_fast(lib)):
         return None
     centred = _centred_filter(filt, fi)
-    rq = _Requant(inp, fi, out)
+    rq = ConvRequant(inp, fi, out)
     if not _native.ConvQ8.fits(centred, rq.shift):
         return None
     lo, hi = C.quant_activation_range(a.act, out.scale, out.zero_point, out.type)
@@ -920,7 +920,7 @@ class DepthwiseConv2D(_ConvBase):
                 or filt.shape[1] * filt.shape[2] * 255 * 255 + (1 << 22) > C.INT32_MAX \
                 or _native.library() is None:
             return None
-        rq = _Requant(inp, fi, out)
+        rq = ConvRequant(inp, fi, out)
         lo, hi = C.quant_activation_range(a.act, out.scale, out.zero_point, out.type)
         return _native.DepthwiseQ8(_native.library(), _centred_filter(filt, fi), rq.multiplier,
                                    rq.shift, inp.zero_point, out.zero_point, lo, hi,
@@ -985,7 +985,7 @@ class TransposeConv2D(_ConvBase):
     def kernel(self, ctx: OpContext):
         layout = self.layout(ctx)
         inp, filt, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
-        requant = None if inp.type in C.FLOAT_TYPES else _Requant(inp, filt, out)
+        requant = None if inp.type in C.FLOAT_TYPES else ConvRequant(inp, filt, out)
         values = _static_values(ctx)
         static = _resolve(layout, values)
         all_const = all(values[i] is not None for i in layout.params)
@@ -1059,7 +1059,7 @@ class FullyConnected(_CoreKernels):
 
     def _core(self, ctx: OpContext) -> Callable[[Sequence[Any], np.ndarray | None], np.ndarray]:
         inp, wt, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
-        requant = None if inp.type in C.FLOAT_TYPES else _Requant(inp, wt, out)
+        requant = None if inp.type in C.FLOAT_TYPES else ConvRequant(inp, wt, out)
         zp_in = 0 if requant is None else inp.zero_point
         odt = out.type.dtype
 
@@ -1070,9 +1070,9 @@ class FullyConnected(_CoreKernels):
             if requant is None:
                 return np.ascontiguousarray(centred.T), np.float32, None
             largest = int(np.abs(centred).max(initial=0))
-            dtype = exact_dtype(w.shape[1], _input_bound(inp), largest)
+            dtype = exact_dtype(w.shape[1], input_bound(inp), largest)
             return (np.ascontiguousarray(centred.T.astype(dtype)), dtype,
-                    w.shape[1] * _input_bound(inp) * largest)
+                    w.shape[1] * input_bound(inp) * largest)
 
         const_w = ctx.const(1)
         static = None if const_w is None or np.ndim(const_w) != 2 else layout(const_w)

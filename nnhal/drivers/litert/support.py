@@ -27,7 +27,7 @@ from nnhal.analysis import ModelGraph, SubgraphGraph
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.catalog import SIGNATURES
-from nnhal.ops.conv import _input_bound, _Requant, conv_multipliers
+from nnhal.ops.conv import ConvRequant, conv_multipliers, input_bound
 from nnhal.tflite.export_context import SubgraphWriter
 from nnhal.tflite.export_fb import ModelDef, SubgraphDef
 from nnhal.tflite.export_fuse import find_fusions
@@ -564,7 +564,7 @@ def _left_shift_may_wrap(g: SubgraphGraph, name: str, ins: list[int], outs: list
         scales = f.channel_scales if f.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL else [f.scale]
         if float(np.max(conv_multipliers(x.scale, scales, y.scale), initial=0.0)) < 0.5:
             return False  # no channel shifts left (one vectorised test; the usual case)
-        left = int(np.max(_Requant(x, f, y).shift))
+        left = int(np.max(ConvRequant(x, f, y).shift))
     except (ValueError, TypeError, OverflowError, ZeroDivisionError):
         return True  # validation words what is wrong; claim nothing unsure
     if left <= 0:
@@ -576,7 +576,7 @@ def _left_shift_may_wrap(g: SubgraphGraph, name: str, ins: list[int], outs: list
     zf = 0 if f.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL else f.zero_point
     fmax = int(np.abs(np.asarray(f.value, np.int64) - zf).max(initial=0))
     bmax = int(np.abs(np.asarray(b.value, np.int64)).max(initial=0))
-    return (terms * _input_bound(x) * fmax + bmax) << left > C.INT32_MAX
+    return (terms * input_bound(x) * fmax + bmax) << left > C.INT32_MAX
 
 
 def _scalar(g: SubgraphGraph, i: int) -> int | None:

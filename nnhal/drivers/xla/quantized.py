@@ -19,7 +19,7 @@ Two ways keep XLA's results equal to the reference's, bit for bit, rather than c
   quantized operands (``jax.enable_x64`` is scoped to that thread and that block; the compiled
   executable takes and returns the model's own types and runs from any thread, fresh or
   restored from the cache). The multipliers, shifts and clamps are the reference's own
-  (``nnhal.ops.conv._Requant``, ``quant_activation_range``).
+  (``nnhal.ops.conv.ConvRequant``, ``quant_activation_range``).
 
 Pooling and QUANTIZE follow the reference's integer and float32 formulas directly.
 """
@@ -138,7 +138,7 @@ def _int64(op: L.Op) -> Any:
 
 def requantize(op: L.Op, acc: Any, bias: Any, rq: Any, act: int) -> Any:
     """int32 ``acc`` plus the int32 ``bias`` (over the last axis) through the reference
-    requantisation ``rq`` (a :class:`nnhal.ops.conv._Requant`), the fused activation's clamp
+    requantisation ``rq`` (a :class:`nnhal.ops.conv.ConvRequant`), the fused activation's clamp
     and the output type."""
     jnp = op.jnp
     total = acc.astype(_int64(op)) + bias.astype(jnp.int64)
@@ -193,7 +193,7 @@ def weights_supports(op: L.Op) -> str | None:
 
 
 def _requant(op: L.Op) -> Any:
-    return conv_ops._Requant(op.info(0), op.info(1), op.out_info())
+    return conv_ops.ConvRequant(op.info(0), op.info(1), op.out_info())
 
 
 # ---- convolutions and dense layers ---------------------------------------------------------
