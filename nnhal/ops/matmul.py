@@ -5,8 +5,9 @@ same batch size and defines no broadcasting. Either operand may be adjointed (fo
 types the HAL has, transposed). Float32 multiplies in float32, float16 in float32 rounded to
 float16; TENSOR_INT32 accumulates with int32 wraparound; TENSOR_QUANT8_ASYMM_SIGNED
 accumulates the zero-point-centred products exactly (in float64 through BLAS: every partial
-sum stays far below 2**53) and requantizes with the reference fixed-point multiplier
-``lhs_scale * rhs_scale / output_scale``, rounding half away from zero and saturating.
+sum stays far below 2**53), wraps the sum in int32 as the reference kernels' accumulator does,
+and requantizes with the reference fixed-point multiplier ``lhs_scale * rhs_scale /
+output_scale`` (:func:`nnhal.ops.common.requantize_int32_sum`), rounding half away from zero.
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ class BatchMatmul(OperationDef):
             if t == T.TENSOR_INT32:  # int64 sums wrap to the same low 32 bits as int32 ones
                 return np.matmul(x.astype(np.int64), y.astype(np.int64)).astype(np.int32)
             acc = np.matmul(x.astype(np.float64) - zx, y.astype(np.float64) - zy)
-            scaled = C.multiply_by_quantized_multiplier(acc.astype(np.int64), multiplier, shift)
+            scaled = C.requantize_int32_sum(acc.astype(np.int64), multiplier, shift)
             return np.clip(scaled + zo, qmin, qmax).astype(np.int8)
 
         def core(ins: Sequence[Any], dst: np.ndarray | None) -> np.ndarray:

@@ -436,10 +436,12 @@ def _batch_matmul(cx: ExportOpContext) -> None:
 def _check_int8_matmul_multiplier(cx: ExportOpContext) -> None:
     """TFLite's int8 kernel multiplies the int32 sum by 2^shift before its fixed-point
     multiplier (lhs scale x rhs scale / output scale = f x 2^shift, f in [0.5, 1)), and that
-    product wraps past int32 where the HAL saturates (measured: garbage from multipliers of
-    2^13 up with 256-deep random sums). A sum of ``depth`` products is at most depth x 255 x
-    255 in magnitude, so a multiplier of at least 1 is refused unless that bound times 2^shift
-    stays within int32."""
+    product may leave int32. TFLite's own kernels wrap it, as the HAL's reference arithmetic
+    does (:func:`nnhal.ops.common.requantize_int32_sum`; tests/ops/test_conv_bias_limits.py),
+    but XNNPACK, which ai-edge-litert runs by default, does not: it crashed ai-edge-litert 2.3
+    (a segmentation fault) on a multiplier of 2^13 with 256-deep sums. A sum of ``depth``
+    products is at most depth x 255 x 255 in magnitude, so a multiplier of at least 1 is
+    refused unless that bound times 2^shift stays within int32."""
     lhs, rhs, out = cx.info(0), cx.info(1), cx.out_info()
     f32 = np.float32
     real = float(f32(lhs.scale)) * float(f32(rhs.scale)) / float(f32(out.scale))
@@ -450,10 +452,10 @@ def _check_int8_matmul_multiplier(cx: ExportOpContext) -> None:
     depth = cx.shape(0)[-2 if adj_x else -1] if cx.w.g.shapes[cx.ins[0]] else 0
     known = depth > 0 and 0 not in (cx.w.g.shapes[cx.ins[0]] or (0,))
     if not known or depth * 255 * 255 * 2 ** shift >= 2 ** 31:
-        raise Unexportable(f"TFLite's int8 BATCH_MATMUL wraps its int32 sum times 2^{shift} "
-                           f"(multiplier lhs x rhs / output scale = {real:.3g}) past int32 "
-                           f"for an inner dimension of {depth or 'unknown size'}; the HAL "
-                           f"saturates")
+        raise Unexportable(f"its int32 sum times 2^{shift} (multiplier lhs x rhs / output "
+                           f"scale = {real:.3g}) may leave int32 for an inner dimension of "
+                           f"{depth or 'unknown size'}, which XNNPACK does not wrap as TFLite's "
+                           f"kernels and the HAL do (it crashed ai-edge-litert 2.3)")
 
 
 def _pack(cx: ExportOpContext) -> None:

@@ -289,3 +289,34 @@ def test_xnnpack_leaves_a_bias_given_at_run_time_to_tflite_kernels():
             outs.append(it.get_tensor(it.get_output_details()[0]["index"]))
         np.testing.assert_array_equal(outs[0], outs[1], err_msg=f"{op} {kind}")
         assert (saturating(op, x, m) != outs[1]).sum() >= 8  # the shift did wrap
+
+
+@needs_litert
+@pytest.mark.parametrize("scale", [2.0**-24, 6.0])
+def test_batch_matmul_wraps_as_tflite_kernels(monkeypatch, scale):
+    """BATCH_MATMUL int8 with an inner dimension whose sum leaves int32 (100,000 products of
+    up to 255 x 127), and a multiplier below 1 or above 1 (its left shift wrapping too): the
+    reference driver gives TFLite's builtin kernels' bytes. (The exporter refuses the second
+    for LiteRT, whose XNNPACK crashed on such multipliers: written here past that check, for
+    TFLite's own kernels only.)"""
+    from nnhal.tflite import export_ops
+
+    monkeypatch.setattr(export_ops, "_check_int8_matmul_multiplier", lambda cx: None)
+    k = 100_000
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 2, k], scale=1.0, zero_point=-128)
+    rng = np.random.default_rng(7)
+    w = np.where(rng.random((1, k, 3)) < 0.9, 127, -128).astype(np.int8)
+    w[0, :, 2] = rng.integers(-128, 128, k)
+    y = b.constant(T.TENSOR_QUANT8_ASYMM_SIGNED, w, scale=1.0, zero_point=0)
+    out = b.output(T.TENSOR_QUANT8_ASYMM_SIGNED, [1, 2, 3], scale=1.0 / scale, zero_point=0)
+    b.operation(O.BATCH_MATMUL, [x, y, b.scalar(T.BOOL, False), b.scalar(T.BOOL, False)],
+                [out])
+    data = write_tflite(b.build())
+    xs = np.full((1, 2, k), 127, np.int8)
+    xs[0, 1] = rng.integers(-128, 128, k)
+    want = tflite(data, xs, OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    got = nnhal_run(data, xs, "reference")
+    assert got.tolist() == want.tolist()
+    sums = (xs.astype(np.int64) + 128) @ w.astype(np.int64)
+    assert np.abs(sums).max() > I32MAX  # the case is the one that wraps
