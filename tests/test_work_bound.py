@@ -323,13 +323,25 @@ def test_estimates_of_scatter_recurrence_and_nms():
     assert 16 * 35 < work < 16 * 35 + 100
 
 
-def test_a_cache_written_under_a_looser_bound_is_not_restored_under_a_tighter_one(tmp_path):
+@pytest.mark.parametrize("driver", ["reference", "litert"])
+def test_a_cache_written_under_a_looser_bound_is_not_restored_under_a_tighter_one(tmp_path,
+                                                                                  driver):
     """Devices sharing a key file restore each other's caches; the bound is the restoring
-    device's (a cached graph is not analysed again, so its plan's binding sums the work)."""
+    device's (a cached graph is not analysed again: the reference's plan sums the work as it
+    binds, LiteRT's model cache carries the estimate)."""
     key = tmp_path / "key"
     model = fc_model(100, 100, 100)  # 1e6 multiply-adds
-    loose = ReferenceDevice(cache_key_file=key)
-    tight = ReferenceDevice(cache_key_file=key, max_work=100_000)
+    if driver == "litert":
+        from nnhal.drivers.litert import LiteRTDevice
+
+        loose = LiteRTDevice(cache_key_file=key, private_store=False)
+        if loose.engine_unavailable is not None:
+            loose.close()
+            pytest.skip(f"litert: {loose.engine_unavailable}")
+        tight = LiteRTDevice(cache_key_file=key, max_work=100_000, private_store=False)
+    else:
+        loose = ReferenceDevice(cache_key_file=key)
+        tight = ReferenceDevice(cache_key_file=key, max_work=100_000)
     token = bytes(range(32))
     try:
         with open(tmp_path / "model", "w+b") as mc, open(tmp_path / "data", "w+b") as dc:

@@ -78,6 +78,7 @@ def encode_io(graph: ModelGraph, driver_version: str) -> bytes:
         "required": [k for k, i in enumerate(main.inputs) if i in graph.required_inputs],
         "shapes": [None if main.shapes[i] is None else list(main.shapes[i])
                    for i in main.outputs],
+        "work": int(graph.work),
     }, separators=(",", ":")).encode()
 
 
@@ -111,7 +112,10 @@ def decode_io(body: bytes | memoryview, driver_version: str) -> ModelGraph:
         required = frozenset(int(k) for k in rec["required"] if 0 <= int(k) < n_in)
         main = SubgraphGraph(-1, infos, tuple(shapes), (), tuple(range(n_in)),
                              tuple(range(n_in, len(operands))), ())
-        return ModelGraph(main, (), bool(rec["relaxed"]), signature, required)
+        work = int(rec["work"])
+        if work < 0:
+            raise CacheError("negative work estimate")
+        return ModelGraph(main, (), bool(rec["relaxed"]), signature, required, work=work)
     except CacheError:
         raise
     except (ValueError, TypeError, KeyError, IndexError) as e:
@@ -127,6 +131,9 @@ class LiteRTCache(CompilationCache):
         self.threads = threads
         #: The driver's private store of flatbuffers (None: none kept).
         self.store = store
+        #: The restoring device's work bound (None: none): a model cache written under a
+        #: looser one (another process's NNHAL_MAX_WORK, one key file) is not restored.
+        self.max_work: int | None = None
 
     def encode(self, model: Model, priority: Priority, prepared: IPreparedModel
                ) -> tuple[bytes, bytes, LiteRTPlan] | None:
@@ -157,6 +164,9 @@ class LiteRTCache(CompilationCache):
 
     def bind(self, image: tuple[ModelGraph, bytes | StoredFile]) -> LiteRTPlan:
         graph, flatbuffer = image
+        if self.max_work is not None and graph.work > self.max_work:
+            raise CacheError(f"the model's estimated work {graph.work:.3g} is beyond this "
+                             f"device's bound {self.max_work:.3g} (max_work, NNHAL_MAX_WORK)")
         first = Engine(flatbuffer, self.threads)
         if len(first.inputs) != len(graph.main.inputs) or \
                 len(first.outputs) != len(graph.main.outputs):

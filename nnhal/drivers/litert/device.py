@@ -99,6 +99,7 @@ class LiteRTDevice(DeviceBase):
         super().__init__(name, workers, max_tensor_bytes,
                          LiteRTCache(VERSION_STRING, cache_key(cache_key_file), self.threads,
                                      store), max_work)
+        self._cache.max_work = self.max_work  # type: ignore[attr-defined]
 
     # ---- IDevice ----------------------------------------------------------------------------
     def get_capabilities(self) -> tuple[ErrorStatus, Capabilities]:
