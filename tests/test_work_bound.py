@@ -323,7 +323,7 @@ def test_estimates_of_scatter_recurrence_and_nms():
     assert 16 * 35 < work < 16 * 35 + 100
 
 
-@pytest.mark.parametrize("driver", ["reference", "litert"])
+@pytest.mark.parametrize("driver", ["reference", "litert", "xla"])
 def test_a_cache_written_under_a_looser_bound_is_not_restored_under_a_tighter_one(tmp_path,
                                                                                   driver):
     """Devices sharing a key file restore each other's caches; the bound is the restoring
@@ -331,14 +331,22 @@ def test_a_cache_written_under_a_looser_bound_is_not_restored_under_a_tighter_on
     binds, LiteRT's model cache carries the estimate)."""
     key = tmp_path / "key"
     model = fc_model(100, 100, 100)  # 1e6 multiply-adds
-    if driver == "litert":
-        from nnhal.drivers.litert import LiteRTDevice
+    if driver in ("litert", "xla"):
+        if driver == "litert":
+            from nnhal.drivers.litert import LiteRTDevice
 
-        loose = LiteRTDevice(cache_key_file=key, private_store=False)
+            def make(**kw):
+                return LiteRTDevice(cache_key_file=key, private_store=False, **kw)
+        else:
+            from nnhal.drivers.xla import XlaDevice
+
+            def make(**kw):
+                return XlaDevice(cache_key_file=key, **kw)
+        loose = make()
         if loose.engine_unavailable is not None:
             loose.close()
-            pytest.skip(f"litert: {loose.engine_unavailable}")
-        tight = LiteRTDevice(cache_key_file=key, max_work=100_000, private_store=False)
+            pytest.skip(f"{driver}: {loose.engine_unavailable}")
+        tight = make(max_work=100_000)
     else:
         loose = ReferenceDevice(cache_key_file=key)
         tight = ReferenceDevice(cache_key_file=key, max_work=100_000)

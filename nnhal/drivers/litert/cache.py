@@ -122,6 +122,14 @@ def decode_io(body: bytes | memoryview, driver_version: str) -> ModelGraph:
         raise CacheError(f"malformed model cache: {type(e).__name__}: {e}") from e
 
 
+def check_work(graph: ModelGraph, max_work: int | None) -> None:
+    """CacheError when a restored graph's work estimate (:func:`encode_io` keeps it) is past
+    the restoring device's bound (None: none), as a prepare would refuse it."""
+    if max_work is not None and graph.work > max_work:
+        raise CacheError(f"the model's estimated work {graph.work:.3g} is beyond this "
+                         f"device's bound {max_work:.3g} (max_work, NNHAL_MAX_WORK)")
+
+
 class LiteRTCache(CompilationCache):
     """Flatbuffers in the common container (see the module's text)."""
 
@@ -164,9 +172,7 @@ class LiteRTCache(CompilationCache):
 
     def bind(self, image: tuple[ModelGraph, bytes | StoredFile]) -> LiteRTPlan:
         graph, flatbuffer = image
-        if self.max_work is not None and graph.work > self.max_work:
-            raise CacheError(f"the model's estimated work {graph.work:.3g} is beyond this "
-                             f"device's bound {self.max_work:.3g} (max_work, NNHAL_MAX_WORK)")
+        check_work(graph, self.max_work)
         first = Engine(flatbuffer, self.threads)
         if len(first.inputs) != len(graph.main.inputs) or \
                 len(first.outputs) != len(graph.main.outputs):

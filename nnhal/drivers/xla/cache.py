@@ -29,7 +29,7 @@ from nnhal.drivers.common.compilation_cache import (
     Loaded,
     encode_head,
 )
-from nnhal.drivers.litert.cache import decode_io, encode_io
+from nnhal.drivers.litert.cache import check_work, decode_io, encode_io
 from nnhal.drivers.xla.engine import (
     RELAXED_ENV,
     Executable,
@@ -89,6 +89,8 @@ class XlaCache(CompilationCache):
         super().__init__(driver_version, key)
         #: The JAX device restored executables load on (None: JAX is not available).
         self.device = device
+        #: The restoring device's work bound (see :func:`check_work`; None: none).
+        self.max_work: int | None = None
 
     def encode(self, model: Model, priority: Priority, prepared: IPreparedModel
                ) -> tuple[bytes, bytes, XlaPlan] | None:
@@ -148,6 +150,7 @@ class XlaCache(CompilationCache):
     def bind(self, image: tuple[ModelGraph, int, list[Weight], Loaded, str | None]
              ) -> XlaPlan:
         graph, code, weights, loaded, compiled_in = image
+        check_work(graph, self.max_work)
         data = memoryview(loaded.data)
         values = []
         pos = code

@@ -114,6 +114,7 @@ class XlaDevice(DeviceBase):
         super().__init__(name, workers, max_tensor_bytes,
                          XlaCache(VERSION_STRING, cache_key(cache_key_file), self.device),
                          max_work)
+        self._cache.max_work = self.max_work  # type: ignore[attr-defined]
 
     @property
     def on_gpu(self) -> bool:
