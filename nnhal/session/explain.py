@@ -58,11 +58,15 @@ def explain_rejection(model: Model, device: IDevice, status: ErrorStatus) -> str
         except Exception:  # noqa: BLE001 - the operations named without a reason
             words = []
 
-    def why(k: int) -> str:
+    def reason_of(k: int) -> str:
         said = words[k] if k < len(words) else None
-        return f": {said.split(': ', 1)[-1]}" if said else ""
+        if not said:
+            return ""
+        # LiteRT words its reasons "#k NAME: why"; the operation is named here already.
+        return ": " + said.removeprefix(f"#{k} {_op_name(model.main.operations[k].type)}: ")
 
-    missing = [f"operation {k} ({name(k)}){why(k)}" for k, ok in enumerate(supported) if not ok]
+    missing = [f"operation {k} ({name(k)}){reason_of(k)}"
+               for k, ok in enumerate(supported) if not ok]
     if missing:
         return "the device does not support " + ", ".join(missing)
     refusal = getattr(device, "refusal", None)  # a driver of this package says why
