@@ -40,6 +40,7 @@ from nnhal.hal.types import (
     operand_nbytes,
 )
 from nnhal.memory import SharedMemory
+from nnhal.memory.frame import Frame
 from nnhal.memory.pool import PartsWriter
 
 #: Constants larger than this many bytes go to a pool, as the NNAPI runtime does.
@@ -113,16 +114,27 @@ class _Constants:
         self._no_writer = False
         #: The bytes the constants are mostly views of (an imported file), its address, and
         #: where it starts in the pool once a constant is placed in it (None: not yet).
-        self._source: bytes | None = None
+        self._source: bytes | memoryview | None = None
         self._source_at = 0
         self._source_base: int | None = None
+        #: The ``bytes`` object the source's views lead down to (the source itself, or its
+        #: frame's buffer), and the frame (nnhal.memory.frame) when the file was framed.
+        self._source_obj: bytes | None = None
+        self._frame: Frame | None = None
 
-    def use_source(self, data: bytes) -> None:
-        """Constants that are views of ``data`` (an imported file's bytes) are placed where
-        they lie in it: the whole of ``data`` becomes one part of the pool, written at once
-        (on the writer thread from the first such constant on) instead of weight by weight,
-        and their locations are their offsets in it."""
-        if type(data) is bytes and data:
+    def use_source(self, data: bytes | Frame) -> None:
+        """Constants that are views of ``data`` (an imported file's bytes, or the frame they
+        were read into) are placed where they lie in it: the whole of it becomes one part of
+        the pool, written at once (on the writer thread from the first such constant on)
+        instead of weight by weight, and their locations are their offsets in it. A frame
+        stays known to the pool (:attr:`SharedMemory.frame`), for a driver's export."""
+        if isinstance(data, Frame):
+            self._frame, self._source_obj, data = data, data.buffer, data.content
+        elif type(data) is bytes:
+            self._source_obj = data
+        else:
+            return
+        if data:
             self._source = data
             self._source_at = np.frombuffer(data, np.uint8).ctypes.data
             if len(data) >= BACKGROUND_BYTES:
@@ -144,7 +156,7 @@ class _Constants:
         """The pool offset of ``blob`` when it is a view of the source aligned for its
         elements (a converter aligns buffers to 16 bytes; some lie 4 past that), else None."""
         src = self._source
-        if _bytes_under(blob) is not src:
+        if src is None or _bytes_under(blob) is not self._source_obj:
             return None
         off = blob.ctypes.data - self._source_at
         if off < 0 or off + n > len(src) or off % blob.dtype.alignment:  # type: ignore[arg-type]
@@ -192,9 +204,11 @@ class _Constants:
         writer, self._writer = self._writer, None
         if not self.pool_size:
             return None
-        if writer is not None:
-            return writer.finish(self.pool_size, seal=True)
-        return SharedMemory.from_parts(self.pool_size, self.parts, seal=True)
+        mem = writer.finish(self.pool_size, seal=True) if writer is not None else \
+            SharedMemory.from_parts(self.pool_size, self.parts, seal=True)
+        if self._frame is not None and self._source_base is not None:
+            mem.frame = (self._frame, self._source_base)
+        return mem
 
 
 class SubgraphBuilder:
@@ -333,7 +347,7 @@ class ModelBuilder(SubgraphBuilder):
         self.relaxed = relaxed
         self.referenced: list[SubgraphBuilder] = []
 
-    def use_source(self, data: bytes) -> None:
+    def use_source(self, data: bytes | Frame) -> None:
         """Constants given as views of ``data`` (an imported file's bytes: immutable) are
         placed in the pool at their offsets in it, ``data`` copied into the pool whole, once
         (see :meth:`_Constants.use_source`)."""

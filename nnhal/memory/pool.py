@@ -67,6 +67,10 @@ class SharedMemory:
         #: The file was sealed against writing and shrinking before it was mapped: its bytes
         #: can never change (mapped read-only; see :attr:`immutable`).
         self._frozen = False
+        #: (frame, region offset): the region's bytes from that offset are also a frame's
+        #: file bytes in this process (nnhal.memory.frame), which a driver's export may build
+        #: around instead of copying. Never sent anywhere; None for any other memory.
+        self.frame: tuple[Any, int] | None = None
 
     # ---- construction ------------------------------------------------------------------
     @classmethod

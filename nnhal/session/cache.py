@@ -57,6 +57,8 @@ from typing import Any
 import blake3
 import numpy as np
 
+from nnhal.memory.frame import Frame
+
 log = logging.getLogger("nnhal.session")
 
 #: The environment variable that turns the cache off ("0", "off", "false", "no").
@@ -256,7 +258,7 @@ class Digesting:
     caller's Python runs on the other meanwhile; blake3 releases the GIL), then ``done``
     called with it (e.g. to remember it)."""
 
-    def __init__(self, data: bytes, done: Any = None):
+    def __init__(self, data: bytes | memoryview, done: Any = None):
         self._digest: bytes | None = None
         self._error: BaseException | None = None
 
@@ -340,8 +342,9 @@ class Store:
         return self.directory / "files" / f"{blake3.blake3(sig).hexdigest()[:40]}.digest"
 
     def file_digest(self, path: str, *, background: bool = False
-                    ) -> tuple[bytes | Digesting, bytes | None]:
-        """(BLAKE3 of the file's content, the content when it had to be read). The digest of
+                    ) -> tuple[bytes | Digesting, bytes | Frame | None]:
+        """(BLAKE3 of the file's content, the content when it had to be read: a large one
+        read in the background case in a frame, nnhal.memory.frame). The digest of
         a file unchanged since it was last hashed (same path, device, inode, size, modification
         and change times; the change time cannot be set back) is remembered, so a second open
         does not read the file. OSError when it cannot be read. ``background``: the digest of
@@ -354,10 +357,10 @@ class Store:
                 return found[0], None
             st, sig, memo = found[1:]
             if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_NS:
-                with open(path, "rb") as f:
-                    data = f.read()
-                return Digesting(data, lambda digest: self._remember(
-                    path, st, sig, memo, data, digest)), data
+                data = Frame.read(path)  # a large file framed, for a driver's export
+                content = data.content if isinstance(data, Frame) else data
+                return Digesting(content, lambda digest: self._remember(
+                    path, st, sig, memo, content, digest)), data
         st = os.stat(path)
         sig = self._signature(path, st)
         memo = self._memo_path(sig)
@@ -369,8 +372,8 @@ class Store:
                 return blob[:_TAG], None
         except OSError:
             pass
-        with open(path, "rb") as f:
-            data = f.read()
+        read = Frame.read(path)
+        data = read.content if isinstance(read, Frame) else read
         digest = content_digest(data)
         if len(data) == st.st_size and \
                 time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_NS:
@@ -380,7 +383,7 @@ class Store:
                     self._write(memo, digest + self._tag(b"file\0" + sig, digest))
             except OSError:
                 pass
-        return digest, data
+        return digest, read
 
     def _remembered(self, path: str) -> tuple[bytes | None, os.stat_result, bytes, Path]:
         """(the remembered digest of ``path`` or None, its stat, signature and memo path)."""
@@ -397,8 +400,8 @@ class Store:
             pass
         return None, st, sig, memo
 
-    def _remember(self, path: str, st: os.stat_result, sig: bytes, memo: Path, data: bytes,
-                  digest: bytes) -> None:
+    def _remember(self, path: str, st: os.stat_result, sig: bytes, memo: Path,
+                  data: bytes | memoryview, digest: bytes) -> None:
         """Remember ``digest`` of ``data`` read from ``path`` (as file_digest does)."""
         if len(data) == st.st_size and \
                 time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_NS:

@@ -60,6 +60,7 @@ from nnhal.hal.types import (
     Priority,
     value_nbytes,
 )
+from nnhal.memory.frame import Frame
 from nnhal.session import pending
 from nnhal.session.bound import Bound, plain_fast, stateful_fast
 from nnhal.session.explain import explain_rejection
@@ -269,18 +270,18 @@ class Session:
                     self._imported = read_bytes_as_model(self._source_bytes(), self.source)
         return self._imported
 
-    def _read_for_miss(self, data: bytes | None, opened: Opened | None) -> None:
+    def _read_for_miss(self, data: bytes | Frame | None, opened: Opened | None) -> None:
         """Read the model to prepare it; the entry is keyed by the bytes actually read."""
         from nnhal.session import cache as sc
 
         if data is None:
             try:
-                with open(self._source_arg, "rb") as f:
-                    data = f.read()
+                data = self._source_arg if isinstance(self._source_arg, bytes) else \
+                    Frame.read(self._source_arg)
             except OSError:
                 self._imported = load_model(self._source_arg)  # names the problem
                 raise NnhalError(f"{self.source}: cannot be read") from None
-            digest = sc.content_digest(data)
+            digest = sc.content_digest(data.content if isinstance(data, Frame) else data)
             if digest != self._digest and opened is not None:
                 self._digest = digest
                 opened.rekey(digest)
@@ -913,8 +914,9 @@ class Session:
         return f"Session({self.source!r} on {self.device_name!r}; {ins})"
 
 
-def read_bytes_as_model(data: bytes, name: str) -> ImportedModel:
-    """A .tflite file's bytes as the model, named as its source for messages."""
+def read_bytes_as_model(data: bytes | Frame, name: str) -> ImportedModel:
+    """A .tflite file's bytes (or the frame they were read into) as the model, named as its
+    source for messages."""
     from nnhal.tflite import read_tflite  # type: ignore[attr-defined]
 
     return read_tflite(data, None if name == "<bytes>" else name)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import importlib
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ import flatbuffers
 import numpy as np
 import tflite
 
+from nnhal.memory.frame import Frame
 from nnhal.tflite.schema import FILE_IDENTIFIER, SCHEMA_VERSION
 
 #: Builtin codes above this go in the 32-bit field; the 8-bit one holds this placeholder.
@@ -596,13 +598,18 @@ _PLACEHOLDER_OFFSET = 1 << 40
 
 
 def serialise(model: ModelDef, *, data_outside: bool = False,
-              builder: type[flatbuffers.Builder] = _Builder) -> bytes:
+              builder: type[flatbuffers.Builder] = _Builder,
+              frame: tuple[Frame, Callable[[Any], int | None]] | None = None) -> bytes:
     """The .tflite bytes (schema version 3, identifier TFL3) of ``model``.
 
     ``data_outside``: constant data goes after the flatbuffer (each Buffer's ``offset`` and
     ``size``, which TFLite reads since 2.14, for models past 2 GB), so the weights are
     copied once, straight into the result, and the builder holds only the small tables;
     otherwise inside (each Buffer's ``data``), which every TFLite reader takes.
+    ``frame`` (with ``data_outside``): a frame holding the weights (nnhal.memory.frame) and
+    where a constant lies in it (None: elsewhere); when the frame can still be claimed and
+    its room takes the tables and the other constants, the result is the frame's buffer, the
+    flatbuffer built around the weights where they lie: nothing of them copied.
     ``builder``: flatbuffers.Builder writes the very same bytes, slower."""
     codes = sorted({op.code for sg in model.subgraphs for op in sg.operators})
     opcodes = {code: k for k, code in enumerate(codes)}
@@ -646,6 +653,10 @@ def serialise(model: ModelDef, *, data_outside: bool = False,
     if not outside:
         return bytes(memoryview(b.Bytes)[b.Head():])  # one copy (Output() slices, then bytes())
     flat = bytearray(memoryview(b.Bytes)[b.Head():])
+    if frame is not None:
+        framed = _in_frame(flat, outside, *frame)
+        if framed is not None:
+            return framed
     base = _align(len(flat))
     pieces: list[Any] = [flat, bytes(base - len(flat))]
     for at, offset, data in outside:
@@ -655,6 +666,31 @@ def serialise(model: ModelDef, *, data_outside: bool = False,
         if pad:
             pieces.append(bytes(pad))
     return b"".join(pieces)  # the one copy of the weights
+
+
+def _in_frame(flat: bytearray, outside: list[tuple[int, int, bytes | np.ndarray]],
+              frame: Frame, locate: Callable[[Any], int | None]) -> bytes | None:
+    """The frame's buffer with ``flat`` (the tables) in its tail, each outside constant's
+    offset the place it lies in the frame (or the tail, after the tables, for one that
+    does not), and the root offset and identifier in its head; None when the room is short
+    or another export claimed the frame first."""
+    start = frame.tail
+    end = _align(start + len(flat))
+    elsewhere = []
+    for at, _, data in outside:
+        where = locate(data)
+        if where is None:
+            where, end = end, _align(end + _data_len(data))
+            elsewhere.append((where, data))
+        _U64.pack_into(flat, len(flat) - at, where)
+    if end > len(frame.buffer) or not frame.claim():
+        return None
+    frame.write(start, flat)
+    for where, data in elsewhere:
+        frame.write(where, memoryview(data.reshape(-1).view(np.uint8) if isinstance(
+            data, np.ndarray) else data))
+    frame.write(0, _U32.pack(start + _U32.unpack_from(flat, 0)[0]) + FILE_IDENTIFIER)
+    return frame.buffer
 
 
 def _align(n: int) -> int:

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+import numpy as np
 
 from nnhal.analysis import ModelGraph, SubgraphGraph, analyse
 from nnhal.errors import InvalidModelError, NnhalError, UnsupportedModelError
 from nnhal.hal.types import ErrorStatus, Model
+from nnhal.memory.frame import HEAD, Frame
 from nnhal.ops.resolver import OpError
 from nnhal.ops.signature import SignatureError
 from nnhal.tflite.export_context import SubgraphWriter
@@ -35,7 +38,7 @@ from nnhal.validation.model import ValidationError
 def write_tflite(model: Model | ImportedModel, input_names: list[str] | None = None,
                  output_names: list[str] | None = None, *,
                  graph: ModelGraph | None = None, data_outside: bool = False,
-                 exact_resize: bool = False) -> bytes:
+                 exact_resize: bool = False, in_frame: bool = False) -> bytes:
     """The .tflite bytes of ``model``, with a "serving_default" signature.
 
     Raises InvalidModelError (the validation message) for an invalid model, and
@@ -48,6 +51,10 @@ def write_tflite(model: Model | ImportedModel, input_names: list[str] | None = N
     ``exact_resize``: float32 RESIZE_BILINEAR on half the input, doubled after, so that
     XNNPACK's a + (b - a) t cannot overflow where the exact result is finite (the LiteRT
     driver's form; two elementwise operators more).
+    ``in_frame`` (with ``data_outside``): when the model's weights lie in a file's frame
+    (nnhal.memory.frame: a .tflite read in this process), the result may be that frame's
+    buffer, the flatbuffer built around them (no copy of them; for an engine in this process:
+    the bytes also hold the file read, and room).
     """
     if isinstance(model, ImportedModel):
         input_names = input_names or model.input_names
@@ -70,7 +77,28 @@ def write_tflite(model: Model | ImportedModel, input_names: list[str] | None = N
                                            exact_resize=exact_resize)
     if refused:
         raise UnsupportedModelError("cannot export to TFLite", refused)
-    return serialise(converted, data_outside=data_outside)
+    located = _frame_locator(model) if in_frame and data_outside else None
+    return serialise(converted, data_outside=data_outside, frame=located)
+
+
+def _frame_locator(model: Model) -> tuple[Frame, Callable[[Any], int | None]] | None:
+    """The frame that the model's pool views (:attr:`SharedMemory.frame`) and where a
+    constant lies in it: an array that is a contiguous view of the framed bytes of the pool
+    (the bytes there are the frame's, byte for byte), else None."""
+    for pool in model.pools:
+        framed = getattr(pool, "frame", None)
+        if framed is None or pool.closed:
+            continue
+        frame, base = framed
+        start = pool.mapped().ctypes.data + base
+
+        def locate(data: Any, start: int = start, size: int = frame.size) -> int | None:
+            if not isinstance(data, np.ndarray) or not data.flags.c_contiguous:
+                return None
+            at = data.ctypes.data - start
+            return HEAD + at if 0 <= at and at + data.nbytes <= size else None
+        return frame, locate
+    return None
 
 
 def convert_model(graph: ModelGraph, input_names: list[str], output_names: list[str], *,

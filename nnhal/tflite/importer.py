@@ -22,6 +22,7 @@ from nnhal.hal.types import (
     is_extension_type,
     operand_type,
 )
+from nnhal.memory.frame import Frame
 from nnhal.ops import extensions as ops_extensions
 from nnhal.ops.catalog import signature
 from nnhal.ops.resolver import OpError
@@ -369,7 +370,7 @@ class _Importer:
         return out
 
 
-def read_tflite(source: str | os.PathLike[str] | bytes, name: str | None = None, *,
+def read_tflite(source: str | os.PathLike[str] | bytes | Frame, name: str | None = None, *,
                 dynamic_shapes: bool = False) -> ImportedModel:
     """A .tflite file (or its bytes) as a HAL Model with its tensor names and state.
 
@@ -390,7 +391,7 @@ def read_tflite(source: str | os.PathLike[str] | bytes, name: str | None = None,
         # Mostly weights the HAL takes as they are (not float16 ones, widened): the file is
         # their pool part, copied whole now, on the writer thread, while the operators are
         # converted (a file of other weights is not copied for nothing).
-        mb.use_source(lf.data)
+        mb.use_source(lf.frame if lf.frame is not None else lf.data)
     with lf.guard():
         importer = _Importer(lf.name, subgraphs, mb)
         token = import_ext.CURRENT.set(importer.extensions)

@@ -28,6 +28,7 @@ from tflite.Padding import Padding
 from tflite.TensorType import TensorType as TT
 
 from nnhal.errors import ModelFileError
+from nnhal.memory.frame import Frame
 from nnhal.tflite.verify import verify
 
 #: The schema version this package reads and writes (TFLITE_SCHEMA_VERSION).
@@ -143,9 +144,12 @@ def builtin_name(code: int) -> str:
 class LoadedFile:
     """A .tflite in memory: its bytes, the root table, and the name used in messages."""
 
-    data: bytes
+    #: The file's bytes (read-only; a view of :attr:`frame`'s when the file was framed).
+    data: bytes | memoryview
     model: tflite.Model
     name: str
+    #: The in-process frame the bytes were read into (:mod:`nnhal.memory.frame`), if any.
+    frame: Frame | None = None
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
@@ -163,16 +167,27 @@ class LoadedFile:
                                             f"({what})") from None
 
 
-def load(source: str | os.PathLike[str] | bytes, name: str | None = None) -> LoadedFile:
-    """Open a .tflite file (or bytes): existence, size, identifier, the flatbuffers verifier's
-    checks of every table, and the schema version; the schema's rules are the reader's."""
-    if isinstance(source, (bytes, bytearray, memoryview)):
+def load(source: str | os.PathLike[str] | bytes | Frame, name: str | None = None
+         ) -> LoadedFile:
+    """Open a .tflite file (or bytes, or a file already read into a frame): existence, size,
+    identifier, the flatbuffers verifier's checks of every table, and the schema version; the
+    schema's rules are the reader's. A large file is read into a frame (a driver may then
+    build its flatbuffer around the weights instead of copying them)."""
+    frame = source if isinstance(source, Frame) else None
+    data: bytes | memoryview
+    if frame is not None:
+        data, name = frame.content, name or "<bytes>"
+    elif isinstance(source, (bytes, bytearray, memoryview)):
         data, name = bytes(source), name or "<bytes>"
     else:
         path = Path(source)
         name = name or str(path)
         try:
-            data = path.read_bytes()
+            read = Frame.read(path)
+            if isinstance(read, Frame):
+                frame, data = read, read.content
+            else:
+                data = read
         except FileNotFoundError:
             raise ModelFileError(name, "no such file") from None
         except IsADirectoryError:
@@ -182,10 +197,10 @@ def load(source: str | os.PathLike[str] | bytes, name: str | None = None) -> Loa
     if len(data) < 8:
         raise ModelFileError(name, f"not a TFLite flatbuffer ({len(data)} bytes)")
     if data[4:8] != FILE_IDENTIFIER:
-        raise ModelFileError(name, f"not a TFLite flatbuffer (identifier {data[4:8]!r}, "
+        raise ModelFileError(name, f"not a TFLite flatbuffer (identifier {bytes(data[4:8])!r}, "
                                    f"expected {FILE_IDENTIFIER!r})")
     verify(data, name)
-    loaded = LoadedFile(data, tflite.Model.GetRootAsModel(data, 0), name)
+    loaded = LoadedFile(data, tflite.Model.GetRootAsModel(data, 0), name, frame)
     with loaded.guard():
         version = loaded.model.Version()
         if version != SCHEMA_VERSION:

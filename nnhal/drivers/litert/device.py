@@ -133,9 +133,11 @@ class LiteRTDevice(DeviceBase):
 
     def compile_now(self, model: Model, graph: ModelGraph) -> bytes:
         # Now, not in the task: the client may change its Model once prepareModel returns.
-        # The graph prepare has (no second analysis); the weights after the flatbuffer, which
-        # ai-edge-litert reads, so they are copied once, straight into the bytes it maps.
-        return write_tflite(model, graph=graph, data_outside=True, exact_resize=True)
+        # The graph prepare has (no second analysis); the weights outside the tables, which
+        # ai-edge-litert reads: where they lie in the frame the file was read into (not
+        # copied at all), else copied once, straight into the bytes it maps.
+        return write_tflite(model, graph=graph, data_outside=True, exact_resize=True,
+                            in_frame=True)
 
     def build(self, graph: ModelGraph, compiled: Any, priority: Priority,
               deadline: int | None) -> tuple[ErrorStatus, IPreparedModel | None]:

@@ -1,0 +1,112 @@
+"""A model file read once into memory laid out so that one flatbuffer can later be built
+around its bytes in place.
+
+Why: a driver that hands an engine a flatbuffer (LiteRT: ai-edge-litert takes ``bytes``) would
+otherwise copy every weight into a fresh buffer, and on this kind of machine a copy of fresh
+memory costs what its page faults cost (8 ms for 14 MB, 30 ms for 52 MB), on the way of every
+open. A :class:`Frame` is one ``bytes`` object: :data:`HEAD` bytes of room, the file's bytes,
+then room for a tail. The first writer to :meth:`Frame.claim` it may write the head (the
+flatbuffer's root offset and identifier) and the tail (its tables); the file's bytes are never
+written, so every view of them (the reader's, a model's constants) stays what was read.
+
+Writing into a ``bytes`` object after it was made is what this module exists to do, and only
+it does: the object is new, never hashed, and the bytes written lie outside every view handed
+out (:attr:`Frame.content`). A frame is an in-process optimisation: nothing about it crosses a
+process boundary (a served driver gets the model's shared memory, as before).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+import numpy as np
+
+#: Room before the file's bytes: a flatbuffer's root offset and file identifier (8 bytes),
+#: with the file's bytes kept at the alignment a converter gives its buffers.
+HEAD = 64
+#: Files smaller than this are read as plain ``bytes``: their copy costs nothing worth a frame.
+MIN_FRAMED = 1 << 20
+
+
+def tail_room(size: int) -> int:
+    """Room after a file of ``size`` bytes: a generous bound on a re-export's tables (the
+    converter's own take a fraction of a percent of a weight-heavy file). Untouched room costs
+    no memory (fresh pages are mapped on first write)."""
+    return (1 << 16) + size // 16
+
+
+class Frame:
+    """A file's bytes at :data:`HEAD` in one ``bytes`` object, with room after them."""
+
+    __slots__ = ("buffer", "size", "tail", "_address", "_claimed", "_lock")
+
+    def __init__(self, size: int) -> None:
+        #: Where the tail's room starts (aligned for any flatbuffer scalar).
+        self.tail = -(-(HEAD + size) // 64) * 64
+        #: The whole frame: ``bytes(n)`` is allocated zero-filled without touching its pages.
+        self.buffer = bytes(self.tail + tail_room(size))
+        self.size = size
+        self._address = np.frombuffer(self.buffer, np.uint8).ctypes.data
+        self._claimed = False
+        self._lock = threading.Lock()
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> Frame | bytes:
+        """The file's bytes, framed when the file is large enough to pay (else plain bytes).
+        OSError as ``open`` / ``read`` raise it. A file that changes size while it is read is
+        read again (as its new size), twice at most, then as plain bytes."""
+        with open(path, "rb") as f:
+            for _ in range(3):
+                size = os.fstat(f.fileno()).st_size
+                if size < MIN_FRAMED:
+                    break
+                frame = cls(size)
+                view = frame._writable(HEAD, size)
+                got = 0
+                while got < size:
+                    n = f.readinto(view[got:])
+                    if not n:
+                        break
+                    got += n
+                if got == size and not f.read(1):
+                    return frame
+                f.seek(0)
+            return f.read()
+
+    @property
+    def content(self) -> memoryview:
+        """The file's bytes (read-only)."""
+        return memoryview(self.buffer)[HEAD:HEAD + self.size]
+
+    @property
+    def room(self) -> int:
+        """Bytes of room in the tail."""
+        return len(self.buffer) - self.tail
+
+    def claim(self) -> bool:
+        """True once, for the one writer of the head and the tail."""
+        with self._lock:
+            claimed, self._claimed = self._claimed, True
+            return not claimed
+
+    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        """Write into the head or the tail (only the claimant does)."""
+        n = len(data)
+        if not self._claimed or not (offset + n <= HEAD or
+                                     self.tail <= offset <= len(self.buffer) - n):
+            raise ValueError(f"frame write of {n} bytes at {offset} outside its head and tail")
+        self._writable(offset, n)[:] = data
+
+    def _writable(self, offset: int, n: int) -> memoryview:
+        return memoryview((ctypes.c_char * n).from_address(self._address + offset)).cast("B")
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __repr__(self) -> str:
+        return f"Frame({self.size} bytes, {self.room} of room)"
+
+
+__all__ = ["HEAD", "MIN_FRAMED", "Frame", "tail_room"]

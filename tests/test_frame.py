@@ -1,0 +1,132 @@
+"""A model file read into a frame (nnhal.memory.frame): its bytes read once, and LiteRT's
+flatbuffer built around them in place, so the weights are never copied for the export. What
+could go wrong: a frame written where a view of the file lies, an export claiming a frame
+twice, an engine given the frame running anything but the file's model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nnhal.hal.builder import ModelBuilder
+from nnhal.hal.types import OperandType as T
+from nnhal.hal.types import OperationType as O
+from nnhal.memory import frame as fr
+from nnhal.memory.frame import HEAD, MIN_FRAMED, Frame
+from nnhal.tflite import read_tflite, write_tflite
+
+X = np.random.default_rng(3).standard_normal((2, 512)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def weights_file(tmp_path_factory) -> Path:
+    """A .tflite past MIN_FRAMED, mostly float32 weights stored as the HAL takes them."""
+    rng = np.random.default_rng(7)
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [2, 512])
+    h = b.operand(T.TENSOR_FLOAT32, [2, 640])
+    w1 = rng.standard_normal((640, 512)).astype(np.float32)
+    b.operation(O.FULLY_CONNECTED, [x, b.constant(T.TENSOR_FLOAT32, w1),
+                                    b.constant(T.TENSOR_FLOAT32, rng.standard_normal(640)
+                                               .astype(np.float32)),
+                                    b.scalar(T.INT32, 1)], [h])
+    y = b.output(T.TENSOR_FLOAT32, [2, 10])
+    w2 = rng.standard_normal((10, 640)).astype(np.float32)
+    b.operation(O.FULLY_CONNECTED, [h, b.constant(T.TENSOR_FLOAT32, w2),
+                                    b.constant(T.TENSOR_FLOAT32, np.ones(10, np.float32)),
+                                    b.scalar(T.INT32, 0)], [y])
+    path = tmp_path_factory.mktemp("frame") / "weights.tflite"
+    path.write_bytes(write_tflite(b.build()))
+    assert path.stat().st_size > MIN_FRAMED
+    return path
+
+
+def _run_litert(**where) -> np.ndarray:
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(**where, num_threads=1)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], X)
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"]).copy()
+
+
+def test_a_large_file_is_framed_and_a_small_one_is_not(weights_file, tmp_path):
+    framed = Frame.read(weights_file)
+    assert isinstance(framed, Frame)
+    data = weights_file.read_bytes()
+    assert framed.content == data and framed.content.readonly
+    assert framed.buffer[:HEAD] == bytes(HEAD) and framed.room >= fr.tail_room(len(data))
+    small = tmp_path / "small.tflite"
+    small.write_bytes(data[:1000])
+    assert Frame.read(small) == data[:1000]
+
+
+def test_a_frame_is_written_once_and_never_over_the_file(weights_file):
+    frame = Frame.read(weights_file)
+    with pytest.raises(ValueError):
+        frame.write(0, b"TFL3")  # not claimed yet
+    assert frame.claim() and not frame.claim()
+    for at in (HEAD - 2, HEAD, HEAD + frame.size - 1, len(frame.buffer) - 3):
+        with pytest.raises(ValueError):
+            frame.write(at, b"abcd")  # over the file's bytes, or past the end
+    frame.write(4, b"TFL3")
+    frame.write(frame.tail, b"tables")
+    assert frame.buffer[4:8] == b"TFL3" and frame.buffer[frame.tail:frame.tail + 6] == b"tables"
+    assert frame.content == weights_file.read_bytes()
+
+
+def test_a_file_changing_size_while_read_is_read_plain(weights_file, monkeypatch):
+    real = os.fstat
+
+    class Shorter:
+        def __init__(self, st):
+            self.st_size = st.st_size - 100  # the file "grew" by 100 bytes after the stat
+
+    monkeypatch.setattr(fr.os, "fstat", lambda fd: Shorter(real(fd)))
+    assert Frame.read(weights_file) == weights_file.read_bytes()
+
+
+def test_litert_export_is_built_around_the_weights(weights_file):
+    pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert not installed")
+    imported = read_tflite(weights_file)
+    (pool,) = imported.model.pools
+    frame = pool.frame[0]
+    out = write_tflite(imported, data_outside=True, in_frame=True)
+    assert out is frame.buffer  # the weights where the file put them: nothing copied
+    assert frame.content == weights_file.read_bytes()  # the file's bytes untouched
+    peer = _run_litert(model_path=str(weights_file))
+    np.testing.assert_array_equal(_run_litert(model_content=out), peer)
+    again = write_tflite(imported, data_outside=True, in_frame=True)
+    assert again is not frame.buffer  # claimed once: the second export copies
+    np.testing.assert_array_equal(_run_litert(model_content=again), peer)
+
+
+def test_no_room_means_a_copy(weights_file, monkeypatch):
+    pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert not installed")
+    monkeypatch.setattr(fr, "tail_room", lambda size: 64)
+    imported = read_tflite(weights_file)
+    frame = imported.model.pools[0].frame[0]
+    out = write_tflite(imported, data_outside=True, in_frame=True)
+    assert out is not frame.buffer and frame.claim()  # not claimed by the export
+    np.testing.assert_array_equal(_run_litert(model_content=out),
+                                  _run_litert(model_path=str(weights_file)))
+
+
+def test_session_runs_the_framed_export(weights_file, tmp_path, monkeypatch):
+    from nnhal.drivers.litert import unavailable
+
+    if unavailable() is not None:
+        pytest.skip(f"LiteRT driver unavailable: {unavailable()}")
+    monkeypatch.setenv("NNHAL_CACHE_DIR", str(tmp_path / "cache"))
+    from nnhal import Session
+
+    with Session(weights_file, device="litert") as s:
+        (pool,) = s.model.pools
+        assert not pool.frame[0].claim()  # the driver's export claimed it
+        got = s.run({s.inputs[0].name: X})
+    np.testing.assert_array_equal(next(iter(got.values())),
+                                  _run_litert(model_path=str(weights_file)))
