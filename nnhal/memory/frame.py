@@ -58,21 +58,15 @@ class Frame:
         OSError as ``open`` / ``read`` raise it. A file that changes size while it is read is
         read again (as its new size), twice at most, then as plain bytes."""
         with open(path, "rb") as f:
+            fd = f.fileno()
             for _ in range(3):
-                size = os.fstat(f.fileno()).st_size
+                size = os.fstat(fd).st_size
                 if size < MIN_FRAMED:
                     break
                 frame = cls(size)
-                view = frame._writable(HEAD, size)
-                got = 0
-                while got < size:
-                    n = f.readinto(view[got:])
-                    if not n:
-                        break
-                    got += n
-                if got == size and not f.read(1):
+                if _fill(fd, frame._writable(HEAD, size), 0) and not os.pread(fd, 1, size):
                     return frame
-                f.seek(0)
+            f.seek(0)
             return f.read()
 
     @property
@@ -107,6 +101,18 @@ class Frame:
 
     def __repr__(self) -> str:
         return f"Frame({self.size} bytes, {self.room} of room)"
+
+
+def _fill(fd: int, view: memoryview, offset: int) -> bool:
+    """Fill ``view`` from ``offset`` of file ``fd`` (positioned reads: the file offset is not
+    moved); False when the file ended first."""
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got:]], offset + got)
+        if not n:
+            return False
+        got += n
+    return True
 
 
 __all__ = ["HEAD", "MIN_FRAMED", "Frame", "tail_room"]
