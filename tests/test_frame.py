@@ -76,7 +76,14 @@ def test_a_frame_is_written_once_and_never_over_the_file(weights_file):
     frame.write(4, b"TFL3")
     frame.write(frame.tail, b"tables")
     assert frame.buffer[4:8] == b"TFL3" and frame.buffer[frame.tail:frame.tail + 6] == b"tables"
-    assert frame.content == weights_file.read_bytes()
+    view = frame.content
+    with pytest.raises(ValueError):
+        frame.trim(frame.tail - 1)  # into the file's bytes
+    frame.trim(frame.tail + 8)
+    assert len(frame.buffer) == frame.tail + 8 and frame.buffer.endswith(b"tables\0\0")
+    assert view == frame.content == weights_file.read_bytes()
+    with pytest.raises(ValueError):
+        frame.write(frame.tail + 8, b"x")  # past the length now
 
 
 def test_a_file_changing_size_while_read_is_read_plain(weights_file, monkeypatch):
@@ -97,6 +104,8 @@ def test_litert_export_is_built_around_the_weights(weights_file):
     frame = pool.frame[0]
     out = write_tflite(imported, data_outside=True, in_frame=True)
     assert out is frame.buffer  # the weights where the file put them: nothing copied
+    assert frame.tail < len(out) < frame.tail + fr.tail_room(frame.size)  # the room cut off
+    assert out[:4] != bytes(4) and out[4:8] == b"TFL3"
     assert frame.content == weights_file.read_bytes()  # the file's bytes untouched
     peer = _run_litert(model_path=str(weights_file))
     np.testing.assert_array_equal(_run_litert(model_content=out), peer)

@@ -31,10 +31,11 @@ MIN_FRAMED = 1 << 20
 
 
 def tail_room(size: int) -> int:
-    """Room after a file of ``size`` bytes: a generous bound on a re-export's tables (the
-    converter's own take a fraction of a percent of a weight-heavy file). Untouched room costs
-    no memory (fresh pages are mapped on first write)."""
-    return (1 << 16) + size // 16
+    """Room after a file of ``size`` bytes: a generous bound on a re-export's tables (a
+    float model's take a fraction of a percent of its file, an 8-bit one's per-channel
+    scales up to 7%). Room costs no memory until written (fresh pages are mapped on first
+    write), and what is not used is cut off the object's length (:meth:`Frame.trim`)."""
+    return (1 << 20) + size // 4
 
 
 class Frame:
@@ -92,6 +93,21 @@ class Frame:
                                      self.tail <= offset <= len(self.buffer) - n):
             raise ValueError(f"frame write of {n} bytes at {offset} outside its head and tail")
         self._writable(offset, n)[:] = data
+
+    def trim(self, length: int) -> None:
+        """Cut the buffer's length to ``length`` (the claimant, once its flatbuffer ends
+        there): an engine or a cache then sees the flatbuffer, not the room after it. The
+        object's memory stays as allocated (freed whole later); every view of the file's
+        bytes lies before ``length``; the byte at ``length`` is room never written, a zero, as
+        a ``bytes`` object's terminator must be. Left as is where the object's length field
+        is not where CPython keeps it."""
+        if not self._claimed or not self.tail <= length <= len(self.buffer):
+            raise ValueError(f"frame trim to {length} outside its tail")
+        if length == len(self.buffer):
+            return
+        field = ctypes.c_ssize_t.from_address(id(self.buffer) + object.__basicsize__)
+        if field.value == len(self.buffer) and self.buffer[length] == 0:
+            field.value = length
 
     def _writable(self, offset: int, n: int) -> memoryview:
         return memoryview((ctypes.c_char * n).from_address(self._address + offset)).cast("B")

@@ -690,6 +690,7 @@ def _in_frame(flat: bytearray, outside: list[tuple[int, int, bytes | np.ndarray]
         frame.write(where, memoryview(data.reshape(-1).view(np.uint8) if isinstance(
             data, np.ndarray) else data))
     frame.write(0, _U32.pack(start + _U32.unpack_from(flat, 0)[0]) + FILE_IDENTIFIER)
+    frame.trim(end)
     return frame.buffer
 
 
