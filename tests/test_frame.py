@@ -139,3 +139,13 @@ def test_session_runs_the_framed_export(weights_file, tmp_path, monkeypatch):
         got = s.run({s.inputs[0].name: X})
     np.testing.assert_array_equal(next(iter(got.values())),
                                   _run_litert(model_path=str(weights_file)))
+
+
+def test_no_memory_for_the_frame_is_a_read_error(weights_file, monkeypatch):
+    from nnhal.errors import ModelFileError
+
+    monkeypatch.setattr(fr, "tail_room", lambda size: 1 << 60)
+    with pytest.raises(OSError, match="not enough memory"):
+        Frame.read(weights_file)
+    with pytest.raises(ModelFileError, match="cannot read: not enough memory"):
+        read_tflite(weights_file)

@@ -18,6 +18,7 @@ process boundary (a served driver gets the model's shared memory, as before).
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import threading
 
@@ -28,6 +29,8 @@ import numpy as np
 HEAD = 64
 #: Files smaller than this are read as plain ``bytes``: their copy costs nothing worth a frame.
 MIN_FRAMED = 1 << 20
+#: Files past this are read as plain ``bytes``: a flatbuffer's offsets stop at 2 GiB.
+MAX_FRAMED = (1 << 31) - (1 << 28)
 
 
 def tail_room(size: int) -> int:
@@ -57,12 +60,20 @@ class Frame:
     def read(cls, path: str | os.PathLike[str]) -> Frame | bytes:
         """The file's bytes, framed when the file is large enough to pay (else plain bytes).
         OSError as ``open`` / ``read`` raise it. A file that changes size while it is read is
-        read again (as its new size), twice at most, then as plain bytes."""
+        read again (as its new size), twice at most, then as plain bytes. Memory too short
+        for the file is an OSError (ENOMEM), as for any other read that cannot be done."""
+        try:
+            return cls._read(path)
+        except MemoryError:
+            raise OSError(errno.ENOMEM, "not enough memory to read the file") from None
+
+    @classmethod
+    def _read(cls, path: str | os.PathLike[str]) -> Frame | bytes:
         with open(path, "rb") as f:
             fd = f.fileno()
             for _ in range(3):
                 size = os.fstat(fd).st_size
-                if size < MIN_FRAMED:
+                if not MIN_FRAMED <= size <= MAX_FRAMED:
                     break
                 frame = cls(size)
                 if _fill(fd, frame._writable(HEAD, size), 0) and not os.pread(fd, 1, size):
@@ -131,4 +142,4 @@ def _fill(fd: int, view: memoryview, offset: int) -> bool:
     return True
 
 
-__all__ = ["HEAD", "MIN_FRAMED", "Frame", "tail_room"]
+__all__ = ["HEAD", "MAX_FRAMED", "MIN_FRAMED", "Frame", "tail_room"]
