@@ -91,6 +91,7 @@ def test_a_file_changing_size_while_read_is_read_plain(weights_file, monkeypatch
 
     class Shorter:
         def __init__(self, st):
+            self.st_mode = st.st_mode
             self.st_size = st.st_size - 100  # the file "grew" by 100 bytes after the stat
 
     monkeypatch.setattr(fr.os, "fstat", lambda fd: Shorter(real(fd)))
@@ -149,3 +150,18 @@ def test_no_memory_for_the_frame_is_a_read_error(weights_file, monkeypatch):
         Frame.read(weights_file)
     with pytest.raises(ModelFileError, match="cannot read: not enough memory"):
         read_tflite(weights_file)
+
+
+def test_only_a_regular_file_is_read(tmp_path):
+    from nnhal.errors import ModelFileError
+
+    fifo = tmp_path / "model.tflite"
+    os.mkfifo(fifo)  # no writer: an open that blocked would wait for ever
+    with pytest.raises(ModelFileError, match="cannot read: not a regular file"):
+        read_tflite(fifo)
+    with pytest.raises(ModelFileError, match="cannot read: not a regular file"):
+        read_tflite("/dev/zero")  # a read that never ends
+    with pytest.raises(ModelFileError, match="is a directory"):
+        read_tflite(tmp_path)
+    with pytest.raises(ModelFileError, match="no such file"):
+        read_tflite(tmp_path / "absent.tflite")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import stat
 import threading
 
 import numpy as np
@@ -59,7 +60,8 @@ class Frame:
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> Frame | bytes:
         """The file's bytes, framed when the file is large enough to pay (else plain bytes).
-        OSError as ``open`` / ``read`` raise it. A file that changes size while it is read is
+        OSError as ``open`` / ``read`` raise it, and for anything but a regular file (a FIFO
+        or a device: no read of it is bounded). A file that changes size while it is read is
         read again (as its new size), twice at most, then as plain bytes. Memory too short
         for the file is an OSError (ENOMEM), as for any other read that cannot be done."""
         try:
@@ -69,8 +71,20 @@ class Frame:
 
     @classmethod
     def _read(cls, path: str | os.PathLike[str]) -> Frame | bytes:
-        with open(path, "rb") as f:
-            fd = f.fileno()
+        # Opened without blocking, and only a regular file read: a FIFO would wait for a
+        # writer for ever, a device such as /dev/zero never end.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(errno.EISDIR, "is a directory")
+            if not stat.S_ISREG(mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+            f = open(fd, "rb")
+        except BaseException:
+            os.close(fd)
+            raise
+        with f:
             for _ in range(3):
                 size = os.fstat(fd).st_size
                 if not MIN_FRAMED <= size <= MAX_FRAMED:
