@@ -489,3 +489,30 @@ def test_a_file_not_seen_before_is_hashed_while_it_is_read(home, tmp_path, monke
     with Session(path, cache=True) as second:
         assert second.restored and same(second.run(x), expected)
     assert len(hashed) == 1  # remembered: not hashed again
+
+
+def _cache_bytes(home: Path) -> int:
+    return sum(p.stat().st_size for p in (home / "session").rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("bound", ["entries", "bytes"])
+def test_the_least_recently_used_entries_go_past_the_bounds(home, tmp_path, monkeypatch, bound):
+    names = ["bmm_f32.tflite", "pack_f32.tflite", "reverse_f32.tflite", "mirror_pad_f32.tflite"]
+    paths = [model_file(tmp_path, n) for n in names]
+    with Session(paths[0], cache=True):
+        pass
+    one = _cache_bytes(home)  # one entry with its driver caches
+    assert len(entries(home)) == 1 and one > 0
+    if bound == "entries":
+        monkeypatch.setattr(sc, "MAX_ENTRIES", 2)
+    else:
+        monkeypatch.setattr(sc, "MAX_BYTES", 2 * one + one // 2)
+    for p in paths[1:]:
+        with Session(p, cache=True):
+            pass
+    assert len(entries(home)) == 2  # the two most recent
+    if bound == "bytes":
+        assert _cache_bytes(home) <= 2 * one + one // 2
+    for p, restored in zip(paths[::-1], [True, True, False, False]):  # newest first
+        with Session(p, cache=True) as s:
+            assert s.restored == restored, p.name

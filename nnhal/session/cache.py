@@ -36,7 +36,8 @@ generating many small models would fill the cache with them. Off with
 ``Session(..., cache=False)`` or ``NNHAL_SESSION_CACHE=0``. The entries live in
 ``session/`` of nnhal's per-user cache (``$NNHAL_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/nnhal``, else ``~/.cache/nnhal``); at most :data:`MAX_ENTRIES` are kept,
-the least recently used going first with their steps' files.
+and :data:`MAX_BYTES` with their steps' files, the least recently used going first with
+their steps' files.
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ ENV = "NNHAL_SESSION_CACHE"
 MIN_BYTES = 16 << 10
 #: Entries kept; past it the least recently used go, with the driver caches they name.
 MAX_ENTRIES = 64
+#: Bytes kept (the entries and the driver caches they name, together); past it the least
+#: recently used go too: a few opens of a large model must not fill the disk (64 entries of a
+#: 52 MB model, each with its driver caches, took 6 GB).
+MAX_BYTES = 4 << 30
 #: Bumped whenever the record's meaning changes.
 FORMAT = 1
 MAGIC = b"NNHALSE1"
@@ -483,29 +488,47 @@ class Store:
             pass
 
     def _evict(self, keep: list[str]) -> None:
-        """Past MAX_ENTRIES, the least recently used entries go with the files they name
-        (files another kept entry names stay)."""
+        """Past MAX_ENTRIES entries or MAX_BYTES in all, the least recently used entries go
+        with the files they name (files a kept entry names stay). The newest entry, and the
+        files of the one just written (``keep``), always stay."""
         try:
-            entries = sorted((e.stat().st_mtime_ns, e.path) for e in os.scandir(self.directory)
-                             if e.name.endswith(".entry") and e.is_file(follow_symlinks=False))
+            entries = sorted(((e.stat().st_mtime_ns, e.path, e.stat().st_size)
+                              for e in os.scandir(self.directory)
+                              if e.name.endswith(".entry") and e.is_file(follow_symlinks=False)),
+                             reverse=True)
         except OSError:
             return
         self._evict_digests()
-        extra = len(entries) - MAX_ENTRIES
-        if extra <= 0:
-            return
-        gone, kept_files = entries[:extra], set(keep)
-        for _, p in entries[extra:]:
-            kept_files.update(self._files_of(p))
-        for _, p in gone:
-            for f in self._files_of(p):
+        sizes: dict[str, int] = {}
+
+        def size(name: str) -> int:
+            if name not in sizes:
+                try:
+                    sizes[name] = os.stat(self.steps / name).st_size
+                except OSError:
+                    sizes[name] = 0
+            return sizes[name]
+
+        kept_files = {os.path.basename(f) for f in keep}
+        total = sum(size(f) for f in kept_files)
+        cut = len(entries)
+        for k, (_, path, n) in enumerate(entries):  # newest first
+            files = [f for f in self._files_of(path) if f not in kept_files]
+            more = n + sum(size(f) for f in files)
+            if k and (k >= MAX_ENTRIES or total + more > MAX_BYTES):
+                cut = k
+                break
+            kept_files.update(files)
+            total += more
+        for _, path, _ in entries[cut:]:
+            for f in self._files_of(path):
                 if f not in kept_files:
                     try:
-                        os.unlink(self.steps / os.path.basename(f))
+                        os.unlink(self.steps / f)
                     except OSError:
                         pass
             try:
-                os.unlink(p)
+                os.unlink(path)
             except OSError:
                 pass
 
