@@ -53,6 +53,11 @@ def _ints_input(ctx: Context, i: int, what: str) -> int:
     """A TENSOR_INT32 operand for an index tensor (int64 constants are narrowed)."""
     t = ctx.t(i)
     if t.value is not None:
+        if t.value.dtype == np.int32:
+            # Fits as it is (no widening round trip: a folded GATHER index can be megabytes);
+            # a writable array as before, so the constant is placed as it was.
+            v32 = t.value if t.value.flags.writeable else t.value.copy()
+            return ctx.x(i, type_=T.TENSOR_INT32, value=v32)
         v = t.value.astype(np.int64)
         if np.any(v != v.astype(np.int32)):
             raise Unimportable(f"{what} does not fit in int32")

@@ -49,6 +49,8 @@ class TfliteTensor:
     has_data: bool = False
     #: :func:`~nnhal.tflite.import_ctx.hal_type`'s answer, with what it was computed from.
     hal_memo: tuple | None = field(default=None, repr=False, compare=False)
+    #: Its :class:`~nnhal.tflite.kernel_rules.RuleTensor`, with what it was made from.
+    rule_memo: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def type_name(self) -> str:
