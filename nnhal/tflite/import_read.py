@@ -324,7 +324,7 @@ class _Reader:
         kind = schema.scalar(self.data, f[_O_OPTIONS_TYPE], _U8)
         if kind != _OPTION_KINDS[table] or not f[_O_OPTIONS]:
             return default_options(table)
-        opts = getattr(tflite, table)()
+        opts = _read_once(table)()
         opts.Init(self.data, schema.table(self.data, f[_O_OPTIONS]))
         return opts
 
@@ -388,6 +388,45 @@ def _options(op: tflite.Operator, table: str | None) -> Any:
     opts = getattr(tflite, table)()
     opts.Init(found.Bytes, found.Pos)
     return opts
+
+
+@functools.cache
+def _read_once(table: str) -> type:
+    """The schema's class of options table ``table``, each of its scalar fields read from the
+    file once per object: the kernel rules and the converter read an operator's options
+    (strides, padding, dilation...) a dozen times, each read through the generated accessor
+    costing a few Python calls. The values are those the accessors give (the file's bytes do
+    not change); anything but a number is read each time, as before."""
+    base = getattr(tflite, table)
+    ns: dict[str, Any] = {"__slots__": ("_read",)}
+
+    def init(self: Any, buf: Any, pos: int) -> None:
+        base.Init(self, buf, pos)
+        self._read = {}
+
+    ns["Init"] = init
+    for name, fn in vars(base).items():
+        if callable(fn) and not name.startswith(("_", "Init", "GetRootAs")) and \
+                not name.endswith("AsNumpy") and getattr(fn, "__code__", None) is not None \
+                and fn.__code__.co_argcount == 1:
+            ns[name] = _once(name, fn)
+    return type(table, (base,), ns)
+
+
+def _once(name: str, read: Any) -> Any:
+    def get(self: Any) -> Any:
+        found = self._read.get(name, _UNREAD)
+        if found is _UNREAD:
+            found = read(self)
+            if type(found) in (int, float, bool):
+                self._read[name] = found
+        return found
+
+    get.__name__ = get.__qualname__ = name
+    return get
+
+
+_UNREAD = object()
 
 
 @functools.cache

@@ -51,6 +51,10 @@ class _Invalid(Exception):
 
 
 class _Walk:
+    """The checks over arrays of positions. Each step first tests all of its conditions at
+    once (one reduction: a valid file passes every one); only when one fails are they tested
+    one by one, in flatbuffers' order, to name the first that fails and where."""
+
     def __init__(self, data: bytes):
         self.n = len(data)
         self.u8 = np.frombuffer(data, np.uint8)
@@ -77,23 +81,34 @@ class _Walk:
     def aligned(self, pos: np.ndarray, align: int, what: str) -> None:
         self.check(pos % align != 0, pos, what)
 
+    def _placed(self, pos: np.ndarray, size: int, what: str) -> None:
+        """``pos`` aligned to ``size`` (1, 2, 4 or 8) with ``size`` bytes inside the file
+        (``size`` is below the file's, which holds at least _MIN_SIZE bytes)."""
+        if (((pos & (size - 1)) != 0) | (pos > self.n - size)).any():
+            self.aligned(pos, size, what.format("not aligned"))
+            self.inside(pos, size, what.format("outside the file"))
+
     def offset(self, pos: np.ndarray, what: str) -> np.ndarray:
         """flatbuffers' VerifyOffset: where the offsets at ``pos`` point."""
-        self.aligned(pos, 4, f"{what}: offset not aligned")
-        self.inside(pos, 4, f"{what}: offset outside the file")
+        self._placed(pos, 4, f"{what}: offset {{}}")
         o = self.u32(pos)
-        self.check((o == 0) | (o >= 1 << 31), pos, f"{what}: offset 0 or past 2^31")
         target = pos + o
-        self.inside(target, 1, f"{what}: offset points outside the file")
+        if ((o == 0) | (o >= 1 << 31) | (target > self.n - 1)).any():
+            self.check((o == 0) | (o >= 1 << 31), pos, f"{what}: offset 0 or past 2^31")
+            self.inside(target, 1, f"{what}: offset points outside the file")
         return target
 
     def vector(self, pos: np.ndarray, size: int, what: str) -> np.ndarray:
         """flatbuffers' VerifyVectorOrString: the lengths of the vectors at ``pos``."""
-        self.aligned(pos, 4, f"{what}: vector not aligned")
-        self.inside(pos, 4, f"{what}: vector length outside the file")
+        if (((pos & 3) != 0) | (pos > self.n - 4)).any():
+            self.aligned(pos, 4, f"{what}: vector not aligned")
+            self.inside(pos, 4, f"{what}: vector length outside the file")
         length = self.u32(pos)
-        self.check(length >= _MAX_SIZE // size, pos, f"{what}: vector too long")
-        self.inside(pos, 4 + size * length, f"{what}: vector runs past the end of the file")
+        long = length >= _MAX_SIZE // size
+        total = 4 + size * length
+        if (long | (total >= self.n) | (pos > self.n - total)).any():
+            self.check(long, pos, f"{what}: vector too long")
+            self.inside(pos, total, f"{what}: vector runs past the end of the file")
         return length
 
     def table(self, name: str, pos: np.ndarray, depth: int) -> None:
@@ -103,36 +118,39 @@ class _Walk:
         self.count += pos.size
         if depth > MAX_DEPTH or self.count > MAX_TABLES:
             raise _Invalid(f"more than {MAX_DEPTH} nested or {MAX_TABLES} tables ({name})")
-        self.aligned(pos, 4, f"{name}: table not aligned")
-        self.inside(pos, 4, f"{name}: table outside the file")
+        self._placed(pos, 4, f"{name}: table {{}}")
         vt = pos - self._i32[pos // 4]
-        self.check((vt < 0) | (vt % 2 != 0), pos, f"{name}: vtable misplaced")
-        self.inside(vt, 2, f"{name}: vtable outside the file")
+        if ((vt < 0) | ((vt & 1) != 0) | (vt > self.n - 2)).any():
+            self.check((vt < 0) | (vt % 2 != 0), pos, f"{name}: vtable misplaced")
+            self.inside(vt, 2, f"{name}: vtable outside the file")
         vsize = self.u16(vt)
-        self.check(vsize % 2 != 0, vt, f"{name}: vtable of odd size")
-        self.inside(vt, vsize, f"{name}: vtable runs past the end of the file")
+        if (((vsize & 1) != 0) | (vsize >= self.n) | (vt > self.n - vsize)).any():
+            self.check(vsize % 2 != 0, vt, f"{name}: vtable of odd size")
+            self.inside(vt, vsize, f"{name}: vtable runs past the end of the file")
         slots = _SLOTS.get(name, ())
-        for k, kind in enumerate(slots):
+        if not slots:
+            return
+        # Every table's vtable entry of every slot at once (0 past the end of its vtable).
+        entry = 4 + 2 * np.arange(len(slots), dtype=np.int64)
+        present = vsize[:, None] > entry
+        offs = np.where(present, self._u16[np.where(present, vt[:, None] + entry, 0) // 2], 0
+                        ).astype(np.int64)
+        for k in np.flatnonzero(offs.any(axis=0)).tolist():
+            kind = slots[k]
             if kind == "-":
                 continue
-            entry = 4 + 2 * k
-            present = vsize > entry
-            if not present.any():
-                continue
-            off = np.where(present, self.u16(np.where(present, vt + entry, 0)), 0)
+            off = offs[:, k]
             has = off != 0
-            if not has.any():
-                continue
             at, what = pos[has] + off[has], f"{name} field {k}"
             if kind.isdigit():
-                self.aligned(at, int(kind), f"{what}: scalar not aligned")
-                self.inside(at, int(kind), f"{what}: scalar outside the file")
+                self._placed(at, int(kind), f"{what}: scalar {{}}")
                 continue
             target = self.offset(at, what)
             if kind == "s":
                 end = target + 4 + self.vector(target, 1, what)
-                self.inside(end, 1, f"{what}: string not terminated")
-                self.check(self.u8[end] != 0, target, f"{what}: string not terminated")
+                if ((end > self.n - 1) | (self.u8[np.minimum(end, self.n - 1)] != 0)).any():
+                    self.inside(end, 1, f"{what}: string not terminated")
+                    self.check(self.u8[end] != 0, target, f"{what}: string not terminated")
             elif kind.startswith("[") and kind[1:-1].isdigit():
                 self.vector(target, int(kind[1:-1]), what)
             elif kind.startswith("["):
