@@ -6,6 +6,7 @@ tensor's shape, and whatever a corrupted file raises becomes a ModelFileError (t
 from __future__ import annotations
 
 import functools
+import math
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -185,14 +186,13 @@ class _Reader:
         what = f"{where} {info.describe()}"
         if info.ttype not in schema.TENSOR_TYPE_NAMES:
             raise self.fail(f"{what} has type {info.ttype}, which is not a TFLite type")
-        raw = schema.vector(data, f[_T_SHAPE], "<i4")
-        shape = tuple(raw.tolist())
+        shape = file_shape = schema.int32s(data, f[_T_SHAPE])
         info.zero_sized = 0 in shape
-        if any(d < 0 for d in shape):
+        if shape and min(shape) < 0:
             raise self.fail(f"{what} has shape {list(shape)} (a negative dimension; unknown "
                             f"ones are -1 in shape_signature, not in shape)")
         if f[_T_SIGNATURE]:
-            sig = schema.vector(data, f[_T_SIGNATURE], "<i4").tolist()
+            sig = list(schema.int32s(data, f[_T_SIGNATURE]))
             if len(sig) != len(shape) or any(s != d and s != -1 for s, d in zip(sig, shape)):
                 raise self.fail(f"{what} has shape_signature {sig} for shape {list(shape)} "
                                 f"(each entry must equal the shape's or be -1)")
@@ -201,7 +201,7 @@ class _Reader:
                 shape = tuple(0 if s < 0 else d for d, s in zip(shape, sig))
         info.shape = shape
         if f[_T_QUANT]:
-            self.quantization(info, schema.table(data, f[_T_QUANT]), raw.tolist(), what)
+            self.quantization(info, schema.table(data, f[_T_QUANT]), list(file_shape), what)
         content = self.buffer_bytes(schema.scalar(data, f[_T_BUFFER], _U32), what)
         if content is None:
             return info
@@ -212,7 +212,7 @@ class _Reader:
         if dtype is None:  # string and other types we cannot hold; reported when used
             size = _FIXED_SIZES.get(info.ttype)
             if size is not None and len(content) and not f[_T_SPARSITY] and \
-                    len(content) < size * int(np.prod(shape, dtype=np.int64)):
+                    len(content) < size * _count(shape):
                 raise self.fail(f"{what} has {len(content)} bytes of data for shape "
                                 f"{list(shape)}")
             return info
@@ -223,7 +223,7 @@ class _Reader:
                 info.sparse_value = densify(_typed(content, dtype), shape, sparsity,
                                             self.name, what)
             return info
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        count = _count(shape)
         if len(content) != count * dtype.itemsize and (used or len(content) < count *
                                                        dtype.itemsize):
             # TFLite refuses a buffer shorter than its tensor, used or not
@@ -255,11 +255,12 @@ class _Reader:
         info.zero_points = zero_points.astype(np.int64)
         info.qdim = qdim
 
-    def indexes(self, vec: np.ndarray, count: int, what: str) -> list[int]:
-        out = vec.tolist()
-        for v in out:
-            if v < -1 or v >= count:
-                raise self.fail(f"{what} refers to tensor {v} of {count}")
+    def indexes(self, vec: tuple[int, ...], count: int, what: str) -> list[int]:
+        out = list(vec)
+        if out and (min(out) < -1 or max(out) >= count):
+            for v in out:
+                if v < -1 or v >= count:
+                    raise self.fail(f"{what} refers to tensor {v} of {count}")
         return out
 
     def opcode(self, oc_index: int, k: int, where: str) -> tuple[int, bool, str, int]:
@@ -285,8 +286,8 @@ class _Reader:
         code, custom, name, version = self.opcode(schema.scalar(data, f[_O_OPCODE], _U32), k,
                                                   where)
         at = f"{where} operator {k} ({name})"
-        ins = self.indexes(schema.vector(data, f[_O_INPUTS], "<i4"), n_t, at)
-        outs = self.indexes(schema.vector(data, f[_O_OUTPUTS], "<i4"), n_t, at)
+        ins = self.indexes(schema.int32s(data, f[_O_INPUTS]), n_t, at)
+        outs = self.indexes(schema.int32s(data, f[_O_OUTPUTS]), n_t, at)
         arity = None if custom else ARITY.get(name)
         options = None
         if arity is not None and arity.options is not None:
@@ -338,9 +339,8 @@ class _Reader:
         op_positions = schema.tables(data, f[_SG_OPERATORS])
         _bounded(op_positions.size, limit, "operators", self.name)
         ops = [self.operator(int(p), k, n_t, where) for k, p in enumerate(op_positions.tolist())]
-        ins = self.indexes(schema.vector(data, f[_SG_INPUTS], "<i4"), n_t, f"{where} inputs")
-        outs = self.indexes(schema.vector(data, f[_SG_OUTPUTS], "<i4"), n_t,
-                            f"{where} outputs")
+        ins = self.indexes(schema.int32s(data, f[_SG_INPUTS]), n_t, f"{where} inputs")
+        outs = self.indexes(schema.int32s(data, f[_SG_OUTPUTS]), n_t, f"{where} outputs")
         if -1 in ins or -1 in outs:
             raise self.fail(f"{where} lists tensor -1 as an input or output")
         used = set(ins) | set(outs)
@@ -364,6 +364,13 @@ class _Reader:
                                 f"{tensors[i].describe()}, a constant")
         return SubgraphInfo(s, schema.string(data, f[_SG_NAME]), tensors, ops, ins, outs)
 
+
+
+def _count(shape: tuple[int, ...]) -> int:
+    """Elements of a shape of non-negative dimensions, as numpy's int64 product gives it
+    (exact below 2^63, which ``math.prod`` reaches without an array)."""
+    n = math.prod(shape)
+    return n if n < 1 << 63 else int(np.prod(shape, dtype=np.int64))
 
 
 def _typed(content: np.ndarray, dtype: np.dtype) -> np.ndarray:

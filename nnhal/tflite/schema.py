@@ -129,10 +129,35 @@ def tables(data: bytes, pos: int) -> np.ndarray:
     return start + 4 * np.arange(offsets.size, dtype=np.int64) + offsets.astype(np.int64)
 
 
+def int32s(data: bytes, pos: int) -> tuple[int, ...]:
+    """The int32 vector field at ``pos`` (from :func:`fields`) as a tuple; empty when absent
+    (a shape or a list of tensor indexes: a few numbers, read without an array)."""
+    if not pos:
+        return ()
+    start = pos + _U32(data, pos)[0]
+    n = _U32(data, start)[0]
+    if n > _FEW:
+        return tuple(np.frombuffer(data, "<i4", n, start + 4).tolist())
+    return _int32s_reader(n)(data, start + 4)
+
+
+#: Vectors up to this long are read by a struct compiled for their length (a few shapes'
+#: ranks and operators' arities); longer ones through numpy.
+_FEW = 16
+
+
+@functools.cache
+def _int32s_reader(k: int) -> Any:
+    """``unpack_from`` of ``k`` int32 (compiled once per count)."""
+    return struct.Struct(f"<{k}i").unpack_from
+
+
 def string(data: bytes, pos: int) -> str:
     """The string field at ``pos`` (from :func:`fields`), "" when absent."""
-    raw = vector(data, pos, "u1")
-    return raw.tobytes().decode("utf-8", "replace")
+    if not pos:
+        return ""
+    start = pos + _U32(data, pos)[0] + 4
+    return data[start:start + _U32(data, start - 4)[0]].decode("utf-8", "replace")
 
 
 def builtin_name(code: int) -> str:
