@@ -149,6 +149,8 @@ class _Reader:
         self.dynamic_shapes = dynamic_shapes
         model_fields = schema.fields(self.data, lf.model._tab.Pos, _M_BUFFERS + 1)
         self.buffers = schema.tables(self.data, model_fields[_M_BUFFERS])
+        #: Each buffer's fields (data, offset, size), read for all at once.
+        self.buffer_fields = schema.fields_of(self.data, self.buffers, _B_SIZE + 1)
         self.n_subgraphs = lf.model.SubgraphsLength()
         self._opcodes: dict[int, tuple[int, bool, str]] = {}
 
@@ -166,7 +168,7 @@ class _Reader:
         if not 0 <= k < self.buffers.size:
             raise self.fail(f"{where} names buffer {k} of {self.buffers.size}")
         data = self.data
-        f = schema.fields(data, int(self.buffers[k]), 3)
+        f = self.buffer_fields[k]
         if f[_B_DATA]:
             return schema.vector(data, f[_B_DATA], "u1")
         off, size = schema.scalar(data, f[_B_OFFSET], _U64), schema.scalar(data, f[_B_SIZE], _U64)
@@ -177,9 +179,10 @@ class _Reader:
             return np.frombuffer(data, np.uint8, size, off)
         return None
 
-    def tensor(self, pos: int, i: int, where: str, used: bool) -> TfliteTensor:
+    def tensor(self, f: list[int], q: list[int] | None, i: int, where: str, used: bool
+               ) -> TfliteTensor:
+        """Tensor ``i`` from its fields ``f`` and those of its quantization table ``q``."""
         data = self.data
-        f = schema.fields(data, pos, _T_SIGNATURE + 1)
         name = schema.string(data, f[_T_NAME])
         info = TfliteTensor(i, name, schema.scalar(data, f[_T_TYPE], _I8), (),
                             is_variable=bool(schema.scalar(data, f[_T_VARIABLE], _U8)))
@@ -192,16 +195,17 @@ class _Reader:
             raise self.fail(f"{what} has shape {list(shape)} (a negative dimension; unknown "
                             f"ones are -1 in shape_signature, not in shape)")
         if f[_T_SIGNATURE]:
-            sig = list(schema.int32s(data, f[_T_SIGNATURE]))
-            if len(sig) != len(shape) or any(s != d and s != -1 for s, d in zip(sig, shape)):
-                raise self.fail(f"{what} has shape_signature {sig} for shape {list(shape)} "
-                                f"(each entry must equal the shape's or be -1)")
-            info.signature = tuple(sig)
+            sig = schema.int32s(data, f[_T_SIGNATURE])
+            if sig != shape and (len(sig) != len(shape) or
+                                 any(s != d and s != -1 for s, d in zip(sig, shape))):
+                raise self.fail(f"{what} has shape_signature {list(sig)} for shape "
+                                f"{list(shape)} (each entry must equal the shape's or be -1)")
+            info.signature = sig
             if self.dynamic_shapes:
                 shape = tuple(0 if s < 0 else d for d, s in zip(shape, sig))
         info.shape = shape
-        if f[_T_QUANT]:
-            self.quantization(info, schema.table(data, f[_T_QUANT]), list(file_shape), what)
+        if q is not None:
+            self.quantization(info, q, list(file_shape), what)
         content = self.buffer_bytes(schema.scalar(data, f[_T_BUFFER], _U32), what)
         if content is None:
             return info
@@ -232,11 +236,13 @@ class _Reader:
             info.value = _typed(content, dtype).reshape(shape)
         return info
 
-    def quantization(self, info: TfliteTensor, pos: int, dims: list[int], what: str) -> None:
+    def quantization(self, info: TfliteTensor, f: list[int], dims: list[int], what: str
+                     ) -> None:
         """TFLite's rules: a scale needs as many zero points; one scale is per-tensor, more
         are per-axis along ``quantized_dimension`` with one per index of that dimension."""
+        if not f[_Q_SCALE]:  # (most float tensors have an empty table)
+            return
         data = self.data
-        f = schema.fields(data, pos, _Q_DIM + 1)
         scales = schema.vector(data, f[_Q_SCALE], "<f4")
         if scales.size == 0:
             return
@@ -280,9 +286,9 @@ class _Reader:
             found = self._opcodes[oc_index] = (code, custom, name, int(oc.Version()))
         return found
 
-    def operator(self, pos: int, k: int, n_t: int, where: str) -> OpInfo:
+    def operator(self, pos: int, f: list[int], k: int, n_t: int, where: str) -> OpInfo:
+        """Operator ``k`` at ``pos`` from its fields ``f``."""
         data = self.data
-        f = schema.fields(data, pos, _O_CUSTOM_OPTIONS + 1)
         code, custom, name, version = self.opcode(schema.scalar(data, f[_O_OPCODE], _U32), k,
                                                   where)
         at = f"{where} operator {k} ({name})"
@@ -303,7 +309,7 @@ class _Reader:
             problem = arity.problem(len(ins), len(outs))
             if problem is not None:
                 raise self.fail(f"{at} {problem}")
-            for p, i in enumerate(ins):
+            for p, i in enumerate(ins) if -1 in ins else ():
                 if i == -1 and p not in arity.optional:
                     raise self.fail(f"{at} leaves out input {p}, which is not optional")
         if -1 in outs:
@@ -338,7 +344,8 @@ class _Reader:
         n_t = _bounded(positions.size, limit, "tensors", self.name)
         op_positions = schema.tables(data, f[_SG_OPERATORS])
         _bounded(op_positions.size, limit, "operators", self.name)
-        ops = [self.operator(int(p), k, n_t, where) for k, p in enumerate(op_positions.tolist())]
+        ops = [self.operator(p, f, k, n_t, where) for k, (p, f) in enumerate(zip(
+            op_positions.tolist(), schema.fields_of(data, op_positions, _O_CUSTOM_OPTIONS + 1)))]
         ins = self.indexes(schema.int32s(data, f[_SG_INPUTS]), n_t, f"{where} inputs")
         outs = self.indexes(schema.int32s(data, f[_SG_OUTPUTS]), n_t, f"{where} outputs")
         if -1 in ins or -1 in outs:
@@ -353,7 +360,14 @@ class _Reader:
                                     f"{writer[i]} and {op.index}")
                 writer[i] = op.index
         used.update(writer)
-        tensors = [self.tensor(int(p), i, where, i in used) for i, p in enumerate(positions)]
+        rows = schema.fields_of(data, positions, _T_SIGNATURE + 1)
+        quant = [i for i, f in enumerate(rows) if f[_T_QUANT]]
+        q_rows: list[list[int] | None] = [None] * len(rows)
+        for i, q in zip(quant, schema.fields_of(data, np.array(
+                [schema.table(data, rows[i][_T_QUANT]) for i in quant], np.int64), _Q_DIM + 1)):
+            q_rows[i] = q
+        tensors = [self.tensor(f, q, i, where, i in used) for i, (f, q) in
+                   enumerate(zip(rows, q_rows))]
         graph_inputs = set(ins)
         for i, k in writer.items():
             if i in graph_inputs:

@@ -94,6 +94,23 @@ def fields(data: bytes, pos: int, n: int) -> tuple[int, ...]:
     return tuple([pos + o if o else 0 for o in offsets]) + (0,) * (n - k)
 
 
+def fields_of(data: bytes, positions: np.ndarray, n: int) -> list[list[int]]:
+    """:func:`fields` of many tables of one type at once (a subgraph's tensors, its
+    operators, the model's buffers): one pass of array arithmetic over their vtables
+    instead of a few struct reads per table. The file was verified: every table is 4-aligned
+    with a whole, 2-aligned vtable inside the file."""
+    if not positions.size:
+        return []
+    pos = positions.astype(np.int64)
+    i32 = np.frombuffer(data, "<i4", len(data) // 4)
+    u16 = np.frombuffer(data, "<u2", len(data) // 2)
+    vt = pos - i32[pos // 4]
+    entry = 4 + 2 * np.arange(n, dtype=np.int64)
+    present = u16[vt // 2][:, None] > entry  # a vtable entry past its end reads as absent
+    off = np.where(present, u16[np.where(present, vt[:, None] + entry, 0) // 2], 0)
+    return np.where(off != 0, pos[:, None] + off, 0).tolist()
+
+
 @functools.cache
 def _vtable_reader(k: int) -> Any:
     """``unpack_from`` of ``k`` vtable entries (compiled once per count)."""
