@@ -298,11 +298,23 @@ def discover(force: bool = False) -> None:
                 except Exception as e:  # noqa: BLE001 - a broken shipped one is reported
                     _errors[name] = f"shipped extension failed to load: {type(e).__name__}: {e}"
         try:
-            eps = importlib.metadata.entry_points(group=PLUGIN_GROUP)
+            eps = importlib.metadata.entry_points(group=PLUGIN_GROUP) if force or \
+                _maybe_plugins() else ()
         except Exception:  # noqa: BLE001 - broken metadata: no plug-ins
             return
         for ep in eps:
             _plugins.setdefault(ep.name, ep)
+
+
+def _maybe_plugins() -> bool:
+    """Whether a distribution may declare a plug-in of :data:`PLUGIN_GROUP`, as the drivers'
+    registry remembers it (a cheap look at the path); True when it cannot tell."""
+    try:
+        from nnhal.drivers import registry as drivers  # (here: no import cycle)
+
+        return drivers.extension_plugins_possible()
+    except Exception:  # noqa: BLE001 - the full scan decides
+        return True
 
 
 def _load(name: str) -> ExtensionDef | None:
