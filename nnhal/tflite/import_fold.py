@@ -431,14 +431,14 @@ def rule_op(tensors: list[TfliteTensor], op: OpInfo, *, version_checked: bool = 
     """The operator as :mod:`nnhal.tflite.kernel_rules` reads it (``version_checked``: the
     caller has applied :func:`~nnhal.tflite.op_versions.version_refusal` already, so the
     rules do not again)."""
-    def view(i: int) -> RuleTensor | None:
-        return None if i < 0 else _rule_view(tensors[i])
+    options = op.options
 
     def option(name: str, default: Any) -> Any:
-        get = getattr(op.options, name, None)
+        get = getattr(options, name, None)
         return default if get is None else get()
 
-    return RuleOp(op.name, [view(i) for i in op.inputs], [view(i) for i in op.outputs],
+    return RuleOp(op.name, [None if i < 0 else _rule_view(tensors[i]) for i in op.inputs],
+                  [None if i < 0 else _rule_view(tensors[i]) for i in op.outputs],
                   option, None if op.custom or version_checked else op.version)
 
 

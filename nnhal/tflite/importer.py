@@ -255,10 +255,11 @@ class _Importer:
 
     def _convert_ops(self, ctx: Context, sg: SubgraphInfo, folded: set[int],
                      variables: Variables | None) -> None:
+        fold_refused = sg.extra.get("fold_refused", {})
         for op in sg.ops:
             if op.index in folded:
                 continue
-            if any(i in ctx.poisoned for i in op.inputs):
+            if ctx.poisoned and not ctx.poisoned.isdisjoint(op.inputs):
                 # Downstream of a refusal: nothing to convert, but an operator that would be
                 # refused on its own is named too, so one message lists every blocker.
                 why = _kind_refusal(op, variables is not None)
@@ -271,8 +272,8 @@ class _Importer:
             start = len(ctx.sb.operations)
             checked = False
             try:
-                if op.index in sg.extra.get("fold_refused", {}):
-                    raise Unimportable(sg.extra["fold_refused"][op.index])
+                if op.index in fold_refused:
+                    raise Unimportable(fold_refused[op.index])
                 too_new = None if op.custom else version_refusal(op.name, op.version)
                 if too_new is not None:  # before any converter or extension reads it
                     raise Unimportable(too_new)

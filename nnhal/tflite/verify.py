@@ -135,16 +135,22 @@ class _Walk:
         present = vsize[:, None] > entry
         offs = np.where(present, self._u16[np.where(present, vt[:, None] + entry, 0) // 2], 0
                         ).astype(np.int64)
-        for k in np.flatnonzero(offs.any(axis=0)).tolist():
+        fields = [k for k in np.flatnonzero(offs.any(axis=0)).tolist() if slots[k] != "-"]
+        scalars = [k for k in fields if slots[k].isdigit()]
+        # Every scalar field of every table at once; one by one only when one fails.
+        size = np.array([int(slots[k]) for k in scalars], np.int64)
+        at = pos[:, None] + offs[:, scalars]
+        scalars_bad = bool(((offs[:, scalars] != 0) & (((at & (size - 1)) != 0) |
+                                                        (at > self.n - size))).any())
+        for k in fields:
             kind = slots[k]
-            if kind == "-":
-                continue
             off = offs[:, k]
             has = off != 0
-            at, what = pos[has] + off[has], f"{name} field {k}"
             if kind.isdigit():
-                self._placed(at, int(kind), f"{what}: scalar {{}}")
+                if scalars_bad:
+                    self._placed(pos[has] + off[has], int(kind), f"{name} field {k}: scalar {{}}")
                 continue
+            at, what = pos[has] + off[has], f"{name} field {k}"
             target = self.offset(at, what)
             if kind == "s":
                 end = target + 4 + self.vector(target, 1, what)
