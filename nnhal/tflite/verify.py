@@ -111,22 +111,18 @@ class _Walk:
             self.inside(pos, total, f"{what}: vector runs past the end of the file")
         return length
 
-    def table(self, name: str, pos: np.ndarray, depth: int) -> None:
-        """flatbuffers' VerifyTableStart, then every field of the ``name`` tables at ``pos``."""
+    def table(self, name: str, pos: np.ndarray, depth: int,
+              starts: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        """flatbuffers' VerifyTableStart, then every field of the ``name`` tables at ``pos``
+        (``starts``: their vtables and sizes, when the caller checked their starts already)."""
         if not pos.size:
             return
         self.count += pos.size
         if depth > MAX_DEPTH or self.count > MAX_TABLES:
             raise _Invalid(f"more than {MAX_DEPTH} nested or {MAX_TABLES} tables ({name})")
-        self._placed(pos, 4, f"{name}: table {{}}")
-        vt = pos - self._i32[pos // 4]
-        if ((vt < 0) | ((vt & 1) != 0) | (vt > self.n - 2)).any():
-            self.check((vt < 0) | (vt % 2 != 0), pos, f"{name}: vtable misplaced")
-            self.inside(vt, 2, f"{name}: vtable outside the file")
-        vsize = self.u16(vt)
-        if (((vsize & 1) != 0) | (vsize >= self.n) | (vt > self.n - vsize)).any():
-            self.check(vsize % 2 != 0, vt, f"{name}: vtable of odd size")
-            self.inside(vt, vsize, f"{name}: vtable runs past the end of the file")
+        if starts is None:
+            starts = self._starts(pos) or self._starts_one_by_one(name, pos)
+        vt, vsize = starts
         slots = _SLOTS.get(name, ())
         if not slots:
             return
@@ -148,7 +144,8 @@ class _Walk:
             has = off != 0
             if kind.isdigit():
                 if scalars_bad:
-                    self._placed(pos[has] + off[has], int(kind), f"{name} field {k}: scalar {{}}")
+                    self._placed(pos[has] + off[has], int(kind),
+                                 f"{name} field {k}: scalar {{}}")
                 continue
             at, what = pos[has] + off[has], f"{name} field {k}"
             target = self.offset(at, what)
@@ -168,6 +165,32 @@ class _Walk:
             else:
                 self.table(kind, target, depth + 1)
 
+    def _starts(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """(vtable positions, vtable sizes) of the tables at ``pos`` when each table is
+        aligned and inside the file with its vtable aligned, inside and whole; else None."""
+        n = self.n
+        if (((pos & 3) != 0) | (pos > n - 4)).any():
+            return None
+        vt = pos - self._i32[pos // 4]
+        if ((vt < 0) | ((vt & 1) != 0) | (vt > n - 2)).any():
+            return None
+        vsize = self.u16(vt)
+        if (((vsize & 1) != 0) | (vsize >= n) | (vt > n - vsize)).any():
+            return None
+        return vt, vsize
+
+    def _starts_one_by_one(self, name: str, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_starts`' checks in flatbuffers' order, raising the first that fails."""
+        self.aligned(pos, 4, f"{name}: table not aligned")
+        self.inside(pos, 4, f"{name}: table outside the file")
+        vt = pos - self._i32[pos // 4]
+        self.check((vt < 0) | (vt % 2 != 0), pos, f"{name}: vtable misplaced")
+        self.inside(vt, 2, f"{name}: vtable outside the file")
+        vsize = self.u16(vt)
+        self.check(vsize % 2 != 0, vt, f"{name}: vtable of odd size")
+        self.inside(vt, vsize, f"{name}: vtable runs past the end of the file")
+        return vt, vsize
+
     def elements(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Where the tables of vectors of tables are (flatbuffers' Vector::Get)."""
         total = int(lengths.sum())
@@ -185,10 +208,21 @@ class _Walk:
         off = np.where(vsize > entry, self.u16(np.where(vsize > entry, vt + entry, 0)), 0)
         kind = np.where(off != 0, self.u8[np.where(off != 0, pos + off, 0)], 0)
         # (sorted(set()): np.unique would import numpy.ma, tens of ms on a first open)
-        for t in sorted(set(kind.tolist())):
-            member = _UNIONS[enum].get(t)
-            if member is not None:  # NONE, and types unknown here, are accepted unread
+        members = [(t, m) for t in sorted(set(kind.tolist()))
+                   if (m := _UNIONS[enum].get(t)) is not None]  # NONE and unknown: unread
+        # The starts of the tables of every type at once (an operator's options are of many
+        # types, a few tables each); one type after the other when one is not sound.
+        known = np.zeros(kind.shape, np.bool_)
+        for t, _ in members:
+            known |= kind == t
+        starts = self._starts(target[known])
+        for t, member in members:
+            if starts is None:
                 self.table(member, target[kind == t], depth + 1)
+            else:
+                mine = kind[known] == t
+                self.table(member, target[kind == t], depth + 1,
+                           (starts[0][mine], starts[1][mine]))
 
 
 def verify(data: bytes, name: str) -> None:
