@@ -134,7 +134,7 @@ def test_extensions_are_looked_for_only_where_a_distribution_may_declare_them(
     installed distribution only where an ``entry_points.txt`` names the group."""
     from nnhal.ops import extensions
 
-    assert registry.EXTENSIONS_GROUP == extensions.PLUGIN_GROUP
+    assert extensions.plugins_possible == registry.extension_plugins_possible  # lent
     bare = tmp_path / "bare"
     (bare / "other-1.0.dist-info").mkdir(parents=True)
     (bare / "other-1.0.dist-info" / "entry_points.txt").write_text(

@@ -38,6 +38,7 @@ from typing import Any
 from nnhal import aidl
 from nnhal.errors import NnhalError
 from nnhal.hal.interfaces import IDevice
+from nnhal.ops import extensions
 
 #: A probe returns None when the device can be opened, else the reason (one line) it cannot.
 Probe = Callable[[], "str | None"]
@@ -116,9 +117,6 @@ def register(name: str, factory: Callable[[], IDevice | aidl.IDevice],
 
 #: The entry-point group of plug-in drivers.
 PLUGIN_GROUP = "nnhal.drivers"
-#: The entry-point group of plug-in extensions (:data:`nnhal.ops.extensions.PLUGIN_GROUP`),
-#: looked for along the path with the drivers' (see :func:`extension_plugins_possible`).
-EXTENSIONS_GROUP = "nnhal.extensions"
 _discovered = False
 
 
@@ -236,6 +234,9 @@ def extension_plugins_possible() -> bool:
     return _path_facts()[2]
 
 
+extensions.plugins_possible = extension_plugins_possible  # lent to extension discovery
+
+
 def look_along_path() -> None:
     """Ask :func:`_path_facts` now (importing ``nnhal.session`` does, as it loads the drivers
     and their engines), so that a Session's first device listing finds the answer known
@@ -264,7 +265,7 @@ def _remembered_facts() -> tuple[bool, bool, bool]:
                 return bool(rec["plugins"]), bool(rec["xla"]), bool(rec["extensions"])
         except Exception:  # noqa: BLE001 - absent, unreadable or stale: look
             pass
-    facts = _maybe_plugins(), _xla_listed(), _maybe_plugins(EXTENSIONS_GROUP)
+    facts = _maybe_plugins(), _xla_listed(), _maybe_plugins(extensions.PLUGIN_GROUP)
     # A directory changed within the clock's tick of now could change again keeping its times.
     recent = time.time_ns() - RACY_NS
     if memo is None or any(len(e) > 1 and max(e[3], e[4]) > recent for e in state[1:]) or \

@@ -306,13 +306,16 @@ def discover(force: bool = False) -> None:
             _plugins.setdefault(ep.name, ep)
 
 
-def _maybe_plugins() -> bool:
-    """Whether a distribution may declare a plug-in of :data:`PLUGIN_GROUP`, as the drivers'
-    registry remembers it (a cheap look at the path); True when it cannot tell."""
-    try:
-        from nnhal.drivers import registry as drivers  # (here: no import cycle)
+#: Whether a distribution on the path may declare a plug-in of :data:`PLUGIN_GROUP`: lent by
+#: :mod:`nnhal.drivers.registry` as it loads (it remembers its look along ``sys.path`` across
+#: processes); without it, or when it cannot tell, the full scan decides.
+plugins_possible: Callable[[], bool] | None = None
 
-        return drivers.extension_plugins_possible()
+
+def _maybe_plugins() -> bool:
+    look = plugins_possible
+    try:
+        return look is None or bool(look())
     except Exception:  # noqa: BLE001 - the full scan decides
         return True
 
