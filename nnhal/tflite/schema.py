@@ -174,7 +174,8 @@ def string(data: bytes, pos: int) -> str:
     if not pos:
         return ""
     start = pos + _U32(data, pos)[0] + 4
-    return data[start:start + _U32(data, start - 4)[0]].decode("utf-8", "replace")
+    # (bytes() of a slice of bytes is that slice; of a memoryview's, a copy of the name only)
+    return bytes(data[start:start + _U32(data, start - 4)[0]]).decode("utf-8", "replace")
 
 
 def builtin_name(code: int) -> str:
