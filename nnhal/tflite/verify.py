@@ -103,6 +103,23 @@ class _Walk:
         if (((pos & 3) != 0) | (pos > self.n - 4)).any():
             self.aligned(pos, 4, f"{what}: vector not aligned")
             self.inside(pos, 4, f"{what}: vector length outside the file")
+        return self._lengths(pos, size, what)
+
+    def vector_field(self, at: np.ndarray, size: int, what: str
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`offset` then :meth:`vector`: where the vectors the offsets at ``at`` point to
+        are, and their lengths; where each offset lands and its length word tested together."""
+        self._placed(at, 4, f"{what}: offset {{}}")
+        o = self.u32(at)
+        target = at + o
+        if ((o == 0) | (o >= 1 << 31) | ((target & 3) != 0) | (target > self.n - 4)).any():
+            target = self.offset(at, what)
+            return target, self.vector(target, size, what)
+        return target, self._lengths(target, size, what)
+
+    def _lengths(self, pos: np.ndarray, size: int, what: str) -> np.ndarray:
+        """The lengths of the vectors whose length words at ``pos`` are placed, each vector
+        whole inside the file."""
         length = self.u32(pos)
         long = length >= _MAX_SIZE // size
         total = 4 + size * length
@@ -148,22 +165,22 @@ class _Walk:
                                  f"{name} field {k}: scalar {{}}")
                 continue
             at, what = pos[has] + off[has], f"{name} field {k}"
-            target = self.offset(at, what)
             if kind == "s":
-                end = target + 4 + self.vector(target, 1, what)
+                target, length = self.vector_field(at, 1, what)
+                end = target + 4 + length
                 if ((end > self.n - 1) | (self.u8[np.minimum(end, self.n - 1)] != 0)).any():
                     self.inside(end, 1, f"{what}: string not terminated")
                     self.check(self.u8[end] != 0, target, f"{what}: string not terminated")
             elif kind.startswith("[") and kind[1:-1].isdigit():
-                self.vector(target, int(kind[1:-1]), what)
+                self.vector_field(at, int(kind[1:-1]), what)
             elif kind.startswith("["):
-                self.table(kind[1:-1], self.elements(target, self.vector(target, 4, what)),
+                self.table(kind[1:-1], self.elements(*self.vector_field(at, 4, what)),
                            depth + 1)
             elif kind.startswith("<"):
-                self.union(kind[1:-1], slots, k, pos[has], vt[has], vsize[has], target,
-                           depth)
+                self.union(kind[1:-1], slots, k, pos[has], vt[has], vsize[has],
+                           self.offset(at, what), depth)
             else:
-                self.table(kind, target, depth + 1)
+                self.table(kind, self.offset(at, what), depth + 1)
 
     def _starts(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """(vtable positions, vtable sizes) of the tables at ``pos`` when each table is
