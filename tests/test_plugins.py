@@ -128,6 +128,39 @@ def test_the_quick_look_for_plugins_finds_them_and_defers_what_it_cannot_read(
     assert registry._maybe_plugins()  # a zip on the path: the full scan decides
 
 
+def test_extensions_are_looked_for_only_where_a_distribution_may_declare_them(
+        tmp_path, monkeypatch):
+    """Extension discovery takes the drivers' look along the path: the full scan of every
+    installed distribution only where an ``entry_points.txt`` names the group."""
+    from nnhal.ops import extensions
+
+    assert extensions.plugins_possible == registry.extension_plugins_possible  # lent
+    bare = tmp_path / "bare"
+    (bare / "other-1.0.dist-info").mkdir(parents=True)
+    (bare / "other-1.0.dist-info" / "entry_points.txt").write_text(
+        f"[{registry.PLUGIN_GROUP}]\nv = vendor_nn:make\n")  # a driver, no extension
+    monkeypatch.setenv("NNHAL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(sys, "path", [str(bare)])
+    monkeypatch.setattr(registry, "_facts", None)
+    for name in ("_registered", "_plugins", "_errors"):
+        monkeypatch.setattr(extensions, name, {})
+    monkeypatch.setattr(extensions, "_discovered", False)
+    scanned = []
+    monkeypatch.setattr(extensions.importlib.metadata, "entry_points",
+                        lambda **k: scanned.append(k) or ())
+    extensions.discover()
+    assert scanned == []  # nothing names nnhal.extensions: no full scan
+    (bare / "ext-1.0.dist-info").mkdir()
+    (bare / "ext-1.0.dist-info" / "entry_points.txt").write_text(
+        f"[{extensions.PLUGIN_GROUP}]\ncom.vendor.x = vendor_x:EXT\n")
+    monkeypatch.setattr(sys, "path", [str(bare), str(tmp_path / "absent")])  # looked again
+    extensions.discover(force=False)  # once per process: not again
+    assert scanned == []
+    monkeypatch.setattr(extensions, "_discovered", False)
+    extensions.discover()
+    assert scanned == [{"group": extensions.PLUGIN_GROUP}]
+
+
 def test_the_look_along_the_path_is_remembered_until_a_directory_on_it_changes(
         tmp_path, monkeypatch):
     site = tmp_path / "site"
@@ -136,7 +169,7 @@ def test_the_look_along_the_path_is_remembered_until_a_directory_on_it_changes(
     monkeypatch.setattr(sys, "path", [str(site)])
     monkeypatch.setattr(registry, "_facts", None)
     monkeypatch.setattr(registry, "RACY_NS", 0)  # the folders were made just now
-    assert registry._path_facts() == (False, registry._xla_listed())
+    assert registry._path_facts() == (False, registry._xla_listed(), False)
     assert (tmp_path / "cache" / registry.PATH_MEMO).is_file()
 
     def looked():

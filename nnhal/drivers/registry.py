@@ -38,6 +38,7 @@ from typing import Any
 from nnhal import aidl
 from nnhal.errors import NnhalError
 from nnhal.hal.interfaces import IDevice
+from nnhal.ops import extensions
 
 #: A probe returns None when the device can be opened, else the reason (one line) it cannot.
 Probe = Callable[[], "str | None"]
@@ -137,19 +138,19 @@ def discover(force: bool = False) -> None:
     _discover_services()
 
 
-def _maybe_plugins() -> bool:
-    """Whether a distribution on ``sys.path`` may declare an entry point of
-    :data:`PLUGIN_GROUP`: False only when no ``entry_points.txt`` of a directory on the path
-    names the group. ``importlib.metadata`` parses every installed distribution's entry points
-    (milliseconds with a hundred installed, on every process's first device listing); this
-    reads the files as bytes and looks for the name. Anything it does not read the way
-    ``importlib.metadata`` would (a zip or an egg on the path, a finder of distributions
-    other than the standard one) answers True: the full scan then decides."""
+def _maybe_plugins(group: str = PLUGIN_GROUP) -> bool:
+    """Whether a distribution on ``sys.path`` may declare an entry point of ``group`` (by
+    default :data:`PLUGIN_GROUP`): False only when no ``entry_points.txt`` of a directory on
+    the path names the group. ``importlib.metadata`` parses every installed distribution's
+    entry points (milliseconds with a hundred installed, on every process's first device
+    listing); this reads the files as bytes and looks for the name. Anything it does not
+    read the way ``importlib.metadata`` would (a zip or an egg on the path, a finder of
+    distributions other than the standard one) answers True: the full scan then decides."""
     from importlib.machinery import PathFinder
 
     if any(f is not PathFinder and hasattr(f, "find_distributions") for f in sys.meta_path):
         return True
-    needle = PLUGIN_GROUP.encode()
+    needle = group.encode()
     for entry in sys.path:
         if not isinstance(entry, str):
             return True
@@ -200,15 +201,16 @@ def _path_state() -> list[Any] | None:
     return state
 
 
-_facts: tuple[bool, bool] | None = None
+_facts: tuple[bool, bool, bool] | None = None
 #: The ``sys.path`` entries ``_facts`` answers for.
 _facts_path: list[Any] = []
 #: A directory whose times are this recent is not remembered (see _remembered_facts).
 RACY_NS = 2_000_000_000
 
 
-def _path_facts() -> tuple[bool, bool]:
-    """(:func:`_maybe_plugins`, :func:`_xla_listed`): asked once per process, and remembered
+def _path_facts() -> tuple[bool, bool, bool]:
+    """(:func:`_maybe_plugins`, :func:`_xla_listed`, :func:`_maybe_plugins` of extensions'
+    group :data:`nnhal.ops.extensions.PLUGIN_GROUP`): asked once per process, and remembered
     across processes while every directory on ``sys.path`` is unchanged (:func:`_path_state`):
     together they read about a hundred files (about 1 ms) on every process's first device
     listing. An installer adds or removes a distribution's ``.dist-info`` folder and never
@@ -224,6 +226,17 @@ def _path_facts() -> tuple[bool, bool]:
     return _facts
 
 
+def extension_plugins_possible() -> bool:
+    """Whether a distribution on the path may declare an extension plug-in: False lets
+    :func:`nnhal.ops.extensions.discover` skip ``importlib.metadata``'s parse of every
+    installed distribution (milliseconds, on the first open of a model an extension
+    claims an operator of), remembered with the drivers' look (:func:`_path_facts`)."""
+    return _path_facts()[2]
+
+
+extensions.plugins_possible = extension_plugins_possible  # lent to extension discovery
+
+
 def look_along_path() -> None:
     """Ask :func:`_path_facts` now (importing ``nnhal.session`` does, as it loads the drivers
     and their engines), so that a Session's first device listing finds the answer known
@@ -234,7 +247,7 @@ def look_along_path() -> None:
         pass
 
 
-def _remembered_facts() -> tuple[bool, bool]:
+def _remembered_facts() -> tuple[bool, bool, bool]:
     import json
 
     from nnhal.ops.native.build import cache_root, check_private_dir, write_replacing
@@ -249,10 +262,10 @@ def _remembered_facts() -> tuple[bool, bool]:
             with open(memo, "rb") as f:
                 rec = json.loads(f.read())
             if rec["state"] == state:
-                return bool(rec["plugins"]), bool(rec["xla"])
+                return bool(rec["plugins"]), bool(rec["xla"]), bool(rec["extensions"])
         except Exception:  # noqa: BLE001 - absent, unreadable or stale: look
             pass
-    facts = _maybe_plugins(), _xla_listed()
+    facts = _maybe_plugins(), _xla_listed(), _maybe_plugins(extensions.PLUGIN_GROUP)
     # A directory changed within the clock's tick of now could change again keeping its times.
     recent = time.time_ns() - RACY_NS
     if memo is None or any(len(e) > 1 and max(e[3], e[4]) > recent for e in state[1:]) or \
@@ -260,7 +273,7 @@ def _remembered_facts() -> tuple[bool, bool]:
         return facts
     try:
         write_replacing(memo, json.dumps({"state": state, "plugins": facts[0],
-                                          "xla": facts[1]}).encode())
+                                          "xla": facts[1], "extensions": facts[2]}).encode())
     except OSError:
         pass
     return facts

@@ -298,11 +298,26 @@ def discover(force: bool = False) -> None:
                 except Exception as e:  # noqa: BLE001 - a broken shipped one is reported
                     _errors[name] = f"shipped extension failed to load: {type(e).__name__}: {e}"
         try:
-            eps = importlib.metadata.entry_points(group=PLUGIN_GROUP)
+            eps = importlib.metadata.entry_points(group=PLUGIN_GROUP) if force or \
+                _maybe_plugins() else ()
         except Exception:  # noqa: BLE001 - broken metadata: no plug-ins
             return
         for ep in eps:
             _plugins.setdefault(ep.name, ep)
+
+
+#: Whether a distribution on the path may declare a plug-in of :data:`PLUGIN_GROUP`: lent by
+#: :mod:`nnhal.drivers.registry` as it loads (it remembers its look along ``sys.path`` across
+#: processes); without it, or when it cannot tell, the full scan decides.
+plugins_possible: Callable[[], bool] | None = None
+
+
+def _maybe_plugins() -> bool:
+    look = plugins_possible
+    try:
+        return look is None or bool(look())
+    except Exception:  # noqa: BLE001 - the full scan decides
+        return True
 
 
 def _load(name: str) -> ExtensionDef | None:

@@ -16,7 +16,7 @@ from tflite.TensorType import TensorType as TT
 
 from nnhal.tflite import schema
 from nnhal.tflite.import_read import OpInfo, SubgraphInfo, TfliteTensor
-from nnhal.tflite.kernel_rules import RuleOp, kernel_refusal, rule_tensor
+from nnhal.tflite.kernel_rules import RuleOp, RuleTensor, kernel_refusal, rule_tensor
 
 
 class _NoFold(Exception):
@@ -426,21 +426,33 @@ def _set(t: TfliteTensor, value: np.ndarray) -> None:
     t.shape = tuple(t.value.shape)
 
 
-def rule_op(tensors: list[TfliteTensor], op: OpInfo) -> RuleOp:
-    """The operator as :mod:`nnhal.tflite.kernel_rules` reads it."""
-    def view(i: int) -> Any:
-        if i < 0:
-            return None
-        t = tensors[i]
-        return rule_tensor(t.ttype, t.scales, t.zero_points, t.describe(),
-                           t.shape if t.has_rank else None)
+def rule_op(tensors: list[TfliteTensor], op: OpInfo, *, version_checked: bool = False
+            ) -> RuleOp:
+    """The operator as :mod:`nnhal.tflite.kernel_rules` reads it (``version_checked``: the
+    caller has applied :func:`~nnhal.tflite.op_versions.version_refusal` already, so the
+    rules do not again)."""
+    options = op.options
 
     def option(name: str, default: Any) -> Any:
-        get = getattr(op.options, name, None)
+        get = getattr(options, name, None)
         return default if get is None else get()
 
-    return RuleOp(op.name, [view(i) for i in op.inputs], [view(i) for i in op.outputs],
-                  option, None if op.custom else op.version)
+    return RuleOp(op.name, [None if i < 0 else _rule_view(tensors[i]) for i in op.inputs],
+                  [None if i < 0 else _rule_view(tensors[i]) for i in op.outputs],
+                  option, None if op.custom or version_checked else op.version)
+
+
+def _rule_view(t: TfliteTensor) -> RuleTensor:
+    """A tensor as the rules read it: made once per tensor (each is read by its writer and
+    its readers) and again only when folding gave it another shape."""
+    memo = t.rule_memo
+    if memo is not None and memo[0] is t.scales and memo[1] is t.zero_points and \
+            memo[2] == t.ttype and memo[3] == t.shape and memo[4] == t.has_rank:
+        return memo[5]
+    view = rule_tensor(t.ttype, t.scales, t.zero_points, t.describe(),
+                       t.shape if t.has_rank else None)
+    t.rule_memo = (t.scales, t.zero_points, t.ttype, t.shape, t.has_rank, view)
+    return view
 
 
 def _refused(sg: SubgraphInfo, op: OpInfo) -> None:

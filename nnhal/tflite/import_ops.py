@@ -6,6 +6,7 @@ become the operations of AIDL v2 (feature level 6), MIRROR_PAD and REVERSE_V2 th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -53,6 +54,11 @@ def _ints_input(ctx: Context, i: int, what: str) -> int:
     """A TENSOR_INT32 operand for an index tensor (int64 constants are narrowed)."""
     t = ctx.t(i)
     if t.value is not None:
+        if t.value.dtype == np.int32:
+            # Fits as it is (no widening round trip: a folded GATHER index can be megabytes);
+            # a writable array as before, so the constant is placed as it was.
+            v32 = t.value if t.value.flags.writeable else t.value.copy()
+            return ctx.x(i, type_=T.TENSOR_INT32, value=v32)
         v = t.value.astype(np.int64)
         if np.any(v != v.astype(np.int32)):
             raise Unimportable(f"{what} does not fit in int32")
@@ -447,17 +453,17 @@ def reshape_target(ctx: Context, op: OpInfo) -> list[int] | None:
     x = ctx.t(op.inputs[0])
     if not (x.has_rank and (x.static or x.zero_sized)):
         return None if -1 in new else new
-    count = int(np.prod(x.shape, dtype=object)) if x.static else 0
+    count = math.prod(x.shape) if x.static else 0
     if -1 in new:
-        rest = int(np.prod([d for d in new if d not in (-1, 0)], dtype=object))
+        rest = math.prod([d for d in new if d not in (-1, 0)])
         if count == 0 and 0 not in new:
             inferred = 0
         else:
-            inferred = int(np.prod([d for d in x.shape if d], dtype=object)) // rest
+            inferred = math.prod([d for d in x.shape if d]) // rest
         if inferred >= 1 << 31:
             raise Unimportable(f"new shape {new} infers a dimension of {inferred}")
         new = [inferred if d == -1 else d for d in new]
-    if int(np.prod(new, dtype=object)) != count:
+    if math.prod(new) != count:
         raise Unimportable(f"new shape {new} does not hold the input's {count} elements")
     return new
 

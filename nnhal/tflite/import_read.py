@@ -6,6 +6,7 @@ tensor's shape, and whatever a corrupted file raises becomes a ModelFileError (t
 from __future__ import annotations
 
 import functools
+import math
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,8 @@ class TfliteTensor:
     has_data: bool = False
     #: :func:`~nnhal.tflite.import_ctx.hal_type`'s answer, with what it was computed from.
     hal_memo: tuple | None = field(default=None, repr=False, compare=False)
+    #: Its :class:`~nnhal.tflite.kernel_rules.RuleTensor`, with what it was made from.
+    rule_memo: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def type_name(self) -> str:
@@ -146,6 +149,8 @@ class _Reader:
         self.dynamic_shapes = dynamic_shapes
         model_fields = schema.fields(self.data, lf.model._tab.Pos, _M_BUFFERS + 1)
         self.buffers = schema.tables(self.data, model_fields[_M_BUFFERS])
+        #: Each buffer's fields (data, offset, size), read for all at once.
+        self.buffer_fields = schema.fields_of(self.data, self.buffers, _B_SIZE + 1)
         self.n_subgraphs = lf.model.SubgraphsLength()
         self._opcodes: dict[int, tuple[int, bool, str]] = {}
 
@@ -163,7 +168,7 @@ class _Reader:
         if not 0 <= k < self.buffers.size:
             raise self.fail(f"{where} names buffer {k} of {self.buffers.size}")
         data = self.data
-        f = schema.fields(data, int(self.buffers[k]), 3)
+        f = self.buffer_fields[k]
         if f[_B_DATA]:
             return schema.vector(data, f[_B_DATA], "u1")
         off, size = schema.scalar(data, f[_B_OFFSET], _U64), schema.scalar(data, f[_B_SIZE], _U64)
@@ -174,32 +179,33 @@ class _Reader:
             return np.frombuffer(data, np.uint8, size, off)
         return None
 
-    def tensor(self, pos: int, i: int, where: str, used: bool) -> TfliteTensor:
+    def tensor(self, f: list[int], q: list[int] | None, i: int, where: str, used: bool
+               ) -> TfliteTensor:
+        """Tensor ``i`` from its fields ``f`` and those of its quantization table ``q``."""
         data = self.data
-        f = schema.fields(data, pos, _T_SIGNATURE + 1)
         name = schema.string(data, f[_T_NAME])
         info = TfliteTensor(i, name, schema.scalar(data, f[_T_TYPE], _I8), (),
                             is_variable=bool(schema.scalar(data, f[_T_VARIABLE], _U8)))
         what = f"{where} {info.describe()}"
         if info.ttype not in schema.TENSOR_TYPE_NAMES:
             raise self.fail(f"{what} has type {info.ttype}, which is not a TFLite type")
-        raw = schema.vector(data, f[_T_SHAPE], "<i4")
-        shape = tuple(raw.tolist())
+        shape = file_shape = schema.int32s(data, f[_T_SHAPE])
         info.zero_sized = 0 in shape
-        if any(d < 0 for d in shape):
+        if shape and min(shape) < 0:
             raise self.fail(f"{what} has shape {list(shape)} (a negative dimension; unknown "
                             f"ones are -1 in shape_signature, not in shape)")
         if f[_T_SIGNATURE]:
-            sig = schema.vector(data, f[_T_SIGNATURE], "<i4").tolist()
-            if len(sig) != len(shape) or any(s != d and s != -1 for s, d in zip(sig, shape)):
-                raise self.fail(f"{what} has shape_signature {sig} for shape {list(shape)} "
-                                f"(each entry must equal the shape's or be -1)")
-            info.signature = tuple(sig)
+            sig = schema.int32s(data, f[_T_SIGNATURE])
+            if sig != shape and (len(sig) != len(shape) or
+                                 any(s != d and s != -1 for s, d in zip(sig, shape))):
+                raise self.fail(f"{what} has shape_signature {list(sig)} for shape "
+                                f"{list(shape)} (each entry must equal the shape's or be -1)")
+            info.signature = sig
             if self.dynamic_shapes:
                 shape = tuple(0 if s < 0 else d for d, s in zip(shape, sig))
         info.shape = shape
-        if f[_T_QUANT]:
-            self.quantization(info, schema.table(data, f[_T_QUANT]), raw.tolist(), what)
+        if q is not None:
+            self.quantization(info, q, list(file_shape), what)
         content = self.buffer_bytes(schema.scalar(data, f[_T_BUFFER], _U32), what)
         if content is None:
             return info
@@ -210,7 +216,7 @@ class _Reader:
         if dtype is None:  # string and other types we cannot hold; reported when used
             size = _FIXED_SIZES.get(info.ttype)
             if size is not None and len(content) and not f[_T_SPARSITY] and \
-                    len(content) < size * int(np.prod(shape, dtype=np.int64)):
+                    len(content) < size * _count(shape):
                 raise self.fail(f"{what} has {len(content)} bytes of data for shape "
                                 f"{list(shape)}")
             return info
@@ -221,7 +227,7 @@ class _Reader:
                 info.sparse_value = densify(_typed(content, dtype), shape, sparsity,
                                             self.name, what)
             return info
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        count = _count(shape)
         if len(content) != count * dtype.itemsize and (used or len(content) < count *
                                                        dtype.itemsize):
             # TFLite refuses a buffer shorter than its tensor, used or not
@@ -230,11 +236,13 @@ class _Reader:
             info.value = _typed(content, dtype).reshape(shape)
         return info
 
-    def quantization(self, info: TfliteTensor, pos: int, dims: list[int], what: str) -> None:
+    def quantization(self, info: TfliteTensor, f: list[int], dims: list[int], what: str
+                     ) -> None:
         """TFLite's rules: a scale needs as many zero points; one scale is per-tensor, more
         are per-axis along ``quantized_dimension`` with one per index of that dimension."""
+        if not f[_Q_SCALE]:  # (most float tensors have an empty table)
+            return
         data = self.data
-        f = schema.fields(data, pos, _Q_DIM + 1)
         scales = schema.vector(data, f[_Q_SCALE], "<f4")
         if scales.size == 0:
             return
@@ -253,11 +261,12 @@ class _Reader:
         info.zero_points = zero_points.astype(np.int64)
         info.qdim = qdim
 
-    def indexes(self, vec: np.ndarray, count: int, what: str) -> list[int]:
-        out = vec.tolist()
-        for v in out:
-            if v < -1 or v >= count:
-                raise self.fail(f"{what} refers to tensor {v} of {count}")
+    def indexes(self, vec: tuple[int, ...], count: int, what: str) -> list[int]:
+        out = list(vec)
+        if out and (min(out) < -1 or max(out) >= count):
+            for v in out:
+                if v < -1 or v >= count:
+                    raise self.fail(f"{what} refers to tensor {v} of {count}")
         return out
 
     def opcode(self, oc_index: int, k: int, where: str) -> tuple[int, bool, str, int]:
@@ -277,14 +286,14 @@ class _Reader:
             found = self._opcodes[oc_index] = (code, custom, name, int(oc.Version()))
         return found
 
-    def operator(self, pos: int, k: int, n_t: int, where: str) -> OpInfo:
+    def operator(self, pos: int, f: list[int], k: int, n_t: int, where: str) -> OpInfo:
+        """Operator ``k`` at ``pos`` from its fields ``f``."""
         data = self.data
-        f = schema.fields(data, pos, _O_CUSTOM_OPTIONS + 1)
         code, custom, name, version = self.opcode(schema.scalar(data, f[_O_OPCODE], _U32), k,
                                                   where)
         at = f"{where} operator {k} ({name})"
-        ins = self.indexes(schema.vector(data, f[_O_INPUTS], "<i4"), n_t, at)
-        outs = self.indexes(schema.vector(data, f[_O_OUTPUTS], "<i4"), n_t, at)
+        ins = self.indexes(schema.int32s(data, f[_O_INPUTS]), n_t, at)
+        outs = self.indexes(schema.int32s(data, f[_O_OUTPUTS]), n_t, at)
         arity = None if custom else ARITY.get(name)
         options = None
         if arity is not None and arity.options is not None:
@@ -300,7 +309,7 @@ class _Reader:
             problem = arity.problem(len(ins), len(outs))
             if problem is not None:
                 raise self.fail(f"{at} {problem}")
-            for p, i in enumerate(ins):
+            for p, i in enumerate(ins) if -1 in ins else ():
                 if i == -1 and p not in arity.optional:
                     raise self.fail(f"{at} leaves out input {p}, which is not optional")
         if -1 in outs:
@@ -322,7 +331,7 @@ class _Reader:
         kind = schema.scalar(self.data, f[_O_OPTIONS_TYPE], _U8)
         if kind != _OPTION_KINDS[table] or not f[_O_OPTIONS]:
             return default_options(table)
-        opts = getattr(tflite, table)()
+        opts = _read_once(table)()
         opts.Init(self.data, schema.table(self.data, f[_O_OPTIONS]))
         return opts
 
@@ -335,10 +344,10 @@ class _Reader:
         n_t = _bounded(positions.size, limit, "tensors", self.name)
         op_positions = schema.tables(data, f[_SG_OPERATORS])
         _bounded(op_positions.size, limit, "operators", self.name)
-        ops = [self.operator(int(p), k, n_t, where) for k, p in enumerate(op_positions.tolist())]
-        ins = self.indexes(schema.vector(data, f[_SG_INPUTS], "<i4"), n_t, f"{where} inputs")
-        outs = self.indexes(schema.vector(data, f[_SG_OUTPUTS], "<i4"), n_t,
-                            f"{where} outputs")
+        ops = [self.operator(p, f, k, n_t, where) for k, (p, f) in enumerate(zip(
+            op_positions.tolist(), schema.fields_of(data, op_positions, _O_CUSTOM_OPTIONS + 1)))]
+        ins = self.indexes(schema.int32s(data, f[_SG_INPUTS]), n_t, f"{where} inputs")
+        outs = self.indexes(schema.int32s(data, f[_SG_OUTPUTS]), n_t, f"{where} outputs")
         if -1 in ins or -1 in outs:
             raise self.fail(f"{where} lists tensor -1 as an input or output")
         used = set(ins) | set(outs)
@@ -351,7 +360,14 @@ class _Reader:
                                     f"{writer[i]} and {op.index}")
                 writer[i] = op.index
         used.update(writer)
-        tensors = [self.tensor(int(p), i, where, i in used) for i, p in enumerate(positions)]
+        rows = schema.fields_of(data, positions, _T_SIGNATURE + 1)
+        quant = [i for i, f in enumerate(rows) if f[_T_QUANT]]
+        q_rows: list[list[int] | None] = [None] * len(rows)
+        for i, q in zip(quant, schema.fields_of(data, np.array(
+                [schema.table(data, rows[i][_T_QUANT]) for i in quant], np.int64), _Q_DIM + 1)):
+            q_rows[i] = q
+        tensors = [self.tensor(f, q, i, where, i in used) for i, (f, q) in
+                   enumerate(zip(rows, q_rows))]
         graph_inputs = set(ins)
         for i, k in writer.items():
             if i in graph_inputs:
@@ -362,6 +378,13 @@ class _Reader:
                                 f"{tensors[i].describe()}, a constant")
         return SubgraphInfo(s, schema.string(data, f[_SG_NAME]), tensors, ops, ins, outs)
 
+
+
+def _count(shape: tuple[int, ...]) -> int:
+    """Elements of a shape of non-negative dimensions, as numpy's int64 product gives it
+    (exact below 2^63, which ``math.prod`` reaches without an array)."""
+    n = math.prod(shape)
+    return n if n < 1 << 63 else int(np.prod(shape, dtype=np.int64))
 
 
 def _typed(content: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -386,6 +409,45 @@ def _options(op: tflite.Operator, table: str | None) -> Any:
     opts = getattr(tflite, table)()
     opts.Init(found.Bytes, found.Pos)
     return opts
+
+
+@functools.cache
+def _read_once(table: str) -> type:
+    """The schema's class of options table ``table``, each of its scalar fields read from the
+    file once per object: the kernel rules and the converter read an operator's options
+    (strides, padding, dilation...) a dozen times, each read through the generated accessor
+    costing a few Python calls. The values are those the accessors give (the file's bytes do
+    not change); anything but a number is read each time, as before."""
+    base = getattr(tflite, table)
+    ns: dict[str, Any] = {"__slots__": ("_read",)}
+
+    def init(self: Any, buf: Any, pos: int) -> None:
+        base.Init(self, buf, pos)
+        self._read = {}
+
+    ns["Init"] = init
+    for name, fn in vars(base).items():
+        if callable(fn) and not name.startswith(("_", "Init", "GetRootAs")) and \
+                not name.endswith("AsNumpy") and getattr(fn, "__code__", None) is not None \
+                and fn.__code__.co_argcount == 1:
+            ns[name] = _once(name, fn)
+    return type(table, (base,), ns)
+
+
+def _once(name: str, read: Any) -> Any:
+    def get(self: Any) -> Any:
+        found = self._read.get(name, _UNREAD)
+        if found is _UNREAD:
+            found = read(self)
+            if type(found) in (int, float, bool):
+                self._read[name] = found
+        return found
+
+    get.__name__ = get.__qualname__ = name
+    return get
+
+
+_UNREAD = object()
 
 
 @functools.cache

@@ -9,6 +9,7 @@ with its index, so a user sees the whole list rather than the first failure.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import Any
@@ -17,6 +18,7 @@ from nnhal.analysis import analyse
 from nnhal.errors import ModelFileError, UnsupportedModelError
 from nnhal.hal.builder import ModelBuilder, SubgraphBuilder
 from nnhal.hal.types import (
+    EXTENSION_TYPE_LOW_BITS,
     OperandLifeTime,
     OperationType,
     is_extension_type,
@@ -206,21 +208,26 @@ class _Importer:
         so a type the HAL does not take is reported against the TFLite operator."""
         operands = ctx.sb.operands
         n = len(operands)
+        seen: dict[tuple, _TypeAndLifetime] = {}
 
         def info(i: int) -> _TypeAndLifetime:
             o = operands[i]
-            return _TypeAndLifetime(operand_type(o.type), o.lifetime)
+            key = (o.type, o.lifetime)  # most operands of one operation share a type
+            found = seen.get(key)
+            if found is None:
+                found = seen[key] = _TypeAndLifetime(operand_type(o.type), o.lifetime)
+            return found
 
         for operation in ctx.sb.operations[start:]:
             if is_extension_type(operation.type):
                 continue  # the analysis checks it against the extension's signature
             for i in (*operation.inputs, *operation.outputs):
-                if 0 <= i < n and is_extension_type(int(operands[i].type)):
+                if 0 <= i < n and int(operands[i].type) >> EXTENSION_TYPE_LOW_BITS:
                     raise Unimportable(
                         f"the HAL's operation {_op_name(operation.type)} takes no extension "
                         f"operand (operand {i} is of extension type "
                         f"{int(operands[i].type):#x})")
-            sig = signature(operation.type)
+            sig = _signature(operation.type)
             if sig is None:
                 continue
             try:
@@ -249,10 +256,11 @@ class _Importer:
 
     def _convert_ops(self, ctx: Context, sg: SubgraphInfo, folded: set[int],
                      variables: Variables | None) -> None:
+        fold_refused = sg.extra.get("fold_refused", {})
         for op in sg.ops:
             if op.index in folded:
                 continue
-            if any(i in ctx.poisoned for i in op.inputs):
+            if ctx.poisoned and not ctx.poisoned.isdisjoint(op.inputs):
                 # Downstream of a refusal: nothing to convert, but an operator that would be
                 # refused on its own is named too, so one message lists every blocker.
                 why = _kind_refusal(op, variables is not None)
@@ -265,8 +273,8 @@ class _Importer:
             start = len(ctx.sb.operations)
             checked = False
             try:
-                if op.index in sg.extra.get("fold_refused", {}):
-                    raise Unimportable(sg.extra["fold_refused"][op.index])
+                if op.index in fold_refused:
+                    raise Unimportable(fold_refused[op.index])
                 too_new = None if op.custom else version_refusal(op.name, op.version)
                 if too_new is not None:  # before any converter or extension reads it
                     raise Unimportable(too_new)
@@ -451,6 +459,13 @@ def _kind_refusal(op: OpInfo, main: bool) -> str | None:
     return REFUSED.get(op.name, "no HAL equivalent")
 
 
+@functools.cache
+def _signature(op_type: int) -> Any:
+    """:func:`nnhal.ops.catalog.signature`, looked up once per operation type (the enum's
+    conversion costs a microsecond per operation)."""
+    return signature(op_type)
+
+
 def _op_name(t: int) -> str:
     try:
         return OperationType(t).name
@@ -493,5 +508,6 @@ class _TypeAndLifetime:
 
 
 def _rule_op(ctx: Context, op: OpInfo) -> RuleOp:
-    """The operator as :mod:`nnhal.tflite.kernel_rules` reads it."""
-    return rule_op(ctx.sg.tensors, op)
+    """The operator as :mod:`nnhal.tflite.kernel_rules` reads it (its version was checked
+    before any converter ran: not again)."""
+    return rule_op(ctx.sg.tensors, op, version_checked=True)

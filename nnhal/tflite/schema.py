@@ -95,6 +95,23 @@ def fields(data: bytes, pos: int, n: int) -> tuple[int, ...]:
     return tuple([pos + o if o else 0 for o in offsets]) + (0,) * (n - k)
 
 
+def fields_of(data: bytes, positions: np.ndarray, n: int) -> list[list[int]]:
+    """:func:`fields` of many tables of one type at once (a subgraph's tensors, its
+    operators, the model's buffers): one pass of array arithmetic over their vtables
+    instead of a few struct reads per table. The file was verified: every table is 4-aligned
+    with a whole, 2-aligned vtable inside the file."""
+    if not positions.size:
+        return []
+    pos = positions.astype(np.int64)
+    i32 = np.frombuffer(data, "<i4", len(data) // 4)
+    u16 = np.frombuffer(data, "<u2", len(data) // 2)
+    vt = pos - i32[pos // 4]
+    entry = 4 + 2 * np.arange(n, dtype=np.int64)
+    present = u16[vt // 2][:, None] > entry  # a vtable entry past its end reads as absent
+    off = np.where(present, u16[np.where(present, vt[:, None] + entry, 0) // 2], 0)
+    return np.where(off != 0, pos[:, None] + off, 0).tolist()
+
+
 @functools.cache
 def _vtable_reader(k: int) -> Any:
     """``unpack_from`` of ``k`` vtable entries (compiled once per count)."""
@@ -130,10 +147,36 @@ def tables(data: bytes, pos: int) -> np.ndarray:
     return start + 4 * np.arange(offsets.size, dtype=np.int64) + offsets.astype(np.int64)
 
 
+def int32s(data: bytes, pos: int) -> tuple[int, ...]:
+    """The int32 vector field at ``pos`` (from :func:`fields`) as a tuple; empty when absent
+    (a shape or a list of tensor indexes: a few numbers, read without an array)."""
+    if not pos:
+        return ()
+    start = pos + _U32(data, pos)[0]
+    n = _U32(data, start)[0]
+    if n > _FEW:
+        return tuple(np.frombuffer(data, "<i4", n, start + 4).tolist())
+    return _int32s_reader(n)(data, start + 4)
+
+
+#: Vectors up to this long are read by a struct compiled for their length (a few shapes'
+#: ranks and operators' arities); longer ones through numpy.
+_FEW = 16
+
+
+@functools.cache
+def _int32s_reader(k: int) -> Any:
+    """``unpack_from`` of ``k`` int32 (compiled once per count)."""
+    return struct.Struct(f"<{k}i").unpack_from
+
+
 def string(data: bytes, pos: int) -> str:
     """The string field at ``pos`` (from :func:`fields`), "" when absent."""
-    raw = vector(data, pos, "u1")
-    return raw.tobytes().decode("utf-8", "replace")
+    if not pos:
+        return ""
+    start = pos + _U32(data, pos)[0] + 4
+    # (bytes() of a slice of bytes is that slice; of a memoryview's, a copy of the name only)
+    return bytes(data[start:start + _U32(data, start - 4)[0]]).decode("utf-8", "replace")
 
 
 def builtin_name(code: int) -> str:

@@ -51,6 +51,10 @@ class _Invalid(Exception):
 
 
 class _Walk:
+    """The checks over arrays of positions. Each step first tests all of its conditions at
+    once (one reduction: a valid file passes every one); only when one fails are they tested
+    one by one, in flatbuffers' order, to name the first that fails and where."""
+
     def __init__(self, data: bytes):
         self.n = len(data)
         self.u8 = np.frombuffer(data, np.uint8)
@@ -77,32 +81,123 @@ class _Walk:
     def aligned(self, pos: np.ndarray, align: int, what: str) -> None:
         self.check(pos % align != 0, pos, what)
 
+    def _placed(self, pos: np.ndarray, size: int, what: str) -> None:
+        """``pos`` aligned to ``size`` (1, 2, 4 or 8) with ``size`` bytes inside the file
+        (``size`` is below the file's, which holds at least _MIN_SIZE bytes)."""
+        if (((pos & (size - 1)) != 0) | (pos > self.n - size)).any():
+            self.aligned(pos, size, what.format("not aligned"))
+            self.inside(pos, size, what.format("outside the file"))
+
     def offset(self, pos: np.ndarray, what: str) -> np.ndarray:
         """flatbuffers' VerifyOffset: where the offsets at ``pos`` point."""
-        self.aligned(pos, 4, f"{what}: offset not aligned")
-        self.inside(pos, 4, f"{what}: offset outside the file")
+        self._placed(pos, 4, f"{what}: offset {{}}")
         o = self.u32(pos)
-        self.check((o == 0) | (o >= 1 << 31), pos, f"{what}: offset 0 or past 2^31")
         target = pos + o
-        self.inside(target, 1, f"{what}: offset points outside the file")
+        if ((o == 0) | (o >= 1 << 31) | (target > self.n - 1)).any():
+            self.check((o == 0) | (o >= 1 << 31), pos, f"{what}: offset 0 or past 2^31")
+            self.inside(target, 1, f"{what}: offset points outside the file")
         return target
 
     def vector(self, pos: np.ndarray, size: int, what: str) -> np.ndarray:
         """flatbuffers' VerifyVectorOrString: the lengths of the vectors at ``pos``."""
-        self.aligned(pos, 4, f"{what}: vector not aligned")
-        self.inside(pos, 4, f"{what}: vector length outside the file")
+        if (((pos & 3) != 0) | (pos > self.n - 4)).any():
+            self.aligned(pos, 4, f"{what}: vector not aligned")
+            self.inside(pos, 4, f"{what}: vector length outside the file")
+        return self._lengths(pos, size, what)
+
+    def vector_field(self, at: np.ndarray, size: int, what: str
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`offset` then :meth:`vector`: where the vectors the offsets at ``at`` point to
+        are, and their lengths; where each offset lands and its length word tested together."""
+        self._placed(at, 4, f"{what}: offset {{}}")
+        o = self.u32(at)
+        target = at + o
+        if ((o == 0) | (o >= 1 << 31) | ((target & 3) != 0) | (target > self.n - 4)).any():
+            target = self.offset(at, what)
+            return target, self.vector(target, size, what)
+        return target, self._lengths(target, size, what)
+
+    def _lengths(self, pos: np.ndarray, size: int, what: str) -> np.ndarray:
+        """The lengths of the vectors whose length words at ``pos`` are placed, each vector
+        whole inside the file."""
         length = self.u32(pos)
-        self.check(length >= _MAX_SIZE // size, pos, f"{what}: vector too long")
-        self.inside(pos, 4 + size * length, f"{what}: vector runs past the end of the file")
+        long = length >= _MAX_SIZE // size
+        total = 4 + size * length
+        if (long | (total >= self.n) | (pos > self.n - total)).any():
+            self.check(long, pos, f"{what}: vector too long")
+            self.inside(pos, total, f"{what}: vector runs past the end of the file")
         return length
 
-    def table(self, name: str, pos: np.ndarray, depth: int) -> None:
-        """flatbuffers' VerifyTableStart, then every field of the ``name`` tables at ``pos``."""
+    def table(self, name: str, pos: np.ndarray, depth: int,
+              starts: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        """flatbuffers' VerifyTableStart, then every field of the ``name`` tables at ``pos``
+        (``starts``: their vtables and sizes, when the caller checked their starts already)."""
         if not pos.size:
             return
         self.count += pos.size
         if depth > MAX_DEPTH or self.count > MAX_TABLES:
             raise _Invalid(f"more than {MAX_DEPTH} nested or {MAX_TABLES} tables ({name})")
+        if starts is None:
+            starts = self._starts(pos) or self._starts_one_by_one(name, pos)
+        vt, vsize = starts
+        slots = _SLOTS.get(name, ())
+        if not slots:
+            return
+        # Every table's vtable entry of every slot at once (0 past the end of its vtable).
+        entry = 4 + 2 * np.arange(len(slots), dtype=np.int64)
+        present = vsize[:, None] > entry
+        offs = np.where(present, self._u16[np.where(present, vt[:, None] + entry, 0) // 2], 0
+                        ).astype(np.int64)
+        fields = [k for k in np.flatnonzero(offs.any(axis=0)).tolist() if slots[k] != "-"]
+        scalars = [k for k in fields if slots[k].isdigit()]
+        # Every scalar field of every table at once; one by one only when one fails.
+        size = np.array([int(slots[k]) for k in scalars], np.int64)
+        at = pos[:, None] + offs[:, scalars]
+        scalars_bad = bool(((offs[:, scalars] != 0) & (((at & (size - 1)) != 0) |
+                                                        (at > self.n - size))).any())
+        for k in fields:
+            kind = slots[k]
+            off = offs[:, k]
+            has = off != 0
+            if kind.isdigit():
+                if scalars_bad:
+                    self._placed(pos[has] + off[has], int(kind),
+                                 f"{name} field {k}: scalar {{}}")
+                continue
+            at, what = pos[has] + off[has], f"{name} field {k}"
+            if kind == "s":
+                target, length = self.vector_field(at, 1, what)
+                end = target + 4 + length
+                if ((end > self.n - 1) | (self.u8[np.minimum(end, self.n - 1)] != 0)).any():
+                    self.inside(end, 1, f"{what}: string not terminated")
+                    self.check(self.u8[end] != 0, target, f"{what}: string not terminated")
+            elif kind.startswith("[") and kind[1:-1].isdigit():
+                self.vector_field(at, int(kind[1:-1]), what)
+            elif kind.startswith("["):
+                self.table(kind[1:-1], self.elements(*self.vector_field(at, 4, what)),
+                           depth + 1)
+            elif kind.startswith("<"):
+                self.union(kind[1:-1], slots, k, pos[has], vt[has], vsize[has],
+                           self.offset(at, what), depth)
+            else:
+                self.table(kind, self.offset(at, what), depth + 1)
+
+    def _starts(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """(vtable positions, vtable sizes) of the tables at ``pos`` when each table is
+        aligned and inside the file with its vtable aligned, inside and whole; else None."""
+        n = self.n
+        if (((pos & 3) != 0) | (pos > n - 4)).any():
+            return None
+        vt = pos - self._i32[pos // 4]
+        if ((vt < 0) | ((vt & 1) != 0) | (vt > n - 2)).any():
+            return None
+        vsize = self.u16(vt)
+        if (((vsize & 1) != 0) | (vsize >= n) | (vt > n - vsize)).any():
+            return None
+        return vt, vsize
+
+    def _starts_one_by_one(self, name: str, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_starts`' checks in flatbuffers' order, raising the first that fails."""
         self.aligned(pos, 4, f"{name}: table not aligned")
         self.inside(pos, 4, f"{name}: table outside the file")
         vt = pos - self._i32[pos // 4]
@@ -111,38 +206,7 @@ class _Walk:
         vsize = self.u16(vt)
         self.check(vsize % 2 != 0, vt, f"{name}: vtable of odd size")
         self.inside(vt, vsize, f"{name}: vtable runs past the end of the file")
-        slots = _SLOTS.get(name, ())
-        for k, kind in enumerate(slots):
-            if kind == "-":
-                continue
-            entry = 4 + 2 * k
-            present = vsize > entry
-            if not present.any():
-                continue
-            off = np.where(present, self.u16(np.where(present, vt + entry, 0)), 0)
-            has = off != 0
-            if not has.any():
-                continue
-            at, what = pos[has] + off[has], f"{name} field {k}"
-            if kind.isdigit():
-                self.aligned(at, int(kind), f"{what}: scalar not aligned")
-                self.inside(at, int(kind), f"{what}: scalar outside the file")
-                continue
-            target = self.offset(at, what)
-            if kind == "s":
-                end = target + 4 + self.vector(target, 1, what)
-                self.inside(end, 1, f"{what}: string not terminated")
-                self.check(self.u8[end] != 0, target, f"{what}: string not terminated")
-            elif kind.startswith("[") and kind[1:-1].isdigit():
-                self.vector(target, int(kind[1:-1]), what)
-            elif kind.startswith("["):
-                self.table(kind[1:-1], self.elements(target, self.vector(target, 4, what)),
-                           depth + 1)
-            elif kind.startswith("<"):
-                self.union(kind[1:-1], slots, k, pos[has], vt[has], vsize[has], target,
-                           depth)
-            else:
-                self.table(kind, target, depth + 1)
+        return vt, vsize
 
     def elements(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Where the tables of vectors of tables are (flatbuffers' Vector::Get)."""
@@ -161,10 +225,21 @@ class _Walk:
         off = np.where(vsize > entry, self.u16(np.where(vsize > entry, vt + entry, 0)), 0)
         kind = np.where(off != 0, self.u8[np.where(off != 0, pos + off, 0)], 0)
         # (sorted(set()): np.unique would import numpy.ma, tens of ms on a first open)
-        for t in sorted(set(kind.tolist())):
-            member = _UNIONS[enum].get(t)
-            if member is not None:  # NONE, and types unknown here, are accepted unread
+        members = [(t, m) for t in sorted(set(kind.tolist()))
+                   if (m := _UNIONS[enum].get(t)) is not None]  # NONE and unknown: unread
+        # The starts of the tables of every type at once (an operator's options are of many
+        # types, a few tables each); one type after the other when one is not sound.
+        known = np.zeros(kind.shape, np.bool_)
+        for t, _ in members:
+            known |= kind == t
+        starts = self._starts(target[known])
+        for t, member in members:
+            if starts is None:
                 self.table(member, target[kind == t], depth + 1)
+            else:
+                mine = kind[known] == t
+                self.table(member, target[kind == t], depth + 1,
+                           (starts[0][mine], starts[1][mine]))
 
 
 def verify(data: bytes, name: str) -> None:
