@@ -37,6 +37,10 @@ _NUMPY = {TT.FLOAT32: "<f4", TT.FLOAT16: "<f2", TT.INT32: "<i4", TT.UINT32: "<u4
           TT.UINT16: "<u2"}
 
 
+#: Operation type value -> its name (a look-up where the enum's call costs a microsecond).
+_OPERATION_NAMES: dict[int, str] = {int(o): o.name for o in OperationType}
+
+
 class Unexportable(Exception):
     """An operation this exporter cannot express exactly; the message says why."""
 
@@ -180,10 +184,10 @@ class SubgraphWriter:
 
     def convert(self, k: int, t: int, ins: Any, outs: Any) -> None:
         """HAL operation ``k`` through its converter; a refusal is collected."""
-        try:
-            name = OperationType(t).name
+        name = _OPERATION_NAMES.get(t)
+        if name is not None:
             conv = self.ex.converters.get(name)
-        except ValueError:
+        else:
             name, conv = _extension_converter(self.ex, t)
         first = len(self.sg.operators)
         try:
