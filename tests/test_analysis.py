@@ -65,8 +65,8 @@ def test_prepare_checks_and_decodes_once(device, monkeypatch):
                         counting("structure", analyse_module.validate_model))
     monkeypatch.setattr(analyse_module, "decode_constant",
                         counting("decode", analyse_module.decode_constant))
-    monkeypatch.setattr(analyse_module, "check_operation",
-                        counting("operation", catalog.check_operation))
+    monkeypatch.setattr(analyse_module, "check_and_prepare",
+                        counting("operation", catalog.check_and_prepare))
     model = conv_model()
     launch, status, pm = prepare(device, model)
     assert launch == status == ErrorStatus.NONE

@@ -38,7 +38,7 @@ from nnhal.hal.types import (
 )
 from nnhal.memory import MemoryError_, SharedMemory
 from nnhal.ops import extensions
-from nnhal.ops.catalog import check_operation, lookup, signature
+from nnhal.ops.catalog import check_and_prepare, lookup, signature
 from nnhal.ops.resolver import OpContext, OperandInfo, OpError, Shape, visits
 from nnhal.ops.signature import check, input_slots, omittable_positions
 from nnhal.validation import ValidationError, validate_model
@@ -433,8 +433,7 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
             ext_ops[t] = (ext_op.id, definition)
         else:
             try:
-                op_level = check_operation(definition, ctx)
-                inferred = definition.prepare(ctx)
+                op_level, inferred = check_and_prepare(definition, ctx)
             except OpError as e:
                 raise OpError(f"{name} operation {k}: {e}", e.status) from None
         if op_level is not level and op_level > level:  # max(), without its comparisons

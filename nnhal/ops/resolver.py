@@ -172,6 +172,20 @@ class OperationDef:
         """Output shapes inferred at prepare time; ``None`` when the op does not infer."""
         return None
 
+    def validate_and_prepare(self, ctx: OpContext) -> list[Shape] | None:
+        """:meth:`validate` then :meth:`prepare`, as the analysis asks of every operation.
+        An operation whose validate infers the output shapes to check them overrides this to
+        infer them once; a subclass that redefines validate or prepare gets this default
+        back (:meth:`__init_subclass__`), so an override never skips what it added."""
+        self.validate(ctx)
+        return self.prepare(ctx)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__
+        if ("validate" in own or "prepare" in own) and "validate_and_prepare" not in own:
+            cls.validate_and_prepare = OperationDef.validate_and_prepare  # type: ignore
+
     def kernel(self, ctx: OpContext) -> Kernel:  # pragma: no cover - every op overrides
         raise NotImplementedError
 
