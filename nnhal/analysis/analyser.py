@@ -89,6 +89,10 @@ def operand_shape(op: Operand) -> tuple[int, ...] | None:
     return _shape(operand_type(op.type), op.dimensions)
 
 
+#: The HAL types whose operands have no shape (scalars, subgraph references): shape ().
+_NO_DIMENSIONS = frozenset({t for t in OperandType if t.is_scalar} | {OperandType.SUBGRAPH})
+
+
 def _shape(t: Any, dimensions: Sequence[int]) -> tuple[int, ...] | None:
     if t.is_scalar or t == OperandType.SUBGRAPH:
         return ()
@@ -97,12 +101,16 @@ def _shape(t: Any, dimensions: Sequence[int]) -> tuple[int, ...] | None:
     return tuple(map(int, dimensions))
 
 
-def decode_constant(op: Operand, raw: np.ndarray, *, copy: bool = True) -> np.ndarray:
+def decode_constant(op: Operand, raw: np.ndarray, *, copy: bool = True,
+                    t: Any = None) -> np.ndarray:
     """Bytes of a constant operand -> a read-only array of its type and shape.
 
-    ``copy=False`` gives a view for a caller that holds the model while it reads it.
+    ``copy=False`` gives a view for a caller that holds the model while it reads it; ``t``
+    is the operand's type as :func:`~nnhal.hal.types.operand_type` gives it, when the caller
+    has it.
     """
-    t = operand_type(op.type)
+    if t is None:
+        t = operand_type(op.type)
     if t in (OperandType.BOOL, OperandType.TENSOR_BOOL8):
         arr = raw != 0
     else:
@@ -114,13 +122,22 @@ def decode_constant(op: Operand, raw: np.ndarray, *, copy: bool = True) -> np.nd
     return arr
 
 
-def operand_info(op: Operand, value: object = None) -> OperandInfo:
-    t = operand_type(op.type)
+def operand_info(op: Operand, value: object = None, t: Any = None) -> OperandInfo:
+    """What operations see of ``op`` (``t``: its :func:`~nnhal.hal.types.operand_type`,
+    when the caller has it)."""
+    if t is None:
+        t = operand_type(op.type)
     extra = op.extra_params
     if extra is None:  # most operands: neither channel quantization nor extension data
-        return OperandInfo(type=t, shape=_shape(t, op.dimensions), scale=float(op.scale),
-                           zero_point=int(op.zero_point), lifetime=_lifetime(op.lifetime),
-                           value=value)
+        if type(t) is OperandType:  # the shape without _shape's calls
+            dims = op.dimensions
+            shape = () if t in _NO_DIMENSIONS else tuple(map(int, dims)) if dims else None
+        else:
+            shape = _shape(t, op.dimensions)
+        lifetime = LIFETIMES.get(op.lifetime)
+        return OperandInfo(t, shape, float(op.scale), int(op.zero_point), None, 0,
+                           lifetime if lifetime is not None else OperandLifeTime(op.lifetime),
+                           value)
     cq = extra if isinstance(extra, SymmPerChannelQuantParams) else None
     ext = extra if isinstance(extra, (bytes, bytearray)) else None
     return OperandInfo(
@@ -347,25 +364,28 @@ def _decode_operands(sg: Subgraph, values: np.ndarray, pools: Sequence[np.ndarra
     process does not know."""
     infos: list[OperandInfo | None] = []
     for k, op in enumerate(sg.operands):
-        if is_extension_type(op.type):
+        if op.type >> 16:  # an extension type (is_extension_type)
             op = _extension_operand(op, f"{name} operand {k}", exts)  # type: ignore[assignment]
             if op is None:
                 infos.append(None)
                 continue
+        t = operand_type(op.type)
         lt = op.lifetime
-        loc = op.location
         value: object = None
         if lt == L.CONSTANT_COPY:
-            value = decode_constant(op, values[loc.offset:loc.offset + loc.length], copy=own)
+            loc = op.location
+            value = decode_constant(op, values[loc.offset:loc.offset + loc.length], copy=own,
+                                    t=t)
         elif lt == L.CONSTANT_REFERENCE:
+            loc = op.location
             pool = pools[loc.pool_index]
             raw = pool[loc.offset:loc.offset + loc.length]
             # A sealed pool (mapped read-only) never changes: a view owns as much as a copy
             # would, and a model's weights are not copied again.
-            value = decode_constant(op, raw, copy=own and pool.flags.writeable)
+            value = decode_constant(op, raw, copy=own and pool.flags.writeable, t=t)
         elif lt == L.SUBGRAPH:
-            value = int(loc.offset)
-        infos.append(operand_info(op, value))
+            value = int(op.location.offset)
+        infos.append(operand_info(op, value, t))
     return infos
 
 
