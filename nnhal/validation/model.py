@@ -28,7 +28,7 @@ from nnhal.hal.types import (
     SymmPerChannelQuantParams,
     extension_prefix,
     is_extension_type,
-    operand_nbytes,
+    value_nbytes,
 )
 
 L = OperandLifeTime
@@ -72,10 +72,10 @@ _ZERO_POINTS = {T.TENSOR_QUANT8_ASYMM: (0, 255), T.TENSOR_QUANT8_ASYMM_SIGNED: (
 
 
 def validate_operand(op: Operand, where: str, prefixes: set[int], *,
-                     dims_checked: bool = False) -> None:
-    """Type, dimensions and quantization parameters of one operand. ``dims_checked``: its
-    dimensions are known to be uint32 already (:func:`nnhal.hal.checks.check_model_fields`
-    ran), so they are not checked again."""
+                     dims_checked: bool = False) -> OperandType | None:
+    """Type, dimensions and quantization parameters of one operand; its type (None for an
+    extension's). ``dims_checked``: its dimensions are known to be uint32 already
+    (:func:`nnhal.hal.checks.check_model_fields` ran), so they are not checked again."""
     raw_type = int(op.type)
     if raw_type >> 16:  # an extension type (nnhal.hal.types.is_extension_type)
         # What the seed says of any extension operand; its extension's own rules (the code,
@@ -92,7 +92,7 @@ def validate_operand(op: Operand, where: str, prefixes: set[int], *,
                                                           (bytes, bytearray)):
             raise _fail(f"{where}: extension operand of type {raw_type:#x} has extraParams "
                         f"that are not extension data")
-        return
+        return None
     t = _TYPES.get(raw_type)
     if t is None:
         raise _fail(f"{where}: invalid operand type {raw_type}")
@@ -144,20 +144,23 @@ def validate_operand(op: Operand, where: str, prefixes: set[int], *,
             raise _fail(f"{where}: channel scales must be positive")
     elif op.extra_params is not None:
         raise _fail(f"{where}: {t.name} takes no extra parameters")
+    return t
 
 
-def _validate_location(op: Operand, where: str, model: Model, pool_sizes: Sequence[int]) -> None:
-    """Lifetime and location of one operand (its fields are uint32 already: the analysis
-    runs :func:`nnhal.hal.checks.check_model_fields` first, so nothing is negative)."""
+def _validate_location(op: Operand, where: str, model: Model, pool_sizes: Sequence[int],
+                       t: OperandType | None) -> None:
+    """Lifetime and location of one operand of type ``t`` (None: an extension's); its fields
+    are uint32 already (the analysis runs :func:`nnhal.hal.checks.check_model_fields` first,
+    so nothing is negative)."""
     lt = op.lifetime
     loc = op.location
     if not isinstance(loc, DataLocation):
         raise _fail(f"{where}: invalid location")
     if lt == L.CONSTANT_COPY or lt == L.CONSTANT_REFERENCE:
-        if is_extension_type(op.type):
+        if t is None:
             size = None
         else:
-            size = operand_nbytes(op)
+            size = value_nbytes(t, op.dimensions)
             if size is None:
                 raise _fail(f"{where}: constant operand must have fully specified dimensions")
             if loc.length != size:
@@ -174,7 +177,7 @@ def _validate_location(op: Operand, where: str, model: Model, pool_sizes: Sequen
             raise _fail(f"{where}: location [{loc.offset}, {loc.offset + loc.length}) beyond "
                         f"{'operandValues' if lt == L.CONSTANT_COPY else 'pool'} of {limit} bytes")
     elif lt == L.SUBGRAPH:
-        if int(op.type) != T.SUBGRAPH:
+        if t is not T.SUBGRAPH:
             raise _fail(f"{where}: lifetime SUBGRAPH needs type SUBGRAPH")
         if loc.pool_index != 0 or loc.length != 0:
             raise _fail(f"{where}: SUBGRAPH operand has an invalid location")
@@ -184,7 +187,7 @@ def _validate_location(op: Operand, where: str, model: Model, pool_sizes: Sequen
     # never equal to one, as the dataclass compares).
     elif type(loc) is not DataLocation or loc.pool_index or loc.offset or loc.length:
         raise _fail(f"{where}: lifetime {L(lt).name} must have an empty location")
-    if int(op.type) == T.SUBGRAPH and lt != L.SUBGRAPH:
+    if t is T.SUBGRAPH and lt != L.SUBGRAPH:
         raise _fail(f"{where}: SUBGRAPH operand must have lifetime SUBGRAPH")
 
 
@@ -205,8 +208,8 @@ def validate_subgraph(sg: Subgraph, name: str, model: Model, pool_sizes: Sequenc
             except ValueError:
                 raise _fail(f"{where}: invalid lifetime {op.lifetime}") from None
         op.lifetime = lt
-        validate_operand(op, where, prefixes, dims_checked=True)
-        _validate_location(op, where, model, pool_sizes)
+        t = validate_operand(op, where, prefixes, dims_checked=True)
+        _validate_location(op, where, model, pool_sizes, t)
         if lt in _WRITTEN_BEFORE:
             written[i] = True
         if lt in with_lifetime:
