@@ -18,6 +18,7 @@ Modelled on the NNAPI operation resolver and TFLite's Prepare/Eval split:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -222,8 +223,12 @@ INTERPRETED_ITERATION = 300_000
 def elements(shape: Shape) -> int:
     """Elements of a shape known at prepare; an unknown dimension (0) or rank counts as 1,
     so an estimate from it is a lower bound until run time."""
+    if not shape:
+        return 1
+    if min(shape) > 0:  # every dimension known: one product in C
+        return math.prod(shape)
     n = 1
-    for d in shape or ():
+    for d in shape:
         if d > 0:
             n *= d
     return n
