@@ -293,6 +293,17 @@ def _u32_list(xs: object) -> bool:
         all(_u32(x) for x in xs)  # type: ignore[union-attr]
 
 
+def _uint32s(xs: object) -> bool:
+    """:func:`_u32_list`, with no call per item when the items are plain ints."""
+    if type(xs) is list:
+        for x in xs:
+            if type(x) is not int or not 0 <= x <= UINT32_MAX:
+                break
+        else:
+            return True
+    return _u32_list(xs)
+
+
 #: The Python types an operand's type and lifetime usually have: ints and the HAL's enums
 #: (never bool), for which :func:`_operand_ok` needs no call per field.
 _INT_FIELDS = frozenset({int, OperandType, OperandLifeTime, ExtensionOperandType})
@@ -355,7 +366,7 @@ def _check_subgraph(sg: object, name: str) -> None:
             _check_operand(op, f"{name} operand {i}")
     for k, operation in enumerate(sg.operations):
         if type(operation) is Operation and _u32(operation.type) and \
-                _u32_list(operation.inputs) and _u32_list(operation.outputs):
+                _uint32s(operation.inputs) and _uint32s(operation.outputs):
             continue
         where = f"{name} operation {k}"
         if not isinstance(operation, Operation):
