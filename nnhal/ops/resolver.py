@@ -8,7 +8,9 @@ Modelled on the NNAPI operation resolver and TFLite's Prepare/Eval split:
   and quantization relations. It raises :class:`OpError` (INVALID_ARGUMENT) on a violation.
   Both run once per model, in the analysis (:mod:`nnhal.analysis`).
 * ``prepare(ctx)`` (optional) infers output shapes from input shapes known at prepare time
-  (``0`` marks an unknown dimension, ``None`` an unknown rank).
+  (``0`` marks an unknown dimension, ``None`` an unknown rank). The analysis asks for both
+  through ``validate_and_prepare(ctx)``, which an operation whose validate already infers the
+  shapes (to check them) overrides so that they are inferred once.
 * ``kernel(ctx)`` runs once per operation in ``prepareModel``: it unpacks constants, picks the
   arithmetic and returns the bound kernel ``run(ins, rt) -> outs`` that every execution calls.
   ``ins`` are numpy arrays (0-d for scalars, ``None`` for omitted optional inputs) and ``outs``
