@@ -65,14 +65,39 @@ def test_prepare_checks_and_decodes_once(device, monkeypatch):
                         counting("structure", analyse_module.validate_model))
     monkeypatch.setattr(analyse_module, "decode_constant",
                         counting("decode", analyse_module.decode_constant))
-    monkeypatch.setattr(analyse_module, "check_operation",
-                        counting("operation", catalog.check_operation))
+    monkeypatch.setattr(analyse_module, "check_and_prepare",
+                        counting("operation", catalog.check_and_prepare))
     model = conv_model()
     launch, status, pm = prepare(device, model)
     assert launch == status == ErrorStatus.NONE
     n_constants = sum(op.lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)
                       for op in model.main.operands)
     assert counts == {"structure": 1, "decode": n_constants, "operation": 2}
+
+
+def test_validate_and_prepare_never_skips_what_a_subclass_adds():
+    """The analysis asks each operation validate_and_prepare: a convolution infers its output
+    shape once there, and a subclass that redefines prepare (or validate) gets the plain
+    validate-then-prepare back, so its own step still runs, with the same answer."""
+    from nnhal.ops.conv import Conv2D
+    from nnhal.ops.resolver import OpContext, OperationDef
+
+    calls = []
+
+    class Counted(Conv2D):
+        def prepare(self, ctx):
+            calls.append("prepare")
+            return super().prepare(ctx)
+
+    assert Conv2D.validate_and_prepare is not OperationDef.validate_and_prepare
+    assert Counted.validate_and_prepare is OperationDef.validate_and_prepare
+    g = analysis.analyse(conv_model()).main
+    _, ins, outs = g.operations[0]
+    ctx = OpContext(O.CONV_2D, [g.shaped(i) for i in ins], [g.operands[i] for i in outs])
+    plain = catalog.lookup(O.CONV_2D)
+    assert catalog.check_and_prepare(Counted(), ctx) == catalog.check_and_prepare(plain, ctx)
+    assert calls == ["prepare"]
+    assert plain.validate_and_prepare(ctx) == [(1, 2, 2, 3)] == plain.prepare(ctx)
 
 
 def test_supported_operations_and_plan_read_one_graph():

@@ -38,13 +38,16 @@ from nnhal.hal.types import (
 )
 from nnhal.memory import MemoryError_, SharedMemory
 from nnhal.ops import extensions
-from nnhal.ops.catalog import check_operation, lookup, signature
+from nnhal.ops.catalog import check_and_prepare, lookup, signature
 from nnhal.ops.resolver import OpContext, OperandInfo, OpError, Shape, visits
 from nnhal.ops.signature import check, input_slots, omittable_positions
 from nnhal.validation import ValidationError, validate_model
 
 L = OperandLifeTime
 log = logging.getLogger("nnhal.analysis")
+#: Operation type value -> the enum member (a look-up where the enum's call costs a
+#: microsecond).
+_OPERATION_TYPES: dict[int, OperationType] = {int(o): o for o in OperationType}
 #: prefix -> (extension name, its definition or None): a model's table as this process reads it.
 Exts = Mapping[int, tuple[str, Any]]
 
@@ -86,6 +89,10 @@ def operand_shape(op: Operand) -> tuple[int, ...] | None:
     return _shape(operand_type(op.type), op.dimensions)
 
 
+#: The HAL types whose operands have no shape (scalars, subgraph references): shape ().
+_NO_DIMENSIONS = frozenset({t for t in OperandType if t.is_scalar} | {OperandType.SUBGRAPH})
+
+
 def _shape(t: Any, dimensions: Sequence[int]) -> tuple[int, ...] | None:
     if t.is_scalar or t == OperandType.SUBGRAPH:
         return ()
@@ -94,12 +101,16 @@ def _shape(t: Any, dimensions: Sequence[int]) -> tuple[int, ...] | None:
     return tuple(map(int, dimensions))
 
 
-def decode_constant(op: Operand, raw: np.ndarray, *, copy: bool = True) -> np.ndarray:
+def decode_constant(op: Operand, raw: np.ndarray, *, copy: bool = True,
+                    t: Any = None) -> np.ndarray:
     """Bytes of a constant operand -> a read-only array of its type and shape.
 
-    ``copy=False`` gives a view for a caller that holds the model while it reads it.
+    ``copy=False`` gives a view for a caller that holds the model while it reads it; ``t``
+    is the operand's type as :func:`~nnhal.hal.types.operand_type` gives it, when the caller
+    has it.
     """
-    t = operand_type(op.type)
+    if t is None:
+        t = operand_type(op.type)
     if t in (OperandType.BOOL, OperandType.TENSOR_BOOL8):
         arr = raw != 0
     else:
@@ -111,13 +122,22 @@ def decode_constant(op: Operand, raw: np.ndarray, *, copy: bool = True) -> np.nd
     return arr
 
 
-def operand_info(op: Operand, value: object = None) -> OperandInfo:
-    t = operand_type(op.type)
+def operand_info(op: Operand, value: object = None, t: Any = None) -> OperandInfo:
+    """What operations see of ``op`` (``t``: its :func:`~nnhal.hal.types.operand_type`,
+    when the caller has it)."""
+    if t is None:
+        t = operand_type(op.type)
     extra = op.extra_params
     if extra is None:  # most operands: neither channel quantization nor extension data
-        return OperandInfo(type=t, shape=_shape(t, op.dimensions), scale=float(op.scale),
-                           zero_point=int(op.zero_point), lifetime=_lifetime(op.lifetime),
-                           value=value)
+        if type(t) is OperandType:  # the shape without _shape's calls
+            dims = op.dimensions
+            shape = () if t in _NO_DIMENSIONS else tuple(map(int, dims)) if dims else None
+        else:
+            shape = _shape(t, op.dimensions)
+        lifetime = LIFETIMES.get(op.lifetime)
+        return OperandInfo(t, shape, float(op.scale), int(op.zero_point), None, 0,
+                           lifetime if lifetime is not None else OperandLifeTime(op.lifetime),
+                           value)
     cq = extra if isinstance(extra, SymmPerChannelQuantParams) else None
     ext = extra if isinstance(extra, (bytes, bytearray)) else None
     return OperandInfo(
@@ -262,18 +282,21 @@ class _Work:
         self.bound = bound
         self.total = 0
         self.heaviest = -1
-        self.heaviest_at = ""
+        #: (subgraph name, operation index, its type) of the heaviest: worded only when a
+        #: message names it.
+        self.heaviest_at: tuple[str, int, Any] = ("", 0, None)
         self.over: str | None = None  # the first operation beyond the bound on its own
 
-    def add(self, where: str, amount: int) -> str | None:
-        """Count one operation's estimate; why not, when it alone exceeds the bound."""
+    def add(self, name: str, k: int, op_type: Any, amount: int) -> str | None:
+        """Count the estimate of operation ``k`` of subgraph ``name``; why not, when it alone
+        exceeds the bound."""
         self.total += amount
         if amount > self.heaviest:
-            self.heaviest, self.heaviest_at = amount, where
+            self.heaviest, self.heaviest_at = amount, (name, k, op_type)
         if amount <= self.bound:
             return None
-        why = (f"{where} needs about {amount:.3g} {_UNITS}, more than the {self.bound:.3g} "
-               f"this device allows ({_KNOB})")
+        why = (f"{_where(name, k, op_type)} needs about {amount:.3g} {_UNITS}, more than the "
+               f"{self.bound:.3g} this device allows ({_KNOB})")
         if self.over is None:
             self.over = why
         return why
@@ -283,9 +306,13 @@ class _Work:
             return self.over
         if self.total > self.bound:
             return (f"one execution needs about {self.total:.3g} {_UNITS} (the heaviest: "
-                    f"{self.heaviest_at}, {self.heaviest:.3g}), more than the "
+                    f"{_where(*self.heaviest_at)}, {self.heaviest:.3g}), more than the "
                     f"{self.bound:.3g} this device allows ({_KNOB})")
         return None
+
+
+def _where(name: str, k: int, op_type: Any) -> str:
+    return f"{name} operation {k} ({op_type.name})"
 
 
 _UNITS = "multiply-adds or element visits"
@@ -337,25 +364,28 @@ def _decode_operands(sg: Subgraph, values: np.ndarray, pools: Sequence[np.ndarra
     process does not know."""
     infos: list[OperandInfo | None] = []
     for k, op in enumerate(sg.operands):
-        if is_extension_type(op.type):
+        if op.type >> 16:  # an extension type (is_extension_type)
             op = _extension_operand(op, f"{name} operand {k}", exts)  # type: ignore[assignment]
             if op is None:
                 infos.append(None)
                 continue
+        t = operand_type(op.type)
         lt = op.lifetime
-        loc = op.location
         value: object = None
         if lt == L.CONSTANT_COPY:
-            value = decode_constant(op, values[loc.offset:loc.offset + loc.length], copy=own)
+            loc = op.location
+            value = decode_constant(op, values[loc.offset:loc.offset + loc.length], copy=own,
+                                    t=t)
         elif lt == L.CONSTANT_REFERENCE:
+            loc = op.location
             pool = pools[loc.pool_index]
             raw = pool[loc.offset:loc.offset + loc.length]
             # A sealed pool (mapped read-only) never changes: a view owns as much as a copy
             # would, and a model's weights are not copied again.
-            value = decode_constant(op, raw, copy=own and pool.flags.writeable)
+            value = decode_constant(op, raw, copy=own and pool.flags.writeable, t=t)
         elif lt == L.SUBGRAPH:
-            value = int(loc.offset)
-        infos.append(operand_info(op, value))
+            value = int(op.location.offset)
+        infos.append(operand_info(op, value, t))
     return infos
 
 
@@ -372,21 +402,25 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
     supported: list[bool] = []
     works: list[int] = []
     level = FeatureLevel.V1_0
+    unknown = any(info is None for info in infos)  # operands of an extension not known here
+    refs = any(info is not None and info.type == OperandType.SUBGRAPH for info in infos)
     for k, operation in enumerate(sg.operations):
         ins_idx, outs_idx = tuple(operation.inputs), tuple(operation.outputs)
-        operations.append((int(operation.type), ins_idx, outs_idx))
+        t = int(operation.type)
+        operations.append((t, ins_idx, outs_idx))
         ext_op = None
-        if is_extension_type(operation.type):
-            ext_op = extensions.resolve_operation(int(operation.type), exts)
+        if is_extension_type(t):
+            ext_op = extensions.resolve_operation(t, exts)
             definition = None if ext_op is None else ext_op.definition
             if ext_op is None:  # the prefix is in the table: the structure rules say so
-                ext_name, ext = exts[int(operation.type) >> 16]
+                ext_name, ext = exts[t >> 16]
                 reasons[(index, k)] = (f"extension {ext_name} is not installed here"
                                        if ext is None else f"extension {ext_name} has no "
-                                       f"operation {int(operation.type) & 0xFFFF}")
+                                       f"operation {t & 0xFFFF}")
         else:
-            definition = lookup(operation.type)
-        if definition is None or any(infos[i] is None for i in (*ins_idx, *outs_idx)):
+            definition = lookup(t)
+        if definition is None or (unknown and any(infos[i] is None
+                                                  for i in (*ins_idx, *outs_idx))):
             supported.append(False)  # valid, but not something this nnhal can run
             works.append(0)
             continue
@@ -398,7 +432,7 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
                 view = info if shapes[i] == info.shape else replace(info, shape=shapes[i])
                 shaped[i] = view
             ins.append(view)
-        ctx = OpContext(op_type=OperationType(operation.type) if ext_op is None else ext_op.id,
+        ctx = OpContext(op_type=_OPERATION_TYPES[t] if ext_op is None else ext_op.id,
                         inputs=ins, outputs=[infos[i] for i in outs_idx], relaxed=relaxed,
                         subgraphs=callees)
         if ext_op is not None:
@@ -416,21 +450,25 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
                 supported.append(False)
                 works.append(0)
                 continue
-            level = max(level, op_level)
-            ext_ops[int(operation.type)] = (ext_op.id, definition)
+            ext_ops[t] = (ext_op.id, definition)
         else:
             try:
-                level = max(level, check_operation(definition, ctx))
-                inferred = definition.prepare(ctx)
+                op_level, inferred = check_and_prepare(definition, ctx)
             except OpError as e:
                 raise OpError(f"{name} operation {k}: {e}", e.status) from None
+        if op_level is not level and op_level > level:  # max(), without its comparisons
+            level = op_level
         ok = True
-        for i in ins_idx:
-            if infos[i].type == OperandType.SUBGRAPH:
-                ok &= callees[int(infos[i].value)].all_supported  # type: ignore[union-attr]
+        if refs:
+            for i in ins_idx:
+                if infos[i].type == OperandType.SUBGRAPH:
+                    ok &= callees[int(infos[i].value)].all_supported  # type: ignore
         if inferred:
             for i, s in zip(outs_idx, inferred):
-                _check_declared(ctx.op_type, name, k, i, infos[i].shape, s)
+                declared = infos[i].shape
+                if type(s) is tuple and s == declared and shapes[i] == declared:
+                    continue  # inferred as declared: nothing to check or fill
+                _check_declared(ctx.op_type, name, k, i, declared, s)
                 shapes[i] = _merge(shapes[i], s)
         for i in outs_idx:
             nbytes = value_nbytes(infos[i].type, shapes[i]) if infos[i].type.is_tensor else None
@@ -442,7 +480,7 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
                 ok = False
         amount = work_of(definition, ctx, [shapes[i] for i in outs_idx])
         works.append(amount)
-        why = work.add(f"{name} operation {k} ({ctx.op_type.name})", amount)
+        why = work.add(name, k, ctx.op_type, amount)
         if why is not None:
             reasons.setdefault((index, k), why)  # a too-large temporary says it first
             ok = False

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from nnhal.core.version import FeatureLevel
@@ -52,8 +53,15 @@ class SubgraphGraph:
 
     def shaped(self, index: int) -> OperandInfo:
         """Operand ``index`` as operations see it: its description with its inferred shape."""
-        info, shape = self.operands[index], self.shapes[index]
-        return info if shape == info.shape else replace(info, shape=shape)
+        return self._shaped[index]
+
+    @cached_property
+    def _shaped(self) -> tuple[OperandInfo, ...]:
+        """Every operand as :meth:`shaped` gives it, made once (an export asks for each
+        operand several times; infos are never edited, so one object serves every asker)."""
+        return tuple(info if info is None or shape == info.shape else
+                     replace(info, shape=shape)
+                     for info, shape in zip(self.operands, self.shapes))
 
     @property
     def all_supported(self) -> bool:

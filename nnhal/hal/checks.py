@@ -50,10 +50,13 @@ from nnhal.hal.types import (
     DataLocation,
     ExecutionPreference,
     ExtensionNameAndPrefix,
+    ExtensionOperandType,
     MeasureTiming,
     MemoryPool,
     Model,
     Operand,
+    OperandLifeTime,
+    OperandType,
     Operation,
     Priority,
     Request,
@@ -290,13 +293,55 @@ def _u32_list(xs: object) -> bool:
         all(_u32(x) for x in xs)  # type: ignore[union-attr]
 
 
+def _uint32s(xs: object) -> bool:
+    """:func:`_u32_list`, with no call per item when the items are plain ints."""
+    if type(xs) is list:
+        for x in xs:
+            if type(x) is not int or not 0 <= x <= UINT32_MAX:
+                break
+        else:
+            return True
+    return _u32_list(xs)
+
+
+#: The Python types an operand's type and lifetime usually have: ints and the HAL's enums
+#: (never bool), for which :func:`_operand_ok` needs no call per field.
+_INT_FIELDS = frozenset({int, OperandType, OperandLifeTime, ExtensionOperandType})
+
+
 def _operand_ok(op: object) -> bool:
     """Whether :func:`_check_operand` passes, decided without building its messages (one
     string per field, which cost a model of thousands of operands milliseconds); False
     sends the operand through :func:`_check_operand`, which names what is wrong. Operands
-    with channel quantization always go there."""
+    with channel quantization always go there.
+
+    First in one expression over the usual types (exact ints or the HAL's enums, a list of
+    ints, a float, bytes or no extra parameters: every field in range); anything else is
+    decided field by field (:func:`_operand_fields_ok`)."""
     if type(op) is not Operand:
         return False
+    loc, t, lt, zp, n = op.location, op.type, op.lifetime, op.zero_point, \
+        op.number_of_consumers
+    dims, scale, extra = op.dimensions, op.scale, op.extra_params
+    if type(loc) is DataLocation and type(dims) is list and type(scale) is float and \
+            (extra is None or type(extra) is bytes) and type(t) in _INT_FIELDS and \
+            type(lt) in _INT_FIELDS and type(n) is int and type(zp) is int:
+        p, o, length = loc.pool_index, loc.offset, loc.length
+        # Non-negative ints below 2**32 exactly when their bitwise or is.
+        if type(p) is int and type(o) is int and type(length) is int and \
+                0 <= (t | n | p | o | length) <= UINT32_MAX and \
+                INT32_MIN <= zp <= INT32_MAX and INT32_MIN <= lt <= INT32_MAX and \
+                math.isfinite(scale) and abs(scale) <= FLOAT32_MAX:
+            for d in dims:
+                if type(d) is not int or not 0 <= d <= UINT32_MAX:
+                    break
+            else:
+                return True
+    return _operand_fields_ok(op)
+
+
+def _operand_fields_ok(op: Operand) -> bool:
+    """:func:`_operand_ok`'s answer field by field, for any types."""
     extra, loc, scale = op.extra_params, op.location, op.scale
     if not (extra is None or isinstance(extra, (bytes, bytearray))) or \
             type(loc) is not DataLocation or type(scale) is not float or \
@@ -321,7 +366,7 @@ def _check_subgraph(sg: object, name: str) -> None:
             _check_operand(op, f"{name} operand {i}")
     for k, operation in enumerate(sg.operations):
         if type(operation) is Operation and _u32(operation.type) and \
-                _u32_list(operation.inputs) and _u32_list(operation.outputs):
+                _uint32s(operation.inputs) and _uint32s(operation.outputs):
             continue
         where = f"{name} operation {k}"
         if not isinstance(operation, Operation):

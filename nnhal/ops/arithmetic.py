@@ -7,7 +7,7 @@ import numpy as np
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.conv_engine import scratch
-from nnhal.ops.resolver import OpContext, OperationDef, register
+from nnhal.ops.resolver import OpContext, OperationDef, Shape, register
 from nnhal.ops.signature import V1_0, V1_1, V1_2, V1_3, Slot, sig, variants
 
 T = OperandType
@@ -33,6 +33,13 @@ SIGNATURES = [
 
 class _Binary(OperationDef):
     def validate(self, ctx: OpContext) -> None:
+        self._validated(ctx)
+
+    def validate_and_prepare(self, ctx: OpContext) -> list[Shape]:
+        return [self._validated(ctx)]  # validate infers what prepare would
+
+    def _validated(self, ctx: OpContext) -> Shape:
+        """Every rule checked; the broadcast output shape (prepare's)."""
         t = ctx.inputs[0].type
         for i in (0, 1):
             ctx.require(ctx.inputs[i].rank is None or ctx.inputs[i].rank <= 4,
@@ -41,7 +48,7 @@ class _Binary(OperationDef):
         if t == T.TENSOR_INT32:
             act = ctx.const(2)
             ctx.require(act is None or int(act) == 0, "INT32 tensors take no fused activation")
-        C.broadcast_shapes(ctx.inputs[0].shape, ctx.inputs[1].shape)
+        return C.broadcast_shapes(ctx.inputs[0].shape, ctx.inputs[1].shape)
 
     def prepare(self, ctx: OpContext):
         return [C.broadcast_shapes(ctx.inputs[0].shape, ctx.inputs[1].shape)]

@@ -35,7 +35,7 @@ from nnhal.ops import (
     softmax,
     svdf,
 )
-from nnhal.ops.resolver import OpContext, OperationDef, OpError, definitions
+from nnhal.ops.resolver import OpContext, OperationDef, OpError, Shape, definitions
 from nnhal.ops.signature import V1_0, Signature, SignatureError, check
 
 FAMILIES = (activations, arithmetic, cast, comparison, control_flow, conv, detection,
@@ -65,12 +65,25 @@ def check_operation(definition: OperationDef, ctx: OpContext) -> FeatureLevel:
 
     Returns the lowest feature level at which the operation, as given, exists (what its
     signature says), so the analysis computes a model's minimum version while it checks."""
-    sig = SIGNATURES.get(ctx.op_type)
-    level = V1_0
-    if sig is not None:
-        try:
-            level = check(sig, ctx.inputs, ctx.outputs)
-        except SignatureError as e:
-            raise OpError(str(e)) from None
+    level = _signature_level(ctx)
     definition.validate(ctx)
     return level
+
+
+def check_and_prepare(definition: OperationDef, ctx: OpContext
+                      ) -> tuple[FeatureLevel, list[Shape] | None]:
+    """:func:`check_operation` and the operation's inferred output shapes (its ``prepare``),
+    as the analysis asks: an operation whose validate infers them infers them once
+    (:meth:`~nnhal.ops.resolver.OperationDef.validate_and_prepare`). Raises OpError."""
+    level = _signature_level(ctx)
+    return level, definition.validate_and_prepare(ctx)
+
+
+def _signature_level(ctx: OpContext) -> FeatureLevel:
+    sig = SIGNATURES.get(ctx.op_type)
+    if sig is None:
+        return V1_0
+    try:
+        return check(sig, ctx.inputs, ctx.outputs)
+    except SignatureError as e:
+        raise OpError(str(e)) from None

@@ -571,13 +571,20 @@ class _ConvBase(_CoreKernels):
         return layout
 
     def validate(self, ctx: OpContext) -> None:
+        self._validated(ctx)
+
+    def validate_and_prepare(self, ctx: OpContext) -> list[Shape]:
+        return [self._validated(ctx)]  # validate infers what prepare would
+
+    def _validated(self, ctx: OpContext) -> tuple[int, ...]:
+        """Every rule checked; the inferred output shape (prepare's)."""
         layout = self._common_validate(ctx)
         a = _resolve(layout, _static_values(ctx))
         try:
             _check_args(a, self.transpose)
         except OpError as e:
             raise ctx.fail(str(e)) from None
-        self._infer(ctx, a)
+        return self._infer(ctx, a)
 
     def _infer(self, ctx: OpContext, a: _Args) -> tuple[int, ...]:
         """Output shape with 0 for unknown dims; raises OpError on inconsistent shapes."""
@@ -1020,13 +1027,20 @@ class TransposeConv2D(_ConvBase):
 @register(O.FULLY_CONNECTED)
 class FullyConnected(_CoreKernels):
     def validate(self, ctx: OpContext) -> None:
+        self._validated(ctx)
+
+    def validate_and_prepare(self, ctx: OpContext) -> list[Shape]:
+        return [self._validated(ctx)]  # validate infers what prepare would
+
+    def _validated(self, ctx: OpContext) -> tuple[int, int]:
+        """Every rule checked; the inferred output shape (prepare's)."""
         _check_quant(ctx, None)
         C.check_activation(ctx, 3)
         ctx.expect_rank(0, (2, 3, 4))
         ctx.expect_rank(1, 2)
         ctx.expect_rank(2, 1)
         ctx.expect_rank(0, 2, output=True)
-        self._infer(ctx)
+        return self._infer(ctx)
 
     def _infer(self, ctx: OpContext) -> tuple[int, int]:
         ishape, wshape, bshape = (ctx.inputs[i].shape for i in range(3))

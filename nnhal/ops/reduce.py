@@ -14,7 +14,7 @@ import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
-from nnhal.ops.resolver import OpContext, OperationDef, OpError, register
+from nnhal.ops.resolver import OpContext, OperationDef, OpError, Shape, register
 from nnhal.ops.signature import V1_1, V1_2, V1_3, Signature, Slot, Variant, sig, variants
 
 T = OperandType
@@ -75,6 +75,13 @@ class _Reduce(OperationDef):
     keep_type = T.BOOL
 
     def validate(self, ctx: OpContext) -> None:
+        self._validated(ctx)
+
+    def validate_and_prepare(self, ctx: OpContext) -> list[Shape] | None:
+        return self._validated(ctx)
+
+    def _validated(self, ctx: OpContext) -> list[Shape] | None:
+        """Every rule checked; prepare's output shapes (validate infers them to check)."""
         info, out = ctx.inputs[0], ctx.outputs[0]
         ctx.require(info.rank is None or info.rank <= 4, f"input rank {info.rank} exceeds 4")
         if info.type in C.QUANT8_TYPES:
@@ -82,7 +89,7 @@ class _Reduce(OperationDef):
                         and out.zero_point == info.zero_point,
                         "output must have the input's scale and zero point")
         ctx.expect_rank(1, 1)
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     def _keep(self, value: object) -> bool:
         v = np.asarray(value).reshape(-1)[0]

@@ -8,7 +8,9 @@ Modelled on the NNAPI operation resolver and TFLite's Prepare/Eval split:
   and quantization relations. It raises :class:`OpError` (INVALID_ARGUMENT) on a violation.
   Both run once per model, in the analysis (:mod:`nnhal.analysis`).
 * ``prepare(ctx)`` (optional) infers output shapes from input shapes known at prepare time
-  (``0`` marks an unknown dimension, ``None`` an unknown rank).
+  (``0`` marks an unknown dimension, ``None`` an unknown rank). The analysis asks for both
+  through ``validate_and_prepare(ctx)``, which an operation whose validate already infers the
+  shapes (to check them) overrides so that they are inferred once.
 * ``kernel(ctx)`` runs once per operation in ``prepareModel``: it unpacks constants, picks the
   arithmetic and returns the bound kernel ``run(ins, rt) -> outs`` that every execution calls.
   ``ins`` are numpy arrays (0-d for scalars, ``None`` for omitted optional inputs) and ``outs``
@@ -18,6 +20,7 @@ Modelled on the NNAPI operation resolver and TFLite's Prepare/Eval split:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -172,6 +175,20 @@ class OperationDef:
         """Output shapes inferred at prepare time; ``None`` when the op does not infer."""
         return None
 
+    def validate_and_prepare(self, ctx: OpContext) -> list[Shape] | None:
+        """:meth:`validate` then :meth:`prepare`, as the analysis asks of every operation.
+        An operation whose validate infers the output shapes to check them overrides this to
+        infer them once; a subclass that redefines validate or prepare gets this default
+        back (:meth:`__init_subclass__`), so an override never skips what it added."""
+        self.validate(ctx)
+        return self.prepare(ctx)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__
+        if ("validate" in own or "prepare" in own) and "validate_and_prepare" not in own:
+            cls.validate_and_prepare = OperationDef.validate_and_prepare  # type: ignore
+
     def kernel(self, ctx: OpContext) -> Kernel:  # pragma: no cover - every op overrides
         raise NotImplementedError
 
@@ -208,8 +225,12 @@ INTERPRETED_ITERATION = 300_000
 def elements(shape: Shape) -> int:
     """Elements of a shape known at prepare; an unknown dimension (0) or rank counts as 1,
     so an estimate from it is a lower bound until run time."""
+    if not shape:
+        return 1
+    if min(shape) > 0:  # every dimension known: one product in C
+        return math.prod(shape)
     n = 1
-    for d in shape or ():
+    for d in shape:
         if d > 0:
             n *= d
     return n

@@ -538,10 +538,17 @@ def _reshape_shape(in_shape: Sequence[int] | None, target: Sequence[int], *,
 @register(O.RESHAPE)
 class Reshape(OperationDef):
     def validate(self, ctx: OpContext) -> None:
+        self._validated(ctx)
+
+    def validate_and_prepare(self, ctx: OpContext) -> list[Shape] | None:
+        return self._validated(ctx)
+
+    def _validated(self, ctx: OpContext) -> list[Shape] | None:
+        """Every rule checked; prepare's output shapes (validate infers them to check)."""
         quant_unchanged(ctx)
         rank_between(ctx, 0, max_rank=4)
         vector(ctx, 1, "shape")
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         target = ctx.const_ints(1)

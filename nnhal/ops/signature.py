@@ -208,13 +208,7 @@ def check(signature: Signature, inputs: Sequence[object], outputs: Sequence[obje
     ``presence=False`` checks counts and types only: the NDK's addOperation comes before the
     values (constant or omitted) are necessarily set.
     """
-    try:  # only operands of plain HAL types (an extension's types are checked each time)
-        key = (id(signature), presence,
-               *[(_plain(i.type), int(getattr(i, "lifetime", -1) or 0))  # type: ignore[attr-defined]
-                 for i in inputs],
-               None, *[_plain(o.type) for o in outputs])  # type: ignore[attr-defined]
-    except (TypeError, ValueError):
-        key = None
+    key = _check_key(signature, inputs, outputs, presence)
     if key is not None:
         found = _CHECKED.get(key)
         if found is not None and found[0] is signature:
@@ -232,11 +226,28 @@ def check(signature: Signature, inputs: Sequence[object], outputs: Sequence[obje
     return level
 
 
-def _plain(t: object) -> int:
-    """A plain HAL operand type as its value, else TypeError (not remembered)."""
-    if type(t) is not OperandType:
-        raise TypeError
-    return int(t)  # type: ignore[call-overload]
+def _check_key(signature: Signature, inputs: Sequence[object], outputs: Sequence[object],
+               presence: bool) -> tuple | None:
+    """check()'s memo key: the signature, presence, each input's type and lifetime and each
+    output's type; None (not remembered) unless every type is a plain HAL one (an
+    extension's types are checked each time). One loop, no call per operand: the analysis
+    asks once per operation."""
+    key: list[object] = [id(signature), presence]
+    for i in inputs:
+        t = i.type  # type: ignore[attr-defined]
+        if type(t) is not OperandType:
+            return None
+        try:
+            key.append((t, int(getattr(i, "lifetime", -1) or 0)))
+        except (TypeError, ValueError):
+            return None
+    key.append(None)
+    for o in outputs:
+        t = o.type  # type: ignore[attr-defined]
+        if type(t) is not OperandType:
+            return None
+        key.append(t)
+    return tuple(key)
 
 
 def _remember(key: tuple, signature: Signature, answer: FeatureLevel | str) -> None:

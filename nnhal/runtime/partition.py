@@ -89,15 +89,20 @@ def _is_tensor(t: int) -> bool:
         return True
 
 
-def _cost(device: Any, model: Model, k: int, preference: int) -> float:
+def _judged_types(model: Model, k: int) -> tuple[int, ...]:
+    """The tensor types operation ``k`` is judged by, in the order their costs are summed.
+    Extension types are left out: no device reports a performance for them (a model's
+    prefix is its own), so the operation is judged by its other tensors."""
     sg = model.main
     op = sg.operations[k]
-    # Extension types are left out: no device reports a performance for them (a model's
-    # prefix is its own), so the operation is judged by its other tensors.
     types = {int(sg.operands[i].type) for i in (*op.inputs, *op.outputs)
              if _is_tensor(sg.operands[i].type) and not int(sg.operands[i].type) >> 16
              } or {int(OperandType.TENSOR_FLOAT32)}
-    perfs = [device.performance(t, model.relax_computation_float32_to_float16) for t in types]
+    return tuple(types)
+
+
+def _types_cost(device: Any, types: tuple[int, ...], relaxed: bool, preference: int) -> float:
+    perfs = [device.performance(t, relaxed) for t in types]
     if preference == PreferenceCode.LOW_POWER:
         return sum(p.power_usage for p in perfs)
     return sum(p.exec_time for p in perfs)
@@ -106,6 +111,17 @@ def _cost(device: Any, model: Model, k: int, preference: int) -> float:
 def assign(model: Model, devices: Sequence[Any], preference: int) -> list[int]:
     """The index into ``devices`` chosen for each operation; NoDevice when one has none."""
     support = supported_by(model, devices)
+    relaxed = model.relax_computation_float32_to_float16
+    # A device's cost of a set of types, found once: most operations share a few sets, and
+    # each performance is a search of the device's capabilities.
+    costs: dict[tuple[int, tuple[int, ...]], float] = {}
+
+    def cost(j: int, types: tuple[int, ...]) -> float:
+        found = costs.get((j, types))
+        if found is None:
+            found = costs[(j, types)] = _types_cost(devices[j], types, relaxed, preference)
+        return found
+
     choice, missing = [], []
     for k in range(len(model.main.operations)):
         able = [j for j in range(len(devices)) if support[j][k]]
@@ -116,7 +132,8 @@ def assign(model: Model, devices: Sequence[Any], preference: int) -> list[int]:
             missing.append(k)
             choice.append(-1)
             continue
-        best = min(able, key=lambda j: _cost(devices[j], model, k, preference))
+        types = _judged_types(model, k)
+        best = min(able, key=lambda j: cost(j, types))
         if (int(model.main.operations[k].type) in _CONTROL_FLOW and len(devices) > 1
                 and isinstance(getattr(devices[best], "hal", None), ReferenceDevice)):
             # As upstream does with its CPU device: rather than run the whole IF/WHILE on

@@ -37,6 +37,10 @@ _NUMPY = {TT.FLOAT32: "<f4", TT.FLOAT16: "<f2", TT.INT32: "<i4", TT.UINT32: "<u4
           TT.UINT16: "<u2"}
 
 
+#: Operation type value -> its name (a look-up where the enum's call costs a microsecond).
+_OPERATION_NAMES: dict[int, str] = {int(o): o.name for o in OperationType}
+
+
 class Unexportable(Exception):
     """An operation this exporter cannot express exactly; the message says why."""
 
@@ -110,8 +114,9 @@ class SubgraphWriter:
 
     def tensor(self, i: int) -> int:
         """The TFLite tensor of HAL operand ``i`` (-1 when omitted), created on first use."""
-        if i in self.tensors:
-            return self.tensors[i]
+        found = self.tensors.get(i)
+        if found is not None:
+            return found
         info = self.g.shaped(i)
         if info.omitted:
             return -1
@@ -180,10 +185,10 @@ class SubgraphWriter:
 
     def convert(self, k: int, t: int, ins: Any, outs: Any) -> None:
         """HAL operation ``k`` through its converter; a refusal is collected."""
-        try:
-            name = OperationType(t).name
+        name = _OPERATION_NAMES.get(t)
+        if name is not None:
             conv = self.ex.converters.get(name)
-        except ValueError:
+        else:
             name, conv = _extension_converter(self.ex, t)
         first = len(self.sg.operators)
         try:
@@ -222,17 +227,18 @@ class SubgraphWriter:
                 return None
             t = tensors[i]
             sig = t.shape_signature
-            shape = tuple(t.shape) if sig is None else tuple(
-                0 if d < 0 else s for d, s in zip(sig, t.shape))  # -1: not known yet
             hit = cache.get(i)
             if hit is not None and hit[0] is t and hit[1] is t.scales and \
                     hit[2] is t.zero_points and hit[3] == t.type and hit[4] == t.name and \
-                    hit[5] == shape:
-                return hit[6]
+                    hit[5] == t.shape and hit[6] == sig:
+                return hit[7]
+            shape = tuple(t.shape) if sig is None else tuple(
+                0 if d < 0 else s for d, s in zip(sig, t.shape))  # -1: not known yet
             arrays = t.quant_arrays()
             scales, zero_points = arrays if arrays is not None else (t.scales, t.zero_points)
             rt = rule_tensor(t.type, scales, zero_points, f"tensor {i} '{t.name}'", shape)
-            cache[i] = (t, t.scales, t.zero_points, t.type, t.name, shape, rt)
+            cache[i] = (t, t.scales, t.zero_points, t.type, t.name, list(t.shape),
+                        None if sig is None else list(sig), rt)
             return rt
 
         for op in self.sg.operators[first:]:
@@ -359,9 +365,11 @@ class ExportOpContext:
 
     def scalar(self, j: int, default: Any = None) -> Any:
         """The constant value of input ``j`` as a Python scalar (``default`` when absent)."""
-        if not self.present(j):
+        if j >= self.n:
             return default
         info = self.info(j)
+        if info.omitted:
+            return default
         if not info.is_const:
             raise Unexportable(f"input {j} (operand #{self.ins[j]}) is not a constant; TFLite "
                                f"takes it as an operator option")

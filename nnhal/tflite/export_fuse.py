@@ -26,6 +26,8 @@ outputs; on the file's own operators ai-edge-litert gives the file's integers.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,17 +58,38 @@ class Fusion:
 
 def find_fusions(g: SubgraphGraph) -> dict[int, Fusion]:
     """The chains of ``g`` to write as one operator, by the index of each chain's first
-    operation."""
+    operation. Found once per analysed subgraph (graphs are immutable): the LiteRT support
+    probe asks, then the conversion it keeps for the prepare asks again."""
+    with _found_lock:
+        found = _found.get(g)
+    if found is None:
+        found = _find(g)
+        with _found_lock:
+            _found[g] = found
+    return dict(found)
+
+
+#: find_fusions' answers per analysed subgraph (Fusions are immutable; each caller gets its
+#: own dict of them).
+_found: weakref.WeakKeyDictionary[SubgraphGraph, dict[int, Fusion]] = \
+    weakref.WeakKeyDictionary()
+_found_lock = threading.Lock()
+
+#: The operation type each kind of chain starts with -> the _Finder method that matches it.
+_STARTS = {O.DEPTHWISE_CONV_2D: "mean", O.RESHAPE: "fully_connected",
+           O.FULLY_CONNECTED: "keep_num_dims", O.DEQUANTIZE: "dequantized",
+           O.SLICE: "split_v"}
+
+
+def _find(g: SubgraphGraph) -> dict[int, Fusion]:
     f = _Finder(g)
     found: dict[int, Fusion] = {}
     taken: set[int] = set()
     for k, (t, _, _) in enumerate(g.operations):
         if k in taken:
             continue
-        match = {O.DEPTHWISE_CONV_2D: f.mean, O.RESHAPE: f.fully_connected,
-                 O.FULLY_CONNECTED: f.keep_num_dims, O.DEQUANTIZE: f.dequantized,
-                 O.SLICE: f.split_v}.get(t)
-        fusion = match(k) if match is not None else None
+        match = _STARTS.get(t)
+        fusion = getattr(f, match)(k) if match is not None else None
         if fusion is not None and not taken.intersection(fusion.ops):
             found[k] = fusion
             taken.update(fusion.ops)

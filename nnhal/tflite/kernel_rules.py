@@ -73,7 +73,13 @@ def rule_tensor(ttype: int, scales: Any, zero_points: Any, label: str,
                       np.asarray(scales, np.float64).reshape(-1),
                       _EMPTY_I64 if zero_points is None else
                       np.asarray(zero_points, np.int64).reshape(-1), label,
-                      None if shape is None else tuple(max(int(d), 0) for d in shape))
+                      None if shape is None else _dims(shape))
+
+
+def _dims(shape: Any) -> tuple[int, ...]:
+    """``shape`` as non-negative Python ints (an unknown -1 as 0)."""
+    dims = tuple(map(int, shape))
+    return tuple(max(d, 0) for d in dims) if dims and min(dims) < 0 else dims
 
 
 _EMPTY_F64 = np.empty(0, np.float64)

@@ -28,7 +28,7 @@ from nnhal.hal.types import (
     SymmPerChannelQuantParams,
     extension_prefix,
     is_extension_type,
-    operand_nbytes,
+    value_nbytes,
 )
 
 L = OperandLifeTime
@@ -58,6 +58,11 @@ def _extension_prefixes(model: Model) -> set[int]:
 #: Operand types by value (a dict look-up, where the enum's call costs a microsecond).
 _TYPES: dict[int, T] = {int(t): t for t in T}
 _LIFETIMES: dict[int, L] = {int(t): t for t in L}
+#: The types whose operands have no dimensions.
+_NO_DIMENSIONS = frozenset({t for t in T if t.is_scalar} | {T.SUBGRAPH})
+#: The lifetimes of operands no operation writes (they have their values before any runs).
+_WRITTEN_BEFORE = frozenset({L.SUBGRAPH_INPUT, L.CONSTANT_COPY, L.CONSTANT_REFERENCE,
+                             L.NO_VALUE, L.SUBGRAPH})
 #: The types with a positive scale.
 _QUANT_TYPES = frozenset({T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED,
                           T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_ASYMM, T.TENSOR_QUANT16_SYMM})
@@ -66,10 +71,13 @@ _ZERO_POINTS = {T.TENSOR_QUANT8_ASYMM: (0, 255), T.TENSOR_QUANT8_ASYMM_SIGNED: (
                 T.TENSOR_QUANT16_ASYMM: (0, 65535)}
 
 
-def validate_operand(op: Operand, where: str, prefixes: set[int]) -> None:
-    """Type, dimensions and quantization parameters of one operand."""
+def validate_operand(op: Operand, where: str, prefixes: set[int], *,
+                     dims_checked: bool = False) -> OperandType | None:
+    """Type, dimensions and quantization parameters of one operand; its type (None for an
+    extension's). ``dims_checked``: its dimensions are known to be uint32 already
+    (:func:`nnhal.hal.checks.check_model_fields` ran), so they are not checked again."""
     raw_type = int(op.type)
-    if is_extension_type(raw_type):
+    if raw_type >> 16:  # an extension type (nnhal.hal.types.is_extension_type)
         # What the seed says of any extension operand; its extension's own rules (the code,
         # scalar or tensor, the extension data) are the analysis's (nnhal.ops.extensions).
         if extension_prefix(raw_type) not in prefixes:
@@ -84,20 +92,20 @@ def validate_operand(op: Operand, where: str, prefixes: set[int]) -> None:
                                                           (bytes, bytearray)):
             raise _fail(f"{where}: extension operand of type {raw_type:#x} has extraParams "
                         f"that are not extension data")
-        return
+        return None
     t = _TYPES.get(raw_type)
     if t is None:
         raise _fail(f"{where}: invalid operand type {raw_type}")
     if t in (T.OEM, T.TENSOR_OEM_BYTE):
         raise _fail(f"{where}: OEM operand types are deprecated and not supported")
-    for d in op.dimensions:  # a loop: a generator per operand costs more than its checks
+    for d in () if dims_checked else op.dimensions:  # a loop: cheaper than a generator
         if type(d) is int:
             if 0 <= d <= 0xFFFFFFFF:
                 continue
         elif isinstance(d, (int, np.integer)) and 0 <= d <= 0xFFFFFFFF:
             continue
         raise _fail(f"{where}: invalid dimensions {list(op.dimensions)}")
-    if (t.is_scalar or t == T.SUBGRAPH) and op.dimensions:
+    if op.dimensions and t in _NO_DIMENSIONS:
         raise _fail(f"{where}: scalar {t.name} must have no dimensions")
     scale, zp = float(op.scale), int(op.zero_point)
     if not math.isfinite(scale) or scale < 0:
@@ -136,20 +144,23 @@ def validate_operand(op: Operand, where: str, prefixes: set[int]) -> None:
             raise _fail(f"{where}: channel scales must be positive")
     elif op.extra_params is not None:
         raise _fail(f"{where}: {t.name} takes no extra parameters")
+    return t
 
 
-def _validate_location(op: Operand, where: str, model: Model, pool_sizes: Sequence[int]) -> None:
+def _validate_location(op: Operand, where: str, model: Model, pool_sizes: Sequence[int],
+                       t: OperandType | None) -> None:
+    """Lifetime and location of one operand of type ``t`` (None: an extension's); its fields
+    are uint32 already (the analysis runs :func:`nnhal.hal.checks.check_model_fields` first,
+    so nothing is negative)."""
     lt = op.lifetime
     loc = op.location
     if not isinstance(loc, DataLocation):
         raise _fail(f"{where}: invalid location")
-    if min(loc.pool_index, loc.offset, loc.length) < 0:
-        raise _fail(f"{where}: negative location field")
     if lt == L.CONSTANT_COPY or lt == L.CONSTANT_REFERENCE:
-        if is_extension_type(op.type):
+        if t is None:
             size = None
         else:
-            size = operand_nbytes(op)
+            size = value_nbytes(t, op.dimensions)
             if size is None:
                 raise _fail(f"{where}: constant operand must have fully specified dimensions")
             if loc.length != size:
@@ -166,7 +177,7 @@ def _validate_location(op: Operand, where: str, model: Model, pool_sizes: Sequen
             raise _fail(f"{where}: location [{loc.offset}, {loc.offset + loc.length}) beyond "
                         f"{'operandValues' if lt == L.CONSTANT_COPY else 'pool'} of {limit} bytes")
     elif lt == L.SUBGRAPH:
-        if int(op.type) != T.SUBGRAPH:
+        if t is not T.SUBGRAPH:
             raise _fail(f"{where}: lifetime SUBGRAPH needs type SUBGRAPH")
         if loc.pool_index != 0 or loc.length != 0:
             raise _fail(f"{where}: SUBGRAPH operand has an invalid location")
@@ -176,15 +187,19 @@ def _validate_location(op: Operand, where: str, model: Model, pool_sizes: Sequen
     # never equal to one, as the dataclass compares).
     elif type(loc) is not DataLocation or loc.pool_index or loc.offset or loc.length:
         raise _fail(f"{where}: lifetime {L(lt).name} must have an empty location")
-    if int(op.type) == T.SUBGRAPH and lt != L.SUBGRAPH:
+    if t is T.SUBGRAPH and lt != L.SUBGRAPH:
         raise _fail(f"{where}: SUBGRAPH operand must have lifetime SUBGRAPH")
 
 
 def validate_subgraph(sg: Subgraph, name: str, model: Model, pool_sizes: Sequence[int],
                       prefixes: set[int]) -> None:
-    """Operands, operations, order and inputs/outputs of one subgraph."""
-    n = len(sg.operands)
-    for i, op in enumerate(sg.operands):
+    """Operands, operations, order and inputs/outputs of one subgraph (its fields' types
+    and ranges checked already: :func:`nnhal.hal.checks.check_model_fields`)."""
+    operands = sg.operands
+    n = len(operands)
+    written = [False] * n
+    with_lifetime: dict[L, list[int]] = {L.SUBGRAPH_INPUT: [], L.SUBGRAPH_OUTPUT: []}
+    for i, op in enumerate(operands):
         where = f"{name} operand {i}"
         lt = _LIFETIMES.get(op.lifetime)
         if lt is None:
@@ -193,15 +208,14 @@ def validate_subgraph(sg: Subgraph, name: str, model: Model, pool_sizes: Sequenc
             except ValueError:
                 raise _fail(f"{where}: invalid lifetime {op.lifetime}") from None
         op.lifetime = lt
-        validate_operand(op, where, prefixes)
-        _validate_location(op, where, model, pool_sizes)
+        t = validate_operand(op, where, prefixes, dims_checked=True)
+        _validate_location(op, where, model, pool_sizes, t)
+        if lt in _WRITTEN_BEFORE:
+            written[i] = True
+        if lt in with_lifetime:
+            with_lifetime[lt].append(i)
 
     consumers = [0] * n
-    written = [False] * n
-    for i, op in enumerate(sg.operands):
-        if op.lifetime in (L.SUBGRAPH_INPUT, L.CONSTANT_COPY, L.CONSTANT_REFERENCE, L.NO_VALUE,
-                           L.SUBGRAPH):
-            written[i] = True
     for k, operation in enumerate(sg.operations):
         where = f"{name} operation {k}"
         if is_extension_type(operation.type):
@@ -234,12 +248,13 @@ def validate_subgraph(sg: Subgraph, name: str, model: Model, pool_sizes: Sequenc
             if written[i]:
                 raise _fail(f"{where}: output operand {i} is written twice")
             written[i] = True
-    for i, op in enumerate(sg.operands):
-        if consumers[i] != op.number_of_consumers:
-            raise _fail(f"{name} operand {i}: numberOfConsumers is {op.number_of_consumers}, "
-                        f"actual {consumers[i]}")
-        if not written[i]:
-            raise _fail(f"{name} operand {i}: no operation writes it")
+    if consumers != [op.number_of_consumers for op in operands] or not all(written):
+        for i, op in enumerate(operands):  # the first operand that is wrong, named
+            if consumers[i] != op.number_of_consumers:
+                raise _fail(f"{name} operand {i}: numberOfConsumers is "
+                            f"{op.number_of_consumers}, actual {consumers[i]}")
+            if not written[i]:
+                raise _fail(f"{name} operand {i}: no operation writes it")
 
     for kind, indexes, lifetime in (("input", sg.input_indexes, L.SUBGRAPH_INPUT),
                                     ("output", sg.output_indexes, L.SUBGRAPH_OUTPUT)):
@@ -253,7 +268,7 @@ def validate_subgraph(sg: Subgraph, name: str, model: Model, pool_sizes: Sequenc
             if sg.operands[i].lifetime != lifetime:
                 raise _fail(f"{name}: {kind} operand {i} has lifetime "
                             f"{L(sg.operands[i].lifetime).name}")
-        expected = {i for i, op in enumerate(sg.operands) if op.lifetime == lifetime}
+        expected = set(with_lifetime[lifetime])
         if expected != seen:
             missing = sorted(expected - seen)
             raise _fail(f"{name}: operands {missing} have lifetime {lifetime.name} but are not "
@@ -289,7 +304,11 @@ def _check_no_cycles(model: Model) -> None:
 
 
 def validate_model(model: Model, pool_sizes: Sequence[int]) -> None:
-    """Raise :class:`ValidationError` for the first structural rule the model breaks."""
+    """Raise :class:`ValidationError` for the first structural rule the model breaks.
+
+    The types and ranges of the model's fields are :func:`nnhal.hal.checks.check_model_fields`'
+    (the analysis runs it first): what it checks (uint32 dimensions and locations) is not
+    checked again here."""
     if not isinstance(model.operand_values, (bytes, bytearray, memoryview)):
         raise _fail("operandValues must be bytes")
     prefixes = _extension_prefixes(model)

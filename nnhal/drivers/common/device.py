@@ -184,9 +184,10 @@ class DeviceBase(IDevice):
                              for t, ins, _ in g.operations)
         out = []
         for (t, ins, _), ok in zip(main.operations, main.supported):
+            # Without referenced subgraphs no operand is a subgraph reference (validated).
             out.append(ok and not foreign_op(t)
                        and (is_extension_type(t) or not only_extensions)
-                       and not any(foreign[c] for c in callees(main, ins)))
+                       and not (subs and any(foreign[c] for c in callees(main, ins))))
         return out
 
     def refusal(self, graph: ModelGraph) -> str | None:

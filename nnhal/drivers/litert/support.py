@@ -273,6 +273,8 @@ def _find_reasons(graph: ModelGraph) -> list[str | None]:
 
 
 _POOLS = ("AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D")
+#: Operation type value -> its name (a look-up where the enum's call costs a microsecond).
+_OPERATION_NAMES: dict[int, str] = {int(o): o.name for o in OperationType}
 #: The largest pooling (its work estimate, :attr:`SubgraphGraph.work`) claimed. Measured with
 #: ai-edge-litert 2.3 here: its pools visit about 1e9 window elements a second, both in
 #: ``allocate_tensors`` and in each ``invoke`` (a PAD of a million columns into a MAX_POOL
@@ -285,9 +287,8 @@ def _reasons(graph: ModelGraph, g: SubgraphGraph, exported: dict[int, str],
              sub: object) -> list[str | None]:
     out: list[str | None] = []
     for k, (t, ins, outs) in enumerate(g.operations):
-        try:
-            name = OperationType(t).name
-        except ValueError:
+        name = _OPERATION_NAMES.get(t)
+        if name is None:
             found = graph.extension_ops.get(int(t))
             if found is None or _exporter_of(found[0]) is None:
                 out.append(f"#{k} extension operation {t:#x}: not exportable")
@@ -421,7 +422,10 @@ class _ExportProbe:
         return self._done[key]
 
 
-def _omittable_positions(op: OperationType, n: int) -> list[int]:
+@functools.lru_cache(maxsize=1024)
+def _omittable_positions(op: OperationType, n: int) -> tuple[int, ...]:
+    """The input positions an operation of ``n`` inputs may omit (its signature's: static,
+    so found once per operation type and count)."""
     s = SIGNATURES.get(op)
     if s is None:
         return []
@@ -430,7 +434,7 @@ def _omittable_positions(op: OperationType, n: int) -> list[int]:
         if any(slot.repeated for slot in form.inputs):
             continue
         found |= {j for j, slot in enumerate(form.inputs[:n]) if slot.omittable}
-    return sorted(found)
+    return tuple(sorted(found))
 
 
 def _const(g: SubgraphGraph, i: int) -> np.ndarray | None:
