@@ -70,7 +70,7 @@ def test_a_frame_is_written_once_and_never_over_the_file(weights_file):
     with pytest.raises(ValueError):
         frame.write(0, b"TFL3")  # not claimed yet
     assert frame.claim() and not frame.claim()
-    for at in (HEAD - 2, HEAD, HEAD + frame.size - 1, len(frame.buffer) - 3):
+    for at in (-2, HEAD - 2, HEAD, HEAD + frame.size - 1, len(frame.buffer) - 3):
         with pytest.raises(ValueError):
             frame.write(at, b"abcd")  # over the file's bytes, or past the end
     frame.write(4, b"TFL3")

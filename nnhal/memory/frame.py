@@ -114,7 +114,7 @@ class Frame:
     def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         """Write into the head or the tail (only the claimant does)."""
         n = len(data)
-        if not self._claimed or not (offset + n <= HEAD or
+        if not self._claimed or not (0 <= offset and offset + n <= HEAD or
                                      self.tail <= offset <= len(self.buffer) - n):
             raise ValueError(f"frame write of {n} bytes at {offset} outside its head and tail")
         self._writable(offset, n)[:] = data
