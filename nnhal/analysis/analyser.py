@@ -23,6 +23,8 @@ from nnhal.core.version import FeatureLevel
 from nnhal.hal.checks import InvalidArgument, check_model_fields
 from nnhal.hal.types import (
     LIFETIMES,
+    NO_DIMENSION_TYPES,
+    OPERATION_TYPES,
     ChannelScales,
     ExtensionOperandType,
     Model,
@@ -45,9 +47,6 @@ from nnhal.validation import ValidationError, validate_model
 
 L = OperandLifeTime
 log = logging.getLogger("nnhal.analysis")
-#: Operation type value -> the enum member (a look-up where the enum's call costs a
-#: microsecond).
-_OPERATION_TYPES: dict[int, OperationType] = {int(o): o for o in OperationType}
 #: prefix -> (extension name, its definition or None): a model's table as this process reads it.
 Exts = Mapping[int, tuple[str, Any]]
 
@@ -89,12 +88,8 @@ def operand_shape(op: Operand) -> tuple[int, ...] | None:
     return _shape(operand_type(op.type), op.dimensions)
 
 
-#: The HAL types whose operands have no shape (scalars, subgraph references): shape ().
-_NO_DIMENSIONS = frozenset({t for t in OperandType if t.is_scalar} | {OperandType.SUBGRAPH})
-
-
 def _shape(t: Any, dimensions: Sequence[int]) -> tuple[int, ...] | None:
-    if t.is_scalar or t == OperandType.SUBGRAPH:
+    if t in NO_DIMENSION_TYPES:
         return ()
     if not dimensions:
         return None
@@ -131,7 +126,7 @@ def operand_info(op: Operand, value: object = None, t: Any = None) -> OperandInf
     if extra is None:  # most operands: neither channel quantization nor extension data
         if type(t) is OperandType:  # the shape without _shape's calls
             dims = op.dimensions
-            shape = () if t in _NO_DIMENSIONS else tuple(map(int, dims)) if dims else None
+            shape = () if t in NO_DIMENSION_TYPES else tuple(map(int, dims)) if dims else None
         else:
             shape = _shape(t, op.dimensions)
         lifetime = LIFETIMES.get(op.lifetime)
@@ -432,7 +427,7 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
                 view = info if shapes[i] == info.shape else replace(info, shape=shapes[i])
                 shaped[i] = view
             ins.append(view)
-        ctx = OpContext(op_type=_OPERATION_TYPES[t] if ext_op is None else ext_op.id,
+        ctx = OpContext(op_type=OPERATION_TYPES[t] if ext_op is None else ext_op.id,
                         inputs=ins, outputs=[infos[i] for i in outs_idx], relaxed=relaxed,
                         subgraphs=callees)
         if ext_op is not None:
@@ -456,7 +451,7 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
                 op_level, inferred = check_and_prepare(definition, ctx)
             except OpError as e:
                 raise OpError(f"{name} operation {k}: {e}", e.status) from None
-        if op_level is not level and op_level > level:  # max(), without its comparisons
+        if op_level > level:
             level = op_level
         ok = True
         if refs:

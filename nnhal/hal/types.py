@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = [
+    "NO_DIMENSION_TYPES", "OPERAND_TYPES", "OPERATION_TYPES", "OPERATION_TYPE_NAMES",
     "BYTE_SIZE_OF_CACHE_TOKEN", "MAX_NUMBER_OF_CACHE_FILES", "LOOP_TIMEOUT_DEFAULT_NS",
     "LOOP_TIMEOUT_MAXIMUM_NS", "NO_TIME", "EXTENSION_TYPE_LOW_BITS", "OperandType",
     "OperationType", "OperandLifeTime", "ErrorStatus", "DeviceType", "ExecutionPreference",
@@ -128,7 +129,7 @@ def value_nbytes(operand_type: int, dims: Sequence[int] | None = (), *,
         if not t.is_tensor:
             return t.byte_size
     else:
-        found = _OPERAND_TYPES.get(int(operand_type))  # a look-up, not the enum's call
+        found = OPERAND_TYPES.get(int(operand_type))  # a look-up, not the enum's call
         if found is None:
             return None
         t = found
@@ -193,7 +194,8 @@ class ExtensionOperandType(int):
         return self
 
 
-_OPERAND_TYPES: dict[int, OperandType] = {int(t): t for t in OperandType}
+#: Operand types by value (a look-up for hot paths: the enum's call costs a microsecond).
+OPERAND_TYPES: dict[int, OperandType] = {int(t): t for t in OperandType}
 
 
 def operand_type(value: int) -> OperandType | ExtensionOperandType:
@@ -202,7 +204,7 @@ def operand_type(value: int) -> OperandType | ExtensionOperandType:
     value)."""
     if isinstance(value, ExtensionOperandType):
         return value
-    found = _OPERAND_TYPES.get(value)  # a look-up: the enum's call costs a microsecond
+    found = OPERAND_TYPES.get(value)  # a look-up: the enum's call costs a microsecond
     return found if found is not None else OperandType(value)
 
 
@@ -593,3 +595,10 @@ class Extension:
 
 #: Lifetimes by value (a look-up for hot paths; ``OperandLifeTime(x)`` for what is not here).
 LIFETIMES: dict[int, OperandLifeTime] = {int(t): t for t in OperandLifeTime}
+#: Operation types by value, and their names (look-ups for hot paths; an extension's
+#: operation types are not here).
+OPERATION_TYPES: dict[int, OperationType] = {int(o): o for o in OperationType}
+OPERATION_TYPE_NAMES: dict[int, str] = {k: o.name for k, o in OPERATION_TYPES.items()}
+#: The operand types whose operands have no dimensions (scalars, subgraph references).
+NO_DIMENSION_TYPES: frozenset[OperandType] = frozenset(
+    {t for t in OperandType if t.is_scalar} | {OperandType.SUBGRAPH})

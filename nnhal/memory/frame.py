@@ -144,6 +144,11 @@ class Frame:
         return f"Frame({self.size} bytes, {self.room} of room)"
 
 
+def file_bytes(read: Frame | bytes) -> bytes | memoryview:
+    """What :meth:`Frame.read` read, as the file's bytes (a frame's are a view)."""
+    return read.content if isinstance(read, Frame) else read
+
+
 def _fill(fd: int, view: memoryview, offset: int) -> bool:
     """Fill ``view`` from ``offset`` of file ``fd`` (positioned reads: the file offset is not
     moved); False when the file ended first."""
@@ -156,4 +161,4 @@ def _fill(fd: int, view: memoryview, offset: int) -> bool:
     return True
 
 
-__all__ = ["HEAD", "MAX_FRAMED", "MIN_FRAMED", "Frame", "tail_room"]
+__all__ = ["HEAD", "MAX_FRAMED", "MIN_FRAMED", "Frame", "file_bytes", "tail_room"]

@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from nnhal.hal.types import (
+    LIFETIMES,
+    OPERAND_TYPES,
     BufferDesc,
     BufferRole,
     Capabilities,
@@ -548,8 +550,6 @@ _U32_LISTS: dict[int, struct.Struct] = {}
 _OPERANDS_OUT: dict[int, struct.Struct] = {}
 _OPERANDS_IN: dict[int, struct.Struct] = {}
 _TYPE_AND_RANK = struct.Struct("<II")
-_OPERAND_TYPES = {int(t): t for t in OperandType}
-_LIFETIMES = {int(t): t for t in OperandLifeTime}
 
 
 def _u32_list(n: int) -> struct.Struct:
@@ -618,8 +618,8 @@ def _get_operand_fast(r: Reader) -> Operand | None:
         return None
     r.pos = pos + 8 + st.size
     consumers, scale, zero_point, lifetime, p, off, length = vals[n:n + 7]
-    ot = _OPERAND_TYPES.get(t)
-    lt = _LIFETIMES.get(lifetime)
+    ot = OPERAND_TYPES.get(t)
+    lt = LIFETIMES.get(lifetime)
     return Operand(_enum_or_int(OperandType, t) if ot is None else ot, list(vals[:n]),
                    consumers, scale, zero_point,
                    _enum_or_int(OperandLifeTime, lifetime) if lt is None else lt,

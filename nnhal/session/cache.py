@@ -58,7 +58,7 @@ from typing import Any
 import blake3
 import numpy as np
 
-from nnhal.memory.frame import Frame
+from nnhal.memory.frame import Frame, file_bytes
 
 log = logging.getLogger("nnhal.session")
 
@@ -362,10 +362,10 @@ class Store:
                 return found[0], None
             st, sig, memo = found[1:]
             if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_NS:
-                data = Frame.read(path)  # a large file framed, for a driver's export
-                content = data.content if isinstance(data, Frame) else data
-                return Digesting(content, lambda digest: self._remember(
-                    path, st, sig, memo, content, digest)), data
+                read = Frame.read(path)  # a large file framed, for a driver's export
+                data = file_bytes(read)
+                return Digesting(data, lambda digest: self._remember(
+                    path, st, sig, memo, data, digest)), read
         st = os.stat(path)
         sig = self._signature(path, st)
         memo = self._memo_path(sig)
@@ -378,7 +378,7 @@ class Store:
         except OSError:
             pass
         read = Frame.read(path)
-        data = read.content if isinstance(read, Frame) else read
+        data = file_bytes(read)
         digest = content_digest(data)
         if len(data) == st.st_size and \
                 time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > RACY_NS:
@@ -492,10 +492,10 @@ class Store:
         with the files they name (files a kept entry names stay). The newest entry, and the
         files of the one just written (``keep``), always stay."""
         try:
-            entries = sorted(((e.stat().st_mtime_ns, e.path, e.stat().st_size)
+            entries = sorted(((st.st_mtime_ns, e.path, st.st_size)
                               for e in os.scandir(self.directory)
-                              if e.name.endswith(".entry") and e.is_file(follow_symlinks=False)),
-                             reverse=True)
+                              if e.name.endswith(".entry") and e.is_file(follow_symlinks=False)
+                              for st in (e.stat(),)), reverse=True)
         except OSError:
             return
         self._evict_digests()

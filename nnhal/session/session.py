@@ -60,7 +60,7 @@ from nnhal.hal.types import (
     Priority,
     value_nbytes,
 )
-from nnhal.memory.frame import Frame
+from nnhal.memory.frame import Frame, file_bytes
 from nnhal.session import pending
 from nnhal.session.bound import Bound, plain_fast, stateful_fast
 from nnhal.session.explain import explain_rejection
@@ -281,7 +281,7 @@ class Session:
             except OSError:
                 self._imported = load_model(self._source_arg)  # names the problem
                 raise NnhalError(f"{self.source}: cannot be read") from None
-            digest = sc.content_digest(data.content if isinstance(data, Frame) else data)
+            digest = sc.content_digest(file_bytes(data))
             if digest != self._digest and opened is not None:
                 self._digest = digest
                 opened.rekey(digest)

@@ -11,7 +11,7 @@ import tflite
 from tflite.TensorType import TensorType as TT
 
 from nnhal.analysis import SubgraphGraph
-from nnhal.hal.types import OperandType, OperationType
+from nnhal.hal.types import OPERATION_TYPE_NAMES, OperandType
 from nnhal.ops.resolver import OperandInfo
 from nnhal.tflite.export_fb import ModelDef, OperatorDef, SubgraphDef, TensorDef, channel_quant
 from nnhal.tflite.kernel_rules import RuleOp, RuleTensor, kernel_refusal, rule_tensor
@@ -37,8 +37,6 @@ _NUMPY = {TT.FLOAT32: "<f4", TT.FLOAT16: "<f2", TT.INT32: "<i4", TT.UINT32: "<u4
           TT.UINT16: "<u2"}
 
 
-#: Operation type value -> its name (a look-up where the enum's call costs a microsecond).
-_OPERATION_NAMES: dict[int, str] = {int(o): o.name for o in OperationType}
 
 
 class Unexportable(Exception):
@@ -185,7 +183,7 @@ class SubgraphWriter:
 
     def convert(self, k: int, t: int, ins: Any, outs: Any) -> None:
         """HAL operation ``k`` through its converter; a refusal is collected."""
-        name = _OPERATION_NAMES.get(t)
+        name = OPERATION_TYPE_NAMES.get(t)
         if name is not None:
             conv = self.ex.converters.get(name)
         else:

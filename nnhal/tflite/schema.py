@@ -28,7 +28,7 @@ from tflite.Padding import Padding
 from tflite.TensorType import TensorType as TT
 
 from nnhal.errors import ModelFileError
-from nnhal.memory.frame import Frame
+from nnhal.memory.frame import Frame, file_bytes
 from nnhal.tflite.verify import verify
 
 #: The schema version this package reads and writes (TFLITE_SCHEMA_VERSION).
@@ -216,27 +216,23 @@ def load(source: str | os.PathLike[str] | bytes | Frame, name: str | None = None
     identifier, the flatbuffers verifier's checks of every table, and the schema version; the
     schema's rules are the reader's. A large file is read into a frame (a driver may then
     build its flatbuffer around the weights instead of copying them)."""
-    frame = source if isinstance(source, Frame) else None
-    data: bytes | memoryview
-    if frame is not None:
-        data, name = frame.content, name or "<bytes>"
-    elif isinstance(source, (bytes, bytearray, memoryview)):
-        data, name = bytes(source), name or "<bytes>"
+    read: bytes | Frame
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        read, name = bytes(source), name or "<bytes>"
+    elif isinstance(source, Frame):
+        read, name = source, name or "<bytes>"
     else:
         path = Path(source)
         name = name or str(path)
         try:
             read = Frame.read(path)
-            if isinstance(read, Frame):
-                frame, data = read, read.content
-            else:
-                data = read
         except FileNotFoundError:
             raise ModelFileError(name, "no such file") from None
         except IsADirectoryError:
             raise ModelFileError(name, "is a directory, not a model file") from None
         except OSError as e:
             raise ModelFileError(name, f"cannot read: {e.strerror or e}") from None
+    frame, data = (read if isinstance(read, Frame) else None), file_bytes(read)
     if len(data) < 8:
         raise ModelFileError(name, f"not a TFLite flatbuffer ({len(data)} bytes)")
     if data[4:8] != FILE_IDENTIFIER:

@@ -15,6 +15,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from nnhal.hal.types import (
+    LIFETIMES,
+    NO_DIMENSION_TYPES,
+    OPERAND_TYPES,
     ChannelScales,
     DataLocation,
     ExecutionPreference,
@@ -55,11 +58,6 @@ def _extension_prefixes(model: Model) -> set[int]:
     return {int(e.prefix) for e in model.extension_name_to_prefix}
 
 
-#: Operand types by value (a dict look-up, where the enum's call costs a microsecond).
-_TYPES: dict[int, T] = {int(t): t for t in T}
-_LIFETIMES: dict[int, L] = {int(t): t for t in L}
-#: The types whose operands have no dimensions.
-_NO_DIMENSIONS = frozenset({t for t in T if t.is_scalar} | {T.SUBGRAPH})
 #: The lifetimes of operands no operation writes (they have their values before any runs).
 _WRITTEN_BEFORE = frozenset({L.SUBGRAPH_INPUT, L.CONSTANT_COPY, L.CONSTANT_REFERENCE,
                              L.NO_VALUE, L.SUBGRAPH})
@@ -93,7 +91,7 @@ def validate_operand(op: Operand, where: str, prefixes: set[int], *,
             raise _fail(f"{where}: extension operand of type {raw_type:#x} has extraParams "
                         f"that are not extension data")
         return None
-    t = _TYPES.get(raw_type)
+    t = OPERAND_TYPES.get(raw_type)
     if t is None:
         raise _fail(f"{where}: invalid operand type {raw_type}")
     if t in (T.OEM, T.TENSOR_OEM_BYTE):
@@ -105,7 +103,7 @@ def validate_operand(op: Operand, where: str, prefixes: set[int], *,
         elif isinstance(d, (int, np.integer)) and 0 <= d <= 0xFFFFFFFF:
             continue
         raise _fail(f"{where}: invalid dimensions {list(op.dimensions)}")
-    if op.dimensions and t in _NO_DIMENSIONS:
+    if op.dimensions and t in NO_DIMENSION_TYPES:
         raise _fail(f"{where}: scalar {t.name} must have no dimensions")
     scale, zp = float(op.scale), int(op.zero_point)
     if not math.isfinite(scale) or scale < 0:
@@ -201,7 +199,7 @@ def validate_subgraph(sg: Subgraph, name: str, model: Model, pool_sizes: Sequenc
     with_lifetime: dict[L, list[int]] = {L.SUBGRAPH_INPUT: [], L.SUBGRAPH_OUTPUT: []}
     for i, op in enumerate(operands):
         where = f"{name} operand {i}"
-        lt = _LIFETIMES.get(op.lifetime)
+        lt = LIFETIMES.get(op.lifetime)
         if lt is None:
             try:
                 lt = L(op.lifetime)

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from nnhal.analysis import ModelGraph, SubgraphGraph
-from nnhal.hal.types import OperandType, OperationType
+from nnhal.hal.types import OPERATION_TYPE_NAMES, OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.catalog import SIGNATURES
 from nnhal.ops.conv import ConvRequant, conv_multipliers, input_bound
@@ -273,8 +273,6 @@ def _find_reasons(graph: ModelGraph) -> list[str | None]:
 
 
 _POOLS = ("AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D")
-#: Operation type value -> its name (a look-up where the enum's call costs a microsecond).
-_OPERATION_NAMES: dict[int, str] = {int(o): o.name for o in OperationType}
 #: The largest pooling (its work estimate, :attr:`SubgraphGraph.work`) claimed. Measured with
 #: ai-edge-litert 2.3 here: its pools visit about 1e9 window elements a second, both in
 #: ``allocate_tensors`` and in each ``invoke`` (a PAD of a million columns into a MAX_POOL
@@ -287,7 +285,7 @@ def _reasons(graph: ModelGraph, g: SubgraphGraph, exported: dict[int, str],
              sub: object) -> list[str | None]:
     out: list[str | None] = []
     for k, (t, ins, outs) in enumerate(g.operations):
-        name = _OPERATION_NAMES.get(t)
+        name = OPERATION_TYPE_NAMES.get(t)
         if name is None:
             found = graph.extension_ops.get(int(t))
             if found is None or _exporter_of(found[0]) is None:
@@ -428,7 +426,7 @@ def _omittable_positions(op: OperationType, n: int) -> tuple[int, ...]:
     so found once per operation type and count)."""
     s = SIGNATURES.get(op)
     if s is None:
-        return []
+        return ()
     found: set[int] = set()
     for form in s.forms:
         if any(slot.repeated for slot in form.inputs):

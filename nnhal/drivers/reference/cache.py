@@ -56,6 +56,7 @@ from nnhal.drivers.common.compilation_cache import (
 from nnhal.executor import ModelPlan
 from nnhal.hal.interfaces import IPreparedModel
 from nnhal.hal.types import (
+    LIFETIMES,
     DataLocation,
     ExtensionNameAndPrefix,
     Model,
@@ -81,8 +82,6 @@ _OPERAND_REC = np.dtype([
     ("extra", "u1"), ("section", "u1"), ("rank", "<u4"), ("inferred_rank", "<i4"),
     ("offset", "<u8"), ("length", "<u8")])
 
-_LIFETIMES = {int(v): v for v in OperandLifeTime}
-_OPERAND_TYPES = {int(v): v for v in OperandType}
 _NO_EXTRA, _CHANNEL_QUANT, _EXTENSION_BYTES = 0, 1, 2
 _CONST_COPY = int(OperandLifeTime.CONSTANT_COPY)
 _CONST_REF = int(OperandLifeTime.CONSTANT_REFERENCE)
@@ -319,7 +318,7 @@ def _decode_image(body: bytes | memoryview, head: BodyHead, data: bytes | memory
     dpos = ipos = 0
     for k, (t, scale, zp, lt, kind, in_data, rank, irank, offset, length) in enumerate(recs):
         kinds = _TYPE_KINDS.get(t) or _extension_kinds(t, resolved)
-        lifetime = _LIFETIMES.get(lt)
+        lifetime = LIFETIMES.get(lt)
         size = sizes.get(in_data)
         if kinds is None or lifetime is None or size is None:
             raise CacheError(f"operand {k}: bad type {t}, lifetime {lt} or section {in_data}")
@@ -446,7 +445,7 @@ def _operand(rec: tuple[Any, ...], otype: Any, dims: list[int],
     _, scale, zp, lt = rec[:4]
     return Operand(type=otype, dimensions=list(dims),
                    number_of_consumers=consumers, scale=scale, zero_point=zp,
-                   lifetime=_LIFETIMES[lt], location=DataLocation(), extra_params=extra)
+                   lifetime=LIFETIMES[lt], location=DataLocation(), extra_params=extra)
 
 
 
