@@ -331,12 +331,8 @@ def _operand_ok(op: object) -> bool:
         if type(p) is int and type(o) is int and type(length) is int and \
                 0 <= (t | n | p | o | length) <= UINT32_MAX and \
                 INT32_MIN <= zp <= INT32_MAX and INT32_MIN <= lt <= INT32_MAX and \
-                math.isfinite(scale) and abs(scale) <= FLOAT32_MAX:
-            for d in dims:
-                if type(d) is not int or not 0 <= d <= UINT32_MAX:
-                    break
-            else:
-                return True
+                math.isfinite(scale) and abs(scale) <= FLOAT32_MAX and _uint32s(dims):
+            return True
     return _operand_fields_ok(op)
 
 
