@@ -60,6 +60,7 @@ from nnhal.hal.types import (
     Priority,
     value_nbytes,
 )
+from nnhal.memory.collector import new_objects_only
 from nnhal.memory.frame import Frame, file_bytes
 from nnhal.session import pending
 from nnhal.session.bound import Bound, plain_fast, stateful_fast
@@ -171,6 +172,15 @@ class Session:
                  input_names: Sequence[str] | None = None,
                  output_names: Sequence[str] | None = None,
                  cache: bool | None = None):
+        # An open makes thousands of objects: the collections they start walk only those.
+        with new_objects_only():
+            self._open(model_or_path, device, devices, preference, priority, input_names,
+                       output_names, cache)
+
+    def _open(self, model_or_path: ModelSource, device: str | IDevice | None,
+              devices: Sequence[str | IDevice] | None, preference: ExecutionPreference,
+              priority: Priority, input_names: Sequence[str] | None,
+              output_names: Sequence[str] | None, cache: bool | None) -> None:
         self._lock = threading.Lock()
         #: The thread holding ``_lock`` (only that thread sets it to its own id, so a thread
         #: that reads its own id knows it would deadlock).
