@@ -165,3 +165,103 @@ def test_only_a_regular_file_is_read(tmp_path):
         read_tflite(tmp_path)
     with pytest.raises(ModelFileError, match="no such file"):
         read_tflite(tmp_path / "absent.tflite")
+
+
+def _memfd_bytes(fd: int, size: int) -> bytes:
+    import mmap
+
+    with mmap.mmap(fd, size, prot=mmap.PROT_READ) as m:
+        return bytes(m)
+
+
+def test_the_pool_of_a_framed_model_is_the_frame(weights_file):
+    import fcntl
+
+    from nnhal.memory.frame import FramedMemory
+
+    imported = read_tflite(weights_file)
+    (pool,) = imported.model.pools
+    assert isinstance(pool, FramedMemory) and pool.frame[1] == 0
+    frame = pool.frame[0]
+    arr = pool.array()
+    data = weights_file.read_bytes()
+    assert arr[:frame.size].tobytes() == data and pool.size >= frame.size
+    assert pool.immutable and not arr.flags.writeable  # the file's bytes are never written
+    assert arr.ctypes.data == np.frombuffer(frame.buffer, np.uint8).ctypes.data + HEAD
+    assert pool._fd == -1  # no copy until a descriptor is asked for
+    fd = pool.fd
+    assert fd >= 0 and pool.fd == fd  # made once
+    seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    assert seals & fcntl.F_SEAL_WRITE and seals & fcntl.F_SEAL_SHRINK
+    assert _memfd_bytes(fd, pool.size) == arr.tobytes()
+    pool.close()
+    assert pool.closed and pool.fd == -1
+    with pytest.raises(Exception, match="closed"):
+        pool.array()
+
+
+def _builder_on(frame: Frame, own: np.ndarray) -> tuple[ModelBuilder, int]:
+    """x + (a weight of the file) + ``own`` (a constant of the builder's own)."""
+    b = ModelBuilder()
+    b.use_source(frame)
+    weight = np.frombuffer(frame.buffer, np.float32, own.size, HEAD + 1024)
+    x = b.input(T.TENSOR_FLOAT32, list(own.shape))
+    h = b.operand(T.TENSOR_FLOAT32, list(own.shape))
+    y = b.output(T.TENSOR_FLOAT32, list(own.shape))
+    w = b.constant(T.TENSOR_FLOAT32, weight.reshape(own.shape))
+    c = b.constant(T.TENSOR_FLOAT32, own)
+    b.operation(O.ADD, [x, w, b.scalar(T.INT32, 0)], [h])
+    b.operation(O.ADD, [h, c, b.scalar(T.INT32, 0)], [y])
+    return b, c
+
+
+def test_a_models_own_constants_lie_after_the_file(weights_file):
+    from nnhal.drivers.reference import ReferenceDevice
+    from nnhal.memory.frame import FramedMemory
+    from nnhal.session import Session
+
+    frame = Frame.read(weights_file)
+    own = np.arange(4096, dtype=np.float32)
+    b, c = _builder_on(frame, own)
+    model = b.build()
+    (pool,) = model.pools
+    assert isinstance(pool, FramedMemory)
+    loc = model.main.operands[c].location
+    assert loc.offset >= frame.size and frame.tail >= HEAD + loc.offset + own.nbytes
+    assert pool.array()[loc.offset:loc.offset + own.nbytes].tobytes() == own.tobytes()
+    assert frame.content.tobytes() == weights_file.read_bytes()  # the file's bytes as read
+    x = np.ones(own.size, np.float32)
+    with Session(model, ReferenceDevice()) as s:
+        got = next(iter(s.run({s.inputs[0].name: x}).values()))
+    weight = np.frombuffer(frame.buffer, np.float32, own.size, HEAD + 1024)
+    np.testing.assert_array_equal(got, x + weight + own)
+
+
+def test_own_constants_past_the_room_make_the_pool_a_memfd(weights_file, monkeypatch):
+    from nnhal.memory.frame import FramedMemory
+
+    frame = Frame.read(weights_file)
+    own = np.arange(fr.tail_room(frame.size) // 8 + 16, dtype=np.float32)  # over half
+    b, c = _builder_on(frame, own)
+    model = b.build()
+    (pool,) = model.pools
+    assert not isinstance(pool, FramedMemory) and pool.fd >= 0
+    assert pool.frame == (frame, 0)  # still known, for an export built around the file
+    loc = model.main.operands[c].location
+    got = _memfd_bytes(pool.fd, pool.size)
+    assert got[:frame.size] == weights_file.read_bytes()
+    assert got[loc.offset:loc.offset + own.nbytes] == own.tobytes()
+    assert frame.tail == -(-(HEAD + frame.size) // 64) * 64  # nothing was put after the file
+
+
+def test_a_second_model_on_one_frame_never_writes_the_firsts_pool(weights_file):
+    frame = Frame.read(weights_file)
+    first, c1 = _builder_on(frame, np.full(256, 1, np.float32))
+    m1 = first.build()
+    before = m1.pools[0].array().tobytes()
+    second, c2 = _builder_on(frame, np.full(256, 2, np.float32))
+    m2 = second.build()
+    assert m1.pools[0].array().tobytes() == before
+    loc = m2.main.operands[c2].location
+    assert np.frombuffer(m2.pools[0].read(loc.offset, loc.length), np.float32).tolist() == \
+        [2.0] * 256

@@ -40,7 +40,7 @@ from nnhal.hal.types import (
     operand_nbytes,
 )
 from nnhal.memory import SharedMemory
-from nnhal.memory.frame import Frame
+from nnhal.memory.frame import Frame, FramedMemory
 from nnhal.memory.pool import PartsWriter
 
 #: Constants larger than this many bytes go to a pool, as the NNAPI runtime does.
@@ -121,6 +121,9 @@ class _Constants:
         #: frame's buffer), and the frame (nnhal.memory.frame) when the file was framed.
         self._source_obj: bytes | None = None
         self._frame: Frame | None = None
+        #: The pool is the frame's bytes (FramedMemory): the file's, then the constants put
+        #: after them; False once one did not fit (then a memfd, as for any other source).
+        self._framed = False
 
     def use_source(self, data: bytes | Frame) -> None:
         """Constants that are views of ``data`` (an imported file's bytes, or the frame they
@@ -137,7 +140,12 @@ class _Constants:
         if data:
             self._source = data
             self._source_at = np.frombuffer(data, np.uint8).ctypes.data
-            if len(data) >= BACKGROUND_BYTES:
+            if self._frame is not None and not self.pool_size:
+                # The pool is the frame: the file at offset 0, nothing copied (FramedMemory).
+                self._source_base, self._framed = 0, True
+                self.parts.append((0, data))
+                self.pool_size = len(data)
+            elif len(data) >= BACKGROUND_BYTES:
                 self._source_part()  # large: weights are likely; copied while reading on
 
     def _source_part(self) -> int:
@@ -192,9 +200,25 @@ class _Constants:
                 return L.CONSTANT_REFERENCE, DataLocation(0, at, n)
         off = _align(self.pool_size)
         if n:
-            self._add_part(off, blob)
+            if self._framed and self._frame.put(off, blob):  # type: ignore[union-attr]
+                self.parts.append((off, blob))
+            else:
+                self._unframe()
+                self._add_part(off, blob)
         self.pool_size = off + n
         return L.CONSTANT_REFERENCE, DataLocation(0, off, n)
+
+    def _unframe(self) -> None:
+        """A constant did not fit beside the frame's file: the pool becomes a memfd holding
+        every part (the file's copy started on the writer thread, as for bytes)."""
+        if not self._framed:
+            return
+        self._framed = False
+        parts, self.parts = self.parts, []
+        for part in parts:
+            self._add_part(*part)
+        if self._writer is not None:
+            self._writer.flush()
 
     def pool_memory(self) -> SharedMemory | None:
         """The pool as one shared memory (None when empty), sealed: a model's constants
@@ -204,6 +228,8 @@ class _Constants:
         writer, self._writer = self._writer, None
         if not self.pool_size:
             return None
+        if self._framed:
+            return FramedMemory(self._frame, self.pool_size)  # type: ignore[arg-type]
         mem = writer.finish(self.pool_size, seal=True) if writer is not None else \
             SharedMemory.from_parts(self.pool_size, self.parts, seal=True)
         if self._frame is not None and self._source_base is not None:

@@ -25,6 +25,8 @@ import threading
 
 import numpy as np
 
+from nnhal.memory.pool import ASHMEM, SharedMemory
+
 #: Room before the file's bytes: a flatbuffer's root offset and file identifier (8 bytes),
 #: with the file's bytes kept at the alignment a converter gives its buffers.
 HEAD = 64
@@ -45,11 +47,14 @@ def tail_room(size: int) -> int:
 class Frame:
     """A file's bytes at :data:`HEAD` in one ``bytes`` object, with room after them."""
 
-    __slots__ = ("buffer", "size", "tail", "_address", "_claimed", "_lock")
+    __slots__ = ("buffer", "size", "tail", "_address", "_claimed", "_lock", "_end")
 
     def __init__(self, size: int) -> None:
-        #: Where the tail's room starts (aligned for any flatbuffer scalar).
+        #: Where the tail's room starts (aligned for any flatbuffer scalar): after the file's
+        #: bytes and what :meth:`put` placed after them.
         self.tail = -(-(HEAD + size) // 64) * 64
+        #: Where the file's bytes and what was put after them end.
+        self._end = HEAD + size
         #: The whole frame: ``bytes(n)`` is allocated zero-filled without touching its pages.
         self.buffer = bytes(self.tail + tail_room(size))
         self.size = size
@@ -111,6 +116,24 @@ class Frame:
             claimed, self._claimed = self._claimed, True
             return not claimed
 
+    def put(self, at: int, data: bytes | np.ndarray) -> bool:
+        """Place ``data`` at ``at`` bytes from the file's first byte, past the file and what
+        was put before, while the frame is unclaimed and the room takes it without giving up
+        more than half of itself; False (nothing written) otherwise. A model's own constants
+        then lie beside the file's weights, one contiguous pool (:class:`FramedMemory`); the
+        tail moves past them. What was put is never written again."""
+        view = memoryview(data.reshape(-1).view(np.uint8) if isinstance(data, np.ndarray)
+                          else data).cast("B")
+        start = HEAD + at
+        with self._lock:
+            limit = len(self.buffer) - tail_room(self.size) // 2
+            if self._claimed or start < self._end or start + len(view) > limit:
+                return False
+            self._writable(start, len(view))[:] = view
+            self._end = start + len(view)
+            self.tail = -(-self._end // 64) * 64
+        return True
+
     def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         """Write into the head or the tail (only the claimant does)."""
         n = len(data)
@@ -144,6 +167,49 @@ class Frame:
         return f"Frame({self.size} bytes, {self.room} of room)"
 
 
+class FramedMemory(SharedMemory):
+    """A model's constant pool that is a frame's bytes: the file's, then the constants the
+    model added (:meth:`Frame.put`). Why: a pool is shared memory so that a driver in another
+    process can map it, but an in-process driver reads it where it lies, and copying a 52 MB
+    file into a memfd costs what its page faults cost (25 ms of a core here). So this process
+    reads the frame in place (read-only: the bytes never change), and the file descriptor, a
+    sealed copy, is made only when one is asked for (a served driver, the service)."""
+
+    def __init__(self, frame: Frame, size: int):
+        self._fd = -1
+        super().__init__(ASHMEM, -1, size)
+        self.frame = (frame, 0)
+        self._array = np.frombuffer(frame.buffer, np.uint8, size, HEAD)
+        self._fixed = self._frozen = True
+
+    @property  # type: ignore[override]
+    def fd(self) -> int:
+        """The sealed copy's descriptor, made on first use (-1 once closed)."""
+        with self._lock:
+            if self._fd < 0 and not self._closed and self._array is not None:
+                made = SharedMemory.from_parts(self.size, [(0, self._array)], seal=True)
+                self._fd, made._owns_fd = made.fd, False
+                made.close()
+            return self._fd
+
+    @fd.setter
+    def fd(self, value: int) -> None:
+        self._fd = value
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._array = None
+            fd, self._fd = self._fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 def file_bytes(read: Frame | bytes) -> bytes | memoryview:
     """What :meth:`Frame.read` read, as the file's bytes (a frame's are a view)."""
     return read.content if isinstance(read, Frame) else read
@@ -161,4 +227,4 @@ def _fill(fd: int, view: memoryview, offset: int) -> bool:
     return True
 
 
-__all__ = ["HEAD", "MAX_FRAMED", "MIN_FRAMED", "Frame", "file_bytes", "tail_room"]
+__all__ = ["HEAD", "MAX_FRAMED", "MIN_FRAMED", "Frame", "FramedMemory", "file_bytes", "tail_room"]
