@@ -47,7 +47,7 @@ def tail_room(size: int) -> int:
 class Frame:
     """A file's bytes at :data:`HEAD` in one ``bytes`` object, with room after them."""
 
-    __slots__ = ("buffer", "size", "tail", "_address", "_claimed", "_lock", "_end")
+    __slots__ = ("buffer", "size", "tail", "_address", "_claimed", "_lock", "_end", "_view")
 
     def __init__(self, size: int) -> None:
         #: Where the tail's room starts (aligned for any flatbuffer scalar): after the file's
@@ -59,6 +59,7 @@ class Frame:
         self.buffer = bytes(self.tail + tail_room(size))
         self.size = size
         self._address = np.frombuffer(self.buffer, np.uint8).ctypes.data
+        self._view: memoryview | None = None
         self._claimed = False
         self._lock = threading.Lock()
 
@@ -158,7 +159,13 @@ class Frame:
             field.value = length
 
     def _writable(self, offset: int, n: int) -> memoryview:
-        return memoryview((ctypes.c_char * n).from_address(self._address + offset)).cast("B")
+        # One view of the whole allocation, made once: a ctypes array type per length costs
+        # about 10 us, and an export writes dozens of lengths.
+        view = self._view
+        if view is None:
+            view = self._view = memoryview((ctypes.c_char * len(self.buffer)).from_address(
+                self._address)).cast("B")
+        return view[offset:offset + n]
 
     def __len__(self) -> int:
         return self.size
