@@ -236,13 +236,26 @@ class _Builder(flatbuffers.Builder):
                      errors: str = "strict") -> int:
         x = s.encode(encoding, errors) if isinstance(s, str) else bytes(s)
         n = len(x)
-        self.Prep(4, n + 1)
-        head = self.head - 1 - n
-        self.Bytes[head + n] = 0
-        self.Bytes[head:head + n] = x
-        self.head = head
-        self.vectorNumElems = n
-        return self.EndVector()
+        head = self.head
+        buf = self.Bytes
+        pad = (head - len(buf) - n - 1) & 3  # what Prep(4, n + 1) pads
+        if head < pad + n + 16:  # the builder may grow: the general way
+            self.Prep(4, n + 1)
+            head = self.head - 1 - n
+            self.Bytes[head + n] = 0
+            self.Bytes[head:head + n] = x
+            self.head = head
+            self.vectorNumElems = n
+            return self.EndVector()
+        if self.minalign < 4:
+            self.minalign = 4
+        # The length word, the bytes, their terminating zero and the padding, in one write.
+        start = head - pad - n - 5
+        buf[start:head] = _U32.pack(n) + x + _PAD[:pad + 1]
+        self.head = start
+        self.vectorNumElems = None
+        self.nested = False
+        return len(buf) - start
 
     def create_numbers(self, values: list | tuple, dtype: str) -> int:
         """A vector of a list of numbers of ``dtype`` ("<i4", "<f4", "<i8"): what
@@ -293,62 +306,52 @@ class _Builder(flatbuffers.Builder):
         self.vectorNumElems = x.size
         return self.EndVector()
 
-    def table(self, numfields: int, items: list[tuple[int, int, Any, Any]]) -> int | None:
-        """A whole table at once: ``items`` are (slot, width, ``pack_into`` or None for an
-        offset, value) in the order the generated adders would prepend them, defaults left
-        out. The very bytes StartObject, each adder and EndObject write, for a few Python
-        calls instead of four per field; None when the builder could have to grow (the
-        caller then goes the generated way)."""
-        head = self.head
-        if head < 16 * len(items) + 2 * numfields + 32:
+    def table(self, module: str, keys: tuple[str, ...], values: Any) -> int | None:
+        """A whole table at once: ``keys`` are its fields in the order the generated adders
+        would be called, ``values`` theirs (None or the default: left out). The very bytes
+        StartObject, each adder and EndObject write, in one pack (with the vtable when it is
+        new) laid out by :func:`_plan`; None when the builder could have to grow or the
+        table goes the generated way (the caller then does)."""
+        spec = _spec(module, keys)
+        if spec is None:
             return None
+        mask, bit, present = 0, 1, []
+        for x, default in zip(values, spec):
+            if x is not None and x != default:
+                mask |= bit
+                present.append(x)
+            bit <<= 1
+        head = self.head
         buf = self.Bytes
         n = len(buf)
-        self.objectEnd = n - head
-        vtable = [0] * numfields
-        minalign = self.minalign
-        for slot, width, pack, x in items:
-            if width > minalign:
-                minalign = width
-            pad = (head - n) & (width - 1)  # what Prep(width, 0) pads
-            if pad:
-                head -= pad
-                buf[head:head + pad] = _PAD[:pad]
-            if pack is None:  # PrependUOffsetTRelative
-                here = n - head
-                if x > here:
+        object_end = n - head
+        size, key, vtable, new, found_pack, deltas, minalign, slots = _plan(
+            module, keys, mask, object_end & 7)
+        if head < size + 2 * len(vtable) + 16:
+            return None
+        args = []
+        for x, delta in zip(present, deltas):
+            if delta is not None:  # an offset: from where it is written to its child
+                x = object_end + delta - x
+                if x < 4:
                     raise flatbuffers.builder.OffsetArithmeticError(
                         "flatbuffers: Offset arithmetic error.")
-                head -= 4
-                _U32.pack_into(buf, head, here - x + 4)
-            else:
-                head -= width
-                pack(buf, head, x)
-            vtable[slot] = n - head
-        # EndObject: the soffset, then the vtable unless an equal one was written before.
-        pad = (head - n) & 3
-        if pad:
-            head -= pad
-            buf[head:head + pad] = _PAD[:pad]
-        self.minalign = max(minalign, 4)
-        head -= 4
-        object_offset = n - head
-        k = numfields
-        while k and not vtable[k - 1]:
-            k -= 1  # trailing absent fields: not written
-        fields = [object_offset - e if e else 0 for e in vtable[:k]]
-        object_size = object_offset - self.objectEnd
-        key = (*reversed(fields), object_size)
+            args.append(x)
+        args.reverse()
+        object_offset = object_end + size
         found = self.vtables.get(key)
         if found is None:
-            vhead = head - 2 * (k + 2)
-            struct.pack_into(f"<{k + 2}H", buf, vhead, 2 * (k + 2), object_size, *fields)
-            _I32.pack_into(buf, head, (n - vhead) - object_offset)
+            vhead = head - size - 2 * len(vtable)
+            new(buf, vhead, *vtable, n - vhead - object_offset, *args)
             self.vtables[key] = n - vhead
-            head = vhead
+            self.head = vhead
         else:
-            _I32.pack_into(buf, head, found - object_offset)
-        self.head = head
+            found_pack(buf, head - size, found - object_offset, *args)
+            self.head = head - size
+        if minalign > self.minalign:
+            self.minalign = minalign
+        self.objectEnd = object_end
+        self.fields_at = (object_end, slots)
         self.current_vtable = None
         self.nested = False
         return object_offset
@@ -391,8 +394,9 @@ _U64 = struct.Struct("<Q")
 _I64 = struct.Struct("<q")
 _F32 = struct.Struct("<f")
 _F64 = struct.Struct("<d")
-#: Padding bytes (at most 7 per field).
+#: Padding bytes (at most 7 per field), and struct's code for so many.
 _PAD = bytes(8)
+_PADS = ["", "x", "2x", "3x", "4x", "5x", "6x", "7x"]
 
 
 @functools.cache
@@ -410,7 +414,7 @@ def _offsets(b: flatbuffers.Builder, module: str, vec: str, items: list[int]) ->
 
 
 def _numbers(b: flatbuffers.Builder, values: Any, dtype: str) -> int:
-    if isinstance(b, _Builder) and isinstance(values, (list, tuple)):
+    if type(b) is _Builder and type(values) in (list, tuple):
         return b.create_numbers(values, dtype)
     return b.CreateNumpyVector(np.asarray(values, dtype=dtype).reshape(-1))
 
@@ -441,19 +445,18 @@ class _Recorder:
         return record
 
 
-#: The builder's scalar slot methods: the width and packer of each.
-_SLOT_KINDS: dict[str, tuple[int, Any]] = {
-    "PrependBoolSlot": (1, _BOOL.pack_into), "PrependInt8Slot": (1, _I8.pack_into),
-    "PrependUint8Slot": (1, _U8.pack_into), "PrependInt16Slot": (2, _I16.pack_into),
-    "PrependUint16Slot": (2, _U16.pack_into), "PrependInt32Slot": (4, _I32.pack_into),
-    "PrependUint32Slot": (4, _U32.pack_into), "PrependInt64Slot": (8, _I64.pack_into),
-    "PrependUint64Slot": (8, _U64.pack_into), "PrependFloat32Slot": (4, _F32.pack_into),
-    "PrependFloat64Slot": (8, _F64.pack_into), "PrependUOffsetTRelativeSlot": (4, None)}
+#: The builder's slot methods: the width and struct code (None: an offset) of each.
+_SLOT_KINDS: dict[str, tuple[int, str | None]] = {
+    "PrependBoolSlot": (1, "?"), "PrependInt8Slot": (1, "b"), "PrependUint8Slot": (1, "B"),
+    "PrependInt16Slot": (2, "h"), "PrependUint16Slot": (2, "H"), "PrependInt32Slot": (4, "i"),
+    "PrependUint32Slot": (4, "I"), "PrependInt64Slot": (8, "q"), "PrependUint64Slot": (8, "Q"),
+    "PrependFloat32Slot": (4, "f"), "PrependFloat64Slot": (8, "d"),
+    "PrependUOffsetTRelativeSlot": (4, None)}
 
 
 @functools.cache
-def _layout(module: str) -> tuple[int, dict[str, tuple[int, int, Any, Any]]] | None:
-    """(field count, field -> (slot, width, packer or None for an offset, default)) of table
+def _layout(module: str) -> tuple[int, dict[str, tuple[int, int, str | None, Any]]] | None:
+    """(field count, field -> (slot, width, struct code or None for an offset, default)) of table
     ``module``, learnt from its generated functions; None when one does anything else (that
     table then goes the generated way)."""
     start, _, adders = _table_fns(module)
@@ -474,36 +477,80 @@ def _layout(module: str) -> tuple[int, dict[str, tuple[int, int, Any, Any]]] | N
     return (rec.numfields, spec) if rec.numfields >= 0 else None
 
 
-def _table(b: flatbuffers.Builder, module: str, fields: dict[str, Any]) -> int:
-    """A table whose children are already built: ``fields`` maps a field to its value."""
+@functools.cache
+def _spec(module: str, keys: tuple[str, ...]) -> tuple[Any, ...] | None:
+    """The defaults of ``keys`` of table ``module``, or None when it goes the generated way."""
+    layout = _layout(module)
+    return None if layout is None else tuple(layout[1][k][3] for k in keys)
+
+
+@functools.cache
+def _plan(module: str, keys: tuple[str, ...], mask: int, align: int) -> tuple[Any, ...]:
+    """How :meth:`_Builder.table` writes table ``module`` with the fields of ``keys`` that
+    ``mask`` marks present, starting ``align`` (mod 8) bytes from the buffer's end: what
+    Prep pads before each field and before the soffset do not depend on more, and so neither
+    do the table's size, its vtable and where each field lies (counted from where the table
+    starts). (size, vtable key, vtable entries, its packer with the vtable, without, per
+    present field the distance of an offset from the start (None: a scalar), the minimum
+    alignment, each slot's distance (0: absent))."""
+    numfields, fields = _layout(module)  # type: ignore[misc]
+    d = 0
+    codes, deltas, minalign = [], [], 4
+    slots = [0] * numfields
+    for k, key in enumerate(keys):
+        if not mask >> k & 1:
+            continue
+        slot, width, code, _ = fields[key]
+        minalign = max(minalign, width)
+        pad = -(align + d) & (width - 1)
+        if pad:
+            d += pad
+            codes.append(_PADS[pad])
+        d += width
+        codes.append("I" if code is None else code)
+        deltas.append(d if code is None else None)
+        slots[slot] = d
+    pad = -(align + d) & 3
+    if pad:
+        d += pad
+        codes.append(_PADS[pad])
+    size = d + 4  # and the soffset
+    k = numfields
+    while k and not slots[k - 1]:
+        k -= 1  # trailing absent fields: not written
+    entries = [size - e if e else 0 for e in slots[:k]]
+    body = "".join(reversed(codes))
+    return (size, (*reversed(entries), size), (2 * (k + 2), size, *entries),
+            struct.Struct(f"<{k + 2}Hi{body}").pack_into, struct.Struct(f"<i{body}").pack_into,
+            tuple(deltas), minalign, tuple(slots))
+
+
+def _fields(b: flatbuffers.Builder, module: str, keys: tuple[str, ...], values: Any) -> int:
+    """A table whose children are already built: ``keys`` its fields in the order the
+    generated adders would be called, ``values`` theirs (None: absent)."""
     if type(b) is _Builder:
-        layout = _layout(module)
-        if layout is not None:
-            numfields, spec = layout
-            items = []
-            for key, value in fields.items():
-                if value is not None:
-                    slot, width, pack, default = spec[key]
-                    if value != default:
-                        items.append((slot, width, pack,
-                                      int(value) if pack is None else value))
-            done = b.table(numfields, items)
-            if done is not None:
-                return done
+        done = b.table(module, keys, values)
+        if done is not None:
+            return done
     start, end, adders = _table_fns(module)
     start(b)
-    for key, value in fields.items():
+    for key, value in zip(keys, values):
         if value is not None:
             adders[key](b, value)
     return end(b)
 
 
+def _table(b: flatbuffers.Builder, module: str, fields: dict[str, Any]) -> int:
+    """:func:`_fields` of a dict."""
+    return _fields(b, module, tuple(fields), tuple(fields.values()))
+
+
 def _options(b: flatbuffers.Builder, name: str, options: dict[str, Any]) -> int:
     """An options table: list values become int32 vectors first (ReshapeOptions.NewShape,
     SqueezeOptions.SqueezeDims...), the rest are scalars."""
-    fields = {k: (_numbers(b, v, "<i4") if isinstance(v, (list, tuple)) else v)
-              for k, v in options.items()}
-    return _table(b, name, fields)
+    return _fields(b, name, tuple(options),
+                   [_numbers(b, v, "<i4") if isinstance(v, (list, tuple)) else v
+                    for v in options.values()])
 
 
 def _data_len(data: bytes | np.ndarray) -> int:
@@ -538,12 +585,15 @@ def _tensor(b: flatbuffers.Builder, t: TensorDef) -> int:
         else:
             scale = _numbers(b, t.scales, "<f4")
             zp = _numbers(b, t.zero_points or [0] * len(t.scales), "<i8")
-        quant = _table(b, "QuantizationParameters", {
-            "Scale": scale, "ZeroPoint": zp, "QuantizedDimension": t.quantized_dimension})
-    return _table(b, "Tensor", {"Shape": shape, "Type": t.type, "Buffer": t.buffer,
-                                "Name": name, "Quantization": quant,
-                                "ShapeSignature": signature,
-                                "IsVariable": True if t.is_variable else None})
+        quant = _fields(b, "QuantizationParameters", _QUANTIZATION,
+                        (scale, zp, t.quantized_dimension))
+    return _fields(b, "Tensor", _TENSOR, (shape, t.type, t.buffer, name, quant, signature,
+                                          True if t.is_variable else None))
+
+
+_QUANTIZATION = ("Scale", "ZeroPoint", "QuantizedDimension")
+_TENSOR = ("Shape", "Type", "Buffer", "Name", "Quantization", "ShapeSignature", "IsVariable")
+_OPERATOR = ("OpcodeIndex", "Inputs", "Outputs", "BuiltinOptionsType", "BuiltinOptions")
 
 
 def _operator(b: flatbuffers.Builder, op: OperatorDef, opcode_index: int) -> int:
@@ -552,10 +602,15 @@ def _operator(b: flatbuffers.Builder, op: OperatorDef, opcode_index: int) -> int
     options = options_type = None
     if op.options_name:
         options = _options(b, op.options_name, op.options)
-        options_type = getattr(tflite.BuiltinOptions, op.options_name)
-    return _table(b, "Operator", {"OpcodeIndex": opcode_index, "Inputs": inputs,
-                                  "Outputs": outputs, "BuiltinOptionsType": options_type,
-                                  "BuiltinOptions": options})
+        options_type = _options_type(op.options_name)
+    return _fields(b, "Operator", _OPERATOR,
+                   (opcode_index, inputs, outputs, options_type, options))
+
+
+@functools.cache
+def _options_type(name: str) -> int:
+    """The BuiltinOptions union's tag of options table ``name``."""
+    return getattr(tflite.BuiltinOptions, name)
 
 
 def _subgraph(b: flatbuffers.Builder, sg: SubgraphDef, opcodes: dict[int, int]) -> int:
@@ -586,6 +641,11 @@ def _outside(b: flatbuffers.Builder, size: int) -> tuple[int, int]:
     schema's form for large models): the offset is written as a placeholder, patched once the
     flatbuffer's length is known. (The table, where the placeholder sits, counted from the
     end of the builder's bytes.)"""
+    if type(b) is _Builder:
+        table = b.table("Buffer", _OUTSIDE, (_PLACEHOLDER_OFFSET, size))
+        if table is not None:
+            object_end, slots = b.fields_at
+            return table, object_end + slots[_layout("Buffer")[1]["Offset"][0]]  # type: ignore
     _fn("Buffer", "Start")(b)
     _fn("Buffer", "AddOffset")(b, _PLACEHOLDER_OFFSET)  # non-zero: always written
     at = b.Offset()
@@ -595,6 +655,7 @@ def _outside(b: flatbuffers.Builder, size: int) -> tuple[int, int]:
 
 #: Any value above 1 (TFLite's sign of data outside the flatbuffer) holds the offset's place.
 _PLACEHOLDER_OFFSET = 1 << 40
+_OUTSIDE = ("Offset", "Size")
 
 
 def serialise(model: ModelDef, *, data_outside: bool = False,
