@@ -108,7 +108,9 @@ class SubgraphWriter:
         t = TensorDef(name, list(shape), tt, buffer, shape_signature=signature)
         if like is not None:
             _set_quant(t, like)
-        return self.sg.add_tensor(t)
+        tensors = self.sg.tensors
+        tensors.append(t)
+        return len(tensors) - 1
 
     def tensor(self, i: int) -> int:
         """The TFLite tensor of HAL operand ``i`` (-1 when omitted), created on first use."""
@@ -371,7 +373,9 @@ class ExportOpContext:
         if not info.is_const:
             raise Unexportable(f"input {j} (operand #{self.ins[j]}) is not a constant; TFLite "
                                f"takes it as an operator option")
-        v = np.asarray(info.value)
+        v = info.value
+        if type(v) is not np.ndarray:
+            v = np.asarray(v)
         return v.item() if v.ndim == 0 else v.reshape(-1).tolist()
 
     def const(self, j: int) -> np.ndarray:

@@ -262,34 +262,33 @@ class _Builder(flatbuffers.Builder):
         CreateNumpyVector writes of ``np.asarray(values, dtype)``, without the array."""
         code, width = _NUMBER_CODES[dtype]
         n = len(values)
-        try:
-            payload = struct.pack(f"<{n}{code}", *values)
-        except (struct.error, TypeError, OverflowError):  # numpy's conversion rules, then
-            return self.CreateNumpyVector(np.asarray(values, dtype=dtype).reshape(-1))
-        nbytes = len(payload)
         head = self.head
-        if head < nbytes + 16:  # the builder may grow: the general way
+        if head < n * width + 24:  # the builder may grow: the general way
+            try:
+                payload = struct.pack(f"<{n}{code}", *values)
+            except (struct.error, TypeError, OverflowError):  # numpy's conversion rules
+                return self.CreateNumpyVector(np.asarray(values, dtype=dtype).reshape(-1))
             self.StartVector(width, n, width)
-            head = self.head - nbytes
+            head = self.head - len(payload)
             self.Bytes[head:self.head] = payload
             self.head = head
             self.vectorNumElems = n
             return self.EndVector()
         # StartVector's two Preps (4 for the length word, then the element width) pad to
-        # the larger alignment at once; then the payload and the length word.
+        # the larger alignment at once; the length word, the payload and that padding are
+        # then one write.
         buf = self.Bytes
         size = len(buf)
         align = 8 if width == 8 else 4
+        pad = (head - size - n * width) & (align - 1)
+        try:
+            data = struct.pack(f"<I{n}{code}{pad}x", n, *values)
+        except (struct.error, TypeError, OverflowError):  # numpy's conversion rules, then
+            return self.CreateNumpyVector(np.asarray(values, dtype=dtype).reshape(-1))
         if align > self.minalign:
             self.minalign = align
-        pad = (head - size - nbytes) & (align - 1)
-        if pad:
-            head -= pad
-            buf[head:head + pad] = _PAD[:pad]
-        head -= nbytes
-        buf[head:head + nbytes] = payload
-        head -= 4
-        _U32.pack_into(buf, head, n)
+        head -= len(data)
+        buf[head:self.head] = data
         self.head = head
         self.vectorNumElems = None
         self.nested = False

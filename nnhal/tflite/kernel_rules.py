@@ -281,6 +281,10 @@ _INDEX_INPUTS: dict[tuple[str, int], tuple[int, ...]] = {
     **{("STRIDED_SLICE", k): _INDEX_TYPES for k in (1, 2, 3)},
     **{("SLICE", k): _INDEX_TYPES for k in (1, 2)},
 }
+#: The same per operator: its index inputs' (position, types), in position order.
+_INDEX_POSITIONS: dict[str, list[tuple[int, tuple[int, ...]]]] = {}
+for (_name, _k), _allowed in sorted(_INDEX_INPUTS.items()):
+    _INDEX_POSITIONS.setdefault(_name, []).append((_k, _allowed))
 
 #: Operators whose options count their inputs (False) or outputs (True), as TFLite's Prepare
 #: checks: (the options field, whether it counts outputs).
@@ -317,9 +321,9 @@ def _types(op: RuleOp) -> str | None:
         if out_type not in _INDEX_TYPES or out_type != op.outputs[0].ttype:
             return (f"its options' out_type {out_type} is not int32 or int64 or not the "
                     f"type of {op.outputs[0].label}")
-    for k, t in enumerate(op.inputs):
-        allowed = _INDEX_INPUTS.get((name, k))
-        if allowed is not None and t is not None and t.ttype not in allowed:
+    for k, allowed in _INDEX_POSITIONS.get(name, ()):
+        t = op.inputs[k] if k < len(op.inputs) else None
+        if t is not None and t.ttype not in allowed:
             return f"{t.label} (input {k}) is of a type TFLite's kernel refuses there"
     return None
 
