@@ -314,8 +314,9 @@ class _Builder(flatbuffers.Builder):
         spec = _spec(module, keys)
         if spec is None:
             return None
+        defaults, align = spec
         mask, bit, present = 0, 1, []
-        for x, default in zip(values, spec):
+        for x, default in zip(values, defaults):
             if x is not None and x != default:
                 mask |= bit
                 present.append(x)
@@ -325,7 +326,7 @@ class _Builder(flatbuffers.Builder):
         n = len(buf)
         object_end = n - head
         size, key, vtable, new, found_pack, deltas, minalign, slots = _plan(
-            module, keys, mask, object_end & 7)
+            module, keys, mask, object_end & align)
         if head < size + 2 * len(vtable) + 16:
             return None
         args = []
@@ -477,10 +478,15 @@ def _layout(module: str) -> tuple[int, dict[str, tuple[int, int, str | None, Any
 
 
 @functools.cache
-def _spec(module: str, keys: tuple[str, ...]) -> tuple[Any, ...] | None:
-    """The defaults of ``keys`` of table ``module``, or None when it goes the generated way."""
+def _spec(module: str, keys: tuple[str, ...]) -> tuple[tuple[Any, ...], int] | None:
+    """The defaults of ``keys`` of table ``module`` and the bits of a table's start its
+    layout depends on (its widest field's alignment, at least 4); None when it goes the
+    generated way."""
     layout = _layout(module)
-    return None if layout is None else tuple(layout[1][k][3] for k in keys)
+    if layout is None:
+        return None
+    fields = [layout[1][k] for k in keys]
+    return tuple(f[3] for f in fields), max([4, *(f[1] for f in fields)]) - 1
 
 
 @functools.cache
@@ -491,7 +497,8 @@ def _plan(module: str, keys: tuple[str, ...], mask: int, align: int) -> tuple[An
     do the table's size, its vtable and where each field lies (counted from where the table
     starts). (size, vtable key, vtable entries, its packer with the vtable, without, per
     present field the distance of an offset from the start (None: a scalar), the minimum
-    alignment, each slot's distance (0: absent))."""
+    alignment, each slot's distance (0: absent)). ``align`` is taken modulo the widest
+    field's alignment (:func:`_spec`), which is all the pads depend on."""
     numfields, fields = _layout(module)  # type: ignore[misc]
     d = 0
     codes, deltas, minalign = [], [], 4
