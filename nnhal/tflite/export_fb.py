@@ -314,7 +314,7 @@ class _Builder(flatbuffers.Builder):
         spec = _spec(module, keys)
         if spec is None:
             return None
-        defaults, align = spec
+        defaults, align, plans = spec
         mask, bit, present = 0, 1, []
         for x, default in zip(values, defaults):
             if x is not None and x != default:
@@ -325,8 +325,11 @@ class _Builder(flatbuffers.Builder):
         buf = self.Bytes
         n = len(buf)
         object_end = n - head
-        size, key, vtable, new, found_pack, deltas, minalign, slots = _plan(
-            module, keys, mask, object_end & align)
+        at = object_end & align
+        plan = plans.get(mask << 3 | at)
+        if plan is None:
+            plan = plans[mask << 3 | at] = _plan(module, keys, mask, at)
+        size, key, vtable, new, found_pack, deltas, minalign, slots = plan
         if head < size + 2 * len(vtable) + 16:
             return None
         args = []
@@ -478,18 +481,17 @@ def _layout(module: str) -> tuple[int, dict[str, tuple[int, int, str | None, Any
 
 
 @functools.cache
-def _spec(module: str, keys: tuple[str, ...]) -> tuple[tuple[Any, ...], int] | None:
-    """The defaults of ``keys`` of table ``module`` and the bits of a table's start its
-    layout depends on (its widest field's alignment, at least 4); None when it goes the
-    generated way."""
+def _spec(module: str, keys: tuple[str, ...]) -> tuple[tuple[Any, ...], int, dict] | None:
+    """The defaults of ``keys`` of table ``module``, the bits of a table's start its layout
+    depends on (its widest field's alignment, at least 4), and its :func:`_plan` by fields
+    present and start (filled as they are met); None when it goes the generated way."""
     layout = _layout(module)
     if layout is None:
         return None
     fields = [layout[1][k] for k in keys]
-    return tuple(f[3] for f in fields), max([4, *(f[1] for f in fields)]) - 1
+    return tuple(f[3] for f in fields), max([4, *(f[1] for f in fields)]) - 1, {}
 
 
-@functools.cache
 def _plan(module: str, keys: tuple[str, ...], mask: int, align: int) -> tuple[Any, ...]:
     """How :meth:`_Builder.table` writes table ``module`` with the fields of ``keys`` that
     ``mask`` marks present, starting ``align`` (mod 8) bytes from the buffer's end: what

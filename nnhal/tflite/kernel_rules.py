@@ -152,7 +152,7 @@ def _normal_scales(op: RuleOp) -> str | None:
     SIGSEGV (found by tests/drivers/test_litert_abort.py's fuzz; no kernel check guards it),
     and nothing a model means needs one."""
     for t in (*op.inputs, *op.outputs):
-        if t is None or not t.quantized:
+        if t is None or not t.scales.size:  # not quantized
             continue
         if t.scales.size == 1:  # per tensor (most): no array arithmetic
             one = abs(float(np.float32(t.scales[0])))
