@@ -98,7 +98,7 @@ class SubgraphWriter:
         shape = self.g.shapes[i]
         if shape is None:
             raise Unexportable(f"operand #{i} has an unknown rank")
-        dims = [int(d) for d in shape]
+        dims = list(map(int, shape))
         if 0 in dims:
             return [d or 1 for d in dims], [d or -1 for d in dims]
         return dims, None
@@ -232,7 +232,7 @@ class SubgraphWriter:
                     hit[2] is t.zero_points and hit[3] == t.type and hit[4] == t.name and \
                     hit[5] == t.shape and hit[6] == sig:
                 return hit[7]
-            shape = tuple(t.shape) if sig is None else tuple(
+            shape = t.shape if sig is None else tuple(
                 0 if d < 0 else s for d, s in zip(sig, t.shape))  # -1: not known yet
             arrays = t.quant_arrays()
             scales, zero_points = arrays if arrays is not None else (t.scales, t.zero_points)
@@ -353,9 +353,10 @@ class ExportOpContext:
     def __init__(self, w: SubgraphWriter, ins: list[int], outs: list[int]) -> None:
         self.w, self.ins, self.outs = w, ins, outs
         self.n = len(ins)
+        self._shaped = w.g.shaped
 
     def info(self, j: int) -> OperandInfo:
-        return self.w.g.shaped(self.ins[j])
+        return self._shaped(self.ins[j])
 
     def out_info(self, j: int = 0) -> OperandInfo:
         return self.w.g.shaped(self.outs[j])
@@ -367,7 +368,7 @@ class ExportOpContext:
         """The constant value of input ``j`` as a Python scalar (``default`` when absent)."""
         if j >= self.n:
             return default
-        info = self.info(j)
+        info = self._shaped(self.ins[j])
         if info.omitted:
             return default
         if not info.is_const:
