@@ -294,6 +294,57 @@ class _Builder(flatbuffers.Builder):
         self.nested = False
         return size - head
 
+    def string_and_ints(self, s: str, ints: list[int]) -> tuple[int, int] | None:
+        """CreateString(s), then create_numbers(ints, "<i4"), in one write: (the string,
+        the vector); None when the builder could have to grow or an int does not fit (the
+        caller then goes the general way)."""
+        if type(s) is not str:
+            return None
+        x = s.encode()
+        k = len(ints)
+        head = self.head
+        buf = self.Bytes
+        n = len(buf)
+        if head < len(x) + 4 * k + 32:
+            return None
+        try:
+            data = _INTS[k].pack(k, *ints, len(x)) if k < len(_INTS) else \
+                struct.pack(f"<I{k}iI", k, *ints, len(x))
+        except (struct.error, TypeError, OverflowError):
+            return None
+        # The string's padding makes its length word 4-aligned, so the vector needs none.
+        data += x + _PAD[:((head - n - len(x) - 1) & 3) + 1]
+        start = head - len(data)
+        buf[start:head] = data
+        if self.minalign < 4:
+            self.minalign = 4
+        self.head = start
+        self.vectorNumElems = None
+        self.nested = False
+        return n - start - 4 * k - 4, n - start
+
+    def two_ints(self, a: list[int], b: list[int]) -> tuple[int, int] | None:
+        """create_numbers(a, "<i4"), then create_numbers(b, "<i4"), in one write; None as
+        :meth:`string_and_ints`."""
+        head = self.head
+        buf = self.Bytes
+        n = len(buf)
+        if head < 4 * (len(a) + len(b)) + 32:
+            return None
+        pad = (head - n) & 3  # before a (4-byte elements: b then needs none)
+        try:
+            data = struct.pack(f"<I{len(b)}iI{len(a)}i{pad}x", len(b), *b, len(a), *a)
+        except (struct.error, TypeError, OverflowError):
+            return None
+        start = head - len(data)
+        buf[start:head] = data
+        if self.minalign < 4:
+            self.minalign = 4
+        self.head = start
+        self.vectorNumElems = None
+        self.nested = False
+        return n - start - 4 * len(b) - 4, n - start
+
     def CreateNumpyVector(self, x: np.ndarray) -> int:  # noqa: N802
         if x.ndim > 1 or x.dtype.kind not in "biuf":
             return super().CreateNumpyVector(x)  # its errors
@@ -397,6 +448,8 @@ _U64 = struct.Struct("<Q")
 _I64 = struct.Struct("<q")
 _F32 = struct.Struct("<f")
 _F64 = struct.Struct("<d")
+#: (length word, k int32s, a string's length word) for a tensor's shape of rank k.
+_INTS = [struct.Struct(f"<I{k}iI") for k in range(9)]
 #: Padding bytes (at most 7 per field), and struct's code for so many.
 _PAD = bytes(8)
 _PADS = ["", "x", "2x", "3x", "4x", "5x", "6x", "7x"]
@@ -581,8 +634,13 @@ def _buffer(b: flatbuffers.Builder, data: bytes | np.ndarray) -> int:
 
 
 def _tensor(b: flatbuffers.Builder, t: TensorDef) -> int:
-    name = b.CreateString(t.name)
-    shape = _numbers(b, t.shape, "<i4")
+    both = b.string_and_ints(t.name, t.shape) if type(b) is _Builder and \
+        type(t.shape) is list else None
+    if both is None:
+        name = b.CreateString(t.name)
+        shape = _numbers(b, t.shape, "<i4")
+    else:
+        name, shape = both
     signature = _numbers(b, t.shape_signature, "<i4") if t.shape_signature else None
     quant = None
     if t.scales is not None:
@@ -605,8 +663,13 @@ _OPERATOR = ("OpcodeIndex", "Inputs", "Outputs", "BuiltinOptionsType", "BuiltinO
 
 
 def _operator(b: flatbuffers.Builder, op: OperatorDef, opcode_index: int) -> int:
-    inputs = _numbers(b, op.inputs, "<i4")
-    outputs = _numbers(b, op.outputs, "<i4")
+    both = b.two_ints(op.inputs, op.outputs) if type(b) is _Builder and \
+        type(op.inputs) is list and type(op.outputs) is list else None
+    if both is None:
+        inputs = _numbers(b, op.inputs, "<i4")
+        outputs = _numbers(b, op.outputs, "<i4")
+    else:
+        inputs, outputs = both
     options = options_type = None
     if op.options_name:
         options = _options(b, op.options_name, op.options)
