@@ -365,7 +365,7 @@ class _Builder(flatbuffers.Builder):
         spec = _spec(module, keys)
         if spec is None:
             return None
-        defaults, align, plans = spec
+        defaults, align, plans, numfields, fields = spec
         mask, bit, present = 0, 1, []
         for x, default in zip(values, defaults):
             if x is not None and x != default:
@@ -379,7 +379,7 @@ class _Builder(flatbuffers.Builder):
         at = object_end & align
         plan = plans.get(mask << 3 | at)
         if plan is None:
-            plan = plans[mask << 3 | at] = _plan(module, keys, mask, at)
+            plan = plans[mask << 3 | at] = _plan(numfields, fields, mask, at)
         size, key, vtable, new, found_pack, deltas, minalign, slots = plan
         if head < size + 2 * len(vtable) + 16:
             return None
@@ -423,16 +423,17 @@ class _Builder(flatbuffers.Builder):
         self.StartVector(4, count, 4)  # aligns for the elements and the length word
         buf = self.Bytes
         n = len(buf)
-        head = self.head
-        for off in reversed(items):
-            here = n - head
-            if off > here:
-                raise flatbuffers.builder.OffsetArithmeticError(
-                    "flatbuffers: Offset arithmetic error.")
-            head -= 4
-            _U32.pack_into(buf, head, here - off + 4)
-        self.head = head
-        return self.EndVector()
+        # Element j lies 4 (count - j) bytes below the head, and points from there.
+        top = n - self.head + 4 * count
+        values = [top - 4 * j - off for j, off in enumerate(items)]
+        if values and min(values) < 4:
+            raise flatbuffers.builder.OffsetArithmeticError(
+                "flatbuffers: Offset arithmetic error.")
+        self.head -= 4 * count + 4
+        struct.pack_into(f"<I{count}I", buf, self.head, count, *values)  # and the length
+        self.vectorNumElems = None
+        self.nested = False
+        return n - self.head
 
 
 #: struct's code and width of the dtypes _numbers writes.
@@ -486,7 +487,7 @@ def _table_fns(module: str) -> tuple[Any, Any, dict[str, Any]]:
 
 class _Recorder:
     """Stands for the builder while a table's generated functions run once, to learn each
-    field's slot, kind and default (:func:`_layout`)."""
+    field's slot, kind and default (:func:`_field`, :func:`_numfields`)."""
 
     def __init__(self) -> None:
         self.numfields = -1
@@ -511,57 +512,62 @@ _SLOT_KINDS: dict[str, tuple[int, str | None]] = {
 
 
 @functools.cache
-def _layout(module: str) -> tuple[int, dict[str, tuple[int, int, str | None, Any]]] | None:
-    """(field count, field -> (slot, width, struct code or None for an offset, default)) of table
-    ``module``, learnt from its generated functions; None when one does anything else (that
-    table then goes the generated way)."""
-    start, _, adders = _table_fns(module)
+def _field(module: str, key: str) -> tuple[int, int, str | None, Any] | None:
+    """(slot, width, struct code or None for an offset, default) of field ``key`` of table
+    ``module``, learnt from its generated adder (only the fields written are learnt); None
+    when it does anything else (a table with it then goes the generated way)."""
+    add = getattr(importlib.import_module(f"tflite.{module}"), f"{module}Add{key}", None)
+    if add is None:
+        raise KeyError(key)
     rec = _Recorder()
-    start(rec)
-    spec = {}
-    for key, add in adders.items():
-        rec.calls.clear()
-        try:
-            add(rec, 1)
-        except Exception:  # noqa: BLE001 - an adder that wants more than a number
-            return None
-        if len(rec.calls) != 1 or rec.calls[0][0] not in _SLOT_KINDS:
-            return None
-        name, slot, default = rec.calls[0]
-        width, pack = _SLOT_KINDS[name]
-        spec[key] = (slot, width, pack, default)
-    return (rec.numfields, spec) if rec.numfields >= 0 else None
+    try:
+        add(rec, 1)
+    except Exception:  # noqa: BLE001 - an adder that wants more than a number
+        return None
+    if len(rec.calls) != 1 or rec.calls[0][0] not in _SLOT_KINDS:
+        return None
+    name, slot, default = rec.calls[0]
+    return (slot, *_SLOT_KINDS[name], default)
 
 
 @functools.cache
-def _spec(module: str, keys: tuple[str, ...]) -> tuple[tuple[Any, ...], int, dict] | None:
-    """The defaults of ``keys`` of table ``module``, the bits of a table's start its layout
-    depends on (its widest field's alignment, at least 4), and its :func:`_plan` by fields
-    present and start (filled as they are met); None when it goes the generated way."""
-    layout = _layout(module)
-    if layout is None:
+def _numfields(module: str) -> int:
+    """Table ``module``'s field count, from its generated Start (-1: it says none)."""
+    rec = _Recorder()
+    _fn(module, "Start")(rec)
+    return rec.numfields
+
+
+@functools.cache
+def _spec(module: str, keys: tuple[str, ...]) -> tuple[Any, ...] | None:
+    """What :meth:`_Builder.table` needs of fields ``keys`` of table ``module``: their
+    defaults, the bits of a table's start its layout depends on (its widest field's
+    alignment, at least 4), its :func:`_plan` by fields present and start (filled as they
+    are met), the field count and each field's :func:`_field`; None when it goes the
+    generated way."""
+    numfields = _numfields(module)
+    fields = tuple(_field(module, k) for k in keys)
+    if numfields < 0 or None in fields:
         return None
-    fields = [layout[1][k] for k in keys]
-    return tuple(f[3] for f in fields), max([4, *(f[1] for f in fields)]) - 1, {}
+    return (tuple(f[3] for f in fields), max([4, *(f[1] for f in fields)]) - 1, {},
+            numfields, fields)
 
 
-def _plan(module: str, keys: tuple[str, ...], mask: int, align: int) -> tuple[Any, ...]:
-    """How :meth:`_Builder.table` writes table ``module`` with the fields of ``keys`` that
-    ``mask`` marks present, starting ``align`` (mod 8) bytes from the buffer's end: what
-    Prep pads before each field and before the soffset do not depend on more, and so neither
-    do the table's size, its vtable and where each field lies (counted from where the table
-    starts). (size, vtable key, vtable entries, its packer with the vtable, without, per
-    present field the distance of an offset from the start (None: a scalar), the minimum
-    alignment, each slot's distance (0: absent)). ``align`` is taken modulo the widest
-    field's alignment (:func:`_spec`), which is all the pads depend on."""
-    numfields, fields = _layout(module)  # type: ignore[misc]
+def _plan(numfields: int, fields: tuple[Any, ...], mask: int, align: int) -> tuple[Any, ...]:
+    """How :meth:`_Builder.table` writes a table of ``numfields`` with those of ``fields``
+    (:func:`_field`) that ``mask`` marks present, starting ``align`` bytes (modulo its widest
+    field's alignment, see :func:`_spec`) from the buffer's end: what Prep pads before each
+    field and before the soffset depends on no more, and so neither do the table's size, its
+    vtable and where each field lies (counted from where the table starts). (size, vtable
+    key, vtable entries, its packer with the vtable, without, per present field the
+    distance of an offset from the start (None: a scalar), the minimum alignment, each
+    slot's distance (0: absent))."""
     d = 0
     codes, deltas, minalign = [], [], 4
     slots = [0] * numfields
-    for k, key in enumerate(keys):
+    for k, (slot, width, code, _) in enumerate(fields):
         if not mask >> k & 1:
             continue
-        slot, width, code, _ = fields[key]
         minalign = max(minalign, width)
         pad = -(align + d) & (width - 1)
         if pad:
@@ -716,7 +722,7 @@ def _outside(b: flatbuffers.Builder, size: int) -> tuple[int, int]:
         table = b.table("Buffer", _OUTSIDE, (_PLACEHOLDER_OFFSET, size))
         if table is not None:
             object_end, slots = b.fields_at
-            return table, object_end + slots[_layout("Buffer")[1]["Offset"][0]]  # type: ignore
+            return table, object_end + slots[_field("Buffer", "Offset")[0]]  # type: ignore
     _fn("Buffer", "Start")(b)
     _fn("Buffer", "AddOffset")(b, _PLACEHOLDER_OFFSET)  # non-zero: always written
     at = b.Offset()
