@@ -823,13 +823,30 @@ def _in_frame(flat: bytearray, outside: list[tuple[int, int, bytes | np.ndarray]
         _U64.pack_into(flat, len(flat) - at, where)
     if end > len(frame.buffer) or not frame.claim():
         return None
-    frame.write(start, flat)
+    head = _U32.pack(start + _U32.unpack_from(flat, 0)[0]) + FILE_IDENTIFIER
+    # The tables and the small constants after them go in as one write (each write of the
+    # frame has a cost of its own), their padding zeros as the room's are; a large constant
+    # on its own, not copied twice.
+    at, chunk = start, flat
     for where, data in elsewhere:
-        frame.write(where, memoryview(data.reshape(-1).view(np.uint8) if isinstance(
-            data, np.ndarray) else data))
-    frame.write(0, _U32.pack(start + _U32.unpack_from(flat, 0)[0]) + FILE_IDENTIFIER)
+        raw = memoryview(data.reshape(-1).view(np.uint8) if isinstance(data, np.ndarray)
+                         else data)
+        if raw.nbytes > _SMALL_CONSTANT:
+            frame.write(at, chunk)
+            frame.write(where, raw)
+            at, chunk = where + raw.nbytes, bytearray()
+        else:
+            chunk += bytes(where - at - len(chunk))
+            chunk += raw
+    if chunk:
+        frame.write(at, chunk)
+    frame.write(0, head)
     frame.trim(end)
     return frame.buffer
+
+
+#: Constants up to this size not in the frame are copied in with the tables (one write).
+_SMALL_CONSTANT = 1 << 16
 
 
 def _align(n: int) -> int:
