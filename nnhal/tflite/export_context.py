@@ -369,9 +369,9 @@ class ExportOpContext:
         if j >= self.n:
             return default
         info = self._shaped(self.ins[j])
-        if info.omitted:
-            return default
-        if not info.is_const:
+        if not info.is_const:  # (an omitted operand is no constant)
+            if info.omitted:
+                return default
             raise Unexportable(f"input {j} (operand #{self.ins[j]}) is not a constant; TFLite "
                                f"takes it as an operator option")
         v = info.value
