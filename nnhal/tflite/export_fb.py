@@ -832,7 +832,8 @@ def _in_frame(flat: bytearray, outside: list[tuple[int, int, bytes | np.ndarray]
         raw = memoryview(data.reshape(-1).view(np.uint8) if isinstance(data, np.ndarray)
                          else data)
         if raw.nbytes > _SMALL_CONSTANT:
-            frame.write(at, chunk)
+            if chunk:
+                frame.write(at, chunk)
             frame.write(where, raw)
             at, chunk = where + raw.nbytes, bytearray()
         else:
