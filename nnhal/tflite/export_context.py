@@ -98,7 +98,7 @@ class SubgraphWriter:
         shape = self.g.shapes[i]
         if shape is None:
             raise Unexportable(f"operand #{i} has an unknown rank")
-        dims = [int(d) for d in shape]
+        dims = list(map(int, shape))
         if 0 in dims:
             return [d or 1 for d in dims], [d or -1 for d in dims]
         return dims, None
@@ -108,7 +108,9 @@ class SubgraphWriter:
         t = TensorDef(name, list(shape), tt, buffer, shape_signature=signature)
         if like is not None:
             _set_quant(t, like)
-        return self.sg.add_tensor(t)
+        tensors = self.sg.tensors
+        tensors.append(t)
+        return len(tensors) - 1
 
     def tensor(self, i: int) -> int:
         """The TFLite tensor of HAL operand ``i`` (-1 when omitted), created on first use."""
@@ -230,7 +232,7 @@ class SubgraphWriter:
                     hit[2] is t.zero_points and hit[3] == t.type and hit[4] == t.name and \
                     hit[5] == t.shape and hit[6] == sig:
                 return hit[7]
-            shape = tuple(t.shape) if sig is None else tuple(
+            shape = t.shape if sig is None else tuple(
                 0 if d < 0 else s for d, s in zip(sig, t.shape))  # -1: not known yet
             arrays = t.quant_arrays()
             scales, zero_points = arrays if arrays is not None else (t.scales, t.zero_points)
@@ -351,9 +353,10 @@ class ExportOpContext:
     def __init__(self, w: SubgraphWriter, ins: list[int], outs: list[int]) -> None:
         self.w, self.ins, self.outs = w, ins, outs
         self.n = len(ins)
+        self._shaped = w.g.shaped
 
     def info(self, j: int) -> OperandInfo:
-        return self.w.g.shaped(self.ins[j])
+        return self._shaped(self.ins[j])
 
     def out_info(self, j: int = 0) -> OperandInfo:
         return self.w.g.shaped(self.outs[j])
@@ -365,13 +368,15 @@ class ExportOpContext:
         """The constant value of input ``j`` as a Python scalar (``default`` when absent)."""
         if j >= self.n:
             return default
-        info = self.info(j)
-        if info.omitted:
-            return default
-        if not info.is_const:
+        info = self._shaped(self.ins[j])
+        if not info.is_const:  # (an omitted operand is no constant)
+            if info.omitted:
+                return default
             raise Unexportable(f"input {j} (operand #{self.ins[j]}) is not a constant; TFLite "
                                f"takes it as an operator option")
-        v = np.asarray(info.value)
+        v = info.value
+        if type(v) is not np.ndarray:
+            v = np.asarray(v)
         return v.item() if v.ndim == 0 else v.reshape(-1).tolist()
 
     def const(self, j: int) -> np.ndarray:

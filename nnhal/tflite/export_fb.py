@@ -236,51 +236,114 @@ class _Builder(flatbuffers.Builder):
                      errors: str = "strict") -> int:
         x = s.encode(encoding, errors) if isinstance(s, str) else bytes(s)
         n = len(x)
-        self.Prep(4, n + 1)
-        head = self.head - 1 - n
-        self.Bytes[head + n] = 0
-        self.Bytes[head:head + n] = x
-        self.head = head
-        self.vectorNumElems = n
-        return self.EndVector()
+        head = self.head
+        buf = self.Bytes
+        pad = (head - len(buf) - n - 1) & 3  # what Prep(4, n + 1) pads
+        if head < pad + n + 16:  # the builder may grow: the general way
+            self.Prep(4, n + 1)
+            head = self.head - 1 - n
+            self.Bytes[head + n] = 0
+            self.Bytes[head:head + n] = x
+            self.head = head
+            self.vectorNumElems = n
+            return self.EndVector()
+        if self.minalign < 4:
+            self.minalign = 4
+        # The length word, the bytes, their terminating zero and the padding, in one write.
+        start = head - pad - n - 5
+        buf[start:head] = _U32.pack(n) + x + _PAD[:pad + 1]
+        self.head = start
+        self.vectorNumElems = None
+        self.nested = False
+        return len(buf) - start
 
     def create_numbers(self, values: list | tuple, dtype: str) -> int:
         """A vector of a list of numbers of ``dtype`` ("<i4", "<f4", "<i8"): what
         CreateNumpyVector writes of ``np.asarray(values, dtype)``, without the array."""
         code, width = _NUMBER_CODES[dtype]
         n = len(values)
-        try:
-            payload = struct.pack(f"<{n}{code}", *values)
-        except (struct.error, TypeError, OverflowError):  # numpy's conversion rules, then
-            return self.CreateNumpyVector(np.asarray(values, dtype=dtype).reshape(-1))
-        nbytes = len(payload)
         head = self.head
-        if head < nbytes + 16:  # the builder may grow: the general way
+        if head < n * width + 24:  # the builder may grow: the general way
+            try:
+                payload = struct.pack(f"<{n}{code}", *values)
+            except (struct.error, TypeError, OverflowError):  # numpy's conversion rules
+                return self.CreateNumpyVector(np.asarray(values, dtype=dtype).reshape(-1))
             self.StartVector(width, n, width)
-            head = self.head - nbytes
+            head = self.head - len(payload)
             self.Bytes[head:self.head] = payload
             self.head = head
             self.vectorNumElems = n
             return self.EndVector()
         # StartVector's two Preps (4 for the length word, then the element width) pad to
-        # the larger alignment at once; then the payload and the length word.
+        # the larger alignment at once; the length word, the payload and that padding are
+        # then one write.
         buf = self.Bytes
         size = len(buf)
         align = 8 if width == 8 else 4
+        pad = (head - size - n * width) & (align - 1)
+        try:
+            data = struct.pack(f"<I{n}{code}{pad}x", n, *values)
+        except (struct.error, TypeError, OverflowError):  # numpy's conversion rules, then
+            return self.CreateNumpyVector(np.asarray(values, dtype=dtype).reshape(-1))
         if align > self.minalign:
             self.minalign = align
-        pad = (head - size - nbytes) & (align - 1)
-        if pad:
-            head -= pad
-            buf[head:head + pad] = _PAD[:pad]
-        head -= nbytes
-        buf[head:head + nbytes] = payload
-        head -= 4
-        _U32.pack_into(buf, head, n)
+        head -= len(data)
+        buf[head:self.head] = data
         self.head = head
         self.vectorNumElems = None
         self.nested = False
         return size - head
+
+    def string_and_ints(self, s: str, ints: list[int]) -> tuple[int, int] | None:
+        """CreateString(s), then create_numbers(ints, "<i4"), in one write: (the string,
+        the vector); None when the builder could have to grow or an int does not fit (the
+        caller then goes the general way)."""
+        if type(s) is not str:
+            return None
+        x = s.encode()
+        k = len(ints)
+        head = self.head
+        buf = self.Bytes
+        n = len(buf)
+        if head < len(x) + 4 * k + 32:
+            return None
+        try:
+            data = _INTS[k].pack(k, *ints, len(x)) if k < len(_INTS) else \
+                struct.pack(f"<I{k}iI", k, *ints, len(x))
+        except (struct.error, TypeError, OverflowError):
+            return None
+        # The string's padding makes its length word 4-aligned, so the vector needs none.
+        data += x + _PAD[:((head - n - len(x) - 1) & 3) + 1]
+        start = head - len(data)
+        buf[start:head] = data
+        if self.minalign < 4:
+            self.minalign = 4
+        self.head = start
+        self.vectorNumElems = None
+        self.nested = False
+        return n - start - 4 * k - 4, n - start
+
+    def two_ints(self, a: list[int], b: list[int]) -> tuple[int, int] | None:
+        """create_numbers(a, "<i4"), then create_numbers(b, "<i4"), in one write; None as
+        :meth:`string_and_ints`."""
+        head = self.head
+        buf = self.Bytes
+        n = len(buf)
+        if head < 4 * (len(a) + len(b)) + 32:
+            return None
+        pad = (head - n) & 3  # before a (4-byte elements: b then needs none)
+        try:
+            data = struct.pack(f"<I{len(b)}iI{len(a)}i{pad}x", len(b), *b, len(a), *a)
+        except (struct.error, TypeError, OverflowError):
+            return None
+        start = head - len(data)
+        buf[start:head] = data
+        if self.minalign < 4:
+            self.minalign = 4
+        self.head = start
+        self.vectorNumElems = None
+        self.nested = False
+        return n - start - 4 * len(b) - 4, n - start
 
     def CreateNumpyVector(self, x: np.ndarray) -> int:  # noqa: N802
         if x.ndim > 1 or x.dtype.kind not in "biuf":
@@ -293,62 +356,56 @@ class _Builder(flatbuffers.Builder):
         self.vectorNumElems = x.size
         return self.EndVector()
 
-    def table(self, numfields: int, items: list[tuple[int, int, Any, Any]]) -> int | None:
-        """A whole table at once: ``items`` are (slot, width, ``pack_into`` or None for an
-        offset, value) in the order the generated adders would prepend them, defaults left
-        out. The very bytes StartObject, each adder and EndObject write, for a few Python
-        calls instead of four per field; None when the builder could have to grow (the
-        caller then goes the generated way)."""
-        head = self.head
-        if head < 16 * len(items) + 2 * numfields + 32:
+    def table(self, module: str, keys: tuple[str, ...], values: Any) -> int | None:
+        """A whole table at once: ``keys`` are its fields in the order the generated adders
+        would be called, ``values`` theirs (None or the default: left out). The very bytes
+        StartObject, each adder and EndObject write, in one pack (with the vtable when it is
+        new) laid out by :func:`_plan`; None when the builder could have to grow or the
+        table goes the generated way (the caller then does)."""
+        spec = _spec(module, keys)
+        if spec is None:
             return None
+        defaults, align, plans, numfields, fields = spec
+        mask, bit, present = 0, 1, []
+        for x, default in zip(values, defaults):
+            if x is not None and x != default:
+                mask |= bit
+                present.append(x)
+            bit <<= 1
+        head = self.head
         buf = self.Bytes
         n = len(buf)
-        self.objectEnd = n - head
-        vtable = [0] * numfields
-        minalign = self.minalign
-        for slot, width, pack, x in items:
-            if width > minalign:
-                minalign = width
-            pad = (head - n) & (width - 1)  # what Prep(width, 0) pads
-            if pad:
-                head -= pad
-                buf[head:head + pad] = _PAD[:pad]
-            if pack is None:  # PrependUOffsetTRelative
-                here = n - head
-                if x > here:
+        object_end = n - head
+        at = object_end & align
+        plan = plans.get(mask << 3 | at)
+        if plan is None:
+            plan = plans[mask << 3 | at] = _plan(numfields, fields, mask, at)
+        size, key, vtable, new, found_pack, deltas, minalign, slots = plan
+        if head < size + 2 * len(vtable) + 16:
+            return None
+        args = []
+        for x, delta in zip(present, deltas):
+            if delta is not None:  # an offset: from where it is written to its child
+                x = object_end + delta - x
+                if x < 4:
                     raise flatbuffers.builder.OffsetArithmeticError(
                         "flatbuffers: Offset arithmetic error.")
-                head -= 4
-                _U32.pack_into(buf, head, here - x + 4)
-            else:
-                head -= width
-                pack(buf, head, x)
-            vtable[slot] = n - head
-        # EndObject: the soffset, then the vtable unless an equal one was written before.
-        pad = (head - n) & 3
-        if pad:
-            head -= pad
-            buf[head:head + pad] = _PAD[:pad]
-        self.minalign = max(minalign, 4)
-        head -= 4
-        object_offset = n - head
-        k = numfields
-        while k and not vtable[k - 1]:
-            k -= 1  # trailing absent fields: not written
-        fields = [object_offset - e if e else 0 for e in vtable[:k]]
-        object_size = object_offset - self.objectEnd
-        key = (*reversed(fields), object_size)
+            args.append(x)
+        args.reverse()
+        object_offset = object_end + size
         found = self.vtables.get(key)
         if found is None:
-            vhead = head - 2 * (k + 2)
-            struct.pack_into(f"<{k + 2}H", buf, vhead, 2 * (k + 2), object_size, *fields)
-            _I32.pack_into(buf, head, (n - vhead) - object_offset)
+            vhead = head - size - 2 * len(vtable)
+            new(buf, vhead, *vtable, n - vhead - object_offset, *args)
             self.vtables[key] = n - vhead
-            head = vhead
+            self.head = vhead
         else:
-            _I32.pack_into(buf, head, found - object_offset)
-        self.head = head
+            found_pack(buf, head - size, found - object_offset, *args)
+            self.head = head - size
+        if minalign > self.minalign:
+            self.minalign = minalign
+        self.objectEnd = object_end
+        self.fields_at = (object_end, slots)
         self.current_vtable = None
         self.nested = False
         return object_offset
@@ -366,16 +423,17 @@ class _Builder(flatbuffers.Builder):
         self.StartVector(4, count, 4)  # aligns for the elements and the length word
         buf = self.Bytes
         n = len(buf)
-        head = self.head
-        for off in reversed(items):
-            here = n - head
-            if off > here:
-                raise flatbuffers.builder.OffsetArithmeticError(
-                    "flatbuffers: Offset arithmetic error.")
-            head -= 4
-            _U32.pack_into(buf, head, here - off + 4)
-        self.head = head
-        return self.EndVector()
+        # Element j lies 4 (count - j) bytes below the head, and points from there.
+        top = n - self.head + 4 * count
+        values = [top - 4 * j - off for j, off in enumerate(items)]
+        if values and min(values) < 4:
+            raise flatbuffers.builder.OffsetArithmeticError(
+                "flatbuffers: Offset arithmetic error.")
+        self.head -= 4 * count + 4
+        struct.pack_into(f"<I{count}I", buf, self.head, count, *values)  # and the length
+        self.vectorNumElems = None
+        self.nested = False
+        return n - self.head
 
 
 #: struct's code and width of the dtypes _numbers writes.
@@ -391,8 +449,11 @@ _U64 = struct.Struct("<Q")
 _I64 = struct.Struct("<q")
 _F32 = struct.Struct("<f")
 _F64 = struct.Struct("<d")
-#: Padding bytes (at most 7 per field).
+#: (length word, k int32s, a string's length word) for a tensor's shape of rank k.
+_INTS = [struct.Struct(f"<I{k}iI") for k in range(9)]
+#: Padding bytes (at most 7 per field), and struct's code for so many.
 _PAD = bytes(8)
+_PADS = ["", "x", "2x", "3x", "4x", "5x", "6x", "7x"]
 
 
 @functools.cache
@@ -410,7 +471,7 @@ def _offsets(b: flatbuffers.Builder, module: str, vec: str, items: list[int]) ->
 
 
 def _numbers(b: flatbuffers.Builder, values: Any, dtype: str) -> int:
-    if isinstance(b, _Builder) and isinstance(values, (list, tuple)):
+    if type(b) is _Builder and type(values) in (list, tuple):
         return b.create_numbers(values, dtype)
     return b.CreateNumpyVector(np.asarray(values, dtype=dtype).reshape(-1))
 
@@ -426,7 +487,7 @@ def _table_fns(module: str) -> tuple[Any, Any, dict[str, Any]]:
 
 class _Recorder:
     """Stands for the builder while a table's generated functions run once, to learn each
-    field's slot, kind and default (:func:`_layout`)."""
+    field's slot, kind and default (:func:`_field`, :func:`_numfields`)."""
 
     def __init__(self) -> None:
         self.numfields = -1
@@ -441,69 +502,122 @@ class _Recorder:
         return record
 
 
-#: The builder's scalar slot methods: the width and packer of each.
-_SLOT_KINDS: dict[str, tuple[int, Any]] = {
-    "PrependBoolSlot": (1, _BOOL.pack_into), "PrependInt8Slot": (1, _I8.pack_into),
-    "PrependUint8Slot": (1, _U8.pack_into), "PrependInt16Slot": (2, _I16.pack_into),
-    "PrependUint16Slot": (2, _U16.pack_into), "PrependInt32Slot": (4, _I32.pack_into),
-    "PrependUint32Slot": (4, _U32.pack_into), "PrependInt64Slot": (8, _I64.pack_into),
-    "PrependUint64Slot": (8, _U64.pack_into), "PrependFloat32Slot": (4, _F32.pack_into),
-    "PrependFloat64Slot": (8, _F64.pack_into), "PrependUOffsetTRelativeSlot": (4, None)}
+#: The builder's slot methods: the width and struct code (None: an offset) of each.
+_SLOT_KINDS: dict[str, tuple[int, str | None]] = {
+    "PrependBoolSlot": (1, "?"), "PrependInt8Slot": (1, "b"), "PrependUint8Slot": (1, "B"),
+    "PrependInt16Slot": (2, "h"), "PrependUint16Slot": (2, "H"), "PrependInt32Slot": (4, "i"),
+    "PrependUint32Slot": (4, "I"), "PrependInt64Slot": (8, "q"), "PrependUint64Slot": (8, "Q"),
+    "PrependFloat32Slot": (4, "f"), "PrependFloat64Slot": (8, "d"),
+    "PrependUOffsetTRelativeSlot": (4, None)}
 
 
 @functools.cache
-def _layout(module: str) -> tuple[int, dict[str, tuple[int, int, Any, Any]]] | None:
-    """(field count, field -> (slot, width, packer or None for an offset, default)) of table
-    ``module``, learnt from its generated functions; None when one does anything else (that
-    table then goes the generated way)."""
-    start, _, adders = _table_fns(module)
+def _field(module: str, key: str) -> tuple[int, int, str | None, Any] | None:
+    """(slot, width, struct code or None for an offset, default) of field ``key`` of table
+    ``module``, learnt from its generated adder (only the fields written are learnt); None
+    when it does anything else (a table with it then goes the generated way)."""
+    add = getattr(importlib.import_module(f"tflite.{module}"), f"{module}Add{key}", None)
+    if add is None:
+        raise KeyError(key)
     rec = _Recorder()
-    start(rec)
-    spec = {}
-    for key, add in adders.items():
-        rec.calls.clear()
-        try:
-            add(rec, 1)
-        except Exception:  # noqa: BLE001 - an adder that wants more than a number
-            return None
-        if len(rec.calls) != 1 or rec.calls[0][0] not in _SLOT_KINDS:
-            return None
-        name, slot, default = rec.calls[0]
-        width, pack = _SLOT_KINDS[name]
-        spec[key] = (slot, width, pack, default)
-    return (rec.numfields, spec) if rec.numfields >= 0 else None
+    try:
+        add(rec, 1)
+    except Exception:  # noqa: BLE001 - an adder that wants more than a number
+        return None
+    if len(rec.calls) != 1 or rec.calls[0][0] not in _SLOT_KINDS:
+        return None
+    name, slot, default = rec.calls[0]
+    return (slot, *_SLOT_KINDS[name], default)
 
 
-def _table(b: flatbuffers.Builder, module: str, fields: dict[str, Any]) -> int:
-    """A table whose children are already built: ``fields`` maps a field to its value."""
+@functools.cache
+def _numfields(module: str) -> int:
+    """Table ``module``'s field count, from its generated Start (-1: it says none)."""
+    rec = _Recorder()
+    _fn(module, "Start")(rec)
+    return rec.numfields
+
+
+@functools.cache
+def _spec(module: str, keys: tuple[str, ...]) -> tuple[Any, ...] | None:
+    """What :meth:`_Builder.table` needs of fields ``keys`` of table ``module``: their
+    defaults, the bits of a table's start its layout depends on (its widest field's
+    alignment, at least 4), its :func:`_plan` by fields present and start (filled as they
+    are met), the field count and each field's :func:`_field`; None when it goes the
+    generated way."""
+    numfields = _numfields(module)
+    fields = tuple(_field(module, k) for k in keys)
+    if numfields < 0 or None in fields:
+        return None
+    return (tuple(f[3] for f in fields), max([4, *(f[1] for f in fields)]) - 1, {},
+            numfields, fields)
+
+
+def _plan(numfields: int, fields: tuple[Any, ...], mask: int, align: int) -> tuple[Any, ...]:
+    """How :meth:`_Builder.table` writes a table of ``numfields`` with those of ``fields``
+    (:func:`_field`) that ``mask`` marks present, starting ``align`` bytes (modulo its widest
+    field's alignment, see :func:`_spec`) from the buffer's end: what Prep pads before each
+    field and before the soffset depends on no more, and so neither do the table's size, its
+    vtable and where each field lies (counted from where the table starts). (size, vtable
+    key, vtable entries, its packer with the vtable, without, per present field the
+    distance of an offset from the start (None: a scalar), the minimum alignment, each
+    slot's distance (0: absent))."""
+    d = 0
+    codes, deltas, minalign = [], [], 4
+    slots = [0] * numfields
+    for k, (slot, width, code, _) in enumerate(fields):
+        if not mask >> k & 1:
+            continue
+        minalign = max(minalign, width)
+        pad = -(align + d) & (width - 1)
+        if pad:
+            d += pad
+            codes.append(_PADS[pad])
+        d += width
+        codes.append("I" if code is None else code)
+        deltas.append(d if code is None else None)
+        slots[slot] = d
+    pad = -(align + d) & 3
+    if pad:
+        d += pad
+        codes.append(_PADS[pad])
+    size = d + 4  # and the soffset
+    k = numfields
+    while k and not slots[k - 1]:
+        k -= 1  # trailing absent fields: not written
+    entries = [size - e if e else 0 for e in slots[:k]]
+    body = "".join(reversed(codes))
+    return (size, (*reversed(entries), size), (2 * (k + 2), size, *entries),
+            struct.Struct(f"<{k + 2}Hi{body}").pack_into, struct.Struct(f"<i{body}").pack_into,
+            tuple(deltas), minalign, tuple(slots))
+
+
+def _fields(b: flatbuffers.Builder, module: str, keys: tuple[str, ...], values: Any) -> int:
+    """A table whose children are already built: ``keys`` its fields in the order the
+    generated adders would be called, ``values`` theirs (None: absent)."""
     if type(b) is _Builder:
-        layout = _layout(module)
-        if layout is not None:
-            numfields, spec = layout
-            items = []
-            for key, value in fields.items():
-                if value is not None:
-                    slot, width, pack, default = spec[key]
-                    if value != default:
-                        items.append((slot, width, pack,
-                                      int(value) if pack is None else value))
-            done = b.table(numfields, items)
-            if done is not None:
-                return done
+        done = b.table(module, keys, values)
+        if done is not None:
+            return done
     start, end, adders = _table_fns(module)
     start(b)
-    for key, value in fields.items():
+    for key, value in zip(keys, values):
         if value is not None:
             adders[key](b, value)
     return end(b)
 
 
+def _table(b: flatbuffers.Builder, module: str, fields: dict[str, Any]) -> int:
+    """:func:`_fields` of a dict."""
+    return _fields(b, module, tuple(fields), tuple(fields.values()))
+
+
 def _options(b: flatbuffers.Builder, name: str, options: dict[str, Any]) -> int:
     """An options table: list values become int32 vectors first (ReshapeOptions.NewShape,
     SqueezeOptions.SqueezeDims...), the rest are scalars."""
-    fields = {k: (_numbers(b, v, "<i4") if isinstance(v, (list, tuple)) else v)
-              for k, v in options.items()}
-    return _table(b, name, fields)
+    return _fields(b, name, tuple(options),
+                   [_numbers(b, v, "<i4") if isinstance(v, (list, tuple)) else v
+                    for v in options.values()])
 
 
 def _data_len(data: bytes | np.ndarray) -> int:
@@ -526,8 +640,13 @@ def _buffer(b: flatbuffers.Builder, data: bytes | np.ndarray) -> int:
 
 
 def _tensor(b: flatbuffers.Builder, t: TensorDef) -> int:
-    name = b.CreateString(t.name)
-    shape = _numbers(b, t.shape, "<i4")
+    both = b.string_and_ints(t.name, t.shape) if type(b) is _Builder and \
+        type(t.shape) is list else None
+    if both is None:
+        name = b.CreateString(t.name)
+        shape = _numbers(b, t.shape, "<i4")
+    else:
+        name, shape = both
     signature = _numbers(b, t.shape_signature, "<i4") if t.shape_signature else None
     quant = None
     if t.scales is not None:
@@ -538,24 +657,37 @@ def _tensor(b: flatbuffers.Builder, t: TensorDef) -> int:
         else:
             scale = _numbers(b, t.scales, "<f4")
             zp = _numbers(b, t.zero_points or [0] * len(t.scales), "<i8")
-        quant = _table(b, "QuantizationParameters", {
-            "Scale": scale, "ZeroPoint": zp, "QuantizedDimension": t.quantized_dimension})
-    return _table(b, "Tensor", {"Shape": shape, "Type": t.type, "Buffer": t.buffer,
-                                "Name": name, "Quantization": quant,
-                                "ShapeSignature": signature,
-                                "IsVariable": True if t.is_variable else None})
+        quant = _fields(b, "QuantizationParameters", _QUANTIZATION,
+                        (scale, zp, t.quantized_dimension))
+    return _fields(b, "Tensor", _TENSOR, (shape, t.type, t.buffer, name, quant, signature,
+                                          True if t.is_variable else None))
+
+
+_QUANTIZATION = ("Scale", "ZeroPoint", "QuantizedDimension")
+_TENSOR = ("Shape", "Type", "Buffer", "Name", "Quantization", "ShapeSignature", "IsVariable")
+_OPERATOR = ("OpcodeIndex", "Inputs", "Outputs", "BuiltinOptionsType", "BuiltinOptions")
 
 
 def _operator(b: flatbuffers.Builder, op: OperatorDef, opcode_index: int) -> int:
-    inputs = _numbers(b, op.inputs, "<i4")
-    outputs = _numbers(b, op.outputs, "<i4")
+    both = b.two_ints(op.inputs, op.outputs) if type(b) is _Builder and \
+        type(op.inputs) is list and type(op.outputs) is list else None
+    if both is None:
+        inputs = _numbers(b, op.inputs, "<i4")
+        outputs = _numbers(b, op.outputs, "<i4")
+    else:
+        inputs, outputs = both
     options = options_type = None
     if op.options_name:
         options = _options(b, op.options_name, op.options)
-        options_type = getattr(tflite.BuiltinOptions, op.options_name)
-    return _table(b, "Operator", {"OpcodeIndex": opcode_index, "Inputs": inputs,
-                                  "Outputs": outputs, "BuiltinOptionsType": options_type,
-                                  "BuiltinOptions": options})
+        options_type = _options_type(op.options_name)
+    return _fields(b, "Operator", _OPERATOR,
+                   (opcode_index, inputs, outputs, options_type, options))
+
+
+@functools.cache
+def _options_type(name: str) -> int:
+    """The BuiltinOptions union's tag of options table ``name``."""
+    return getattr(tflite.BuiltinOptions, name)
 
 
 def _subgraph(b: flatbuffers.Builder, sg: SubgraphDef, opcodes: dict[int, int]) -> int:
@@ -586,6 +718,11 @@ def _outside(b: flatbuffers.Builder, size: int) -> tuple[int, int]:
     schema's form for large models): the offset is written as a placeholder, patched once the
     flatbuffer's length is known. (The table, where the placeholder sits, counted from the
     end of the builder's bytes.)"""
+    if type(b) is _Builder:
+        table = b.table("Buffer", _OUTSIDE, (_PLACEHOLDER_OFFSET, size))
+        if table is not None:
+            object_end, slots = b.fields_at
+            return table, object_end + slots[_field("Buffer", "Offset")[0]]  # type: ignore
     _fn("Buffer", "Start")(b)
     _fn("Buffer", "AddOffset")(b, _PLACEHOLDER_OFFSET)  # non-zero: always written
     at = b.Offset()
@@ -595,6 +732,7 @@ def _outside(b: flatbuffers.Builder, size: int) -> tuple[int, int]:
 
 #: Any value above 1 (TFLite's sign of data outside the flatbuffer) holds the offset's place.
 _PLACEHOLDER_OFFSET = 1 << 40
+_OUTSIDE = ("Offset", "Size")
 
 
 def serialise(model: ModelDef, *, data_outside: bool = False,
@@ -685,13 +823,31 @@ def _in_frame(flat: bytearray, outside: list[tuple[int, int, bytes | np.ndarray]
         _U64.pack_into(flat, len(flat) - at, where)
     if end > len(frame.buffer) or not frame.claim():
         return None
-    frame.write(start, flat)
+    head = _U32.pack(start + _U32.unpack_from(flat, 0)[0]) + FILE_IDENTIFIER
+    # The tables and the small constants after them go in as one write (each write of the
+    # frame has a cost of its own), their padding zeros as the room's are; a large constant
+    # on its own, not copied twice.
+    at, chunk = start, flat
     for where, data in elsewhere:
-        frame.write(where, memoryview(data.reshape(-1).view(np.uint8) if isinstance(
-            data, np.ndarray) else data))
-    frame.write(0, _U32.pack(start + _U32.unpack_from(flat, 0)[0]) + FILE_IDENTIFIER)
+        raw = memoryview(data.reshape(-1).view(np.uint8) if isinstance(data, np.ndarray)
+                         else data)
+        if raw.nbytes > _SMALL_CONSTANT:
+            if chunk:
+                frame.write(at, chunk)
+            frame.write(where, raw)
+            at, chunk = where + raw.nbytes, bytearray()
+        else:
+            chunk += bytes(where - at - len(chunk))
+            chunk += raw
+    if chunk:
+        frame.write(at, chunk)
+    frame.write(0, head)
     frame.trim(end)
     return frame.buffer
+
+
+#: Constants up to this size not in the frame are copied in with the tables (one write).
+_SMALL_CONSTANT = 1 << 16
 
 
 def _align(n: int) -> int:

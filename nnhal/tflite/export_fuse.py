@@ -29,6 +29,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import tflite
@@ -99,11 +100,17 @@ def _find(g: SubgraphGraph) -> dict[int, Fusion]:
 class _Finder:
     def __init__(self, g: SubgraphGraph) -> None:
         self.g = g
-        self.readers: dict[int, list[int]] = {}
-        for k, (_, ins, _) in enumerate(g.operations):
-            for i in ins:
-                self.readers.setdefault(i, []).append(k)
         self.edges = set(g.outputs) | set(g.inputs)
+
+    @cached_property
+    def readers(self) -> dict[int, list[int]]:
+        """The operations reading each operand (made when a chain's start first asks: most
+        candidates are ruled out by their own operands before)."""
+        readers: dict[int, list[int]] = {}
+        for k, (_, ins, _) in enumerate(self.g.operations):
+            for i in ins:
+                readers.setdefault(i, []).append(k)
+        return readers
 
     def only_reader(self, i: int, kind: OperationType) -> int | None:
         """The one operation reading operand ``i`` (as its input 0, of type ``kind``), when
@@ -201,9 +208,10 @@ class _Finder:
         g = self.g
         _, ins, outs = g.operations[k]
         xs, image = self.shape(ins[0]), self.shape(outs[0])
+        if xs is None or image is None or len(image) != 4 or image[1:3] != [1, 1]:
+            return None
         conv = self.only_reader(outs[0], O.CONV_2D)
-        if conv is None or xs is None or image is None or len(image) != 4 or \
-                image[1:3] != [1, 1]:
+        if conv is None:
             return None
         rows, depth = image[0], image[3]
         _, cins, couts = g.operations[conv]
@@ -258,9 +266,10 @@ class _Finder:
         g = self.g
         _, ins, outs = g.operations[k]
         xs, ws = self.shape(ins[0]), self.shape(ins[1])
+        if xs is None or ws is None or len(xs) < 3 or len(ws) != 2 or xs[-1] != ws[1]:
+            return None
         r = self.only_reader(outs[0], O.RESHAPE)
-        if r is None or xs is None or ws is None or len(xs) < 3 or len(ws) != 2 or \
-                xs[-1] != ws[1]:
+        if r is None:
             return None
         out = g.operations[r][2][0]
         if self.shape(out) != xs[:-1] + [ws[0]]:

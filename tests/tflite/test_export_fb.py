@@ -86,3 +86,57 @@ def test_per_channel_scales_written_from_arrays_are_the_same_bytes():
     t.scales = [s * 2 for s in t.scales]
     assert t.quant_arrays() is None
     assert serialise(converted) == serialise(converted, builder=flatbuffers.Builder)
+
+
+@pytest.mark.parametrize("small_first", [False, True])
+def test_constants_placed_in_a_frame_hold_their_bytes(tmp_path, small_first):
+    """In a frame (nnhal.memory.frame), constants that do not lie there are written after the
+    tables: the small ones with the tables in one write, a large one on its own. Each Buffer
+    must then point at its very bytes, whatever the order of small and large ones."""
+    import numpy as np
+    import tflite
+
+    from nnhal.hal.builder import ModelBuilder
+    from nnhal.hal.types import OperandType as T
+    from nnhal.hal.types import OperationType as O
+    from nnhal.memory.frame import MIN_FRAMED
+    from nnhal.tflite.export_fb import _SMALL_CONSTANT
+    from nnhal.tflite.exporter import _frame_locator, write_tflite
+
+    rng = np.random.default_rng(5)
+    # [large, small, small, small] or [small, small, large, large] constants.
+    dims = [16, 8, 33_000] if small_first else [512, 640, 10]
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [2, dims[0]])
+    for k in (1, 2):
+        y = (b.output if k == 2 else b.operand)(T.TENSOR_FLOAT32, [2, dims[k]])
+        b.operation(O.FULLY_CONNECTED, [
+            x, b.constant(T.TENSOR_FLOAT32,
+                          rng.standard_normal((dims[k], dims[k - 1])).astype(np.float32)),
+            b.constant(T.TENSOR_FLOAT32, rng.standard_normal(dims[k]).astype(np.float32)),
+            b.scalar(T.INT32, 0)], [y])
+        x = y
+    path = tmp_path / "m.tflite"
+    path.write_bytes(write_tflite(b.build()))
+    assert path.stat().st_size > MIN_FRAMED
+    imported = read_tflite(path)
+    converted, refused = convert_model(analyse(imported.model, own_constants=False),
+                                       ["x"], ["y"])
+    assert not refused
+    framed = _frame_locator(imported.model)
+    assert framed is not None
+    frame, _ = framed
+    sizes = [d.nbytes for d in converted.buffers if len(d)]
+    large = [n > _SMALL_CONSTANT for n in sizes]
+    assert large == ([False, False, True, True] if small_first else
+                     [True, False, False, False])
+    out = serialise(converted, data_outside=True, frame=(frame, lambda d: None))
+    assert out is frame.buffer
+    model = tflite.Model.GetRootAsModel(out, 0)
+    for k, want in enumerate(converted.buffers):
+        buf = model.Buffers(k)
+        if not len(want):
+            assert buf.Offset() == 0
+            continue
+        got = bytes(out[buf.Offset():buf.Offset() + buf.Size()])
+        assert got == np.ascontiguousarray(want).tobytes(), k

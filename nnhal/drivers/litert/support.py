@@ -445,10 +445,12 @@ def _rule(graph: ModelGraph, g: SubgraphGraph, name: str, ins: list[int],
     """Why the survey-derived rules refuse this operation, or None."""
     if name in _ALWAYS:
         return REFUSED[name][0][1]
+    shapes = g.shapes
     for i in (*ins, *outs):
-        info = g.operands[i]
-        if info.type.is_tensor and not info.omitted and g.shapes[i] is None:
-            return f"operand #{i} has an unknown rank; TFLite tensors need a rank"
+        if shapes[i] is None:  # (known for almost every operand: the one test first)
+            info = g.operands[i]
+            if info.type.is_tensor and not info.omitted:
+                return f"operand #{i} has an unknown rank; TFLite tensors need a rank"
     op = OperationType[name]
     for j in _omittable_positions(op, len(ins)):
         # A temporary too: the runtime hands a step of a split model its temporaries as
