@@ -413,41 +413,75 @@ def _options(op: tflite.Operator, table: str | None) -> Any:
 
 @functools.cache
 def _read_once(table: str) -> type:
-    """The schema's class of options table ``table``, each of its scalar fields read from the
-    file once per object: the kernel rules and the converter read an operator's options
-    (strides, padding, dilation...) a dozen times, each read through the generated accessor
-    costing a few Python calls. The values are those the accessors give (the file's bytes do
-    not change); anything but a number is read each time, as before."""
+    """The schema's class of options table ``table`` with its scalar fields (strides,
+    padding, dilation...) all read from the file when it is initialised, each from one
+    read of the vtable: the kernel rules and the converter read an operator's options a
+    dozen times, each read through the generated accessor costing a handful of Python
+    calls. The values are those the accessors give (same struct, same default; the file's
+    bytes do not change); the other accessors (vectors, tables) are the generated ones."""
     base = getattr(tflite, table)
+    scalars = {name: found for name, fn in vars(base).items()
+               if (found := _scalar_field(fn)) is not None}
+    if not scalars:
+        return base
+    names = tuple(scalars)
+    defaults = default_options(table)  # the generated accessors' answers when absent
+    fields = tuple((scalars[n][0], scalars[n][1], getattr(defaults, n)()) for n in names)
+    last = max(voffset for voffset, _ in scalars.values())
     ns: dict[str, Any] = {"__slots__": ("_read",)}
 
     def init(self: Any, buf: Any, pos: int) -> None:
         base.Init(self, buf, pos)
-        self._read = {}
+        vt = pos - _I32.unpack_from(buf, pos)[0]
+        vsize = _U16.unpack_from(buf, vt)[0]
+        entries = _vtable(min(max(vsize - 4, 0), last - 2) // 2).unpack_from(buf, vt + 4) \
+            if vsize > 4 else ()
+        n = len(entries)
+        self._read = {name: (fmt.unpack_from(buf, pos + o)[0]
+                             if (k := (voffset - 4) // 2) < n and (o := entries[k])
+                             else default)
+                      for name, (voffset, fmt, default) in zip(names, fields)}
 
     ns["Init"] = init
-    for name, fn in vars(base).items():
-        if callable(fn) and not name.startswith(("_", "Init", "GetRootAs")) and \
-                not name.endswith("AsNumpy") and getattr(fn, "__code__", None) is not None \
-                and fn.__code__.co_argcount == 1:
-            ns[name] = _once(name, fn)
+    for name in names:
+        ns[name] = _field(name)
     return type(table, (base,), ns)
 
 
-def _once(name: str, read: Any) -> Any:
+def _scalar_field(fn: Any) -> tuple[int, struct.Struct] | None:
+    """(vtable offset, struct) of a generated accessor of one scalar field, None for any
+    other method. flatc writes each one alike: ``o = ...Offset(V)``, then
+    ``self._tab.Get(number_types.<Type>Flags, o + self._tab.Pos)`` (inside ``bool()`` for a
+    bool), else its default; a test holds every options table's accessors to that."""
+    code = getattr(fn, "__code__", None)
+    if code is None or code.co_argcount != 1 or len(code.co_consts) < 3 or \
+            code.co_consts[0] is not None or type(code.co_consts[1]) is not int:
+        return None
+    names = [n for n in code.co_names if n != "bool"]
+    if names[:7] != ["flatbuffers", "number_types", "UOffsetTFlags", "py_type", "_tab",
+                     "Offset", "Get"] or names[8:] != ["Pos"] or len(names) != 9 or \
+            not names[7].endswith("Flags") or \
+            ("bool" in code.co_names and names[7] != "BoolFlags"):
+        return None
+    flags = getattr(flatbuffers.number_types, names[7], None)
+    packer = getattr(flags, "packer_type", None)
+    return None if packer is None else (code.co_consts[1], packer)
+
+
+def _field(name: str) -> Any:
     def get(self: Any) -> Any:
-        found = self._read.get(name, _UNREAD)
-        if found is _UNREAD:
-            found = read(self)
-            if type(found) in (int, float, bool):
-                self._read[name] = found
-        return found
+        return self._read[name]
 
     get.__name__ = get.__qualname__ = name
     return get
 
 
-_UNREAD = object()
+@functools.cache
+def _vtable(k: int) -> struct.Struct:
+    return struct.Struct(f"<{k}H")
+
+
+_U16 = struct.Struct("<H")
 
 
 @functools.cache

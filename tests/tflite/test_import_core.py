@@ -592,3 +592,45 @@ def test_a_sparse_tensor_of_absurd_shape_is_refused_not_allocated() -> None:
     g.output(y)
     with pytest.raises(ModelFileError, match="out of range"):
         read_tflite(build(g))
+
+
+def test_options_read_at_init_are_what_the_generated_accessors_read() -> None:
+    """Every options table's scalar fields, read once from the vtable when the table is
+    initialised, are recognised (as many as the layout has scalar slots) and read as the
+    generated accessors read them: each field set to a value that is not its default, and
+    each absent (its default)."""
+    import importlib
+    import pkgutil
+
+    import flatbuffers
+    import tflite
+
+    from nnhal.tflite.import_read import _read_once, _scalar_field
+    from nnhal.tflite.layout import TABLES
+
+    checked = 0
+    for m in pkgutil.iter_modules(tflite.__path__):
+        base = getattr(importlib.import_module(f"tflite.{m.name}"), m.name, None)
+        if not m.name.endswith("Options") or not hasattr(base, "Init"):
+            continue
+        fields = {n: f for n, fn in vars(base).items() if (f := _scalar_field(fn)) is not None}
+        assert len(fields) == sum(k.isdigit() for k in TABLES.get(m.name, "").split())
+        for present in (True, False):
+            b = flatbuffers.Builder(64)
+            b.StartObject(1 + max((v for v, _ in fields.values()), default=4) // 2)
+            for voffset, packer in fields.values() if present else ():
+                flags = next(f for f in vars(flatbuffers.number_types).values()
+                             if getattr(f, "packer_type", None) is packer)
+                value = {"?": True, "f": 2.5, "d": 2.5}.get(packer.format[-1], 3)
+                b.PrependSlot(flags, (voffset - 4) // 2, value, None)
+            b.Finish(b.EndObject())
+            data = bytes(b.Output())
+            pos = flatbuffers.encode.Get(flatbuffers.packer.uoffset, data, 0)
+            fast, slow = _read_once(m.name)(), base()
+            fast.Init(data, pos)
+            slow.Init(data, pos)
+            for name in fields:
+                got, want = getattr(fast, name)(), getattr(slow, name)()
+                assert (got, type(got)) == (want, type(want)), (m.name, name, present)
+                checked += 1
+    assert checked > 300
