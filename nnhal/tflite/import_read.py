@@ -59,7 +59,7 @@ class TfliteTensor:
 
     @property
     def static(self) -> bool:
-        return self.has_rank and all(d > 0 for d in self.shape)
+        return self.has_rank and (not self.shape or min(self.shape) > 0)
 
     @property
     def quantized(self) -> bool:

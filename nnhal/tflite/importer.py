@@ -124,6 +124,9 @@ class _Importer:
         self.mb = mb if mb is not None else ModelBuilder()
         #: The model's extensions (prefixes assigned on first use).
         self.extensions = import_ext.ExtensionTable()
+        #: (operation type, input count, each operand's type and lifetime) of the emitted
+        #: operations that fit their HAL signatures (see _check_emitted).
+        self._passed: set[tuple] = set()
 
     def run(self) -> ImportedModel:
         main = self.subgraphs[0]
@@ -218,7 +221,19 @@ class _Importer:
                 found = seen[key] = _TypeAndLifetime(operand_type(o.type), o.lifetime)
             return found
 
+        passed = self._passed
         for operation in ctx.sb.operations[start:]:
+            # An operation of the types and lifetimes of one that passed passes: most of a
+            # model's operations repeat a few patterns.
+            both = (*operation.inputs, *operation.outputs)
+            try:
+                key = (operation.type, len(operation.inputs),
+                       *[(operands[i].type, operands[i].lifetime) for i in both]) \
+                    if not both or min(both) >= 0 else None
+            except IndexError:
+                key = None
+            if key in passed:
+                continue
             if is_extension_type(operation.type):
                 continue  # the analysis checks it against the extension's signature
             for i in (*operation.inputs, *operation.outputs):
@@ -228,13 +243,14 @@ class _Importer:
                         f"operand (operand {i} is of extension type "
                         f"{int(operands[i].type):#x})")
             sig = _signature(operation.type)
-            if sig is None:
-                continue
-            try:
-                check(sig, [info(i) for i in operation.inputs],
-                      [info(i) for i in operation.outputs])
-            except SignatureError as e:
-                raise Unimportable(f"the HAL's {e}") from None
+            if sig is not None:
+                try:
+                    check(sig, [info(i) for i in operation.inputs],
+                          [info(i) for i in operation.outputs])
+                except SignatureError as e:
+                    raise Unimportable(f"the HAL's {e}") from None
+            if key is not None:
+                passed.add(key)
 
     def _inputs(self, ctx: Context, sg: SubgraphInfo) -> list[int]:
         out = []
