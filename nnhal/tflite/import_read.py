@@ -135,8 +135,7 @@ _SUBGRAPH_FIELDS = {"IF": ("ThenSubgraphIndex", "ElseSubgraphIndex"),
 #: checked as TFLite checks them).
 _FIXED_SIZES = {TT.COMPLEX64: 8, TT.COMPLEX128: 16}
 
-_U8, _I8 = struct.Struct("<B"), struct.Struct("<b")
-_I32, _U32, _U64 = struct.Struct("<i"), struct.Struct("<I"), struct.Struct("<Q")
+_I32, _U64 = struct.Struct("<i"), struct.Struct("<Q")
 
 
 class _Reader:
@@ -179,25 +178,25 @@ class _Reader:
             return np.frombuffer(data, np.uint8, size, off)
         return None
 
-    def tensor(self, f: list[int], q: list[int] | None, i: int, where: str, used: bool
-               ) -> TfliteTensor:
-        """Tensor ``i`` from its fields ``f`` and those of its quantization table ``q``."""
+    def tensor(self, f: list[int], q: list[int] | None, i: int, where: str, used: bool,
+               read: tuple[int, int, int, tuple[int, ...], tuple[int, ...]]) -> TfliteTensor:
+        """Tensor ``i`` from its fields ``f``, those of its quantization table ``q``, and
+        ``read``: its type, buffer, is_variable, shape and shape_signature, read for every
+        tensor of the subgraph at once (see :meth:`subgraph`)."""
         data = self.data
+        ttype, buffer, variable, shape, sig = read
         name = schema.string(data, f[_T_NAME])
-        info = TfliteTensor(i, name, schema.scalar(data, f[_T_TYPE], _I8), (),
-                            is_variable=bool(schema.scalar(data, f[_T_VARIABLE], _U8)))
+        info = TfliteTensor(i, name, ttype, (), is_variable=variable != 0)
         what = f"{where} {info.describe()}"
-        if info.ttype not in schema.TENSOR_TYPE_NAMES:
-            raise self.fail(f"{what} has type {info.ttype}, which is not a TFLite type")
-        shape = file_shape = schema.int32s(data, f[_T_SHAPE])
+        if ttype not in schema.TENSOR_TYPE_NAMES:
+            raise self.fail(f"{what} has type {ttype}, which is not a TFLite type")
+        file_shape = shape
         info.zero_sized = 0 in shape
         if shape and min(shape) < 0:
             raise self.fail(f"{what} has shape {list(shape)} (a negative dimension; unknown "
                             f"ones are -1 in shape_signature, not in shape)")
         if f[_T_SIGNATURE]:
-            sig = schema.int32s(data, f[_T_SIGNATURE])
-            if sig != shape and (len(sig) != len(shape) or
-                                 any(s != d and s != -1 for s, d in zip(sig, shape))):
+            if sig != shape and not _signature_fits(sig, shape):
                 raise self.fail(f"{what} has shape_signature {list(sig)} for shape "
                                 f"{list(shape)} (each entry must equal the shape's or be -1)")
             info.signature = sig
@@ -206,7 +205,7 @@ class _Reader:
         info.shape = shape
         if q is not None:
             self.quantization(info, q, list(file_shape), what)
-        content = self.buffer_bytes(schema.scalar(data, f[_T_BUFFER], _U32), what)
+        content = self.buffer_bytes(buffer, what)
         if content is None:
             return info
         if info.is_variable:
@@ -286,18 +285,21 @@ class _Reader:
             found = self._opcodes[oc_index] = (code, custom, name, int(oc.Version()))
         return found
 
-    def operator(self, pos: int, f: list[int], k: int, n_t: int, where: str) -> OpInfo:
-        """Operator ``k`` at ``pos`` from its fields ``f``."""
+    def operator(self, pos: int, f: list[int], k: int, n_t: int, where: str,
+                 read: tuple[int, tuple[int, ...], tuple[int, ...], int]) -> OpInfo:
+        """Operator ``k`` at ``pos`` from its fields ``f`` and ``read``: its opcode index,
+        inputs, outputs and options type, read for every operator of the subgraph at once
+        (see :meth:`subgraph`)."""
         data = self.data
-        code, custom, name, version = self.opcode(schema.scalar(data, f[_O_OPCODE], _U32), k,
-                                                  where)
+        oc_index, inputs, outputs, options_type = read
+        code, custom, name, version = self.opcode(oc_index, k, where)
         at = f"{where} operator {k} ({name})"
-        ins = self.indexes(schema.int32s(data, f[_O_INPUTS]), n_t, at)
-        outs = self.indexes(schema.int32s(data, f[_O_OUTPUTS]), n_t, at)
+        ins = self.indexes(inputs, n_t, at)
+        outs = self.indexes(outputs, n_t, at)
         arity = None if custom else ARITY.get(name)
         options = None
         if arity is not None and arity.options is not None:
-            options = self.options(f, arity.options)
+            options = self.options(f, options_type, arity.options)
         info = OpInfo(k, name, code, ins, outs, options, custom, version=version)
         if custom and f[_O_CUSTOM_OPTIONS]:
             info.custom_options = schema.vector(data, f[_O_CUSTOM_OPTIONS], "u1").tobytes()
@@ -326,9 +328,9 @@ class _Reader:
                                 f"({field_name})")
         return info
 
-    def options(self, f: tuple[int, ...], table: str) -> Any:
-        """The operator's options (fields ``f``) as ``table``, as :func:`_options` reads them."""
-        kind = schema.scalar(self.data, f[_O_OPTIONS_TYPE], _U8)
+    def options(self, f: list[int], kind: int, table: str) -> Any:
+        """The operator's options (fields ``f``, options type ``kind``) as ``table``, as
+        :func:`_options` reads them."""
         if kind != _OPTION_KINDS[table] or not f[_O_OPTIONS]:
             return default_options(table)
         opts = _read_once(table)()
@@ -344,8 +346,13 @@ class _Reader:
         n_t = _bounded(positions.size, limit, "tensors", self.name)
         op_positions = schema.tables(data, f[_SG_OPERATORS])
         _bounded(op_positions.size, limit, "operators", self.name)
-        ops = [self.operator(p, f, k, n_t, where) for k, (p, f) in enumerate(zip(
-            op_positions.tolist(), schema.fields_of(data, op_positions, _O_CUSTOM_OPTIONS + 1)))]
+        at = schema.field_positions(data, op_positions, _O_CUSTOM_OPTIONS + 1)
+        read = zip(schema.scalars_at(data, at[:, _O_OPCODE], "<u4"),
+                   schema.int32s_at(data, at[:, _O_INPUTS]),
+                   schema.int32s_at(data, at[:, _O_OUTPUTS]),
+                   schema.scalars_at(data, at[:, _O_OPTIONS_TYPE], "u1"))
+        ops = [self.operator(p, f, k, n_t, where, r) for k, (p, f, r) in enumerate(zip(
+            op_positions.tolist(), at.tolist(), read))]
         ins = self.indexes(schema.int32s(data, f[_SG_INPUTS]), n_t, f"{where} inputs")
         outs = self.indexes(schema.int32s(data, f[_SG_OUTPUTS]), n_t, f"{where} outputs")
         if -1 in ins or -1 in outs:
@@ -360,14 +367,20 @@ class _Reader:
                                     f"{writer[i]} and {op.index}")
                 writer[i] = op.index
         used.update(writer)
-        rows = schema.fields_of(data, positions, _T_SIGNATURE + 1)
+        at = schema.field_positions(data, positions, _T_SIGNATURE + 1)
+        read = zip(schema.scalars_at(data, at[:, _T_TYPE], "i1"),
+                   schema.scalars_at(data, at[:, _T_BUFFER], "<u4"),
+                   schema.scalars_at(data, at[:, _T_VARIABLE], "u1"),
+                   schema.int32s_at(data, at[:, _T_SHAPE]),
+                   schema.int32s_at(data, at[:, _T_SIGNATURE]))
+        rows = at.tolist()
         quant = [i for i, f in enumerate(rows) if f[_T_QUANT]]
         q_rows: list[list[int] | None] = [None] * len(rows)
         for i, q in zip(quant, schema.fields_of(data, np.array(
                 [schema.table(data, rows[i][_T_QUANT]) for i in quant], np.int64), _Q_DIM + 1)):
             q_rows[i] = q
-        tensors = [self.tensor(f, q, i, where, i in used) for i, (f, q) in
-                   enumerate(zip(rows, q_rows))]
+        tensors = [self.tensor(f, q, i, where, i in used, r) for i, (f, q, r) in
+                   enumerate(zip(rows, q_rows, read))]
         graph_inputs = set(ins)
         for i, k in writer.items():
             if i in graph_inputs:
@@ -378,6 +391,16 @@ class _Reader:
                                 f"{tensors[i].describe()}, a constant")
         return SubgraphInfo(s, schema.string(data, f[_SG_NAME]), tensors, ops, ins, outs)
 
+
+
+def _signature_fits(sig: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Each entry of a shape_signature equals the shape's or is -1."""
+    if len(sig) != len(shape):
+        return False
+    for s, d in zip(sig, shape):
+        if s != d and s != -1:
+            return False
+    return True
 
 
 def _count(shape: tuple[int, ...]) -> int:
