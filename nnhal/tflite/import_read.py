@@ -9,6 +9,7 @@ import functools
 import math
 import struct
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import flatbuffers
@@ -440,35 +441,34 @@ def _read_once(table: str) -> type:
     padding, dilation...) all read from the file when it is initialised, each from one
     read of the vtable: the kernel rules and the converter read an operator's options a
     dozen times, each read through the generated accessor costing a handful of Python
-    calls. The values are those the accessors give (same struct, same default; the file's
-    bytes do not change); the other accessors (vectors, tables) are the generated ones."""
+    calls. Each field's accessor is then the object's own, a C callable answering the value
+    read (``itertools.repeat(value).__next__``: no Python frame per read). The values are
+    those the accessors give (same struct, same default; the file's bytes do not change);
+    the other accessors (vectors, tables) are the generated ones."""
     base = getattr(tflite, table)
     scalars = {name: found for name, fn in vars(base).items()
                if (found := _scalar_field(fn)) is not None}
     if not scalars:
         return base
-    names = tuple(scalars)
     defaults = default_options(table)  # the generated accessors' answers when absent
-    fields = tuple((scalars[n][0], scalars[n][1], getattr(defaults, n)()) for n in names)
+    fields = tuple((name, voffset, fmt, getattr(defaults, name)())
+                   for name, (voffset, fmt) in scalars.items())
     last = max(voffset for voffset, _ in scalars.values())
-    ns: dict[str, Any] = {"__slots__": ("_read",)}
 
     def init(self: Any, buf: Any, pos: int) -> None:
-        base.Init(self, buf, pos)
+        self._tab = flatbuffers.table.Table(buf, pos)
         vt = pos - _I32.unpack_from(buf, pos)[0]
         vsize = _U16.unpack_from(buf, vt)[0]
         entries = _vtable(min(max(vsize - 4, 0), last - 2) // 2).unpack_from(buf, vt + 4) \
             if vsize > 4 else ()
         n = len(entries)
-        self._read = {name: (fmt.unpack_from(buf, pos + o)[0]
-                             if (k := (voffset - 4) // 2) < n and (o := entries[k])
-                             else default)
-                      for name, (voffset, fmt, default) in zip(names, fields)}
+        vars(self).update({name: repeat(fmt.unpack_from(buf, pos + o)[0]
+                                        if (k := (voffset - 4) // 2) < n and (o := entries[k])
+                                        else default).__next__
+                           for name, voffset, fmt, default in fields})
 
-    ns["Init"] = init
-    for name in names:
-        ns[name] = _field(name)
-    return type(table, (base,), ns)
+    # (no __slots__: each object holds its fields' accessors)
+    return type(table, (base,), {"Init": init})
 
 
 def _scalar_field(fn: Any) -> tuple[int, struct.Struct] | None:
@@ -491,14 +491,6 @@ def _scalar_field(fn: Any) -> tuple[int, struct.Struct] | None:
     return None if packer is None else (code.co_consts[1], packer)
 
 
-def _field(name: str) -> Any:
-    def get(self: Any) -> Any:
-        return self._read[name]
-
-    get.__name__ = get.__qualname__ = name
-    return get
-
-
 @functools.cache
 def _vtable(k: int) -> struct.Struct:
     return struct.Struct(f"<{k}H")
@@ -511,13 +503,19 @@ _U16 = struct.Struct("<H")
 def default_options(table: str) -> Any:
     """An options table with every field at its schema default (one per table, shared: a
     reader that nobody writes to)."""
+    obj = getattr(tflite, table)()
+    obj.Init(*_empty_table())
+    return obj
+
+
+@functools.cache
+def _empty_table() -> tuple[bytes, int]:
+    """A flatbuffer holding one table without fields (any table's defaults), and where."""
     b = flatbuffers.Builder(16)
     b.StartObject(0)
     b.Finish(b.EndObject())
-    obj = getattr(tflite, table)()
     data = bytes(b.Output())
-    obj.Init(data, flatbuffers.encode.Get(flatbuffers.packer.uoffset, data, 0))
-    return obj
+    return data, flatbuffers.encode.Get(flatbuffers.packer.uoffset, data, 0)
 
 
 def read_model(lf: schema.LoadedFile, dynamic_shapes: bool = False) -> list[SubgraphInfo]:
