@@ -136,7 +136,7 @@ _SUBGRAPH_FIELDS = {"IF": ("ThenSubgraphIndex", "ElseSubgraphIndex"),
 #: checked as TFLite checks them).
 _FIXED_SIZES = {TT.COMPLEX64: 8, TT.COMPLEX128: 16}
 
-_I32, _U64 = struct.Struct("<i"), struct.Struct("<Q")
+_I32 = struct.Struct("<i")
 
 
 class _Reader:
@@ -150,7 +150,11 @@ class _Reader:
         model_fields = schema.fields(self.data, lf.model._tab.Pos, _M_BUFFERS + 1)
         self.buffers = schema.tables(self.data, model_fields[_M_BUFFERS])
         #: Each buffer's fields (data, offset, size), read for all at once.
-        self.buffer_fields = schema.fields_of(self.data, self.buffers, _B_SIZE + 1)
+        at = schema.field_positions(self.data, self.buffers, _B_SIZE + 1)
+        self.buffer_fields = at.tolist()
+        #: Each buffer's offset and size (0 when absent), read for all at once too.
+        self.buffer_places = list(zip(schema.scalars_at(self.data, at[:, _B_OFFSET], "<u8"),
+                                      schema.scalars_at(self.data, at[:, _B_SIZE], "<u8")))
         self.n_subgraphs = lf.model.SubgraphsLength()
         self._opcodes: dict[int, tuple[int, bool, str]] = {}
 
@@ -171,7 +175,7 @@ class _Reader:
         f = self.buffer_fields[k]
         if f[_B_DATA]:
             return schema.vector(data, f[_B_DATA], "u1")
-        off, size = schema.scalar(data, f[_B_OFFSET], _U64), schema.scalar(data, f[_B_SIZE], _U64)
+        off, size = self.buffer_places[k]
         if off > 1:  # data past the flatbuffer (large models)
             if off + size > len(data):
                 raise ModelFileError(self.name, f"truncated: buffer {k} ends at byte "
@@ -188,7 +192,7 @@ class _Reader:
         ttype, buffer, variable, shape, sig = read
         name = schema.string(data, f[_T_NAME])
         info = TfliteTensor(i, name, ttype, (), is_variable=variable != 0)
-        what = f"{where} {info.describe()}"
+        what = f"{where} tensor {i} '{name}'"  # (info.describe(), for messages)
         if ttype not in schema.TENSOR_TYPE_NAMES:
             raise self.fail(f"{what} has type {ttype}, which is not a TFLite type")
         file_shape = shape
@@ -287,12 +291,12 @@ class _Reader:
         return found
 
     def operator(self, pos: int, f: list[int], k: int, n_t: int, where: str,
-                 read: tuple[int, tuple[int, ...], tuple[int, ...], int]) -> OpInfo:
+                 read: tuple[int, tuple[int, ...], tuple[int, ...], int, int]) -> OpInfo:
         """Operator ``k`` at ``pos`` from its fields ``f`` and ``read``: its opcode index,
-        inputs, outputs and options type, read for every operator of the subgraph at once
-        (see :meth:`subgraph`)."""
+        inputs, outputs, options type and options table (0: none), read for every operator
+        of the subgraph at once (see :meth:`subgraph`)."""
         data = self.data
-        oc_index, inputs, outputs, options_type = read
+        oc_index, inputs, outputs, options_type, options_at = read
         code, custom, name, version = self.opcode(oc_index, k, where)
         at = f"{where} operator {k} ({name})"
         ins = self.indexes(inputs, n_t, at)
@@ -300,7 +304,7 @@ class _Reader:
         arity = None if custom else ARITY.get(name)
         options = None
         if arity is not None and arity.options is not None:
-            options = self.options(f, options_type, arity.options)
+            options = self.options(options_type, options_at, arity.options)
         info = OpInfo(k, name, code, ins, outs, options, custom, version=version)
         if custom and f[_O_CUSTOM_OPTIONS]:
             info.custom_options = schema.vector(data, f[_O_CUSTOM_OPTIONS], "u1").tobytes()
@@ -329,13 +333,13 @@ class _Reader:
                                 f"({field_name})")
         return info
 
-    def options(self, f: list[int], kind: int, table: str) -> Any:
-        """The operator's options (fields ``f``, options type ``kind``) as ``table``, as
-        :func:`_options` reads them."""
-        if kind != _OPTION_KINDS[table] or not f[_O_OPTIONS]:
+    def options(self, kind: int, at: int, table: str) -> Any:
+        """The operator's options (of type ``kind``, the table at ``at``, 0 when absent) as
+        ``table``, as :func:`_options` reads them."""
+        if kind != _OPTION_KINDS[table] or not at:
             return default_options(table)
         opts = _read_once(table)()
-        opts.Init(self.data, schema.table(self.data, f[_O_OPTIONS]))
+        opts.Init(self.data, at)
         return opts
 
     def subgraph(self, s: int) -> SubgraphInfo:
@@ -348,10 +352,12 @@ class _Reader:
         op_positions = schema.tables(data, f[_SG_OPERATORS])
         _bounded(op_positions.size, limit, "operators", self.name)
         at = schema.field_positions(data, op_positions, _O_CUSTOM_OPTIONS + 1)
+        options = at[:, _O_OPTIONS]
         read = zip(schema.scalars_at(data, at[:, _O_OPCODE], "<u4"),
                    schema.int32s_at(data, at[:, _O_INPUTS]),
                    schema.int32s_at(data, at[:, _O_OUTPUTS]),
-                   schema.scalars_at(data, at[:, _O_OPTIONS_TYPE], "u1"))
+                   schema.scalars_at(data, at[:, _O_OPTIONS_TYPE], "u1"),
+                   np.where(options != 0, schema.tables_at(data, options), 0).tolist())
         ops = [self.operator(p, f, k, n_t, where, r) for k, (p, f, r) in enumerate(zip(
             op_positions.tolist(), at.tolist(), read))]
         ins = self.indexes(schema.int32s(data, f[_SG_INPUTS]), n_t, f"{where} inputs")
@@ -375,10 +381,10 @@ class _Reader:
                    schema.int32s_at(data, at[:, _T_SHAPE]),
                    schema.int32s_at(data, at[:, _T_SIGNATURE]))
         rows = at.tolist()
-        quant = [i for i, f in enumerate(rows) if f[_T_QUANT]]
+        quant = np.flatnonzero(at[:, _T_QUANT])
         q_rows: list[list[int] | None] = [None] * len(rows)
-        for i, q in zip(quant, schema.fields_of(data, np.array(
-                [schema.table(data, rows[i][_T_QUANT]) for i in quant], np.int64), _Q_DIM + 1)):
+        for i, q in zip(quant.tolist(), schema.fields_of(
+                data, schema.tables_at(data, at[quant, _T_QUANT]), _Q_DIM + 1)):
             q_rows[i] = q
         tensors = [self.tensor(f, q, i, where, i in used, r) for i, (f, q, r) in
                    enumerate(zip(rows, q_rows, read))]

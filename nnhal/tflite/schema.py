@@ -127,6 +127,12 @@ def scalars_at(data: bytes, positions: np.ndarray, dtype: str) -> list[int]:
     return np.where(positions != 0, values[positions // size], 0).tolist()
 
 
+def tables_at(data: bytes, positions: np.ndarray) -> np.ndarray:
+    """:func:`table` of one field of many tables (present in each: a column of
+    :func:`field_positions` where it is not 0)."""
+    return positions + np.frombuffer(data, "<u4", len(data) // 4)[positions // 4]
+
+
 def int32s_at(data: bytes, positions: np.ndarray) -> list[tuple[int, ...]]:
     """:func:`int32s` of one field of many tables (a column of :func:`field_positions`):
     every vector read in one pass (shapes, operators' inputs: a few numbers each). The file
