@@ -284,17 +284,68 @@ class _Walk:
                    if (m := _UNIONS[enum].get(t)) is not None]  # NONE and unknown: unread
         # The starts of the tables of every type at once (an operator's options are of many
         # types, a few tables each); one type after the other when one is not sound.
-        known = np.zeros(kind.shape, np.bool_)
-        for t, _ in members:
-            known |= kind == t
+        known = _KNOWN[enum][kind]
         starts = self._starts(target[known])
+        done = self._scalar_members(members, kind[known], target[known], starts, depth) \
+            if starts is not None else ()
         for t, member in members:
+            if member in done:
+                continue
             if starts is None:
                 self.table(member, target[kind == t], depth + 1)
             else:
                 mine = kind[known] == t
                 self.table(member, target[kind == t], depth + 1,
                            (starts[0][mine], starts[1][mine]))
+
+    def _scalar_members(self, members: list[tuple[int, str]], kind: np.ndarray,
+                        pos: np.ndarray, starts: tuple[np.ndarray, np.ndarray], depth: int
+                        ) -> set[str]:
+        """The members of a union that hold scalars only (most options tables), verified
+        together: every field of every such table at once, by its type's slot sizes, rather
+        than one :meth:`table` per type. Their names; none when one fails (each type is then
+        walked alone, to name the first failure) or when a count could reach a limit on the
+        way (then the walk's order decides which table names it)."""
+        if depth + 1 > MAX_DEPTH or self.count + pos.size > MAX_TABLES or \
+                any(m not in _NO_TABLES for _, m in members):
+            return set()
+        batch = [(t, m) for t, m in members if m in _SCALAR_SIZES]
+        if not batch:
+            return set()
+        width = max(_SCALAR_SIZES[m].size for _, m in batch)
+        sizes = np.zeros((len(batch) + 1, width), np.int64)  # (the last row: not batched)
+        row = np.full(256, len(batch), np.int64)
+        for j, (t, m) in enumerate(batch):
+            sizes[j, :_SCALAR_SIZES[m].size] = _SCALAR_SIZES[m]
+            row[t] = j
+        mine = row[kind] < len(batch)
+        size = sizes[row[kind[mine]]]
+        vt, vsize = starts[0][mine], starts[1][mine]
+        entry = 4 + 2 * np.arange(width, dtype=np.int64)
+        present = (vsize[:, None] > entry) & (size > 0)
+        offs = np.where(present, self._u16[np.where(present, vt[:, None] + entry, 0) // 2], 0
+                        ).astype(np.int64)
+        at = pos[mine][:, None] + offs
+        if _any((offs != 0) & (((at & (size - 1)) != 0) | (at > self.n - size)), None):
+            return set()
+        self.count += int(np.count_nonzero(mine))
+        return {m for _, m in batch}
+
+
+#: Per union, whether each type byte names a member (a table this schema knows).
+_KNOWN: dict[str, np.ndarray] = {}
+for _enum, _members in _UNIONS.items():
+    _KNOWN[_enum] = np.zeros(256, np.bool_)
+    _KNOWN[_enum][list(_members)] = True
+_ALL_SLOTS = {**{m: () for members in _UNIONS.values() for m in members.values()}, **_SLOTS}
+#: The tables that hold no table (scalars, strings, vectors of scalars): a union of these
+#: adds one table per value to the count, whatever the order they are walked in.
+_NO_TABLES = {name for name, slots in _ALL_SLOTS.items() if all(
+    k.isdigit() or k in ("-", "s") or (k[0] == "[" and k[1:-1].isdigit()) for k in slots)}
+#: The tables that hold scalars only (or nothing): each slot's size (0 for a deprecated one).
+_SCALAR_SIZES: dict[str, np.ndarray] = {
+    name: np.array([int(k) if k.isdigit() else 0 for k in slots], np.int64)
+    for name, slots in _ALL_SLOTS.items() if all(k.isdigit() or k == "-" for k in slots)}
 
 
 def verify(data: bytes, name: str) -> None:
