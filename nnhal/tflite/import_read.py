@@ -457,8 +457,12 @@ def _read_once(table: str) -> type:
     if not scalars:
         return base
     defaults = default_options(table)  # the generated accessors' answers when absent
-    fields = tuple((name, voffset, fmt, getattr(defaults, name)())
-                   for name, (voffset, fmt) in scalars.items())
+    # An absent field's accessor is the class's, answering the default; a present one's the
+    # object's own (no __slots__: each object holds the accessors of its present fields).
+    ns: dict[str, Any] = {name: repeat(getattr(defaults, name)()).__next__
+                          for name in scalars}
+    #: (name, vtable entry, struct) of each field.
+    fields = tuple((name, (voffset - 4) // 2, fmt) for name, (voffset, fmt) in scalars.items())
     last = max(voffset for voffset, _ in scalars.values())
 
     def init(self: Any, buf: Any, pos: int) -> None:
@@ -468,13 +472,11 @@ def _read_once(table: str) -> type:
         entries = _vtable(min(max(vsize - 4, 0), last - 2) // 2).unpack_from(buf, vt + 4) \
             if vsize > 4 else ()
         n = len(entries)
-        vars(self).update({name: repeat(fmt.unpack_from(buf, pos + o)[0]
-                                        if (k := (voffset - 4) // 2) < n and (o := entries[k])
-                                        else default).__next__
-                           for name, voffset, fmt, default in fields})
+        vars(self).update({name: repeat(fmt.unpack_from(buf, pos + o)[0]).__next__
+                           for name, k, fmt in fields if k < n and (o := entries[k])})
 
-    # (no __slots__: each object holds its fields' accessors)
-    return type(table, (base,), {"Init": init})
+    ns["Init"] = init
+    return type(table, (base,), ns)
 
 
 def _scalar_field(fn: Any) -> tuple[int, struct.Struct] | None:
