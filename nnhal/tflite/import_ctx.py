@@ -187,7 +187,13 @@ class Context:
         for seen, k in made:
             if seen == override:
                 return k
-        arr = np.asarray(v).astype(operand_dtype(ht), copy=False).reshape(shape)
+        dtype = operand_dtype(ht)
+        if override is not None and np.asarray(value).dtype == dtype:
+            # The override's bytes are the constant's: kept as a view of them (immutable,
+            # so the pool takes it as it is), not copied once more (a megabyte index).
+            arr = np.frombuffer(override, dtype).reshape(shape)
+        else:
+            arr = np.asarray(v).astype(dtype, copy=False).reshape(shape)
         k = self.sb.constant(ht, arr, list(shape), sc, zp, cq)
         self._consts[key] = (*made, (override, k))  # a new tuple: _Saved keeps a shallow copy
         return k
