@@ -422,7 +422,10 @@ def _set(t: TfliteTensor, value: np.ndarray) -> None:
     dtype = schema.DTYPES.get(t.ttype)
     if dtype is None:
         raise _NoFold
-    t.value = np.asarray(value).astype(dtype)
+    # Kept as a view of its bytes (read-only, like the file's constants): a constant made of
+    # it is then placed as it is, not copied again (a folded index can be megabytes).
+    value = np.asarray(value).astype(dtype, copy=False)
+    t.value = np.frombuffer(value.tobytes(), dtype).reshape(value.shape)
     t.shape = tuple(t.value.shape)
 
 
