@@ -618,6 +618,8 @@ def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
     n = max(map(len, shapes), default=0)
     if n > 32 or len(shapes) > 32:
         return tuple(np.broadcast_shapes(*shapes))
+    if len(shapes) == 1 or (len(shapes) == 2 and shapes[0] == shapes[1]):
+        return tuple(shapes[0])  # (most: one input, or two of one shape)
     out = [1] * n
     for shape in shapes:
         for k, d in enumerate(shape, n - len(shape)):
