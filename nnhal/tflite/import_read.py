@@ -447,8 +447,9 @@ def _read_once(table: str) -> type:
     padding, dilation...) all read from the file when it is initialised, each from one
     read of the vtable: the kernel rules and the converter read an operator's options a
     dozen times, each read through the generated accessor costing a handful of Python
-    calls. Each field's accessor is then the object's own, a C callable answering the value
-    read (``itertools.repeat(value).__next__``: no Python frame per read). The values are
+    calls. Each field's accessor is then a C callable answering the value read (the
+    object's own) or the default (the class's, for a field the table leaves out):
+    ``itertools.repeat(value).__next__``, no Python frame per read. The values are
     those the accessors give (same struct, same default; the file's bytes do not change);
     the other accessors (vectors, tables) are the generated ones."""
     base = getattr(tflite, table)
