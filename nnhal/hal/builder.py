@@ -269,9 +269,12 @@ class SubgraphBuilder:
         if lifetime in _CONSTANT or lifetime == L.SUBGRAPH:
             raise ValueError(f"{L(lifetime).name} operands carry a value: use constant() or "
                              f"reference()")
-        return self._add(Operand(type=t, dimensions=list(dims), scale=scale,
-                                 zero_point=zero_point, lifetime=lifetime,
-                                 extra_params=channel_quant), consumers)
+        o = Operand(type=t, dimensions=list(dims), scale=scale, zero_point=zero_point,
+                    lifetime=lifetime, extra_params=channel_quant)
+        if consumers is None:  # (most: no call to _add)
+            self.operands.append(o)
+            return len(self.operands) - 1
+        return self._add(o, consumers)
 
     def _add(self, o: Operand, consumers: int | None) -> int:
         self.operands.append(o)
@@ -330,8 +333,11 @@ class SubgraphBuilder:
                 pass
             else:
                 lt, loc = self._constants.place(blob, None)
-                return self._add(Operand(type=t, dimensions=[], lifetime=lt, location=loc),
-                                 consumers)
+                o = Operand(type=t, dimensions=[], lifetime=lt, location=loc)
+                if consumers is None:  # (most: no call to _add)
+                    self.operands.append(o)
+                    return len(self.operands) - 1
+                return self._add(o, consumers)
         return self.constant(t, value, consumers=consumers)
 
     def omitted(self, t: OperandType | int, dims: Sequence[int] = (), scale: float = 0.0,

@@ -109,6 +109,8 @@ def hal_dims(t: TfliteTensor) -> list[int]:
 
 
 def operand_dtype(t: OperandType) -> np.dtype:
+    if type(t) is OperandType:
+        return _OPERAND_DTYPES[t]
     if int(t) >> 16:  # an extension operand type of the model being imported
         table = EXTENSION_TYPES.get()
         found = table.dtype(int(t)) if table is not None else None
@@ -116,6 +118,11 @@ def operand_dtype(t: OperandType) -> np.dtype:
             raise Unimportable(f"no numpy type for extension operand type {int(t):#x}")
         return found
     return np.dtype(np.uint8) if t == T.TENSOR_BOOL8 else np.dtype(t.dtype)
+
+
+#: :func:`operand_dtype` of each HAL operand type (looked up per constant).
+_OPERAND_DTYPES: dict[OperandType, np.dtype] = {
+    t: np.dtype(np.uint8) if t == T.TENSOR_BOOL8 else np.dtype(t.dtype) for t in OperandType}
 
 
 class Context:
@@ -158,7 +165,7 @@ class Context:
           value: np.ndarray | None = None) -> int:
         """The HAL operand holding tensor ``i`` as an input of an operation; constants are
         made here (one operand per distinct override)."""
-        t = self.t(i)
+        t = self.sg.tensors[i]
         if value is None and t.value is None and i in self.operands:
             return self.operands[i]
         v = value if value is not None else t.value
@@ -167,7 +174,8 @@ class Context:
         ht, sc, zp, cq = hal_type(t) if type_ is None else (type_, 0.0, 0, None)
         sc = sc if scale is None else scale
         zp = zp if zero_point is None else zero_point
-        shape = tuple(dims) if dims is not None else tuple(np.shape(v))
+        shape = tuple(dims) if dims is not None else \
+            v.shape if type(v) is np.ndarray else tuple(np.shape(v))
         if not shape:
             shape = (1,)
         override = None if value is None else np.asarray(value).tobytes()
@@ -179,21 +187,26 @@ class Context:
         for seen, k in made:
             if seen == override:
                 return k
-        arr = np.asarray(v).astype(operand_dtype(ht), copy=False).reshape(shape)
+        dtype = operand_dtype(ht)
+        if override is not None and np.asarray(value).dtype == dtype:
+            # The override's bytes are the constant's: kept as a view of them (immutable,
+            # so the pool takes it as it is), not copied once more (a megabyte index).
+            arr = np.frombuffer(override, dtype).reshape(shape)
+        else:
+            arr = np.asarray(v).astype(dtype, copy=False).reshape(shape)
         k = self.sb.constant(ht, arr, list(shape), sc, zp, cq)
         self._consts[key] = (*made, (override, k))  # a new tuple: _Saved keeps a shallow copy
         return k
 
     def y(self, i: int) -> int:
         """A new HAL operand for tensor ``i`` written by the operation being converted."""
-        t = self.t(i)
-        ht, sc, zp, cq = hal_type(t)
+        ht, sc, zp, cq = hal_type(self.sg.tensors[i])
         return self.y_as(i, ht, sc, zp, cq)
 
     def y_as(self, i: int, ht: OperandType, sc: float = 0.0, zp: int = 0,
              cq: SymmPerChannelQuantParams | None = None, dims: Sequence[int] | None = None
              ) -> int:
-        t = self.t(i)
+        t = self.sg.tensors[i]
         lifetime = L.TEMPORARY_VARIABLE
         if i in self.wanted_outputs and i not in self.output_operands:
             lifetime = L.SUBGRAPH_OUTPUT

@@ -422,7 +422,10 @@ def _set(t: TfliteTensor, value: np.ndarray) -> None:
     dtype = schema.DTYPES.get(t.ttype)
     if dtype is None:
         raise _NoFold
-    t.value = np.asarray(value).astype(dtype)
+    # Kept as a view of its bytes (read-only, like the file's constants): a constant made of
+    # it is then placed as it is, not copied again (a folded index can be megabytes).
+    value = np.asarray(value).astype(dtype, copy=False)
+    t.value = np.frombuffer(value.tobytes(), dtype).reshape(value.shape)
     t.shape = tuple(t.value.shape)
 
 
@@ -545,21 +548,25 @@ def _infer_shapes(sg: SubgraphInfo, op: OpInfo) -> None:
     infer keeps the file's shape, unless an input's shape was inferred unlike the file's:
     its computed dimensions are then unknown (0), for the analysis to infer, not the
     placeholder the converter wrote."""
-    outs = [sg.tensors[o] for o in op.outputs if o >= 0]
-    outs = [t for t in outs if t.signature is not None and -1 in t.signature]
+    tensors = sg.tensors
+    outs = [t for o in op.outputs if o >= 0 and (t := tensors[o]).signature is not None and
+            -1 in t.signature]
     if not outs:
         return
-    ins = [sg.tensors[i] if i >= 0 else None for i in op.inputs]
+    ins = [tensors[i] if i >= 0 else None for i in op.inputs]
     changed: set[int] = sg.extra.setdefault("shape_changed", set())
     shape = _inferred(op, ins, sg) if len(op.outputs) == 1 and ins and ins[0] is not None \
         and ins[0].static else None
-    if shape is not None and len(shape) == len(outs[0].signature) and \
-            all(s in (-1, d) for s, d in zip(outs[0].signature, shape)):
-        if tuple(shape) != tuple(outs[0].shape):
-            outs[0].shape = tuple(int(d) for d in shape)
-            changed.add(outs[0].index)
-        return
-    if any(t is not None and t.index in changed for t in ins):
+    if shape is not None and len(shape) == len(outs[0].signature):
+        for s, d in zip(outs[0].signature, shape):
+            if s != -1 and s != d:
+                break
+        else:
+            if shape != tuple(outs[0].shape):
+                outs[0].shape = shape
+                changed.add(outs[0].index)
+            return
+    if changed and any(t is not None and t.index in changed for t in ins):
         # Downstream of a shape the file's placeholder got wrong, the placeholder of every
         # computed dimension is suspect: unknown (0) instead, for the analysis to infer.
         for t in outs:
@@ -574,7 +581,7 @@ def _inferred(op: OpInfo, ins: list[Any], sg: SubgraphInfo) -> tuple[int, ...] |
     try:
         if op.name in _ELEMENTWISE:
             if all(t is not None and t.static for t in ins):
-                shape = tuple(np.broadcast_shapes(*(t.shape for t in ins)))
+                shape = _broadcast([t.shape for t in ins])
         elif op.name == "STRIDED_SLICE":
             v = _vals(sg, op)
             if all(x is not None for x in v[1:4]):
@@ -601,7 +608,27 @@ def _inferred(op: OpInfo, ins: list[Any], sg: SubgraphInfo) -> tuple[int, ...] |
             shape = _infer_more(op, ins)
     except (_NoFold, ValueError, IndexError, TypeError, AttributeError):
         return None
-    return None if shape is None else tuple(int(d) for d in shape)
+    return None if shape is None else tuple(map(int, shape))
+
+
+def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """``np.broadcast_shapes`` of static shapes (every dimension positive), without its
+    arrays on the way for the few dimensions of most (numpy's own past 32 of them, or of
+    shapes: its limits and its errors)."""
+    n = max(map(len, shapes), default=0)
+    if n > 32 or len(shapes) > 32:
+        return tuple(np.broadcast_shapes(*shapes))
+    if len(shapes) == 1 or (len(shapes) == 2 and shapes[0] == shapes[1]):
+        return tuple(shapes[0])  # (most: one input, or two of one shape)
+    out = [1] * n
+    for shape in shapes:
+        for k, d in enumerate(shape, n - len(shape)):
+            if d != 1:
+                if out[k] == 1:
+                    out[k] = d
+                elif out[k] != d:
+                    raise ValueError("shape mismatch: objects cannot be broadcast")
+    return tuple(out)
 
 
 #: Operators whose output has their first input's shape (besides :data:`_ELEMENTWISE`).

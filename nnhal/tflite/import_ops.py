@@ -55,10 +55,9 @@ def _ints_input(ctx: Context, i: int, what: str) -> int:
     t = ctx.t(i)
     if t.value is not None:
         if t.value.dtype == np.int32:
-            # Fits as it is (no widening round trip: a folded GATHER index can be megabytes);
-            # a writable array as before, so the constant is placed as it was.
-            v32 = t.value if t.value.flags.writeable else t.value.copy()
-            return ctx.x(i, type_=T.TENSOR_INT32, value=v32)
+            # Fits as it is (no widening round trip: a folded GATHER index can be megabytes;
+            # as an override, the constant holds a copy, placed as a part of the pool).
+            return ctx.x(i, type_=T.TENSOR_INT32, value=t.value)
         v = t.value.astype(np.int64)
         if np.any(v != v.astype(np.int32)):
             raise Unimportable(f"{what} does not fit in int32")

@@ -9,6 +9,7 @@ import functools
 import math
 import struct
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import flatbuffers
@@ -59,7 +60,7 @@ class TfliteTensor:
 
     @property
     def static(self) -> bool:
-        return self.has_rank and all(d > 0 for d in self.shape)
+        return self.has_rank and (not self.shape or min(self.shape) > 0)
 
     @property
     def quantized(self) -> bool:
@@ -135,8 +136,7 @@ _SUBGRAPH_FIELDS = {"IF": ("ThenSubgraphIndex", "ElseSubgraphIndex"),
 #: checked as TFLite checks them).
 _FIXED_SIZES = {TT.COMPLEX64: 8, TT.COMPLEX128: 16}
 
-_U8, _I8 = struct.Struct("<B"), struct.Struct("<b")
-_I32, _U32, _U64 = struct.Struct("<i"), struct.Struct("<I"), struct.Struct("<Q")
+_I32 = struct.Struct("<i")
 
 
 class _Reader:
@@ -150,7 +150,11 @@ class _Reader:
         model_fields = schema.fields(self.data, lf.model._tab.Pos, _M_BUFFERS + 1)
         self.buffers = schema.tables(self.data, model_fields[_M_BUFFERS])
         #: Each buffer's fields (data, offset, size), read for all at once.
-        self.buffer_fields = schema.fields_of(self.data, self.buffers, _B_SIZE + 1)
+        at = schema.field_positions(self.data, self.buffers, _B_SIZE + 1)
+        self.buffer_fields = at.tolist()
+        #: Each buffer's offset and size (0 when absent), read for all at once too.
+        self.buffer_places = list(zip(schema.scalars_at(self.data, at[:, _B_OFFSET], "<u8"),
+                                      schema.scalars_at(self.data, at[:, _B_SIZE], "<u8")))
         self.n_subgraphs = lf.model.SubgraphsLength()
         self._opcodes: dict[int, tuple[int, bool, str]] = {}
 
@@ -171,7 +175,7 @@ class _Reader:
         f = self.buffer_fields[k]
         if f[_B_DATA]:
             return schema.vector(data, f[_B_DATA], "u1")
-        off, size = schema.scalar(data, f[_B_OFFSET], _U64), schema.scalar(data, f[_B_SIZE], _U64)
+        off, size = self.buffer_places[k]
         if off > 1:  # data past the flatbuffer (large models)
             if off + size > len(data):
                 raise ModelFileError(self.name, f"truncated: buffer {k} ends at byte "
@@ -179,25 +183,25 @@ class _Reader:
             return np.frombuffer(data, np.uint8, size, off)
         return None
 
-    def tensor(self, f: list[int], q: list[int] | None, i: int, where: str, used: bool
-               ) -> TfliteTensor:
-        """Tensor ``i`` from its fields ``f`` and those of its quantization table ``q``."""
+    def tensor(self, f: list[int], q: list[int] | None, i: int, where: str, used: bool,
+               read: tuple[int, int, int, tuple[int, ...], tuple[int, ...]]) -> TfliteTensor:
+        """Tensor ``i`` from its fields ``f``, those of its quantization table ``q``, and
+        ``read``: its type, buffer, is_variable, shape and shape_signature, read for every
+        tensor of the subgraph at once (see :meth:`subgraph`)."""
         data = self.data
+        ttype, buffer, variable, shape, sig = read
         name = schema.string(data, f[_T_NAME])
-        info = TfliteTensor(i, name, schema.scalar(data, f[_T_TYPE], _I8), (),
-                            is_variable=bool(schema.scalar(data, f[_T_VARIABLE], _U8)))
-        what = f"{where} {info.describe()}"
-        if info.ttype not in schema.TENSOR_TYPE_NAMES:
-            raise self.fail(f"{what} has type {info.ttype}, which is not a TFLite type")
-        shape = file_shape = schema.int32s(data, f[_T_SHAPE])
+        info = TfliteTensor(i, name, ttype, (), is_variable=variable != 0)
+        what = f"{where} tensor {i} '{name}'"  # (info.describe(), for messages)
+        if ttype not in schema.TENSOR_TYPE_NAMES:
+            raise self.fail(f"{what} has type {ttype}, which is not a TFLite type")
+        file_shape = shape
         info.zero_sized = 0 in shape
         if shape and min(shape) < 0:
             raise self.fail(f"{what} has shape {list(shape)} (a negative dimension; unknown "
                             f"ones are -1 in shape_signature, not in shape)")
         if f[_T_SIGNATURE]:
-            sig = schema.int32s(data, f[_T_SIGNATURE])
-            if sig != shape and (len(sig) != len(shape) or
-                                 any(s != d and s != -1 for s, d in zip(sig, shape))):
+            if sig != shape and not _signature_fits(sig, shape):
                 raise self.fail(f"{what} has shape_signature {list(sig)} for shape "
                                 f"{list(shape)} (each entry must equal the shape's or be -1)")
             info.signature = sig
@@ -206,7 +210,7 @@ class _Reader:
         info.shape = shape
         if q is not None:
             self.quantization(info, q, list(file_shape), what)
-        content = self.buffer_bytes(schema.scalar(data, f[_T_BUFFER], _U32), what)
+        content = self.buffer_bytes(buffer, what)
         if content is None:
             return info
         if info.is_variable:
@@ -286,18 +290,21 @@ class _Reader:
             found = self._opcodes[oc_index] = (code, custom, name, int(oc.Version()))
         return found
 
-    def operator(self, pos: int, f: list[int], k: int, n_t: int, where: str) -> OpInfo:
-        """Operator ``k`` at ``pos`` from its fields ``f``."""
+    def operator(self, pos: int, f: list[int], k: int, n_t: int, where: str,
+                 read: tuple[int, tuple[int, ...], tuple[int, ...], int, int]) -> OpInfo:
+        """Operator ``k`` at ``pos`` from its fields ``f`` and ``read``: its opcode index,
+        inputs, outputs, options type and options table (0: none), read for every operator
+        of the subgraph at once (see :meth:`subgraph`)."""
         data = self.data
-        code, custom, name, version = self.opcode(schema.scalar(data, f[_O_OPCODE], _U32), k,
-                                                  where)
+        oc_index, inputs, outputs, options_type, options_at = read
+        code, custom, name, version = self.opcode(oc_index, k, where)
         at = f"{where} operator {k} ({name})"
-        ins = self.indexes(schema.int32s(data, f[_O_INPUTS]), n_t, at)
-        outs = self.indexes(schema.int32s(data, f[_O_OUTPUTS]), n_t, at)
+        ins = self.indexes(inputs, n_t, at)
+        outs = self.indexes(outputs, n_t, at)
         arity = None if custom else ARITY.get(name)
         options = None
         if arity is not None and arity.options is not None:
-            options = self.options(f, arity.options)
+            options = self.options(options_type, options_at, arity.options)
         info = OpInfo(k, name, code, ins, outs, options, custom, version=version)
         if custom and f[_O_CUSTOM_OPTIONS]:
             info.custom_options = schema.vector(data, f[_O_CUSTOM_OPTIONS], "u1").tobytes()
@@ -326,13 +333,13 @@ class _Reader:
                                 f"({field_name})")
         return info
 
-    def options(self, f: tuple[int, ...], table: str) -> Any:
-        """The operator's options (fields ``f``) as ``table``, as :func:`_options` reads them."""
-        kind = schema.scalar(self.data, f[_O_OPTIONS_TYPE], _U8)
-        if kind != _OPTION_KINDS[table] or not f[_O_OPTIONS]:
+    def options(self, kind: int, at: int, table: str) -> Any:
+        """The operator's options (of type ``kind``, the table at ``at``, 0 when absent) as
+        ``table``, as :func:`_options` reads them."""
+        if kind != _OPTION_KINDS[table] or not at:
             return default_options(table)
         opts = _read_once(table)()
-        opts.Init(self.data, schema.table(self.data, f[_O_OPTIONS]))
+        opts.Init(self.data, at)
         return opts
 
     def subgraph(self, s: int) -> SubgraphInfo:
@@ -344,8 +351,15 @@ class _Reader:
         n_t = _bounded(positions.size, limit, "tensors", self.name)
         op_positions = schema.tables(data, f[_SG_OPERATORS])
         _bounded(op_positions.size, limit, "operators", self.name)
-        ops = [self.operator(p, f, k, n_t, where) for k, (p, f) in enumerate(zip(
-            op_positions.tolist(), schema.fields_of(data, op_positions, _O_CUSTOM_OPTIONS + 1)))]
+        at = schema.field_positions(data, op_positions, _O_CUSTOM_OPTIONS + 1)
+        options = at[:, _O_OPTIONS]
+        read = zip(schema.scalars_at(data, at[:, _O_OPCODE], "<u4"),
+                   schema.int32s_at(data, at[:, _O_INPUTS]),
+                   schema.int32s_at(data, at[:, _O_OUTPUTS]),
+                   schema.scalars_at(data, at[:, _O_OPTIONS_TYPE], "u1"),
+                   np.where(options != 0, schema.tables_at(data, options), 0).tolist())
+        ops = [self.operator(p, f, k, n_t, where, r) for k, (p, f, r) in enumerate(zip(
+            op_positions.tolist(), at.tolist(), read))]
         ins = self.indexes(schema.int32s(data, f[_SG_INPUTS]), n_t, f"{where} inputs")
         outs = self.indexes(schema.int32s(data, f[_SG_OUTPUTS]), n_t, f"{where} outputs")
         if -1 in ins or -1 in outs:
@@ -360,14 +374,20 @@ class _Reader:
                                     f"{writer[i]} and {op.index}")
                 writer[i] = op.index
         used.update(writer)
-        rows = schema.fields_of(data, positions, _T_SIGNATURE + 1)
-        quant = [i for i, f in enumerate(rows) if f[_T_QUANT]]
+        at = schema.field_positions(data, positions, _T_SIGNATURE + 1)
+        read = zip(schema.scalars_at(data, at[:, _T_TYPE], "i1"),
+                   schema.scalars_at(data, at[:, _T_BUFFER], "<u4"),
+                   schema.scalars_at(data, at[:, _T_VARIABLE], "u1"),
+                   schema.int32s_at(data, at[:, _T_SHAPE]),
+                   schema.int32s_at(data, at[:, _T_SIGNATURE]))
+        rows = at.tolist()
+        quant = np.flatnonzero(at[:, _T_QUANT])
         q_rows: list[list[int] | None] = [None] * len(rows)
-        for i, q in zip(quant, schema.fields_of(data, np.array(
-                [schema.table(data, rows[i][_T_QUANT]) for i in quant], np.int64), _Q_DIM + 1)):
+        for i, q in zip(quant.tolist(), schema.fields_of(
+                data, schema.tables_at(data, at[quant, _T_QUANT]), _Q_DIM + 1)):
             q_rows[i] = q
-        tensors = [self.tensor(f, q, i, where, i in used) for i, (f, q) in
-                   enumerate(zip(rows, q_rows))]
+        tensors = [self.tensor(f, q, i, where, i in used, r) for i, (f, q, r) in
+                   enumerate(zip(rows, q_rows, read))]
         graph_inputs = set(ins)
         for i, k in writer.items():
             if i in graph_inputs:
@@ -378,6 +398,16 @@ class _Reader:
                                 f"{tensors[i].describe()}, a constant")
         return SubgraphInfo(s, schema.string(data, f[_SG_NAME]), tensors, ops, ins, outs)
 
+
+
+def _signature_fits(sig: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Each entry of a shape_signature equals the shape's or is -1."""
+    if len(sig) != len(shape):
+        return False
+    for s, d in zip(sig, shape):
+        if s != d and s != -1:
+            return False
+    return True
 
 
 def _count(shape: tuple[int, ...]) -> int:
@@ -413,54 +443,88 @@ def _options(op: tflite.Operator, table: str | None) -> Any:
 
 @functools.cache
 def _read_once(table: str) -> type:
-    """The schema's class of options table ``table``, each of its scalar fields read from the
-    file once per object: the kernel rules and the converter read an operator's options
-    (strides, padding, dilation...) a dozen times, each read through the generated accessor
-    costing a few Python calls. The values are those the accessors give (the file's bytes do
-    not change); anything but a number is read each time, as before."""
+    """The schema's class of options table ``table`` with its scalar fields (strides,
+    padding, dilation...) all read from the file when it is initialised, each from one
+    read of the vtable: the kernel rules and the converter read an operator's options a
+    dozen times, each read through the generated accessor costing a handful of Python
+    calls. Each field's accessor is then a C callable answering the value read (the
+    object's own) or the default (the class's, for a field the table leaves out):
+    ``itertools.repeat(value).__next__``, no Python frame per read. The values are
+    those the accessors give (same struct, same default; the file's bytes do not change);
+    the other accessors (vectors, tables) are the generated ones."""
     base = getattr(tflite, table)
-    ns: dict[str, Any] = {"__slots__": ("_read",)}
+    scalars = {name: found for name, fn in vars(base).items()
+               if (found := _scalar_field(fn)) is not None}
+    if not scalars:
+        return base
+    defaults = default_options(table)  # the generated accessors' answers when absent
+    # An absent field's accessor is the class's, answering the default; a present one's the
+    # object's own (no __slots__: each object holds the accessors of its present fields).
+    ns: dict[str, Any] = {name: repeat(getattr(defaults, name)()).__next__
+                          for name in scalars}
+    #: (name, vtable entry, struct) of each field.
+    fields = tuple((name, (voffset - 4) // 2, fmt) for name, (voffset, fmt) in scalars.items())
+    last = max(voffset for voffset, _ in scalars.values())
 
     def init(self: Any, buf: Any, pos: int) -> None:
-        base.Init(self, buf, pos)
-        self._read = {}
+        self._tab = flatbuffers.table.Table(buf, pos)
+        vt = pos - _I32.unpack_from(buf, pos)[0]
+        vsize = _U16.unpack_from(buf, vt)[0]
+        entries = _vtable(min(max(vsize - 4, 0), last - 2) // 2).unpack_from(buf, vt + 4) \
+            if vsize > 4 else ()
+        n = len(entries)
+        vars(self).update({name: repeat(fmt.unpack_from(buf, pos + o)[0]).__next__
+                           for name, k, fmt in fields if k < n and (o := entries[k])})
 
     ns["Init"] = init
-    for name, fn in vars(base).items():
-        if callable(fn) and not name.startswith(("_", "Init", "GetRootAs")) and \
-                not name.endswith("AsNumpy") and getattr(fn, "__code__", None) is not None \
-                and fn.__code__.co_argcount == 1:
-            ns[name] = _once(name, fn)
     return type(table, (base,), ns)
 
 
-def _once(name: str, read: Any) -> Any:
-    def get(self: Any) -> Any:
-        found = self._read.get(name, _UNREAD)
-        if found is _UNREAD:
-            found = read(self)
-            if type(found) in (int, float, bool):
-                self._read[name] = found
-        return found
+def _scalar_field(fn: Any) -> tuple[int, struct.Struct] | None:
+    """(vtable offset, struct) of a generated accessor of one scalar field, None for any
+    other method. flatc writes each one alike: ``o = ...Offset(V)``, then
+    ``self._tab.Get(number_types.<Type>Flags, o + self._tab.Pos)`` (inside ``bool()`` for a
+    bool), else its default; a test holds every options table's accessors to that."""
+    code = getattr(fn, "__code__", None)
+    if code is None or code.co_argcount != 1 or len(code.co_consts) < 3 or \
+            code.co_consts[0] is not None or type(code.co_consts[1]) is not int:
+        return None
+    names = [n for n in code.co_names if n != "bool"]
+    if names[:7] != ["flatbuffers", "number_types", "UOffsetTFlags", "py_type", "_tab",
+                     "Offset", "Get"] or names[8:] != ["Pos"] or len(names) != 9 or \
+            not names[7].endswith("Flags") or \
+            ("bool" in code.co_names and names[7] != "BoolFlags"):
+        return None
+    flags = getattr(flatbuffers.number_types, names[7], None)
+    packer = getattr(flags, "packer_type", None)
+    return None if packer is None else (code.co_consts[1], packer)
 
-    get.__name__ = get.__qualname__ = name
-    return get
+
+@functools.cache
+def _vtable(k: int) -> struct.Struct:
+    return struct.Struct(f"<{k}H")
 
 
-_UNREAD = object()
+_U16 = struct.Struct("<H")
 
 
 @functools.cache
 def default_options(table: str) -> Any:
     """An options table with every field at its schema default (one per table, shared: a
     reader that nobody writes to)."""
+    obj = getattr(tflite, table)()
+    obj.Init(*_empty_table())
+    return obj
+
+
+@functools.cache
+def _empty_table() -> tuple[bytes, int]:
+    """A flatbuffer holding one table without fields (any table's defaults), and where."""
     b = flatbuffers.Builder(16)
     b.StartObject(0)
     b.Finish(b.EndObject())
-    obj = getattr(tflite, table)()
     data = bytes(b.Output())
-    obj.Init(data, flatbuffers.encode.Get(flatbuffers.packer.uoffset, data, 0))
-    return obj
+    return data, flatbuffers.encode.Get(flatbuffers.packer.uoffset, data, 0)
 
 
 def read_model(lf: schema.LoadedFile, dynamic_shapes: bool = False) -> list[SubgraphInfo]:

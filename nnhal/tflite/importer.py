@@ -40,7 +40,7 @@ from nnhal.tflite.import_fold import FOLDED_NOTE, FOLDERS, fold, rule_op
 from nnhal.tflite.import_ops import CONVERTERS, MAPPED, REFUSED
 from nnhal.tflite.import_reach import CUSTOM_CONVERTERS, CUSTOM_MAPPED, LOWERED
 from nnhal.tflite.import_read import OpInfo, SubgraphInfo, read_model
-from nnhal.tflite.kernel_rules import RuleOp, kernel_refusal
+from nnhal.tflite.kernel_rules import kernel_refusal
 from nnhal.tflite.model import ImportedModel, StateVariable
 from nnhal.tflite.op_versions import version_refusal
 from nnhal.tflite.schema import TT
@@ -116,7 +116,7 @@ class _Importer:
         self.subgraphs = subgraphs
         self.problems: list[str] = []
         #: The TFLite operator each main HAL operation comes from, for messages.
-        self.origin: list[str] = []
+        self.origin: list[OpInfo] = []
         self.referenced: dict[int, SubgraphBuilder] = {}
         self.converting: set[int] = set()
         #: The model's builder (given: one whose pool takes the file's bytes whole, see
@@ -124,6 +124,9 @@ class _Importer:
         self.mb = mb if mb is not None else ModelBuilder()
         #: The model's extensions (prefixes assigned on first use).
         self.extensions = import_ext.ExtensionTable()
+        #: (operation type, input count, each operand's type and lifetime) of the emitted
+        #: operations that fit their HAL signatures (see _check_emitted).
+        self._passed: set[tuple] = set()
 
     def run(self) -> ImportedModel:
         main = self.subgraphs[0]
@@ -173,7 +176,8 @@ class _Importer:
             # Name the TFLite operator the failing HAL operation comes from.
             m = re.match(r"main operation (\d+)", str(e))
             k = int(m.group(1)) if m else -1
-            where = self.origin[k] if 0 <= k < len(self.origin) else "the converted model"
+            where = self.origin[k].describe() if 0 <= k < len(self.origin) else \
+                "the converted model"
             raise self._error([f"{where}: the HAL rejects it: {e}"]) from None
         return ImportedModel(model, in_names, out_names, state, self.file)
 
@@ -218,7 +222,19 @@ class _Importer:
                 found = seen[key] = _TypeAndLifetime(operand_type(o.type), o.lifetime)
             return found
 
+        passed = self._passed
         for operation in ctx.sb.operations[start:]:
+            # An operation of the types and lifetimes of one that passed passes: most of a
+            # model's operations repeat a few patterns.
+            both = (*operation.inputs, *operation.outputs)
+            try:
+                key = (operation.type, len(operation.inputs),
+                       *[(operands[i].type, operands[i].lifetime) for i in both]) \
+                    if not both or min(both) >= 0 else None
+            except IndexError:
+                key = None
+            if key in passed:
+                continue
             if is_extension_type(operation.type):
                 continue  # the analysis checks it against the extension's signature
             for i in (*operation.inputs, *operation.outputs):
@@ -228,13 +244,14 @@ class _Importer:
                         f"operand (operand {i} is of extension type "
                         f"{int(operands[i].type):#x})")
             sig = _signature(operation.type)
-            if sig is None:
-                continue
-            try:
-                check(sig, [info(i) for i in operation.inputs],
-                      [info(i) for i in operation.outputs])
-            except SignatureError as e:
-                raise Unimportable(f"the HAL's {e}") from None
+            if sig is not None:
+                try:
+                    check(sig, [info(i) for i in operation.inputs],
+                          [info(i) for i in operation.outputs])
+                except SignatureError as e:
+                    raise Unimportable(f"the HAL's {e}") from None
+            if key is not None:
+                passed.add(key)
 
     def _inputs(self, ctx: Context, sg: SubgraphInfo) -> list[int]:
         out = []
@@ -288,7 +305,8 @@ class _Importer:
                     elif not self._extension(ctx, op, _custom_refusal(op)):
                         raise Unimportable(_custom_refusal(op))
                 elif op.name in CONVERTERS:
-                    why = kernel_refusal(_rule_op(ctx, op))
+                    # (the rules as TFLite's kernels apply them; the version was checked above)
+                    why = kernel_refusal(rule_op(ctx.sg.tensors, op, version_checked=True))
                     if why is not None:
                         self._extension(ctx, op, why)
                     else:
@@ -312,7 +330,7 @@ class _Importer:
                             self._extension(ctx, op, "the HAL's form takes no extension "
                                                      "operand")
                 elif import_ext.claim(op) is not None:
-                    why = kernel_refusal(_rule_op(ctx, op))
+                    why = kernel_refusal(rule_op(ctx.sg.tensors, op, version_checked=True))
                     if why is not None:  # what TFLite refuses, no extension runs either
                         raise Unimportable(why)
                     self._extension(ctx, op, "")
@@ -335,7 +353,7 @@ class _Importer:
                 self.problems.append(f"{where}: {reason}")
             ctx.op = None
             if sg.index == 0:
-                self.origin += [op.describe()] * (len(ctx.sb.operations) - len(self.origin))
+                self.origin += [op] * (len(ctx.sb.operations) - len(self.origin))
 
     def _extension(self, ctx: Context, op: OpInfo, hal_refusal: str) -> bool:
         """Convert ``op`` into the operation of an installed extension that claims it (True);
@@ -505,9 +523,3 @@ class _TypeAndLifetime:
 
     def __init__(self, type_: Any, lifetime: Any) -> None:
         self.type, self.lifetime = type_, lifetime
-
-
-def _rule_op(ctx: Context, op: OpInfo) -> RuleOp:
-    """The operator as :mod:`nnhal.tflite.kernel_rules` reads it (its version was checked
-    before any converter ran: not again)."""
-    return rule_op(ctx.sg.tensors, op, version_checked=True)

@@ -100,8 +100,14 @@ def fields_of(data: bytes, positions: np.ndarray, n: int) -> list[list[int]]:
     operators, the model's buffers): one pass of array arithmetic over their vtables
     instead of a few struct reads per table. The file was verified: every table is 4-aligned
     with a whole, 2-aligned vtable inside the file."""
+    return field_positions(data, positions, n).tolist()
+
+
+def field_positions(data: bytes, positions: np.ndarray, n: int) -> np.ndarray:
+    """:func:`fields_of` as an array (a row per table), for :func:`scalars_at` and
+    :func:`int32s_at` to read one field of every table at once."""
     if not positions.size:
-        return []
+        return np.zeros((0, n), np.int64)
     pos = positions.astype(np.int64)
     i32 = np.frombuffer(data, "<i4", len(data) // 4)
     u16 = np.frombuffer(data, "<u2", len(data) // 2)
@@ -109,7 +115,39 @@ def fields_of(data: bytes, positions: np.ndarray, n: int) -> list[list[int]]:
     entry = 4 + 2 * np.arange(n, dtype=np.int64)
     present = u16[vt // 2][:, None] > entry  # a vtable entry past its end reads as absent
     off = np.where(present, u16[np.where(present, vt[:, None] + entry, 0) // 2], 0)
-    return np.where(off != 0, pos[:, None] + off, 0).tolist()
+    return np.where(off != 0, pos[:, None] + off, 0)
+
+
+def scalars_at(data: bytes, positions: np.ndarray, dtype: str) -> list[int]:
+    """:func:`scalar` of one field of many tables (a column of :func:`field_positions`; 0
+    where absent, the default of the fields read this way). The file was verified: each
+    present scalar is aligned to its size."""
+    size = np.dtype(dtype).itemsize
+    values = np.frombuffer(data, dtype, len(data) // size)
+    return np.where(positions != 0, values[positions // size], 0).tolist()
+
+
+def tables_at(data: bytes, positions: np.ndarray) -> np.ndarray:
+    """:func:`table` of one field of many tables (present in each: a column of
+    :func:`field_positions` where it is not 0)."""
+    return positions + np.frombuffer(data, "<u4", len(data) // 4)[positions // 4]
+
+
+def int32s_at(data: bytes, positions: np.ndarray) -> list[tuple[int, ...]]:
+    """:func:`int32s` of one field of many tables (a column of :func:`field_positions`):
+    every vector read in one pass (shapes, operators' inputs: a few numbers each). The file
+    was verified: each vector is whole and 4-aligned."""
+    if not positions.size:
+        return []
+    u32 = np.frombuffer(data, "<u4", len(data) // 4)
+    present = positions != 0
+    start = np.where(present, positions + u32[positions // 4], 0)
+    count = np.where(present, u32[start // 4], 0).astype(np.int64)
+    ends = np.cumsum(count)
+    at = np.repeat(start + 4 - 4 * (ends - count), count) + 4 * np.arange(int(ends[-1]))
+    flat = np.frombuffer(data, "<i4", len(data) // 4)[at // 4].tolist()
+    ends_list = ends.tolist()
+    return [tuple(flat[a:b]) for a, b in zip([0, *ends_list], ends_list)]
 
 
 @functools.cache

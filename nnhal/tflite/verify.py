@@ -46,6 +46,14 @@ _UNIONS: dict[str, dict[int, str]] = {
     for kinds in _SLOTS.values() for kind in kinds if kind.startswith("<")}
 
 
+#: Each table's vtable entry per slot (4 + 2k).
+_ENTRIES: dict[str, np.ndarray] = {name: 4 + 2 * np.arange(len(slots), dtype=np.int64)
+                                   for name, slots in _SLOTS.items()}
+#: ``a.any()`` without numpy's Python wrapper around the reduction (the walk tests a
+#: hundred small arrays per file).
+_any = np.logical_or.reduce
+
+
 class _Invalid(Exception):
     pass
 
@@ -71,7 +79,7 @@ class _Walk:
         return self._u32[pos // 4].astype(np.int64)
 
     def check(self, bad: np.ndarray, where: np.ndarray, what: str) -> None:
-        if bad.any():
+        if _any(bad, None):
             raise _Invalid(f"{what} at byte {int(where[np.argmax(bad)])}")
 
     def inside(self, pos: np.ndarray, size: int | np.ndarray, what: str) -> None:
@@ -84,7 +92,7 @@ class _Walk:
     def _placed(self, pos: np.ndarray, size: int, what: str) -> None:
         """``pos`` aligned to ``size`` (1, 2, 4 or 8) with ``size`` bytes inside the file
         (``size`` is below the file's, which holds at least _MIN_SIZE bytes)."""
-        if (((pos & (size - 1)) != 0) | (pos > self.n - size)).any():
+        if _any(((pos & (size - 1)) != 0) | (pos > self.n - size), None):
             self.aligned(pos, size, what.format("not aligned"))
             self.inside(pos, size, what.format("outside the file"))
 
@@ -93,14 +101,14 @@ class _Walk:
         self._placed(pos, 4, f"{what}: offset {{}}")
         o = self.u32(pos)
         target = pos + o
-        if ((o == 0) | (o >= 1 << 31) | (target > self.n - 1)).any():
+        if _any((o == 0) | (o >= 1 << 31) | (target > self.n - 1), None):
             self.check((o == 0) | (o >= 1 << 31), pos, f"{what}: offset 0 or past 2^31")
             self.inside(target, 1, f"{what}: offset points outside the file")
         return target
 
     def vector(self, pos: np.ndarray, size: int, what: str) -> np.ndarray:
         """flatbuffers' VerifyVectorOrString: the lengths of the vectors at ``pos``."""
-        if (((pos & 3) != 0) | (pos > self.n - 4)).any():
+        if _any(((pos & 3) != 0) | (pos > self.n - 4), None):
             self.aligned(pos, 4, f"{what}: vector not aligned")
             self.inside(pos, 4, f"{what}: vector length outside the file")
         return self._lengths(pos, size, what)
@@ -112,7 +120,7 @@ class _Walk:
         self._placed(at, 4, f"{what}: offset {{}}")
         o = self.u32(at)
         target = at + o
-        if ((o == 0) | (o >= 1 << 31) | ((target & 3) != 0) | (target > self.n - 4)).any():
+        if _any((o == 0) | (o >= 1 << 31) | ((target & 3) != 0) | (target > self.n - 4), None):
             target = self.offset(at, what)
             return target, self.vector(target, size, what)
         return target, self._lengths(target, size, what)
@@ -123,7 +131,7 @@ class _Walk:
         length = self.u32(pos)
         long = length >= _MAX_SIZE // size
         total = 4 + size * length
-        if (long | (total >= self.n) | (pos > self.n - total)).any():
+        if _any(long | (total >= self.n) | (pos > self.n - total), None):
             self.check(long, pos, f"{what}: vector too long")
             self.inside(pos, total, f"{what}: vector runs past the end of the file")
         return length
@@ -144,7 +152,7 @@ class _Walk:
         if not slots:
             return
         # Every table's vtable entry of every slot at once (0 past the end of its vtable).
-        entry = 4 + 2 * np.arange(len(slots), dtype=np.int64)
+        entry = _ENTRIES[name]
         present = vsize[:, None] > entry
         offs = np.where(present, self._u16[np.where(present, vt[:, None] + entry, 0) // 2], 0
                         ).astype(np.int64)
@@ -153,8 +161,10 @@ class _Walk:
         # Every scalar field of every table at once; one by one only when one fails.
         size = np.array([int(slots[k]) for k in scalars], np.int64)
         at = pos[:, None] + offs[:, scalars]
-        scalars_bad = bool(((offs[:, scalars] != 0) & (((at & (size - 1)) != 0) |
-                                                        (at > self.n - size))).any())
+        scalars_bad = bool(_any((offs[:, scalars] != 0) & (((at & (size - 1)) != 0) |
+                                                          (at > self.n - size)), None))
+        # Every vector and string field at once too; field by field (below) when one fails.
+        vectors = self._vectors(pos, offs, slots, [k for k in fields if slots[k][0] in "[s"])
         for k in fields:
             kind = slots[k]
             off = offs[:, k]
@@ -164,11 +174,15 @@ class _Walk:
                     self._placed(pos[has] + off[has], int(kind),
                                  f"{name} field {k}: scalar {{}}")
                 continue
+            if vectors is not None and kind[0] in "[s":
+                if kind[0] == "[" and not kind[1:-1].isdigit():
+                    self.table(kind[1:-1], self.elements(*vectors[k]), depth + 1)
+                continue
             at, what = pos[has] + off[has], f"{name} field {k}"
             if kind == "s":
                 target, length = self.vector_field(at, 1, what)
                 end = target + 4 + length
-                if ((end > self.n - 1) | (self.u8[np.minimum(end, self.n - 1)] != 0)).any():
+                if _any((end > self.n - 1) | (self.u8[np.minimum(end, self.n - 1)] != 0), None):
                     self.inside(end, 1, f"{what}: string not terminated")
                     self.check(self.u8[end] != 0, target, f"{what}: string not terminated")
             elif kind.startswith("[") and kind[1:-1].isdigit():
@@ -182,17 +196,58 @@ class _Walk:
             else:
                 self.table(kind, self.offset(at, what), depth + 1)
 
+    def _vectors(self, pos: np.ndarray, offs: np.ndarray, slots: tuple[str, ...],
+                 fields: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray]] | None:
+        """(where the vectors are, their lengths) of each vector or string field in
+        ``fields`` of the tables at ``pos``, when every one passes :meth:`vector_field`'s
+        checks and each string is terminated: one pass of array arithmetic over all of them
+        (a tensor has a shape, a name, a signature...); None when one fails, for the field
+        by field walk to name the first failure as flatbuffers would."""
+        if not fields:
+            return {}
+        n = self.n
+        ats, sizes = [], []
+        for k in fields:
+            off = offs[:, k]
+            has = off != 0
+            ats.append(pos[has] + off[has])
+            kind = slots[k]
+            sizes.append(1 if kind == "s" else int(kind[1:-1]) if kind[1:-1].isdigit() else 4)
+        counts = [a.size for a in ats]
+        at = np.concatenate(ats) if len(ats) > 1 else ats[0]
+        if _any(((at & 3) != 0) | (at > n - 4), None):
+            return None
+        o = self.u32(at)
+        target = at + o
+        if _any((o == 0) | (o >= 1 << 31) | ((target & 3) != 0) | (target > n - 4), None):
+            return None
+        size = np.repeat(np.array(sizes, np.int64), counts)
+        length = self.u32(target)
+        total = 4 + size * length
+        if _any((length >= _MAX_SIZE // size) | (total >= n) | (target > n - total), None):
+            return None
+        found, start = {}, 0
+        for k, count in zip(fields, counts):
+            found[k] = (target[start:start + count], length[start:start + count])
+            start += count
+        strings = [found[k] for k in fields if slots[k] == "s"]
+        if strings:
+            end = np.concatenate([t + 4 + n_ for t, n_ in strings])
+            if _any((end > n - 1) | (self.u8[np.minimum(end, n - 1)] != 0), None):
+                return None
+        return found
+
     def _starts(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """(vtable positions, vtable sizes) of the tables at ``pos`` when each table is
         aligned and inside the file with its vtable aligned, inside and whole; else None."""
         n = self.n
-        if (((pos & 3) != 0) | (pos > n - 4)).any():
+        if _any(((pos & 3) != 0) | (pos > n - 4), None):
             return None
         vt = pos - self._i32[pos // 4]
-        if ((vt < 0) | ((vt & 1) != 0) | (vt > n - 2)).any():
+        if _any((vt < 0) | ((vt & 1) != 0) | (vt > n - 2), None):
             return None
         vsize = self.u16(vt)
-        if (((vsize & 1) != 0) | (vsize >= n) | (vt > n - vsize)).any():
+        if _any(((vsize & 1) != 0) | (vsize >= n) | (vt > n - vsize), None):
             return None
         return vt, vsize
 
@@ -229,17 +284,68 @@ class _Walk:
                    if (m := _UNIONS[enum].get(t)) is not None]  # NONE and unknown: unread
         # The starts of the tables of every type at once (an operator's options are of many
         # types, a few tables each); one type after the other when one is not sound.
-        known = np.zeros(kind.shape, np.bool_)
-        for t, _ in members:
-            known |= kind == t
+        known = _KNOWN[enum][kind]
         starts = self._starts(target[known])
+        done = self._scalar_members(members, kind[known], target[known], starts, depth) \
+            if starts is not None else ()
         for t, member in members:
+            if member in done:
+                continue
             if starts is None:
                 self.table(member, target[kind == t], depth + 1)
             else:
                 mine = kind[known] == t
                 self.table(member, target[kind == t], depth + 1,
                            (starts[0][mine], starts[1][mine]))
+
+    def _scalar_members(self, members: list[tuple[int, str]], kind: np.ndarray,
+                        pos: np.ndarray, starts: tuple[np.ndarray, np.ndarray], depth: int
+                        ) -> set[str]:
+        """The members of a union that hold scalars only (most options tables), verified
+        together: every field of every such table at once, by its type's slot sizes, rather
+        than one :meth:`table` per type. Their names; none when one fails (each type is then
+        walked alone, to name the first failure) or when a count could reach a limit on the
+        way (then the walk's order decides which table names it)."""
+        if depth + 1 > MAX_DEPTH or self.count + pos.size > MAX_TABLES or \
+                any(m not in _NO_TABLES for _, m in members):
+            return set()
+        batch = [(t, m) for t, m in members if m in _SCALAR_SIZES]
+        if not batch:
+            return set()
+        width = max(_SCALAR_SIZES[m].size for _, m in batch)
+        sizes = np.zeros((len(batch) + 1, width), np.int64)  # (the last row: not batched)
+        row = np.full(256, len(batch), np.int64)
+        for j, (t, m) in enumerate(batch):
+            sizes[j, :_SCALAR_SIZES[m].size] = _SCALAR_SIZES[m]
+            row[t] = j
+        mine = row[kind] < len(batch)
+        size = sizes[row[kind[mine]]]
+        vt, vsize = starts[0][mine], starts[1][mine]
+        entry = 4 + 2 * np.arange(width, dtype=np.int64)
+        present = (vsize[:, None] > entry) & (size > 0)
+        offs = np.where(present, self._u16[np.where(present, vt[:, None] + entry, 0) // 2], 0
+                        ).astype(np.int64)
+        at = pos[mine][:, None] + offs
+        if _any((offs != 0) & (((at & (size - 1)) != 0) | (at > self.n - size)), None):
+            return set()
+        self.count += int(np.count_nonzero(mine))
+        return {m for _, m in batch}
+
+
+#: Per union, whether each type byte names a member (a table this schema knows).
+_KNOWN: dict[str, np.ndarray] = {}
+for _enum, _members in _UNIONS.items():
+    _KNOWN[_enum] = np.zeros(256, np.bool_)
+    _KNOWN[_enum][list(_members)] = True
+_ALL_SLOTS = {**{m: () for members in _UNIONS.values() for m in members.values()}, **_SLOTS}
+#: The tables that hold no table (scalars, strings, vectors of scalars): a union of these
+#: adds one table per value to the count, whatever the order they are walked in.
+_NO_TABLES = {name for name, slots in _ALL_SLOTS.items() if all(
+    k.isdigit() or k in ("-", "s") or (k[0] == "[" and k[1:-1].isdigit()) for k in slots)}
+#: The tables that hold scalars only (or nothing): each slot's size (0 for a deprecated one).
+_SCALAR_SIZES: dict[str, np.ndarray] = {
+    name: np.array([int(k) if k.isdigit() else 0 for k in slots], np.int64)
+    for name, slots in _ALL_SLOTS.items() if all(k.isdigit() or k == "-" for k in slots)}
 
 
 def verify(data: bytes, name: str) -> None:

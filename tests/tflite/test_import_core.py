@@ -592,3 +592,70 @@ def test_a_sparse_tensor_of_absurd_shape_is_refused_not_allocated() -> None:
     g.output(y)
     with pytest.raises(ModelFileError, match="out of range"):
         read_tflite(build(g))
+
+
+def test_options_read_at_init_are_what_the_generated_accessors_read() -> None:
+    """Every options table's scalar fields, read once from the vtable when the table is
+    initialised, are recognised (as many as the layout has scalar slots) and read as the
+    generated accessors read them: each field set to a value that is not its default, and
+    each absent (its default)."""
+    import importlib
+    import pkgutil
+
+    import flatbuffers
+    import tflite
+
+    from nnhal.tflite.import_read import _read_once, _scalar_field
+    from nnhal.tflite.layout import TABLES
+
+    checked = 0
+    for m in pkgutil.iter_modules(tflite.__path__):
+        base = getattr(importlib.import_module(f"tflite.{m.name}"), m.name, None)
+        if not m.name.endswith("Options") or not hasattr(base, "Init"):
+            continue
+        fields = {n: f for n, fn in vars(base).items() if (f := _scalar_field(fn)) is not None}
+        assert len(fields) == sum(k.isdigit() for k in TABLES.get(m.name, "").split())
+        for present in (True, False):
+            b = flatbuffers.Builder(64)
+            b.StartObject(1 + max((v for v, _ in fields.values()), default=4) // 2)
+            for voffset, packer in fields.values() if present else ():
+                flags = next(f for f in vars(flatbuffers.number_types).values()
+                             if getattr(f, "packer_type", None) is packer)
+                value = {"?": True, "f": 2.5, "d": 2.5}.get(packer.format[-1], 3)
+                b.PrependSlot(flags, (voffset - 4) // 2, value, None)
+            b.Finish(b.EndObject())
+            data = bytes(b.Output())
+            pos = flatbuffers.encode.Get(flatbuffers.packer.uoffset, data, 0)
+            fast, slow = _read_once(m.name)(), base()
+            fast.Init(data, pos)
+            slow.Init(data, pos)
+            for name in fields:
+                got, want = getattr(fast, name)(), getattr(slow, name)()
+                assert (got, type(got)) == (want, type(want)), (m.name, name, present)
+                checked += 1
+    assert checked > 300
+
+
+def test_shape_inference_broadcasts_as_numpy_does() -> None:
+    """The import's broadcast of static shapes is numpy's: the same shape, or a ValueError
+    where numpy raises one (its own past 32 dimensions)."""
+    from nnhal.tflite.import_fold import _broadcast
+
+    rng = np.random.default_rng(5)
+    for _ in range(500):
+        shapes = [tuple(int(d) for d in rng.choice([1, 2, 3], size=rng.integers(0, 5)))
+                  for _ in range(rng.integers(1, 4))]
+        try:
+            want: object = tuple(np.broadcast_shapes(*shapes))
+        except ValueError:
+            want = ValueError
+        try:
+            got: object = _broadcast(shapes)
+        except ValueError:
+            got = ValueError
+        assert got == want, shapes
+    big = [(1,) * 33, (2,)]  # past numpy's limit: numpy's answer, whatever it is
+    with pytest.raises(Exception) as theirs:
+        np.broadcast_shapes(*big)
+    with pytest.raises(type(theirs.value)):
+        _broadcast(big)
