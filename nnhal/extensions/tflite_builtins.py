@@ -50,6 +50,7 @@ from tflite.TensorType import TensorType as TT
 from nnhal.core.version import FeatureLevel
 from nnhal.hal.types import ErrorStatus
 from nnhal.hal.types import OperandType as T
+from nnhal.ops.common import broadcast_static
 from nnhal.ops.extensions import ExtensionDef, ExtensionOperation, OperandTypeDef, operation
 from nnhal.ops.resolver import OpContext, OperationDef, OpError
 from nnhal.ops.signature import Slot, Variant
@@ -71,7 +72,7 @@ def _broadcast(a: tuple[int, ...] | None, b: tuple[int, ...] | None
     if a is None or b is None or not all(a) or not all(b):
         return None
     try:
-        return tuple(np.broadcast_shapes(a, b))
+        return broadcast_static(a, b)
     except ValueError:
         return None
 

@@ -252,6 +252,24 @@ def broadcast_shapes(a: Sequence[int] | None, b: Sequence[int] | None) -> tuple[
     return tuple(out)
 
 
+def broadcast_static(*shapes: Sequence[int]) -> tuple[int, ...]:
+    """numpy's broadcasting of fully known shapes (0 a real zero-sized dimension), of any rank:
+    ``np.broadcast_shapes`` raises RuntimeError past 32 dimensions, which a hostile file can
+    reach and nothing expects; this raises ValueError on a mismatch, as numpy does."""
+    n = max(map(len, shapes), default=0)
+    if len(shapes) == 1 or (len(shapes) == 2 and tuple(shapes[0]) == tuple(shapes[1])):
+        return tuple(shapes[0])  # (most: one input, or two of one shape)
+    out = [1] * n
+    for shape in shapes:
+        for k, d in enumerate(shape, n - len(shape)):
+            if d != 1:
+                if out[k] == 1:
+                    out[k] = d
+                elif out[k] != d:
+                    raise ValueError(f"shapes {[tuple(s) for s in shapes]} cannot be broadcast")
+    return tuple(out)
+
+
 def normalize_axis(axis: int, rank: int) -> int:
     if not -rank <= axis < rank:
         raise OpError(f"axis {axis} out of range for rank {rank}")

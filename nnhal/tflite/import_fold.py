@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from tflite.TensorType import TensorType as TT
 
+from nnhal.ops.common import broadcast_static
 from nnhal.tflite import schema
 from nnhal.tflite.import_read import OpInfo, SubgraphInfo, TfliteTensor
 from nnhal.tflite.kernel_rules import RuleOp, RuleTensor, kernel_refusal, rule_tensor
@@ -171,7 +172,7 @@ def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable:
     def fold(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
         _arith_ok(sg, op)
         a, b = v
-        _bounded(float(np.prod(np.broadcast_shapes(a.shape, b.shape), dtype=np.float64)))
+        _bounded(float(np.prod(broadcast_static(a.shape, b.shape), dtype=np.float64)))
         if a.dtype.kind == "f" and fn is np.floor_divide:
             raise _NoFold
         return fn(a, b)
@@ -271,7 +272,7 @@ def _floor_div(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
     """TFLite's FLOOR_DIV: floor of the quotient computed in double, for every type."""
     _arith_ok(sg, op)
     a, b = v
-    _bounded(float(np.prod(np.broadcast_shapes(a.shape, b.shape), dtype=np.float64)))
+    _bounded(float(np.prod(broadcast_static(a.shape, b.shape), dtype=np.float64)))
     _divisor(b, "FLOOR_DIV")
     with np.errstate(all="ignore"):
         q = np.floor(a.astype(np.float64) / b.astype(np.float64))
@@ -286,7 +287,7 @@ def _floor_mod(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
     """TFLite's FLOOR_MOD: the truncated remainder moved to the divisor's sign."""
     _arith_ok(sg, op)
     a, b = v
-    _bounded(float(np.prod(np.broadcast_shapes(a.shape, b.shape), dtype=np.float64)))
+    _bounded(float(np.prod(broadcast_static(a.shape, b.shape), dtype=np.float64)))
     if a.dtype.kind in "iu":
         _divisor(b, "FLOOR_MOD")
     with np.errstate(all="ignore"):
@@ -298,7 +299,7 @@ def _div(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
     """TFLite's DIV: IEEE division for floats, truncation towards zero for integers."""
     _arith_ok(sg, op)
     a, b = v
-    _bounded(float(np.prod(np.broadcast_shapes(a.shape, b.shape), dtype=np.float64)))
+    _bounded(float(np.prod(broadcast_static(a.shape, b.shape), dtype=np.float64)))
     if a.dtype.kind == "f":
         with np.errstate(all="ignore"):
             return np.divide(a, b).astype(a.dtype)
@@ -314,7 +315,7 @@ def _compare(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable:
     def fold(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
         _arith_ok(sg, op)
         a, b = v
-        _bounded(float(np.prod(np.broadcast_shapes(a.shape, b.shape), dtype=np.float64)))
+        _bounded(float(np.prod(broadcast_static(a.shape, b.shape), dtype=np.float64)))
         return fn(a, b)
     return fold
 
@@ -335,7 +336,7 @@ def _select(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
         raise _NoFold
     if op.name == "SELECT" and c.ndim == 1 and x.ndim > 1 and c.shape[0] == x.shape[0]:
         c = c.reshape((-1,) + (1,) * (x.ndim - 1))  # SELECT's rank-one condition picks rows
-    _bounded(float(np.prod(np.broadcast_shapes(c.shape, x.shape, y.shape), dtype=np.float64)))
+    _bounded(float(np.prod(broadcast_static(c.shape, x.shape, y.shape), dtype=np.float64)))
     return np.where(c.astype(bool), x, y)
 
 
@@ -347,7 +348,7 @@ def _broadcast_to(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
 
 def _broadcast_args(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
     a, b = (tuple(int(d) for d in np.asarray(x).reshape(-1)) for x in v)
-    return np.asarray(np.broadcast_shapes(a, b), v[0].dtype)
+    return np.asarray(broadcast_static(a, b), v[0].dtype)
 
 
 def _zeros_like(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
@@ -581,7 +582,7 @@ def _inferred(op: OpInfo, ins: list[Any], sg: SubgraphInfo) -> tuple[int, ...] |
     try:
         if op.name in _ELEMENTWISE:
             if all(t is not None and t.static for t in ins):
-                shape = _broadcast([t.shape for t in ins])
+                shape = broadcast_static(*[t.shape for t in ins])
         elif op.name == "STRIDED_SLICE":
             v = _vals(sg, op)
             if all(x is not None for x in v[1:4]):
@@ -609,26 +610,6 @@ def _inferred(op: OpInfo, ins: list[Any], sg: SubgraphInfo) -> tuple[int, ...] |
     except (_NoFold, ValueError, IndexError, TypeError, AttributeError):
         return None
     return None if shape is None else tuple(map(int, shape))
-
-
-def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
-    """``np.broadcast_shapes`` of static shapes (every dimension positive), without its
-    arrays on the way for the few dimensions of most (numpy's own past 32 of them, or of
-    shapes: its limits and its errors)."""
-    n = max(map(len, shapes), default=0)
-    if n > 32 or len(shapes) > 32:
-        return tuple(np.broadcast_shapes(*shapes))
-    if len(shapes) == 1 or (len(shapes) == 2 and shapes[0] == shapes[1]):
-        return tuple(shapes[0])  # (most: one input, or two of one shape)
-    out = [1] * n
-    for shape in shapes:
-        for k, d in enumerate(shape, n - len(shape)):
-            if d != 1:
-                if out[k] == 1:
-                    out[k] = d
-                elif out[k] != d:
-                    raise ValueError("shape mismatch: objects cannot be broadcast")
-    return tuple(out)
 
 
 #: Operators whose output has their first input's shape (besides :data:`_ELEMENTWISE`).

@@ -17,6 +17,7 @@ import numpy as np
 from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.types import OperandType, OperationType
+from nnhal.ops.common import broadcast_static
 from nnhal.tflite import import_ops
 from nnhal.tflite.import_ctx import Context, Unimportable, hal_dims, hal_type
 from nnhal.tflite.import_ops import CONVERTERS, MAPPED, Converter
@@ -267,7 +268,7 @@ def _broadcast(ctx: Context, i: int, shape: tuple[int, ...]) -> int:
     have = tuple(t.shape)
     if have == shape:
         return ctx.x(i)
-    np.broadcast_shapes(have, shape)  # ValueError (reported as malformed) if they do not
+    broadcast_static(have, shape)  # ValueError (reported as malformed) if they do not
     if t.value is not None:
         return ctx.x(i, value=np.broadcast_to(t.value, shape).copy(), dims=shape or (1,))
     ht, sc, zp, _ = hal_type(t)

@@ -727,3 +727,39 @@ def test_the_version_table_is_what_litert_resolves() -> None:
         at_top, past = said[2 * k], said[2 * k + 1]
         assert unresolved not in at_top, (name, at_top)
         assert unresolved in past, (name, past)
+
+
+@pytest.mark.parametrize("rank", [33, 40, 64])
+def test_shapes_past_32_dimensions_are_refused_in_one_line(rank: int) -> None:
+    """numpy's broadcast_shapes raises RuntimeError past 32 dimensions: an element-wise
+    operator of such static shapes whose output the importer infers was a traceback."""
+    g = Graph()
+    x = g.input([1] * rank, F, name="x")
+    c = g.const(np.ones([2] + [1] * (rank - 1), F), name="c")
+    y = g.tensor([2] + [1] * (rank - 1), F, name="y", signature=[-1] + [1] * (rank - 1))
+    g.op("ADD", [x, c], [y], ("AddOptions", dict(FusedActivationFunction=0)))
+    g.output(y)
+    with pytest.raises(UnsupportedModelError, match="rank must be at most"):
+        read_tflite(build(g))
+
+
+def test_static_broadcasting_is_numpys_at_any_rank() -> None:
+    from nnhal.ops.common import broadcast_static
+
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        n = int(rng.integers(0, 6))
+        a = tuple(int(d) for d in rng.choice([0, 1, 2, 3], n))
+        b = tuple(int(d) if rng.random() < 0.6 else 1 for d in a[int(rng.integers(0, n + 1)):])
+        if rng.random() < 0.3:
+            b = tuple(int(d) for d in rng.choice([0, 1, 2, 3], int(rng.integers(0, 6))))
+        try:
+            want = np.broadcast_shapes(a, b)
+        except ValueError:
+            with pytest.raises(ValueError):
+                broadcast_static(a, b)
+            continue
+        assert broadcast_static(a, b) == want
+    assert broadcast_static((1,) * 40, (2,) + (1,) * 39) == (2,) + (1,) * 39
+    with pytest.raises(ValueError):
+        broadcast_static((2,) * 40, (3,) * 40)
