@@ -742,24 +742,3 @@ def test_shapes_past_32_dimensions_are_refused_in_one_line(rank: int) -> None:
     with pytest.raises(UnsupportedModelError, match="rank must be at most"):
         read_tflite(build(g))
 
-
-def test_static_broadcasting_is_numpys_at_any_rank() -> None:
-    from nnhal.ops.common import broadcast_static
-
-    rng = np.random.default_rng(5)
-    for _ in range(300):
-        n = int(rng.integers(0, 6))
-        a = tuple(int(d) for d in rng.choice([0, 1, 2, 3], n))
-        b = tuple(int(d) if rng.random() < 0.6 else 1 for d in a[int(rng.integers(0, n + 1)):])
-        if rng.random() < 0.3:
-            b = tuple(int(d) for d in rng.choice([0, 1, 2, 3], int(rng.integers(0, 6))))
-        try:
-            want = np.broadcast_shapes(a, b)
-        except ValueError:
-            with pytest.raises(ValueError):
-                broadcast_static(a, b)
-            continue
-        assert broadcast_static(a, b) == want
-    assert broadcast_static((1,) * 40, (2,) + (1,) * 39) == (2,) + (1,) * 39
-    with pytest.raises(ValueError):
-        broadcast_static((2,) * 40, (3,) * 40)
