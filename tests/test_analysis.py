@@ -70,9 +70,26 @@ def test_prepare_checks_and_decodes_once(device, monkeypatch):
     model = conv_model()
     launch, status, pm = prepare(device, model)
     assert launch == status == ErrorStatus.NONE
-    n_constants = sum(op.lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)
-                      for op in model.main.operands)
-    assert counts == {"structure": 1, "decode": n_constants, "operation": 2}
+    constants = [op for op in model.main.operands
+                 if op.lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)]
+    tensors = [op for op in constants if op.dimensions]
+    # Equal scalar constants (the three strides of 2) are decoded once between them.
+    scalars = {(op.type, model.operand_values[op.location.offset:][:op.location.length])
+               for op in constants if not op.dimensions}
+    assert len(scalars) == 2 and len(tensors) == 2
+    assert counts == {"structure": 1, "decode": len(tensors) + len(scalars), "operation": 2}
+
+
+def test_equal_scalar_constants_share_one_read_only_info():
+    g = analysis.analyse(conv_model()).main
+    infos = [g.operands[i] for i in g.operations[0][1][3:]]  # the paddingscheme and strides
+    assert [int(i.value) for i in infos] == [2, 2, 2, 0]
+    assert infos[0] is infos[1] is infos[2] and infos[3] is not infos[0]
+    assert not infos[0].value.flags.writeable and infos[0].shape == ()
+    model = conv_model()  # a scale of -0.0 is valid on a scalar and kept as given
+    model.main.operands[model.main.operations[0].inputs[4]].scale = -0.0
+    infos = [analysis.analyse(model).main.operands[i] for i in model.main.operations[0].inputs]
+    assert str(infos[4].scale) == "-0.0" and str(infos[3].scale) == str(infos[5].scale) == "0.0"
 
 
 def test_validate_and_prepare_never_skips_what_a_subclass_adds():

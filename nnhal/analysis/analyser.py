@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -251,11 +252,12 @@ def _analyse(model: Model, own_constants: bool, max_tensor_bytes: int,
     reasons: dict[tuple[int, int], str] = {}
     work = _Work(max_work)
     for i in callees_first(model):
-        graphs[i] = _analyse_subgraph(model.referenced[i], i, values, pools, own_constants,
-                                      relaxed, graphs, max_tensor_bytes, too_large, exts,
-                                      ext_ops, reasons, work)
-    main = _analyse_subgraph(model.main, -1, values, pools, own_constants, relaxed, graphs,
-                             max_tensor_bytes, too_large, exts, ext_ops, reasons, work)
+        graphs[i] = _analyse_subgraph(model.referenced[i], i, values, model.operand_values,
+                                      pools, own_constants, relaxed, graphs, max_tensor_bytes,
+                                      too_large, exts, ext_ops, reasons, work)
+    main = _analyse_subgraph(model.main, -1, values, model.operand_values, pools,
+                             own_constants, relaxed, graphs, max_tensor_bytes, too_large, exts,
+                             ext_ops, reasons, work)
     levels = [g.min_level for g in (main, *graphs)]  # type: ignore[union-attr]
     if relaxed:
         levels.append(FeatureLevel.V1_1)  # relaxComputationFloat32toFloat16 came with 1.1
@@ -353,11 +355,19 @@ def _extension_operand(op: Operand, where: str, exts: Exts) -> Operand | None:
     return replace(op, type=t)
 
 
-def _decode_operands(sg: Subgraph, values: np.ndarray, pools: Sequence[np.ndarray],
-                     own: bool, exts: Exts, name: str) -> list[OperandInfo | None]:
+def _decode_operands(sg: Subgraph, values: np.ndarray, data: object,
+                     pools: Sequence[np.ndarray], own: bool, exts: Exts,
+                     name: str) -> list[OperandInfo | None]:
     """Operand infos with constants decoded; None for an operand of an extension this
-    process does not know."""
+    process does not know. ``data`` is the model's operand values as given (``values`` is
+    their array)."""
     infos: list[OperandInfo | None] = []
+    # Constant scalars (strides, paddings, activations: most operands of a convolutional
+    # model) repeat a few values: equal ones share one info, decoded once, when their bytes
+    # cannot change under a view (immutable ``data``). Validation made each scale +-0.0 and
+    # zero point 0; a negative zero is left out, so every shared info is what it would be.
+    scalars: dict[tuple[OperandType, bytes], OperandInfo] | None = \
+        {} if type(data) is bytes else None
     for k, op in enumerate(sg.operands):
         if op.type >> 16:  # an extension type (is_extension_type)
             op = _extension_operand(op, f"{name} operand {k}", exts)  # type: ignore[assignment]
@@ -369,8 +379,17 @@ def _decode_operands(sg: Subgraph, values: np.ndarray, pools: Sequence[np.ndarra
         value: object = None
         if lt == L.CONSTANT_COPY:
             loc = op.location
-            value = decode_constant(op, values[loc.offset:loc.offset + loc.length], copy=own,
-                                    t=t)
+            start, end = loc.offset, loc.offset + loc.length
+            if scalars is not None and t in _SCALARS and op.extra_params is None and \
+                    math.copysign(1.0, op.scale) > 0:
+                key = (t, data[start:end])  # type: ignore[index]
+                info = scalars.get(key)
+                if info is None:
+                    info = scalars[key] = operand_info(
+                        op, decode_constant(op, values[start:end], copy=own, t=t), t)
+                infos.append(info)
+                continue
+            value = decode_constant(op, values[start:end], copy=own, t=t)
         elif lt == L.CONSTANT_REFERENCE:
             loc = op.location
             pool = pools[loc.pool_index]
@@ -384,13 +403,17 @@ def _decode_operands(sg: Subgraph, values: np.ndarray, pools: Sequence[np.ndarra
     return infos
 
 
-def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
+#: The scalar operand types (a constant of one is a few bytes, often repeated).
+_SCALARS = NO_DIMENSION_TYPES - {OperandType.SUBGRAPH}
+
+
+def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray, data: object,
                       pools: Sequence[np.ndarray], own: bool, relaxed: bool,
                       callees: Sequence[SubgraphGraph | None], max_bytes: int,
                       too_large: list[str], exts: Exts, ext_ops: dict[int, tuple[Any, Any]],
                       reasons: dict[tuple[int, int], str], work: _Work) -> SubgraphGraph:
     name = "main" if index < 0 else f"subgraph {index}"
-    infos = _decode_operands(sg, values, pools, own, exts, name)
+    infos = _decode_operands(sg, values, data, pools, own, exts, name)
     shapes: list[Shape] = [None if info is None else info.shape for info in infos]
     shaped: dict[int, OperandInfo] = {}  # operand -> info carrying its inferred shape
     operations: list[OperationTuple] = []

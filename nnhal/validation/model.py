@@ -67,6 +67,8 @@ _QUANT_TYPES = frozenset({T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED,
 #: The zero point range of each asymmetric quantized type (the others: 0).
 _ZERO_POINTS = {T.TENSOR_QUANT8_ASYMM: (0, 255), T.TENSOR_QUANT8_ASYMM_SIGNED: (-128, 127),
                 T.TENSOR_QUANT16_ASYMM: (0, 65535)}
+#: The bytes of a scalar of each scalar type (value_nbytes' answer, without its call).
+_SCALAR_BYTES = {t: t.byte_size for t in T if t.is_scalar}
 
 
 def validate_operand(op: Operand, where: str, prefixes: set[int], *,
@@ -145,48 +147,50 @@ def validate_operand(op: Operand, where: str, prefixes: set[int], *,
     return t
 
 
-def _validate_location(op: Operand, where: str, model: Model, pool_sizes: Sequence[int],
-                       t: OperandType | None) -> None:
-    """Lifetime and location of one operand of type ``t`` (None: an extension's); its fields
-    are uint32 already (the analysis runs :func:`nnhal.hal.checks.check_model_fields` first,
-    so nothing is negative)."""
+def _location_problem(op: Operand, model: Model, pool_sizes: Sequence[int],
+                      t: OperandType | None) -> str | None:
+    """What is wrong with the lifetime and location of one operand of type ``t`` (None: an
+    extension's), or None; its fields are uint32 already (the analysis runs
+    :func:`nnhal.hal.checks.check_model_fields` first, so nothing is negative). A message,
+    not an exception: the caller names the operand only when there is something to say."""
     lt = op.lifetime
     loc = op.location
     if not isinstance(loc, DataLocation):
-        raise _fail(f"{where}: invalid location")
+        return "invalid location"
     if lt == L.CONSTANT_COPY or lt == L.CONSTANT_REFERENCE:
-        if t is None:
-            size = None
-        else:
-            size = value_nbytes(t, op.dimensions)
+        if t is not None:
+            size = _SCALAR_BYTES.get(t)
             if size is None:
-                raise _fail(f"{where}: constant operand must have fully specified dimensions")
+                size = value_nbytes(t, op.dimensions)
+                if size is None:
+                    return "constant operand must have fully specified dimensions"
             if loc.length != size:
-                raise _fail(f"{where}: location length {loc.length} != operand size {size}")
+                return f"location length {loc.length} != operand size {size}"
         if lt == L.CONSTANT_COPY:
             if loc.pool_index != 0:
-                raise _fail(f"{where}: CONSTANT_COPY must have poolIndex 0")
+                return "CONSTANT_COPY must have poolIndex 0"
             limit = len(model.operand_values)
         else:
             if loc.pool_index >= len(pool_sizes):
-                raise _fail(f"{where}: pool index {loc.pool_index} out of range")
+                return f"pool index {loc.pool_index} out of range"
             limit = pool_sizes[loc.pool_index]
         if loc.offset + loc.length > limit:
-            raise _fail(f"{where}: location [{loc.offset}, {loc.offset + loc.length}) beyond "
-                        f"{'operandValues' if lt == L.CONSTANT_COPY else 'pool'} of {limit} bytes")
+            return (f"location [{loc.offset}, {loc.offset + loc.length}) beyond "
+                    f"{'operandValues' if lt == L.CONSTANT_COPY else 'pool'} of {limit} bytes")
     elif lt == L.SUBGRAPH:
         if t is not T.SUBGRAPH:
-            raise _fail(f"{where}: lifetime SUBGRAPH needs type SUBGRAPH")
+            return "lifetime SUBGRAPH needs type SUBGRAPH"
         if loc.pool_index != 0 or loc.length != 0:
-            raise _fail(f"{where}: SUBGRAPH operand has an invalid location")
+            return "SUBGRAPH operand has an invalid location"
         if loc.offset >= len(model.referenced):
-            raise _fail(f"{where}: subgraph reference {loc.offset} out of range")
+            return f"subgraph reference {loc.offset} out of range"
     # Not a constant nor a reference: an empty location (a DataLocation of another class is
     # never equal to one, as the dataclass compares).
     elif type(loc) is not DataLocation or loc.pool_index or loc.offset or loc.length:
-        raise _fail(f"{where}: lifetime {L(lt).name} must have an empty location")
+        return f"lifetime {L(lt).name} must have an empty location"
     if t is T.SUBGRAPH and lt != L.SUBGRAPH:
-        raise _fail(f"{where}: SUBGRAPH operand must have lifetime SUBGRAPH")
+        return "SUBGRAPH operand must have lifetime SUBGRAPH"
+    return None
 
 
 def validate_subgraph(sg: Subgraph, name: str, model: Model, pool_sizes: Sequence[int],
@@ -197,17 +201,28 @@ def validate_subgraph(sg: Subgraph, name: str, model: Model, pool_sizes: Sequenc
     n = len(operands)
     written = [False] * n
     with_lifetime: dict[L, list[int]] = {L.SUBGRAPH_INPUT: [], L.SUBGRAPH_OUTPUT: []}
+    # validate_operand's answers for operands without extra parameters, by all that it reads
+    # of them then (type, whether there are dimensions, scale, zero point): a model repeats
+    # a few such descriptions (every INT32 parameter, every float tensor), each checked once.
+    checked: dict[tuple, OperandType] = {}
     for i, op in enumerate(operands):
-        where = f"{name} operand {i}"
         lt = LIFETIMES.get(op.lifetime)
         if lt is None:
             try:
                 lt = L(op.lifetime)
             except ValueError:
-                raise _fail(f"{where}: invalid lifetime {op.lifetime}") from None
+                raise _fail(f"{name} operand {i}: invalid lifetime {op.lifetime}") from None
         op.lifetime = lt
-        t = validate_operand(op, where, prefixes, dims_checked=True)
-        _validate_location(op, where, model, pool_sizes, t)
+        key = (op.type, not op.dimensions, op.scale, op.zero_point) \
+            if op.extra_params is None else None
+        t = None if key is None else checked.get(key)
+        if t is None:
+            t = validate_operand(op, f"{name} operand {i}", prefixes, dims_checked=True)
+            if key is not None and t is not None:
+                checked[key] = t
+        problem = _location_problem(op, model, pool_sizes, t)
+        if problem is not None:
+            raise _fail(f"{name} operand {i}: {problem}")
         if lt in _WRITTEN_BEFORE:
             written[i] = True
         if lt in with_lifetime:
