@@ -427,7 +427,7 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray, data: object
         t = int(operation.type)
         operations.append((t, ins_idx, outs_idx))
         ext_op = None
-        if is_extension_type(t):
+        if t >> 16:  # an extension operation (is_extension_type)
             ext_op = extensions.resolve_operation(t, exts)
             definition = None if ext_op is None else ext_op.definition
             if ext_op is None:  # the prefix is in the table: the structure rules say so
@@ -474,7 +474,7 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray, data: object
                 op_level, inferred = check_and_prepare(definition, ctx)
             except OpError as e:
                 raise OpError(f"{name} operation {k}: {e}", e.status) from None
-        if op_level > level:
+        if op_level is not level and op_level > level:  # most are of the level found so far
             level = op_level
         ok = True
         if refs:

@@ -230,10 +230,10 @@ class _ArgMinMax(OperationDef):
 
     pick = staticmethod(np.argmax)
 
-    def validate(self, ctx: OpContext) -> None:
+    def validate(self, ctx: OpContext) -> list[Shape] | None:
         rank = ctx.inputs[0].rank
         ctx.require(rank is None or rank >= 1, "input must have rank 1 or more")
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape
