@@ -48,6 +48,13 @@ from nnhal.validation import ValidationError, validate_model
 
 L = OperandLifeTime
 log = logging.getLogger("nnhal.analysis")
+#: The scalar operand types (a constant of one is a few bytes, often repeated).
+_SCALARS = NO_DIMENSION_TYPES - {OperandType.SUBGRAPH}
+#: Members read on every operand, as module names: an enum's attribute costs ten times a
+#: global's.
+_COPY, _REFERENCE, _SUBGRAPH_LIFETIME = L.CONSTANT_COPY, L.CONSTANT_REFERENCE, L.SUBGRAPH
+_SUBGRAPH_TYPE = OperandType.SUBGRAPH
+_BOOLS = (OperandType.BOOL, OperandType.TENSOR_BOOL8)
 #: prefix -> (extension name, its definition or None): a model's table as this process reads it.
 Exts = Mapping[int, tuple[str, Any]]
 
@@ -107,7 +114,7 @@ def decode_constant(op: Operand, raw: np.ndarray, *, copy: bool = True,
     """
     if t is None:
         t = operand_type(op.type)
-    if t in (OperandType.BOOL, OperandType.TENSOR_BOOL8):
+    if t in _BOOLS:
         arr = raw != 0
     else:
         arr = raw.view(t.dtype)
@@ -385,7 +392,7 @@ def _decode_operands(sg: Subgraph, values: np.ndarray, data: object,
         t = operand_type(op.type)
         lt = op.lifetime
         value: object = None
-        if lt == L.CONSTANT_COPY:
+        if lt == _COPY:
             loc = op.location
             start, end = loc.offset, loc.offset + loc.length
             if scalars is not None and t in _SCALARS and op.extra_params is None and \
@@ -398,21 +405,17 @@ def _decode_operands(sg: Subgraph, values: np.ndarray, data: object,
                 infos.append(info)
                 continue
             value = decode_constant(op, values[start:end], copy=own, t=t)
-        elif lt == L.CONSTANT_REFERENCE:
+        elif lt == _REFERENCE:
             loc = op.location
             pool = pools[loc.pool_index]
             raw = pool[loc.offset:loc.offset + loc.length]
             # A sealed pool (mapped read-only) never changes: a view owns as much as a copy
             # would, and a model's weights are not copied again.
             value = decode_constant(op, raw, copy=own and pool.flags.writeable, t=t)
-        elif lt == L.SUBGRAPH:
+        elif lt == _SUBGRAPH_LIFETIME:
             value = int(op.location.offset)
         infos.append(operand_info(op, value, t))
     return infos
-
-
-#: The scalar operand types (a constant of one is a few bytes, often repeated).
-_SCALARS = NO_DIMENSION_TYPES - {OperandType.SUBGRAPH}
 
 
 def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray, data: object,
@@ -429,7 +432,7 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray, data: object
     works: list[int] = []
     level = FeatureLevel.V1_0
     unknown = any(info is None for info in infos)  # operands of an extension not known here
-    refs = any(info is not None and info.type == OperandType.SUBGRAPH for info in infos)
+    refs = any(info is not None and info.type == _SUBGRAPH_TYPE for info in infos)
     for k, operation in enumerate(sg.operations):
         ins_idx, outs_idx = tuple(operation.inputs), tuple(operation.outputs)
         t = int(operation.type)
@@ -487,7 +490,7 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray, data: object
         ok = True
         if refs:
             for i in ins_idx:
-                if infos[i].type == OperandType.SUBGRAPH:
+                if infos[i].type == _SUBGRAPH_TYPE:
                     ok &= callees[int(infos[i].value)].all_supported  # type: ignore
         if inferred:
             for i, s in zip(outs_idx, inferred):
