@@ -53,19 +53,22 @@ def rank_between(ctx: OpContext, index: int, min_rank: int | None = None,
     r = ctx.inputs[index].rank
     if r is None:
         return
-    if max_rank is not None:
-        ctx.require(r <= max_rank, f"input {index} rank {r} exceeds {max_rank}")
-    if min_rank is not None:
-        ctx.require(r >= min_rank, f"input {index} rank {r} is below {min_rank}")
+    # The messages are worded only when needed.
+    if max_rank is not None and r > max_rank:
+        raise ctx.fail(f"input {index} rank {r} exceeds {max_rank}")
+    if min_rank is not None and r < min_rank:
+        raise ctx.fail(f"input {index} rank {r} is below {min_rank}")
 
 
 def vector(ctx: OpContext, index: int, what: str, length: int | None = None) -> None:
     """Input ``index`` is 1-D (of ``length`` elements when both are known)."""
     r = ctx.inputs[index].rank
-    ctx.require(r is None or r == 1, f"{what} must be 1-D")
+    if r is not None and r != 1:  # the messages are worded only when needed
+        raise ctx.fail(f"{what} must be 1-D")
     if length is not None:
         d = ctx.dim(index, 0)
-        ctx.require(d is None or d == length, f"{what} must have {length} elements")
+        if d is not None and d != length:
+            raise ctx.fail(f"{what} must have {length} elements")
 
 
 def const_bool(ctx: OpContext, index: int, default: bool = False) -> bool | None:
