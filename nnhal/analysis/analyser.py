@@ -500,7 +500,7 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray, data: object
                 _check_declared(ctx.op_type, name, k, i, declared, s)
                 shapes[i] = _merge(shapes[i], s)
         for i in outs_idx:
-            nbytes = value_nbytes(infos[i].type, shapes[i]) if infos[i].type.is_tensor else None
+            nbytes = _tensor_nbytes(infos[i].type, shapes[i])
             if nbytes is not None and nbytes > max_bytes:
                 too_large.append(f"{name} operation {k} ({ctx.op_type.name}): output operand "
                                  f"{i} of shape {list(shapes[i] or ())} needs {nbytes} bytes, "
@@ -517,6 +517,19 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray, data: object
     return SubgraphGraph(index, tuple(infos), tuple(shapes), tuple(operations),  # type: ignore
                          tuple(sg.input_indexes), tuple(sg.output_indexes), tuple(supported),
                          level, tuple(works))
+
+
+def _tensor_nbytes(t: Any, shape: Shape) -> int | None:
+    """:func:`value_nbytes` of a tensor (None for a scalar or when unknown), a HAL tensor's
+    without its call: the analysis sizes every operation's outputs."""
+    size = _TENSOR_BYTES.get(t)
+    if size is None:  # not a HAL tensor type: a scalar, a subgraph reference, an extension's
+        return value_nbytes(t, shape) if t.is_tensor else None
+    return size * math.prod(shape) if shape and 0 not in shape else None
+
+
+#: The element size of each HAL tensor type.
+_TENSOR_BYTES = {t: t.byte_size for t in OperandType if t.is_tensor}
 
 
 def _check_declared(op_type: OperationType, name: str, k: int, index: int,

@@ -660,8 +660,10 @@ class _ConvBase(_CoreKernels):
     def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
         """Each output value sums :meth:`terms` products."""
         fshape = ctx.inputs[1].shape
-        terms = self.terms(tuple(max(d, 1) for d in fshape)) if fshape and len(fshape) == 4 \
-            else 1
+        if fshape and len(fshape) == 4:  # unknown dimensions count as 1 (a known filter as is)
+            terms = self.terms(fshape if min(fshape) > 0 else tuple(max(d, 1) for d in fshape))
+        else:
+            terms = 1
         return visits(ctx, outputs) + elements(outputs[0]) * terms
 
     # -- kernels --
