@@ -117,6 +117,32 @@ def test_validate_and_prepare_never_skips_what_a_subclass_adds():
     assert plain.validate_and_prepare(ctx) == [(1, 2, 2, 3)] == plain.prepare(ctx)
 
 
+def test_a_validate_that_infers_shapes_infers_them_once(monkeypatch):
+    """GATHER checks its indices against the inferred shape in validate: the analysis takes
+    the shapes validate returns instead of asking prepare again (its indices scanned once)."""
+    from nnhal.ops.indexing import Gather
+
+    calls = []
+    prepare = Gather.prepare
+    monkeypatch.setattr(Gather, "prepare", lambda self, ctx: calls.append(1) or prepare(self, ctx))
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [4, 3])
+    idx = b.constant(T.TENSOR_INT32, np.array([3, 0], np.int32))
+    out = b.output(T.TENSOR_FLOAT32, [0, 0])
+    b.operation(O.GATHER, [x, b.scalar(T.INT32, 0), idx], [out])
+    g = analysis.analyse(b.build()).main
+    assert g.shapes[out] == (2, 3) and calls == [1]
+
+
+def test_output_sizes_are_value_nbytes():
+    from nnhal.hal.types import value_nbytes
+
+    for t in T:
+        for shape in (None, (), (0,), (2, 0, 3), (5,), (1, 2, 3, 4)):
+            want = value_nbytes(t, shape) if t.is_tensor else None
+            assert analyse_module._tensor_nbytes(t, shape) == want, (t, shape)
+
+
 def test_supported_operations_and_plan_read_one_graph():
     graph = analysis.analyse(conv_model())
     assert graph.supported_operations() == [True, True]
