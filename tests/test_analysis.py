@@ -70,9 +70,26 @@ def test_prepare_checks_and_decodes_once(device, monkeypatch):
     model = conv_model()
     launch, status, pm = prepare(device, model)
     assert launch == status == ErrorStatus.NONE
-    n_constants = sum(op.lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)
-                      for op in model.main.operands)
-    assert counts == {"structure": 1, "decode": n_constants, "operation": 2}
+    constants = [op for op in model.main.operands
+                 if op.lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)]
+    tensors = [op for op in constants if op.dimensions]
+    # Equal scalar constants (the three strides of 2) are decoded once between them.
+    scalars = {(op.type, model.operand_values[op.location.offset:][:op.location.length])
+               for op in constants if not op.dimensions}
+    assert len(scalars) == 2 and len(tensors) == 2
+    assert counts == {"structure": 1, "decode": len(tensors) + len(scalars), "operation": 2}
+
+
+def test_equal_scalar_constants_share_one_read_only_info():
+    g = analysis.analyse(conv_model()).main
+    infos = [g.operands[i] for i in g.operations[0][1][3:]]  # the paddingscheme and strides
+    assert [int(i.value) for i in infos] == [2, 2, 2, 0]
+    assert infos[0] is infos[1] is infos[2] and infos[3] is not infos[0]
+    assert not infos[0].value.flags.writeable and infos[0].shape == ()
+    model = conv_model()  # a scale of -0.0 is valid on a scalar and kept as given
+    model.main.operands[model.main.operations[0].inputs[4]].scale = -0.0
+    infos = [analysis.analyse(model).main.operands[i] for i in model.main.operations[0].inputs]
+    assert str(infos[4].scale) == "-0.0" and str(infos[3].scale) == str(infos[5].scale) == "0.0"
 
 
 def test_validate_and_prepare_never_skips_what_a_subclass_adds():
@@ -98,6 +115,32 @@ def test_validate_and_prepare_never_skips_what_a_subclass_adds():
     assert catalog.check_and_prepare(Counted(), ctx) == catalog.check_and_prepare(plain, ctx)
     assert calls == ["prepare"]
     assert plain.validate_and_prepare(ctx) == [(1, 2, 2, 3)] == plain.prepare(ctx)
+
+
+def test_a_validate_that_infers_shapes_infers_them_once(monkeypatch):
+    """GATHER checks its indices against the inferred shape in validate: the analysis takes
+    the shapes validate returns instead of asking prepare again (its indices scanned once)."""
+    from nnhal.ops.indexing import Gather
+
+    calls = []
+    prepare = Gather.prepare
+    monkeypatch.setattr(Gather, "prepare", lambda self, ctx: calls.append(1) or prepare(self, ctx))
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [4, 3])
+    idx = b.constant(T.TENSOR_INT32, np.array([3, 0], np.int32))
+    out = b.output(T.TENSOR_FLOAT32, [0, 0])
+    b.operation(O.GATHER, [x, b.scalar(T.INT32, 0), idx], [out])
+    g = analysis.analyse(b.build()).main
+    assert g.shapes[out] == (2, 3) and calls == [1]
+
+
+def test_output_sizes_are_value_nbytes():
+    from nnhal.hal.types import value_nbytes
+
+    for t in T:
+        for shape in (None, (), (0,), (2, 0, 3), (5,), (1, 2, 3, 4)):
+            want = value_nbytes(t, shape) if t.is_tensor else None
+            assert analyse_module._tensor_nbytes(t, shape) == want, (t, shape)
 
 
 def test_supported_operations_and_plan_read_one_graph():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -47,6 +48,13 @@ from nnhal.validation import ValidationError, validate_model
 
 L = OperandLifeTime
 log = logging.getLogger("nnhal.analysis")
+#: The scalar operand types (a constant of one is a few bytes, often repeated).
+_SCALARS = NO_DIMENSION_TYPES - {OperandType.SUBGRAPH}
+#: Members read on every operand, as module names: an enum's attribute costs ten times a
+#: global's.
+_COPY, _REFERENCE, _SUBGRAPH_LIFETIME = L.CONSTANT_COPY, L.CONSTANT_REFERENCE, L.SUBGRAPH
+_SUBGRAPH_TYPE = OperandType.SUBGRAPH
+_BOOLS = (OperandType.BOOL, OperandType.TENSOR_BOOL8)
 #: prefix -> (extension name, its definition or None): a model's table as this process reads it.
 Exts = Mapping[int, tuple[str, Any]]
 
@@ -106,7 +114,7 @@ def decode_constant(op: Operand, raw: np.ndarray, *, copy: bool = True,
     """
     if t is None:
         t = operand_type(op.type)
-    if t in (OperandType.BOOL, OperandType.TENSOR_BOOL8):
+    if t in _BOOLS:
         arr = raw != 0
     else:
         arr = raw.view(t.dtype)
@@ -176,12 +184,20 @@ def io_signature(main: Subgraph, infos: Sequence[OperandInfo | None] = ()) -> Su
     extension operand's type is its resolved one (``infos``), so requests size it."""
     io = [*main.input_indexes, *main.output_indexes]
     n_in = len(main.input_indexes)
-    ops = [copy.deepcopy(main.operands[i]) for i in io]
+    ops = [_copy_operand(main.operands[i]) for i in io]
     for op, i in zip(ops, io):
         info = infos[i] if i < len(infos) else None
         if info is not None and isinstance(info.type, ExtensionOperandType):
             op.type = info.type
     return Subgraph(ops, [], list(range(n_in)), list(range(n_in, len(io))))
+
+
+def _copy_operand(op: Operand) -> Operand:
+    """What ``copy.deepcopy`` gives of an operand (a tenth of its time): its mutable fields
+    copied; its type, numbers and (frozen) location are immutable, so shared."""
+    extra = op.extra_params
+    return replace(op, dimensions=copy.copy(op.dimensions),
+                   extra_params=None if extra is None else copy.deepcopy(extra))
 
 
 def callees_first(model: Model) -> list[int]:
@@ -251,11 +267,12 @@ def _analyse(model: Model, own_constants: bool, max_tensor_bytes: int,
     reasons: dict[tuple[int, int], str] = {}
     work = _Work(max_work)
     for i in callees_first(model):
-        graphs[i] = _analyse_subgraph(model.referenced[i], i, values, pools, own_constants,
-                                      relaxed, graphs, max_tensor_bytes, too_large, exts,
-                                      ext_ops, reasons, work)
-    main = _analyse_subgraph(model.main, -1, values, pools, own_constants, relaxed, graphs,
-                             max_tensor_bytes, too_large, exts, ext_ops, reasons, work)
+        graphs[i] = _analyse_subgraph(model.referenced[i], i, values, model.operand_values,
+                                      pools, own_constants, relaxed, graphs, max_tensor_bytes,
+                                      too_large, exts, ext_ops, reasons, work)
+    main = _analyse_subgraph(model.main, -1, values, model.operand_values, pools,
+                             own_constants, relaxed, graphs, max_tensor_bytes, too_large, exts,
+                             ext_ops, reasons, work)
     levels = [g.min_level for g in (main, *graphs)]  # type: ignore[union-attr]
     if relaxed:
         levels.append(FeatureLevel.V1_1)  # relaxComputationFloat32toFloat16 came with 1.1
@@ -353,11 +370,19 @@ def _extension_operand(op: Operand, where: str, exts: Exts) -> Operand | None:
     return replace(op, type=t)
 
 
-def _decode_operands(sg: Subgraph, values: np.ndarray, pools: Sequence[np.ndarray],
-                     own: bool, exts: Exts, name: str) -> list[OperandInfo | None]:
+def _decode_operands(sg: Subgraph, values: np.ndarray, data: object,
+                     pools: Sequence[np.ndarray], own: bool, exts: Exts,
+                     name: str) -> list[OperandInfo | None]:
     """Operand infos with constants decoded; None for an operand of an extension this
-    process does not know."""
+    process does not know. ``data`` is the model's operand values as given (``values`` is
+    their array)."""
     infos: list[OperandInfo | None] = []
+    # Constant scalars (strides, paddings, activations: most operands of a convolutional
+    # model) repeat a few values: equal ones share one info, decoded once, when their bytes
+    # cannot change under a view (immutable ``data``). Validation made each scale +-0.0 and
+    # zero point 0; a negative zero is left out, so every shared info is what it would be.
+    scalars: dict[tuple[OperandType, bytes], OperandInfo] | None = \
+        {} if type(data) is bytes else None
     for k, op in enumerate(sg.operands):
         if op.type >> 16:  # an extension type (is_extension_type)
             op = _extension_operand(op, f"{name} operand {k}", exts)  # type: ignore[assignment]
@@ -367,30 +392,39 @@ def _decode_operands(sg: Subgraph, values: np.ndarray, pools: Sequence[np.ndarra
         t = operand_type(op.type)
         lt = op.lifetime
         value: object = None
-        if lt == L.CONSTANT_COPY:
+        if lt == _COPY:
             loc = op.location
-            value = decode_constant(op, values[loc.offset:loc.offset + loc.length], copy=own,
-                                    t=t)
-        elif lt == L.CONSTANT_REFERENCE:
+            start, end = loc.offset, loc.offset + loc.length
+            if scalars is not None and t in _SCALARS and op.extra_params is None and \
+                    math.copysign(1.0, op.scale) > 0:
+                key = (t, data[start:end])  # type: ignore[index]
+                info = scalars.get(key)
+                if info is None:
+                    info = scalars[key] = operand_info(
+                        op, decode_constant(op, values[start:end], copy=own, t=t), t)
+                infos.append(info)
+                continue
+            value = decode_constant(op, values[start:end], copy=own, t=t)
+        elif lt == _REFERENCE:
             loc = op.location
             pool = pools[loc.pool_index]
             raw = pool[loc.offset:loc.offset + loc.length]
             # A sealed pool (mapped read-only) never changes: a view owns as much as a copy
             # would, and a model's weights are not copied again.
             value = decode_constant(op, raw, copy=own and pool.flags.writeable, t=t)
-        elif lt == L.SUBGRAPH:
+        elif lt == _SUBGRAPH_LIFETIME:
             value = int(op.location.offset)
         infos.append(operand_info(op, value, t))
     return infos
 
 
-def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
+def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray, data: object,
                       pools: Sequence[np.ndarray], own: bool, relaxed: bool,
                       callees: Sequence[SubgraphGraph | None], max_bytes: int,
                       too_large: list[str], exts: Exts, ext_ops: dict[int, tuple[Any, Any]],
                       reasons: dict[tuple[int, int], str], work: _Work) -> SubgraphGraph:
     name = "main" if index < 0 else f"subgraph {index}"
-    infos = _decode_operands(sg, values, pools, own, exts, name)
+    infos = _decode_operands(sg, values, data, pools, own, exts, name)
     shapes: list[Shape] = [None if info is None else info.shape for info in infos]
     shaped: dict[int, OperandInfo] = {}  # operand -> info carrying its inferred shape
     operations: list[OperationTuple] = []
@@ -398,13 +432,13 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
     works: list[int] = []
     level = FeatureLevel.V1_0
     unknown = any(info is None for info in infos)  # operands of an extension not known here
-    refs = any(info is not None and info.type == OperandType.SUBGRAPH for info in infos)
+    refs = any(info is not None and info.type == _SUBGRAPH_TYPE for info in infos)
     for k, operation in enumerate(sg.operations):
         ins_idx, outs_idx = tuple(operation.inputs), tuple(operation.outputs)
         t = int(operation.type)
         operations.append((t, ins_idx, outs_idx))
         ext_op = None
-        if is_extension_type(t):
+        if t >> 16:  # an extension operation (is_extension_type)
             ext_op = extensions.resolve_operation(t, exts)
             definition = None if ext_op is None else ext_op.definition
             if ext_op is None:  # the prefix is in the table: the structure rules say so
@@ -451,12 +485,12 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
                 op_level, inferred = check_and_prepare(definition, ctx)
             except OpError as e:
                 raise OpError(f"{name} operation {k}: {e}", e.status) from None
-        if op_level > level:
+        if op_level is not level and op_level > level:  # most are of the level found so far
             level = op_level
         ok = True
         if refs:
             for i in ins_idx:
-                if infos[i].type == OperandType.SUBGRAPH:
+                if infos[i].type == _SUBGRAPH_TYPE:
                     ok &= callees[int(infos[i].value)].all_supported  # type: ignore
         if inferred:
             for i, s in zip(outs_idx, inferred):
@@ -466,7 +500,7 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
                 _check_declared(ctx.op_type, name, k, i, declared, s)
                 shapes[i] = _merge(shapes[i], s)
         for i in outs_idx:
-            nbytes = value_nbytes(infos[i].type, shapes[i]) if infos[i].type.is_tensor else None
+            nbytes = _tensor_nbytes(infos[i].type, shapes[i])
             if nbytes is not None and nbytes > max_bytes:
                 too_large.append(f"{name} operation {k} ({ctx.op_type.name}): output operand "
                                  f"{i} of shape {list(shapes[i] or ())} needs {nbytes} bytes, "
@@ -483,6 +517,19 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray,
     return SubgraphGraph(index, tuple(infos), tuple(shapes), tuple(operations),  # type: ignore
                          tuple(sg.input_indexes), tuple(sg.output_indexes), tuple(supported),
                          level, tuple(works))
+
+
+def _tensor_nbytes(t: Any, shape: Shape) -> int | None:
+    """:func:`value_nbytes` of a tensor (None for a scalar or when unknown), a HAL tensor's
+    without its call: the analysis sizes every operation's outputs."""
+    size = _TENSOR_BYTES.get(t)
+    if size is None:  # not a HAL tensor type: a scalar, a subgraph reference, an extension's
+        return value_nbytes(t, shape) if t.is_tensor else None
+    return size * math.prod(shape) if shape and 0 not in shape else None
+
+
+#: The element size of each HAL tensor type.
+_TENSOR_BYTES = {t: t.byte_size for t in OperandType if t.is_tensor}
 
 
 def _check_declared(op_type: OperationType, name: str, k: int, index: int,

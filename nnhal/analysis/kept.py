@@ -47,12 +47,14 @@ def _scales(scales: object) -> object:
 
 
 def _subgraph(sg: Subgraph) -> tuple:
-    return (tuple((o.type, tuple(o.dimensions), o.number_of_consumers, o.scale, o.zero_point,
-                   o.lifetime, o.location,
-                   (_scales(o.extra_params.scales), o.extra_params.channel_dim)
-                   if hasattr(o.extra_params, "scales") else o.extra_params)
-                  for o in sg.operands),
-            tuple((o.type, tuple(o.inputs), tuple(o.outputs)) for o in sg.operations),
+    # List comprehensions, not generators (every lookup takes a snapshot); extra parameters
+    # that are None or bytes stand for themselves.
+    return (tuple([(o.type, tuple(o.dimensions), o.number_of_consumers, o.scale, o.zero_point,
+                    o.lifetime, o.location,
+                    e if (e := o.extra_params) is None or type(e) is bytes else
+                    (_scales(e.scales), e.channel_dim) if hasattr(e, "scales") else e)
+                   for o in sg.operands]),
+            tuple([(o.type, tuple(o.inputs), tuple(o.outputs)) for o in sg.operations]),
             tuple(sg.input_indexes), tuple(sg.output_indexes))
 
 

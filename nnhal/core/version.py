@@ -83,25 +83,28 @@ class FeatureLevel(enum.Enum):
         """For messages: ``feature level 4 (HAL 1.3)``, ``feature level 6 (AIDL v2)``."""
         return f"feature level {self.level} ({self.label})"
 
+    # Comparisons read each member's facts directly (``_value_``, the enum's own slot): the
+    # ``level`` property costs two Python calls a side, and an analysis compares a level per
+    # operation.
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, FeatureLevel):
             return NotImplemented
-        return self.level < other.level
+        return self._value_.level < other._value_.level
 
     def __le__(self, other: object) -> bool:
         if not isinstance(other, FeatureLevel):
             return NotImplemented
-        return self.level <= other.level
+        return self._value_.level <= other._value_.level
 
     def __gt__(self, other: object) -> bool:
         if not isinstance(other, FeatureLevel):
             return NotImplemented
-        return self.level > other.level
+        return self._value_.level > other._value_.level
 
     def __ge__(self, other: object) -> bool:
         if not isinstance(other, FeatureLevel):
             return NotImplemented
-        return self.level >= other.level
+        return self._value_.level >= other._value_.level
 
     def __repr__(self) -> str:
         return f"<FeatureLevel.{self.name}: {self.level}>"

@@ -96,9 +96,8 @@ class _Activation(OperationDef):
 
     def validate(self, ctx: OpContext) -> None:
         info = ctx.inputs[0]
-        if self.max_rank is not None:
-            ctx.require(info.rank is None or info.rank <= self.max_rank,
-                        f"input rank must be at most {self.max_rank}")
+        if self.max_rank is not None and info.rank is not None and info.rank > self.max_rank:
+            raise ctx.fail(f"input rank must be at most {self.max_rank}")
         check_quant_scales(ctx)
         check_output_shape(ctx, info.shape)
         if info.type in C.QUANT8_TYPES:

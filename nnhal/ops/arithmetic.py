@@ -42,8 +42,9 @@ class _Binary(OperationDef):
         """Every rule checked; the broadcast output shape (prepare's)."""
         t = ctx.inputs[0].type
         for i in (0, 1):
-            ctx.require(ctx.inputs[i].rank is None or ctx.inputs[i].rank <= 4,
-                        f"input {i} rank must be at most 4")
+            shape = ctx.inputs[i].shape
+            if shape is not None and len(shape) > 4:  # the message worded only when needed
+                raise ctx.fail(f"input {i} rank must be at most 4")
         C.check_activation(ctx, 2)
         if t == T.TENSOR_INT32:
             act = ctx.const(2)

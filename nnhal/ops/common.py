@@ -41,8 +41,8 @@ def qrange(t: OperandType) -> tuple[int, int]:
 def check_activation(ctx: OpContext, index: int) -> None:
     """A constant fused activation must be a FuseCode (the signature checks it is INT32)."""
     v = ctx.const(index)
-    if v is not None:
-        ctx.require(int(v) in (0, 1, 2, 3), f"invalid fused activation {int(v)}")
+    if v is not None and int(v) not in (0, 1, 2, 3):  # the message worded only when needed
+        raise ctx.fail(f"invalid fused activation {int(v)}")
 
 
 def activation_code(value: object) -> int:
@@ -236,6 +236,8 @@ def broadcast_shapes(a: Sequence[int] | None, b: Sequence[int] | None) -> tuple[
     """NNAPI broadcasting with 0 meaning unknown at prepare time; raises on a mismatch."""
     if a is None or b is None:
         return None
+    if a == b:  # the same shape (most element-wise operations): itself, unknowns and all
+        return tuple(a)
     n = max(len(a), len(b))
     a = (1,) * (n - len(a)) + tuple(a)
     b = (1,) * (n - len(b)) + tuple(b)

@@ -260,17 +260,20 @@ def _check_args(a: _Args, transpose: bool = False) -> None:
     """Range checks of the parameters that are known; raises OpError."""
     if a.code is not None and a.code not in (0, PAD_SAME, PAD_VALID):
         raise OpError(f"invalid implicit padding scheme {a.code}")
+    # Loops rather than any(generator): a convolution's analysis runs this once.
     if a.pads is not None:
-        checked = (a.pads[0], a.pads[2]) if transpose else a.pads
-        if any(p is not None and p < 0 for p in checked):
-            raise OpError(f"negative padding {a.pads}")
-    if any(s is not None and s <= 0 for s in a.stride):
-        raise OpError(f"strides must be positive, got {a.stride}")
-    if any(d is not None and d <= 0 for d in a.dilation):
-        raise OpError(f"dilation factors must be positive, got {a.dilation}")
+        for p in (a.pads[0], a.pads[2]) if transpose else a.pads:
+            if p is not None and p < 0:
+                raise OpError(f"negative padding {a.pads}")
+    for s in a.stride:
+        if s is not None and s <= 0:
+            raise OpError(f"strides must be positive, got {a.stride}")
+    for d in a.dilation:
+        if d is not None and d <= 0:
+            raise OpError(f"dilation factors must be positive, got {a.dilation}")
     if a.extra is not None and a.extra <= 0:
         raise OpError(f"depth multiplier / group count must be positive, got {a.extra}")
-    if a.act is not None:
+    if a.act is not None and a.act not in (0, 1, 2, 3):  # an int already: no array made
         C.activation_code(a.act)
     if a.out_shape is not None and a.out_shape.shape != (4,):
         raise OpError("output shape must be a 1-D tensor of 4 elements")
@@ -594,8 +597,8 @@ class _ConvBase(_CoreKernels):
         cout = kh = kw = 0
         if fshape is not None:
             cout, kh, kw = self.filter_geometry(fshape)
-            if bshape is not None and bshape[0] and cout:
-                ctx.require(bshape[0] == cout, f"bias has {bshape[0]} elements, expected {cout}")
+            if bshape is not None and bshape[0] and cout and bshape[0] != cout:
+                raise ctx.fail(f"bias has {bshape[0]} elements, expected {cout}")
         elif bshape is not None:
             cout = bshape[0]
         if ishape is None or a.nchw is None:
@@ -632,11 +635,11 @@ class _ConvBase(_CoreKernels):
     def axis(self, a: _Args, dim: int, size: int, k: int) -> tuple[int, int, int] | None:
         """(pad head, pad tail, output size) along height (dim 0) or width (dim 1)."""
         s, d = a.stride[dim], a.dilation[dim]
-        if not _known(s, d):
+        if s is None or d is None:
             return None
         if a.pads is not None:
             head, tail = a.pads[2:] if dim == 0 else a.pads[:2]
-            if not _known(head, tail):
+            if head is None or tail is None:
                 return None
         elif a.code is not None:
             head, tail = explicit_padding(size, s, d, k, a.code)
@@ -657,8 +660,10 @@ class _ConvBase(_CoreKernels):
     def work(self, ctx: OpContext, outputs: Sequence[Shape]) -> int:
         """Each output value sums :meth:`terms` products."""
         fshape = ctx.inputs[1].shape
-        terms = self.terms(tuple(max(d, 1) for d in fshape)) if fshape and len(fshape) == 4 \
-            else 1
+        if fshape and len(fshape) == 4:  # unknown dimensions count as 1 (a known filter as is)
+            terms = self.terms(fshape if min(fshape) > 0 else tuple(max(d, 1) for d in fshape))
+        else:
+            terms = 1
         return visits(ctx, outputs) + elements(outputs[0]) * terms
 
     # -- kernels --

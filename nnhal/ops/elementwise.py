@@ -68,8 +68,8 @@ def shapes_compatible(a: Shape, b: Shape) -> bool:
 def check_output_shape(ctx: OpContext, shape: Shape, index: int = 0) -> None:
     """Reject a model whose declared output shape contradicts the inferred one."""
     declared = ctx.outputs[index].shape
-    ctx.require(shapes_compatible(declared, shape),
-                f"output {index} shape {declared} does not match the expected {shape}")
+    if not shapes_compatible(declared, shape):  # the message worded only when needed
+        raise ctx.fail(f"output {index} shape {declared} does not match the expected {shape}")
 
 
 SCALED_TYPES = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM,
@@ -161,9 +161,8 @@ class _Unary(OperationDef):
         if ctx.inputs[0].type in C.QUANT8_TYPES:
             check_quant_scales(ctx)
         r = ctx.inputs[0].rank
-        if self.max_rank is not None:
-            ctx.require(r is None or r <= self.max_rank,
-                        f"input 0 rank must be at most {self.max_rank}")
+        if self.max_rank is not None and r is not None and r > self.max_rank:
+            raise ctx.fail(f"input 0 rank must be at most {self.max_rank}")
         check_output_shape(ctx, ctx.inputs[0].shape)
 
     def prepare(self, ctx: OpContext) -> list[Shape]:

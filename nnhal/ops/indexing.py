@@ -14,7 +14,7 @@ import numpy as np
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
-from nnhal.ops.resolver import OpContext, OperationDef, OpError, register
+from nnhal.ops.resolver import OpContext, OperationDef, OpError, Shape, register
 from nnhal.ops.shape import known, quant_unchanged, rank_between, scalar, vector
 from nnhal.ops.signature import V1_0, V1_1, V1_2, V1_3, Slot, sig, variants
 
@@ -128,7 +128,7 @@ def _basic_index(plan: Sequence[tuple[int, int, int]]) -> tuple[slice, ...]:
 
 @register(O.STRIDED_SLICE)
 class StridedSlice(OperationDef):
-    def validate(self, ctx: OpContext) -> None:
+    def validate(self, ctx: OpContext) -> list[Shape] | None:
         quant_unchanged(ctx)
         rank_between(ctx, 0, max_rank=4)
         r = ctx.inputs[0].rank
@@ -136,7 +136,7 @@ class StridedSlice(OperationDef):
             vector(ctx, i, what, r)
         strides = ctx.const_ints(3)
         ctx.require(strides is None or all(s != 0 for s in strides), "strides must be non-zero")
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape
@@ -214,13 +214,13 @@ def _slice_sizes(shape: Sequence[int], begin: Sequence[int],
 
 @register(O.SLICE)
 class Slice(OperationDef):
-    def validate(self, ctx: OpContext) -> None:
+    def validate(self, ctx: OpContext) -> list[Shape] | None:
         quant_unchanged(ctx)
         rank_between(ctx, 0, min_rank=1)
         r = ctx.inputs[0].rank
         vector(ctx, 1, "begin", r)
         vector(ctx, 2, "size", r)
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape
@@ -277,10 +277,10 @@ class Slice(OperationDef):
 
 @register(O.GATHER)
 class Gather(OperationDef):
-    def validate(self, ctx: OpContext) -> None:
+    def validate(self, ctx: OpContext) -> list[Shape] | None:
         quant_unchanged(ctx)
         rank_between(ctx, 0, min_rank=1)
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape, ishape = ctx.inputs[0].shape, ctx.inputs[2].shape
@@ -381,10 +381,10 @@ class HashtableLookup(OperationDef):
 class TopKV2(OperationDef):
     """Values sorted in descending order; equal values list the larger index first."""
 
-    def validate(self, ctx: OpContext) -> None:
+    def validate(self, ctx: OpContext) -> list[Shape] | None:
         quant_unchanged(ctx)
         rank_between(ctx, 0, min_rank=1)
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape

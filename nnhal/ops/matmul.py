@@ -74,7 +74,7 @@ def matmul_shape(lhs: Sequence[int], rhs: Sequence[int], adj_x: bool | None,
 
 @register(O.BATCH_MATMUL)
 class BatchMatmul(OperationDef):
-    def validate(self, ctx: OpContext) -> None:
+    def validate(self, ctx: OpContext) -> list[Shape] | None:
         for i in (0, 1):
             ctx.expect_rank(i, (2, 3, 4))
         lhs, rhs, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
@@ -84,7 +84,7 @@ class BatchMatmul(OperationDef):
         if out.shape is not None and lhs.rank is not None:
             ctx.require(len(out.shape) == lhs.rank,
                         f"output has rank {len(out.shape)}, expected {lhs.rank}")
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     def prepare(self, ctx: OpContext) -> list[Shape]:
         lhs, rhs = ctx.inputs[0].shape, ctx.inputs[1].shape

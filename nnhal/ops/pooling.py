@@ -138,7 +138,7 @@ def _window_counts(in_size: int, out_n: int, stride: int, head: int, filt: int) 
 class _Pool(OperationDef):
     """Shared validation, shape inference and window extraction."""
 
-    def validate(self, ctx: OpContext) -> None:
+    def validate(self, ctx: OpContext) -> list[Shape] | None:
         n = len(ctx.inputs)
         t = ctx.inputs[0].type
         n_int = 9 if n >= 10 else 6
@@ -170,6 +170,7 @@ class _Pool(OperationDef):
         shape = self.prepare(ctx)
         if shape and shape[0] is not None:
             ctx.require(all(d >= 0 for d in shape[0]), "output size must be positive")
+        return shape
 
     def prepare(self, ctx: OpContext) -> list[Shape] | None:
         shape = ctx.inputs[0].shape

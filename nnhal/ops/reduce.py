@@ -83,7 +83,8 @@ class _Reduce(OperationDef):
     def _validated(self, ctx: OpContext) -> list[Shape] | None:
         """Every rule checked; prepare's output shapes (validate infers them to check)."""
         info, out = ctx.inputs[0], ctx.outputs[0]
-        ctx.require(info.rank is None or info.rank <= 4, f"input rank {info.rank} exceeds 4")
+        if info.rank is not None and info.rank > 4:  # the message worded only when needed
+            raise ctx.fail(f"input rank {info.rank} exceeds 4")
         if info.type in C.QUANT8_TYPES:
             ctx.require(np.float32(out.scale) == np.float32(info.scale)
                         and out.zero_point == info.zero_point,
@@ -230,10 +231,10 @@ class _ArgMinMax(OperationDef):
 
     pick = staticmethod(np.argmax)
 
-    def validate(self, ctx: OpContext) -> None:
+    def validate(self, ctx: OpContext) -> list[Shape] | None:
         rank = ctx.inputs[0].rank
         ctx.require(rank is None or rank >= 1, "input must have rank 1 or more")
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape

@@ -128,7 +128,7 @@ def _const_flag(ctx: OpContext, index: int) -> bool | None:
 
 
 class _Resize(OperationDef):
-    def validate(self, ctx: OpContext) -> None:
+    def validate(self, ctx: OpContext) -> list[Shape] | None:
         t = ctx.inputs[0].type
         st = ctx.inputs[2].type
         ctx.expect_rank(0, 4)
@@ -145,7 +145,7 @@ class _Resize(OperationDef):
             for i in (1, 2):
                 v = ctx.const_int(i)
                 ctx.require(v is None or v > 0, "output size must be positive")
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     def prepare(self, ctx: OpContext) -> list[Shape] | None:
         shape = ctx.inputs[0].shape

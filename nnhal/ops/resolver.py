@@ -9,8 +9,8 @@ Modelled on the NNAPI operation resolver and TFLite's Prepare/Eval split:
   Both run once per model, in the analysis (:mod:`nnhal.analysis`).
 * ``prepare(ctx)`` (optional) infers output shapes from input shapes known at prepare time
   (``0`` marks an unknown dimension, ``None`` an unknown rank). The analysis asks for both
-  through ``validate_and_prepare(ctx)``, which an operation whose validate already infers the
-  shapes (to check them) overrides so that they are inferred once.
+  through ``validate_and_prepare(ctx)``; a validate that infers the shapes (to check them)
+  returns them, so they are inferred once.
 * ``kernel(ctx)`` runs once per operation in ``prepareModel``: it unpacks constants, picks the
   arithmetic and returns the bound kernel ``run(ins, rt) -> outs`` that every execution calls.
   ``ins`` are numpy arrays (0-d for scalars, ``None`` for omitted optional inputs) and ``outs``
@@ -121,10 +121,12 @@ class OpContext:
             raise self.fail(message)
 
     def expect_rank(self, index: int, ranks: int | Sequence[int], *, output: bool = False) -> None:
-        info = (self.outputs if output else self.inputs)[index]
+        shape = (self.outputs if output else self.inputs)[index].shape
+        if shape is None or len(shape) == ranks:  # an unknown rank, or the one expected
+            return
         allowed = (ranks,) if isinstance(ranks, int) else tuple(ranks)
-        if info.rank is not None and info.rank not in allowed:
-            raise self.fail(f"{'output' if output else 'input'} {index} has rank {info.rank}, "
+        if len(shape) not in allowed:
+            raise self.fail(f"{'output' if output else 'input'} {index} has rank {len(shape)}, "
                             f"expected {' or '.join(map(str, allowed))}")
 
     def const(self, index: int) -> Any:
@@ -168,7 +170,10 @@ class OperationDef:
 
     op_type: OperationType
 
-    def validate(self, ctx: OpContext) -> None:  # pragma: no cover - every op overrides
+    def validate(self, ctx: OpContext) -> list[Shape] | None:  # pragma: no cover
+        """Every rule of the operation beyond its signature; raises OpError. One that infers
+        the output shapes to check them (calls :meth:`prepare`) returns them, so that
+        :meth:`validate_and_prepare` does not infer them again."""
         raise NotImplementedError
 
     def prepare(self, ctx: OpContext) -> list[Shape] | None:
@@ -176,12 +181,13 @@ class OperationDef:
         return None
 
     def validate_and_prepare(self, ctx: OpContext) -> list[Shape] | None:
-        """:meth:`validate` then :meth:`prepare`, as the analysis asks of every operation.
-        An operation whose validate infers the output shapes to check them overrides this to
-        infer them once; a subclass that redefines validate or prepare gets this default
-        back (:meth:`__init_subclass__`), so an override never skips what it added."""
-        self.validate(ctx)
-        return self.prepare(ctx)
+        """:meth:`validate` then :meth:`prepare`, as the analysis asks of every operation;
+        the shapes validate returned, when it inferred them to check them, rather than
+        inferring them again. An operation may override this to share more than the shapes;
+        a subclass that redefines validate or prepare gets this default back
+        (:meth:`__init_subclass__`), so an override never skips what it added."""
+        inferred = self.validate(ctx)
+        return self.prepare(ctx) if inferred is None else inferred
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -240,7 +246,8 @@ def visits(ctx: OpContext, outputs: Sequence[Shape]) -> int:
     """Every input and output element once: :meth:`OperationDef.work`'s default."""
     total = 0
     for info in ctx.inputs:
-        total += elements(info.shape)
+        shape = info.shape
+        total += elements(shape) if shape else 1  # a scalar's one element, without a call
     for shape in outputs:
         total += elements(shape)
     return total

@@ -53,19 +53,22 @@ def rank_between(ctx: OpContext, index: int, min_rank: int | None = None,
     r = ctx.inputs[index].rank
     if r is None:
         return
-    if max_rank is not None:
-        ctx.require(r <= max_rank, f"input {index} rank {r} exceeds {max_rank}")
-    if min_rank is not None:
-        ctx.require(r >= min_rank, f"input {index} rank {r} is below {min_rank}")
+    # The messages are worded only when needed.
+    if max_rank is not None and r > max_rank:
+        raise ctx.fail(f"input {index} rank {r} exceeds {max_rank}")
+    if min_rank is not None and r < min_rank:
+        raise ctx.fail(f"input {index} rank {r} is below {min_rank}")
 
 
 def vector(ctx: OpContext, index: int, what: str, length: int | None = None) -> None:
     """Input ``index`` is 1-D (of ``length`` elements when both are known)."""
     r = ctx.inputs[index].rank
-    ctx.require(r is None or r == 1, f"{what} must be 1-D")
+    if r is not None and r != 1:  # the messages are worded only when needed
+        raise ctx.fail(f"{what} must be 1-D")
     if length is not None:
         d = ctx.dim(index, 0)
-        ctx.require(d is None or d == length, f"{what} must have {length} elements")
+        if d is not None and d != length:
+            raise ctx.fail(f"{what} must have {length} elements")
 
 
 def const_bool(ctx: OpContext, index: int, default: bool = False) -> bool | None:
@@ -376,11 +379,11 @@ class Pack(OperationDef):
     """Quantized inputs and the output share one scale and zero point (the HAL requires it),
     so packing is a copy of each input into its slice of the output."""
 
-    def validate(self, ctx: OpContext) -> None:
+    def validate(self, ctx: OpContext) -> list[Shape] | None:
         for i in range(1, len(ctx.inputs)):
             rank_between(ctx, i, min_rank=1)
             quant_unchanged(ctx, index=i)
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shapes = [ctx.inputs[i].shape for i in range(1, len(ctx.inputs))]
@@ -610,11 +613,11 @@ def _s2b_shape(nhwc: Sequence[int], block: Sequence[int], pads: Sequence[int], *
 
 @register(O.BATCH_TO_SPACE_ND)
 class BatchToSpace(OperationDef):
-    def validate(self, ctx: OpContext) -> None:
+    def validate(self, ctx: OpContext) -> list[Shape] | None:
         quant_unchanged(ctx)
         ctx.expect_rank(0, 4)
         vector(ctx, 1, "block_shape", 2)
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape
@@ -649,14 +652,14 @@ class BatchToSpace(OperationDef):
 class SpaceToBatch(OperationDef):
     """Padding uses the logical zero (the zero point for quantized tensors, since 1.2)."""
 
-    def validate(self, ctx: OpContext) -> None:
+    def validate(self, ctx: OpContext) -> list[Shape] | None:
         quant_unchanged(ctx)
         ctx.expect_rank(0, 4)
         vector(ctx, 1, "block_shape", 2)
         ps = ctx.inputs[2].shape
         ctx.require(ps is None or (len(ps) == 2 and ps[0] in (0, 2) and ps[1] in (0, 2)),
                     "paddings must have shape [2, 2]")
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape
@@ -710,7 +713,7 @@ def _pad_shape(shape: Sequence[int], pads: Sequence[int], *, strict: bool = Fals
 class _PadBase(OperationDef):
     n_inputs = 2
 
-    def validate(self, ctx: OpContext) -> None:
+    def validate(self, ctx: OpContext) -> list[Shape] | None:
         t = ctx.inputs[0].type
         quant_unchanged(ctx)
         rank_between(ctx, 0, 1, 4)
@@ -723,7 +726,7 @@ class _PadBase(OperationDef):
             if v is not None:
                 lo, hi = C.qrange(t)
                 ctx.require(lo <= v <= hi, f"pad value {v} is outside the range of {t.name}")
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape
@@ -800,14 +803,14 @@ def _mirror_pad_shape(shape: Sequence[int], pads: Sequence[int], mode: int | Non
 
 @register(O.MIRROR_PAD)
 class MirrorPad(OperationDef):
-    def validate(self, ctx: OpContext) -> None:
+    def validate(self, ctx: OpContext) -> list[Shape] | None:
         quant_unchanged(ctx)
         rank_between(ctx, 0, min_rank=1)
         ps, r = ctx.inputs[1].shape, ctx.inputs[0].rank
         if ps is not None:
             ctx.require(len(ps) == 2 and ps[1] in (0, 2), "paddings must have shape [rank, 2]")
             ctx.require(r is None or ps[0] in (0, r), "paddings must have shape [rank, 2]")
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape, pads, mode = ctx.inputs[0].shape, ctx.const_ints(1), ctx.const_int(2)
@@ -899,12 +902,12 @@ def _squeeze_shape(shape: Sequence[int], axes: Sequence[int] | None, *,
 
 @register(O.SQUEEZE)
 class Squeeze(OperationDef):
-    def validate(self, ctx: OpContext) -> None:
+    def validate(self, ctx: OpContext) -> list[Shape] | None:
         quant_unchanged(ctx)
         rank_between(ctx, 0, max_rank=4)
         if ctx.has_value(1):
             vector(ctx, 1, "squeeze dims")
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     @staticmethod
     def _axes_const(ctx: OpContext) -> tuple[bool, list[int] | None]:
@@ -935,10 +938,10 @@ class Squeeze(OperationDef):
 
 @register(O.EXPAND_DIMS)
 class ExpandDims(OperationDef):
-    def validate(self, ctx: OpContext) -> None:
+    def validate(self, ctx: OpContext) -> list[Shape] | None:
         quant_unchanged(ctx)
         rank_between(ctx, 0, min_rank=1)
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape
@@ -974,12 +977,12 @@ def _check_perm(perm: Sequence[int], rank: int) -> list[int]:
 class Transpose(OperationDef):
     """An omitted permutation reverses the dimensions."""
 
-    def validate(self, ctx: OpContext) -> None:
+    def validate(self, ctx: OpContext) -> list[Shape] | None:
         quant_unchanged(ctx)
         rank_between(ctx, 0, max_rank=4)
         if ctx.has_value(1):
             vector(ctx, 1, "perm", ctx.inputs[0].rank)
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape
@@ -1017,11 +1020,11 @@ def _tile_shape(shape: Sequence[int], mult: Sequence[int]) -> tuple[int, ...]:
 
 @register(O.TILE)
 class Tile(OperationDef):
-    def validate(self, ctx: OpContext) -> None:
+    def validate(self, ctx: OpContext) -> list[Shape] | None:
         quant_unchanged(ctx)
         rank_between(ctx, 0, min_rank=1)
         vector(ctx, 1, "multiples", ctx.inputs[0].rank)
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape
@@ -1080,14 +1083,14 @@ class ChannelShuffle(OperationDef):
 
 @register(O.SPLIT)
 class Split(OperationDef):
-    def validate(self, ctx: OpContext) -> None:
+    def validate(self, ctx: OpContext) -> list[Shape] | None:
         quant_unchanged(ctx, range(len(ctx.outputs)))
         rank_between(ctx, 0, min_rank=1)
         n = ctx.const_int(2)
         if n is not None:
             ctx.require(n > 0, "num_splits must be positive")
             ctx.require(n == len(ctx.outputs), "num_splits must equal the number of outputs")
-        self.prepare(ctx)
+        return self.prepare(ctx)
 
     def prepare(self, ctx: OpContext):
         shape = ctx.inputs[0].shape

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from nnhal.core.version import FeatureLevel
 from nnhal.hal.types import OperandLifeTime, OperandType, OperationType
@@ -210,7 +211,10 @@ def check(signature: Signature, inputs: Sequence[object], outputs: Sequence[obje
     """
     key = _check_key(signature, inputs, outputs, presence)
     if key is not None:
-        found = _CHECKED.get(key)
+        try:
+            found = _CHECKED.get(key)
+        except TypeError:  # a lifetime that is no number: checked, not remembered
+            key = found = None
         if found is not None and found[0] is signature:
             if isinstance(found[1], str):
                 raise SignatureError(found[1])
@@ -230,24 +234,25 @@ def _check_key(signature: Signature, inputs: Sequence[object], outputs: Sequence
                presence: bool) -> tuple | None:
     """check()'s memo key: the signature, presence, each input's type and lifetime and each
     output's type; None (not remembered) unless every type is a plain HAL one (an
-    extension's types are checked each time). One loop, no call per operand: the analysis
-    asks once per operation."""
-    key: list[object] = [id(signature), presence]
-    for i in inputs:
-        t = i.type  # type: ignore[attr-defined]
+    extension's types are checked each time). The attributes are read in C (attrgetter):
+    the analysis asks once per operation."""
+    try:
+        ins = tuple(map(_TYPE_AND_LIFETIME, inputs))
+    except AttributeError:  # objects without a lifetime (the NDK's check of types only)
+        ins = tuple((i.type, getattr(i, "lifetime", -1)) for i in inputs)  # type: ignore
+    outs = tuple(map(_TYPE, outputs))
+    for t, _ in ins:
         if type(t) is not OperandType:
             return None
-        try:
-            key.append((t, int(getattr(i, "lifetime", -1) or 0)))
-        except (TypeError, ValueError):
-            return None
-    key.append(None)
-    for o in outputs:
-        t = o.type  # type: ignore[attr-defined]
+    for t in outs:
         if type(t) is not OperandType:
             return None
-        key.append(t)
-    return tuple(key)
+    return (id(signature), presence, ins, outs)
+
+
+#: What check() reads of each operand for its memo key.
+_TYPE_AND_LIFETIME = attrgetter("type", "lifetime")
+_TYPE = attrgetter("type")
 
 
 def _remember(key: tuple, signature: Signature, answer: FeatureLevel | str) -> None:

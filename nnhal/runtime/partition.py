@@ -21,6 +21,7 @@ from typing import Any
 
 from nnhal.drivers.reference import ReferenceDevice
 from nnhal.hal.types import (
+    OPERAND_TYPES,
     Model,
     Operand,
     OperandLifeTime,
@@ -95,10 +96,18 @@ def _judged_types(model: Model, k: int) -> tuple[int, ...]:
     prefix is its own), so the operation is judged by its other tensors."""
     sg = model.main
     op = sg.operations[k]
-    types = {int(sg.operands[i].type) for i in (*op.inputs, *op.outputs)
-             if _is_tensor(sg.operands[i].type) and not int(sg.operands[i].type) >> 16
-             } or {int(OperandType.TENSOR_FLOAT32)}
-    return tuple(types)
+    operands = sg.operands
+    types = set()  # filled in operand order: the order the costs are summed in
+    for i in (*op.inputs, *op.outputs):
+        t = int(operands[i].type)
+        # A HAL tensor type, or a value no type of the HAL's nor an extension's (_is_tensor)
+        if t in _TENSOR_VALUES or (t not in OPERAND_TYPES and not t >> 16):
+            types.add(t)
+    return tuple(types or {int(OperandType.TENSOR_FLOAT32)})
+
+
+#: The values of the HAL's tensor operand types.
+_TENSOR_VALUES = frozenset(int(t) for t in OperandType if t.is_tensor)
 
 
 def _types_cost(device: Any, types: tuple[int, ...], relaxed: bool, preference: int) -> float:

@@ -18,6 +18,7 @@ from nnhal.hal.types import (
     LIFETIMES,
     NO_DIMENSION_TYPES,
     OPERAND_TYPES,
+    OPERATION_TYPES,
     ChannelScales,
     DataLocation,
     ExecutionPreference,
@@ -30,7 +31,6 @@ from nnhal.hal.types import (
     Subgraph,
     SymmPerChannelQuantParams,
     extension_prefix,
-    is_extension_type,
     value_nbytes,
 )
 
@@ -67,6 +67,15 @@ _QUANT_TYPES = frozenset({T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED,
 #: The zero point range of each asymmetric quantized type (the others: 0).
 _ZERO_POINTS = {T.TENSOR_QUANT8_ASYMM: (0, 255), T.TENSOR_QUANT8_ASYMM_SIGNED: (-128, 127),
                 T.TENSOR_QUANT16_ASYMM: (0, 65535)}
+#: Members read on every operand or operation, as module names: an enum's attribute costs
+#: ten times a global's.
+_COPY, _SUBGRAPH_LIFETIME, _SUBGRAPH_TYPE = L.CONSTANT_COPY, L.SUBGRAPH, T.SUBGRAPH
+_OEM_OPERATION = OperationType.OEM_OPERATION
+_CONSTANT_LIFETIMES = frozenset({L.CONSTANT_COPY, L.CONSTANT_REFERENCE})
+#: The lifetimes of operands an operation writes.
+_WRITTEN_BY_OPERATIONS = frozenset({L.TEMPORARY_VARIABLE, L.SUBGRAPH_OUTPUT})
+#: The bytes of a scalar of each scalar type (value_nbytes' answer, without its call).
+_SCALAR_BYTES = {t: t.byte_size for t in T if t.is_scalar}
 
 
 def validate_operand(op: Operand, where: str, prefixes: set[int], *,
@@ -145,48 +154,50 @@ def validate_operand(op: Operand, where: str, prefixes: set[int], *,
     return t
 
 
-def _validate_location(op: Operand, where: str, model: Model, pool_sizes: Sequence[int],
-                       t: OperandType | None) -> None:
-    """Lifetime and location of one operand of type ``t`` (None: an extension's); its fields
-    are uint32 already (the analysis runs :func:`nnhal.hal.checks.check_model_fields` first,
-    so nothing is negative)."""
+def _location_problem(op: Operand, model: Model, pool_sizes: Sequence[int],
+                      t: OperandType | None) -> str | None:
+    """What is wrong with the lifetime and location of one operand of type ``t`` (None: an
+    extension's), or None; its fields are uint32 already (the analysis runs
+    :func:`nnhal.hal.checks.check_model_fields` first, so nothing is negative). A message,
+    not an exception: the caller names the operand only when there is something to say."""
     lt = op.lifetime
     loc = op.location
     if not isinstance(loc, DataLocation):
-        raise _fail(f"{where}: invalid location")
-    if lt == L.CONSTANT_COPY or lt == L.CONSTANT_REFERENCE:
-        if t is None:
-            size = None
-        else:
-            size = value_nbytes(t, op.dimensions)
+        return "invalid location"
+    if lt in _CONSTANT_LIFETIMES:
+        if t is not None:
+            size = _SCALAR_BYTES.get(t)
             if size is None:
-                raise _fail(f"{where}: constant operand must have fully specified dimensions")
+                size = value_nbytes(t, op.dimensions)
+                if size is None:
+                    return "constant operand must have fully specified dimensions"
             if loc.length != size:
-                raise _fail(f"{where}: location length {loc.length} != operand size {size}")
-        if lt == L.CONSTANT_COPY:
+                return f"location length {loc.length} != operand size {size}"
+        if lt == _COPY:
             if loc.pool_index != 0:
-                raise _fail(f"{where}: CONSTANT_COPY must have poolIndex 0")
+                return "CONSTANT_COPY must have poolIndex 0"
             limit = len(model.operand_values)
         else:
             if loc.pool_index >= len(pool_sizes):
-                raise _fail(f"{where}: pool index {loc.pool_index} out of range")
+                return f"pool index {loc.pool_index} out of range"
             limit = pool_sizes[loc.pool_index]
         if loc.offset + loc.length > limit:
-            raise _fail(f"{where}: location [{loc.offset}, {loc.offset + loc.length}) beyond "
-                        f"{'operandValues' if lt == L.CONSTANT_COPY else 'pool'} of {limit} bytes")
-    elif lt == L.SUBGRAPH:
-        if t is not T.SUBGRAPH:
-            raise _fail(f"{where}: lifetime SUBGRAPH needs type SUBGRAPH")
+            return (f"location [{loc.offset}, {loc.offset + loc.length}) beyond "
+                    f"{'operandValues' if lt == _COPY else 'pool'} of {limit} bytes")
+    elif lt == _SUBGRAPH_LIFETIME:
+        if t is not _SUBGRAPH_TYPE:
+            return "lifetime SUBGRAPH needs type SUBGRAPH"
         if loc.pool_index != 0 or loc.length != 0:
-            raise _fail(f"{where}: SUBGRAPH operand has an invalid location")
+            return "SUBGRAPH operand has an invalid location"
         if loc.offset >= len(model.referenced):
-            raise _fail(f"{where}: subgraph reference {loc.offset} out of range")
+            return f"subgraph reference {loc.offset} out of range"
     # Not a constant nor a reference: an empty location (a DataLocation of another class is
     # never equal to one, as the dataclass compares).
     elif type(loc) is not DataLocation or loc.pool_index or loc.offset or loc.length:
-        raise _fail(f"{where}: lifetime {L(lt).name} must have an empty location")
-    if t is T.SUBGRAPH and lt != L.SUBGRAPH:
-        raise _fail(f"{where}: SUBGRAPH operand must have lifetime SUBGRAPH")
+        return f"lifetime {L(lt).name} must have an empty location"
+    if t is _SUBGRAPH_TYPE and lt != _SUBGRAPH_LIFETIME:
+        return "SUBGRAPH operand must have lifetime SUBGRAPH"
+    return None
 
 
 def validate_subgraph(sg: Subgraph, name: str, model: Model, pool_sizes: Sequence[int],
@@ -197,17 +208,28 @@ def validate_subgraph(sg: Subgraph, name: str, model: Model, pool_sizes: Sequenc
     n = len(operands)
     written = [False] * n
     with_lifetime: dict[L, list[int]] = {L.SUBGRAPH_INPUT: [], L.SUBGRAPH_OUTPUT: []}
+    # validate_operand's answers for operands without extra parameters, by all that it reads
+    # of them then (type, whether there are dimensions, scale, zero point): a model repeats
+    # a few such descriptions (every INT32 parameter, every float tensor), each checked once.
+    checked: dict[tuple, OperandType] = {}
     for i, op in enumerate(operands):
-        where = f"{name} operand {i}"
         lt = LIFETIMES.get(op.lifetime)
         if lt is None:
             try:
                 lt = L(op.lifetime)
             except ValueError:
-                raise _fail(f"{where}: invalid lifetime {op.lifetime}") from None
+                raise _fail(f"{name} operand {i}: invalid lifetime {op.lifetime}") from None
         op.lifetime = lt
-        t = validate_operand(op, where, prefixes, dims_checked=True)
-        _validate_location(op, where, model, pool_sizes, t)
+        key = (op.type, not op.dimensions, op.scale, op.zero_point) \
+            if op.extra_params is None else None
+        t = None if key is None else checked.get(key)
+        if t is None:
+            t = validate_operand(op, f"{name} operand {i}", prefixes, dims_checked=True)
+            if key is not None and t is not None:
+                checked[key] = t
+        problem = _location_problem(op, model, pool_sizes, t)
+        if problem is not None:
+            raise _fail(f"{name} operand {i}: {problem}")
         if lt in _WRITTEN_BEFORE:
             written[i] = True
         if lt in with_lifetime:
@@ -215,36 +237,34 @@ def validate_subgraph(sg: Subgraph, name: str, model: Model, pool_sizes: Sequenc
 
     consumers = [0] * n
     for k, operation in enumerate(sg.operations):
-        where = f"{name} operation {k}"
-        if is_extension_type(operation.type):
+        t = operation.type
+        if int(t) >> 16:  # an extension operation (is_extension_type)
             # A vendor extension operation: valid when its prefix is declared; whether a
             # driver supports it is getSupportedOperations' business.
-            if extension_prefix(operation.type) not in prefixes:
-                raise _fail(f"{where}: extension operation {int(operation.type):#x} has no "
+            if extension_prefix(t) not in prefixes:
+                raise _fail(f"{name} operation {k}: extension operation {int(t):#x} has no "
                             f"declared prefix")
-            where = f"{name} operation {k} (extension {int(operation.type):#x})"
         else:
-            try:
-                op_type = OperationType(operation.type)
-            except ValueError:
-                raise _fail(f"{where}: invalid operation type {operation.type}") from None
-            if op_type == OperationType.OEM_OPERATION:
-                raise _fail(f"{where}: OEM operations are not supported")
-            where = f"{name} operation {k} ({op_type.name})"
+            op_type = OPERATION_TYPES.get(t)  # a look-up: the enum's call costs a microsecond
+            if op_type is None:
+                raise _fail(f"{name} operation {k}: invalid operation type {t}")
+            if op_type is _OEM_OPERATION:
+                raise _fail(f"{name} operation {k}: OEM operations are not supported")
         for i in operation.inputs:
             if not 0 <= i < n:
-                raise _fail(f"{where}: input operand index {i} out of range")
+                raise _fail(f"{_operation(name, k, t)}: input operand index {i} out of range")
             if not written[i]:
-                raise _fail(f"{where}: input operand {i} is read before it is written")
+                raise _fail(f"{_operation(name, k, t)}: input operand {i} is read before it "
+                            f"is written")
             consumers[i] += 1
         for i in operation.outputs:
             if not 0 <= i < n:
-                raise _fail(f"{where}: output operand index {i} out of range")
-            if sg.operands[i].lifetime not in (L.TEMPORARY_VARIABLE, L.SUBGRAPH_OUTPUT):
-                raise _fail(f"{where}: output operand {i} has lifetime "
-                            f"{L(sg.operands[i].lifetime).name}")
+                raise _fail(f"{_operation(name, k, t)}: output operand index {i} out of range")
+            if operands[i].lifetime not in _WRITTEN_BY_OPERATIONS:
+                raise _fail(f"{_operation(name, k, t)}: output operand {i} has lifetime "
+                            f"{L(operands[i].lifetime).name}")
             if written[i]:
-                raise _fail(f"{where}: output operand {i} is written twice")
+                raise _fail(f"{_operation(name, k, t)}: output operand {i} is written twice")
             written[i] = True
     if consumers != [op.number_of_consumers for op in operands] or not all(written):
         for i, op in enumerate(operands):  # the first operand that is wrong, named
@@ -271,6 +291,14 @@ def validate_subgraph(sg: Subgraph, name: str, model: Model, pool_sizes: Sequenc
             missing = sorted(expected - seen)
             raise _fail(f"{name}: operands {missing} have lifetime {lifetime.name} but are not "
                         f"listed as subgraph {kind}s")
+
+
+def _operation(name: str, k: int, t: int) -> str:
+    """How a message names operation ``k`` (of a valid type ``t``) of subgraph ``name``: worded
+    only when there is something to say."""
+    if int(t) >> 16:
+        return f"{name} operation {k} (extension {int(t):#x})"
+    return f"{name} operation {k} ({OPERATION_TYPES[t].name})"
 
 
 def _check_no_cycles(model: Model) -> None:
