@@ -50,7 +50,6 @@ import logging
 import os
 import stat
 import struct
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -59,6 +58,7 @@ import blake3
 import numpy as np
 
 from nnhal.memory.frame import Frame, file_bytes
+from nnhal.session.background import Background
 
 log = logging.getLogger("nnhal.session")
 
@@ -275,8 +275,7 @@ class Digesting:
             except BaseException as e:  # noqa: BLE001 - raised by result()
                 self._error = e
 
-        self._thread = threading.Thread(target=work, name="nnhal-digest", daemon=True)
-        self._thread.start()
+        self._thread = Background(work)  # started without waiting for it to run
 
     def result(self) -> bytes:
         self._thread.join()

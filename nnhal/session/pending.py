@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from nnhal.drivers.common.compilation_cache import SAVE_WAIT_S
+from nnhal.session.background import Background
 
 
 class PendingSaves:
@@ -24,10 +25,10 @@ class PendingSaves:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._threads: dict[bytes, threading.Thread] = {}
+        self._threads: dict[bytes, Background] = {}
         self._atexit = False
 
-    def start(self, opened: Any, session: Any) -> threading.Thread:
+    def start(self, opened: Any, session: Any) -> Background:
         comp = session.compilation
         hals = [session.device] if session.device is not None else \
             [st.device.hal for st in (comp.steps if comp is not None else [])
@@ -49,24 +50,24 @@ class PendingSaves:
                 sc.log.info("session cache entry not written: %s: %s", type(e).__name__, e)
             finally:
                 with self._lock:
-                    if self._threads.get(key) is threading.current_thread():
+                    if self._threads.get(key) is t:
                         del self._threads[key]
 
-        t = threading.Thread(target=work, name="nnhal-session-cache", daemon=True)
         with self._lock:
-            self._threads[key] = t
             if not self._atexit:
                 import atexit
 
                 atexit.register(self.join_all)
                 self._atexit = True
-        t.start()
+            # Started without waiting for it to run (it waits for the first run anyway); it
+            # takes the lock above to drop itself, so it is in the table before it can.
+            t = self._threads[key] = Background(work)
         return t
 
     def wait(self, key: bytes, timeout: float = SAVE_WAIT_S) -> None:
         with self._lock:
             t = self._threads.get(key)
-        if t is not None and t is not threading.current_thread():
+        if t is not None and not t.is_current():
             t.join(timeout)
 
     def join_all(self, timeout: float = SAVE_WAIT_S) -> None:
@@ -81,7 +82,7 @@ class PendingSaves:
 _PENDING = PendingSaves()
 
 
-def start(opened: Any, session: Any) -> threading.Thread:
+def start(opened: Any, session: Any) -> Background:
     """Write ``session``'s entry (``opened.save``) once its drivers' saves are done."""
     return _PENDING.start(opened, session)
 

@@ -63,6 +63,7 @@ from nnhal.hal.types import (
 from nnhal.memory.collector import new_objects_only
 from nnhal.memory.frame import Frame, file_bytes
 from nnhal.session import pending
+from nnhal.session.background import Background
 from nnhal.session.bound import Bound, plain_fast, stateful_fast
 from nnhal.session.explain import explain_rejection
 from nnhal.session.info import MAX_FEED_BYTES, TensorInfo, check_feed, tensor_info
@@ -211,7 +212,7 @@ class Session:
         self._restored_plan: list[dict[str, Any]] | None = None
         self._digest = b""
         #: The thread writing this Session's cache entry (nnhal.session.pending), or None.
-        self._saver: threading.Thread | None = None
+        self._saver: Background | None = None
         #: Set once the first run is done (or at close): the drivers' late cache saves wait
         #: for it, so that they do not slow the first result down.
         self._first_done = threading.Event()
