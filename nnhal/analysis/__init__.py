@@ -3,6 +3,7 @@
 from nnhal.analysis.analyser import (
     MAX_TENSOR_BYTES,
     MAX_WORK,
+    about,
     analyse,
     decode_constant,
     io_signature,
@@ -16,5 +17,5 @@ from nnhal.analysis.graph import ModelGraph, OperationTuple, SubgraphGraph
 from nnhal.analysis.kept import analyses
 
 __all__ = ["MAX_TENSOR_BYTES", "MAX_WORK", "ModelGraph", "OperationTuple", "SubgraphGraph",
-           "analyse", "analyses", "decode_constant", "io_signature", "map_pools",
+           "about", "analyse", "analyses", "decode_constant", "io_signature", "map_pools",
            "max_work_default", "operand_info", "operand_shape", "work_of"]

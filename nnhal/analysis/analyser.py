@@ -42,6 +42,7 @@ from nnhal.hal.types import (
 from nnhal.memory import MemoryError_, SharedMemory
 from nnhal.ops import extensions
 from nnhal.ops.catalog import check_and_prepare, lookup, signature
+from nnhal.ops.common import MAX_RANK, rank_refusal
 from nnhal.ops.resolver import OpContext, OperandInfo, OpError, Shape, visits
 from nnhal.ops.signature import check, input_slots, omittable_positions
 from nnhal.validation import ValidationError, validate_model
@@ -307,7 +308,7 @@ class _Work:
             self.heaviest, self.heaviest_at = amount, (name, k, op_type)
         if amount <= self.bound:
             return None
-        why = (f"{_where(name, k, op_type)} needs about {amount:.3g} {_UNITS}, more than the "
+        why = (f"{_where(name, k, op_type)} needs about {about(amount)} {_UNITS}, more than the "
                f"{self.bound:.3g} this device allows ({_KNOB})")
         if self.over is None:
             self.over = why
@@ -317,10 +318,19 @@ class _Work:
         if self.over is not None:
             return self.over
         if self.total > self.bound:
-            return (f"one execution needs about {self.total:.3g} {_UNITS} (the heaviest: "
-                    f"{_where(*self.heaviest_at)}, {self.heaviest:.3g}), more than the "
+            return (f"one execution needs about {about(self.total)} {_UNITS} (the heaviest: "
+                    f"{_where(*self.heaviest_at)}, {about(self.heaviest)}), more than the "
                     f"{self.bound:.3g} this device allows ({_KNOB})")
         return None
+
+
+def about(n: int, digits: int = 3) -> str:
+    """An estimate (a count of bytes or work) in ``digits`` significant digits: hostile shapes
+    make integers past a float's range, which the ``g`` format refuses with OverflowError."""
+    try:
+        return f"{n:.{digits}g}"
+    except OverflowError:
+        return f"1e+{int(math.log10(n))}"
 
 
 def _where(name: str, k: int, op_type: Any) -> str:
@@ -372,10 +382,11 @@ def _extension_operand(op: Operand, where: str, exts: Exts) -> Operand | None:
 
 def _decode_operands(sg: Subgraph, values: np.ndarray, data: object,
                      pools: Sequence[np.ndarray], own: bool, exts: Exts,
-                     name: str) -> list[OperandInfo | None]:
+                     name: str, deep: dict[int, str]) -> list[OperandInfo | None]:
     """Operand infos with constants decoded; None for an operand of an extension this
     process does not know. ``data`` is the model's operand values as given (``values`` is
-    their array)."""
+    their array). An operand of more than MAX_RANK dimensions goes into ``deep`` with why,
+    its value undecoded (no array holds it)."""
     infos: list[OperandInfo | None] = []
     # Constant scalars (strides, paddings, activations: most operands of a convolutional
     # model) repeat a few values: equal ones share one info, decoded once, when their bytes
@@ -392,6 +403,10 @@ def _decode_operands(sg: Subgraph, values: np.ndarray, data: object,
         t = operand_type(op.type)
         lt = op.lifetime
         value: object = None
+        if len(op.dimensions) > MAX_RANK:
+            deep[k] = rank_refusal(op.dimensions, f"operand {k}")  # type: ignore[assignment]
+            infos.append(operand_info(op, None, t))
+            continue
         if lt == _COPY:
             loc = op.location
             start, end = loc.offset, loc.offset + loc.length
@@ -424,7 +439,8 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray, data: object
                       too_large: list[str], exts: Exts, ext_ops: dict[int, tuple[Any, Any]],
                       reasons: dict[tuple[int, int], str], work: _Work) -> SubgraphGraph:
     name = "main" if index < 0 else f"subgraph {index}"
-    infos = _decode_operands(sg, values, data, pools, own, exts, name)
+    deep: dict[int, str] = {}  # operand -> why its rank is more than this device holds
+    infos = _decode_operands(sg, values, data, pools, own, exts, name, deep)
     shapes: list[Shape] = [None if info is None else info.shape for info in infos]
     shaped: dict[int, OperandInfo] = {}  # operand -> info carrying its inferred shape
     operations: list[OperationTuple] = []
@@ -451,6 +467,14 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray, data: object
         if definition is None or (unknown and any(infos[i] is None
                                                   for i in (*ins_idx, *outs_idx))):
             supported.append(False)  # valid, but not something this nnhal can run
+            works.append(0)
+            continue
+        if deep and not deep.keys().isdisjoint((*ins_idx, *outs_idx)):
+            # Not validated: an operation's rules would build arrays of its operands' shapes.
+            why = next(deep[i] for i in (*ins_idx, *outs_idx) if i in deep)
+            too_large.append(f"{name} operation {k}: {why}")
+            reasons[(index, k)] = too_large[-1]
+            supported.append(False)
             works.append(0)
             continue
         ins = []
@@ -500,6 +524,12 @@ def _analyse_subgraph(sg: Subgraph, index: int, values: np.ndarray, data: object
                 _check_declared(ctx.op_type, name, k, i, declared, s)
                 shapes[i] = _merge(shapes[i], s)
         for i in outs_idx:
+            if shapes[i] is not None and len(shapes[i]) > MAX_RANK:  # type: ignore[arg-type]
+                deep[i] = rank_refusal(shapes[i], f"output operand {i}")  # type: ignore
+                too_large.append(f"{name} operation {k} ({ctx.op_type.name}): {deep[i]}")
+                reasons[(index, k)] = too_large[-1]
+                ok = False
+                continue
             nbytes = _tensor_nbytes(infos[i].type, shapes[i])
             if nbytes is not None and nbytes > max_bytes:
                 too_large.append(f"{name} operation {k} ({ctx.op_type.name}): output operand "

@@ -17,7 +17,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from nnhal.analysis import MAX_TENSOR_BYTES, ModelGraph, SubgraphGraph, max_work_default, work_of
+from nnhal.analysis import (
+    MAX_TENSOR_BYTES,
+    ModelGraph,
+    SubgraphGraph,
+    about,
+    max_work_default,
+    work_of,
+)
 from nnhal.executor import profile as _profile
 from nnhal.executor.arena import Arena, ArenaLayout, ArenaPool, plan_offsets
 from nnhal.hal.types import (
@@ -140,7 +147,7 @@ class _Sizer:
         if work > self.max_work:
             raise RunError(
                 ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
-                f"{ctx.op_type.name}: these inputs need about {work:.3g} multiply-adds or "
+                f"{ctx.op_type.name}: these inputs need about {about(work)} multiply-adds or "
                 f"element visits, more than the {self.max_work:.3g} this device allows")
         for out, shape in zip(ctx.outputs, shapes or ()):
             if shape is None or not out.type.is_tensor:
@@ -544,7 +551,7 @@ class ModelPlan:
         for plan in [*self.referenced, self.main]:
             self._bind(plan)
         if self._work is not None and self._work > self.max_work:
-            raise OpError(f"one execution needs about {self._work:.3g} multiply-adds or "
+            raise OpError(f"one execution needs about {about(self._work)} multiply-adds or "
                           f"element visits, more than the {self.max_work:.3g} this device "
                           f"allows", ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT)
         #: Whether a step multiplies matrices through BLAS (a driver may then limit BLAS's

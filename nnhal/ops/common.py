@@ -232,6 +232,19 @@ round_half_away = _round_half_away
 
 # ---- shapes --------------------------------------------------------------------------------
 
+#: The most dimensions a numpy array holds (NPY_MAXDIMS): an operand of more is valid NNAPI
+#: but nothing here can hold it (numpy raises ValueError, LiteRT's Python wrapper crashes the
+#: process), so the analysis and the importer refuse it where its rank is first known.
+MAX_RANK = 64
+
+
+def rank_refusal(shape: Sequence[int] | None, what: str) -> str | None:
+    """The one-line reason a shape of more than :data:`MAX_RANK` dimensions is refused."""
+    if shape is None or len(shape) <= MAX_RANK:
+        return None
+    return f"{what} has rank {len(shape)}, more than the {MAX_RANK} dimensions an array holds"
+
+
 def broadcast_shapes(a: Sequence[int] | None, b: Sequence[int] | None) -> tuple[int, ...] | None:
     """NNAPI broadcasting with 0 meaning unknown at prepare time; raises on a mismatch."""
     if a is None or b is None:

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from nnhal.analysis import about
 from nnhal.conformance.cliutil import device, input_file
 from nnhal.errors import NnhalError
 from nnhal.hal.interfaces import IDevice
@@ -256,7 +257,7 @@ def render(info: dict[str, Any], console: Any = None) -> None:
                   f"{info['parameters']:,} parameters, {_size(info['constant_bytes'])} of "
                   f"constants" + (" (float32 relaxed to float16)" if info["relaxed"] else "")
                   + ("" if info["work"] is None else
-                     f", work ~{info['work']:.2g} a run"),
+                     f", work ~{about(info['work'], 2)} a run"),
                   highlight=False)
     if info["problem"]:
         console.print(f"[red]invalid model[/red]: {info['problem']}", highlight=False)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nnhal.analysis import ModelGraph
+from nnhal.analysis import ModelGraph, about
 from nnhal.analysis.analyser import operand_info
 from nnhal.analysis.graph import SubgraphGraph
 from nnhal.drivers.common.compilation_cache import (
@@ -126,7 +126,7 @@ def check_work(graph: ModelGraph, max_work: int | None) -> None:
     """CacheError when a restored graph's work estimate (:func:`encode_io` keeps it) is past
     the restoring device's bound (None: none), as a prepare would refuse it."""
     if max_work is not None and graph.work > max_work:
-        raise CacheError(f"the model's estimated work {graph.work:.3g} is beyond this "
+        raise CacheError(f"the model's estimated work {about(graph.work)} is beyond this "
                          f"device's bound {max_work:.3g} (max_work, NNHAL_MAX_WORK)")
 
 

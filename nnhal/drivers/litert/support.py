@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from nnhal.analysis import ModelGraph, SubgraphGraph
+from nnhal.analysis import ModelGraph, SubgraphGraph, about
 from nnhal.hal.types import OPERATION_TYPE_NAMES, OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.catalog import SIGNATURES
@@ -296,7 +296,7 @@ def _reasons(graph: ModelGraph, g: SubgraphGraph, exported: dict[int, str],
             continue
         why = _rule(graph, g, name, list(ins), list(outs))
         if why is None and name in _POOLS and k < len(g.work) and g.work[k] > MAX_POOL_WORK:
-            why = (f"a window of about {g.work[k]:.2g} element visits: ai-edge-litert visits "
+            why = (f"a window of about {about(g.work[k], 2)} element visits: ai-edge-litert visits "
                    f"about 1e9 a second at prepare and again at each run, the reference ten "
                    f"times that")
         if why is None and k in exported:
