@@ -1,0 +1,72 @@
+"""Shapes past numpy's limits in a HAL model: more than 64 dimensions (no array holds them;
+LiteRT's Python wrapper crashed the process on a rank-65 output) and sizes whose estimates
+pass a float's range. Each is refused at prepare in one line, never a traceback or a crash."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from nnhal.analysis import about, analyse
+from nnhal.errors import InvalidModelError
+from nnhal.hal.builder import ModelBuilder
+from nnhal.hal.types import Model, OperandType, OperationType
+from nnhal.session import Session
+
+T = OperandType
+O = OperationType
+DEVICES = ["reference", pytest.param("litert", marks=pytest.mark.skipif(
+    importlib.util.find_spec("ai_edge_litert") is None, reason="ai-edge-litert absent"))]
+
+
+def gather(input_rank: int, indices_rank: int, constant_indices: bool = True) -> Model:
+    """GATHER's output has rank input_rank - 1 + indices_rank, known only by inference."""
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [1] * input_rank)
+    if constant_indices:
+        idx = b.constant(T.TENSOR_INT32, np.zeros(1, np.int32), [1] * indices_rank)
+    else:
+        idx = b.input(T.TENSOR_INT32, [1] * indices_rank)
+    out = b.output(T.TENSOR_FLOAT32, [])
+    b.operation(O.GATHER, [x, b.scalar(T.INT32, 0), idx], [out])
+    return b.build()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_inferred_output_past_64_dimensions_is_refused_at_prepare(device: str) -> None:
+    with pytest.raises(InvalidModelError, match="output operand 2 has rank 65, more than "
+                                                "the 64 dimensions"):
+        Session(gather(33, 33), device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_64_dimensions_still_run(device: str) -> None:
+    s = Session(gather(32, 33), device)
+    (out,) = s.run([np.full([1] * 32, 7, np.float32)]).values()
+    assert out.shape == (1,) * 64 and out.item() == 7
+
+
+@pytest.mark.parametrize("constant", [True, False])
+def test_a_declared_operand_past_64_dimensions_is_refused(constant: bool) -> None:
+    """A constant of rank 65 was a ValueError from its decoding in the analysis."""
+    graph = analyse(gather(1, 65, constant))
+    assert graph.too_large == ("main operation 0: operand 1 has rank 65, more than the 64 "
+                               "dimensions an array holds",)
+    assert graph.main.supported == (False,)
+    with pytest.raises(InvalidModelError, match="operand 1 has rank 65"):
+        Session(gather(1, 65, constant), "reference")
+
+
+def test_work_estimates_past_a_floats_range_are_worded() -> None:
+    """TILE of 2^31-1 along 33 axes estimates ~1e306 visits; twice the input ~1e316, which
+    the ``g`` format refused with OverflowError (a traceback from prepare)."""
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [2] * 33)
+    out = b.output(T.TENSOR_FLOAT32, [])
+    mult = b.constant(T.TENSOR_INT32, np.full(33, 2**31 - 1, np.int32))
+    b.operation(O.TILE, [x, mult], [out])
+    graph = analyse(b.build())
+    assert graph.too_much_work is not None and "needs about 1e+" in graph.too_much_work
+    assert about(10**400) == "1e+400" and about(12345) == "1.23e+04"
