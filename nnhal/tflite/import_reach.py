@@ -10,6 +10,7 @@ builtins (DIV, SELECT, SELECT_V2, RESHAPE, PRELU), delegating what those already
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Callable, Sequence
 
@@ -20,6 +21,7 @@ from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops.common import broadcast_static
 from nnhal.tflite import import_ops
 from nnhal.tflite.import_ctx import Context, Unimportable, hal_dims, hal_type
+from nnhal.tflite.import_fold import MAX_FOLD_ELEMENTS
 from nnhal.tflite.import_ops import CONVERTERS, MAPPED, Converter
 from nnhal.tflite.import_read import OpInfo
 
@@ -237,6 +239,19 @@ def _floor_mod(ctx: Context, op: OpInfo) -> None:
 
 # ---- broadcasting ----------------------------------------------------------------------------
 
+def _small(shape: Sequence[int], what: str | None = None) -> bool:
+    """Whether a constant of ``shape`` is small enough to make here: a hostile file's shapes
+    (2^31-1 along several axes) must not allocate without bound at import. ``what`` given,
+    a large one is Unimportable instead of False."""
+    n = math.prod(shape)
+    if n <= MAX_FOLD_ELEMENTS:
+        return True
+    if what is None:
+        return False
+    raise Unimportable(f"{what} needs a constant of {n} elements, more than the "
+                       f"{MAX_FOLD_ELEMENTS} an import makes")
+
+
 def _bool_reshape(ctx: Context, src: int, src_dims: Sequence[int], dst_dims: Sequence[int],
                   dst: int) -> None:
     """Bool operand ``src`` reshaped into ``dst`` (whose dims ``dst_dims`` may also broadcast
@@ -244,6 +259,7 @@ def _bool_reshape(ctx: Context, src: int, src_dims: Sequence[int], dst_dims: Seq
     are reshaped as float32 (exact), and compared with 0 again (NOT_EQUAL, which
     broadcasts)."""
     src_dims = list(src_dims)
+    _small(src_dims, "a bool RESHAPE")
     ones = ctx.sb.constant(T.TENSOR_FLOAT32, np.ones(src_dims, np.float32), src_dims)
     zeros = ctx.sb.constant(T.TENSOR_FLOAT32, np.zeros(src_dims, np.float32), src_dims)
     real = ctx.tmp(T.TENSOR_FLOAT32, src_dims)
@@ -269,13 +285,14 @@ def _broadcast(ctx: Context, i: int, shape: tuple[int, ...]) -> int:
     if have == shape:
         return ctx.x(i)
     broadcast_static(have, shape)  # ValueError (reported as malformed) if they do not
-    if t.value is not None:
+    if t.value is not None and _small(shape):
         return ctx.x(i, value=np.broadcast_to(t.value, shape).copy(), dims=shape or (1,))
     ht, sc, zp, _ = hal_type(t)
     dims = list(shape) or [1]
     padded = (1,) * (len(shape) - len(have)) + have
     # The smallest second operand that widens ``i`` to ``shape``.
     widen = [n if p == 1 else 1 for p, n in zip(padded, shape)] or [1]
+    _small(widen, f"broadcasting {t.describe()} to {list(shape)}")
     out = ctx.tmp(ht, dims, sc, zp)
     if ht == T.TENSOR_BOOL8:
         ctx.emit(O.LOGICAL_OR, [ctx.x(i), ctx.sb.constant(T.TENSOR_BOOL8,
@@ -343,7 +360,7 @@ def _rank_one_condition(ctx: Context, c: int, shape: tuple[int, ...]) -> int:
     t = ctx.t(c)
     if len(t.shape) != 1 or not shape or t.shape[0] != shape[0]:
         raise Unimportable("SELECT's condition is neither the shape of x nor one value per row")
-    if t.value is not None:
+    if t.value is not None and _small(shape):
         v = np.broadcast_to(t.value.reshape((-1,) + (1,) * (len(shape) - 1)), shape).copy()
         return ctx.x(c, value=v, dims=shape)
     rows = [shape[0]] + [1] * (len(shape) - 1)
@@ -351,6 +368,7 @@ def _rank_one_condition(ctx: Context, c: int, shape: tuple[int, ...]) -> int:
     _bool_reshape(ctx, ctx.x(c), [t.shape[0]], rows, dst)
     if rows == list(shape):
         return dst
+    _small(shape, "SELECT's row condition")
     wide = _bools(ctx, shape)
     ctx.emit(O.LOGICAL_OR, [dst, ctx.sb.constant(T.TENSOR_BOOL8,
                                                  np.zeros(shape, np.uint8), list(shape))],

@@ -18,7 +18,8 @@ import tflite
 from tflite.BuiltinOptions import BuiltinOptions
 from tflite.TensorType import TensorType as TT
 
-from nnhal.errors import ModelFileError
+from nnhal.errors import ModelFileError, UnsupportedModelError
+from nnhal.ops.common import MAX_RANK, rank_refusal
 from nnhal.tflite import schema
 from nnhal.tflite.arity import ARITY
 from nnhal.tflite.sparsity import densify
@@ -196,6 +197,8 @@ class _Reader:
         if ttype not in schema.TENSOR_TYPE_NAMES:
             raise self.fail(f"{what} has type {ttype}, which is not a TFLite type")
         file_shape = shape
+        if len(shape) > MAX_RANK and used:  # valid TFLite, but no array holds it
+            raise UnsupportedModelError(self.name, [rank_refusal(shape, what)])  # type: ignore
         info.zero_sized = 0 in shape
         if shape and min(shape) < 0:
             raise self.fail(f"{what} has shape {list(shape)} (a negative dimension; unknown "

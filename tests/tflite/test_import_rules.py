@@ -742,3 +742,31 @@ def test_shapes_past_32_dimensions_are_refused_in_one_line(rank: int) -> None:
     with pytest.raises(UnsupportedModelError, match="rank must be at most"):
         read_tflite(build(g))
 
+
+
+@pytest.mark.parametrize("rank", [65, 70])
+def test_a_tensor_past_64_dimensions_is_unsupported_not_corrupted(rank: int) -> None:
+    """No array holds more than 64 dimensions: a used constant of rank 65 was reported as a
+    corrupted file (numpy's ValueError from its reshape), the file being well formed."""
+    g = Graph()
+    x = g.input([1], F, name="x")
+    c = g.const(np.ones(1, F), name="c", shape=[1] * rank)
+    y = g.tensor([1] * rank, F, name="y")
+    g.op("ADD", [x, c], [y], ("AddOptions", dict(FusedActivationFunction=0)))
+    g.output(y)
+    with pytest.raises(UnsupportedModelError, match=f"tensor 1 'c' has rank {rank}, more "
+                                                    f"than the 64 dimensions"):
+        read_tflite(build(g))
+
+
+def test_broadcasting_a_constant_to_a_huge_shape_is_refused_without_allocating() -> None:
+    """SELECT_V2's operands are broadcast to the output's shape by constants: an input of
+    2^31-1 rows materialised a 2 GiB constant (seconds, and more memory than a phone has)."""
+    g = Graph()
+    cond = g.const(np.ones([1, 1], np.bool_), name="cond")
+    x = g.input([2**31 - 1, 1], F, name="x")
+    y = g.tensor([2**31 - 1, 1], F, name="y")
+    g.op("SELECT_V2", [cond, x, x], [y])
+    g.output(y)
+    with pytest.raises(UnsupportedModelError, match="needs a constant of 2147483647 elements"):
+        read_tflite(build(g))
