@@ -70,3 +70,15 @@ def test_work_estimates_past_a_floats_range_are_worded() -> None:
     graph = analyse(b.build())
     assert graph.too_much_work is not None and "needs about 1e+" in graph.too_much_work
     assert about(10**400) == "1e+400" and about(12345) == "1.23e+04"
+
+
+def test_element_counts_past_2_to_the_63_are_exact() -> None:
+    """An int64 product of [65536] * 4 wraps to 0: RESHAPE to [-1] inferred an empty output
+    and the model was accepted. Exact, it is 2^64 elements: refused as too large."""
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, [65536] * 4)
+    out = b.output(T.TENSOR_FLOAT32, [])
+    b.operation(O.RESHAPE, [x, b.constant(T.TENSOR_INT32, np.asarray([-1], np.int32))], [out])
+    graph = analyse(b.build())
+    assert graph.main.shapes[out] == (2**64,)
+    assert len(graph.too_large) == 1 and "needs 73786976294838206464 bytes" in graph.too_large[0]

@@ -40,6 +40,7 @@ rounded to complex64; TFLite computes in double too).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -367,7 +368,7 @@ class _Reshape(OperationDef):
         ctx.require(all(d > 0 for d in shape), f"the shape {shape} must have positive sizes")
         src = ctx.inputs[0].shape
         if _known(src):
-            n_in, n_out = int(np.prod(src, dtype=np.int64)), int(np.prod(shape, dtype=np.int64))
+            n_in, n_out = math.prod(map(int, src)), math.prod(map(int, shape))  # exact
             ctx.require(n_in == n_out, f"the shape {shape} holds {n_out} elements, the input "
                         f"{n_in}")
 

@@ -7,7 +7,7 @@ executor on an explicit stack of frames, so nesting depth is not bounded by Pyth
 
 from __future__ import annotations
 
-import numpy as np
+import math
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops.resolver import OpContext, OperandInfo, OperationDef, register
@@ -67,7 +67,7 @@ def _check_signature(ctx: OpContext, name: str, infos: list[OperandInfo],
 class If(OperationDef):
     def validate(self, ctx: OpContext) -> None:
         cond = ctx.inputs[0]
-        ctx.require(cond.shape is None or int(np.prod(cond.shape or (1,))) in (0, 1)
+        ctx.require(cond.shape is None or math.prod(cond.shape or (1,)) in (0, 1)
                     and len(cond.shape) <= 1, "condition must have shape [1]")
         for branch in (1, 2):
             sg = _subgraph(ctx, branch)

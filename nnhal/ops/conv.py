@@ -16,6 +16,7 @@ for TENSOR_QUANT8_SYMM_PER_CHANNEL filters.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -1058,7 +1059,7 @@ class FullyConnected(_CoreKernels):
             units = units or bshape[0]
         batch = 0
         if ishape is not None and all(ishape) and size:
-            total = int(np.prod(ishape))
+            total = math.prod(map(int, ishape))
             ctx.require(total % size == 0,
                         f"input of {total} elements is not a multiple of input_size {size}")
             batch = total // size

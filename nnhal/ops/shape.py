@@ -12,6 +12,7 @@ the three always agree. The helpers at the top are shared with ``indexing`` and 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -523,10 +524,10 @@ def _reshape_shape(in_shape: Sequence[int] | None, target: Sequence[int], *,
         raise OpError("RESHAPE: shape components must be >= -1")
     if len(target) > 4:
         raise OpError("RESHAPE: output rank must be at most 4")
-    prod = int(np.prod([d for d in target if d != -1], dtype=np.int64))
+    prod = math.prod(int(d) for d in target if d != -1)  # exact: int64 wraps past 2^63
     if in_shape is None or (not strict and any(d == 0 for d in in_shape)):
         return tuple(0 if d == -1 else d for d in target)
-    n = int(np.prod(in_shape, dtype=np.int64))
+    n = math.prod(map(int, in_shape))
     out = list(target)
     if -1 in out:
         if prod == 0:

@@ -14,8 +14,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import operand_type
 from nnhal.memory import SharedMemory
@@ -185,11 +183,12 @@ class Memory:
         if t.is_tensor and (not dims or 0 in dims):
             raise fail(ResultCode.OP_FAILED, f"createFromDesc: dimensions {dims} are not "
                        f"fully specified; no driver memory of unknown size is allocated")
-        n = int(np.prod(dims, dtype=np.int64)) * t.byte_size if t.is_tensor else t.byte_size
+        # exact: an int64 product of dimensions up to 2^32-1 wraps, to a small or negative size
+        n = math.prod(map(int, dims)) * t.byte_size if t.is_tensor else t.byte_size
         try:
             shared = SharedMemory.ashmem(n, sealed=True)
-        except (OSError, MemoryError_) as e:
-            raise fail(ResultCode.OUT_OF_MEMORY, f"createFromDesc: {e}") from None
+        except (OSError, OverflowError, MemoryError_) as e:  # (OverflowError: past 2^63 bytes)
+            raise fail(ResultCode.OUT_OF_MEMORY, f"createFromDesc: {n} bytes: {e}") from None
         return cls(shared, desc, dims)
 
     @classmethod

@@ -248,7 +248,7 @@ def _lrn(cx: ExportOpContext) -> None:
                     "LocalResponseNormalizationOptions", **opts)
             return
         # TFLite's kernel is 4-D only; it normalises along the last axis, so any rank folds.
-        flat = [1, 1, int(np.prod(shape[:-1])), shape[-1]]
+        flat = [1, 1, math.prod(map(int, shape[:-1])), shape[-1]]
         xt, yt = cx.temp(flat, x), cx.temp(flat, y)
         cx.emit(BO.RESHAPE, [x, cx.ints(flat)], [xt], "ReshapeOptions", NewShape=flat)
         cx.emit(BO.LOCAL_RESPONSE_NORMALIZATION, [xt], [yt],

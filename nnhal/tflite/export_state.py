@@ -25,6 +25,7 @@ the file's start) gets a new Buffer table with the offset moved by what is put i
 from __future__ import annotations
 
 import importlib
+import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -158,7 +159,7 @@ def state_as_variables(flatbuffer: bytes, pairs: Sequence[tuple[int, int]]) -> S
         a, b = main.Tensors(ti), main.Tensors(to)
         shape_a = a.ShapeAsNumpy().tolist() if a.ShapeLength() else []
         shape_b = b.ShapeAsNumpy().tolist() if b.ShapeLength() else []
-        if a.Type() != b.Type() or int(np.prod(shape_a)) != int(np.prod(shape_b)) or \
+        if a.Type() != b.Type() or math.prod(shape_a) != math.prod(shape_b) or \
                 any(d < 0 for d in shape_a):
             raise StateFormError(f"state tensors {ti} and {to} differ in type or size")
     kept_in = [t for j, t in enumerate(inputs) if j not in {i for i, _ in pairs}]

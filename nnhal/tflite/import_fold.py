@@ -8,6 +8,7 @@ arithmetic, casts, and dequantization (float32 products, as TFLite's kernel comp
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -698,7 +699,7 @@ def _infer_more(op: OpInfo, ins: list[Any]) -> tuple[int, ...] | None:
     if op.name == "FULLY_CONNECTED" and len(ins) > 1 and ins[1] is not None and \
             ins[1].static and len(ins[1].shape) == 2:
         units, depth = ins[1].shape
-        total = int(np.prod(dims, dtype=np.int64))
+        total = math.prod(map(int, dims))
         keep = op.options is not None and bool(op.options.KeepNumDims())
         if not dims or depth <= 0 or total % depth or (keep and dims[-1] != depth):
             return None

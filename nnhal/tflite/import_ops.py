@@ -16,6 +16,7 @@ from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops.conv import scale_product
 from nnhal.tflite import schema
 from nnhal.tflite.import_ctx import Context, Unimportable, hal_dims, hal_type
+from nnhal.tflite.import_fold import MAX_FOLD_ELEMENTS
 from nnhal.tflite.import_read import OpInfo
 
 T = OperandType
@@ -178,7 +179,7 @@ def _fully_connected(ctx: Context, op: OpInfo) -> None:
         return
     if not out_t.static:
         raise Unimportable("keep_num_dims with an unknown output shape")
-    batch = int(np.prod(out_t.shape[:-1]))
+    batch = math.prod(map(int, out_t.shape[:-1]))
     flat = ctx.like(op.outputs[0], [batch, units])
     code = schema.ACTIVATIONS.get(o.FusedActivationFunction())
     if code is None:
@@ -201,11 +202,11 @@ def _fully_connected_per_channel(ctx: Context, op: OpInfo, act: int) -> None:
     units, depth = w.shape
     if not x.static or not out_t.static or depth <= 0 or units <= 0:
         raise Unimportable("per-channel weights with an unknown input or output shape")
-    size = int(np.prod(x.shape))
+    size = math.prod(map(int, x.shape))
     if size % depth:
         raise Unimportable(f"input of {size} values is not rows of the weights' depth {depth}")
     rows = size // depth
-    if int(np.prod(out_t.shape)) != rows * units:
+    if math.prod(map(int, out_t.shape)) != rows * units:
         raise Unimportable(f"output shape {list(out_t.shape)} is not {rows} rows of {units}")
     image = ctx.like(op.inputs[0], [rows, 1, 1, depth])
     ctx.emit(O.RESHAPE, [ctx.x(op.inputs[0]), ctx.ints([rows, 1, 1, depth])], [image])
@@ -394,8 +395,8 @@ def _reshape_exact(ctx: Context, src: int, dst: int) -> None:
     elif list(src_o.dimensions) == dims:
         ctx.copy_into(src, dst)
     elif len(src_o.dimensions) == 1 and dims and all(d > 0 for d in dims) and \
-            int(np.prod(dims)) == src_o.dimensions[0]:
-        ctx.emit(O.GATHER, [src, ctx.i32(0), ctx.ints(np.arange(int(np.prod(dims))), dims)],
+            math.prod(dims) == src_o.dimensions[0] <= MAX_FOLD_ELEMENTS:
+        ctx.emit(O.GATHER, [src, ctx.i32(0), ctx.ints(np.arange(math.prod(dims)), dims)],
                  [dst])
     else:
         raise Unimportable(f"the HAL's RESHAPE does not take {ht.name} and no exact copy or GATHER "

@@ -264,9 +264,9 @@ def _bool_reshape(ctx: Context, src: int, src_dims: Sequence[int], dst_dims: Seq
     zeros = ctx.sb.constant(T.TENSOR_FLOAT32, np.zeros(src_dims, np.float32), src_dims)
     real = ctx.tmp(T.TENSOR_FLOAT32, src_dims)
     ctx.emit(O.SELECT, [src, ones, zeros], [real])
-    size = int(np.prod(src_dims))
+    size = math.prod(src_dims)
     shape = list(dst_dims)
-    if int(np.prod(shape)) != size:  # dst broadcasts: reshape to the same rank first
+    if math.prod(shape) != size:  # dst broadcasts: reshape to the same rank first
         shape = [1] * (len(dst_dims) - len(src_dims)) + src_dims
     moved = ctx.tmp(T.TENSOR_FLOAT32, shape)
     ctx.emit(O.RESHAPE, [real, ctx.ints(shape)], [moved])
