@@ -9,10 +9,11 @@ arithmetic, casts, and dequantization (float32 products, as TFLite's kernel comp
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 from tflite.TensorType import TensorType as TT
 
 from nnhal.ops.common import broadcast_static
@@ -578,6 +579,13 @@ def _infer_shapes(sg: SubgraphInfo, op: OpInfo) -> None:
                 changed.add(t.index)
 
 
+def _probe(shape: Sequence[int]) -> np.ndarray:
+    """An array of ``shape`` whose elements all share one byte: slicing and reshaping it give
+    the result's shape without allocating (np.empty of a hostile file's [2^31-1, 2^20] asked
+    for 2 PiB, a MemoryError). ValueError past 2^63 bytes or 64 dimensions."""
+    return as_strided(np.zeros(1, np.bool_), tuple(shape), (0,) * len(shape), writeable=False)
+
+
 def _inferred(op: OpInfo, ins: list[Any], sg: SubgraphInfo) -> tuple[int, ...] | None:
     shape: tuple[int, ...] | None = None
     try:
@@ -587,12 +595,12 @@ def _inferred(op: OpInfo, ins: list[Any], sg: SubgraphInfo) -> tuple[int, ...] |
         elif op.name == "STRIDED_SLICE":
             v = _vals(sg, op)
             if all(x is not None for x in v[1:4]):
-                probe = np.empty(ins[0].shape, np.bool_)
+                probe = _probe(ins[0].shape)
                 shape = _strided_slice(sg, op, [probe] + v[1:4]).shape
         elif op.name == "SLICE":
             v = _vals(sg, op)
             if all(x is not None for x in v[1:3]):
-                shape = _slice(sg, op, [np.empty(ins[0].shape, np.bool_)] + v[1:3]).shape
+                shape = _slice(sg, op, [_probe(ins[0].shape)] + v[1:3]).shape
         elif op.name == "GATHER" and len(ins) > 1 and ins[1] is not None and ins[1].static:
             # TFLite's Prepare: params' dims before the axis, the indices' dims, the rest.
             if op.options is not None and op.options.BatchDims():
@@ -604,7 +612,7 @@ def _inferred(op: OpInfo, ins: list[Any], sg: SubgraphInfo) -> tuple[int, ...] |
                 shape = dims[:axis] + tuple(ins[1].shape) + dims[axis + 1:]
         elif op.name == "RESHAPE" and len(op.inputs) > 1 and ins[1] is not None and \
                 ins[1].value is not None:
-            shape = np.empty(ins[0].shape, np.bool_).reshape(
+            shape = _probe(ins[0].shape).reshape(
                 [int(d) for d in ins[1].value.reshape(-1)]).shape
         else:
             shape = _infer_more(op, ins)

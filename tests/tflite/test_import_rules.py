@@ -770,3 +770,23 @@ def test_broadcasting_a_constant_to_a_huge_shape_is_refused_without_allocating()
     g.output(y)
     with pytest.raises(UnsupportedModelError, match="needs a constant of 2147483647 elements"):
         read_tflite(build(g))
+
+
+@pytest.mark.parametrize("op", ["SLICE", "STRIDED_SLICE", "RESHAPE"])
+def test_shape_inference_of_a_huge_input_allocates_nothing(op: str) -> None:
+    """The importer inferred these outputs by slicing or reshaping np.empty of the input's
+    shape: [2^31-1, 2^20] asked for 2 PiB, and a well-formed file was 'corrupted'."""
+    g = Graph()
+    x = g.input([2**31 - 1, 2**20], F, name="x")
+    i32 = np.int32
+    if op == "RESHAPE":
+        ins, want = [x, g.const(np.asarray([2**20, -1], i32))], [2**20, 2**31 - 1]
+    else:
+        ins, want = [x, g.const(np.zeros(2, i32)), g.const(np.ones(2, i32))], [1, 1]
+    if op == "STRIDED_SLICE":
+        ins.append(g.const(np.ones(2, i32)))
+    y = g.tensor([1, 1], F, name="y", signature=[-1, -1])
+    g.op(op, ins, [y], ("StridedSliceOptions", {}) if op == "STRIDED_SLICE" else None)
+    g.output(y)
+    model = read_tflite(build(g), dynamic_shapes=True).model
+    assert list(model.main.operands[model.main.output_indexes[0]].dimensions) == want
