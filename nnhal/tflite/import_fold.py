@@ -36,6 +36,22 @@ def _bounded(count: float) -> None:
         raise _NoFold
 
 
+def _bounded_dims(dims: np.ndarray | Sequence[int], times: int = 1) -> None:
+    """_bounded for the element count of ``dims`` (a file's values) times ``times``, exact
+    and stopping once past the bound: a float product of 40 dimensions of 2^31-1 overflows
+    (numpy's RuntimeWarning on the user's console), an int64 one wraps."""
+    dims = [int(d) for d in np.asarray(dims).reshape(-1)]
+    if any(d < 0 for d in dims):
+        raise _NoFold
+    if times == 0 or 0 in dims:
+        return
+    n = times
+    for d in dims:
+        n *= d
+        if n > MAX_FOLD_ELEMENTS:
+            raise _NoFold
+
+
 def _vals(sg: SubgraphInfo, op: OpInfo) -> list[np.ndarray | None]:
     return [None if i < 0 else sg.tensors[i].value for i in op.inputs]
 
@@ -217,7 +233,7 @@ def _expand_dims(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
 
 
 def _fill(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
-    _bounded(float(np.prod(v[0].astype(np.float64))) if np.all(v[0] >= 0) else -1)
+    _bounded_dims(v[0])
     return np.full([int(d) for d in v[0]], v[1].reshape(()))
 
 
@@ -228,7 +244,7 @@ def _range(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
 
 
 def _tile(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
-    _bounded(v[0].size * float(np.prod(v[1].astype(np.float64))) if np.all(v[1] >= 0) else -1)
+    _bounded_dims(v[1], v[0].size)
     return np.tile(v[0], [int(m) for m in v[1]])
 
 
@@ -344,7 +360,7 @@ def _select(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
 
 def _broadcast_to(sg: SubgraphInfo, op: OpInfo, v: list) -> np.ndarray:
     shape = [int(d) for d in np.asarray(v[1]).reshape(-1)]
-    _bounded(float(np.prod(shape, dtype=np.float64)) if all(d >= 0 for d in shape) else -1)
+    _bounded_dims(shape)
     return np.broadcast_to(v[0], shape).copy()
 
 

@@ -790,3 +790,31 @@ def test_shape_inference_of_a_huge_input_allocates_nothing(op: str) -> None:
     g.output(y)
     model = read_tflite(build(g), dynamic_shapes=True).model
     assert list(model.main.operands[model.main.output_indexes[0]].dimensions) == want
+
+
+@pytest.mark.parametrize("op", ["FILL", "TILE", "BROADCAST_TO"])
+def test_a_fold_past_a_floats_range_is_refused_quietly(op: str) -> None:
+    """The fold bound multiplied a file's dimensions as floats: 40 of 2^31-1 overflowed, and
+    numpy's RuntimeWarning reached the user's console (an error under -W error)."""
+    import warnings
+
+    from nnhal.errors import NnhalError
+    from nnhal.session import Session
+
+    g = Graph()
+    x = g.input([1], F, name="x")
+    big = np.full(40, 2**31 - 1, np.int32)
+    if op == "FILL":
+        ins = [g.const(big), g.const(np.asarray(1.0, F))]
+    else:
+        ins = [g.const(np.ones([1] * 40, F)), g.const(big)]
+    y = g.tensor([2**31 - 1] * 40, F, name="y")
+    g.op(op, ins, [y])
+    z = g.tensor([1], F, name="z")
+    g.op("ADD", [x, x], [z], ("AddOptions", dict(FusedActivationFunction=0)))
+    g.output(y, z)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        # (TILE is imported as the HAL's, which the analysis then finds too large)
+        with pytest.raises(NnhalError, match="#0 FILL|#0 BROADCAST_TO|too large"):
+            Session(build(g), "reference")
