@@ -82,3 +82,20 @@ def test_element_counts_past_2_to_the_63_are_exact() -> None:
     graph = analyse(b.build())
     assert graph.main.shapes[out] == (2**64,)
     assert len(graph.too_large) == 1 and "needs 73786976294838206464 bytes" in graph.too_large[0]
+
+
+@pytest.mark.parametrize("dims", [[2**32 - 1], [2**31, 1]])
+def test_dimensions_past_int32_are_unexportable(dims: list[int]) -> None:
+    """The HAL's dimensions are uint32, TFLite's int32: the exporter wrote them into an int32
+    vector, an OverflowError from write_tflite (and a bare INVALID_ARGUMENT from LiteRT)."""
+    pytest.importorskip("tflite")
+    from nnhal.errors import UnsupportedModelError
+    from nnhal.tflite.exporter import write_tflite
+
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_FLOAT32, dims)
+    out = b.output(T.TENSOR_FLOAT32, [])
+    b.operation(O.ABS, [x], [out])
+    with pytest.raises(UnsupportedModelError, match=f"operand #0 has dimension {max(dims)}, "
+                                                    f"past TFLite's int32"):
+        write_tflite(b.build())

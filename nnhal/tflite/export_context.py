@@ -17,6 +17,9 @@ from nnhal.tflite.export_fb import ModelDef, OperatorDef, SubgraphDef, TensorDef
 from nnhal.tflite.kernel_rules import RuleOp, RuleTensor, kernel_refusal, rule_tensor
 from nnhal.tflite.schema import ACTIVATIONS_BACK, builtin_name
 
+#: The largest dimension TFLite's int32 shapes hold.
+_INT32_MAX = 2**31 - 1
+
 T = OperandType
 BO = tflite.BuiltinOperator
 
@@ -99,6 +102,8 @@ class SubgraphWriter:
         if shape is None:
             raise Unexportable(f"operand #{i} has an unknown rank")
         dims = list(map(int, shape))
+        if dims and max(dims) > _INT32_MAX:  # the HAL's are uint32
+            raise Unexportable(f"operand #{i} has dimension {max(dims)}, past TFLite's int32")
         if 0 in dims:
             return [d or 1 for d in dims], [d or -1 for d in dims]
         return dims, None
@@ -398,7 +403,12 @@ class ExportOpContext:
         return self.w.shape(self.outs[j])[0]
 
     def ints(self, values: Any, name: str = "p") -> int:
-        return self.w.constant(np.asarray(values, dtype=np.int32), None,
+        try:
+            values = np.asarray(values, dtype=np.int32)
+        except OverflowError:  # a shape or multiple past TFLite's int32
+            raise Unexportable(f"values {np.asarray(values).tolist()} do not fit TFLite's "
+                               f"int32") from None
+        return self.w.constant(values, None,
                                f"{name}{len(self.w.sg.tensors)}", TT.INT32)
 
     def temp(self, shape: list[int], like_tensor: int) -> int:
