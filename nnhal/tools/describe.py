@@ -5,6 +5,7 @@ types, shapes, quantization and operation inputs."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -165,7 +166,7 @@ def quant_text(o: Operand) -> str:
 
 
 def element_count(shape: list[int]) -> int:
-    return int(np.prod(shape, dtype=np.int64)) if shape else 1
+    return math.prod(map(int, shape))  # exact (an int64 product wraps past 2^63)
 
 
 def slot_names(op: int, types: list[int]) -> list[str]:
