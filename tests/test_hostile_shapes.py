@@ -99,3 +99,34 @@ def test_dimensions_past_int32_are_unexportable(dims: list[int]) -> None:
     with pytest.raises(UnsupportedModelError, match=f"operand #0 has dimension {max(dims)}, "
                                                     f"past TFLite's int32"):
         write_tflite(b.build())
+
+
+def quantized_prelu(rank: int) -> tuple[Model, list[np.ndarray]]:
+    """A quantized PRELU whose alpha broadcasts over the input's first dimension."""
+    b = ModelBuilder()
+    x = b.input(T.TENSOR_QUANT8_ASYMM, [2] + [1] * (rank - 1), 0.5, 128)
+    alpha = b.input(T.TENSOR_QUANT8_ASYMM, [1] * rank, 0.25, 120)
+    out = b.output(T.TENSOR_QUANT8_ASYMM, [], 0.5, 128)
+    b.operation(O.PRELU, [x, alpha], [out])
+    feeds = [np.asarray([100, 200], np.uint8).reshape([2] + [1] * (rank - 1)),
+             np.full([1] * rank, 140, np.uint8)]
+    return b.build(), feeds
+
+
+@pytest.mark.parametrize("rank", [8, 33])
+def test_quantized_prelu_broadcasts_at_any_rank_on_the_reference(rank: int) -> None:
+    """np.broadcast_arrays takes 32 dimensions at most: rank 33 was GENERAL_FAILURE."""
+    model, feeds = quantized_prelu(rank)
+    (out,) = Session(model, "reference").run(feeds).values()
+    assert out.shape == (2,) + (1,) * (rank - 1) and out.ravel().tolist() == [0, 200]
+
+
+@pytest.mark.parametrize("device", DEVICES[1:])
+def test_litert_does_not_claim_a_quantized_prelu_broadcasting_past_8_dimensions(
+        device: str) -> None:
+    """TFLite's quantized PRELU aborts the process broadcasting 9 dimensions or more."""
+    with pytest.raises(InvalidModelError, match="PRELU broadcasting 9 dimensions"):
+        Session(quantized_prelu(9)[0], device)
+    model, feeds = quantized_prelu(8)
+    (out,) = Session(model, device).run(feeds).values()
+    assert out.ravel().tolist() == [0, 200]

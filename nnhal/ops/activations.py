@@ -382,7 +382,8 @@ class _Prelu(OperationDef):
         def run_quant(ins, rt):
             v = np.asarray(ins[0], np.int64) - zx
             a = np.asarray(ins[1], np.int64) - za
-            v, a = np.broadcast_arrays(v, a)
+            shape = C.broadcast_static(v.shape, a.shape)  # (broadcast_arrays: 32 dims at most)
+            v, a = np.broadcast_to(v, shape), np.broadcast_to(a, shape)
             pos = C.multiply_by_quantized_multiplier(v, m_pos, s_pos)
             neg = C.multiply_by_quantized_multiplier(v * a, m_neg, s_neg)
             r = np.where(v >= 0, pos, neg) + zo

@@ -264,6 +264,25 @@ def _concatenation(op: RuleOp) -> str | None:
     return None
 
 
+#: The most dimensions TFLite's quantized PRELU broadcasts over (measured on ai-edge-litert
+#: 2.3: 8 runs, 9 and more abort the process in Eval).
+_PRELU_BROADCAST_DIMS = 8
+
+
+def _prelu(op: RuleOp) -> str | None:
+    """Quantized PRELU whose input and alpha differ in shape broadcasts in Eval over at most
+    8 dimensions; past them TFLite aborts the process (the float kernel has no such bound)."""
+    x, alpha = (op.inputs + [None, None])[:2]
+    if x is None or alpha is None or not op.outputs[0].quantized or x.shape is None or \
+            alpha.shape is None:
+        return None
+    rank = max(len(x.shape), len(alpha.shape))
+    if rank > _PRELU_BROADCAST_DIMS and tuple(x.shape) != tuple(alpha.shape):
+        return (f"quantized PRELU broadcasting {rank} dimensions (TFLite's kernel takes at "
+                f"most {_PRELU_BROADCAST_DIMS} and aborts the process past them)")
+    return None
+
+
 #: Operators whose two inputs TFLite's Prepare requires to be of one type.
 _SAME_INPUT_TYPES = frozenset({
     "ADD", "SUB", "MUL", "DIV", "FLOOR_DIV", "FLOOR_MOD", "MAXIMUM", "MINIMUM",
@@ -345,6 +364,7 @@ RULES: dict[str, Callable[[RuleOp], str | None]] = {
     "MAX_POOL_2D": _pool,
     "L2_POOL_2D": _pool,
     "CONCATENATION": _concatenation,
+    "PRELU": _prelu,
 }
 
 
