@@ -130,3 +130,19 @@ def test_litert_does_not_claim_a_quantized_prelu_broadcasting_past_8_dimensions(
     model, feeds = quantized_prelu(8)
     (out,) = Session(model, device).run(feeds).values()
     assert out.ravel().tolist() == [0, 200]
+
+
+@pytest.mark.parametrize("op", ["MAXIMUM", "LESS"])
+def test_litert_does_not_claim_a_broadcast_past_8_dimensions(op: str) -> None:
+    """TFLite's broadcasting binary kernels abort the process past 8 dimensions (MAXIMUM of
+    [2]*9 and [1]*9 took the sweep down); the runtime runs them on the reference instead."""
+    pytest.importorskip("ai_edge_litert")
+    b = ModelBuilder()
+    x, y = b.input(T.TENSOR_FLOAT32, [2] * 9), b.input(T.TENSOR_FLOAT32, [1] * 9)
+    out = b.output(T.TENSOR_BOOL8 if op == "LESS" else T.TENSOR_FLOAT32, [])
+    b.operation(getattr(O, op), [x, y], [out])
+    with pytest.raises(InvalidModelError, match=f"{op} broadcasting 9 dimensions"):
+        Session(b.build(), "litert")
+    s = Session(b.build())
+    (got,) = s.run([np.full([2] * 9, 3, np.float32), np.full([1] * 9, 5, np.float32)]).values()
+    assert got.shape == (2,) * 9 and (got == (3 < 5 if op == "LESS" else 5)).all()

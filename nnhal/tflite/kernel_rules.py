@@ -264,22 +264,28 @@ def _concatenation(op: RuleOp) -> str | None:
     return None
 
 
-#: The most dimensions TFLite's quantized PRELU broadcasts over (measured on ai-edge-litert
-#: 2.3: 8 runs, 9 and more abort the process in Eval).
-_PRELU_BROADCAST_DIMS = 8
+#: The most dimensions TFLite's broadcasting binary kernels take (their reference forms;
+#: measured on ai-edge-litert 2.3: 8 run, 9 abort the process in Eval, for every type
+#: XNNPACK does not take over).
+_BROADCAST_DIMS = 8
+_BROADCASTING = frozenset({
+    "ADD", "SUB", "MUL", "DIV", "SQUARED_DIFFERENCE", "FLOOR_DIV", "FLOOR_MOD", "POW",
+    "MAXIMUM", "MINIMUM", "EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER",
+    "GREATER_EQUAL", "LOGICAL_AND", "LOGICAL_OR", "PRELU"})
 
 
-def _prelu(op: RuleOp) -> str | None:
-    """Quantized PRELU whose input and alpha differ in shape broadcasts in Eval over at most
-    8 dimensions; past them TFLite aborts the process (the float kernel has no such bound)."""
-    x, alpha = (op.inputs + [None, None])[:2]
-    if x is None or alpha is None or not op.outputs[0].quantized or x.shape is None or \
-            alpha.shape is None:
+def _broadcast_rank(op: RuleOp) -> str | None:
+    """A binary operator whose two inputs differ in shape (or may: a dimension unknown)
+    broadcasts in Eval over at most 8 dimensions; past them TFLite aborts the process."""
+    if len(op.inputs) < 2 or op.inputs[0] is None or op.inputs[1] is None:
         return None
-    rank = max(len(x.shape), len(alpha.shape))
-    if rank > _PRELU_BROADCAST_DIMS and tuple(x.shape) != tuple(alpha.shape):
-        return (f"quantized PRELU broadcasting {rank} dimensions (TFLite's kernel takes at "
-                f"most {_PRELU_BROADCAST_DIMS} and aborts the process past them)")
+    a, b = op.inputs[0].shape, op.inputs[1].shape
+    if a is None or b is None:
+        return None
+    rank = max(len(a), len(b))
+    if rank > _BROADCAST_DIMS and (tuple(a) != tuple(b) or 0 in a):
+        return (f"{op.name} broadcasting {rank} dimensions (TFLite's broadcasting kernels "
+                f"take at most {_BROADCAST_DIMS} and abort the process past them)")
     return None
 
 
@@ -364,7 +370,6 @@ RULES: dict[str, Callable[[RuleOp], str | None]] = {
     "MAX_POOL_2D": _pool,
     "L2_POOL_2D": _pool,
     "CONCATENATION": _concatenation,
-    "PRELU": _prelu,
 }
 
 
@@ -374,4 +379,6 @@ def kernel_refusal(op: RuleOp) -> str | None:
     why = why or _normal_scales(op) or _types(op)
     if why is None and op.name in RULES:
         why = RULES[op.name](op)
+    if why is None and op.name in _BROADCASTING:
+        why = _broadcast_rank(op)
     return why
