@@ -2,13 +2,14 @@
 # (dense case tables of lambdas; every lambda runs in the iteration that makes it)
 """Hostile shapes against every entry point: HAL models (ModelBuilder) of the operations
 whose signatures allow ranks above 4, and .tflite files (tests/tflite/tfl.py) of the builtins
-the importer maps, with ranks 5, 33, 40, 64, 65, 100 and dimensions 0, 1, 2, 2^31-1 (alone
+the importer maps, with ranks 5 to 100 (8 and 9 around TFLite's broadcast bound, 32 and 33
+around nditer's, 64 and 65 around numpy's) and dimensions 0, 1, 2, 2^31-1 (alone
 and in threes: products past 2^63), through the analysis, Session(model, "reference") with a
 run, the runtime (Session(model)), read_tflite and Session(bytes). Anything but nnhal's own
 error (NnhalError, or the analysis' ValidationError / OpError), a run past 10 s, a crash
 (faulthandler prints it) or a numpy RuntimeWarning (run with -W error::RuntimeWarning) is
 printed as BUG. The CI keeps a handful of these cases (tests/test_hostile_shapes.py,
-tests/tflite/test_import_rules.py); this is the wide sweep, minutes long.
+tests/tflite/test_import_rules.py); this is the wide sweep (5,579 models, about 10 s here).
 
     python benchmarks/sweep_hostile_shapes.py [hal|tflite|all] [CASE,CASE] [RANK,RANK]
 
@@ -46,7 +47,7 @@ OK = (NnhalError, ValidationError, OpError)
 F32, I32, BOOL, Q8 = T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_BOOL8, T.TENSOR_QUANT8_ASYMM
 F, I, I64, B = np.float32, np.int32, np.int64, np.bool_
 BIG = 2**31 - 1
-RANKS = [5, 33, 40, 64, 65, 100]
+RANKS = [5, 6, 8, 9, 12, 16, 33, 40, 64, 65, 100]  # (9: past TFLite's broadcasting kernels)
 
 
 # ---- HAL models ------------------------------------------------------------------------------
