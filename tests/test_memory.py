@@ -461,3 +461,11 @@ def test_a_memory_sealed_against_writing_is_refused_as_a_request_pool():
             ErrorStatus.INVALID_ARGUMENT
     finally:
         dev.close()
+
+
+def test_a_size_past_a_files_is_refused_not_an_overflow():
+    from nnhal.memory.pool import MAX_FILE_BYTES, MemoryError_
+
+    for size in (MAX_FILE_BYTES + 1, 1 << 70):
+        with pytest.raises(MemoryError_, match="past what a file can hold"):
+            SharedMemory.ashmem(size)

@@ -39,6 +39,10 @@ HARDWARE_BUFFER_BLOB = "hardware_buffer_blob"
 SUPPORTED_NAMES = (ASHMEM, MMAP_FD, HARDWARE_BUFFER_BLOB)
 
 
+#: The largest file size (off_t): ``ftruncate`` past it raises OverflowError, not OSError.
+MAX_FILE_BYTES = (1 << 63) - 1
+
+
 class MemoryError_(Exception):
     """A memory could not be mapped, or an access fell outside it."""
 
@@ -81,6 +85,8 @@ class SharedMemory:
         execution): for creators that never shrink their memories."""
         if size < 0:
             raise MemoryError_("negative size")
+        if size > MAX_FILE_BYTES:
+            raise MemoryError_(f"size {size} is past what a file can hold ({MAX_FILE_BYTES})")
         fd = os.memfd_create(f"nnhal-{name}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, size)
