@@ -183,10 +183,9 @@ def test_the_fingerprint_is_computed_while_nnhal_session_imports(cache):
     known), the very value a walk of the files gives; with the cache off, nothing is started."""
     import nnhal
 
-    code = ("import time\nimport nnhal.session\nfrom nnhal.session import cache as sc\n"
-            "t = time.monotonic()\n"
-            "while sc._early is not None and sc._early[0].locked() and time.monotonic() - t < 30:\n"
-            "    time.sleep(0.005)\n"
+    code = ("import nnhal.session\nfrom nnhal.session import cache as sc\n"
+            "if sc._early is not None:\n"
+            "    sc._early[0].join(30)\n"
             "print(sc._early is not None, sc._fingerprint == sc._walk(sc._package_dir()))\n")
     env = dict(os.environ, PYTHONPATH=str(Path(nnhal.__file__).resolve().parent.parent),
                TF_CPP_MIN_LOG_LEVEL="3")

@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from nnhal.memory.pool import ASHMEM, SharedMemory
+from nnhal.memory.pool import ASHMEM, SharedMemory, _part_view
 
 #: Room before the file's bytes: a flatbuffer's root offset and file identifier (8 bytes),
 #: with the file's bytes kept at the alignment a converter gives its buffers.
@@ -123,8 +123,7 @@ class Frame:
         more than half of itself; False (nothing written) otherwise. A model's own constants
         then lie beside the file's weights, one contiguous pool (:class:`FramedMemory`); the
         tail moves past them. What was put is never written again."""
-        view = memoryview(data.reshape(-1).view(np.uint8) if isinstance(data, np.ndarray)
-                          else data).cast("B")
+        view = _part_view(at, data, None)  # as a pool takes its parts
         start = HEAD + at
         with self._lock:
             limit = len(self.buffer) - tail_room(self.size) // 2
@@ -183,38 +182,23 @@ class FramedMemory(SharedMemory):
     sealed copy, is made only when one is asked for (a served driver, the service)."""
 
     def __init__(self, frame: Frame, size: int):
-        self._fd = -1
         super().__init__(ASHMEM, -1, size)
         self.frame = (frame, 0)
         self._array = np.frombuffer(frame.buffer, np.uint8, size, HEAD)
         self._fixed = self._frozen = True
 
-    @property  # type: ignore[override]
+    @property
     def fd(self) -> int:
-        """The sealed copy's descriptor, made on first use (-1 once closed)."""
+        """The sealed copy's descriptor, made on first use (-1 once closed; closing it is
+        the base class's, as for any owned descriptor)."""
         with self._lock:
-            if self._fd < 0 and not self._closed and self._array is not None:
+            if self._closed:
+                return -1
+            if self._fd < 0:
                 made = SharedMemory.from_parts(self.size, [(0, self._array)], seal=True)
                 self._fd, made._owns_fd = made.fd, False
                 made.close()
             return self._fd
-
-    @fd.setter
-    def fd(self, value: int) -> None:
-        self._fd = value
-
-    def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._array = None
-            fd, self._fd = self._fd, -1
-        if fd >= 0:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
 
 
 def file_bytes(read: Frame | bytes) -> bytes | memoryview:

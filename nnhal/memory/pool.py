@@ -56,7 +56,7 @@ class SharedMemory:
 
     def __init__(self, name: str, fd: int, size: int, offset: int = 0, *, owns_fd: bool = True):
         self.name = name
-        self.fd = fd
+        self._fd = fd
         self.size = int(size)
         self.offset = int(offset)
         self._owns_fd = owns_fd
@@ -75,6 +75,11 @@ class SharedMemory:
         #: file bytes in this process (nnhal.memory.frame), which a driver's export may build
         #: around instead of copying. Never sent anywhere; None for any other memory.
         self.frame: tuple[Any, int] | None = None
+
+    @property
+    def fd(self) -> int:
+        """The file descriptor (a subclass may make it on first use: FramedMemory)."""
+        return self._fd
 
     # ---- construction ------------------------------------------------------------------
     @classmethod
@@ -173,9 +178,9 @@ class SharedMemory:
             # file cannot shrink.
             return None
         try:
-            if os.pread(self.fd, 1, self._last):
+            if os.pread(self._fd, 1, self._last):
                 return None
-            size = os.fstat(self.fd).st_size
+            size = os.fstat(self._fd).st_size
         except OSError as e:
             return f"{self!r}: cannot check its size: {e}"
         return (f"{self!r} was shrunk: its file now ends at {size}, the region at "
@@ -186,11 +191,11 @@ class SharedMemory:
             raise MemoryError_(f"unsupported memory name {self.name!r}")
         if self.size == 0:
             return np.zeros(0, dtype=np.uint8)
-        seals = _seals(self.fd)  # first: a size read after the seal is final
+        seals = _seals(self._fd)  # first: a size read after the seal is final
         fixed = bool(seals & _SEAL_SHRINK)
         frozen = fixed and bool(seals & _SEAL_WRITE)
         try:
-            file_size = os.fstat(self.fd).st_size
+            file_size = os.fstat(self._fd).st_size
         except OSError as e:
             raise MemoryError_(f"bad file descriptor: {e}") from e
         if self.offset + self.size > file_size:
@@ -207,10 +212,10 @@ class SharedMemory:
                 # populate, 52 MB: 4.0-4.3 against 5.4-6.0), and a model whose weights an
                 # engine takes from the file's frame (nnhal.memory.frame) reads only its
                 # small constants here.
-                mm = mmap.mmap(self.fd, skip + self.size, offset=start, prot=mmap.PROT_READ,
+                mm = mmap.mmap(self._fd, skip + self.size, offset=start, prot=mmap.PROT_READ,
                                flags=mmap.MAP_SHARED)
             else:
-                mm = mmap.mmap(self.fd, skip + self.size, offset=start)
+                mm = mmap.mmap(self._fd, skip + self.size, offset=start)
         except (OSError, ValueError) as e:
             raise MemoryError_(f"cannot map memory: {e}") from e
         self._mmap = mm
@@ -255,7 +260,7 @@ class SharedMemory:
                     pass  # numpy views still reference it; it is freed with them
             if self._owns_fd:
                 try:
-                    os.close(self.fd)
+                    os.close(self._fd)
                 except OSError:
                     pass
 
@@ -461,7 +466,7 @@ def shrunk_memory(pools: list[object] | tuple[object, ...]) -> str | None:
         mem = pool if type(pool) is SharedMemory else getattr(pool, "hidl_memory", None)
         if isinstance(mem, SharedMemory) and mem._mmap is not None and not mem._fixed:
             try:
-                if os.pread(mem.fd, 1, mem._last):
+                if os.pread(mem._fd, 1, mem._last):
                     continue
             except OSError:
                 pass
@@ -485,7 +490,7 @@ def watch_of(memories: list[object] | tuple[object, ...]) -> Watch:
     for pool in memories:
         mem = pool if type(pool) is SharedMemory else getattr(pool, "hidl_memory", None)
         if isinstance(mem, SharedMemory) and mem._mmap is not None and not mem._fixed:
-            found.append((mem.fd, mem._last, mem))
+            found.append((mem._fd, mem._last, mem))
     return tuple(found)
 
 

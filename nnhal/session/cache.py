@@ -42,7 +42,6 @@ their steps' files.
 
 from __future__ import annotations
 
-import _thread
 import base64
 import hmac
 import json
@@ -92,9 +91,9 @@ def enabled(cache: bool | None) -> bool:
 #: This process's code fingerprint, once computed (set by one assignment: no lock, which a
 #: forked child could inherit held).
 _fingerprint: str | None = None
-#: The computation :func:`fingerprint_early` started: (a lock held until it is done, the pid
-#: of the process that started it), or None.
-_early: tuple[Any, int] | None = None
+#: The computation :func:`fingerprint_early` started: (its thread, the pid of the process
+#: that started it), or None.
+_early: tuple[Background, int] | None = None
 #: The memo files (Fingerprint) this process has checked hold its fingerprint.
 _confirmed: set[Path] = set()
 
@@ -129,28 +128,16 @@ def fingerprint_early() -> None:
     _early = _start_computing()
 
 
-def _start_computing() -> tuple[Any, int] | None:
-    """:func:`code_fingerprint` computed on a new thread: (a lock held until it is done, this
-    process's pid), or None when no thread can be had (it is computed where it is needed).
-    Not threading.Thread: its start() waits until the thread runs (milliseconds when the cores
-    are busy), which is what this is to keep off the open's way. A failure is left for the
-    caller's own call of :func:`code_fingerprint` to raise."""
-    done = _thread.allocate_lock()
-    done.acquire()
-
-    def compute() -> None:
-        try:
-            code_fingerprint()
-        except BaseException:  # noqa: BLE001 - computed again (and raised) where needed
-            pass
-        finally:
-            done.release()
-
+def _start_computing() -> tuple[Background, int] | None:
+    """:func:`code_fingerprint` computed on a new thread started without waiting for it to
+    run (:class:`~nnhal.session.background.Background`: that wait is what this keeps off the
+    open's way): (the thread, this process's pid), or None when no thread can be had (it is
+    computed where it is needed). A failure is left for the caller's own call of
+    :func:`code_fingerprint` to raise."""
     try:
-        _thread.start_new_thread(compute, ())
+        return Background(code_fingerprint), os.getpid()
     except RuntimeError:
         return None
-    return done, os.getpid()
 
 
 def _walk(top: str) -> str:
@@ -214,7 +201,7 @@ class Fingerprint:
         if _fingerprint is not None or self._done is not None:
             return
         early = _early
-        if early is not None and early[1] == os.getpid() and early[0].locked():
+        if early is not None and early[1] == os.getpid() and early[0].is_alive():
             self._done, self._pid = early
             return
         started = _start_computing()
@@ -240,8 +227,7 @@ class Fingerprint:
         guess was another)."""
         done, self._done = self._done, None
         if done is not None and os.getpid() == self._pid:  # (a forked child computes it below)
-            done.acquire()  # released at once: another open may be waiting on the same lock
-            done.release()
+            done.join()
         value = code_fingerprint()
         if value != self.guess:
             self._remember(value)

@@ -247,15 +247,21 @@ class _Builder(flatbuffers.Builder):
             self.head = head
             self.vectorNumElems = n
             return self.EndVector()
-        if self.minalign < 4:
-            self.minalign = 4
         # The length word, the bytes, their terminating zero and the padding, in one write.
-        start = head - pad - n - 5
-        buf[start:head] = _U32.pack(n) + x + _PAD[:pad + 1]
+        return len(buf) - self._below_head(_U32.pack(n) + x + _PAD[:pad + 1], 4)
+
+    def _below_head(self, data: bytes, align: int) -> int:
+        """``data`` (whole vectors, their padding included) written just below the head, as
+        the generated calls would leave the builder (its alignment at least ``align``, no
+        vector open); the new head."""
+        start = self.head - len(data)
+        self.Bytes[start:self.head] = data
+        if align > self.minalign:
+            self.minalign = align
         self.head = start
         self.vectorNumElems = None
         self.nested = False
-        return len(buf) - start
+        return start
 
     def create_numbers(self, values: list | tuple, dtype: str) -> int:
         """A vector of a list of numbers of ``dtype`` ("<i4", "<f4", "<i8"): what
@@ -285,14 +291,7 @@ class _Builder(flatbuffers.Builder):
             data = struct.pack(f"<I{n}{code}{pad}x", n, *values)
         except (struct.error, TypeError, OverflowError):  # numpy's conversion rules, then
             return self.CreateNumpyVector(np.asarray(values, dtype=dtype).reshape(-1))
-        if align > self.minalign:
-            self.minalign = align
-        head -= len(data)
-        buf[head:self.head] = data
-        self.head = head
-        self.vectorNumElems = None
-        self.nested = False
-        return size - head
+        return size - self._below_head(data, align)
 
     def string_and_ints(self, s: str, ints: list[int]) -> tuple[int, int] | None:
         """CreateString(s), then create_numbers(ints, "<i4"), in one write: (the string,
@@ -314,13 +313,7 @@ class _Builder(flatbuffers.Builder):
             return None
         # The string's padding makes its length word 4-aligned, so the vector needs none.
         data += x + _PAD[:((head - n - len(x) - 1) & 3) + 1]
-        start = head - len(data)
-        buf[start:head] = data
-        if self.minalign < 4:
-            self.minalign = 4
-        self.head = start
-        self.vectorNumElems = None
-        self.nested = False
+        start = self._below_head(data, 4)
         return n - start - 4 * k - 4, n - start
 
     def two_ints(self, a: list[int], b: list[int]) -> tuple[int, int] | None:
@@ -336,13 +329,7 @@ class _Builder(flatbuffers.Builder):
             data = struct.pack(f"<I{len(b)}iI{len(a)}i{pad}x", len(b), *b, len(a), *a)
         except (struct.error, TypeError, OverflowError):
             return None
-        start = head - len(data)
-        buf[start:head] = data
-        if self.minalign < 4:
-            self.minalign = 4
-        self.head = start
-        self.vectorNumElems = None
-        self.nested = False
+        start = self._below_head(data, 4)
         return n - start - 4 * len(b) - 4, n - start
 
     def CreateNumpyVector(self, x: np.ndarray) -> int:  # noqa: N802
