@@ -17,6 +17,7 @@ import pytest
 pytest.importorskip("nnhal.tflite")
 
 from nnhal.analysis import analyses  # noqa: E402
+from nnhal.memory.frame import Frame  # noqa: E402
 from nnhal.session import Session  # noqa: E402
 from nnhal.session import cache as sc  # noqa: E402
 from nnhal.session import session as session_module  # noqa: E402
@@ -474,9 +475,11 @@ def test_a_file_not_seen_before_is_hashed_while_it_is_read(home, tmp_path, monke
     hashed = []
     real = sc.Digesting.__init__
 
-    def counted(self, data, done=None):
+    def counted(self, data, done=None, read=None):
+        if isinstance(read, Frame):
+            read.settle()  # (hashed here before the Session's own thread waits for it)
         hashed.append(sc.content_digest(data))
-        real(self, data, done)
+        real(self, data, done, read)
 
     monkeypatch.setattr(sc.Digesting, "__init__", counted)
     with Session(path, cache=True) as first:

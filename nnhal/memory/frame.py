@@ -25,6 +25,7 @@ import threading
 
 import numpy as np
 
+from nnhal.memory import fill
 from nnhal.memory.pool import ASHMEM, SharedMemory, _part_view
 
 #: Room before the file's bytes: a flatbuffer's root offset and file identifier (8 bytes),
@@ -32,6 +33,10 @@ from nnhal.memory.pool import ASHMEM, SharedMemory, _part_view
 HEAD = 64
 #: Files smaller than this are read as plain ``bytes``: their copy costs nothing worth a frame.
 MIN_FRAMED = 1 << 20
+#: Seconds :meth:`Frame.settle` waits for the copy of a file's bytes (a local file's takes
+#: milliseconds; this bounds a stalled filesystem).
+SETTLE_S = 120.0
+_PAGE = 4096
 #: Files past this are read as plain ``bytes``: a flatbuffer's offsets stop at 2 GiB.
 MAX_FRAMED = (1 << 31) - (1 << 28)
 
@@ -47,7 +52,8 @@ def tail_room(size: int) -> int:
 class Frame:
     """A file's bytes at :data:`HEAD` in one ``bytes`` object, with room after them."""
 
-    __slots__ = ("buffer", "size", "tail", "_address", "_claimed", "_lock", "_end", "_view")
+    __slots__ = ("buffer", "size", "tail", "_address", "_claimed", "_lock", "_end", "_view",
+                 "_fill", "_ends_read")
 
     def __init__(self, size: int) -> None:
         #: Where the tail's room starts (aligned for any flatbuffer scalar): after the file's
@@ -62,14 +68,22 @@ class Frame:
         self._view: memoryview | None = None
         self._claimed = False
         self._lock = threading.Lock()
+        #: The native fill of the file's bytes while it is under way (see :meth:`settle`).
+        self._fill: fill.Fill | None = None
+        self._ends_read = True
 
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> Frame | bytes:
         """The file's bytes, framed when the file is large enough to pay (else plain bytes).
         OSError as ``open`` / ``read`` raise it, and for anything but a regular file (a FIFO
-        or a device: no read of it is bounded). A file that changes size while it is read is
-        read again (as its new size), twice at most, then as plain bytes. Memory too short
-        for the file is an OSError (ENOMEM), as for any other read that cannot be done."""
+        or a device: no read of it is bounded). Memory too short for the file is an OSError
+        (ENOMEM), as for any other read that cannot be done.
+
+        Where it can (:mod:`nnhal.memory.fill`), a frame is returned while most of the file is
+        still being copied in: its bytes read as the file's all the same (a page read early
+        waits for its own bytes), and :meth:`settle` says whether they are the file's (not
+        when it changed size meanwhile). Read the plain way, a file that changes size while
+        it is read is read again (as its new size), twice at most, then as plain bytes."""
         try:
             return cls._read(path)
         except MemoryError:
@@ -96,10 +110,52 @@ class Frame:
                 if not MIN_FRAMED <= size <= MAX_FRAMED:
                     break
                 frame = cls(size)
+                if frame._fill_from(fd):
+                    return frame
                 if _fill(fd, frame._writable(HEAD, size), 0) and not os.pread(fd, 1, size):
                     return frame
             f.seek(0)
             return f.read()
+
+    def _fill_from(self, fd: int) -> bool:
+        """Start the native fill of the page-aligned middle of the file's bytes, the two
+        ends read here; False when no fill could be started (nothing was read)."""
+        first = HEAD + (-(self._address + HEAD) % _PAGE)
+        last = HEAD + self.size - (self._address + HEAD + self.size) % _PAGE
+        if last - first < fill.MIN_BYTES:
+            return False
+        started = fill.start(fd, first - HEAD, self._address + first, last - first, self.size,
+                             self.buffer)
+        if started is None:
+            return False
+        self._fill = started
+        # The ends, while the middle is copied: a short read of them is the fill's news too
+        # (settle reads the file again).
+        if not (_fill(fd, self._writable(HEAD, first - HEAD), 0) and
+                _fill(fd, self._writable(last, HEAD + self.size - last), last - HEAD)):
+            self._ends_read = False
+        return True
+
+    def settle(self, timeout: float = SETTLE_S) -> None:
+        """Wait for the copy of the file's bytes into this frame (nothing to wait for when it
+        was read the plain way). OSError when they are not the file's: the file changed size
+        while it was read (ESTALE), could not be read (its errno), or the copy did not finish
+        in ``timeout`` seconds (ETIMEDOUT)."""
+        f = self._fill
+        if f is None:
+            return
+        done = f.wait(timeout)
+        if done is None:
+            raise OSError(errno.ETIMEDOUT, f"reading the file did not finish in {timeout:.0f} s")
+        if done[0] in (errno.ENODATA, errno.ESTALE) or not self._ends_read:
+            raise OSError(errno.ESTALE, "the file changed while it was read")
+        if done[0]:
+            raise OSError(done[0], os.strerror(done[0]))
+
+    def __del__(self) -> None:
+        f = getattr(self, "_fill", None)
+        if f is not None:
+            f.park()  # the memory stays until the copy into it is done (it holds it)
 
     @property
     def content(self) -> memoryview:
@@ -195,6 +251,7 @@ class FramedMemory(SharedMemory):
             if self._closed:
                 return -1
             if self._fd < 0:
+                self.frame[0].settle()  # the copy below is the kernel's: no page may wait
                 made = SharedMemory.from_parts(self.size, [(0, self._array)], seal=True)
                 self._fd, made._owns_fd = made.fd, False
                 made.close()

@@ -247,14 +247,17 @@ def content_digest(data: bytes | memoryview) -> bytes:
 class Digesting:
     """:func:`content_digest` of bytes being computed on a thread of its own (one core: the
     caller's Python runs on the other meanwhile; blake3 releases the GIL), then ``done``
-    called with it (e.g. to remember it)."""
+    called with it (e.g. to remember it). ``read``: the frame holding the bytes, settled
+    first (:meth:`Frame.settle`: its bytes may still be being copied in)."""
 
-    def __init__(self, data: bytes | memoryview, done: Any = None):
+    def __init__(self, data: bytes | memoryview, done: Any = None, read: Any = None):
         self._digest: bytes | None = None
         self._error: BaseException | None = None
 
         def work() -> None:
             try:
+                if isinstance(read, Frame):
+                    read.settle()  # hashed once in memory whole (and known to be the file's)
                 self._digest = blake3.blake3(data).digest()
                 if done is not None:
                     done(self._digest)
@@ -262,6 +265,9 @@ class Digesting:
                 self._error = e
 
         self._thread = Background(work)  # started without waiting for it to run
+
+    def join(self) -> None:
+        self._thread.join()
 
     def result(self) -> bytes:
         self._thread.join()
@@ -350,7 +356,7 @@ class Store:
                 read = Frame.read(path)  # a large file framed, for a driver's export
                 data = file_bytes(read)
                 return Digesting(data, lambda digest: self._remember(
-                    path, st, sig, memo, data, digest)), read
+                    path, st, sig, memo, data, digest), read), read
         st = os.stat(path)
         sig = self._signature(path, st)
         memo = self._memo_path(sig)
@@ -363,6 +369,8 @@ class Store:
         except OSError:
             pass
         read = Frame.read(path)
+        if isinstance(read, Frame):
+            read.settle()
         data = file_bytes(read)
         digest = content_digest(data)
         if len(data) == st.st_size and \

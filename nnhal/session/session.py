@@ -231,8 +231,10 @@ class Session:
                 # hit, on content found under another name, reads it for nothing).
                 try:
                     self._imported = read_bytes_as_model(cached[2], self.source)
-                finally:
-                    digest = cached[1].result()
+                except BaseException:
+                    cached[1].join()  # (the model's error is the one to report)
+                    raise
+                digest = cached[1].result()
                 cached = (cached[0], digest, *cached[2:])
             self._digest = cached[1]
         self.compilation: Any = None
@@ -289,6 +291,8 @@ class Session:
             try:
                 data = self._source_arg if isinstance(self._source_arg, bytes) else \
                     Frame.read(self._source_arg)
+                if isinstance(data, Frame):
+                    data.settle()
             except OSError:
                 self._imported = load_model(self._source_arg)  # names the problem
                 raise NnhalError(f"{self.source}: cannot be read") from None

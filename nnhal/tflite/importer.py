@@ -411,20 +411,30 @@ def read_tflite(source: str | os.PathLike[str] | bytes | Frame, name: str | None
     Raises ModelFileError for a file that cannot be read, UnsupportedModelError naming every
     operator (index and name) and tensor that has no HAL equivalent."""
     lf = schema.load(source, name)
-    subgraphs = read_model(lf, dynamic_shapes)
+    try:
+        subgraphs = read_model(lf, dynamic_shapes)
+    except (ModelFileError, UnsupportedModelError):
+        lf.settle()
+        raise
     mb = ModelBuilder()
     if 2 * _weights_as_stored(subgraphs) >= len(lf.data):
         # Mostly weights the HAL takes as they are (not float16 ones, widened): the file is
         # their pool part, copied whole now, on the writer thread, while the operators are
         # converted (a file of other weights is not copied for nothing).
         mb.use_source(lf.frame if lf.frame is not None else lf.data)
-    with lf.guard():
-        importer = _Importer(lf.name, subgraphs, mb)
-        token = import_ext.CURRENT.set(importer.extensions)
-        try:
-            return importer.run()
-        finally:
-            import_ext.CURRENT.reset(token)
+    try:
+        with lf.guard():
+            importer = _Importer(lf.name, subgraphs, mb)
+            token = import_ext.CURRENT.set(importer.extensions)
+            try:
+                imported = importer.run()
+            finally:
+                import_ext.CURRENT.reset(token)
+    except (ModelFileError, UnsupportedModelError):
+        lf.settle()  # a file that changed while it was read says so instead
+        raise
+    lf.settle()
+    return imported
 
 
 def _weights_as_stored(subgraphs: list[SubgraphInfo]) -> int:

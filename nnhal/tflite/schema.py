@@ -232,6 +232,14 @@ class LoadedFile:
     #: The in-process frame the bytes were read into (:mod:`nnhal.memory.frame`), if any.
     frame: Frame | None = None
 
+    def settle(self) -> None:
+        """Wait for the file's bytes when they were still being copied in (see
+        :meth:`Frame.settle`); ModelFileError when they are not the file's (it changed while
+        it was read, or could not be read). Whatever was read from them before is void then:
+        a reader settles before it returns, and before it reports the file corrupted."""
+        if self.frame is not None:
+            _settled(self.frame, self.name)
+
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
         """Turns what reading a corrupted buffer raises into a ModelFileError naming the file."""
@@ -276,13 +284,25 @@ def load(source: str | os.PathLike[str] | bytes | Frame, name: str | None = None
     if data[4:8] != FILE_IDENTIFIER:
         raise ModelFileError(name, f"not a TFLite flatbuffer (identifier {bytes(data[4:8])!r}, "
                                    f"expected {FILE_IDENTIFIER!r})")
-    verify(data, name)
-    loaded = LoadedFile(data, tflite.Model.GetRootAsModel(data, 0), name, frame)
-    with loaded.guard():
-        version = loaded.model.Version()
-        if version != SCHEMA_VERSION:
-            raise ModelFileError(name, f"schema version {version} is not supported (nnhal "
-                                       f"reads version {SCHEMA_VERSION})")
-        if loaded.model.SubgraphsLength() < 1:
-            raise ModelFileError(name, "the model has no subgraph")
+    try:
+        verify(data, name)
+        loaded = LoadedFile(data, tflite.Model.GetRootAsModel(data, 0), name, frame)
+        with loaded.guard():
+            version = loaded.model.Version()
+            if version != SCHEMA_VERSION:
+                raise ModelFileError(name, f"schema version {version} is not supported "
+                                           f"(nnhal reads version {SCHEMA_VERSION})")
+            if loaded.model.SubgraphsLength() < 1:
+                raise ModelFileError(name, "the model has no subgraph")
+    except ModelFileError:
+        if frame is not None:
+            _settled(frame, name)  # a file that changed while it was read says so instead
+        raise
     return loaded
+
+
+def _settled(frame: Frame, name: str) -> None:
+    try:
+        frame.settle()
+    except OSError as e:
+        raise ModelFileError(name, f"cannot read: {e.strerror or e}") from None

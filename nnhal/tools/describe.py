@@ -55,7 +55,8 @@ def open_model(path: str | os.PathLike[str]) -> ImportedModel:
     loaded = load(path)
     from nnhal.tflite import read_tflite  # type: ignore[attr-defined]
 
-    return read_tflite(loaded.data, name=loaded.name)
+    source = loaded.frame if loaded.frame is not None else loaded.data  # (not copied)
+    return read_tflite(source, name=loaded.name)
 
 
 @dataclass(frozen=True)

@@ -158,20 +158,24 @@ def build(flags: tuple[str, ...] = BASE_FLAGS) -> tuple[ctypes.CDLL | None, str]
     return lib, f"loaded from {target}"
 
 
-def _compile(cc: list[str], flags: tuple[str, ...], d: Path, target: Path) -> str | None:
+def _compile(cc: list[str], flags: tuple[str, ...], d: Path, target: Path,
+             source: Path | None = None) -> str | None:
+    """Compile ``source`` (default: the kernels) into ``target`` in ``d``, atomically; None,
+    or the reason it failed."""
+    source = SOURCE if source is None else source
     fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=d)
     os.close(fd)
     try:
         try:
-            r = subprocess.run([*cc, *flags, "-o", tmp, str(SOURCE)], capture_output=True,
+            r = subprocess.run([*cc, *flags, "-o", tmp, str(source)], capture_output=True,
                                timeout=COMPILE_TIMEOUT, check=False)
         except subprocess.TimeoutExpired:
-            return f"compiling {SOURCE.name} timed out after {COMPILE_TIMEOUT:.0f} s"
+            return f"compiling {source.name} timed out after {COMPILE_TIMEOUT:.0f} s"
         except (OSError, subprocess.SubprocessError) as e:
-            return f"compiling {SOURCE.name} failed: {e}"
+            return f"compiling {source.name} failed: {e}"
         if r.returncode != 0:
             msg = (r.stderr or r.stdout).decode(errors="replace").strip().splitlines()
-            return (f"compiling {SOURCE.name} with {shlex.join(cc)!r} failed "
+            return (f"compiling {source.name} with {shlex.join(cc)!r} failed "
                     f"({r.returncode}): {msg[0] if msg else ''}")
         if os.path.getsize(tmp) == 0:
             return f"compiler {shlex.join(cc)!r} produced an empty file"
@@ -179,7 +183,7 @@ def _compile(cc: list[str], flags: tuple[str, ...], d: Path, target: Path) -> st
         tmp = ""
         return None
     except OSError as e:
-        return f"cannot write the native kernels: {e}"
+        return f"cannot write the native build of {source.name}: {e}"
     finally:
         if tmp:
             try:
