@@ -223,6 +223,9 @@ class Opened:
         if prepared is None or self.settle():
             return  # refused, or restored with another code's key: dropped
         session._set_io(ins, outs, state)
+        scalars = record.get("scalars", {})
+        session._set_scalars([int(k) for k in scalars.get("inputs", ())],
+                             [int(k) for k in scalars.get("outputs", ())])
         session._prepared = prepared
         session._restored_plan = plan
         session.device_name = str(record["device_name"])
@@ -319,7 +322,9 @@ class Opened:
             "outputs": [sc.tensor_record(i) for i in session._all_outputs],
             "state": [sc.state_record(sv, v)
                       for sv, v in zip(session._state_vars, session._initial)],
-            "plan": session.plan, "device_name": session.device_name}
+            "plan": session.plan, "device_name": session.device_name,
+            "scalars": {"inputs": list(session._scalar_io[0]),
+                        "outputs": list(session._scalar_io[1])}}
         files: list[str] = []
         if session.device is not None:
             found = self._device_names(session)

@@ -42,6 +42,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -348,6 +349,23 @@ class Session:
         all_out = [tensor_info(n, main.operands[i], exts)
                    for n, i in zip(imp.output_names, main.output_indexes)]
         self._set_io(all_in, all_out, list(imp.state))
+        self._set_scalars(imp.scalar_inputs, imp.scalar_outputs)
+
+    def _set_scalars(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:
+        """The file's scalars (positions in the main inputs / outputs): fed and given back
+        as shape (), what TFLite takes and gives, held as [1] by the HAL; a feed is checked
+        as [1] once reshaped (:meth:`_checked`)."""
+        scalar_in = [k for k in inputs if k in self._public_in]
+        scalar_out = [k for k in outputs if k in self._public_out]
+        self._scalar_io = (tuple(scalar_in), tuple(scalar_out))
+        if not scalar_in and not scalar_out:
+            return
+        self._scalars = ({self._public_in.index(k) for k in scalar_in},
+                         {self._all_outputs[k].name for k in scalar_out})
+        self.inputs = [replace(i, shape=()) if k in self._scalars[0] else i
+                       for k, i in enumerate(self.inputs)]
+        self.outputs = [replace(o, shape=()) if o.name in self._scalars[1] else o
+                        for o in self.outputs]
 
     def _set_io(self, all_in: list[TensorInfo], all_out: list[TensorInfo],
                 state: list[StateVariable]) -> None:
@@ -358,6 +376,13 @@ class Session:
         self._all_inputs, self._all_outputs = all_in, all_out
         self._public_in = [k for k in range(len(all_in)) if k not in state_in]
         self._public_out = [k for k in range(len(all_out)) if k not in state_out]
+        #: The public inputs as the driver takes them (what a feed is checked against).
+        self._feed_infos = [all_in[k] for k in self._public_in]
+        #: The file's scalars (see ImportedModel.scalar_inputs): positions among the public
+        #: inputs, names of outputs; None when there are none (the usual case). And as
+        #: positions in the main inputs and outputs (what a cache entry keeps).
+        self._scalars: tuple[set[int], set[str]] | None = None
+        self._scalar_io: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
         self.inputs: list[TensorInfo] = [all_in[k] for k in self._public_in]
         self.outputs: list[TensorInfo] = [all_out[k] for k in self._public_out]
         self._out_names = [(all_out[k].name, k) for k in self._public_out]
@@ -529,7 +554,7 @@ class Session:
         InputError before anything runs when a feed does not match (or its conversion
         fails); ExecutionError when the driver fails."""
         bound = self._bound
-        if bound is not None:
+        if bound is not None and self._scalars is None:  # (a scalar's feed is reshaped first)
             arrays = bound.match(feeds)
             if arrays is not None:  # the feeds of the bound layout: checked already
                 return self._run_bound(bound, arrays)
@@ -579,7 +604,15 @@ class Session:
         """The state carried on, the public outputs by name (the lock held)."""
         if self._state_out:
             self._state = [outs[k] for k in self._state_out]
+        if self._scalars is not None:
+            return self._scalar_outputs({name: outs[k] for name, k in self._out_names})
         return {name: outs[k] for name, k in self._out_names}
+
+    def _scalar_outputs(self, got: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The file's scalar outputs as shape () (the HAL's [1])."""
+        for name in self._scalars[1]:  # type: ignore[index]
+            got[name] = got[name].reshape(())
+        return got
 
     def _run_bound(self, bound: Bound, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
         """:meth:`run` of feeds that match ``bound``: the path of every repeated run, so
@@ -696,7 +729,7 @@ class Session:
             self._converting.discard(me)
 
     def _checked(self, feeds: Feeds) -> list[np.ndarray]:
-        infos = self.inputs
+        infos = self.inputs  # (the names; the checks are against _feed_infos)
         if isinstance(feeds, Mapping):
             names = [i.name for i in infos]
             keys = list(itertools.islice(iter(feeds), len(names) + 1))  # bounded: a hostile
@@ -720,7 +753,10 @@ class Session:
                 raise InputError(f"{count} inputs given, the model takes {len(infos)} "
                                  f"({', '.join(i.name for i in infos)})")
             given = [feeds[k] for k in range(count)]
-        checked = [check_feed(info, v) for info, v in zip(infos, given)]
+        if self._scalars is not None:
+            for k in self._scalars[0]:
+                given[k] = _one_of_scalar(infos[k], given[k])
+        checked = [check_feed(info, v) for info, v in zip(self._feed_infos, given)]
         total = sum(a.nbytes for a in checked)
         if total > MAX_FEED_BYTES:
             raise InputError(f"the feeds hold {total} bytes together, more than the "
@@ -935,6 +971,17 @@ def read_bytes_as_model(data: bytes | Frame, name: str) -> ImportedModel:
     from nnhal.tflite import read_tflite  # type: ignore[attr-defined]
 
     return read_tflite(data, None if name == "<bytes>" else name)
+
+
+def _one_of_scalar(info: TensorInfo, value: Any) -> Any:
+    """A feed of a scalar input (shape ()) as the [1] the driver takes: an array's view, a
+    number in a list (converted as numbers are, see check_feed); InputError for any other
+    shape."""
+    arr = np.asarray(value)
+    if arr.shape != ():
+        raise InputError(f"input '{info.name}' has shape {arr.shape}, the model expects () "
+                         f"(a scalar)")
+    return arr.reshape(1) if isinstance(value, (np.ndarray, np.generic)) else [value]
 
 
 def _fits(want: tuple[int, ...], shape: tuple[int, ...]) -> bool:

@@ -179,7 +179,10 @@ class _Importer:
             where = self.origin[k].describe() if 0 <= k < len(self.origin) else \
                 "the converted model"
             raise self._error([f"{where}: the HAL rejects it: {e}"]) from None
-        return ImportedModel(model, in_names, out_names, state, self.file)
+        return ImportedModel(
+            model, in_names, out_names, state, self.file,
+            tuple(k for k, i in enumerate(main.inputs) if not main.tensors[i].shape),
+            tuple(k for k, i in enumerate(main.outputs) if not main.tensors[i].shape))
 
     def _reference(self, k: int, sb: SubgraphBuilder) -> int:
         """A SUBGRAPH operand in ``sb`` naming TFLite subgraph ``k`` converted into a

@@ -32,3 +32,8 @@ class ImportedModel:
     state: list[StateVariable] = field(default_factory=list)
     #: Where it came from (a path or "<bytes>"), for messages.
     source: str = ""
+    #: Positions in ``model.main.inputs`` / ``outputs`` of the file's scalars (rank-0
+    #: tensors): the HAL holds them as [1] (a tensor operand without dimensions has an
+    #: unknown rank), a user feeds and gets them as numpy scalars of shape (), as TFLite does.
+    scalar_inputs: tuple[int, ...] = ()
+    scalar_outputs: tuple[int, ...] = ()
