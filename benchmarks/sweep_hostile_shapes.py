@@ -5,13 +5,15 @@ whose signatures allow ranks above 4, and .tflite files (tests/tflite/tfl.py) of
 the importer maps, with ranks 5 to 100 (8 and 9 around TFLite's broadcast bound, 32 and 33
 around nditer's, 64 and 65 around numpy's) and dimensions 0, 1, 2, 2^31-1 (alone
 and in threes: products past 2^63), through the analysis, Session(model, "reference") with a
-run, the runtime (Session(model)), read_tflite and Session(bytes). Anything but nnhal's own
+run, the runtime (Session(model)), read_tflite and Session(bytes), and (``capi``) the HAL
+models built, compiled and run through libneuralnetworks.so as a C client does, where every
+call must answer one of the NDK's result codes. Anything but nnhal's own
 error (NnhalError, or the analysis' ValidationError / OpError), a run past 10 s, a crash
 (faulthandler prints it) or a numpy RuntimeWarning (run with -W error::RuntimeWarning) is
 printed as BUG. The CI keeps a handful of these cases (tests/test_hostile_shapes.py,
 tests/tflite/test_import_rules.py); this is the wide sweep (5,579 models, about 10 s here).
 
-    python benchmarks/sweep_hostile_shapes.py [hal|tflite|all] [CASE,CASE] [RANK,RANK]
+    python benchmarks/sweep_hostile_shapes.py [hal|tflite|capi|all] [CASE,CASE] [RANK,RANK]
 
 Memory is capped at 5 GiB (RLIMIT_AS): an unbounded allocation shows as a MemoryError BUG
 instead of swapping the machine.
@@ -36,6 +38,7 @@ from tfl import Graph, build  # noqa: E402
 from nnhal.analysis import analyse  # noqa: E402
 from nnhal.errors import NnhalError  # noqa: E402
 from nnhal.hal.builder import ModelBuilder  # noqa: E402
+from nnhal.hal.types import OperandLifeTime as L  # noqa: E402
 from nnhal.hal.types import OperandType as T  # noqa: E402
 from nnhal.hal.types import OperationType as O  # noqa: E402
 from nnhal.ops.resolver import OpError  # noqa: E402
@@ -294,6 +297,119 @@ def sweep_hal(only, ranks, bugs: dict) -> int:
     return n
 
 
+def _constant_bytes(model, o) -> bytes:
+    """An operand's constant as the C client hands it (CONSTANT_COPY / _REFERENCE)."""
+    loc = o.location
+    if o.lifetime == L.CONSTANT_COPY:
+        return bytes(model.operand_values[loc.offset:loc.offset + loc.length])
+    return model.pools[loc.pool_index].read(loc.offset, loc.length)
+
+
+def replay_capi(model) -> list[tuple[str, int]]:
+    """``model`` (main subgraph only) through libneuralnetworks.so, as a C client builds,
+    compiles and runs it: the NDK calls made and the code each answered, up to the first
+    that failed. Inputs and outputs get buffers when small; large ones are not run."""
+    from nnhal.capi import ctypes_ndk as N
+    from nnhal.runtime.model import ANeuralNetworksOperandType as OT
+
+    calls: list[tuple[str, int]] = []
+
+    def call(what: str, code: int) -> bool:
+        calls.append((what, int(code)))
+        return code == 0
+
+    main = model.main
+    code, m = N.ANeuralNetworksModel_create()
+    if not call("Model_create", code):
+        return calls
+    try:
+        for i, o in enumerate(main.operands):
+            if not call(f"addOperand {i}", N.ANeuralNetworksModel_addOperand(
+                    m, OT(int(o.type), list(o.dimensions), float(o.scale), int(o.zero_point)))):
+                return calls
+            if o.lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
+                blob = _constant_bytes(model, o)
+                if not call(f"setOperandValue {i}", N.ANeuralNetworksModel_setOperandValue(
+                        m, i, blob, len(blob))):
+                    return calls
+            elif o.lifetime == L.NO_VALUE:
+                if not call(f"setOperandValue {i}",
+                            N.ANeuralNetworksModel_setOperandValue(m, i, None, 0)):
+                    return calls
+        for op in main.operations:
+            if not call(f"addOperation {O(op.type).name}", N.ANeuralNetworksModel_addOperation(
+                    m, int(op.type), list(op.inputs), list(op.outputs))):
+                return calls
+        if not (call("identifyInputsAndOutputs", N.ANeuralNetworksModel_identifyInputsAndOutputs(
+                m, list(main.input_indexes), list(main.output_indexes)))
+                and call("Model_finish", N.ANeuralNetworksModel_finish(m))):
+            return calls
+        code, c = N.ANeuralNetworksCompilation_create(m)
+        if not call("Compilation_create", code):
+            return calls
+        try:
+            if not call("Compilation_finish", N.ANeuralNetworksCompilation_finish(c)):
+                return calls
+            code, e = N.ANeuralNetworksExecution_create(c)
+            if not call("Execution_create", code):
+                return calls
+            try:
+                for k, i in enumerate(main.input_indexes):
+                    o = main.operands[i]
+                    n = int(np.prod(np.asarray(o.dimensions, dtype=object)))
+                    if not 0 < n <= 4096:
+                        return calls  # (built and compiled: a run of it is not the point)
+                    buf = bytes(n * 4)
+                    if not call(f"setInput {k}", N.ANeuralNetworksExecution_setInput(
+                            e, k, None, buf, len(buf))):
+                        return calls
+                for k in range(len(main.output_indexes)):
+                    buf = np.zeros(1 << 16, np.uint8)
+                    if not call(f"setOutput {k}", N.ANeuralNetworksExecution_setOutput(
+                            e, k, None, buf, buf.nbytes)):
+                        return calls
+                call("Execution_compute", N.ANeuralNetworksExecution_compute(e))
+            finally:
+                N.ANeuralNetworksExecution_free(e)
+        finally:
+            N.ANeuralNetworksCompilation_free(c)
+    finally:
+        N.ANeuralNetworksModel_free(m)
+    return calls
+
+
+def sweep_capi(only, ranks, bugs: dict) -> int:
+    """The HAL cases through the C library: every call must answer one of the NDK's codes
+    (a crash ends the sweep, a hang is a TIMEOUT, an exception a BUG)."""
+    from nnhal.runtime.codes import ResultCode
+
+    codes = {int(c) for c in ResultCode}
+    n = 0
+    for name, (make, tin, qin) in HAL_CASES.items():
+        if only and name not in only:
+            continue
+        for r in ranks:
+            for kind, dims in hal_shapes(r):
+                what = (name, r, kind)
+                b = ModelBuilder()
+                try:
+                    make(b, b.input(tin, dims, qin, 0), r)
+                    model = b.build()
+                except OK:
+                    continue
+                n += 1
+                got: list = []
+
+                def run() -> None:
+                    got[:] = replay_capi(model)
+                    bad = [c for c in got if c[1] not in codes]
+                    if bad:
+                        raise AssertionError(f"undefined NDK code {bad[0]}")
+
+                _attempt(bugs, what, "capi", run)
+    return n
+
+
 def sweep_tflite(only, ranks, bugs: dict) -> int:
     n = 0
     for name, make in TFLITE_CASES.items():
@@ -333,6 +449,8 @@ def main() -> None:
         n += sweep_hal(only, ranks, bugs)
     if which in ("tflite", "all"):
         n += sweep_tflite(only, ranks, bugs)
+    if which in ("capi", "all"):
+        n += sweep_capi(only, ranks, bugs)
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
     print(f"{n} models, {len(bugs)} bugs, {time.time() - t0:.0f} s (load {' '.join(load)})")
