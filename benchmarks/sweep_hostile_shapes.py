@@ -7,13 +7,15 @@ around nditer's, 64 and 65 around numpy's) and dimensions 0, 1, 2, 2^31-1 (alone
 and in threes: products past 2^63), through the analysis, Session(model, "reference") with a
 run, the runtime (Session(model)), read_tflite and Session(bytes), and (``capi``) the HAL
 models built, compiled and run through libneuralnetworks.so as a C client does, where every
-call must answer one of the NDK's result codes. Anything but nnhal's own
+call must answer one of the NDK's result codes, (``service``) on a served reference
+driver, across the wire, and (``aidl``) through the reference driver's AIDL face. Anything
+but nnhal's own
 error (NnhalError, or the analysis' ValidationError / OpError), a run past 10 s, a crash
 (faulthandler prints it) or a numpy RuntimeWarning (run with -W error::RuntimeWarning) is
 printed as BUG. The CI keeps a handful of these cases (tests/test_hostile_shapes.py,
 tests/tflite/test_import_rules.py); this is the wide sweep (5,579 models, about 10 s here).
 
-    python benchmarks/sweep_hostile_shapes.py [hal|tflite|capi|all] [CASE,CASE] [RANK,RANK]
+    python benchmarks/sweep_hostile_shapes.py [hal|tflite|capi|service|aidl|all] [CASE,CASE] [RANK,RANK]
 
 Memory is capped at 5 GiB (RLIMIT_AS): an unbounded allocation shows as a MemoryError BUG
 instead of swapping the machine.
@@ -410,6 +412,82 @@ def sweep_capi(only, ranks, bugs: dict) -> int:
     return n
 
 
+def sweep_service(only, ranks, bugs: dict) -> int:
+    """The HAL cases through a served reference driver (a service on a socket, in a thread
+    here): the model, its pools and requests across the wire (Session(model, remote))."""
+    import tempfile
+    import threading
+
+    from nnhal.drivers.reference import ReferenceDevice
+    from nnhal.service.client import RemoteDevice
+    from nnhal.service.server import Service
+
+    n = 0
+    with tempfile.TemporaryDirectory() as d:
+        svc = Service(ReferenceDevice(), os.path.join(d, "s.sock"))
+        t = threading.Thread(target=svc.serve_forever, daemon=True)
+        t.start()
+        remote = RemoteDevice(svc.path)
+        try:
+            for name, (make, tin, qin) in HAL_CASES.items():
+                if only and name not in only:
+                    continue
+                for r in ranks:
+                    for kind, dims in hal_shapes(r):
+                        what = (name, r, kind)
+                        b = ModelBuilder()
+                        try:
+                            make(b, b.input(tin, dims, qin, 0), r)
+                            model = b.build()
+                        except OK:
+                            continue
+                        n += 1
+
+                        def run() -> None:
+                            with Session(model, remote) as s:
+                                if _small(dims, r):
+                                    s.run(_feeds(s))
+
+                        _attempt(bugs, what, "service", run)
+        finally:
+            remote.close()
+            svc.stop()
+            t.join(5)
+            svc.device.close()
+    return n
+
+
+def sweep_aidl(only, ranks, bugs: dict) -> int:
+    """The HAL cases through the AIDL face of the reference driver (nnhal.aidl.through_aidl:
+    the model converted to the AIDL types and back, as an AIDL client hands it over)."""
+    from nnhal.aidl import through_aidl
+    from nnhal.drivers.reference import ReferenceDevice
+
+    device = through_aidl(ReferenceDevice())
+    n = 0
+    for name, (make, tin, qin) in HAL_CASES.items():
+        if only and name not in only:
+            continue
+        for r in ranks:
+            for kind, dims in hal_shapes(r):
+                what = (name, r, kind)
+                b = ModelBuilder()
+                try:
+                    make(b, b.input(tin, dims, qin, 0), r)
+                    model = b.build()
+                except OK:
+                    continue
+                n += 1
+
+                def run() -> None:
+                    with Session(model, device) as s:
+                        if _small(dims, r):
+                            s.run(_feeds(s))
+
+                _attempt(bugs, what, "aidl", run)
+    return n
+
+
 def sweep_tflite(only, ranks, bugs: dict) -> int:
     n = 0
     for name, make in TFLITE_CASES.items():
@@ -451,6 +529,10 @@ def main() -> None:
         n += sweep_tflite(only, ranks, bugs)
     if which in ("capi", "all"):
         n += sweep_capi(only, ranks, bugs)
+    if which in ("service", "all"):
+        n += sweep_service(only, ranks, bugs)
+    if which in ("aidl", "all"):
+        n += sweep_aidl(only, ranks, bugs)
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
     print(f"{n} models, {len(bugs)} bugs, {time.time() - t0:.0f} s (load {' '.join(load)})")
