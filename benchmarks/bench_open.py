@@ -281,9 +281,9 @@ def native_dir() -> Path:
     """The machine's native builds (nnhal's per-user cache: the reference driver's kernels,
     the file fill of :mod:`nnhal.memory.fill`), built now if need be, to link into each cold
     cache: a per-machine cost, not a per-model one."""
+    from nnhal.core.native import cache_dir
     from nnhal.memory import fill
     from nnhal.ops import native
-    from nnhal.ops.native.build import cache_dir
 
     native.library()  # built (or found) in nnhal's per-user cache
     fill.available()  # built (or found) there too

@@ -3,7 +3,7 @@
 An installed nnhal carries the library in ``nnhal/capi/lib/``; it finds its Python at run
 time from its own path. A source tree (tests run from a checkout, an editable install) has
 none, so :func:`library_dir` compiles one into the private per-user cache of
-:mod:`nnhal.ops.native.build`, in a folder named by a digest of everything that decides its
+:mod:`nnhal.core.native`, in a folder named by a digest of everything that decides its
 content, with this interpreter and this source tree baked in. Stdlib only at module level:
 setup.py loads this file by path, before nnhal's dependencies exist. Failures are reasons
 (strings), never exceptions.
@@ -106,7 +106,7 @@ def library_dir() -> tuple[Path | None, str]:
     when this nnhal is an installed one, else a build in the private cache."""
     if (INSTALLED_DIR / NAME).is_file():
         return INSTALLED_DIR, ""
-    from nnhal.ops.native.build import cache_root, check_private_dir
+    from nnhal.core.native import cache_root, check_private_dir
 
     root = cache_root()
     bad = check_private_dir(root)

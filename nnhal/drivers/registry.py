@@ -250,7 +250,7 @@ def look_along_path() -> None:
 def _remembered_facts() -> tuple[bool, bool, bool]:
     import json
 
-    from nnhal.ops.native.build import cache_root, check_private_dir, write_replacing
+    from nnhal.core.native import cache_root, check_private_dir, write_replacing
 
     state = _path_state()
     try:

@@ -39,10 +39,10 @@ EXIT_WAIT_S = 10.0
 _lock = threading.RLock()  # (re-entered when a collection drops a frame inside)
 _state: dict[str, object] = {}
 #: The fills started, while anything holds them: exit waits for those not done.
-_running: weakref.WeakSet[Fill] = weakref.WeakSet()
+_running: weakref.WeakSet[Filling] = weakref.WeakSet()
 
 
-class Fill:
+class Filling:
     """One fill under way (:func:`start`); it keeps the memory it writes alive until done."""
 
     __slots__ = ("_lib", "_handle", "_keep", "_result", "_waiting", "__weakref__")
@@ -98,7 +98,7 @@ def _drain(timeout: float = EXIT_WAIT_S) -> None:
 
 
 def start(fd: int, offset: int, address: int, length: int, end: int, keep: object
-          ) -> Fill | None:
+          ) -> Filling | None:
     """Fill ``length`` bytes at ``address`` (page-aligned, owned by ``keep``; what it holds is
     dropped) from ``offset`` of file ``fd``, which must end at ``end``; None when that cannot
     be done here (read the plain way)."""
@@ -115,7 +115,7 @@ def start(fd: int, offset: int, address: int, length: int, end: int, keep: objec
                 _state["lib"] = None
                 _state["why"] = f"userfaultfd: {os.strerror(e)}"
         return None
-    started = Fill(lib, handle, keep)
+    started = Filling(lib, handle, keep)
     with _lock:
         if not _state.get("atexit"):
             atexit.register(_drain)
@@ -147,7 +147,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         return None, f"Linux only (this is {sys.platform})"
     if os.environ.get("NNHAL_NATIVE", "1").strip().lower() in ("0", "off", "false", "no"):
         return None, "disabled by NNHAL_NATIVE=0"
-    from nnhal.ops.native import build
+    from nnhal.core import native
 
     try:
         src = SOURCE.read_bytes()
@@ -159,13 +159,13 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     for part in (src, " ".join(FLAGS).encode(), platform.machine().encode()):
         h.update(len(part).to_bytes(8, "little"))
         h.update(part)
-    d = build.cache_dir()
-    bad = build.check_private_dir(d)
+    d = native.cache_dir()
+    bad = native.check_private_dir(d)
     if bad:
         return None, bad
     target = d / f"fill-{h.hexdigest()[:32]}.so"
     if not target.exists():
-        reason = build._compile(build.compiler(), FLAGS, d, target, SOURCE)
+        reason = native.compile_into(native.compiler(), FLAGS, d, target, SOURCE)
         if reason:
             return None, reason
     try:
@@ -186,4 +186,4 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     return lib, ""
 
 
-__all__ = ["MIN_BYTES", "Fill", "available", "start", "status"]
+__all__ = ["MIN_BYTES", "Filling", "available", "start", "status"]

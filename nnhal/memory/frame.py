@@ -69,7 +69,7 @@ class Frame:
         self._claimed = False
         self._lock = threading.Lock()
         #: The native fill of the file's bytes while it is under way (see :meth:`settle`).
-        self._fill: fill.Fill | None = None
+        self._fill: fill.Filling | None = None
         self._ends_read = True
 
     @classmethod

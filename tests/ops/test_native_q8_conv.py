@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from nnhal.core.native import cpu_flags
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops import conv, native
@@ -184,7 +185,7 @@ def test_other_builds_identical_to_numpy(monkeypatch, spy, kind):
     """The kernels compiled for another instruction set (as on a machine without the byte
     dot product) give the same bytes."""
     flags = OTHER_BUILDS[kind]
-    if kind != "c" and kind not in build._cpu_flags().split():
+    if kind != "c" and kind not in cpu_flags().split():
         pytest.skip(f"this CPU cannot run an {kind} build")
     lib, why = build.build(flags)
     if lib is None:
@@ -291,7 +292,7 @@ def test_depthwise_16_lanes_identical_to_numpy(monkeypatch, kind):
     AVX2 one: two 8-lane halves) against the numpy path, byte for byte, with both of its
     requantisations exercised many times."""
     if kind == "avx2":
-        if "avx2" not in build._cpu_flags().split():
+        if "avx2" not in cpu_flags().split():
             pytest.skip("this CPU cannot run an AVX2 build")
         lib, why = build.build(OTHER_BUILDS["avx2"])
         if lib is None:

@@ -72,7 +72,7 @@ def default_key_file() -> str | None:
     ...) when that directory is private to this user. The file is as trusted as the drivers'
     private stores beside it (:mod:`nnhal.drivers.common.private_store`). None (a fresh key per
     device, caches valid for the process only) when there is no usable file; never raises."""
-    from nnhal.ops.native.build import cache_root, check_private_dir
+    from nnhal.core.native import cache_root, check_private_dir
 
     path = os.environ.get("NNHAL_CACHE_KEY_FILE") or None
     try:

@@ -8,7 +8,7 @@ named by that digest and was written by the driver, from bytes it produced (at p
 had just verified against an authenticated digest (at a restore from the client's files); it
 is written to a temporary file and renamed into place, never modified in place, so a name
 always holds complete content. The store lives in a directory of this user that nobody else
-can write (:func:`nnhal.ops.native.build.check_private_dir`: created 0700, owned by this user,
+can write (:func:`nnhal.core.native.check_private_dir`: created 0700, owned by this user,
 refused when group- or world-writable), and each file is opened without following links and
 used only when it is a regular file of this user, writable by nobody else, of the exact
 length the model cache names. Whoever could still change a file there runs as this user and
@@ -28,7 +28,7 @@ import os
 import stat
 from pathlib import Path
 
-from nnhal.ops.native.build import cache_root, check_private_dir, write_replacing
+from nnhal.core.native import cache_root, check_private_dir, write_replacing
 
 log = logging.getLogger(__name__)
 
