@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from nnhal.analysis import analyse
-from nnhal.errors import ModelFileError, UnsupportedModelError
+from nnhal.errors import ModelFileError, NnhalError, UnsupportedModelError
 from nnhal.hal.builder import ModelBuilder, SubgraphBuilder
 from nnhal.hal.types import (
     EXTENSION_TYPE_LOW_BITS,
@@ -416,8 +416,8 @@ def read_tflite(source: str | os.PathLike[str] | bytes | Frame, name: str | None
     lf = schema.load(source, name)
     try:
         subgraphs = read_model(lf, dynamic_shapes)
-    except (ModelFileError, UnsupportedModelError):
-        lf.settle()
+    except NnhalError:
+        lf.settle()  # a file that changed while it was read says so instead
         raise
     mb = ModelBuilder()
     if 2 * _weights_as_stored(subgraphs) >= len(lf.data):
@@ -433,8 +433,8 @@ def read_tflite(source: str | os.PathLike[str] | bytes | Frame, name: str | None
                 imported = importer.run()
             finally:
                 import_ext.CURRENT.reset(token)
-    except (ModelFileError, UnsupportedModelError):
-        lf.settle()  # a file that changed while it was read says so instead
+    except NnhalError:
+        lf.settle()
         raise
     lf.settle()
     return imported
