@@ -36,7 +36,7 @@ MIN_BYTES = 1 << 20
 DROP_WAIT_S = 120.0
 EXIT_WAIT_S = 10.0
 
-_lock = threading.RLock()  # (re-entered when a collection drops a frame inside)
+_lock = threading.Lock()
 _state: dict[str, object] = {}
 #: The fills started, while anything holds them: exit waits for those not done.
 _running: weakref.WeakSet[Filling] = weakref.WeakSet()
