@@ -250,8 +250,8 @@ class Digesting:
     caller's Python runs on the other meanwhile; blake3 releases the GIL), then ``done``
     called with it (e.g. to remember it), after :meth:`result` has it. ``read``: the frame
     holding the bytes, settled first (:meth:`Frame.settle`: they may still be being copied
-    in; hashing them as they came was measured 2-4x slower here, the hash and the copy
-    taking turns at every page)."""
+    in; hashing them as they come measured no faster, the hash and the copy taking turns at
+    the pages)."""
 
     def __init__(self, data: bytes | memoryview, done: Any = None, read: Any = None):
         self._digest: bytes | None = None
