@@ -49,7 +49,6 @@ import logging
 import os
 import stat
 import struct
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -248,30 +247,23 @@ def content_digest(data: bytes | memoryview) -> bytes:
 class Digesting:
     """:func:`content_digest` of bytes being computed on a thread of its own (one core: the
     caller's Python runs on the other meanwhile; blake3 releases the GIL), then ``done``
-    called with it (e.g. to remember it), after :meth:`result` has it. ``read``: the frame
-    holding the bytes, settled first (:meth:`Frame.settle`: they may still be being copied
-    in; hashing them as they come measured no faster, the hash and the copy taking turns at
-    the pages)."""
+    called with it (e.g. to remember it). ``read``: the frame holding the bytes, settled
+    first (:meth:`Frame.settle`: they may still be being copied in; hashing them as they
+    come measured no faster, the hash and the copy taking turns at the pages)."""
 
     def __init__(self, data: bytes | memoryview, done: Any = None, read: Any = None):
         self._digest: bytes | None = None
         self._error: BaseException | None = None
-        self._ready = threading.Event()
 
         def work() -> None:
             try:
                 if isinstance(read, Frame):
                     read.settle()
                 self._digest = blake3.blake3(data).digest()
+                if done is not None:
+                    done(self._digest)
             except BaseException as e:  # noqa: BLE001 - raised by result()
                 self._error = e
-            finally:
-                self._ready.set()  # the caller goes on; the digest is remembered after
-            if done is not None and self._digest is not None:
-                try:
-                    done(self._digest)
-                except Exception:  # noqa: BLE001, S110 - remembering is an optimisation
-                    pass
 
         self._thread = Background(work)  # started without waiting for it to run
 
@@ -279,7 +271,7 @@ class Digesting:
         self._thread.join()
 
     def result(self) -> bytes:
-        self._ready.wait()
+        self._thread.join()
         if self._digest is None:
             raise self._error if self._error is not None else OSError("digest failed")
         return self._digest
