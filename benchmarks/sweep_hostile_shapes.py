@@ -273,29 +273,39 @@ def _attempt(bugs: dict, what: tuple, stage: str, fn) -> bool:
             print("SLOW", *what, stage, round(time.time() - t0, 1), flush=True)
 
 
-def sweep_hal(only, ranks, bugs: dict) -> int:
-    n = 0
+def hal_models(only, ranks):
+    """(what, model, dims, rank) of every HAL case the builder accepts."""
     for name, (make, tin, qin) in HAL_CASES.items():
         if only and name not in only:
             continue
         for r in ranks:
             for kind, dims in hal_shapes(r):
-                what = (name, r, kind)
                 b = ModelBuilder()
                 try:
                     make(b, b.input(tin, dims, qin, 0), r)
-                    model = b.build()
+                    yield (name, r, kind), b.build(), dims, r
                 except OK:
                     continue
-                n += 1
-                if not _attempt(bugs, what, "analyse", lambda: analyse(model)):
-                    continue
-                for device in ("reference", None):
-                    def run() -> None:
-                        s = Session(model, device)
-                        if _small(dims, r):
-                            s.run(_feeds(s))
-                    _attempt(bugs, what, f"session:{device}", run)
+
+
+def _on_device(bugs: dict, what: tuple, stage: str, model, device, dims, r) -> None:
+    """A Session of ``model`` on ``device`` (a name, an IDevice, None: the runtime), run when
+    its shapes are small."""
+    def run() -> None:
+        with Session(model, device) as s:
+            if _small(dims, r):
+                s.run(_feeds(s))
+    _attempt(bugs, what, stage, run)
+
+
+def sweep_hal(only, ranks, bugs: dict) -> int:
+    n = 0
+    for what, model, dims, r in hal_models(only, ranks):
+        n += 1
+        if not _attempt(bugs, what, "analyse", lambda: analyse(model)):
+            continue
+        for device in ("reference", None):
+            _on_device(bugs, what, f"session:{device}", model, device, dims, r)
     return n
 
 
@@ -387,28 +397,15 @@ def sweep_capi(only, ranks, bugs: dict) -> int:
 
     codes = {int(c) for c in ResultCode}
     n = 0
-    for name, (make, tin, qin) in HAL_CASES.items():
-        if only and name not in only:
-            continue
-        for r in ranks:
-            for kind, dims in hal_shapes(r):
-                what = (name, r, kind)
-                b = ModelBuilder()
-                try:
-                    make(b, b.input(tin, dims, qin, 0), r)
-                    model = b.build()
-                except OK:
-                    continue
-                n += 1
-                got: list = []
+    for what, model, _dims, _r in hal_models(only, ranks):
+        n += 1
 
-                def run() -> None:
-                    got[:] = replay_capi(model)
-                    bad = [c for c in got if c[1] not in codes]
-                    if bad:
-                        raise AssertionError(f"undefined NDK code {bad[0]}")
+        def run() -> None:
+            bad = [c for c in replay_capi(model) if c[1] not in codes]
+            if bad:
+                raise AssertionError(f"undefined NDK code {bad[0]}")
 
-                _attempt(bugs, what, "capi", run)
+        _attempt(bugs, what, "capi", run)
     return n
 
 
@@ -429,26 +426,9 @@ def sweep_service(only, ranks, bugs: dict) -> int:
         t.start()
         remote = RemoteDevice(svc.path)
         try:
-            for name, (make, tin, qin) in HAL_CASES.items():
-                if only and name not in only:
-                    continue
-                for r in ranks:
-                    for kind, dims in hal_shapes(r):
-                        what = (name, r, kind)
-                        b = ModelBuilder()
-                        try:
-                            make(b, b.input(tin, dims, qin, 0), r)
-                            model = b.build()
-                        except OK:
-                            continue
-                        n += 1
-
-                        def run() -> None:
-                            with Session(model, remote) as s:
-                                if _small(dims, r):
-                                    s.run(_feeds(s))
-
-                        _attempt(bugs, what, "service", run)
+            for what, model, dims, r in hal_models(only, ranks):
+                n += 1
+                _on_device(bugs, what, "service", model, remote, dims, r)
         finally:
             remote.close()
             svc.stop()
@@ -465,26 +445,9 @@ def sweep_aidl(only, ranks, bugs: dict) -> int:
 
     device = through_aidl(ReferenceDevice())
     n = 0
-    for name, (make, tin, qin) in HAL_CASES.items():
-        if only and name not in only:
-            continue
-        for r in ranks:
-            for kind, dims in hal_shapes(r):
-                what = (name, r, kind)
-                b = ModelBuilder()
-                try:
-                    make(b, b.input(tin, dims, qin, 0), r)
-                    model = b.build()
-                except OK:
-                    continue
-                n += 1
-
-                def run() -> None:
-                    with Session(model, device) as s:
-                        if _small(dims, r):
-                            s.run(_feeds(s))
-
-                _attempt(bugs, what, "aidl", run)
+    for what, model, dims, r in hal_models(only, ranks):
+        n += 1
+        _on_device(bugs, what, "aidl", model, device, dims, r)
     return n
 
 

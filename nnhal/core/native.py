@@ -9,6 +9,8 @@ Every failure is returned as a reason string; nothing here raises.
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import os
 import shlex
 import stat
@@ -92,6 +94,7 @@ def write_replacing(target: Path, data: bytes, durable: bool = False) -> None:
             pass
         raise
 
+
 def compile_into(cc: list[str], flags: tuple[str, ...], d: Path, target: Path,
                  source: Path) -> str | None:
     """Compile ``source`` into the shared object ``target`` in ``d``, atomically; None, or
@@ -123,3 +126,40 @@ def compile_into(cc: list[str], flags: tuple[str, ...], d: Path, target: Path,
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def switched_off() -> str | None:
+    """Why native code is off in this process (``NNHAL_NATIVE=0``), else None."""
+    if os.environ.get("NNHAL_NATIVE", "1").strip().lower() in ("0", "off", "false", "no"):
+        return "disabled by NNHAL_NATIVE=0"
+    return None
+
+
+def build_cached(stem: str, parts: list[bytes], source: Path, flags: tuple[str, ...],
+                 cc: list[str] | None = None, *, use_errno: bool = False
+                 ) -> tuple[ctypes.CDLL | None, str]:
+    """(library, "loaded from PATH") or (None, reason): ``source`` compiled with ``flags``
+    (by ``cc``, default :func:`compiler`, asked only when it must compile) into the cache
+    as ``STEM-KEY.so``, KEY a digest of ``parts`` (everything that decides the build's
+    content), compiled only when no such file is there; a file not owned by this user is
+    refused."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    d = cache_dir()
+    bad = check_private_dir(d)
+    if bad:
+        return None, bad
+    target = d / f"{stem}-{h.hexdigest()[:32]}.so"
+    if not target.exists():
+        reason = compile_into(cc if cc is not None else compiler(), flags, d, target, source)
+        if reason:
+            return None, reason
+    try:
+        if hasattr(os, "getuid") and target.stat().st_uid != os.getuid():
+            return None, f"{target} is not owned by this user"
+        lib = ctypes.CDLL(str(target), use_errno=use_errno)
+    except OSError as e:
+        return None, f"cannot load {target}: {e}"
+    return lib, f"loaded from {target}"

@@ -18,7 +18,6 @@ import _thread
 import atexit
 import ctypes
 import errno
-import hashlib
 import os
 import platform
 import sys
@@ -145,35 +144,22 @@ def _library() -> ctypes.CDLL | None:
 def _load() -> tuple[ctypes.CDLL | None, str]:
     if not sys.platform.startswith("linux"):
         return None, f"Linux only (this is {sys.platform})"
-    if os.environ.get("NNHAL_NATIVE", "1").strip().lower() in ("0", "off", "false", "no"):
-        return None, "disabled by NNHAL_NATIVE=0"
     from nnhal.core import native
 
+    off = native.switched_off()
+    if off:
+        return None, off
     try:
         src = SOURCE.read_bytes()
     except OSError as e:
         return None, f"source missing: {e}"
     # Keyed by the source, not by the compiler (asking its version is a process per open):
     # this code has no arithmetic a compiler could change, so any build of it does the same.
-    h = hashlib.sha256()
-    for part in (src, " ".join(FLAGS).encode(), platform.machine().encode()):
-        h.update(len(part).to_bytes(8, "little"))
-        h.update(part)
-    d = native.cache_dir()
-    bad = native.check_private_dir(d)
-    if bad:
-        return None, bad
-    target = d / f"fill-{h.hexdigest()[:32]}.so"
-    if not target.exists():
-        reason = native.compile_into(native.compiler(), FLAGS, d, target, SOURCE)
-        if reason:
-            return None, reason
-    try:
-        if target.stat().st_uid != os.getuid():
-            return None, f"{target} is not owned by this user"
-        lib = ctypes.CDLL(str(target), use_errno=True)
-    except OSError as e:
-        return None, f"cannot load {target}: {e}"
+    lib, why = native.build_cached("fill", [src, " ".join(FLAGS).encode(),
+                                            platform.machine().encode()],
+                                   SOURCE, FLAGS, use_errno=True)
+    if lib is None:
+        return None, why
     lib.nnhal_fill_start.argtypes = [ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p,
                                      ctypes.c_size_t, ctypes.c_longlong]
     lib.nnhal_fill_start.restype = ctypes.c_void_p

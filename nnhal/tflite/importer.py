@@ -415,29 +415,29 @@ def read_tflite(source: str | os.PathLike[str] | bytes | Frame, name: str | None
     operator (index and name) and tensor that has no HAL equivalent."""
     lf = schema.load(source, name)
     try:
-        subgraphs = read_model(lf, dynamic_shapes)
+        imported = _import(lf, dynamic_shapes)
     except NnhalError:
         lf.settle()  # a file that changed while it was read says so instead
         raise
+    lf.settle()
+    return imported
+
+
+def _import(lf: schema.LoadedFile, dynamic_shapes: bool) -> ImportedModel:
+    subgraphs = read_model(lf, dynamic_shapes)
     mb = ModelBuilder()
     if 2 * _weights_as_stored(subgraphs) >= len(lf.data):
         # Mostly weights the HAL takes as they are (not float16 ones, widened): the file is
         # their pool part, copied whole now, on the writer thread, while the operators are
         # converted (a file of other weights is not copied for nothing).
         mb.use_source(lf.frame if lf.frame is not None else lf.data)
-    try:
-        with lf.guard():
-            importer = _Importer(lf.name, subgraphs, mb)
-            token = import_ext.CURRENT.set(importer.extensions)
-            try:
-                imported = importer.run()
-            finally:
-                import_ext.CURRENT.reset(token)
-    except NnhalError:
-        lf.settle()
-        raise
-    lf.settle()
-    return imported
+    with lf.guard():
+        importer = _Importer(lf.name, subgraphs, mb)
+        token = import_ext.CURRENT.set(importer.extensions)
+        try:
+            return importer.run()
+        finally:
+            import_ext.CURRENT.reset(token)
 
 
 def _weights_as_stored(subgraphs: list[SubgraphInfo]) -> int:

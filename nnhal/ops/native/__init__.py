@@ -14,13 +14,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
-import os
 import threading
 import weakref
 from collections.abc import Iterator
 
 import numpy as np
 
+from nnhal.core.native import switched_off
 from nnhal.ops.conv_engine import scratch_address as _scratch_address
 from nnhal.ops.native import build as _build
 
@@ -35,8 +35,9 @@ _state: dict[str, object] = {}
 
 
 def _load() -> tuple[ctypes.CDLL | None, str]:
-    if os.environ.get("NNHAL_NATIVE", "1").strip().lower() in ("0", "off", "false", "no"):
-        return None, "disabled by NNHAL_NATIVE=0"
+    off = switched_off()
+    if off:
+        return None, off
     try:
         lib, why = _build.build_best()
         if lib is None:

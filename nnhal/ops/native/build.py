@@ -10,21 +10,12 @@ is returned as a reason string; nothing here raises.
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
 import platform
 import shlex
 import subprocess
 from pathlib import Path
 
-from nnhal.core.native import (
-    COMPILE_TIMEOUT,
-    cache_dir,
-    check_private_dir,
-    compile_into,
-    compiler,
-    cpu_flags,
-)
+from nnhal.core.native import COMPILE_TIMEOUT, build_cached, compiler, cpu_flags
 
 SOURCE = Path(__file__).with_name("kernels.c")
 #: -O3 for vectorisation; no -ffast-math (NaN/Inf and rounding stay IEEE) and no FMA
@@ -58,27 +49,8 @@ def build(flags: tuple[str, ...] = BASE_FLAGS) -> tuple[ctypes.CDLL | None, str]
         return None, f"C compiler {shlex.join(cc)!r} unusable: {e}"
     if ver.returncode != 0:
         return None, f"C compiler {shlex.join(cc)!r} --version failed ({ver.returncode})"
-    h = hashlib.sha256()
-    for part in (src, shlex.join(cc).encode(), ver.stdout, " ".join(flags).encode(),
-                 platform.machine().encode()):
-        h.update(len(part).to_bytes(8, "little"))
-        h.update(part)
+    parts = [src, shlex.join(cc).encode(), ver.stdout, " ".join(flags).encode(),
+             platform.machine().encode()]
     if any(f.startswith(("-march=native", "-mcpu=native", "-mtune=native")) for f in flags):
-        h.update(cpu_flags().encode())
-    d = cache_dir()
-    bad = check_private_dir(d)
-    if bad:
-        return None, bad
-    target = d / f"kernels-{h.hexdigest()[:32]}.so"
-    if not target.exists():
-        reason = compile_into(cc, flags, d, target, SOURCE)
-        if reason:
-            return None, reason
-    try:
-        st = target.stat()
-        if hasattr(os, "getuid") and st.st_uid != os.getuid():
-            return None, f"{target} is not owned by this user"
-        lib = ctypes.CDLL(str(target))
-    except OSError as e:
-        return None, f"cannot load {target}: {e}"
-    return lib, f"loaded from {target}"
+        parts.append(cpu_flags().encode())
+    return build_cached("kernels", parts, SOURCE, flags, cc)
