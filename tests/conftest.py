@@ -38,6 +38,22 @@ def fresh_runtime(monkeypatch):
             close()
 
 
+@pytest.fixture(params=["native", "python"])
+def fast_way(request, monkeypatch):
+    """A Session's repeated runs the native way (``fastrun.c`` over ``direct.c``; skipped,
+    saying why, where they cannot be built) or their Python twins: each test using this runs
+    both."""
+    from nnhal.drivers.litert import direct
+    from nnhal.session import bound
+
+    if request.param == "python":
+        monkeypatch.setitem(bound._native, "module", None)
+        monkeypatch.setitem(direct._state, "module", None)
+    elif bound._fastrun() is None:
+        pytest.skip(f"native fast runs not built: {bound.native_status()}")
+    return request.param
+
+
 def pytest_terminal_summary(terminalreporter):
     """Print the conformance report per mode (collected by test_conformance) before pytest's
     own closing line."""

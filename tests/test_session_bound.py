@@ -152,7 +152,7 @@ WAKE = _wakeword_models()
 
 
 @pytest.mark.skipif(not WAKE, reason="pymicro-wakeword is not installed (test extra)")
-def test_a_wakeword_model_streams_the_same_bound_and_by_request():
+def test_a_wakeword_model_streams_the_same_bound_and_by_request(fast_way):
     """Six streaming runs of a real int8 model with six state variables: the bound way (the
     LiteRT driver's binding) and the way by request give the same outputs and states."""
     _litert_or_skip()
@@ -269,7 +269,7 @@ def test_outputs_of_other_dimensions_are_read_in_them():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_threads_sharing_a_bound_session_get_their_own_answers(device):
+def test_threads_sharing_a_bound_session_get_their_own_answers(device, fast_way):
     with _session(add_model((2,)), device) as s:
         ones = np.ones(2, F32)
         s.run([ones, ones])
@@ -292,7 +292,7 @@ def test_threads_sharing_a_bound_session_get_their_own_answers(device):
         assert not errors
 
 
-def test_a_feed_converting_may_not_start_a_bound_run():
+def test_a_feed_converting_may_not_start_a_bound_run(fast_way):
     with Session(add_model((2,)), "reference") as s:
         ones = np.ones(2, F32)
         s.run([ones, ones])
@@ -308,7 +308,7 @@ def test_a_feed_converting_may_not_start_a_bound_run():
         assert s.run([ones, ones])["output_0"].tolist() == [2, 2]
 
 
-def test_a_closed_session_refuses_bound_runs():
+def test_a_closed_session_refuses_bound_runs(fast_way):
     with _session(add_model((2,)), "reference") as s:
         ones = np.ones(2, F32)
         s.run([ones, ones])
@@ -316,7 +316,7 @@ def test_a_closed_session_refuses_bound_runs():
         s.run([ones, ones])
 
 
-def test_a_profiled_bound_run_is_timed():
+def test_a_profiled_bound_run_is_timed(fast_way):
     with _session(add_model((2,)), "litert") as s:
         ones = np.ones(2, F32)
         s.run([ones, ones])
@@ -380,7 +380,7 @@ def test_a_stateful_first_run_still_goes_by_request():
         assert s.run({"x": np.ones(2, F32)})["y"].tolist() == [2, 2]
 
 
-def test_a_model_without_state_gets_the_direct_way_and_the_same_answers():
+def test_a_model_without_state_gets_the_direct_way_and_the_same_answers(fast_way):
     """Once LiteRT's binding answered well, ``run`` is a closure straight to the binding
     (:func:`nnhal.session.bound.plain_fast`); its answers are the general way's, and any other
     feed still goes the general way, which checks it."""
@@ -408,7 +408,7 @@ def test_a_model_without_state_gets_the_direct_way_and_the_same_answers():
         s.run({"input_0": ones, "input_1": ones})
 
 
-def test_the_direct_way_falls_back_when_its_binding_fails():
+def test_the_direct_way_falls_back_when_its_binding_fails(fast_way):
     with _session(add_model((2,)), "litert") as s:
         ones = np.ones(2, F32)
         s.run([ones, ones])
@@ -433,7 +433,7 @@ def test_the_direct_way_falls_back_when_its_binding_fails():
         assert direct([ones, ones]) is not None  # the real binding's direct way still runs
 
 
-def test_a_run_from_inside_the_direct_way_is_refused_not_a_deadlock():
+def test_a_run_from_inside_the_direct_way_is_refused_not_a_deadlock(fast_way):
     """A binding that calls Python code (an extension's, say) which runs the same Session:
     NnhalError, not a wait on the Session's own lock."""
     with _session(add_model((2,)), "litert") as s:

@@ -68,7 +68,7 @@ def _in_interpreter(s: Session) -> bool:
 
 @pytest.mark.parametrize("name", STREAMS)
 @pytest.mark.parametrize("device", ["litert", None])
-def test_a_stream_equals_litert_on_the_converters_file(name, device):
+def test_a_stream_equals_litert_on_the_converters_file(name, device, fast_way):
     path = DATA / name
     peer = Peer(path)
     with Session(path, device=device, cache=False) as s:
@@ -81,7 +81,7 @@ def test_a_stream_equals_litert_on_the_converters_file(name, device):
     assert len({w.tobytes() for w in want}) > 20  # the outputs move with the state
 
 
-def test_reset_runs_by_request_and_lists_share_one_stream():
+def test_reset_runs_by_request_and_lists_share_one_stream(fast_way):
     """Bound calls, calls by request (a Mapping that is not a dict) and lists in one stream,
     reset twice: the outputs are ai-edge-litert's on a fresh interpreter each time."""
     path = DATA / "streaming_f32.tflite"
@@ -113,26 +113,34 @@ def test_the_state_read_back_is_the_carried_state():
         assert _in_interpreter(s)
 
 
-def test_a_failed_call_hands_the_state_back_and_goes_by_request(monkeypatch):
+def test_a_failed_call_hands_the_state_back_and_goes_by_request(monkeypatch, fast_way):
     """A call that fails in the binding (the direct way's, then the usual one's) leaves the
     state as it was before it: the Session runs it by request from that state."""
     from nnhal.drivers.litert.state import LiteRTStateArrays
 
-    made = LiteRTStateArrays.one_call
     calls = []
 
-    def failing_once(self):
-        one = made(self)
+    def failing_once(made, one_array):
+        def make(self):
+            one = made(self)
 
-        def call(x):
-            calls.append(x)
-            if len(calls) == 2:
-                self.failure = "RuntimeError: injected"
-                return None
-            return one(x)
-        return call
+            def call(x):
+                calls.append(x)
+                if len(calls) == 2:
+                    self.failure = "RuntimeError: injected"
+                    return None
+                if one_array:
+                    return one(x)
+                assert type(x) is list and len(x) == 1  # the native way's call
+                return one(x)
+            return call
+        return make
 
-    monkeypatch.setattr(LiteRTStateArrays, "one_call", failing_once)
+    # The Python way calls one_call's closure, the native one the binding's direct call.
+    monkeypatch.setattr(LiteRTStateArrays, "one_call",
+                        failing_once(LiteRTStateArrays.one_call, True))
+    monkeypatch.setattr(LiteRTStateArrays, "direct",
+                        failing_once(LiteRTStateArrays.direct, False))
     with Session(accumulator(), "litert") as s:
         ones = np.ones(2, F32)
         assert [s.run({"x": ones})["y"].tolist() for _ in range(3)] == [[1, 1], [2, 2], [3, 3]]
@@ -157,7 +165,7 @@ def test_a_failed_call_hands_the_state_back_and_goes_by_request(monkeypatch):
         assert s._bound.runner is None
 
 
-def test_a_lost_state_is_an_error_and_the_stream_restarts():
+def test_a_lost_state_is_an_error_and_the_stream_restarts(fast_way):
     with Session(accumulator(), "litert") as s:
         ones = np.ones(2, F32)
         for _ in range(3):
@@ -174,7 +182,7 @@ def test_a_lost_state_is_an_error_and_the_stream_restarts():
         assert s.run({"x": ones})["y"].tolist() == [1, 1]
 
 
-def test_threads_sharing_a_stream_lose_no_step():
+def test_threads_sharing_a_stream_lose_no_step(fast_way):
     with Session(accumulator(), "litert") as s:
         ones = np.ones(2, F32)
         s.run({"x": ones})
@@ -198,7 +206,7 @@ def test_threads_sharing_a_stream_lose_no_step():
         assert s.run({"x": ones})["y"].tolist() == [803, 803]
 
 
-def test_a_closed_stream_refuses_calls():
+def test_a_closed_stream_refuses_calls(fast_way):
     with Session(accumulator(), "litert") as s:
         ones = np.ones(2, F32)
         for _ in range(3):
@@ -248,7 +256,7 @@ def test_wakeword_streams_equal_litert(path):
         assert all(not np.array_equal(a, b) for a, b in zip(state, s._initial))
 
 
-def test_a_dropped_stream_is_freed_at_once():
+def test_a_dropped_stream_is_freed_at_once(fast_way):
     """The direct way holds no reference to its Session: dropping an unclosed one frees it
     (and its __del__ closes it) without waiting for the cycle collector."""
     import gc

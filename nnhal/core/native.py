@@ -1,6 +1,6 @@
 """nnhal's per-user cache folder, and C compiled into it at first use (the reference
-driver's kernels, the frame fill, the C library from a checkout): stdlib only, so the lowest
-layer and ``setup.py`` can use it.
+driver's kernels, the frame fill, the C library from a checkout, the extension modules of the
+repeated-run paths): stdlib only at import, so the lowest layer and ``setup.py`` can use it.
 
 A build is compiled into a temporary file in the cache directory and moved into place with
 :func:`os.replace`, so processes compiling at the same time all end up with a complete file.
@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.util
 import os
 import shlex
 import stat
 import subprocess
+import sys
 import sysconfig
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
 COMPILE_TIMEOUT = 60.0
 
@@ -135,14 +138,11 @@ def switched_off() -> str | None:
     return None
 
 
-def build_cached(stem: str, parts: list[bytes], source: Path, flags: tuple[str, ...],
-                 cc: list[str] | None = None, *, use_errno: bool = False
-                 ) -> tuple[ctypes.CDLL | None, str]:
-    """(library, "loaded from PATH") or (None, reason): ``source`` compiled with ``flags``
-    (by ``cc``, default :func:`compiler`, asked only when it must compile) into the cache
-    as ``STEM-KEY.so``, KEY a digest of ``parts`` (everything that decides the build's
-    content), compiled only when no such file is there; a file not owned by this user is
-    refused."""
+def _built(stem: str, parts: list[bytes], source: Path, flags: tuple[str, ...],
+           cc: list[str] | None) -> tuple[Path | None, str]:
+    """(path, "") of ``source`` compiled with ``flags`` into the cache as ``STEM-KEY.so``,
+    KEY a digest of ``parts``, compiled only when no such file is there; (None, reason) when
+    it cannot be, or the file is not owned by this user."""
     h = hashlib.sha256()
     for part in parts:
         h.update(len(part).to_bytes(8, "little"))
@@ -159,7 +159,62 @@ def build_cached(stem: str, parts: list[bytes], source: Path, flags: tuple[str, 
     try:
         if hasattr(os, "getuid") and target.stat().st_uid != os.getuid():
             return None, f"{target} is not owned by this user"
+    except OSError as e:
+        return None, f"cannot stat {target}: {e}"
+    return target, ""
+
+
+def build_cached(stem: str, parts: list[bytes], source: Path, flags: tuple[str, ...],
+                 cc: list[str] | None = None, *, use_errno: bool = False
+                 ) -> tuple[ctypes.CDLL | None, str]:
+    """(library, "loaded from PATH") or (None, reason): ``source`` compiled with ``flags``
+    (by ``cc``, default :func:`compiler`, asked only when it must compile) into the cache
+    as ``STEM-KEY.so``, KEY a digest of ``parts`` (everything that decides the build's
+    content), compiled only when no such file is there; a file not owned by this user is
+    refused."""
+    target, why = _built(stem, parts, source, flags, cc)
+    if target is None:
+        return None, why
+    try:
         lib = ctypes.CDLL(str(target), use_errno=use_errno)
     except OSError as e:
         return None, f"cannot load {target}: {e}"
     return lib, f"loaded from {target}"
+
+
+def build_extension(name: str, source: Path) -> tuple[ModuleType | None, str]:
+    """(module, "loaded from PATH") or (None, reason): the CPython extension module ``name``
+    (its init function ``PyInit_NAME``), written against the Python and numpy C APIs,
+    compiled from ``source`` into the cache once per source, interpreter and numpy version.
+    For the few hot paths where a Python frame costs as much as the work (a call into a
+    native engine that takes a microsecond); each has its Python twin for when this fails
+    (no compiler or no Python headers here, ``NNHAL_NATIVE=0``)."""
+    off = switched_off()
+    if off:
+        return None, off
+    try:
+        import numpy
+
+        src = source.read_bytes()
+        py_inc = sysconfig.get_paths()["include"]
+        if not os.path.exists(os.path.join(py_inc, "Python.h")):
+            return None, f"no Python headers in {py_inc}"
+        flags = ("-O2", "-shared", "-fPIC", "-fno-strict-aliasing", f"-I{py_inc}",
+                 f"-I{numpy.get_include()}", "-DNPY_NO_DEPRECATED_API=NPY_1_7_API_VERSION")
+        parts = [src, " ".join(flags).encode(), sys.version.encode(),
+                 str(sysconfig.get_config_var("EXT_SUFFIX")).encode(),
+                 numpy.__version__.encode()]
+    except (OSError, ImportError) as e:
+        return None, f"cannot build {source.name}: {e}"
+    target, why = _built(name, parts, source, flags, None)
+    if target is None:
+        return None, why
+    try:
+        spec = importlib.util.spec_from_file_location(name, target)
+        if spec is None or spec.loader is None:
+            return None, f"cannot load {target}"
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 - an extension that does not load: its twin runs
+        return None, f"cannot load {target}: {type(e).__name__}: {e}"
+    return module, f"loaded from {target}"

@@ -12,7 +12,9 @@ from __future__ import annotations
 import operator
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -23,6 +25,45 @@ from nnhal.hal.request_layout import RequestLayout
 #: this one) and its feeds (``nnhal.session.session.Feeds``).
 Session = Any
 Feeds = Any
+
+#: The fast ways as one native call (``fastrun.c``): built at first use; None where it
+#: cannot be (the closures below then do the same in Python).
+SOURCE = Path(__file__).with_name("fastrun.c")
+_native_lock = threading.Lock()
+_native: dict[str, Any] = {}
+
+
+def _fastrun() -> ModuleType | None:
+    with _native_lock:
+        if "module" not in _native:
+            from nnhal.core.native import build_extension
+
+            _native["module"], _native["why"] = build_extension("nnhal_session_fastrun",
+                                                                SOURCE)
+        return _native["module"]
+
+
+def native_status() -> str:
+    """Whether the fast ways are native, and why not."""
+    _fastrun()
+    return str(_native.get("why", ""))
+
+
+def _native_fast(session: Session, bound: Bound, call: Any, *, guard: tuple[str, Any],
+                 holder: Any, note_owner: bool, on_none: Callable[[], object],
+                 out_names: Sequence[str]) -> Any | None:
+    """The native ``run`` for ``bound`` (None: not built here)."""
+    m = _fastrun()
+    if m is None:
+        return None
+    return m.FastRun(
+        names=tuple(i.name for i in session.inputs),
+        dtypes=tuple(d for d, _ in bound.signature),
+        shapes=tuple(tuple(int(x) for x in s) for _, s in bound.signature),
+        converting=session._converting, lock=session._lock, state=session.__dict__,
+        guard_key=guard[0], guard_value=guard[1], holder=holder, runner=bound.runner,
+        call=call, on_none=on_none, out_names=tuple(out_names), usual=type(session).run,
+        me=weakref.ref(session), note_owner=note_owner)
 
 
 class Bound:
@@ -201,12 +242,20 @@ def plain_fast(session: Session, bound: Bound) -> Any:
     :func:`stateful_fast` is."""
     runner = bound.runner
     call = runner.direct()
+    names = [name for name, _ in session._out_names]
+
+    def lost() -> None:
+        bound.runner = None  # by request from now on, which reports
+
+    native = _native_fast(session, bound, call, guard=("_bound", bound), holder=bound,
+                          note_owner=True, on_none=lost, out_names=names)
+    if native is not None:
+        return native
     acquire, release = session._lock.acquire, session._lock.release
     state = session.__dict__
     converting = session._converting
     me = weakref.ref(session)
     usual = type(session).run
-    names = [name for name, _ in session._out_names]
     one = len(names) == 1
     match = bound.match
     ident = threading.get_ident
@@ -266,6 +315,10 @@ def stateful_fast(session: Session, bound: Bound) -> Any:
         finally:
             state["_owner"] = None
 
+    native = _native_fast(session, bound, runner.direct(), guard=("_state_holder", runner),
+                          holder=None, note_owner=False, on_none=failed, out_names=names)
+    if native is not None:
+        return native
     if bound.count == 1 and len(names) == 1:
         key, out_name = session.inputs[0].name, names[0]
         dtype, shape = bound.signature[0]

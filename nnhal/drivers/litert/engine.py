@@ -34,7 +34,8 @@ class Engine:
     """One interpreter and what a run needs to know of it: its input and output tensor
     indexes (in the model's input / output order) and the input shapes it is allocated for."""
 
-    __slots__ = ("interpreter", "inputs", "outputs", "shapes", "prepared_shapes", "direct")
+    __slots__ = ("interpreter", "inputs", "outputs", "shapes", "prepared_shapes", "direct",
+                 "calls")
 
     def __init__(self, flatbuffer: Source, threads: int):
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
@@ -70,12 +71,17 @@ class Engine:
             self.shapes = [tuple(int(x) for x in d["shape"]) for d in details]
         del wrapper
         self.prepared_shapes = list(self.shapes)
+        #: The wrapper's (SetTensor, Invoke, GetTensor), kept here by the native bound run
+        #: (:mod:`nnhal.drivers.litert.direct`) and dropped before a resize (which
+        #: ai-edge-litert refuses while anything else holds the wrapper).
+        self.calls: tuple[Any, Any, Any] | None = None
 
     def fit(self, shapes: Sequence[tuple[int, ...] | None]) -> None:
         """Resize the inputs whose shape differs from ``shapes`` (None: leave it) and
         allocate again; nothing when every shape is the current one."""
         if shapes == self.shapes:
             return
+        self.calls = None
         changed = False
         for k, shape in enumerate(shapes):
             if shape is not None and shape != self.shapes[k]:

@@ -19,6 +19,7 @@ import numpy as np
 
 from nnhal.analysis import ModelGraph
 from nnhal.drivers.common.prepared_model import PreparedModelBase, PreparingDevice
+from nnhal.drivers.litert import direct
 from nnhal.drivers.litert.cache import LiteRTPlan
 from nnhal.drivers.litert.engine import EnginePool
 from nnhal.drivers.litert.state import LiteRTStateArrays
@@ -125,12 +126,15 @@ class LiteRTArrays(ArrayRun):
     into the interpreter (one copy, as ``set_tensor``), each output copied straight out of it
     into a fresh array (one copy, as ``get_tensor``); no request memory in between."""
 
-    __slots__ = ("pm", "engines", "shapes", "known", "log")
+    __slots__ = ("pm", "engines", "shapes", "known", "tensors")
 
-    def __init__(self, pm: LiteRTPreparedModel, shapes: list[tuple[int, ...]]):
+    def __init__(self, pm: LiteRTPreparedModel, shapes: list[tuple[int, ...]],
+                 tensors: tuple[tuple[int, ...], tuple[int, ...]]):
         self.pm = pm
         self.engines = pm.engines
         self.shapes = shapes
+        #: The input and output tensor indexes (the same in every interpreter of the model).
+        self.tensors = tensors
         self.known: list[tuple[int, ...]] = pm._known  # type: ignore[assignment]
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray] | None:
@@ -151,7 +155,13 @@ class LiteRTArrays(ArrayRun):
     def direct(self) -> Any:
         """:meth:`run` as ai-edge-litert's own calls, with nothing around them but taking
         a free interpreter already fitted to this layout (any other case, and a profiled
-        run, is :meth:`run`'s)."""
+        run, is :meth:`run`'s): one native call where it is built, else a closure."""
+        native = direct.calls(
+            pool=self.engines._free, calls=None, shapes=self.shapes,
+            inputs=self.tensors[0], outputs=self.tensors[1], known=self.known,
+            general=self.run, failed=self._failed, fix=self._fit_outputs)
+        if native is not None:
+            return native
         free = self.engines._free
         take, give = free.pop, free.append
         shapes, invoke, general = self.shapes, self._invoke, self.run
@@ -169,6 +179,9 @@ class LiteRTArrays(ArrayRun):
             return general(inputs)
         return run
 
+    def _failed(self, e: BaseException) -> None:
+        self.pm.device.log(f"bound run failed: {type(e).__name__}: {e}")
+
     def _invoke(self, engine: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray] | None:
         """One run on ``engine`` (fitted to this layout), given back after it; None when it
         failed (the engine is not trusted again: not given back) or its outputs do not fit
@@ -185,15 +198,21 @@ class LiteRTArrays(ArrayRun):
                 outs.append(get(idx, 0))  # copies, as get_tensor's
             del w, set_tensor, get
         except Exception as e:  # noqa: BLE001
-            self.pm.device.log(f"bound run failed: {type(e).__name__}: {e}")
+            self._failed(e)
             return None
         self.engines.give(engine)
+        return self._fit_outputs(outs)
+
+    def _fit_outputs(self, outs: list[np.ndarray]) -> list[np.ndarray] | None:
+        """``outs`` in the model's shapes: TFLite's [] for the HAL's [1], say, reshaped;
+        None when an output's size differs (the request way reports the shape the
+        interpreter gives)."""
         known = self.known
         k = 0
         for out in outs:
-            if out.shape != known[k]:  # TFLite's [] for the HAL's [1], say
-                if out.size != math.prod(known[k]):
-                    return None  # the request way reports the shape the interpreter gives
+            if out.shape != known[k]:
+                if known[k] is None or out.size != math.prod(known[k]):
+                    return None
                 outs[k] = out.reshape(known[k])
             k += 1
         return outs
@@ -250,11 +269,11 @@ class LiteRTPreparedModel(PreparedModelBase):
             if not t.is_tensor or t in _BOOLS:
                 return None
         engine = self.engines.take()
-        direct = engine.direct
+        direct, tensors = engine.direct, (tuple(engine.inputs), tuple(engine.outputs))
         self.engines.give(engine)
         if not direct:
             return None
-        return LiteRTArrays(self, [tuple(int(d) for d in s) for s in shapes])
+        return LiteRTArrays(self, [tuple(int(d) for d in s) for s in shapes], tensors)
 
     def bind_arrays_with_state(self, shapes: Sequence[tuple[int, ...]],
                                state: Sequence[tuple[int, int]]) -> LiteRTStateArrays | None:

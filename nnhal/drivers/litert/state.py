@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from nnhal.drivers.litert import direct
 from nnhal.drivers.litert.engine import Engine
 from nnhal.executor import profile as _profile
 from nnhal.hal.interfaces import StateArrayRun
@@ -39,7 +40,7 @@ class LiteRTStateArrays(StateArrayRun):
 
     __slots__ = ("engine", "form", "wrapper", "set_tensor", "invoke", "get_tensor", "inputs",
                  "outputs", "reshapes", "state_dtypes", "state_shapes", "log", "in0", "out0",
-                 "failure")
+                 "failure", "known")
 
     def __init__(self, engine: Engine, form: StateForm, state_dtypes: list[np.dtype],
                  state_shapes: list[tuple[int, ...]], log: Any):
@@ -66,6 +67,8 @@ class LiteRTStateArrays(StateArrayRun):
         #: Why the last run failed, logged by :meth:`read` (not by :meth:`run`, which the
         #: caller may call holding a lock a log handler could ask for).
         self.failure: str | None = None
+        #: Per output (not a state output): its shape in the model.
+        self.known: tuple[tuple[int, ...], ...] = ()
 
     @classmethod
     def make(cls, form: StateForm, threads: int, shapes: Sequence[tuple[int, ...]],
@@ -99,6 +102,7 @@ class LiteRTStateArrays(StateArrayRun):
                         return None
                     reshapes.append((k, tuple(want)))
             run.reshapes = tuple(reshapes)
+            run.known = tuple(tuple(int(d) for d in want) for want in known)
             if run.read() is None:
                 return None
             return run
@@ -131,6 +135,23 @@ class LiteRTStateArrays(StateArrayRun):
             outs[k] = outs[k].reshape(shape)
         if prof is not None:
             prof.whole_run(time.perf_counter() - started)
+        return outs
+
+    def direct(self) -> Any:
+        """:meth:`run` as one native call where it is built (the Python frame around the
+        three calls is most of a wake-word model's overhead), else :meth:`run`."""
+        native = direct.calls(pool=None, calls=(self.set_tensor, self.invoke, self.get_tensor),
+                              shapes=None, inputs=self.inputs, outputs=self.outputs,
+                              known=self.known, general=self.run, failed=self._failed,
+                              fix=self._fit_outputs)
+        return native if native is not None else self.run
+
+    def _failed(self, e: BaseException) -> None:
+        self.failure = f"{type(e).__name__}: {e}"
+
+    def _fit_outputs(self, outs: list[np.ndarray]) -> list[np.ndarray] | None:
+        for k, shape in self.reshapes:
+            outs[k] = outs[k].reshape(shape)
         return outs
 
     def one_call(self) -> Any:

@@ -1,0 +1,58 @@
+"""The bound runs' calls into ai-edge-litert as one native call (``direct.c``), for models
+whose whole run takes microseconds: there a Python frame around ``SetTensor`` + ``Invoke`` +
+``GetTensor`` costs as much as the run, and ai-edge-litert's own call is the yardstick.
+
+Built into nnhal's cache at first use (:func:`nnhal.core.native.build_extension`); where it
+cannot be (no compiler or Python headers, ``NNHAL_NATIVE=0``), :func:`calls` answers None
+and the bindings keep their Python closures, which do the same.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from nnhal.executor import profile as _profile
+
+SOURCE = Path(__file__).with_name("direct.c")
+_lock = threading.Lock()
+_state: dict[str, Any] = {}
+
+
+def _module() -> ModuleType | None:
+    with _lock:
+        if "module" not in _state:
+            from nnhal.core.native import build_extension
+
+            _state["module"], _state["why"] = build_extension("nnhal_litert_direct", SOURCE)
+        return _state["module"]
+
+
+def status() -> str:
+    """Whether the native calls are in use, and why not (for ``nnhal info`` and tests)."""
+    _module()
+    return str(_state.get("why", ""))
+
+
+def calls(*, pool: list[Any] | None, calls: tuple[Any, Any, Any] | None,
+          shapes: Sequence[tuple[int, ...]] | None, inputs: Sequence[int],
+          outputs: Sequence[int], known: Sequence[tuple[int, ...] | None],
+          general: Callable[[Sequence[Any]], list[Any] | None],
+          failed: Callable[[BaseException], None],
+          fix: Callable[[list[Any]], list[Any] | None]) -> Any | None:
+    """A native callable taking a list of input arrays and giving the output arrays (or
+    None), as the binding's ``run``: on an engine taken from ``pool`` (the free list; one
+    fitted to ``shapes``, else ``general`` runs) or with the fixed ``calls``. ``general`` runs
+    every other case (a profiled run, not a list of the inputs' count), ``failed`` is told
+    of a call that raised (the answer is then None), ``fix`` gets outputs of another shape
+    than ``known``. None when the native module is not available."""
+    m = _module()
+    if m is None:
+        return None
+    return m.Calls(pool, calls, list(shapes) if shapes is not None else None,
+                   tuple(int(i) for i in inputs), tuple(int(i) for i in outputs),
+                   tuple(tuple(int(d) for d in k) if k is not None else None for k in known),
+                   general, failed, fix, _profile)

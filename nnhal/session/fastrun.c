@@ -1,0 +1,301 @@
+/* A Session's ``run`` for its bound layout's common case as one native call (see bound.py:
+ * plain_fast and stateful_fast are its Python twins, and say what each check is for). The
+ * feeds are a dict of exactly the bound inputs, each an ndarray of the bound dtype and shape;
+ * no thread is converting feeds; the Session's lock is free; the guard still holds (the
+ * binding is the Session's). Then the driver's direct call runs the arrays and its outputs
+ * come back by name. Anything else, and a run the driver did not do, goes to the usual
+ * ``Session.run``, which checks, waits, reports. Runs none of the caller's code. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+#include <stddef.h>
+#include <numpy/arrayobject.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *names;      /* tuple of str: the inputs, in order */
+    PyObject *dtypes;     /* tuple of numpy dtypes, per input */
+    PyObject *converting; /* the Session's set of threads converting feeds */
+    PyObject *acquire;    /* the Session's lock's acquire and release */
+    PyObject *release;
+    PyObject *state;      /* the Session's __dict__ */
+    PyObject *guard_key;  /* state[guard_key] must be guard_value ... */
+    PyObject *guard_value;
+    PyObject *holder;     /* ... and, unless NULL, holder.runner must be runner */
+    PyObject *runner;
+    PyObject *call;       /* callable(list of arrays) -> list of outputs, or None */
+    PyObject *on_none;    /* callable(), under the lock, when `call` answered None */
+    PyObject *out_names;  /* tuple of str: the outputs `call` gives, in order */
+    PyObject *usual;      /* Session.run (the function) */
+    PyObject *me;         /* a weak reference to the Session */
+    int note_owner;       /* whether state["_owner"] is this thread during the call */
+    npy_intp *dims;       /* per input: its bound dimensions, concatenated */
+    int *ndims;
+    vectorcallfunc vectorcall;
+} FastRun;
+
+static PyObject *s_owner, *s_runner;
+
+#define EACH(V) V(names) V(dtypes) V(converting) V(acquire) V(release) V(state) V(guard_key) \
+    V(guard_value) V(holder) V(runner) V(call) V(on_none) V(out_names) V(usual) V(me)
+
+static int fast_traverse(FastRun *s, visitproc visit, void *arg) {
+#define VISIT(f) Py_VISIT(s->f);
+    EACH(VISIT)
+    return 0;
+}
+
+static int fast_clear(FastRun *s) {
+#define CLEAR(f) Py_CLEAR(s->f);
+    EACH(CLEAR)
+    return 0;
+}
+
+static void fast_dealloc(FastRun *s) {
+    PyObject_GC_UnTrack(s);
+    fast_clear(s);
+    PyMem_Free(s->dims);
+    PyMem_Free(s->ndims);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+/* The feeds as a list in input order when they are the bound layout's; NULL with no error
+ * set when they are not; NULL with an error set when a lookup raised. */
+static PyObject *match(FastRun *s, PyObject *feeds) {
+    Py_ssize_t n = PyTuple_GET_SIZE(s->names);
+    if (PyDict_GET_SIZE(feeds) != n) return NULL;
+    PyObject *arrays = PyList_New(n);
+    if (arrays == NULL) return NULL;
+    npy_intp *dims = s->dims;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *a = PyDict_GetItemWithError(feeds, PyTuple_GET_ITEM(s->names, k));
+        if (a == NULL || !PyArray_CheckExact(a)) goto no;
+        PyArrayObject *arr = (PyArrayObject *)a;
+        int nd = s->ndims[k];
+        PyArray_Descr *want = (PyArray_Descr *)PyTuple_GET_ITEM(s->dtypes, k);
+        if (PyArray_NDIM(arr) != nd ||
+            memcmp(PyArray_DIMS(arr), dims, (size_t)nd * sizeof(npy_intp)))
+            goto no;
+        if (PyArray_DESCR(arr) != want && !PyArray_EquivTypes(PyArray_DESCR(arr), want))
+            goto no;
+        Py_INCREF(a);
+        PyList_SET_ITEM(arrays, k, a);
+        dims += nd;
+    }
+    return arrays;
+no:
+    Py_DECREF(arrays);
+    return NULL;
+}
+
+static PyObject *as_dict(PyObject *names, PyObject *outs) {
+    PyObject *d = PyDict_New();
+    if (d == NULL) return NULL;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(names); k++)
+        if (PyDict_SetItem(d, PyTuple_GET_ITEM(names, k), PyList_GET_ITEM(outs, k)) < 0) {
+            Py_DECREF(d);
+            return NULL;
+        }
+    return d;
+}
+
+/* Whether the binding is still the Session's: 1, 0, or -1 with an error set. */
+static int guarded(FastRun *s) {
+    PyObject *v = PyDict_GetItemWithError(s->state, s->guard_key);
+    if (v != s->guard_value) return v == NULL && PyErr_Occurred() ? -1 : 0;
+    if (s->holder == NULL) return 1;
+    PyObject *r = PyObject_GetAttr(s->holder, s_runner);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return r == s->runner;
+}
+
+static PyObject *fast_call(PyObject *self, PyObject *const *args, size_t nargsf,
+                           PyObject *kwnames) {
+    FastRun *s = (FastRun *)self;
+    if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "Session.run() takes one argument: the feeds");
+        return NULL;
+    }
+    PyObject *feeds = args[0], *arrays = NULL;
+    if (PyDict_CheckExact(feeds) && PySet_GET_SIZE(s->converting) == 0) {
+        arrays = match(s, feeds);
+        if (arrays == NULL && PyErr_Occurred()) return NULL;
+    }
+    if (arrays != NULL) {
+        PyObject *a[2] = {NULL, Py_False};
+        PyObject *got = PyObject_Vectorcall(s->acquire, a + 1,
+                                            1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (got == NULL) { Py_DECREF(arrays); return NULL; }
+        Py_DECREF(got);
+        if (got == Py_True) {
+            PyObject *result = NULL;
+            int failed = 0;  /* an error was raised and is to go up */
+            int ok = guarded(s);
+            if (ok < 0) failed = 1;
+            if (ok == 1 && s->note_owner) {
+                PyObject *ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+                if (ident == NULL || PyDict_SetItem(s->state, s_owner, ident) < 0) failed = 1;
+                Py_XDECREF(ident);
+            }
+            if (ok == 1 && !failed) {
+                PyObject *c[2] = {NULL, arrays};
+                PyObject *outs = PyObject_Vectorcall(s->call, c + 1,
+                                                     1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+                if (outs == NULL) {
+                    failed = 1;
+                } else if (PyList_CheckExact(outs) &&
+                           PyList_GET_SIZE(outs) == PyTuple_GET_SIZE(s->out_names)) {
+                    result = as_dict(s->out_names, outs);
+                    if (result == NULL) failed = 1;
+                } else {
+                    PyObject *r = PyObject_CallNoArgs(s->on_none);
+                    if (r == NULL) failed = 1;
+                    Py_XDECREF(r);
+                }
+                Py_XDECREF(outs);
+            }
+            /* As the twin's ``finally``: the owner cleared and the lock released, an error
+             * raised meanwhile kept aside. */
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            if (s->note_owner && ok == 1 && PyDict_SetItem(s->state, s_owner, Py_None) < 0)
+                PyErr_Clear();
+            PyObject *r = PyObject_CallNoArgs(s->release);
+            if (r == NULL) PyErr_Clear();
+            Py_XDECREF(r);
+            PyErr_Restore(et, ev, tb);
+            if (failed || result != NULL) {
+                Py_DECREF(arrays);
+                return result;
+            }
+        }
+        Py_DECREF(arrays);
+    }
+    PyObject *session = PyWeakref_GetObject(s->me);
+    if (session == Py_None) {
+        PyErr_SetString(PyExc_RuntimeError, "the session is gone");
+        return NULL;
+    }
+    PyObject *c[3] = {NULL, session, feeds};
+    Py_INCREF(session);
+    PyObject *r = PyObject_Vectorcall(s->usual, c + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(session);
+    return r;
+}
+
+static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"names", "dtypes", "shapes", "converting", "lock", "state",
+                             "guard_key", "guard_value", "holder", "runner", "call", "on_none",
+                             "out_names", "usual", "me", "note_owner", NULL};
+    PyObject *names, *dtypes, *shapes, *converting, *lock, *state, *guard_key, *guard_value,
+        *holder, *runner, *call, *on_none, *out_names, *usual, *me;
+    int note_owner;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!O!O!OO!UOOOOOO!OO!p", kwlist,
+                                     &PyTuple_Type, &names, &PyTuple_Type, &dtypes,
+                                     &PyTuple_Type, &shapes, &PySet_Type, &converting, &lock,
+                                     &PyDict_Type, &state, &guard_key, &guard_value, &holder,
+                                     &runner, &call, &on_none, &PyTuple_Type, &out_names,
+                                     &usual, &_PyWeakref_RefType, &me, &note_owner))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    if (PyTuple_GET_SIZE(dtypes) != n || PyTuple_GET_SIZE(shapes) != n) {
+        PyErr_SetString(PyExc_ValueError, "names, dtypes and shapes: one per input");
+        return NULL;
+    }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *shape = PyTuple_GET_ITEM(shapes, k);
+        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(names, k)) ||
+            !PyArray_DescrCheck(PyTuple_GET_ITEM(dtypes, k)) || !PyTuple_CheckExact(shape) ||
+            PyTuple_GET_SIZE(shape) > NPY_MAXDIMS) {
+            PyErr_SetString(PyExc_TypeError, "per input: a str name, a dtype, a shape tuple");
+            return NULL;
+        }
+        total += PyTuple_GET_SIZE(shape);
+    }
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(out_names); k++)
+        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(out_names, k))) {
+            PyErr_SetString(PyExc_TypeError, "out_names: str");
+            return NULL;
+        }
+    PyObject *acquire = PyObject_GetAttrString(lock, "acquire");
+    PyObject *release = acquire ? PyObject_GetAttrString(lock, "release") : NULL;
+    if (release == NULL) { Py_XDECREF(acquire); return NULL; }
+    FastRun *s = (FastRun *)type->tp_alloc(type, 0);
+    if (s == NULL) { Py_DECREF(acquire); Py_DECREF(release); return NULL; }
+    s->acquire = acquire;
+    s->release = release;
+    s->dims = PyMem_Calloc((size_t)total + 1, sizeof(npy_intp));
+    s->ndims = PyMem_Calloc((size_t)n + 1, sizeof(int));
+    if (s->dims == NULL || s->ndims == NULL) { Py_DECREF(s); return PyErr_NoMemory(); }
+    npy_intp *dims = s->dims;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *shape = PyTuple_GET_ITEM(shapes, k);
+        Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+        for (Py_ssize_t j = 0; j < nd; j++) {
+            dims[j] = (npy_intp)PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, j));
+            if (dims[j] == -1 && PyErr_Occurred()) { Py_DECREF(s); return NULL; }
+        }
+        s->ndims[k] = (int)nd;
+        dims += nd;
+    }
+    s->names = Py_NewRef(names);
+    s->dtypes = Py_NewRef(dtypes);
+    s->converting = Py_NewRef(converting);
+    s->state = Py_NewRef(state);
+    s->guard_key = Py_NewRef(guard_key);
+    s->guard_value = Py_NewRef(guard_value);
+    s->holder = holder == Py_None ? NULL : Py_NewRef(holder);
+    s->runner = Py_NewRef(runner);
+    s->call = Py_NewRef(call);
+    s->on_none = Py_NewRef(on_none);
+    s->out_names = Py_NewRef(out_names);
+    s->usual = Py_NewRef(usual);
+    s->me = Py_NewRef(me);
+    s->note_owner = note_owner;
+    s->vectorcall = fast_call;
+    return (PyObject *)s;
+}
+
+static PyObject *fast_get_doc(PyObject *self, void *closure) {
+    FastRun *s = (FastRun *)self;
+    if (s->usual == NULL) Py_RETURN_NONE;
+    return PyObject_GetAttrString(s->usual, "__doc__");
+}
+
+static PyGetSetDef fast_getset[] = {
+    {"__doc__", fast_get_doc, NULL, NULL, NULL},
+    {NULL},
+};
+
+static PyTypeObject FastRunType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "nnhal_session_fastrun.FastRun",
+    .tp_basicsize = sizeof(FastRun),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = fast_new,
+    .tp_dealloc = (destructor)fast_dealloc,
+    .tp_traverse = (traverseproc)fast_traverse,
+    .tp_clear = (inquiry)fast_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(FastRun, vectorcall),
+    .tp_getset = fast_getset,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "nnhal_session_fastrun", NULL, -1,
+                                    NULL};
+
+PyMODINIT_FUNC PyInit_nnhal_session_fastrun(void) {
+    import_array();
+    if (PyType_Ready(&FastRunType) < 0) return NULL;
+    if ((s_owner = PyUnicode_InternFromString("_owner")) == NULL) return NULL;
+    if ((s_runner = PyUnicode_InternFromString("runner")) == NULL) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "FastRun", (PyObject *)&FastRunType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,248 @@
+"""A Session's repeated runs as one native call (``fastrun.c`` over the LiteRT driver's
+``direct.c``) and their Python twins (``fast_way``): feeds no one here chose must get the
+answer, or the error, that the general way gives; a call into the interpreter that raises, an
+output of another shape and a dropped Session must each end as the twin's do."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import weakref
+
+import numpy as np
+import pytest
+from helpers import add_model
+from test_session_bound import ByRequest, _litert_or_skip
+
+from nnhal.errors import NnhalError
+from nnhal.session import Session
+
+F32 = np.float32
+
+
+def _bound_session() -> Session:
+    _litert_or_skip()
+    s = Session(add_model((2, 3)), "litert")
+    ones = np.ones((2, 3), F32)
+    s.run({"input_0": ones, "input_1": ones})
+    s.run({"input_0": ones, "input_1": ones})
+    assert "run" in s.__dict__
+    return s
+
+
+class Sub(np.ndarray):
+    pass
+
+
+class Key(str):
+    """A str of the input's name, hashing as it does, that is not a str exactly."""
+
+
+def _outcome(s: Session, feeds: object) -> object:
+    try:
+        return s.run(feeds)["output_0"].tolist()  # type: ignore[arg-type]
+    except NnhalError as e:
+        return type(e)
+
+
+def _hostile(ones: np.ndarray) -> list[object]:
+    a = np.arange(6, dtype=F32).reshape(2, 3)
+    return [
+        {"input_0": a.view(Sub), "input_1": ones},
+        {"input_0": a.astype(">f4"), "input_1": ones},
+        {"input_0": np.asfortranarray(a), "input_1": ones},
+        {"input_0": a.T.copy().T, "input_1": ones},
+        {"input_0": np.arange(12, dtype=F32).reshape(2, 6)[:, ::2], "input_1": ones},
+        {"input_0": a.astype(np.float64), "input_1": ones},
+        {"input_0": a.reshape(3, 2), "input_1": ones},
+        {"input_0": a.reshape(1, 2, 3), "input_1": ones},
+        {"input_0": np.float32(1), "input_1": ones},
+        {"input_0": a, "input_1": ones, "input_2": ones},
+        {"input_0": a},
+        {Key("input_0"): a, "input_1": ones},
+        {"input_0": a, 1: ones},
+        {"input_0": a.tolist(), "input_1": ones},
+        {"input_0": a, "input_1": np.ones((2, 3), np.dtype("float32").newbyteorder("=")),},
+        [a, ones],
+        (a, ones),
+        None,
+        "input_0",
+        {},
+    ]
+
+
+def test_hostile_feeds_get_the_general_ways_answer(fast_way):
+    ones = np.ones((2, 3), F32)
+    with _bound_session() as s, Session(add_model((2, 3)), "reference") as ref:
+        for feeds in _hostile(ones):
+            got = _outcome(s, feeds)
+            want = _outcome(ref, ByRequest(feeds) if isinstance(feeds, dict) else feeds)
+            assert got == want, feeds
+            # The bound layout still runs, and right, after each.
+            assert _outcome(s, {"input_0": ones, "input_1": ones}) == (ones * 2).tolist()
+        assert "run" in s.__dict__ and s._bound.runner is not None
+
+
+def test_a_key_whose_comparison_raises_is_the_callers_error(fast_way):
+    class Raising:
+        def __hash__(self):
+            return hash("input_0")
+
+        def __eq__(self, other):
+            raise ZeroDivisionError("the caller's")
+
+    ones = np.ones((2, 3), F32)
+    with _bound_session() as s:
+        with pytest.raises(ZeroDivisionError):
+            s.run({Raising(): ones, "input_1": ones})
+        assert s.run({"input_0": ones, "input_1": ones})["output_0"].tolist() == \
+            (ones * 2).tolist()
+
+
+def test_an_interpreter_call_that_raises_is_logged_and_goes_by_request(fast_way, caplog):
+    ones = np.ones((2, 3), F32)
+    with _bound_session() as s:
+        engines = s._bound.runner.engines._free
+        assert engines
+
+        class Wrapper:
+            def SetTensor(self, *args):
+                raise RuntimeError("injected")
+
+            Invoke = GetTensor = SetTensor
+
+        class Interpreter:
+            _interpreter = Wrapper()
+
+        # The engine the next run takes (the last free one) calls into the fake.
+        engines[-1].interpreter, engines[-1].calls = Interpreter(), None
+        bound = s._bound
+        with caplog.at_level(logging.DEBUG):
+            got = s.run({"input_0": ones, "input_1": np.full((2, 3), 2, F32)})
+        assert got["output_0"].tolist() == np.full((2, 3), 3, F32).tolist()
+        assert bound.runner is None  # this binding is not used again
+        assert "bound run failed" in caplog.text
+        assert s.run({"input_0": ones, "input_1": ones})["output_0"].tolist() == \
+            (ones * 2).tolist()
+
+
+class FakeWrapper:
+    """ai-edge-litert's wrapper as the direct calls use it, recording the calls."""
+
+    def __init__(self, out_shape=(2,), fail=None):
+        self.log: list[tuple] = []
+        self.tensors: dict[int, np.ndarray] = {}
+        self.out_shape = out_shape
+        self.fail = fail
+
+    def SetTensor(self, idx, arr):
+        self.log.append(("set", idx))
+        if self.fail == "set":
+            raise RuntimeError("set failed")
+        self.tensors[idx] = np.array(arr)
+
+    def Invoke(self):
+        self.log.append(("invoke",))
+        if self.fail == "invoke":
+            raise KeyboardInterrupt  # not an Exception: goes up as it is
+
+    def GetTensor(self, idx, subgraph):
+        self.log.append(("get", idx, subgraph))
+        return (self.tensors[7] + self.tensors[8]).reshape(self.out_shape)
+
+
+class FakeEngine:
+    def __init__(self, wrapper, shapes):
+        self.interpreter = type("I", (), {"_interpreter": wrapper})()
+        self.shapes = shapes
+        self.calls = None
+
+
+def _calls(pool, general_log, failed_log, fixed_log, **kw):
+    from nnhal.drivers.litert import direct
+
+    def general(arrays):
+        general_log.append(len(arrays))
+        return ["general"]
+
+    def fix(outs):
+        fixed_log.append([o.shape for o in outs])
+        return [o.reshape(2) for o in outs]
+
+    made = direct.calls(pool=pool, calls=kw.get("calls"), shapes=kw.get("shapes"),
+                        inputs=(7, 8), outputs=(9,), known=[(2,)], general=general,
+                        failed=failed_log.append, fix=fix)
+    if made is None:
+        pytest.skip(f"native calls not built: {direct.status()}")
+    return made
+
+
+def test_the_native_calls_do_the_twins_steps():
+    """direct.c alone, over a fake wrapper: the steps, and each case handed back."""
+    from nnhal.executor import profile
+
+    shapes = [(2,), (2,)]
+    w = FakeWrapper()
+    engine = FakeEngine(w, list(shapes))
+    pool = [engine]
+    general, failed, fixed = [], [], []
+    run = _calls(pool, general, failed, fixed, shapes=shapes)
+    a, b = np.array([1, 2], F32), np.array([3, 4], F32)
+    outs = run([a, b])
+    assert [o.tolist() for o in outs] == [[4, 6]] and pool == [engine]
+    assert w.log == [("set", 7), ("set", 8), ("invoke",), ("get", 9, 0)]
+    assert engine.calls is not None and not general and not failed and not fixed
+    # Not a list of the inputs' count, a profile taken, no free engine, an engine fitted to
+    # other shapes: the general way, and the pool as it was.
+    assert run((a, b)) == ["general"] and run([a]) == ["general"]
+    with profile.profiling():
+        assert run([a, b]) == ["general"]
+    pool.clear()
+    assert run([a, b]) == ["general"]
+    other = FakeEngine(FakeWrapper(), [(3,), (2,)])
+    pool.append(other)
+    assert run([a, b]) == ["general"] and pool == [other]
+    assert general == [2, 1, 2, 2, 2]
+    # An output of another shape: handed to fix.
+    pool[:] = [FakeEngine(FakeWrapper(out_shape=(1, 2)), list(shapes))]
+    assert [o.shape for o in run([a, b])] == [(2,)] and fixed == [[(1, 2)]]
+    # A call that raises: reported, None, the engine not given back.
+    pool[:] = [FakeEngine(FakeWrapper(fail="set"), list(shapes))]
+    assert run([a, b]) is None and pool == []
+    assert len(failed) == 1 and str(failed[0]) == "set failed"
+    # Not an Exception: goes up (the engine not given back either).
+    pool[:] = [FakeEngine(FakeWrapper(fail="invoke"), list(shapes))]
+    with pytest.raises(KeyboardInterrupt):
+        run([a, b])
+    assert pool == [] and len(failed) == 1
+    with pytest.raises(TypeError):
+        run()
+
+
+def test_the_native_calls_with_fixed_calls_and_bad_construction():
+    w = FakeWrapper()
+    general, failed, fixed = [], [], []
+    run = _calls(None, general, failed, fixed, calls=(w.SetTensor, w.Invoke, w.GetTensor))
+    a = np.array([1, 2], F32)
+    assert [o.tolist() for o in run([a, a])] == [[2, 4]]
+    from nnhal.drivers.litert import direct
+
+    module = direct._module()
+    for bad in [dict(pool=None, calls=(1, 2)), dict(pool=(), calls=None),
+                dict(pool=[], calls=None, inputs=(1.5,)),
+                dict(pool=[], calls=None, known=((2,), (3,)))]:
+        args = dict(pool=[], calls=None, shapes=None, inputs=(7,), outputs=(9,),
+                    known=((2,),), general=print, failed=print, fix=print, profile=None)
+        args.update(bad)
+        with pytest.raises(TypeError):
+            module.Calls(*args.values())
+
+
+def test_a_dropped_session_with_the_direct_way_is_freed(fast_way):
+    s = _bound_session()
+    me = weakref.ref(s)
+    run = s.run
+    del s
+    assert me() is None  # closed by its __del__ at once: the direct way holds no Session
+    del run
+    gc.collect()
