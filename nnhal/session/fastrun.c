@@ -29,6 +29,8 @@ typedef struct {
     PyObject *usual;      /* Session.run (the function) */
     PyObject *me;         /* a weak reference to the Session */
     int note_owner;       /* whether state["_owner"] is this thread during the call */
+    unsigned long ident;  /* the thread last noted, and its number as an int */
+    PyObject *ident_obj;
     npy_intp *dims;       /* per input: its bound dimensions, concatenated */
     int *ndims;
     vectorcallfunc vectorcall;
@@ -37,7 +39,8 @@ typedef struct {
 static PyObject *s_owner, *s_runner;
 
 #define EACH(V) V(names) V(dtypes) V(converting) V(acquire) V(release) V(state) V(guard_key) \
-    V(guard_value) V(holder) V(runner) V(call) V(on_none) V(out_names) V(usual) V(me)
+    V(guard_value) V(holder) V(runner) V(call) V(on_none) V(out_names) V(usual) V(me) \
+    V(ident_obj)
 
 static int fast_traverse(FastRun *s, visitproc visit, void *arg) {
 #define VISIT(f) Py_VISIT(s->f);
@@ -134,9 +137,14 @@ static PyObject *fast_call(PyObject *self, PyObject *const *args, size_t nargsf,
             int ok = guarded(s);
             if (ok < 0) failed = 1;
             if (ok == 1 && s->note_owner) {
-                PyObject *ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
-                if (ident == NULL || PyDict_SetItem(s->state, s_owner, ident) < 0) failed = 1;
-                Py_XDECREF(ident);
+                unsigned long me = PyThread_get_thread_ident();
+                if (s->ident_obj == NULL || s->ident != me) {
+                    Py_CLEAR(s->ident_obj);
+                    s->ident_obj = PyLong_FromUnsignedLong(me);
+                    s->ident = me;
+                }
+                if (s->ident_obj == NULL || PyDict_SetItem(s->state, s_owner, s->ident_obj) < 0)
+                    failed = 1;
             }
             if (ok == 1 && !failed) {
                 PyObject *c[2] = {NULL, arrays};

@@ -55,14 +55,24 @@ static PyObject *call1(PyObject *f, PyObject *a) {
     return PyObject_Vectorcall(f, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
-/* The engine's (SetTensor, Invoke, GetTensor), made once and kept on it (Engine.fit drops
- * them before resizing: ai-edge-litert counts the wrapper's references). New reference, or
- * NULL with no error set when the engine has none. */
-static PyObject *engine_calls(PyObject *engine) {
+/* The engine's calls when it is fitted to `shapes`: (SetTensor, Invoke, GetTensor, key), kept
+ * on the engine, `key` being the `shapes` object of the Calls that found the engine fitted to
+ * them. Engine.fit drops them before resizing (ai-edge-litert counts the wrapper's
+ * references, and the engine's shapes change only there), so calls found keyed by this
+ * Calls' `shapes` tell, with no comparison, that the engine is still fitted to them. New
+ * reference; NULL with no error set when the engine is fitted to other shapes or has no
+ * wrapper to call; NULL with an error set when a comparison raised. */
+static PyObject *engine_calls(PyObject *engine, PyObject *want) {
     PyObject *calls = PyObject_GetAttr(engine, s_calls);
     if (calls == NULL) { PyErr_Clear(); return NULL; }
-    if (PyTuple_CheckExact(calls) && PyTuple_GET_SIZE(calls) == 3) return calls;
+    if (PyTuple_CheckExact(calls) && PyTuple_GET_SIZE(calls) == 4 &&
+        PyTuple_GET_ITEM(calls, 3) == want)
+        return calls;
     Py_DECREF(calls);
+    PyObject *shapes = PyObject_GetAttr(engine, s_shapes);
+    int same = shapes ? PyObject_RichCompareBool(shapes, want, Py_EQ) : -1;
+    Py_XDECREF(shapes);
+    if (same != 1) return NULL;
     PyObject *interp = PyObject_GetAttr(engine, s_interpreter);
     PyObject *w = interp ? PyObject_GetAttr(interp, s_wrapper) : NULL;
     Py_XDECREF(interp);
@@ -70,7 +80,7 @@ static PyObject *engine_calls(PyObject *engine) {
     if (w != NULL) {
         PyObject *a = PyObject_GetAttr(w, s_set), *b = PyObject_GetAttr(w, s_invoke),
                  *c = PyObject_GetAttr(w, s_get);
-        if (a && b && c) calls = PyTuple_Pack(3, a, b, c);
+        if (a && b && c) calls = PyTuple_Pack(4, a, b, c, want);
         Py_XDECREF(a); Py_XDECREF(b); Py_XDECREF(c);
         Py_DECREF(w);
     }
@@ -102,17 +112,16 @@ static PyObject *calls_call(PyObject *self, PyObject *const *args, size_t nargsf
     if (s->pool != NULL) {
         Py_ssize_t n = PyList_GET_SIZE(s->pool);
         if (n == 0) return call1(s->general, arrays);
+        /* As list.pop(): the last item's reference moves to here, the list one shorter
+         * (its storage kept for the append that gives the engine back). */
         engine = PyList_GET_ITEM(s->pool, n - 1);
-        Py_INCREF(engine);
-        if (PyList_SetSlice(s->pool, n - 1, n, NULL) < 0) { Py_DECREF(engine); return NULL; }
-        PyObject *shapes = PyObject_GetAttr(engine, s_shapes);
-        int same = shapes ? PyObject_RichCompareBool(shapes, s->shapes, Py_EQ) : -1;
-        Py_XDECREF(shapes);
-        calls = same == 1 ? engine_calls(engine) : NULL;
+        Py_SET_SIZE(s->pool, n - 1);
+        calls = engine_calls(engine, s->shapes);
         if (calls == NULL) {
+            int raised = PyErr_Occurred() != NULL;
             int err = PyList_Append(s->pool, engine);
             Py_DECREF(engine);
-            if (same < 0 || err < 0) return NULL;
+            if (raised || err < 0) return NULL;
             return call1(s->general, arrays);
         }
     } else {
