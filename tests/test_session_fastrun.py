@@ -246,3 +246,23 @@ def test_a_dropped_session_with_the_direct_way_is_freed(fast_way):
     assert me() is None  # closed by its __del__ at once: the direct way holds no Session
     del run
     gc.collect()
+
+
+def test_bindings_of_one_layout_on_one_pool_alternate_rightly(fast_way):
+    """Two bindings of the same layout over one prepared model's interpreters (as Sessions
+    restored from one cache have): alternating runs keep giving each its own answers."""
+    _litert_or_skip()
+    ones = np.ones((2, 3), F32)
+    with Session(add_model((2, 3)), "litert") as s:
+        s.run({"input_0": ones, "input_1": ones})
+        pm = s._prepared
+        first, second = pm.bind_arrays([(2, 3), (2, 3)]), pm.bind_arrays([(2, 3), (2, 3)])
+        a, b = first.direct(), second.direct()
+        for k in range(5):
+            x = np.full((2, 3), k, F32)
+            assert a([x, ones])[0].tolist() == (x + 1).tolist()
+            assert b([ones, x])[0].tolist() == (x + 1).tolist()
+        if fast_way == "native":
+            layout = pm.engines.layout([(2, 3), (2, 3)])
+            assert layout is pm.engines.layout(((2, 3), (2, 3)))
+            assert all(e.calls is None or e.calls[3] is layout for e in pm.engines._free)

@@ -56,14 +56,17 @@ def _native_fast(session: Session, bound: Bound, call: Any, *, guard: tuple[str,
     m = _fastrun()
     if m is None:
         return None
-    return m.FastRun(
-        names=tuple(i.name for i in session.inputs),
-        dtypes=tuple(d for d, _ in bound.signature),
-        shapes=tuple(tuple(int(x) for x in s) for _, s in bound.signature),
-        converting=session._converting, lock=session._lock, state=session.__dict__,
-        guard_key=guard[0], guard_value=guard[1], holder=holder, runner=bound.runner,
-        call=call, on_none=on_none, out_names=tuple(out_names), usual=type(session).run,
-        me=weakref.ref(session), note_owner=note_owner)
+    try:
+        return m.FastRun(
+            names=tuple(i.name for i in session.inputs),
+            dtypes=tuple(d for d, _ in bound.signature),
+            shapes=tuple(tuple(int(x) for x in s) for _, s in bound.signature),
+            converting=session._converting, lock=session._lock, state=session.__dict__,
+            guard_key=guard[0], guard_value=guard[1], holder=holder, runner=bound.runner,
+            call=call, on_none=on_none, out_names=tuple(out_names), usual=type(session).run,
+            me=weakref.ref(session), note_owner=note_owner)
+    except (TypeError, ValueError, OverflowError, MemoryError):
+        return None  # (a layout it cannot hold, a dtype numpy does not know: the closure)
 
 
 class Bound:

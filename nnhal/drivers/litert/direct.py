@@ -45,14 +45,19 @@ def calls(*, pool: list[Any] | None, calls: tuple[Any, Any, Any] | None,
           fix: Callable[[list[Any]], list[Any] | None]) -> Any | None:
     """A native callable taking a list of input arrays and giving the output arrays (or
     None), as the binding's ``run``: on an engine taken from ``pool`` (the free list; one
-    fitted to ``shapes``, else ``general`` runs) or with the fixed ``calls``. ``general`` runs
-    every other case (a profiled run, not a list of the inputs' count), ``failed`` is told
-    of a call that raised (the answer is then None), ``fix`` gets outputs of another shape
-    than ``known``. None when the native module is not available."""
+    fitted to ``shapes``, the pool's one object for the layout, else ``general`` runs) or
+    with the fixed ``calls``. ``general`` runs every other case (a profiled run, not a list
+    of the inputs' count), ``failed`` is told of a call that raised (the answer is then
+    None), ``fix`` gets outputs of another shape than ``known``. None when the native module
+    is not available, or cannot hold this layout."""
     m = _module()
     if m is None:
         return None
-    return m.Calls(pool, calls, list(shapes) if shapes is not None else None,
-                   tuple(int(i) for i in inputs), tuple(int(i) for i in outputs),
-                   tuple(tuple(int(d) for d in k) if k is not None else None for k in known),
-                   general, failed, fix, _profile)
+    try:
+        return m.Calls(pool, calls, shapes, tuple(int(i) for i in inputs),
+                       tuple(int(i) for i in outputs),
+                       tuple(tuple(int(d) for d in k) if k is not None else None
+                             for k in known),
+                       general, failed, fix, _profile)
+    except (TypeError, ValueError, OverflowError, MemoryError):
+        return None  # (a layout it cannot hold: the closure does it)

@@ -128,6 +128,15 @@ class EnginePool:
         self._lock = threading.Lock()
         #: How many interpreters were made (for tests and diagnostics).
         self.created = 1 if first is not None else 0
+        self._layouts: dict[tuple[tuple[int, ...], ...], list[tuple[int, ...]]] = {}
+
+    def layout(self, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """One object per input layout, the same for every binding of it: what an engine's
+        kept calls are keyed by (:mod:`nnhal.drivers.litert.direct`), so that bindings of one
+        layout (Sessions restored from one cache share a pool) share them too."""
+        key = tuple(tuple(s) for s in shapes)
+        with self._lock:
+            return self._layouts.setdefault(key, [tuple(s) for s in shapes])
 
     def take(self) -> Engine:
         # list.pop and list.append are atomic: no two threads get one engine, with no lock

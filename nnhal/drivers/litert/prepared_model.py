@@ -157,7 +157,7 @@ class LiteRTArrays(ArrayRun):
         a free interpreter already fitted to this layout (any other case, and a profiled
         run, is :meth:`run`'s): one native call where it is built, else a closure."""
         native = direct.calls(
-            pool=self.engines._free, calls=None, shapes=self.shapes,
+            pool=self.engines._free, calls=None, shapes=self.engines.layout(self.shapes),
             inputs=self.tensors[0], outputs=self.tensors[1], known=self.known,
             general=self.run, failed=self._failed, fix=self._fit_outputs)
         if native is not None:
