@@ -17,7 +17,6 @@ import pytest
 pytest.importorskip("nnhal.tflite")
 
 from nnhal.analysis import analyses  # noqa: E402
-from nnhal.memory.frame import Frame  # noqa: E402
 from nnhal.session import Session  # noqa: E402
 from nnhal.session import cache as sc  # noqa: E402
 from nnhal.session import session as session_module  # noqa: E402
@@ -466,31 +465,83 @@ def test_the_entry_is_written_off_the_first_results_path(home, tmp_path, monkeyp
         assert second.restored and same(second.run(x), expected)
 
 
-def test_a_file_not_seen_before_is_hashed_while_it_is_read(home, tmp_path, monkeypatch):
-    """A file whose digest is not remembered (and could be: not changed lately) is hashed on
-    another thread while the Session reads it; the entry's key is the same, the digest is
-    remembered, and the next open restores without reading the file."""
+def test_a_file_not_seen_before_is_hashed_after_its_first_result(home, tmp_path, monkeypatch):
+    """A file whose digest is not remembered (and could be: not changed lately) is a miss: it
+    is not looked up, and hashed by the thread writing its entry, after the first result; the
+    entry's key is the content's, the digest is remembered, and the next open restores
+    without reading the file."""
+    import threading
+
     monkeypatch.setattr(sc, "RACY_NS", -1)  # every file old enough to be remembered
     path = model_file(tmp_path, "bmm_f32.tflite")
     hashed = []
-    real = sc.Digesting.__init__
+    real = sc.Digesting.result
 
-    def counted(self, data, done=None, read=None):
-        if isinstance(read, Frame):
-            read.settle()  # (hashed here before the Session's own thread waits for it)
-        hashed.append(sc.content_digest(data))
-        real(self, data, done, read)
+    def counted(self):
+        digest = real(self)
+        hashed.append((digest, threading.current_thread() is threading.main_thread()))
+        return digest
 
-    monkeypatch.setattr(sc.Digesting, "__init__", counted)
+    monkeypatch.setattr(sc.Digesting, "result", counted)
     with Session(path, cache=True) as first:
+        assert not hashed  # not on the open's way
         x = feeds(first)
         expected = first.run(x)
         assert not first.restored
-    assert hashed == [sc.content_digest(path.read_bytes())]
+    assert hashed == [(sc.content_digest(path.read_bytes()), False)]
+    assert len(entries(home)) == 1
     no_reading(monkeypatch)
     with Session(path, cache=True) as second:
         assert second.restored and same(second.run(x), expected)
     assert len(hashed) == 1  # remembered: not hashed again
+
+
+def test_the_same_content_under_a_new_name_is_prepared_and_its_entry_restores(
+        home, tmp_path, monkeypatch):
+    """Content not seen under this name is not looked up (a miss): prepared again, its entry
+    written again under the same key (the drivers' files of each entry named by a token of its
+    own, which the entry records), and the next open of either name restores it."""
+    monkeypatch.setattr(sc, "RACY_NS", -1)
+    path = model_file(tmp_path, "bmm_f32.tflite")
+    copy = tmp_path / "copy.tflite"
+    shutil.copyfile(path, copy)
+    with Session(path, cache=True) as first:
+        x = feeds(first)
+        expected = first.run(x)
+    with Session(copy, cache=True) as second:
+        assert not second.restored and same(second.run(x), expected)
+    assert len(entries(home)) == 1  # one content, one entry
+    for p in (path, copy):
+        with Session(p, cache=True) as again:
+            assert again.restored and same(again.run(x), expected)
+
+
+@pytest.mark.parametrize("files_key", [12, "ab", "zz" * 32, "00" * 32, None])
+def test_an_entry_with_a_bad_files_token_is_a_miss(home, tmp_path, monkeypatch, files_key):
+    """A record naming no driver files (not a token, not hex, another token) restores
+    nothing: a miss, which prepares. Without a token, the entry's key names them (a file
+    just written is hashed at once, its entry's files named by its key)."""
+    path = model_file(tmp_path, "bmm_f32.tflite")
+    saved = []
+    real = sc.Store.save
+
+    def keep(self, key, record):
+        saved.append((self, key, dict(record)))
+        return real(self, key, record)
+
+    monkeypatch.setattr(sc.Store, "save", keep)
+    with Session(path, cache=True) as first:
+        x = feeds(first)
+        expected = first.run(x)
+    [(store, key, record)] = saved
+    assert isinstance(record["files_key"], str) and len(record["files_key"]) == 64
+    if files_key is None:
+        del record["files_key"]  # (files named by the entry's key: these were, just written)
+    else:
+        record["files_key"] = files_key
+    assert real(store, key, record)
+    with Session(path, cache=True) as second:
+        assert second.restored == (files_key is None) and same(second.run(x), expected)
 
 
 def _cache_bytes(home: Path) -> int:

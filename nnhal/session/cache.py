@@ -49,6 +49,7 @@ import logging
 import os
 import stat
 import struct
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -245,36 +246,32 @@ def content_digest(data: bytes | memoryview) -> bytes:
 
 
 class Digesting:
-    """:func:`content_digest` of bytes being computed on a thread of its own (one core: the
-    caller's Python runs on the other meanwhile; blake3 releases the GIL), then ``done``
-    called with it (e.g. to remember it). ``read``: the frame holding the bytes, settled
-    first (:meth:`Frame.settle`: they may still be being copied in; hashing them as they
-    come measured no faster, the hash and the copy taking turns at the pages)."""
+    """:func:`content_digest` of bytes just read, computed when first asked for
+    (:meth:`result`), then ``done`` called with it (e.g. to remember it). ``read``: the frame
+    holding the bytes, settled first (:meth:`Frame.settle`: they may still be being copied in).
+
+    Why later: only the entry written after the first run needs it (a file not seen before
+    is a miss, unless the same content was opened under another name, and a miss's drivers
+    write their caches under names of their own, :meth:`nnhal.session.restore.Opened.files`),
+    so the thread writing the entry hashes it, off the open's way. Hashed on a thread of its
+    own while the open read the file, it cost MobileNetV2's cold open 4-5 ms: a new thread
+    gets the GIL only when the open lets it go, and the hash took a core the open used."""
 
     def __init__(self, data: bytes | memoryview, done: Any = None, read: Any = None):
+        self._data, self._done, self._read = data, done, read
         self._digest: bytes | None = None
-        self._error: BaseException | None = None
-
-        def work() -> None:
-            try:
-                if isinstance(read, Frame):
-                    read.settle()
-                self._digest = blake3.blake3(data).digest()
-                if done is not None:
-                    done(self._digest)
-            except BaseException as e:  # noqa: BLE001 - raised by result()
-                self._error = e
-
-        self._thread = Background(work)  # started without waiting for it to run
-
-    def join(self) -> None:
-        self._thread.join()
+        self._lock = threading.Lock()
 
     def result(self) -> bytes:
-        self._thread.join()
-        if self._digest is None:
-            raise self._error if self._error is not None else OSError("digest failed")
-        return self._digest
+        """The digest (OSError when the bytes are not the file's: it changed while read)."""
+        with self._lock:
+            if self._digest is None:
+                if isinstance(self._read, Frame):
+                    self._read.settle()
+                self._digest = content_digest(self._data)
+                if self._done is not None:
+                    self._done(self._digest)
+            return self._digest
 
 
 def entry_key(digest: bytes, config: list[Any], code: str | None = None) -> bytes:
@@ -347,7 +344,7 @@ class Store:
         does not read the file. OSError when it cannot be read. ``background``: the digest of
         a file not remembered although it could be (not changed in the last RACY_NS: a miss,
         unless the same content was opened under another name) is a :class:`Digesting`,
-        hashed and remembered on a thread of its own while the caller reads the content."""
+        hashed and remembered when first asked for."""
         if background:
             found = self._remembered(path)
             if found[0] is not None:

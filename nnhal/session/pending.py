@@ -33,7 +33,7 @@ class PendingSaves:
         hals = [session.device] if session.device is not None else \
             [st.device.hal for st in (comp.steps if comp is not None else [])
              if st.device is not None]
-        key = opened.key
+        key = opened.key if opened.key is not None else opened.files()
 
         def work() -> None:
             from nnhal.session import cache as sc

@@ -53,11 +53,15 @@ def cache_source(source: Any, cache: bool | None
 
 
 def open_cached(session: Session, store: Any, code: Any, chosen: list[Any] | None,
-                preference: ExecutionPreference, priority: Priority) -> Opened:
+                preference: ExecutionPreference, priority: Priority,
+                digest: bytes | Any) -> Opened:
     """Restore from the Session cache when it holds this file (then ``restored``);
     else what the miss needs to write the entry. The entry tried first is keyed with the
     code fingerprint's guess (``code``, :class:`nnhal.session.cache.Fingerprint`); when
-    the verified one differs, the guess's restore is dropped and the right key tried."""
+    the verified one differs, the guess's restore is dropped and the right key tried.
+    ``digest``: the content's, or a :class:`~nnhal.session.cache.Digesting` for content not
+    seen before under this name: then nothing is looked up (a miss), and the entry's key is
+    made when it is written."""
     from nnhal.session import cache as sc
 
     if session.device is not None:
@@ -72,8 +76,10 @@ def open_cached(session: Session, store: Any, code: Any, chosen: list[Any] | Non
         config = ["runtime", chosen is not None, [[d.name, d.version] for d in candidates]]
     config += [int(preference), int(priority), [list(n) if n is not None else None
                                                 for n in session._names]]
-    opened = Opened(store, config, session._digest, candidates, chosen is not None,
+    opened = Opened(store, config, digest, candidates, chosen is not None,
                     preference, priority, code)
+    if opened.key is None:
+        return opened
     for _ in range(2):
         key = opened.key
         pending.wait(key)  # an entry this process is writing is read once written
@@ -146,16 +152,26 @@ class Opened:
     """One Session's use of the Session cache: the entry's key, and how to restore the
     entry or write it after a miss."""
 
-    def __init__(self, store: Any, config: list[Any], digest: bytes, candidates: list[Any],
-                 explicit: bool, preference: ExecutionPreference, priority: Priority,
-                 code: Any):
+    def __init__(self, store: Any, config: list[Any], digest: bytes | Any,
+                 candidates: list[Any], explicit: bool, preference: ExecutionPreference,
+                 priority: Priority, code: Any):
         self.store = store
         self.config = config
         self._code = code
         #: The code fingerprint the key is made with: the guess until :meth:`settle`.
         self.fingerprint: str = code.guess
         self._settled = False
-        self.rekey(digest)
+        #: The token the drivers' cache files are named by (None: the entry's key), and the
+        #: digest still to be computed (the entry's key is None until then).
+        self._files: bytes | None = None
+        self._digesting: Any = None
+        self.digest = b""
+        self.key: bytes | None = None
+        if isinstance(digest, bytes):
+            self.rekey(digest)
+        else:
+            self._digesting = digest
+            self._files = os.urandom(32)
         self.candidates = candidates
         self.explicit = explicit
         self.preference = preference
@@ -167,6 +183,21 @@ class Opened:
 
         self.digest = digest
         self.key = sc.entry_key(digest, self.config, self.fingerprint)
+
+    def files(self) -> bytes:
+        """The token this entry's driver cache files are named by (and that their drivers
+        check): the entry's key, or for an entry keyed only when written (content not seen
+        before), a random one; the entry records it, so a restore finds them either way."""
+        return self._files if self._files is not None else self.key  # type: ignore[return-value]
+
+    def _resolve(self) -> None:
+        """The entry's key, once the content's digest is computed (OSError: the file
+        changed while it was read)."""
+        if self._digesting is not None:
+            digest = self._digesting.result()
+            self._digesting = None
+            self.settle()
+            self.rekey(digest)
 
     def settle(self) -> bool:
         """Verify the code fingerprint the key was made with; True when it was not this
@@ -187,7 +218,7 @@ class Opened:
         from nnhal.runtime.compilation import cache_names
         from nnhal.runtime.devices import Device
 
-        return cache_names(str(self.store.steps), self.key,
+        return cache_names(str(self.store.steps), self.files(),
                            Device.of(session.device, session.device_name))
 
     def device_files(self, session: Session) -> tuple[list[int], list[int], bytes] | None:
@@ -207,6 +238,11 @@ class Opened:
         cache (raises for a record of the wrong shape)."""
         from nnhal.session import cache as sc
 
+        files = record.get("files_key")
+        if files is not None:
+            if not isinstance(files, str) or len(files) != 64:
+                raise ValueError("files_key is not a 32-byte token")
+            self._files = bytes.fromhex(files)
         ins = [sc.tensor_from(r) for r in record["inputs"]]
         outs = [sc.tensor_from(r) for r in record["outputs"]]
         state = [sc.state_from(r) for r in record["state"]]
@@ -252,7 +288,7 @@ class Opened:
         for st in record["steps"]:
             device = by_name[str(st["device"])]
             step = st["step"]
-            pm = _restore(device.hal, cache_names(str(self.store.steps), self.key, device,
+            pm = _restore(device.hal, cache_names(str(self.store.steps), self.files(), device,
                                                   self._split(None if step is None
                                                               else str(step))))
             if pm is None:
@@ -302,11 +338,12 @@ class Opened:
         from nnhal.session import cache as sc
 
         try:
+            self._resolve()
             record = self._record(session)
         except Exception as e:  # noqa: BLE001 - caching never fails a Session
             sc.log.info("session cache entry not written: %s: %s", type(e).__name__, e)
             return
-        if record is not None:
+        if record is not None and self.key is not None:
             self.store.save(self.key, record)
 
     def _record(self, session: Session) -> dict[str, Any] | None:
@@ -343,7 +380,7 @@ class Opened:
                                             for i in st.inputs):
                     return None  # the runtime runs an IF/WHILE, or a step reads a constant
                 step = None if whole else step_key("main", st.operations).decode()
-                found = cache_names(str(self.store.steps), self.key, st.device,
+                found = cache_names(str(self.store.steps), self.files(), st.device,
                                     self._split(step))
                 if not _complete(found):
                     return None
@@ -364,4 +401,5 @@ class Opened:
                                 "operands": {str(i): sc.operand_record(main.operands[i])
                                              for i in sorted(used)}})
         record["files"] = [os.path.basename(f) for f in files]
+        record["files_key"] = self.files().hex()
         return record

@@ -227,17 +227,12 @@ class Session:
             is_bytes = isinstance(model_or_path, (bytes, bytearray))
             self._source_arg = bytes(model_or_path) if is_bytes else model_or_path
             self.source = "<bytes>" if is_bytes else os.fspath(model_or_path)
-            if not isinstance(cached[1], bytes):
-                # Being hashed on another core: read the model meanwhile (a miss needs it; a
-                # hit, on content found under another name, reads it for nothing).
-                try:
-                    self._imported = read_bytes_as_model(cached[2], self.source)
-                except BaseException:
-                    cached[1].join()  # (the model's error is the one to report)
-                    raise
-                digest = cached[1].result()
-                cached = (cached[0], digest, *cached[2:])
-            self._digest = cached[1]
+            if isinstance(cached[1], bytes):
+                self._digest = cached[1]
+            else:
+                # Content not seen before under this name (a miss, unless seen under
+                # another): read now, hashed after the first run by the entry's writer.
+                self._imported = read_bytes_as_model(cached[2], self.source)
         self.compilation: Any = None
         self._owned: list[IDevice] = []
         self._fallback_pm: Any = None
@@ -255,7 +250,7 @@ class Session:
             started = time.perf_counter()
             chosen = self._chosen(devices) if device is None else None
             opened = None if cached is None else open_cached(
-                self, cached[0], cached[3], chosen, preference, priority)
+                self, cached[0], cached[3], chosen, preference, priority, cached[1])
             if not self.restored:
                 if self._imported is None:
                     self._read_for_miss(cached[2], opened)  # type: ignore[index]
@@ -492,7 +487,7 @@ class Session:
                                    Priority.MEDIUM: PriorityCode.MEDIUM,
                                    Priority.HIGH: PriorityCode.HIGH}[Priority(priority)]))
             if opened is not None and opened.store is not None:
-                comp.set_caching(str(opened.store.steps), opened.key)
+                comp.set_caching(str(opened.store.steps), opened.files())
             with late_saves(self._first_done):  # the entry: once the drivers' saves are
                 comp.finish()
         except NdkError as e:
