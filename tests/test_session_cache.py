@@ -569,3 +569,28 @@ def test_the_least_recently_used_entries_go_past_the_bounds(home, tmp_path, monk
     for p, restored in zip(paths[::-1], [True, True, False, False]):  # newest first
         with Session(p, cache=True) as s:
             assert s.restored == restored, p.name
+
+
+def test_driver_files_no_entry_names_go_once_old(home, tmp_path):
+    """A drivers' cache file no entry names (its entry replaced, or never written) is removed
+    when an entry is written, once older than ORPHAN_AGE_S; younger ones (an entry being
+    written) and other files stay."""
+    steps = home / "session" / "steps"
+    with Session(model_file(tmp_path, "bmm_f32.tflite"), cache=True) as s:
+        s.run(feeds(s))
+    named = {p.name for p in steps.iterdir()}
+    assert named
+    old = time.time() - sc.ORPHAN_AGE_S - 60
+    orphan, young, other = steps / ("ab" * 20 + "_m0"), steps / ("cd" * 20 + "_d0"), \
+        steps / "notes.txt"
+    for p in (orphan, young, other):
+        p.write_bytes(b"x")
+    os.utime(orphan, (old, old))
+    os.utime(other, (old, old))
+    for p in named:
+        os.utime(steps / p, (old, old))  # old, but named by the entry
+    with Session(model_file(tmp_path, "pack_f32.tflite"), cache=True) as s:
+        s.run(feeds(s))
+    left = {p.name for p in steps.iterdir()}
+    assert orphan.name not in left and {young.name, other.name} <= left
+    assert named <= left

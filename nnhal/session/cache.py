@@ -47,6 +47,7 @@ import hmac
 import json
 import logging
 import os
+import re
 import stat
 import struct
 import threading
@@ -72,6 +73,12 @@ MAX_ENTRIES = 64
 #: recently used go too: a few opens of a large model must not fill the disk (64 entries of a
 #: 52 MB model, each with its driver caches, took 6 GB).
 MAX_BYTES = 4 << 30
+#: A drivers' cache file no entry names, this old, is removed when an entry is written: its
+#: entry was replaced (the same content opened under another name) or never written (a
+#: process gone first, a model the cache does not describe). A younger one may be an entry's
+#: still being written (its writer waits at most a minute for them).
+ORPHAN_AGE_S = 600.0
+_STEP_FILE = re.compile(r"[0-9a-f]{40}_[md][0-9]+")
 #: Bumped whenever the record's meaning changes.
 FORMAT = 1
 MAGIC = b"NNHALSE1"
@@ -522,6 +529,25 @@ class Store:
                 os.unlink(path)
             except OSError:
                 pass
+        self._sweep(kept_files)
+
+    def _sweep(self, named: set[str]) -> None:
+        """Remove the drivers' cache files no entry names (``named``: every kept entry's),
+        older than :data:`ORPHAN_AGE_S`."""
+        old = time.time_ns() - int(ORPHAN_AGE_S * 1e9)
+        try:
+            with os.scandir(self.steps) as it:
+                for e in it:
+                    if e.name in named or not _STEP_FILE.fullmatch(e.name):
+                        continue
+                    try:
+                        if e.is_file(follow_symlinks=False) and \
+                                e.stat(follow_symlinks=False).st_mtime_ns < old:
+                            os.unlink(e.path)
+                    except OSError:
+                        pass
+        except OSError:
+            pass
 
     def _evict_digests(self) -> None:
         """Past 4 x MAX_ENTRIES remembered file digests, the oldest go (a few bytes each)."""
