@@ -235,14 +235,21 @@ class Opened:
     # ---- restoring --------------------------------------------------------------------------
     def restore(self, session: Session, record: dict[str, Any]) -> None:
         """Make ``session`` from ``record``; leaves it unrestored when a driver refuses its
-        cache (raises for a record of the wrong shape)."""
+        cache (raises for a record of the wrong shape). The drivers' files are those the
+        record names; unrestored, a miss writes its own under the entry's key."""
+        files = record.get("files_key")
+        if files is not None and (not isinstance(files, str) or len(files) != 64):
+            raise ValueError("files_key is not a 32-byte token")
+        self._files = None if files is None else bytes.fromhex(files)
+        try:
+            self._restore_record(session, record)
+        finally:
+            if not session.restored:
+                self._files = None
+
+    def _restore_record(self, session: Session, record: dict[str, Any]) -> None:
         from nnhal.session import cache as sc
 
-        files = record.get("files_key")
-        if files is not None:
-            if not isinstance(files, str) or len(files) != 64:
-                raise ValueError("files_key is not a 32-byte token")
-            self._files = bytes.fromhex(files)
         ins = [sc.tensor_from(r) for r in record["inputs"]]
         outs = [sc.tensor_from(r) for r in record["outputs"]]
         state = [sc.state_from(r) for r in record["state"]]

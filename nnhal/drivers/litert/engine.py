@@ -49,8 +49,9 @@ class Engine:
         #: Whether ai-edge-litert's native wrapper (``interpreter._interpreter``: ``SetTensor``,
         #: ``Invoke``, ``tensor``) is there to be called directly on the hot path, skipping a
         #: Python layer per call. Safe as the public methods are, because no view of a tensor
-        #: outlives the run that made it (see :meth:`output_views`). Never kept referenced
-        #: here: ai-edge-litert counts the wrapper's references to see that no view lives.
+        #: outlives the run that made it (see :meth:`output_views`). Kept referenced only by
+        #: :attr:`calls`, which :meth:`fit` drops first: ai-edge-litert counts the wrapper's
+        #: references before resizing, to see that no view lives.
         wrapper = getattr(self.interpreter, "_interpreter", None)
         self.direct = all(callable(getattr(wrapper, n, None))
                           for n in ("SetTensor", "Invoke", "tensor"))
@@ -71,10 +72,11 @@ class Engine:
             self.shapes = [tuple(int(x) for x in d["shape"]) for d in details]
         del wrapper
         self.prepared_shapes = list(self.shapes)
-        #: The wrapper's (SetTensor, Invoke, GetTensor), kept here by the native bound run
+        #: The wrapper's (SetTensor, Invoke, GetTensor) and the layout they were found fitted
+        #: to (:meth:`EnginePool.layout`), kept here by the native bound run
         #: (:mod:`nnhal.drivers.litert.direct`) and dropped before a resize (which
         #: ai-edge-litert refuses while anything else holds the wrapper).
-        self.calls: tuple[Any, Any, Any] | None = None
+        self.calls: tuple[Any, Any, Any, Any] | None = None
 
     def fit(self, shapes: Sequence[tuple[int, ...] | None]) -> None:
         """Resize the inputs whose shape differs from ``shapes`` (None: leave it) and
