@@ -15,6 +15,8 @@ from helpers import add_model
 from test_session_bound import ByRequest, _litert_or_skip
 
 from nnhal.errors import NnhalError
+from nnhal.hal.builder import ModelBuilder
+from nnhal.hal.types import OperandType, OperationType
 from nnhal.session import Session
 
 F32 = np.float32
@@ -230,9 +232,11 @@ def test_the_native_calls_with_fixed_calls_and_bad_construction():
     module = direct._module()
     for bad in [dict(pool=None, calls=(1, 2)), dict(pool=(), calls=None),
                 dict(pool=[], calls=None, inputs=(1.5,)),
-                dict(pool=[], calls=None, known=((2,), (3,)))]:
+                dict(pool=[], calls=None, known=((2,), (3,))),
+                dict(pool=[], calls=None, bools=[0])]:
         args = dict(pool=[], calls=None, shapes=None, inputs=(7,), outputs=(9,),
-                    known=((2,),), general=print, failed=print, fix=print, profile=None)
+                    known=((2,),), general=print, failed=print, fix=print, profile=None,
+                    bools=())
         args.update(bad)
         with pytest.raises(TypeError):
             module.Calls(*args.values())
@@ -266,3 +270,30 @@ def test_bindings_of_one_layout_on_one_pool_alternate_rightly(fast_way):
             layout = pm.engines.layout([(2, 3), (2, 3)])
             assert layout is pm.engines.layout(((2, 3), (2, 3)))
             assert all(e.calls is None or e.calls[3] is layout for e in pm.engines._free)
+
+
+def test_boolean_tensors_are_bound_and_read_as_a_run_by_request_reads_them(fast_way):
+    """A model with boolean inputs and outputs binds its arrays too; a boolean array whose
+    bytes are not all 0 or 1 (a view of other bytes: numpy reads any nonzero as true) gives
+    what a run by request gives (nonzero is true). Set raw, TFLite's LOGICAL_NOT gives 3 for
+    2 (it flips the low bit): true, where not-true is false."""
+    _litert_or_skip()
+    b = ModelBuilder()
+    x = b.input(OperandType.TENSOR_BOOL8, [2, 4])
+    out = b.output(OperandType.TENSOR_BOOL8, [2, 4])
+    b.operation(OperationType.LOGICAL_NOT, [x], [out])
+    with Session(b.build(), "litert") as s, Session(b.build(), "reference") as ref:
+        rng = np.random.default_rng(5)
+        for _ in range(3):
+            s.run({"input_0": np.ones((2, 4), np.bool_)})
+        from nnhal.drivers.litert.prepared_model import LiteRTArrays
+
+        assert isinstance(s._bound.runner, LiteRTArrays) and "run" in s.__dict__
+        raw = rng.integers(2, 256, (2, 4), dtype=np.uint8)
+        raw[0, 0] = 0
+        for a in [rng.random((2, 4)) > 0.5, raw.view(np.bool_), raw.view(np.bool_)[:, ::-1],
+                  np.arange(8, dtype=np.uint8).reshape(2, 4).view(np.bool_)]:
+            got = s.run({"input_0": a})["output_0"]
+            want = ref.run(ByRequest({"input_0": a}))["output_0"]
+            assert got.dtype == np.bool_ and got.view(np.uint8).max() <= 1
+            assert got.tolist() == want.tolist() == (a == 0).tolist()

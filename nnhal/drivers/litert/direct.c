@@ -20,6 +20,7 @@ typedef struct {
     PyObject *fix;      /* callable(outs) -> outs or None: an output of another shape */
     PyObject *profile;  /* module whose ACTIVE is not None while a profile is taken */
     PyObject *zero;     /* the subgraph index 0 */
+    PyObject *bools;    /* tuple: the boolean inputs' positions (bytes other than 0, 1: general) */
     npy_intp *dims;     /* per output: its known dimensions, concatenated */
     int *ndims;         /* per output: how many (-1: not known, `fix` decides) */
     vectorcallfunc vectorcall;
@@ -31,14 +32,14 @@ static PyObject *s_active, *s_shapes, *s_calls, *s_interpreter, *s_wrapper, *s_s
 static int calls_traverse(Calls *s, visitproc visit, void *arg) {
     Py_VISIT(s->pool); Py_VISIT(s->calls); Py_VISIT(s->shapes); Py_VISIT(s->inputs);
     Py_VISIT(s->outputs); Py_VISIT(s->general); Py_VISIT(s->failed); Py_VISIT(s->fix);
-    Py_VISIT(s->profile);
+    Py_VISIT(s->profile); Py_VISIT(s->bools);
     return 0;
 }
 
 static int calls_clear(Calls *s) {
     Py_CLEAR(s->pool); Py_CLEAR(s->calls); Py_CLEAR(s->shapes); Py_CLEAR(s->inputs);
     Py_CLEAR(s->outputs); Py_CLEAR(s->general); Py_CLEAR(s->failed); Py_CLEAR(s->fix);
-    Py_CLEAR(s->profile); Py_CLEAR(s->zero);
+    Py_CLEAR(s->profile); Py_CLEAR(s->zero); Py_CLEAR(s->bools);
     return 0;
 }
 
@@ -107,6 +108,24 @@ static PyObject *calls_call(PyObject *self, PyObject *const *args, size_t nargsf
     if (active == NULL) return NULL;
     Py_DECREF(active);
     if (active != Py_None) return call1(s->general, arrays);
+
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(s->bools); j++) {
+        /* A boolean input's bytes, each 0 or 1 (numpy reads any other as true; TFLite would
+         * read the byte): else, or not one block of bytes, the general way normalises it. */
+        Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(s->bools, j));
+        PyObject *a = k >= 0 && k < n_in ? PyList_GET_ITEM(arrays, k) : NULL;
+        if (a == NULL || !PyArray_CheckExact(a) ||
+            PyArray_ITEMSIZE((PyArrayObject *)a) != 1 ||
+            !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)a)) {
+            if (PyErr_Occurred()) return NULL;
+            return call1(s->general, arrays);
+        }
+        const unsigned char *p = PyArray_DATA((PyArrayObject *)a);
+        npy_intp n = PyArray_SIZE((PyArrayObject *)a);
+        unsigned char any = 0;
+        for (npy_intp i = 0; i < n; i++) any |= p[i];
+        if (any > 1) return call1(s->general, arrays);
+    }
 
     PyObject *engine = NULL, *calls;
     if (s->pool != NULL) {
@@ -203,12 +222,12 @@ static int check_indexes(PyObject *t, const char *what) {
 
 static PyObject *calls_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *names[] = {"pool", "calls", "shapes", "inputs", "outputs", "known", "general",
-                            "failed", "fix", "profile", NULL};
+                            "failed", "fix", "profile", "bools", NULL};
     PyObject *pool, *calls, *shapes, *inputs, *outputs, *known, *general, *failed, *fix,
-        *profile;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOO", names, &pool, &calls, &shapes,
+        *profile, *bools;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOOO", names, &pool, &calls, &shapes,
                                      &inputs, &outputs, &known, &general, &failed, &fix,
-                                     &profile))
+                                     &profile, &bools))
         return NULL;
     if (pool == Py_None) {
         if (!PyTuple_CheckExact(calls) || PyTuple_GET_SIZE(calls) != 3) {
@@ -219,7 +238,8 @@ static PyObject *calls_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_TypeError, "pool: a list of engines, or None");
         return NULL;
     }
-    if (check_indexes(inputs, "inputs") < 0 || check_indexes(outputs, "outputs") < 0)
+    if (check_indexes(inputs, "inputs") < 0 || check_indexes(outputs, "outputs") < 0 ||
+        check_indexes(bools, "bools") < 0)
         return NULL;
     Py_ssize_t n_out = PyTuple_GET_SIZE(outputs);
     if (!PyTuple_CheckExact(known) || PyTuple_GET_SIZE(known) != n_out) {
@@ -262,6 +282,7 @@ static PyObject *calls_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     s->failed = Py_NewRef(failed);
     s->fix = Py_NewRef(fix);
     s->profile = Py_NewRef(profile);
+    s->bools = Py_NewRef(bools);
     s->vectorcall = calls_call;
     return (PyObject *)s;
 }

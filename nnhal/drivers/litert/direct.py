@@ -42,14 +42,16 @@ def calls(*, pool: list[Any] | None, calls: tuple[Any, Any, Any] | None,
           outputs: Sequence[int], known: Sequence[tuple[int, ...] | None],
           general: Callable[[Sequence[Any]], list[Any] | None],
           failed: Callable[[BaseException], None],
-          fix: Callable[[list[Any]], list[Any] | None]) -> Any | None:
+          fix: Callable[[list[Any]], list[Any] | None], bools: Sequence[int] = ()
+          ) -> Any | None:
     """A native callable taking a list of input arrays and giving the output arrays (or
     None), as the binding's ``run``: on an engine taken from ``pool`` (the free list; one
     fitted to ``shapes``, the pool's one object for the layout, else ``general`` runs) or
     with the fixed ``calls``. ``general`` runs every other case (a profiled run, not a list
     of the inputs' count), ``failed`` is told of a call that raised (the answer is then
-    None), ``fix`` gets outputs of another shape than ``known``. None when the native module
-    is not available, or cannot hold this layout."""
+    None), ``fix`` gets outputs of another shape than ``known``; ``bools``: the inputs whose
+    arrays ``general`` takes unless every byte is 0 or 1. None when the native module is not
+    available, or cannot hold this layout."""
     m = _module()
     if m is None:
         return None
@@ -58,6 +60,6 @@ def calls(*, pool: list[Any] | None, calls: tuple[Any, Any, Any] | None,
                        tuple(int(i) for i in outputs),
                        tuple(tuple(int(d) for d in k) if k is not None else None
                              for k in known),
-                       general, failed, fix, _profile)
+                       general, failed, fix, _profile, tuple(int(k) for k in bools))
     except (TypeError, ValueError, OverflowError, MemoryError):
         return None  # (a layout it cannot hold: the closure does it)

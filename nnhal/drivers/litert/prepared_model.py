@@ -126,15 +126,20 @@ class LiteRTArrays(ArrayRun):
     into the interpreter (one copy, as ``set_tensor``), each output copied straight out of it
     into a fresh array (one copy, as ``get_tensor``); no request memory in between."""
 
-    __slots__ = ("pm", "engines", "shapes", "known", "tensors")
+    __slots__ = ("pm", "engines", "shapes", "known", "tensors", "bools")
 
     def __init__(self, pm: LiteRTPreparedModel, shapes: list[tuple[int, ...]],
-                 tensors: tuple[tuple[int, ...], tuple[int, ...]]):
+                 tensors: tuple[tuple[int, ...], tuple[int, ...]],
+                 bools: tuple[int, ...] = ()):
         self.pm = pm
         self.engines = pm.engines
         self.shapes = shapes
         #: The input and output tensor indexes (the same in every interpreter of the model).
         self.tensors = tensors
+        #: The boolean inputs: an array of them whose bytes are not all 0 or 1 (a view of
+        #: other bytes as bool, which numpy reads as nonzero) is set as ``a != 0``, as a run
+        #: by request reads it; TFLite would read the raw byte.
+        self.bools = bools
         self.known: list[tuple[int, ...]] = pm._known  # type: ignore[assignment]
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray] | None:
@@ -159,7 +164,7 @@ class LiteRTArrays(ArrayRun):
         native = direct.calls(
             pool=self.engines._free, calls=None, shapes=self.engines.layout(self.shapes),
             inputs=self.tensors[0], outputs=self.tensors[1], known=self.known,
-            general=self.run, failed=self._failed, fix=self._fit_outputs)
+            general=self.run, failed=self._failed, fix=self._fit_outputs, bools=self.bools)
         if native is not None:
             return native
         free = self.engines._free
@@ -186,6 +191,12 @@ class LiteRTArrays(ArrayRun):
         """One run on ``engine`` (fitted to this layout), given back after it; None when it
         failed (the engine is not trusted again: not given back) or its outputs do not fit
         the model's shapes."""
+        if self.bools:
+            inputs = list(inputs)
+            for k in self.bools:
+                a = inputs[k]
+                if a.size and a.view(np.uint8).max() > 1:
+                    inputs[k] = a != 0
         try:
             w = engine.interpreter._interpreter
             set_tensor = w.SetTensor
@@ -259,21 +270,22 @@ class LiteRTPreparedModel(PreparedModelBase):
         return shapes
 
     def bind_arrays(self, shapes: Sequence[tuple[int, ...]]) -> LiteRTArrays | None:
-        """Offered when every input and output is a non-boolean tensor, every output's shape
-        is known and the interpreters can be called directly (``Engine.direct``)."""
+        """Offered when every input and output is a tensor, every output's shape is known and
+        the interpreters can be called directly (``Engine.direct``)."""
         main = self.graph.main
         if len(shapes) != len(main.inputs) or any(k is None for k in self._known):
             return None
         for idx in (*main.inputs, *main.outputs):
-            t = main.operands[idx].type
-            if not t.is_tensor or t in _BOOLS:
+            if not main.operands[idx].type.is_tensor:
                 return None
         engine = self.engines.take()
         direct, tensors = engine.direct, (tuple(engine.inputs), tuple(engine.outputs))
         self.engines.give(engine)
         if not direct:
             return None
-        return LiteRTArrays(self, [tuple(int(d) for d in s) for s in shapes], tensors)
+        bools = tuple(k for k, idx in enumerate(main.inputs)
+                      if main.operands[idx].type in _BOOLS)
+        return LiteRTArrays(self, [tuple(int(d) for d in s) for s in shapes], tensors, bools)
 
     def bind_arrays_with_state(self, shapes: Sequence[tuple[int, ...]],
                                state: Sequence[tuple[int, int]]) -> LiteRTStateArrays | None:
