@@ -12,7 +12,11 @@ an equivalent chain (:mod:`nnhal.tflite.import_ops`):
 - an int8 SOFTMAX of an input too finely scaled for the HAL's integer softmax: DEQUANTIZE,
   float SOFTMAX, QUANTIZE;
 - a QUANTIZE of an 8-bit tensor (a requantization, int8 to uint8 say): DEQUANTIZE, QUANTIZE;
-- a SPLIT_V: one SLICE per output.
+- a SPLIT_V: one SLICE per output;
+- a SELECT_V2 whose operands broadcast: each widened to the output's shape first, exactly
+  (a bool OR-ed with false, an int32 plus 0, a float plus -0.0, a quantized one RESHAPEd and
+  TILEd), then SELECT;
+- a RESHAPE of bools: SELECT of 1.0 / 0.0, float RESHAPE, NOT_EQUAL 0.
 
 Written back as those chains, the model computes the same thing but not as fast: XNNPACK took
 about 0.5 ms more CPU time for the 7x7 depthwise convolution of 1280 channels onto one pixel
@@ -77,9 +81,10 @@ _found: weakref.WeakKeyDictionary[SubgraphGraph, dict[int, Fusion]] = \
 _found_lock = threading.Lock()
 
 #: The operation type each kind of chain starts with -> the _Finder method that matches it.
-_STARTS = {O.DEPTHWISE_CONV_2D: "mean", O.RESHAPE: "fully_connected",
+_STARTS = {O.DEPTHWISE_CONV_2D: "mean", O.RESHAPE: "reshaped",
            O.FULLY_CONNECTED: "keep_num_dims", O.DEQUANTIZE: "dequantized",
-           O.SLICE: "split_v"}
+           O.SLICE: "split_v", O.LOGICAL_OR: "select_v2", O.ADD: "select_v2",
+           O.TILE: "select_v2", O.SELECT: "bool_reshape"}
 
 
 def _find(g: SubgraphGraph) -> dict[int, Fusion]:
@@ -111,6 +116,11 @@ class _Finder:
             for i in ins:
                 readers.setdefault(i, []).append(k)
         return readers
+
+    @cached_property
+    def producers(self) -> dict[int, int]:
+        """The operation writing each operand it writes."""
+        return {o: k for k, (_, _, outs) in enumerate(self.g.operations) for o in outs}
 
     def only_reader(self, i: int, kind: OperationType) -> int | None:
         """The one operation reading operand ``i`` (as its input 0, of type ``kind``), when
@@ -391,3 +401,137 @@ class _Finder:
                     [cx.o(j) for j in range(len(outs))], "SplitVOptions",
                     NumSplits=len(outs))
         return Fusion("SPLIT_V", tuple(ops), (x,), outs, convert)
+
+    # ---- SELECT_V2 with broadcasting --------------------------------------------------------
+
+    def reshaped(self, k: int) -> Fusion | None:
+        """What a RESHAPE starts: a per-channel FULLY_CONNECTED, else a broadcast SELECT_V2."""
+        return self.fully_connected(k) or self.select_v2(k)
+
+    def _widened(self, k: int) -> tuple[int, tuple[int, ...]] | None:
+        """(the operand it widens, the operations) when operation ``k`` is one of the
+        importer's exact broadcasts of an operand (``import_reach._broadcast``): LOGICAL_OR
+        with a constant false, an int32 ADD of 0 or a float ADD of -0.0 (x + -0.0 is x, signed
+        zeros and NaN too) with no activation, or an 8-bit TILE (of a RESHAPE that only puts
+        1s in front, when nothing else reads it)."""
+        g = self.g
+        t, ins, outs = g.operations[k]
+        x = g.operands[ins[0]] if ins else None
+        if t == O.LOGICAL_OR and len(ins) == 2:
+            c = self.const(ins[1])
+            if c is not None and g.operands[ins[1]].type == T.TENSOR_BOOL8 and not c.any():
+                return ins[0], (k,)
+        elif t == O.ADD and len(ins) == 3 and x is not None:
+            c = self.const(ins[1])
+            if c is None or g.operands[ins[1]].type != x.type or \
+                    self.scalars(ins, range(2, 3)) != [0] or \
+                    g.operands[outs[0]].type != x.type:
+                return None
+            if x.type == T.TENSOR_INT32 and x.scale == 0 and not c.any():
+                return ins[0], (k,)
+            if x.type in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16) and \
+                    np.all(c == 0) and np.all(np.signbit(c)):
+                return ins[0], (k,)
+        elif t == O.TILE and x is not None and x.type in _Q8:
+            y = g.operands[outs[0]]
+            if y.type != x.type or y.scale != x.scale or y.zero_point != x.zero_point:
+                return None
+            p = self.producers.get(ins[0])
+            if p is not None and g.operations[p][0] == O.RESHAPE and \
+                    self.only_reader(ins[0], O.TILE) == k:
+                src = g.operations[p][1][0]
+                have, padded = self.shape(src), self.shape(ins[0])
+                if have is not None and padded is not None and len(padded) >= len(have) and \
+                        padded[len(padded) - len(have):] == have and \
+                        all(d == 1 for d in padded[:len(padded) - len(have)]):
+                    return src, (p, k)
+            return ins[0], (k,)
+        return None
+
+    def select_v2(self, k: int) -> Fusion | None:
+        """A SELECT whose operands are widened to its shape by the importer's broadcasts
+        (:meth:`_widened`; ``k`` the first of them, each read by that SELECT alone): TFLite's
+        SELECT_V2 of the operands before widening, which broadcasts them itself (the same
+        values: each broadcast is exact), written where ``k`` is."""
+        g = self.g
+        if g.operations[k][0] == O.RESHAPE:
+            tile = self.only_reader(g.operations[k][2][0], O.TILE)
+            found = self._widened(tile) if tile is not None else None
+            if found is None or k not in found[1]:
+                return None
+        else:
+            found = self._widened(k)
+            if found is None:
+                return None
+        widened = g.operations[found[1][-1]][2][0]
+        readers = self.readers.get(widened, [])
+        if len(readers) != 1 or widened in self.edges:
+            return None
+        s = readers[0]
+        t, sins, souts = g.operations[s]
+        if t != O.SELECT or len(sins) != 3:
+            return None
+        ops, sources = [s], []
+        for i in sins:
+            p = self.producers.get(i)
+            w = self._widened(p) if p is not None and i not in self.edges and \
+                self.readers.get(i) == [s] and sins.count(i) == 1 else None
+            if w is None:
+                sources.append(i)
+            else:
+                ops.extend(w[1])
+                sources.append(w[0])
+        if min(ops) != k or len(set(ops)) != len(ops):
+            return None
+        for i in sources:  # each there before the first operation, where SELECT_V2 goes
+            p = self.producers.get(i)
+            if p is not None and p >= k:
+                return None
+        shapes = [self.shape(i) for i in sources]
+        out = self.shape(souts[0])
+        if out is None or any(sh is None for sh in shapes):
+            return None
+        try:
+            if list(np.broadcast_shapes(*(tuple(sh) for sh in shapes))) != out:
+                return None
+        except ValueError:
+            return None
+
+        def convert(cx: ExportOpContext) -> None:
+            cx.emit(BO.SELECT_V2, [cx.t(0), cx.t(1), cx.t(2)], [cx.o()])
+        return Fusion("SELECT_V2", tuple(sorted(ops)), tuple(sources), (souts[0],), convert)
+
+    # ---- RESHAPE of bools ------------------------------------------------------------------
+
+    def bool_reshape(self, k: int) -> Fusion | None:
+        """SELECT of bools between constant 1.0s and 0.0s, the float32 RESHAPE of that alone,
+        NOT_EQUAL of that alone with a constant 0 onto the same shape
+        (``import_reach._bool_reshape``, the HAL's RESHAPE taking no bools): RESHAPE of the
+        bools."""
+        g = self.g
+        _, ins, outs = g.operations[k]
+        if len(ins) != 3 or g.operands[ins[0]].type != T.TENSOR_BOOL8 or \
+                g.operands[outs[0]].type != T.TENSOR_FLOAT32:
+            return None
+        ones, zeros = self.const(ins[1]), self.const(ins[2])
+        if ones is None or zeros is None or not np.all(ones == 1) or np.any(zeros != 0):
+            return None
+        r = self.only_reader(outs[0], O.RESHAPE)
+        if r is None:
+            return None
+        moved = g.operations[r][2][0]
+        q = self.only_reader(moved, O.NOT_EQUAL)
+        if q is None:
+            return None
+        _, qins, qouts = g.operations[q]
+        zero = self.const(qins[1]) if len(qins) == 2 else None
+        shape = self.shape(qouts[0])
+        if zero is None or np.any(zero != 0) or g.operands[qins[1]].type != T.TENSOR_FLOAT32 \
+                or shape is None or self.shape(moved) != shape or \
+                g.operands[qouts[0]].type != T.TENSOR_BOOL8:
+            return None
+
+        def convert(cx: ExportOpContext) -> None:
+            cx.emit(BO.RESHAPE, [cx.t(0), cx.ints(shape)], [cx.o()], "ReshapeOptions",
+                    NewShape=shape)
+        return Fusion("RESHAPE", (k, r, q), (ins[0],), (qouts[0],), convert)
