@@ -38,6 +38,12 @@ generating many small models would fill the cache with them. Off with
 ``$XDG_CACHE_HOME/nnhal``, else ``~/.cache/nnhal``); at most :data:`MAX_ENTRIES` are kept,
 and :data:`MAX_BYTES` with their steps' files, the least recently used going first with
 their steps' files.
+
+A file not seen before under its name (its digest not remembered) is not looked up: it is
+almost always a miss, and its digest is only needed by the entry written after the first
+result, which hashes it then (:class:`Digesting`); the drivers' files of such an entry are
+named by a random token the entry records. Steps' files no entry names are removed once
+:data:`ORPHAN_AGE_S` old.
 """
 
 from __future__ import annotations

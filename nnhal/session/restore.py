@@ -45,7 +45,7 @@ def cache_source(source: Any, cache: bool | None
         return store, sc.content_digest(data), data, sc.Fingerprint(store.directory)
     try:
         code = sc.Fingerprint(store.directory)  # the guess; checked once it finds an entry
-        # Content not seen before (likely a miss): hashed while the Session reads it.
+        # Content not seen before (likely a miss): hashed when its entry is written.
         digest, data = store.file_digest(os.fspath(source), background=True)
     except (OSError, ValueError):
         return None
