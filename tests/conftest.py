@@ -47,10 +47,10 @@ def fast_way(request, monkeypatch):
     from nnhal.session import bound
 
     if request.param == "python":
-        monkeypatch.setitem(bound._native, "module", None)
-        monkeypatch.setitem(direct._state, "module", None)
-    elif bound._fastrun() is None:
-        pytest.skip(f"native fast runs not built: {bound.native_status()}")
+        monkeypatch.setattr(bound.FASTRUN, "module", lambda: None)
+        monkeypatch.setattr(direct.DIRECT, "module", lambda: None)
+    elif bound.FASTRUN.module() is None:
+        pytest.skip(f"native fast runs not built: {bound.FASTRUN.status()}")
     return request.param
 
 

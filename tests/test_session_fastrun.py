@@ -175,7 +175,7 @@ def _calls(pool, general_log, failed_log, fixed_log, **kw):
                         inputs=(7, 8), outputs=(9,), known=[(2,)], general=general,
                         failed=failed_log.append, fix=fix)
     if made is None:
-        pytest.skip(f"native calls not built: {direct.status()}")
+        pytest.skip(f"native calls not built: {direct.DIRECT.status()}")
     return made
 
 
@@ -229,7 +229,7 @@ def test_the_native_calls_with_fixed_calls_and_bad_construction():
     assert [o.tolist() for o in run([a, a])] == [[2, 4]]
     from nnhal.drivers.litert import direct
 
-    module = direct._module()
+    module = direct.DIRECT.module()
     for bad in [dict(pool=None, calls=(1, 2)), dict(pool=(), calls=None),
                 dict(pool=[], calls=None, inputs=(1.5,)),
                 dict(pool=[], calls=None, known=((2,), (3,))),

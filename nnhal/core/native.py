@@ -19,6 +19,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -182,6 +183,10 @@ def build_cached(stem: str, parts: list[bytes], source: Path, flags: tuple[str, 
     return lib, f"loaded from {target}"
 
 
+#: What the extensions share (a call, bound shapes), on their include path.
+EXT_HEADER = Path(__file__).with_name("native_ext.h")
+
+
 def build_extension(name: str, source: Path) -> tuple[ModuleType | None, str]:
     """(module, "loaded from PATH") or (None, reason): the CPython extension module ``name``
     (its init function ``PyInit_NAME``), written against the Python and numpy C APIs,
@@ -200,8 +205,9 @@ def build_extension(name: str, source: Path) -> tuple[ModuleType | None, str]:
         if not os.path.exists(os.path.join(py_inc, "Python.h")):
             return None, f"no Python headers in {py_inc}"
         flags = ("-O2", "-shared", "-fPIC", "-fno-strict-aliasing", f"-I{py_inc}",
-                 f"-I{numpy.get_include()}", "-DNPY_NO_DEPRECATED_API=NPY_1_7_API_VERSION")
-        parts = [src, " ".join(flags).encode(), sys.version.encode(),
+                 f"-I{numpy.get_include()}", f"-I{EXT_HEADER.parent}",
+                 "-DNPY_NO_DEPRECATED_API=NPY_1_7_API_VERSION")
+        parts = [src, EXT_HEADER.read_bytes(), " ".join(flags).encode(), sys.version.encode(),
                  str(sysconfig.get_config_var("EXT_SUFFIX")).encode(),
                  numpy.__version__.encode()]
     except (OSError, ImportError) as e:
@@ -218,3 +224,24 @@ def build_extension(name: str, source: Path) -> tuple[ModuleType | None, str]:
     except Exception as e:  # noqa: BLE001 - an extension that does not load: its twin runs
         return None, f"cannot load {target}: {type(e).__name__}: {e}"
     return module, f"loaded from {target}"
+
+
+class Extension:
+    """An extension module (:func:`build_extension`) built or loaded once per process, on
+    first use: :meth:`module` (None where it cannot be) and :meth:`status` (why)."""
+
+    def __init__(self, name: str, source: Path) -> None:
+        self.name, self.source = name, source
+        self._lock = threading.Lock()
+        self._loaded: tuple[ModuleType | None, str] | None = None
+
+    def module(self) -> ModuleType | None:
+        with self._lock:
+            if self._loaded is None:
+                self._loaded = build_extension(self.name, self.source)
+            return self._loaded[0]
+
+    def status(self) -> str:
+        """"loaded from PATH", or why the module is not in use."""
+        self.module()
+        return self._loaded[1] if self._loaded is not None else ""

@@ -14,11 +14,11 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+from nnhal.core.native import Extension
 from nnhal.hal.request_layout import RequestLayout
 
 #: The Session bound (``nnhal.session.session.Session``, not imported: that module imports
@@ -28,32 +28,14 @@ Feeds = Any
 
 #: The fast ways as one native call (``fastrun.c``): built at first use; None where it
 #: cannot be (the closures below then do the same in Python).
-SOURCE = Path(__file__).with_name("fastrun.c")
-_native_lock = threading.Lock()
-_native: dict[str, Any] = {}
-
-
-def _fastrun() -> ModuleType | None:
-    with _native_lock:
-        if "module" not in _native:
-            from nnhal.core.native import build_extension
-
-            _native["module"], _native["why"] = build_extension("nnhal_session_fastrun",
-                                                                SOURCE)
-        return _native["module"]
-
-
-def native_status() -> str:
-    """Whether the fast ways are native, and why not."""
-    _fastrun()
-    return str(_native.get("why", ""))
+FASTRUN = Extension("nnhal_session_fastrun", Path(__file__).with_name("fastrun.c"))
 
 
 def _native_fast(session: Session, bound: Bound, call: Any, *, guard: tuple[str, Any],
                  holder: Any, note_owner: bool, on_none: Callable[[], object],
                  out_names: Sequence[str]) -> Any | None:
     """The native ``run`` for ``bound`` (None: not built here)."""
-    m = _fastrun()
+    m = FASTRUN.module()
     if m is None:
         return None
     try:

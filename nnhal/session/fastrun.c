@@ -10,6 +10,7 @@
 #include <pythread.h>
 #include <stddef.h>
 #include <numpy/arrayobject.h>
+#include "native_ext.h"
 
 typedef struct {
     PyObject_HEAD
@@ -31,8 +32,7 @@ typedef struct {
     int note_owner;       /* whether state["_owner"] is this thread during the call */
     unsigned long ident;  /* the thread last noted, and its number as an int */
     PyObject *ident_obj;
-    npy_intp *dims;       /* per input: its bound dimensions, concatenated */
-    int *ndims;
+    nnhal_shapes shapes;  /* per input: its bound dimensions */
     vectorcallfunc vectorcall;
 } FastRun;
 
@@ -57,8 +57,7 @@ static int fast_clear(FastRun *s) {
 static void fast_dealloc(FastRun *s) {
     PyObject_GC_UnTrack(s);
     fast_clear(s);
-    PyMem_Free(s->dims);
-    PyMem_Free(s->ndims);
+    nnhal_shapes_free(&s->shapes);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
@@ -69,21 +68,15 @@ static PyObject *match(FastRun *s, PyObject *feeds) {
     if (PyDict_GET_SIZE(feeds) != n) return NULL;
     PyObject *arrays = PyList_New(n);
     if (arrays == NULL) return NULL;
-    npy_intp *dims = s->dims;
+    npy_intp *dims = s->shapes.dims;
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *a = PyDict_GetItemWithError(feeds, PyTuple_GET_ITEM(s->names, k));
-        if (a == NULL || !PyArray_CheckExact(a)) goto no;
-        PyArrayObject *arr = (PyArrayObject *)a;
-        int nd = s->ndims[k];
+        if (a == NULL || !nnhal_has_dims(a, &dims, s->shapes.ndims[k])) goto no;
         PyArray_Descr *want = (PyArray_Descr *)PyTuple_GET_ITEM(s->dtypes, k);
-        if (PyArray_NDIM(arr) != nd ||
-            memcmp(PyArray_DIMS(arr), dims, (size_t)nd * sizeof(npy_intp)))
-            goto no;
-        if (PyArray_DESCR(arr) != want && !PyArray_EquivTypes(PyArray_DESCR(arr), want))
-            goto no;
+        PyArray_Descr *have = PyArray_DESCR((PyArrayObject *)a);
+        if (have != want && !PyArray_EquivTypes(have, want)) goto no;
         Py_INCREF(a);
         PyList_SET_ITEM(arrays, k, a);
-        dims += nd;
     }
     return arrays;
 no:
@@ -147,9 +140,7 @@ static PyObject *fast_call(PyObject *self, PyObject *const *args, size_t nargsf,
                     failed = 1;
             }
             if (ok == 1 && !failed) {
-                PyObject *c[2] = {NULL, arrays};
-                PyObject *outs = PyObject_Vectorcall(s->call, c + 1,
-                                                     1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+                PyObject *outs = nnhal_call1(s->call, arrays);
                 if (outs == NULL) {
                     failed = 1;
                 } else if (PyList_CheckExact(outs) &&
@@ -211,17 +202,12 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_ValueError, "names, dtypes and shapes: one per input");
         return NULL;
     }
-    Py_ssize_t total = 0;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *shape = PyTuple_GET_ITEM(shapes, k);
+    for (Py_ssize_t k = 0; k < n; k++)
         if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(names, k)) ||
-            !PyArray_DescrCheck(PyTuple_GET_ITEM(dtypes, k)) || !PyTuple_CheckExact(shape) ||
-            PyTuple_GET_SIZE(shape) > NPY_MAXDIMS) {
+            !PyArray_DescrCheck(PyTuple_GET_ITEM(dtypes, k))) {
             PyErr_SetString(PyExc_TypeError, "per input: a str name, a dtype, a shape tuple");
             return NULL;
         }
-        total += PyTuple_GET_SIZE(shape);
-    }
     for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(out_names); k++)
         if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(out_names, k))) {
             PyErr_SetString(PyExc_TypeError, "out_names: str");
@@ -234,19 +220,9 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     if (s == NULL) { Py_DECREF(acquire); Py_DECREF(release); return NULL; }
     s->acquire = acquire;
     s->release = release;
-    s->dims = PyMem_Calloc((size_t)total + 1, sizeof(npy_intp));
-    s->ndims = PyMem_Calloc((size_t)n + 1, sizeof(int));
-    if (s->dims == NULL || s->ndims == NULL) { Py_DECREF(s); return PyErr_NoMemory(); }
-    npy_intp *dims = s->dims;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *shape = PyTuple_GET_ITEM(shapes, k);
-        Py_ssize_t nd = PyTuple_GET_SIZE(shape);
-        for (Py_ssize_t j = 0; j < nd; j++) {
-            dims[j] = (npy_intp)PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, j));
-            if (dims[j] == -1 && PyErr_Occurred()) { Py_DECREF(s); return NULL; }
-        }
-        s->ndims[k] = (int)nd;
-        dims += nd;
+    if (nnhal_shapes_read(shapes, 0, &s->shapes) < 0) {
+        Py_DECREF(s);
+        return NULL;
     }
     s->names = Py_NewRef(names);
     s->dtypes = Py_NewRef(dtypes);

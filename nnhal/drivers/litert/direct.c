@@ -7,6 +7,7 @@
 #include <Python.h>
 #include <stddef.h>
 #include <numpy/arrayobject.h>
+#include "native_ext.h"
 
 typedef struct {
     PyObject_HEAD
@@ -21,8 +22,7 @@ typedef struct {
     PyObject *profile;  /* module whose ACTIVE is not None while a profile is taken */
     PyObject *zero;     /* the subgraph index 0 */
     PyObject *bools;    /* tuple: the boolean inputs' positions (bytes other than 0, 1: general) */
-    npy_intp *dims;     /* per output: its known dimensions, concatenated */
-    int *ndims;         /* per output: how many (-1: not known, `fix` decides) */
+    nnhal_shapes known; /* per output: its known dimensions (-1: not known, `fix` decides) */
     vectorcallfunc vectorcall;
 } Calls;
 
@@ -46,14 +46,8 @@ static int calls_clear(Calls *s) {
 static void calls_dealloc(Calls *s) {
     PyObject_GC_UnTrack(s);
     calls_clear(s);
-    PyMem_Free(s->dims);
-    PyMem_Free(s->ndims);
+    nnhal_shapes_free(&s->known);
     Py_TYPE(s)->tp_free((PyObject *)s);
-}
-
-static PyObject *call1(PyObject *f, PyObject *a) {
-    PyObject *args[2] = {NULL, a};
-    return PyObject_Vectorcall(f, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
 /* The engine's calls when it is fitted to `shapes`: (SetTensor, Invoke, GetTensor, key), kept
@@ -103,11 +97,11 @@ static PyObject *calls_call(PyObject *self, PyObject *const *args, size_t nargsf
     PyObject *arrays = args[0];
     Py_ssize_t n_in = PyTuple_GET_SIZE(s->inputs), n_out = PyTuple_GET_SIZE(s->outputs);
     if (!PyList_CheckExact(arrays) || PyList_GET_SIZE(arrays) != n_in)
-        return call1(s->general, arrays);
+        return nnhal_call1(s->general, arrays);
     PyObject *active = PyObject_GetAttr(s->profile, s_active);
     if (active == NULL) return NULL;
     Py_DECREF(active);
-    if (active != Py_None) return call1(s->general, arrays);
+    if (active != Py_None) return nnhal_call1(s->general, arrays);
 
     for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(s->bools); j++) {
         /* A boolean input's bytes, each 0 or 1 (numpy reads any other as true; TFLite would
@@ -118,19 +112,19 @@ static PyObject *calls_call(PyObject *self, PyObject *const *args, size_t nargsf
             PyArray_ITEMSIZE((PyArrayObject *)a) != 1 ||
             !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)a)) {
             if (PyErr_Occurred()) return NULL;
-            return call1(s->general, arrays);
+            return nnhal_call1(s->general, arrays);
         }
         const unsigned char *p = PyArray_DATA((PyArrayObject *)a);
         npy_intp n = PyArray_SIZE((PyArrayObject *)a);
         unsigned char any = 0;
         for (npy_intp i = 0; i < n; i++) any |= p[i];
-        if (any > 1) return call1(s->general, arrays);
+        if (any > 1) return nnhal_call1(s->general, arrays);
     }
 
     PyObject *engine = NULL, *calls;
     if (s->pool != NULL) {
         Py_ssize_t n = PyList_GET_SIZE(s->pool);
-        if (n == 0) return call1(s->general, arrays);
+        if (n == 0) return nnhal_call1(s->general, arrays);
         /* As list.pop(): the last item's reference moves to here, the list one shorter
          * (its storage kept for the append that gives the engine back). */
         engine = PyList_GET_ITEM(s->pool, n - 1);
@@ -141,7 +135,7 @@ static PyObject *calls_call(PyObject *self, PyObject *const *args, size_t nargsf
             int err = PyList_Append(s->pool, engine);
             Py_DECREF(engine);
             if (raised || err < 0) return NULL;
-            return call1(s->general, arrays);
+            return nnhal_call1(s->general, arrays);
         }
     } else {
         calls = s->calls;
@@ -175,18 +169,13 @@ static PyObject *calls_call(PyObject *self, PyObject *const *args, size_t nargsf
         Py_DECREF(engine);
         if (err < 0) { Py_DECREF(outs); return NULL; }
     }
-    npy_intp *dims = s->dims;
-    for (Py_ssize_t k = 0; k < n_out; k++) {
-        PyObject *o = PyList_GET_ITEM(outs, k);
-        int nd = s->ndims[k];
-        if (nd < 0 || !PyArray_CheckExact(o) || PyArray_NDIM((PyArrayObject *)o) != nd ||
-            memcmp(PyArray_DIMS((PyArrayObject *)o), dims, (size_t)nd * sizeof(npy_intp))) {
-            r = call1(s->fix, outs);
+    npy_intp *dims = s->known.dims;
+    for (Py_ssize_t k = 0; k < n_out; k++)
+        if (!nnhal_has_dims(PyList_GET_ITEM(outs, k), &dims, s->known.ndims[k])) {
+            r = nnhal_call1(s->fix, outs);
             Py_DECREF(outs);
             return r;
         }
-        dims += nd;
-    }
     return outs;
 
 failed:
@@ -200,7 +189,7 @@ failed:
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
     if (tb != NULL && value != NULL) PyException_SetTraceback(value, tb);
-    r = call1(s->failed, value ? value : Py_None);
+    r = nnhal_call1(s->failed, value ? value : Py_None);
     Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb);
     if (r == NULL) return NULL;
     Py_DECREF(r);
@@ -248,30 +237,10 @@ static PyObject *calls_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     }
     Calls *s = (Calls *)type->tp_alloc(type, 0);
     if (s == NULL) return NULL;
-    Py_ssize_t total = 0;
-    for (Py_ssize_t k = 0; k < n_out; k++) {
-        PyObject *shape = PyTuple_GET_ITEM(known, k);
-        if (PyTuple_CheckExact(shape)) total += PyTuple_GET_SIZE(shape);
-    }
-    s->dims = PyMem_Calloc((size_t)total + 1, sizeof(npy_intp));
-    s->ndims = PyMem_Calloc((size_t)n_out + 1, sizeof(int));
     s->zero = PyLong_FromLong(0);
-    if (s->dims == NULL || s->ndims == NULL || s->zero == NULL) {
+    if (s->zero == NULL || nnhal_shapes_read(known, 1, &s->known) < 0) {
         Py_DECREF(s);
-        return PyErr_NoMemory();
-    }
-    npy_intp *dims = s->dims;
-    for (Py_ssize_t k = 0; k < n_out; k++) {
-        PyObject *shape = PyTuple_GET_ITEM(known, k);
-        s->ndims[k] = -1;
-        if (!PyTuple_CheckExact(shape) || PyTuple_GET_SIZE(shape) > NPY_MAXDIMS) continue;
-        Py_ssize_t nd = PyTuple_GET_SIZE(shape);
-        for (Py_ssize_t j = 0; j < nd; j++) {
-            dims[j] = (npy_intp)PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, j));
-            if (dims[j] == -1 && PyErr_Occurred()) { Py_DECREF(s); return NULL; }
-        }
-        s->ndims[k] = (int)nd;
-        dims += nd;
+        return NULL;
     }
     s->pool = pool == Py_None ? NULL : Py_NewRef(pool);
     s->calls = pool == Py_None ? Py_NewRef(calls) : NULL;

@@ -9,32 +9,15 @@ and the bindings keep their Python closures, which do the same.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from nnhal.core.native import Extension
 from nnhal.executor import profile as _profile
 
-SOURCE = Path(__file__).with_name("direct.c")
-_lock = threading.Lock()
-_state: dict[str, Any] = {}
-
-
-def _module() -> ModuleType | None:
-    with _lock:
-        if "module" not in _state:
-            from nnhal.core.native import build_extension
-
-            _state["module"], _state["why"] = build_extension("nnhal_litert_direct", SOURCE)
-        return _state["module"]
-
-
-def status() -> str:
-    """Whether the native calls are in use, and why not (for ``nnhal info`` and tests)."""
-    _module()
-    return str(_state.get("why", ""))
+#: The native module, built or loaded at first use.
+DIRECT = Extension("nnhal_litert_direct", Path(__file__).with_name("direct.c"))
 
 
 def calls(*, pool: list[Any] | None, calls: tuple[Any, Any, Any] | None,
@@ -52,7 +35,7 @@ def calls(*, pool: list[Any] | None, calls: tuple[Any, Any, Any] | None,
     None), ``fix`` gets outputs of another shape than ``known``; ``bools``: the inputs whose
     arrays ``general`` takes unless every byte is 0 or 1. None when the native module is not
     available, or cannot hold this layout."""
-    m = _module()
+    m = DIRECT.module()
     if m is None:
         return None
     try:
