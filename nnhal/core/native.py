@@ -226,7 +226,7 @@ def build_extension(name: str, source: Path) -> tuple[ModuleType | None, str]:
     return module, f"loaded from {target}"
 
 
-class Extension:
+class NativeModule:
     """An extension module (:func:`build_extension`) built or loaded once per process, on
     first use: :meth:`module` (None where it cannot be) and :meth:`status` (why)."""
 

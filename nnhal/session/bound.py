@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.core.native import Extension
+from nnhal.core.native import NativeModule
 from nnhal.hal.request_layout import RequestLayout
 
 #: The Session bound (``nnhal.session.session.Session``, not imported: that module imports
@@ -28,7 +28,7 @@ Feeds = Any
 
 #: The fast ways as one native call (``fastrun.c``): built at first use; None where it
 #: cannot be (the closures below then do the same in Python).
-FASTRUN = Extension("nnhal_session_fastrun", Path(__file__).with_name("fastrun.c"))
+FASTRUN = NativeModule("nnhal_session_fastrun", Path(__file__).with_name("fastrun.c"))
 
 
 def _native_fast(session: Session, bound: Bound, call: Any, *, guard: tuple[str, Any],

@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from nnhal.core.native import Extension
+from nnhal.core.native import NativeModule
 from nnhal.executor import profile as _profile
 
 #: The native module, built or loaded at first use.
-DIRECT = Extension("nnhal_litert_direct", Path(__file__).with_name("direct.c"))
+DIRECT = NativeModule("nnhal_litert_direct", Path(__file__).with_name("direct.c"))
 
 
 def calls(*, pool: list[Any] | None, calls: tuple[Any, Any, Any] | None,
