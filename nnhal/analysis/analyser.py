@@ -280,7 +280,7 @@ def _analyse(model: Model, own_constants: bool, max_tensor_bytes: int,
     if model.extension_name_to_prefix:
         levels.append(FeatureLevel.V1_2)  # vendor extensions came with 1.2
     return ModelGraph(main, tuple(graphs), relaxed,  # type: ignore[arg-type]
-                      io_signature(model.main, main.operands), required_inputs(main),
+                      io_signature(model.main, main.operands), required_inputs(main, exts),
                       tuple(too_large), max(levels), ext_ops, reasons, work.total,
                       work.refusal())
 
@@ -587,15 +587,21 @@ def _merge(declared: Shape, inferred: object) -> Shape:
     return tuple(d if d else s for d, s in zip(declared, inferred))
 
 
-def required_inputs(main: SubgraphGraph) -> frozenset[int]:
+def required_inputs(main: SubgraphGraph,
+                    exts: Mapping[int, tuple[str, Any]] | None = None) -> frozenset[int]:
     """Main inputs a request may not omit: those some operation reads at a slot its signature
-    does not let be omitted (input 0 of an operation without a signature)."""
+    (an extension operation's own, found through ``exts``) does not let be omitted (input 0
+    of an operation without a signature)."""
     inputs = set(main.inputs)
     required: set[int] = set()
     for op_type, ins, _ in main.operations:
         if not inputs.intersection(ins):
             continue
-        sig = None if is_extension_type(op_type) else signature(op_type)
+        if is_extension_type(op_type):
+            ext_op = extensions.resolve_operation(op_type, exts) if exts else None
+            sig = None if ext_op is None else ext_op.signature
+        else:
+            sig = signature(op_type)
         fits = sig is not None and input_slots(sig, len(ins)) is not None
         omittable = omittable_positions(sig, len(ins)) if fits else frozenset()  # type: ignore
         for k, i in enumerate(ins):

@@ -17,7 +17,7 @@ Operations (code: name, after the TFLite builtin of the same name):
 * 4 CUMSUM: cumulative sum of float32 or int32 along a constant axis, with TFLite's
   ``exclusive`` and ``reverse`` options as BOOL scalars.
 * 5 SIGN, 6 CEIL, 7 ROUND (half to even, as TFLite's), 8 COS: element-wise on float32
-  (SIGN also int32).
+  (SIGN also int32; NaN's sign is NaN).
 * 9 FLOOR_MOD: float32 floor modulo of run-time tensors with broadcasting, which the HAL
   cannot compute exactly (the importer uses this only when the HAL form is refused).
 * 10 GELU: float32, ``approximate`` (BOOL) as TFLite's option (erf form, or tanh form).
@@ -29,10 +29,11 @@ Operations (code: name, after the TFLite builtin of the same name):
   RESHAPE's shape has no -1: the importer writes TFLite's output shape).
 * 17 CAST: complex64 -> float32, the real part, as TFLite's CAST.
 
-Export: the complex64 family (RFFT2D, COMPLEX_ABS, REAL, IMAG and 12-17) goes back to its
-TFLite builtin (``tflite_export``: the builtin's code, or the name of the HAL operation whose
-export the data movement shares), which ai-edge-litert runs, so the LiteRT driver offers
-those operations; the rest stay the reference driver's.
+Export: every operation goes back to its TFLite builtin (``tflite_export``: the builtin's
+code, the name of the HAL operation whose export the complex64 data movement shares, or a
+converter writing the builtin's options), which ai-edge-litert runs, so the LiteRT driver offers
+them, within its edge sweep's rules (tests/drivers/test_litert_edges.py: XNNPACK's COS is
+wrong at the float32 limits, so a model with COS runs there with XNNPACK off, or not at all).
 
 Kernels compute as TFLite's reference kernels do, in float32 except RFFT2D (float64 FFT then
 rounded to complex64; TFLite computes in double too).
@@ -472,7 +473,8 @@ class _Slice(OperationDef):
 
 
 def _sign(x: np.ndarray) -> np.ndarray:
-    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+    """TFLite's SIGN: NaN stays NaN (ai-edge-litert's kernel), -0.0 gives 0."""
+    return np.sign(x) + np.zeros((), x.dtype)
 
 
 # ---- converters from TFLite operators -------------------------------------------------------
@@ -619,6 +621,15 @@ def _cast_from_tflite(call: Any) -> tuple[list[int], list[int]]:
     return [call.input(0)], [call.output(0)]
 
 
+def _cumsum_to_tflite(cx: Any) -> None:
+    cx.emit(B.CUMSUM, [cx.t(0), cx.t(1)], [cx.o()], "CumsumOptions",
+            Exclusive=bool(cx.scalar(2)), Reverse=bool(cx.scalar(3)))
+
+
+def _gelu_to_tflite(cx: Any) -> None:
+    cx.emit(B.GELU, [cx.t(0)], [cx.o()], "GeluOptions", Approximate=bool(cx.scalar(1)))
+
+
 def _op(code: int, name: str, inputs: Any, outputs: Any, definition: OperationDef, doc: str,
         builtin: int, convert: Any = None, variants: Any = (), export: Any = None
         ) -> ExtensionOperation:
@@ -646,28 +657,31 @@ CUMSUM = _op(4, "CUMSUM", [Slot("input", "T"), Slot("axis", I32, const=True),
                            Slot("exclusive", BOOL, const=True),
                            Slot("reverse", BOOL, const=True)],
              [Slot("output", "T")], _Cumsum(), "cumulative sum along an axis (TFLite CUMSUM)",
-             B.CUMSUM, _cumsum_from_tflite, _FLOAT_OR_INT)
+             B.CUMSUM, _cumsum_from_tflite, _FLOAT_OR_INT, _cumsum_to_tflite)
 SIGN = _op(5, "SIGN", [Slot("input", "T")], [Slot("output", "T")], _Unary(_sign),
-           "-1, 0 or 1 by the sign of each element (0 for NaN)", B.SIGN,
-           variants=_FLOAT_OR_INT)
+           "-1, 0 or 1 by the sign of each element (NaN for NaN)", B.SIGN,
+           variants=_FLOAT_OR_INT, export=B.SIGN)
 CEIL = _op(6, "CEIL", [Slot("input", F32)], [Slot("output", F32)], _Unary(np.ceil),
-           "the ceiling of each element", B.CEIL)
+           "the ceiling of each element", B.CEIL, export=B.CEIL)
 ROUND = _op(7, "ROUND", [Slot("input", F32)], [Slot("output", F32)], _Unary(np.rint),
-            "each element rounded to the nearest integer, halves to even", B.ROUND)
+            "each element rounded to the nearest integer, halves to even", B.ROUND,
+            export=B.ROUND)
 COS = _op(8, "COS", [Slot("input", F32)], [Slot("output", F32)], _Unary(np.cos),
-          "the cosine of each element", B.COS)
+          "the cosine of each element", B.COS, export=B.COS)
 FLOOR_MOD = _op(9, "FLOOR_MOD", [Slot("x", F32), Slot("y", F32)], [Slot("output", F32)],
                 _FloorMod(), "x - floor(x / y) * y as TFLite computes it (fmod, then the "
-                "divisor added when the signs differ), with broadcasting", B.FLOOR_MOD)
+                "divisor added when the signs differ), with broadcasting", B.FLOOR_MOD,
+                export=B.FLOOR_MOD)
 
 GELU = _op(10, "GELU", [Slot("input", F32), Slot("approximate", BOOL, const=True)],
            [Slot("output", F32)], _Gelu(), "x * Phi(x), or its tanh approximation (TFLite GELU)",
-           B.GELU, _gelu_from_tflite)
+           B.GELU, _gelu_from_tflite, export=_gelu_to_tflite)
 Q8, Q8S = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
 GATHER_ND = _op(11, "GATHER_ND", [Slot("params", "T"), Slot("indices", I32)],
                 [Slot("output", "T")], _GatherNd(),
                 "slices of params named by the last axis of indices (TFLite GATHER_ND)",
-                B.GATHER_ND, variants=[Variant({"T": t}, _V) for t in (F32, I32, Q8, Q8S)])
+                B.GATHER_ND, variants=[Variant({"T": t}, _V) for t in (F32, I32, Q8, Q8S)],
+                export=B.GATHER_ND)
 
 _AXES = Slot("axes", I32, const=True)
 SQUEEZE = _op(12, "SQUEEZE", [Slot("input", C64), _AXES], [Slot("output", C64)], _Squeeze(),

@@ -28,8 +28,15 @@ from typing import Any
 import numpy as np
 
 from nnhal.analysis import analyse
+from nnhal.extensions.tflite_builtins import EXTENSION
 from nnhal.hal.builder import ModelBuilder, SubgraphBuilder
-from nnhal.hal.types import Model, OperandType, OperationType, SymmPerChannelQuantParams
+from nnhal.hal.types import (
+    ExtensionNameAndPrefix,
+    Model,
+    OperandType,
+    OperationType,
+    SymmPerChannelQuantParams,
+)
 from nnhal.ops.catalog import SIGNATURES
 from nnhal.ops.signature import Variant
 
@@ -262,7 +269,10 @@ def build(cases: Sequence[Case], known: bool = True, finite: bool = False
         first = len(b.operations)
         feeds += add_case(b, c, known, finite)
         spans.append(range(first, len(b.operations)))
-    return b.build(), feeds, spans
+    model = b.build()
+    if any(isinstance(c.op, ExtOp) for c in cases):
+        model.extension_name_to_prefix = [ExtensionNameAndPrefix(EXTENSION.name, EXT_PREFIX)]
+    return model, feeds, spans
 
 
 def infer_shapes(cases: Sequence[Case]) -> None:
@@ -881,17 +891,94 @@ def _if(v: dict[str, OperandType]) -> list:
             for c in (True, False)]
 
 
+# ---- the operations of nnhal's TFLite builtins extension that LiteRT runs ------------------
+
+#: The extension's prefix in the sweep's models.
+EXT_PREFIX = 1
+
+
+@dataclass(frozen=True)
+class ExtOp:
+    """An operation of org.nnhal.tflite in a case: named as an OperationType is, its value
+    the extension's operation type under :data:`EXT_PREFIX`."""
+
+    name: str
+    code: int
+    #: The type of input 0 where the signature fixes it (generators take it as "T").
+    fixed: OperandType | None = None
+
+    def __int__(self) -> int:
+        return EXT_PREFIX << 16 | self.code
+
+
+def extension_operations() -> list[tuple[ExtOp, Any]]:
+    """The extension's operations with a TFLite form (``tflite_export``), of plain operand
+    types (the complex64 family has tests of its own), with their signatures."""
+    found = []
+    for o in EXTENSION.operations:
+        slots = [*o.signature.forms[0].inputs, *o.signature.outputs]
+        plain = all(not isinstance(s.type, tuple) for s in slots)
+        if o.tflite_export is not None and plain:
+            t0 = slots[0].type
+            found.append((ExtOp(o.id.short, o.id.code, None if isinstance(t0, str) else t0),
+                          o.signature))
+    return found
+
+
+GENERATORS["SIGN"] = _unary("SIGN")
+GENERATORS["CEIL"] = _unary("CEIL")
+GENERATORS["ROUND"] = _unary("ROUND")
+GENERATORS["COS"] = _unary("COS")
+GENERATORS["FLOOR_MOD"] = _binary("FLOOR_MOD", False)
+
+
+@gen("GELU")
+def _gelu(v: dict[str, OperandType]) -> list:
+    n = len(edge_values(F32))
+    return [(f"approximate={a}", [In(F32, [n]), flag(a)], [Out(F32)]) for a in (False, True)]
+
+
+@gen("GATHER_ND")
+def _gather_nd(v: dict[str, OperandType]) -> list:
+    t = v["T"]
+    q = _shift(t, (0.5, 128)) if _is_q(t) else (0.0, 0)
+    const = Const(I32, np.array([[0, 1], [3, 2], [1, 0]], np.int32), [3, 2])
+    rows = Const(I32, np.array([[3], [0]], np.int32), [2, 1])
+    fed = In(I32, [2, 2], values=[2, 0, 0, 2])
+    return [(name, [In(t, [4, 3], q), idx], [Out(t, q)])
+            for name, idx in (("pairs", const), ("rows", rows), ("run-time indices", fed))]
+
+
+@gen("CUMSUM")
+def _cumsum(v: dict[str, OperandType]) -> list:
+    t = v["T"]
+    n = len(edge_values(t))
+    out = []
+    for exclusive in (False, True):
+        for reverse in (False, True):
+            tail = [flag(exclusive), flag(reverse)]
+            out.append((f"exclusive={exclusive} reverse={reverse}",
+                        [In(t, [n]), ivec(0), *tail], [Out(t)]))
+            out.append((f"axis -1 of [2, 5] exclusive={exclusive} reverse={reverse}",
+                        [In(t, [2, 5]), ivec(-1), *tail], [Out(t)]))
+    return out
+
+
 # ---- the sweep -------------------------------------------------------------------------------
 
-def pair_name(op: OperationType, variant: Variant) -> str:
+def pair_name(op: OperationType | ExtOp, variant: Variant) -> str:
     types = ",".join(f"{k}={t.name.removeprefix('TENSOR_')}" for k, t in variant.types.items())
-    return f"{op.name}[{types}]" if types else op.name
+    name = op.name if isinstance(op, OperationType) else f"{EXTENSION.name}:{op.name}"
+    return f"{name}[{types}]" if types else name
 
 
 def all_pairs(claimable: Callable[[str], bool]) -> list[tuple[OperationType, Variant, str]]:
-    """Every (operation, variant) of the signature table whose operation ``claimable``."""
+    """Every (operation, variant) of the signature table whose operation ``claimable``, and
+    of the extension's operations that LiteRT runs (:func:`extension_operations`)."""
     return [(op, variant, pair_name(op, variant)) for op, s in SIGNATURES.items()
-            if claimable(op.name) for variant in s.variants]
+            if claimable(op.name) for variant in s.variants] + [
+        (op, variant, pair_name(op, variant))  # type: ignore[misc]
+        for op, s in extension_operations() for variant in s.variants]
 
 
 def cases_for(op: OperationType, variant: Variant) -> list[Case]:
@@ -899,8 +986,10 @@ def cases_for(op: OperationType, variant: Variant) -> list[Case]:
     if g is None:
         return []
     pair = pair_name(op, variant)
-    return [Case(pair, name, op, list(ins), list(outs))
-            for name, ins, outs in g(dict(variant.types))]
+    types = dict(variant.types)
+    if isinstance(op, ExtOp) and op.fixed is not None:
+        types.setdefault("T", op.fixed)
+    return [Case(pair, name, op, list(ins), list(outs)) for name, ins, outs in g(types)]
 
 
 @dataclass

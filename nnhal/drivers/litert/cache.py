@@ -67,10 +67,12 @@ def _operand_json(op: Operand) -> dict[str, Any]:
             {"scales": [float(s) for s in extra.scales], "dim": int(extra.channel_dim)}}
 
 
-def encode_io(graph: ModelGraph, driver_version: str) -> bytes:
-    """The driver's part of the body: version, inputs and outputs."""
+def encode_io(graph: ModelGraph, driver_version: str, **extra: Any) -> bytes:
+    """The driver's part of the body: version, inputs and outputs (and ``extra``, which
+    :func:`read_io` gives back)."""
     sig, main = graph.signature, graph.main
     return json.dumps({
+        **extra,
         "driver": driver_version,
         "relaxed": graph.relaxed,
         "inputs": [_operand_json(sig.operands[i]) for i in sig.input_indexes],
@@ -96,8 +98,17 @@ def _operand(rec: Any, lifetime: OperandLifeTime) -> Operand:
 
 def decode_io(body: bytes | memoryview, driver_version: str) -> ModelGraph:
     """The graph of a model cache body (inputs and outputs only); CacheError when malformed."""
+    return read_io(body, driver_version)[0]
+
+
+def read_io(body: bytes | memoryview, driver_version: str
+            ) -> tuple[ModelGraph, dict[str, Any]]:
+    """:func:`decode_io`'s graph, and the whole record (with what :func:`encode_io` was given
+    besides)."""
     try:
         rec = json.loads(bytes(body[BODY_HEAD_SIZE:]))
+        if not isinstance(rec, dict):
+            raise CacheError("malformed model cache: not a record")
         if rec["driver"] != driver_version:
             raise CacheError("model cache of another driver version")
         ins = [_operand(r, OperandLifeTime.SUBGRAPH_INPUT) for r in rec["inputs"]]
@@ -115,7 +126,7 @@ def decode_io(body: bytes | memoryview, driver_version: str) -> ModelGraph:
         work = int(rec["work"])
         if work < 0:
             raise CacheError("negative work estimate")
-        return ModelGraph(main, (), bool(rec["relaxed"]), signature, required, work=work)
+        return ModelGraph(main, (), bool(rec["relaxed"]), signature, required, work=work), rec
     except CacheError:
         raise
     except (ValueError, TypeError, KeyError, IndexError) as e:
@@ -150,12 +161,16 @@ class LiteRTCache(CompilationCache):
             return None
         data = plan.engines.flatbuffer
         body = encode_head(priority, plan.graph.relaxed, data) + \
-            encode_io(plan.graph, self.driver_version)
+            encode_io(plan.graph, self.driver_version, xnnpack=plan.engines.xnnpack)
         return body, data, plan
 
-    def decode(self, loaded: Loaded) -> tuple[ModelGraph, bytes | StoredFile]:
+    def decode(self, loaded: Loaded) -> tuple[ModelGraph, bytes | StoredFile, bool]:
         source = loaded.private if loaded.private is not None else loaded.data
-        return decode_io(loaded.body, self.driver_version), source
+        graph, rec = read_io(loaded.body, self.driver_version)
+        xnnpack = rec.get("xnnpack", True)
+        if not isinstance(xnnpack, bool):
+            raise CacheError("malformed model cache: xnnpack is not a boolean")
+        return graph, source, xnnpack
 
     def private_data(self, head: BodyHead) -> StoredFile | None:
         if self.store is None:
@@ -170,11 +185,11 @@ class LiteRTCache(CompilationCache):
         if self.store is not None:
             self.store.remove(digest)
 
-    def bind(self, image: tuple[ModelGraph, bytes | StoredFile]) -> LiteRTPlan:
-        graph, flatbuffer = image
+    def bind(self, image: tuple[ModelGraph, bytes | StoredFile, bool]) -> LiteRTPlan:
+        graph, flatbuffer, xnnpack = image
         check_work(graph, self.max_work)
-        first = Engine(flatbuffer, self.threads)
+        first = Engine(flatbuffer, self.threads, xnnpack)
         if len(first.inputs) != len(graph.main.inputs) or \
                 len(first.outputs) != len(graph.main.outputs):
             raise CacheError("flatbuffer does not match the model cache")
-        return LiteRTPlan(graph, EnginePool(flatbuffer, self.threads, first))
+        return LiteRTPlan(graph, EnginePool(flatbuffer, self.threads, first, xnnpack))

@@ -79,8 +79,8 @@ class LiteRTDevice(DeviceBase):
 
     version_string = VERSION_STRING
     logger = log
-    #: nnhal's TFLite builtins extension: the operations of it that go back to a TFLite
-    #: builtin (``tflite_export``: the complex64 family) run here, the rest are refused.
+    #: nnhal's TFLite builtins extension: its operations go back to their TFLite builtins
+    #: (``tflite_export``) and run here.
     extensions: tuple[str, ...] = ("org.nnhal.tflite",)
 
     def __init__(self, name: str = "nnhal-litert", threads: int | None = None,
@@ -141,15 +141,17 @@ class LiteRTDevice(DeviceBase):
 
     def build(self, graph: ModelGraph, compiled: Any, priority: Priority,
               deadline: int | None) -> tuple[ErrorStatus, IPreparedModel | None]:
+        xnnpack = not support.builtin_kernels(graph)
         try:
-            first = Engine(compiled, self.threads)
+            first = Engine(compiled, self.threads, xnnpack)
         except Exception as e:  # noqa: BLE001 - the interpreter refused the flatbuffer
             self.log(f"prepare failed: {type(e).__name__}: {e}")
             return ErrorStatus.GENERAL_FAILURE, None
         if deadline is not None and time.monotonic_ns() > deadline:
             return ErrorStatus.MISSED_DEADLINE_TRANSIENT, None
         return ErrorStatus.NONE, LiteRTPreparedModel(
-            self, LiteRTPlan(graph, EnginePool(compiled, self.threads, first)), priority)
+            self, LiteRTPlan(graph, EnginePool(compiled, self.threads, first, xnnpack)),
+            priority)
 
     def restored(self, plan: LiteRTPlan, priority: Priority) -> LiteRTPreparedModel:
         return LiteRTPreparedModel(self, plan, priority)

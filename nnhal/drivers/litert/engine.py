@@ -37,14 +37,18 @@ class Engine:
     __slots__ = ("interpreter", "inputs", "outputs", "shapes", "prepared_shapes", "direct",
                  "calls")
 
-    def __init__(self, flatbuffer: Source, threads: int):
+    def __init__(self, flatbuffer: Source, threads: int, xnnpack: bool = True):
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-        # AUTO: the builtin kernels with XNNPACK applied as the default delegate.
+        # AUTO: the builtin kernels with XNNPACK applied as the default delegate; without
+        # it, the builtin kernels alone (:func:`nnhal.drivers.litert.support.builtin_kernels`
+        # says when).
+        kernels = OpResolverType.AUTO if xnnpack else \
+            OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
         where: dict[str, Any] = {"model_content": flatbuffer} if isinstance(
             flatbuffer, bytes) else {"model_path": flatbuffer.path}
         self.interpreter: Any = Interpreter(**where, num_threads=threads,
-                                            experimental_op_resolver_type=OpResolverType.AUTO)
+                                            experimental_op_resolver_type=kernels)
         self.interpreter.allocate_tensors()
         #: Whether ai-edge-litert's native wrapper (``interpreter._interpreter``: ``SetTensor``,
         #: ``Invoke``, ``tensor``) is there to be called directly on the hot path, skipping a
@@ -121,11 +125,14 @@ class Engine:
 class EnginePool:
     """Interpreters for one flatbuffer: :meth:`take` lends one no other thread uses (made
     when none is free), :meth:`give` returns it for the next execution. The source (bytes, or
-    a private store's open file) is kept for the pool's lifetime: interpreters map it."""
+    a private store's open file) is kept for the pool's lifetime: interpreters map it.
+    ``xnnpack``: whether its interpreters apply XNNPACK (see :class:`Engine`)."""
 
-    def __init__(self, flatbuffer: Source, threads: int, first: Engine | None = None):
+    def __init__(self, flatbuffer: Source, threads: int, first: Engine | None = None,
+                 xnnpack: bool = True):
         self.source = flatbuffer
         self.threads = threads
+        self.xnnpack = xnnpack
         self._free: list[Engine] = [first] if first is not None else []
         self._lock = threading.Lock()
         #: How many interpreters were made (for tests and diagnostics).
@@ -149,7 +156,7 @@ class EnginePool:
             pass
         with self._lock:
             self.created += 1
-        return Engine(self.source, self.threads)
+        return Engine(self.source, self.threads, self.xnnpack)
 
     @property
     def flatbuffer(self) -> bytes:

@@ -319,7 +319,8 @@ class LiteRTPreparedModel(PreparedModelBase):
             [s for k, s in enumerate(shapes) if k not in state_in],
             [k for j, k in enumerate(self._known) if j not in state_out],  # type: ignore[misc]
             [dtypes[i] for i, _ in pairs], [shapes[i] for i, _ in pairs],
-            [d for k, d in enumerate(dtypes) if k not in state_in], self.device.log)
+            [d for k, d in enumerate(dtypes) if k not in state_in], self.device.log,
+            self.engines.xnnpack)
 
     def request_plan(self, request: Request, pools: Sequence[RequestPool]
                      ) -> LiteRTRequest | None:

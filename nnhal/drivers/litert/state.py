@@ -74,11 +74,11 @@ class LiteRTStateArrays(StateArrayRun):
     def make(cls, form: StateForm, threads: int, shapes: Sequence[tuple[int, ...]],
              known: Sequence[tuple[int, ...]], state_dtypes: list[np.dtype],
              state_shapes: list[tuple[int, ...]], in_dtypes: list[np.dtype],
-             log: Any) -> LiteRTStateArrays | None:
+             log: Any, xnnpack: bool = True) -> LiteRTStateArrays | None:
         """The binding, tried once on zeros; None (logged) when the interpreter refuses the
         form or gives an output of another size than ``known``."""
         try:
-            engine = Engine(form.flatbuffer, threads)
+            engine = Engine(form.flatbuffer, threads, xnnpack)
             if not engine.direct or len(engine.inputs) != len(shapes) or \
                     len(engine.outputs) != len(known):
                 return None

@@ -9,8 +9,9 @@ Every other rule comes from ``benchmarks/survey_litert.py``, which runs every
 conformance case through write_tflite and ai-edge-litert and classifies what fails; a rule
 is decided from the operation's own operand types, shapes, lifetimes and parameter values,
 never from a case name. When the survey could not show an operation kind right, it is refused.
-:data:`REFUSED` lists, per operation type, each refused kind with its reason (for the
-driver's docs and the issue note).
+A light model that needs an operation only XNNPACK computes wrong runs with XNNPACK off
+(:func:`builtin_kernels`). :data:`REFUSED` lists, per operation type, each refused kind with
+its reason (for the driver's docs and the issue note).
 """
 
 from __future__ import annotations
@@ -143,9 +144,39 @@ EDGE_FLOAT: dict[str, tuple[tuple[str, ...], str]] = {
                                      "0.3997)"),
     "UNIDIRECTIONAL_SEQUENCE_RNN": (_F32, "a state that overflows float32 gives NaN where the "
                                     "reference gives inf, 0 / -1 where it gives NaN or 1"),
+    "COS": (_F32, "cos of +-3.4e38 and +-1e20 gives NaN (org.nnhal.tflite's COS)"),
 }
+
+# ---- XNNPACK off ----------------------------------------------------------------------------
+# The sweep run again with XNNPACK off (ai-edge-litert's BUILTIN_WITHOUT_DEFAULT_DELEGATES:
+# TFLite's builtin kernels alone) finds the differences of XNNPACK_EDGES gone, and a few
+# others instead (BUILTIN_WRONG). A model that needs an operation of XNNPACK_EDGES, and has
+# nothing the builtin kernels compute wrong and nothing XNNPACK is there for (HEAVY, and no
+# more than LIGHT_WORK in all), runs with XNNPACK off: whole on this driver, where it would
+# otherwise be split around that operation (tens of microseconds a run on a model of a few).
+#: The EDGE_FLOAT differences that are XNNPACK's own.
+XNNPACK_EDGES = frozenset({"EXP", "LOG", "RSQRT", "SIN", "SQRT", "COS"})
+#: Per operation: (the kind, what differs) that TFLite's builtin kernels compute wrong on
+#: finite inputs where XNNPACK computes them right; a model with one keeps XNNPACK.
+BUILTIN_WRONG: dict[str, tuple[str, str]] = {
+    "ADD": ("8-bit quantized", "saturates the other way (0 where the reference gives 255) "
+            "at input scales 200 times the output's"),
+    "MUL": ("8-bit quantized", "saturates the other way (255 where the reference gives 0)"),
+    "BATCH_MATMUL": ("TENSOR_FLOAT32", "a sum that overflows gives NaN, not -inf"),
+    "QUANTIZE": ("TENSOR_FLOAT32 input", "3.4e38 quantizes to the lowest value, not the "
+                 "highest"),
+}
+#: Operations XNNPACK is there for: a model with one keeps XNNPACK.
+HEAVY = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "GROUPED_CONV_2D", "TRANSPOSE_CONV_2D",
+                   "FULLY_CONNECTED", "BATCH_MATMUL", "AVERAGE_POOL_2D", "MAX_POOL_2D",
+                   "L2_POOL_2D"})
+#: The most work (the analysis' estimate, element visits) a model run with XNNPACK off has.
+LIGHT_WORK = 1 << 20
+
 for _name, (_types, _why) in EDGE_FLOAT.items():
-    REFUSED.setdefault(_name, []).append((" or ".join(_types) + " input", _why))
+    _kind = " or ".join(_types) + " input"
+    REFUSED.setdefault(_name, []).append(
+        (_kind + (" in a model that keeps XNNPACK" if _name in XNNPACK_EDGES else ""), _why))
 #: Per operation: (the kind refused, what differed) of the narrowings decided from what
 #: prepare sees; each is also in REFUSED.
 EDGE_RULES: dict[str, tuple[str, str]] = {
@@ -220,6 +251,39 @@ def refusal(graph: ModelGraph) -> str | None:
     return None
 
 
+def builtin_kernels(graph: ModelGraph) -> bool:
+    """Whether the model runs with XNNPACK off (see XNNPACK_EDGES): it needs an operation only
+    XNNPACK computes wrong, and has none the builtin kernels compute wrong (BUILTIN_WRONG) or
+    XNNPACK is there for (HEAVY), and little work (LIGHT_WORK). Once per graph."""
+    with _reasons_lock:
+        found = _builtin_of.get(graph)
+    if found is None:
+        found = _find_builtin(graph)
+        with _reasons_lock:
+            _builtin_of[graph] = found
+    return found
+
+
+def _find_builtin(graph: ModelGraph) -> bool:
+    if graph.work > LIGHT_WORK:
+        return False
+    needed = False
+    for g in (graph.main, *graph.referenced):
+        for t, ins, _ in g.operations:
+            name = _op_name(graph, t)
+            if name in HEAVY:
+                return False
+            t_in = g.operands[ins[0]].type if ins else None
+            if name in BUILTIN_WRONG and t_in is not None and (
+                    t_in in _Q8 if name in ("ADD", "MUL") else t_in == T.TENSOR_FLOAT32):
+                return False
+            edge = EDGE_FLOAT.get(name)
+            if name in XNNPACK_EDGES and edge is not None and t_in is not None and \
+                    t_in.name in edge[0]:
+                needed = True
+    return needed
+
+
 # ---- the rules ----------------------------------------------------------------------------
 
 #: The reasons found per graph: a prepare asks again (``refusal``) what the support query
@@ -227,6 +291,7 @@ def refusal(graph: ModelGraph) -> str | None:
 _reasons_of: weakref.WeakKeyDictionary[ModelGraph, tuple[str | None, ...]] = \
     weakref.WeakKeyDictionary()
 _reasons_lock = threading.Lock()
+_builtin_of: weakref.WeakKeyDictionary[ModelGraph, bool] = weakref.WeakKeyDictionary()
 
 
 def _main_reasons(graph: ModelGraph) -> list[str | None]:
@@ -267,9 +332,17 @@ def _find_reasons(graph: ModelGraph) -> list[str | None]:
         for k, (t, ins, _) in enumerate(graph.main.operations):
             hit = optional.intersection(ins)
             if hit and reasons[k] is None:
-                reasons[k] = (f"#{k} {OperationType(t).name}: input operand {min(hit)} may be "
+                reasons[k] = (f"#{k} {_op_name(graph, t)}: input operand {min(hit)} may be "
                               f"omitted by a request; a TFLite graph has no omitted inputs")
     return reasons
+
+
+def _op_name(graph: ModelGraph, t: int) -> str:
+    name = OPERATION_TYPE_NAMES.get(t)
+    if name is not None:
+        return name
+    found = graph.extension_ops.get(int(t))
+    return found[0].short if found is not None else f"extension operation {t:#x}"
 
 
 _POOLS = ("AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D")
@@ -292,6 +365,8 @@ def _reasons(graph: ModelGraph, g: SubgraphGraph, exported: dict[int, str],
                 out.append(f"#{k} extension operation {t:#x}: not exportable")
             else:  # written as the TFLite builtin it stands for: the probe's verdict
                 why = exported.get(k)
+                if why is None and ins:
+                    why = _edge_float(graph, found[0].short, g.operands[ins[0]].type)
                 out.append(None if why is None else f"#{k} {found[0].name}: {why}")
             continue
         why = _rule(graph, g, name, list(ins), list(outs))
@@ -474,7 +549,7 @@ def _rule(graph: ModelGraph, g: SubgraphGraph, name: str, ins: list[int],
             return REFUSED[name][0][1]
         if _scalar(g, ins[2]) == 0 and _maybe_empty(g, ins[:1]):
             return REFUSED[name][1][1]
-    why = _edge_rule(g, name, ins, outs)
+    why = _edge_rule(graph, g, name, ins, outs)
     if why is not None:
         return why
     out_shape = g.shapes[outs[0]]
@@ -509,12 +584,23 @@ def _maybe_empty(g: SubgraphGraph, ins: list[int]) -> bool:
 _Q8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 
 
-def _edge_rule(g: SubgraphGraph, name: str, ins: list[int], outs: list[int]) -> str | None:
+def _edge_float(graph: ModelGraph, name: str, t_in: OperandType) -> str | None:
+    """EDGE_FLOAT's refusal of an operation (a HAL one, or the extension's of that short
+    name), unless the model runs with XNNPACK off and the difference is XNNPACK's."""
+    edge = EDGE_FLOAT.get(name)
+    if edge is None or t_in.name not in edge[0] or (
+            name in XNNPACK_EDGES and builtin_kernels(graph)):
+        return None
+    return f"{t_in.name} input: {edge[1]}"
+
+
+def _edge_rule(graph: ModelGraph, g: SubgraphGraph, name: str, ins: list[int],
+               outs: list[int]) -> str | None:
     """The narrowings the edge sweep measured (see EDGE_FLOAT and REFUSED)."""
     t_in = g.operands[ins[0]].type
-    edge = EDGE_FLOAT.get(name)
-    if edge is not None and t_in.name in edge[0]:
-        return f"{t_in.name} input: {edge[1]}"
+    why = _edge_float(graph, name, t_in)
+    if why is not None:
+        return why
     if name == "CAST":
         if t_in == T.TENSOR_INT32 and g.operands[outs[0]].type == T.TENSOR_QUANT8_ASYMM:
             return EDGE_RULES[name][1]
