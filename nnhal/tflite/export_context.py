@@ -69,6 +69,7 @@ class ExportState(Protocol):
     refused: list[str]
     converters: dict[str, Converter]
     exact_resize: bool
+    guard_division: bool
 
     def fusions(self, g: SubgraphGraph) -> dict[int, Any]: ...
 
@@ -171,13 +172,28 @@ class SubgraphWriter:
         fusions = self.ex.fusions(g)
         written: set[int] = set()  # operations written as part of a chain before them
         only = self.only
+        seen: dict[tuple[Any, ...], int] = {}  # operation (same_key) -> its output operand
+        outputs = set(g.outputs)
         for k, (t, ins, outs) in enumerate(g.operations):
             if k in written or (only is not None and k not in only):
                 continue
-            if k in fusions and self.fuse(fusions[k]):
+            if k in fusions and not self.guarded(fusions[k]) and self.fuse(fusions[k]):
                 written.update(fusions[k].ops)
                 continue
+            key = self.same_key(t, ins, outs)
+            if key is not None:
+                first = seen.get(key)
+                if first is not None and first in self.tensors and \
+                        (outs[0] not in outputs or first not in outputs):
+                    # The same value: written once (one tensor is at most one output).
+                    self.tensors[outs[0]] = self.tensors[first]
+                    if outs[0] in outputs:
+                        outputs.add(first)
+                    continue
+            before = len(self.ex.refused)
             self.convert(k, t, ins, outs)
+            if key is not None and len(self.ex.refused) == before:
+                seen.setdefault(key, outs[0])
         if len(self.ex.refused) > refused or only is not None:
             return  # outputs of refused (or skipped) operations were never made
         try:
@@ -187,6 +203,40 @@ class SubgraphWriter:
             self.sg.outputs = outputs
         except Unexportable as e:
             self.ex.refused.append(f"{self.where()}outputs: {e}")
+
+    def guarded(self, fusion: Any) -> bool:
+        """Whether the guarded form (``guard_division``) writes this chain as it is: a float32
+        FLOOR_DIV by a run-time divisor, which TFLite fails on a zero."""
+        return fusion.name == "FLOOR_DIV" and self.ex.guard_division and \
+            not self.g.operands[fusion.ins[1]].is_const
+
+    def same_key(self, t: int, ins: Any, outs: Any) -> tuple[Any, ...] | None:
+        """What makes two operations compute the same value: the type, the inputs (small constants
+        by value) and the output's type, quantization and shape; None for an operation with
+        several outputs or a subgraph operand. Every HAL operation is a function of its
+        inputs (RANDOM_MULTINOMIAL, the one that is not, does not export), so the second of
+        two such is written as the first's tensor: the importer makes some twice (a FLOOR_MOD
+        and a FLOOR_DIV of one pair each divide it), where the file had one operator."""
+        if len(outs) != 1:
+            return None
+        parts: list[Any] = [t]
+        for i in ins:
+            info = self.g.shaped(i)
+            if info.type == T.SUBGRAPH:
+                return None
+            if info.is_const and np.size(info.value) <= 16:  # (weights: by operand)
+                v = np.asarray(info.value)
+                parts.append((int(info.type), v.dtype.str, v.shape, v.tobytes(), info.scale,
+                              info.zero_point))
+            elif info.omitted:
+                parts.append(("omitted", int(info.type)))
+            else:
+                parts.append(i)
+        o = self.g.shaped(outs[0])
+        if o.channel_scales is not None:
+            return None
+        parts.append((int(o.type), o.scale, o.zero_point, o.shape))
+        return tuple(parts)
 
     def convert(self, k: int, t: int, ins: Any, outs: Any) -> None:
         """HAL operation ``k`` through its converter; a refusal is collected."""

@@ -180,11 +180,24 @@ _real_div = CONVERTERS["DIV"]
 
 def _div(cx: ExportOpContext) -> None:
     """The HAL's int32 DIV floors (its fuse code must be NONE) where TFLite's DIV truncates:
-    TFLite's FLOOR_DIV is the same operation."""
-    if cx.info(0).type == OperandType.TENSOR_INT32:
+    TFLite's FLOOR_DIV is the same operation, but for a zero divisor, where the HAL gives 0
+    and TFLite fails the invocation; guarded (``guard_division``), where the divisor may be 0
+    at run time: FLOOR_DIV by 1 there, and 0 selected."""
+    if cx.info(0).type != OperandType.TENSOR_INT32:
+        _real_div(cx)
+        return
+    y = cx.info(1)
+    if not cx.w.ex.guard_division or (y.is_const and np.all(np.asarray(y.value) != 0)):
         cx.emit(BO.FLOOR_DIV, [cx.t(0), cx.t(1)], [cx.o()])
         return
-    _real_div(cx)
+    shape = cx.shape(1)
+    zero = cx.w.new(f"zero{len(cx.w.sg.tensors)}", shape, TT.BOOL)
+    cx.emit(BO.EQUAL, [cx.t(1), cx.ints([0])], [zero])
+    divisor = cx.temp(shape, cx.t(1))
+    cx.emit(BO.SELECT_V2, [zero, cx.ints([1]), cx.t(1)], [divisor])
+    quotient = cx.temp(cx.out_shape(), cx.o())
+    cx.emit(BO.FLOOR_DIV, [cx.t(0), divisor], [quotient])
+    cx.emit(BO.SELECT_V2, [zero, cx.ints([0]), quotient], [cx.o()])
 
 
 CONVERTERS["DIV"] = _div

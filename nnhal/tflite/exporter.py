@@ -38,7 +38,8 @@ from nnhal.validation.model import ValidationError
 def write_tflite(model: Model | ImportedModel, input_names: list[str] | None = None,
                  output_names: list[str] | None = None, *,
                  graph: ModelGraph | None = None, data_outside: bool = False,
-                 exact_resize: bool = False, in_frame: bool = False) -> bytes:
+                 exact_resize: bool = False, in_frame: bool = False,
+                 guard_division: bool = False) -> bytes:
     """The .tflite bytes of ``model``, with a "serving_default" signature.
 
     Raises InvalidModelError (the validation message) for an invalid model, and
@@ -51,6 +52,9 @@ def write_tflite(model: Model | ImportedModel, input_names: list[str] | None = N
     ``exact_resize``: float32 RESIZE_BILINEAR on half the input, doubled after, so that
     XNNPACK's a + (b - a) t cannot overflow where the exact result is finite (the LiteRT
     driver's form; two elementwise operators more).
+    ``guard_division``: an int32 DIV by a divisor that may be 0 at run time gives the HAL's 0
+    there (EQUAL, SELECT_V2 around TFLite's FLOOR_DIV, which fails the invocation on a zero;
+    the LiteRT driver's form for a run that failed so).
     ``in_frame`` (with ``data_outside``): when the model's weights lie in a file's frame
     (nnhal.memory.frame: a .tflite read in this process), the result may be that frame's
     buffer, the flatbuffer built around them (no copy of them; for an engine in this process:
@@ -70,11 +74,13 @@ def write_tflite(model: Model | ImportedModel, input_names: list[str] | None = N
     output_names = _names(output_names, len(main.outputs), "output")
     with _converted_lock:
         done = _converted.pop(graph, None)
-    if done is not None and done[0] == (exact_resize, input_names, output_names):
+    if done is not None and done[0] == (exact_resize, input_names, output_names) and \
+            not guard_division:
         converted, refused = done[1], []  # converted already, by the support probe
     else:
         converted, refused = convert_model(graph, input_names, output_names,
-                                           exact_resize=exact_resize)
+                                           exact_resize=exact_resize,
+                                           guard_division=guard_division)
     if refused:
         raise UnsupportedModelError("cannot export to TFLite", refused)
     located = _frame_locator(model) if in_frame and data_outside else None
@@ -102,11 +108,13 @@ def _frame_locator(model: Model) -> tuple[Frame, Callable[[Any], int | None]] | 
 
 
 def convert_model(graph: ModelGraph, input_names: list[str], output_names: list[str], *,
-                  exact_resize: bool = False) -> tuple[ModelDef, list[str]]:
+                  exact_resize: bool = False, guard_division: bool = False
+                  ) -> tuple[ModelDef, list[str]]:
     """The analysed model converted to TFLite operators (not serialised yet), with the
     signature when nothing was refused, and every refusal ("#index TYPE: reason")."""
     ex = _Exporter(graph.referenced)
     ex.exact_resize = exact_resize
+    ex.guard_division = guard_division
     ex.extension_ops = graph.extension_ops
     ex.convert(graph.main, "main", input_names, output_names)
     if not ex.refused:
@@ -156,6 +164,8 @@ class _Exporter:
         self.fusions = find_fusions
         #: float32 RESIZE_BILINEAR as MUL 0.5, RESIZE_BILINEAR, MUL 2 (see export_nn._resize)
         self.exact_resize = False
+        #: int32 DIV by a run-time divisor guarded against 0 (see write_tflite)
+        self.guard_division = False
         #: The model's extension operations (the analysis' table): those with a
         #: ``tflite_export`` are written through it.
         self.extension_ops: Mapping[int, Any] = {}

@@ -118,8 +118,8 @@ def _add_then_argmax_rank1() -> Model:
 
 @pytest.mark.parametrize("model, expected", [
     (_add(), [True]),
-    (_div_int32([1, 2, 3, 4]), [False]),   # litert truncates; the HAL floors
-    (_div_int32(None), [False]),
+    (_div_int32([1, 2, 3, 4]), [True]),    # FLOOR_DIV (TFLite's DIV truncates)
+    (_div_int32(None), [True]),            # a zero divisor: the guarded form (test below)
     (_transpose("const"), [True]),
     (_transpose("omitted"), [True]),       # known at prepare: the exporter reverses the axes
     (_transpose("input"), [False]),        # the request may omit it
@@ -131,7 +131,7 @@ def _add_then_argmax_rank1() -> Model:
     (_reshape(True, [3, 2]), [True]),
     (_reshape(True, [0, 0]), [False]),     # XNNPACK cannot reshape at allocation
     (_add_then_argmax_rank1(), [True, True]),
-    (_add_then_div_int32(), [True, False]),
+    (_add_then_div_int32(), [True, True]),
 ], ids=["add", "div-int32-const", "div-int32-input",
         "transpose-const", "transpose-omitted", "transpose-input", "argmax-rank2",
         "argmax-rank1", "mean-keep", "mean-all", "reshape-const-dynamic",
@@ -183,36 +183,9 @@ def test_a_same_padding_past_int16_is_not_claimed() -> None:
     assert why is not None and "SAME padding of 32768 along the height" in why, why
 
 
-def test_int32_div_is_refused_because_litert_fails_division_by_zero() -> None:
-    """The exporter writes the HAL's flooring int32 DIV as TFLite's FLOOR_DIV (TFLite's DIV
-    would give -22 / 7 = -3 where the HAL gives -4), which agrees; the driver still refuses
-    it, since TFLite fails a division by zero the HAL defines."""
-    litert = pytest.importorskip("ai_edge_litert.interpreter",
-                                 reason="ai-edge-litert not installed")
-    from nnhal.tflite import write_tflite
-
-    model = _div_int32([1, -2, 3, 7])
-    x = np.array([7, -9, 10, -22], np.int32)
-    it = litert.Interpreter(model_content=write_tflite(model), num_threads=2)
-    it.allocate_tensors()
-    it.set_tensor(it.get_input_details()[0]["index"], x)
-    it.invoke()
-    got = it.get_tensor(it.get_output_details()[0]["index"])
-    want = _reference(model, [x], [got.nbytes])[0]
-    assert list(want) == [7, 4, 3, -4]
-    assert list(got) == list(want)
-    assert supported_operations(_graph(model)) == [False]
-    model_zero = _div_int32([1, 0, 3, 7])
-    it0 = litert.Interpreter(model_content=write_tflite(model_zero), num_threads=2)
-    it0.allocate_tensors()
-    it0.set_tensor(it0.get_input_details()[0]["index"], x)
-    with pytest.raises(RuntimeError, match="Division by 0"):
-        it0.invoke()
-
-
 def test_reasons_table_covers_what_is_always_refused() -> None:
     table = refused_reasons()
-    for name in ("WHILE", "LSTM", "SVDF", "DIV", "BIDIRECTIONAL_SEQUENCE_RNN", "ROI_ALIGN"):
+    for name in ("WHILE", "LSTM", "SVDF", "BIDIRECTIONAL_SEQUENCE_RNN", "ROI_ALIGN"):
         assert table[name] and all(kind and why for kind, why in table[name]), name
     assert "loop timeout" in table["WHILE"][0][1]
 

@@ -161,16 +161,17 @@ class LiteRTCache(CompilationCache):
             return None
         data = plan.engines.flatbuffer
         body = encode_head(priority, plan.graph.relaxed, data) + \
-            encode_io(plan.graph, self.driver_version, xnnpack=plan.engines.xnnpack)
+            encode_io(plan.graph, self.driver_version, xnnpack=plan.engines.xnnpack,
+                      divides=plan.engines.divides)
         return body, data, plan
 
-    def decode(self, loaded: Loaded) -> tuple[ModelGraph, bytes | StoredFile, bool]:
+    def decode(self, loaded: Loaded) -> tuple[ModelGraph, bytes | StoredFile, bool, bool]:
         source = loaded.private if loaded.private is not None else loaded.data
         graph, rec = read_io(loaded.body, self.driver_version)
-        xnnpack = rec.get("xnnpack", True)
-        if not isinstance(xnnpack, bool):
-            raise CacheError("malformed model cache: xnnpack is not a boolean")
-        return graph, source, xnnpack
+        xnnpack, divides = rec.get("xnnpack", True), rec.get("divides", False)
+        if not isinstance(xnnpack, bool) or not isinstance(divides, bool):
+            raise CacheError("malformed model cache: xnnpack or divides is not a boolean")
+        return graph, source, xnnpack, divides
 
     def private_data(self, head: BodyHead) -> StoredFile | None:
         if self.store is None:
@@ -185,11 +186,12 @@ class LiteRTCache(CompilationCache):
         if self.store is not None:
             self.store.remove(digest)
 
-    def bind(self, image: tuple[ModelGraph, bytes | StoredFile, bool]) -> LiteRTPlan:
-        graph, flatbuffer, xnnpack = image
+    def bind(self, image: tuple[ModelGraph, bytes | StoredFile, bool, bool]) -> LiteRTPlan:
+        graph, flatbuffer, xnnpack, divides = image
         check_work(graph, self.max_work)
         first = Engine(flatbuffer, self.threads, xnnpack)
         if len(first.inputs) != len(graph.main.inputs) or \
                 len(first.outputs) != len(graph.main.outputs):
             raise CacheError("flatbuffer does not match the model cache")
-        return LiteRTPlan(graph, EnginePool(flatbuffer, self.threads, first, xnnpack))
+        return LiteRTPlan(graph, EnginePool(flatbuffer, self.threads, first, xnnpack,
+                                            divides))

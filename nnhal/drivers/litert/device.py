@@ -150,8 +150,8 @@ class LiteRTDevice(DeviceBase):
         if deadline is not None and time.monotonic_ns() > deadline:
             return ErrorStatus.MISSED_DEADLINE_TRANSIENT, None
         return ErrorStatus.NONE, LiteRTPreparedModel(
-            self, LiteRTPlan(graph, EnginePool(compiled, self.threads, first, xnnpack)),
-            priority)
+            self, LiteRTPlan(graph, EnginePool(compiled, self.threads, first, xnnpack,
+                                               support.divides(graph))), priority)
 
     def restored(self, plan: LiteRTPlan, priority: Priority) -> LiteRTPreparedModel:
         return LiteRTPreparedModel(self, plan, priority)

@@ -17,7 +17,7 @@ typedef struct {
     PyObject *inputs;   /* tuple: the input tensors' indexes */
     PyObject *outputs;  /* tuple: the output tensors' indexes */
     PyObject *general;  /* callable(arrays) -> outs or None: every other case */
-    PyObject *failed;   /* callable(exception): a call raised */
+    PyObject *failed;   /* callable(exception, arrays) -> outs or None: a call raised */
     PyObject *fix;      /* callable(outs) -> outs or None: an output of another shape */
     PyObject *profile;  /* module whose ACTIVE is not None while a profile is taken */
     PyObject *zero;     /* the subgraph index 0 */
@@ -180,7 +180,8 @@ static PyObject *calls_call(PyObject *self, PyObject *const *args, size_t nargsf
 
 failed:
     /* As the twin: a call that raised leaves the engine out of the pool (not trusted
-     * again) and is reported; an exception that is not an Exception goes up. */
+     * again) and is reported, with the inputs (the twin may run them another way: its
+     * answer is this call's); an exception that is not an Exception goes up. */
     Py_XDECREF(outs);
     Py_DECREF(calls);
     Py_XDECREF(engine);
@@ -189,11 +190,9 @@ failed:
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
     if (tb != NULL && value != NULL) PyException_SetTraceback(value, tb);
-    r = nnhal_call1(s->failed, value ? value : Py_None);
+    r = PyObject_CallFunctionObjArgs(s->failed, value ? value : Py_None, arrays, NULL);
     Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb);
-    if (r == NULL) return NULL;
-    Py_DECREF(r);
-    Py_RETURN_NONE;
+    return r;
 }
 
 static int check_indexes(PyObject *t, const char *what) {

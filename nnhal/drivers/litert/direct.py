@@ -24,17 +24,18 @@ def calls(*, pool: list[Any] | None, calls: tuple[Any, Any, Any] | None,
           shapes: Sequence[tuple[int, ...]] | None, inputs: Sequence[int],
           outputs: Sequence[int], known: Sequence[tuple[int, ...] | None],
           general: Callable[[Sequence[Any]], list[Any] | None],
-          failed: Callable[[BaseException], None],
+          failed: Callable[[BaseException, Sequence[Any]], list[Any] | None],
           fix: Callable[[list[Any]], list[Any] | None], bools: Sequence[int] = ()
           ) -> Any | None:
     """A native callable taking a list of input arrays and giving the output arrays (or
     None), as the binding's ``run``: on an engine taken from ``pool`` (the free list; one
     fitted to ``shapes``, the pool's one object for the layout, else ``general`` runs) or
     with the fixed ``calls``. ``general`` runs every other case (a profiled run, not a list
-    of the inputs' count), ``failed`` is told of a call that raised (the answer is then
-    None), ``fix`` gets outputs of another shape than ``known``; ``bools``: the inputs whose
-    arrays ``general`` takes unless every byte is 0 or 1. None when the native module is not
-    available, or cannot hold this layout."""
+    of the inputs' count), ``failed`` is told of a call that raised, with the inputs (its
+    answer is the call's: None, or the outputs of the run made another way), ``fix`` gets
+    outputs of another shape than ``known``; ``bools``: the inputs whose arrays ``general``
+    takes unless every byte is 0 or 1. None when the native module is not available, or
+    cannot hold this layout."""
     m = DIRECT.module()
     if m is None:
         return None

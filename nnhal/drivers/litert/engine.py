@@ -126,13 +126,18 @@ class EnginePool:
     """Interpreters for one flatbuffer: :meth:`take` lends one no other thread uses (made
     when none is free), :meth:`give` returns it for the next execution. The source (bytes, or
     a private store's open file) is kept for the pool's lifetime: interpreters map it.
-    ``xnnpack``: whether its interpreters apply XNNPACK (see :class:`Engine`)."""
+    ``xnnpack``: whether its interpreters apply XNNPACK (see :class:`Engine`). ``divides``:
+    the model has an int32 division by a divisor that may be 0 at run time, which TFLite's
+    FLOOR_DIV fails on where the HAL gives 0: a run that fails is run again on
+    :meth:`guarded`."""
 
     def __init__(self, flatbuffer: Source, threads: int, first: Engine | None = None,
-                 xnnpack: bool = True):
+                 xnnpack: bool = True, divides: bool = False):
         self.source = flatbuffer
         self.threads = threads
         self.xnnpack = xnnpack
+        self.divides = divides
+        self._guarded: EnginePool | None = None
         self._free: list[Engine] = [first] if first is not None else []
         self._lock = threading.Lock()
         #: How many interpreters were made (for tests and diagnostics).
@@ -166,3 +171,23 @@ class EnginePool:
 
     def give(self, engine: Engine) -> None:
         self._free.append(engine)
+
+    def guarded(self) -> EnginePool:
+        """The pool of the model's guarded form (``write_tflite(guard_division=True)``: the
+        HAL's 0 for a zero divisor), made from this flatbuffer on first use: read back and
+        written again (a failed run is rare; the form costs four operators per division).
+        Raises what reading or writing raises."""
+        with self._lock:
+            found = self._guarded
+        if found is not None:
+            return found
+        from nnhal.tflite import read_tflite, write_tflite
+
+        form = write_tflite(read_tflite(self.flatbuffer, dynamic_shapes=True),
+                            guard_division=True)
+        made = EnginePool(form, self.threads, Engine(form, self.threads, self.xnnpack),
+                          self.xnnpack)
+        with self._lock:
+            if self._guarded is None:
+                self._guarded = made
+            return self._guarded

@@ -184,13 +184,34 @@ class LiteRTArrays(ArrayRun):
             return general(inputs)
         return run
 
-    def _failed(self, e: BaseException) -> None:
+    def _failed(self, e: BaseException, inputs: Sequence[np.ndarray]
+                ) -> list[np.ndarray] | None:
+        """A run that raised: made again on the guarded form where the model divides (a zero
+        divisor; :attr:`EnginePool.divides`), else logged; its answer is the run's."""
+        if self.engines.divides:
+            try:
+                pool = self.engines.guarded()
+            except Exception as e2:  # noqa: BLE001 - reported as the run's failure
+                self.pm.device.log(f"bound run failed: {type(e).__name__}: {e}; no guarded "
+                                   f"form: {type(e2).__name__}: {e2}")
+                return None
+            engine = pool.take()
+            try:
+                if engine.shapes != self.shapes:
+                    engine.fit(self.shapes)
+            except Exception as e2:  # noqa: BLE001 - not trusted again
+                self.pm.device.log(f"bound run failed: {type(e2).__name__}: {e2}")
+                return None
+            return self._invoke(engine, inputs, pool)
         self.pm.device.log(f"bound run failed: {type(e).__name__}: {e}")
+        return None
 
-    def _invoke(self, engine: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray] | None:
+    def _invoke(self, engine: Any, inputs: Sequence[np.ndarray], guarded: Any = None
+                ) -> list[np.ndarray] | None:
         """One run on ``engine`` (fitted to this layout), given back after it; None when it
         failed (the engine is not trusted again: not given back) or its outputs do not fit
-        the model's shapes."""
+        the model's shapes. ``guarded``: the guarded form's pool, ``engine`` one of its
+        (a run that fails there is not made again)."""
         if self.bools:
             inputs = list(inputs)
             for k in self.bools:
@@ -209,9 +230,11 @@ class LiteRTArrays(ArrayRun):
                 outs.append(get(idx, 0))  # copies, as get_tensor's
             del w, set_tensor, get
         except Exception as e:  # noqa: BLE001
-            self._failed(e)
-            return None
-        self.engines.give(engine)
+            if guarded is not None:
+                self.pm.device.log(f"bound run failed: {type(e).__name__}: {e}")
+                return None
+            return self._failed(e, inputs)
+        (guarded or self.engines).give(engine)
         return self._fit_outputs(outs)
 
     def _fit_outputs(self, outs: list[np.ndarray]) -> list[np.ndarray] | None:
@@ -295,8 +318,8 @@ class LiteRTPreparedModel(PreparedModelBase):
         main = self.graph.main
         pairs = tuple((int(i), int(o)) for i, o in state)
         if not pairs or len(shapes) != len(main.inputs) or \
-                any(k is None for k in self._known):
-            return None
+                any(k is None for k in self._known) or self.engines.divides:
+            return None  # (divides: a run that fails may have set some of the state)
         for idx in (*main.inputs, *main.outputs):
             t = main.operands[idx].type
             if not t.is_tensor or t in _BOOLS:
@@ -369,8 +392,14 @@ class LiteRTPreparedModel(PreparedModelBase):
 
     def _run_checked(self, request: Request, pools: Sequence[RequestPool], rt: RunState,
                      prepared: LiteRTRequest | None) -> tuple[ErrorStatus, list[OutputShape]]:
+        engines = self.engines
         if prepared is not None and prepared.direct and rt.deadline_ns is None:
-            done = self._direct(prepared)
+            try:
+                done = self._direct(prepared)
+            except Exception:
+                if not engines.divides:
+                    raise
+                done, engines = None, engines.guarded()  # (a zero divisor: see below)
             if done is not None:
                 return done
         if prepared is None:
@@ -382,12 +411,22 @@ class LiteRTPreparedModel(PreparedModelBase):
                 self._inputs(request, pools, shapes, prepared.inputs)
         if rt.deadline_ns is not None:
             rt.check_deadline()
-        engines = self.engines
         # Taken by this run alone; given back only after a clean run: an interpreter that
         # failed half-way is not trusted again (the next run makes a fresh one).
         engine = engines.take()
         engine.fit(shapes)
-        engine.invoke(inputs)
+        try:
+            engine.invoke(inputs)
+        except Exception:
+            # A model that divides by a run-time int32 divisor: TFLite's FLOOR_DIV fails on
+            # a zero, where the HAL gives 0; the guarded form gives it (and fails the run
+            # for anything else, as this one did).
+            if not engines.divides or engines is not self.engines:
+                raise
+            engines = engines.guarded()
+            engine = engines.take()
+            engine.fit(shapes)
+            engine.invoke(inputs)
         outs = engine.output_views()
         for k, known in enumerate(self._known):
             if known is not None and outs[k].shape != known and outs[k].size == math.prod(known):

@@ -146,7 +146,7 @@ class LiteRTStateArrays(StateArrayRun):
                               fix=self._fit_outputs)
         return native if native is not None else self.run
 
-    def _failed(self, e: BaseException) -> None:
+    def _failed(self, e: BaseException, inputs: object = None) -> None:
         self.failure = f"{type(e).__name__}: {e}"
 
     def _fit_outputs(self, outs: list[np.ndarray]) -> list[np.ndarray] | None:

@@ -54,9 +54,6 @@ REFUSED: dict[str, list[tuple[str, str]]] = {
         ("every BIDIRECTIONAL_SEQUENCE_RNN", "crash-prone: TFLite's kernel aborts the whole "
          "process (a failed check) when the auxiliary input or weights are absent; the only "
          "cases that pass feed them as model inputs, which a request may omit")],
-    "DIV": [("TENSOR_INT32", "TFLite's FLOOR_DIV (the exporter's form of the HAL's flooring "
-             "int32 DIV; TFLite's DIV truncates) fails the invocation on a division by zero, "
-             "where the HAL defines the result")],
     "RESHAPE": [("shape given at run time with the output shape unknown at prepare",
                  "XNNPACK fails to reshape its runtime at allocation")],
     "SQUEEZE": [("axes given at run time with the output shape unknown at prepare",
@@ -262,6 +259,25 @@ def builtin_kernels(graph: ModelGraph) -> bool:
         with _reasons_lock:
             _builtin_of[graph] = found
     return found
+
+
+def divides(graph: ModelGraph) -> bool:
+    """Whether the model has an int32 DIV whose divisor may be 0 at run time (not a constant
+    without zeros), or a float32 floor division the exporter writes as FLOOR_DIV
+    (:mod:`nnhal.tflite.export_fuse`) by a run-time divisor: TFLite's FLOOR_DIV fails the
+    invocation on a zero where the HAL gives 0 (or +-inf, NaN), so such a run is run again
+    on the guarded form (``EnginePool.guarded``)."""
+    for g in (graph.main, *graph.referenced):
+        if any(f.name == "FLOOR_DIV" and not g.operands[f.ins[1]].is_const
+               for f in find_fusions(g).values()):
+            return True
+        for t, ins, _ in g.operations:
+            if t != O.DIV or len(ins) < 2 or g.operands[ins[0]].type != T.TENSOR_INT32:
+                continue
+            y = g.operands[ins[1]]
+            if not y.is_const or not np.all(np.asarray(y.value) != 0):
+                return True
+    return False
 
 
 def _find_builtin(graph: ModelGraph) -> bool:
@@ -473,6 +489,7 @@ class _ExportProbe:
         self.refused: list[str] = []
         self.converters = CONVERTERS
         self.exact_resize = True  # the driver's export (device.compile_now)
+        self.guard_division = False
         self.extension_ops = graph.extension_ops
         self._done: dict[tuple[int, int], int] = {}
 
@@ -535,8 +552,6 @@ def _rule(graph: ModelGraph, g: SubgraphGraph, name: str, ins: list[int],
             return (f"input {j} may be omitted by the request (it is computed at run time, "
                     f"and a step of a split model gets it as a model input), and a TFLite "
                     f"model cannot leave an input out")
-    if name == "DIV" and g.operands[ins[0]].type == T.TENSOR_INT32:
-        return REFUSED[name][0][1]
     if name in ("RESHAPE", "SQUEEZE") and len(ins) > 1:
         shape = g.shapes[outs[0]]
         if not g.operands[ins[1]].is_const and not g.operands[ins[1]].omitted and \
