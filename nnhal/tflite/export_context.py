@@ -172,7 +172,12 @@ class SubgraphWriter:
         fusions = self.ex.fusions(g)
         written: set[int] = set()  # operations written as part of a chain before them
         only = self.only
-        seen: dict[tuple[Any, ...], int] = {}  # operation (same_key) -> its output operand
+        # Operations written, by type and run-time inputs (cheap, and nearly always unique),
+        # then by :meth:`same_key` where two share those: an operation computing what one
+        # before it computed is written as that one's tensor.
+        written_by: dict[tuple[Any, ...], list[int]] = {}
+        keys: dict[int, tuple[Any, ...] | None] = {}
+        operands = g.operands
         outputs = set(g.outputs)
         for k, (t, ins, outs) in enumerate(g.operations):
             if k in written or (only is not None and k not in only):
@@ -180,20 +185,14 @@ class SubgraphWriter:
             if k in fusions and not self.guarded(fusions[k]) and self.fuse(fusions[k]):
                 written.update(fusions[k].ops)
                 continue
-            key = self.same_key(t, ins, outs)
-            if key is not None:
-                first = seen.get(key)
-                if first is not None and first in self.tensors and \
-                        (outs[0] not in outputs or first not in outputs):
-                    # The same value: written once (one tensor is at most one output).
-                    self.tensors[outs[0]] = self.tensors[first]
-                    if outs[0] in outputs:
-                        outputs.add(first)
-                    continue
+            coarse = (t, *(i for i in ins if not operands[i].is_const))
+            before_ops = written_by.get(coarse)
+            if before_ops is not None and self.written_as(k, before_ops, keys, outputs):
+                continue
             before = len(self.ex.refused)
             self.convert(k, t, ins, outs)
-            if key is not None and len(self.ex.refused) == before:
-                seen.setdefault(key, outs[0])
+            if len(self.ex.refused) == before:
+                written_by.setdefault(coarse, []).append(k)
         if len(self.ex.refused) > refused or only is not None:
             return  # outputs of refused (or skipped) operations were never made
         try:
@@ -209,6 +208,28 @@ class SubgraphWriter:
         FLOOR_DIV by a run-time divisor, which TFLite fails on a zero."""
         return fusion.name == "FLOOR_DIV" and self.ex.guard_division and \
             not self.g.operands[fusion.ins[1]].is_const
+
+    def written_as(self, k: int, before: list[int], keys: dict[int, tuple[Any, ...] | None],
+                   outputs: set[int]) -> bool:
+        """Whether operation ``k`` computes what one of ``before`` (written) did: then its
+        output is that one's tensor (one tensor is at most one subgraph output)."""
+        ops = self.g.operations
+        for j in (k, *before):
+            if j not in keys:
+                keys[j] = self.same_key(*ops[j])
+        mine = keys[k]
+        if mine is None:
+            return False
+        out = ops[k][2][0]
+        for j in before:
+            first = ops[j][2][0]
+            if keys[j] == mine and first in self.tensors and \
+                    (out not in outputs or first not in outputs):
+                self.tensors[out] = self.tensors[first]
+                if out in outputs:
+                    outputs.add(first)
+                return True
+        return False
 
     def same_key(self, t: int, ins: Any, outs: Any) -> tuple[Any, ...] | None:
         """What makes two operations compute the same value: the type, the inputs (small constants
