@@ -105,3 +105,4 @@ def test_a_converter_model_with_log_runs_whole_on_litert() -> None:
     path = Path(__file__).resolve().parents[1] / "tflite" / "data" / "rfft2d_spectrum.tflite"
     with Session(path) as s:
         assert [step["device"] for step in s.plan] == ["litert"]
+
