@@ -155,3 +155,58 @@ def test_without_native_code_a_file_is_read_the_plain_way(big, monkeypatch):
     assert frame._fill is None and fill.status() == "disabled by NNHAL_NATIVE=0"
     frame.settle()  # nothing to wait for
     assert frame.content == data
+
+
+def test_pages_wanted_are_copied_in_at_once_with_the_files_bytes(big):
+    """Frame.want: the pages holding the offsets asked for are there before they are read,
+    with the file's bytes, and reading them waits for no fault; offsets outside the file are
+    ignored; once the fill is done, asking is nothing."""
+    _need_fill()
+    path, data = big
+    frame = _filled(path)
+    picks = np.array([SIZE - 5, SIZE // 2, 7 << 20, SIZE - (1 << 20), 3 << 20, 123_457,
+                      -9, SIZE + 4096, 1 << 40], np.int64)
+    frame.want(picks)
+    view = frame.content
+    for at in picks[:6]:
+        assert view[int(at)] == data[int(at)]
+    frame.settle()
+    err, _, served = frame._fill.wait(0)
+    assert err == 0 and served == 0  # no read above faulted: each page was there
+    assert frame.content == data
+    frame.want(picks)  # done: nothing to do, nothing to fail
+
+
+def test_wanting_while_another_thread_waits_for_the_fill_is_left_to_the_faults(big):
+    _need_fill()
+    path, data = big
+    frame = _filled(path)
+    holding = frame._fill._waiting
+    assert holding.acquire(blocking=False)  # as a waiter inside the library would hold it
+    try:
+        frame.want(np.array([SIZE // 2], np.int64))  # must neither block nor touch the fill
+    finally:
+        holding.release()
+    assert frame.content[SIZE // 2] == data[SIZE // 2]
+    frame.settle()
+
+
+def test_the_buffer_tables_hint_reads_nothing_out_of_place():
+    """schema._buffer_tables reads the file before it is verified: any bytes give an array of
+    offsets inside the file (or none), never an exception."""
+    from nnhal.tflite.schema import _buffer_tables
+
+    rng = np.random.default_rng(0)
+    for n in (0, 3, 8, 16, 64, 4096):
+        for _ in range(50):
+            data = rng.integers(0, 256, n, np.uint8).tobytes()
+            found = _buffer_tables(data)
+            assert found.dtype == np.int64 and np.all((found >= 0) & (found < max(n, 1)))
+    real = (Path(__file__).parent / "tflite" / "data" / "xla_float.tflite").read_bytes()
+    import tflite
+
+    m = tflite.Model.GetRootAsModel(real, 0)
+    want = sorted(m.Buffers(i)._tab.Pos for i in range(m.BuffersLength()))
+    assert sorted(_buffer_tables(real).tolist()) == want
+    assert _buffer_tables(real[:len(real) // 2]).size == 0 or \
+        np.all(_buffer_tables(real[:len(real) // 2]) < len(real) // 2)

@@ -16,6 +16,12 @@
  * Guarantees: every page of the range ends filled, with the file's bytes or, past a short
  * read or an I/O error, zeros (so no toucher waits for ever), and the error is reported; the
  * range is unregistered before the fill counts as done.
+ *
+ * A reader that knows which pages it is about to read (the verifier: a table per weight
+ * buffer, spread over the whole file) asks for them all in one call (nnhal_fill_want), which
+ * copies them in from the calling thread: a fault is a round trip through the fill's thread
+ * (25 us each measured here, 3 ms for MobileNetV2's 136 tables), a page copied here costs a
+ * read and an ioctl.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -162,13 +168,14 @@ static void *run(void *arg) {
     if (!f->error && f->end >= 0 && pread(f->fd, &byte, 1, (off_t)f->end) > 0)
         f->error = ESTALE;  /* the file grew while it was read */
     /* Unregistering wakes every waiter left; a page never copied (only after a fatal ioctl
-     * error) is then an ordinary fresh page, and the error says the bytes are not the file's. */
+     * error) is then an ordinary fresh page, and the error says the bytes are not the file's.
+     * Under the lock: nnhal_fill_want uses both descriptors while the fill is not done. */
+    pthread_mutex_lock(&f->lock);
     struct uffdio_range all = {.start = (uintptr_t)f->dst, .len = f->len};
     ioctl(f->uffd, UFFDIO_UNREGISTER, &all);
     close(f->uffd);
     close(f->fd);
     f->uffd = f->fd = -1;
-    pthread_mutex_lock(&f->lock);
     f->done = 1;
     pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->lock);
@@ -259,6 +266,30 @@ nnhal_fill *nnhal_fill_start(int fd, long long off, void *dst, size_t len, long 
         return NULL;
     }
     return f;
+}
+
+/* Copy in, from this thread, the page holding each of the `n` byte offsets (into dst) that
+ * the fill has not reached yet: pages about to be read, in one call instead of a fault each.
+ * A page the fill (or a fault) placed meanwhile is left as it is (EEXIST); a page that cannot
+ * be read or placed here is left to the fill, which reports what it finds. Nothing once the
+ * fill is done. The caller must not free the fill during the call. */
+void nnhal_fill_want(nnhal_fill *f, const long long *offsets, size_t n) {
+    char page[4096];
+    pthread_mutex_lock(&f->lock);
+    for (size_t i = 0; i < n && !f->done; i++) {
+        if (offsets[i] < 0 || (unsigned long long)offsets[i] >= f->len)
+            continue;
+        size_t at = (size_t)offsets[i] & ~(size_t)4095;
+        if (f->filled[at / BLOCK])  /* (read unlocked by the fill: a stale 0 costs a copy) */
+            continue;
+        ssize_t r = pread(f->fd, page, sizeof page, (off_t)(f->off + (long long)at));
+        if (r != (ssize_t)sizeof page)
+            continue;  /* the file's end or an error: the fill's to report */
+        struct uffdio_copy c = {.dst = (uintptr_t)f->dst + at, .src = (uintptr_t)page,
+                                .len = sizeof page, .mode = 0};
+        ioctl(f->uffd, UFFDIO_COPY, &c);  /* EEXIST: there already */
+    }
+    pthread_mutex_unlock(&f->lock);
 }
 
 /* 1 once the fill is done (every page filled, the range unregistered), 0 when `timeout_ms`

@@ -26,6 +26,8 @@ import time
 import weakref
 from pathlib import Path
 
+import numpy as np
+
 SOURCE = Path(__file__).with_name("fill.c")
 FLAGS = ("-O2", "-fPIC", "-shared", "-pthread")
 #: A fill smaller than this is not worth a thread: read the plain way.
@@ -73,6 +75,19 @@ class Filling:
                 self._lib.nnhal_fill_free(self._handle)
                 self._result, self._keep = (err, got.value, served.value), None
             return self._result
+        finally:
+            self._waiting.release()
+
+    def want(self, offsets: np.ndarray) -> None:
+        """Copy in now the pages holding these byte offsets (int64, into the filled range),
+        those not there yet: one call where reading them would fault once each. Nothing when
+        another thread waits for the fill (it may free it) or it is done."""
+        if self._result is not None or not self._waiting.acquire(blocking=False):
+            return
+        try:
+            if self._result is None:
+                arr = np.ascontiguousarray(offsets, np.int64)
+                self._lib.nnhal_fill_want(self._handle, arr.ctypes.data, arr.size)
         finally:
             self._waiting.release()
 
@@ -167,6 +182,8 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     lib.nnhal_fill_wait.restype = ctypes.c_int
     lib.nnhal_fill_result.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     lib.nnhal_fill_result.restype = ctypes.c_int
+    lib.nnhal_fill_want.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    lib.nnhal_fill_want.restype = None
     lib.nnhal_fill_free.argtypes = [ctypes.c_void_p]
     lib.nnhal_fill_free.restype = ctypes.c_int
     return lib, ""

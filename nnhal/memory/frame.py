@@ -53,7 +53,7 @@ class Frame:
     """A file's bytes at :data:`HEAD` in one ``bytes`` object, with room after them."""
 
     __slots__ = ("buffer", "size", "tail", "_address", "_claimed", "_lock", "_end", "_view",
-                 "_fill", "_ends_read")
+                 "_fill", "_ends_read", "_fill_at")
 
     def __init__(self, size: int) -> None:
         #: Where the tail's room starts (aligned for any flatbuffer scalar): after the file's
@@ -70,6 +70,7 @@ class Frame:
         self._lock = threading.Lock()
         #: The native fill of the file's bytes while it is under way (see :meth:`settle`).
         self._fill: fill.Filling | None = None
+        self._fill_at = 0
         self._ends_read = True
 
     @classmethod
@@ -129,6 +130,7 @@ class Frame:
         if started is None:
             return False
         self._fill = started
+        self._fill_at = first - HEAD  # the file offset the fill's range starts at
         # The ends, while the middle is copied: a short read of them is the fill's news too
         # (settle reads the file again).
         if not (_fill(fd, self._writable(HEAD, first - HEAD), 0) and
@@ -151,6 +153,14 @@ class Frame:
             raise OSError(errno.ESTALE, "the file changed while it was read")
         if done[0]:
             raise OSError(done[0], os.strerror(done[0]))
+
+    def want(self, offsets: np.ndarray) -> None:
+        """The file's bytes at these offsets are about to be read: the pages holding them that
+        the copy has not reached are copied in now, in one call (reading them would wait for
+        each in turn). A hint: offsets outside the file are ignored."""
+        f = self._fill
+        if f is not None:
+            f.want(np.asarray(offsets, np.int64) - self._fill_at)
 
     def __del__(self) -> None:
         f = getattr(self, "_fill", None)

@@ -256,6 +256,38 @@ class LoadedFile:
                                             f"({what})") from None
 
 
+def _buffer_tables(data: bytes | memoryview) -> np.ndarray:
+    """Where the file's Buffer tables are, read from its bytes before they are verified, as a
+    hint (:meth:`Frame.want`): a converter writes one per weight, right before its data, so
+    they lie all over the file, and the verifier reads each. Nothing for a file that does not
+    hold them where the schema says."""
+    n = len(data)
+    try:
+        def u32(p: int) -> int:
+            return int.from_bytes(data[p:p + 4], "little") if 0 <= p <= n - 4 else -1
+
+        model = u32(0)
+        vt = model - int.from_bytes(data[model:model + 4], "little", signed=True)
+        if model < 0 or not 0 <= vt <= n - 14:
+            return _NONE
+        vsize = int.from_bytes(data[vt:vt + 2], "little")
+        entry = 4 + 2 * 4  # the vtable entry of Model's field 4, buffers
+        off = int.from_bytes(data[vt + entry:vt + entry + 2], "little") if vsize > entry else 0
+        at = model + off
+        vec = at + u32(at) if off else -1
+        count = u32(vec)
+        if vec < 0 or not 0 < count <= (n - vec - 4) // 4:
+            return _NONE
+        where = vec + 4 + 4 * np.arange(count, dtype=np.int64)
+        tables = where + np.frombuffer(data, "<u4", count, vec + 4).astype(np.int64)
+        return tables[tables < n]
+    except (ValueError, TypeError, OverflowError):
+        return _NONE
+
+
+_NONE = np.zeros(0, np.int64)
+
+
 def load(source: str | os.PathLike[str] | bytes | Frame, name: str | None = None
          ) -> LoadedFile:
     """Open a .tflite file (or bytes, or a file already read into a frame): existence, size,
@@ -284,6 +316,8 @@ def load(source: str | os.PathLike[str] | bytes | Frame, name: str | None = None
     if data[4:8] != FILE_IDENTIFIER:
         raise ModelFileError(name, f"not a TFLite flatbuffer (identifier {bytes(data[4:8])!r}, "
                                    f"expected {FILE_IDENTIFIER!r})")
+    if frame is not None:
+        frame.want(_buffer_tables(data))
     try:
         verify(data, name)
         loaded = LoadedFile(data, tflite.Model.GetRootAsModel(data, 0), name, frame)
