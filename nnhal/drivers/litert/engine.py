@@ -127,9 +127,9 @@ class EnginePool:
     when none is free), :meth:`give` returns it for the next execution. The source (bytes, or
     a private store's open file) is kept for the pool's lifetime: interpreters map it.
     ``xnnpack``: whether its interpreters apply XNNPACK (see :class:`Engine`). ``divides``:
-    the model has an int32 division by a divisor that may be 0 at run time, which TFLite's
-    FLOOR_DIV fails on where the HAL gives 0: a run that fails is run again on
-    :meth:`guarded`."""
+    the model divides by a divisor that may be 0 at run time (an int32 DIV, a float32 floor
+    division), which TFLite's FLOOR_DIV fails on where the HAL gives a result: a run that
+    fails is run again on :meth:`guarded` (``nnhal.drivers.litert.support.divides``)."""
 
     def __init__(self, flatbuffer: Source, threads: int, first: Engine | None = None,
                  xnnpack: bool = True, divides: bool = False):
@@ -174,8 +174,8 @@ class EnginePool:
 
     def guarded(self) -> EnginePool:
         """The pool of the model's guarded form (``write_tflite(guard_division=True)``: the
-        HAL's 0 for a zero divisor), made from this flatbuffer on first use: read back and
-        written again (a failed run is rare; the form costs four operators per division).
+        HAL's results for a zero divisor), made from this flatbuffer on first use: read back
+        and written again (a failed run is rare; the form costs operators per division).
         Raises what reading or writing raises."""
         with self._lock:
             found = self._guarded
