@@ -210,3 +210,23 @@ def test_the_buffer_tables_hint_reads_nothing_out_of_place():
     assert sorted(_buffer_tables(real).tolist()) == want
     assert _buffer_tables(real[:len(real) // 2]).size == 0 or \
         np.all(_buffer_tables(real[:len(real) // 2]) < len(real) // 2)
+
+
+def test_the_buffer_tables_hint_is_bounded_by_what_the_verifier_takes():
+    """A file that claims more Buffer tables than the verifier takes gives no hint (it is
+    refused next): no array of a million offsets made for it."""
+    import struct
+
+    from nnhal.tflite.schema import _buffer_tables
+    from nnhal.tflite.verify import MAX_TABLES
+
+    data = bytearray(4 * MAX_TABLES + 4096)
+    struct.pack_into("<I", data, 0, 8)          # root: the Model table at 8
+    struct.pack_into("<i", data, 8, 8 - 200)    # its vtable at 200
+    struct.pack_into("<HH", data, 200, 14, 16)  # vtable: 14 bytes, table of 16
+    struct.pack_into("<H", data, 212, 4)        # field 4 (buffers) at table + 4
+    struct.pack_into("<I", data, 12, 300)       # -> the vector at 312
+    for count in (3, MAX_TABLES + 1):
+        struct.pack_into("<I", data, 312, count)
+        found = _buffer_tables(bytes(data))
+        assert found.size == (3 if count == 3 else 0)

@@ -29,7 +29,7 @@ from tflite.TensorType import TensorType as TT
 
 from nnhal.errors import ModelFileError
 from nnhal.memory.frame import Frame, file_bytes
-from nnhal.tflite.verify import verify
+from nnhal.tflite.verify import MAX_TABLES, verify
 
 #: The schema version this package reads and writes (TFLITE_SCHEMA_VERSION).
 SCHEMA_VERSION = 3
@@ -276,8 +276,8 @@ def _buffer_tables(data: bytes | memoryview) -> np.ndarray:
         at = model + off
         vec = at + u32(at) if off else -1
         count = u32(vec)
-        if vec < 0 or not 0 < count <= (n - vec - 4) // 4:
-            return _NONE
+        if vec < 0 or not 0 < count <= min((n - vec - 4) // 4, MAX_TABLES):
+            return _NONE  # (more tables than the verifier takes: it refuses the file)
         where = vec + 4 + 4 * np.arange(count, dtype=np.int64)
         tables = where + np.frombuffer(data, "<u4", count, vec + 4).astype(np.int64)
         return tables[tables < n]
