@@ -7,10 +7,13 @@ Graphs are immutable once built (operand infos are shared, never edited).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import threading
+import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from nnhal.core.version import FeatureLevel
 from nnhal.hal.types import OperationType, Subgraph
@@ -118,3 +121,29 @@ class ModelGraph:
                     why = self.reasons.get((-1, k))
                     names.append(f"extension operation {t:#x}" + (f" ({why})" if why else ""))
         return names
+
+
+_T = TypeVar("_T")
+_G = TypeVar("_G", ModelGraph, SubgraphGraph)
+
+
+def once_per_graph(find: Callable[[_G], _T]) -> Callable[[_G], _T]:
+    """``find`` of a graph computed once while the graph lives (graphs are immutable): what
+    several readers ask of one analysed graph (a support query, then the prepare) is worked
+    out once. The answer is shared: it must not be changed by its callers."""
+    found: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+    lock = threading.Lock()
+
+    @functools.wraps(find)
+    def once(graph: _G) -> _T:
+        with lock:
+            hit = found.get(graph, _MISSING)
+        if hit is _MISSING:
+            hit = find(graph)
+            with lock:
+                found[graph] = hit
+        return hit
+    return once
+
+
+_MISSING = object()

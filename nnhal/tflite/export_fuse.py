@@ -32,8 +32,6 @@ outputs; on the file's own operators ai-edge-litert gives the file's integers.
 
 from __future__ import annotations
 
-import threading
-import weakref
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -41,6 +39,7 @@ import numpy as np
 import tflite
 
 from nnhal.analysis import SubgraphGraph
+from nnhal.analysis.graph import once_per_graph
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.tflite.export_context import Converter, ExportOpContext, fused_act
 from nnhal.tflite.export_nn import _bias, fully_connected
@@ -66,21 +65,9 @@ class Fusion:
 def find_fusions(g: SubgraphGraph) -> dict[int, Fusion]:
     """The chains of ``g`` to write as one operator, by the index of each chain's first
     operation. Found once per analysed subgraph (graphs are immutable): the LiteRT support
-    probe asks, then the conversion it keeps for the prepare asks again."""
-    with _found_lock:
-        found = _found.get(g)
-    if found is None:
-        found = _find(g)
-        with _found_lock:
-            _found[g] = found
-    return dict(found)
-
-
-#: find_fusions' answers per analysed subgraph (Fusions are immutable; each caller gets its
-#: own dict of them).
-_found: weakref.WeakKeyDictionary[SubgraphGraph, dict[int, Fusion]] = \
-    weakref.WeakKeyDictionary()
-_found_lock = threading.Lock()
+    probe asks, then the conversion it keeps for the prepare asks again. Fusions are
+    immutable; each caller gets its own dict of them."""
+    return dict(_find(g))
 
 #: The operation type each kind of chain starts with -> the _Finder method that matches it.
 _STARTS = {O.DEPTHWISE_CONV_2D: "mean", O.RESHAPE: "reshaped",
@@ -89,6 +76,7 @@ _STARTS = {O.DEPTHWISE_CONV_2D: "mean", O.RESHAPE: "reshaped",
            O.TILE: "select_v2", O.SELECT: "bool_reshape", O.DIV: "floor_div"}
 
 
+@once_per_graph
 def _find(g: SubgraphGraph) -> dict[int, Fusion]:
     f = _Finder(g)
     found: dict[int, Fusion] = {}

@@ -14,13 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_caching import TOKEN, restore
+from test_caching import prepare, restore
 
 from nnhal.analysis import analyse
 from nnhal.drivers.litert import support, unavailable
 from nnhal.hal.builder import ModelBuilder, RequestBuilder
-from nnhal.hal.interfaces import PreparedModelCallback
-from nnhal.hal.types import ErrorStatus, ExecutionPreference, Model, Priority
+from nnhal.hal.types import ErrorStatus, Model
 from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
 from nnhal.session import Session
@@ -93,15 +92,6 @@ def test_bound_runs_give_the_hals_zero(fast_way) -> None:
         assert s._bound is not None and s._bound.runner is not None  # still bound
 
 
-def _prepare(device, model, mc=(), dc=()):
-    cb = PreparedModelCallback()
-    device.prepare_model(model, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None,
-                         list(mc), list(dc), TOKEN, cb)
-    status, pm = cb.wait(30)
-    assert status == ErrorStatus.NONE
-    return pm
-
-
 def _by_request(pm, y: np.ndarray) -> np.ndarray:
     rb = RequestBuilder([X, y], [X.nbytes])
     try:
@@ -118,7 +108,7 @@ def test_runs_by_request_and_from_the_cache_give_the_hals_zero(tmp_path) -> None
     files = [open(tmp_path / n, "w+b") for n in ("model", "data")]  # noqa: SIM115
     dev = LiteRTDevice(threads=1, store_dir=tmp_path / "store")
     try:
-        pm = _prepare(dev, _div_model(), files[:1], files[1:])
+        pm = prepare(dev, _div_model(), files[:1], files[1:])
         assert pm.engines.divides
         for y in (Y_ZERO, Y_NONZERO, Y_ZERO):
             np.testing.assert_array_equal(_by_request(pm, y), _want(X, y))

@@ -143,7 +143,7 @@ def builtin() -> dict[str, list[Result]]:
     for op, variant, _ in PAIRS:
         ops.setdefault(op, []).extend(cases_for(op, variant))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(support, "_find_builtin", lambda graph: True)
+        mp.setattr(support, "builtin_kernels", lambda graph: True)
         return _sweep_all(ops)
 
 

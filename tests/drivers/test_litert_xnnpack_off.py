@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_caching import TOKEN, restore
+from test_caching import prepare, restore
 
 from nnhal.analysis import analyse
 from nnhal.drivers.litert import support, unavailable
 from nnhal.hal.builder import ModelBuilder
-from nnhal.hal.interfaces import PreparedModelCallback
-from nnhal.hal.types import ErrorStatus, ExecutionPreference, Model, Priority
+from nnhal.hal.types import ErrorStatus, Model
 from nnhal.hal.types import OperandType as T
 from nnhal.hal.types import OperationType as O
 from nnhal.session import Session
@@ -68,15 +67,6 @@ def test_no_edge_operation_keeps_xnnpack() -> None:
     assert not support.builtin_kernels(analyse(b.build()))
 
 
-def _prepare(device, model, mc=(), dc=()):
-    cb = PreparedModelCallback()
-    device.prepare_model(model, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None,
-                         list(mc), list(dc), TOKEN, cb)
-    status, pm = cb.wait(30)
-    assert status == ErrorStatus.NONE
-    return pm
-
-
 def test_the_log_runs_right_on_litert_and_from_its_cache(tmp_path) -> None:
     from nnhal.drivers.litert import LiteRTDevice
 
@@ -85,7 +75,7 @@ def test_the_log_runs_right_on_litert_and_from_its_cache(tmp_path) -> None:
     files = [open(tmp_path / n, "w+b") for n in ("model", "data")]  # noqa: SIM115
     dev = LiteRTDevice(threads=1, store_dir=tmp_path / "store")
     try:
-        pm = _prepare(dev, _log_model(), files[:1], files[1:])
+        pm = prepare(dev, _log_model(), files[:1], files[1:])
         assert pm.engines.xnnpack is False
         with Session(_log_model(), device=dev) as s:
             np.testing.assert_allclose(list(s.run([x]).values())[0], want, rtol=1e-6)

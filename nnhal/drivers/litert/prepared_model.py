@@ -145,17 +145,22 @@ class LiteRTArrays(ArrayRun):
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray] | None:
         prof = _profile.ACTIVE
         started = time.perf_counter() if prof is not None else 0.0
-        engine = self.engines.take()
+        outs = self._run_on(self.engines, inputs)
+        if prof is not None and outs is not None:
+            prof.whole_run(time.perf_counter() - started)
+        return outs
+
+    def _run_on(self, pool: EnginePool, inputs: Sequence[np.ndarray]
+                ) -> list[np.ndarray] | None:
+        """One run on an interpreter of ``pool`` (the model's, or its guarded form's)."""
+        engine = pool.take()
         if engine.shapes != self.shapes:
             try:
                 engine.fit(self.shapes)
             except Exception as e:  # noqa: BLE001 - the engine is not trusted again
                 self.pm.device.log(f"bound run failed: {type(e).__name__}: {e}")
                 return None
-        outs = self._invoke(engine, inputs)
-        if prof is not None and outs is not None:
-            prof.whole_run(time.perf_counter() - started)
-        return outs
+        return self._invoke(engine, inputs, pool)
 
     def direct(self) -> Any:
         """:meth:`run` as ai-edge-litert's own calls, with nothing around them but taking
@@ -195,23 +200,17 @@ class LiteRTArrays(ArrayRun):
                 self.pm.device.log(f"bound run failed: {type(e).__name__}: {e}; no guarded "
                                    f"form: {type(e2).__name__}: {e2}")
                 return None
-            engine = pool.take()
-            try:
-                if engine.shapes != self.shapes:
-                    engine.fit(self.shapes)
-            except Exception as e2:  # noqa: BLE001 - not trusted again
-                self.pm.device.log(f"bound run failed: {type(e2).__name__}: {e2}")
-                return None
-            return self._invoke(engine, inputs, pool)
+            return self._run_on(pool, inputs)
         self.pm.device.log(f"bound run failed: {type(e).__name__}: {e}")
         return None
 
-    def _invoke(self, engine: Any, inputs: Sequence[np.ndarray], guarded: Any = None
+    def _invoke(self, engine: Any, inputs: Sequence[np.ndarray], pool: Any = None
                 ) -> list[np.ndarray] | None:
-        """One run on ``engine`` (fitted to this layout), given back after it; None when it
-        failed (the engine is not trusted again: not given back) or its outputs do not fit
-        the model's shapes. ``guarded``: the guarded form's pool, ``engine`` one of its
-        (a run that fails there is not made again)."""
+        """One run on ``engine`` (fitted to this layout), given back to ``pool`` (default:
+        the model's) after it; None when it failed (the engine is not trusted again: not
+        given back) or its outputs do not fit the model's shapes. A run that fails on the
+        model's own pool goes to :meth:`_failed`, on the guarded form's it is reported."""
+        pool = self.engines if pool is None else pool
         if self.bools:
             inputs = list(inputs)
             for k in self.bools:
@@ -230,11 +229,11 @@ class LiteRTArrays(ArrayRun):
                 outs.append(get(idx, 0))  # copies, as get_tensor's
             del w, set_tensor, get
         except Exception as e:  # noqa: BLE001
-            if guarded is not None:
-                self.pm.device.log(f"bound run failed: {type(e).__name__}: {e}")
-                return None
-            return self._failed(e, inputs)
-        (guarded or self.engines).give(engine)
+            if pool is self.engines:
+                return self._failed(e, inputs)
+            self.pm.device.log(f"bound run failed: {type(e).__name__}: {e}")
+            return None
+        pool.give(engine)
         return self._fit_outputs(outs)
 
     def _fit_outputs(self, outs: list[np.ndarray]) -> list[np.ndarray] | None:

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
-import threading
-import weakref
 from collections.abc import Iterable
 
 import numpy as np
 
 from nnhal.analysis import ModelGraph, SubgraphGraph, about
+from nnhal.analysis.graph import once_per_graph
 from nnhal.hal.types import OPERATION_TYPE_NAMES, OperandType, OperationType
 from nnhal.ops import common as C
 from nnhal.ops.catalog import SIGNATURES
@@ -248,17 +247,28 @@ def refusal(graph: ModelGraph) -> str | None:
     return None
 
 
+@once_per_graph
 def builtin_kernels(graph: ModelGraph) -> bool:
     """Whether the model runs with XNNPACK off (see XNNPACK_EDGES): it needs an operation only
     XNNPACK computes wrong, and has none the builtin kernels compute wrong (BUILTIN_WRONG) or
-    XNNPACK is there for (HEAVY), and little work (LIGHT_WORK). Once per graph."""
-    with _reasons_lock:
-        found = _builtin_of.get(graph)
-    if found is None:
-        found = _find_builtin(graph)
-        with _reasons_lock:
-            _builtin_of[graph] = found
-    return found
+    XNNPACK is there for (HEAVY), and little work (LIGHT_WORK)."""
+    if graph.work > LIGHT_WORK:
+        return False
+    needed = False
+    for g in (graph.main, *graph.referenced):
+        for t, ins, _ in g.operations:
+            name = _op_name(graph, t)
+            if name in HEAVY:
+                return False
+            t_in = g.operands[ins[0]].type if ins else None
+            if name in BUILTIN_WRONG and t_in is not None and (
+                    t_in in _Q8 if name in ("ADD", "MUL") else t_in == T.TENSOR_FLOAT32):
+                return False
+            edge = EDGE_FLOAT.get(name)
+            if name in XNNPACK_EDGES and edge is not None and t_in is not None and \
+                    t_in.name in edge[0]:
+                needed = True
+    return needed
 
 
 def divides(graph: ModelGraph) -> bool:
@@ -280,46 +290,19 @@ def divides(graph: ModelGraph) -> bool:
     return False
 
 
-def _find_builtin(graph: ModelGraph) -> bool:
-    if graph.work > LIGHT_WORK:
-        return False
-    needed = False
-    for g in (graph.main, *graph.referenced):
-        for t, ins, _ in g.operations:
-            name = _op_name(graph, t)
-            if name in HEAVY:
-                return False
-            t_in = g.operands[ins[0]].type if ins else None
-            if name in BUILTIN_WRONG and t_in is not None and (
-                    t_in in _Q8 if name in ("ADD", "MUL") else t_in == T.TENSOR_FLOAT32):
-                return False
-            edge = EDGE_FLOAT.get(name)
-            if name in XNNPACK_EDGES and edge is not None and t_in is not None and \
-                    t_in.name in edge[0]:
-                needed = True
-    return needed
-
-
 # ---- the rules ----------------------------------------------------------------------------
 
-#: The reasons found per graph: a prepare asks again (``refusal``) what the support query
-#: asked of the same analysed graph, and the answer is an export's worth of work.
-_reasons_of: weakref.WeakKeyDictionary[ModelGraph, tuple[str | None, ...]] = \
-    weakref.WeakKeyDictionary()
-_reasons_lock = threading.Lock()
-_builtin_of: weakref.WeakKeyDictionary[ModelGraph, bool] = weakref.WeakKeyDictionary()
-
-
 def _main_reasons(graph: ModelGraph) -> list[str | None]:
-    """Per main operation, why it is refused (None: supported); once per graph (graphs are
-    immutable)."""
-    with _reasons_lock:
-        found = _reasons_of.get(graph)
-    if found is None:
-        found = tuple(_find_reasons(graph))
-        with _reasons_lock:
-            _reasons_of[graph] = found
-    return list(found)
+    """Per main operation, why it is refused (None: supported)."""
+    return list(_reasons_once(graph))
+
+
+@once_per_graph
+def _reasons_once(graph: ModelGraph) -> tuple[str | None, ...]:
+    """:func:`_find_reasons`, once per graph: a prepare asks again (``refusal``) what the
+    support query asked of the same analysed graph, and the answer is an export's worth of
+    work."""
+    return tuple(_find_reasons(graph))
 
 
 def _find_reasons(graph: ModelGraph) -> list[str | None]:
