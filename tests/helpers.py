@@ -43,6 +43,20 @@ def add_model(dims: tuple[int, ...] = (2, 2), out_dims: tuple[int, ...] | None =
     return b.build()
 
 
+def operator_names(data: bytes, subgraph: int = 0) -> list[str]:
+    """The builtin operators of a .tflite flatbuffer's subgraph, in order, by name."""
+    import tflite
+
+    m = tflite.Model.GetRootAsModel(data, 0)
+    names = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
+    sg = m.Subgraphs(subgraph)
+    out = []
+    for i in range(sg.OperatorsLength()):
+        oc = m.OperatorCodes(sg.Operators(i).OpcodeIndex())
+        out.append(names[max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())])
+    return out
+
+
 def float_inputs(seed: int, dims: tuple[int, ...] = (2, 2)) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     return (rng.standard_normal(dims).astype(np.float32),

@@ -18,6 +18,9 @@ import tflite
 from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.types import OperandType
+from nnhal.ops.common import qrange
+from nnhal.ops.comparison import real_table, real_values
+from nnhal.ops.resolver import OperandInfo
 from nnhal.tflite.export_context import (
     QUANTIZED,
     Converter,
@@ -109,12 +112,12 @@ def _rsqrt_int8(cx: ExportOpContext, x: int, y: int, shape: list[int]) -> None:
 CONVERTERS["RSQRT"] = _rsqrt
 
 
-def _quant_differs(cx: ExportOpContext, inputs: list[int], with_output: bool) -> bool:
-    infos = [cx.info(j) for j in inputs] + ([cx.out_info()] if with_output else [])
-    return infos[0].type in QUANTIZED and len({(i.scale, i.zero_point) for i in infos}) > 1
-
-
 def _dequantized(cx: ExportOpContext, j: int) -> int:
+    """Input ``j`` as float32 real values: a DEQUANTIZE, or for a constant its real values
+    (TFLite's DEQUANTIZE rounds (q - zero point) x scale once to float32, as this does)."""
+    info = cx.info(j)
+    if info.is_const and info.channel_scales is None:
+        return cx.w.constant(real_values(info), None, f"r{len(cx.w.sg.tensors)}", TT.FLOAT32)
     y = cx.w.new(f"x{len(cx.w.sg.tensors)}", cx.shape(j), TT.FLOAT32)
     cx.emit(BO.DEQUANTIZE, [cx.t(j)], [y])
     return y
@@ -130,17 +133,71 @@ def _requantized(cx: ExportOpContext, j: int) -> int:
     return y
 
 
-def _compare(code: int) -> Converter:
+def _ranks_exactly(info: OperandInfo) -> bool:
+    """Whether TFLite's quantized comparison ranks two stored values of this quantization as
+    their real values rank. It compares ((q - zero point) << 8) rescaled by a fixed-point
+    multiplier of the scale, rounded: strictly increasing in q where 256 x scale >= 2 (each
+    rounding is within half a step), or is 1, 2, 4... (exact); below, neighbouring values
+    round together, and from a scale of 1 up its other branch saturates (both measured)."""
+    if info.type not in QUANTIZED or info.channel_scales is not None:
+        return False
+    s = float(np.float32(info.scale))
+    return s < 1.0 and (s * 256 >= 2.0 or (s * 256 >= 1.0 and math.frexp(s)[0] == 0.5))
+
+
+def _thresholds(var: OperandInfo, con: OperandInfo, fn: Callable[..., Any],
+                var_first: bool) -> np.ndarray | None:
+    """Stored values in ``var``'s quantization that compare with each of ``var``'s stored
+    values as the constant ``con``'s real values do (tried against all of them), or None
+    where one has no such value (a comparison true for every stored value, say)."""
+    lo, hi = qrange(var.type)
+    q = np.arange(lo, hi + 1, dtype=np.int32)
+    real = real_table(var)
+    stored = np.asarray(con.value)
+    values, where = np.unique(real_values(con), return_inverse=True)
+    # ints[k, j]: stored value j against candidate k, in the operation's order.
+    ints = fn(q[None, :], q[:, None]) if var_first else fn(q[:, None], q[None, :])
+    found = np.empty(len(values), np.int32)
+    for n, v in enumerate(values):
+        want = fn(real, v) if var_first else fn(v, real)
+        fits = np.flatnonzero((ints == want[None, :]).all(axis=1))
+        if not len(fits):
+            return None
+        found[n] = q[fits[0]]
+    return found[where].reshape(stored.shape).astype(stored.dtype)
+
+
+def _compare(code: int, fn: Callable[..., Any]) -> Converter:
     def convert(cx: ExportOpContext) -> None:
         a, b = cx.t(0), cx.t(1)
-        if _quant_differs(cx, [0, 1], False):
-            # The HAL compares real values; TFLite would compare the stored integers.
-            a, b = _dequantized(cx, 0), _dequantized(cx, 1)
+        if cx.info(0).type in QUANTIZED:
+            a, b = _quantized_operands(cx, fn)
         elif cx.info(0).type == T.TENSOR_BOOL8 and code not in (BO.EQUAL, BO.NOT_EQUAL):
             # TFLite orders numbers only: compare the booleans as 0 / 1.
             a, b = (_cast(cx, x, TT.INT32) for x in (a, b))
         cx.emit(code, [a, b], [cx.o()])
     return convert
+
+
+def _quantized_operands(cx: ExportOpContext, fn: Callable[..., Any]) -> tuple[int, int]:
+    """A quantized comparison's two TFLite inputs. The HAL compares real values, TFLite
+    rescaled stored ones (:func:`_ranks_exactly`): so the inputs as they are where both
+    share a quantization that ranks exactly; a constant input against one that does, as the
+    stored values that compare as its real values do (the original's quantized comparison
+    against a constant, which the converter writes, comes back as it was); else both in
+    float32."""
+    ia, ib = cx.info(0), cx.info(1)
+    if _ranks_exactly(ia) and (ia.scale, ia.zero_point) == (ib.scale, ib.zero_point):
+        return cx.t(0), cx.t(1)
+    for v, c in ((0, 1), (1, 0)):
+        var, con = cx.info(v), cx.info(c)
+        if con.is_const and con.channel_scales is None and not var.is_const \
+                and _ranks_exactly(var):
+            k = _thresholds(var, con, fn, v == 0)
+            if k is not None:
+                kt = cx.w.constant(k, var, f"k{len(cx.w.sg.tensors)}")
+                return (cx.t(0), kt) if v == 0 else (kt, cx.t(1))
+    return _dequantized(cx, 0), _dequantized(cx, 1)
 
 
 def _cast(cx: ExportOpContext, x: int, tt: int) -> int:
@@ -160,9 +217,11 @@ def _same_quant_op(code: int, inputs: list[int]) -> Converter:
 
 
 CONVERTERS.update(
-    EQUAL=_compare(BO.EQUAL), NOT_EQUAL=_compare(BO.NOT_EQUAL), GREATER=_compare(BO.GREATER),
-    GREATER_EQUAL=_compare(BO.GREATER_EQUAL), LESS=_compare(BO.LESS),
-    LESS_EQUAL=_compare(BO.LESS_EQUAL), MAXIMUM=_same_quant_op(BO.MAXIMUM, [0, 1]),
+    EQUAL=_compare(BO.EQUAL, np.equal), NOT_EQUAL=_compare(BO.NOT_EQUAL, np.not_equal),
+    GREATER=_compare(BO.GREATER, np.greater),
+    GREATER_EQUAL=_compare(BO.GREATER_EQUAL, np.greater_equal),
+    LESS=_compare(BO.LESS, np.less), LESS_EQUAL=_compare(BO.LESS_EQUAL, np.less_equal),
+    MAXIMUM=_same_quant_op(BO.MAXIMUM, [0, 1]),
     MINIMUM=_same_quant_op(BO.MINIMUM, [0, 1]), SELECT=_same_quant_op(BO.SELECT, [1, 2]))
 
 

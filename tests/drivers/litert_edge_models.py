@@ -103,12 +103,14 @@ Q_SAME = [(0.5, 128), (1e-4, 255), (100.0, 0), (0.75, 3)]
 #: stored value a tie), ratio 3/2, tiny scales, huge input scale into a tiny output (saturation)
 Q_PAIRS = [((0.5, 128), (0.5, 128)), ((0.5, 128), (1.0, 128)), ((0.75, 0), (0.5, 255)),
            ((1e-4, 255), (1e-3, 0)), ((100.0, 0), (0.01, 128)), ((0.02, 250), (0.2, 5))]
-#: (input0, input1, output) of binary quantized operations; the last two put ADD's input to
-#: output scale ratio and MUL's product ratio at 256 and beyond.
+#: (input0, input1, output) of binary quantized operations; two put ADD's input to output
+#: scale ratio and MUL's product ratio at 256 and beyond; the last two share one tiny and one
+#: large scale (where TFLite's quantized comparisons stop ranking stored values exactly).
 Q_TRIPLES = [((0.5, 128), (0.5, 128), (0.5, 128)), ((0.5, 128), (0.25, 0), (1.0, 128)),
              ((1e-3, 255), (2e-3, 0), (1e-3, 128)), ((10.0, 0), (0.1, 255), (0.05, 0)),
              ((0.75, 3), (0.75, 250), (1.5, 127)), ((100.0, 200), (1e-4, 60), (1e-2, 0)),
-             ((15.99, 0), (16.0, 255), (1.0, 128)), ((16.0, 0), (16.0, 255), (1.0, 128))]
+             ((15.99, 0), (16.0, 255), (1.0, 128)), ((16.0, 0), (16.0, 255), (1.0, 128)),
+             ((1e-4, 200), (1e-4, 200), (1e-4, 200)), ((2.0, 7), (2.0, 7), (2.0, 7))]
 
 
 # ---- operand specifications -----------------------------------------------------------------

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import operator_names
 from test_caching import prepare, restore
 
 from nnhal.analysis import analyse
@@ -144,19 +145,6 @@ def test_a_failure_that_is_no_zero_divisor_still_fails() -> None:
 
 # ---- the converter's floor_div_mod.tflite ----------------------------------------------------
 
-def _operators(data: bytes) -> list[str]:
-    import tflite
-
-    m = tflite.Model.GetRootAsModel(data, 0)
-    names = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
-    sg = m.Subgraphs(0)
-    out = []
-    for i in range(sg.OperatorsLength()):
-        oc = m.OperatorCodes(sg.Operators(i).OpcodeIndex())
-        out.append(names[max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())])
-    return out
-
-
 def test_floor_div_mod_exports_as_the_files_operators_and_agrees(fast_way) -> None:
     from nnhal.drivers.litert import LiteRTDevice
 
@@ -164,7 +152,7 @@ def test_floor_div_mod_exports_as_the_files_operators_and_agrees(fast_way) -> No
     imported = read_tflite(path)
     assert len(imported.model.main.operations) == 34  # the importer's HAL forms
     written = LiteRTDevice(threads=1).compile_now(imported.model, analyse(imported.model))
-    assert sorted(_operators(bytes(written))) == ["FLOOR_DIV", "FLOOR_DIV", "MUL", "SUB"]
+    assert sorted(operator_names(bytes(written))) == ["FLOOR_DIV", "FLOOR_DIV", "MUL", "SUB"]
     rng = np.random.default_rng(3)
     a = (rng.standard_normal((2, 5)) * 1e8).astype(np.float32)
     a[0, :4] = [np.inf, -0.0, np.nan, 3.4e38]
@@ -206,7 +194,7 @@ def test_the_exact_float_floor_division_is_one_floor_div(const: bool) -> None:
     imported = read_tflite(build(g))
     assert len(imported.model.main.operations) > 20
     written = LiteRTDevice(threads=1).compile_now(imported.model, analyse(imported.model))
-    assert _operators(bytes(written)) == ["FLOOR_DIV"]
+    assert operator_names(bytes(written)) == ["FLOOR_DIV"]
     feeds = [a] if const else [a, b]
     with Session(imported, device="litert") as s, Session(imported, device="reference") as ref:
         got, want = list(s.run(feeds).values())[0], list(ref.run(feeds).values())[0]
@@ -233,7 +221,7 @@ def test_an_operation_made_twice_is_written_once() -> None:
     out2 = b.output(T.TENSOR_FLOAT32, [3])
     b.operation(O.ADD, [x, one_again, b.scalar(T.INT32, 0)], [out2])
     model = b.build()
-    assert _operators(write_tflite(model)) == ["ADD", "MUL", "ADD"]  # out1 is s1; out2 kept
+    assert operator_names(write_tflite(model)) == ["ADD", "MUL", "ADD"]  # out1 is s1; out2 kept
     xs = np.array([1.0, -2.0, 0.5], np.float32)
     with Session(model, device="litert") as s:
         got = list(s.run([xs]).values())
@@ -247,4 +235,4 @@ def test_an_operation_made_twice_is_written_once() -> None:
         mid = q.operand(T.TENSOR_QUANT8_ASYMM, [3], scale, 128)
         q.operation(O.ADD, [xq, xq, q.scalar(T.INT32, 0)], [mid])
         q.operation(O.RELU, [mid], [q.output(T.TENSOR_QUANT8_ASYMM, [3], scale, 128)])
-    assert _operators(write_tflite(q.build())).count("ADD") == 2
+    assert operator_names(write_tflite(q.build())).count("ADD") == 2
