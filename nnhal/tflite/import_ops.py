@@ -13,6 +13,7 @@ import numpy as np
 from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.types import OperandType, OperationType
+from nnhal.ops.common import quantize_multiplier, rounding_divide_by_pot, srdhm
 from nnhal.ops.conv import scale_product
 from nnhal.tflite import schema
 from nnhal.tflite.import_ctx import Context, Unimportable, hal_dims, hal_type
@@ -237,9 +238,125 @@ _binary_fused("SUB", O.SUB)
 _binary_fused("MUL", O.MUL)
 _binary_fused("DIV", O.DIV)
 
-for _n in ("MAXIMUM", "MINIMUM", "POW", "LOGICAL_AND", "LOGICAL_OR", "EQUAL", "NOT_EQUAL",
-           "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "PRELU"):
+for _n in ("MAXIMUM", "MINIMUM", "POW", "LOGICAL_AND", "LOGICAL_OR", "PRELU"):
     _simple(_n, getattr(O, _n), n_inputs=2)
+
+
+def _tflite_ranks(q: np.ndarray, scale: float, zero_point: int) -> np.ndarray | None:
+    """What TFLite's quantized comparison compares for each stored value ``q``: (q - zero
+    point) << 8 times the scale's fixed-point multiplier, rounded twice (the doubling high
+    multiply, then the shift: ai-edge-litert's kernels, measured; a build rounding once
+    differs at a few ties); None for a scale of 1 or more (another branch, which
+    saturates)."""
+    if not 0.0 < scale < 1.0:
+        return None
+    m, shift = quantize_multiplier(scale)
+    return rounding_divide_by_pot(srdhm((q.astype(np.int64) - zero_point) << 8, m), -shift)
+
+
+_COMPARISONS: dict[OperationType, Callable[..., np.ndarray]] = {
+    O.EQUAL: np.equal, O.NOT_EQUAL: np.not_equal, O.LESS: np.less,
+    O.LESS_EQUAL: np.less_equal, O.GREATER: np.greater, O.GREATER_EQUAL: np.greater_equal}
+
+
+def _tflite_tables(ctx: Context, op: OpInfo, fn: Callable[..., np.ndarray]
+                   ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
+    """A quantized comparison of a tensor with a constant as TFLite computes it: (the
+    constant's position, the other's stored values q, per distinct constant value the
+    result for every q, each constant element's row), or None where neither input is a
+    per-tensor 8-bit constant (or a scale is 1 or more)."""
+    a, b = (ctx.t(i) for i in op.inputs[:2])
+    if a.ttype not in (TT.INT8, TT.UINT8) or (a.value is None) == (b.value is None):
+        return None
+    c = 0 if a.value is not None else 1
+    con, var = (a, b) if c == 0 else (b, a)
+    quant = [hal_type(t) for t in (var, con)]
+    if any(cq is not None for *_, cq in quant):
+        return None
+    (_, vs, vz, _), (_, cs, cz, _) = quant
+    q = np.arange(-128, 128) if a.ttype == TT.INT8 else np.arange(256)
+    values, where = np.unique(np.asarray(con.value), return_inverse=True)
+    rq, rc = _tflite_ranks(q, vs, vz), _tflite_ranks(values, cs, cz)
+    if rq is None or rc is None:
+        return None
+    rows = fn(rc[:, None], rq[None, :]) if c == 0 else fn(rq[None, :], rc[:, None])
+    return c, q, rows, where.reshape(np.shape(con.value))
+
+
+def _one_comparison(c: int, q: np.ndarray, rows: np.ndarray, first: OperationType
+                    ) -> tuple[OperationType, np.ndarray] | None:
+    """One HAL comparison (``first`` tried first) of the tensor with stored values in its
+    own quantization (which the HAL compares as the stored values) giving each row."""
+    for hal in (first, *(k for k in _COMPARISONS if k != first)):
+        fn = _COMPARISONS[hal]
+        # ints[k, j]: stored value j against candidate k, in the operation's order.
+        ints = fn(q[:, None], q[None, :]) if c == 0 else fn(q[None, :], q[:, None])
+        hits = (rows[:, None, :] == ints[None, :, :]).all(axis=2)
+        if hits.any(axis=1).all():
+            return hal, q[hits.argmax(axis=1)]
+    return None
+
+
+def _intervals(q: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per row, the first and last stored values of a run of trues (the last then the
+    first where there are none), or None where a row is no single run."""
+    lo, hi = np.empty(len(rows), np.int64), np.empty(len(rows), np.int64)
+    for n, row in enumerate(rows):
+        idx = np.flatnonzero(row)
+        if not len(idx):
+            lo[n], hi[n] = q[-1], q[0]
+        elif idx[-1] - idx[0] + 1 == len(idx):
+            lo[n], hi[n] = q[idx[0]], q[idx[-1]]
+        else:
+            return None
+    return lo, hi
+
+
+def _comparison(name: str, hal: OperationType) -> None:
+    """TFLite compares 8-bit values rescaled in fixed point (:func:`_tflite_ranks`), more
+    coarsely than the HAL compares real values wherever a scale is below 2/256 or the two
+    differ. Against a constant it is rewritten exactly: a comparison with stored values in
+    the tensor's own quantization (the original operation first, so the converter's
+    comparison with a threshold comes back as it was), else where each result is a run of
+    stored values (EQUAL at a coarse scale), GREATER_EQUAL and LESS_EQUAL joined by
+    LOGICAL_AND, or its complement by LOGICAL_OR. Two tensors are compared as the HAL does
+    (both agree except where the rescales round together)."""
+    def convert(ctx: Context, op: OpInfo) -> None:
+        found = _tflite_tables(ctx, op, _COMPARISONS[hal])
+        if found is None:
+            ctx.emit(hal, [ctx.x(i) for i in op.inputs[:2]], [ctx.y(op.outputs[0])])
+            return
+        c, q, rows, where = found
+        x = ctx.x(op.inputs[1 - c])
+        _, vs, vz, _ = hal_type(ctx.t(op.inputs[1 - c]))
+        dtype = ctx.t(op.inputs[c]).value.dtype
+
+        def k(values: np.ndarray) -> int:
+            return ctx.x(op.inputs[c], scale=vs, zero_point=vz,
+                         value=values[where].astype(dtype))
+
+        one = _one_comparison(c, q, rows, hal)
+        if one is not None:
+            ins = [x, x]
+            ins[c] = k(one[1])
+            ctx.emit(one[0], ins, [ctx.y(op.outputs[0])])
+            return
+        runs, join, tests = _intervals(q, rows), O.LOGICAL_AND, (O.GREATER_EQUAL, O.LESS_EQUAL)
+        if runs is None:
+            runs, join, tests = _intervals(q, ~rows), O.LOGICAL_OR, (O.LESS, O.GREATER)
+        if runs is None:  # (a fixed-point rescale is monotonic: unreachable)
+            raise Unimportable(f"quantized {name} against a constant has no exact HAL form")
+        dims = hal_dims(ctx.t(op.outputs[0]))
+        parts = [ctx.tmp(T.TENSOR_BOOL8, dims) for _ in tests]
+        for test, bound, part in zip(tests, runs, parts):
+            ctx.emit(test, [x, k(bound)], [part])
+        ctx.emit(join, parts, [ctx.y(op.outputs[0])])
+    _conv(name, f"{hal.name} (8-bit against a constant: as TFLite's fixed point ranks)")(
+        convert)
+
+
+for _n in ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL"):
+    _comparison(_n, getattr(O, _n))
 for _n in ("ABS", "EXP", "LOG", "NEG", "SQRT", "RSQRT", "SIN", "FLOOR", "LOGICAL_NOT",
            "RELU", "RELU6", "LOGISTIC", "TANH", "HARD_SWISH"):
     _simple(_n, getattr(O, _n))
