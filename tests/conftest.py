@@ -38,19 +38,24 @@ def fresh_runtime(monkeypatch):
             close()
 
 
-@pytest.fixture(params=["native", "python"])
+@pytest.fixture(params=["native", "python", "native-threading-lock"])
 def fast_way(request, monkeypatch):
     """A Session's repeated runs the native way (``fastrun.c`` over ``direct.c``; skipped,
-    saying why, where they cannot be built) or their Python twins: each test using this runs
-    both."""
+    saying why, where they cannot be built), their Python twins, or the native way over a
+    ``threading.Lock`` (a Session opened before the module was built): each test using this
+    runs all three."""
+    import threading
+
     from nnhal.drivers.litert import direct
-    from nnhal.session import bound
+    from nnhal.session import bound, session
 
     if request.param == "python":
-        monkeypatch.setattr(bound.FASTRUN, "module", lambda: None)
-        monkeypatch.setattr(direct.DIRECT, "module", lambda: None)
+        monkeypatch.setattr(bound.FASTRUN, "module", lambda build=True: None)
+        monkeypatch.setattr(direct.DIRECT, "module", lambda build=True: None)
     elif bound.FASTRUN.module() is None:
         pytest.skip(f"native fast runs not built: {bound.FASTRUN.status()}")
+    elif request.param == "native-threading-lock":
+        monkeypatch.setattr(session, "session_lock", threading.Lock)
     return request.param
 
 

@@ -297,3 +297,88 @@ def test_boolean_tensors_are_bound_and_read_as_a_run_by_request_reads_them(fast_
             want = ref.run(ByRequest({"input_0": a}))["output_0"]
             assert got.dtype == np.bool_ and got.view(np.uint8).max() <= 1
             assert got.tolist() == want.tolist() == (a == 0).tolist()
+
+
+# ---- the Session's native lock ---------------------------------------------------------------
+
+def _native_lock():
+    from nnhal.session import bound
+
+    m = bound.FASTRUN.module()
+    if m is None:
+        pytest.skip(f"native fast runs not built: {bound.FASTRUN.status()}")
+    return m.Lock()
+
+
+def test_the_native_lock_behaves_as_threading_lock_and_knows_its_holder() -> None:
+    import threading
+    import time
+
+    lock = _native_lock()
+    assert lock.acquire(False) and lock.locked() and lock.held()
+    assert lock.acquire(False) is False  # not reentrant
+    other: list[bool] = []
+    t = threading.Thread(target=lambda: other.extend([lock.held(), lock.acquire(timeout=0.05)]))
+    t.start()
+    t.join(5)
+    assert other == [False, False]  # held by this thread, not that one; its wait timed out
+    t0 = time.monotonic()
+    assert lock.acquire(timeout=0.1) is False and time.monotonic() - t0 >= 0.09
+    threading.Timer(0.05, lock.release).start()  # released by another thread, as a Lock may be
+    assert lock.acquire(timeout=5)
+    lock.release()
+    assert not lock.locked() and not lock.held()
+    with pytest.raises(RuntimeError, match="unlocked"):
+        lock.release()
+    with lock:
+        assert lock.held()
+    assert not lock.locked()
+    for bad, err in (({"blocking": False, "timeout": 1}, ValueError),
+                     ({"timeout": -2}, ValueError), ({"timeout": 1e30}, OverflowError)):
+        with pytest.raises(err):
+            lock.acquire(**bad)
+    with pytest.raises(TypeError):
+        type(lock)(1)
+
+
+def test_a_signal_handler_runs_while_the_native_lock_waits() -> None:
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    lock = _native_lock()
+    lock.acquire()
+
+    def alarm(*_):
+        raise TimeoutError("the handler ran")
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with pytest.raises(TimeoutError, match="handler ran"):
+            lock.acquire(timeout=10)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        lock.release()
+
+
+def test_a_session_takes_the_native_lock_once_built() -> None:
+    _native_lock()
+    s = _bound_session()
+    assert type(s._lock).__name__ == "Lock" and s._held() is False
+
+
+def test_a_session_opened_before_the_build_compiles_nothing(tmp_path, monkeypatch) -> None:
+    """Where the module is not built yet, a Session's open takes a threading.Lock and runs
+    no compiler (the build waits for a later run); the module then builds as before."""
+    import threading
+
+    from nnhal.session import bound
+
+    monkeypatch.setenv("NNHAL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(bound.FASTRUN, "_loaded", None)
+    assert type(bound.session_lock()) is type(threading.Lock())
+    assert not (tmp_path / "native").exists() or not list((tmp_path / "native").iterdir())
+    assert bound.FASTRUN._loaded is None  # nothing remembered: a later call may build

@@ -140,10 +140,10 @@ def switched_off() -> str | None:
 
 
 def _built(stem: str, parts: list[bytes], source: Path, flags: tuple[str, ...],
-           cc: list[str] | None) -> tuple[Path | None, str]:
+           cc: list[str] | None, build: bool = True) -> tuple[Path | None, str]:
     """(path, "") of ``source`` compiled with ``flags`` into the cache as ``STEM-KEY.so``,
-    KEY a digest of ``parts``, compiled only when no such file is there; (None, reason) when
-    it cannot be, or the file is not owned by this user."""
+    KEY a digest of ``parts``, compiled only when no such file is there (and ``build``);
+    (None, reason) when it cannot be, or the file is not owned by this user."""
     h = hashlib.sha256()
     for part in parts:
         h.update(len(part).to_bytes(8, "little"))
@@ -154,6 +154,8 @@ def _built(stem: str, parts: list[bytes], source: Path, flags: tuple[str, ...],
         return None, bad
     target = d / f"{stem}-{h.hexdigest()[:32]}.so"
     if not target.exists():
+        if not build:
+            return None, f"{target.name} is not built yet"
         reason = compile_into(cc if cc is not None else compiler(), flags, d, target, source)
         if reason:
             return None, reason
@@ -187,13 +189,15 @@ def build_cached(stem: str, parts: list[bytes], source: Path, flags: tuple[str, 
 EXT_HEADER = Path(__file__).with_name("native_ext.h")
 
 
-def build_extension(name: str, source: Path) -> tuple[ModuleType | None, str]:
+def build_extension(name: str, source: Path, build: bool = True
+                    ) -> tuple[ModuleType | None, str]:
     """(module, "loaded from PATH") or (None, reason): the CPython extension module ``name``
     (its init function ``PyInit_NAME``), written against the Python and numpy C APIs,
     compiled from ``source`` into the cache once per source, interpreter and numpy version.
     For the few hot paths where a Python frame costs as much as the work (a call into a
     native engine that takes a microsecond); each has its Python twin for when this fails
-    (no compiler or no Python headers here, ``NNHAL_NATIVE=0``)."""
+    (no compiler or no Python headers here, ``NNHAL_NATIVE=0``). ``build=False``: only
+    one built already (None, saying so, where none is)."""
     off = switched_off()
     if off:
         return None, off
@@ -212,7 +216,7 @@ def build_extension(name: str, source: Path) -> tuple[ModuleType | None, str]:
                  numpy.__version__.encode()]
     except (OSError, ImportError) as e:
         return None, f"cannot build {source.name}: {e}"
-    target, why = _built(name, parts, source, flags, None)
+    target, why = _built(name, parts, source, flags, None, build)
     if target is None:
         return None, why
     try:
@@ -235,10 +239,15 @@ class NativeModule:
         self._lock = threading.Lock()
         self._loaded: tuple[ModuleType | None, str] | None = None
 
-    def module(self) -> ModuleType | None:
+    def module(self, build: bool = True) -> ModuleType | None:
+        """The module; ``build=False``: only if it is loaded or built already (no compiler
+        run here: none is remembered, so a later call may still build it)."""
         with self._lock:
             if self._loaded is None:
-                self._loaded = build_extension(self.name, self.source)
+                loaded = build_extension(self.name, self.source, build)
+                if not build and loaded[0] is None:
+                    return None
+                self._loaded = loaded
             return self._loaded[0]
 
     def status(self) -> str:

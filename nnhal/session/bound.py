@@ -31,6 +31,16 @@ Feeds = Any
 FASTRUN = NativeModule("nnhal_session_fastrun", Path(__file__).with_name("fastrun.c"))
 
 
+def session_lock() -> Any:
+    """A new Session's lock: the native module's ``Lock`` where that module is built already
+    (its run then takes the lock without a Python call, and the lock knows its holder), else
+    a ``threading.Lock``. Never a compiler run: a Session's open stays quick, and the module
+    is built at a later run. Chosen once per Session, since a lock cannot be swapped under
+    threads that may wait on it."""
+    m = FASTRUN.module(build=False)
+    return m.Lock() if m is not None else threading.Lock()
+
+
 def _native_fast(session: Session, bound: Bound, call: Any, *, guard: tuple[str, Any],
                  holder: Any, note_owner: bool, on_none: Callable[[], object],
                  out_names: Sequence[str]) -> Any | None:

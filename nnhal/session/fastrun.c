@@ -9,16 +9,156 @@
 #include <Python.h>
 #include <pythread.h>
 #include <stddef.h>
+#include <time.h>
 #include <numpy/arrayobject.h>
 #include "native_ext.h"
+
+/* ---- Lock: a Session's lock, which the native run takes without a Python call ---------
+ * threading.Lock's interface (acquire with blocking and timeout, release, locked, a context
+ * manager), waiting with the GIL released and running signal handlers while it waits; it
+ * also knows which thread holds it (``held``), so a Session finds a re-entering call
+ * without noting its owner on every run. */
+
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    unsigned long owner; /* the holding thread's ident; 0 when free */
+} Lock;
+
+static PyTypeObject LockType;
+
+static PyObject *lock_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    if (PyTuple_GET_SIZE(args) != 0 || (kw != NULL && PyDict_GET_SIZE(kw) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "Lock() takes no arguments");
+        return NULL;
+    }
+    Lock *s = (Lock *)type->tp_alloc(type, 0);
+    if (s == NULL) return NULL;
+    s->lock = PyThread_allocate_lock();
+    if (s->lock == NULL) {
+        Py_DECREF(s);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)s;
+}
+
+static void lock_dealloc(Lock *s) {
+    if (s->lock != NULL) {
+        if (s->owner != 0) PyThread_release_lock(s->lock);
+        PyThread_free_lock(s->lock);
+    }
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static double monotonic_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Take the lock now if it is free: 1, else 0 (the GIL held, no Python code run). */
+static inline int lock_try(Lock *s) {
+    if (PyThread_acquire_lock(s->lock, NOWAIT_LOCK) != PY_LOCK_ACQUIRED) return 0;
+    s->owner = PyThread_get_thread_ident();
+    return 1;
+}
+
+static inline void lock_drop(Lock *s) {
+    s->owner = 0;
+    PyThread_release_lock(s->lock);
+}
+
+static PyObject *lock_acquire(Lock *s, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"blocking", "timeout", NULL};
+    int blocking = 1;
+    double timeout = -1.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|pd:acquire", kwlist, &blocking, &timeout))
+        return NULL;
+    if (!blocking && timeout != -1.0) {
+        PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
+        return NULL;
+    }
+    if (timeout < 0.0 && timeout != -1.0) {
+        PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number");
+        return NULL;
+    }
+    if (timeout * 1e6 >= (double)PY_TIMEOUT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "timeout value is too large");
+        return NULL;
+    }
+    if (lock_try(s)) Py_RETURN_TRUE;
+    if (!blocking || timeout == 0.0) Py_RETURN_FALSE;
+    double deadline = timeout < 0.0 ? 0.0 : monotonic_s() + timeout;
+    for (;;) {
+        PY_TIMEOUT_T us = -1;
+        if (timeout >= 0.0) {
+            double left = deadline - monotonic_s();
+            if (left <= 0.0) Py_RETURN_FALSE;
+            us = (PY_TIMEOUT_T)(left * 1e6) + 1;
+        }
+        PyLockStatus r;
+        Py_BEGIN_ALLOW_THREADS
+        r = PyThread_acquire_lock_timed(s->lock, us, 1);
+        Py_END_ALLOW_THREADS
+        if (r == PY_LOCK_ACQUIRED) {
+            s->owner = PyThread_get_thread_ident();
+            Py_RETURN_TRUE;
+        }
+        if (r == PY_LOCK_FAILURE) Py_RETURN_FALSE;
+        /* interrupted: run the signal handlers (one may raise), then wait on */
+        if (Py_MakePendingCalls() < 0) return NULL;
+    }
+}
+
+static PyObject *lock_release(Lock *s, PyObject *unused) {
+    if (s->owner == 0) {
+        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+        return NULL;
+    }
+    lock_drop(s);
+    Py_RETURN_NONE;
+}
+
+static PyObject *lock_exit(Lock *s, PyObject *args) { return lock_release(s, NULL); }
+
+static PyObject *lock_locked(Lock *s, PyObject *unused) { return PyBool_FromLong(s->owner != 0); }
+
+static PyObject *lock_held(Lock *s, PyObject *unused) {
+    return PyBool_FromLong(s->owner != 0 && s->owner == PyThread_get_thread_ident());
+}
+
+static PyMethodDef lock_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))lock_acquire, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"release", (PyCFunction)lock_release, METH_NOARGS, NULL},
+    {"locked", (PyCFunction)lock_locked, METH_NOARGS, NULL},
+    {"held", (PyCFunction)lock_held, METH_NOARGS,
+     "Whether the calling thread holds the lock."},
+    {"__enter__", (PyCFunction)(void (*)(void))lock_acquire, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"__exit__", (PyCFunction)lock_exit, METH_VARARGS, NULL},
+    {NULL},
+};
+
+static PyTypeObject LockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "nnhal_session_fastrun.Lock",
+    .tp_basicsize = sizeof(Lock),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = lock_new,
+    .tp_dealloc = (destructor)lock_dealloc,
+    .tp_methods = lock_methods,
+};
+
+/* ---- FastRun -------------------------------------------------------------------------- */
 
 typedef struct {
     PyObject_HEAD
     PyObject *names;      /* tuple of str: the inputs, in order */
     PyObject *dtypes;     /* tuple of numpy dtypes, per input */
     PyObject *converting; /* the Session's set of threads converting feeds */
-    PyObject *acquire;    /* the Session's lock's acquire and release */
+    PyObject *acquire;    /* the Session's lock's acquire and release (a lock of another
+                           * type than Lock) */
     PyObject *release;
+    PyObject *lock;       /* the Session's Lock, or NULL */
     PyObject *state;      /* the Session's __dict__ */
     PyObject *guard_key;  /* state[guard_key] must be guard_value ... */
     PyObject *guard_value;
@@ -38,7 +178,8 @@ typedef struct {
 
 static PyObject *s_owner, *s_runner;
 
-#define EACH(V) V(names) V(dtypes) V(converting) V(acquire) V(release) V(state) V(guard_key) \
+#define EACH(V) V(names) V(dtypes) V(converting) V(acquire) V(release) V(lock) V(state) \
+    V(guard_key) \
     V(guard_value) V(holder) V(runner) V(call) V(on_none) V(out_names) V(usual) V(me) \
     V(ident_obj)
 
@@ -119,17 +260,25 @@ static PyObject *fast_call(PyObject *self, PyObject *const *args, size_t nargsf,
         if (arrays == NULL && PyErr_Occurred()) return NULL;
     }
     if (arrays != NULL) {
-        PyObject *a[2] = {NULL, Py_False};
-        PyObject *got = PyObject_Vectorcall(s->acquire, a + 1,
-                                            1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        if (got == NULL) { Py_DECREF(arrays); return NULL; }
-        Py_DECREF(got);
-        if (got == Py_True) {
+        int took;
+        if (s->lock != NULL) {
+            took = lock_try((Lock *)s->lock);
+        } else {
+            PyObject *a[2] = {NULL, Py_False};
+            PyObject *got = PyObject_Vectorcall(s->acquire, a + 1,
+                                                1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            if (got == NULL) { Py_DECREF(arrays); return NULL; }
+            Py_DECREF(got);
+            took = got == Py_True;
+        }
+        if (took) {
             PyObject *result = NULL;
             int failed = 0;  /* an error was raised and is to go up */
             int ok = guarded(s);
+            /* A Lock knows its holder: only another lock needs the owner noted. */
+            int note = s->note_owner && s->lock == NULL && ok == 1;
             if (ok < 0) failed = 1;
-            if (ok == 1 && s->note_owner) {
+            if (note) {
                 unsigned long me = PyThread_get_thread_ident();
                 if (s->ident_obj == NULL || s->ident != me) {
                     Py_CLEAR(s->ident_obj);
@@ -156,14 +305,21 @@ static PyObject *fast_call(PyObject *self, PyObject *const *args, size_t nargsf,
             }
             /* As the twin's ``finally``: the owner cleared and the lock released, an error
              * raised meanwhile kept aside. */
-            PyObject *et, *ev, *tb;
-            PyErr_Fetch(&et, &ev, &tb);
-            if (s->note_owner && ok == 1 && PyDict_SetItem(s->state, s_owner, Py_None) < 0)
-                PyErr_Clear();
-            PyObject *r = PyObject_CallNoArgs(s->release);
-            if (r == NULL) PyErr_Clear();
-            Py_XDECREF(r);
-            PyErr_Restore(et, ev, tb);
+            if (s->lock != NULL && !note) {
+                lock_drop((Lock *)s->lock);
+            } else {
+                PyObject *et, *ev, *tb;
+                PyErr_Fetch(&et, &ev, &tb);
+                if (note && PyDict_SetItem(s->state, s_owner, Py_None) < 0) PyErr_Clear();
+                if (s->lock != NULL) {
+                    lock_drop((Lock *)s->lock);
+                } else {
+                    PyObject *r = PyObject_CallNoArgs(s->release);
+                    if (r == NULL) PyErr_Clear();
+                    Py_XDECREF(r);
+                }
+                PyErr_Restore(et, ev, tb);
+            }
             if (failed || result != NULL) {
                 Py_DECREF(arrays);
                 return result;
@@ -213,13 +369,18 @@ static PyObject *fast_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
             PyErr_SetString(PyExc_TypeError, "out_names: str");
             return NULL;
         }
-    PyObject *acquire = PyObject_GetAttrString(lock, "acquire");
-    PyObject *release = acquire ? PyObject_GetAttrString(lock, "release") : NULL;
-    if (release == NULL) { Py_XDECREF(acquire); return NULL; }
+    PyObject *acquire = NULL, *release = NULL;
+    int native = PyObject_TypeCheck(lock, &LockType);
+    if (!native) {
+        acquire = PyObject_GetAttrString(lock, "acquire");
+        release = acquire ? PyObject_GetAttrString(lock, "release") : NULL;
+        if (release == NULL) { Py_XDECREF(acquire); return NULL; }
+    }
     FastRun *s = (FastRun *)type->tp_alloc(type, 0);
-    if (s == NULL) { Py_DECREF(acquire); Py_DECREF(release); return NULL; }
+    if (s == NULL) { Py_XDECREF(acquire); Py_XDECREF(release); return NULL; }
     s->acquire = acquire;
     s->release = release;
+    s->lock = native ? Py_NewRef(lock) : NULL;
     if (nnhal_shapes_read(shapes, 0, &s->shapes) < 0) {
         Py_DECREF(s);
         return NULL;
@@ -272,12 +433,13 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "nnhal_session_fastru
 
 PyMODINIT_FUNC PyInit_nnhal_session_fastrun(void) {
     import_array();
-    if (PyType_Ready(&FastRunType) < 0) return NULL;
+    if (PyType_Ready(&FastRunType) < 0 || PyType_Ready(&LockType) < 0) return NULL;
     if ((s_owner = PyUnicode_InternFromString("_owner")) == NULL) return NULL;
     if ((s_runner = PyUnicode_InternFromString("runner")) == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "FastRun", (PyObject *)&FastRunType) < 0) {
+    if (PyModule_AddObjectRef(m, "FastRun", (PyObject *)&FastRunType) < 0 ||
+        PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

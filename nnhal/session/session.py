@@ -40,7 +40,7 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -65,7 +65,7 @@ from nnhal.memory.collector import new_objects_only
 from nnhal.memory.frame import Frame, file_bytes
 from nnhal.session import pending
 from nnhal.session.background import Background
-from nnhal.session.bound import Bound, plain_fast, stateful_fast
+from nnhal.session.bound import Bound, plain_fast, session_lock, stateful_fast
 from nnhal.session.explain import explain_rejection
 from nnhal.session.info import MAX_FEED_BYTES, TensorInfo, check_feed, tensor_info
 from nnhal.session.restore import (
@@ -149,6 +149,11 @@ def _check_arguments(device: Any, devices: Any, preference: Any, priority: Any,
     return checked[0], checked[1]
 
 
+def _never() -> bool:
+    """``held`` of a lock that does not know its holder."""
+    return False
+
+
 class Session:
     """A model prepared on ``device`` (a registered name or an IDevice the caller keeps and
     closes), ready to :meth:`run`; without ``device``, compiled through the NNAPI runtime
@@ -183,7 +188,10 @@ class Session:
               devices: Sequence[str | IDevice] | None, preference: ExecutionPreference,
               priority: Priority, input_names: Sequence[str] | None,
               output_names: Sequence[str] | None, cache: bool | None) -> None:
-        self._lock = threading.Lock()
+        self._lock = session_lock()
+        #: Whether this thread holds ``_lock``, for a lock that knows its holder (the native
+        #: run notes no owner); else ``_owner`` says.
+        self._held: Callable[[], bool] = getattr(self._lock, "held", _never)
         #: The thread holding ``_lock`` (only that thread sets it to its own id, so a thread
         #: that reads its own id knows it would deadlock).
         self._owner: int | None = None
@@ -613,7 +621,7 @@ class Session:
         """:meth:`run` of feeds that match ``bound``: the path of every repeated run, so
         :meth:`_exclusive`, :meth:`_with_state` and :meth:`_results` are inline here."""
         me = threading.get_ident()
-        if self._owner == me:
+        if self._owner == me or self._held():
             raise NnhalError("Session.run() was called from inside a run of the same session "
                              "(by its driver or a callback): a session cannot be re-entered")
         if me in self._converting:
@@ -693,7 +701,7 @@ class Session:
     def _exclusive(self, what: str) -> Iterator[None]:
         """Hold the Session's lock; NnhalError, not a deadlock, for the thread holding it."""
         me = threading.get_ident()
-        if self._owner == me:
+        if self._owner == me or self._held():
             raise NnhalError(f"Session.{what}() was called from inside a run of the same "
                              f"session (by its driver or a callback): a session cannot be "
                              f"re-entered")
