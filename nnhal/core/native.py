@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.machinery
 import importlib.util
 import os
 import shlex
@@ -187,6 +188,9 @@ def build_cached(stem: str, parts: list[bytes], source: Path, flags: tuple[str, 
 
 #: What the extensions share (a call, bound shapes), on their include path.
 EXT_HEADER = Path(__file__).with_name("native_ext.h")
+#: An extension's compiler flags but its include paths.
+_EXT_FLAGS = ("-O2", "-shared", "-fPIC", "-fno-strict-aliasing",
+              "-DNPY_NO_DEPRECATED_API=NPY_1_7_API_VERSION")
 
 
 def build_extension(name: str, source: Path, build: bool = True
@@ -205,15 +209,20 @@ def build_extension(name: str, source: Path, build: bool = True
         import numpy
 
         src = source.read_bytes()
-        py_inc = sysconfig.get_paths()["include"]
-        if not os.path.exists(os.path.join(py_inc, "Python.h")):
-            return None, f"no Python headers in {py_inc}"
-        flags = ("-O2", "-shared", "-fPIC", "-fno-strict-aliasing", f"-I{py_inc}",
-                 f"-I{numpy.get_include()}", f"-I{EXT_HEADER.parent}",
-                 "-DNPY_NO_DEPRECATED_API=NPY_1_7_API_VERSION")
-        parts = [src, EXT_HEADER.read_bytes(), " ".join(flags).encode(), sys.version.encode(),
-                 str(sysconfig.get_config_var("EXT_SUFFIX")).encode(),
-                 numpy.__version__.encode()]
+        # The key needs no sysconfig (a millisecond to load, for a Session's open that only
+        # looks for a build): the interpreter's build string and extension suffix, numpy's
+        # version and headers say what the include paths would.
+        parts = [src, EXT_HEADER.read_bytes(), " ".join(_EXT_FLAGS).encode(),
+                 sys.version.encode(), sys.base_prefix.encode(),
+                 importlib.machinery.EXTENSION_SUFFIXES[0].encode(),
+                 numpy.__version__.encode(), numpy.get_include().encode()]
+        flags: tuple[str, ...] = ()
+        if build:
+            py_inc = sysconfig.get_paths()["include"]
+            if not os.path.exists(os.path.join(py_inc, "Python.h")):
+                return None, f"no Python headers in {py_inc}"
+            flags = (*_EXT_FLAGS, f"-I{py_inc}", f"-I{numpy.get_include()}",
+                     f"-I{EXT_HEADER.parent}")
     except (OSError, ImportError) as e:
         return None, f"cannot build {source.name}: {e}"
     target, why = _built(name, parts, source, flags, None, build)
