@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 import weakref
 
 import numpy as np
@@ -171,6 +172,7 @@ def _calls(pool, general_log, failed_log, fixed_log, **kw):
         fixed_log.append([o.shape for o in outs])
         return [o.reshape(2) for o in outs]
 
+    direct.DIRECT.module()  # built now (calls() itself would start a build and answer None)
     made = direct.calls(pool=pool, calls=kw.get("calls"), shapes=kw.get("shapes"),
                         inputs=(7, 8), outputs=(9,), known=[(2,)], general=general,
                         failed=lambda e, arrays: failed_log.append(e), fix=fix)
@@ -382,3 +384,45 @@ def test_a_session_opened_before_the_build_compiles_nothing(tmp_path, monkeypatc
     assert type(bound.session_lock()) is type(threading.Lock())
     assert not (tmp_path / "native").exists() or not list((tmp_path / "native").iterdir())
     assert bound.FASTRUN._loaded is None  # nothing remembered: a later call may build
+
+
+def test_a_stream_never_waits_for_a_compiler(tmp_path, monkeypatch) -> None:
+    """With no build in the cache, the second run installs the Python twins and starts the
+    builds on threads (no compiler run inside the call); once they end, the twin gives way
+    and the next runs are the native calls, with the same answers throughout."""
+    import time
+
+    from nnhal.core import native
+    from nnhal.drivers.litert import direct
+    from nnhal.session import bound
+
+    if native.switched_off() or bound.FASTRUN.module() is None:
+        pytest.skip(f"native fast runs not built: {bound.FASTRUN.status()}")
+    _litert_or_skip()
+    monkeypatch.setenv("NNHAL_CACHE_DIR", str(tmp_path))
+    for m in (bound.FASTRUN, direct.DIRECT):
+        monkeypatch.setattr(m, "_loaded", None)
+    compiles = []
+    real = native.compile_into
+
+    def counted(*args, **kw):
+        compiles.append(threading.current_thread().name)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(native, "compile_into", counted)
+    s = Session(add_model((2, 3)), "litert", cache=False)
+    ones = np.ones((2, 3), F32)
+    feeds = {"input_0": ones, "input_1": ones}
+    assert type(s._lock) is type(threading.Lock())  # (opened before any build)
+    for _ in range(3):
+        assert s.run(feeds)["output_0"].tolist() == [[2.0] * 3] * 2
+    assert all(name.startswith("nnhal-build-") for name in compiles)  # never this thread
+    deadline = time.monotonic() + 120
+    while native.building() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not native.building()
+    for _ in range(3):
+        assert s.run(feeds)["output_0"].tolist() == [[2.0] * 3] * 2
+    assert type(s.__dict__["run"]).__name__ == "FastRun"
+    assert sorted(compiles) == ["nnhal-build-nnhal_litert_direct",
+                                "nnhal-build-nnhal_session_fastrun"]

@@ -239,14 +239,65 @@ def build_extension(name: str, source: Path, build: bool = True
     return module, f"loaded from {target}"
 
 
+#: How many builds started by :meth:`NativeModule.soon` have ended in this process: code
+#: that runs its Python twin while one was under way looks here to take the native one up.
+BUILDS = [0]
+#: How many such builds are under way (both counts change under this lock).
+_UNDER_WAY = [0]
+_COUNTS = threading.Lock()
+
+
+def building() -> bool:
+    """Whether a build started by :meth:`NativeModule.soon` is under way: code that would
+    install native parts over twins (one native, one not yet) waits for all of them."""
+    return _UNDER_WAY[0] > 0
+
+
 class NativeModule:
     """An extension module (:func:`build_extension`) built or loaded once per process, on
-    first use: :meth:`module` (None where it cannot be) and :meth:`status` (why)."""
+    first use: :meth:`module` (None where it cannot be), :meth:`soon` (without waiting for a
+    compiler) and :meth:`status` (why)."""
 
     def __init__(self, name: str, source: Path) -> None:
         self.name, self.source = name, source
         self._lock = threading.Lock()
         self._loaded: tuple[ModuleType | None, str] | None = None
+        self._building = False
+
+    def soon(self) -> ModuleType | None:
+        """The module where it is loaded or built already; else None at once, its build
+        started on a thread of its own (once), :data:`BUILDS` counting it when it ends. For
+        a hot path whose Python twin runs meanwhile: a compiler run takes half a second or
+        more, which a stream's second call should not wait for."""
+        with self._lock:
+            if self._loaded is not None:
+                return self._loaded[0]
+            if self._building:
+                return None
+            off = switched_off()
+            found = (None, off) if off else build_extension(self.name, self.source, False)
+            if found[0] is not None or off:
+                self._loaded = found
+                return found[0]
+            self._building = True
+            with _COUNTS:
+                _UNDER_WAY[0] += 1
+        threading.Thread(target=self._build_behind, name=f"nnhal-build-{self.name}",
+                         daemon=True).start()
+        return None
+
+    def _build_behind(self) -> None:
+        try:
+            loaded = build_extension(self.name, self.source)
+        except BaseException as e:  # noqa: BLE001 - the twin runs on; the reason is kept
+            loaded = (None, f"cannot build {self.source.name}: {type(e).__name__}: {e}")
+        with self._lock:
+            if self._loaded is None:
+                self._loaded = loaded
+            self._building = False
+            with _COUNTS:
+                _UNDER_WAY[0] -= 1
+                BUILDS[0] += 1
 
     def module(self, build: bool = True) -> ModuleType | None:
         """The module; ``build=False``: only if it is loaded or built already (no compiler

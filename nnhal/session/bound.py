@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from nnhal.core.native import NativeModule
+from nnhal.core.native import BUILDS, NativeModule, building
 from nnhal.hal.request_layout import RequestLayout
 
 #: The Session bound (``nnhal.session.session.Session``, not imported: that module imports
@@ -26,8 +26,9 @@ from nnhal.hal.request_layout import RequestLayout
 Session = Any
 Feeds = Any
 
-#: The fast ways as one native call (``fastrun.c``): built at first use; None where it
-#: cannot be (the closures below then do the same in Python).
+#: The fast ways as one native call (``fastrun.c``): built at first use, on a thread of its
+#: own; until then, and where it cannot be, the closures below do the same in Python (and
+#: give way to it once a build ends, :func:`_giving_way`).
 FASTRUN = NativeModule("nnhal_session_fastrun", Path(__file__).with_name("fastrun.c"))
 
 
@@ -41,12 +42,31 @@ def session_lock() -> Any:
     return m.Lock() if m is not None else threading.Lock()
 
 
+def _giving_way(session: Session, bound: Bound) -> Callable[[], None]:
+    """What a Python twin calls once a native build has ended since it was installed
+    (:data:`~nnhal.core.native.BUILDS`): it uninstalls itself (under the lock, when free), so
+    the Session's next bound run installs its fast run again, the native one where that
+    build now loads (the calls into the driver too)."""
+    acquire, release, state = session._lock.acquire, session._lock.release, session.__dict__
+
+    def give_way() -> None:
+        if acquire(False):
+            try:
+                if state.get("_bound") is bound:
+                    state.pop("run", None)
+                    bound.fast = False
+            finally:
+                release()
+    return give_way
+
+
 def _native_fast(session: Session, bound: Bound, call: Any, *, guard: tuple[str, Any],
                  holder: Any, note_owner: bool, on_none: Callable[[], object],
                  out_names: Sequence[str]) -> Any | None:
-    """The native ``run`` for ``bound`` (None: not built here)."""
-    m = FASTRUN.module()
-    if m is None:
+    """The native ``run`` for ``bound`` (None: not built here, or a native build is under
+    way: the twin, which takes the native parts up when it ends, runs meanwhile)."""
+    m = FASTRUN.soon()
+    if m is None or building():
         return None
     try:
         return m.FastRun(
@@ -255,7 +275,11 @@ def plain_fast(session: Session, bound: Bound) -> Any:
     match = bound.match
     ident = threading.get_ident
 
+    builds, seen, give_way = BUILDS, BUILDS[0], _giving_way(session, bound)
+
     def fast(feeds: Feeds) -> dict[str, np.ndarray]:
+        if builds[0] != seen:
+            give_way()
         if type(feeds) is dict and not converting:
             arrays = match(feeds)
             if arrays is not None and acquire(False):
@@ -314,12 +338,15 @@ def stateful_fast(session: Session, bound: Bound) -> Any:
                           holder=None, note_owner=False, on_none=failed, out_names=names)
     if native is not None:
         return native
+    builds, seen, give_way = BUILDS, BUILDS[0], _giving_way(session, bound)
     if bound.count == 1 and len(names) == 1:
         key, out_name = session.inputs[0].name, names[0]
         dtype, shape = bound.signature[0]
         run_one = runner.one_call()
 
         def fast(feeds: Feeds) -> dict[str, np.ndarray]:
+            if builds[0] != seen:
+                give_way()
             if type(feeds) is dict and len(feeds) == 1 and not converting:
                 try:
                     a = feeds[key]
@@ -338,6 +365,8 @@ def stateful_fast(session: Session, bound: Bound) -> Any:
             return usual(me(), feeds)  # type: ignore[arg-type]
     else:
         def fast(feeds: Feeds) -> dict[str, np.ndarray]:
+            if builds[0] != seen:
+                give_way()
             if type(feeds) is dict and not converting:
                 arrays = bound.match(feeds)
                 if arrays is not None and acquire(False):

@@ -2,9 +2,10 @@
 whose whole run takes microseconds: there a Python frame around ``SetTensor`` + ``Invoke`` +
 ``GetTensor`` costs as much as the run, and ai-edge-litert's own call is the yardstick.
 
-Built into nnhal's cache at first use (:func:`nnhal.core.native.build_extension`); where it
-cannot be (no compiler or Python headers, ``NNHAL_NATIVE=0``), :func:`calls` answers None
-and the bindings keep their Python closures, which do the same.
+Built into nnhal's cache at first use (:func:`nnhal.core.native.build_extension`, on a
+thread of its own); until then, and where it cannot be (no compiler or Python headers,
+``NNHAL_NATIVE=0``), :func:`calls` answers None and the bindings keep their Python closures,
+which do the same.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ def calls(*, pool: list[Any] | None, calls: tuple[Any, Any, Any] | None,
     answer is the call's: None, or the outputs of the run made another way), ``fix`` gets
     outputs of another shape than ``known``; ``bools``: the inputs whose arrays ``general``
     takes unless every byte is 0 or 1. None when the native module is not available, or
-    cannot hold this layout."""
-    m = DIRECT.module()
+    cannot hold this layout, or while it is being built (:meth:`NativeModule.soon`: the
+    caller's twin runs meanwhile)."""
+    m = DIRECT.soon()
     if m is None:
         return None
     try:
