@@ -28,6 +28,10 @@ Operations (code: name, after the TFLite builtin of the same name):
   operations' operands and rules (constant axes, shape, axis, permutation, begin and size;
   RESHAPE's shape has no -1: the importer writes TFLite's output shape).
 * 17 CAST: complex64 -> float32, the real part, as TFLite's CAST.
+* 18 EQUAL, 19 NOT_EQUAL, 20 LESS, 21 LESS_EQUAL, 22 GREATER, 23 GREATER_EQUAL: two 8-bit
+  tensors (scales in (0, 1)) compared as TFLite compares them, each input's stored values
+  rescaled in fixed point, where the HAL compares real values (the importer uses these only
+  where the two differ: scales that differ, or one too fine to rank stored values apart).
 
 Export: every operation goes back to its TFLite builtin (``tflite_export``: the builtin's
 code, the name of the HAL operation whose export the complex64 data movement shares, or a
@@ -52,7 +56,7 @@ from tflite.TensorType import TensorType as TT
 from nnhal.core.version import FeatureLevel
 from nnhal.hal.types import ErrorStatus
 from nnhal.hal.types import OperandType as T
-from nnhal.ops.common import broadcast_static
+from nnhal.ops.common import broadcast_static, tflite_compare_ranks
 from nnhal.ops.extensions import ExtensionDef, ExtensionOperation, OperandTypeDef, operation
 from nnhal.ops.resolver import OpContext, OperationDef, OpError
 from nnhal.ops.signature import Slot, Variant
@@ -65,7 +69,7 @@ TENSOR_COMPLEX64 = OperandTypeDef(
     tflite=TT.COMPLEX64, doc="Complex numbers as pairs of float32 (real, imaginary), as "
     "TFLite's COMPLEX64.")
 
-F32, I32, BOOL = T.TENSOR_FLOAT32, T.TENSOR_INT32, T.BOOL
+F32, I32, BOOL, BOOL8 = T.TENSOR_FLOAT32, T.TENSOR_INT32, T.BOOL, T.TENSOR_BOOL8
 _V = FeatureLevel.V1_2
 
 
@@ -77,6 +81,13 @@ def _broadcast(a: tuple[int, ...] | None, b: tuple[int, ...] | None
         return broadcast_static(a, b)
     except ValueError:
         return None
+
+
+def _broadcast_output(ctx: OpContext) -> list[tuple[int, ...] | None] | None:
+    """The output shape of a binary operation with broadcasting."""
+    shape = _broadcast(ctx.inputs[0].shape and tuple(ctx.inputs[0].shape),
+                       ctx.inputs[1].shape and tuple(ctx.inputs[1].shape))
+    return None if shape is None else [shape]
 
 
 def _input_shape(ctx: OpContext) -> list[tuple[int, ...] | None] | None:
@@ -242,9 +253,7 @@ class _FloorMod(OperationDef):
                         f"shapes {list(a)} and {list(b)} do not broadcast")
 
     def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
-        shape = _broadcast(ctx.inputs[0].shape and tuple(ctx.inputs[0].shape),
-                           ctx.inputs[1].shape and tuple(ctx.inputs[1].shape))
-        return None if shape is None else [shape]
+        return _broadcast_output(ctx)
 
     def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
         def run(ins, rt):  # type: ignore[no-untyped-def]
@@ -253,6 +262,40 @@ class _FloorMod(OperationDef):
                 r = np.fmod(x, y)
                 fix = (r != 0) & ((y < 0) != (r < 0))
                 return [np.where(fix, r + y, r).astype(np.float32)]
+
+        return run
+
+
+class _QuantCompare(OperationDef):
+    """Two 8-bit tensors compared as TFLite compares them: the ranks of
+    :func:`~nnhal.ops.common.tflite_compare_ranks` (each input's per stored value, a table
+    of 256 made at prepare), with broadcasting."""
+
+    def __init__(self, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]):
+        self.fn = fn
+
+    def validate(self, ctx: OpContext) -> None:
+        a, b = ctx.inputs[0], ctx.inputs[1]
+        ctx.require(b.type == a.type, "both inputs must be of one type")
+        for k, x in enumerate((a, b)):
+            ctx.require(0.0 < x.scale < 1.0, f"input {k}'s scale {x.scale} must lie in (0, 1) "
+                        f"(TFLite's rescale of a larger one is undefined)")
+        if a.shape is not None and b.shape is not None and all(a.shape) and all(b.shape):
+            ctx.require(_broadcast(tuple(a.shape), tuple(b.shape)) is not None,
+                        f"shapes {list(a.shape)} and {list(b.shape)} do not broadcast")
+
+    def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
+        return _broadcast_output(ctx)
+
+    def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
+        lo = -128 if ctx.inputs[0].type == Q8S else 0
+        q = np.arange(lo, lo + 256)
+        ra, rb = (tflite_compare_ranks(q, x.scale, x.zero_point) for x in ctx.inputs[:2])
+        fn = self.fn
+
+        def run(ins, rt):  # type: ignore[no-untyped-def]
+            a, b = np.asarray(ins[0]), np.asarray(ins[1])
+            return [fn(ra[a.astype(np.int64) - lo], rb[b.astype(np.int64) - lo])]
 
         return run
 
@@ -683,6 +726,26 @@ GATHER_ND = _op(11, "GATHER_ND", [Slot("params", "T"), Slot("indices", I32)],
                 B.GATHER_ND, variants=[Variant({"T": t}, _V) for t in (F32, I32, Q8, Q8S)],
                 export=B.GATHER_ND)
 
+_Q8_PAIR = [Slot("input0", "T"), Slot("input1", "T", doc="broadcast against input0")]
+_Q8_VARIANTS = [Variant({"T": t}, _V) for t in (Q8, Q8S)]
+
+
+def _compare_op(code: int, name: str, fn: Callable[..., np.ndarray], builtin: int
+                ) -> ExtensionOperation:
+    return _op(code, name, _Q8_PAIR, [Slot("output", BOOL8)], _QuantCompare(fn),
+               f"8-bit {name} as TFLite computes it: each input's stored values rescaled in "
+               f"fixed point (scales in (0, 1)), compared; the importer uses it where the "
+               f"HAL's comparison of real values differs", builtin, variants=_Q8_VARIANTS,
+               export=builtin)
+
+
+EQUAL = _compare_op(18, "EQUAL", np.equal, B.EQUAL)
+NOT_EQUAL = _compare_op(19, "NOT_EQUAL", np.not_equal, B.NOT_EQUAL)
+LESS = _compare_op(20, "LESS", np.less, B.LESS)
+LESS_EQUAL = _compare_op(21, "LESS_EQUAL", np.less_equal, B.LESS_EQUAL)
+GREATER = _compare_op(22, "GREATER", np.greater, B.GREATER)
+GREATER_EQUAL = _compare_op(23, "GREATER_EQUAL", np.greater_equal, B.GREATER_EQUAL)
+
 _AXES = Slot("axes", I32, const=True)
 SQUEEZE = _op(12, "SQUEEZE", [Slot("input", C64), _AXES], [Slot("output", C64)], _Squeeze(),
               "the HAL's SQUEEZE of complex64 (constant axes)", B.SQUEEZE,
@@ -711,7 +774,8 @@ CAST = _op(17, "CAST", [Slot("input", C64)], [Slot("output", F32)],
 EXTENSION = ExtensionDef(
     NAME, (TENSOR_COMPLEX64,),
     (RFFT2D, COMPLEX_ABS, REAL, IMAG, CUMSUM, SIGN, CEIL, ROUND, COS, FLOOR_MOD, GELU,
-     GATHER_ND, SQUEEZE, RESHAPE, EXPAND_DIMS, TRANSPOSE, SLICE, CAST),
+     GATHER_ND, SQUEEZE, RESHAPE, EXPAND_DIMS, TRANSPOSE, SLICE, CAST, EQUAL, NOT_EQUAL, LESS,
+     LESS_EQUAL, GREATER, GREATER_EQUAL),
     doc="TFLite builtins with no HAL operation (nnhal's TFLite importer maps them here).")
 
 

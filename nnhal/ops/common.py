@@ -194,6 +194,27 @@ def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: int | np.ndarray
     return rounding_divide_by_pot(srdhm(x, multiplier, xp), right, xp)
 
 
+def tflite_compare_ranks(q: np.ndarray, scale: float, zero_point: int) -> np.ndarray | None:
+    """What TFLite's 8-bit comparisons compare for each stored value ``q`` (as int64): (q -
+    zero point) << 8 times the scale's fixed-point multiplier, rounded twice (the doubling
+    high multiply, then the shift: ai-edge-litert's kernels, measured; a build rounding once
+    differs at a few ties). None for a scale outside (0, 1): TFLite's other branch shifts
+    by a negative amount (undefined, and saturating where measured)."""
+    if not 0.0 < scale < 1.0:
+        return None
+    m, shift = quantize_multiplier(scale)
+    return rounding_divide_by_pot(srdhm((q.astype(np.int64) - zero_point) << 8, m), -shift)
+
+
+def tflite_ranks_exactly(scale: float) -> bool:
+    """Whether TFLite's 8-bit comparisons (:func:`tflite_compare_ranks`) rank two stored
+    values of one quantization as the values rank: strictly increasing in q where 256 x
+    scale >= 2 (each rounding is within half a step) or is 1, 2, 4... (exact), the scale
+    below 1; below, neighbouring values round together."""
+    s = float(np.float32(scale))
+    return s < 1.0 and (s * 256 >= 2.0 or (s * 256 >= 1.0 and math.frexp(s)[0] == 0.5))
+
+
 def requantize(acc: np.ndarray, real_multiplier: float | np.ndarray, zero_point: int,
                t: OperandType, act_min: int | None = None,
                act_max: int | None = None) -> np.ndarray:

@@ -18,7 +18,7 @@ import tflite
 from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.types import OperandType
-from nnhal.ops.common import qrange
+from nnhal.ops.common import qrange, tflite_ranks_exactly
 from nnhal.ops.comparison import real_table, real_values
 from nnhal.ops.resolver import OperandInfo
 from nnhal.tflite.export_context import (
@@ -135,14 +135,9 @@ def _requantized(cx: ExportOpContext, j: int) -> int:
 
 def _ranks_exactly(info: OperandInfo) -> bool:
     """Whether TFLite's quantized comparison ranks two stored values of this quantization as
-    their real values rank. It compares ((q - zero point) << 8) rescaled by a fixed-point
-    multiplier of the scale, rounded: strictly increasing in q where 256 x scale >= 2 (each
-    rounding is within half a step), or is 1, 2, 4... (exact); below, neighbouring values
-    round together, and from a scale of 1 up its other branch saturates (both measured)."""
-    if info.type not in QUANTIZED or info.channel_scales is not None:
-        return False
-    s = float(np.float32(info.scale))
-    return s < 1.0 and (s * 256 >= 2.0 or (s * 256 >= 1.0 and math.frexp(s)[0] == 0.5))
+    their real values rank (:func:`~nnhal.ops.common.tflite_ranks_exactly`)."""
+    return info.type in QUANTIZED and info.channel_scales is None and \
+        tflite_ranks_exactly(info.scale)
 
 
 def _thresholds(var: OperandInfo, con: OperandInfo, fn: Callable[..., Any],

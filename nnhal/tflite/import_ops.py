@@ -13,7 +13,7 @@ import numpy as np
 from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.types import OperandType, OperationType
-from nnhal.ops.common import quantize_multiplier, rounding_divide_by_pot, srdhm
+from nnhal.ops.common import tflite_compare_ranks, tflite_ranks_exactly
 from nnhal.ops.conv import scale_product
 from nnhal.tflite import schema
 from nnhal.tflite.import_ctx import Context, Unimportable, hal_dims, hal_type
@@ -242,18 +242,6 @@ for _n in ("MAXIMUM", "MINIMUM", "POW", "LOGICAL_AND", "LOGICAL_OR", "PRELU"):
     _simple(_n, getattr(O, _n), n_inputs=2)
 
 
-def _tflite_ranks(q: np.ndarray, scale: float, zero_point: int) -> np.ndarray | None:
-    """What TFLite's quantized comparison compares for each stored value ``q``: (q - zero
-    point) << 8 times the scale's fixed-point multiplier, rounded twice (the doubling high
-    multiply, then the shift: ai-edge-litert's kernels, measured; a build rounding once
-    differs at a few ties); None for a scale of 1 or more (another branch, which
-    saturates)."""
-    if not 0.0 < scale < 1.0:
-        return None
-    m, shift = quantize_multiplier(scale)
-    return rounding_divide_by_pot(srdhm((q.astype(np.int64) - zero_point) << 8, m), -shift)
-
-
 _COMPARISONS: dict[OperationType, Callable[..., np.ndarray]] = {
     O.EQUAL: np.equal, O.NOT_EQUAL: np.not_equal, O.LESS: np.less,
     O.LESS_EQUAL: np.less_equal, O.GREATER: np.greater, O.GREATER_EQUAL: np.greater_equal}
@@ -276,7 +264,7 @@ def _tflite_tables(ctx: Context, op: OpInfo, fn: Callable[..., np.ndarray]
     (_, vs, vz, _), (_, cs, cz, _) = quant
     q = np.arange(-128, 128) if a.ttype == TT.INT8 else np.arange(256)
     values, where = np.unique(np.asarray(con.value), return_inverse=True)
-    rq, rc = _tflite_ranks(q, vs, vz), _tflite_ranks(values, cs, cz)
+    rq, rc = tflite_compare_ranks(q, vs, vz), tflite_compare_ranks(values, cs, cz)
     if rq is None or rc is None:
         return None
     rows = fn(rc[:, None], rq[None, :]) if c == 0 else fn(rq[None, :], rc[:, None])
@@ -312,18 +300,40 @@ def _intervals(q: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return lo, hi
 
 
+def _tflite_only(ctx: Context, op: OpInfo) -> str | None:
+    """Why the HAL's comparison of real values is not TFLite's comparison of two 8-bit
+    tensors (None where it is: neither is quantized, or both share one quantization whose
+    rescale ranks exactly, or a scale is 1 or more, which nobody can compute as TFLite
+    does)."""
+    a, b = (ctx.t(i) for i in op.inputs[:2])
+    if a.ttype not in (TT.INT8, TT.UINT8):
+        return None
+    quant = [hal_type(t) for t in (a, b)]
+    if any(cq is not None or not 0.0 < sc < 1.0 for _, sc, _, cq in quant):
+        return None
+    (_, sa, za, _), (_, sb, zb, _) = quant
+    if (sa, za) == (sb, zb) and tflite_ranks_exactly(sa):
+        return None
+    return (f"TFLite compares the two tensors' stored values rescaled in fixed point "
+            f"(scales {sa:.6g} and {sb:.6g}), more coarsely than the HAL's real values")
+
+
 def _comparison(name: str, hal: OperationType) -> None:
-    """TFLite compares 8-bit values rescaled in fixed point (:func:`_tflite_ranks`), more
-    coarsely than the HAL compares real values wherever a scale is below 2/256 or the two
-    differ. Against a constant it is rewritten exactly: a comparison with stored values in
-    the tensor's own quantization (the original operation first, so the converter's
-    comparison with a threshold comes back as it was), else where each result is a run of
-    stored values (EQUAL at a coarse scale), GREATER_EQUAL and LESS_EQUAL joined by
-    LOGICAL_AND, or its complement by LOGICAL_OR. Two tensors are compared as the HAL does
-    (both agree except where the rescales round together)."""
+    """TFLite compares 8-bit values rescaled in fixed point
+    (:func:`~nnhal.ops.common.tflite_compare_ranks`), more coarsely than the HAL compares
+    real values wherever a scale is below 2/256 or the two differ. Against a constant it is
+    rewritten exactly: a comparison with stored values in the tensor's own quantization (the
+    original operation first, so the converter's comparison with a threshold comes back as it
+    was), else where each result is a run of stored values (EQUAL at a coarse scale),
+    GREATER_EQUAL and LESS_EQUAL joined by LOGICAL_AND, or its complement by LOGICAL_OR. Two
+    tensors whose comparison the HAL's would not reproduce go to the extension's operation of
+    the same name, which computes as TFLite (Unimportable here)."""
     def convert(ctx: Context, op: OpInfo) -> None:
         found = _tflite_tables(ctx, op, _COMPARISONS[hal])
         if found is None:
+            why = _tflite_only(ctx, op)
+            if why is not None:
+                raise Unimportable(why)
             ctx.emit(hal, [ctx.x(i) for i in op.inputs[:2]], [ctx.y(op.outputs[0])])
             return
         c, q, rows, where = found

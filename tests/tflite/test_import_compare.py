@@ -80,3 +80,45 @@ def test_comparisons_with_a_constant_agree_with_ai_edge_litert() -> None:
             got = next(iter(s.run({s.inputs[0].name: q}).values()))
             np.testing.assert_array_equal(got, want, err_msg=f"litert: {what}")
     assert {O.LOGICAL_AND, O.LOGICAL_OR, O.GREATER_EQUAL, O.LESS_EQUAL} <= forms
+
+
+def test_comparisons_of_two_tensors_agree_with_ai_edge_litert() -> None:
+    """Every stored value against every other: where the HAL's comparison of real values
+    would differ (scales that differ, one too fine to rank stored values apart), the
+    importer writes the extension's operation of the same name; where it would not (one
+    quantization ranking exactly), the HAL's."""
+    from nnhal.extensions.tflite_builtins import NAME
+
+    rng = np.random.default_rng(30)
+    cases = [("GREATER", np.int8, (0.02, 0), (0.02, 0), False),  # ranks exactly: the HAL's
+             ("EQUAL", np.uint8, (0.001, 128), (0.001, 128), True),  # too fine
+             ("LESS", np.int8, (0.0123, -5), (0.0456, 7), True)]  # scales differ
+    for _ in range(12):
+        dt = np.int8 if rng.random() < 0.6 else np.uint8
+        lo = -128 if dt == np.int8 else 0
+        sa = float(np.float32(10 ** rng.uniform(-3, -0.3)))
+        sb = min(float(np.float32(sa * 10 ** rng.uniform(-1, 1))), 0.9)
+        cases.append((OPS[rng.integers(6)], dt, (sa, int(rng.integers(lo, lo + 256))),
+                      (sb, int(rng.integers(lo, lo + 256))), True))
+    devices = ["reference"] + (["litert"] if unavailable() is None else [])
+    for op, dt, qa, qb, extension in cases:
+        g = tfl.Graph()
+        a = g.input([256, 1], dt, quant=tfl.Quant([qa[0]], [qa[1]]))
+        b = g.input([1, 256], dt, quant=tfl.Quant([qb[0]], [qb[1]]))
+        o = g.tensor([256, 256], np.bool_, "out")
+        g.op(op, [a, b], [o])
+        g.output(o)
+        data = tfl.build(g)
+        lo = -128 if dt == np.int8 else 0
+        q = np.arange(lo, lo + 256).astype(dt)
+        feeds = [q.reshape(256, 1), q.reshape(1, 256)]
+        want = litert_run(litert(data), feeds)[0]
+        imported = read_tflite(data)
+        used = [e.name for e in imported.model.extension_name_to_prefix]
+        assert (used == [NAME]) == extension, f"{op} {qa} {qb}: {used}"
+        for device in devices:
+            from nnhal.session import Session
+
+            s = Session(imported, device=device)
+            got = next(iter(s.run(dict(zip((i.name for i in s.inputs), feeds))).values()))
+            np.testing.assert_array_equal(got, want, err_msg=f"{device}: {op} {qa} {qb}")
