@@ -49,7 +49,6 @@ for _name, _code in {
         "HARD_SWISH": BO.HARD_SWISH, "LOGICAL_NOT": BO.LOGICAL_NOT,
         "DEQUANTIZE": BO.DEQUANTIZE, "QUANTIZE": BO.QUANTIZE, "CAST": BO.CAST,
         "POW": BO.POW, "LOGICAL_AND": BO.LOGICAL_AND, "LOGICAL_OR": BO.LOGICAL_OR,
-        "PRELU": BO.PRELU,
         "TILE": BO.TILE, "SLICE": BO.SLICE, "PAD": BO.PAD, "RANK": BO.RANK,
         "EMBEDDING_LOOKUP": BO.EMBEDDING_LOOKUP, "HASHTABLE_LOOKUP": BO.HASHTABLE_LOOKUP,
         "FILL": BO.FILL}.items():
@@ -162,6 +161,34 @@ def _thresholds(var: OperandInfo, con: OperandInfo, fn: Callable[..., Any],
     return found[where].reshape(stored.shape).astype(stored.dtype)
 
 
+def _prelu(cx: ExportOpContext) -> None:
+    """PRELU; with one constant alpha (the importer's form of TFLite's LEAKY_RELU, which
+    XNNPACK runs as such) LEAKY_RELU of alpha's real value, within the conformance rules'
+    step of the HAL's integer product (TFLite multiplies by the one real multiplier)."""
+    alpha = cx.info(1)
+    if alpha.is_const and alpha.channel_scales is None and np.asarray(alpha.value).size == 1 \
+            and cx.out_shape() == cx.shape(0):
+        v = np.asarray(alpha.value).reshape(-1)
+        real = v.astype(np.float32) if cx.info(0).type not in QUANTIZED else \
+            real_values(alpha).reshape(-1)
+        if np.isfinite(real[0]):
+            cx.emit(BO.LEAKY_RELU, [cx.t(0)], [cx.o()], "LeakyReluOptions",
+                    Alpha=float(real[0]))
+            return
+    cx.emit(BO.PRELU, [cx.t(0), cx.t(1)], [cx.o()])
+
+
+def _select(cx: ExportOpContext) -> None:
+    """SELECT; between constant ones and zeros (the importer's form of a bool CAST) CAST."""
+    a, b, out = cx.info(1), cx.info(2), cx.out_info()
+    if out.type in (T.TENSOR_FLOAT32, T.TENSOR_INT32) and a.is_const and b.is_const and \
+            np.all(np.asarray(a.value) == 1) and np.all(np.asarray(b.value) == 0) and \
+            cx.shape(0) == cx.out_shape():
+        cx.emit(BO.CAST, [cx.t(0)], [cx.o()])
+        return
+    _same_quant_select(cx)
+
+
 def _compare(code: int, fn: Callable[..., Any]) -> Converter:
     def convert(cx: ExportOpContext) -> None:
         a, b = cx.t(0), cx.t(1)
@@ -217,7 +244,8 @@ CONVERTERS.update(
     GREATER_EQUAL=_compare(BO.GREATER_EQUAL, np.greater_equal),
     LESS=_compare(BO.LESS, np.less), LESS_EQUAL=_compare(BO.LESS_EQUAL, np.less_equal),
     MAXIMUM=_same_quant_op(BO.MAXIMUM, [0, 1]),
-    MINIMUM=_same_quant_op(BO.MINIMUM, [0, 1]), SELECT=_same_quant_op(BO.SELECT, [1, 2]))
+    MINIMUM=_same_quant_op(BO.MINIMUM, [0, 1]), PRELU=_prelu, SELECT=_select)
+_same_quant_select = _same_quant_op(BO.SELECT, [1, 2])
 
 
 def _arith(code: int, options: str) -> Converter:

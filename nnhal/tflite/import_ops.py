@@ -16,7 +16,7 @@ from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops.common import tflite_compare_ranks, tflite_ranks_exactly
 from nnhal.ops.conv import scale_product
 from nnhal.tflite import schema
-from nnhal.tflite.import_ctx import Context, Unimportable, hal_dims, hal_type
+from nnhal.tflite.import_ctx import Context, Unimportable, hal_dims, hal_type, operand_dtype
 from nnhal.tflite.import_fold import MAX_FOLD_ELEMENTS
 from nnhal.tflite.import_read import OpInfo
 
@@ -407,15 +407,27 @@ def _square(ctx: Context, op: OpInfo) -> None:
     ctx.emit(O.MUL, [x, x, ctx.i32(0)], [ctx.y(op.outputs[0])])
 
 
-@_conv("LEAKY_RELU", "PRELU with a constant alpha (float only)")
+@_conv("LEAKY_RELU", "PRELU with a constant alpha (8-bit: alpha as a one-step constant)")
 def _leaky_relu(ctx: Context, op: OpInfo) -> None:
+    """PRELU with alpha a constant [1]. 8-bit: TFLite rescales the negative values by alpha x
+    input scale / output scale, the others by input scale / output scale; the HAL's PRELU
+    rescales by input scale x alpha's scale / output scale times (alpha's stored value -
+    its zero point): so alpha is one step of scale |alpha| (sign in the step; 0 steps for
+    alpha 0), the same two multipliers up to the last bit of their float arithmetic."""
     x = ctx.t(op.inputs[0])
-    if x.ttype not in (TT.FLOAT32, TT.FLOAT16):
-        raise Unimportable("quantized LEAKY_RELU has no exact HAL form")
-    alpha = np.asarray([ctx.options("LeakyReluOptions").Alpha()], schema.DTYPES[x.ttype])
+    alpha = float(np.float32(ctx.options("LeakyReluOptions").Alpha()))
     ht = hal_type(x)[0]
-    ctx.emit(O.PRELU, [ctx.x(op.inputs[0]), ctx.sb.constant(ht, alpha, [1])],
-             [ctx.y(op.outputs[0])])
+    if x.ttype in (TT.FLOAT32, TT.FLOAT16):
+        value = np.asarray([alpha], schema.DTYPES[x.ttype])
+        a = ctx.sb.constant(ht, value, [1])
+    elif x.ttype in (TT.INT8, TT.UINT8) and math.isfinite(alpha):
+        step = 0 if alpha == 0 else 1 if alpha > 0 else -1
+        zero = 0 if step >= 0 else 1
+        a = ctx.sb.constant(ht, np.asarray([zero + step], operand_dtype(ht)), [1],
+                            abs(alpha) or 1.0, zero)
+    else:
+        raise Unimportable("quantized LEAKY_RELU with this type or alpha has no exact HAL form")
+    ctx.emit(O.PRELU, [ctx.x(op.inputs[0]), a], [ctx.y(op.outputs[0])])
 
 
 @_conv("SELECT", "SELECT (same shapes)")
@@ -430,9 +442,23 @@ CONVERTERS["SELECT_V2"] = _select
 MAPPED["SELECT_V2"] = "SELECT (operands of equal shapes only)"
 
 
-@_conv("CAST", "CAST")
+@_conv("CAST", "CAST (bool to numbers: SELECT of ones and zeros)")
 def _cast(ctx: Context, op: OpInfo) -> None:
-    ctx.emit(O.CAST, [ctx.x(op.inputs[0])], [ctx.y(op.outputs[0])])
+    """The HAL's CAST takes no bool: a bool to float or int32 (a mask, as tf.cast writes it)
+    is a SELECT between ones and zeros of the output's type and (static) shape."""
+    x, y = ctx.t(op.inputs[0]), ctx.t(op.outputs[0])
+    if x.ttype != TT.BOOL:
+        ctx.emit(O.CAST, [ctx.x(op.inputs[0])], [ctx.y(op.outputs[0])])
+        return
+    ht = hal_type(y)[0]
+    dims = hal_dims(y)
+    if ht not in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32) or y.quantized:
+        raise Unimportable(f"CAST of bool to {ht.name} has no HAL form")
+    if not dims or not all(dims) or tuple(dims) != tuple(hal_dims(x)):
+        raise Unimportable("CAST of bool needs a static shape (a SELECT between constants)")
+    dtype = operand_dtype(ht)
+    ones, zeros = (ctx.sb.constant(ht, np.full(dims, v, dtype), list(dims)) for v in (1, 0))
+    ctx.emit(O.SELECT, [ctx.x(op.inputs[0]), ones, zeros], [ctx.y(op.outputs[0])])
 
 
 @_conv("QUANTIZE", "QUANTIZE (requantization as DEQUANTIZE + QUANTIZE)")

@@ -454,7 +454,26 @@ def _prelu(v: dict[str, OperandType]) -> list:
         for qa, qb, qo in qs], *[
         (f"same shape q={qa},{qb},{qo}", [In(t, [4, n], qa, small=True),
                                           In(t, [4, n], qb, small=True)], [Out(t, qo)])
-        for qa, qb, qo in qs]]
+        for qa, qb, qo in qs], *_prelu_one_alpha(t)]
+
+
+def _prelu_one_alpha(t: OperandType) -> list:
+    """One constant alpha (the exporter writes TFLite's LEAKY_RELU): float alphas of each
+    sign, 0 and above 1; 8-bit ones of one step of their scale (as the importer writes
+    LEAKY_RELU), of several steps, and of 0 steps, over the quantization triples."""
+    n = len(edge_values(t))
+    if not _is_q(t):
+        return [(f"one alpha {a}", [In(t, [2, n]), Const(t, np.array([a], t.dtype), [1])],
+                 [Out(t)]) for a in (0.2, -0.3, 0.0, 1.5)]
+    lo = int(np.iinfo(t.dtype).min)
+    out = []
+    for qx, _, qo in [tuple(_shift(t, q) for q in tr) for tr in Q_TRIPLES]:
+        for scale, stored, zero in ((0.2, lo + 1, lo), (0.01, lo + 1, lo), (0.3, lo, lo + 1),
+                                    (0.05, lo + 7, lo + 2), (1.0, lo, lo)):
+            alpha = Const(t, np.array([stored], t.dtype), [1], (scale, zero))
+            out.append((f"one alpha {scale}x{stored - zero} q={qx},{qo}",
+                        [In(t, [2, n], qx), alpha], [Out(t, qo)]))
+    return out
 
 
 @gen("SELECT")
@@ -464,7 +483,11 @@ def _select(v: dict[str, OperandType]) -> list:
     cond = In(BOOL8, [n], values=np.arange(n) % 3 == 0)
     rev = edge_values(t)[::-1]
     if not _is_q(t):
-        return [("edges", [cond, In(t, [n]), In(t, [n], values=rev)], [Out(t)])]
+        # constant ones and zeros: the exporter writes a CAST of the condition
+        ones, zeros = (Const(t, np.full(n, k, t.dtype), [n]) for k in (1, 0))
+        return [("edges", [cond, In(t, [n]), In(t, [n], values=rev)], [Out(t)]),
+                ("ones and zeros", [cond, ones, zeros], [Out(t)]),
+                ("zeros and ones", [cond, zeros, ones], [Out(t)])]
     return [(f"q={qa},{qb},{qo}", [cond, In(t, [n], qa), In(t, [n], qb, values=rev)],
              [Out(t, qo)]) for qa, qb, qo in
             [tuple(_shift(t, q) for q in tr) for tr in Q_TRIPLES]]

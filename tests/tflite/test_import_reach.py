@@ -82,6 +82,34 @@ def test_select_v2_broadcasting_int8_within_one_step() -> None:
     agree(_data("select_v2_broadcast_int8.tflite"))
 
 
+def test_int8_leaky_relu_and_comparisons_of_two_tensors() -> None:
+    """The converter's int8 LeakyReLU imports as PRELU (alpha one step of its own scale), its
+    comparisons of two inputs of their own scales as the extension's (TFLite's fixed-point
+    ranks, exact), and a bool cast to float as a SELECT: within one step of ai-edge-litert on
+    the reference, LiteRT and the runtime, the comparison's output exactly."""
+    from nnhal.drivers.litert import unavailable
+    from nnhal.session import Session
+
+    data = _data("leaky_compare_int8.tflite")
+    imported = read_tflite(data)
+    main = imported.model.main.operations
+    hal = Counter(O(op.type).name for op in main if op.type < 1 << 16)
+    assert hal["PRELU"] == 2 and hal["SELECT"] == 2 and "CAST" not in hal, hal
+    assert sorted(op.type & 0xFFFF for op in main if op.type >= 1 << 16) == [21, 22]
+    it = litert(data)
+    rng = np.random.default_rng(11)
+    feeds = [[rng.integers(-128, 128, (2, 16)).astype(np.int8) for _ in range(2)]
+             for _ in range(20)]
+    devices = ["reference", None] + (["litert"] if unavailable() is None else [])
+    for device in devices:
+        s = Session(imported, device=device)
+        for xs in feeds:
+            want = litert_run(it, xs)
+            got = list(s.run(dict(zip((i.name for i in s.inputs), xs))).values())
+            assert_agree(got, want, f"{device}")
+            np.testing.assert_array_equal(got[1], want[1])
+
+
 def test_floor_div_and_mod_of_tensors() -> None:
     rng = np.random.default_rng(5)
     a = rng.uniform(-50, 50, (2, 5)).astype(F)

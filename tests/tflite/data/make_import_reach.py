@@ -10,9 +10,13 @@ reach of the importer), with TensorFlow's own TFLite converter, into this folder
 - ``refused_rfft2d_custom.tflite``: a custom operator (allow_custom_ops), RFFT2D and REAL
   downstream of it, and an unrelated CUMSUM: operators no HAL operation computes, for the
   refusal that names every one.
+- ``leaky_compare_int8.tflite``: full-integer int8 LeakyReLU (alphas 0.2 and 0.01), the two
+  inputs (of their own scales) compared (``x > y`` selecting between the two, ``x <= y``
+  cast to float: a bool CAST).
 
-Run once (``python tests/tflite/data/make_import_reach.py``); the tests read the saved files
-and never convert, so CI needs no TensorFlow for them.
+Run once (``python tests/tflite/data/make_import_reach.py [NAME ...]``: only the files named,
+when any); the tests read the saved files and never convert, so CI needs no TensorFlow for
+them.
 """
 
 from __future__ import annotations
@@ -79,6 +83,13 @@ def refused(x):
     return tf.math.real(spectrum), tf.math.cumsum(x, axis=1)  # and an unrelated CUMSUM
 
 
+@tf.function
+def leaky_compare(x, y):
+    a = tf.nn.leaky_relu(x, alpha=0.2)
+    b = tf.nn.leaky_relu(y * 3.0, alpha=0.01)
+    return tf.where(x > y, a, b), tf.cast(x <= y, tf.float32)
+
+
 def main() -> int:
     f32, i32 = tf.float32, tf.int32
     files = {
@@ -102,7 +113,19 @@ def main() -> int:
     files["select_v2_broadcast_int8.tflite"] = _convert(
         select_v2, [tf.TensorSpec([2, 3, 4], f32), tf.TensorSpec([1, 4], f32)],
         int8_data=samples)
+
+    def pairs():
+        for _ in range(32):
+            yield [rng.uniform(-2, 2, (2, 16)).astype(np.float32),
+                   rng.uniform(-1, 1, (2, 16)).astype(np.float32)]
+
+    files["leaky_compare_int8.tflite"] = _convert(
+        leaky_compare, [tf.TensorSpec([2, 16], f32), tf.TensorSpec([2, 16], f32)],
+        int8_data=pairs)
+    wanted = set(sys.argv[1:])
     for name, data in files.items():
+        if wanted and name not in wanted:
+            continue
         (HERE / name).write_bytes(data)
         print(f"{name}: {len(data)} bytes")
     return 0
