@@ -223,8 +223,35 @@ def _fully_connected_per_channel(ctx: Context, op: OpInfo, act: int) -> None:
 
 # ---- elementwise -----------------------------------------------------------------------------
 
+#: ai-edge-litert's 8-bit ADD with an input scale this many times the output's, and MUL with
+#: the product of the input scales this many times the output's, give results 255 steps off
+#: the exact ones (XNNPACK takes ratios below it, the builtin kernel past it overflows its
+#: fixed point; measured: 2^7.9 agrees, 2^8 does not, int8 and uint8): no HAL form computes
+#: that, so such an operator is refused, not computed right where TFLite's is wrong.
+_OVERFLOWING_RATIO = 256.0
+
+
+def _overflows(name: str, ctx: Context, op: OpInfo) -> str | None:
+    a, b, out = (ctx.t(i) for i in (*op.inputs[:2], op.outputs[0]))
+    if name not in ("ADD", "MUL") or out.ttype not in (TT.INT8, TT.UINT8):
+        return None
+    scales = [hal_type(t)[1] for t in (a, b, out)]
+    f32 = np.float32
+    ratio = float((max(f32(scales[0]), f32(scales[1])) if name == "ADD" else
+                   f32(scales[0]) * f32(scales[1])) / f32(scales[2])) if scales[2] else math.inf
+    if ratio < _OVERFLOWING_RATIO:
+        return None
+    what = "the larger input scale" if name == "ADD" else "the product of the input scales"
+    return (f"8-bit {name} with {what} {ratio:.4g} times the output's (256 or more): "
+            f"ai-edge-litert's kernel overflows its fixed point there (results off by up to "
+            f"255 steps), which no HAL form reproduces")
+
+
 def _binary_fused(name: str, hal: OperationType) -> None:
     def convert(ctx: Context, op: OpInfo) -> None:
+        why = _overflows(name, ctx, op)
+        if why is not None:
+            raise Unimportable(why)
         o = op.options
         act = o.FusedActivationFunction() if o is not None else 0
         a, b = ctx.x(op.inputs[0]), ctx.x(op.inputs[1])
@@ -238,8 +265,32 @@ _binary_fused("SUB", O.SUB)
 _binary_fused("MUL", O.MUL)
 _binary_fused("DIV", O.DIV)
 
-for _n in ("MAXIMUM", "MINIMUM", "POW", "LOGICAL_AND", "LOGICAL_OR", "PRELU"):
+for _n in ("POW", "LOGICAL_AND", "LOGICAL_OR", "PRELU"):
     _simple(_n, getattr(O, _n), n_inputs=2)
+
+
+def _max_min(name: str, hal: OperationType) -> None:
+    def convert(ctx: Context, op: OpInfo) -> None:
+        """TFLite's 8-bit MAXIMUM / MINIMUM compare and keep stored values, whatever the
+        inputs' quantization (none rescales); the HAL's rescales each input to the output's
+        first. So an input of another quantization is first CAST (which keeps stored values)
+        to the output's: then the HAL's operation keeps stored values too."""
+        out = ctx.t(op.outputs[0])
+        ins = [ctx.x(i) for i in op.inputs[:2]]
+        if out.ttype in (TT.INT8, TT.UINT8):
+            ht, so, zo, cq = hal_type(out)
+            for k, i in enumerate(op.inputs[:2]):
+                _, sc, zp, icq = hal_type(ctx.t(i))
+                if cq is None and icq is None and (sc, zp) != (so, zo):
+                    kept = ctx.tmp(ht, hal_dims(ctx.t(i)), so, zo)
+                    ctx.emit(O.CAST, [ins[k]], [kept])
+                    ins[k] = kept
+        ctx.emit(hal, ins, [ctx.y(op.outputs[0])])
+    _conv(name, f"{hal.name} (8-bit: of stored values, as TFLite's)")(convert)
+
+
+_max_min("MAXIMUM", O.MAXIMUM)
+_max_min("MINIMUM", O.MINIMUM)
 
 
 _COMPARISONS: dict[OperationType, Callable[..., np.ndarray]] = {

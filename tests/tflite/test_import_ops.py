@@ -606,3 +606,43 @@ def test_aidl_builtins_raise_the_imported_models_feature_level() -> None:
                       "mirror_pad_reflect": FeatureLevel.AIDL_V3,
                       "reverse_v2": FeatureLevel.AIDL_V3, "rsqrt_int8": FeatureLevel.AIDL_V3,
                       "reshape_int8": FeatureLevel.V1_3}
+
+
+def test_8bit_binary_operators_at_random_quantizations() -> None:
+    """ADD, SUB, MUL, MAXIMUM and MINIMUM of int8 and uint8 tensors whose three
+    quantizations are drawn at random: every stored value against 16 others, within one
+    step of ai-edge-litert (MAXIMUM / MINIMUM exactly: TFLite keeps stored values, whatever
+    the quantization), or refused, naming why, where ai-edge-litert's own ADD / MUL overflow
+    (an input to output ratio of 256 or more: results 255 steps off)."""
+    from runner import Reference, litert, litert_run
+
+    rng = np.random.default_rng(29)
+    refused = 0
+    for op in ("ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM"):
+        for _ in range(8):
+            dt = I8 if rng.random() < 0.6 else np.uint8
+            lo = -128 if dt == I8 else 0
+            qs = [Quant([float(np.float32(10 ** rng.uniform(-3.5, 0)))],
+                        [int(rng.integers(lo, lo + 256))]) for _ in range(3)]
+            opts = (f"{op.title()}Options", dict(FusedActivationFunction=0)) \
+                if op in ("ADD", "SUB", "MUL") else None
+            data = one_op(op, [((256, 1), dt, qs[0]), ((1, 16), dt, qs[1])], (256, 16),
+                          dt, opts, out_quant=qs[2])
+            x = np.arange(lo, lo + 256).astype(dt)
+            feeds = [x.reshape(256, 1), x[::16].reshape(1, 16).copy()]
+            want = litert_run(litert(data), feeds)[0]
+            ratio = max(qs[0].scales[0], qs[1].scales[0]) if op == "ADD" else \
+                qs[0].scales[0] * qs[1].scales[0]
+            if op in ("ADD", "MUL") and ratio >= 256 * qs[2].scales[0] * (1 - 1e-6):
+                with pytest.raises(UnsupportedModelError, match="overflows its fixed point"):
+                    read_tflite(data)
+                refused += 1
+                continue
+            ref = Reference(read_tflite(data))
+            try:
+                got = ref.run(feeds)[0]
+            finally:
+                ref.close()
+            steps = np.abs(got.astype(np.int32) - want.astype(np.int32)).max()
+            assert steps <= (0 if op in ("MAXIMUM", "MINIMUM") else 1), (op, qs, steps)
+    assert refused >= 1
