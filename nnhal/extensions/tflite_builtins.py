@@ -32,6 +32,8 @@ Operations (code: name, after the TFLite builtin of the same name):
   tensors (scales in (0, 1)) compared as TFLite compares them, each input's stored values
   rescaled in fixed point, where the HAL compares real values (the importer uses these only
   where the two differ: scales that differ, or one too fine to rank stored values apart).
+* 24 SQUARED_DIFFERENCE: int8 (x - y)^2 as TFLite's kernel computes it in fixed point (the
+  HAL's SUB then MUL rounds twice where TFLite rounds once), with broadcasting.
 
 Export: every operation goes back to its TFLite builtin (``tflite_export``: the builtin's
 code, the name of the HAL operation whose export the complex64 data movement shares, or a
@@ -56,7 +58,12 @@ from tflite.TensorType import TensorType as TT
 from nnhal.core.version import FeatureLevel
 from nnhal.hal.types import ErrorStatus
 from nnhal.hal.types import OperandType as T
-from nnhal.ops.common import broadcast_static, tflite_compare_ranks
+from nnhal.ops.common import (
+    broadcast_static,
+    multiply_by_quantized_multiplier,
+    quantize_multiplier,
+    tflite_compare_ranks,
+)
 from nnhal.ops.extensions import ExtensionDef, ExtensionOperation, OperandTypeDef, operation
 from nnhal.ops.resolver import OpContext, OperationDef, OpError
 from nnhal.ops.signature import Slot, Variant
@@ -296,6 +303,51 @@ class _QuantCompare(OperationDef):
         def run(ins, rt):  # type: ignore[no-untyped-def]
             a, b = np.asarray(ins[0]), np.asarray(ins[1])
             return [fn(ra[a.astype(np.int64) - lo], rb[b.astype(np.int64) - lo])]
+
+        return run
+
+
+def _squared_difference_params(a: Any, b: Any, out: Any) -> tuple | None:
+    """TFLite's int8 SQUARED_DIFFERENCE's fixed point: each input's (q - zero point) << 7
+    times its scale over twice the larger one, their difference squared, times that doubled
+    scale squared over 2^14 x the output's; (multiplier, shift) of each of the three, or None
+    where a multiplier is not below 1 (TFLite's Prepare aborts the process there)."""
+    twice = float(np.float32(2) * max(np.float32(a.scale), np.float32(b.scale)))
+    reals = (float(np.float32(a.scale)) / twice, float(np.float32(b.scale)) / twice,
+             twice * twice / float(np.float32(1 << 14) * np.float32(out.scale)))
+    if not all(0.0 < r < 1.0 for r in reals):
+        return None
+    return tuple(quantize_multiplier(r) for r in reals)
+
+
+class _QuantSquaredDifference(OperationDef):
+    """int8 (x - y)^2 as TFLite's kernel computes it (:func:`_squared_difference_params`),
+    with broadcasting."""
+
+    def validate(self, ctx: OpContext) -> None:
+        a, b, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+        ctx.require(b.type == a.type == out.type, "the inputs and the output must be of one type")
+        ctx.require(_squared_difference_params(a, b, out) is not None,
+                    "the scales give a multiplier of 1 or more (TFLite's kernel refuses them)")
+        if a.shape is not None and b.shape is not None and all(a.shape) and all(b.shape):
+            ctx.require(_broadcast(tuple(a.shape), tuple(b.shape)) is not None,
+                        f"shapes {list(a.shape)} and {list(b.shape)} do not broadcast")
+
+    def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
+        return _broadcast_output(ctx)
+
+    def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
+        a, b, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+        (ma, sa), (mb, sb), (mo, so) = _squared_difference_params(a, b, out)  # type: ignore[misc]
+        q = np.arange(-128, 128, dtype=np.int64)
+        ra = multiply_by_quantized_multiplier((q - a.zero_point) << 7, ma, sa)
+        rb = multiply_by_quantized_multiplier((q - b.zero_point) << 7, mb, sb)
+        zo = out.zero_point
+
+        def run(ins, rt):  # type: ignore[no-untyped-def]
+            d = ra[np.asarray(ins[0], np.int64) + 128] - rb[np.asarray(ins[1], np.int64) + 128]
+            r = multiply_by_quantized_multiplier(d * d, mo, so) + zo
+            return [np.clip(r, -128, 127).astype(np.int8)]
 
         return run
 
@@ -746,6 +798,12 @@ LESS_EQUAL = _compare_op(21, "LESS_EQUAL", np.less_equal, B.LESS_EQUAL)
 GREATER = _compare_op(22, "GREATER", np.greater, B.GREATER)
 GREATER_EQUAL = _compare_op(23, "GREATER_EQUAL", np.greater_equal, B.GREATER_EQUAL)
 
+SQUARED_DIFFERENCE = _op(
+    24, "SQUARED_DIFFERENCE", _Q8_PAIR, [Slot("output", "T")], _QuantSquaredDifference(),
+    "int8 (x - y)^2 as TFLite's kernel computes it (each input rescaled to twice the larger "
+    "scale in fixed point, the difference squared, rescaled to the output), with broadcasting",
+    B.SQUARED_DIFFERENCE, variants=[Variant({"T": Q8S}, _V)], export=B.SQUARED_DIFFERENCE)
+
 _AXES = Slot("axes", I32, const=True)
 SQUEEZE = _op(12, "SQUEEZE", [Slot("input", C64), _AXES], [Slot("output", C64)], _Squeeze(),
               "the HAL's SQUEEZE of complex64 (constant axes)", B.SQUEEZE,
@@ -775,7 +833,7 @@ EXTENSION = ExtensionDef(
     NAME, (TENSOR_COMPLEX64,),
     (RFFT2D, COMPLEX_ABS, REAL, IMAG, CUMSUM, SIGN, CEIL, ROUND, COS, FLOOR_MOD, GELU,
      GATHER_ND, SQUEEZE, RESHAPE, EXPAND_DIMS, TRANSPOSE, SLICE, CAST, EQUAL, NOT_EQUAL, LESS,
-     LESS_EQUAL, GREATER, GREATER_EQUAL),
+     LESS_EQUAL, GREATER, GREATER_EQUAL, SQUARED_DIFFERENCE),
     doc="TFLite builtins with no HAL operation (nnhal's TFLite importer maps them here).")
 
 

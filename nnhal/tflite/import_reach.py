@@ -23,7 +23,7 @@ from nnhal.tflite import import_ops
 from nnhal.tflite.import_ctx import Context, Unimportable, hal_dims, hal_type
 from nnhal.tflite.import_fold import MAX_FOLD_ELEMENTS
 from nnhal.tflite.import_ops import CONVERTERS, MAPPED, Converter
-from nnhal.tflite.import_read import OpInfo
+from nnhal.tflite.import_read import OpInfo, SubgraphInfo
 
 T = OperandType
 O = OperationType
@@ -479,3 +479,134 @@ def _broadcast_to(ctx: Context, op: OpInfo) -> None:
     if any(d <= 0 for d in shape) or not ctx.t(op.inputs[0]).static:
         raise Unimportable("broadcasting to or from an unknown or empty shape")
     ctx.copy_into(_broadcast(ctx, op.inputs[0], shape), ctx.y(op.outputs[0]))
+
+
+# ---- repeats through a rank past the HAL's ---------------------------------------------------
+
+#: The most dimensions the HAL's data movement takes.
+_HAL_RANK = 4
+#: The data movement a repeat is written with (Keras' UpSampling2D, tf.repeat, tf.tile).
+_MOVES = ("RESHAPE", "EXPAND_DIMS", "TILE")
+#: The most elements an index map is worked out for (a repeat's output).
+_MAX_MAPPED = 1 << 24
+
+
+def repeat_chains(sg: SubgraphInfo, folded: set[int]
+                  ) -> tuple[set[int], dict[int, Converter]]:
+    """Chains of RESHAPE / EXPAND_DIMS / TILE with constant parameters that go through a rank
+    past the HAL's between a tensor and a result of at most 4 dimensions: Keras' UpSampling2D
+    (nearest), tf.repeat and tf.tile of a 4-D tensor write them so. Worked out on the
+    element indices, such a chain that keeps the elements in order is one RESHAPE, one that
+    picks, along each axis of the source, elements by an index of that axis only is one
+    GATHER per axis that is not kept as it is; any other stays refused. (operators left out:
+    the chains' middles, every reader of which is in a chain; per chain end, its
+    converter)."""
+    producer = {o: op for op in sg.ops if op.index not in folded for o in op.outputs}
+    readers: dict[int, list[OpInfo]] = {}
+    for op in sg.ops:
+        if op.index not in folded:
+            for i in op.inputs:
+                readers.setdefault(i, []).append(op)
+    chains: dict[int, tuple[Converter, list[int]]] = {}
+    for f in sg.ops:
+        if f.index not in folded:
+            found = _repeat_chain(sg, f, producer)
+            if found is not None:
+                chains[f.index] = found
+    outputs = set(sg.outputs)
+    by_index = {op.index: op for op in sg.ops}
+    # A chain is kept while every reader of each of its middles is in a kept chain too (a
+    # middle read by anything else stays, and so does every chain through it): to a fixpoint.
+    while True:
+        kept = set(chains) | {m for _, path in chains.values() for m in path}
+        dropped = [f for f, (_, path) in chains.items() if any(
+            by_index[m].outputs[0] in outputs or any(
+                r.index not in kept for r in readers.get(by_index[m].outputs[0], []))
+            for m in path)]
+        if not dropped:
+            break
+        for f in dropped:
+            del chains[f]
+    left_out = {m for _, path in chains.values() for m in path}
+    return left_out, {f: convert for f, (convert, _) in chains.items()}
+
+
+def _move(sg: SubgraphInfo, op: OpInfo, ids: np.ndarray) -> np.ndarray | None:
+    """``op`` (a RESHAPE, EXPAND_DIMS or TILE with constant parameters) applied to ``ids``."""
+    out = sg.tensors[op.outputs[0]]
+    if op.name == "TILE":
+        m = sg.tensors[op.inputs[1]].value if len(op.inputs) > 1 and op.inputs[1] >= 0 \
+            else None
+        if m is None or np.size(m) != ids.ndim:
+            return None
+        ids = np.tile(ids, [int(v) for v in np.asarray(m).reshape(-1)])
+    elif op.name == "EXPAND_DIMS":
+        a = sg.tensors[op.inputs[1]].value if len(op.inputs) > 1 and op.inputs[1] >= 0 \
+            else None
+        if a is None or np.size(a) != 1:
+            return None
+        axis = int(np.asarray(a).reshape(-1)[0])
+        ids = np.expand_dims(ids, axis + ids.ndim + 1 if axis < 0 else axis)
+    elif not out.has_rank or not all(out.shape) or math.prod(out.shape) != ids.size:
+        return None
+    else:
+        ids = ids.reshape(out.shape)
+    return ids if tuple(ids.shape) == tuple(out.shape) else None
+
+
+def _repeat_chain(sg: SubgraphInfo, f: OpInfo, producer: dict[int, OpInfo]
+                  ) -> tuple[Converter, list[int]] | None:
+    if f.name not in _MOVES or not f.inputs or f.inputs[0] < 0 or not f.outputs:
+        return None
+    y = sg.tensors[f.outputs[0]]
+    if not y.has_rank or len(y.shape) > _HAL_RANK or not all(y.shape) or \
+            len(sg.tensors[f.inputs[0]].shape) <= _HAL_RANK:
+        return None
+    path = [f]
+    t = f.inputs[0]
+    while len(sg.tensors[t].shape) > _HAL_RANK:
+        p = producer.get(t)
+        if p is None or p.name not in _MOVES or not p.inputs or p.inputs[0] < 0:
+            return None
+        path.append(p)
+        t = p.inputs[0]
+    x = sg.tensors[t]
+    if not x.has_rank or not all(x.shape) or math.prod(y.shape) > _MAX_MAPPED or \
+            hal_type(x)[:3] != hal_type(y)[:3] or hal_type(x)[3] is not None:
+        return None
+    ids: np.ndarray | None = np.arange(math.prod(x.shape), dtype=np.int64).reshape(x.shape)
+    for op in reversed(path):
+        ids = _move(sg, op, ids)  # type: ignore[arg-type]
+        if ids is None:
+            return None
+    source = t
+    if np.array_equal(ids.reshape(-1), np.arange(ids.size)):  # the elements in order: a reshape
+
+        def reshape(ctx: Context, op: OpInfo) -> None:
+            ctx.emit(O.RESHAPE, [ctx.x(source), ctx.ints(list(y.shape))],
+                     [ctx.y(op.outputs[0])])
+        return reshape, [p.index for p in path[1:]]
+    if len(x.shape) != len(y.shape):
+        return None
+    coords = np.unravel_index(ids, x.shape)
+    picks: list[tuple[int, np.ndarray]] = []
+    for axis, c in enumerate(coords):
+        along = np.moveaxis(c, axis, 0).reshape(c.shape[axis], -1)
+        if not (along == along[:, :1]).all():
+            return None  # this axis' pick depends on another axis: no GATHER per axis
+        index = along[:, 0]
+        if len(index) != x.shape[axis] or not np.array_equal(index, np.arange(x.shape[axis])):
+            picks.append((axis, index.astype(np.int32)))
+
+    def convert(ctx: Context, op: OpInfo) -> None:
+        cur = ctx.x(source)
+        dims = list(hal_dims(x))
+        for k, (axis, index) in enumerate(picks):
+            dims[axis] = len(index)
+            last = k == len(picks) - 1
+            nxt = ctx.y(op.outputs[0]) if last else ctx.like(source, dims)
+            ctx.emit(O.GATHER, [cur, ctx.i32(axis), ctx.ints(index)], [nxt])
+            cur = nxt
+        if not picks:
+            ctx.copy_into(cur, ctx.y(op.outputs[0]))
+    return convert, [p.index for p in path[1:]]

@@ -38,7 +38,7 @@ from nnhal.tflite import (
 from nnhal.tflite.import_ctx import Context, Unimportable, hal_dims, hal_type
 from nnhal.tflite.import_fold import FOLDED_NOTE, FOLDERS, fold, rule_op
 from nnhal.tflite.import_ops import CONVERTERS, MAPPED, REFUSED
-from nnhal.tflite.import_reach import CUSTOM_CONVERTERS, CUSTOM_MAPPED, LOWERED
+from nnhal.tflite.import_reach import CUSTOM_CONVERTERS, CUSTOM_MAPPED, LOWERED, repeat_chains
 from nnhal.tflite.import_read import OpInfo, SubgraphInfo, read_model
 from nnhal.tflite.kernel_rules import kernel_refusal
 from nnhal.tflite.model import ImportedModel, StateVariable
@@ -277,8 +277,9 @@ class _Importer:
     def _convert_ops(self, ctx: Context, sg: SubgraphInfo, folded: set[int],
                      variables: Variables | None) -> None:
         fold_refused = sg.extra.get("fold_refused", {})
+        left_out, chain_ends = repeat_chains(sg, folded)
         for op in sg.ops:
-            if op.index in folded:
+            if op.index in folded or op.index in left_out:
                 continue
             if ctx.poisoned and not ctx.poisoned.isdisjoint(op.inputs):
                 # Downstream of a refusal: nothing to convert, but an operator that would be
@@ -315,7 +316,7 @@ class _Importer:
                     else:
                         saved = _Saved(ctx)
                         try:
-                            CONVERTERS[op.name](ctx, op)
+                            chain_ends.get(op.index, CONVERTERS[op.name])(ctx, op)
                             # Checked here: a HAL form the HAL's signature refuses (an
                             # extension operand, complex64 say) goes to an extension too.
                             ctx.flush()

@@ -955,6 +955,7 @@ GENERATORS["CEIL"] = _unary("CEIL")
 GENERATORS["ROUND"] = _unary("ROUND")
 GENERATORS["COS"] = _unary("COS")
 GENERATORS["FLOOR_MOD"] = _binary("FLOOR_MOD", False)
+GENERATORS["SQUARED_DIFFERENCE"] = _binary("SQUARED_DIFFERENCE", False)
 
 
 @gen("GELU")

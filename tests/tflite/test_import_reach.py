@@ -82,6 +82,20 @@ def test_select_v2_broadcasting_int8_within_one_step() -> None:
     agree(_data("select_v2_broadcast_int8.tflite"))
 
 
+def test_upsampling_and_repeats_through_five_dimensions() -> None:
+    """Keras' UpSampling2D, tf.repeat and tf.tile of a 4-D tensor, which the converter writes
+    through 5-D tensors the HAL's data movement refuses, import as one GATHER per repeated
+    axis (worked out on element indices) and agree with ai-edge-litert exactly."""
+    data = _data("upsample_repeat.tflite")
+    imported = read_tflite(data)
+    assert _hal_ops(imported) == Counter({"GATHER": 4})
+    x = np.random.default_rng(4).uniform(-1, 1, (1, 4, 5, 3)).astype(F)
+    got = agree(data, [x])
+    np.testing.assert_array_equal(got[0], x.repeat(2, axis=1).repeat(2, axis=2))
+    np.testing.assert_array_equal(got[1], x.repeat(3, axis=2))
+    np.testing.assert_array_equal(got[2], x.repeat(2, axis=2))  # (a new axis after W, tiled)
+
+
 def test_int8_leaky_relu_and_comparisons_of_two_tensors() -> None:
     """The converter's int8 LeakyReLU imports as PRELU (alpha one step of its own scale), its
     comparisons of two inputs of their own scales as the extension's (TFLite's fixed-point
@@ -554,3 +568,36 @@ def test_gather_output_shape_is_inferred_from_its_static_inputs() -> None:
     x_val = np.random.default_rng(2).uniform(-1, 1, (1, 12, 2)).astype(F)
     (got,) = agree(data, [x_val])
     np.testing.assert_array_equal(got, x_val.reshape(1, 3, 8))
+
+
+def test_chains_through_five_dimensions_by_hand() -> None:
+    """A whole axis tiled (a new axis before it), a reshape there and back, and a chain whose
+    middle is read by another operator too (that one stays refused, naming the rank)."""
+    x = np.random.default_rng(6).uniform(-1, 1, (1, 3, 4, 2)).astype(F)
+
+    def chain(moves: list[tuple[str, list[int]]], shared: bool = False) -> bytes:
+        g = Graph()
+        t = g.input([1, 3, 4, 2])
+        middle = None
+        for name, arg in moves:
+            shape = arg if name == "RESHAPE" else \
+                [d * m for d, m in zip(g.tensors[t].shape, arg)]
+            out = g.tensor(shape, np.float32)
+            g.op(name, [t, g.const(np.int32(arg))], [out])
+            middle = middle if middle is not None else out
+            t = out
+        g.output(t)
+        if shared:
+            g.output(middle)
+        return build(g)
+
+    tiled = chain([("RESHAPE", [1, 1, 3, 4, 2]), ("TILE", [1, 2, 1, 1, 1]),
+                   ("RESHAPE", [1, 6, 4, 2])])
+    assert _hal_ops(read_tflite(tiled)) == Counter({"GATHER": 1})
+    np.testing.assert_array_equal(agree(tiled, [x])[0], np.tile(x, (1, 2, 1, 1)))
+    there_and_back = chain([("RESHAPE", [1, 3, 4, 2, 1]), ("RESHAPE", [3, 1, 2, 4])])
+    assert _hal_ops(read_tflite(there_and_back)) == Counter({"RESHAPE": 1})
+    np.testing.assert_array_equal(agree(there_and_back, [x])[0], x.reshape(3, 1, 2, 4))
+    with pytest.raises(UnsupportedModelError, match="rank"):
+        read_tflite(chain([("RESHAPE", [1, 1, 3, 4, 2]), ("TILE", [1, 2, 1, 1, 1]),
+                           ("RESHAPE", [1, 6, 4, 2])], shared=True))

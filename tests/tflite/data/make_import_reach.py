@@ -10,6 +10,9 @@ reach of the importer), with TensorFlow's own TFLite converter, into this folder
 - ``refused_rfft2d_custom.tflite``: a custom operator (allow_custom_ops), RFFT2D and REAL
   downstream of it, and an unrelated CUMSUM: operators no HAL operation computes, for the
   refusal that names every one.
+- ``upsample_repeat.tflite``: Keras' UpSampling2D (nearest), tf.repeat and a tile of a new
+  axis after one (each element repeated) of a 4-D tensor, which the converter writes as
+  RESHAPE -> TILE -> RESHAPE through 5-D tensors (the HAL's data movement stops at 4-D).
 - ``leaky_compare_int8.tflite``: full-integer int8 LeakyReLU (alphas 0.2 and 0.01), the two
   inputs (of their own scales) compared (``x > y`` selecting between the two, ``x <= y``
   cast to float: a bool CAST).
@@ -84,6 +87,14 @@ def refused(x):
 
 
 @tf.function
+def upsample_repeat(x):
+    up = tf.keras.layers.UpSampling2D(2)(x)
+    wide = tf.repeat(x, 3, axis=2)
+    tiled = tf.reshape(tf.tile(tf.expand_dims(x, 3), [1, 1, 1, 2, 1]), [1, 4, 10, 3])
+    return up, wide, tiled
+
+
+@tf.function
 def leaky_compare(x, y):
     a = tf.nn.leaky_relu(x, alpha=0.2)
     b = tf.nn.leaky_relu(y * 3.0, alpha=0.01)
@@ -122,6 +133,8 @@ def main() -> int:
     files["leaky_compare_int8.tflite"] = _convert(
         leaky_compare, [tf.TensorSpec([2, 16], f32), tf.TensorSpec([2, 16], f32)],
         int8_data=pairs)
+    files["upsample_repeat.tflite"] = _convert(upsample_repeat,
+                                               [tf.TensorSpec([1, 4, 5, 3], f32)])
     wanted = set(sys.argv[1:])
     for name, data in files.items():
         if wanted and name not in wanted:
