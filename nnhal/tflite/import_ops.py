@@ -901,6 +901,12 @@ def _mean(ctx: Context, op: OpInfo) -> None:
             sorted({int(a) % 4 for a in np.ravel(axes)}) == [1, 2]:
         _spatial_mean(ctx, op, keep)
         return
+    if requantizes and axes is not None and x.static and len(x.shape) >= 2:
+        rank = len(x.shape)
+        reduced = sorted({int(a) % rank for a in np.ravel(axes)})
+        if reduced == list(range(rank - len(reduced), rank)):
+            _trailing_mean(ctx, op, len(reduced))
+            return
     ctx.emit(O.MEAN, [ctx.x(op.inputs[0]), _ints_input(ctx, op.inputs[1], "axes"),
                       ctx.i32(int(keep))], [ctx.y(op.outputs[0])])
 
@@ -930,6 +936,28 @@ def _spatial_mean(ctx: Context, op: OpInfo, keep: bool) -> None:
     ctx.emit(O.DEPTHWISE_CONV_2D, ins, [pooled])
     ctx.emit(O.RESHAPE, [pooled, ctx.ints(ctx.t(op.outputs[0]).shape)],
              [ctx.y(op.outputs[0])])
+
+
+def _trailing_mean(ctx: Context, op: OpInfo, count: int) -> None:
+    """A quantized MEAN over the last ``count`` axes (LayerNorm's, over the features) with an
+    output quantization other than the input's, which the HAL's MEAN must keep: the rows as
+    a FULLY_CONNECTED with one unit whose weights are all ones at scale 1/n, which sums each
+    row and requantizes it once by input_scale / (n * output_scale), TFLite's real multiplier
+    (within a step of its kernel's arithmetic, as the spatial mean's)."""
+    x, y = ctx.t(op.inputs[0]), ctx.t(op.outputs[0])
+    n = math.prod(x.shape[len(x.shape) - count:])
+    rows = math.prod(x.shape[:len(x.shape) - count])
+    ht, scale, zp, _ = hal_type(x)
+    flat = ctx.tmp(ht, [rows, n], scale, zp)
+    ctx.emit(O.RESHAPE, [ctx.x(op.inputs[0]), ctx.ints([rows, n])], [flat])
+    w_scale = 1.0 / n
+    weights = ctx.sb.constant(ht, np.ones((1, n), ht.dtype), [1, n], w_scale, 0)
+    bias = ctx.sb.constant(T.TENSOR_INT32, np.zeros(1, np.int32), [1],
+                           scale_product(scale, w_scale))
+    yt, ys, yz, _ = hal_type(y)
+    summed = ctx.tmp(yt, [rows, 1], ys, yz)
+    ctx.emit(O.FULLY_CONNECTED, [flat, weights, bias, ctx.i32(schema.FUSED_NONE)], [summed])
+    ctx.emit(O.RESHAPE, [summed, ctx.ints(hal_dims(y))], [ctx.y(op.outputs[0])])
 
 
 _reduce("SUM", O.REDUCE_SUM)

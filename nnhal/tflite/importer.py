@@ -370,12 +370,34 @@ class _Importer:
                 raise Unimportable(hal_refusal)
             return False
         ext, operation = found
+        start = len(ctx.sb.operations)
         try:
             import_ext.convert(ctx, op, self.extensions, ext, operation)
+            ctx.flush()
+            self._check_extension(ctx, start, operation)
         except Unimportable as e:
             prefix = f"{hal_refusal}; " if hal_refusal else ""
             raise Unimportable(f"{prefix}extension operation {operation.id.name}: {e}") from None
         return True
+
+    @staticmethod
+    def _check_extension(ctx: Context, start: int, operation: Any) -> None:
+        """The extension operations just emitted fit ``operation``'s signature where their
+        operands are of the HAL's types (an int8 tensor into a float32-only operation is the
+        importer's refusal, not an invalid model for the driver to report)."""
+        operands = ctx.sb.operands
+        for emitted in ctx.sb.operations[start:]:
+            both = (*emitted.inputs, *emitted.outputs)
+            if not is_extension_type(emitted.type) or any(
+                    i < 0 or int(operands[i].type) >> EXTENSION_TYPE_LOW_BITS for i in both):
+                continue
+            infos = [_TypeAndLifetime(operand_type(operands[i].type), operands[i].lifetime)
+                     for i in both]
+            try:
+                check(operation.signature, infos[:len(emitted.inputs)],
+                      infos[len(emitted.inputs):])
+            except SignatureError as e:
+                raise Unimportable(str(e)) from None
 
     def _outputs(self, ctx: Context, sg: SubgraphInfo) -> list[int]:
         """The subgraph's output operands, each written by an operation: a tensor that is an

@@ -499,8 +499,19 @@ def test_a_requantizing_spatial_mean_is_a_depthwise_convolution(dtype: type, kee
     agree(data, [x])
 
 
-def test_a_requantizing_mean_over_other_axes_is_refused_by_name() -> None:
-    data = one_op("MEAN", [q8((1, 4, 4, 3)), np.int32([3])], (1, 4, 4, 1),
+def test_a_requantizing_mean_over_the_last_axes_is_a_dense_layer_of_ones() -> None:
+    """LayerNorm's int8 MEAN over the features, requantized: one FULLY_CONNECTED unit of
+    ones at scale 1/n (a single rescale, as TFLite's), within a step of ai-edge-litert, kept
+    dims or not; over other axes (the batch) it stays refused by name."""
+    from nnhal.hal.types import OperationType
+
+    for keep, out_shape in ((True, (2, 4, 4, 1)), (False, (2, 4, 4))):
+        data = one_op("MEAN", [q8((2, 4, 4, 3)), np.int32([3])], out_shape,
+                      options=("ReducerOptions", dict(KeepDims=keep)), out_quant=QOUT)
+        ops = [OperationType(o.type).name for o in read_tflite(data).model.main.operations]
+        assert ops == ["RESHAPE", "FULLY_CONNECTED", "RESHAPE"]
+        agree(data)
+    data = one_op("MEAN", [q8((2, 4, 4, 3)), np.int32([0])], (1, 4, 4, 3),
                   options=("ReducerOptions", dict(KeepDims=True)), out_quant=QOUT)
     with pytest.raises(UnsupportedModelError, match="#0 MEAN: the HAL rejects it: .*scale"):
         read_tflite(data)

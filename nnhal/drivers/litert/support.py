@@ -266,9 +266,77 @@ def builtin_kernels(graph: ModelGraph) -> bool:
                 return False
             edge = EDGE_FLOAT.get(name)
             if name in XNNPACK_EDGES and edge is not None and t_in is not None and \
-                    t_in.name in edge[0]:
+                    t_in.name in edge[0] and not _edge_unreached(graph, g, name, ins):
                 needed = True
     return needed
+
+
+@once_per_graph
+def _producers(graph: ModelGraph) -> dict[int, dict[int, tuple]]:
+    """Per subgraph index, per operand: the operation writing it."""
+    return {g.index: {o: op for op in g.operations for o in op[2]}
+            for g in (graph.main, *graph.referenced)}
+
+
+#: Operations whose (float) output is never below zero when their inputs are not (the
+#: first input: unary ones; every input: the rest, with no fused activation).
+_KEEP_NON_NEGATIVE = frozenset({"MEAN", "REDUCE_SUM", "REDUCE_MAX", "REDUCE_MIN", "ADD", "MUL",
+                                "MAX_POOL_2D", "AVERAGE_POOL_2D", "RESHAPE", "SQUEEZE",
+                                "CONCATENATION", "TRANSPOSE", "SQRT"})
+_NON_NEGATIVE = frozenset({"RELU", "RELU6", "ABS", "EXP", "LOGISTIC"})
+
+
+def _non_negative(graph: ModelGraph, g: SubgraphGraph, i: int, depth: int = 8) -> bool:
+    """Whether float operand ``i`` is never below zero (NaN aside): a constant without
+    negatives, a square (MUL of an operand by itself), RELU / ABS / EXP..., or what
+    _KEEP_NON_NEGATIVE makes of such inputs. A sketch of a range analysis, enough for the
+    variance of a normalisation (MEAN of squared differences)."""
+    info = g.operands[i]
+    if info.is_const:
+        v = np.asarray(info.value, np.float64)
+        return bool(v.size) and not bool(np.any(v < 0))
+    op = _producers(graph)[g.index].get(i)
+    if op is None or depth == 0:
+        return False
+    t, ins, _ = op
+    name = _op_name(graph, t)
+    if name in _NON_NEGATIVE:
+        return True
+    if name == "MUL" and ins[0] == ins[1] and _no_activation(g, ins[2]):
+        return True
+    if name not in _KEEP_NON_NEGATIVE:
+        return False
+    if name in ("ADD", "MUL") and not _no_activation(g, ins[2]):
+        return False
+    data = ins[:-1] if name == "CONCATENATION" else ins[:2] if name in ("ADD", "MUL") \
+        else ins[:1]
+    return all(_non_negative(graph, g, j, depth - 1) for j in data)
+
+
+def _no_activation(g: SubgraphGraph, i: int) -> bool:
+    info = g.operands[i]
+    return info.is_const and int(np.asarray(info.value).reshape(-1)[0]) == 0
+
+
+def _edge_unreached(graph: ModelGraph, g: SubgraphGraph, name: str, ins: list[int]) -> bool:
+    """Whether an EDGE_FLOAT difference cannot be reached: RSQRT's (at +-0) where its input is
+    a non-negative value plus a positive constant (a normalisation's variance + epsilon), so
+    a transformer's LayerNorm need not split a model around LiteRT."""
+    if name != "RSQRT":
+        return False
+    op = _producers(graph)[g.index].get(ins[0])
+    if op is None or _op_name(graph, op[0]) != "ADD" or not _no_activation(g, op[1][2]):
+        return False
+    a, b = op[1][0], op[1][1]
+    for c, x in ((a, b), (b, a)):
+        info = g.operands[c]
+        if info.is_const:
+            v = np.asarray(info.value, np.float64)
+            tiny = float(np.finfo(np.float32).tiny)
+            if v.size and bool(np.all(np.isfinite(v) & (v >= tiny))) and \
+                    _non_negative(graph, g, x):
+                return True
+    return False
 
 
 def divides(graph: ModelGraph) -> bool:
@@ -597,7 +665,7 @@ def _edge_rule(graph: ModelGraph, g: SubgraphGraph, name: str, ins: list[int],
     """The narrowings the edge sweep measured (see EDGE_FLOAT and REFUSED)."""
     t_in = g.operands[ins[0]].type
     why = _edge_float(graph, name, t_in)
-    if why is not None:
+    if why is not None and not _edge_unreached(graph, g, name, ins):
         return why
     if name == "CAST":
         if t_in == T.TENSOR_INT32 and g.operands[outs[0]].type == T.TENSOR_QUANT8_ASYMM:
