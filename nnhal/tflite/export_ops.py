@@ -149,15 +149,19 @@ def _thresholds(var: OperandInfo, con: OperandInfo, fn: Callable[..., Any],
     real = real_table(var)
     stored = np.asarray(con.value)
     values, where = np.unique(real_values(con), return_inverse=True)
-    # ints[k, j]: stored value j against candidate k, in the operation's order.
+    # ints[k, j]: stored value j against candidate k, in the operation's order; each row's
+    # bytes name its candidate (the first, where rows repeat).
     ints = fn(q[None, :], q[:, None]) if var_first else fn(q[:, None], q[None, :])
+    candidates: dict[bytes, int] = {}
+    for k in range(len(q) - 1, -1, -1):
+        candidates[ints[k].tobytes()] = int(q[k])
     found = np.empty(len(values), np.int32)
     for n, v in enumerate(values):
         want = fn(real, v) if var_first else fn(v, real)
-        fits = np.flatnonzero((ints == want[None, :]).all(axis=1))
-        if not len(fits):
+        k = candidates.get(want.tobytes())
+        if k is None:
             return None
-        found[n] = q[fits[0]]
+        found[n] = k
     return found[where].reshape(stored.shape).astype(stored.dtype)
 
 

@@ -328,11 +328,16 @@ def _one_comparison(c: int, q: np.ndarray, rows: np.ndarray, first: OperationTyp
     own quantization (which the HAL compares as the stored values) giving each row."""
     for hal in (first, *(k for k in _COMPARISONS if k != first)):
         fn = _COMPARISONS[hal]
-        # ints[k, j]: stored value j against candidate k, in the operation's order.
+        # ints[k, j]: stored value j against candidate k, in the operation's order; each
+        # row's bytes name its candidate (the first, where rows repeat), so a lookup per
+        # distinct constant value finds it.
         ints = fn(q[:, None], q[None, :]) if c == 0 else fn(q[None, :], q[:, None])
-        hits = (rows[:, None, :] == ints[None, :, :]).all(axis=2)
-        if hits.any(axis=1).all():
-            return hal, q[hits.argmax(axis=1)]
+        candidates: dict[bytes, int] = {}
+        for k in range(len(q) - 1, -1, -1):
+            candidates[ints[k].tobytes()] = int(q[k])
+        found = [candidates.get(row.tobytes()) for row in rows]
+        if all(k is not None for k in found):
+            return hal, np.asarray(found, np.int64)
     return None
 
 
