@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
+from tflite.Padding import Padding
 from tflite.TensorType import TensorType as TT
 
 from nnhal.ops.common import broadcast_static
@@ -689,6 +690,39 @@ def _infer_more(op: OpInfo, ins: list[Any]) -> tuple[int, ...] | None:
         if pads is None or len(pads) != 2 * len(dims):
             return None
         return tuple(d + pads[2 * k] + pads[2 * k + 1] for k, d in enumerate(dims))
+    if op.name in ("SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND") and len(dims) == 4:
+        # (the converter's dilated convolutions: the batch it writes is a placeholder)
+        block, pads = const(1), const(2)
+        if block is None or pads is None or len(block) != 2 or len(pads) != 4 or \
+                min(block) < 1:
+            return None
+        if op.name == "SPACE_TO_BATCH_ND":
+            padded = [dims[1] + pads[0] + pads[1], dims[2] + pads[2] + pads[3]]
+            if padded[0] % block[0] or padded[1] % block[1]:
+                return None
+            return (dims[0] * block[0] * block[1], padded[0] // block[0],
+                    padded[1] // block[1], dims[3])
+        if dims[0] % (block[0] * block[1]):
+            return None
+        return (dims[0] // (block[0] * block[1]), dims[1] * block[0] - pads[0] - pads[1],
+                dims[2] * block[1] - pads[2] - pads[3], dims[3])
+    if op.name in ("CONV_2D", "DEPTHWISE_CONV_2D") and len(dims) == 4 and len(ins) > 1 and \
+            ins[1] is not None and ins[1].static and len(ins[1].shape) == 4 and \
+            op.options is not None:
+        o = op.options
+        kh, kw = int(ins[1].shape[1]), int(ins[1].shape[2])
+        out_c = int(ins[1].shape[0] if op.name == "CONV_2D" else ins[1].shape[3])
+        sizes = []
+        for size, k, stride, dilation in ((dims[1], kh, o.StrideH(), o.DilationHFactor()),
+                                          (dims[2], kw, o.StrideW(), o.DilationWFactor())):
+            if stride < 1 or dilation < 1:
+                return None
+            span = (k - 1) * dilation + 1
+            sizes.append(-(-size // stride) if o.Padding() == Padding.SAME
+                         else (size - span) // stride + 1)
+        if min(sizes) < 1:
+            return None
+        return (dims[0], sizes[0], sizes[1], out_c)
     if op.name in ("MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "REDUCE_ANY",
                    "REDUCE_ALL"):
         axes = const(1)

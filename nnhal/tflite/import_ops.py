@@ -424,9 +424,30 @@ def _comparison(name: str, hal: OperationType) -> None:
 for _n in ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL"):
     _comparison(_n, getattr(O, _n))
 for _n in ("ABS", "EXP", "LOG", "NEG", "SQRT", "RSQRT", "SIN", "FLOOR", "LOGICAL_NOT",
-           "RELU", "RELU6", "LOGISTIC", "TANH", "HARD_SWISH"):
+           "LOGISTIC", "TANH", "HARD_SWISH"):
     _simple(_n, getattr(O, _n))
-_simple("RELU_N1_TO_1", O.RELU1)
+
+
+def _clamp(name: str, hal: OperationType) -> None:
+    def convert(ctx: Context, op: OpInfo) -> None:
+        """RELU, RELU6, RELU_N1_TO_1. 8-bit with an output quantization other than the
+        input's (which the HAL's must keep; TFLite's rescales, then clamps): the clamp in
+        float32 between DEQUANTIZE and QUANTIZE, one rounding as TFLite's one rescale."""
+        x, y = ctx.t(op.inputs[0]), ctx.t(op.outputs[0])
+        if x.ttype in (TT.INT8, TT.UINT8) and hal_type(x)[1:] != hal_type(y)[1:]:
+            real = ctx.tmp(T.TENSOR_FLOAT32, hal_dims(x))
+            ctx.emit(O.DEQUANTIZE, [ctx.x(op.inputs[0])], [real])
+            clamped = ctx.tmp(T.TENSOR_FLOAT32, hal_dims(x))
+            ctx.emit(hal, [real], [clamped])
+            ctx.emit(O.QUANTIZE, [clamped], [ctx.y(op.outputs[0])])
+            return
+        ctx.emit(hal, [ctx.x(op.inputs[0])], [ctx.y(op.outputs[0])])
+    _conv(name, f"{hal.name} (8-bit requantizing: in float32)")(convert)
+
+
+_clamp("RELU", O.RELU)
+_clamp("RELU6", O.RELU6)
+_clamp("RELU_N1_TO_1", O.RELU1)
 
 
 @_conv("ADD_N", "a chain of ADDs, in TFLite's summation order")

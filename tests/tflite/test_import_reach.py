@@ -96,6 +96,22 @@ def test_upsampling_and_repeats_through_five_dimensions() -> None:
     np.testing.assert_array_equal(got[2], x.repeat(2, axis=2))  # (a new axis after W, tiled)
 
 
+@pytest.mark.parametrize("name", ["dilated_clip.tflite", "dilated_clip_int8.tflite"])
+def test_dilated_convolution_and_a_requantizing_clip(name: str) -> None:
+    """The converter's dilated convolution (SPACE_TO_BATCH_ND -> CONV_2D -> BATCH_TO_SPACE_ND,
+    the middle tensors written with a placeholder batch of 1 that TFLite's Prepare makes 4)
+    imports with the batch Prepare computes; an int8 clip to [-1, 1] with an output
+    quantization of its own goes through float32 (DEQUANTIZE, RELU1, QUANTIZE). Within the
+    tolerance of ai-edge-litert, for three inputs."""
+    data = _data(name)
+    ops = _hal_ops(read_tflite(data))
+    assert ops["SPACE_TO_BATCH_ND"] == ops["BATCH_TO_SPACE_ND"] == 1, ops
+    if "int8" in name:
+        assert ops["DEQUANTIZE"] == ops["QUANTIZE"] == ops["RELU1"] == 1, ops
+    for seed in range(3):
+        agree(data, seed=seed)
+
+
 def test_int8_leaky_relu_and_comparisons_of_two_tensors() -> None:
     """The converter's int8 LeakyReLU imports as PRELU (alpha one step of its own scale), its
     comparisons of two inputs of their own scales as the extension's (TFLite's fixed-point

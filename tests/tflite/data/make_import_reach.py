@@ -13,6 +13,10 @@ reach of the importer), with TensorFlow's own TFLite converter, into this folder
 - ``upsample_repeat.tflite``: Keras' UpSampling2D (nearest), tf.repeat and a tile of a new
   axis after one (each element repeated) of a 4-D tensor, which the converter writes as
   RESHAPE -> TILE -> RESHAPE through 5-D tensors (the HAL's data movement stops at 4-D).
+- ``dilated_clip.tflite`` and ``dilated_clip_int8.tflite``: a dilated convolution (the
+  converter's SPACE_TO_BATCH_ND -> CONV_2D -> BATCH_TO_SPACE_ND, whose middle shapes it
+  writes with a placeholder batch) and a clip to [-1, 1] (RELU_N1_TO_1; int8 with an output
+  quantization of its own).
 - ``leaky_compare_int8.tflite``: full-integer int8 LeakyReLU (alphas 0.2 and 0.01), the two
   inputs (of their own scales) compared (``x > y`` selecting between the two, ``x <= y``
   cast to float: a bool CAST).
@@ -94,6 +98,16 @@ def upsample_repeat(x):
     return up, wide, tiled
 
 
+_DILATED = tf.keras.layers.Conv2D(4, 3, padding="same", dilation_rate=2,
+                                  kernel_initializer=tf.keras.initializers.GlorotUniform(7))
+
+
+@tf.function
+def dilated_clip(x):
+    y = _DILATED(x)
+    return tf.clip_by_value(tf.concat([y, y * 3.0], -1), -1.0, 1.0)
+
+
 @tf.function
 def leaky_compare(x, y):
     a = tf.nn.leaky_relu(x, alpha=0.2)
@@ -135,6 +149,15 @@ def main() -> int:
         int8_data=pairs)
     files["upsample_repeat.tflite"] = _convert(upsample_repeat,
                                                [tf.TensorSpec([1, 4, 5, 3], f32)])
+    files["dilated_clip.tflite"] = _convert(dilated_clip,
+                                            [tf.TensorSpec([None, 12, 12, 3], f32)])
+
+    def images():
+        for _ in range(32):
+            yield [rng.uniform(-1, 1, (1, 12, 12, 3)).astype(np.float32)]
+
+    files["dilated_clip_int8.tflite"] = _convert(
+        dilated_clip, [tf.TensorSpec([None, 12, 12, 3], f32)], int8_data=images)
     wanted = set(sys.argv[1:])
     for name, data in files.items():
         if wanted and name not in wanted:
