@@ -20,7 +20,8 @@ Operations (code: name, after the TFLite builtin of the same name):
   (SIGN also int32; NaN's sign is NaN).
 * 9 FLOOR_MOD: float32 floor modulo of run-time tensors with broadcasting, which the HAL
   cannot compute exactly (the importer uses this only when the HAL form is refused).
-* 10 GELU: float32, ``approximate`` (BOOL) as TFLite's option (erf form, or tanh form).
+* 10 GELU: float32 and 8-bit (TFLite's table of each stored value), ``approximate`` (BOOL)
+  as TFLite's option (erf form, or tanh form).
 * 11 GATHER_ND: float32, int32 or 8-bit quantized params, int32 indices; an index out of
   bounds fails the execution, as TFLite's kernel does.
 * 12 SQUEEZE, 13 RESHAPE, 14 EXPAND_DIMS, 15 TRANSPOSE, 16 SLICE: data movement of complex64
@@ -362,17 +363,43 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return np.sign(x) * (1.0 - poly * np.exp(-a * a))
 
 
+def _gelu_scalar(x: float, approximate: bool) -> float:
+    """GELU of one value in double, rounded to float32 (an 8-bit table's entry)."""
+    if approximate:
+        return float(np.float32(0.5 * x * (1.0 + math.tanh(
+            math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))))
+    return float(np.float32(0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0)))))
+
+
 class _Gelu(OperationDef):
     """x * P(X <= x) for a standard normal X, or TFLite's tanh approximation of it."""
 
     def validate(self, ctx: OpContext) -> None:
-        pass
+        ctx.require(ctx.outputs[0].type == ctx.inputs[0].type,
+                    "the output's type must be the input's")
 
     def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
         return _input_shape(ctx)
 
     def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
         approximate = bool(np.asarray(ctx.const(1)).reshape(-1)[0])
+        x_info, y_info = ctx.inputs[0], ctx.outputs[0]
+        if x_info.type in (Q8, Q8S):
+            # TFLite's table: each stored value dequantized in float32, GELU, times the
+            # inverse output scale in float32, rounded half away from zero, clamped.
+            lo = -128 if x_info.type == Q8S else 0
+            f32 = np.float32
+            real = f32(x_info.scale) * (np.arange(lo, lo + 256) - x_info.zero_point
+                                        ).astype(f32)
+            g = np.array([_gelu_scalar(float(v), approximate) for v in real], f32)
+            scaled = g * (f32(1) / f32(y_info.scale))
+            q = np.trunc(scaled + np.copysign(f32(0.5), scaled)) + y_info.zero_point
+            table = np.clip(q, lo, lo + 255).astype(x_info.type.dtype)
+
+            def run_table(ins, rt):  # type: ignore[no-untyped-def]
+                return [table[np.asarray(ins[0], np.int64) - lo]]
+
+            return run_table
 
         def run(ins, rt):  # type: ignore[no-untyped-def]
             x = np.asarray(ins[0], np.float64)
@@ -768,10 +795,12 @@ FLOOR_MOD = _op(9, "FLOOR_MOD", [Slot("x", F32), Slot("y", F32)], [Slot("output"
                 "divisor added when the signs differ), with broadcasting", B.FLOOR_MOD,
                 export=B.FLOOR_MOD)
 
-GELU = _op(10, "GELU", [Slot("input", F32), Slot("approximate", BOOL, const=True)],
-           [Slot("output", F32)], _Gelu(), "x * Phi(x), or its tanh approximation (TFLite GELU)",
-           B.GELU, _gelu_from_tflite, export=_gelu_to_tflite)
 Q8, Q8S = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
+GELU = _op(10, "GELU", [Slot("input", "T"), Slot("approximate", BOOL, const=True)],
+           [Slot("output", "T")], _Gelu(),
+           "x * Phi(x), or its tanh approximation (TFLite GELU; 8-bit through TFLite's table of "
+           "each stored value)", B.GELU, _gelu_from_tflite,
+           [Variant({"T": t}, _V) for t in (F32, Q8, Q8S)], _gelu_to_tflite)
 GATHER_ND = _op(11, "GATHER_ND", [Slot("params", "T"), Slot("indices", I32)],
                 [Slot("output", "T")], _GatherNd(),
                 "slices of params named by the last axis of indices (TFLite GATHER_ND)",

@@ -927,12 +927,10 @@ def _mean(ctx: Context, op: OpInfo) -> None:
             sorted({int(a) % 4 for a in np.ravel(axes)}) == [1, 2]:
         _spatial_mean(ctx, op, keep)
         return
-    if requantizes and axes is not None and x.static and len(x.shape) >= 2:
+    if requantizes and axes is not None and x.static and 2 <= len(x.shape) <= 4:
         rank = len(x.shape)
-        reduced = sorted({int(a) % rank for a in np.ravel(axes)})
-        if reduced == list(range(rank - len(reduced), rank)):
-            _trailing_mean(ctx, op, len(reduced))
-            return
+        _rows_mean(ctx, op, sorted({int(a) % rank for a in np.ravel(axes)}))
+        return
     ctx.emit(O.MEAN, [ctx.x(op.inputs[0]), _ints_input(ctx, op.inputs[1], "axes"),
                       ctx.i32(int(keep))], [ctx.y(op.outputs[0])])
 
@@ -964,18 +962,26 @@ def _spatial_mean(ctx: Context, op: OpInfo, keep: bool) -> None:
              [ctx.y(op.outputs[0])])
 
 
-def _trailing_mean(ctx: Context, op: OpInfo, count: int) -> None:
-    """A quantized MEAN over the last ``count`` axes (LayerNorm's, over the features) with an
-    output quantization other than the input's, which the HAL's MEAN must keep: the rows as
-    a FULLY_CONNECTED with one unit whose weights are all ones at scale 1/n, which sums each
-    row and requantizes it once by input_scale / (n * output_scale), TFLite's real multiplier
-    (within a step of its kernel's arithmetic, as the spatial mean's)."""
+def _rows_mean(ctx: Context, op: OpInfo, reduced: list[int]) -> None:
+    """A quantized MEAN (LayerNorm's over the features, a 1-D global pool over time) with an
+    output quantization other than the input's, which the HAL's MEAN must keep: the reduced
+    axes TRANSPOSEd last (where they are not), the rows as a FULLY_CONNECTED with one unit
+    whose weights are all ones at scale 1/n, which sums each row and requantizes it once by
+    input_scale / (n * output_scale), TFLite's real multiplier (within a step of its
+    kernel's arithmetic, as the spatial mean's)."""
     x, y = ctx.t(op.inputs[0]), ctx.t(op.outputs[0])
-    n = math.prod(x.shape[len(x.shape) - count:])
-    rows = math.prod(x.shape[:len(x.shape) - count])
+    dims = list(x.shape)
+    kept = [k for k in range(len(dims)) if k not in reduced]
+    n = math.prod(dims[k] for k in reduced)
+    rows = math.prod(dims[k] for k in kept)
     ht, scale, zp, _ = hal_type(x)
+    src = ctx.x(op.inputs[0])
+    if kept + reduced != list(range(len(dims))):
+        moved = ctx.tmp(ht, [dims[k] for k in kept + reduced], scale, zp)
+        ctx.emit(O.TRANSPOSE, [src, ctx.ints(kept + reduced)], [moved])
+        src = moved
     flat = ctx.tmp(ht, [rows, n], scale, zp)
-    ctx.emit(O.RESHAPE, [ctx.x(op.inputs[0]), ctx.ints([rows, n])], [flat])
+    ctx.emit(O.RESHAPE, [src, ctx.ints([rows, n])], [flat])
     w_scale = 1.0 / n
     weights = ctx.sb.constant(ht, np.ones((1, n), ht.dtype), [1, n], w_scale, 0)
     bias = ctx.sb.constant(T.TENSOR_INT32, np.zeros(1, np.int32), [1],

@@ -960,8 +960,13 @@ GENERATORS["SQUARED_DIFFERENCE"] = _binary("SQUARED_DIFFERENCE", False)
 
 @gen("GELU")
 def _gelu(v: dict[str, OperandType]) -> list:
-    n = len(edge_values(F32))
-    return [(f"approximate={a}", [In(F32, [n]), flag(a)], [Out(F32)]) for a in (False, True)]
+    t = v.get("T", F32)
+    n = len(edge_values(t))
+    if not _is_q(t):
+        return [(f"approximate={a}", [In(t, [n]), flag(a)], [Out(t)]) for a in (False, True)]
+    return [(f"approximate={a} q={qi},{qo}", [In(t, [n], qi), flag(a)], [Out(t, qo)])
+            for a in (False, True) for qi, qo in
+            [tuple(_shift(t, q) for q in pair) for pair in Q_PAIRS]]
 
 
 @gen("GATHER_ND")

@@ -499,10 +499,10 @@ def test_a_requantizing_spatial_mean_is_a_depthwise_convolution(dtype: type, kee
     agree(data, [x])
 
 
-def test_a_requantizing_mean_over_the_last_axes_is_a_dense_layer_of_ones() -> None:
+def test_a_requantizing_mean_is_a_dense_layer_of_ones() -> None:
     """LayerNorm's int8 MEAN over the features, requantized: one FULLY_CONNECTED unit of
     ones at scale 1/n (a single rescale, as TFLite's), within a step of ai-edge-litert, kept
-    dims or not; over other axes (the batch) it stays refused by name."""
+    dims or not; over another axis (the batch), TRANSPOSEd last first."""
     from nnhal.hal.types import OperationType
 
     for keep, out_shape in ((True, (2, 4, 4, 1)), (False, (2, 4, 4))):
@@ -513,8 +513,9 @@ def test_a_requantizing_mean_over_the_last_axes_is_a_dense_layer_of_ones() -> No
         agree(data)
     data = one_op("MEAN", [q8((2, 4, 4, 3)), np.int32([0])], (1, 4, 4, 3),
                   options=("ReducerOptions", dict(KeepDims=True)), out_quant=QOUT)
-    with pytest.raises(UnsupportedModelError, match="#0 MEAN: the HAL rejects it: .*scale"):
-        read_tflite(data)
+    ops = [OperationType(o.type).name for o in read_tflite(data).model.main.operations]
+    assert ops == ["TRANSPOSE", "RESHAPE", "FULLY_CONNECTED", "RESHAPE"]
+    agree(data)
 
 
 @pytest.mark.parametrize("dtype", [I8, np.uint8])
@@ -667,3 +668,27 @@ def test_8bit_binary_operators_at_random_quantizations() -> None:
             exact = op in ("MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE")
             assert steps <= (0 if exact else 1), (op, qs, steps)
     assert refused >= 1
+
+
+@pytest.mark.parametrize("approximate", [False, True])
+def test_8bit_gelu_is_tfLites_table(approximate: bool) -> None:
+    """int8 and uint8 GELU (a transformer's, refused before) import as org.nnhal.tflite's
+    GELU, whose 8-bit kernel is TFLite's table of each stored value: every stored value
+    exactly as ai-edge-litert, at random quantizations."""
+    from runner import Reference, litert, litert_run
+
+    rng = np.random.default_rng(31)
+    for _ in range(6):
+        dt = I8 if rng.random() < 0.6 else np.uint8
+        lo = -128 if dt == I8 else 0
+        qi, qo = (Quant([float(np.float32(10 ** rng.uniform(-3, 0)))],
+                        [int(rng.integers(lo, lo + 256))]) for _ in range(2))
+        data = one_op("GELU", [((256,), dt, qi)], (256,), dt,
+                      ("GeluOptions", dict(Approximate=approximate)), out_quant=qo)
+        x = np.arange(lo, lo + 256).astype(dt)
+        want = litert_run(litert(data), [x])[0]
+        ref = Reference(read_tflite(data))
+        try:
+            np.testing.assert_array_equal(ref.run([x])[0], want, err_msg=f"{qi} {qo}")
+        finally:
+            ref.close()
