@@ -305,19 +305,15 @@ static PyObject *fast_call(PyObject *self, PyObject *const *args, size_t nargsf,
             }
             /* As the twin's ``finally``: the owner cleared and the lock released, an error
              * raised meanwhile kept aside. */
-            if (s->lock != NULL && !note) {
+            if (s->lock != NULL) {  /* (no owner noted: the Lock knows its holder) */
                 lock_drop((Lock *)s->lock);
             } else {
                 PyObject *et, *ev, *tb;
                 PyErr_Fetch(&et, &ev, &tb);
                 if (note && PyDict_SetItem(s->state, s_owner, Py_None) < 0) PyErr_Clear();
-                if (s->lock != NULL) {
-                    lock_drop((Lock *)s->lock);
-                } else {
-                    PyObject *r = PyObject_CallNoArgs(s->release);
-                    if (r == NULL) PyErr_Clear();
-                    Py_XDECREF(r);
-                }
+                PyObject *r = PyObject_CallNoArgs(s->release);
+                if (r == NULL) PyErr_Clear();
+                Py_XDECREF(r);
                 PyErr_Restore(et, ev, tb);
             }
             if (failed || result != NULL) {

@@ -322,8 +322,8 @@ def _edge_unreached(graph: ModelGraph, g: SubgraphGraph, name: str, ins: list[in
     """Whether an EDGE_FLOAT difference cannot be reached: RSQRT's (at +-0) where its input is
     a non-negative value plus a positive constant (a normalisation's variance + epsilon), so
     a transformer's LayerNorm need not split a model around LiteRT."""
-    if name != "RSQRT":
-        return False
+    if name != "RSQRT" or g.operands[ins[0]].type != T.TENSOR_FLOAT32:
+        return False  # (float16: a subnormal epsilon may flush to zero)
     op = _producers(graph)[g.index].get(ins[0])
     if op is None or _op_name(graph, op[0]) != "ADD" or not _no_activation(g, op[1][2]):
         return False
