@@ -487,8 +487,9 @@ def _broadcast_to(ctx: Context, op: OpInfo) -> None:
 _HAL_RANK = 4
 #: The data movement a repeat is written with (Keras' UpSampling2D, tf.repeat, tf.tile).
 _MOVES = ("RESHAPE", "EXPAND_DIMS", "TILE")
-#: The most elements an index map is worked out for (a repeat's output).
-_MAX_MAPPED = 1 << 24
+#: The most elements an index map is worked out for (a repeat's output: 32 MB of int32
+#: indices, and about three times that at the peak).
+_MAX_MAPPED = 1 << 23
 
 
 def repeat_chains(sg: SubgraphInfo, folded: set[int]
@@ -574,7 +575,7 @@ def _repeat_chain(sg: SubgraphInfo, f: OpInfo, producer: dict[int, OpInfo]
     if not x.has_rank or not all(x.shape) or math.prod(y.shape) > _MAX_MAPPED or \
             hal_type(x)[:3] != hal_type(y)[:3] or hal_type(x)[3] is not None:
         return None
-    ids: np.ndarray | None = np.arange(math.prod(x.shape), dtype=np.int64).reshape(x.shape)
+    ids: np.ndarray | None = np.arange(math.prod(x.shape), dtype=np.int32).reshape(x.shape)
     for op in reversed(path):
         ids = _move(sg, op, ids)  # type: ignore[arg-type]
         if ids is None:
@@ -588,15 +589,23 @@ def _repeat_chain(sg: SubgraphInfo, f: OpInfo, producer: dict[int, OpInfo]
         return reshape, [p.index for p in path[1:]]
     if len(x.shape) != len(y.shape):
         return None
-    coords = np.unravel_index(ids, x.shape)
+    # Per axis, the source coordinates along the output's first line on that axis; the
+    # chain is one pick per axis exactly when every output element is the source element
+    # those picks name (one pass over the map, not one per axis).
+    rank = len(x.shape)
     picks: list[tuple[int, np.ndarray]] = []
-    for axis, c in enumerate(coords):
-        along = np.moveaxis(c, axis, 0).reshape(c.shape[axis], -1)
-        if not (along == along[:, :1]).all():
-            return None  # this axis' pick depends on another axis: no GATHER per axis
-        index = along[:, 0]
+    expected = np.zeros(ids.shape, np.int32)  # type: ignore[union-attr]
+    for axis in range(rank):
+        stride = math.prod(x.shape[axis + 1:])
+        first = tuple(slice(None) if k == axis else 0 for k in range(rank))
+        line = ids[first]  # type: ignore[index]
+        index = (line // stride) % x.shape[axis]
+        expected += (index * stride).astype(np.int32).reshape(
+            [-1 if k == axis else 1 for k in range(rank)])
         if len(index) != x.shape[axis] or not np.array_equal(index, np.arange(x.shape[axis])):
             picks.append((axis, index.astype(np.int32)))
+    if not np.array_equal(expected, ids):
+        return None  # a pick depends on another axis: no GATHER per axis
 
     def convert(ctx: Context, op: OpInfo) -> None:
         cur = ctx.x(source)
