@@ -587,8 +587,9 @@ def test_gather_output_shape_is_inferred_from_its_static_inputs() -> None:
 
 
 def test_chains_through_five_dimensions_by_hand() -> None:
-    """A whole axis tiled (a new axis before it), a reshape there and back, and a chain whose
-    middle is read by another operator too (that one stays refused, naming the rank)."""
+    """A whole axis tiled (a new axis before it), a reshape there and back; a chain whose
+    middle is read by another operator too, and one whose picks along an axis depend on
+    another, stay refused (naming the rank)."""
     x = np.random.default_rng(6).uniform(-1, 1, (1, 3, 4, 2)).astype(F)
 
     def chain(moves: list[tuple[str, list[int]]], shared: bool = False) -> bytes:
@@ -617,3 +618,7 @@ def test_chains_through_five_dimensions_by_hand() -> None:
     with pytest.raises(UnsupportedModelError, match="rank"):
         read_tflite(chain([("RESHAPE", [1, 1, 3, 4, 2]), ("TILE", [1, 2, 1, 1, 1]),
                            ("RESHAPE", [1, 6, 4, 2])], shared=True))
+    # each channel pair repeated, then read as [8, 2]: a pick along W that depends on C
+    with pytest.raises(UnsupportedModelError, match="rank"):
+        read_tflite(chain([("RESHAPE", [1, 3, 4, 2, 1]), ("TILE", [1, 1, 1, 1, 2]),
+                           ("RESHAPE", [1, 3, 8, 2])]))
