@@ -66,6 +66,21 @@ class SubgraphGraph:
                      replace(info, shape=shape)
                      for info, shape in zip(self.operands, self.shapes))
 
+    @cached_property
+    def producers(self) -> dict[int, int]:
+        """The operation (its index) writing each operand that one writes, made on first
+        ask (the export's fusions and LiteRT's support rules walk back through them)."""
+        return {o: k for k, (_, _, outs) in enumerate(self.operations) for o in outs}
+
+    @cached_property
+    def readers(self) -> dict[int, list[int]]:
+        """The operations (indexes, in order) reading each operand, made on first ask."""
+        readers: dict[int, list[int]] = {}
+        for k, (_, ins, _) in enumerate(self.operations):
+            for i in ins:
+                readers.setdefault(i, []).append(k)
+        return readers
+
     @property
     def all_supported(self) -> bool:
         return all(self.supported) if self.supported else True

@@ -57,7 +57,7 @@ from tflite.BuiltinOperator import BuiltinOperator as B
 from tflite.TensorType import TensorType as TT
 
 from nnhal.core.version import FeatureLevel
-from nnhal.hal.types import ErrorStatus
+from nnhal.hal.types import ErrorStatus, OperationType
 from nnhal.hal.types import OperandType as T
 from nnhal.ops.common import (
     broadcast_static,
@@ -65,6 +65,7 @@ from nnhal.ops.common import (
     quantize_multiplier,
     tflite_compare_ranks,
 )
+from nnhal.ops.comparison import COMPARE_FUNCS
 from nnhal.ops.extensions import ExtensionDef, ExtensionOperation, OperandTypeDef, operation
 from nnhal.ops.resolver import OpContext, OperationDef, OpError
 from nnhal.ops.signature import Slot, Variant
@@ -89,13 +90,6 @@ def _broadcast(a: tuple[int, ...] | None, b: tuple[int, ...] | None
         return broadcast_static(a, b)
     except ValueError:
         return None
-
-
-def _broadcast_output(ctx: OpContext) -> list[tuple[int, ...] | None] | None:
-    """The output shape of a binary operation with broadcasting."""
-    shape = _broadcast(ctx.inputs[0].shape and tuple(ctx.inputs[0].shape),
-                       ctx.inputs[1].shape and tuple(ctx.inputs[1].shape))
-    return None if shape is None else [shape]
 
 
 def _input_shape(ctx: OpContext) -> list[tuple[int, ...] | None] | None:
@@ -253,7 +247,10 @@ class _Cumsum(OperationDef):
         return run
 
 
-class _FloorMod(OperationDef):
+class _Broadcasting(OperationDef):
+    """A binary operation whose two inputs broadcast (checked where both shapes are known)
+    to its output's shape."""
+
     def validate(self, ctx: OpContext) -> None:
         a, b = ctx.inputs[0].shape, ctx.inputs[1].shape
         if a is not None and b is not None and all(a) and all(b):
@@ -261,7 +258,12 @@ class _FloorMod(OperationDef):
                         f"shapes {list(a)} and {list(b)} do not broadcast")
 
     def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
-        return _broadcast_output(ctx)
+        shape = _broadcast(ctx.inputs[0].shape and tuple(ctx.inputs[0].shape),
+                           ctx.inputs[1].shape and tuple(ctx.inputs[1].shape))
+        return None if shape is None else [shape]
+
+
+class _FloorMod(_Broadcasting):
 
     def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
         def run(ins, rt):  # type: ignore[no-untyped-def]
@@ -274,7 +276,7 @@ class _FloorMod(OperationDef):
         return run
 
 
-class _QuantCompare(OperationDef):
+class _QuantCompare(_Broadcasting):
     """Two 8-bit tensors compared as TFLite compares them: the ranks of
     :func:`~nnhal.ops.common.tflite_compare_ranks` (each input's per stored value, a table
     of 256 made at prepare), with broadcasting."""
@@ -288,12 +290,7 @@ class _QuantCompare(OperationDef):
         for k, x in enumerate((a, b)):
             ctx.require(0.0 < x.scale < 1.0, f"input {k}'s scale {x.scale} must lie in (0, 1) "
                         f"(TFLite's rescale of a larger one is undefined)")
-        if a.shape is not None and b.shape is not None and all(a.shape) and all(b.shape):
-            ctx.require(_broadcast(tuple(a.shape), tuple(b.shape)) is not None,
-                        f"shapes {list(a.shape)} and {list(b.shape)} do not broadcast")
-
-    def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
-        return _broadcast_output(ctx)
+        super().validate(ctx)
 
     def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
         lo = -128 if ctx.inputs[0].type == Q8S else 0
@@ -321,7 +318,7 @@ def _squared_difference_params(a: Any, b: Any, out: Any) -> tuple | None:
     return tuple(quantize_multiplier(r) for r in reals)
 
 
-class _QuantSquaredDifference(OperationDef):
+class _QuantSquaredDifference(_Broadcasting):
     """int8 (x - y)^2 as TFLite's kernel computes it (:func:`_squared_difference_params`),
     with broadcasting."""
 
@@ -330,12 +327,7 @@ class _QuantSquaredDifference(OperationDef):
         ctx.require(b.type == a.type == out.type, "the inputs and the output must be of one type")
         ctx.require(_squared_difference_params(a, b, out) is not None,
                     "the scales give a multiplier of 1 or more (TFLite's kernel refuses them)")
-        if a.shape is not None and b.shape is not None and all(a.shape) and all(b.shape):
-            ctx.require(_broadcast(tuple(a.shape), tuple(b.shape)) is not None,
-                        f"shapes {list(a.shape)} and {list(b.shape)} do not broadcast")
-
-    def prepare(self, ctx: OpContext) -> list[tuple[int, ...] | None] | None:
-        return _broadcast_output(ctx)
+        super().validate(ctx)
 
     def kernel(self, ctx: OpContext):  # type: ignore[no-untyped-def]
         a, b, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
@@ -811,21 +803,22 @@ _Q8_PAIR = [Slot("input0", "T"), Slot("input1", "T", doc="broadcast against inpu
 _Q8_VARIANTS = [Variant({"T": t}, _V) for t in (Q8, Q8S)]
 
 
-def _compare_op(code: int, name: str, fn: Callable[..., np.ndarray], builtin: int
-                ) -> ExtensionOperation:
-    return _op(code, name, _Q8_PAIR, [Slot("output", BOOL8)], _QuantCompare(fn),
+def _compare_op(code: int, name: str) -> ExtensionOperation:
+    builtin = getattr(B, name)
+    return _op(code, name, _Q8_PAIR, [Slot("output", BOOL8)],
+               _QuantCompare(COMPARE_FUNCS[OperationType[name]]),
                f"8-bit {name} as TFLite computes it: each input's stored values rescaled in "
                f"fixed point (scales in (0, 1)), compared; the importer uses it where the "
                f"HAL's comparison of real values differs", builtin, variants=_Q8_VARIANTS,
                export=builtin)
 
 
-EQUAL = _compare_op(18, "EQUAL", np.equal, B.EQUAL)
-NOT_EQUAL = _compare_op(19, "NOT_EQUAL", np.not_equal, B.NOT_EQUAL)
-LESS = _compare_op(20, "LESS", np.less, B.LESS)
-LESS_EQUAL = _compare_op(21, "LESS_EQUAL", np.less_equal, B.LESS_EQUAL)
-GREATER = _compare_op(22, "GREATER", np.greater, B.GREATER)
-GREATER_EQUAL = _compare_op(23, "GREATER_EQUAL", np.greater_equal, B.GREATER_EQUAL)
+EQUAL = _compare_op(18, "EQUAL")
+NOT_EQUAL = _compare_op(19, "NOT_EQUAL")
+LESS = _compare_op(20, "LESS")
+LESS_EQUAL = _compare_op(21, "LESS_EQUAL")
+GREATER = _compare_op(22, "GREATER")
+GREATER_EQUAL = _compare_op(23, "GREATER_EQUAL")
 
 SQUARED_DIFFERENCE = _op(
     24, "SQUARED_DIFFERENCE", _Q8_PAIR, [Slot("output", "T")], _QuantSquaredDifference(),

@@ -23,7 +23,9 @@ O = OperationType
 COMPARE_TYPES = (T.TENSOR_BOOL8, T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32,
                  *C.QUANT8_TYPES)
 
-_FUNCS: dict[OperationType, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+#: Each comparison's numpy function (the reference's kernel; the TFLite importer's and
+#: exporter's rewrites and the TFLite extension's comparisons compute with these too).
+COMPARE_FUNCS: dict[OperationType, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     O.EQUAL: np.equal, O.NOT_EQUAL: np.not_equal, O.GREATER: np.greater,
     O.GREATER_EQUAL: np.greater_equal, O.LESS: np.less, O.LESS_EQUAL: np.less_equal,
 }
@@ -35,7 +37,7 @@ _VARIANTS = [*variants(V1_2, *({"T": t} for t in (T.TENSOR_BOOL8, T.TENSOR_FLOAT
                                                  T.TENSOR_QUANT8_ASYMM))),
              *variants(V1_3, {"T": T.TENSOR_QUANT8_ASYMM_SIGNED})]
 
-SIGNATURES = [sig(op, _INPUTS, [Slot("output", T.TENSOR_BOOL8)], _VARIANTS) for op in _FUNCS]
+SIGNATURES = [sig(op, _INPUTS, [Slot("output", T.TENSOR_BOOL8)], _VARIANTS) for op in COMPARE_FUNCS]
 
 
 def real_table(info: OperandInfo) -> np.ndarray:
@@ -44,6 +46,20 @@ def real_table(info: OperandInfo) -> np.ndarray:
     q = np.arange(qmin, qmax + 1, dtype=np.int32)
     with np.errstate(all="ignore"):
         return (q - np.int32(info.zero_point)).astype(np.float32) * np.float32(info.scale)
+
+
+def stored_for_rows(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], q: np.ndarray,
+                    constant_first: bool) -> dict[bytes, int]:
+    """Per row of results over the stored values ``q`` (its bytes): the stored value k that,
+    compared by ``fn`` with each of them (k on the constant's side), gives that row, the
+    first where rows repeat. A comparison with a constant becomes one with these stored
+    values, in the other operand's own quantization, which ranks as the stored values do:
+    one lookup per distinct constant value, not a search of every candidate."""
+    ints = fn(q[:, None], q[None, :]) if constant_first else fn(q[None, :], q[:, None])
+    found: dict[bytes, int] = {}
+    for k in range(len(q) - 1, -1, -1):
+        found[ints[k].tobytes()] = int(q[k])
+    return found
 
 
 def real_values(info: OperandInfo) -> np.ndarray:
@@ -55,7 +71,7 @@ def real_values(info: OperandInfo) -> np.ndarray:
 
 class _Compare(BroadcastBinary):
     def kernel(self, ctx: OpContext):
-        fn = _FUNCS[self.op_type]
+        fn = COMPARE_FUNCS[self.op_type]
         a, b = ctx.inputs[0], ctx.inputs[1]
         if a.type in C.QUANT8_TYPES:
             qmin = C.qrange(a.type)[0]
@@ -65,5 +81,5 @@ class _Compare(BroadcastBinary):
         return lambda ins, rt: [np.asarray(fn(ins[0], ins[1]), dtype=np.bool_)]
 
 
-for _op in _FUNCS:
+for _op in COMPARE_FUNCS:
     register(_op)(type(f"_{_op.name.title().replace('_', '')}", (_Compare,), {}))

@@ -33,7 +33,6 @@ outputs; on the file's own operators ai-edge-litert gives the file's integers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 import tflite
@@ -97,20 +96,15 @@ class _Finder:
         self.g = g
         self.edges = set(g.outputs) | set(g.inputs)
 
-    @cached_property
+    @property
     def readers(self) -> dict[int, list[int]]:
-        """The operations reading each operand (made when a chain's start first asks: most
-        candidates are ruled out by their own operands before)."""
-        readers: dict[int, list[int]] = {}
-        for k, (_, ins, _) in enumerate(self.g.operations):
-            for i in ins:
-                readers.setdefault(i, []).append(k)
-        return readers
+        """The subgraph's (made when a chain's start first asks: most candidates are ruled
+        out by their own operands before)."""
+        return self.g.readers
 
-    @cached_property
+    @property
     def producers(self) -> dict[int, int]:
-        """The operation writing each operand it writes."""
-        return {o: k for k, (_, _, outs) in enumerate(self.g.operations) for o in outs}
+        return self.g.producers
 
     def only_reader(self, i: int, kind: OperationType) -> int | None:
         """The one operation reading operand ``i`` (as its input 0, of type ``kind``), when

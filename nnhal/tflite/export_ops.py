@@ -17,9 +17,9 @@ import numpy as np
 import tflite
 from tflite.TensorType import TensorType as TT
 
-from nnhal.hal.types import OperandType
+from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops.common import qrange, tflite_ranks_exactly
-from nnhal.ops.comparison import real_table, real_values
+from nnhal.ops.comparison import COMPARE_FUNCS, real_table, real_values, stored_for_rows
 from nnhal.ops.resolver import OperandInfo
 from nnhal.tflite.export_context import (
     QUANTIZED,
@@ -149,12 +149,7 @@ def _thresholds(var: OperandInfo, con: OperandInfo, fn: Callable[..., Any],
     real = real_table(var)
     stored = np.asarray(con.value)
     values, where = np.unique(real_values(con), return_inverse=True)
-    # ints[k, j]: stored value j against candidate k, in the operation's order; each row's
-    # bytes name its candidate (the first, where rows repeat).
-    ints = fn(q[None, :], q[:, None]) if var_first else fn(q[:, None], q[None, :])
-    candidates: dict[bytes, int] = {}
-    for k in range(len(q) - 1, -1, -1):
-        candidates[ints[k].tobytes()] = int(q[k])
+    candidates = stored_for_rows(fn, q, not var_first)
     found = np.empty(len(values), np.int32)
     for n, v in enumerate(values):
         want = fn(real, v) if var_first else fn(v, real)
@@ -193,7 +188,9 @@ def _select(cx: ExportOpContext) -> None:
     _same_quant_select(cx)
 
 
-def _compare(code: int, fn: Callable[..., Any]) -> Converter:
+def _compare(name: str) -> Converter:
+    code, fn = getattr(BO, name), COMPARE_FUNCS[OperationType[name]]
+
     def convert(cx: ExportOpContext) -> None:
         a, b = cx.t(0), cx.t(1)
         if cx.info(0).type in QUANTIZED:
@@ -243,10 +240,8 @@ def _same_quant_op(code: int, inputs: list[int]) -> Converter:
 
 
 CONVERTERS.update(
-    EQUAL=_compare(BO.EQUAL, np.equal), NOT_EQUAL=_compare(BO.NOT_EQUAL, np.not_equal),
-    GREATER=_compare(BO.GREATER, np.greater),
-    GREATER_EQUAL=_compare(BO.GREATER_EQUAL, np.greater_equal),
-    LESS=_compare(BO.LESS, np.less), LESS_EQUAL=_compare(BO.LESS_EQUAL, np.less_equal),
+    **{n: _compare(n) for n in ("EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS",
+                                 "LESS_EQUAL")},
     MAXIMUM=_same_quant_op(BO.MAXIMUM, [0, 1]),
     MINIMUM=_same_quant_op(BO.MINIMUM, [0, 1]), PRELU=_prelu, SELECT=_select)
 _same_quant_select = _same_quant_op(BO.SELECT, [1, 2])

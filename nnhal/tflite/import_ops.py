@@ -14,6 +14,7 @@ from tflite.TensorType import TensorType as TT
 
 from nnhal.hal.types import OperandType, OperationType
 from nnhal.ops.common import tflite_compare_ranks, tflite_ranks_exactly
+from nnhal.ops.comparison import COMPARE_FUNCS, stored_for_rows
 from nnhal.ops.conv import scale_product
 from nnhal.tflite import schema
 from nnhal.tflite.import_ctx import Context, Unimportable, hal_dims, hal_type, operand_dtype
@@ -293,11 +294,6 @@ _max_min("MAXIMUM", O.MAXIMUM)
 _max_min("MINIMUM", O.MINIMUM)
 
 
-_COMPARISONS: dict[OperationType, Callable[..., np.ndarray]] = {
-    O.EQUAL: np.equal, O.NOT_EQUAL: np.not_equal, O.LESS: np.less,
-    O.LESS_EQUAL: np.less_equal, O.GREATER: np.greater, O.GREATER_EQUAL: np.greater_equal}
-
-
 def _tflite_tables(ctx: Context, op: OpInfo, fn: Callable[..., np.ndarray]
                    ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
     """A quantized comparison of a tensor with a constant as TFLite computes it: (the
@@ -326,15 +322,8 @@ def _one_comparison(c: int, q: np.ndarray, rows: np.ndarray, first: OperationTyp
                     ) -> tuple[OperationType, np.ndarray] | None:
     """One HAL comparison (``first`` tried first) of the tensor with stored values in its
     own quantization (which the HAL compares as the stored values) giving each row."""
-    for hal in (first, *(k for k in _COMPARISONS if k != first)):
-        fn = _COMPARISONS[hal]
-        # ints[k, j]: stored value j against candidate k, in the operation's order; each
-        # row's bytes name its candidate (the first, where rows repeat), so a lookup per
-        # distinct constant value finds it.
-        ints = fn(q[:, None], q[None, :]) if c == 0 else fn(q[None, :], q[:, None])
-        candidates: dict[bytes, int] = {}
-        for k in range(len(q) - 1, -1, -1):
-            candidates[ints[k].tobytes()] = int(q[k])
+    for hal in (first, *(k for k in COMPARE_FUNCS if k != first)):
+        candidates = stored_for_rows(COMPARE_FUNCS[hal], q, c == 0)
         found = [candidates.get(row.tobytes()) for row in rows]
         if all(k is not None for k in found):
             return hal, np.asarray(found, np.int64)
@@ -385,7 +374,7 @@ def _comparison(name: str, hal: OperationType) -> None:
     tensors whose comparison the HAL's would not reproduce go to the extension's operation of
     the same name, which computes as TFLite (Unimportable here)."""
     def convert(ctx: Context, op: OpInfo) -> None:
-        found = _tflite_tables(ctx, op, _COMPARISONS[hal])
+        found = _tflite_tables(ctx, op, COMPARE_FUNCS[hal])
         if found is None:
             why = _tflite_only(ctx, op)
             if why is not None:

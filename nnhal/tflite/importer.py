@@ -239,7 +239,7 @@ class _Importer:
             if key in passed:
                 continue
             if is_extension_type(operation.type):
-                continue  # the analysis checks it against the extension's signature
+                continue  # checked against its extension's signature (_check_extension)
             for i in (*operation.inputs, *operation.outputs):
                 if 0 <= i < n and int(operands[i].type) >> EXTENSION_TYPE_LOW_BITS:
                     raise Unimportable(

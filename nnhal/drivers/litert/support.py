@@ -271,13 +271,6 @@ def builtin_kernels(graph: ModelGraph) -> bool:
     return needed
 
 
-@once_per_graph
-def _producers(graph: ModelGraph) -> dict[int, dict[int, tuple]]:
-    """Per subgraph index, per operand: the operation writing it."""
-    return {g.index: {o: op for op in g.operations for o in op[2]}
-            for g in (graph.main, *graph.referenced)}
-
-
 #: Operations whose (float) output is never below zero when their inputs are not (the
 #: first input: unary ones; every input: the rest, with no fused activation).
 _KEEP_NON_NEGATIVE = frozenset({"MEAN", "REDUCE_SUM", "REDUCE_MAX", "REDUCE_MIN", "ADD", "MUL",
@@ -295,10 +288,10 @@ def _non_negative(graph: ModelGraph, g: SubgraphGraph, i: int, depth: int = 8) -
     if info.is_const:
         v = np.asarray(info.value, np.float64)
         return bool(v.size) and not bool(np.any(v < 0))
-    op = _producers(graph)[g.index].get(i)
-    if op is None or depth == 0:
+    k = g.producers.get(i)
+    if k is None or depth == 0:
         return False
-    t, ins, _ = op
+    t, ins, _ = g.operations[k]
     name = _op_name(graph, t)
     if name in _NON_NEGATIVE:
         return True
@@ -324,10 +317,13 @@ def _edge_unreached(graph: ModelGraph, g: SubgraphGraph, name: str, ins: list[in
     a transformer's LayerNorm need not split a model around LiteRT."""
     if name != "RSQRT" or g.operands[ins[0]].type != T.TENSOR_FLOAT32:
         return False  # (float16: a subnormal epsilon may flush to zero)
-    op = _producers(graph)[g.index].get(ins[0])
-    if op is None or _op_name(graph, op[0]) != "ADD" or not _no_activation(g, op[1][2]):
+    k = g.producers.get(ins[0])
+    if k is None:
         return False
-    a, b = op[1][0], op[1][1]
+    t, add_ins, _ = g.operations[k]
+    if _op_name(graph, t) != "ADD" or not _no_activation(g, add_ins[2]):
+        return False
+    a, b = add_ins[0], add_ins[1]
     for c, x in ((a, b), (b, a)):
         info = g.operands[c]
         if info.is_const:
